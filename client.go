@@ -1,0 +1,171 @@
+package backstop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// Client enqueues and inspects tasks. It is safe for concurrent use.
+type Client struct {
+	store store.Store
+	cfg   *Config
+}
+
+// NewClient makes a client over s. A nil cfg takes every default.
+func NewClient(s store.Store, cfg *Config) (*Client, error) {
+	if s == nil {
+		return nil, errors.New("backstop: nil store")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Client{store: s, cfg: c}, nil
+}
+
+// Store is the store the client works on.
+func (c *Client) Store() store.Store { return c.store }
+
+// Config is the client's effective configuration (defaults filled in).
+func (c *Client) Config() *Config { return c.cfg }
+
+func (c *Client) enqueueOpts() store.EnqueueOpts {
+	return store.EnqueueOpts{InlineLimit: c.cfg.InlinePayloadLimit, Merge: c.cfg.merge}
+}
+
+func (c *Client) prepareAll(params []EnqueueParams) ([]*Task, error) {
+	now := c.cfg.Clock.Now()
+	tasks := make([]*Task, len(params))
+	for i := range params {
+		t, err := c.prepare(&params[i], now)
+		if err != nil {
+			if len(params) > 1 {
+				return nil, &BatchError{Index: i, Err: err}
+			}
+			return nil, err
+		}
+		tasks[i] = t
+	}
+	return tasks, nil
+}
+
+// BatchError says which task of a batch was refused; nothing was written.
+type BatchError struct {
+	Index int // 0-based position in the batch
+	Err   error
+}
+
+func (e *BatchError) Error() string { return fmt.Sprintf("task %d of the batch: %v", e.Index+1, e.Err) }
+func (e *BatchError) Unwrap() error { return e.Err }
+
+func convertResults(rs []store.EnqueueResult) []EnqueueResult {
+	out := make([]EnqueueResult, len(rs))
+	for i, r := range rs {
+		out[i] = EnqueueResult{Task: r.Task, Merged: r.Merged, Duplicate: r.Duplicate}
+	}
+	return out
+}
+
+// Enqueue adds one task.
+func (c *Client) Enqueue(ctx context.Context, p EnqueueParams) (*EnqueueResult, error) {
+	rs, err := c.EnqueueMany(ctx, []EnqueueParams{p})
+	if err != nil {
+		return nil, err
+	}
+	return &rs[0], nil
+}
+
+// EnqueueMany adds a batch in one transaction: all or nothing.
+func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) ([]EnqueueResult, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	tasks, err := c.prepareAll(params)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := c.store.Enqueue(ctx, tasks, c.enqueueOpts())
+	if err != nil {
+		return nil, err
+	}
+	return convertResults(rs), nil
+}
+
+// EnqueueTx adds tasks inside the caller's transaction — a *sql.Tx, or on
+// Postgres also a pgx.Tx — so they exist if and only if it commits: the
+// transactional outbox.
+func (c *Client) EnqueueTx(ctx context.Context, tx any, params ...EnqueueParams) ([]EnqueueResult, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	tasks, err := c.prepareAll(params)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := c.store.EnqueueTx(ctx, tx, tasks, c.enqueueOpts())
+	if err != nil {
+		return nil, err
+	}
+	return convertResults(rs), nil
+}
+
+// Get returns a task with its executions.
+func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
+	return c.store.Get(ctx, id)
+}
+
+// ListParams filters a task listing.
+type ListParams = store.ListFilter
+
+// List returns tasks matching f, ordered by id, at most f.Limit (default 100,
+// at most 10,000).
+func (c *Client) List(ctx context.Context, f ListParams) ([]*Task, error) {
+	if f.Limit < 0 || f.Limit > 10000 {
+		return nil, invalid("limit", "must be between 1 and 10000")
+	}
+	for _, s := range f.States {
+		if !s.Valid() {
+			return nil, invalid("state", "unknown state %q", s)
+		}
+	}
+	if f.Reason != "" && !validReason(f.Reason) {
+		return nil, invalid("reason", "unknown dead-letter reason %q", f.Reason)
+	}
+	for k := range f.Attrs {
+		if !attrKeyRE.MatchString(k) {
+			return nil, invalid("attr", "key %q is not a valid attribute key", k)
+		}
+	}
+	return c.store.List(ctx, f)
+}
+
+func validReason(r bt.DeadReason) bool {
+	for _, v := range bt.DeadReasons {
+		if v == r {
+			return true
+		}
+	}
+	return false
+}
+
+// DeadLetters lists dead letters matching f (its States are ignored).
+func (c *Client) DeadLetters(ctx context.Context, f ListParams) ([]*Task, error) {
+	f.States = []State{StateDead}
+	return c.List(ctx, f)
+}
+
+// Cancel cancels a task: at once when it is waiting, cooperatively (within a
+// heartbeat) when it is running. A finished task gives ErrConflict.
+func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
+	return c.store.RequestCancel(ctx, id, c.cfg.Clock.Now())
+}
+
+func (c *Client) now() time.Time { return c.cfg.Clock.Now() }

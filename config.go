@@ -1,0 +1,188 @@
+package backstop
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// Config configures a Client. Zero values take the default named at the end
+// of each field's comment.
+type Config struct {
+	// Clock tells the time. Default: RealClock.
+	Clock Clock
+	// Logger receives the library's structured logs. Default: slog.Default().
+	Logger *slog.Logger
+	// InlinePayloadLimit: payloads above this many bytes spill to side
+	// storage. Default: 64 KiB.
+	InlinePayloadLimit int
+	// MaxPayloadSize: larger payloads are refused. Default: 8 MiB.
+	MaxPayloadSize int
+	// MaxAttempts when neither task, kind nor queue says. Default: 25.
+	MaxAttempts int
+	// Retry when neither task, kind nor queue says. Default: exponential,
+	// base 1s, factor 2, max 1h, full jitter.
+	Retry *RetryPolicy
+	// Queues declares per-queue settings.
+	Queues map[string]QueueConfig
+	// Kinds declares per-kind settings.
+	Kinds map[string]KindConfig
+	// StrictQueues refuses enqueues to queues not declared in Queues.
+	// Default: false.
+	StrictQueues bool
+}
+
+// QueueConfig is the policy of one queue.
+type QueueConfig struct {
+	// Concurrency is how many tasks of this queue one worker runs at once.
+	// Default: 10.
+	Concurrency int
+	// MaxAttempts for tasks of this queue. Default: Config.MaxAttempts.
+	MaxAttempts int
+	// Retry policy for this queue. Default: Config.Retry.
+	Retry *RetryPolicy
+	// Timeout of one attempt. Default: none.
+	Timeout time.Duration
+}
+
+// MergeRule says how a task merges into a waiting task with its merge_key.
+type MergeRule string
+
+const (
+	MergeReplace MergeRule = "replace" // newest payload wins
+	MergeAppend  MergeRule = "append"  // payload becomes the list of merged payloads
+)
+
+// KindConfig is the policy of one kind; it overrides its queue's.
+type KindConfig struct {
+	// MaxAttempts. Default: the queue's.
+	MaxAttempts int
+	// Retry policy. Default: the queue's.
+	Retry *RetryPolicy
+	// Timeout of one attempt. Default: the queue's.
+	Timeout time.Duration
+	// MergeRule for merge_key collisions. Default: replace.
+	MergeRule MergeRule
+	// Merge, when set, merges payloads in Go and wins over MergeRule.
+	Merge func(existing json.RawMessage, mergeCount int, incoming json.RawMessage) (json.RawMessage, error)
+}
+
+func (c *Config) withDefaults() *Config {
+	out := *c
+	out.Clock = cmp.Or[Clock](c.Clock, RealClock)
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	out.InlinePayloadLimit = cmp.Or(c.InlinePayloadLimit, 64<<10)
+	out.MaxPayloadSize = cmp.Or(c.MaxPayloadSize, 8<<20)
+	out.MaxAttempts = cmp.Or(c.MaxAttempts, 25)
+	if out.Retry == nil {
+		p := bt.DefaultRetryPolicy
+		out.Retry = &p
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	if c.InlinePayloadLimit < 0 {
+		return fmt.Errorf("config: InlinePayloadLimit must not be negative")
+	}
+	if c.MaxPayloadSize < 0 {
+		return fmt.Errorf("config: MaxPayloadSize must not be negative")
+	}
+	if c.MaxAttempts < 0 {
+		return fmt.Errorf("config: MaxAttempts must not be negative")
+	}
+	if c.Retry != nil {
+		if err := c.Retry.Validate(); err != nil {
+			return fmt.Errorf("config: Retry: %w", err)
+		}
+	}
+	for name, q := range c.Queues {
+		if err := validName(name); err != nil {
+			return fmt.Errorf("config: queue %q: %w", name, err)
+		}
+		if q.Concurrency < 0 || q.MaxAttempts < 0 || q.Timeout < 0 {
+			return fmt.Errorf("config: queue %q: concurrency, max attempts and timeout must not be negative", name)
+		}
+		if q.Retry != nil {
+			if err := q.Retry.Validate(); err != nil {
+				return fmt.Errorf("config: queue %q: retry: %w", name, err)
+			}
+		}
+	}
+	for name, k := range c.Kinds {
+		if err := validName(name); err != nil {
+			return fmt.Errorf("config: kind %q: %w", name, err)
+		}
+		switch k.MergeRule {
+		case "", MergeReplace, MergeAppend:
+		default:
+			return fmt.Errorf("config: kind %q: merge rule %q is not replace or append", name, k.MergeRule)
+		}
+		if k.Retry != nil {
+			if err := k.Retry.Validate(); err != nil {
+				return fmt.Errorf("config: kind %q: retry: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// retryFor resolves the policy for a task: task, then kind, then queue, then
+// the default.
+func (c *Config) retryFor(t *Task) *RetryPolicy {
+	if t.Retry != nil {
+		return t.Retry
+	}
+	if k, ok := c.Kinds[t.Kind]; ok && k.Retry != nil {
+		return k.Retry
+	}
+	if q, ok := c.Queues[t.Queue]; ok && q.Retry != nil {
+		return q.Retry
+	}
+	return c.Retry
+}
+
+func (c *Config) maxAttemptsFor(queue, kind string) int {
+	if k, ok := c.Kinds[kind]; ok && k.MaxAttempts > 0 {
+		return k.MaxAttempts
+	}
+	if q, ok := c.Queues[queue]; ok && q.MaxAttempts > 0 {
+		return q.MaxAttempts
+	}
+	return c.MaxAttempts
+}
+
+func (c *Config) timeoutFor(queue, kind string) time.Duration {
+	if k, ok := c.Kinds[kind]; ok && k.Timeout > 0 {
+		return k.Timeout
+	}
+	if q, ok := c.Queues[queue]; ok && q.Timeout > 0 {
+		return q.Timeout
+	}
+	return 0
+}
+
+// merge implements the per-kind merge rule for the store.
+func (c *Config) merge(kind string, existing json.RawMessage, count int, incoming json.RawMessage) (json.RawMessage, error) {
+	k := c.Kinds[kind]
+	if k.Merge != nil {
+		return k.Merge(existing, count, incoming)
+	}
+	if k.MergeRule != MergeAppend {
+		return incoming, nil
+	}
+	var list []json.RawMessage
+	if count == 0 {
+		list = []json.RawMessage{existing}
+	} else if err := json.Unmarshal(existing, &list); err != nil {
+		return nil, fmt.Errorf("append merge: existing payload is not a list: %w", err)
+	}
+	list = append(list, incoming)
+	return json.Marshal(list)
+}

@@ -1,0 +1,242 @@
+package backstop
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"regexp"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// EnqueueParams describes one task to enqueue. Queue and Kind are required.
+type EnqueueParams struct {
+	// ID is the task id; default a new UUIDv7. Use your outbox or
+	// correlation id to make the task addressable from your own records.
+	ID      string
+	Queue   string
+	Kind    string
+	Payload json.RawMessage // JSON; default {}
+	// Priority: higher runs first. Default 0.
+	Priority int
+	// RunAt or Delay postpone the first attempt (not both).
+	RunAt time.Time
+	Delay time.Duration
+	// MaxAttempts. Default: kind, queue, then client configuration.
+	MaxAttempts int
+	// Timeout of each attempt. Default: kind, then queue configuration.
+	Timeout time.Duration
+	// Deadline bounds the task across all attempts; past it the task dies
+	// with reason "expired".
+	Deadline time.Time
+	// Retry overrides the retry policy for this task.
+	Retry *RetryPolicy
+	// Attributes are carried on every signal about the task.
+	Attributes map[string]string
+	// IdempotencyKey: while a live task has this key, enqueueing again
+	// returns that task instead (Duplicate).
+	IdempotencyKey string
+	// MergeKey: while a task of this kind with this key is waiting, the new
+	// payload merges into it (Merged) by the kind's merge rule.
+	MergeKey   string
+	Progress   Progress
+	Complexity float64
+	// TraceParent is the W3C traceparent of the producer's span.
+	TraceParent string
+}
+
+// EnqueueResult is what happened to one enqueued task.
+type EnqueueResult struct {
+	Task *Task `json:"task"`
+	// Merged: the payload merged into a waiting task (returned).
+	Merged bool `json:"merged"`
+	// Duplicate: a live task with the same idempotency key exists (returned).
+	Duplicate bool `json:"duplicate"`
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$`)
+var attrKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$`)
+
+func validName(s string) error {
+	if !nameRE.MatchString(s) {
+		return fmt.Errorf("%q must be 1-128 characters of letters, digits, '_', '.', ':' or '-', starting with a letter or digit", s)
+	}
+	return nil
+}
+
+// ValidID reports whether s is acceptable as a task id.
+func ValidID(s string) error { return validName(s) }
+
+const (
+	maxAttrs        = 64
+	maxAttrValueLen = 1024
+	maxKeyLen       = 255
+)
+
+// ValidateAttributes checks attribute keys and values.
+func ValidateAttributes(attrs map[string]string) error {
+	if len(attrs) > maxAttrs {
+		return invalid("attributes", "%d attributes; at most %d are allowed", len(attrs), maxAttrs)
+	}
+	for k, v := range attrs {
+		if !attrKeyRE.MatchString(k) {
+			return invalid("attributes", "key %q must be 1-64 characters of letters, digits, '_', '.' or '-', starting with a letter or '_'", k)
+		}
+		if len(v) > maxAttrValueLen {
+			return invalid("attributes", "value of %q is %d bytes; at most %d are allowed", k, len(v), maxAttrValueLen)
+		}
+		if !utf8.ValidString(v) {
+			return invalid("attributes", "value of %q is not valid UTF-8", k)
+		}
+	}
+	return nil
+}
+
+// Validate checks params exactly as EnqueueMany would, and writes nothing:
+// a dry run for callers that must refuse a whole input before any of it is
+// written (the CLI's --batch-file). With several params, the error is a
+// *BatchError naming the first bad one.
+func (c *Client) Validate(params ...EnqueueParams) error {
+	_, err := c.prepareAll(params)
+	return err
+}
+
+// prepare validates p and turns it into a task row. Nothing is written.
+func (c *Client) prepare(p *EnqueueParams, now time.Time) (*Task, error) {
+	cfg := c.cfg
+	if p.Queue == "" {
+		return nil, invalid("queue", "is required")
+	}
+	if err := validName(p.Queue); err != nil {
+		return nil, invalid("queue", "%v", err)
+	}
+	if cfg.StrictQueues {
+		if _, ok := cfg.Queues[p.Queue]; !ok {
+			return nil, invalid("queue", "unknown queue %q (strict queues: declare it in the configuration)", p.Queue)
+		}
+	}
+	if p.Kind == "" {
+		return nil, invalid("kind", "is required")
+	}
+	if err := validName(p.Kind); err != nil {
+		return nil, invalid("kind", "%v", err)
+	}
+	id := p.ID
+	if id == "" {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		id = u.String()
+	} else if err := validName(id); err != nil {
+		return nil, invalid("id", "%v", err)
+	}
+	payload := p.Payload
+	if len(bytes.TrimSpace(payload)) == 0 {
+		payload = json.RawMessage(`{}`)
+	}
+	if len(payload) > cfg.MaxPayloadSize {
+		return nil, invalid("payload", "is %d bytes; the maximum is %d", len(payload), cfg.MaxPayloadSize)
+	}
+	if !json.Valid(payload) {
+		return nil, invalid("payload", "is not valid JSON")
+	}
+	if p.MaxAttempts < 0 {
+		return nil, invalid("max_attempts", "must not be negative (got %d)", p.MaxAttempts)
+	}
+	if p.Priority < math.MinInt16 || p.Priority > math.MaxInt16 {
+		return nil, invalid("priority", "must be between %d and %d", math.MinInt16, math.MaxInt16)
+	}
+	if p.Timeout < 0 {
+		return nil, invalid("timeout", "must not be negative")
+	}
+	if p.Delay < 0 {
+		return nil, invalid("delay", "must not be negative")
+	}
+	if p.Delay > 0 && !p.RunAt.IsZero() {
+		return nil, invalid("run_at", "give run_at or delay, not both")
+	}
+	if p.Retry != nil {
+		if err := p.Retry.Validate(); err != nil {
+			return nil, invalid("retry", "%v", err)
+		}
+	}
+	if err := ValidateAttributes(p.Attributes); err != nil {
+		return nil, err
+	}
+	if len(p.IdempotencyKey) > maxKeyLen {
+		return nil, invalid("idempotency_key", "is longer than %d bytes", maxKeyLen)
+	}
+	if len(p.MergeKey) > maxKeyLen {
+		return nil, invalid("merge_key", "is longer than %d bytes", maxKeyLen)
+	}
+	if p.Progress.Total < 0 || p.Progress.Completed < 0 {
+		return nil, invalid("progress", "steps must not be negative")
+	}
+	if p.Progress.Total > 0 && p.Progress.Completed > p.Progress.Total {
+		return nil, invalid("progress", "completed steps (%d) exceed total steps (%d)", p.Progress.Completed, p.Progress.Total)
+	}
+	if p.Complexity < 0 || math.IsNaN(p.Complexity) || math.IsInf(p.Complexity, 0) {
+		return nil, invalid("complexity", "must be a finite number, not negative")
+	}
+	runAt := now
+	if !p.RunAt.IsZero() {
+		runAt = p.RunAt.UTC().Truncate(time.Microsecond)
+	} else if p.Delay > 0 {
+		runAt = now.Add(p.Delay)
+	}
+	var deadline *time.Time
+	if !p.Deadline.IsZero() {
+		d := p.Deadline.UTC().Truncate(time.Microsecond)
+		if !d.After(now) {
+			return nil, invalid("deadline", "%s is not in the future", d.Format(time.RFC3339))
+		}
+		deadline = &d
+	}
+	maxAttempts := p.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = cfg.maxAttemptsFor(p.Queue, p.Kind)
+	}
+	timeout := p.Timeout
+	if timeout == 0 {
+		timeout = cfg.timeoutFor(p.Queue, p.Kind)
+	}
+	state := bt.StatePending
+	if runAt.After(now) {
+		state = bt.StateScheduled
+	}
+	attrs := p.Attributes
+	if len(attrs) > 0 {
+		attrs = make(map[string]string, len(p.Attributes))
+		for k, v := range p.Attributes {
+			attrs[k] = v
+		}
+	}
+	return &Task{
+		ID:             id,
+		Queue:          p.Queue,
+		Kind:           p.Kind,
+		State:          state,
+		MaxAttempts:    maxAttempts,
+		Payload:        payload,
+		Attributes:     attrs,
+		Priority:       p.Priority,
+		RunAt:          runAt,
+		CreatedAt:      now,
+		UpdatedAt:      now,
+		Progress:       p.Progress,
+		Timeout:        bt.Duration(timeout.Truncate(time.Microsecond)),
+		Deadline:       deadline,
+		Retry:          p.Retry,
+		IdempotencyKey: p.IdempotencyKey,
+		MergeKey:       p.MergeKey,
+		Complexity:     p.Complexity,
+		TraceParent:    p.TraceParent,
+		PayloadSize:    len(payload),
+	}, nil
+}

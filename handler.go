@@ -1,0 +1,110 @@
+package backstop
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+)
+
+// Handler runs one attempt of a task. Return nil on success, an error to
+// retry (Permanent(err) to dead-letter at once), or RetryAfter(d) to run
+// again later without counting a failure. The context ends on the task's
+// timeout, deadline, cancellation, lost lease or shutdown.
+type Handler interface {
+	Work(ctx context.Context, t *Task) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, t *Task) error
+
+func (f HandlerFunc) Work(ctx context.Context, t *Task) error { return f(ctx, t) }
+
+// Middleware wraps a handler (logging, tracing, metrics, recovery...).
+type Middleware func(Handler) Handler
+
+// Typed adapts a function taking a decoded payload. A payload that does not
+// decode into T is poison: the task dead-letters with reason "poison".
+func Typed[T any](fn func(ctx context.Context, t *Task, payload T) error) Handler {
+	return HandlerFunc(func(ctx context.Context, t *Task) error {
+		var v T
+		if err := json.Unmarshal(t.Payload, &v); err != nil {
+			return &poisonError{err: fmt.Errorf("payload does not decode into %T: %w", v, err)}
+		}
+		return fn(ctx, t, v)
+	})
+}
+
+// attempt is the in-process state of one running execution.
+type attempt struct {
+	task   *Task
+	cancel context.CancelCauseFunc
+	logger *slog.Logger
+
+	mu       sync.Mutex
+	progress *Progress
+	detail   string
+	released bool // given back on shutdown: its result is ignored
+}
+
+type attemptKey struct{}
+
+func attemptFrom(ctx context.Context) *attempt {
+	a, _ := ctx.Value(attemptKey{}).(*attempt)
+	return a
+}
+
+// TaskFromContext returns the task a handler's context belongs to.
+func TaskFromContext(ctx context.Context) (*Task, bool) {
+	if a := attemptFrom(ctx); a != nil {
+		return a.task, true
+	}
+	return nil, false
+}
+
+// ReportProgress records how far the task got. It is stored with the next
+// heartbeat and at the end of the attempt, and carried across retries and
+// replays. Outside a handler it does nothing.
+func ReportProgress(ctx context.Context, completed, total int) {
+	a := attemptFrom(ctx)
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	a.progress = &Progress{Total: total, Completed: completed}
+	a.mu.Unlock()
+}
+
+// RecordDetail keeps text with the execution (an output tail, a stack): it
+// is stored as the execution's error_detail.
+func RecordDetail(ctx context.Context, detail string) {
+	a := attemptFrom(ctx)
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	a.detail = detail
+	a.mu.Unlock()
+}
+
+// Logger returns a logger carrying the task's correlation attributes (task
+// id, queue, kind, attempt, execution id, run id, plan hash); outside a
+// handler it is slog.Default().
+func Logger(ctx context.Context) *slog.Logger {
+	if a := attemptFrom(ctx); a != nil {
+		return a.logger
+	}
+	return slog.Default()
+}
+
+func (a *attempt) snapshot() (*Progress, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var p *Progress
+	if a.progress != nil {
+		cp := *a.progress
+		p = &cp
+	}
+	return p, a.detail
+}

@@ -1,0 +1,224 @@
+// Package sqlitestore is Backstop's embedded store: one SQLite file in WAL
+// mode, safe for several processes on one host.
+//
+// In one process all writes go through a single connection (SQLite has one
+// writer anyway), so goroutines queue in Go instead of spinning on
+// SQLITE_BUSY; other processes are serialised by BEGIN IMMEDIATE and the busy
+// timeout. Reads use a separate pool. Like every driver it applies the
+// engine's decisions and never makes policy of its own.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pressly/goose/v3"
+
+	"github.com/backstophq/backstop/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Store is the SQLite implementation of store.Store.
+type Store struct {
+	path string
+	w    *sql.DB // one connection: the writer
+	r    *sql.DB // readers
+	hub  *hub
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the SQLite database at path. It does not
+// migrate; call Migrate.
+func Open(path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: empty database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	w, err := sql.Open(DriverName, dsn(abs, true))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := w.Ping(); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	r, err := sql.Open(DriverName, dsn(abs, false))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	r.SetMaxOpenConns(4)
+	r.SetMaxIdleConns(4)
+	return &Store{path: abs, w: w, r: r, hub: hubFor(abs)}, nil
+}
+
+// DB is the writer handle. Begin a transaction on it to enqueue together with
+// your own changes (EnqueueTx); do not hold it longer than needed, it is the
+// only writer of this process.
+func (s *Store) DB() *sql.DB { return s.w }
+
+// Path is the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+func (s *Store) Driver() string { return "sqlite" }
+
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+func (s *Store) provider() (*goose.Provider, error) {
+	sub, err := fs.Sub(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	return goose.NewProvider(goose.DialectSQLite3, s.w, sub,
+		goose.WithTableName("backstop_schema_version"),
+		goose.WithDisableGlobalRegistry(true))
+}
+
+func (s *Store) Migrate(ctx context.Context) error {
+	p, err := s.provider()
+	if err != nil {
+		return fmt.Errorf("sqlite: migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) MigrationStatus(ctx context.Context) ([]store.Migration, error) {
+	p, err := s.provider()
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: migrations: %w", err)
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: migration status: %w", err)
+	}
+	out := make([]store.Migration, 0, len(st))
+	for _, m := range st {
+		mg := store.Migration{Version: m.Source.Version, Name: filepath.Base(m.Source.Path)}
+		if m.State == goose.StateApplied {
+			t := m.AppliedAt.UTC()
+			mg.AppliedAt = &t
+		}
+		out = append(out, mg)
+	}
+	return out, nil
+}
+
+// hub delivers in-process wake-ups to every Store open on the same file.
+type hub struct {
+	mu   sync.Mutex
+	subs map[chan string]struct{}
+}
+
+var (
+	hubsMu sync.Mutex
+	hubs   = map[string]*hub{}
+)
+
+func hubFor(path string) *hub {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	h := hubs[path]
+	if h == nil {
+		h = &hub{subs: map[chan string]struct{}{}}
+		hubs[path] = h
+	}
+	return h
+}
+
+func (h *hub) notify(queues map[string]struct{}) {
+	if len(queues) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.subs {
+		for q := range queues {
+			select {
+			case ch <- q:
+			default: // full: the subscriber has wake-ups pending already
+			}
+		}
+	}
+}
+
+func (s *Store) Wakeups(ctx context.Context) <-chan string {
+	ch := make(chan string, 64)
+	s.hub.mu.Lock()
+	s.hub.subs[ch] = struct{}{}
+	s.hub.mu.Unlock()
+	out := make(chan string, 64)
+	go func() {
+		defer close(out)
+		defer func() {
+			s.hub.mu.Lock()
+			delete(s.hub.subs, ch)
+			s.hub.mu.Unlock()
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case q := <-ch:
+				select {
+				case out <- q:
+				default:
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// Time encoding: INTEGER microseconds since the epoch.
+func us(t time.Time) int64 { return t.UnixMicro() }
+
+func usPtr(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+func fromUS(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func fromNullUS(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromUS(v.Int64)
+	return &t
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}

@@ -1,0 +1,687 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// querier is what both *sql.DB and *sql.Tx offer.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+const taskCols = `id, queue, kind, state, priority, attempt, max_attempts, payload, payload_size,
+payload_spilled, attributes, run_at, created_at, updated_at, timeout_us, deadline, retry_policy,
+idempotency_key, merge_key, merge_count, progress_total, progress_completed, complexity,
+trace_parent, last_error, worker_id, execution_id, attempted_at, lease_expires_at,
+cancel_requested_at, finalized_at, dead_reason, first_seen, last_seen, dead_count, replay_count,
+dlq_status, replayed_from`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanTask(sc scanner) (*bt.Task, error) {
+	var (
+		t                                                             bt.Task
+		payload                                                       []byte
+		spilled                                                       bool
+		attrs, retry, idem, merge, trace, lastErr, worker, exec, dead sql.NullString
+		dlq, replFrom                                                 sql.NullString
+		runAt, created, updated, timeoutUS                            int64
+		deadline, attempted, lease, cancelReq, final, first, last     sql.NullInt64
+		state                                                         string
+	)
+	err := sc.Scan(&t.ID, &t.Queue, &t.Kind, &state, &t.Priority, &t.Attempt, &t.MaxAttempts,
+		&payload, &t.PayloadSize, &spilled, &attrs, &runAt, &created, &updated, &timeoutUS,
+		&deadline, &retry, &idem, &merge, &t.MergeCount, &t.Progress.Total, &t.Progress.Completed,
+		&t.Complexity, &trace, &lastErr, &worker, &exec, &attempted, &lease, &cancelReq, &final,
+		&dead, &first, &last, &t.DeadCount, &t.ReplayCount, &dlq, &replFrom)
+	if err != nil {
+		return nil, err
+	}
+	t.State = bt.State(state)
+	if payload != nil {
+		t.Payload = json.RawMessage(payload)
+	}
+	t.PayloadSpilled = spilled
+	if attrs.Valid && attrs.String != "" {
+		if err := json.Unmarshal([]byte(attrs.String), &t.Attributes); err != nil {
+			return nil, fmt.Errorf("task %s: attributes: %w", t.ID, err)
+		}
+	}
+	if retry.Valid && retry.String != "" {
+		t.Retry = new(bt.RetryPolicy)
+		if err := json.Unmarshal([]byte(retry.String), t.Retry); err != nil {
+			return nil, fmt.Errorf("task %s: retry policy: %w", t.ID, err)
+		}
+	}
+	t.RunAt, t.CreatedAt, t.UpdatedAt = fromUS(runAt), fromUS(created), fromUS(updated)
+	t.Timeout = bt.Duration(time.Duration(timeoutUS) * time.Microsecond)
+	t.Deadline, t.AttemptedAt, t.LeaseExpiresAt = fromNullUS(deadline), fromNullUS(attempted), fromNullUS(lease)
+	t.CancelRequestedAt, t.FinalizedAt = fromNullUS(cancelReq), fromNullUS(final)
+	t.FirstSeen, t.LastSeen = fromNullUS(first), fromNullUS(last)
+	t.IdempotencyKey, t.MergeKey, t.TraceParent = idem.String, merge.String, trace.String
+	t.LastError, t.WorkerID, t.ExecutionID = lastErr.String, worker.String, exec.String
+	t.DeadReason, t.DLQStatus, t.ReplayedFrom = bt.DeadReason(dead.String), bt.DLQStatus(dlq.String), replFrom.String
+	return &t, nil
+}
+
+func scanTasks(rows *sql.Rows) ([]*bt.Task, error) {
+	defer rows.Close()
+	var out []*bt.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// loadSpilled fills the payload of spilled tasks from backstop_payloads.
+func loadSpilled(ctx context.Context, q querier, tasks []*bt.Task) error {
+	for _, t := range tasks {
+		if !t.PayloadSpilled {
+			continue
+		}
+		var data []byte
+		if err := q.QueryRowContext(ctx, `SELECT data FROM backstop_payloads WHERE task_id = ?`, t.ID).Scan(&data); err != nil {
+			return fmt.Errorf("task %s: spilled payload: %w", t.ID, err)
+		}
+		t.Payload = json.RawMessage(data)
+	}
+	return nil
+}
+
+func (s *Store) Enqueue(ctx context.Context, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	res, woke, err := enqueue(ctx, tx, tasks, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	s.hub.notify(woke)
+	return res, nil
+}
+
+func (s *Store) EnqueueTx(ctx context.Context, tx any, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
+	sqlTx, ok := tx.(*sql.Tx)
+	if !ok {
+		return nil, fmt.Errorf("sqlite: EnqueueTx needs a *sql.Tx, got %T", tx)
+	}
+	res, woke, err := enqueue(ctx, sqlTx, tasks, opts)
+	if err != nil {
+		return nil, err
+	}
+	// Workers claim through the same single writer connection, so they see
+	// these rows only once the caller commits.
+	s.hub.notify(woke)
+	return res, nil
+}
+
+const insertCols = `id, queue, kind, state, priority, max_attempts, payload, payload_size, payload_spilled,
+attributes, run_at, created_at, updated_at, timeout_us, deadline, retry_policy, idempotency_key,
+merge_key, progress_total, progress_completed, complexity, trace_parent, replayed_from`
+
+const insertColCount = 23
+
+func insertArgs(t *bt.Task, inline []byte) ([]any, error) {
+	var attrs, retry any
+	if len(t.Attributes) > 0 {
+		b, err := json.Marshal(t.Attributes)
+		if err != nil {
+			return nil, err
+		}
+		attrs = string(b)
+	}
+	if t.Retry != nil {
+		b, err := json.Marshal(t.Retry)
+		if err != nil {
+			return nil, err
+		}
+		retry = string(b)
+	}
+	var payload any
+	if inline != nil {
+		payload = inline
+	}
+	return []any{t.ID, t.Queue, t.Kind, string(t.State), t.Priority, t.MaxAttempts, payload,
+		t.PayloadSize, t.PayloadSpilled, attrs, us(t.RunAt), us(t.CreatedAt), us(t.UpdatedAt),
+		time.Duration(t.Timeout).Microseconds(), usPtr(t.Deadline), retry, nullStr(t.IdempotencyKey),
+		nullStr(t.MergeKey), t.Progress.Total, t.Progress.Completed, t.Complexity,
+		nullStr(t.TraceParent), nullStr(t.ReplayedFrom)}, nil
+}
+
+// prepareSpill decides inline vs spilled storage for t's payload and returns
+// the inline bytes (nil when spilled).
+func prepareSpill(t *bt.Task, limit int) []byte {
+	t.PayloadSize = len(t.Payload)
+	t.PayloadSpilled = limit > 0 && len(t.Payload) > limit
+	if t.PayloadSpilled {
+		return nil
+	}
+	return t.Payload
+}
+
+const insertChunk = 1000 // 23 params each: well under SQLite's 32766
+
+func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, map[string]struct{}, error) {
+	res := make([]store.EnqueueResult, len(tasks))
+	woke := map[string]struct{}{}
+	var plain []*bt.Task
+	for i, t := range tasks {
+		res[i].Task = t
+		if t.IdempotencyKey == "" && t.MergeKey == "" {
+			plain = append(plain, t)
+			continue
+		}
+		// Keyed tasks go one by one, in order, so later ones see earlier ones.
+		if t.IdempotencyKey != "" {
+			existing, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskCols+` FROM backstop_tasks
+				WHERE idempotency_key = ? AND state IN ('scheduled','pending','running','buffered')`, t.IdempotencyKey))
+			if err == nil {
+				if err := loadSpilled(ctx, q, []*bt.Task{existing}); err != nil {
+					return nil, nil, err
+				}
+				res[i] = store.EnqueueResult{Task: existing, Duplicate: true}
+				continue
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return nil, nil, err
+			}
+		}
+		if t.MergeKey != "" {
+			merged, err := mergeInto(ctx, q, t, opts)
+			if err != nil {
+				return nil, nil, err
+			}
+			if merged != nil {
+				res[i] = store.EnqueueResult{Task: merged, Merged: true}
+				continue
+			}
+		}
+		if err := insertTasks(ctx, q, []*bt.Task{t}, opts.InlineLimit); err != nil {
+			return nil, nil, err
+		}
+		if t.State == bt.StatePending {
+			woke[t.Queue] = struct{}{}
+		}
+	}
+	for start := 0; start < len(plain); start += insertChunk {
+		end := min(start+insertChunk, len(plain))
+		if err := insertTasks(ctx, q, plain[start:end], opts.InlineLimit); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, t := range plain {
+		if t.State == bt.StatePending {
+			woke[t.Queue] = struct{}{}
+		}
+	}
+	return res, woke, nil
+}
+
+func insertTasks(ctx context.Context, q querier, tasks []*bt.Task, inlineLimit int) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	var sb strings.Builder
+	sb.WriteString(`INSERT INTO backstop_tasks (` + insertCols + `) VALUES `)
+	row := "(" + placeholders(insertColCount) + ")"
+	args := make([]any, 0, len(tasks)*insertColCount)
+	for i, t := range tasks {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(row)
+		a, err := insertArgs(t, prepareSpill(t, inlineLimit))
+		if err != nil {
+			return err
+		}
+		args = append(args, a...)
+	}
+	if _, err := q.ExecContext(ctx, sb.String(), args...); err != nil {
+		if isUnique(err) {
+			return conflictingIDs(ctx, q, tasks, err)
+		}
+		return err
+	}
+	for _, t := range tasks {
+		if t.PayloadSpilled {
+			if _, err := q.ExecContext(ctx, `INSERT INTO backstop_payloads (task_id, data) VALUES (?, ?)`, t.ID, []byte(t.Payload)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func isUnique(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// conflictingIDs turns a unique violation into an error naming the id.
+func conflictingIDs(ctx context.Context, q querier, tasks []*bt.Task, cause error) error {
+	seen := map[string]bool{}
+	for _, t := range tasks {
+		if seen[t.ID] {
+			return fmt.Errorf("%w: task id %q appears twice in the batch", store.ErrConflict, t.ID)
+		}
+		seen[t.ID] = true
+		var one int
+		err := q.QueryRowContext(ctx, `SELECT 1 FROM backstop_tasks WHERE id = ?`, t.ID).Scan(&one)
+		if err == nil {
+			return fmt.Errorf("%w: a task with id %q already exists", store.ErrConflict, t.ID)
+		}
+	}
+	return fmt.Errorf("%w: %v", store.ErrConflict, cause)
+}
+
+// mergeInto merges t into the waiting task with the same kind and merge key,
+// returning nil when there is none.
+func mergeInto(ctx context.Context, q querier, t *bt.Task, opts store.EnqueueOpts) (*bt.Task, error) {
+	existing, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskCols+` FROM backstop_tasks
+		WHERE kind = ? AND merge_key = ? AND state IN ('scheduled','pending')`, t.Kind, t.MergeKey))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := loadSpilled(ctx, q, []*bt.Task{existing}); err != nil {
+		return nil, err
+	}
+	if opts.Merge == nil {
+		return nil, errors.New("sqlite: merge_key given but no merge function")
+	}
+	payload, err := opts.Merge(existing.Kind, existing.Payload, existing.MergeCount, t.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("merge into task %s: %w", existing.ID, err)
+	}
+	existing.Payload = payload
+	wasSpilled := existing.PayloadSpilled
+	inline := prepareSpill(existing, opts.InlineLimit)
+	existing.MergeCount++
+	existing.UpdatedAt = t.UpdatedAt
+	var inlineArg any
+	if inline != nil {
+		inlineArg = inline
+	}
+	if _, err := q.ExecContext(ctx, `UPDATE backstop_tasks SET payload = ?, payload_size = ?, payload_spilled = ?,
+		merge_count = ?, updated_at = ? WHERE id = ?`, inlineArg, existing.PayloadSize, existing.PayloadSpilled,
+		existing.MergeCount, us(existing.UpdatedAt), existing.ID); err != nil {
+		return nil, err
+	}
+	switch {
+	case existing.PayloadSpilled:
+		if _, err := q.ExecContext(ctx, `INSERT INTO backstop_payloads (task_id, data) VALUES (?, ?)
+			ON CONFLICT (task_id) DO UPDATE SET data = excluded.data`, existing.ID, []byte(payload)); err != nil {
+			return nil, err
+		}
+	case wasSpilled:
+		if _, err := q.ExecContext(ctx, `DELETE FROM backstop_payloads WHERE task_id = ?`, existing.ID); err != nil {
+			return nil, err
+		}
+	}
+	return existing, nil
+}
+
+// uuidSQL makes a random (version 4) UUID per row.
+const uuidSQL = `lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2) || '-' ||
+substr('89ab', 1 + (abs(random()) % 4), 1) || substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6)))`
+
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, error) {
+	if p.Max <= 0 {
+		return nil, nil
+	}
+	now := us(p.Now)
+	args := []any{p.WorkerID, now, us(p.Now.Add(p.Lease)), now, p.Queue, now, now}
+	kindFilter := ""
+	if len(p.Kinds) > 0 {
+		kindFilter = " AND kind IN (" + placeholders(len(p.Kinds)) + ")"
+		for _, k := range p.Kinds {
+			args = append(args, k)
+		}
+	}
+	args = append(args, p.Max)
+	rows, err := s.w.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'running', attempt = attempt + 1,
+		worker_id = ?, execution_id = `+uuidSQL+`, attempted_at = ?, lease_expires_at = ?, updated_at = ?,
+		cancel_requested_at = NULL
+		WHERE id IN (SELECT id FROM backstop_tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
+			AND (deadline IS NULL OR deadline > ?)`+kindFilter+`
+			ORDER BY priority DESC, run_at, id LIMIT ?)
+		RETURNING `+taskCols, args...)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := scanTasks(rows)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(tasks, func(i, j int) bool {
+		a, b := tasks[i], tasks[j]
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		if !a.RunAt.Equal(b.RunAt) {
+			return a.RunAt.Before(b.RunAt)
+		}
+		return a.ID < b.ID
+	})
+	if err := loadSpilled(ctx, s.r, tasks); err != nil {
+		return nil, err
+	}
+	return tasks, nil
+}
+
+func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUntil time.Time) ([]store.BeatResult, error) {
+	if len(beats) == 0 {
+		return nil, nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck
+	stmt, err := tx.PrepareContext(ctx, `UPDATE backstop_tasks SET lease_expires_at = ?, updated_at = ?,
+		progress_total = COALESCE(?, progress_total), progress_completed = COALESCE(?, progress_completed)
+		WHERE id = ? AND execution_id = ? AND state = 'running'
+		RETURNING cancel_requested_at IS NOT NULL`)
+	if err != nil {
+		return nil, err
+	}
+	defer stmt.Close()
+	out := make([]store.BeatResult, len(beats))
+	for i, b := range beats {
+		var total, done any
+		if b.Progress != nil {
+			total, done = b.Progress.Total, b.Progress.Completed
+		}
+		out[i].TaskID = b.TaskID
+		err := stmt.QueryRowContext(ctx, us(leaseUntil), us(now), total, done, b.TaskID, b.ExecutionID).Scan(&out[i].CancelRequested)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			out[i].Lost = true
+		case err != nil:
+			return nil, err
+		}
+	}
+	return out, tx.Commit()
+}
+
+const settleSQL = `UPDATE backstop_tasks SET
+	state = ?1,
+	run_at = CASE WHEN ?1 IN ('pending', 'scheduled') THEN ?2 ELSE run_at END,
+	attempt = attempt - ?3,
+	last_error = CASE WHEN ?4 <> '' THEN ?4 ELSE last_error END,
+	lease_expires_at = NULL,
+	cancel_requested_at = CASE WHEN ?1 IN ('pending', 'scheduled') THEN NULL ELSE cancel_requested_at END,
+	finalized_at = CASE WHEN ?1 IN ('succeeded', 'dead', 'canceled') THEN ?5 ELSE NULL END,
+	dead_reason = CASE WHEN ?1 = 'dead' THEN ?6 ELSE dead_reason END,
+	dlq_status = CASE WHEN ?1 = 'dead' THEN 'open' ELSE dlq_status END,
+	first_seen = CASE WHEN ?1 = 'dead' THEN COALESCE(first_seen, ?5) ELSE first_seen END,
+	last_seen = CASE WHEN ?1 = 'dead' THEN ?5 ELSE last_seen END,
+	dead_count = dead_count + (?1 = 'dead'),
+	progress_total = COALESCE(?7, progress_total),
+	progress_completed = COALESCE(?8, progress_completed),
+	updated_at = ?5
+WHERE id = ?9 AND ((?10 <> '' AND state = 'running' AND execution_id = ?10)
+	OR (?10 = '' AND state IN ('scheduled', 'pending')))
+RETURNING attempt + ?3, COALESCE(worker_id, ''), COALESCE(attempted_at, ?5), queue`
+
+func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]bool, error) {
+	if len(settlements) == 0 {
+		return nil, nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck
+	upd, err := tx.PrepareContext(ctx, settleSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer upd.Close()
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO backstop_executions
+		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return nil, err
+	}
+	defer ins.Close()
+	applied := make([]bool, len(settlements))
+	woke := map[string]struct{}{}
+	for i, st := range settlements {
+		var total, done any
+		if st.Progress != nil {
+			total, done = st.Progress.Total, st.Progress.Completed
+		}
+		uncharged := 0
+		if st.Uncharged {
+			uncharged = 1
+		}
+		var (
+			attempt   int
+			worker    string
+			startedAt int64
+			queue     string
+		)
+		err := upd.QueryRowContext(ctx, string(st.State), us(st.RunAt), uncharged, st.Error, us(st.FinishedAt),
+			string(st.DeadReason), total, done, st.TaskID, st.ExecutionID).Scan(&attempt, &worker, &startedAt, &queue)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		applied[i] = true
+		if st.State == bt.StatePending {
+			woke[queue] = struct{}{}
+		}
+		if st.ExecutionID == "" {
+			continue
+		}
+		if _, err := ins.ExecContext(ctx, st.ExecutionID, st.TaskID, attempt, worker, startedAt, us(st.FinishedAt),
+			string(st.Outcome), nullStr(st.Error), nullStr(st.ErrorDetail)); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	s.hub.notify(woke)
+	return applied, nil
+}
+
+func (s *Store) RequestCancel(ctx context.Context, id string, now time.Time) (*bt.Task, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck
+	var state string
+	err = tx.QueryRowContext(ctx, `SELECT state FROM backstop_tasks WHERE id = ?`, id).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("task %q: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch bt.State(state) {
+	case bt.StateScheduled, bt.StatePending, bt.StateBuffered:
+		_, err = tx.ExecContext(ctx, `UPDATE backstop_tasks SET state = 'canceled', finalized_at = ?, updated_at = ?,
+			cancel_requested_at = ? WHERE id = ?`, us(now), us(now), us(now), id)
+	case bt.StateRunning:
+		_, err = tx.ExecContext(ctx, `UPDATE backstop_tasks SET cancel_requested_at = COALESCE(cancel_requested_at, ?),
+			updated_at = ? WHERE id = ?`, us(now), us(now), id)
+	default:
+		return nil, fmt.Errorf("%w: task %q is %s and cannot be canceled", store.ErrConflict, id, state)
+	}
+	if err != nil {
+		return nil, err
+	}
+	t, err := getTask(ctx, tx, id)
+	if err != nil {
+		return nil, err
+	}
+	return t, tx.Commit()
+}
+
+func getTask(ctx context.Context, q querier, id string) (*bt.Task, error) {
+	t, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskCols+` FROM backstop_tasks WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("task %q: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := loadSpilled(ctx, q, []*bt.Task{t}); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (s *Store) Get(ctx context.Context, id string) (*bt.Task, error) {
+	t, err := getTask(ctx, s.r, id)
+	if err != nil {
+		return nil, err
+	}
+	t.Executions, err = s.Executions(ctx, id)
+	return t, err
+}
+
+func (s *Store) Executions(ctx context.Context, taskID string) ([]bt.Execution, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at,
+		outcome, COALESCE(error, ''), COALESCE(error_detail, '') FROM backstop_executions WHERE task_id = ?
+		ORDER BY started_at, attempt`, taskID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []bt.Execution{}
+	for rows.Next() {
+		var (
+			e        bt.Execution
+			started  int64
+			finished sql.NullInt64
+			outcome  string
+		)
+		if err := rows.Scan(&e.ExecutionID, &e.TaskID, &e.Attempt, &e.WorkerID, &started, &finished, &outcome,
+			&e.Error, &e.ErrorDetail); err != nil {
+			return nil, err
+		}
+		e.StartedAt, e.FinishedAt, e.Outcome = fromUS(started), fromNullUS(finished), bt.Outcome(outcome)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error) {
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
+	if f.Queue != "" {
+		add("queue = ?", f.Queue)
+	}
+	if f.Kind != "" {
+		add("kind = ?", f.Kind)
+	}
+	if len(f.States) > 0 {
+		ph := make([]any, len(f.States))
+		for i, st := range f.States {
+			ph[i] = string(st)
+		}
+		add("state IN ("+placeholders(len(ph))+")", ph...)
+	}
+	if f.Reason != "" {
+		add("dead_reason = ?", string(f.Reason))
+	}
+	for k, v := range f.Attrs {
+		add("json_extract(attributes, ?) = ?", `$."`+k+`"`, v)
+	}
+	if f.AfterID != "" {
+		add("id > ?", f.AfterID)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q := `SELECT ` + taskCols + ` FROM backstop_tasks`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY id LIMIT ?"
+	args = append(args, limit)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := scanTasks(rows)
+	if err != nil {
+		return nil, err
+	}
+	return tasks, loadSpilled(ctx, s.r, tasks)
+}
+
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*bt.Task, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+taskCols+` FROM backstop_tasks
+		WHERE state = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?`, us(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	return scanTasks(rows)
+}
+
+func (s *Store) PastDeadline(ctx context.Context, now time.Time, limit int) ([]*bt.Task, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+taskCols+` FROM backstop_tasks
+		WHERE deadline IS NOT NULL AND state IN ('scheduled', 'pending') AND deadline < ? ORDER BY deadline LIMIT ?`, us(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	return scanTasks(rows)
+}
+
+func (s *Store) PromoteScheduled(ctx context.Context, now time.Time, limit int) (int, error) {
+	rows, err := s.w.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = ?
+		WHERE id IN (SELECT id FROM backstop_tasks WHERE state = 'scheduled' AND run_at <= ? ORDER BY run_at LIMIT ?)
+		RETURNING queue`, us(now), us(now), limit)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	woke := map[string]struct{}{}
+	for rows.Next() {
+		var q string
+		if err := rows.Scan(&q); err != nil {
+			return n, err
+		}
+		woke[q] = struct{}{}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return n, err
+	}
+	s.hub.notify(woke)
+	return n, nil
+}

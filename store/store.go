@@ -1,0 +1,157 @@
+// Package store is the seam between Backstop's engine and its databases.
+//
+// A driver (sqlitestore, pgstore) implements Store with plain, atomic
+// operations: it never decides policy (retry delays, dead-letter reasons,
+// validation); the engine decides and the store applies, each call in one
+// transaction. Every driver must pass the conformance suite in storetest.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// Sentinel errors every driver returns (wrapped) so callers can use errors.Is.
+var (
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a task with that id already exists, or the operation does
+	// not fit the task's current state.
+	ErrConflict = errors.New("conflict")
+)
+
+// Store is what the engine needs from a database.
+type Store interface {
+	// Driver is "sqlite" or "postgres".
+	Driver() string
+	Migrate(ctx context.Context) error
+	MigrationStatus(ctx context.Context) ([]Migration, error)
+	Close() error
+
+	// Enqueue inserts prepared tasks in one transaction, all or nothing.
+	Enqueue(ctx context.Context, tasks []*bt.Task, opts EnqueueOpts) ([]EnqueueResult, error)
+	// EnqueueTx does the same inside the caller's transaction (a *sql.Tx,
+	// or for Postgres also a pgx.Tx); the caller commits.
+	EnqueueTx(ctx context.Context, tx any, tasks []*bt.Task, opts EnqueueOpts) ([]EnqueueResult, error)
+
+	// Claim leases up to Max pending tasks of the queue whose run_at has come,
+	// highest priority first, then oldest run_at. Each gets a new
+	// execution_id, attempt+1, and lease_expires_at = Now+Lease.
+	Claim(ctx context.Context, p ClaimParams) ([]*bt.Task, error)
+	// Heartbeat extends the leases still held and stores reported progress.
+	Heartbeat(ctx context.Context, beats []Beat, now, leaseUntil time.Time) ([]BeatResult, error)
+	// Settle applies the engine's decision about attempts (or, with an empty
+	// ExecutionID, about tasks that are not running). A settlement applies
+	// only if the lease it names is still current; Applied says which did.
+	Settle(ctx context.Context, s []Settlement) ([]bool, error)
+	// RequestCancel cancels a scheduled/pending task at once and marks a
+	// running one for cooperative cancellation. Terminal tasks: ErrConflict.
+	RequestCancel(ctx context.Context, id string, now time.Time) (*bt.Task, error)
+
+	Get(ctx context.Context, id string) (*bt.Task, error)
+	List(ctx context.Context, f ListFilter) ([]*bt.Task, error)
+	Executions(ctx context.Context, taskID string) ([]bt.Execution, error)
+
+	// Maintenance reads and sweeps.
+	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*bt.Task, error)
+	PastDeadline(ctx context.Context, now time.Time, limit int) ([]*bt.Task, error)
+	PromoteScheduled(ctx context.Context, now time.Time, limit int) (int, error)
+
+	// Wakeups delivers queue names that got new claimable work, until ctx
+	// ends. Delivery is best effort (coalesced, may drop when full); workers
+	// still poll as a fallback.
+	Wakeups(ctx context.Context) <-chan string
+}
+
+// Migration is one schema version and whether it is applied.
+type Migration struct {
+	Version   int64      `json:"version"`
+	Name      string     `json:"name"`
+	AppliedAt *time.Time `json:"applied_at"`
+}
+
+// MergeFunc combines a waiting task's payload with a new one.
+// mergeCount is how many merges the existing payload already absorbed.
+type MergeFunc func(kind string, existing json.RawMessage, mergeCount int, incoming json.RawMessage) (json.RawMessage, error)
+
+// EnqueueOpts carries engine decisions the driver applies while inserting.
+type EnqueueOpts struct {
+	// InlineLimit: payloads larger than this many bytes spill to side storage.
+	InlineLimit int
+	// Merge resolves a merge_key collision; required when any task has one.
+	Merge MergeFunc
+}
+
+// EnqueueResult reports what happened to one task of an enqueue.
+type EnqueueResult struct {
+	Task *bt.Task
+	// Merged: the task was merged into a waiting task with the same merge_key.
+	Merged bool
+	// Duplicate: a live task with the same idempotency_key already existed
+	// and is returned instead.
+	Duplicate bool
+}
+
+// ClaimParams selects and leases tasks.
+type ClaimParams struct {
+	Queue    string
+	Kinds    []string // empty: any kind
+	WorkerID string
+	Max      int
+	Now      time.Time
+	Lease    time.Duration
+}
+
+// Beat is one running attempt's heartbeat.
+type Beat struct {
+	TaskID      string
+	ExecutionID string
+	Progress    *bt.Progress // nil: unchanged
+}
+
+// BeatResult tells the worker what happened to one lease.
+type BeatResult struct {
+	TaskID string
+	// Lost: the lease is no longer this execution's (expired and settled,
+	// or the task was replayed); the worker must stop.
+	Lost bool
+	// CancelRequested: an operator canceled the task.
+	CancelRequested bool
+}
+
+// Settlement is the engine's decision about one task.
+type Settlement struct {
+	TaskID string
+	// ExecutionID names the attempt being settled; the settlement applies
+	// only while the task is running under it. Empty: the task must be
+	// scheduled or pending (deadline sweeps), and no execution is recorded.
+	ExecutionID string
+	Outcome     bt.Outcome
+	Error       string
+	ErrorDetail string
+	FinishedAt  time.Time
+
+	// Next state: succeeded, scheduled/pending (with RunAt), dead (with
+	// DeadReason) or canceled.
+	State      bt.State
+	RunAt      time.Time
+	DeadReason bt.DeadReason
+	// Uncharged: the attempt does not count (snoozed, released): attempt is
+	// decremented back.
+	Uncharged bool
+	Progress  *bt.Progress
+}
+
+// ListFilter selects tasks. Results are ordered by id (UUIDv7: by creation).
+type ListFilter struct {
+	Queue   string
+	Kind    string
+	States  []bt.State
+	Reason  bt.DeadReason
+	Attrs   map[string]string
+	AfterID string // cursor: ids greater than this
+	Limit   int    // default 100
+}

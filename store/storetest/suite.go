@@ -1,0 +1,202 @@
+// Package storetest is the conformance suite every store driver must pass.
+// It drives the store both directly (claims, settlements, heartbeats) and
+// through the engine (Client and Worker), so a behaviour the product
+// promises — retries, timeouts, dead-lettering, cancellation — is proven on
+// each store, not only on one.
+//
+// A driver's test calls Run with a function that opens a fresh, empty,
+// migrated store for each test.
+package storetest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/store"
+)
+
+// Opener returns a fresh, migrated store whose cleanup is registered on t.
+type Opener func(t *testing.T) store.Store
+
+// TxFunc begins a transaction on the driver's database that EnqueueTx
+// accepts.
+type TxFunc func(ctx context.Context, s store.Store) (tx any, commit, rollback func() error, err error)
+
+type suite struct {
+	open    Opener
+	beginTx []namedTx
+}
+
+type namedTx struct {
+	name  string
+	begin TxFunc
+}
+
+// Option configures Run.
+type Option func(*suite)
+
+// WithTx adds a kind of caller transaction (e.g. "sql.Tx", "pgx.Tx") for the
+// transactional-enqueue tests.
+func WithTx(name string, f TxFunc) Option {
+	return func(s *suite) { s.beginTx = append(s.beginTx, namedTx{name, f}) }
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, open Opener, opts ...Option) {
+	s := &suite{open: open}
+	for _, o := range opts {
+		o(s)
+	}
+	t.Run("Enqueue", s.testEnqueue)
+	t.Run("Claim", s.testClaim)
+	t.Run("Lease", s.testLease)
+	t.Run("Worker", s.testWorker)
+	t.Run("DeadLetters", s.testDeadLetters)
+	t.Run("Migrations", s.testMigrations)
+}
+
+// clock is real time plus an offset tests can move forward, so lease
+// expiry and backoffs are tested without sleeping through them.
+type clock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset).UTC().Truncate(time.Microsecond)
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.offset += d
+	c.mu.Unlock()
+}
+
+type bundle struct {
+	t     *testing.T
+	ctx   context.Context
+	store store.Store
+	clock *clock
+	c     *backstop.Client
+}
+
+func (s *suite) setup(t *testing.T, cfg *backstop.Config) *bundle {
+	t.Helper()
+	st := s.open(t)
+	if cfg == nil {
+		cfg = &backstop.Config{}
+	}
+	clk := &clock{}
+	cfg.Clock = clk
+	if cfg.Logger == nil {
+		cfg.Logger = discardLogger()
+	}
+	c, err := backstop.NewClient(st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return &bundle{t: t, ctx: ctx, store: st, clock: clk, c: c}
+}
+
+func (b *bundle) enqueue(p backstop.EnqueueParams) *backstop.Task {
+	b.t.Helper()
+	r, err := b.c.Enqueue(b.ctx, p)
+	if err != nil {
+		b.t.Fatalf("enqueue: %v", err)
+	}
+	return r.Task
+}
+
+func (b *bundle) get(id string) *backstop.Task {
+	b.t.Helper()
+	task, err := b.c.Get(b.ctx, id)
+	if err != nil {
+		b.t.Fatalf("get %s: %v", id, err)
+	}
+	return task
+}
+
+func (b *bundle) count() int {
+	b.t.Helper()
+	ts, err := b.c.List(b.ctx, backstop.ListParams{Limit: 10000})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return len(ts)
+}
+
+// worker starts a worker with fast polling; it is stopped at cleanup.
+func (b *bundle) worker(cfg *backstop.WorkerConfig, handlers map[string]backstop.Handler) *backstop.Worker {
+	b.t.Helper()
+	if cfg == nil {
+		cfg = &backstop.WorkerConfig{}
+	}
+	if cfg.Queues == nil {
+		cfg.Queues = map[string]int{"default": 10}
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	if cfg.MaintenanceInterval == 0 {
+		cfg.MaintenanceInterval = 100 * time.Millisecond
+	}
+	w, err := backstop.NewWorker(b.c, cfg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	for k, h := range handlers {
+		w.Handle(k, h)
+	}
+	if err := w.Start(b.ctx); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	return w
+}
+
+// waitState polls until the task reaches state (or fails the test).
+func (b *bundle) waitState(id string, state backstop.State) *backstop.Task {
+	b.t.Helper()
+	var last *backstop.Task
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		last = b.get(id)
+		if last.State == state {
+			return last
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.t.Fatalf("task %s: state %s, want %s (last error %q)", id, last.State, state, last.LastError)
+	return nil
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func outcomes(task *backstop.Task) []backstop.Outcome {
+	out := make([]backstop.Outcome, len(task.Executions))
+	for i, e := range task.Executions {
+		out[i] = e.Outcome
+	}
+	return out
+}

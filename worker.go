@@ -1,0 +1,687 @@
+package backstop
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// WorkerConfig configures a Worker. Zero values take the default named at the
+// end of each field's comment.
+type WorkerConfig struct {
+	// ID names this worker in leases and executions. Default:
+	// host-pid-random.
+	ID string
+	// Queues to work, with the concurrency of each (0: the queue's
+	// configured concurrency, else 10). Required.
+	Queues map[string]int
+	// Kinds, when set, restricts claims to these kinds.
+	Kinds []string
+	// Lease is how long a claim lasts without a heartbeat. Default: 30s.
+	Lease time.Duration
+	// HeartbeatInterval. Default: Lease/3.
+	HeartbeatInterval time.Duration
+	// PollInterval is the fallback when no wake-up arrives. Default: 1s.
+	PollInterval time.Duration
+	// MaintenanceInterval: how often this worker settles expired leases,
+	// promotes scheduled tasks and expires deadlines. Negative disables.
+	// Default: 1s.
+	MaintenanceInterval time.Duration
+	// NoHandlerGrace: a task whose kind has no handler waits this long
+	// (from its creation) for a worker that knows it, then dead-letters as
+	// poison. Default: 5m.
+	NoHandlerGrace time.Duration
+	// TimeoutGrace: how long a handler may keep running after its context
+	// ended on a timeout before the attempt is settled without it.
+	// Default: 5s.
+	TimeoutGrace time.Duration
+	// FetchCooldown: when only a few slots are free, wait this long for more
+	// before claiming, so claims come in batches. Default: 2ms.
+	FetchCooldown time.Duration
+}
+
+func (c *WorkerConfig) withDefaults() *WorkerConfig {
+	out := *c
+	if out.ID == "" {
+		host, _ := os.Hostname()
+		out.ID = fmt.Sprintf("%s-%d-%04x", cmp.Or(host, "worker"), os.Getpid(), rand.IntN(1<<16))
+	}
+	out.Lease = cmp.Or(c.Lease, 30*time.Second)
+	out.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, out.Lease/3)
+	out.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	out.MaintenanceInterval = cmp.Or(c.MaintenanceInterval, time.Second)
+	out.NoHandlerGrace = cmp.Or(c.NoHandlerGrace, 5*time.Minute)
+	out.TimeoutGrace = cmp.Or(c.TimeoutGrace, 5*time.Second)
+	out.FetchCooldown = cmp.Or(c.FetchCooldown, 2*time.Millisecond)
+	return &out
+}
+
+// Causes that end an attempt's context; the worker classifies by them.
+var (
+	errTimeout      = errors.New("task timeout")
+	errDeadline     = errors.New("task deadline passed")
+	errCanceled     = errors.New("task canceled by operator")
+	errLeaseLost    = errors.New("lease lost")
+	errShutdown     = errors.New("worker shutting down")
+	errAbandoned    = errors.New("handler did not return after its context ended; attempt settled without it")
+	errPanicPrefix  = "handler panic: "
+	errNoHandlerFmt = "no handler registered for kind %q"
+)
+
+// Worker claims tasks from its queues and runs their handlers.
+type Worker struct {
+	c        *Client
+	cfg      *WorkerConfig
+	log      *slog.Logger
+	handlers map[string]Handler
+	fallback Handler // runs kinds without a handler of their own
+	mw       []Middleware
+
+	mu      sync.Mutex
+	running map[string]*attempt // by execution id
+	started bool
+
+	queues   []*queueRunner
+	settleCh chan store.Settlement
+
+	fetchCancel context.CancelFunc
+	bgCancel    context.CancelFunc
+	fetchWG     sync.WaitGroup
+	bgWG        sync.WaitGroup
+	execWG      sync.WaitGroup
+	complDone   chan struct{}
+
+	lastActive atomic.Int64 // unix nanos of the last claim or finished attempt
+}
+
+type queueRunner struct {
+	name        string
+	concurrency int
+	inflight    atomic.Int32
+	wake        chan struct{}
+	freed       chan struct{}
+}
+
+// NewWorker makes a worker; register handlers with Handle, then Start.
+func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
+	if cfg == nil || len(cfg.Queues) == 0 {
+		return nil, errors.New("backstop: worker needs at least one queue")
+	}
+	wc := cfg.withDefaults()
+	if wc.Lease < time.Second {
+		return nil, fmt.Errorf("backstop: lease %s is shorter than 1s", wc.Lease)
+	}
+	if wc.HeartbeatInterval >= wc.Lease {
+		return nil, fmt.Errorf("backstop: heartbeat interval %s must be shorter than the lease %s", wc.HeartbeatInterval, wc.Lease)
+	}
+	w := &Worker{
+		c: c, cfg: wc, handlers: map[string]Handler{}, running: map[string]*attempt{},
+		settleCh: make(chan store.Settlement, 4096),
+		log:      c.cfg.Logger.With("worker_id", wc.ID),
+	}
+	for name, conc := range wc.Queues {
+		if err := validName(name); err != nil {
+			return nil, fmt.Errorf("backstop: queue %q: %w", name, err)
+		}
+		if conc < 0 {
+			return nil, fmt.Errorf("backstop: queue %q: negative concurrency", name)
+		}
+		if conc == 0 {
+			conc = cmp.Or(c.cfg.Queues[name].Concurrency, 10)
+		}
+		w.queues = append(w.queues, &queueRunner{name: name, concurrency: conc,
+			wake: make(chan struct{}, 1), freed: make(chan struct{}, 1)})
+	}
+	return w, nil
+}
+
+// ID is the worker's id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Handle registers the handler of a kind.
+func (w *Worker) Handle(kind string, h Handler) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.handlers[kind] = h
+}
+
+// HandleDefault registers the handler of every kind that has none of its
+// own (a catch-all, as the exec worker uses). Without it such tasks wait
+// NoHandlerGrace for a worker that knows their kind, then dead-letter.
+func (w *Worker) HandleDefault(h Handler) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fallback = h
+}
+
+// Use adds middleware around every handler (first added is outermost).
+func (w *Worker) Use(mw ...Middleware) { w.mw = append(w.mw, mw...) }
+
+// Running is the number of attempts in progress.
+func (w *Worker) Running() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
+}
+
+// IdleFor is how long since this worker last claimed or finished a task
+// (zero while attempts are running).
+func (w *Worker) IdleFor() time.Duration {
+	if w.Running() > 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, w.lastActive.Load()))
+}
+
+func (w *Worker) touch() { w.lastActive.Store(time.Now().UnixNano()) }
+
+// Start launches the worker's loops. It returns at once.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("backstop: worker already started")
+	}
+	w.started = true
+	w.mu.Unlock()
+	w.touch()
+
+	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
+	fetchCtx, fetchCancel := context.WithCancel(bgCtx)
+	w.bgCancel, w.fetchCancel = bgCancel, fetchCancel
+	w.complDone = make(chan struct{})
+	go w.completer()
+
+	wakeups := w.c.store.Wakeups(bgCtx)
+	w.bgWG.Add(1)
+	go func() {
+		defer w.bgWG.Done()
+		for q := range wakeups {
+			for _, r := range w.queues {
+				if r.name == q {
+					signal(r.wake)
+				}
+			}
+		}
+	}()
+	w.bgWG.Add(1)
+	go w.heartbeatLoop(bgCtx)
+	if w.cfg.MaintenanceInterval > 0 {
+		w.bgWG.Add(1)
+		go w.maintenanceLoop(bgCtx)
+	}
+	for _, q := range w.queues {
+		w.fetchWG.Add(1)
+		go w.fetchLoop(fetchCtx, q)
+	}
+	return nil
+}
+
+// Stop drains the worker: it stops claiming, lets running handlers finish
+// until ctx ends (the grace period), then releases the attempts still running
+// without charging them, and returns once every loop has ended.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started {
+		w.mu.Unlock()
+		return nil
+	}
+	w.mu.Unlock()
+	w.fetchCancel()
+	w.fetchWG.Wait()
+
+	done := make(chan struct{})
+	go func() { w.execWG.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		w.releaseRunning()
+		// Give released handlers a moment to observe their context.
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+	}
+	w.bgCancel()
+	w.bgWG.Wait()
+	close(w.settleCh)
+	<-w.complDone
+	w.mu.Lock()
+	w.started = false
+	w.mu.Unlock()
+	return nil
+}
+
+// Run starts the worker and drains it when ctx ends, allowing grace for
+// running handlers to finish.
+func (w *Worker) Run(ctx context.Context, grace time.Duration) error {
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return w.Stop(stopCtx)
+}
+
+func (w *Worker) releaseRunning() {
+	now := w.c.now()
+	w.mu.Lock()
+	var rel []store.Settlement
+	for id, a := range w.running {
+		a.mu.Lock()
+		a.released = true
+		prog := a.progress
+		a.mu.Unlock()
+		a.cancel(errShutdown)
+		rel = append(rel, store.Settlement{
+			TaskID: a.task.ID, ExecutionID: id, Outcome: bt.OutcomeReleased,
+			Error: "released on shutdown (not charged)", FinishedAt: now,
+			State: bt.StatePending, RunAt: now, Uncharged: true, Progress: prog,
+		})
+	}
+	w.mu.Unlock()
+	if len(rel) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := w.c.store.Settle(ctx, rel); err != nil {
+		w.log.Error("release on shutdown failed; leases will expire instead", "error", err, "tasks", len(rel))
+	} else {
+		w.log.Info("released running tasks on shutdown", "tasks", len(rel))
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
+	defer w.fetchWG.Done()
+	poll := time.NewTimer(w.cfg.PollInterval)
+	defer poll.Stop()
+	empty := false // last claim found fewer tasks than asked for
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		avail := q.concurrency - int(q.inflight.Load())
+		if avail > 0 && !empty {
+			tasks, err := w.c.store.Claim(ctx, store.ClaimParams{
+				Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: avail,
+				Now: w.c.now(), Lease: w.cfg.Lease,
+			})
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				backoff = min(max(backoff*2, 50*time.Millisecond), 5*time.Second)
+				w.log.Error("claim failed", "queue", q.name, "error", err, "retry_in", backoff)
+				sleepCtx(ctx, backoff)
+				continue
+			}
+			backoff = 0
+			for _, t := range tasks {
+				q.inflight.Add(1)
+				w.start(ctx, q, t)
+			}
+			if len(tasks) > 0 {
+				w.touch()
+			}
+			if len(tasks) < avail {
+				empty = true
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.wake:
+			empty = false
+		case <-poll.C:
+			empty = false
+			poll.Reset(w.cfg.PollInterval)
+		case <-q.freed:
+			if empty {
+				continue
+			}
+			// Let a few more slots free up so claims come in batches.
+			if q.concurrency-int(q.inflight.Load()) < max(q.concurrency/2, 1) {
+				sleepCtx(ctx, w.cfg.FetchCooldown)
+			}
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (w *Worker) handlerFor(kind string) Handler {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.handlers[kind]
+	if h == nil {
+		h = w.fallback
+	}
+	if h == nil {
+		return nil
+	}
+	for i := len(w.mw) - 1; i >= 0; i-- {
+		h = w.mw[i](h)
+	}
+	return h
+}
+
+// start registers the attempt (so heartbeats cover it) and runs it.
+func (w *Worker) start(ctx context.Context, q *queueRunner, t *Task) {
+	// Attempts outlive the fetch context: shutdown ends them by cause.
+	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	a := &attempt{task: t, cancel: cancel, logger: taskLogger(w.log, t)}
+	w.mu.Lock()
+	w.running[t.ExecutionID] = a
+	w.mu.Unlock()
+	w.execWG.Add(1)
+	go func() {
+		defer w.execWG.Done()
+		defer func() {
+			w.mu.Lock()
+			delete(w.running, t.ExecutionID)
+			w.mu.Unlock()
+			q.inflight.Add(-1)
+			signal(q.freed)
+			w.touch()
+		}()
+		w.execute(actx, a)
+	}()
+}
+
+func taskLogger(l *slog.Logger, t *Task) *slog.Logger {
+	args := []any{"task_id", t.ID, "queue", t.Queue, "kind", t.Kind, "attempt", t.Attempt, "execution_id", t.ExecutionID}
+	if v := t.Attributes["run_id"]; v != "" {
+		args = append(args, "run_id", v)
+	}
+	if v := t.Attributes["plan_hash"]; v != "" {
+		args = append(args, "plan_hash", v)
+	}
+	return l.With(args...)
+}
+
+func (w *Worker) execute(ctx context.Context, a *attempt) {
+	t := a.task
+	h := w.handlerFor(t.Kind)
+	if h == nil {
+		w.settle(a, w.noHandler(t))
+		return
+	}
+	ctx = context.WithValue(ctx, attemptKey{}, a)
+	if t.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(t.Timeout), errTimeout)
+		defer cancel()
+	}
+	if t.Deadline != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, *t.Deadline, errDeadline)
+		defer cancel()
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				RecordDetail(ctx, string(debug.Stack()))
+				done <- fmt.Errorf("%s%v", errPanicPrefix, r)
+			}
+		}()
+		done <- h.Work(ctx, t)
+	}()
+	var res error
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		grace := time.NewTimer(w.cfg.TimeoutGrace)
+		select {
+		case res = <-done:
+		case <-grace.C:
+			res = errAbandoned
+		}
+		grace.Stop()
+	}
+	cause := context.Cause(ctx)
+	if ctx.Err() == nil {
+		cause = nil
+	}
+	if errors.Is(cause, errLeaseLost) {
+		a.logger.Warn("lease lost; attempt result dropped", "result", errString(res))
+		return
+	}
+	w.settle(a, w.decide(t, res, cause, a))
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func (w *Worker) noHandler(t *Task) store.Settlement {
+	now := w.c.now()
+	msg := fmt.Sprintf(errNoHandlerFmt, t.Kind)
+	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Error: msg}
+	if now.Sub(t.CreatedAt) >= w.cfg.NoHandlerGrace {
+		s.Outcome, s.State, s.DeadReason = bt.OutcomePermanentError, bt.StateDead, bt.ReasonPoison
+		return s
+	}
+	// Wait for a worker that knows the kind, without charging an attempt.
+	s.Outcome, s.Uncharged = bt.OutcomeSnoozed, true
+	s.RunAt = now.Add(min(w.cfg.NoHandlerGrace/10+time.Second, 30*time.Second))
+	s.State = bt.StateScheduled
+	return s
+}
+
+// decide turns a handler result into the next state of the task.
+func (w *Worker) decide(t *Task, res, cause error, a *attempt) store.Settlement {
+	now := w.c.now()
+	prog, detail := a.snapshot()
+	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Progress: prog, ErrorDetail: detail}
+	var ra *retryAfterError
+	var poison *poisonError
+	switch {
+	case res == nil && !errors.Is(cause, errAbandoned):
+		s.Outcome, s.State = bt.OutcomeSucceeded, bt.StateSucceeded
+	case errors.Is(cause, errCanceled):
+		s.Outcome, s.State, s.Error = bt.OutcomeCanceled, bt.StateCanceled, "canceled by operator"
+	case errors.Is(cause, errDeadline):
+		s.Outcome, s.State, s.DeadReason = bt.OutcomeTimeout, bt.StateDead, bt.ReasonExpired
+		s.Error = "deadline passed during the attempt"
+	case errors.Is(cause, errTimeout):
+		s.Outcome = bt.OutcomeTimeout
+		s.Error = fmt.Sprintf("attempt timed out after %s", time.Duration(t.Timeout))
+		if errors.Is(res, errAbandoned) {
+			s.ErrorDetail = errAbandoned.Error()
+		}
+		w.retryOrDie(&s, t, now)
+	case errors.As(res, &ra):
+		s.Outcome, s.Uncharged, s.Error = bt.OutcomeSnoozed, true, res.Error()
+		s.RunAt, s.State = now.Add(ra.d), bt.StateScheduled
+		if ra.d == 0 {
+			s.State = bt.StatePending
+		}
+		if t.Deadline != nil && s.RunAt.After(*t.Deadline) {
+			s.State, s.DeadReason = bt.StateDead, bt.ReasonExpired
+		}
+	case errors.As(res, &poison):
+		s.Outcome, s.State, s.DeadReason, s.Error = bt.OutcomePermanentError, bt.StateDead, bt.ReasonPoison, res.Error()
+	case IsPermanent(res):
+		s.Outcome, s.State, s.DeadReason, s.Error = bt.OutcomePermanentError, bt.StateDead, bt.ReasonPermanentError, res.Error()
+	default:
+		s.Outcome, s.Error = bt.OutcomeTransientError, res.Error()
+		w.retryOrDie(&s, t, now)
+	}
+	return s
+}
+
+// retryOrDie schedules the next attempt by policy, or dead-letters the task
+// when its attempts are used up or its deadline would pass.
+func (w *Worker) retryOrDie(s *store.Settlement, t *Task, now time.Time) {
+	retryOrDie(w.c.cfg, s, t, now)
+}
+
+func retryOrDie(cfg *Config, s *store.Settlement, t *Task, now time.Time) {
+	if t.Attempt >= t.MaxAttempts {
+		s.State, s.DeadReason = bt.StateDead, bt.ReasonAttemptsExhausted
+		return
+	}
+	delay := cfg.retryFor(t).Delay(t.Attempt, rand.Float64())
+	s.RunAt = now.Add(delay).Truncate(time.Microsecond)
+	if t.Deadline != nil && s.RunAt.After(*t.Deadline) {
+		s.State, s.DeadReason = bt.StateDead, bt.ReasonExpired
+		return
+	}
+	s.State = bt.StateScheduled
+	if delay <= 0 {
+		s.State = bt.StatePending
+	}
+}
+
+func (w *Worker) settle(a *attempt, s store.Settlement) {
+	a.mu.Lock()
+	released := a.released
+	a.mu.Unlock()
+	if released {
+		return
+	}
+	switch s.State {
+	case bt.StateDead:
+		a.logger.Warn("task dead-lettered", "reason", s.DeadReason, "outcome", s.Outcome, "error", s.Error)
+	case bt.StateScheduled, bt.StatePending:
+		if s.Outcome != bt.OutcomeSnoozed {
+			a.logger.Info("attempt failed; retry scheduled", "outcome", s.Outcome, "error", s.Error, "run_at", s.RunAt)
+		}
+	}
+	w.settleCh <- s
+}
+
+// completer batches settlements: under load many attempts settle in one
+// transaction; when idle each settles at once.
+func (w *Worker) completer() {
+	defer close(w.complDone)
+	const maxBatch = 1000
+	batch := make([]store.Settlement, 0, maxBatch)
+	for s := range w.settleCh {
+		batch = append(batch[:0], s)
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case s, ok := <-w.settleCh:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, s)
+			default:
+				break fill
+			}
+		}
+		w.flush(batch)
+	}
+}
+
+func (w *Worker) flush(batch []store.Settlement) {
+	backoff := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := w.c.store.Settle(ctx, batch)
+		cancel()
+		if err == nil {
+			return
+		}
+		if try == 5 {
+			w.log.Error("settling attempts failed; their leases will expire and be settled as lease_expired",
+				"error", err, "tasks", len(batch))
+			return
+		}
+		w.log.Warn("settling attempts failed; retrying", "error", err, "tasks", len(batch), "try", try)
+		time.Sleep(backoff)
+		backoff *= 2
+	}
+}
+
+func (w *Worker) heartbeatLoop(ctx context.Context) {
+	defer w.bgWG.Done()
+	tick := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			w.heartbeat(ctx)
+		}
+	}
+}
+
+func (w *Worker) heartbeat(ctx context.Context) {
+	w.mu.Lock()
+	beats := make([]store.Beat, 0, len(w.running))
+	atts := make([]*attempt, 0, len(w.running))
+	for id, a := range w.running {
+		p, _ := a.snapshot()
+		beats = append(beats, store.Beat{TaskID: a.task.ID, ExecutionID: id, Progress: p})
+		atts = append(atts, a)
+	}
+	w.mu.Unlock()
+	if len(beats) == 0 {
+		return
+	}
+	now := w.c.now()
+	res, err := w.c.store.Heartbeat(ctx, beats, now, now.Add(w.cfg.Lease))
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Error("heartbeat failed", "error", err, "tasks", len(beats))
+		}
+		return
+	}
+	for i, r := range res {
+		switch {
+		case r.Lost:
+			atts[i].cancel(errLeaseLost)
+		case r.CancelRequested:
+			atts[i].cancel(errCanceled)
+		}
+	}
+}
+
+func (w *Worker) maintenanceLoop(ctx context.Context) {
+	defer w.bgWG.Done()
+	tick := time.NewTicker(w.cfg.MaintenanceInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := Maintain(ctx, w.c); err != nil && ctx.Err() == nil {
+				w.log.Error("maintenance failed", "error", err)
+			}
+		}
+	}
+}
