@@ -95,6 +95,9 @@ func (p *RetryPolicy) Delay(attempt int, rnd float64) time.Duration {
 	if p.Jitter == nil || *p.Jitter {
 		d *= 0.5 + rnd
 	}
+	if d >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
 	return time.Duration(d)
 }
 
