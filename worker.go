@@ -209,7 +209,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		defer w.bgWG.Done()
 		for q := range wakeups {
 			for _, r := range w.queues {
-				if r.name == q {
+				if q == "" || r.name == q {
 					signal(r.wake)
 				}
 			}

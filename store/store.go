@@ -45,14 +45,19 @@ type Store interface {
 	Heartbeat(ctx context.Context, beats []Beat, now, leaseUntil time.Time) ([]BeatResult, error)
 	// Settle applies the engine's decision about attempts (or, with an empty
 	// ExecutionID, about tasks that are not running). A settlement applies
-	// only if the lease it names is still current; Applied says which did.
+	// only if the lease it names is still current; the result says which
+	// did. A cancel request wins over going back to wait: a task whose
+	// cancel was requested becomes canceled instead of scheduled/pending.
 	Settle(ctx context.Context, s []Settlement) ([]bool, error)
-	// RequestCancel cancels a scheduled/pending task at once and marks a
-	// running one for cooperative cancellation. Terminal tasks: ErrConflict.
+	// RequestCancel cancels a scheduled/pending/buffered task at once and
+	// marks a running one for cooperative cancellation (the worker sees it
+	// on its next heartbeat). Terminal tasks: ErrConflict; unknown:
+	// ErrNotFound.
 	RequestCancel(ctx context.Context, id string, now time.Time) (*bt.Task, error)
 
 	Get(ctx context.Context, id string) (*bt.Task, error)
 	List(ctx context.Context, f ListFilter) ([]*bt.Task, error)
+	// Executions lists a task's attempts in order; an unknown task has none.
 	Executions(ctx context.Context, taskID string) ([]bt.Execution, error)
 
 	// Maintenance reads and sweeps.
@@ -62,7 +67,9 @@ type Store interface {
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers
-	// still poll as a fallback.
+	// still poll as a fallback. An empty name means "any queue may have
+	// work" (sent after a listener reconnects, when notifications may have
+	// been missed).
 	Wakeups(ctx context.Context) <-chan string
 }
 

@@ -427,13 +427,12 @@ func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUnt
 }
 
 const settleSQL = `UPDATE backstop_tasks SET
-	state = ?1,
+	state = CASE WHEN ?1 IN ('pending', 'scheduled') AND cancel_requested_at IS NOT NULL THEN 'canceled' ELSE ?1 END,
 	run_at = CASE WHEN ?1 IN ('pending', 'scheduled') THEN ?2 ELSE run_at END,
 	attempt = attempt - ?3,
 	last_error = CASE WHEN ?4 <> '' THEN ?4 ELSE last_error END,
 	lease_expires_at = NULL,
-	cancel_requested_at = CASE WHEN ?1 IN ('pending', 'scheduled') THEN NULL ELSE cancel_requested_at END,
-	finalized_at = CASE WHEN ?1 IN ('succeeded', 'dead', 'canceled') THEN ?5 ELSE NULL END,
+	finalized_at = CASE WHEN ?1 IN ('succeeded', 'dead', 'canceled') OR cancel_requested_at IS NOT NULL THEN ?5 ELSE NULL END,
 	dead_reason = CASE WHEN ?1 = 'dead' THEN ?6 ELSE dead_reason END,
 	dlq_status = CASE WHEN ?1 = 'dead' THEN 'open' ELSE dlq_status END,
 	first_seen = CASE WHEN ?1 = 'dead' THEN COALESCE(first_seen, ?5) ELSE first_seen END,
@@ -444,7 +443,7 @@ const settleSQL = `UPDATE backstop_tasks SET
 	updated_at = ?5
 WHERE id = ?9 AND ((?10 <> '' AND state = 'running' AND execution_id = ?10)
 	OR (?10 = '' AND state IN ('scheduled', 'pending')))
-RETURNING attempt + ?3, COALESCE(worker_id, ''), COALESCE(attempted_at, ?5), queue`
+RETURNING attempt + ?3, COALESCE(worker_id, ''), COALESCE(attempted_at, ?5), queue, state`
 
 func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]bool, error) {
 	if len(settlements) == 0 {
@@ -483,9 +482,10 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 			worker    string
 			startedAt int64
 			queue     string
+			newState  string
 		)
 		err := upd.QueryRowContext(ctx, string(st.State), us(st.RunAt), uncharged, st.Error, us(st.FinishedAt),
-			string(st.DeadReason), total, done, st.TaskID, st.ExecutionID).Scan(&attempt, &worker, &startedAt, &queue)
+			string(st.DeadReason), total, done, st.TaskID, st.ExecutionID).Scan(&attempt, &worker, &startedAt, &queue, &newState)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -493,7 +493,7 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 			return nil, err
 		}
 		applied[i] = true
-		if st.State == bt.StatePending {
+		if newState == string(bt.StatePending) {
 			woke[queue] = struct{}{}
 		}
 		if st.ExecutionID == "" {

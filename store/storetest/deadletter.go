@@ -13,9 +13,9 @@ func (s *suite) testDeadLetters(t *testing.T) {
 		t.Parallel()
 		b := s.setup(t, nil)
 		b.worker(&backstop.WorkerConfig{Queues: map[string]int{"a": 5, "b": 5}}, map[string]backstop.Handler{
-			"perm": backstop.HandlerFunc(func(context.Context, *backstop.Task) error { return backstop.Permanent(errors.New("nope")) }),
+			"perm":  backstop.HandlerFunc(func(context.Context, *backstop.Task) error { return backstop.Permanent(errors.New("nope")) }),
 			"flaky": backstop.HandlerFunc(func(context.Context, *backstop.Task) error { return errors.New("again") }),
-			"ok":   backstop.HandlerFunc(func(context.Context, *backstop.Task) error { return nil }),
+			"ok":    backstop.HandlerFunc(func(context.Context, *backstop.Task) error { return nil }),
 		})
 		b.enqueue(backstop.EnqueueParams{ID: "a-perm", Queue: "a", Kind: "perm", Attributes: map[string]string{"tenant": "t1"}})
 		b.enqueue(backstop.EnqueueParams{ID: "b-perm", Queue: "b", Kind: "perm", Attributes: map[string]string{"tenant": "t2"}})

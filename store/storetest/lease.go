@@ -124,3 +124,23 @@ func (s *suite) testLease(t *testing.T) {
 		eq(t, "expired canceled task", b.get("r").State, backstop.StateCanceled)
 	})
 }
+
+func (s *suite) testCancelWinsOverRetry(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	b.enqueue(backstop.EnqueueParams{ID: "c", Queue: "q", Kind: "k"})
+	task := claim(t, b, "q", 1)[0]
+	if _, err := b.c.Cancel(b.ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	// The worker releases the attempt before it heard of the cancel.
+	ok := settle(t, b, store.Settlement{TaskID: "c", ExecutionID: task.ExecutionID, Outcome: backstop.OutcomeReleased,
+		FinishedAt: b.clock.Now(), State: backstop.StatePending, RunAt: b.clock.Now(), Uncharged: true})
+	eq(t, "applied", ok[0], true)
+	got := b.get("c")
+	eq(t, "state", got.State, backstop.StateCanceled)
+	if got.FinalizedAt == nil {
+		t.Fatal("canceled task not finalized")
+	}
+	eq(t, "claimable", len(claim(t, b, "q", 1)), 0)
+}

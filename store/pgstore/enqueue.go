@@ -1,0 +1,398 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// Enqueue implements store.Store.
+func (s *Store) Enqueue(ctx context.Context, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
+	if err := checkEnqueue(tasks, opts); err != nil || len(tasks) == 0 {
+		return []store.EnqueueResult{}, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: enqueue: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op once committed
+	res, err := enqueue(ctx, pgxTx{tx}, tasks, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("pgstore: enqueue: commit: %w", err)
+	}
+	return res, nil
+}
+
+// EnqueueTx implements store.Store for a pgx.Tx or a *sql.Tx (from
+// github.com/jackc/pgx/v5/stdlib or any PostgreSQL database/sql driver). It
+// works inside a savepoint, so a failed enqueue leaves the caller's
+// transaction usable and without a trace of it; the caller commits.
+func (s *Store) EnqueueTx(ctx context.Context, tx any, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
+	if err := checkEnqueue(tasks, opts); err != nil || len(tasks) == 0 {
+		return []store.EnqueueResult{}, err
+	}
+	db, err := asDBTx(tx)
+	if err != nil {
+		return nil, err
+	}
+	release, rollback, err := db.savepoint(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: enqueue: savepoint: %w", err)
+	}
+	res, err := enqueue(ctx, db, tasks, opts)
+	if err != nil {
+		if rbErr := rollback(context.WithoutCancel(ctx)); rbErr != nil {
+			return nil, errors.Join(err, fmt.Errorf("pgstore: enqueue: rollback to savepoint: %w", rbErr))
+		}
+		return nil, err
+	}
+	if err := release(ctx); err != nil {
+		return nil, fmt.Errorf("pgstore: enqueue: release savepoint: %w", err)
+	}
+	return res, nil
+}
+
+func checkEnqueue(tasks []*bt.Task, opts store.EnqueueOpts) error {
+	for i, t := range tasks {
+		if t == nil {
+			return fmt.Errorf("pgstore: enqueue: task %d is nil", i)
+		}
+		if t.MergeKey != "" && opts.Merge == nil {
+			return fmt.Errorf("pgstore: enqueue: task %s has a merge key but EnqueueOpts.Merge is nil", t.ID)
+		}
+	}
+	return nil
+}
+
+// row is a task as an enqueue writes it.
+type row struct {
+	task       *bt.Task
+	inline     []byte // nil when spilled
+	spilled    bool
+	attributes []byte
+	retry      []byte
+}
+
+func newRow(t *bt.Task, inlineLimit int) (row, error) {
+	r := row{task: t, inline: []byte(t.Payload)}
+	if inlineLimit > 0 && len(t.Payload) > inlineLimit {
+		r.inline, r.spilled = nil, true
+	}
+	var err error
+	if len(t.Attributes) > 0 { // empty attributes are stored as NULL and read back as nil
+		if r.attributes, err = json.Marshal(t.Attributes); err != nil {
+			return r, fmt.Errorf("pgstore: enqueue %s: attributes: %w", t.ID, err)
+		}
+	}
+	if t.Retry != nil {
+		if r.retry, err = json.Marshal(t.Retry); err != nil {
+			return r, fmt.Errorf("pgstore: enqueue %s: retry policy: %w", t.ID, err)
+		}
+	}
+	return r, nil
+}
+
+// args appends the row's values in insertColumns order.
+func (r row) args(args []any) []any {
+	t := r.task
+	return append(args,
+		t.ID, t.Queue, t.Kind, string(t.State), t.Priority, t.Attempt, t.MaxAttempts,
+		nullJSON(r.inline), len(t.Payload), r.spilled, nullJSON(r.attributes),
+		t.RunAt, t.CreatedAt, t.UpdatedAt,
+		time.Duration(t.Timeout).Microseconds(), nullTime(t.Deadline), nullJSON(r.retry),
+		nullString(t.IdempotencyKey), nullString(t.MergeKey),
+		t.Progress.Total, t.Progress.Completed, t.Complexity,
+		nullString(t.TraceParent), nullString(t.ReplayedFrom),
+	)
+}
+
+// stored is the task as the row now holds it, as Get would read it back.
+func (r row) stored() *bt.Task {
+	t := r.task
+	st := &bt.Task{
+		ID: t.ID, Queue: t.Queue, Kind: t.Kind, State: t.State,
+		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
+		Payload:  bytes.Clone(t.Payload),
+		Priority: t.Priority,
+		RunAt:    utc(t.RunAt), CreatedAt: utc(t.CreatedAt), UpdatedAt: utc(t.UpdatedAt),
+		Progress:       t.Progress,
+		Timeout:        bt.Duration(time.Duration(t.Timeout).Truncate(time.Microsecond)),
+		Deadline:       utcPtr(t.Deadline),
+		IdempotencyKey: t.IdempotencyKey,
+		MergeKey:       t.MergeKey,
+		Complexity:     t.Complexity,
+		TraceParent:    t.TraceParent,
+		PayloadSize:    len(t.Payload),
+		PayloadSpilled: r.spilled,
+		ReplayedFrom:   t.ReplayedFrom,
+	}
+	if len(t.Attributes) > 0 {
+		st.Attributes = maps.Clone(t.Attributes)
+	}
+	if r.retry != nil {
+		st.Retry = new(bt.RetryPolicy)
+		_ = json.Unmarshal(r.retry, st.Retry) // we just marshalled it
+	}
+	return st
+}
+
+// enqueue is Enqueue's body, written once for pgx and database/sql. Tasks
+// without keys are inserted in bulk; tasks with an idempotency or merge key
+// one by one, in input order, since each may meet an earlier one.
+func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
+	results := make([]store.EnqueueResult, len(tasks))
+	var plain, keyed []int
+	for i, t := range tasks {
+		if t.IdempotencyKey == "" && t.MergeKey == "" {
+			plain = append(plain, i)
+		} else {
+			keyed = append(keyed, i)
+		}
+	}
+
+	var woken []string // queues that got a pending task, once each
+	wake := func(t *bt.Task) {
+		if t.State == bt.StatePending && !contains(woken, t.Queue) {
+			woken = append(woken, t.Queue)
+		}
+	}
+
+	var spills []row
+	for start := 0; start < len(plain); start += maxInsertRows {
+		chunk := plain[start:min(start+maxInsertRows, len(plain))]
+		batch := make([]row, len(chunk))
+		args := make([]any, 0, len(chunk)*len(insertColumns))
+		for j, i := range chunk {
+			r, err := newRow(tasks[i], opts.InlineLimit)
+			if err != nil {
+				return nil, err
+			}
+			batch[j] = r
+			args = r.args(args)
+		}
+		inserted, err := insertTasks(ctx, db, sqlInsertTasks(len(chunk), "(id)"), db.batchArgs(len(chunk), args))
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range chunk {
+			id := tasks[i].ID
+			if inserted[id] == 0 {
+				return nil, conflictErr(id)
+			}
+			inserted[id]-- // the same id twice in one batch conflicts too
+			results[i] = store.EnqueueResult{Task: batch[j].stored()}
+			wake(tasks[i])
+			if batch[j].spilled {
+				spills = append(spills, batch[j])
+			}
+		}
+	}
+	if err := insertPayloads(ctx, db, spills); err != nil {
+		return nil, err
+	}
+
+	for _, i := range keyed {
+		res, err := enqueueKeyed(ctx, db, tasks[i], opts)
+		if err != nil {
+			return nil, err
+		}
+		results[i] = res
+		if !res.Merged && !res.Duplicate {
+			wake(tasks[i])
+		}
+	}
+
+	if len(woken) > 0 {
+		args := make([]any, len(woken))
+		for i, q := range woken {
+			args[i] = q
+		}
+		if err := db.exec(ctx, sqlNotify(len(woken)), db.batchArgs(len(woken), args)...); err != nil {
+			return nil, fmt.Errorf("pgstore: enqueue: notify: %w", err)
+		}
+	}
+	return results, nil
+}
+
+// maxKeyedTries bounds the retries of a keyed enqueue that keeps losing a
+// race for its key to concurrent enqueues.
+const maxKeyedTries = 10
+
+// enqueueKeyed enqueues a task with an idempotency or merge key: it returns
+// the live task holding the idempotency key, or merges into the waiting task
+// holding the merge key, or inserts. A concurrent enqueue may take the key
+// between the look-up and the insert; the insert then does nothing, and the
+// look-up runs again and finds the winner.
+func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOpts) (store.EnqueueResult, error) {
+	r, err := newRow(t, opts.InlineLimit)
+	if err != nil {
+		return store.EnqueueResult{}, err
+	}
+	for range maxKeyedTries {
+		if t.IdempotencyKey != "" {
+			existing, err := queryTask(ctx, db, sqlFindIdempotent, t.IdempotencyKey)
+			if err != nil {
+				return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: idempotency key: %w", t.ID, err)
+			}
+			if existing != nil {
+				return store.EnqueueResult{Task: existing, Duplicate: true}, nil
+			}
+		}
+		if t.MergeKey != "" {
+			existing, err := queryTask(ctx, db, sqlFindMergeable, t.Kind, t.MergeKey)
+			if err != nil {
+				return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: merge key: %w", t.ID, err)
+			}
+			if existing != nil {
+				merged, err := merge(ctx, db, existing, t, opts)
+				if err != nil {
+					return store.EnqueueResult{}, err
+				}
+				return store.EnqueueResult{Task: merged, Merged: true}, nil
+			}
+		}
+		inserted, err := insertTasks(ctx, db, sqlInsertTasks(1, ""), r.args(nil))
+		if err != nil {
+			return store.EnqueueResult{}, err
+		}
+		if inserted[t.ID] > 0 {
+			if r.spilled {
+				if err := insertPayloads(ctx, db, []row{r}); err != nil {
+					return store.EnqueueResult{}, err
+				}
+			}
+			return store.EnqueueResult{Task: r.stored()}, nil
+		}
+		exists, err := idExists(ctx, db, t.ID)
+		if err != nil {
+			return store.EnqueueResult{}, err
+		}
+		if exists {
+			return store.EnqueueResult{}, conflictErr(t.ID)
+		}
+	}
+	return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: its idempotency or merge key kept changing hands; try again: %w",
+		t.ID, store.ErrConflict)
+}
+
+// merge folds the incoming task's payload into the waiting one (locked by
+// the caller's look-up) and stores the result, inline or spilled.
+func merge(ctx context.Context, db dbtx, existing, incoming *bt.Task, opts store.EnqueueOpts) (*bt.Task, error) {
+	payload, err := opts.Merge(existing.Kind, existing.Payload, existing.MergeCount, incoming.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: enqueue %s: merge into %s: %w", incoming.ID, existing.ID, err)
+	}
+	spilled := opts.InlineLimit > 0 && len(payload) > opts.InlineLimit
+	var inline []byte
+	switch {
+	case spilled:
+		if err := db.exec(ctx, sqlInsertPayloads(1), existing.ID, []byte(payload)); err != nil {
+			return nil, fmt.Errorf("pgstore: enqueue %s: spill merged payload: %w", incoming.ID, err)
+		}
+	case existing.PayloadSpilled:
+		inline = []byte(payload)
+		if err := db.exec(ctx, sqlDeletePayload, existing.ID); err != nil {
+			return nil, fmt.Errorf("pgstore: enqueue %s: unspill merged payload: %w", incoming.ID, err)
+		}
+	default:
+		inline = []byte(payload)
+	}
+	merged, err := queryTask(ctx, db, sqlMerge, existing.ID, nullJSON(inline), len(payload), spilled, incoming.UpdatedAt)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: enqueue %s: merge into %s: %w", incoming.ID, existing.ID, err)
+	}
+	if merged == nil {
+		return nil, fmt.Errorf("pgstore: enqueue %s: merge target %s vanished", incoming.ID, existing.ID)
+	}
+	return merged, nil
+}
+
+// insertTasks runs an insert and counts the ids it returned.
+func insertTasks(ctx context.Context, db dbtx, sql string, args []any) (map[string]int, error) {
+	rs, err := db.query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: enqueue: insert: %w", err)
+	}
+	defer rs.Close()
+	inserted := make(map[string]int)
+	for rs.Next() {
+		var id string
+		if err := rs.Scan(&id); err != nil {
+			return nil, fmt.Errorf("pgstore: enqueue: insert: %w", err)
+		}
+		inserted[id]++
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: enqueue: insert: %w", err)
+	}
+	return inserted, nil
+}
+
+func insertPayloads(ctx context.Context, db dbtx, spills []row) error {
+	const perRow = 2
+	for start := 0; start < len(spills); start += maxInsertRows {
+		chunk := spills[start:min(start+maxInsertRows, len(spills))]
+		args := make([]any, 0, len(chunk)*perRow)
+		for _, r := range chunk {
+			args = append(args, r.task.ID, []byte(r.task.Payload))
+		}
+		if err := db.exec(ctx, sqlInsertPayloads(len(chunk)), db.batchArgs(len(chunk), args)...); err != nil {
+			return fmt.Errorf("pgstore: enqueue: spill payloads: %w", err)
+		}
+	}
+	return nil
+}
+
+// queryTask reads at most one task; nil when there is none.
+func queryTask(ctx context.Context, db dbtx, sql string, args ...any) (*bt.Task, error) {
+	rs, err := db.query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var t *bt.Task
+	if rs.Next() {
+		if t, err = scanTask(rs); err != nil {
+			return nil, err
+		}
+	}
+	return t, rs.Err()
+}
+
+func idExists(ctx context.Context, db dbtx, id string) (bool, error) {
+	rs, err := db.query(ctx, sqlIDExists, id)
+	if err != nil {
+		return false, fmt.Errorf("pgstore: enqueue %s: %w", id, err)
+	}
+	defer rs.Close()
+	var n int64
+	for rs.Next() {
+		if err := rs.Scan(&n); err != nil {
+			return false, err
+		}
+	}
+	return n > 0, rs.Err()
+}
+
+func conflictErr(id string) error {
+	return fmt.Errorf("pgstore: task %s already exists: %w", id, store.ErrConflict)
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

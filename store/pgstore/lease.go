@@ -1,0 +1,203 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// Claim implements store.Store in one statement: FOR UPDATE SKIP LOCKED
+// lets any number of claimers share a queue without waiting on each other.
+// Spilled payloads come back whole.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, error) {
+	if p.Max <= 0 {
+		return nil, nil
+	}
+	q, args := sqlClaim, []any{p.Queue, p.Now, p.Max, p.WorkerID, p.Now.Add(p.Lease)}
+	if len(p.Kinds) > 0 {
+		q, args = sqlClaimKinds, append(args, p.Kinds)
+	}
+	tasks, err := s.queryTasks(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
+	}
+	// RETURNING has no order; hand tasks out in claim order.
+	slices.SortFunc(tasks, func(a, b *bt.Task) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.RunAt.Compare(b.RunAt), cmp.Compare(a.ID, b.ID))
+	})
+	return tasks, nil
+}
+
+// Heartbeat implements store.Store in one statement.
+func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUntil time.Time) ([]store.BeatResult, error) {
+	if len(beats) == 0 {
+		return nil, nil
+	}
+	// Send rows in id order, as Settle does, so that concurrent batches
+	// lock shared rows in the same order instead of deadlocking.
+	order := sortedBy(len(beats), func(i int) string { return beats[i].TaskID })
+	var (
+		ids, execs       = make([]string, len(beats)), make([]string, len(beats))
+		hasProgress      = make([]bool, len(beats))
+		total, completed = make([]int32, len(beats)), make([]int32, len(beats))
+	)
+	for j, i := range order {
+		b := beats[i]
+		ids[j], execs[j] = b.TaskID, b.ExecutionID
+		if b.Progress != nil {
+			hasProgress[j] = true
+			total[j], completed[j] = int32(b.Progress.Total), int32(b.Progress.Completed)
+		}
+	}
+	rs, err := s.pool.Query(ctx, sqlHeartbeat, ids, execs, hasProgress, total, completed, leaseUntil, now)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: heartbeat: %w", err)
+	}
+	out := make([]store.BeatResult, len(beats))
+	for i, b := range beats {
+		out[i] = store.BeatResult{TaskID: b.TaskID, Lost: true}
+	}
+	var (
+		idx    int64
+		cancel bool
+	)
+	_, err = pgx.ForEachRow(rs, []any{&idx, &cancel}, func() error {
+		i := order[idx-1]
+		out[i].Lost, out[i].CancelRequested = false, cancel
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: heartbeat: %w", err)
+	}
+	return out, nil
+}
+
+// Settle implements store.Store in one statement (hence one transaction):
+// it updates the tasks whose lease is still the one named, records their
+// executions, and wakes the queues of tasks that became pending.
+func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]bool, error) {
+	n := len(settlements)
+	if n == 0 {
+		return nil, nil
+	}
+	order := sortedBy(n, func(i int) string { return settlements[i].TaskID })
+	if allSucceeded(settlements) {
+		return s.settleSucceeded(ctx, settlements, order)
+	}
+	var (
+		ids, execs, outcomes   = make([]string, n), make([]string, n), make([]string, n)
+		errs, details          = make([]string, n), make([]string, n)
+		finished, runAt        = make([]time.Time, n), make([]time.Time, n)
+		states, reasons        = make([]string, n), make([]string, n)
+		uncharged, hasProgress = make([]bool, n), make([]bool, n)
+		total, completed       = make([]int32, n), make([]int32, n)
+	)
+	for j, i := range order {
+		st := settlements[i]
+		ids[j], execs[j], outcomes[j] = st.TaskID, st.ExecutionID, string(st.Outcome)
+		errs[j], details[j] = st.Error, st.ErrorDetail
+		finished[j], runAt[j] = st.FinishedAt, st.RunAt
+		states[j], reasons[j] = string(st.State), string(st.DeadReason)
+		uncharged[j] = st.Uncharged
+		if st.Progress != nil {
+			hasProgress[j] = true
+			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
+		}
+	}
+	rs, err := s.pool.Query(ctx, sqlSettle, ids, execs, outcomes, errs, details, finished,
+		states, runAt, reasons, uncharged, hasProgress, total, completed)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: settle: %w", err)
+	}
+	applied := make([]bool, n)
+	var idx int64
+	_, err = pgx.ForEachRow(rs, []any{&idx}, func() error {
+		if idx > 0 { // 0: a queue notification
+			applied[order[idx-1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: settle: %w", err)
+	}
+	return applied, nil
+}
+
+// allSucceeded reports a batch that only records successes of current
+// leases, which settleSucceeded applies with a leaner statement.
+func allSucceeded(settlements []store.Settlement) bool {
+	for _, st := range settlements {
+		if st.State != bt.StateSucceeded || st.Outcome != bt.OutcomeSucceeded || st.ExecutionID == "" ||
+			st.Error != "" || st.ErrorDetail != "" || st.Uncharged {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Store) settleSucceeded(ctx context.Context, settlements []store.Settlement, order []int) ([]bool, error) {
+	n := len(settlements)
+	var (
+		ids, execs       = make([]string, n), make([]string, n)
+		finished         = make([]time.Time, n)
+		hasProgress      = make([]bool, n)
+		total, completed = make([]int32, n), make([]int32, n)
+	)
+	for j, i := range order {
+		st := settlements[i]
+		ids[j], execs[j], finished[j] = st.TaskID, st.ExecutionID, st.FinishedAt
+		if st.Progress != nil {
+			hasProgress[j] = true
+			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
+		}
+	}
+	rs, err := s.pool.Query(ctx, sqlSettleSucceeded, ids, execs, finished, hasProgress, total, completed)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: settle: %w", err)
+	}
+	applied := make([]bool, n)
+	var idx int64
+	_, err = pgx.ForEachRow(rs, []any{&idx}, func() error {
+		applied[order[idx-1]] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: settle: %w", err)
+	}
+	return applied, nil
+}
+
+// sortedBy returns the indexes 0..n-1 ordered by key.
+func sortedBy(n int, key func(int) string) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(key(a), key(b)) })
+	return order
+}
+
+// queryTasks reads whole tasks through the pool.
+func (s *Store) queryTasks(ctx context.Context, sql string, args ...any) ([]*bt.Task, error) {
+	rs, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var tasks []*bt.Task
+	for rs.Next() {
+		t, err := scanTask(rs)
+		if err != nil {
+			return nil, err
+		}
+		tasks = append(tasks, t)
+	}
+	return tasks, rs.Err()
+}

@@ -1,0 +1,100 @@
+// Package pgstore is Backstop's PostgreSQL store: the store.Store that lets
+// any number of processes on any number of hosts share one database. Workers
+// claim with FOR UPDATE SKIP LOCKED, new work wakes them through
+// LISTEN/NOTIFY, and the Go library enqueues inside the caller's own pgx or
+// database/sql transaction (the transactional outbox).
+//
+// It applies the engine's decisions and never makes them: it must never
+// decide retry delays, dead-letter reasons or validity, never commit or roll
+// back a caller's transaction, never change session state (SET, LISTEN) on a
+// pooled connection, and never leave a goroutine running after its context
+// ends or Close returns. Every write is one transaction (EnqueueTx: one
+// savepoint in the caller's).
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/backstophq/backstop/store"
+)
+
+// wakeupChannel is the NOTIFY channel; the payload is the queue name.
+const wakeupChannel = "backstop_wakeup"
+
+// Store is a store.Store on PostgreSQL.
+type Store struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+
+	// done ends the Wakeups listeners on Close; wg waits for them.
+	done   context.Context
+	stop   context.CancelFunc
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the database at url (postgres://…; pgxpool parameters
+// such as pool_max_conns are honoured). The pool belongs to the Store and is
+// closed by Close. Open does not migrate.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: parse database url: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgxpool's default (the CPU count, at least 4) starves a process
+		// whose workers claim, heartbeat and settle concurrently.
+		cfg.MaxConns = int32(max(10, 4*runtime.NumCPU()))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: open pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	s := New(pool)
+	s.ownPool = true
+	return s, nil
+}
+
+// New wraps a pool the caller owns: Close stops the Store's listeners but
+// leaves the pool open.
+func New(pool *pgxpool.Pool) *Store {
+	done, stop := context.WithCancel(context.Background())
+	return &Store{pool: pool, done: done, stop: stop}
+}
+
+// Pool is the connection pool the Store uses.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Driver implements store.Store.
+func (s *Store) Driver() string { return "postgres" }
+
+// Close stops the Wakeups listeners, waits for them, and closes the pool if
+// Open created it.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.stop()
+	s.mu.Unlock()
+	s.wg.Wait()
+	if s.ownPool {
+		s.pool.Close()
+	}
+	return nil
+}

@@ -1,0 +1,317 @@
+package pgstore
+
+import (
+	"strconv"
+	"strings"
+)
+
+// This file is the store's query layer: every SQL statement it runs is here.
+
+// taskColumns is every column of backstop_tasks but payload, in the order
+// scanTask reads them.
+var taskColumns = []string{
+	"id", "queue", "kind", "state", "priority", "attempt", "max_attempts",
+	"payload_size", "payload_spilled", "attributes", "run_at", "created_at", "updated_at",
+	"timeout_us", "deadline", "retry_policy", "idempotency_key", "merge_key", "merge_count",
+	"progress_total", "progress_completed", "complexity", "trace_parent", "last_error",
+	"worker_id", "execution_id", "attempted_at", "lease_expires_at", "cancel_requested_at", "finalized_at",
+	"dead_reason", "first_seen", "last_seen", "dead_count", "replay_count", "dlq_status", "replayed_from",
+}
+
+// taskCols lists the task columns qualified by alias, then the payload
+// twice: inline, and from backstop_payloads (aliased p) when spilled.
+func taskCols(alias string) string {
+	var b strings.Builder
+	for _, c := range taskColumns {
+		b.WriteString(alias + "." + c + ", ")
+	}
+	b.WriteString(alias + ".payload, p.data")
+	return b.String()
+}
+
+// spillJoin joins the side storage of spilled payloads to a task alias.
+func spillJoin(alias string) string {
+	return " LEFT JOIN backstop_payloads p ON " + alias + ".payload_spilled AND p.task_id = " + alias + ".id"
+}
+
+// selectTasks reads whole tasks, payload included.
+var selectTasks = "SELECT " + taskCols("t") + " FROM backstop_tasks t" + spillJoin("t")
+
+var sqlGetTask = selectTasks + " WHERE t.id = $1"
+
+const sqlTaskState = `SELECT state FROM backstop_tasks WHERE id = $1`
+
+const sqlExecutions = `
+SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail
+FROM backstop_executions WHERE task_id = $1
+ORDER BY started_at, attempt, execution_id`
+
+// Claim: lock the next claimable rows, skipping rows other claimers hold,
+// and lease them in the same statement.
+const claimPick = `
+WITH picked AS (
+	SELECT id FROM backstop_tasks
+	WHERE state = 'pending' AND queue = $1 AND run_at <= $2
+	  AND (deadline IS NULL OR deadline > $2)%s
+	ORDER BY priority DESC, run_at, id
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+), claimed AS (
+	UPDATE backstop_tasks c SET
+		state = 'running',
+		attempt = c.attempt + 1,
+		worker_id = $4,
+		execution_id = gen_random_uuid()::text,
+		attempted_at = $2,
+		lease_expires_at = $5,
+		updated_at = $2
+	FROM picked WHERE c.id = picked.id
+	RETURNING c.*
+)
+`
+
+var (
+	sqlClaim      = formatClaim("")
+	sqlClaimKinds = formatClaim("\n\t  AND kind = ANY($6::text[])")
+)
+
+func formatClaim(kindFilter string) string {
+	return strings.Replace(claimPick, "%s", kindFilter, 1) +
+		"SELECT " + taskCols("t") + " FROM claimed t" + spillJoin("t")
+}
+
+// Heartbeat: extend the leases still held by the named executions. Input
+// arrays: task ids, execution ids, has-progress flags, totals, completed.
+const sqlHeartbeat = `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::int[])
+		WITH ORDINALITY AS i(task_id, execution_id, has_progress, total, completed, idx)
+), beat AS (
+	UPDATE backstop_tasks t SET
+		lease_expires_at = $6,
+		updated_at = $7,
+		progress_total = CASE WHEN i.has_progress THEN i.total ELSE t.progress_total END,
+		progress_completed = CASE WHEN i.has_progress THEN i.completed ELSE t.progress_completed END
+	FROM input i
+	WHERE t.id = i.task_id AND t.state = 'running' AND t.execution_id = i.execution_id
+	RETURNING t.id, t.execution_id, t.cancel_requested_at IS NOT NULL AS cancel_requested
+)
+-- Joined back on the lease, not the input row: a beat sent twice is held twice.
+SELECT i.idx, b.cancel_requested FROM input i JOIN beat b ON b.id = i.task_id AND b.execution_id = i.execution_id`
+
+// Settle: apply each decision whose lease is still current (or, without an
+// execution id, to a waiting task), record the settled executions, and wake
+// the queues that got pending work, all in one statement.
+const sqlSettle = `
+WITH input AS (
+	SELECT * FROM unnest(
+		$1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
+		$7::text[], $8::timestamptz[], $9::text[], $10::bool[], $11::bool[], $12::int[], $13::int[])
+		WITH ORDINALITY AS i(task_id, execution_id, outcome, error, error_detail, finished_at,
+			state, run_at, dead_reason, uncharged, has_progress, total, completed, idx)
+), settled AS (
+	UPDATE backstop_tasks t SET
+		-- A cancel request wins over going back to wait (e.g. a release on
+		-- shutdown that raced the operator's cancel).
+		state = CASE WHEN i.state IN ('scheduled', 'pending') AND t.cancel_requested_at IS NOT NULL
+			THEN 'canceled' ELSE i.state END,
+		attempt = CASE WHEN i.uncharged THEN greatest(t.attempt - 1, 0) ELSE t.attempt END,
+		updated_at = i.finished_at,
+		lease_expires_at = NULL,
+		run_at = CASE WHEN i.state IN ('scheduled', 'pending') THEN i.run_at ELSE t.run_at END,
+		last_error = CASE WHEN i.error <> '' THEN i.error ELSE t.last_error END,
+		finalized_at = CASE WHEN i.state IN ('succeeded', 'canceled', 'dead') OR t.cancel_requested_at IS NOT NULL
+			THEN i.finished_at END,
+		progress_total = CASE WHEN i.has_progress THEN i.total ELSE t.progress_total END,
+		progress_completed = CASE WHEN i.has_progress THEN i.completed ELSE t.progress_completed END,
+		dead_reason = CASE WHEN i.state = 'dead' THEN i.dead_reason ELSE t.dead_reason END,
+		dlq_status = CASE WHEN i.state = 'dead' THEN 'open' ELSE t.dlq_status END,
+		first_seen = CASE WHEN i.state = 'dead' THEN coalesce(t.first_seen, i.finished_at) ELSE t.first_seen END,
+		last_seen = CASE WHEN i.state = 'dead' THEN i.finished_at ELSE t.last_seen END,
+		dead_count = CASE WHEN i.state = 'dead' THEN t.dead_count + 1 ELSE t.dead_count END
+	FROM input i
+	WHERE t.id = i.task_id AND CASE
+		WHEN i.execution_id = '' THEN t.state IN ('scheduled', 'pending')
+		ELSE t.state = 'running' AND t.execution_id = i.execution_id END
+	RETURNING i.idx, t.id, t.queue, t.state, i.execution_id, i.uncharged, t.attempt, t.worker_id,
+		t.attempted_at, i.finished_at, i.outcome, i.error, i.error_detail
+), recorded AS (
+	INSERT INTO backstop_executions
+		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail)
+	SELECT execution_id, id, CASE WHEN uncharged THEN attempt + 1 ELSE attempt END,
+		coalesce(worker_id, ''), coalesce(attempted_at, finished_at), finished_at, outcome,
+		nullif(error, ''), nullif(error_detail, '')
+	FROM settled WHERE execution_id <> ''
+)
+SELECT idx FROM settled
+UNION ALL
+SELECT 0 FROM (SELECT DISTINCT queue FROM settled WHERE state = 'pending') q
+	CROSS JOIN LATERAL pg_notify('` + wakeupChannel + `', q.queue)`
+
+// Settle, the hot path: a batch of successes with their leases current.
+// Input arrays: task ids, execution ids, finish times, has-progress flags,
+// totals, completed.
+const sqlSettleSucceeded = `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bool[], $5::int[], $6::int[])
+		WITH ORDINALITY AS i(task_id, execution_id, finished_at, has_progress, total, completed, idx)
+), settled AS (
+	UPDATE backstop_tasks t SET
+		state = 'succeeded',
+		updated_at = i.finished_at,
+		finalized_at = i.finished_at,
+		lease_expires_at = NULL,
+		progress_total = CASE WHEN i.has_progress THEN i.total ELSE t.progress_total END,
+		progress_completed = CASE WHEN i.has_progress THEN i.completed ELSE t.progress_completed END
+	FROM input i
+	WHERE t.id = i.task_id AND t.state = 'running' AND t.execution_id = i.execution_id
+	RETURNING i.idx, t.id, i.execution_id, t.attempt, t.worker_id, t.attempted_at, i.finished_at
+), recorded AS (
+	INSERT INTO backstop_executions
+		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome)
+	SELECT execution_id, id, attempt, coalesce(worker_id, ''), coalesce(attempted_at, finished_at),
+		finished_at, 'succeeded'
+	FROM settled
+)
+SELECT idx FROM settled`
+
+// RequestCancel: waiting tasks are canceled at once, running ones marked.
+var sqlRequestCancel = `
+WITH c AS (
+	UPDATE backstop_tasks t SET
+		state = CASE WHEN t.state = 'running' THEN t.state ELSE 'canceled' END,
+		finalized_at = CASE WHEN t.state = 'running' THEN t.finalized_at ELSE $2 END,
+		cancel_requested_at = coalesce(t.cancel_requested_at, $2),
+		updated_at = $2
+	WHERE t.id = $1 AND t.state IN ('scheduled', 'pending', 'buffered', 'running')
+	RETURNING t.*
+)
+SELECT ` + taskCols("t") + ` FROM c t` + spillJoin("t")
+
+var sqlExpiredLeases = selectTasks + `
+WHERE t.state = 'running' AND t.lease_expires_at < $1
+ORDER BY t.lease_expires_at, t.id
+LIMIT $2`
+
+var sqlPastDeadline = selectTasks + `
+WHERE t.deadline < $1 AND t.deadline IS NOT NULL AND t.state IN ('scheduled', 'pending')
+ORDER BY t.deadline, t.id
+LIMIT $2`
+
+// PromoteScheduled: due scheduled tasks become pending; their queues wake.
+const sqlPromote = `
+WITH due AS (
+	SELECT id FROM backstop_tasks
+	WHERE state = 'scheduled' AND run_at <= $1
+	ORDER BY run_at, id
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), promoted AS (
+	UPDATE backstop_tasks t SET state = 'pending', updated_at = $1
+	FROM due WHERE t.id = due.id
+	RETURNING t.queue
+), per_queue AS (
+	SELECT queue, count(*) AS n FROM promoted GROUP BY queue
+)
+SELECT q.n FROM per_queue q CROSS JOIN LATERAL pg_notify('` + wakeupChannel + `', q.queue)`
+
+// listQuery builds a List statement from the filters that are set; args
+// receives the parameters.
+func listQuery(where []string, limitArg int) string {
+	q := selectTasks
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	return q + " ORDER BY t.id LIMIT $" + strconv.Itoa(limitArg)
+}
+
+// Enqueue statements use scalar parameters only (no arrays), so that they
+// run through any database/sql PostgreSQL driver, not just pgx.
+
+// insertColumns are the columns an enqueue writes, in insertArgs order.
+var insertColumns = []string{
+	"id", "queue", "kind", "state", "priority", "attempt", "max_attempts",
+	"payload", "payload_size", "payload_spilled", "attributes", "run_at", "created_at", "updated_at",
+	"timeout_us", "deadline", "retry_policy", "idempotency_key", "merge_key",
+	"progress_total", "progress_completed", "complexity", "trace_parent", "replayed_from",
+}
+
+// maxInsertRows keeps a multi-row INSERT well below PostgreSQL's limit of
+// 65535 parameters per statement.
+var maxInsertRows = 1000
+
+// sqlInsertTasks inserts n tasks. onConflict is "(id)" for tasks without
+// keys (an existing id is reported, not overwritten) and "" for tasks with
+// idempotency or merge keys, where any unique index may conflict.
+func sqlInsertTasks(n int, onConflict string) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO backstop_tasks (")
+	b.WriteString(strings.Join(insertColumns, ", "))
+	b.WriteString(") VALUES ")
+	writeValues(&b, n, len(insertColumns), nil)
+	b.WriteString(" ON CONFLICT " + onConflict + " DO NOTHING RETURNING id")
+	return b.String()
+}
+
+// sqlInsertPayloads writes n spilled payloads (task_id, data).
+func sqlInsertPayloads(n int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO backstop_payloads (task_id, data) VALUES ")
+	writeValues(&b, n, 2, nil)
+	b.WriteString(" ON CONFLICT (task_id) DO UPDATE SET data = EXCLUDED.data")
+	return b.String()
+}
+
+// sqlNotify wakes n queues.
+func sqlNotify(n int) string {
+	var b strings.Builder
+	b.WriteString("SELECT count(pg_notify('" + wakeupChannel + "', q)::text) FROM (VALUES ")
+	writeValues(&b, n, 1, []string{"::text"})
+	b.WriteString(") AS v(q)")
+	return b.String()
+}
+
+// writeValues writes n tuples of cols parameters: ($1, $2), ($3, $4)…
+func writeValues(b *strings.Builder, n, cols int, casts []string) {
+	p := 1
+	for r := range n {
+		if r > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for c := range cols {
+			if c > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(p))
+			if c < len(casts) {
+				b.WriteString(casts[c])
+			}
+			p++
+		}
+		b.WriteByte(')')
+	}
+}
+
+var sqlFindIdempotent = selectTasks + `
+WHERE t.idempotency_key = $1 AND t.state IN ('scheduled', 'pending', 'running', 'buffered')`
+
+var sqlFindMergeable = `SELECT ` + taskCols("t") + ` FROM backstop_tasks t` + spillJoin("t") + `
+WHERE t.kind = $1 AND t.merge_key = $2 AND t.state IN ('scheduled', 'pending')
+FOR UPDATE OF t`
+
+const sqlIDExists = `SELECT count(*) FROM backstop_tasks WHERE id = $1`
+
+// sqlMerge stores a merged payload ($2 inline, or NULL when spilled).
+var sqlMerge = `
+WITH m AS (
+	UPDATE backstop_tasks t SET
+		payload = $2, payload_size = $3, payload_spilled = $4,
+		merge_count = t.merge_count + 1, updated_at = $5
+	WHERE t.id = $1
+	RETURNING t.*
+)
+SELECT ` + taskCols("t") + ` FROM m t` + spillJoin("t")
+
+const sqlDeletePayload = `DELETE FROM backstop_payloads WHERE task_id = $1`
