@@ -1042,9 +1042,8 @@ func TestMaintenanceSweeps(t *testing.T) {
 // and settling them as succeeded; it reports tasks/s. BACKSTOP_BENCH_BATCH
 // (default 100) and BACKSTOP_BENCH_CLAIMERS (default 4) shape the load.
 func BenchmarkDrain(b *testing.B) {
-	url := testdb.Postgres(b)
 	ctx := context.Background()
-	s, err := pgstore.Open(ctx, url)
+	s, err := pgstore.Open(ctx, testdb.Postgres(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -1052,44 +1051,7 @@ func BenchmarkDrain(b *testing.B) {
 	if err := s.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
-	batch, claimers := benchInt("BACKSTOP_BENCH_BATCH", 100), benchInt("BACKSTOP_BENCH_CLAIMERS", 4)
-	n := b.N
-	tasks := make([]*bt.Task, n)
-	for i := range tasks {
-		tasks[i] = newTask("bench")
-	}
-	for start := 0; start < n; start += 5000 {
-		if _, err := s.Enqueue(ctx, tasks[start:min(start+5000, n)], store.EnqueueOpts{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range claimers {
-		wg.Go(func() {
-			for {
-				got, err := s.Claim(ctx, store.ClaimParams{Queue: "bench", WorkerID: fmt.Sprint(w), Max: batch, Now: t0, Lease: time.Minute})
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if len(got) == 0 {
-					return
-				}
-				st := make([]store.Settlement, len(got))
-				for i, task := range got {
-					st[i] = store.Settlement{TaskID: task.ID, ExecutionID: task.ExecutionID, Outcome: bt.OutcomeSucceeded, FinishedAt: t0, State: bt.StateSucceeded}
-				}
-				if _, err := s.Settle(ctx, st); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "tasks/s")
+	storetest.BenchDrain(b, s)
 }
 
 func TestConformance(t *testing.T) {

@@ -3,21 +3,31 @@
 package sqlitestore
 
 import (
+	"database/sql"
 	"net/url"
 
-	_ "github.com/mattn/go-sqlite3" // cgo SQLite: chosen by measurement, see docs/benchmarks.md
+	"github.com/mattn/go-sqlite3" // cgo SQLite: chosen by measurement, see docs/benchmarks.md
 )
 
 // DriverName is the database/sql driver this build uses.
-const DriverName = "sqlite3"
+const DriverName = "sqlite3_backstop"
+
+func init() {
+	sql.Register(DriverName, &sqlite3.SQLiteDriver{
+		ConnectHook: func(c *sqlite3.SQLiteConn) error {
+			for _, p := range pragmas {
+				if _, err := c.Exec("PRAGMA "+p, nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	})
+}
 
 func dsn(path string, writer bool) string {
 	q := url.Values{}
-	q.Set("_journal_mode", "WAL")
-	q.Set("_synchronous", "NORMAL")
 	q.Set("_busy_timeout", "10000")
-	q.Set("_foreign_keys", "off")
-	q.Set("cache", "private")
 	if writer {
 		// BEGIN IMMEDIATE: take the write lock up front, so two processes
 		// never deadlock upgrading read transactions.

@@ -13,9 +13,10 @@ const DriverName = "sqlite"
 
 func dsn(path string, writer bool) string {
 	q := url.Values{}
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "busy_timeout(10000)")
+	for _, p := range pragmas {
+		q.Add("_pragma", pragmaCall(p))
+	}
 	if writer {
 		q.Set("_txlock", "immediate")
 	}

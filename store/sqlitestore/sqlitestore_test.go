@@ -35,3 +35,17 @@ func TestConformance(t *testing.T) {
 		return tx, tx.Commit, tx.Rollback, nil
 	}))
 }
+
+// BenchmarkDrain: go test -run '^$' -bench Drain -benchtime 100000x ./store/sqlitestore/
+// (add -tags backstop_purego for the pure-Go driver).
+func BenchmarkDrain(b *testing.B) {
+	s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "bench.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	storetest.BenchDrain(b, s)
+}

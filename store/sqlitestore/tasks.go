@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
@@ -343,16 +345,35 @@ func mergeInto(ctx context.Context, q querier, t *bt.Task, opts store.EnqueueOpt
 	return existing, nil
 }
 
-// uuidSQL makes a random (version 4) UUID per row.
-const uuidSQL = `lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2) || '-' ||
-substr('89ab', 1 + (abs(random()) % 4), 1) || substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6)))`
+// executionIDPrefix returns the first 24 hex digits (with dashes) of a
+// fresh UUIDv7 and a random offset; the claim completes each execution id
+// with 12 hex digits from the row id plus the offset. The ids are valid,
+// time-ordered UUIDv7s, unique because the prefix is fresh per claim and the
+// row ids are distinct within it — and SQLite does not have to make 100
+// random UUIDs in SQL per claim.
+func executionIDPrefix() (string, int64, error) {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return "", 0, err
+	}
+	s := u.String() // xxxxxxxx-xxxx-7xxx-yxxx-xxxxxxxxxxxx
+	var off int64
+	for _, b := range u[10:16] {
+		off = off<<8 | int64(b)
+	}
+	return s[:24], off, nil
+}
 
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, error) {
 	if p.Max <= 0 {
 		return nil, nil
 	}
 	now := us(p.Now)
-	args := []any{p.WorkerID, now, us(p.Now.Add(p.Lease)), now, p.Queue, now, now}
+	prefix, off, err := executionIDPrefix()
+	if err != nil {
+		return nil, err
+	}
+	args := []any{p.WorkerID, prefix, off, now, us(p.Now.Add(p.Lease)), now, p.Queue, now, now}
 	kindFilter := ""
 	if len(p.Kinds) > 0 {
 		kindFilter = " AND kind IN (" + placeholders(len(p.Kinds)) + ")"
@@ -362,7 +383,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	}
 	args = append(args, p.Max)
 	rows, err := s.w.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'running', attempt = attempt + 1,
-		worker_id = ?, execution_id = `+uuidSQL+`, attempted_at = ?, lease_expires_at = ?, updated_at = ?,
+		worker_id = ?, execution_id = ? || printf('%012x', (rowid + ?) & 281474976710655), attempted_at = ?, lease_expires_at = ?, updated_at = ?,
 		cancel_requested_at = NULL
 		WHERE id IN (SELECT id FROM backstop_tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
 			AND (deadline IS NULL OR deadline > ?)`+kindFilter+`
@@ -454,16 +475,151 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 		return nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck
-	upd, err := tx.PrepareContext(ctx, settleSQL)
+	var (
+		applied []bool
+		woke    map[string]struct{}
+	)
+	if allSucceeded(settlements) {
+		applied, err = settleSucceeded(ctx, tx, settlements)
+	} else {
+		applied, woke, err = settleEach(ctx, tx, settlements)
+	}
 	if err != nil {
 		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	s.hub.notify(woke)
+	return applied, nil
+}
+
+func allSucceeded(ss []store.Settlement) bool {
+	for _, st := range ss {
+		if st.State != bt.StateSucceeded || st.ExecutionID == "" || st.Uncharged || st.Error != "" || st.ErrorDetail != "" {
+			return false
+		}
+	}
+	return true
+}
+
+const settleChunk = 400 // keeps every statement under SQLite's parameter limit
+
+// settleSucceeded is the hot path: a batch of successes settled with one
+// UPDATE and one INSERT per chunk instead of two statements per task.
+func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]bool, error) {
+	applied := make([]bool, len(ss))
+	index := make(map[string]int, len(ss))
+	for i, st := range ss {
+		index[st.ExecutionID] = i
+	}
+	for start := 0; start < len(ss); start += settleChunk {
+		chunk := ss[start:min(start+settleChunk, len(ss))]
+		// Progress differs per task: those with progress go one by one.
+		args := make([]any, 0, 2*len(chunk)+2)
+		finished := us(chunk[0].FinishedAt)
+		args = append(args, finished, finished)
+		var withProgress []store.Settlement
+		ids := make([]any, 0, len(chunk))
+		execs := make([]any, 0, len(chunk))
+		for _, st := range chunk {
+			if st.Progress != nil || us(st.FinishedAt) != finished {
+				withProgress = append(withProgress, st)
+				continue
+			}
+			ids = append(ids, st.TaskID)
+			execs = append(execs, st.ExecutionID)
+		}
+		var rows []settledRow
+		if len(ids) > 0 {
+			args = append(append(args, ids...), execs...)
+			// Execution ids are unique, so matching the id set and the
+			// execution id set matches each task only under its own lease.
+			r, err := tx.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'succeeded', finalized_at = ?,
+				updated_at = ?, lease_expires_at = NULL
+				WHERE id IN (`+placeholders(len(ids))+`) AND execution_id IN (`+placeholders(len(execs))+`)
+				AND state = 'running'
+				RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at`, args...)
+			if err != nil {
+				return nil, err
+			}
+			rows, err = scanSettled(r)
+			if err != nil {
+				return nil, err
+			}
+		}
+		for _, st := range withProgress {
+			var total, done any
+			if st.Progress != nil {
+				total, done = st.Progress.Total, st.Progress.Completed
+			}
+			r, err := tx.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'succeeded', finalized_at = ?1,
+				updated_at = ?1, lease_expires_at = NULL,
+				progress_total = COALESCE(?2, progress_total), progress_completed = COALESCE(?3, progress_completed)
+				WHERE id = ?4 AND execution_id = ?5 AND state = 'running'
+				RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at`,
+				us(st.FinishedAt), total, done, st.TaskID, st.ExecutionID)
+			if err != nil {
+				return nil, err
+			}
+			one, err := scanSettled(r)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, one...)
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		var sb strings.Builder
+		sb.WriteString(`INSERT INTO backstop_executions (execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome) VALUES `)
+		ins := make([]any, 0, len(rows)*6)
+		for i, r := range rows {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString("(?,?,?,?,?,?,'succeeded')")
+			ins = append(ins, r.execID, r.taskID, r.attempt, r.worker, r.started, r.finished)
+			applied[index[r.execID]] = true
+		}
+		if _, err := tx.ExecContext(ctx, sb.String(), ins...); err != nil {
+			return nil, err
+		}
+	}
+	return applied, nil
+}
+
+type settledRow struct {
+	execID, taskID, worker string
+	attempt                int
+	started, finished      int64
+}
+
+func scanSettled(rows *sql.Rows) ([]settledRow, error) {
+	defer rows.Close()
+	var out []settledRow
+	for rows.Next() {
+		var r settledRow
+		if err := rows.Scan(&r.execID, &r.taskID, &r.attempt, &r.worker, &r.started, &r.finished); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// settleEach applies arbitrary settlements one by one.
+func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement) ([]bool, map[string]struct{}, error) {
+	upd, err := tx.PrepareContext(ctx, settleSQL)
+	if err != nil {
+		return nil, nil, err
 	}
 	defer upd.Close()
 	ins, err := tx.PrepareContext(ctx, `INSERT INTO backstop_executions
 		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer ins.Close()
 	applied := make([]bool, len(settlements))
@@ -490,7 +646,7 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		applied[i] = true
 		if newState == string(bt.StatePending) {
@@ -501,14 +657,10 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 		}
 		if _, err := ins.ExecContext(ctx, st.ExecutionID, st.TaskID, attempt, worker, startedAt, us(st.FinishedAt),
 			string(st.Outcome), nullStr(st.Error), nullStr(st.ErrorDetail)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, err
-	}
-	s.hub.notify(woke)
-	return applied, nil
+	return applied, woke, nil
 }
 
 func (s *Store) RequestCancel(ctx context.Context, id string, now time.Time) (*bt.Task, error) {
@@ -571,7 +723,7 @@ func (s *Store) Get(ctx context.Context, id string) (*bt.Task, error) {
 func (s *Store) Executions(ctx context.Context, taskID string) ([]bt.Execution, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at,
 		outcome, COALESCE(error, ''), COALESCE(error_detail, '') FROM backstop_executions WHERE task_id = ?
-		ORDER BY started_at, attempt`, taskID)
+		ORDER BY started_at, attempt, execution_id`, taskID)
 	if err != nil {
 		return nil, err
 	}

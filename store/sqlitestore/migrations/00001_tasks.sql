@@ -58,18 +58,20 @@ CREATE UNIQUE INDEX backstop_tasks_merge ON backstop_tasks (kind, merge_key)
     WHERE merge_key IS NOT NULL AND state IN ('scheduled', 'pending');
 CREATE INDEX backstop_tasks_dead ON backstop_tasks (last_seen) WHERE state = 'dead';
 
+-- Keyed by task first: a task's attempts sit together, and inserts follow
+-- the (time-ordered) task ids instead of scattering random execution ids.
 CREATE TABLE backstop_executions (
-    execution_id TEXT PRIMARY KEY,
     task_id      TEXT NOT NULL,
+    execution_id TEXT NOT NULL,
     attempt      INTEGER NOT NULL,
     worker_id    TEXT NOT NULL,
     started_at   INTEGER NOT NULL,
     finished_at  INTEGER,
     outcome      TEXT NOT NULL,
     error        TEXT,
-    error_detail TEXT
-);
-CREATE INDEX backstop_executions_task ON backstop_executions (task_id, started_at);
+    error_detail TEXT,
+    PRIMARY KEY (task_id, execution_id)
+) WITHOUT ROWID;
 
 -- Payloads above the inline limit live here so the hot table stays small.
 CREATE TABLE backstop_payloads (
