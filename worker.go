@@ -320,10 +320,17 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	for ctx.Err() == nil {
 		avail := q.concurrency - int(q.inflight.Load())
 		if avail > 0 && !empty {
-			tasks, err := w.c.store.Claim(ctx, store.ClaimParams{
+			// The claim must not be cut off by Stop: a claim that committed
+			// but whose rows were lost to the cancellation would leave its
+			// tasks running with nobody to heartbeat, release or settle them
+			// until their leases expire (charged as lease_expired). Claimed
+			// tasks are started and drained like the others.
+			claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			tasks, err := w.c.store.Claim(claimCtx, store.ClaimParams{
 				Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: avail,
 				Now: w.c.now(), Lease: w.cfg.Lease,
 			})
+			cancelClaim()
 			if err != nil {
 				if ctx.Err() != nil {
 					return

@@ -1,0 +1,388 @@
+// Package bench measures Backstop's throughput and latency with no-op tasks
+// on a real store, for `backstop bench` and the Go benchmarks.
+//
+// Every run uses a private queue (bench-<time>-<random>) so runs on the same
+// database never see each other's tasks. Figures always include the
+// completion writes: a task counts once the store shows it succeeded. The
+// package must never touch tasks outside its own queue.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// Config chooses the mode and its size. Zero values take the default named
+// at the end of each field's comment.
+type Config struct {
+	// N tasks to insert, then work down (drain mode). Default: 100,000
+	// unless Duration is set.
+	N int
+	// Duration of continuous mode (insert and work at once), or of
+	// latency mode with Rate.
+	Duration time.Duration
+	// Rate, with Duration, is latency mode: one enqueue per task at this
+	// many tasks per second, reporting enqueue-to-start latency.
+	Rate float64
+	// Workers is the worker's concurrency. Default: 100.
+	Workers int
+	// Batch is the size of each EnqueueMany. Default: 1,000.
+	Batch int
+	// Queue to use. Default: a fresh private name.
+	Queue string
+	// Progress receives the report lines before the last. Default: none.
+	Progress io.Writer
+}
+
+func (c Config) withDefaults() Config {
+	if c.N == 0 && c.Duration == 0 {
+		c.N = 100_000
+	}
+	if c.Workers == 0 {
+		c.Workers = 100
+	}
+	if c.Batch == 0 {
+		c.Batch = 1000
+	}
+	if c.Queue == "" {
+		c.Queue = NewQueueName()
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.N < 0 || c.Workers < 0 || c.Batch < 0 || c.Duration < 0 || c.Rate < 0:
+		return errors.New("bench: sizes, durations and rates must not be negative")
+	case c.N > 0 && c.Duration > 0:
+		return errors.New("bench: give -n (drain) or --duration (continuous, or latency with --rate), not both")
+	case c.Rate > 0 && c.Duration == 0:
+		return errors.New("bench: --rate needs --duration")
+	}
+	return nil
+}
+
+// NewQueueName is a queue name no other run uses.
+func NewQueueName() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return "bench-" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// Result is what a run measured.
+type Result struct {
+	Mode    string // drain, continuous or latency
+	Queue   string
+	Worked  int           // tasks settled as succeeded by the worker
+	Elapsed time.Duration // from worker start to the last completion written
+	// Enqueued and EnqueueElapsed describe the inserts.
+	Enqueued       int
+	EnqueueElapsed time.Duration
+	// Latency mode: enqueue-to-start latency percentiles.
+	Samples       int
+	P50, P99, Max time.Duration
+}
+
+// JobsPerSec is Worked per second of Elapsed.
+func (r *Result) JobsPerSec() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Worked) / r.Elapsed.Seconds()
+}
+
+// Summary is the last line of `backstop bench`; scripts parse it.
+func (r *Result) Summary() string {
+	return fmt.Sprintf("bench: worked=%d elapsed=%.3fs jobs_per_sec=%.1f", r.Worked, r.Elapsed.Seconds(), r.JobsPerSec())
+}
+
+// Run runs the mode cfg selects.
+func Run(ctx context.Context, c *backstop.Client, cfg Config) (*Result, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.Rate > 0:
+		return Latency(ctx, c, cfg)
+	case cfg.Duration > 0:
+		return Continuous(ctx, c, cfg)
+	default:
+		return Drain(ctx, c, cfg)
+	}
+}
+
+// Drain inserts cfg.N tasks, then measures how fast one worker works them
+// down, up to the last completion written.
+func Drain(ctx context.Context, c *backstop.Client, cfg Config) (*Result, error) {
+	cfg = cfg.withDefaults()
+	res := &Result{Mode: "drain", Queue: cfg.Queue}
+	start := time.Now()
+	if err := Enqueue(ctx, c, cfg.Queue, cfg.N, cfg.Batch); err != nil {
+		return nil, err
+	}
+	res.Enqueued, res.EnqueueElapsed = cfg.N, time.Since(start)
+	fmt.Fprintf(cfg.Progress, "bench: mode=drain store=%s queue=%s enqueued=%d in %.3fs (%.0f/s, batches of %d)\n",
+		c.Store().Driver(), cfg.Queue, cfg.N, res.EnqueueElapsed.Seconds(),
+		float64(cfg.N)/res.EnqueueElapsed.Seconds(), cfg.Batch)
+	worked, elapsed, err := Work(ctx, c, cfg.Queue, cfg.N, cfg.Workers)
+	res.Worked, res.Elapsed = worked, elapsed
+	if err != nil {
+		return res, err
+	}
+	return res, Verify(ctx, c, cfg.Queue, false)
+}
+
+// Enqueue inserts n no-op tasks into queue, batch at a time.
+func Enqueue(ctx context.Context, c *backstop.Client, queue string, n, batch int) error {
+	params := make([]backstop.EnqueueParams, 0, min(n, batch))
+	for done := 0; done < n; {
+		params = params[:0]
+		for range min(batch, n-done) {
+			params = append(params, backstop.EnqueueParams{Queue: queue, Kind: "noop"})
+		}
+		if _, err := c.EnqueueMany(ctx, params); err != nil {
+			return fmt.Errorf("bench: enqueue: %w", err)
+		}
+		done += len(params)
+	}
+	return nil
+}
+
+// stallTimeout ends a run whose worker makes no progress at all.
+const stallTimeout = 2 * time.Minute
+
+// Work starts a worker on queue and returns once n tasks have been handled
+// and their completions written (the worker stopped), with the time that
+// took from the worker's start.
+func Work(ctx context.Context, c *backstop.Client, queue string, n, workers int) (int, time.Duration, error) {
+	var handled atomic.Int64
+	all := make(chan struct{})
+	w, err := newWorker(c, queue, workers, func() {
+		if handled.Add(1) == int64(n) {
+			close(all)
+		}
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := w.Start(ctx); err != nil {
+		return 0, 0, err
+	}
+	waitErr := waitProgress(ctx, all, &handled)
+	if err := stopWorker(w); err != nil && waitErr == nil {
+		waitErr = err
+	}
+	elapsed := time.Since(start)
+	return int(min(handled.Load(), int64(n))), elapsed, waitErr
+}
+
+// waitProgress waits for done, failing if the count stops moving.
+func waitProgress(ctx context.Context, done <-chan struct{}, count *atomic.Int64) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last, lastMove := count.Load(), time.Now()
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if n := count.Load(); n != last {
+				last, lastMove = n, time.Now()
+			} else if time.Since(lastMove) > stallTimeout {
+				return fmt.Errorf("bench: no task handled for %s (%d so far)", stallTimeout, n)
+			}
+		}
+	}
+}
+
+func newWorker(c *backstop.Client, queue string, workers int, onDone func()) (*backstop.Worker, error) {
+	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{Queues: map[string]int{queue: workers}})
+	if err != nil {
+		return nil, err
+	}
+	w.Handle("noop", backstop.HandlerFunc(func(context.Context, *backstop.Task) error {
+		onDone()
+		return nil
+	}))
+	return w, nil
+}
+
+// stopWorker drains the worker; its handlers are no-ops, so the grace is
+// only a bound. Stop returns after every completion is written.
+func stopWorker(w *backstop.Worker) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return w.Stop(ctx)
+}
+
+// Verify checks that the worker left nothing behind in queue: every task
+// succeeded (or, with pendingOK, is still waiting to be claimed).
+func Verify(ctx context.Context, c *backstop.Client, queue string, pendingOK bool) error {
+	bad := []bt.State{bt.StateScheduled, bt.StateRunning, bt.StateDead, bt.StateCanceled, bt.StateBuffered}
+	if !pendingOK {
+		bad = append(bad, bt.StatePending)
+	}
+	left, err := c.List(ctx, backstop.ListParams{Queue: queue, States: bad, Limit: 5})
+	if err != nil {
+		return fmt.Errorf("bench: verify: %w", err)
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("bench: verify: task %s of queue %s is %s, want succeeded (last error %q)",
+			left[0].ID, queue, left[0].State, left[0].LastError)
+	}
+	return nil
+}
+
+// Continuous enqueues and works at once for cfg.Duration: a producer keeps
+// a bounded backlog while the worker drains it.
+func Continuous(ctx context.Context, c *backstop.Client, cfg Config) (*Result, error) {
+	cfg = cfg.withDefaults()
+	res := &Result{Mode: "continuous", Queue: cfg.Queue}
+	var handled atomic.Int64
+	w, err := newWorker(c, cfg.Queue, cfg.Workers, func() { handled.Add(1) })
+	if err != nil {
+		return nil, err
+	}
+	// Keep enough waiting that the worker never starves, not so much that
+	// the run measures a growing table.
+	backlog := int64(max(4*cfg.Batch, 2*cfg.Workers))
+	pctx, stopProducer := context.WithTimeout(ctx, cfg.Duration)
+	defer stopProducer()
+	var (
+		enqueued int64
+		prodErr  error
+		prodDone = make(chan struct{})
+	)
+	start := time.Now()
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(prodDone)
+		for pctx.Err() == nil {
+			if enqueued-handled.Load() >= backlog {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if err := Enqueue(pctx, c, cfg.Queue, cfg.Batch, cfg.Batch); err != nil {
+				if pctx.Err() == nil {
+					prodErr = err
+				}
+				return
+			}
+			enqueued += int64(cfg.Batch)
+		}
+	}()
+	<-prodDone
+	err = stopWorker(w)
+	res.Elapsed = time.Since(start)
+	res.Worked, res.Enqueued, res.EnqueueElapsed = int(handled.Load()), int(enqueued), cfg.Duration
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	if err := errors.Join(prodErr, err); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(cfg.Progress, "bench: mode=continuous store=%s queue=%s enqueued=%d (%.0f/s) workers=%d\n",
+		c.Store().Driver(), cfg.Queue, enqueued, float64(enqueued)/res.Elapsed.Seconds(), cfg.Workers)
+	return res, Verify(ctx, c, cfg.Queue, true)
+}
+
+// Latency enqueues one task at a time at cfg.Rate per second for
+// cfg.Duration and measures, for each, the time from its creation to its
+// handler's start.
+func Latency(ctx context.Context, c *backstop.Client, cfg Config) (*Result, error) {
+	cfg = cfg.withDefaults()
+	res := &Result{Mode: "latency", Queue: cfg.Queue}
+	var (
+		mu      sync.Mutex
+		lat     = make([]time.Duration, 0, int(cfg.Rate*cfg.Duration.Seconds())+1)
+		handled atomic.Int64
+	)
+	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{Queues: map[string]int{cfg.Queue: cfg.Workers}})
+	if err != nil {
+		return nil, err
+	}
+	w.Handle("noop", backstop.HandlerFunc(func(_ context.Context, t *backstop.Task) error {
+		d := time.Since(t.CreatedAt)
+		mu.Lock()
+		lat = append(lat, d)
+		mu.Unlock()
+		handled.Add(1)
+		return nil
+	}))
+	start := time.Now()
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	interval := time.Duration(float64(time.Second) / cfg.Rate)
+	enqueued := 0
+	var prodErr error
+	for {
+		next := start.Add(time.Duration(enqueued) * interval)
+		if next.Sub(start) >= cfg.Duration || ctx.Err() != nil {
+			break
+		}
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		}
+		if _, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: cfg.Queue, Kind: "noop"}); err != nil {
+			prodErr = fmt.Errorf("bench: enqueue: %w", err)
+			break
+		}
+		enqueued++
+	}
+	res.Enqueued, res.EnqueueElapsed = enqueued, time.Since(start)
+	// Let the last tasks start, then stop.
+	deadline := time.Now().Add(30 * time.Second)
+	for handled.Load() < int64(enqueued) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	err = stopWorker(w)
+	res.Elapsed = time.Since(start)
+	res.Worked = int(handled.Load())
+	if err := errors.Join(prodErr, err, ctx.Err()); err != nil {
+		return res, err
+	}
+	mu.Lock()
+	slices.Sort(lat)
+	res.Samples = len(lat)
+	if len(lat) > 0 {
+		res.P50, res.P99, res.Max = percentile(lat, 0.50), percentile(lat, 0.99), lat[len(lat)-1]
+	}
+	mu.Unlock()
+	fmt.Fprintf(cfg.Progress, "bench: mode=latency store=%s queue=%s enqueued=%d rate=%.0f/s (target %.0f/s) workers=%d\n",
+		c.Store().Driver(), cfg.Queue, enqueued, float64(enqueued)/res.EnqueueElapsed.Seconds(), cfg.Rate, cfg.Workers)
+	fmt.Fprintf(cfg.Progress, "bench: latency enqueue_to_start p50=%s p99=%s max=%s samples=%d\n",
+		ms(res.P50), ms(res.P99), ms(res.Max), res.Samples)
+	if res.Worked < enqueued {
+		return res, fmt.Errorf("bench: only %d of %d tasks started within 30s of the last enqueue", res.Worked, enqueued)
+	}
+	return res, Verify(ctx, c, cfg.Queue, false)
+}
+
+// percentile of sorted samples, nearest rank.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }

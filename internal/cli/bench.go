@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/bench"
+)
+
+func init() { register(benchCmd) }
+
+func benchCmd(a *app) *cobra.Command {
+	var cfg bench.Config
+	cmd := &cobra.Command{
+		Use:   "bench [-n N | --duration D [--rate R]] [--workers N] [--batch N]",
+		Short: "Measure throughput (and latency) with no-op tasks on --db",
+		Long: `bench works no-op tasks on the database named by --db, in a private queue
+(bench-<time>-<random>) so runs never interfere; its tasks stay in the database,
+so point it at a scratch one.
+
+  drain (-n N, the default with N=100000): insert N tasks in batches, then
+      time one worker (concurrency --workers) working them down, up to the last
+      completion written; every task must end succeeded.
+  continuous (--duration D): insert and work at once for D.
+  latency (--rate R --duration D): enqueue one task at a time at R per second
+      and report the enqueue-to-start latency (p50, p99).
+
+The last line is always:
+  bench: worked=<n> elapsed=<seconds>s jobs_per_sec=<rate>`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("n") && cfg.Duration > 0 {
+				return usageErr("bench: give -n or --duration, not both")
+			}
+			if cfg.Rate > 0 && cfg.Duration == 0 {
+				return usageErr("bench: --rate needs --duration")
+			}
+			if cfg.Duration > 0 {
+				cfg.N = 0
+			}
+			if cfg.N < 0 || cfg.Workers < 1 || cfg.Batch < 1 || cfg.Rate < 0 || cfg.Duration < 0 {
+				return usageErr("bench: -n, --workers, --batch, --rate and --duration must be positive")
+			}
+			return a.bench(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&cfg.N, "n", "n", 100_000, "drain mode: tasks to insert, then work down")
+	f.DurationVar(&cfg.Duration, "duration", 0, "continuous mode (or latency mode with --rate): how long to run")
+	f.Float64Var(&cfg.Rate, "rate", 0, "latency mode: tasks enqueued per second, one at a time")
+	f.IntVar(&cfg.Workers, "workers", 100, "worker concurrency")
+	f.IntVar(&cfg.Batch, "batch", 1000, "tasks per enqueue batch")
+	return cmd
+}
+
+func (a *app) bench(ctx context.Context, cfg bench.Config) error {
+	log := slog.New(slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, c, err := a.open(ctx, &backstop.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	cfg.Progress = a.stdout
+	start := time.Now()
+	res, err := bench.Run(ctx, c, cfg)
+	if err != nil {
+		return fmt.Errorf("%w (after %s)", err, time.Since(start).Round(time.Millisecond))
+	}
+	fmt.Fprintln(a.stdout, res.Summary())
+	return nil
+}

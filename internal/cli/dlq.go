@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+func init() { register(dlqCmd) }
+
+func dlqCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "Inspect the dead-letter queue",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr("dlq: name a subcommand: list or show")
+		},
+	}
+	cmd.AddCommand(dlqListCmd(a), dlqShowCmd(a))
+	return cmd
+}
+
+// deadLetterJSON is a dead letter as the CLI prints it: a task plus its
+// dead-letter record, every key present.
+type deadLetterJSON struct {
+	taskJSON
+	Reason      bt.DeadReason `json:"reason"`
+	FirstSeen   *time.Time    `json:"first_seen"`
+	LastSeen    *time.Time    `json:"last_seen"`
+	DeadCount   int           `json:"dead_count"`
+	ReplayCount int           `json:"replay_count"`
+	DLQStatus   bt.DLQStatus  `json:"dlq_status"`
+}
+
+func newDeadLetterJSON(t *bt.Task, withExecutions bool) deadLetterJSON {
+	return deadLetterJSON{
+		taskJSON: newTaskJSON(t, withExecutions),
+		Reason:   t.DeadReason, FirstSeen: t.FirstSeen, LastSeen: t.LastSeen,
+		DeadCount: t.DeadCount, ReplayCount: t.ReplayCount, DLQStatus: t.DLQStatus,
+	}
+}
+
+func dlqListCmd(a *app) *cobra.Command {
+	var (
+		f      listFlags
+		reason string
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List dead letters, ordered by id (oldest first)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := f.params()
+			if err != nil {
+				return err
+			}
+			p.Reason = bt.DeadReason(reason)
+			s, c, err := a.open(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			tasks, err := c.DeadLetters(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			a.morePages(tasks, p.Limit)
+			views := make([]deadLetterJSON, len(tasks))
+			for i, t := range tasks {
+				views[i] = newDeadLetterJSON(t, false)
+			}
+			return a.print(views, func(w io.Writer) error {
+				tw := newTable(w)
+				fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tREASON\tDEAD_COUNT\tATTEMPTS\tLAST_SEEN\tLAST_ERROR")
+				for _, t := range tasks {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.ID, t.Queue, t.Kind, t.DeadReason,
+						t.DeadCount, t.Attempt, fmtTimePtr(t.LastSeen), oneLine(t.LastError, 60))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&reason, "reason", "", "only dead letters with this reason: "+joinReasons())
+	return cmd
+}
+
+func dlqShowCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a dead letter with its full attempt history",
+		Long:  "Show a dead letter with its full attempt history. An id that is not a dead letter exits 3.",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, c, err := a.open(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			t, err := c.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if t.State != backstop.StateDead {
+				return &exitError{code: ExitNotFound,
+					err: fmt.Errorf("task %q is %s, not a dead letter (see: backstop tasks show %s)", t.ID, t.State, t.ID)}
+			}
+			return a.print(newDeadLetterJSON(t, true), func(w io.Writer) error {
+				return printTaskDetail(w, t, true)
+			})
+		},
+	}
+}
+
+func joinReasons() string {
+	s := ""
+	for i, r := range bt.DeadReasons {
+		if i > 0 {
+			s += ", "
+		}
+		s += string(r)
+	}
+	return s
+}

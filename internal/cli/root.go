@@ -1,0 +1,173 @@
+// Package cli implements the backstop command line. Commands are thin: they
+// parse flags, call the library (the same functions the API will call) and
+// print. Output is a table by default and stable snake_case JSON with -o json.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/dburl"
+	"github.com/backstophq/backstop/store"
+)
+
+// Exit codes: part of the CLI contract.
+const (
+	ExitOK       = 0
+	ExitFailure  = 1
+	ExitUsage    = 2 // bad input or usage
+	ExitNotFound = 3
+	ExitConflict = 4
+)
+
+// exitError carries an exit code chosen by a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErr is bad input detected by the CLI itself.
+func usageErr(format string, args ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// exitCode maps an error to the CLI's exit code.
+func exitCode(err error) int {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, backstop.ErrInvalid):
+		return ExitUsage
+	case errors.Is(err, store.ErrNotFound):
+		return ExitNotFound
+	case errors.Is(err, store.ErrConflict):
+		return ExitConflict
+	}
+	return ExitFailure
+}
+
+// app is the state shared by all commands of one invocation.
+type app struct {
+	dbURL  string
+	output string
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// Main runs the CLI and returns the process exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	code := exitCode(err)
+	var ee *exitError
+	if code == ExitFailure && !errors.As(err, &ee) && isCobraUsage(err) {
+		code = ExitUsage
+	}
+	fmt.Fprintln(stderr, "backstop:", err)
+	return code
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "backstop",
+		Short:         "Backstop: a durable task queue whose signature is the failure path",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			switch a.output {
+			case "table", "json":
+				return nil
+			}
+			return usageErr("-o %q: use table or json", a.output)
+		},
+	}
+	def := os.Getenv("BACKSTOP_DB")
+	if def == "" {
+		def = dburl.Default
+	}
+	root.PersistentFlags().StringVar(&a.dbURL, "db", def, "database URL: sqlite://PATH or postgres://... (env BACKSTOP_DB)")
+	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &exitError{code: ExitUsage, err: err}
+	})
+	for _, add := range commands {
+		root.AddCommand(add(a))
+	}
+	return root
+}
+
+// commands is filled by each command file's init, so files stay independent.
+var commands []func(*app) *cobra.Command
+
+func register(f func(*app) *cobra.Command) { commands = append(commands, f) }
+
+// isCobraUsage recognises cobra's own argument errors.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "required flag", "invalid argument", "flag needs an argument"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// open opens the store named by --db, migrates it, and makes a client.
+func (a *app) open(ctx context.Context, cfg *backstop.Config) (store.Store, *backstop.Client, error) {
+	s, err := dburl.Open(ctx, a.dbURL)
+	if err != nil {
+		return nil, nil, &exitError{code: ExitUsage, err: err}
+	}
+	if err := s.Migrate(ctx); err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	c, err := backstop.NewClient(s, cfg)
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return s, c, nil
+}
+
+// json prints v as indented JSON.
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// print prints v as JSON with -o json, else calls table.
+func (a *app) print(v any, table func(w io.Writer) error) error {
+	if a.output == "json" {
+		return a.printJSON(v)
+	}
+	return table(a.stdout)
+}

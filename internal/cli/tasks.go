@@ -1,0 +1,382 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+func init() { register(tasksCmd) }
+
+func tasksCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tasks",
+		Short: "List, show and cancel tasks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr("tasks: name a subcommand: list, show or cancel")
+		},
+	}
+	cmd.AddCommand(tasksListCmd(a), tasksShowCmd(a), tasksCancelCmd(a))
+	return cmd
+}
+
+// listFlags are the filters shared by `tasks list` and `dlq list`.
+type listFlags struct {
+	queue, kind, after string
+	attrs              []string
+	limit              int
+}
+
+func (f *listFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.queue, "queue", "", "only tasks of this queue")
+	cmd.Flags().StringVar(&f.kind, "kind", "", "only tasks of this kind")
+	cmd.Flags().StringArrayVar(&f.attrs, "attr", nil, "only tasks with this attribute, key=value (repeatable; all must match)")
+	cmd.Flags().IntVar(&f.limit, "limit", 100, "at most this many tasks (1-10000)")
+	cmd.Flags().StringVar(&f.after, "after", "", "cursor: only ids after this one (the last id of the previous page)")
+}
+
+func (f *listFlags) params() (backstop.ListParams, error) {
+	attrs, err := parseAttrs(f.attrs)
+	if err != nil {
+		return backstop.ListParams{}, err
+	}
+	if f.limit < 1 || f.limit > 10000 {
+		return backstop.ListParams{}, usageErr("--limit %d: must be between 1 and 10000", f.limit)
+	}
+	return backstop.ListParams{Queue: f.queue, Kind: f.kind, Attrs: attrs, AfterID: f.after, Limit: f.limit}, nil
+}
+
+func tasksListCmd(a *app) *cobra.Command {
+	var (
+		f     listFlags
+		state string
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List tasks, ordered by id (oldest first)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := f.params()
+			if err != nil {
+				return err
+			}
+			p.States = parseStates(state)
+			s, c, err := a.open(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			tasks, err := c.List(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			a.morePages(tasks, p.Limit)
+			views := make([]taskJSON, len(tasks))
+			for i, t := range tasks {
+				views[i] = newTaskJSON(t, false)
+			}
+			return a.print(views, func(w io.Writer) error {
+				tw := newTable(w)
+				fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPT\tRUN_AT\tLAST_ERROR")
+				for _, t := range tasks {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", t.ID, t.Queue, t.Kind, t.State,
+						t.Attempt, t.MaxAttempts, fmtTime(t.RunAt), oneLine(t.LastError, 60))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state, or states (comma-separated): "+joinStates())
+	return cmd
+}
+
+// morePages tells a table reader how to fetch the next page; JSON readers
+// use the last id themselves.
+func (a *app) morePages(tasks []*backstop.Task, limit int) {
+	if a.output == "table" && len(tasks) == limit && limit > 0 {
+		fmt.Fprintf(a.stderr, "(more may follow: --after %s)\n", tasks[len(tasks)-1].ID)
+	}
+}
+
+func tasksShowCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a task with its executions (attempts)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, c, err := a.open(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			t, err := c.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return a.print(newTaskJSON(t, true), func(w io.Writer) error {
+				return printTaskDetail(w, t, false)
+			})
+		},
+	}
+}
+
+func tasksCancelCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a task: at once when waiting, within a heartbeat when running",
+		Long: "Cancel a task. A scheduled or pending task is canceled at once; a running one is asked to stop\n" +
+			"and its handler's context ends within one heartbeat interval. A finished task cannot be\n" +
+			"canceled (exit 4); an unknown id exits 3.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, c, err := a.open(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			t, err := c.Cancel(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return a.print(newTaskJSON(t, false), func(w io.Writer) error {
+				status := string(t.State)
+				if t.State == bt.StateRunning {
+					status = "cancel requested (the running attempt stops within a heartbeat)"
+				}
+				_, err := fmt.Fprintf(w, "%s\t%s\n", t.ID, status)
+				return err
+			})
+		},
+	}
+}
+
+// taskJSON is a task as the CLI prints it: the contract's snake_case keys,
+// with attributes always an object and, when shown, executions always an
+// array.
+type taskJSON struct {
+	*bt.Task
+	// Executions is set by show commands and left out of listings.
+	Executions *[]bt.Execution `json:"executions,omitempty"`
+}
+
+func newTaskJSON(t *bt.Task, withExecutions bool) taskJSON {
+	if t.Attributes == nil {
+		cp := *t
+		cp.Attributes = map[string]string{}
+		t = &cp
+	}
+	v := taskJSON{Task: t}
+	if withExecutions {
+		ex := t.Executions
+		if ex == nil {
+			ex = []bt.Execution{}
+		}
+		v.Executions = &ex
+	}
+	return v
+}
+
+// printTaskDetail prints a task's fields, then its executions. With
+// details, each execution's error detail (stack, output tail) follows.
+func printTaskDetail(w io.Writer, t *bt.Task, details bool) error {
+	tw := newTable(w)
+	field := func(name, value string) {
+		if value != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", name, value)
+		}
+	}
+	field("id", t.ID)
+	field("queue", t.Queue)
+	field("kind", t.Kind)
+	field("state", string(t.State))
+	field("attempt", fmt.Sprintf("%d of %d", t.Attempt, t.MaxAttempts))
+	field("priority", strconv.Itoa(t.Priority))
+	field("run_at", fmtTime(t.RunAt))
+	field("created_at", fmtTime(t.CreatedAt))
+	field("updated_at", fmtTime(t.UpdatedAt))
+	if t.Timeout > 0 {
+		field("timeout", t.Timeout.String())
+	}
+	field("deadline", fmtTimePtr(t.Deadline))
+	field("retry", fmtRetry(t.Retry))
+	field("attributes", fmtAttrs(t.Attributes))
+	field("idempotency_key", t.IdempotencyKey)
+	if t.MergeKey != "" {
+		field("merge_key", fmt.Sprintf("%s (merged %d times)", t.MergeKey, t.MergeCount))
+	}
+	field("progress", fmtProgress(t.Progress))
+	if t.Complexity != 0 {
+		field("complexity", strconv.FormatFloat(t.Complexity, 'g', -1, 64))
+	}
+	payload := oneLine(string(t.Payload), 1000)
+	if t.PayloadSpilled {
+		payload += fmt.Sprintf("  (%d bytes, spilled)", t.PayloadSize)
+	}
+	field("payload", payload)
+	field("trace_parent", t.TraceParent)
+	if t.State == bt.StateRunning {
+		field("worker_id", t.WorkerID)
+		field("execution_id", t.ExecutionID)
+		field("lease_expires_at", fmtTimePtr(t.LeaseExpiresAt))
+	}
+	field("cancel_requested_at", fmtTimePtr(t.CancelRequestedAt))
+	field("finalized_at", fmtTimePtr(t.FinalizedAt))
+	if t.DeadCount > 0 || t.DeadReason != "" {
+		field("reason", string(t.DeadReason))
+		field("first_seen", fmtTimePtr(t.FirstSeen))
+		field("last_seen", fmtTimePtr(t.LastSeen))
+		field("dead_count", strconv.Itoa(t.DeadCount))
+		field("replay_count", strconv.Itoa(t.ReplayCount))
+		field("dlq_status", string(t.DLQStatus))
+	}
+	field("replayed_from", t.ReplayedFrom)
+	field("last_error", oneLine(t.LastError, 200))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(w, "\nexecutions (%d):\n", len(t.Executions))
+	if len(t.Executions) == 0 {
+		_, err := fmt.Fprintln(w, "  none yet")
+		return err
+	}
+	tw = newTable(w)
+	fmt.Fprintln(tw, "  ATTEMPT\tEXECUTION_ID\tWORKER\tSTARTED\tDURATION\tOUTCOME\tERROR")
+	for _, e := range t.Executions {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Attempt, e.ExecutionID, e.WorkerID,
+			fmtTime(e.StartedAt), fmtDuration(e), outcomeOrRunning(e), oneLine(e.Error, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if details {
+		for _, e := range t.Executions {
+			if e.ErrorDetail == "" {
+				continue
+			}
+			fmt.Fprintf(w, "\nattempt %d (%s) detail:\n", e.Attempt, e.ExecutionID)
+			for _, line := range strings.Split(strings.TrimRight(e.ErrorDetail, "\n"), "\n") {
+				fmt.Fprintf(w, "  | %s\n", line)
+			}
+		}
+	}
+	return nil
+}
+
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+// fmtTime prints times in RFC 3339, UTC, to the second when that loses
+// nothing and to the microsecond otherwise.
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func fmtTimePtr(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return fmtTime(*t)
+}
+
+func fmtDuration(e bt.Execution) string {
+	if e.FinishedAt == nil {
+		return "-"
+	}
+	d := e.FinishedAt.Sub(e.StartedAt)
+	switch {
+	case d >= time.Second:
+		d = d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		d = d.Round(10 * time.Microsecond)
+	}
+	return d.String()
+}
+
+func outcomeOrRunning(e bt.Execution) string {
+	if e.Outcome == "" && e.FinishedAt == nil {
+		return "running"
+	}
+	return string(e.Outcome)
+}
+
+func fmtRetry(p *bt.RetryPolicy) string {
+	if p == nil {
+		return ""
+	}
+	if len(p.Schedule) > 0 {
+		parts := make([]string, len(p.Schedule))
+		for i, d := range p.Schedule {
+			parts[i] = d.String()
+		}
+		return "schedule " + strings.Join(parts, ",") + " (last repeats)"
+	}
+	parts := []string{"exponential"}
+	if p.Base > 0 {
+		parts = append(parts, "base "+p.Base.String())
+	}
+	if p.Factor > 0 {
+		parts = append(parts, "factor "+strconv.FormatFloat(p.Factor, 'g', -1, 64))
+	}
+	if p.Max > 0 {
+		parts = append(parts, "max "+p.Max.String())
+	}
+	if p.Jitter != nil && !*p.Jitter {
+		parts = append(parts, "no jitter")
+	}
+	return strings.Join(parts, " ")
+}
+
+func fmtAttrs(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, " ")
+}
+
+func fmtProgress(p bt.Progress) string {
+	if p.Total == 0 && p.Completed == 0 {
+		return ""
+	}
+	if p.Total == 0 {
+		return fmt.Sprintf("%d steps done", p.Completed)
+	}
+	return fmt.Sprintf("%d of %d steps", p.Completed, p.Total)
+}
+
+// oneLine flattens s to one line of at most n runes, marking a cut with "…".
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+func joinStates() string {
+	parts := make([]string, len(bt.States))
+	for i, s := range bt.States {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,163 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/execworker"
+)
+
+func init() { register(workCmd) }
+
+type workOptions struct {
+	queues         []string
+	kinds          []string
+	concurrency    int
+	lease          time.Duration
+	exitAfterIdle  time.Duration
+	permanentCodes []int
+	grace          time.Duration
+	outputLimit    int
+}
+
+func workCmd(a *app) *cobra.Command {
+	var o workOptions
+	cmd := &cobra.Command{
+		Use:   "work --queue Q [flags] -- CMD [ARG...]",
+		Short: "Run a program for each task (payload on stdin, task in the environment)",
+		Long: `work claims tasks from the given queues and runs CMD once per task, in a
+process group of its own. The payload arrives on stdin; the environment carries
+BACKSTOP_TASK_ID, BACKSTOP_ATTEMPT, BACKSTOP_QUEUE, BACKSTOP_KIND,
+BACKSTOP_EXECUTION_ID and each attribute as BACKSTOP_ATTR_<KEY> (upper-cased,
+other characters than letters and digits replaced by _).
+
+Exit code 0 succeeds; 75 (EX_TEMPFAIL) and any code not listed in
+--permanent-exit-codes are transient (retried by policy); listed codes
+dead-letter the task at once. On a timeout, a cancel or a shutdown the whole
+process group is killed. The last 8 KiB of stdout+stderr are kept with the
+execution (tasks show ID).
+
+On SIGTERM or SIGINT the worker drains: it stops claiming, lets running
+programs finish within --grace, then kills the rest and releases their tasks
+without charging an attempt. A second signal ends the grace period at once.
+Logs are JSON lines on stderr.`,
+		Example: `  backstop work --queue emails --concurrency 4 -- ./send-email.sh
+  backstop work --queue etl --kind load --permanent-exit-codes 65,100 --exit-after-idle 10s -- python load.py`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErr("work: missing the command to run: backstop work --queue Q -- CMD [ARG...]")
+			}
+			return a.work(cmd.Context(), &o, args)
+		},
+	}
+	// Flags end at the first argument, the command, so "--" is optional
+	// and the command's own flags are never taken for work's.
+	cmd.Flags().SetInterspersed(false)
+	f := cmd.Flags()
+	f.StringArrayVar(&o.queues, "queue", nil, "queue to work (repeatable; required)")
+	f.StringArrayVar(&o.kinds, "kind", nil, "only claim tasks of this kind (repeatable; default: every kind)")
+	f.IntVar(&o.concurrency, "concurrency", 10, "programs running at once, per queue")
+	f.DurationVar(&o.lease, "lease", 30*time.Second, "lease of a claimed task, renewed by heartbeats every lease/3")
+	f.DurationVar(&o.exitAfterIdle, "exit-after-idle", 0, "exit 0 once no task has been claimable for this long (0: never)")
+	f.IntSliceVar(&o.permanentCodes, "permanent-exit-codes", nil, "exit codes that dead-letter the task at once (e.g. 65,100)")
+	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM/SIGINT, how long running programs may finish before they are killed and released")
+	f.IntVar(&o.outputLimit, "output-limit", 8<<10, "bytes of stdout+stderr kept per execution (the tail)")
+	return cmd
+}
+
+func (a *app) work(ctx context.Context, o *workOptions, command []string) error {
+	if len(o.queues) == 0 {
+		return usageErr("work: --queue is required")
+	}
+	if o.concurrency < 1 {
+		return usageErr("work: --concurrency must be at least 1")
+	}
+	if o.lease < time.Second {
+		return usageErr("work: --lease %s is shorter than 1s", o.lease)
+	}
+	if o.exitAfterIdle < 0 || o.grace < 0 {
+		return usageErr("work: --exit-after-idle and --grace must not be negative")
+	}
+	if o.outputLimit < 1 {
+		return usageErr("work: --output-limit must be at least 1")
+	}
+	h, err := execworker.New(execworker.Config{
+		Command: command, PermanentExitCodes: o.permanentCodes, OutputLimit: o.outputLimit,
+	})
+	if err != nil {
+		return usageErr("work: %v", err)
+	}
+
+	log := slog.New(slog.NewJSONHandler(a.stderr, nil))
+	s, c, err := a.open(ctx, &backstop.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+
+	queues := make(map[string]int, len(o.queues))
+	for _, q := range o.queues {
+		queues[q] = o.concurrency
+	}
+	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{Queues: queues, Kinds: o.kinds, Lease: o.lease})
+	if err != nil {
+		return usageErr("work: %v", err)
+	}
+	if len(o.kinds) == 0 {
+		w.HandleDefault(h)
+	}
+	for _, k := range o.kinds {
+		w.Handle(k, h)
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	log.Info("worker started", "worker_id", w.ID(), "queues", o.queues, "kinds", o.kinds,
+		"concurrency", o.concurrency, "lease", o.lease.String(), "command", command)
+
+	var idle <-chan time.Time
+	if o.exitAfterIdle > 0 {
+		tick := time.NewTicker(min(o.exitAfterIdle/4, 250*time.Millisecond))
+		defer tick.Stop()
+		idle = tick.C
+	}
+	reason := ""
+	for reason == "" {
+		select {
+		case <-ctx.Done():
+			reason = "signal"
+		case <-idle:
+			if w.IdleFor() >= o.exitAfterIdle {
+				reason = "idle"
+			}
+		}
+	}
+
+	log.Info("worker draining", "worker_id", w.ID(), "reason", reason, "running", w.Running(), "grace", o.grace.String())
+	stopCtx, cancel := context.WithTimeout(context.Background(), o.grace)
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case <-sigs:
+			log.Warn("second signal: ending the grace period now", "worker_id", w.ID())
+			cancel()
+		case <-stopCtx.Done():
+		}
+	}()
+	if err := w.Stop(stopCtx); err != nil {
+		return fmt.Errorf("work: stop: %w", err)
+	}
+	log.Info("worker stopped", "worker_id", w.ID(), "reason", reason)
+	return nil
+}

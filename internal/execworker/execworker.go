@@ -1,0 +1,272 @@
+// Package execworker is the generic exec worker: a backstop.Handler that runs
+// one program per task, which makes any language a Backstop worker.
+//
+// The program gets the payload on stdin and the task in its environment
+// (BACKSTOP_TASK_ID, BACKSTOP_ATTEMPT, BACKSTOP_QUEUE, BACKSTOP_KIND,
+// BACKSTOP_EXECUTION_ID and BACKSTOP_ATTR_<KEY> per attribute). Its exit code
+// classifies the attempt: 0 succeeds, 75 (EX_TEMPFAIL) and any other code are
+// transient, configured codes are permanent. It runs in a process group of
+// its own, killed whole when the attempt's context ends (timeout, cancel,
+// shutdown) and when the program exits, so no grandchild outlives its task.
+// A bounded tail of its combined stdout and stderr is kept with the execution.
+//
+// It must never leave a process or a goroutine behind after Work returns.
+package execworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/backstophq/backstop"
+)
+
+// ExitTempFail is EX_TEMPFAIL from sysexits.h: "try again later".
+const ExitTempFail = 75
+
+// Config configures a Handler.
+type Config struct {
+	// Command is the program and its arguments. Required.
+	Command []string
+	// PermanentExitCodes dead-letter the task at once. Default: none.
+	PermanentExitCodes []int
+	// OutputLimit bounds the kept tail of stdout+stderr, in bytes.
+	// Default: 8 KiB.
+	OutputLimit int
+	// Env is the environment the task variables are added to.
+	// Default: this process's environment.
+	Env []string
+	// Dir is the working directory. Default: this process's.
+	Dir string
+}
+
+// Handler runs Config.Command for each task.
+type Handler struct {
+	cfg  Config
+	path string
+	perm map[int]bool
+	env  []string
+}
+
+var _ backstop.Handler = (*Handler)(nil)
+
+// New checks cfg and resolves the program on PATH.
+func New(cfg Config) (*Handler, error) {
+	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
+		return nil, errors.New("execworker: no command to run")
+	}
+	path, err := exec.LookPath(cfg.Command[0])
+	if err != nil {
+		return nil, fmt.Errorf("execworker: %w", err)
+	}
+	if cfg.OutputLimit <= 0 {
+		cfg.OutputLimit = 8 << 10
+	}
+	perm := map[int]bool{}
+	for _, c := range cfg.PermanentExitCodes {
+		if c <= 0 || c > 255 {
+			return nil, fmt.Errorf("execworker: permanent exit code %d is not between 1 and 255", c)
+		}
+		if c == ExitTempFail {
+			return nil, fmt.Errorf("execworker: exit code %d (EX_TEMPFAIL) is always transient", c)
+		}
+		perm[c] = true
+	}
+	env := cfg.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	// Drop task variables inherited from an enclosing task (a worker run by
+	// a worker), so a child never sees another task's attributes.
+	env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		return strings.HasPrefix(kv, "BACKSTOP_ATTR_") || strings.HasPrefix(kv, "BACKSTOP_TASK_ID=") ||
+			strings.HasPrefix(kv, "BACKSTOP_ATTEMPT=") || strings.HasPrefix(kv, "BACKSTOP_QUEUE=") ||
+			strings.HasPrefix(kv, "BACKSTOP_KIND=") || strings.HasPrefix(kv, "BACKSTOP_EXECUTION_ID=")
+	})
+	return &Handler{cfg: cfg, path: path, perm: perm, env: env}, nil
+}
+
+// EnvName is the environment variable carrying attribute key:
+// BACKSTOP_ATTR_ and the key upper-cased, with every character that is not a
+// letter or digit replaced by '_'.
+func EnvName(key string) string {
+	var b strings.Builder
+	b.WriteString("BACKSTOP_ATTR_")
+	for _, r := range strings.ToUpper(key) {
+		if (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// Environ is the child's environment for t: the base environment, then the
+// task's variables (attributes in key order, so collisions are stable).
+func (h *Handler) Environ(t *backstop.Task) []string {
+	env := slices.Clip(h.env)
+	env = append(env,
+		"BACKSTOP_TASK_ID="+t.ID,
+		"BACKSTOP_ATTEMPT="+strconv.Itoa(t.Attempt),
+		"BACKSTOP_QUEUE="+t.Queue,
+		"BACKSTOP_KIND="+t.Kind,
+		"BACKSTOP_EXECUTION_ID="+t.ExecutionID,
+	)
+	keys := make([]string, 0, len(t.Attributes))
+	for k := range t.Attributes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, EnvName(k)+"="+t.Attributes[k])
+	}
+	return env
+}
+
+// outputDrain bounds how long Work waits for the output pipe to close after
+// the process group is gone (a descendant that left the group may hold it).
+const outputDrain = 2 * time.Second
+
+// Work runs the command for one attempt and keeps its output tail with the
+// execution (backstop.RecordDetail).
+func (h *Handler) Work(ctx context.Context, t *backstop.Task) error {
+	r := h.Run(ctx, t)
+	if r.Output != "" {
+		backstop.RecordDetail(ctx, r.Output)
+	}
+	return r.Err
+}
+
+// Result is how one run of the command ended.
+type Result struct {
+	// Err is the attempt's result: nil, a transient error, or
+	// backstop.Permanent.
+	Err error
+	// Output is the bounded tail of stdout and stderr.
+	Output string
+	// ExitCode is the program's exit code, or -1 when it was killed.
+	ExitCode int
+}
+
+// Run runs the command for t until it exits or ctx ends.
+func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
+	if err := ctx.Err(); err != nil {
+		return Result{Err: err, ExitCode: -1}
+	}
+	cmd := exec.Command(h.path, h.cfg.Command[1:]...)
+	cmd.Args[0] = h.cfg.Command[0]
+	cmd.Env = h.Environ(t)
+	cmd.Dir = h.cfg.Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+
+	// Our own pipes rather than exec's copying goroutines: Wait then
+	// returns when the program exits, even if a grandchild still holds
+	// stdout, and we decide how long to keep reading.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return Result{Err: fmt.Errorf("execworker: output pipe: %w", err), ExitCode: -1}
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return Result{Err: fmt.Errorf("execworker: input pipe: %w", err), ExitCode: -1}
+	}
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = outW, outW, inR
+	start := time.Now()
+	err = cmd.Start()
+	outW.Close()
+	inR.Close()
+	if err != nil {
+		outR.Close()
+		inW.Close()
+		return Result{Err: fmt.Errorf("execworker: start %s: %w", h.cfg.Command[0], err), ExitCode: -1}
+	}
+	pgid := cmd.Process.Pid
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		// A program that does not read its stdin makes this fail (EPIPE)
+		// or block until the input pipe is closed below; both are fine.
+		_, _ = inW.Write(t.Payload)
+		inW.Close()
+	}()
+	tail := newTail(h.cfg.OutputLimit)
+	readDone := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		defer close(readDone)
+		_, _ = io.Copy(tail, outR)
+	}()
+
+	waitDone := make(chan error, 1)
+	go func() { waitDone <- cmd.Wait() }()
+	var waitErr error
+	killed := false
+	select {
+	case waitErr = <-waitDone:
+	case <-ctx.Done():
+		killed = true
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		waitErr = <-waitDone
+	}
+	// The program is gone; end whatever it left running in its group.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	select {
+	case <-readDone:
+	case <-time.After(outputDrain):
+	}
+	outR.Close()
+	inW.Close() // unblocks a payload write nobody reads
+	wg.Wait()
+
+	elapsed := time.Since(start).Round(time.Millisecond)
+	code := -1
+	if cmd.ProcessState != nil && !killed {
+		code = cmd.ProcessState.ExitCode()
+	}
+	return Result{
+		Err:      h.classify(ctx, cmd.ProcessState, waitErr, killed, elapsed),
+		Output:   tail.String(),
+		ExitCode: code,
+	}
+}
+
+// classify turns how the program ended into the attempt's result.
+func (h *Handler) classify(ctx context.Context, ps *os.ProcessState, waitErr error, killed bool, elapsed time.Duration) error {
+	name := h.cfg.Command[0]
+	if killed {
+		cause := context.Cause(ctx)
+		return fmt.Errorf("%s killed (process group, SIGKILL) after %s: %w", name, elapsed, cause)
+	}
+	if ps == nil {
+		return fmt.Errorf("%s: %w", name, waitErr)
+	}
+	if st, ok := ps.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+		return fmt.Errorf("%s killed by signal %d (%s) after %s", name, int(st.Signal()), st.Signal(), elapsed)
+	}
+	code := ps.ExitCode()
+	switch {
+	case code == 0:
+		return nil
+	case code == ExitTempFail:
+		return fmt.Errorf("%s exited with code %d (EX_TEMPFAIL, transient)", name, code)
+	case h.perm[code]:
+		return backstop.Permanent(fmt.Errorf("%s exited with code %d (permanent)", name, code))
+	default:
+		return fmt.Errorf("%s exited with code %d", name, code)
+	}
+}
