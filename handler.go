@@ -40,7 +40,9 @@ func Typed[T any](fn func(ctx context.Context, t *Task, payload T) error) Handle
 type attempt struct {
 	task   *Task
 	cancel context.CancelCauseFunc
-	logger *slog.Logger
+	// log builds the task's logger on first use: most attempts succeed
+	// without logging, and slog.With formats its attributes eagerly.
+	log func() *slog.Logger
 
 	mu       sync.Mutex
 	progress *Progress
@@ -93,7 +95,7 @@ func RecordDetail(ctx context.Context, detail string) {
 // handler it is slog.Default().
 func Logger(ctx context.Context) *slog.Logger {
 	if a := attemptFrom(ctx); a != nil {
-		return a.logger
+		return a.log()
 	}
 	return slog.Default()
 }

@@ -402,7 +402,7 @@ func (w *Worker) handlerFor(kind string) Handler {
 func (w *Worker) start(ctx context.Context, q *queueRunner, t *Task) {
 	// Attempts outlive the fetch context: shutdown ends them by cause.
 	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	a := &attempt{task: t, cancel: cancel, logger: taskLogger(w.log, t)}
+	a := &attempt{task: t, cancel: cancel, log: sync.OnceValue(func() *slog.Logger { return taskLogger(w.log, t) })}
 	w.mu.Lock()
 	w.running[t.ExecutionID] = a
 	w.mu.Unlock()
@@ -477,7 +477,7 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 		cause = nil
 	}
 	if errors.Is(cause, errLeaseLost) {
-		a.logger.Warn("lease lost; attempt result dropped", "result", errString(res))
+		a.log().Warn("lease lost; attempt result dropped", "result", errString(res))
 		return
 	}
 	w.settle(a, w.decide(t, res, cause, a))
@@ -579,10 +579,10 @@ func (w *Worker) settle(a *attempt, s store.Settlement) {
 	}
 	switch s.State {
 	case bt.StateDead:
-		a.logger.Warn("task dead-lettered", "reason", s.DeadReason, "outcome", s.Outcome, "error", s.Error)
+		a.log().Warn("task dead-lettered", "reason", s.DeadReason, "outcome", s.Outcome, "error", s.Error)
 	case bt.StateScheduled, bt.StatePending:
 		if s.Outcome != bt.OutcomeSnoozed {
-			a.logger.Info("attempt failed; retry scheduled", "outcome", s.Outcome, "error", s.Error, "run_at", s.RunAt)
+			a.log().Info("attempt failed; retry scheduled", "outcome", s.Outcome, "error", s.Error, "run_at", s.RunAt)
 		}
 	}
 	w.settleCh <- s

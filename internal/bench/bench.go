@@ -35,7 +35,7 @@ type Config struct {
 	// Rate, with Duration, is latency mode: one enqueue per task at this
 	// many tasks per second, reporting enqueue-to-start latency.
 	Rate float64
-	// Workers is the worker's concurrency. Default: 100.
+	// Workers is the worker's concurrency. Default: 2000 (what River's bench uses).
 	Workers int
 	// Batch is the size of each EnqueueMany. Default: 1,000.
 	Batch int
@@ -50,7 +50,7 @@ func (c Config) withDefaults() Config {
 		c.N = 100_000
 	}
 	if c.Workers == 0 {
-		c.Workers = 100
+		c.Workers = 2000
 	}
 	if c.Batch == 0 {
 		c.Batch = 1000

@@ -53,7 +53,7 @@ The last line is always:
 	f.IntVarP(&cfg.N, "n", "n", 100_000, "drain mode: tasks to insert, then work down")
 	f.DurationVar(&cfg.Duration, "duration", 0, "continuous mode (or latency mode with --rate): how long to run")
 	f.Float64Var(&cfg.Rate, "rate", 0, "latency mode: tasks enqueued per second, one at a time")
-	f.IntVar(&cfg.Workers, "workers", 100, "worker concurrency")
+	f.IntVar(&cfg.Workers, "workers", 2000, "worker concurrency (2000, as River's own bench uses)")
 	f.IntVar(&cfg.Batch, "batch", 1000, "tasks per enqueue batch")
 	return cmd
 }

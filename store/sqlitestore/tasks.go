@@ -385,14 +385,14 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	rows, err := s.w.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'running', attempt = attempt + 1,
 		worker_id = ?, execution_id = ? || printf('%012x', (rowid + ?) & 281474976710655), attempted_at = ?, lease_expires_at = ?, updated_at = ?,
 		cancel_requested_at = NULL
-		WHERE id IN (SELECT id FROM backstop_tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
+		WHERE rowid IN (SELECT rowid FROM backstop_tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
 			AND (deadline IS NULL OR deadline > ?)`+kindFilter+`
 			ORDER BY priority DESC, run_at, id LIMIT ?)
-		RETURNING `+taskCols, args...)
+		RETURNING `+claimCols, args...)
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := scanTasks(rows)
+	tasks, err := scanClaimed(rows, p)
 	if err != nil {
 		return nil, err
 	}
@@ -410,6 +410,58 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 		return nil, err
 	}
 	return tasks, nil
+}
+
+// claimCols is what a claim returns: only what a handler can use and the
+// claim did not just set itself (moving 38 columns per row through
+// database/sql costs more than the claim's own SQL).
+const claimCols = `id, kind, priority, attempt, max_attempts, payload, payload_size, payload_spilled, attributes,
+run_at, created_at, timeout_us, deadline, retry_policy, progress_total, progress_completed, complexity,
+trace_parent, last_error, execution_id, idempotency_key, merge_key, merge_count, dead_count, replay_count, replayed_from`
+
+func scanClaimed(rows *sql.Rows, p store.ClaimParams) ([]*bt.Task, error) {
+	defer rows.Close()
+	now := fromUS(us(p.Now))
+	lease := fromUS(us(p.Now.Add(p.Lease)))
+	var out []*bt.Task
+	for rows.Next() {
+		var (
+			t                                               bt.Task
+			payload                                         []byte
+			attrs, retry, trace, lastErr, idem, merge, repl sql.NullString
+			runAt, created, timeoutUS                       int64
+			deadline                                        sql.NullInt64
+		)
+		if err := rows.Scan(&t.ID, &t.Kind, &t.Priority, &t.Attempt, &t.MaxAttempts, &payload, &t.PayloadSize,
+			&t.PayloadSpilled, &attrs, &runAt, &created, &timeoutUS, &deadline, &retry, &t.Progress.Total,
+			&t.Progress.Completed, &t.Complexity, &trace, &lastErr, &t.ExecutionID, &idem, &merge, &t.MergeCount,
+			&t.DeadCount, &t.ReplayCount, &repl); err != nil {
+			return nil, err
+		}
+		t.Queue, t.State, t.WorkerID = p.Queue, bt.StateRunning, p.WorkerID
+		t.AttemptedAt, t.LeaseExpiresAt, t.UpdatedAt = &now, &lease, now
+		if payload != nil {
+			t.Payload = json.RawMessage(payload)
+		}
+		if attrs.Valid && attrs.String != "" {
+			if err := json.Unmarshal([]byte(attrs.String), &t.Attributes); err != nil {
+				return nil, fmt.Errorf("task %s: attributes: %w", t.ID, err)
+			}
+		}
+		if retry.Valid && retry.String != "" {
+			t.Retry = new(bt.RetryPolicy)
+			if err := json.Unmarshal([]byte(retry.String), t.Retry); err != nil {
+				return nil, fmt.Errorf("task %s: retry policy: %w", t.ID, err)
+			}
+		}
+		t.RunAt, t.CreatedAt = fromUS(runAt), fromUS(created)
+		t.Timeout = bt.Duration(time.Duration(timeoutUS) * time.Microsecond)
+		t.Deadline = fromNullUS(deadline)
+		t.TraceParent, t.LastError = trace.String, lastErr.String
+		t.IdempotencyKey, t.MergeKey, t.ReplayedFrom = idem.String, merge.String, repl.String
+		out = append(out, &t)
+	}
+	return out, rows.Err()
 }
 
 func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUntil time.Time) ([]store.BeatResult, error) {
@@ -503,10 +555,11 @@ func allSucceeded(ss []store.Settlement) bool {
 	return true
 }
 
-const settleChunk = 400 // keeps every statement under SQLite's parameter limit
+const settleChunk = 500 // 5 parameters each: well under SQLite's limit
 
 // settleSucceeded is the hot path: a batch of successes settled with one
-// UPDATE and one INSERT per chunk instead of two statements per task.
+// UPDATE … FROM (VALUES …) and one multi-row INSERT per chunk, instead of
+// two statements per task.
 func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
 	index := make(map[string]int, len(ss))
@@ -515,63 +568,38 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 	}
 	for start := 0; start < len(ss); start += settleChunk {
 		chunk := ss[start:min(start+settleChunk, len(ss))]
-		// Progress differs per task: those with progress go one by one.
-		args := make([]any, 0, 2*len(chunk)+2)
-		finished := us(chunk[0].FinishedAt)
-		args = append(args, finished, finished)
-		var withProgress []store.Settlement
-		ids := make([]any, 0, len(chunk))
-		execs := make([]any, 0, len(chunk))
-		for _, st := range chunk {
-			if st.Progress != nil || us(st.FinishedAt) != finished {
-				withProgress = append(withProgress, st)
-				continue
+		var sb strings.Builder
+		sb.WriteString(`UPDATE backstop_tasks SET state = 'succeeded', finalized_at = v.column3, updated_at = v.column3,
+			lease_expires_at = NULL, progress_total = COALESCE(v.column4, progress_total),
+			progress_completed = COALESCE(v.column5, progress_completed)
+			FROM (VALUES `)
+		args := make([]any, 0, 5*len(chunk))
+		for i, st := range chunk {
+			if i > 0 {
+				sb.WriteByte(',')
 			}
-			ids = append(ids, st.TaskID)
-			execs = append(execs, st.ExecutionID)
-		}
-		var rows []settledRow
-		if len(ids) > 0 {
-			args = append(append(args, ids...), execs...)
-			// Execution ids are unique, so matching the id set and the
-			// execution id set matches each task only under its own lease.
-			r, err := tx.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'succeeded', finalized_at = ?,
-				updated_at = ?, lease_expires_at = NULL
-				WHERE id IN (`+placeholders(len(ids))+`) AND execution_id IN (`+placeholders(len(execs))+`)
-				AND state = 'running'
-				RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at`, args...)
-			if err != nil {
-				return nil, err
-			}
-			rows, err = scanSettled(r)
-			if err != nil {
-				return nil, err
-			}
-		}
-		for _, st := range withProgress {
+			sb.WriteString("(?,?,?,?,?)")
 			var total, done any
 			if st.Progress != nil {
 				total, done = st.Progress.Total, st.Progress.Completed
 			}
-			r, err := tx.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'succeeded', finalized_at = ?1,
-				updated_at = ?1, lease_expires_at = NULL,
-				progress_total = COALESCE(?2, progress_total), progress_completed = COALESCE(?3, progress_completed)
-				WHERE id = ?4 AND execution_id = ?5 AND state = 'running'
-				RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at`,
-				us(st.FinishedAt), total, done, st.TaskID, st.ExecutionID)
-			if err != nil {
-				return nil, err
-			}
-			one, err := scanSettled(r)
-			if err != nil {
-				return nil, err
-			}
-			rows = append(rows, one...)
+			args = append(args, st.TaskID, st.ExecutionID, us(st.FinishedAt), total, done)
+		}
+		sb.WriteString(`) AS v
+			WHERE backstop_tasks.id = v.column1 AND backstop_tasks.execution_id = v.column2 AND backstop_tasks.state = 'running'
+			RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at`)
+		r, err := tx.QueryContext(ctx, sb.String(), args...)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := scanSettled(r)
+		if err != nil {
+			return nil, err
 		}
 		if len(rows) == 0 {
 			continue
 		}
-		var sb strings.Builder
+		sb.Reset()
 		sb.WriteString(`INSERT INTO backstop_executions (execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome) VALUES `)
 		ins := make([]any, 0, len(rows)*6)
 		for i, r := range rows {
