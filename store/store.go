@@ -65,6 +65,11 @@ type Store interface {
 	PastDeadline(ctx context.Context, now time.Time, limit int) ([]*bt.Task, error)
 	PromoteScheduled(ctx context.Context, now time.Time, limit int) (int, error)
 
+	// Dead-letter operations (store/dlq.go) and operations/maintenance
+	// beyond the hot path (store/ops.go).
+	DLQ
+	Ops
+
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers
 	// still poll as a fallback. An empty name means "any queue may have

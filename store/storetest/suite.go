@@ -57,6 +57,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Worker", s.testWorker)
 	t.Run("DeadLetters", s.testDeadLetters)
 	t.Run("Migrations", s.testMigrations)
+	t.Run("DLQOps", s.testDLQOps)
+	t.Run("Ops", s.testOps)
 }
 
 // clock is real time plus an offset tests can move forward, so lease

@@ -1,0 +1,7 @@
+package storetest
+
+import "testing"
+
+// testDLQOps: replay, redrive, discard, resolve, purge, export.
+func (s *suite) testDLQOps(t *testing.T) {
+}
