@@ -164,12 +164,40 @@ func (h *hub) notify(queues map[string]struct{}) {
 	}
 }
 
+// CrossProcessPoll is how often Wakeups checks whether another process
+// committed to the database file (PRAGMA data_version), to wake workers of
+// this process without waiting for their poll interval.
+var CrossProcessPoll = 50 * time.Millisecond
+
+// Wakeups delivers in-process wake-ups at once, and an "any queue" wake-up
+// ("") when another connection — another process on the same file —
+// committed since the last check.
 func (s *Store) Wakeups(ctx context.Context) <-chan string {
 	ch := make(chan string, 64)
 	s.hub.mu.Lock()
 	s.hub.subs[ch] = struct{}{}
 	s.hub.mu.Unlock()
 	out := make(chan string, 64)
+	send := func(q string) {
+		select {
+		case out <- q:
+		default:
+		}
+	}
+	// data_version is per connection: pin one, and read the starting value
+	// before returning so no commit after this call goes unnoticed.
+	var (
+		last   int64
+		ticker *time.Ticker
+		tick   <-chan time.Time
+	)
+	conn, err := s.r.Conn(ctx)
+	if err == nil {
+		if conn.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&last) == nil {
+			ticker = time.NewTicker(CrossProcessPoll)
+			tick = ticker.C
+		}
+	}
 	go func() {
 		defer close(out)
 		defer func() {
@@ -177,14 +205,23 @@ func (s *Store) Wakeups(ctx context.Context) <-chan string {
 			delete(s.hub.subs, ch)
 			s.hub.mu.Unlock()
 		}()
+		if conn != nil {
+			defer conn.Close()
+		}
+		if ticker != nil {
+			defer ticker.Stop()
+		}
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case q := <-ch:
-				select {
-				case out <- q:
-				default:
+				send(q)
+			case <-tick:
+				var v int64
+				if err := conn.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err == nil && v != last {
+					last = v
+					send("")
 				}
 			}
 		}

@@ -2,8 +2,10 @@ package sqlitestore_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -48,4 +50,40 @@ func BenchmarkDrain(b *testing.B) {
 		b.Fatal(err)
 	}
 	storetest.BenchDrain(b, s)
+}
+
+// A commit by another connection (as another process would make) wakes
+// subscribers with "" even though no in-process signal was sent.
+func TestWakeupFromAnotherConnection(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "backstop.db")
+	s, err := sqlitestore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wake := s.Wakeups(ctx)
+	other, err := sql.Open(sqlitestore.DriverName, "file:"+path+"?_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Exec(`INSERT INTO backstop_payloads (task_id, data) VALUES ('x', x'7b7d')`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case q := <-wake:
+		if q != "" {
+			t.Fatalf("wake-up %q, want the any-queue wake-up", q)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up after another connection committed")
+	}
+	cancel()
+	for range wake { // closed when ctx ends
+	}
 }
