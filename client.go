@@ -14,6 +14,9 @@ import (
 type Client struct {
 	store store.Store
 	cfg   *Config
+	// remote coalesces concurrent settlements of the remote worker
+	// protocol (remote.go) into batches.
+	remote settleBatcher
 }
 
 // NewClient makes a client over s. A nil cfg takes every default.
@@ -143,6 +146,9 @@ func (c *Client) List(ctx context.Context, f ListParams) ([]*Task, error) {
 		if !attrKeyRE.MatchString(k) {
 			return nil, invalid("attr", "key %q is not a valid attribute key", k)
 		}
+	}
+	if err := validateDLQFilter(f); err != nil {
+		return nil, err
 	}
 	return c.store.List(ctx, f)
 }

@@ -34,6 +34,25 @@ type Config struct {
 	// StrictQueues refuses enqueues to queues not declared in Queues.
 	// Default: false.
 	StrictQueues bool
+	// Retention says how long finished work is kept; the maintenance
+	// leader deletes what is older.
+	Retention RetentionConfig
+}
+
+// RetentionConfig: how long finished tasks and closed dead letters are kept
+// before the maintenance leader deletes them (with their executions,
+// payloads and events). A negative duration keeps them forever.
+type RetentionConfig struct {
+	// Succeeded tasks, from when they finished. Default: 24h.
+	Succeeded time.Duration
+	// Canceled tasks, from when they were canceled. Default: 24h.
+	Canceled time.Duration
+	// DeadLetters that are discarded, resolved or replayed under a new id,
+	// from their last change. Open dead letters are never deleted.
+	// Default: 30 days.
+	DeadLetters time.Duration
+	// Interval between retention rounds. Default: 1m.
+	Interval time.Duration
 }
 
 // QueueConfig is the policy of one queue.
@@ -80,6 +99,10 @@ func (c *Config) withDefaults() *Config {
 	out.InlinePayloadLimit = cmp.Or(c.InlinePayloadLimit, 64<<10)
 	out.MaxPayloadSize = cmp.Or(c.MaxPayloadSize, 8<<20)
 	out.MaxAttempts = cmp.Or(c.MaxAttempts, 25)
+	out.Retention.Succeeded = cmp.Or(c.Retention.Succeeded, 24*time.Hour)
+	out.Retention.Canceled = cmp.Or(c.Retention.Canceled, 24*time.Hour)
+	out.Retention.DeadLetters = cmp.Or(c.Retention.DeadLetters, 30*24*time.Hour)
+	out.Retention.Interval = cmp.Or(c.Retention.Interval, time.Minute)
 	if out.Retry == nil {
 		p := bt.DefaultRetryPolicy
 		out.Retry = &p
@@ -96,6 +119,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxAttempts < 0 {
 		return fmt.Errorf("config: MaxAttempts must not be negative")
+	}
+	if c.Retention.Interval < 0 {
+		return fmt.Errorf("config: Retention.Interval must not be negative")
 	}
 	if c.Retry != nil {
 		if err := c.Retry.Validate(); err != nil {

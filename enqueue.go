@@ -62,6 +62,21 @@ type EnqueueResult struct {
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$`)
 var attrKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$`)
 
+// validProgress is the one rule for reported progress (enqueue and the
+// remote worker protocol); nil means "unchanged".
+func validProgress(p *Progress) error {
+	if p == nil {
+		return nil
+	}
+	if p.Total < 0 || p.Completed < 0 {
+		return invalid("progress", "steps must not be negative")
+	}
+	if p.Total > 0 && p.Completed > p.Total {
+		return invalid("progress", "completed steps (%d) exceed total steps (%d)", p.Completed, p.Total)
+	}
+	return nil
+}
+
 func validName(s string) error {
 	if !nameRE.MatchString(s) {
 		return fmt.Errorf("%q must be 1-128 characters of letters, digits, '_', '.', ':' or '-', starting with a letter or digit", s)
@@ -141,7 +156,8 @@ func (c *Client) prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 		payload = json.RawMessage(`{}`)
 	}
 	if len(payload) > cfg.MaxPayloadSize {
-		return nil, invalid("payload", "is %d bytes; the maximum is %d", len(payload), cfg.MaxPayloadSize)
+		return nil, &ValidationError{Field: "payload", TooLarge: true,
+			Message: fmt.Sprintf("is %d bytes; the maximum is %d", len(payload), cfg.MaxPayloadSize)}
 	}
 	if !json.Valid(payload) {
 		return nil, invalid("payload", "is not valid JSON")
@@ -175,11 +191,8 @@ func (c *Client) prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	if len(p.MergeKey) > maxKeyLen {
 		return nil, invalid("merge_key", "is longer than %d bytes", maxKeyLen)
 	}
-	if p.Progress.Total < 0 || p.Progress.Completed < 0 {
-		return nil, invalid("progress", "steps must not be negative")
-	}
-	if p.Progress.Total > 0 && p.Progress.Completed > p.Progress.Total {
-		return nil, invalid("progress", "completed steps (%d) exceed total steps (%d)", p.Progress.Completed, p.Progress.Total)
+	if err := validProgress(&p.Progress); err != nil {
+		return nil, err
 	}
 	if p.Complexity < 0 || math.IsNaN(p.Complexity) || math.IsInf(p.Complexity, 0) {
 		return nil, invalid("complexity", "must be a finite number, not negative")

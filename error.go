@@ -16,12 +16,17 @@ var (
 	ErrConflict = store.ErrConflict
 	// ErrInvalid marks bad input; nothing was written.
 	ErrInvalid = errors.New("invalid input")
+	// ErrTooLarge marks input refused for its size (an oversize payload);
+	// such errors also wrap ErrInvalid.
+	ErrTooLarge = errors.New("too large")
 )
 
 // ValidationError names the field that is wrong and why.
 type ValidationError struct {
 	Field   string
 	Message string
+	// TooLarge: refused for its size; the error then also wraps ErrTooLarge.
+	TooLarge bool
 }
 
 func (e *ValidationError) Error() string {
@@ -31,7 +36,12 @@ func (e *ValidationError) Error() string {
 	return e.Field + ": " + e.Message
 }
 
-func (e *ValidationError) Unwrap() error { return ErrInvalid }
+func (e *ValidationError) Unwrap() []error {
+	if e.TooLarge {
+		return []error{ErrInvalid, ErrTooLarge}
+	}
+	return []error{ErrInvalid}
+}
 
 func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}

@@ -34,10 +34,16 @@ type WorkerConfig struct {
 	HeartbeatInterval time.Duration
 	// PollInterval is the fallback when no wake-up arrives. Default: 1s.
 	PollInterval time.Duration
-	// MaintenanceInterval: how often this worker settles expired leases,
-	// promotes scheduled tasks and expires deadlines. Negative disables.
-	// Default: 1s.
+	// MaintenanceInterval: how often the maintenance leader settles expired
+	// leases, promotes scheduled tasks and expires deadlines. Every worker
+	// takes part in the election (one leader among all processes on the
+	// store); negative keeps this worker out of it. Default: 1s.
 	MaintenanceInterval time.Duration
+	// LeaderTTL: how long the maintenance leadership lasts without renewal
+	// (renewed every LeaderTTL/3). When the leader dies another worker takes
+	// over within about this long; a graceful Stop hands over at once.
+	// Default: 15s.
+	LeaderTTL time.Duration
 	// NoHandlerGrace: a task whose kind has no handler waits this long
 	// (from its creation) for a worker that knows it, then dead-letters as
 	// poison. Default: 5m.
@@ -61,6 +67,7 @@ func (c *WorkerConfig) withDefaults() *WorkerConfig {
 	out.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, out.Lease/3)
 	out.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	out.MaintenanceInterval = cmp.Or(c.MaintenanceInterval, time.Second)
+	out.LeaderTTL = cmp.Or(c.LeaderTTL, 15*time.Second)
 	out.NoHandlerGrace = cmp.Or(c.NoHandlerGrace, 5*time.Minute)
 	out.TimeoutGrace = cmp.Or(c.TimeoutGrace, 5*time.Second)
 	out.FetchCooldown = cmp.Or(c.FetchCooldown, 2*time.Millisecond)
@@ -103,6 +110,9 @@ type Worker struct {
 	complDone   chan struct{}
 
 	lastActive atomic.Int64 // unix nanos of the last claim or finished attempt
+
+	leaderUntil atomic.Int64 // unix nanos until which this worker leads maintenance; 0: it does not
+	noRetention bool         // the database role may not delete (maintenance goroutine only)
 }
 
 type queueRunner struct {
@@ -121,6 +131,9 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 	wc := cfg.withDefaults()
 	if wc.Lease < time.Second {
 		return nil, fmt.Errorf("backstop: lease %s is shorter than 1s", wc.Lease)
+	}
+	if wc.LeaderTTL < 100*time.Millisecond {
+		return nil, fmt.Errorf("backstop: leader TTL %s is shorter than 100ms", wc.LeaderTTL)
 	}
 	if wc.HeartbeatInterval >= wc.Lease {
 		return nil, fmt.Errorf("backstop: heartbeat interval %s must be shorter than the lease %s", wc.HeartbeatInterval, wc.Lease)
@@ -571,10 +584,13 @@ func retryOrDie(cfg *Config, s *store.Settlement, t *Task, now time.Time) {
 }
 
 func (w *Worker) settle(a *attempt, s store.Settlement) {
+	// Holding a.mu until the settlement is queued means releaseRunning
+	// either sees it done or marks the attempt released before it is sent:
+	// once Stop has released the running attempts, nothing sends any more
+	// and the channel can be closed.
 	a.mu.Lock()
-	released := a.released
-	a.mu.Unlock()
-	if released {
+	defer a.mu.Unlock()
+	if a.released {
 		return
 	}
 	switch s.State {
@@ -673,22 +689,6 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			atts[i].cancel(errLeaseLost)
 		case r.CancelRequested:
 			atts[i].cancel(errCanceled)
-		}
-	}
-}
-
-func (w *Worker) maintenanceLoop(ctx context.Context) {
-	defer w.bgWG.Done()
-	tick := time.NewTicker(w.cfg.MaintenanceInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if err := Maintain(ctx, w.c); err != nil && ctx.Err() == nil {
-				w.log.Error("maintenance failed", "error", err)
-			}
 		}
 	}
 }

@@ -1,6 +1,137 @@
 package store
 
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
 // DLQ is what the dead-letter operations (replay, redrive, discard, resolve,
-// purge, export) need from a store.
+// purge, export) need from a store. Like the rest of the seam it applies the
+// engine's decisions: which task may be replayed, how a patch changes its
+// payload and what the history records are decided by the caller.
 type DLQ interface {
+	// Replay locks the task row (FOR UPDATE on Postgres; SQLite's writer
+	// runs BEGIN IMMEDIATE) and calls plan with the current task, payload
+	// loaded. A nil plan (and nil error) changes nothing and Replay returns
+	// (nil, nil). An error from plan rolls back and is returned. Otherwise
+	// the plan is applied and its events are written in the same
+	// transaction; the result is the task that will run (the copy, with
+	// Plan.NewID). Unknown id: ErrNotFound. A replay that would break a
+	// uniqueness rule (idempotency key, merge key, an existing new id):
+	// ErrConflict, nothing changed.
+	Replay(ctx context.Context, id string, plan func(t *bt.Task) (*ReplayPlan, error)) (*bt.Task, error)
+	// RedriveBatch replays, in one transaction, up to Limit open dead
+	// letters matching the filter with ids after AfterID and last_seen at
+	// or before Snapshot, in id order, with one set-based update; rows a
+	// uniqueness rule refuses are skipped and reported. The redrive record
+	// advances in the same transaction.
+	RedriveBatch(ctx context.Context, b RedriveBatch) (RedriveBatchResult, error)
+	// CountRedrive counts what RedriveBatch would still select (any limit).
+	CountRedrive(ctx context.Context, b RedriveBatch) (int, error)
+	// SetDLQStatus moves an open dead letter to Status (discarded,
+	// resolved) and writes Event. Not an open dead letter: ErrNotFound.
+	SetDLQStatus(ctx context.Context, c DLQStatusChange) (*bt.Task, error)
+	// PurgeDLQ deletes dead letters whose status is one of Statuses and
+	// whose record last changed before Before, with their executions,
+	// spilled payloads and events. It returns how many tasks it deleted.
+	PurgeDLQ(ctx context.Context, p PurgeParams) (int, error)
+
+	// AppendEvents writes events in their own transaction (e.g. a refused
+	// replay, whose own transaction rolled back).
+	AppendEvents(ctx context.Context, events []bt.Event) error
+	// Events lists a task's history in sequence order.
+	Events(ctx context.Context, taskID string) ([]bt.Event, error)
+
+	// StartRedrive returns the unfinished redrive with the same FilterKey
+	// (resumed = true) or records r as a new one.
+	StartRedrive(ctx context.Context, r Redrive) (rec Redrive, resumed bool, err error)
+	// AdvanceRedrive moves a redrive's cursor and counts (per-row redrives).
+	AdvanceRedrive(ctx context.Context, id, cursor string, replayed, failed int) error
+	// FinishRedrive sets a redrive's final status.
+	FinishRedrive(ctx context.Context, id, status string, at time.Time) error
+}
+
+// ReplayPlan is the engine's decision about one dead letter.
+type ReplayPlan struct {
+	// NewID: copy the task under this id (replayed_from = the original,
+	// which stays dead with dlq_status replayed). Empty: replay in place.
+	NewID string
+	// Payload replaces the payload when not nil (a patch).
+	Payload     json.RawMessage
+	InlineLimit int
+	// State (pending or scheduled) and RunAt of the task that will run.
+	State        bt.State
+	RunAt        time.Time
+	KeepAttempts bool
+	Now          time.Time
+	// Events are written in the same transaction.
+	Events []bt.Event
+	// RedriveID, when set, counts this replay in that redrive record and
+	// moves its cursor to the task id, in the same transaction.
+	RedriveID string
+}
+
+// RedriveBatch is one transaction of a bulk redrive without patch.
+type RedriveBatch struct {
+	RedriveID    string
+	Filter       ListFilter // States and DLQStatuses are ignored: open dead letters
+	Snapshot     time.Time
+	AfterID      string
+	Limit        int
+	RunAt        time.Time
+	State        bt.State
+	KeepAttempts bool
+	Now          time.Time
+	Actor        string
+}
+
+// RedriveBatchResult reports one batch.
+type RedriveBatchResult struct {
+	Replayed int
+	// Conflicts are ids refused by a uniqueness rule (left in the DLQ).
+	Conflicts []string
+	// LastID is the cursor after this batch; empty when nothing was left.
+	LastID string
+}
+
+// DLQStatusChange discards or resolves a dead letter.
+type DLQStatusChange struct {
+	ID     string
+	Status bt.DLQStatus
+	Now    time.Time
+	Event  bt.Event
+}
+
+// PurgeParams selects dead letters to delete.
+type PurgeParams struct {
+	Before   time.Time
+	Statuses []bt.DLQStatus
+	Limit    int // per transaction; default 1000
+}
+
+// Redrive is the durable record of a bulk redrive, so that a re-run after an
+// interruption resumes it instead of starting over.
+type Redrive struct {
+	ID         string          `json:"id"`
+	FilterKey  string          `json:"-"`
+	Filter     json.RawMessage `json:"filter"`
+	Snapshot   time.Time       `json:"snapshot"`
+	Cursor     string          `json:"cursor"`
+	Replayed   int             `json:"replayed"`
+	Failed     int             `json:"failed"`
+	Status     string          `json:"status"` // running | done | interrupted
+	StartedAt  time.Time       `json:"started_at"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+}
+
+// NewEvent makes an event with a fresh time-ordered id (drivers use it for
+// the events they write in bulk).
+func NewEvent(at time.Time, typ, subject, queue, kind, actor string, body json.RawMessage) bt.Event {
+	return bt.Event{ID: uuid.Must(uuid.NewV7()).String(), Time: at, Type: typ, Subject: subject,
+		Queue: queue, Kind: kind, Actor: actor, Body: body}
 }

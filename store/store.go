@@ -70,6 +70,11 @@ type Store interface {
 	DLQ
 	Ops
 
+	// API tokens (store/tokens.go) and the reads only the HTTP API needs
+	// (store/api.go).
+	Tokens
+	APIStore
+
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers
 	// still poll as a fallback. An empty name means "any queue may have
@@ -166,4 +171,9 @@ type ListFilter struct {
 	Attrs   map[string]string
 	AfterID string // cursor: ids greater than this
 	Limit   int    // default 100
+
+	// Dead-letter filters (additive; zero values select everything).
+	DLQStatuses   []bt.DLQStatus // dlq_status is one of these
+	ErrorContains string         // last_error contains this text
+	Since, Until  time.Time      // last_seen within [Since, Until]
 }

@@ -185,13 +185,22 @@ func (w *worker) wait(t *testing.T, what string) int {
 	return w.cmd.ProcessState.ExitCode()
 }
 
+// list reads every task of the queue in the given states, page by page.
 func (b *bundle) list(states ...bt.State) []*backstop.Task {
 	b.t.Helper()
-	ts, err := b.client.List(context.Background(), backstop.ListParams{Queue: queue, States: states, Limit: 1000})
-	if err != nil {
-		b.t.Fatal(err)
+	var all []*backstop.Task
+	after := ""
+	for {
+		ts, err := b.client.List(context.Background(), backstop.ListParams{Queue: queue, States: states, AfterID: after, Limit: 5000})
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		all = append(all, ts...)
+		if len(ts) < 5000 {
+			return all
+		}
+		after = ts[len(ts)-1].ID
 	}
-	return ts
 }
 
 // waitUntil polls the store until cond holds.
@@ -389,7 +398,9 @@ func TestCrashSIGKILL(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, st.url(t), 50)
-			w1 := b.startWorker("worker1", "0.3", "--lease", "2s")
+			// worker1 leads maintenance and dies: a short leader TTL lets
+			// worker2 take over in time to settle the expired leases.
+			w1 := b.startWorker("worker1", "0.3", "--lease", "2s", "--leader-ttl", "2s")
 			b.waitUntil("some tasks succeeded and others are running", func() bool {
 				return len(b.list(bt.StateSucceeded)) >= 1 && len(b.list(bt.StateRunning)) >= 2
 			})
@@ -403,9 +414,9 @@ func TestCrashSIGKILL(t *testing.T) {
 			}
 			t.Logf("%d tasks were running at the kill", len(killed))
 
-			// The second worker's idle limit is longer than a lease plus a
-			// maintenance round, so it stays until the killed tasks rerun.
-			w2 := b.startWorker("worker2", "0.05", "--lease", "2s", "--exit-after-idle", "5s")
+			// The second worker's idle limit is longer than a lease plus the
+			// leadership takeover, so it stays until the killed tasks rerun.
+			w2 := b.startWorker("worker2", "0.05", "--lease", "2s", "--leader-ttl", "2s", "--exit-after-idle", "6s")
 			if code := w2.wait(t, "worker2"); code != 0 {
 				t.Fatalf("worker2 exited with %d, want 0", code)
 			}

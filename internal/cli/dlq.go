@@ -16,13 +16,14 @@ func init() { register(dlqCmd) }
 func dlqCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
-		Short: "Inspect the dead-letter queue",
+		Short: "Inspect and operate the dead-letter queue",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("dlq: name a subcommand: list or show")
+			return usageErr("dlq: name a subcommand: list, show, replay, redrive, discard, resolve, purge or export")
 		},
 	}
-	cmd.AddCommand(dlqListCmd(a), dlqShowCmd(a))
+	cmd.AddCommand(dlqListCmd(a), dlqShowCmd(a), dlqReplayCmd(a), dlqRedriveCmd(a), dlqDiscardCmd(a),
+		dlqResolveCmd(a), dlqPurgeCmd(a), dlqExportCmd(a))
 	return cmd
 }
 
@@ -48,8 +49,8 @@ func newDeadLetterJSON(t *bt.Task, withExecutions bool) deadLetterJSON {
 
 func dlqListCmd(a *app) *cobra.Command {
 	var (
-		f      listFlags
-		reason string
+		f  listFlags
+		df dlqFilterFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -60,7 +61,9 @@ func dlqListCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p.Reason = bt.DeadReason(reason)
+			if err := df.apply(&p, true); err != nil {
+				return err
+			}
 			s, c, err := a.open(cmd.Context(), nil)
 			if err != nil {
 				return err
@@ -77,9 +80,9 @@ func dlqListCmd(a *app) *cobra.Command {
 			}
 			return a.print(views, func(w io.Writer) error {
 				tw := newTable(w)
-				fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tREASON\tDEAD_COUNT\tATTEMPTS\tLAST_SEEN\tLAST_ERROR")
+				fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tREASON\tSTATUS\tDEAD_COUNT\tATTEMPTS\tLAST_SEEN\tLAST_ERROR")
 				for _, t := range tasks {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.ID, t.Queue, t.Kind, t.DeadReason,
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.ID, t.Queue, t.Kind, t.DeadReason, t.DLQStatus,
 						t.DeadCount, t.Attempt, fmtTimePtr(t.LastSeen), oneLine(t.LastError, 60))
 				}
 				return tw.Flush()
@@ -87,7 +90,7 @@ func dlqListCmd(a *app) *cobra.Command {
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().StringVar(&reason, "reason", "", "only dead letters with this reason: "+joinReasons())
+	df.register(cmd, true)
 	return cmd
 }
 
@@ -111,8 +114,17 @@ func dlqShowCmd(a *app) *cobra.Command {
 				return &exitError{code: ExitNotFound,
 					err: fmt.Errorf("task %q is %s, not a dead letter (see: backstop tasks show %s)", t.ID, t.State, t.ID)}
 			}
-			return a.print(newDeadLetterJSON(t, true), func(w io.Writer) error {
-				return printTaskDetail(w, t, true)
+			events, err := c.Events(cmd.Context(), t.ID)
+			if err != nil {
+				return err
+			}
+			v := newDeadLetterJSON(t, true)
+			v.Events = &events
+			return a.print(v, func(w io.Writer) error {
+				if err := printTaskDetail(w, t, true); err != nil {
+					return err
+				}
+				return printEvents(w, events)
 			})
 		},
 	}

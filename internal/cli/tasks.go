@@ -60,12 +60,16 @@ func tasksListCmd(a *app) *cobra.Command {
 	var (
 		f     listFlags
 		state string
+		view  string
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List tasks, ordered by id (oldest first)",
+		Short: "List tasks, ordered by id (oldest first), or one operator view (--view)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if view != "" {
+				return a.listView(cmd, view, f.limit)
+			}
 			p, err := f.params()
 			if err != nil {
 				return err
@@ -98,6 +102,7 @@ func tasksListCmd(a *app) *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state, or states (comma-separated): "+joinStates())
+	cmd.Flags().StringVar(&view, "view", "", "an operator view instead of filters: "+joinViews())
 	return cmd
 }
 
@@ -124,8 +129,17 @@ func tasksShowCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.print(newTaskJSON(t, true), func(w io.Writer) error {
-				return printTaskDetail(w, t, false)
+			events, err := c.Events(cmd.Context(), t.ID)
+			if err != nil {
+				return err
+			}
+			v := newTaskJSON(t, true)
+			v.Events = &events
+			return a.print(v, func(w io.Writer) error {
+				if err := printTaskDetail(w, t, false); err != nil {
+					return err
+				}
+				return printEvents(w, events)
 			})
 		},
 	}
@@ -168,6 +182,8 @@ type taskJSON struct {
 	*bt.Task
 	// Executions is set by show commands and left out of listings.
 	Executions *[]bt.Execution `json:"executions,omitempty"`
+	// Events (the task's history) is set by show commands.
+	Events *[]bt.Event `json:"events,omitempty"`
 }
 
 func newTaskJSON(t *bt.Task, withExecutions bool) taskJSON {

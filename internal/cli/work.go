@@ -26,6 +26,8 @@ type workOptions struct {
 	permanentCodes []int
 	grace          time.Duration
 	outputLimit    int
+	id             string
+	leaderTTL      time.Duration
 }
 
 func workCmd(a *app) *cobra.Command {
@@ -70,6 +72,8 @@ Logs are JSON lines on stderr.`,
 	f.IntSliceVar(&o.permanentCodes, "permanent-exit-codes", nil, "exit codes that dead-letter the task at once (e.g. 65,100)")
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM/SIGINT, how long running programs may finish before they are killed and released")
 	f.IntVar(&o.outputLimit, "output-limit", 8<<10, "bytes of stdout+stderr kept per execution (the tail)")
+	f.StringVar(&o.id, "id", "", "worker id, recorded in leases, executions and the maintenance leadership (default: host-pid-random)")
+	f.DurationVar(&o.leaderTTL, "leader-ttl", 15*time.Second, "maintenance leadership lease: another worker takes over this long after the leader died")
 	return cmd
 }
 
@@ -107,7 +111,8 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string) error 
 	for _, q := range o.queues {
 		queues[q] = o.concurrency
 	}
-	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{Queues: queues, Kinds: o.kinds, Lease: o.lease})
+	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{ID: o.id, Queues: queues, Kinds: o.kinds, Lease: o.lease,
+		LeaderTTL: o.leaderTTL})
 	if err != nil {
 		return usageErr("work: %v", err)
 	}
@@ -121,7 +126,7 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string) error 
 		return err
 	}
 	log.Info("worker started", "worker_id", w.ID(), "queues", o.queues, "kinds", o.kinds,
-		"concurrency", o.concurrency, "lease", o.lease.String(), "command", command)
+		"concurrency", o.concurrency, "lease", o.lease.String(), "leader_ttl", o.leaderTTL.String(), "command", command)
 
 	var idle <-chan time.Time
 	if o.exitAfterIdle > 0 {

@@ -65,6 +65,22 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 		}
 		add("t.attributes @> %s::jsonb", string(attrs))
 	}
+	if len(f.DLQStatuses) > 0 {
+		sts := make([]string, len(f.DLQStatuses))
+		for i, st := range f.DLQStatuses {
+			sts[i] = string(st)
+		}
+		add("t.dlq_status = ANY(%s::text[])", sts)
+	}
+	if f.ErrorContains != "" {
+		add("strpos(t.last_error, %s) > 0", f.ErrorContains)
+	}
+	if !f.Since.IsZero() {
+		add("t.last_seen >= %s", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("t.last_seen <= %s", f.Until)
+	}
 	if f.AfterID != "" {
 		add("t.id > %s", f.AfterID)
 	}

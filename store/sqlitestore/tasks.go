@@ -775,32 +775,9 @@ func (s *Store) Executions(ctx context.Context, taskID string) ([]bt.Execution, 
 }
 
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error) {
-	var (
-		where []string
-		args  []any
-	)
-	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
-	if f.Queue != "" {
-		add("queue = ?", f.Queue)
-	}
-	if f.Kind != "" {
-		add("kind = ?", f.Kind)
-	}
-	if len(f.States) > 0 {
-		ph := make([]any, len(f.States))
-		for i, st := range f.States {
-			ph[i] = string(st)
-		}
-		add("state IN ("+placeholders(len(ph))+")", ph...)
-	}
-	if f.Reason != "" {
-		add("dead_reason = ?", string(f.Reason))
-	}
-	for k, v := range f.Attrs {
-		add("json_extract(attributes, ?) = ?", `$."`+k+`"`, v)
-	}
+	where, args := listWhere(f)
 	if f.AfterID != "" {
-		add("id > ?", f.AfterID)
+		where, args = append(where, "id > ?"), append(args, f.AfterID)
 	}
 	limit := f.Limit
 	if limit <= 0 {
@@ -864,4 +841,49 @@ func (s *Store) PromoteScheduled(ctx context.Context, now time.Time, limit int) 
 	}
 	s.hub.notify(woke)
 	return n, nil
+}
+
+// listWhere turns a filter (but its cursor) into conditions and arguments.
+func listWhere(f store.ListFilter) ([]string, []any) {
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
+	if f.Queue != "" {
+		add("queue = ?", f.Queue)
+	}
+	if f.Kind != "" {
+		add("kind = ?", f.Kind)
+	}
+	if len(f.States) > 0 {
+		ph := make([]any, len(f.States))
+		for i, st := range f.States {
+			ph[i] = string(st)
+		}
+		add("state IN ("+placeholders(len(ph))+")", ph...)
+	}
+	if f.Reason != "" {
+		add("dead_reason = ?", string(f.Reason))
+	}
+	for k, v := range f.Attrs {
+		add("json_extract(attributes, ?) = ?", `$."`+k+`"`, v)
+	}
+	if len(f.DLQStatuses) > 0 {
+		ph := make([]any, len(f.DLQStatuses))
+		for i, st := range f.DLQStatuses {
+			ph[i] = string(st)
+		}
+		add("dlq_status IN ("+placeholders(len(ph))+")", ph...)
+	}
+	if f.ErrorContains != "" {
+		add("instr(last_error, ?) > 0", f.ErrorContains)
+	}
+	if !f.Since.IsZero() {
+		add("last_seen >= ?", us(f.Since))
+	}
+	if !f.Until.IsZero() {
+		add("last_seen <= ?", us(f.Until))
+	}
+	return where, args
 }

@@ -59,6 +59,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Migrations", s.testMigrations)
 	t.Run("DLQOps", s.testDLQOps)
 	t.Run("Ops", s.testOps)
+	t.Run("API", s.testAPI)
 }
 
 // clock is real time plus an offset tests can move forward, so lease

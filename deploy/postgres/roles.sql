@@ -1,0 +1,64 @@
+-- Least-privilege roles for Backstop on PostgreSQL (docs/postgres-roles.md).
+--
+--   psql -v schema=backstop -f deploy/postgres/roles.sql
+--
+-- Run it as the owner of the schema, after `backstop migrate` (which that
+-- owner runs: none of these roles may change the schema), and again after
+-- an upgrade that adds tables. It creates three NOLOGIN group roles; grant
+-- them to the login roles your services use:
+--
+--   CREATE ROLE billing_api LOGIN PASSWORD '…' IN ROLE backstop_producer;
+--
+-- Tables and columns follow the migrations in store/pgstore/migrations.
+
+\set ON_ERROR_STOP on
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'backstop_producer') THEN
+        CREATE ROLE backstop_producer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'backstop_worker') THEN
+        CREATE ROLE backstop_worker NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'backstop_admin') THEN
+        CREATE ROLE backstop_admin NOLOGIN;
+    END IF;
+END
+$$;
+
+GRANT USAGE ON SCHEMA :"schema" TO backstop_producer, backstop_worker, backstop_admin;
+-- Every process checks the schema version when it opens the store.
+GRANT SELECT ON :"schema".backstop_schema_version TO backstop_producer, backstop_worker;
+
+-- producer: enqueue only. INSERT a task and its spilled payload; SELECT for
+-- idempotency keys, id conflicts and merge candidates; UPDATE of the merge
+-- columns only (a merge rewrites the waiting task's payload; it cannot
+-- claim, settle or cancel); DELETE of a payload that a merge moved inline.
+GRANT SELECT, INSERT ON :"schema".backstop_tasks TO backstop_producer;
+GRANT UPDATE (payload, payload_size, payload_spilled, merge_count, updated_at)
+    ON :"schema".backstop_tasks TO backstop_producer;
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_payloads TO backstop_producer;
+GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_producer;
+GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_producer;
+
+-- worker: claim, heartbeat, settle, cancel and maintenance (lease expiry,
+-- promotion, deadlines, the leadership lease). It reads payloads and
+-- records attempts, but deletes nothing but its own leadership row:
+-- retention and purges need the admin role.
+GRANT SELECT, UPDATE ON :"schema".backstop_tasks TO backstop_worker;
+GRANT SELECT, INSERT ON :"schema".backstop_executions TO backstop_worker;
+GRANT SELECT ON :"schema".backstop_payloads TO backstop_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_leaders TO backstop_worker;
+GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_worker;
+GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_worker;
+GRANT SELECT ON :"schema".backstop_pending_retries, :"schema".backstop_dead_letters,
+    :"schema".backstop_retry_exhausted, :"schema".backstop_recent_failures TO backstop_worker;
+
+-- admin: everything on Backstop's tables, views and sequences: dead-letter
+-- replay, redrive, discard, resolve, purge and export, retention, tokens.
+GRANT ALL ON ALL TABLES IN SCHEMA :"schema" TO backstop_admin;
+GRANT ALL ON ALL SEQUENCES IN SCHEMA :"schema" TO backstop_admin;
+-- Tables later migrations create (as the role running this file) too.
+ALTER DEFAULT PRIVILEGES IN SCHEMA :"schema" GRANT ALL ON TABLES TO backstop_admin;
+ALTER DEFAULT PRIVILEGES IN SCHEMA :"schema" GRANT ALL ON SEQUENCES TO backstop_admin;

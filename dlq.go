@@ -1,0 +1,314 @@
+package backstop
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// The dead-letter operations. Each exists once, here; the CLI (and later
+// the HTTP API) call these functions. Every one names its Actor, recorded in
+// the task's history (events) in the same transaction as the change.
+
+type (
+	DLQStatus = bt.DLQStatus
+	Event     = bt.Event
+)
+
+const (
+	DLQOpen      = bt.DLQOpen
+	DLQReplayed  = bt.DLQReplayed
+	DLQDiscarded = bt.DLQDiscarded
+	DLQResolved  = bt.DLQResolved
+)
+
+// DLQStatuses lists every dead-letter status.
+var DLQStatuses = []DLQStatus{DLQOpen, DLQReplayed, DLQDiscarded, DLQResolved}
+
+func validDLQStatus(s DLQStatus) bool {
+	for _, v := range DLQStatuses {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ReplayParams says how to replay one dead letter.
+type ReplayParams struct {
+	ID    string
+	Actor string
+	// Patch: an RFC 7396 merge patch (MergePatch) and path patches (Patch,
+	// in order) applied to the payload; refused as a whole if one fails.
+	MergePatch json.RawMessage
+	Patch      []PatchOp
+	// KeepAttempts keeps the attempt counter instead of resetting it to 0.
+	KeepAttempts bool
+	// Delay or RunAt (at most one) schedules the replay; default: now.
+	Delay time.Duration
+	RunAt time.Time
+	// NewID copies the dead letter under a fresh id (replayed_from = ID)
+	// and marks the original replayed, instead of replaying it in place.
+	NewID bool
+}
+
+// ReplayResult reports a replay. Replayed is false when the id is no longer
+// an open dead letter (already replayed, discarded, resolved, or live
+// again): nothing changed.
+type ReplayResult struct {
+	Replayed bool   `json:"replayed"`
+	ID       string `json:"id"`
+	NewID    string `json:"new_id,omitempty"`
+	// State of the task when it was not replayed.
+	State     State     `json:"state,omitempty"`
+	DLQStatus DLQStatus `json:"dlq_status,omitempty"`
+	// Task is the task that will run (the copy with NewID).
+	Task *Task `json:"task,omitempty"`
+}
+
+func (c *Client) actor(a string) string {
+	if a == "" {
+		return "library"
+	}
+	return a
+}
+
+func (c *Client) newEvent(at time.Time, typ string, t *Task, actor string, body any) Event {
+	b, _ := json.Marshal(body)
+	e := store.NewEvent(at, typ, t.ID, t.Queue, t.Kind, actor, b)
+	e.Attributes = t.Attributes
+	return e
+}
+
+func (p *ReplayParams) patched() bool { return len(p.MergePatch) > 0 || len(p.Patch) > 0 }
+
+func (c *Client) replaySchedule(delay time.Duration, runAt time.Time, now time.Time) (State, time.Time, error) {
+	if delay < 0 {
+		return "", time.Time{}, invalid("delay", "must not be negative")
+	}
+	if delay > 0 && !runAt.IsZero() {
+		return "", time.Time{}, invalid("run_at", "give a delay or a run-at time, not both")
+	}
+	at := now.Add(delay)
+	if !runAt.IsZero() {
+		at = runAt.UTC().Truncate(time.Microsecond)
+	}
+	if at.After(now) {
+		return StateScheduled, at, nil
+	}
+	return StatePending, now, nil
+}
+
+// Replay moves a dead letter back to its queue under its own id (or, with
+// NewID, a copy under a new one), in one transaction that locks the row: two
+// concurrent replays move it exactly once. Unknown id: ErrNotFound. A patch
+// that does not apply: ErrUnprocessable (and ErrInvalid). A uniqueness rule
+// the replayed task would break (a live task holds its idempotency key, a
+// waiting task of its kind holds its merge key, the new id exists):
+// ErrConflict. Refusals change nothing but record dlq.replay_failed.
+func (c *Client) Replay(ctx context.Context, p ReplayParams) (*ReplayResult, error) {
+	return c.replay(ctx, p, "", time.Time{})
+}
+
+func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, snapshot time.Time) (*ReplayResult, error) {
+	if err := ValidID(p.ID); err != nil {
+		return nil, invalid("id", "%v", err)
+	}
+	if len(p.MergePatch) > 0 && !json.Valid(p.MergePatch) {
+		return nil, unprocessable("merge patch: invalid JSON")
+	}
+	now := c.now()
+	state, runAt, err := c.replaySchedule(p.Delay, p.RunAt, now)
+	if err != nil {
+		return nil, err
+	}
+	actor := c.actor(p.Actor)
+	newID := ""
+	if p.NewID {
+		newID = uuid.Must(uuid.NewV7()).String()
+	}
+	res := &ReplayResult{ID: p.ID, NewID: newID}
+	var seen *Task
+	t, err := c.store.Replay(ctx, p.ID, func(t *Task) (*store.ReplayPlan, error) {
+		seen = t
+		if t.State != StateDead || t.DLQStatus != DLQOpen || (redriveID != "" && t.LastSeen != nil && t.LastSeen.After(snapshot)) {
+			return nil, nil
+		}
+		plan := &store.ReplayPlan{NewID: newID, State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts,
+			Now: now, InlineLimit: c.cfg.InlinePayloadLimit, RedriveID: redriveID}
+		if p.patched() {
+			payload, err := applyPatch(t.Payload, p.MergePatch, p.Patch)
+			if err != nil {
+				return nil, err
+			}
+			if len(payload) > c.cfg.MaxPayloadSize {
+				return nil, unprocessable("patch: the patched payload is %d bytes; the maximum is %d", len(payload), c.cfg.MaxPayloadSize)
+			}
+			plan.Payload = payload
+		}
+		body := map[string]any{"patched": p.patched(), "keep_attempts": p.KeepAttempts, "new_id": newID,
+			"replay_count": t.ReplayCount + 1, "run_at": runAt}
+		if redriveID != "" {
+			body["redrive_id"] = redriveID
+		}
+		req := map[string]any{"patched": p.patched(), "keep_attempts": p.KeepAttempts, "new_id": newID, "run_at": runAt}
+		if len(p.MergePatch) > 0 {
+			req["merge_patch"] = p.MergePatch
+		}
+		if len(p.Patch) > 0 {
+			req["patch"] = p.Patch
+		}
+		plan.Events = []Event{c.newEvent(now, "dlq.replay_requested", t, actor, req), c.newEvent(now, "dlq.replayed", t, actor, body)}
+		return plan, nil
+	})
+	if err != nil {
+		if seen != nil {
+			ev := c.newEvent(now, "dlq.replay_failed", seen, actor, map[string]any{"error": err.Error(), "redrive_id": redriveID})
+			if aerr := c.store.AppendEvents(context.WithoutCancel(ctx), []Event{ev}); aerr != nil {
+				c.cfg.Logger.Warn("recording a refused replay", "task_id", p.ID, "error", aerr)
+			}
+		}
+		return nil, err
+	}
+	if t == nil {
+		res.NewID = ""
+		if seen != nil {
+			res.State, res.DLQStatus = seen.State, seen.DLQStatus
+		}
+		return res, nil
+	}
+	res.Replayed, res.Task = true, t
+	return res, nil
+}
+
+// DiscardParams drops a dead letter on purpose; Reason is required.
+type DiscardParams struct {
+	ID, Reason, Actor string
+}
+
+// Discard marks an open dead letter discarded, keeping the record (status,
+// reason, actor, time). Not an open dead letter: ErrNotFound.
+func (c *Client) Discard(ctx context.Context, p DiscardParams) (*Task, error) {
+	if p.Reason == "" {
+		return nil, invalid("reason", "is required to discard a dead letter")
+	}
+	return c.setDLQStatus(ctx, p.ID, DLQDiscarded, p.Actor, "dlq.discarded", map[string]any{"reason": p.Reason})
+}
+
+// ResolveParams marks a dead letter handled by hand.
+type ResolveParams struct {
+	ID, Note, Actor string
+}
+
+// Resolve marks an open dead letter resolved (handled by hand), keeping the
+// record. Not an open dead letter: ErrNotFound.
+func (c *Client) Resolve(ctx context.Context, p ResolveParams) (*Task, error) {
+	return c.setDLQStatus(ctx, p.ID, DLQResolved, p.Actor, "dlq.resolved", map[string]any{"note": p.Note})
+}
+
+func (c *Client) setDLQStatus(ctx context.Context, id string, st DLQStatus, actor, typ string, body any) (*Task, error) {
+	if err := ValidID(id); err != nil {
+		return nil, invalid("id", "%v", err)
+	}
+	now := c.now()
+	b, _ := json.Marshal(body)
+	return c.store.SetDLQStatus(ctx, store.DLQStatusChange{ID: id, Status: st, Now: now,
+		Event: store.NewEvent(now, typ, id, "", "", c.actor(actor), b)})
+}
+
+// PurgeParams selects dead letters to delete for good.
+type PurgeParams struct {
+	// OlderThan: only records whose status last changed this long ago.
+	OlderThan time.Duration
+	// Statuses: default discarded and resolved.
+	Statuses []DLQStatus
+}
+
+// PurgeDLQ deletes dead letters (task row, executions, spilled payload,
+// events) and returns how many.
+func (c *Client) PurgeDLQ(ctx context.Context, p PurgeParams) (int, error) {
+	if p.OlderThan < 0 {
+		return 0, invalid("older_than", "must not be negative")
+	}
+	if len(p.Statuses) == 0 {
+		p.Statuses = []DLQStatus{DLQDiscarded, DLQResolved}
+	}
+	for _, s := range p.Statuses {
+		if !validDLQStatus(s) {
+			return 0, invalid("status", "unknown dead-letter status %q", s)
+		}
+	}
+	return c.store.PurgeDLQ(ctx, store.PurgeParams{Before: c.now().Add(-p.OlderThan), Statuses: p.Statuses})
+}
+
+// Events returns a task's history, oldest first.
+func (c *Client) Events(ctx context.Context, taskID string) ([]Event, error) {
+	return c.store.Events(ctx, taskID)
+}
+
+// DeadLetterExport is one dead letter with its history, as export writes it.
+type DeadLetterExport struct {
+	*Task
+	Executions []Execution `json:"executions"`
+	Events     []Event     `json:"events"`
+}
+
+// ExportDLQ streams the dead letters matching f (States are ignored) in
+// pages, with their executions and events, to fn, in id order. It returns
+// how many it exported.
+func (c *Client) ExportDLQ(ctx context.Context, f ListParams, fn func(DeadLetterExport) error) (int, error) {
+	limit := f.Limit
+	f.Limit = 500
+	n := 0
+	for {
+		page, err := c.DeadLetters(ctx, f)
+		if err != nil {
+			return n, err
+		}
+		for _, t := range page {
+			if limit > 0 && n >= limit {
+				return n, nil
+			}
+			ex, err := c.store.Executions(ctx, t.ID)
+			if err != nil {
+				return n, err
+			}
+			if ex == nil {
+				ex = []Execution{}
+			}
+			evs, err := c.store.Events(ctx, t.ID)
+			if err != nil {
+				return n, err
+			}
+			if t.Attributes == nil {
+				t.Attributes = map[string]string{}
+			}
+			if err := fn(DeadLetterExport{Task: t, Executions: ex, Events: evs}); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if len(page) < f.Limit {
+			return n, nil
+		}
+		f.AfterID = page[len(page)-1].ID
+	}
+}
+
+// validateDLQFilter checks the dead-letter fields of a listing filter.
+func validateDLQFilter(f ListParams) error {
+	for _, s := range f.DLQStatuses {
+		if !validDLQStatus(s) {
+			return invalid("status", "unknown dead-letter status %q (open, replayed, discarded, resolved)", s)
+		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
+		return invalid("until", "is before --since")
+	}
+	return nil
+}

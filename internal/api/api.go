@@ -1,0 +1,280 @@
+// Package api is Backstop's HTTP API, served by `backstop serve`: JSON under
+// /v1, errors as application/problem+json with stable codes (problem.go),
+// bearer tokens with roles (auth.go), and the remote worker protocol.
+//
+// Each endpoint is a typed request/response pair on a net/http ServeMux
+// pattern, and every handler is thin: it decodes, authorises and calls the
+// library (backstop.Client), which holds every rule. This package must never
+// decide policy of its own (validation, retries, dead-lettering) and never
+// talk to a store except for tokens and reads the library does not offer.
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/store"
+)
+
+// Options configures a Server. Zero values take the default named at the
+// end of each field's comment.
+type Options struct {
+	// Client is the library the API serves. Required; its store must also
+	// implement store.Tokens and store.APIStore (both drivers do).
+	Client *backstop.Client
+	// Logger for request and error logs. Default: slog.Default().
+	Logger *slog.Logger
+	// AnonymousAdmin lets requests without a token in as admin (`serve
+	// --dev`, loopback only; the caller enforces that). Default: false.
+	AnonymousAdmin bool
+	// MaxBodyBytes bounds a request body; larger gets 413. Default: 10 MiB.
+	MaxBodyBytes int64
+	// RateLimit is each token's sustained requests per second; negative
+	// disables. Default: 1000.
+	RateLimit float64
+	// RateBurst is each token's burst. Default: 2×RateLimit.
+	RateBurst int
+	// MaxWait bounds a claim's long-poll wait. Default: 30s.
+	MaxWait time.Duration
+	// PollInterval: a waiting claim retries this often even without a
+	// wake-up (the fallback, as for in-process workers). Default: 1s.
+	PollInterval time.Duration
+}
+
+// Server is the HTTP API. It is an http.Handler; Close stops its wake-up
+// listener.
+type Server struct {
+	opts   Options
+	c      *backstop.Client
+	log    *slog.Logger
+	tokens store.Tokens
+	reads  store.APIStore
+	mux    *http.ServeMux
+	routes []Route
+	limit  *limiters
+	waker  *waker
+	quit   chan struct{} // closed by Close: waiting claims return at once
+	closed sync.Once
+
+	touched sync.Map // token id → time.Time of the last recorded use
+}
+
+// Route is one endpoint: its method, path pattern and the least role that
+// may call it.
+type Route struct {
+	Method string
+	Path   string
+	Role   Role
+}
+
+// New builds the API over opts.Client.
+func New(opts Options) (*Server, error) {
+	if opts.Client == nil {
+		return nil, errors.New("api: Options.Client is required")
+	}
+	st := opts.Client.Store()
+	tokens, ok1 := st.(store.Tokens)
+	reads, ok2 := st.(store.APIStore)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("api: the %s store does not support tokens and API reads", st.Driver())
+	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	opts.MaxBodyBytes = cmp.Or(opts.MaxBodyBytes, 10<<20)
+	opts.RateLimit = cmp.Or(opts.RateLimit, 1000)
+	opts.RateBurst = cmp.Or(opts.RateBurst, max(int(2*opts.RateLimit), 1))
+	opts.MaxWait = cmp.Or(opts.MaxWait, 30*time.Second)
+	opts.PollInterval = cmp.Or(opts.PollInterval, time.Second)
+	s := &Server{
+		opts: opts, c: opts.Client, log: opts.Logger, tokens: tokens, reads: reads,
+		mux:   http.NewServeMux(),
+		limit: &limiters{limit: rate.Limit(opts.RateLimit), burst: opts.RateBurst, m: map[string]*rate.Limiter{}},
+		waker: newWaker(st),
+		quit:  make(chan struct{}),
+	}
+	s.register()
+	return s, nil
+}
+
+// Close ends waiting claims (they answer with no tasks) and stops the
+// wake-up listener. Register it with http.Server.RegisterOnShutdown so a
+// graceful shutdown does not wait for long polls. Safe to call twice.
+func (s *Server) Close() {
+	s.closed.Do(func() {
+		close(s.quit)
+		s.waker.close()
+	})
+}
+
+// Routes lists every endpoint (the OpenAPI test checks each is documented).
+func (s *Server) Routes() []Route { return append([]Route(nil), s.routes...) }
+
+// HTTPServer wraps the API in an http.Server with the timeouts a public
+// listener needs; the write timeout leaves room for the longest claim wait.
+func (s *Server) HTTPServer(addr string) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           s,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      s.opts.MaxWait + 60*time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+func (s *Server) now() time.Time { return s.c.Config().Clock.Now() }
+
+// apiFunc is a handler that returns its error for writeProblem.
+type apiFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) handle(method, path string, role Role, fn apiFunc) {
+	s.routes = append(s.routes, Route{Method: method, Path: path, Role: role})
+	s.mux.Handle(method+" "+path, s.wrap(method, path, role, fn))
+}
+
+func (s *Server) register() {
+	s.handle("GET", "/healthz", RoleNone, s.getHealth)
+	s.handle("GET", "/readyz", RoleNone, s.getReady)
+	s.handle("GET", "/v1/openapi.json", RoleNone, s.getOpenAPI)
+
+	s.handle("POST", "/v1/tasks", RoleOperator, s.postTask)
+	s.handle("POST", "/v1/tasks/batch", RoleOperator, s.postTaskBatch)
+	s.handle("GET", "/v1/tasks", RoleViewer, s.listTasks)
+	s.handle("GET", "/v1/tasks/{id}", RoleViewer, s.getTask)
+	s.handle("POST", "/v1/tasks/{id}/cancel", RoleOperator, s.cancelTask)
+	s.handle("GET", "/v1/queues", RoleViewer, s.listQueues)
+
+	s.handle("POST", "/v1/claim", RoleOperator, s.claim)
+	s.handle("POST", "/v1/tasks/{id}/heartbeat", RoleOperator, s.heartbeat)
+	s.handle("POST", "/v1/tasks/{id}/progress", RoleOperator, s.progress)
+	s.handle("POST", "/v1/tasks/{id}/complete", RoleOperator, s.complete)
+	s.handle("POST", "/v1/tasks/{id}/fail", RoleOperator, s.fail)
+}
+
+// ServeHTTP implements http.Handler. Requests that match no route get a
+// problem document (404, or 405 with Allow) instead of ServeMux's text.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pat := s.mux.Handler(r); pat != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	var allow []string
+	for _, m := range []string{"GET", "POST"} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pat := s.mux.Handler(probe); pat != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", joinComma(allow))
+		s.writeProblem(w, r, fail(codeMethodNotAllowed, r.Method+" is not allowed here"))
+		return
+	}
+	s.writeProblem(w, r, fail(codeNoRoute, "no endpoint "+r.URL.Path))
+}
+
+func joinComma(ss []string) string {
+	out := ""
+	for i, s := range ss {
+		if i > 0 {
+			out += ", "
+		}
+		out += s
+	}
+	return out
+}
+
+// statusWriter remembers the status for the request log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// wrap is the middleware chain every route gets, in order: recover, body
+// limit, authentication, rate limit, role check, the handler, the log line.
+func (s *Server) wrap(method, path string, role Role, fn apiFunc) http.Handler {
+	mutating := method != "GET"
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		w := &statusWriter{ResponseWriter: rw}
+		var who principal
+		defer func() {
+			if rec := recover(); rec != nil {
+				if rec == http.ErrAbortHandler {
+					panic(rec)
+				}
+				s.log.Error("api: handler panic", "method", method, "path", r.URL.Path, "panic", rec, "stack", string(debug.Stack()))
+				if w.status == 0 {
+					s.writeProblem(w, r, fmt.Errorf("panic: %v", rec))
+				}
+			}
+			lvl := slog.LevelDebug
+			if mutating || w.status >= 500 {
+				lvl = slog.LevelInfo
+			}
+			s.log.Log(r.Context(), lvl, "api call", "actor", who.Name, "role", who.Role.String(),
+				"method", method, "route", path, "path", r.URL.Path, "status", w.status,
+				"duration", time.Since(start))
+		}()
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+		}
+		if role != RoleNone {
+			p, err := s.authenticate(r)
+			if err != nil {
+				s.writeProblem(w, r, err)
+				return
+			}
+			who = p
+			key := p.TokenID
+			if key == "" {
+				key = "anonymous"
+			}
+			if !s.limit.allow(key) {
+				s.writeProblem(w, r, fail(codeRateLimited, "slow down"))
+				return
+			}
+			if p.Role < role {
+				s.writeProblem(w, r, fail(codeForbidden, fmt.Sprintf("%s %s needs the %s role; token %q is %s", method, path, role, p.Name, p.Role)))
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		}
+		if err := fn(w, r); err != nil {
+			if w.status != 0 {
+				s.log.Warn("api: error after the response started", "path", r.URL.Path, "error", err)
+				return
+			}
+			s.writeProblem(w, r, err)
+		}
+	})
+}

@@ -1,0 +1,144 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/dburl"
+	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store"
+)
+
+// fuzzServer is the API in-process (the same handler chain a listener
+// gets), anonymous admin unless a token is sent, with short claim waits.
+func fuzzServer(f *testing.F) (*api.Server, string) {
+	ctx := context.Background()
+	s, err := dburl.Open(ctx, testdb.SQLite(f))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		f.Fatal(err)
+	}
+	lib, err := backstop.NewClient(s, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	srv, err := api.New(api.Options{Client: lib, AnonymousAdmin: true, RateLimit: -1, MaxWait: 10 * time.Millisecond,
+		MaxBodyBytes: 1 << 20})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(srv.Close)
+	sec, _, err := api.CreateToken(ctx, s.(store.Tokens), "fuzz", api.RoleViewer, time.Now())
+	if err != nil {
+		f.Fatal(err)
+	}
+	// A running task, so the worker endpoints reach their deeper paths.
+	if _, err := lib.Enqueue(ctx, backstop.EnqueueParams{ID: "t1", Queue: "q", Kind: "k"}); err != nil {
+		f.Fatal(err)
+	}
+	if _, err := lib.ClaimRemote(ctx, backstop.RemoteClaim{Queues: []string{"q"}, WorkerID: "w"}); err != nil {
+		f.Fatal(err)
+	}
+	return srv, sec
+}
+
+// checkAnswer: no 5xx, no panic (the recover middleware would answer 500),
+// and every error is a problem document with a code.
+func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, what string) {
+	t.Helper()
+	if rec.Code >= 500 || rec.Code == 0 {
+		t.Fatalf("%s: status %d: %s", what, rec.Code, rec.Body.Bytes())
+	}
+	if rec.Code >= 400 {
+		var p api.Problem
+		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Code == "" || p.Status != rec.Code {
+			t.Fatalf("%s: status %d without a problem document: %s", what, rec.Code, rec.Body.Bytes())
+		}
+	}
+}
+
+var fuzzPaths = []string{"/v1/tasks", "/v1/tasks/batch", "/v1/claim", "/v1/tasks/t1/heartbeat", "/v1/tasks/t1/progress",
+	"/v1/tasks/t1/complete", "/v1/tasks/t1/fail", "/v1/tasks/t1/cancel"}
+
+func FuzzRequestBodies(f *testing.F) {
+	srv, _ := fuzzServer(f)
+	for i, body := range []string{
+		`{"queue":"q","kind":"k","payload":{"a":1},"attributes":{"x":"y"},"retry":{"schedule":["1s"]},"run_at":"2030-01-01T00:00:00Z"}`,
+		`{"tasks":[{"queue":"q","kind":"k"},{"queue":"q","kind":"k","delay":"1m"}]}`,
+		`{"queues":["q"],"worker_id":"w","max":5,"wait":"5ms","lease":"10s"}`,
+		`{"lease_token":"x","progress":{"total_steps":3,"completed_steps":1},"lease":"1m"}`,
+		`{"lease_token":"x","progress":{"total_steps":-3,"completed_steps":1}}`,
+		`{"lease_token":"x"}`,
+		`{"lease_token":"x","outcome":"transient_error","retry_after":"1s","error":"e","error_detail":"d"}`,
+		`{}`, `null`, `[]`, `{"tasks":null}`, `{"queue":1}`, `{"timeout":"1x"}`, `{"deadline":"yesterday"}`,
+		`{"wait":-1}`, `{"max":1e999}`, `{"lease":9223372036854775807}`, "\x00", `{"a":` + string(bytes.Repeat([]byte("["), 5000)),
+	} {
+		f.Add(uint8(i), body)
+	}
+	f.Fuzz(func(t *testing.T, which uint8, body string) {
+		path := fuzzPaths[int(which)%len(fuzzPaths)]
+		req := httptest.NewRequest("POST", path, bytes.NewBufferString(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		checkAnswer(t, rec, "POST "+path+" "+body)
+	})
+}
+
+func FuzzListQuery(f *testing.F) {
+	srv, _ := fuzzServer(f)
+	for _, q := range []string{"queue=q&kind=k&state=pending,dead&attr=a=b&limit=10&after=t0",
+		"limit=0", "limit=-1", "limit=99999999999999999999", "state=", "attr==", "attr=a", "attr=a=1&attr=a=2",
+		"%zz", "queue=q&queue=r", "after=%00", "state=pending&state=nope", "attr=%20=x"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if q, err := url.ParseQuery(raw); err == nil {
+			// The parser alone: an error is always a 4xx problem.
+			if _, err := api.ParseListQuery(q); err != nil {
+				if _, ok := err.(interface{ Error() string }); !ok {
+					t.Fatal("odd error")
+				}
+			}
+		}
+		req := httptest.NewRequest("GET", "/v1/tasks", nil)
+		req.URL.RawQuery = raw
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		checkAnswer(t, rec, "GET /v1/tasks?"+raw)
+	})
+}
+
+func FuzzAuthorization(f *testing.F) {
+	srv, sec := fuzzServer(f)
+	for _, h := range []string{"Bearer " + sec, "Bearer bst_", "bearer " + sec, "Basic abc", "Bearer", " ", "Bearer bst_\x00",
+		"Bearer " + sec + sec + sec + sec} {
+		f.Add(h)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		req := httptest.NewRequest("GET", "/v1/queues", nil)
+		req.Header["Authorization"] = []string{h}
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		checkAnswer(t, rec, "Authorization: "+h)
+		if h != "" && rec.Code != http.StatusUnauthorized && rec.Code != http.StatusOK {
+			t.Fatalf("Authorization %q: status %d", h, rec.Code)
+		}
+		if rec.Code == http.StatusOK && h != "" && h != "Bearer "+sec && h != "bearer "+sec {
+			// Only the real secret (scheme case-insensitive) gets in; no
+			// header at all is the anonymous admin of this (--dev) server.
+			t.Fatalf("Authorization %q was accepted", h)
+		}
+	})
+}

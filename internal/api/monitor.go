@@ -1,0 +1,114 @@
+package api
+
+import (
+	"context"
+	_ "embed"
+	"net/http"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// Monitoring endpoints are pure methods returning structs (tests and an
+// embedding program call them directly), wrapped by thin handlers.
+
+// Health is GET /healthz: the process is up and serving.
+type Health struct {
+	Status string `json:"status"`
+}
+
+// Health reports that the process is up.
+func (s *Server) Health() Health { return Health{Status: "ok"} }
+
+func (s *Server) getHealth(w http.ResponseWriter, _ *http.Request) error {
+	return writeJSON(w, http.StatusOK, s.Health())
+}
+
+// Readiness is GET /readyz: the store answers and its schema is current.
+type Readiness struct {
+	Ready bool `json:"ready"`
+	// Store is "ok" or "unreachable".
+	Store string `json:"store"`
+	// PendingMigrations counts migrations not applied yet.
+	PendingMigrations int `json:"pending_migrations"`
+}
+
+// Readiness checks the store (within 2s) and its migrations.
+func (s *Server) Readiness(ctx context.Context) Readiness {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ms, err := s.c.Store().MigrationStatus(ctx)
+	if err != nil {
+		s.log.Warn("readyz: store unreachable", "error", err)
+		return Readiness{Store: "unreachable"}
+	}
+	out := Readiness{Store: "ok"}
+	for _, m := range ms {
+		if m.AppliedAt == nil {
+			out.PendingMigrations++
+		}
+	}
+	out.Ready = out.PendingMigrations == 0
+	return out
+}
+
+func (s *Server) getReady(w http.ResponseWriter, r *http.Request) error {
+	rd := s.Readiness(r.Context())
+	status := http.StatusOK
+	if !rd.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	return writeJSON(w, status, rd)
+}
+
+// QueueView is one queue with its task counts by state (every state
+// present, zero included).
+type QueueView struct {
+	Name   string           `json:"name"`
+	Counts map[bt.State]int `json:"counts"`
+	Total  int              `json:"total"`
+}
+
+// QueuesResponse is GET /v1/queues: every queue that holds tasks, by name.
+type QueuesResponse struct {
+	Items []QueueView `json:"items"`
+}
+
+// Queues counts tasks by queue and state.
+func (s *Server) Queues(ctx context.Context) (QueuesResponse, error) {
+	qs, err := s.reads.CountByQueue(ctx)
+	if err != nil {
+		return QueuesResponse{}, err
+	}
+	out := QueuesResponse{Items: make([]QueueView, len(qs))}
+	for i, q := range qs {
+		v := QueueView{Name: q.Queue, Counts: make(map[bt.State]int, len(bt.States))}
+		for _, st := range bt.States {
+			v.Counts[st] = q.Counts[st]
+			v.Total += q.Counts[st]
+		}
+		out.Items[i] = v
+	}
+	return out, nil
+}
+
+func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) error {
+	q, err := s.Queues(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, q)
+}
+
+//go:embed openapi.json
+var openAPIDoc []byte
+
+// OpenAPI is the API's OpenAPI 3.1 document.
+func OpenAPI() []byte { return openAPIDoc }
+
+func (s *Server) getOpenAPI(w http.ResponseWriter, _ *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(openAPIDoc)
+	return nil
+}

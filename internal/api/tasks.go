@@ -1,0 +1,234 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/taskjson"
+)
+
+// Limits of the task endpoints.
+const (
+	// MaxBatch is the most tasks one POST /v1/tasks/batch may carry.
+	MaxBatch = 1000
+	// defaultListLimit is the page size when a listing gives no limit.
+	defaultListLimit = 100
+)
+
+// redactedPayload replaces payloads for the viewer role.
+var redactedPayload = json.RawMessage(`{"redacted":true}`)
+
+// TaskView is a task as the API returns it: the task's snake_case JSON
+// (backstoptype.Task), attributes always an object, and executions always an
+// array when shown.
+type TaskView struct {
+	*bt.Task
+	Executions *[]bt.Execution `json:"executions,omitempty"`
+}
+
+// view prepares a task for the caller: viewers get the payload redacted.
+func view(p principal, t *bt.Task, withExecutions bool) TaskView {
+	cp := *t
+	if cp.Attributes == nil {
+		cp.Attributes = map[string]string{}
+	}
+	if p.Role < RoleOperator {
+		cp.Payload = redactedPayload
+	}
+	v := TaskView{Task: &cp}
+	cp.Executions = nil
+	if withExecutions {
+		ex := t.Executions
+		if ex == nil {
+			ex = []bt.Execution{}
+		}
+		v.Executions = &ex
+	}
+	return v
+}
+
+// EnqueueResponse is one enqueued task and what happened to it.
+type EnqueueResponse struct {
+	Task      TaskView `json:"task"`
+	Merged    bool     `json:"merged"`
+	Duplicate bool     `json:"duplicate"`
+}
+
+func enqueueResponse(p principal, r backstop.EnqueueResult) EnqueueResponse {
+	return EnqueueResponse{Task: view(p, r.Task, false), Merged: r.Merged, Duplicate: r.Duplicate}
+}
+
+// POST /v1/tasks: the body is one task object (docs/api.md lists its keys).
+// 201 when a task was added, 200 when it merged or was a duplicate.
+func (s *Server) postTask(w http.ResponseWriter, r *http.Request) error {
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	params, err := taskjson.DecodeEnqueue(b)
+	if err != nil {
+		return &apiError{code: codeInvalidJSON, detail: err.Error()}
+	}
+	res, err := s.c.Enqueue(r.Context(), params)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	s.log.Info("task enqueued", "actor", p.Name, "task_id", res.Task.ID, "queue", res.Task.Queue, "kind", res.Task.Kind,
+		"merged", res.Merged, "duplicate", res.Duplicate)
+	status := http.StatusCreated
+	if res.Merged || res.Duplicate {
+		status = http.StatusOK
+	}
+	return writeJSON(w, status, enqueueResponse(p, *res))
+}
+
+// BatchRequest is POST /v1/tasks/batch: up to MaxBatch task objects,
+// enqueued in one transaction (all or nothing).
+type BatchRequest struct {
+	Tasks []json.RawMessage `json:"tasks"`
+}
+
+// BatchResponse lists the results in the order of the request.
+type BatchResponse struct {
+	Results []EnqueueResponse `json:"results"`
+}
+
+func (s *Server) postTaskBatch(w http.ResponseWriter, r *http.Request) error {
+	var req BatchRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if len(req.Tasks) == 0 {
+		return &apiError{code: codeInvalidInput, field: "tasks", detail: "tasks: give at least one task"}
+	}
+	if len(req.Tasks) > MaxBatch {
+		return &apiError{code: codeTooLarge, field: "tasks", detail: fmt.Sprintf("tasks: at most %d per batch, got %d", MaxBatch, len(req.Tasks))}
+	}
+	params := make([]backstop.EnqueueParams, len(req.Tasks))
+	for i, raw := range req.Tasks {
+		p, err := taskjson.DecodeEnqueue(raw)
+		if err != nil {
+			return &backstop.BatchError{Index: i, Err: &apiError{code: codeInvalidJSON, field: fmt.Sprintf("tasks[%d]", i),
+				detail: fmt.Sprintf("tasks[%d]: %v", i, err)}}
+		}
+		params[i] = p
+	}
+	rs, err := s.c.EnqueueMany(r.Context(), params)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	out := BatchResponse{Results: make([]EnqueueResponse, len(rs))}
+	for i, res := range rs {
+		out.Results[i] = enqueueResponse(p, res)
+	}
+	s.log.Info("tasks enqueued", "actor", p.Name, "tasks", len(rs))
+	return writeJSON(w, http.StatusCreated, out)
+}
+
+// GET /v1/tasks/{id}: the task with its executions.
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.c.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, view(principalFrom(r.Context()), t, true))
+}
+
+// ListResponse is a page of a listing; NextCursor (null on the last page)
+// goes into the next request's `after`.
+type ListResponse struct {
+	Items      []TaskView `json:"items"`
+	NextCursor *string    `json:"next_cursor"`
+}
+
+// ParseListQuery reads GET /v1/tasks's query: queue, kind, state
+// (repeatable or comma-separated), attr (repeatable key=value), limit and
+// after (the cursor). Unknown parameters are refused; the library checks
+// the values.
+func ParseListQuery(q url.Values) (backstop.ListParams, error) {
+	var f backstop.ListParams
+	bad := func(format string, args ...any) error {
+		return fail(codeInvalidQuery, fmt.Sprintf(format, args...))
+	}
+	for key, vals := range q {
+		switch key {
+		case "queue", "kind", "limit", "after":
+			if len(vals) != 1 {
+				return f, bad("%s: give it once", key)
+			}
+		case "state", "attr":
+		default:
+			return f, bad("unknown parameter %q (use queue, kind, state, attr, limit, after)", key)
+		}
+	}
+	f.Queue, f.Kind, f.AfterID = q.Get("queue"), q.Get("kind"), q.Get("after")
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			f.States = append(f.States, bt.State(strings.TrimSpace(st)))
+		}
+	}
+	for _, v := range q["attr"] {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok {
+			return f, bad("attr %q: want key=value", v)
+		}
+		if f.Attrs == nil {
+			f.Attrs = map[string]string{}
+		}
+		if _, dup := f.Attrs[k]; dup {
+			return f, bad("attr: key %q is given twice", k)
+		}
+		f.Attrs[k] = val
+	}
+	f.Limit = defaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return f, bad("limit %q: want a positive whole number", v)
+		}
+		f.Limit = n
+	}
+	return f, nil
+}
+
+// GET /v1/tasks
+func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
+	f, err := ParseListQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	tasks, err := s.c.List(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	out := ListResponse{Items: make([]TaskView, len(tasks))}
+	for i, t := range tasks {
+		out.Items[i] = view(p, t, false)
+	}
+	if len(tasks) == f.Limit && len(tasks) > 0 {
+		last := tasks[len(tasks)-1].ID
+		out.NextCursor = &last
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// POST /v1/tasks/{id}/cancel: at once for a waiting task, cooperatively for
+// a running one; a finished task is a conflict.
+func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.c.Cancel(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	s.log.Info("task cancel requested", "actor", p.Name, "task_id", t.ID, "state", t.State)
+	return writeJSON(w, http.StatusOK, view(p, t, false))
+}

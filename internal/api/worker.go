@@ -1,0 +1,211 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// The remote worker protocol: claim (long-poll), then heartbeat / progress
+// and finally complete or fail, each naming the attempt's lease token. The
+// library (remote.go at the root) makes every decision.
+
+// ClaimRequest is POST /v1/claim.
+type ClaimRequest struct {
+	Queues   []string `json:"queues"`
+	Kinds    []string `json:"kinds"`
+	WorkerID string   `json:"worker_id"`
+	// Max tasks to lease. Default 1.
+	Max int `json:"max"`
+	// Wait: when nothing is claimable, wait up to this long for work
+	// (bounded by the server's MaxWait, default 30s). Default 0.
+	Wait bt.Duration `json:"wait"`
+	// Lease: how long the claim lasts without a heartbeat. Default 30s.
+	Lease bt.Duration `json:"lease"`
+}
+
+// ClaimedTask is a leased task: the task's JSON plus its lease token.
+type ClaimedTask struct {
+	TaskView
+	LeaseToken string `json:"lease_token"`
+}
+
+// ClaimResponse lists the leased tasks (empty when the wait ran out).
+type ClaimResponse struct {
+	Tasks []ClaimedTask `json:"tasks"`
+}
+
+func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
+	var req ClaimRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	wait := time.Duration(req.Wait)
+	if wait < 0 || wait > s.opts.MaxWait {
+		return &apiError{code: codeInvalidInput, field: "wait", detail: fmt.Sprintf("wait: must be between 0s and %s", s.opts.MaxWait)}
+	}
+	p := backstop.RemoteClaim{Queues: req.Queues, Kinds: req.Kinds, WorkerID: req.WorkerID, Max: req.Max,
+		Lease: time.Duration(req.Lease)}
+	tasks, err := s.claimWait(r.Context(), p, wait)
+	if err != nil {
+		return err
+	}
+	who := principalFrom(r.Context())
+	out := ClaimResponse{Tasks: make([]ClaimedTask, len(tasks))}
+	for i, t := range tasks {
+		out.Tasks[i] = ClaimedTask{TaskView: view(who, t, false), LeaseToken: t.ExecutionID}
+	}
+	if len(tasks) > 0 {
+		s.log.Info("tasks claimed", "actor", who.Name, "worker_id", req.WorkerID, "tasks", len(tasks))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// claimWait claims, and while nothing is claimable waits for a store
+// wake-up (or the poll interval) until wait runs out. A claim is never cut
+// off half-way by the caller going away: the tasks it leased would be lost
+// until their leases expire.
+func (s *Server) claimWait(ctx context.Context, p backstop.RemoteClaim, wait time.Duration) ([]*bt.Task, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		woken := s.waker.wait()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		tasks, err := s.c.ClaimRemote(cctx, p)
+		cancel()
+		if err != nil || len(tasks) > 0 {
+			return tasks, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return tasks, nil
+		}
+		select {
+		case <-s.quit:
+			return nil, nil
+		default:
+		}
+		t := time.NewTimer(min(left, s.opts.PollInterval))
+		select {
+		case <-woken:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-s.quit:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		select {
+		case <-s.quit:
+			return nil, nil
+		default:
+		}
+	}
+}
+
+// HeartbeatRequest is POST /v1/tasks/{id}/heartbeat.
+type HeartbeatRequest struct {
+	LeaseToken string       `json:"lease_token"`
+	Progress   *bt.Progress `json:"progress"`
+	// Lease: extend the lease to now + this. Default 30s.
+	Lease bt.Duration `json:"lease"`
+}
+
+// HeartbeatResponse tells the worker when its lease ends and whether an
+// operator canceled the task.
+type HeartbeatResponse = backstop.RemoteBeatResult
+
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
+	var req HeartbeatRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	return s.beat(w, r, req)
+}
+
+// ProgressRequest is POST /v1/tasks/{id}/progress: a heartbeat that must
+// carry progress.
+type ProgressRequest struct {
+	LeaseToken string       `json:"lease_token"`
+	Progress   *bt.Progress `json:"progress"`
+	Lease      bt.Duration  `json:"lease"`
+}
+
+func (s *Server) progress(w http.ResponseWriter, r *http.Request) error {
+	var req ProgressRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if req.Progress == nil {
+		return &apiError{code: codeInvalidInput, field: "progress", detail: "progress: is required"}
+	}
+	return s.beat(w, r, HeartbeatRequest(req))
+}
+
+func (s *Server) beat(w http.ResponseWriter, r *http.Request, req HeartbeatRequest) error {
+	res, err := s.c.Heartbeat(r.Context(), backstop.RemoteBeat{TaskID: r.PathValue("id"), LeaseToken: req.LeaseToken,
+		Progress: req.Progress, Lease: time.Duration(req.Lease)})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+// CompleteRequest is POST /v1/tasks/{id}/complete.
+type CompleteRequest struct {
+	LeaseToken string       `json:"lease_token"`
+	Progress   *bt.Progress `json:"progress"`
+}
+
+// SettleResponse is the engine's decision about the reported attempt.
+type SettleResponse = backstop.RemoteResult
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request) error {
+	var req CompleteRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	res, err := s.c.Complete(r.Context(), r.PathValue("id"), req.LeaseToken, req.Progress)
+	if err != nil {
+		return err
+	}
+	s.log.Debug("task completed", "actor", principalFrom(r.Context()).Name, "task_id", res.TaskID)
+	return writeJSON(w, http.StatusOK, res)
+}
+
+// FailRequest is POST /v1/tasks/{id}/fail.
+type FailRequest struct {
+	LeaseToken string `json:"lease_token"`
+	// Outcome: transient_error, permanent_error or timeout.
+	Outcome bt.Outcome `json:"outcome"`
+	// RetryAfter (transient_error only): run again after this long without
+	// charging the attempt, like a Go handler's RetryAfter.
+	RetryAfter  *bt.Duration `json:"retry_after"`
+	Error       string       `json:"error"`
+	ErrorDetail string       `json:"error_detail"`
+	Progress    *bt.Progress `json:"progress"`
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request) error {
+	var req FailRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	f := backstop.RemoteFailure{TaskID: r.PathValue("id"), LeaseToken: req.LeaseToken, Outcome: req.Outcome,
+		Error: req.Error, ErrorDetail: req.ErrorDetail, Progress: req.Progress}
+	if req.RetryAfter != nil {
+		d := time.Duration(*req.RetryAfter)
+		f.RetryAfter = &d
+	}
+	res, err := s.c.Fail(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	s.log.Info("task attempt failed (remote)", "actor", principalFrom(r.Context()).Name, "task_id", res.TaskID,
+		"outcome", res.Outcome, "state", res.State)
+	return writeJSON(w, http.StatusOK, res)
+}

@@ -1,0 +1,183 @@
+// Package apiclient is the Go client of Backstop's HTTP API, and of its
+// remote worker protocol in particular. Tests use it; `backstop work
+// --server` and the CLI-over-API will. It is internal until those settle
+// its shape; then it becomes public for Go workers that do not link the
+// library. It speaks only HTTP and never decides anything.
+package apiclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/api"
+)
+
+// Client calls one Backstop server with one token.
+type Client struct {
+	BaseURL string // e.g. http://127.0.0.1:8080
+	Token   string // bearer secret (bst_...); empty: anonymous (serve --dev)
+	HTTP    *http.Client
+}
+
+// New makes a client; its HTTP client's timeout leaves room for long polls.
+func New(baseURL, token string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 90 * time.Second}}
+}
+
+// Do sends in (JSON, nil for no body) and decodes a 2xx answer into out (nil
+// to discard). An error answer comes back as *api.Problem.
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var p api.Problem
+		if json.Unmarshal(b, &p) == nil && p.Code != "" {
+			return &p
+		}
+		return fmt.Errorf("backstop: %s %s: HTTP %d: %.200s", method, path, resp.StatusCode, b)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("backstop: %s %s: decoding the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// Task is a task to enqueue, with the task's JSON keys.
+type Task struct {
+	ID             string            `json:"id,omitempty"`
+	Queue          string            `json:"queue"`
+	Kind           string            `json:"kind"`
+	Payload        json.RawMessage   `json:"payload,omitempty"`
+	Priority       int               `json:"priority,omitempty"`
+	RunAt          *time.Time        `json:"run_at,omitempty"`
+	Delay          bt.Duration       `json:"delay,omitempty"`
+	MaxAttempts    int               `json:"max_attempts,omitempty"`
+	Timeout        bt.Duration       `json:"timeout,omitempty"`
+	Deadline       *time.Time        `json:"deadline,omitempty"`
+	Retry          *bt.RetryPolicy   `json:"retry,omitempty"`
+	Attributes     map[string]string `json:"attributes,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	MergeKey       string            `json:"merge_key,omitempty"`
+	Progress       *bt.Progress      `json:"progress,omitempty"`
+	Complexity     float64           `json:"complexity,omitempty"`
+}
+
+func esc(id string) string { return url.PathEscape(id) }
+
+// Enqueue adds one task.
+func (c *Client) Enqueue(ctx context.Context, t Task) (*api.EnqueueResponse, error) {
+	var out api.EnqueueResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks", t, &out)
+}
+
+// EnqueueBatch adds tasks in one transaction.
+func (c *Client) EnqueueBatch(ctx context.Context, ts []Task) (*api.BatchResponse, error) {
+	raw := make([]json.RawMessage, len(ts))
+	for i, t := range ts {
+		b, err := json.Marshal(t)
+		if err != nil {
+			return nil, err
+		}
+		raw[i] = b
+	}
+	var out api.BatchResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks/batch", api.BatchRequest{Tasks: raw}, &out)
+}
+
+// Get returns a task with its executions.
+func (c *Client) Get(ctx context.Context, id string) (*api.TaskView, error) {
+	var out api.TaskView
+	return &out, c.Do(ctx, "GET", "/v1/tasks/"+esc(id), nil, &out)
+}
+
+// List lists tasks; q takes queue, kind, state, attr, limit, after.
+func (c *Client) List(ctx context.Context, q url.Values) (*api.ListResponse, error) {
+	var out api.ListResponse
+	path := "/v1/tasks"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return &out, c.Do(ctx, "GET", path, nil, &out)
+}
+
+// Cancel cancels a task.
+func (c *Client) Cancel(ctx context.Context, id string) (*api.TaskView, error) {
+	var out api.TaskView
+	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/cancel", nil, &out)
+}
+
+// Queues counts tasks by queue and state.
+func (c *Client) Queues(ctx context.Context) (*api.QueuesResponse, error) {
+	var out api.QueuesResponse
+	return &out, c.Do(ctx, "GET", "/v1/queues", nil, &out)
+}
+
+// Claim leases tasks, waiting up to req.Wait for work.
+func (c *Client) Claim(ctx context.Context, req api.ClaimRequest) ([]api.ClaimedTask, error) {
+	var out api.ClaimResponse
+	if err := c.Do(ctx, "POST", "/v1/claim", req, &out); err != nil {
+		return nil, err
+	}
+	return out.Tasks, nil
+}
+
+// Heartbeat extends a lease (and stores progress when given).
+func (c *Client) Heartbeat(ctx context.Context, id string, req api.HeartbeatRequest) (*api.HeartbeatResponse, error) {
+	var out api.HeartbeatResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/heartbeat", req, &out)
+}
+
+// Progress reports progress (and extends the lease).
+func (c *Client) Progress(ctx context.Context, id string, req api.ProgressRequest) (*api.HeartbeatResponse, error) {
+	var out api.HeartbeatResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/progress", req, &out)
+}
+
+// Complete reports success.
+func (c *Client) Complete(ctx context.Context, id string, req api.CompleteRequest) (*api.SettleResponse, error) {
+	var out api.SettleResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/complete", req, &out)
+}
+
+// Fail reports a failed attempt with its outcome class.
+func (c *Client) Fail(ctx context.Context, id string, req api.FailRequest) (*api.SettleResponse, error) {
+	var out api.SettleResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/fail", req, &out)
+}

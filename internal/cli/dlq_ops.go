@@ -1,0 +1,526 @@
+package cli
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// This file holds the dead-letter operations: replay, redrive, discard,
+// resolve, purge, export. Each calls the one library function for it.
+
+// defaultActor is who the history records for a CLI operation: $USER@host.
+func defaultActor() string {
+	user := os.Getenv("USER")
+	host, _ := os.Hostname()
+	switch {
+	case user != "" && host != "":
+		return user + "@" + host
+	case user != "":
+		return user
+	}
+	return "cli"
+}
+
+func addActorFlag(cmd *cobra.Command, actor *string) {
+	cmd.Flags().StringVar(actor, "actor", defaultActor(), "who does this, recorded in the task's history")
+}
+
+// dlqFilterFlags are the dead-letter filters of list, redrive and export.
+type dlqFilterFlags struct {
+	reason, status, errorContains, since, until string
+}
+
+func (f *dlqFilterFlags) register(cmd *cobra.Command, withStatus bool) {
+	cmd.Flags().StringVar(&f.reason, "reason", "", "only dead letters with this reason: "+joinReasons())
+	if withStatus {
+		cmd.Flags().StringVar(&f.status, "status", "", "only dead letters with this status (comma-separated): open, replayed, discarded, resolved")
+	}
+	cmd.Flags().StringVar(&f.errorContains, "error-contains", "", "only dead letters whose last error contains this text")
+	cmd.Flags().StringVar(&f.since, "since", "", "only dead letters last seen at or after this time (RFC 3339) or this long ago (24h, 7d)")
+	cmd.Flags().StringVar(&f.until, "until", "", "only dead letters last seen at or before this time (RFC 3339) or this long ago")
+}
+
+func (f *dlqFilterFlags) apply(p *backstop.ListParams, withStatus bool) error {
+	p.Reason = bt.DeadReason(f.reason)
+	p.ErrorContains = f.errorContains
+	var err error
+	if p.Since, err = parseWhen("since", f.since); err != nil {
+		return err
+	}
+	if p.Until, err = parseWhen("until", f.until); err != nil {
+		return err
+	}
+	if withStatus && f.status != "" {
+		for _, s := range strings.Split(f.status, ",") {
+			p.DLQStatuses = append(p.DLQStatuses, bt.DLQStatus(strings.TrimSpace(s)))
+		}
+	}
+	return nil
+}
+
+// parseWhen reads an RFC 3339 time or an age ("24h", "7d": that long ago).
+func parseWhen(flag, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := parseAge(s); err == nil {
+		return time.Now().UTC().Add(-d), nil
+	}
+	return parseTime(flag, s)
+}
+
+// parseAge reads a duration with a day unit added: "30d", "12h", "1d12h".
+func parseAge(s string) (time.Duration, error) {
+	var days int
+	if i := strings.IndexByte(s, 'd'); i > 0 {
+		n, err := strconv.Atoi(s[:i])
+		if err != nil {
+			return 0, err
+		}
+		days, s = n, s[i+1:]
+	}
+	var d time.Duration
+	if s != "" {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, err
+		}
+	}
+	total := time.Duration(days)*24*time.Hour + d
+	if total < 0 {
+		return 0, errors.New("negative duration")
+	}
+	return total, nil
+}
+
+// patchFlags are the payload-patch and scheduling flags of replay and redrive.
+type patchFlags struct {
+	patches      []string
+	mergeFile    string
+	keepAttempts bool
+	delay        time.Duration
+	runAt        string
+}
+
+func (f *patchFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&f.patches, "patch", nil, "set a payload field: path.to.field=VALUE (VALUE is JSON if valid JSON, else a string; repeatable)")
+	cmd.Flags().StringVar(&f.mergeFile, "merge-patch", "", "apply an RFC 7396 JSON merge patch read from FILE (- for stdin), before any --patch")
+	cmd.Flags().BoolVar(&f.keepAttempts, "keep-attempts", false, "keep the attempt counter instead of resetting it to 0")
+	cmd.Flags().DurationVar(&f.delay, "delay", 0, "run after this delay instead of now")
+	cmd.Flags().StringVar(&f.runAt, "run-at", "", "run at this time (RFC 3339) instead of now")
+}
+
+func (f *patchFlags) read(a *app) (merge json.RawMessage, ops []backstop.PatchOp, runAt time.Time, err error) {
+	for _, s := range f.patches {
+		op, err := backstop.ParsePatch(s)
+		if err != nil {
+			return nil, nil, runAt, err
+		}
+		ops = append(ops, op)
+	}
+	if f.mergeFile != "" {
+		var b []byte
+		if f.mergeFile == "-" {
+			b, err = io.ReadAll(a.stdin)
+		} else {
+			b, err = os.ReadFile(f.mergeFile)
+		}
+		if err != nil {
+			return nil, nil, runAt, usageErr("--merge-patch: %v", err)
+		}
+		if !json.Valid(b) {
+			return nil, nil, runAt, usageErr("--merge-patch %s: not valid JSON", f.mergeFile)
+		}
+		merge = b
+	}
+	if f.runAt != "" {
+		if f.delay != 0 {
+			return nil, nil, runAt, usageErr("give --delay or --run-at, not both")
+		}
+		if runAt, err = parseTime("run-at", f.runAt); err != nil {
+			return nil, nil, runAt, err
+		}
+	}
+	return merge, ops, runAt, nil
+}
+
+const replayLong = `Replay a dead letter: in one transaction it goes back to its queue under the
+SAME id, with its attempts reset to 0 (--keep-attempts keeps them), to run now
+(or after --delay / at --run-at); the lease and last error are cleared; payload,
+attributes, progress, complexity and the execution history are kept, replay_count
+grows by one, and the history records the replay and its --actor.
+
+--patch path=VALUE sets a payload field (dotted path; VALUE is JSON when it is
+valid JSON, else a string); --merge-patch FILE applies an RFC 7396 merge patch
+first. A patch that does not apply (a path through a scalar, invalid JSON, a
+payload over the size limit) is refused: exit 2, nothing changes.
+
+--new-id copies the dead letter under a fresh id that records replayed_from;
+the original stays in the DLQ marked replayed.
+
+Idempotent: an id that is no longer an open dead letter (live again, finished,
+discarded, resolved, replayed with --new-id) prints replayed: false and exits 0.
+Two concurrent replays of one id move it exactly once. Unknown id: exit 3.
+
+Conflict (exit 4): a task id is one row for its whole life, so no live task can
+share the dead letter's id. A replay conflicts when the replayed task would break
+a uniqueness rule: a live task now holds its idempotency key, or a waiting task
+of the same kind holds its merge key (or, with --new-id, the new id exists).
+The dead letter is left as it was.`
+
+func dlqReplayCmd(a *app) *cobra.Command {
+	var (
+		pf    patchFlags
+		actor string
+		newID bool
+	)
+	cmd := &cobra.Command{
+		Use:   "replay ID",
+		Short: "Replay a dead letter under its own id, optionally patched",
+		Long:  replayLong,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			merge, ops, runAt, err := pf.read(a)
+			if err != nil {
+				return err
+			}
+			s, c, err := a.open(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			res, err := c.Replay(cmd.Context(), backstop.ReplayParams{ID: args[0], Actor: actor, MergePatch: merge,
+				Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, NewID: newID})
+			if err != nil {
+				return err
+			}
+			return a.print(res, func(w io.Writer) error {
+				switch {
+				case !res.Replayed:
+					_, err = fmt.Fprintf(w, "%s\tnot replayed: it is %s%s, not an open dead letter (replayed: false)\n",
+						res.ID, res.State, statusSuffix(res.DLQStatus))
+				case res.NewID != "":
+					_, err = fmt.Fprintf(w, "%s\treplayed as %s (%s)\n", res.ID, res.NewID, res.Task.State)
+				default:
+					_, err = fmt.Fprintf(w, "%s\treplayed (%s, replay %d)\n", res.ID, res.Task.State, res.Task.ReplayCount)
+				}
+				return err
+			})
+		},
+	}
+	pf.register(cmd)
+	addActorFlag(cmd, &actor)
+	cmd.Flags().BoolVar(&newID, "new-id", false, "replay a copy under a fresh id (replayed_from = ID); the original is marked replayed")
+	return cmd
+}
+
+func statusSuffix(s bt.DLQStatus) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + string(s) + ")"
+}
+
+func dlqRedriveCmd(a *app) *cobra.Command {
+	var (
+		f     listFlags
+		df    dlqFilterFlags
+		pf    patchFlags
+		actor string
+		rate  float64
+	)
+	cmd := &cobra.Command{
+		Use:   "redrive",
+		Short: "Replay every matching dead letter, at a bounded rate; resumable",
+		Long: `Replay every open dead letter matching the filters, as 'dlq replay' would, at most
+--rate per second (0: unthrottled), in batches of up to 500 per transaction. A
+progress bar goes to stderr on a terminal; with -o json, one JSON progress line
+per batch goes to stdout. Ctrl-C stops cleanly between batches.
+
+The redrive is recorded with its filter and a snapshot time. Running the same
+command again after an interruption or a crash resumes it: only dead letters
+last seen at or before the snapshot are replayed, each once, so a task that
+died again after being redriven is not redriven twice. --limit N replays at
+most N in this run; running again continues.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.limit < 0 {
+				return usageErr("--limit %d: must not be negative", f.limit)
+			}
+			attrs, err := parseAttrs(f.attrs)
+			if err != nil {
+				return err
+			}
+			lp := backstop.ListParams{Queue: f.queue, Kind: f.kind, Attrs: attrs}
+			if err := df.apply(&lp, false); err != nil {
+				return err
+			}
+			merge, ops, runAt, err := pf.read(a)
+			if err != nil {
+				return err
+			}
+			s, c, err := a.open(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			bar := a.progressBar()
+			final, err := c.Redrive(cmd.Context(), backstop.RedriveParams{Filter: lp, Rate: rate, Limit: f.limit,
+				MergePatch: merge, Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, Actor: actor},
+				func(p backstop.RedriveProgress) {
+					if a.output == "json" {
+						_ = json.NewEncoder(a.stdout).Encode(p)
+						return
+					}
+					bar(p)
+				})
+			bar(backstop.RedriveProgress{}) // end the bar's line
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return nil
+			}
+			state := "done"
+			if !final.Done {
+				state = "paused at --limit (run again to continue)"
+			}
+			resumed := ""
+			if final.Resumed {
+				resumed = ", resumed"
+			}
+			_, err = fmt.Fprintf(a.stdout, "redrive %s: %d replayed, %d failed%s, %s\n", final.RedriveID, final.Replayed, final.Failed, resumed, state)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&f.queue, "queue", "", "only dead letters of this queue")
+	cmd.Flags().StringVar(&f.kind, "kind", "", "only dead letters of this kind")
+	cmd.Flags().StringArrayVar(&f.attrs, "attr", nil, "only dead letters with this attribute, key=value (repeatable)")
+	cmd.Flags().IntVar(&f.limit, "limit", 0, "replay at most this many in this run (0: all)")
+	cmd.Flags().Float64Var(&rate, "rate", 500, "at most this many replays per second (0: unthrottled)")
+	df.register(cmd, false)
+	pf.register(cmd)
+	addActorFlag(cmd, &actor)
+	return cmd
+}
+
+// progressBar draws redrive progress on stderr when it is a terminal; a
+// zero progress ends the line.
+func (a *app) progressBar() func(backstop.RedriveProgress) {
+	f, ok := a.stderr.(*os.File)
+	if !ok || a.output == "json" {
+		return func(backstop.RedriveProgress) {}
+	}
+	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return func(backstop.RedriveProgress) {}
+	}
+	drawn := false
+	return func(p backstop.RedriveProgress) {
+		if p.RedriveID == "" {
+			if drawn {
+				fmt.Fprintln(f)
+			}
+			return
+		}
+		drawn = true
+		done := p.Replayed + p.Failed
+		frac := 1.0
+		if p.Total > 0 {
+			frac = min(1, float64(done)/float64(p.Total))
+		}
+		const width = 30
+		n := int(frac * width)
+		fmt.Fprintf(f, "\r[%s%s] %d/%d replayed %d failed %d  %.0f/s ", strings.Repeat("#", n), strings.Repeat(".", width-n),
+			done, p.Total, p.Replayed, p.Failed, p.Rate)
+	}
+}
+
+func dlqDiscardCmd(a *app) *cobra.Command {
+	var reason, actor string
+	cmd := &cobra.Command{
+		Use:   "discard ID --reason TEXT",
+		Short: "Discard a dead letter on purpose (the record is kept)",
+		Long: "Mark an open dead letter discarded, keeping the record with its status, reason, actor and time.\n" +
+			"--reason is required (exit 2 without). An id that is not an open dead letter exits 3.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return usageErr("dlq discard: --reason is required")
+			}
+			return a.setDLQStatus(cmd, func(c *backstop.Client) (*backstop.Task, error) {
+				return c.Discard(cmd.Context(), backstop.DiscardParams{ID: args[0], Reason: reason, Actor: actor})
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why it is discarded (required)")
+	addActorFlag(cmd, &actor)
+	return cmd
+}
+
+func dlqResolveCmd(a *app) *cobra.Command {
+	var note, actor string
+	cmd := &cobra.Command{
+		Use:   "resolve ID [--note TEXT]",
+		Short: "Mark a dead letter resolved (handled by hand; the record is kept)",
+		Long:  "Mark an open dead letter resolved, keeping the record with its status, note, actor and time.\nAn id that is not an open dead letter exits 3.",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.setDLQStatus(cmd, func(c *backstop.Client) (*backstop.Task, error) {
+				return c.Resolve(cmd.Context(), backstop.ResolveParams{ID: args[0], Note: note, Actor: actor})
+			})
+		},
+	}
+	cmd.Flags().StringVar(&note, "note", "", "how it was handled")
+	addActorFlag(cmd, &actor)
+	return cmd
+}
+
+func (a *app) setDLQStatus(cmd *cobra.Command, op func(*backstop.Client) (*backstop.Task, error)) error {
+	s, c, err := a.open(cmd.Context(), nil)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	t, err := op(c)
+	if err != nil {
+		return err
+	}
+	return a.print(newDeadLetterJSON(t, false), func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s\t%s\n", t.ID, t.DLQStatus)
+		return err
+	})
+}
+
+func dlqPurgeCmd(a *app) *cobra.Command {
+	var olderThan, status string
+	cmd := &cobra.Command{
+		Use:   "purge --older-than AGE",
+		Short: "Delete dead-letter records for good (default: discarded and resolved ones)",
+		Long: "Delete dead letters whose status is one of --status (default discarded,resolved) and whose record\n" +
+			"last changed more than --older-than ago (30d, 12h, 90m), with their executions, spilled payloads\n" +
+			"and history. Archive first with 'dlq export'. Prints how many were deleted.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan == "" {
+				return usageErr("dlq purge: --older-than is required (e.g. 30d)")
+			}
+			age, err := parseAge(olderThan)
+			if err != nil {
+				return usageErr("--older-than %q: want a duration such as 30d, 12h or 90m", olderThan)
+			}
+			var sts []bt.DLQStatus
+			for _, s := range strings.Split(status, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					sts = append(sts, bt.DLQStatus(s))
+				}
+			}
+			s, c, err := a.open(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			n, err := c.PurgeDLQ(cmd.Context(), backstop.PurgeParams{OlderThan: age, Statuses: sts})
+			if err != nil {
+				return err
+			}
+			return a.print(map[string]int{"purged": n}, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "purged %d dead letters\n", n)
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&olderThan, "older-than", "", "only records last changed longer ago than this (30d, 12h)")
+	cmd.Flags().StringVar(&status, "status", "discarded,resolved", "statuses to purge (comma-separated): open, replayed, discarded, resolved")
+	return cmd
+}
+
+func dlqExportCmd(a *app) *cobra.Command {
+	var (
+		f   listFlags
+		df  dlqFilterFlags
+		out string
+	)
+	cmd := &cobra.Command{
+		Use:   "export [--out FILE]",
+		Short: "Export dead letters as NDJSON, one per line with executions and history",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			attrs, err := parseAttrs(f.attrs)
+			if err != nil {
+				return err
+			}
+			if f.limit < 0 {
+				return usageErr("--limit %d: must not be negative", f.limit)
+			}
+			lp := backstop.ListParams{Queue: f.queue, Kind: f.kind, Attrs: attrs, AfterID: f.after, Limit: f.limit}
+			if err := df.apply(&lp, true); err != nil {
+				return err
+			}
+			w := a.stdout
+			var file *os.File
+			if out != "" && out != "-" {
+				if file, err = os.Create(out); err != nil {
+					return usageErr("--out: %v", err)
+				}
+				defer file.Close()
+				w = file
+			}
+			bw := bufio.NewWriterSize(w, 64<<10)
+			s, c, err := a.open(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			enc := json.NewEncoder(bw)
+			n, err := c.ExportDLQ(cmd.Context(), lp, func(d backstop.DeadLetterExport) error { return enc.Encode(d) })
+			if err != nil {
+				return err
+			}
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+			if file != nil {
+				if err := file.Close(); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stderr, "exported %d dead letters to %s\n", n, out)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&f.queue, "queue", "", "only dead letters of this queue")
+	cmd.Flags().StringVar(&f.kind, "kind", "", "only dead letters of this kind")
+	cmd.Flags().StringArrayVar(&f.attrs, "attr", nil, "only dead letters with this attribute, key=value (repeatable)")
+	cmd.Flags().IntVar(&f.limit, "limit", 0, "at most this many (0: all)")
+	cmd.Flags().StringVar(&f.after, "after", "", "cursor: only ids after this one")
+	cmd.Flags().StringVar(&out, "out", "", "write to FILE instead of stdout")
+	df.register(cmd, true)
+	return cmd
+}
+
+// printEvents prints a task's history after its executions.
+func printEvents(w io.Writer, events []bt.Event) error {
+	fmt.Fprintf(w, "\nhistory (%d):\n", len(events))
+	if len(events) == 0 {
+		_, err := fmt.Fprintln(w, "  no events")
+		return err
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "  TIME\tTYPE\tACTOR\tBODY")
+	for _, e := range events {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", fmtTime(e.Time), e.Type, e.Actor, oneLine(string(e.Body), 120))
+	}
+	return tw.Flush()
+}

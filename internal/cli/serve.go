@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/store"
+)
+
+func init() { register(serveCmd) }
+
+type serveFlags struct {
+	addr        string
+	dev         bool
+	maintenance time.Duration
+	rateLimit   float64
+	maxBody     int64
+	grace       time.Duration
+}
+
+func serveCmd(a *app) *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the HTTP API (and run maintenance)",
+		Long: `Serve the HTTP API under /v1 (docs/api.md; the OpenAPI document is at /v1/openapi.json),
+/healthz and /readyz, and run the maintenance loop (lease expiry, scheduled tasks, deadlines).
+
+Every API call needs a bearer token (backstop tokens create). On a non-loopback address the
+server refuses to start while no token exists. --dev, allowed on loopback only, lets requests
+without a token in as admin. SIGINT/SIGTERM shut down gracefully.`,
+		Example: `  backstop tokens create --name ci --role operator
+  backstop serve --addr 0.0.0.0:8080
+  backstop serve --dev`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.serve(cmd.Context(), &f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address")
+	fl.BoolVar(&f.dev, "dev", false, "allow anonymous requests as admin (loopback addresses only)")
+	fl.DurationVar(&f.maintenance, "maintenance-interval", time.Second, "how often to run maintenance (0 disables)")
+	fl.Float64Var(&f.rateLimit, "rate-limit", 1000, "requests per second per token (negative disables)")
+	fl.Int64Var(&f.maxBody, "max-body", 10<<20, "largest request body in bytes")
+	fl.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take on shutdown")
+	return cmd
+}
+
+// isLoopback reports whether a listen address only accepts local
+// connections. An empty host (":8080") listens everywhere.
+func isLoopback(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, usageErr("--addr %q: want host:port", addr)
+	}
+	if host == "localhost" {
+		return true, nil
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback(), nil
+}
+
+func liveTokens(ctx context.Context, s store.Store) (int, error) {
+	ts, err := s.(store.Tokens).ListTokens(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range ts {
+		if t.RevokedAt == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (a *app) serve(ctx context.Context, f *serveFlags) error {
+	loopback, err := isLoopback(f.addr)
+	if err != nil {
+		return err
+	}
+	if f.dev && !loopback {
+		return usageErr("--dev lets anyone in as admin, so it only works on a loopback address (127.0.0.1, ::1, localhost), not %s", f.addr)
+	}
+	log := slog.New(slog.NewJSONHandler(a.stderr, nil))
+	s, c, err := a.open(ctx, &backstop.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	n, err := liveTokens(ctx, s)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n == 0 && !loopback:
+		return usageErr("refusing to serve on %s: it is not a loopback address and no API token exists; "+
+			"create one first with `backstop tokens create --name NAME --role admin`", f.addr)
+	case n == 0 && !f.dev:
+		log.Warn("no API tokens exist: every request will get 401; create one with `backstop tokens create` or use --dev")
+	}
+	srv, err := api.New(api.Options{Client: c, Logger: log, AnonymousAdmin: f.dev, RateLimit: f.rateLimit, MaxBodyBytes: f.maxBody})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	hs := srv.HTTPServer(f.addr)
+	hs.RegisterOnShutdown(srv.Close)
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "backstop: serving http://%s (API /v1, OpenAPI /v1/openapi.json, /healthz, /readyz)\n", ln.Addr())
+	if f.dev {
+		log.Warn("--dev: requests without a token are admin")
+	}
+
+	mctx, stopMaintenance := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { runMaintenance(mctx, c, f.maintenance, log) })
+	defer func() { stopMaintenance(); wg.Wait() }()
+
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), f.grace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// runMaintenance runs backstop.Maintain every interval until ctx ends. It is
+// the one place serve maintains, so leader election can wrap it.
+func runMaintenance(ctx context.Context, c *backstop.Client, every time.Duration, log *slog.Logger) {
+	if every <= 0 {
+		return
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := backstop.Maintain(ctx, c); err != nil && ctx.Err() == nil {
+				log.Error("maintenance failed", "error", err)
+			}
+		}
+	}
+}

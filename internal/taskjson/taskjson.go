@@ -1,0 +1,151 @@
+// Package taskjson is the JSON contract for task input shared by the CLI
+// (enqueue --batch-file) and the HTTP API (POST /v1/tasks): one decoder, so
+// both accept and refuse exactly the same documents. It decodes only; the
+// library validates the values.
+package taskjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// enqueueRecord is one task as a producer describes it: the task's JSON keys,
+// as `tasks show -o json` prints them, limited to what a producer sets.
+type enqueueRecord struct {
+	ID             string            `json:"id"`
+	Queue          string            `json:"queue"`
+	Kind           string            `json:"kind"`
+	Payload        json.RawMessage   `json:"payload"`
+	Priority       int               `json:"priority"`
+	RunAt          json.RawMessage   `json:"run_at"` // RFC 3339
+	Delay          json.RawMessage   `json:"delay"`  // duration string
+	MaxAttempts    int               `json:"max_attempts"`
+	Timeout        json.RawMessage   `json:"timeout"`  // duration string
+	Deadline       json.RawMessage   `json:"deadline"` // RFC 3339
+	Retry          json.RawMessage   `json:"retry"`    // {schedule, base, factor, max}
+	Attributes     map[string]string `json:"attributes"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	MergeKey       string            `json:"merge_key"`
+	Progress       *bt.Progress      `json:"progress"`
+	Complexity     float64           `json:"complexity"`
+}
+
+// DecodeEnqueue decodes one task object (an NDJSON line of `enqueue
+// --batch-file`, or one task of an HTTP enqueue). Unknown keys, trailing data and
+// anything but a JSON object are errors; the library validates the values.
+func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' {
+		return backstop.EnqueueParams{}, errors.New("want a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	var r enqueueRecord
+	if err := dec.Decode(&r); err != nil {
+		return backstop.EnqueueParams{}, DescribeJSONError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return backstop.EnqueueParams{}, errors.New("unexpected data after the JSON object")
+	}
+	p := backstop.EnqueueParams{
+		ID:             r.ID,
+		Queue:          r.Queue,
+		Kind:           r.Kind,
+		Payload:        r.Payload,
+		Priority:       r.Priority,
+		MaxAttempts:    r.MaxAttempts,
+		Attributes:     r.Attributes,
+		IdempotencyKey: r.IdempotencyKey,
+		MergeKey:       r.MergeKey,
+		Complexity:     r.Complexity,
+	}
+	if r.Progress != nil {
+		p.Progress = *r.Progress
+	}
+	var delay, timeout bt.Duration
+	var runAt, deadline time.Time
+	for _, f := range []struct {
+		key string
+		raw json.RawMessage
+		dst any
+	}{
+		{"run_at", r.RunAt, &runAt},
+		{"delay", r.Delay, &delay},
+		{"timeout", r.Timeout, &timeout},
+		{"deadline", r.Deadline, &deadline},
+	} {
+		if err := decodeField(f.key, f.raw, f.dst); err != nil {
+			return backstop.EnqueueParams{}, err
+		}
+	}
+	p.RunAt, p.Deadline = runAt.UTC(), deadline.UTC()
+	p.Delay, p.Timeout = time.Duration(delay), time.Duration(timeout)
+	if !isNull(r.Retry) {
+		p.Retry = new(bt.RetryPolicy)
+		if err := decodeField("retry", r.Retry, p.Retry); err != nil {
+			return backstop.EnqueueParams{}, err
+		}
+	}
+	return p, nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
+}
+
+// decodeField decodes one key's value, naming the key in the error; null or
+// absent leaves dst as it is.
+func decodeField(key string, raw json.RawMessage, dst any) error {
+	if isNull(raw) {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		if _, ok := dst.(*time.Time); ok {
+			return fmt.Errorf("%s: want an RFC 3339 time such as \"2030-01-02T15:04:05Z\", got %s", key, raw)
+		}
+		return fmt.Errorf("%s: %v", key, DescribeJSONError(err))
+	}
+	return nil
+}
+
+// DescribeJSONError turns encoding/json's errors into messages that name the
+// key at fault.
+func DescribeJSONError(err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("the JSON object is incomplete")
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Errorf("%s: want a JSON %s, got %s", te.Field, jsonTypeName(te.Type.Kind().String()), te.Value)
+	}
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return fmt.Errorf("unknown key %s", rest)
+	}
+	return errors.New(strings.TrimPrefix(msg, "json: "))
+}
+
+func jsonTypeName(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "int", "int64", "float64":
+		return "number"
+	case "map", "struct", "ptr":
+		return "object"
+	case "slice":
+		return "array"
+	}
+	return goKind
+}

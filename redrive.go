@@ -1,0 +1,290 @@
+package backstop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/backstophq/backstop/store"
+)
+
+// RedriveParams selects dead letters to replay in bulk and says how.
+type RedriveParams struct {
+	// Filter: Queue, Kind, Reason, Attrs, ErrorContains, Since, Until
+	// (States, DLQStatuses, AfterID and Limit are ignored: open dead
+	// letters only).
+	Filter ListParams
+	// Rate: at most this many replays per second; 0 is unthrottled.
+	Rate float64
+	// Limit: replay at most this many in this run (0: all). A later run
+	// with the same filter continues.
+	Limit int
+	// Patch, MergePatch, KeepAttempts, Delay, RunAt: as for Replay.
+	MergePatch   json.RawMessage
+	Patch        []PatchOp
+	KeepAttempts bool
+	Delay        time.Duration
+	RunAt        time.Time
+	Actor        string
+	// BatchSize: replays per transaction (default 500).
+	BatchSize int
+}
+
+// RedriveProgress is reported after every batch and at the end.
+type RedriveProgress struct {
+	RedriveID string    `json:"redrive_id"`
+	Resumed   bool      `json:"resumed"`
+	Snapshot  time.Time `json:"snapshot"`
+	Total     int       `json:"total"`    // replayed + failed + still to do, estimated at start
+	Replayed  int       `json:"replayed"` // over the whole redrive, earlier runs included
+	Failed    int       `json:"failed"`
+	Rate      float64   `json:"rate"` // replays per second in this run
+	Done      bool      `json:"done"`
+}
+
+// redriveKey is what identifies "the same redrive" for resuming: the
+// selection and what is done to it, not the pace.
+type redriveKey struct {
+	Queue         string            `json:"queue,omitempty"`
+	Kind          string            `json:"kind,omitempty"`
+	Reason        string            `json:"reason,omitempty"`
+	Attrs         map[string]string `json:"attrs,omitempty"`
+	ErrorContains string            `json:"error_contains,omitempty"`
+	Since         *time.Time        `json:"since,omitempty"`
+	Until         *time.Time        `json:"until,omitempty"`
+	MergePatch    json.RawMessage   `json:"merge_patch,omitempty"`
+	Patch         []PatchOp         `json:"patch,omitempty"`
+	KeepAttempts  bool              `json:"keep_attempts,omitempty"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// Redrive replays every open dead letter matching p.Filter, in id order, at
+// most p.Rate per second, reporting progress after each batch. It is
+// durable: the redrive is recorded with a snapshot time, and only dead
+// letters last seen at or before it are replayed, so a task that dies again
+// after being redriven is not redriven twice. If the run stops (ctx ends,
+// the process dies), calling Redrive again with the same filter and patch
+// resumes the unfinished redrive and replays each dead letter once.
+// Without a patch each batch is one set-based update in one transaction.
+func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(RedriveProgress)) (RedriveProgress, error) {
+	var out RedriveProgress
+	if p.Rate < 0 {
+		return out, invalid("rate", "must not be negative")
+	}
+	if p.Limit < 0 {
+		return out, invalid("limit", "must not be negative")
+	}
+	if p.BatchSize <= 0 {
+		p.BatchSize = 500
+	}
+	f := p.Filter
+	f.States, f.DLQStatuses, f.AfterID, f.Limit = nil, nil, "", 0
+	if f.Reason != "" && !validReason(f.Reason) {
+		return out, invalid("reason", "unknown dead-letter reason %q", f.Reason)
+	}
+	for k := range f.Attrs {
+		if !attrKeyRE.MatchString(k) {
+			return out, invalid("attr", "key %q is not a valid attribute key", k)
+		}
+	}
+	if err := validateDLQFilter(f); err != nil {
+		return out, err
+	}
+	if len(p.MergePatch) > 0 && !json.Valid(p.MergePatch) {
+		return out, unprocessable("merge patch: invalid JSON")
+	}
+	for _, op := range p.Patch {
+		if !json.Valid(op.Value) || op.Path == "" {
+			return out, unprocessable("patch %s: invalid", op.Path)
+		}
+	}
+	now := c.now()
+	state, runAt, err := c.replaySchedule(p.Delay, p.RunAt, now)
+	if err != nil {
+		return out, err
+	}
+	key, err := json.Marshal(redriveKey{Queue: f.Queue, Kind: f.Kind, Reason: string(f.Reason), Attrs: f.Attrs,
+		ErrorContains: f.ErrorContains, Since: timePtr(f.Since), Until: timePtr(f.Until),
+		MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts})
+	if err != nil {
+		return out, err
+	}
+	rec, resumed, err := c.store.StartRedrive(ctx, store.Redrive{ID: uuid.Must(uuid.NewV7()).String(),
+		FilterKey: string(key), Filter: key, Snapshot: now, StartedAt: now})
+	if err != nil {
+		return out, fmt.Errorf("redrive: %w", err)
+	}
+	actor := c.actor(p.Actor)
+	batch := store.RedriveBatch{RedriveID: rec.ID, Filter: f, Snapshot: rec.Snapshot, AfterID: rec.Cursor,
+		State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts, Actor: actor}
+	left, err := c.store.CountRedrive(ctx, batch)
+	if err != nil {
+		return out, fmt.Errorf("redrive: %w", err)
+	}
+	out = RedriveProgress{RedriveID: rec.ID, Resumed: resumed, Snapshot: rec.Snapshot,
+		Total: rec.Replayed + rec.Failed + left, Replayed: rec.Replayed, Failed: rec.Failed}
+	report := func() {
+		if progress != nil {
+			progress(out)
+		}
+	}
+	report()
+	size := p.BatchSize
+	if p.Rate > 0 {
+		size = min(size, max(1, int(p.Rate/10)))
+	}
+	bucket := newTokenBucket(p.Rate, size)
+	start := time.Now()
+	doneThisRun := 0
+	for {
+		n := size
+		if p.Limit > 0 {
+			n = min(n, p.Limit-doneThisRun)
+			if n <= 0 {
+				return out, nil // the record stays running: the next run continues
+			}
+		}
+		if err := bucket.wait(ctx, n); err != nil {
+			return out, interrupted(out, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return out, interrupted(out, err)
+		}
+		var replayed, failed int
+		var last string
+		if len(p.MergePatch) == 0 && len(p.Patch) == 0 {
+			batch.Limit, batch.Now = n, c.now()
+			res, err := c.store.RedriveBatch(ctx, batch)
+			if err != nil {
+				if ctx.Err() != nil {
+					return out, interrupted(out, ctx.Err())
+				}
+				return out, fmt.Errorf("redrive: %w", err)
+			}
+			replayed, failed, last = res.Replayed, len(res.Conflicts), res.LastID
+		} else {
+			replayed, failed, last, err = c.redrivePatched(ctx, p, f, batch, n)
+			if err != nil {
+				if ctx.Err() != nil {
+					out.Replayed += replayed
+					out.Failed += failed
+					return out, interrupted(out, ctx.Err())
+				}
+				return out, err
+			}
+		}
+		if last == "" {
+			out.Done = true
+			if err := c.store.FinishRedrive(context.WithoutCancel(ctx), rec.ID, "done", c.now()); err != nil {
+				return out, fmt.Errorf("redrive: %w", err)
+			}
+			report()
+			return out, nil
+		}
+		batch.AfterID = last
+		doneThisRun += replayed + failed
+		out.Replayed += replayed
+		out.Failed += failed
+		if el := time.Since(start).Seconds(); el > 0 {
+			out.Rate = float64(doneThisRun) / el
+		}
+		report()
+	}
+}
+
+// redrivePatched replays up to n dead letters one by one (each its own
+// transaction, which also advances the redrive record).
+func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListParams, b store.RedriveBatch, n int) (replayed, failed int, last string, err error) {
+	lf := f
+	lf.States, lf.DLQStatuses, lf.AfterID, lf.Limit = []State{StateDead}, []DLQStatus{DLQOpen}, b.AfterID, n
+	if lf.Until.IsZero() || lf.Until.After(b.Snapshot) {
+		lf.Until = b.Snapshot
+	}
+	page, err := c.store.List(ctx, lf)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("redrive: %w", err)
+	}
+	for _, t := range page {
+		if err := ctx.Err(); err != nil {
+			return replayed, failed, last, err
+		}
+		last = t.ID
+		res, err := c.replay(ctx, ReplayParams{ID: t.ID, Actor: p.Actor, MergePatch: p.MergePatch, Patch: p.Patch,
+			KeepAttempts: p.KeepAttempts, Delay: p.Delay, RunAt: p.RunAt}, b.RedriveID, b.Snapshot)
+		switch {
+		case err == nil && res.Replayed:
+			replayed++ // the record advanced in the replay's transaction
+			continue
+		case err == nil:
+		case errors.Is(err, ErrConflict) || errors.Is(err, ErrUnprocessable):
+			failed++
+			if aerr := c.store.AdvanceRedrive(ctx, b.RedriveID, t.ID, 0, 1); aerr != nil {
+				return replayed, failed, last, aerr
+			}
+			continue
+		default:
+			return replayed, failed, last, err
+		}
+		if err := c.store.AdvanceRedrive(ctx, b.RedriveID, t.ID, 0, 0); err != nil {
+			return replayed, failed, last, err
+		}
+	}
+	return replayed, failed, last, nil
+}
+
+// ErrInterrupted: a redrive stopped before it finished; run it again with
+// the same filter to resume.
+var ErrInterrupted = errors.New("interrupted")
+
+func interrupted(p RedriveProgress, cause error) error {
+	return fmt.Errorf("redrive %s %w after %d replayed (%v); run the same redrive again to resume",
+		p.RedriveID, ErrInterrupted, p.Replayed, cause)
+}
+
+// tokenBucket paces a redrive: tokens accrue at rate per second up to burst;
+// a batch of n waits for n tokens. A zero rate never waits.
+type tokenBucket struct {
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func newTokenBucket(rate float64, burst int) *tokenBucket {
+	return &tokenBucket{rate: rate, burst: float64(burst), tokens: float64(burst), last: time.Now()}
+}
+
+func (b *tokenBucket) wait(ctx context.Context, n int) error {
+	if b.rate <= 0 {
+		return nil
+	}
+	now := time.Now()
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+	need := float64(n) - b.tokens
+	if need > 0 {
+		d := time.Duration(need / b.rate * float64(time.Second))
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		b.last = time.Now()
+		b.tokens = float64(n)
+	}
+	b.tokens -= float64(n)
+	return nil
+}

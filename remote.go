@@ -1,0 +1,368 @@
+package backstop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// The remote worker protocol: a worker in another process (any language,
+// over HTTP) claims tasks, heartbeats them and reports how each attempt
+// ended; the engine decides what happens next with exactly the rules it
+// applies to in-process handlers (decide, retryOrDie). The attempt's
+// execution id is its lease token: every call names it, and the store
+// applies a call only while that lease is current, so a worker that lost
+// its lease (expired and settled, canceled, replayed) changes nothing and
+// gets ErrConflict.
+
+// ErrLeaseNotCurrent: a remote worker named a lease (its lease token) that is
+// no longer the task's current lease; nothing changed. It wraps ErrConflict.
+var ErrLeaseNotCurrent = fmt.Errorf("lease not current: %w", ErrConflict)
+
+// Limits of the remote worker protocol.
+const (
+	RemoteMaxClaim     = 1000
+	RemoteDefaultLease = 30 * time.Second
+	RemoteMinLease     = time.Second
+	RemoteMaxLease     = time.Hour
+	RemoteMaxQueues    = 64
+)
+
+// RemoteClaim asks for tasks on behalf of a remote worker.
+type RemoteClaim struct {
+	Queues   []string
+	Kinds    []string // empty: any kind
+	WorkerID string
+	Max      int           // default 1, at most RemoteMaxClaim
+	Lease    time.Duration // default RemoteDefaultLease
+}
+
+func (p *RemoteClaim) validate() error {
+	if len(p.Queues) == 0 {
+		return invalid("queues", "name at least one queue")
+	}
+	if len(p.Queues) > RemoteMaxQueues {
+		return invalid("queues", "at most %d queues", RemoteMaxQueues)
+	}
+	for _, q := range p.Queues {
+		if err := validName(q); err != nil {
+			return invalid("queues", "%v", err)
+		}
+	}
+	for _, k := range p.Kinds {
+		if err := validName(k); err != nil {
+			return invalid("kinds", "%v", err)
+		}
+	}
+	if err := validName(p.WorkerID); err != nil {
+		return invalid("worker_id", "%v", err)
+	}
+	if p.Max < 0 || p.Max > RemoteMaxClaim {
+		return invalid("max", "must be between 1 and %d", RemoteMaxClaim)
+	}
+	if p.Lease != 0 && (p.Lease < RemoteMinLease || p.Lease > RemoteMaxLease) {
+		return invalid("lease", "must be between %s and %s", RemoteMinLease, RemoteMaxLease)
+	}
+	return nil
+}
+
+// ClaimRemote leases up to p.Max claimable tasks from p.Queues, in the order
+// given, without waiting. Each task's ExecutionID is its lease token.
+func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]*Task, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	want := max(p.Max, 1)
+	lease := p.Lease
+	if lease == 0 {
+		lease = RemoteDefaultLease
+	}
+	var out []*Task
+	for _, q := range p.Queues {
+		if len(out) >= want {
+			break
+		}
+		ts, err := c.store.Claim(ctx, store.ClaimParams{Queue: q, Kinds: p.Kinds, WorkerID: p.WorkerID,
+			Max: want - len(out), Now: c.now(), Lease: lease})
+		if err != nil {
+			return out, err
+		}
+		out = append(out, ts...)
+	}
+	return out, nil
+}
+
+// RemoteBeat extends one remote attempt's lease.
+type RemoteBeat struct {
+	TaskID     string
+	LeaseToken string
+	Progress   *Progress     // nil: unchanged
+	Lease      time.Duration // default RemoteDefaultLease
+}
+
+// RemoteBeatResult is what a heartbeat tells the remote worker.
+type RemoteBeatResult struct {
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	// CancelRequested: an operator canceled the task; stop and report
+	// (any outcome settles it as canceled).
+	CancelRequested bool `json:"cancel_requested"`
+}
+
+func checkLease(taskID, token string) error {
+	if taskID == "" {
+		return invalid("id", "task id is required")
+	}
+	if token == "" {
+		return invalid("lease_token", "is required")
+	}
+	return nil
+}
+
+// Heartbeat extends a remote attempt's lease and stores its progress. A
+// lease that is not current gives ErrConflict and changes nothing.
+func (c *Client) Heartbeat(ctx context.Context, b RemoteBeat) (*RemoteBeatResult, error) {
+	if err := checkLease(b.TaskID, b.LeaseToken); err != nil {
+		return nil, err
+	}
+	if b.Lease != 0 && (b.Lease < RemoteMinLease || b.Lease > RemoteMaxLease) {
+		return nil, invalid("lease", "must be between %s and %s", RemoteMinLease, RemoteMaxLease)
+	}
+	if err := validProgress(b.Progress); err != nil {
+		return nil, err
+	}
+	now := c.now()
+	until := now.Add(cmpOr(b.Lease, RemoteDefaultLease))
+	rs, err := c.store.Heartbeat(ctx, []store.Beat{{TaskID: b.TaskID, ExecutionID: b.LeaseToken, Progress: b.Progress}}, now, until)
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) != 1 || rs[0].Lost {
+		return nil, c.leaseError(ctx, b.TaskID)
+	}
+	return &RemoteBeatResult{LeaseExpiresAt: until.UTC().Truncate(time.Microsecond), CancelRequested: rs[0].CancelRequested}, nil
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// leaseError explains a settlement or heartbeat that did not apply.
+func (c *Client) leaseError(ctx context.Context, taskID string) error {
+	t, err := c.store.Get(ctx, taskID)
+	if err != nil {
+		return err // ErrNotFound, or the store's failure
+	}
+	return fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", ErrLeaseNotCurrent, taskID, t.State)
+}
+
+// RemoteResult is the engine's decision about a reported attempt.
+type RemoteResult struct {
+	TaskID     string        `json:"task_id"`
+	Outcome    bt.Outcome    `json:"outcome"`
+	State      State         `json:"state"`
+	RunAt      *time.Time    `json:"run_at,omitempty"`
+	DeadReason bt.DeadReason `json:"reason,omitempty"`
+}
+
+func (c *Client) settleRemote(ctx context.Context, s store.Settlement) (*RemoteResult, error) {
+	ok, err := c.remote.settle(ctx, c.store, s)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, c.leaseError(ctx, s.TaskID)
+	}
+	r := &RemoteResult{TaskID: s.TaskID, Outcome: s.Outcome, State: s.State, DeadReason: s.DeadReason}
+	if s.State == bt.StateScheduled || s.State == bt.StatePending {
+		at := s.RunAt
+		r.RunAt = &at
+	}
+	return r, nil
+}
+
+// remoteDecide applies the worker's rules (Worker.decide) to an attempt
+// that ran elsewhere: the same result, the same cause, the same decision.
+func (c *Client) remoteDecide(t *Task, res, cause error, p *Progress, detail string) store.Settlement {
+	w := &Worker{c: c}
+	a := &attempt{task: t, progress: p, detail: detail}
+	return w.decide(t, res, cause, a)
+}
+
+// Complete reports that a remote attempt succeeded.
+func (c *Client) Complete(ctx context.Context, taskID, leaseToken string, p *Progress) (*RemoteResult, error) {
+	if err := checkLease(taskID, leaseToken); err != nil {
+		return nil, err
+	}
+	if err := validProgress(p); err != nil {
+		return nil, err
+	}
+	t := &Task{ID: taskID, ExecutionID: leaseToken}
+	return c.settleRemote(ctx, c.remoteDecide(t, nil, nil, p, ""))
+}
+
+// RemoteFailure reports how a remote attempt failed.
+type RemoteFailure struct {
+	TaskID     string
+	LeaseToken string
+	// Outcome: transient_error (retry by policy), permanent_error
+	// (dead-letter now) or timeout (retry by policy, recorded as timeout).
+	Outcome bt.Outcome
+	// RetryAfter, with a transient outcome, runs the task again after this
+	// long without counting the attempt as a failure, exactly like a Go
+	// handler returning RetryAfter(d); it is recorded as snoozed.
+	RetryAfter  *time.Duration
+	Error       string
+	ErrorDetail string
+	Progress    *Progress
+}
+
+// Limits on what a failure report may carry.
+const (
+	maxRemoteError  = 4 << 10
+	maxRemoteDetail = 64 << 10
+	maxRetryAfter   = 30 * 24 * time.Hour
+)
+
+// Fail reports a failed remote attempt; the engine retries or dead-letters
+// the task by the same rules as for an in-process handler.
+func (c *Client) Fail(ctx context.Context, f RemoteFailure) (*RemoteResult, error) {
+	if err := checkLease(f.TaskID, f.LeaseToken); err != nil {
+		return nil, err
+	}
+	if err := validProgress(f.Progress); err != nil {
+		return nil, err
+	}
+	if len(f.Error) > maxRemoteError {
+		return nil, invalid("error", "at most %d bytes", maxRemoteError)
+	}
+	if len(f.ErrorDetail) > maxRemoteDetail {
+		return nil, invalid("error_detail", "at most %d bytes", maxRemoteDetail)
+	}
+	msg := f.Error
+	if msg == "" {
+		msg = "remote worker reported " + string(f.Outcome)
+	}
+	var res, cause error
+	switch f.Outcome {
+	case bt.OutcomeTransientError:
+		res = errors.New(msg)
+		if f.RetryAfter != nil {
+			if *f.RetryAfter < 0 || *f.RetryAfter > maxRetryAfter {
+				return nil, invalid("retry_after", "must be between 0s and %s", maxRetryAfter)
+			}
+			res = RetryAfter(*f.RetryAfter)
+		}
+	case bt.OutcomePermanentError:
+		res = Permanent(errors.New(msg))
+	case bt.OutcomeTimeout:
+		res, cause = errors.New(msg), errTimeout
+	default:
+		return nil, invalid("outcome", "must be transient_error, permanent_error or timeout, not %q", f.Outcome)
+	}
+	if f.RetryAfter != nil && f.Outcome != bt.OutcomeTransientError {
+		return nil, invalid("retry_after", "only goes with outcome transient_error")
+	}
+	// The decision depends on the task (attempts, deadline, retry policy);
+	// the settlement still applies only while the lease is current, so a
+	// change between this read and the write is safe.
+	t, err := c.store.Get(ctx, f.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if t.State != bt.StateRunning || t.ExecutionID != f.LeaseToken {
+		return nil, fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", ErrLeaseNotCurrent, f.TaskID, t.State)
+	}
+	s := c.remoteDecide(t, res, cause, f.Progress, f.ErrorDetail)
+	if f.Error != "" && f.Outcome == bt.OutcomeTimeout {
+		s.Error = s.Error + ": " + f.Error
+	}
+	return c.settleRemote(ctx, s)
+}
+
+// settleBatcher coalesces settlements that arrive concurrently (remote
+// workers completing in parallel HTTP requests) into one store.Settle: one
+// transaction for many attempts, as the in-process worker's completer does.
+// No goroutine of its own: the first caller flushes while later ones queue,
+// then flushes what queued meanwhile. Its zero value is ready.
+type settleBatcher struct {
+	mu       sync.Mutex
+	pending  []*settleReq
+	flushing bool
+}
+
+type settleReq struct {
+	s    store.Settlement
+	done chan struct{}
+	ok   bool
+	err  error
+}
+
+// maxSettleBatch bounds one flush.
+const maxSettleBatch = 500
+
+func (b *settleBatcher) settle(ctx context.Context, st store.Store, s store.Settlement) (bool, error) {
+	r := &settleReq{s: s, done: make(chan struct{})}
+	b.mu.Lock()
+	b.pending = append(b.pending, r)
+	if b.flushing {
+		b.mu.Unlock()
+		<-r.done
+		return r.ok, r.err
+	}
+	b.flushing = true
+	for len(b.pending) > 0 {
+		batch := b.take()
+		b.mu.Unlock()
+		b.flush(ctx, st, batch)
+		b.mu.Lock()
+	}
+	b.flushing = false
+	b.mu.Unlock()
+	<-r.done
+	return r.ok, r.err
+}
+
+// take removes the next batch from pending (locked): at most one
+// settlement per task, so a batch never names a lease twice.
+func (b *settleBatcher) take() []*settleReq {
+	var batch, rest []*settleReq
+	seen := make(map[string]bool, len(b.pending))
+	for _, r := range b.pending {
+		if seen[r.s.TaskID] || len(batch) >= maxSettleBatch {
+			rest = append(rest, r)
+			continue
+		}
+		seen[r.s.TaskID] = true
+		batch = append(batch, r)
+	}
+	b.pending = rest
+	return batch
+}
+
+func (b *settleBatcher) flush(ctx context.Context, st store.Store, batch []*settleReq) {
+	// The batch carries other callers' settlements: the first caller going
+	// away must not cut them off.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	ss := make([]store.Settlement, len(batch))
+	for i, r := range batch {
+		ss[i] = r.s
+	}
+	oks, err := st.Settle(fctx, ss)
+	if err == nil && len(oks) != len(ss) {
+		err = fmt.Errorf("backstop: store settled %d of %d", len(oks), len(ss))
+	}
+	for i, r := range batch {
+		r.err = err
+		r.ok = err == nil && oks[i]
+		close(r.done)
+	}
+}

@@ -1,0 +1,582 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// This file is the PostgreSQL side of store.DLQ. A replay locks its row with
+// FOR UPDATE, so two concurrent replays of one id move it exactly once; a
+// bulk redrive locks its batch with FOR UPDATE SKIP LOCKED and replays it
+// with one UPDATE.
+
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+func replayConflict(t *bt.Task, cause error) error {
+	return fmt.Errorf("%w: replaying %s would break a uniqueness rule (a live task holds idempotency key %q, "+
+		"or a waiting %s task holds merge key %q): %v", store.ErrConflict, t.ID, t.IdempotencyKey, t.Kind, t.MergeKey, cause)
+}
+
+// sqlReplaySet: $1 state, $2 run_at, $3 keep attempts, $4 now.
+const sqlReplaySet = `state = $1, run_at = $2, attempt = CASE WHEN $3 THEN attempt ELSE 0 END,
+	lease_expires_at = NULL, last_error = NULL, cancel_requested_at = NULL, finalized_at = NULL,
+	worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
+	replay_count = replay_count + 1, updated_at = $4`
+
+const sqlInsertEvents = `INSERT INTO backstop_events (id, time, type, subject, queue, kind, attributes, actor, body)
+SELECT id, time, type, subject, queue, kind, attributes::jsonb, actor, body::jsonb
+FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
+	AS e(id, time, type, subject, queue, kind, attributes, actor, body)`
+
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func insertEvents(ctx context.Context, q execer, events []bt.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	n := len(events)
+	ids, types, subjects, queues, kinds, actors, bodies := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	times := make([]time.Time, n)
+	attrs := make([]*string, n)
+	for i, e := range events {
+		ids[i], times[i], types[i], subjects[i], queues[i], kinds[i], actors[i] = e.ID, e.Time, e.Type, e.Subject, e.Queue, e.Kind, e.Actor
+		bodies[i] = string(e.Body)
+		if bodies[i] == "" {
+			bodies[i] = "{}"
+		}
+		if len(e.Attributes) > 0 {
+			b, err := json.Marshal(e.Attributes)
+			if err != nil {
+				return err
+			}
+			s := string(b)
+			attrs[i] = &s
+		}
+	}
+	if _, err := q.Exec(ctx, sqlInsertEvents, ids, times, types, subjects, queues, kinds, attrs, actors, bodies); err != nil {
+		return fmt.Errorf("pgstore: events: %w", err)
+	}
+	return nil
+}
+
+// AppendEvents implements store.DLQ.
+func (s *Store) AppendEvents(ctx context.Context, events []bt.Event) error {
+	return insertEvents(ctx, s.pool, events)
+}
+
+// Events implements store.DLQ.
+func (s *Store) Events(ctx context.Context, taskID string) ([]bt.Event, error) {
+	rs, err := s.pool.Query(ctx, `SELECT seq, id, time, type, subject, queue, kind, attributes, actor, body
+		FROM backstop_events WHERE subject = $1 ORDER BY seq`, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: events of %s: %w", taskID, err)
+	}
+	defer rs.Close()
+	out := []bt.Event{}
+	for rs.Next() {
+		var (
+			e           bt.Event
+			attrs, body []byte
+		)
+		if err := rs.Scan(&e.Seq, &e.ID, &e.Time, &e.Type, &e.Subject, &e.Queue, &e.Kind, &attrs, &e.Actor, &body); err != nil {
+			return nil, err
+		}
+		e.Time = utc(e.Time)
+		e.Body = json.RawMessage(body)
+		if attrs != nil {
+			if err := json.Unmarshal(attrs, &e.Attributes); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, e)
+	}
+	return out, rs.Err()
+}
+
+func getTx(ctx context.Context, tx pgx.Tx, sql, id string) (*bt.Task, error) {
+	rs, err := tx.Query(ctx, sql, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	if !rs.Next() {
+		if err := rs.Err(); err != nil {
+			return nil, err
+		}
+		return nil, notFound(id)
+	}
+	t, err := scanTask(rs)
+	if err != nil {
+		return nil, err
+	}
+	rs.Close()
+	return t, rs.Err()
+}
+
+// Replay implements store.DLQ.
+func (s *Store) Replay(ctx context.Context, id string, plan func(*bt.Task) (*store.ReplayPlan, error)) (*bt.Task, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: replay: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	t, err := getTx(ctx, tx, sqlGetTask+" FOR UPDATE OF t", id)
+	if err != nil {
+		return nil, err
+	}
+	p, err := plan(t)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	target := id
+	if p.NewID == "" {
+		if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET `+sqlReplaySet+` WHERE id = $5`,
+			string(p.State), p.RunAt, p.KeepAttempts, p.Now, id); err != nil {
+			if isUniqueViolation(err) {
+				return nil, replayConflict(t, err)
+			}
+			return nil, fmt.Errorf("pgstore: replay %s: %w", id, err)
+		}
+	} else {
+		target = p.NewID
+		_, err := tx.Exec(ctx, `INSERT INTO backstop_tasks (id, queue, kind, state, priority, attempt, max_attempts,
+			payload, payload_size, payload_spilled, attributes, run_at, created_at, updated_at, timeout_us, deadline,
+			retry_policy, idempotency_key, merge_key, merge_count, progress_total, progress_completed, complexity,
+			trace_parent, replayed_from)
+			SELECT $1, queue, kind, $2, priority, CASE WHEN $3 THEN attempt ELSE 0 END, max_attempts, payload, payload_size,
+			payload_spilled, attributes, $4, $5, $5, timeout_us, deadline, retry_policy, idempotency_key, merge_key,
+			merge_count, progress_total, progress_completed, complexity, trace_parent, id
+			FROM backstop_tasks WHERE id = $6`,
+			p.NewID, string(p.State), p.KeepAttempts, p.RunAt, p.Now, id)
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "23505" {
+				if pe.ConstraintName == "backstop_tasks_pkey" {
+					return nil, fmt.Errorf("%w: a task with id %q already exists", store.ErrConflict, p.NewID)
+				}
+				return nil, replayConflict(t, err)
+			}
+			return nil, fmt.Errorf("pgstore: replay %s: %w", id, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO backstop_payloads (task_id, data)
+			SELECT $1, data FROM backstop_payloads WHERE task_id = $2`, p.NewID, id); err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_status = 'replayed',
+			replay_count = replay_count + 1, updated_at = $1 WHERE id = $2`, p.Now, id); err != nil {
+			return nil, err
+		}
+	}
+	if p.Payload != nil {
+		if err := setPayload(ctx, tx, target, p.Payload, p.InlineLimit); err != nil {
+			return nil, err
+		}
+	}
+	if err := insertEvents(ctx, tx, p.Events); err != nil {
+		return nil, err
+	}
+	if p.RedriveID != "" {
+		if _, err := tx.Exec(ctx, `UPDATE backstop_redrives SET replayed = replayed + 1, cursor = $1 WHERE id = $2`,
+			id, p.RedriveID); err != nil {
+			return nil, err
+		}
+	}
+	out, err := getTx(ctx, tx, sqlGetTask, target)
+	if err != nil {
+		return nil, err
+	}
+	if out.State == bt.StatePending {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify('`+wakeupChannel+`', $1)`, out.Queue); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("pgstore: replay %s: commit: %w", id, err)
+	}
+	return out, nil
+}
+
+func setPayload(ctx context.Context, tx pgx.Tx, id string, payload json.RawMessage, limit int) error {
+	spilled := limit > 0 && len(payload) > limit
+	var inline any
+	if !spilled {
+		inline = string(payload)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET payload = $1::json, payload_size = $2, payload_spilled = $3 WHERE id = $4`,
+		inline, len(payload), spilled, id); err != nil {
+		return err
+	}
+	if spilled {
+		_, err := tx.Exec(ctx, `INSERT INTO backstop_payloads (task_id, data) VALUES ($1, $2)
+			ON CONFLICT (task_id) DO UPDATE SET data = EXCLUDED.data`, id, []byte(payload))
+		return err
+	}
+	_, err := tx.Exec(ctx, `DELETE FROM backstop_payloads WHERE task_id = $1`, id)
+	return err
+}
+
+// openDLQWhere selects open dead letters matching f, last seen at or before
+// snapshot, after the cursor; args receives the parameters.
+func openDLQWhere(f store.ListFilter, snapshot time.Time, after string, args *[]any) string {
+	where := []string{"t.state = 'dead'", "t.dlq_status = 'open'"}
+	add := func(cond string, arg any) {
+		*args = append(*args, arg)
+		where = append(where, fmt.Sprintf(cond, "$"+strconv.Itoa(len(*args))))
+	}
+	if f.Queue != "" {
+		add("t.queue = %s", f.Queue)
+	}
+	if f.Kind != "" {
+		add("t.kind = %s", f.Kind)
+	}
+	if f.Reason != "" {
+		add("t.dead_reason = %s", string(f.Reason))
+	}
+	if len(f.Attrs) > 0 {
+		attrs, _ := json.Marshal(f.Attrs)
+		add("t.attributes @> %s::jsonb", string(attrs))
+	}
+	if f.ErrorContains != "" {
+		add("strpos(t.last_error, %s) > 0", f.ErrorContains)
+	}
+	if !f.Since.IsZero() {
+		add("t.last_seen >= %s", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("t.last_seen <= %s", f.Until)
+	}
+	add("t.last_seen <= %s", snapshot)
+	if after != "" {
+		add("t.id > %s", after)
+	}
+	return strings.Join(where, " AND ")
+}
+
+type redriven struct {
+	id, queue, kind string
+	count           int
+}
+
+func collectRedriven(rs pgx.Rows, out []redriven) ([]redriven, error) {
+	defer rs.Close()
+	for rs.Next() {
+		var d redriven
+		if err := rs.Scan(&d.id, &d.queue, &d.kind, &d.count); err != nil {
+			return out, err
+		}
+		out = append(out, d)
+	}
+	return out, rs.Err()
+}
+
+// RedriveBatch implements store.DLQ.
+func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.RedriveBatchResult, error) {
+	var res store.RedriveBatchResult
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("pgstore: redrive: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var args []any
+	where := openDLQWhere(b.Filter, b.Snapshot, b.AfterID, &args)
+	args = append(args, b.Limit)
+	pick := `SELECT t.id FROM backstop_tasks t WHERE ` + where + ` ORDER BY t.id LIMIT $` + strconv.Itoa(len(args)) + ` FOR UPDATE SKIP LOCKED`
+
+	// Fast path: pick, replay, record the history and advance the redrive
+	// record in one statement. A uniqueness violation undoes it (savepoint)
+	// and the batch goes the slow way, one row at a time.
+	fast, err := tx.Begin(ctx)
+	if err != nil {
+		return res, err
+	}
+	n := len(args)
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	// Event ids: a fresh UUIDv7's first 24 hex digits (with dashes) and the
+	// row number, so a batch's ids are time-ordered and insert together.
+	prefix := uuid.Must(uuid.NewV7()).String()[:24]
+	fastArgs := append(append([]any{}, args...), string(b.State), b.RunAt, b.KeepAttempts, b.Now, b.Actor, b.RedriveID, prefix)
+	var (
+		last    *string
+		count   int
+		notices int64
+	)
+	err = fast.QueryRow(ctx, `
+WITH picked AS (`+pick+`),
+upd AS (
+	UPDATE backstop_tasks t SET state = `+p(1)+`, run_at = `+p(2)+`, attempt = CASE WHEN `+p(3)+` THEN t.attempt ELSE 0 END,
+		lease_expires_at = NULL, last_error = NULL, cancel_requested_at = NULL, finalized_at = NULL,
+		worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
+		replay_count = t.replay_count + 1, updated_at = `+p(4)+`
+	FROM picked WHERE t.id = picked.id
+	RETURNING t.id, t.queue, t.kind, t.attributes, t.replay_count
+), ev AS (
+	INSERT INTO backstop_events (id, time, type, subject, queue, kind, attributes, actor, body)
+	SELECT `+p(7)+` || lpad(to_hex(row_number() OVER ()), 12, '0'), `+p(4)+`, e.type, u.id, u.queue, u.kind, u.attributes, `+p(5)+`,
+		jsonb_build_object('redrive_id', `+p(6)+`::text, 'patched', false, 'keep_attempts', `+p(3)+`::bool,
+			'replay_count', u.replay_count)
+	FROM upd u CROSS JOIN (VALUES ('dlq.replayed')) AS e(type)
+	ORDER BY u.id
+), rec AS (
+	UPDATE backstop_redrives SET cursor = coalesce((SELECT max(id) FROM picked), cursor),
+		replayed = replayed + (SELECT count(*) FROM upd)
+	WHERE id = `+p(6)+`
+)
+SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
+	(SELECT count(pg_notify('`+wakeupChannel+`', q.queue)) FROM (SELECT DISTINCT queue FROM upd) q WHERE `+p(1)+` = 'pending')`,
+		fastArgs...).Scan(&last, &count, &notices)
+	if err == nil {
+		if err := fast.Commit(ctx); err != nil {
+			return res, err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return res, fmt.Errorf("pgstore: redrive: commit: %w", err)
+		}
+		if last != nil {
+			res.LastID = *last
+		}
+		res.Replayed = count
+		return res, nil
+	}
+	if !isUniqueViolation(err) {
+		return res, fmt.Errorf("pgstore: redrive: %w", err)
+	}
+	if err := fast.Rollback(ctx); err != nil {
+		return res, err
+	}
+
+	rs, err := tx.Query(ctx, pick, args...)
+	if err != nil {
+		return res, fmt.Errorf("pgstore: redrive: %w", err)
+	}
+	ids, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		return res, fmt.Errorf("pgstore: redrive: %w", err)
+	}
+	if len(ids) == 0 {
+		return res, nil
+	}
+	res.LastID = ids[len(ids)-1]
+	set := []any{string(b.State), b.RunAt, b.KeepAttempts, b.Now}
+	var done []redriven
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return res, err
+	}
+	rows, err := sp.Query(ctx, `UPDATE backstop_tasks SET `+sqlReplaySet+` WHERE id = ANY($5::text[])
+		RETURNING id, queue, kind, replay_count`, append(set, ids)...)
+	if err == nil {
+		done, err = collectRedriven(rows, done)
+	}
+	switch {
+	case err == nil:
+		if err := sp.Commit(ctx); err != nil {
+			return res, err
+		}
+	case isUniqueViolation(err):
+		// Some row breaks a uniqueness rule: replay one by one, skipping those.
+		if err := sp.Rollback(ctx); err != nil {
+			return res, err
+		}
+		done = nil
+		for _, id := range ids {
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return res, err
+			}
+			rows, err := sp.Query(ctx, `UPDATE backstop_tasks SET `+sqlReplaySet+` WHERE id = $5
+				RETURNING id, queue, kind, replay_count`, append(set, id)...)
+			var one []redriven
+			if err == nil {
+				one, err = collectRedriven(rows, nil)
+			}
+			if err != nil {
+				if rbErr := sp.Rollback(ctx); rbErr != nil {
+					return res, rbErr
+				}
+				if isUniqueViolation(err) {
+					res.Conflicts = append(res.Conflicts, id)
+					continue
+				}
+				return res, err
+			}
+			if err := sp.Commit(ctx); err != nil {
+				return res, err
+			}
+			done = append(done, one...)
+		}
+	default:
+		return res, fmt.Errorf("pgstore: redrive: %w", err)
+	}
+	events := make([]bt.Event, 0, len(done)+len(res.Conflicts))
+	queues := map[string]struct{}{}
+	for _, d := range done {
+		queues[d.queue] = struct{}{}
+		body := fmt.Appendf(nil, `{"redrive_id":%q,"patched":false,"keep_attempts":%t,"replay_count":%d}`, b.RedriveID, b.KeepAttempts, d.count)
+		events = append(events, store.NewEvent(b.Now, "dlq.replayed", d.id, d.queue, d.kind, b.Actor, body))
+	}
+	for _, id := range res.Conflicts {
+		events = append(events, store.NewEvent(b.Now, "dlq.replay_failed", id, "", "", b.Actor,
+			fmt.Appendf(nil, `{"redrive_id":%q,"error":"conflict"}`, b.RedriveID)))
+	}
+	if err := insertEvents(ctx, tx, events); err != nil {
+		return res, err
+	}
+	res.Replayed = len(done)
+	if b.RedriveID != "" {
+		if _, err := tx.Exec(ctx, `UPDATE backstop_redrives SET cursor = $1, replayed = replayed + $2, failed = failed + $3
+			WHERE id = $4`, res.LastID, res.Replayed, len(res.Conflicts), b.RedriveID); err != nil {
+			return res, err
+		}
+	}
+	if b.State == bt.StatePending && len(queues) > 0 {
+		qs := make([]string, 0, len(queues))
+		for q := range queues {
+			qs = append(qs, q)
+		}
+		if _, err := tx.Exec(ctx, `SELECT count(pg_notify('`+wakeupChannel+`', q)::text) FROM unnest($1::text[]) q`, qs); err != nil {
+			return res, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("pgstore: redrive: commit: %w", err)
+	}
+	return res, nil
+}
+
+// SetDLQStatus implements store.DLQ.
+func (s *Store) SetDLQStatus(ctx context.Context, c store.DLQStatusChange) (*bt.Task, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	tag, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_status = $1, updated_at = $2
+		WHERE id = $3 AND state = 'dead' AND dlq_status = 'open'`, string(c.Status), c.Now, c.ID)
+	if err != nil {
+		return nil, err
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, fmt.Errorf("task %q is not an open dead letter: %w", c.ID, store.ErrNotFound)
+	}
+	t, err := getTx(ctx, tx, sqlGetTask, c.ID)
+	if err != nil {
+		return nil, err
+	}
+	ev := c.Event
+	ev.Queue, ev.Kind = t.Queue, t.Kind
+	if err := insertEvents(ctx, tx, []bt.Event{ev}); err != nil {
+		return nil, err
+	}
+	return t, tx.Commit(ctx)
+}
+
+// PurgeDLQ implements store.DLQ.
+func (s *Store) PurgeDLQ(ctx context.Context, p store.PurgeParams) (int, error) {
+	if len(p.Statuses) == 0 {
+		return 0, nil
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	sts := make([]string, len(p.Statuses))
+	for i, st := range p.Statuses {
+		sts[i] = string(st)
+	}
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		var n int
+		err := s.pool.QueryRow(ctx, `
+WITH gone AS (
+	DELETE FROM backstop_tasks WHERE id IN (SELECT id FROM backstop_tasks
+		WHERE state = 'dead' AND dlq_status = ANY($1::text[]) AND updated_at < $2 ORDER BY id LIMIT $3
+		FOR UPDATE SKIP LOCKED)
+	RETURNING id
+), e AS (DELETE FROM backstop_executions WHERE task_id IN (SELECT id FROM gone)),
+p AS (DELETE FROM backstop_payloads WHERE task_id IN (SELECT id FROM gone)),
+v AS (DELETE FROM backstop_events WHERE subject IN (SELECT id FROM gone))
+SELECT count(*) FROM gone`, sts, p.Before, limit).Scan(&n)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("pgstore: purge: %w", err)
+		}
+		if n < limit {
+			return total, nil
+		}
+	}
+}
+
+// StartRedrive implements store.DLQ.
+func (s *Store) StartRedrive(ctx context.Context, r store.Redrive) (store.Redrive, bool, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return r, false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// One redrive record per filter at a time, even when two start at once.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('backstop_redrive:' || $1))`, r.FilterKey); err != nil {
+		return r, false, err
+	}
+	var got store.Redrive
+	var filter []byte
+	err = tx.QueryRow(ctx, `SELECT id, filter, snapshot, cursor, replayed, failed, status, started_at
+		FROM backstop_redrives WHERE filter_key = $1 AND status = 'running' ORDER BY started_at LIMIT 1`, r.FilterKey).
+		Scan(&got.ID, &filter, &got.Snapshot, &got.Cursor, &got.Replayed, &got.Failed, &got.Status, &got.StartedAt)
+	if err == nil {
+		got.FilterKey, got.Filter = r.FilterKey, filter
+		got.Snapshot, got.StartedAt = utc(got.Snapshot), utc(got.StartedAt)
+		return got, true, tx.Commit(ctx)
+	}
+	if !isNoRows(err) {
+		return r, false, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO backstop_redrives (id, filter_key, filter, snapshot, cursor, status, started_at)
+		VALUES ($1, $2, $3::jsonb, $4, '', 'running', $5)`, r.ID, r.FilterKey, string(r.Filter), r.Snapshot, r.StartedAt); err != nil {
+		return r, false, err
+	}
+	r.Status = "running"
+	return r, false, tx.Commit(ctx)
+}
+
+// AdvanceRedrive implements store.DLQ.
+func (s *Store) AdvanceRedrive(ctx context.Context, id, cursor string, replayed, failed int) error {
+	_, err := s.pool.Exec(ctx, `UPDATE backstop_redrives SET cursor = $1, replayed = replayed + $2, failed = failed + $3
+		WHERE id = $4`, cursor, replayed, failed, id)
+	return err
+}
+
+// FinishRedrive implements store.DLQ.
+func (s *Store) FinishRedrive(ctx context.Context, id, status string, at time.Time) error {
+	_, err := s.pool.Exec(ctx, `UPDATE backstop_redrives SET status = $1, finished_at = $2 WHERE id = $3`, status, at, id)
+	return err
+}
+
+// CountRedrive implements store.DLQ.
+func (s *Store) CountRedrive(ctx context.Context, b store.RedriveBatch) (int, error) {
+	var args []any
+	where := openDLQWhere(b.Filter, b.Snapshot, b.AfterID, &args)
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM backstop_tasks t WHERE `+where, args...).Scan(&n)
+	return n, err
+}

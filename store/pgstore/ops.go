@@ -1,0 +1,186 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// This file implements store.Ops: leadership, retention, statistics, views.
+
+// TryLead implements store.Ops with one conditional upsert; concurrent
+// callers on any host serialise on the row, so at most one holds it.
+func (s *Store) TryLead(ctx context.Context, name, id string, now time.Time, ttl time.Duration) (bool, error) {
+	var holder string
+	err := s.pool.QueryRow(ctx, sqlTryLead, name, id, now, now.Add(ttl)).Scan(&holder)
+	if isNoRows(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("pgstore: try lead %s: %w", name, permission(err))
+	}
+	return holder == id, nil
+}
+
+// ResignLead implements store.Ops.
+func (s *Store) ResignLead(ctx context.Context, name, id string) error {
+	if _, err := s.pool.Exec(ctx, sqlResignLead, name, id); err != nil {
+		return fmt.Errorf("pgstore: resign %s: %w", name, permission(err))
+	}
+	return nil
+}
+
+// Leader implements store.Ops.
+func (s *Store) Leader(ctx context.Context, name string) (*store.Leader, error) {
+	ls, err := s.leaders(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(ls) == 0 {
+		return nil, fmt.Errorf("pgstore: leader %q: %w", name, store.ErrNotFound)
+	}
+	return &ls[0], nil
+}
+
+func (s *Store) leaders(ctx context.Context, name string) ([]store.Leader, error) {
+	rs, err := s.pool.Query(ctx, sqlLeaders, name)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: leaders: %w", permission(err))
+	}
+	defer rs.Close()
+	out := []store.Leader{}
+	for rs.Next() {
+		var l store.Leader
+		if err := rs.Scan(&l.Name, &l.LeaderID, &l.ElectedAt, &l.ExpiresAt); err != nil {
+			return nil, fmt.Errorf("pgstore: leaders: %w", err)
+		}
+		l.ElectedAt, l.ExpiresAt = utc(l.ElectedAt), utc(l.ExpiresAt)
+		out = append(out, l)
+	}
+	return out, rs.Err()
+}
+
+// DeleteFinished implements store.Ops.
+func (s *Store) DeleteFinished(ctx context.Context, state bt.State, before time.Time, limit int) (int, error) {
+	if state != bt.StateSucceeded && state != bt.StateCanceled {
+		return 0, fmt.Errorf("pgstore: delete finished: state %q is not succeeded or canceled", state)
+	}
+	return s.deleteTasks(ctx, sqlDoomedFinished, string(state), before, sweepLimit(limit))
+}
+
+func (s *Store) deleteTasks(ctx context.Context, doomed string, args ...any) (int, error) {
+	var events bool
+	if err := s.pool.QueryRow(ctx, sqlHasEvents).Scan(&events); err != nil {
+		return 0, fmt.Errorf("pgstore: retention: %w", err)
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, deleteTasks(doomed, events), args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgstore: retention: %w", permission(err))
+	}
+	return n, nil
+}
+
+// Stats implements store.Ops.
+func (s *Store) Stats(ctx context.Context) (*store.Stats, error) {
+	st := &store.Stats{Driver: s.Driver(), Tasks: []store.QueueStateCount{}, DeadLetters: []store.DeadLetterCount{}}
+	rs, err := s.pool.Query(ctx, sqlStatsTasks)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: stats: %w", permission(err))
+	}
+	for rs.Next() {
+		var (
+			c     store.QueueStateCount
+			state string
+		)
+		if err := rs.Scan(&c.Queue, &state, &c.Count); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("pgstore: stats: %w", err)
+		}
+		c.State = bt.State(state)
+		st.Tasks = append(st.Tasks, c)
+	}
+	rs.Close()
+	rs, err = s.pool.Query(ctx, sqlStatsDead)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: stats: %w", err)
+	}
+	for rs.Next() {
+		var (
+			c              store.DeadLetterCount
+			status, reason string
+		)
+		if err := rs.Scan(&status, &reason, &c.Count); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("pgstore: stats: %w", err)
+		}
+		c.Status, c.Reason = bt.DLQStatus(status), bt.DeadReason(reason)
+		st.DeadLetters = append(st.DeadLetters, c)
+	}
+	rs.Close()
+	if err := s.pool.QueryRow(ctx, sqlStatsOldest).Scan(&st.OldestPendingRunAt, &st.OldestRunningSince); err != nil {
+		return nil, fmt.Errorf("pgstore: stats: %w", err)
+	}
+	st.OldestPendingRunAt, st.OldestRunningSince = utcPtr(st.OldestPendingRunAt), utcPtr(st.OldestRunningSince)
+	rs, err = s.pool.Query(ctx, sqlStatsTables)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: stats: %w", err)
+	}
+	for rs.Next() {
+		var t store.TableSize
+		if err := rs.Scan(&t.Table, &t.Bytes); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("pgstore: stats: %w", err)
+		}
+		st.Tables = append(st.Tables, t)
+		st.DatabaseBytes += t.Bytes
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: stats: %w", err)
+	}
+	if st.Leaders, err = s.leaders(ctx, ""); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// View implements store.Ops.
+func (s *Store) View(ctx context.Context, v store.View, now time.Time, limit int) ([]*bt.Task, error) {
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	var (
+		tasks []*bt.Task
+		err   error
+	)
+	switch v {
+	case store.ViewPendingRetries:
+		tasks, err = s.queryTasks(ctx, sqlViewPendingRetries, limit)
+	case store.ViewRetryExhausted:
+		tasks, err = s.queryTasks(ctx, sqlViewRetryExhausted, limit)
+	case store.ViewRecentFailures:
+		tasks, err = s.queryTasks(ctx, sqlViewRecentFailures, now.Add(-store.RecentFailuresWindow), limit)
+	default:
+		return nil, fmt.Errorf("pgstore: unknown view %q", v)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: view %s: %w", v, permission(err))
+	}
+	return tasks, nil
+}
+
+// permission marks PostgreSQL's insufficient_privilege (42501) with
+// store.ErrPermissionDenied, keeping the server's message.
+func permission(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return fmt.Errorf("%w: %w", store.ErrPermissionDenied, err)
+	}
+	return err
+}

@@ -1,0 +1,78 @@
+package pgstore
+
+// The query layer's statements for store.Ops (leadership, retention,
+// statistics, views); queries.go holds the hot path's.
+
+// sqlTryLead takes the lease when free or expired, renews it when $2 holds
+// it; it returns a row only when $2 holds it afterwards.
+const sqlTryLead = `
+INSERT INTO backstop_leaders AS l (name, leader_id, elected_at, expires_at)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (name) DO UPDATE SET
+	elected_at = CASE WHEN l.leader_id = EXCLUDED.leader_id THEN l.elected_at ELSE EXCLUDED.elected_at END,
+	leader_id = EXCLUDED.leader_id,
+	expires_at = EXCLUDED.expires_at
+WHERE l.leader_id = EXCLUDED.leader_id OR l.expires_at <= EXCLUDED.elected_at
+RETURNING leader_id`
+
+const sqlResignLead = `DELETE FROM backstop_leaders WHERE name = $1 AND leader_id = $2`
+
+const sqlLeaders = `SELECT name, leader_id, elected_at, expires_at FROM backstop_leaders
+WHERE $1 = '' OR name = $1 ORDER BY name`
+
+// sqlHasEvents: whether backstop_events (the task history, subject = task
+// id; it comes with the dead-letter migration) exists in the current
+// schema, so retention deletes a task's events with it.
+const sqlHasEvents = `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+WHERE table_schema = current_schema() AND table_name = 'backstop_events' AND column_name = 'subject')`
+
+// deleteTasks deletes a batch chosen by doomed (a SELECT of ids, locked
+// with SKIP LOCKED so two leaders or an operator never wait on each other)
+// with its executions, payloads and, with events, its events.
+func deleteTasks(doomed string, events bool) string {
+	q := `WITH doomed AS (` + doomed + `),
+ex AS (DELETE FROM backstop_executions e USING doomed d WHERE e.task_id = d.id),
+pl AS (DELETE FROM backstop_payloads p USING doomed d WHERE p.task_id = d.id),`
+	if events {
+		q += `
+ev AS (DELETE FROM backstop_events v USING doomed d WHERE v.subject = d.id),`
+	}
+	return q + `
+del AS (DELETE FROM backstop_tasks t USING doomed d WHERE t.id = d.id RETURNING 1)
+SELECT count(*) FROM del`
+}
+
+const sqlDoomedFinished = `SELECT id FROM backstop_tasks
+	WHERE state = $1 AND finalized_at < $2
+	ORDER BY finalized_at LIMIT $3 FOR UPDATE SKIP LOCKED`
+
+const sqlStatsTasks = `SELECT queue, state, count(*) FROM backstop_tasks GROUP BY queue, state ORDER BY queue, state`
+
+const sqlStatsDead = `SELECT coalesce(dlq_status, ''), coalesce(dead_reason, ''), count(*) FROM backstop_tasks
+WHERE state = 'dead' GROUP BY 1, 2 ORDER BY 1, 2`
+
+const sqlStatsOldest = `SELECT (SELECT min(run_at) FROM backstop_tasks WHERE state = 'pending'),
+	(SELECT min(attempted_at) FROM backstop_tasks WHERE state = 'running')`
+
+// sqlStatsTables: every Backstop table of the current schema with its
+// indexes and TOAST.
+const sqlStatsTables = `SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+  AND c.relname LIKE 'backstop\_%'
+ORDER BY c.relname`
+
+var sqlViewPendingRetries = selectTasks + `
+WHERE t.state = 'scheduled' AND t.attempt > 0
+ORDER BY t.run_at, t.id LIMIT $1`
+
+var sqlViewRetryExhausted = selectTasks + `
+WHERE t.state = 'dead' AND t.dead_reason = 'attempts_exhausted'
+ORDER BY t.last_seen DESC, t.id LIMIT $1`
+
+var sqlViewRecentFailures = `SELECT ` + taskCols("t") + ` FROM backstop_tasks t` + spillJoin("t") + `
+JOIN (
+	SELECT task_id, max(finished_at) AS last_failure FROM backstop_executions
+	WHERE outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired') AND finished_at >= $1
+	GROUP BY task_id
+) f ON f.task_id = t.id
+ORDER BY f.last_failure DESC, t.id LIMIT $2`

@@ -1,0 +1,227 @@
+package pgstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/pgstore"
+)
+
+// TestLeastPrivilegeRoles applies deploy/postgres/roles.sql to a test
+// schema, connects as a login role in each of its three roles, and checks
+// what each may and may not do: the producer enqueues (with spill,
+// idempotency and merge) but cannot claim, settle or delete; the worker
+// claims, heartbeats, settles, leads and runs maintenance but cannot enqueue,
+// run retention or delete; the admin can do all of it.
+func TestLeastPrivilegeRoles(t *testing.T) {
+	b := setup(t)
+	ctx := t.Context()
+	var schema string
+	if err := b.store.Pool().QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	var sfx [4]byte
+	_, _ = rand.Read(sfx[:])
+	tag := hex.EncodeToString(sfx[:])
+	groups := map[string]string{}
+	for _, r := range []string{"producer", "worker", "admin"} {
+		groups[r] = "backstop_" + r + "_" + tag
+	}
+
+	// The file is for psql: drop its meta-commands, fill in the schema,
+	// and give the (cluster-wide) roles names of this test's own.
+	raw, err := os.ReadFile("../../deploy/postgres/roles.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), `\`) {
+			lines = append(lines, l)
+		}
+	}
+	script := strings.ReplaceAll(strings.Join(lines, "\n"), `:"schema"`, pgx.Identifier{schema}.Sanitize())
+	for r, g := range groups {
+		script = strings.ReplaceAll(script, "backstop_"+r, g)
+	}
+	pool := b.store.Pool()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, r := range []string{"producer", "worker", "admin"} {
+			for _, name := range []string{groups[r], "login_" + r + "_" + tag} {
+				if _, err := pool.Exec(ctx, "DROP OWNED BY "+name); err != nil {
+					t.Errorf("drop owned by %s: %v", name, err)
+				}
+				if _, err := pool.Exec(ctx, "DROP ROLE "+name); err != nil {
+					t.Errorf("drop role %s: %v", name, err)
+				}
+			}
+		}
+	})
+	if _, err := pool.Exec(ctx, script); err != nil {
+		t.Fatalf("roles.sql: %v", err)
+	}
+
+	connect := func(role string) *pgstore.Store {
+		t.Helper()
+		login := "login_" + role + "_" + tag
+		if _, err := pool.Exec(ctx, "CREATE ROLE "+login+" LOGIN IN ROLE "+groups[role]); err != nil {
+			t.Fatal(err)
+		}
+		u, err := url.Parse(b.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User(login)
+		s, err := pgstore.Open(ctx, u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		var who string
+		if err := s.Pool().QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != login {
+			t.Fatalf("connected as %q (%v), want %s", who, err, login)
+		}
+		return s
+	}
+	producer, worker, admin := connect("producer"), connect("worker"), connect("admin")
+
+	denied := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Fatalf("%s: %v, want permission denied", what, err)
+		}
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	rawExec := func(s *pgstore.Store, sql string) error {
+		_, err := s.Pool().Exec(ctx, sql)
+		return err
+	}
+	now := t0
+	opts := store.EnqueueOpts{InlineLimit: 64, Merge: func(_ string, _ json.RawMessage, _ int, in json.RawMessage) (json.RawMessage, error) { return in, nil }}
+
+	// Producer.
+	pc, err := backstop.NewClient(producer, nil)
+	must("producer client", err)
+	_, err = pc.Enqueue(ctx, backstop.EnqueueParams{ID: "p-1", Queue: "q", Kind: "k"})
+	must("producer enqueue", err)
+	big := newTask("q")
+	big.Payload = []byte(`{"big":"` + strings.Repeat("x", 200) + `"}`)
+	idem := newTask("q")
+	idem.IdempotencyKey = "idem-1"
+	merge := newTask("q")
+	merge.MergeKey = "m-1"
+	merge.Payload = []byte(`{"spilled":"` + strings.Repeat("y", 200) + `"}`)
+	enqueue(t, producer, opts, big, idem, merge)
+	dup := newTask("q")
+	dup.IdempotencyKey = "idem-1"
+	if r := enqueue(t, producer, opts, dup); !r[0].Duplicate {
+		t.Fatal("producer: idempotent enqueue was not a duplicate")
+	}
+	m2 := newTask("q")
+	m2.MergeKey = "m-1"
+	if r := enqueue(t, producer, opts, m2); !r[0].Merged {
+		t.Fatal("producer: merge did not merge")
+	}
+	_, err = producer.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "p", Max: 1, Now: now, Lease: time.Minute})
+	denied("producer claim", err)
+	_, err = producer.Settle(ctx, []store.Settlement{{TaskID: "p-1", State: bt.StateSucceeded, FinishedAt: now}})
+	denied("producer settle", err)
+	_, err = producer.TryLead(ctx, "maintenance", "p", now, time.Minute)
+	denied("producer lead", err)
+	_, err = producer.DeleteFinished(ctx, bt.StateSucceeded, now.Add(time.Hour), 10)
+	if !errors.Is(err, store.ErrPermissionDenied) {
+		t.Fatalf("producer retention: %v, want ErrPermissionDenied", err)
+	}
+	denied("producer delete", rawExec(producer, "DELETE FROM backstop_tasks"))
+	denied("producer state change", rawExec(producer, "UPDATE backstop_tasks SET state = 'succeeded'"))
+
+	// Worker.
+	wc, err := backstop.NewClient(worker, nil)
+	must("worker client", err)
+	_, err = wc.Enqueue(ctx, backstop.EnqueueParams{Queue: "q", Kind: "k"})
+	denied("worker enqueue", err)
+	claimed, err := worker.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: 10, Now: now, Lease: time.Minute})
+	must("worker claim", err)
+	if len(claimed) != 4 {
+		t.Fatalf("worker claimed %d tasks, want 4", len(claimed))
+	}
+	_, err = worker.Heartbeat(ctx, []store.Beat{{TaskID: claimed[0].ID, ExecutionID: claimed[0].ExecutionID}}, now, now.Add(time.Minute))
+	must("worker heartbeat", err)
+	var ss []store.Settlement
+	for i, c := range claimed {
+		s := store.Settlement{TaskID: c.ID, ExecutionID: c.ExecutionID, FinishedAt: now, Outcome: bt.OutcomeSucceeded, State: bt.StateSucceeded}
+		if i == 0 {
+			s.Outcome, s.State, s.DeadReason, s.Error = bt.OutcomePermanentError, bt.StateDead, bt.ReasonPermanentError, "bad"
+		}
+		ss = append(ss, s)
+	}
+	ok, err := worker.Settle(ctx, ss)
+	must("worker settle", err)
+	for i, applied := range ok {
+		if !applied {
+			t.Fatalf("worker settlement %d not applied", i)
+		}
+	}
+	lead, err := worker.TryLead(ctx, "maintenance", "w", now, time.Minute)
+	must("worker lead", err)
+	if !lead {
+		t.Fatal("worker did not get the free leadership")
+	}
+	must("worker maintenance", backstop.Maintain(ctx, wc))
+	_, err = wc.Stats(ctx)
+	must("worker stats", err)
+	_, err = wc.ListView(ctx, backstop.ViewRecentFailures, 10)
+	must("worker view", err)
+	must("worker resign", worker.ResignLead(ctx, "maintenance", "w"))
+	_, err = backstop.Retain(ctx, wc)
+	if !errors.Is(err, store.ErrPermissionDenied) {
+		t.Fatalf("worker retention: %v, want ErrPermissionDenied", err)
+	}
+	denied("worker delete tasks", rawExec(worker, "DELETE FROM backstop_tasks"))
+	denied("worker delete executions", rawExec(worker, "DELETE FROM backstop_executions"))
+	denied("worker delete events", rawExec(worker, "DELETE FROM backstop_events"))
+
+	// Admin.
+	ac, err := backstop.NewClient(admin, &backstop.Config{Clock: fixedClock(now.Add(time.Hour)),
+		Retention: backstop.RetentionConfig{Succeeded: time.Minute}})
+	must("admin client", err)
+	_, err = ac.Enqueue(ctx, backstop.EnqueueParams{ID: "a-1", Queue: "adm", Kind: "k"})
+	must("admin enqueue", err)
+	_, err = admin.Claim(ctx, store.ClaimParams{Queue: "adm", WorkerID: "a", Max: 1, Now: now, Lease: time.Minute})
+	must("admin claim", err)
+	res, err := backstop.Retain(ctx, ac)
+	must("admin retention", err)
+	if res.Succeeded != 3 {
+		t.Fatalf("admin retention deleted %d succeeded tasks, want 3", res.Succeeded)
+	}
+	_, err = admin.PurgeDLQ(ctx, store.PurgeParams{Before: now.Add(time.Hour), Statuses: []bt.DLQStatus{bt.DLQDiscarded}})
+	must("admin purge", err)
+	must("admin delete", rawExec(admin, "DELETE FROM backstop_events"))
+	must("admin delete", rawExec(admin, "DELETE FROM backstop_tasks WHERE state = 'dead'"))
+	must("admin tokens", rawExec(admin, "DELETE FROM backstop_tokens"))
+}
+
+// fixedClock always tells the same time.
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }

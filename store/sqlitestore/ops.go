@@ -1,0 +1,279 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// This file implements store.Ops: leadership, retention, statistics, views.
+
+// TryLead implements store.Ops with one conditional upsert: the row is
+// taken when free or expired and renewed when id holds it. BEGIN IMMEDIATE
+// serialises it against other processes on the file.
+func (s *Store) TryLead(ctx context.Context, name, id string, now time.Time, ttl time.Duration) (bool, error) {
+	var holder string
+	err := s.w.QueryRowContext(ctx, `INSERT INTO backstop_leaders (name, leader_id, elected_at, expires_at)
+		VALUES (?1, ?2, ?3, ?4)
+		ON CONFLICT (name) DO UPDATE SET
+			elected_at = CASE WHEN backstop_leaders.leader_id = excluded.leader_id
+				THEN backstop_leaders.elected_at ELSE excluded.elected_at END,
+			leader_id = excluded.leader_id,
+			expires_at = excluded.expires_at
+		WHERE backstop_leaders.leader_id = excluded.leader_id OR backstop_leaders.expires_at <= excluded.elected_at
+		RETURNING leader_id`, name, id, us(now), us(now.Add(ttl))).Scan(&holder)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sqlite: try lead %s: %w", name, err)
+	}
+	return holder == id, nil
+}
+
+// ResignLead implements store.Ops.
+func (s *Store) ResignLead(ctx context.Context, name, id string) error {
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM backstop_leaders WHERE name = ? AND leader_id = ?`, name, id); err != nil {
+		return fmt.Errorf("sqlite: resign %s: %w", name, err)
+	}
+	return nil
+}
+
+// Leader implements store.Ops.
+func (s *Store) Leader(ctx context.Context, name string) (*store.Leader, error) {
+	ls, err := s.leaders(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(ls) == 0 {
+		return nil, fmt.Errorf("leader %q: %w", name, store.ErrNotFound)
+	}
+	return &ls[0], nil
+}
+
+// leaders reads the lease named name, or all with an empty name.
+func (s *Store) leaders(ctx context.Context, name string) ([]store.Leader, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT name, leader_id, elected_at, expires_at FROM backstop_leaders
+		WHERE ?1 = '' OR name = ?1 ORDER BY name`, name)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: leaders: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Leader{}
+	for rows.Next() {
+		var (
+			l                  store.Leader
+			elected, expiresAt int64
+		)
+		if err := rows.Scan(&l.Name, &l.LeaderID, &elected, &expiresAt); err != nil {
+			return nil, err
+		}
+		l.ElectedAt, l.ExpiresAt = fromUS(elected), fromUS(expiresAt)
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// DeleteFinished implements store.Ops.
+func (s *Store) DeleteFinished(ctx context.Context, state bt.State, before time.Time, limit int) (int, error) {
+	if state != bt.StateSucceeded && state != bt.StateCanceled {
+		return 0, fmt.Errorf("sqlite: delete finished: state %q is not succeeded or canceled", state)
+	}
+	return s.deleteTasks(ctx, `SELECT id FROM backstop_tasks WHERE state = ? AND finalized_at < ?
+		ORDER BY finalized_at LIMIT ?`, string(state), us(before), limit)
+}
+
+// deleteTasks deletes the tasks the query selects, with their executions,
+// spilled payloads and events (when that table exists), in one transaction.
+func (s *Store) deleteTasks(ctx context.Context, query string, args ...any) (int, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: retention: %w", err)
+	}
+	var ids []any
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	in := ` IN (` + placeholders(len(ids)) + `)`
+	stmts := []string{`DELETE FROM backstop_executions WHERE task_id` + in, `DELETE FROM backstop_payloads WHERE task_id` + in}
+	// The events table (a task's history, subject = task id) comes with
+	// the dead-letter migration; older schemas have none.
+	var events int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('backstop_events') WHERE name = 'subject'`).Scan(&events); err != nil {
+		return 0, err
+	}
+	if events > 0 {
+		stmts = append(stmts, `DELETE FROM backstop_events WHERE subject`+in)
+	}
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, q, ids...); err != nil {
+			return 0, fmt.Errorf("sqlite: retention: %w", err)
+		}
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM backstop_tasks WHERE id`+in, ids...)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: retention: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	return int(n), tx.Commit()
+}
+
+// Stats implements store.Ops. Table sizes come from the dbstat virtual
+// table when the SQLite build has it, else they are -1 (n/a); the file's
+// size is page_count × page_size either way.
+func (s *Store) Stats(ctx context.Context) (*store.Stats, error) {
+	st := &store.Stats{Driver: s.Driver(), Tasks: []store.QueueStateCount{}, DeadLetters: []store.DeadLetterCount{}}
+	rows, err := s.r.QueryContext(ctx, `SELECT queue, state, count(*) FROM backstop_tasks GROUP BY queue, state ORDER BY queue, state`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	for rows.Next() {
+		var c store.QueueStateCount
+		if err := rows.Scan(&c.Queue, &c.State, &c.Count); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		st.Tasks = append(st.Tasks, c)
+	}
+	rows.Close()
+	rows, err = s.r.QueryContext(ctx, `SELECT COALESCE(dlq_status, ''), COALESCE(dead_reason, ''), count(*) FROM backstop_tasks
+		WHERE state = 'dead' GROUP BY 1, 2 ORDER BY 1, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	for rows.Next() {
+		var c store.DeadLetterCount
+		if err := rows.Scan(&c.Status, &c.Reason, &c.Count); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		st.DeadLetters = append(st.DeadLetters, c)
+	}
+	rows.Close()
+	var pending, running sql.NullInt64
+	if err := s.r.QueryRowContext(ctx, `SELECT (SELECT min(run_at) FROM backstop_tasks WHERE state = 'pending'),
+		(SELECT min(attempted_at) FROM backstop_tasks WHERE state = 'running')`).Scan(&pending, &running); err != nil {
+		return nil, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	st.OldestPendingRunAt, st.OldestRunningSince = fromNullUS(pending), fromNullUS(running)
+	if err := s.r.QueryRowContext(ctx, `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`).
+		Scan(&st.DatabaseBytes); err != nil {
+		return nil, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	if st.Tables, err = s.tableSizes(ctx); err != nil {
+		return nil, err
+	}
+	if st.Leaders, err = s.leaders(ctx, ""); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (s *Store) tableSizes(ctx context.Context) ([]store.TableSize, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'backstop\_%' ESCAPE '\'
+		ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	var out []store.TableSize
+	for rows.Next() {
+		t := store.TableSize{Bytes: -1}
+		if err := rows.Scan(&t.Table); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	rows.Close()
+	// A table's bytes are its pages and its indexes' pages.
+	sizes, err := s.r.QueryContext(ctx, `SELECT m.tbl_name, sum(d.pgsize) FROM dbstat d JOIN sqlite_master m ON m.name = d.name
+		GROUP BY m.tbl_name`)
+	if err != nil {
+		return out, nil // no dbstat in this build: n/a
+	}
+	defer sizes.Close()
+	by := map[string]int64{}
+	for sizes.Next() {
+		var (
+			name string
+			n    int64
+		)
+		if err := sizes.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		by[name] = n
+	}
+	if sizes.Err() != nil {
+		return out, nil
+	}
+	for i := range out {
+		if n, ok := by[out[i].Table]; ok {
+			out[i].Bytes = n
+		}
+	}
+	return out, nil
+}
+
+// View implements store.Ops.
+func (s *Store) View(ctx context.Context, v store.View, now time.Time, limit int) ([]*bt.Task, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var (
+		q    string
+		args []any
+	)
+	switch v {
+	case store.ViewPendingRetries:
+		q = `SELECT ` + taskCols + ` FROM backstop_tasks WHERE state = 'scheduled' AND attempt > 0 ORDER BY run_at, id LIMIT ?`
+		args = []any{limit}
+	case store.ViewRetryExhausted:
+		q = `SELECT ` + taskCols + ` FROM backstop_tasks WHERE state = 'dead' AND dead_reason = 'attempts_exhausted'
+			ORDER BY last_seen DESC, id LIMIT ?`
+		args = []any{limit}
+	case store.ViewRecentFailures:
+		q = `SELECT ` + taskCols + ` FROM backstop_tasks JOIN (
+				SELECT task_id, max(finished_at) AS last_failure FROM backstop_executions
+				WHERE outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired') AND finished_at >= ?
+				GROUP BY task_id
+			) f ON f.task_id = backstop_tasks.id
+			ORDER BY f.last_failure DESC, id LIMIT ?`
+		args = []any{us(now.Add(-store.RecentFailuresWindow)), limit}
+	default:
+		return nil, fmt.Errorf("sqlite: unknown view %q", v)
+	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: view %s: %w", v, err)
+	}
+	tasks, err := scanTasks(rows)
+	if err != nil {
+		return nil, err
+	}
+	return tasks, loadSpilled(ctx, s.r, tasks)
+}

@@ -1,0 +1,100 @@
+package storetest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// testAPI: what the HTTP API needs from a store (store/tokens.go,
+// store/api.go).
+func (s *suite) testAPI(t *testing.T) {
+	t.Run("Tokens", s.testTokens)
+	t.Run("CountByQueue", s.testCountByQueue)
+}
+
+func hashOf(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
+}
+
+func (s *suite) testTokens(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	ts := b.store.(store.Tokens)
+	now := b.clock.Now()
+	ops := store.Token{ID: "tok-1", Name: "ops", Role: "operator", Hash: hashOf("s1"), CreatedAt: now}
+	if err := ts.CreateToken(b.ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.CreateToken(b.ctx, store.Token{ID: "tok-2", Name: "ops", Role: "viewer", Hash: hashOf("s2"), CreatedAt: now}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a second live token named ops: %v, want ErrConflict", err)
+	}
+	got, err := ts.TokenByHash(b.ctx, hashOf("s1"))
+	if err != nil || got.ID != "tok-1" || got.Name != "ops" || got.Role != "operator" || !bytes.Equal(got.Hash, ops.Hash) ||
+		!got.CreatedAt.Equal(now) || got.RevokedAt != nil || got.LastUsedAt != nil {
+		t.Fatalf("by hash: %+v %v", got, err)
+	}
+	if _, err := ts.TokenByHash(b.ctx, hashOf("nope")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown hash: %v", err)
+	}
+	used := now.Add(time.Minute)
+	if err := ts.TouchToken(b.ctx, "tok-1", used); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ts.TokenByHash(b.ctx, hashOf("s1")); got.LastUsedAt == nil || !got.LastUsedAt.Equal(used) {
+		t.Fatalf("last used: %+v", got)
+	}
+
+	// Revoke by name, then the name is free again; revoke twice conflicts.
+	rv, err := ts.RevokeToken(b.ctx, "ops", now)
+	if err != nil || rv.ID != "tok-1" || rv.RevokedAt == nil {
+		t.Fatalf("revoke: %+v %v", rv, err)
+	}
+	if got, _ := ts.TokenByHash(b.ctx, hashOf("s1")); got.RevokedAt == nil {
+		t.Fatal("revoked token has no revoked_at")
+	}
+	if _, err := ts.RevokeToken(b.ctx, "tok-1", now); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("revoke twice: %v", err)
+	}
+	if _, err := ts.RevokeToken(b.ctx, "nobody", now); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("revoke unknown: %v", err)
+	}
+	if err := ts.CreateToken(b.ctx, store.Token{ID: "tok-3", Name: "ops", Role: "admin", Hash: hashOf("s3"), CreatedAt: now.Add(time.Second)}); err != nil {
+		t.Fatalf("reuse a revoked token's name: %v", err)
+	}
+	if err := ts.CreateToken(b.ctx, store.Token{ID: "tok-4", Name: "other", Role: "admin", Hash: hashOf("s3"), CreatedAt: now}); err == nil {
+		t.Fatal("two tokens with one hash")
+	}
+	list, err := ts.ListTokens(b.ctx)
+	if err != nil || len(list) != 2 || list[0].ID != "tok-1" || list[1].ID != "tok-3" {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+}
+
+func (s *suite) testCountByQueue(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	reads := b.store.(store.APIStore)
+	if qs, err := reads.CountByQueue(b.ctx); err != nil || len(qs) != 0 {
+		t.Fatalf("empty store: %+v %v", qs, err)
+	}
+	for _, p := range []backstop.EnqueueParams{
+		{Queue: "b", Kind: "k"}, {Queue: "b", Kind: "k"}, {Queue: "b", Kind: "k", Delay: time.Hour}, {Queue: "a", Kind: "k"},
+	} {
+		if _, err := b.c.Enqueue(b.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	qs, err := reads.CountByQueue(b.ctx)
+	if err != nil || len(qs) != 2 || qs[0].Queue != "a" || qs[1].Queue != "b" ||
+		qs[0].Counts[bt.StatePending] != 1 || qs[1].Counts[bt.StatePending] != 2 || qs[1].Counts[bt.StateScheduled] != 1 {
+		t.Fatalf("counts: %+v %v", qs, err)
+	}
+}
