@@ -74,6 +74,7 @@ type Store interface {
 	// (store/api.go).
 	Tokens
 	APIStore
+	Queues // paused queues (store/queues.go)
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers

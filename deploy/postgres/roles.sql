@@ -50,6 +50,8 @@ GRANT SELECT, UPDATE ON :"schema".backstop_tasks TO backstop_worker;
 GRANT SELECT, INSERT ON :"schema".backstop_executions TO backstop_worker;
 GRANT SELECT ON :"schema".backstop_payloads TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_leaders TO backstop_worker;
+-- Claims skip paused queues; pausing and resuming is the admin role's.
+GRANT SELECT ON :"schema".backstop_queues TO backstop_worker;
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_worker;
 GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_worker;
 GRANT SELECT ON :"schema".backstop_pending_retries, :"schema".backstop_dead_letters,

@@ -64,7 +64,9 @@ type Server struct {
 	limit  *limiters
 	waker  *waker
 	quit   chan struct{} // closed by Close: waiting claims return at once
-	closed sync.Once
+	// redrives runs the DLQ redrives started over the API (redrive.go).
+	redrives *redrives
+	closed   sync.Once
 
 	touched sync.Map // token id → time.Time of the last recorded use
 }
@@ -100,17 +102,22 @@ func New(opts Options) (*Server, error) {
 		limit: &limiters{limit: rate.Limit(opts.RateLimit), burst: opts.RateBurst, m: map[string]*rate.Limiter{}},
 		waker: newWaker(st),
 		quit:  make(chan struct{}),
+
+		redrives: newRedrives(),
 	}
 	s.register()
 	return s, nil
 }
 
-// Close ends waiting claims (they answer with no tasks) and stops the
-// wake-up listener. Register it with http.Server.RegisterOnShutdown so a
-// graceful shutdown does not wait for long polls. Safe to call twice.
+// Close ends waiting claims (they answer with no tasks), interrupts the
+// running redrives (durable: the same redrive again resumes them) and waits
+// for them, and stops the wake-up listener. Register it with
+// http.Server.RegisterOnShutdown so a graceful shutdown does not wait for
+// long polls. Safe to call twice.
 func (s *Server) Close() {
 	s.closed.Do(func() {
 		close(s.quit)
+		s.redrives.close()
 		s.waker.close()
 	})
 }
@@ -154,6 +161,21 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/tasks/{id}", RoleViewer, s.getTask)
 	s.handle("POST", "/v1/tasks/{id}/cancel", RoleOperator, s.cancelTask)
 	s.handle("GET", "/v1/queues", RoleViewer, s.listQueues)
+	s.handle("POST", "/v1/queues/{name}/pause", RoleOperator, s.pauseQueue)
+	s.handle("POST", "/v1/queues/{name}/resume", RoleOperator, s.resumeQueue)
+
+	s.handle("GET", "/v1/dlq", RoleViewer, s.listDLQ)
+	s.handle("GET", "/v1/dlq/export", RoleViewer, s.exportDLQ)
+	s.handle("GET", "/v1/dlq/{id}", RoleViewer, s.getDeadLetter)
+	s.handle("POST", "/v1/dlq/{id}/replay", RoleAdmin, s.replayDeadLetter)
+	s.handle("POST", "/v1/dlq/{id}/discard", RoleAdmin, s.discardDeadLetter)
+	s.handle("POST", "/v1/dlq/{id}/resolve", RoleAdmin, s.resolveDeadLetter)
+	s.handle("POST", "/v1/dlq/redrive", RoleAdmin, s.redriveDLQ)
+	s.handle("GET", "/v1/redrives/{id}", RoleViewer, s.getRedrive)
+	s.handle("POST", "/v1/dlq/purge", RoleAdmin, s.purgeDLQ)
+
+	s.handle("GET", "/v1/runs/{run_id}", RoleViewer, s.getRun)
+	s.handle("GET", "/v1/runs/{run_id}/tasks", RoleViewer, s.listRunTasks)
 
 	s.handle("POST", "/v1/claim", RoleOperator, s.claim)
 	s.handle("POST", "/v1/tasks/{id}/heartbeat", RoleOperator, s.heartbeat)

@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -155,7 +156,26 @@ func loadSpec(t testing.TB) *openapi3.T {
 	return doc
 }
 
+// ndjsonDecoder reads an application/x-ndjson body as an array of its
+// lines, which the document describes as {type: array, items: …}.
+func ndjsonDecoder(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+	out := []any{}
+	dec := json.NewDecoder(body)
+	for {
+		var v any
+		if err := dec.Decode(&v); err == io.EOF {
+			return out, nil
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+}
+
+var registerNDJSON sync.Once
+
 func newSpecChecker(t testing.TB) *specChecker {
+	registerNDJSON.Do(func() { openapi3filter.RegisterBodyDecoder("application/x-ndjson", ndjsonDecoder) })
 	doc := loadSpec(t)
 	doc.Servers = openapi3.Servers{{URL: "/"}}
 	r, err := legacy.NewRouter(doc)

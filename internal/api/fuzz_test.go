@@ -69,7 +69,8 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, what string) {
 }
 
 var fuzzPaths = []string{"/v1/tasks", "/v1/tasks/batch", "/v1/claim", "/v1/tasks/t1/heartbeat", "/v1/tasks/t1/progress",
-	"/v1/tasks/t1/complete", "/v1/tasks/t1/fail", "/v1/tasks/t1/cancel"}
+	"/v1/tasks/t1/complete", "/v1/tasks/t1/fail", "/v1/tasks/t1/cancel",
+	"/v1/dlq/t1/replay", "/v1/dlq/t1/discard", "/v1/dlq/t1/resolve", "/v1/dlq/redrive", "/v1/dlq/purge", "/v1/queues/fq/pause"}
 
 func FuzzRequestBodies(f *testing.F) {
 	srv, _ := fuzzServer(f)
@@ -82,6 +83,10 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"lease_token":"x"}`,
 		`{"lease_token":"x","outcome":"transient_error","retry_after":"1s","error":"e","error_detail":"d"}`,
 		`{}`, `null`, `[]`, `{"tasks":null}`, `{"queue":1}`, `{"timeout":"1x"}`, `{"deadline":"yesterday"}`,
+		`{"patch":{"a.b":1,"c":null},"merge_patch":{"x":null},"keep_attempts":true,"delay":"1m","new_id":true}`,
+		`{"patch":[{"path":"a","value":1},{"path":""}],"run_at":"2030-01-01T00:00:00Z","delay":"1s"}`,
+		`{"queue":"q","reason":"permanent_error","attributes":{"a":"b"},"since":"2020-01-01T00:00:00Z","rate":5,"limit":2,"wait":"5ms"}`,
+		`{"reason":""}`, `{"older_than":"1h","statuses":["discarded","nope"]}`, `{"patch":"x"}`, `{"patch":[1]}`,
 		`{"wait":-1}`, `{"max":1e999}`, `{"lease":9223372036854775807}`, "\x00", `{"a":` + string(bytes.Repeat([]byte("["), 5000)),
 	} {
 		f.Add(uint8(i), body)
@@ -117,6 +122,27 @@ func FuzzListQuery(f *testing.F) {
 		rec := httptest.NewRecorder()
 		srv.ServeHTTP(rec, req)
 		checkAnswer(t, rec, "GET /v1/tasks?"+raw)
+	})
+}
+
+func FuzzDLQQuery(f *testing.F) {
+	srv, _ := fuzzServer(f)
+	for _, q := range []string{"queue=q&kind=k&reason=permanent_error&status=open,resolved&error_contains=x&attr=a=b&since=24h&until=2030-01-01T00:00:00Z&limit=10&after=t0",
+		"since=7d", "since=1d12h", "since=-1h", "since=99999999999d", "until=x", "status=", "status=nope", "reason=nope",
+		"limit=0", "since=2030-01-01T00:00:00Z&until=2020-01-01T00:00:00Z", "attr=a", "queue=a&queue=b"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if q, err := url.ParseQuery(raw); err == nil {
+			_, _ = api.ParseDLQQuery(q, time.Now(), 100)
+		}
+		for _, path := range []string{"/v1/dlq", "/v1/dlq/export"} {
+			req := httptest.NewRequest("GET", path, nil)
+			req.URL.RawQuery = raw
+			rec := httptest.NewRecorder()
+			srv.ServeHTTP(rec, req)
+			checkAnswer(t, rec, "GET "+path+"?"+raw)
+		}
 	})
 }
 

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop"
 )
 
 // Monitoring endpoints are pure methods returning structs (tests and an
@@ -62,34 +62,22 @@ func (s *Server) getReady(w http.ResponseWriter, r *http.Request) error {
 }
 
 // QueueView is one queue with its task counts by state (every state
-// present, zero included).
-type QueueView struct {
-	Name   string           `json:"name"`
-	Counts map[bt.State]int `json:"counts"`
-	Total  int              `json:"total"`
-}
+// present, zero included) and whether it is paused.
+type QueueView = backstop.QueueSummary
 
-// QueuesResponse is GET /v1/queues: every queue that holds tasks, by name.
+// QueuesResponse is GET /v1/queues: every queue that holds tasks or is
+// paused, by name.
 type QueuesResponse struct {
 	Items []QueueView `json:"items"`
 }
 
 // Queues counts tasks by queue and state.
 func (s *Server) Queues(ctx context.Context) (QueuesResponse, error) {
-	qs, err := s.reads.CountByQueue(ctx)
+	qs, err := s.c.Queues(ctx)
 	if err != nil {
 		return QueuesResponse{}, err
 	}
-	out := QueuesResponse{Items: make([]QueueView, len(qs))}
-	for i, q := range qs {
-		v := QueueView{Name: q.Queue, Counts: make(map[bt.State]int, len(bt.States))}
-		for _, st := range bt.States {
-			v.Counts[st] = q.Counts[st]
-			v.Total += q.Counts[st]
-		}
-		out.Items[i] = v
-	}
-	return out, nil
+	return QueuesResponse{Items: qs}, nil
 }
 
 func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) error {

@@ -39,6 +39,8 @@ func demoCmd(a *app) *cobra.Command {
 	var (
 		n     int
 		fresh bool
+		serve bool
+		addr  string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -63,6 +65,9 @@ closer. The failures are seeded by task number, so every run tells the same stor
 					return err
 				}
 			}
+			if serve {
+				return a.demoServe(cmd.Context(), addr)
+			}
 			rep, err := a.runDemo(cmd.Context(), n)
 			if err != nil {
 				return err
@@ -72,6 +77,8 @@ closer. The failures are seeded by task number, so every run tells the same stor
 	}
 	cmd.Flags().IntVar(&n, "tasks", 200, "how many tasks to enqueue")
 	cmd.Flags().BoolVar(&fresh, "fresh", true, "start from a new SQLite file (deletes the previous demo database)")
+	cmd.Flags().BoolVar(&serve, "serve", false, "the live tour: serve the API (dev mode, loopback) with producers and handlers running until Ctrl-C")
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "with --serve: listen address (loopback only)")
 	return cmd
 }
 

@@ -14,6 +14,8 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/config"
+	"github.com/backstophq/backstop/internal/execworker"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -26,6 +28,7 @@ type serveFlags struct {
 	rateLimit   float64
 	maxBody     int64
 	grace       time.Duration
+	config      string
 }
 
 func serveCmd(a *app) *cobra.Command {
@@ -38,12 +41,22 @@ func serveCmd(a *app) *cobra.Command {
 
 Every API call needs a bearer token (backstop tokens create). On a non-loopback address the
 server refuses to start while no token exists. --dev, allowed on loopback only, lets requests
-without a token in as admin. SIGINT/SIGTERM shut down gracefully.`,
+without a token in as admin. SIGINT/SIGTERM shut down gracefully.
+
+--config FILE reads a YAML configuration (queues, kinds, limits, retention, in-process exec
+workers...); BACKSTOP_* variables override it and flags override both (docs/configuration.md).
+Exec workers declared under workers: run inside the server and stop with it.`,
 		Example: `  backstop tokens create --name ci --role operator
   backstop serve --addr 0.0.0.0:8080
   backstop serve --dev`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return a.serve(cmd.Context(), &f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := a.serveConfig(cmd, &f)
+			if err != nil {
+				return err
+			}
+			return a.serve(cmd.Context(), &f, cfg)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address")
@@ -52,6 +65,7 @@ without a token in as admin. SIGINT/SIGTERM shut down gracefully.`,
 	fl.Float64Var(&f.rateLimit, "rate-limit", 1000, "requests per second per token (negative disables)")
 	fl.Int64Var(&f.maxBody, "max-body", 10<<20, "largest request body in bytes")
 	fl.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take on shutdown")
+	fl.StringVar(&f.config, "config", "", "configuration file (YAML, docs/configuration.md); flags > BACKSTOP_* env > file > defaults")
 	return cmd
 }
 
@@ -83,7 +97,30 @@ func liveTokens(ctx context.Context, s store.Store) (int, error) {
 	return n, nil
 }
 
-func (a *app) serve(ctx context.Context, f *serveFlags) error {
+// serveConfig loads --config and the environment and applies them to the
+// flags the user did not set: flags > env > file > defaults.
+func (a *app) serveConfig(cmd *cobra.Command, f *serveFlags) (*config.Config, error) {
+	cfg, err := a.loadConfig(f.config)
+	if err != nil {
+		return nil, err
+	}
+	fl := cmd.Flags()
+	if !fl.Changed("db") && cfg.DB != "" {
+		a.dbURL = cfg.DB
+	}
+	if !fl.Changed("addr") && cfg.Addr != "" {
+		f.addr = cfg.Addr
+	}
+	if !fl.Changed("dev") && cfg.Dev {
+		f.dev = true
+	}
+	if !fl.Changed("maintenance-interval") && cfg.MaintenanceInterval != 0 {
+		f.maintenance = cfg.MaintenanceInterval.D()
+	}
+	return cfg, nil
+}
+
+func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) error {
 	loopback, err := isLoopback(f.addr)
 	if err != nil {
 		return err
@@ -92,7 +129,9 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 		return usageErr("--dev lets anyone in as admin, so it only works on a loopback address (127.0.0.1, ::1, localhost), not %s", f.addr)
 	}
 	log := slog.New(slog.NewJSONHandler(a.stderr, nil))
-	s, c, err := a.open(ctx, &backstop.Config{Logger: log})
+	lib := cfg.Library()
+	lib.Logger = log
+	s, c, err := a.open(ctx, lib)
 	if err != nil {
 		return err
 	}
@@ -129,6 +168,21 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 	wg.Go(func() { runMaintenance(mctx, c, f.maintenance, log) })
 	defer func() { stopMaintenance(); wg.Wait() }()
 
+	workers, err := startConfigWorkers(ctx, c, cfg, log)
+	defer func() {
+		// Drain the in-process workers within the shutdown grace.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.grace)
+		defer cancel()
+		for _, w := range workers {
+			if err := w.Stop(wctx); err != nil {
+				log.Error("stopping an in-process worker", "worker_id", w.ID(), "error", err)
+			}
+		}
+	}()
+	if err != nil {
+		return err
+	}
+
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	select {
@@ -146,6 +200,43 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 		return err
 	}
 	return nil
+}
+
+// startConfigWorkers starts the exec workers the configuration declares.
+// They take no part in the maintenance election: serve maintains.
+func startConfigWorkers(ctx context.Context, c *backstop.Client, cfg *config.Config, log *slog.Logger) ([]*backstop.Worker, error) {
+	var started []*backstop.Worker
+	for i, wc := range cfg.Workers {
+		h, err := execworker.New(execworker.Config{Command: wc.Command, PermanentExitCodes: wc.PermanentExitCodes})
+		if err != nil {
+			return started, usageErr("workers[%d]: %v", i, err)
+		}
+		lease := wc.Lease.D()
+		if lease == 0 {
+			lease = cfg.QueueLease(wc.Queue)
+		}
+		w, err := backstop.NewWorker(c, &backstop.WorkerConfig{
+			ID:     fmt.Sprintf("serve-%s-%d", wc.Queue, i),
+			Queues: map[string]int{wc.Queue: wc.Concurrency}, Kinds: wc.Kinds, Lease: lease,
+			MaintenanceInterval: -1,
+		})
+		if err != nil {
+			return started, usageErr("workers[%d]: %v", i, err)
+		}
+		if len(wc.Kinds) == 0 {
+			w.HandleDefault(h)
+		}
+		for _, k := range wc.Kinds {
+			w.Handle(k, h)
+		}
+		if err := w.Start(ctx); err != nil {
+			return started, err
+		}
+		started = append(started, w)
+		log.Info("in-process exec worker started", "worker_id", w.ID(), "queue", wc.Queue, "kinds", wc.Kinds,
+			"concurrency", wc.Concurrency, "command", wc.Command)
+	}
+	return started, nil
 }
 
 // runMaintenance runs backstop.Maintain every interval until ctx ends. It is

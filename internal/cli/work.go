@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/execworker"
 )
 
@@ -28,6 +29,9 @@ type workOptions struct {
 	outputLimit    int
 	id             string
 	leaderTTL      time.Duration
+	config         string
+	server         string
+	token          string
 }
 
 func workCmd(a *app) *cobra.Command {
@@ -50,14 +54,32 @@ execution (tasks show ID).
 On SIGTERM or SIGINT the worker drains: it stops claiming, lets running
 programs finish within --grace, then kills the rest and releases their tasks
 without charging an attempt. A second signal ends the grace period at once.
-Logs are JSON lines on stderr.`,
+Logs are JSON lines on stderr.
+
+With --server URL (env BACKSTOP_SERVER) and --token T (env BACKSTOP_TOKEN) the
+worker talks to a Backstop server over its HTTP worker protocol instead of the
+database: long-poll claims, heartbeats every lease/3, complete or fail with the
+outcome class of the exit code. The server's maintenance settles the tasks of a
+worker that died. On a drain whose grace runs out, the killed programs' tasks
+are reported as transient failures (they count as an attempt, unlike local
+mode, which releases them).
+
+--config FILE reads queue settings (concurrency, lease) and leader_ttl from a
+configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 		Example: `  backstop work --queue emails --concurrency 4 -- ./send-email.sh
   backstop work --queue etl --kind load --permanent-exit-codes 65,100 --exit-after-idle 10s -- python load.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErr("work: missing the command to run: backstop work --queue Q -- CMD [ARG...]")
 			}
-			return a.work(cmd.Context(), &o, args)
+			cfg, err := a.workConfig(cmd, &o)
+			if err != nil {
+				return err
+			}
+			if o.server != "" {
+				return a.remoteWork(cmd.Context(), &o, args)
+			}
+			return a.work(cmd.Context(), &o, args, cfg)
 		},
 	}
 	// Flags end at the first argument, the command, so "--" is optional
@@ -74,10 +96,40 @@ Logs are JSON lines on stderr.`,
 	f.IntVar(&o.outputLimit, "output-limit", 8<<10, "bytes of stdout+stderr kept per execution (the tail)")
 	f.StringVar(&o.id, "id", "", "worker id, recorded in leases, executions and the maintenance leadership (default: host-pid-random)")
 	f.DurationVar(&o.leaderTTL, "leader-ttl", 15*time.Second, "maintenance leadership lease: another worker takes over this long after the leader died")
+	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md); flags > BACKSTOP_* env > file > defaults")
+	f.StringVar(&o.server, "server", os.Getenv("BACKSTOP_SERVER"), "work for a Backstop server over HTTP instead of the database (env BACKSTOP_SERVER)")
+	f.StringVar(&o.token, "token", os.Getenv("BACKSTOP_TOKEN"), "API token for --server (operator role or above; env BACKSTOP_TOKEN)")
 	return cmd
 }
 
-func (a *app) work(ctx context.Context, o *workOptions, command []string) error {
+// workConfig applies --config and the environment to the flags the user did
+// not set: flags > env > file > defaults. It returns the configuration.
+func (a *app) workConfig(cmd *cobra.Command, o *workOptions) (*config.Config, error) {
+	cfg, err := a.loadConfig(o.config)
+	if err != nil {
+		return nil, err
+	}
+	fl := cmd.Flags()
+	if !fl.Changed("db") && cfg.DB != "" {
+		a.dbURL = cfg.DB
+	}
+	if !fl.Changed("leader-ttl") && cfg.LeaderTTL != 0 {
+		o.leaderTTL = cfg.LeaderTTL.D()
+	}
+	if len(o.queues) > 0 {
+		if q, ok := cfg.Queues[o.queues[0]]; ok {
+			if !fl.Changed("lease") && q.Lease != 0 {
+				o.lease = q.Lease.D()
+			}
+			if !fl.Changed("concurrency") && q.Concurrency != 0 {
+				o.concurrency = q.Concurrency
+			}
+		}
+	}
+	return cfg, nil
+}
+
+func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *config.Config) error {
 	if len(o.queues) == 0 {
 		return usageErr("work: --queue is required")
 	}
@@ -101,7 +153,9 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string) error 
 	}
 
 	log := slog.New(slog.NewJSONHandler(a.stderr, nil))
-	s, c, err := a.open(ctx, &backstop.Config{Logger: log})
+	lib := cfg.Library()
+	lib.Logger = log
+	s, c, err := a.open(ctx, lib)
 	if err != nil {
 		return err
 	}

@@ -53,6 +53,7 @@ WITH picked AS (
 	SELECT id FROM backstop_tasks
 	WHERE state = 'pending' AND queue = $1 AND run_at <= $2
 	  AND (deadline IS NULL OR deadline > $2)%s
+	  AND NOT EXISTS (SELECT 1 FROM backstop_queues pq WHERE pq.name = $1)
 	ORDER BY priority DESC, run_at, id
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED

@@ -381,12 +381,13 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 			args = append(args, k)
 		}
 	}
-	args = append(args, p.Max)
+	args = append(args, p.Queue, p.Max) // the paused-queue check, the limit
 	rows, err := s.w.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'running', attempt = attempt + 1,
 		worker_id = ?, execution_id = ? || printf('%012x', (rowid + ?) & 281474976710655), attempted_at = ?, lease_expires_at = ?, updated_at = ?,
 		cancel_requested_at = NULL
 		WHERE rowid IN (SELECT rowid FROM backstop_tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
 			AND (deadline IS NULL OR deadline > ?)`+kindFilter+`
+			AND NOT EXISTS (SELECT 1 FROM backstop_queues WHERE name = ?)
 			ORDER BY priority DESC, run_at, id LIMIT ?)
 		RETURNING `+claimCols, args...)
 	if err != nil {

@@ -60,6 +60,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("DLQOps", s.testDLQOps)
 	t.Run("Ops", s.testOps)
 	t.Run("API", s.testAPI)
+	t.Run("Queues", s.testQueues)
 }
 
 // clock is real time plus an offset tests can move forward, so lease

@@ -1,0 +1,448 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// The dead-letter endpoints. Reads are open to viewers (payloads and patch
+// values redacted below operator); every change is the admin's. Each calls
+// the one library function for it (dlq.go, redrive.go at the root), with
+// the token's name as the actor recorded in the task's history.
+
+// ParseDLQQuery reads the filters of GET /v1/dlq and /v1/dlq/export:
+// queue, kind, reason, status (repeatable or comma-separated),
+// error_contains, attr (repeatable key=value), since and until (RFC 3339,
+// or an age such as 24h or 7d: that long before now), after (the cursor)
+// and limit. Unknown parameters are refused; the library checks values.
+func ParseDLQQuery(q url.Values, now time.Time, defaultLimit int) (backstop.ListParams, error) {
+	var f backstop.ListParams
+	bad := func(format string, args ...any) error {
+		return fail(codeInvalidQuery, fmt.Sprintf(format, args...))
+	}
+	for key, vals := range q {
+		switch key {
+		case "queue", "kind", "reason", "error_contains", "since", "until", "limit", "after":
+			if len(vals) != 1 {
+				return f, bad("%s: give it once", key)
+			}
+		case "status", "attr":
+		default:
+			return f, bad("unknown parameter %q (use queue, kind, reason, status, error_contains, attr, since, until, limit, after)", key)
+		}
+	}
+	f.Queue, f.Kind, f.AfterID = q.Get("queue"), q.Get("kind"), q.Get("after")
+	f.Reason, f.ErrorContains = bt.DeadReason(q.Get("reason")), q.Get("error_contains")
+	for _, v := range q["status"] {
+		for _, st := range strings.Split(v, ",") {
+			f.DLQStatuses = append(f.DLQStatuses, bt.DLQStatus(strings.TrimSpace(st)))
+		}
+	}
+	attrs, err := parseAttrs(q["attr"])
+	if err != nil {
+		return f, err
+	}
+	f.Attrs = attrs
+	for _, w := range []struct {
+		key string
+		dst *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		v := q.Get(w.key)
+		if v == "" {
+			continue
+		}
+		t, err := parseWhen(v, now)
+		if err != nil {
+			return f, bad("%s %q: want an RFC 3339 time or an age such as 24h or 7d", w.key, v)
+		}
+		*w.dst = t
+	}
+	f.Limit = defaultLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return f, bad("limit %q: want a positive whole number", v)
+		}
+		f.Limit = n
+	}
+	return f, nil
+}
+
+func parseAttrs(vals []string) (map[string]string, error) {
+	var out map[string]string
+	for _, v := range vals {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok {
+			return nil, fail(codeInvalidQuery, fmt.Sprintf("attr %q: want key=value", v))
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		if _, dup := out[k]; dup {
+			return nil, fail(codeInvalidQuery, fmt.Sprintf("attr: key %q is given twice", k))
+		}
+		out[k] = val
+	}
+	return out, nil
+}
+
+// parseWhen reads an RFC 3339 time, or an age ("90m", "24h", "7d",
+// "1d12h") counted back from now.
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UTC(), nil
+	}
+	rest, days := s, 0
+	if i := strings.IndexByte(rest, 'd'); i > 0 {
+		n, err := strconv.Atoi(rest[:i])
+		if err != nil || n < 0 || n > 100000 {
+			return time.Time{}, errors.New("bad age")
+		}
+		days, rest = n, rest[i+1:]
+	}
+	var d time.Duration
+	if rest != "" {
+		var err error
+		if d, err = time.ParseDuration(rest); err != nil || d < 0 {
+			return time.Time{}, errors.New("bad age")
+		}
+	}
+	return now.Add(-(time.Duration(days)*24*time.Hour + d)), nil
+}
+
+// GET /v1/dlq
+func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) error {
+	f, err := ParseDLQQuery(r.URL.Query(), s.now(), defaultListLimit)
+	if err != nil {
+		return err
+	}
+	tasks, err := s.c.DeadLetters(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	out := ListResponse{Items: make([]TaskView, len(tasks))}
+	for i, t := range tasks {
+		out.Items[i] = view(p, t, false)
+	}
+	if len(tasks) == f.Limit && len(tasks) > 0 {
+		last := tasks[len(tasks)-1].ID
+		out.NextCursor = &last
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// DeadLetterView is GET /v1/dlq/{id}: the dead letter with its executions
+// and its history (events, oldest first).
+type DeadLetterView struct {
+	TaskView
+	Events []bt.Event `json:"events"`
+}
+
+// redactEvents hides the patch values (payload fragments) of the history
+// from viewers.
+func redactEvents(p principal, evs []bt.Event) []bt.Event {
+	if evs == nil {
+		return []bt.Event{}
+	}
+	if p.Role >= RoleOperator {
+		return evs
+	}
+	out := make([]bt.Event, len(evs))
+	for i, e := range evs {
+		out[i] = e
+		var body map[string]json.RawMessage
+		if json.Unmarshal(e.Body, &body) != nil {
+			continue
+		}
+		changed := false
+		for _, k := range []string{"merge_patch", "patch", "payload"} {
+			if _, ok := body[k]; ok {
+				body[k] = redactedPayload
+				changed = true
+			}
+		}
+		if changed {
+			out[i].Body, _ = json.Marshal(body)
+		}
+	}
+	return out
+}
+
+// GET /v1/dlq/{id}: a task that is not dead is not found here.
+func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.c.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if t.State != bt.StateDead {
+		return fail(codeNotFound, fmt.Sprintf("task %q is %s, not a dead letter (see GET /v1/tasks/%s)", t.ID, t.State, t.ID))
+	}
+	evs, err := s.c.Events(r.Context(), t.ID)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	return writeJSON(w, http.StatusOK, DeadLetterView{TaskView: view(p, t, true), Events: redactEvents(p, evs)})
+}
+
+// PatchRequest is how a replay or redrive changes the payload: Patch is a
+// {"path": value} object (applied in the order given) or a list of
+// {"path", "value"}; MergePatch is an RFC 7396 merge patch, applied first.
+type PatchRequest struct {
+	Patch      json.RawMessage `json:"patch,omitempty"`
+	MergePatch json.RawMessage `json:"merge_patch,omitempty"`
+	// KeepAttempts keeps the attempt counter instead of resetting it.
+	KeepAttempts bool `json:"keep_attempts,omitempty"`
+	// Delay or RunAt (not both) schedule the replay; default: now.
+	Delay bt.Duration `json:"delay,omitempty"`
+	RunAt *time.Time  `json:"run_at,omitempty"`
+}
+
+func isNull(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) == 0 || string(b) == "null"
+}
+
+// ops reads Patch into path operations, keeping the order of an object's
+// keys.
+func (p PatchRequest) ops() ([]backstop.PatchOp, error) {
+	raw := bytes.TrimSpace(p.Patch)
+	if isNull(raw) {
+		return nil, nil
+	}
+	badField := func(detail string) error {
+		return &apiError{code: codeInvalidInput, field: "patch", detail: "patch: " + detail}
+	}
+	var out []backstop.PatchOp
+	switch raw[0] {
+	case '{':
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		if _, err := dec.Token(); err != nil {
+			return nil, badField(err.Error())
+		}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return nil, badField(err.Error())
+			}
+			path, _ := tok.(string)
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return nil, badField(err.Error())
+			}
+			out = append(out, backstop.PatchOp{Path: path, Value: v})
+		}
+	case '[':
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&out); err != nil {
+			return nil, badField("want a list of {\"path\": …, \"value\": …}: " + err.Error())
+		}
+	default:
+		return nil, badField(`want an object {"path": value} or a list of {"path": …, "value": …}`)
+	}
+	for i, op := range out {
+		if op.Path == "" {
+			return nil, badField(fmt.Sprintf("operation %d: the path is empty", i))
+		}
+		if op.Value == nil {
+			return nil, badField(fmt.Sprintf("operation %d (%s): give a value (null is a value)", i, op.Path))
+		}
+	}
+	return out, nil
+}
+
+func (p PatchRequest) merge() json.RawMessage {
+	if isNull(p.MergePatch) {
+		return nil
+	}
+	return p.MergePatch
+}
+
+func (p PatchRequest) runAt() time.Time {
+	if p.RunAt == nil {
+		return time.Time{}
+	}
+	return *p.RunAt
+}
+
+// ReplayRequest is POST /v1/dlq/{id}/replay (an empty body replays as is).
+type ReplayRequest struct {
+	PatchRequest
+	// NewID copies the dead letter under a fresh id instead of replaying
+	// it in place; the original is marked replayed.
+	NewID bool `json:"new_id,omitempty"`
+}
+
+// ReplayResponse reports a replay. Replayed is false (and nothing changed)
+// when the task is no longer an open dead letter; State and DLQStatus then
+// say what it is.
+type ReplayResponse struct {
+	Replayed  bool         `json:"replayed"`
+	ID        string       `json:"id"`
+	NewID     string       `json:"new_id,omitempty"`
+	State     bt.State     `json:"state,omitempty"`
+	DLQStatus bt.DLQStatus `json:"dlq_status,omitempty"`
+	Task      *TaskView    `json:"task,omitempty"`
+}
+
+// decodeOptional decodes a body that may be empty.
+func decodeOptional(r *http.Request, v any) error {
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	return decodeStrict(b, v)
+}
+
+// POST /v1/dlq/{id}/replay
+func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) error {
+	var req ReplayRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return err
+	}
+	ops, err := req.ops()
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	res, err := s.c.Replay(r.Context(), backstop.ReplayParams{ID: r.PathValue("id"), Actor: p.Name,
+		MergePatch: req.merge(), Patch: ops, KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay),
+		RunAt: req.runAt(), NewID: req.NewID})
+	if err != nil {
+		return err
+	}
+	out := ReplayResponse{Replayed: res.Replayed, ID: res.ID, NewID: res.NewID, State: res.State, DLQStatus: res.DLQStatus}
+	if res.Task != nil {
+		v := view(p, res.Task, false)
+		out.Task = &v
+	}
+	s.log.Info("dead letter replay", "actor", p.Name, "task_id", res.ID, "replayed", res.Replayed, "new_id", res.NewID)
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// DiscardRequest is POST /v1/dlq/{id}/discard; Reason is required.
+type DiscardRequest struct {
+	Reason string `json:"reason"`
+}
+
+// ResolveRequest is POST /v1/dlq/{id}/resolve; the body is optional.
+type ResolveRequest struct {
+	Note string `json:"note,omitempty"`
+}
+
+// POST /v1/dlq/{id}/discard
+func (s *Server) discardDeadLetter(w http.ResponseWriter, r *http.Request) error {
+	var req DiscardRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	t, err := s.c.Discard(r.Context(), backstop.DiscardParams{ID: r.PathValue("id"), Reason: req.Reason, Actor: p.Name})
+	if err != nil {
+		return err
+	}
+	s.log.Info("dead letter discarded", "actor", p.Name, "task_id", t.ID)
+	return writeJSON(w, http.StatusOK, view(p, t, false))
+}
+
+// POST /v1/dlq/{id}/resolve
+func (s *Server) resolveDeadLetter(w http.ResponseWriter, r *http.Request) error {
+	var req ResolveRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	t, err := s.c.Resolve(r.Context(), backstop.ResolveParams{ID: r.PathValue("id"), Note: req.Note, Actor: p.Name})
+	if err != nil {
+		return err
+	}
+	s.log.Info("dead letter resolved", "actor", p.Name, "task_id", t.ID)
+	return writeJSON(w, http.StatusOK, view(p, t, false))
+}
+
+// PurgeRequest is POST /v1/dlq/purge: delete, for good, dead letters whose
+// status is one of Statuses (default discarded and resolved) and last
+// changed at least OlderThan ago.
+type PurgeRequest struct {
+	OlderThan bt.Duration    `json:"older_than,omitempty"`
+	Statuses  []bt.DLQStatus `json:"statuses,omitempty"`
+}
+
+// PurgeResponse says how many dead letters were deleted.
+type PurgeResponse struct {
+	Purged int `json:"purged"`
+}
+
+// POST /v1/dlq/purge
+func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) error {
+	var req PurgeRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return err
+	}
+	n, err := s.c.PurgeDLQ(r.Context(), backstop.PurgeParams{OlderThan: time.Duration(req.OlderThan), Statuses: req.Statuses})
+	if err != nil {
+		return err
+	}
+	s.log.Info("dead letters purged", "actor", principalFrom(r.Context()).Name, "purged", n)
+	return writeJSON(w, http.StatusOK, PurgeResponse{Purged: n})
+}
+
+// ExportLine is one line of GET /v1/dlq/export: a dead letter with its
+// executions and events.
+type ExportLine struct {
+	*bt.Task
+	Executions []bt.Execution `json:"executions"`
+	Events     []bt.Event     `json:"events"`
+}
+
+// GET /v1/dlq/export: NDJSON, one dead letter per line, in id order; the
+// filters of GET /v1/dlq, and limit (default: all).
+func (s *Server) exportDLQ(w http.ResponseWriter, r *http.Request) error {
+	f, err := ParseDLQQuery(r.URL.Query(), s.now(), 0)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	rc := http.NewResponseController(w)
+	var enc *json.Encoder
+	n, err := s.c.ExportDLQ(r.Context(), f, func(d backstop.DeadLetterExport) error {
+		if enc == nil {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+			enc = json.NewEncoder(w)
+		}
+		v := view(p, d.Task, false)
+		if err := enc.Encode(ExportLine{Task: v.Task, Executions: d.Executions, Events: redactEvents(p, d.Events)}); err != nil {
+			return err
+		}
+		_ = rc.Flush()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if enc == nil { // nothing matched: an empty stream
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "")
+	}
+	s.log.Info("dead letters exported", "actor", p.Name, "exported", n)
+	return nil
+}

@@ -1,0 +1,381 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/apiclient"
+)
+
+// kill enqueues a task over the API and fails its only attempt for good:
+// it becomes an open dead letter.
+func kill(t *testing.T, b *bundle, task apiclient.Task) string {
+	t.Helper()
+	ctx := context.Background()
+	op := b.as[api.RoleOperator]
+	task.MaxAttempts = 1
+	res, err := op.Enqueue(ctx, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := claimOne(t, op, task.Queue)
+	if c.ID != res.Task.ID {
+		t.Fatalf("claimed %s, want %s", c.ID, res.Task.ID)
+	}
+	r, err := op.Fail(ctx, c.ID, api.FailRequest{LeaseToken: c.LeaseToken, Outcome: bt.OutcomePermanentError, Error: "card declined"})
+	if err != nil || r.State != bt.StateDead {
+		t.Fatalf("fail: %+v %v", r, err)
+	}
+	return c.ID
+}
+
+func TestDLQEndpoints(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		viewer, op, admin := b.as[api.RoleViewer], b.as[api.RoleOperator], b.as[api.RoleAdmin]
+		var ids []string
+		for i := range 3 {
+			ids = append(ids, kill(t, b, apiclient.Task{Queue: "pay", Kind: "charge",
+				Payload: json.RawMessage(fmt.Sprintf(`{"amount":%d,"card":"4242"}`, i)), Attributes: map[string]string{"tenant": "acme"}}))
+		}
+
+		// List: filters, cursor, redaction for viewers.
+		var listed []string
+		q := url.Values{"queue": {"pay"}, "status": {"open"}, "attr": {"tenant=acme"}, "since": {"1h"}, "limit": {"2"}}
+		for range 5 {
+			l, err := viewer.DLQList(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range l.Items {
+				if string(it.Payload) != `{"redacted":true}` || it.DLQStatus != bt.DLQOpen || it.DeadReason != bt.ReasonPermanentError {
+					t.Fatalf("viewer's dead letter: %+v", it.Task)
+				}
+				listed = append(listed, it.ID)
+			}
+			if l.NextCursor == nil {
+				break
+			}
+			q.Set("after", *l.NextCursor)
+		}
+		if !slices.Equal(listed, ids) {
+			t.Fatalf("listed %v, want %v", listed, ids)
+		}
+		if l, err := viewer.DLQList(ctx, url.Values{"error_contains": {"nope"}}); err != nil || len(l.Items) != 0 {
+			t.Fatalf("error_contains: %+v %v", l, err)
+		}
+		_, err := viewer.DLQList(ctx, url.Values{"reason": {"bogus"}})
+		mustCode(t, err, "invalid_input")
+		_, err = viewer.DLQList(ctx, url.Values{"since": {"yesterday"}})
+		mustCode(t, err, "invalid_query")
+		_, err = viewer.DLQList(ctx, url.Values{"colour": {"red"}})
+		mustCode(t, err, "invalid_query")
+
+		// Show: executions and events; a live task is not a dead letter.
+		dl, err := viewer.DLQShow(ctx, ids[0])
+		if err != nil || dl.Executions == nil || len(*dl.Executions) != 1 || string(dl.Payload) != `{"redacted":true}` || dl.Events == nil {
+			t.Fatalf("show: %+v %v", dl, err)
+		}
+		live, err := op.Enqueue(ctx, apiclient.Task{Queue: "other", Kind: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = viewer.DLQShow(ctx, live.Task.ID)
+		mustCode(t, err, "not_found")
+		_, err = viewer.DLQShow(ctx, "no-such-task")
+		mustCode(t, err, "not_found")
+
+		// Replay is the admin's.
+		_, err = op.Replay(ctx, ids[0], api.ReplayRequest{})
+		mustCode(t, err, "forbidden")
+		// A patch that does not apply: 422, nothing changed.
+		_, err = admin.Replay(ctx, ids[0], api.ReplayRequest{PatchRequest: api.PatchRequest{Patch: json.RawMessage(`{"amount.x":1}`)}})
+		mustCode(t, err, "unprocessable")
+		_, err = admin.Replay(ctx, ids[0], api.ReplayRequest{PatchRequest: api.PatchRequest{Patch: json.RawMessage(`"amount=1"`)}})
+		mustCode(t, err, "invalid_input")
+		_, err = admin.Replay(ctx, "no-such-task", api.ReplayRequest{})
+		mustCode(t, err, "not_found")
+		// Patched replay: merge patch first, then the path patches in order.
+		rr, err := admin.Replay(ctx, ids[0], api.ReplayRequest{PatchRequest: api.PatchRequest{
+			MergePatch: json.RawMessage(`{"card":null}`), Patch: json.RawMessage(`{"amount":100,"meta.by":"ops"}`)}})
+		if err != nil || !rr.Replayed || rr.Task == nil || rr.Task.State != bt.StatePending || rr.Task.Attempt != 0 {
+			t.Fatalf("replay: %+v %v", rr, err)
+		}
+		if got := string(rr.Task.Payload); got != `{"amount":100,"meta":{"by":"ops"}}` {
+			t.Fatalf("patched payload %s", got)
+		}
+		// Again: no longer a dead letter, nothing changes.
+		rr, err = admin.Replay(ctx, ids[0], api.ReplayRequest{})
+		if err != nil || rr.Replayed || rr.State != bt.StatePending {
+			t.Fatalf("second replay: %+v %v", rr, err)
+		}
+		// The history names the token as the actor; viewers do not see the patch.
+		evs, err := b.lib.Events(ctx, ids[0])
+		if err != nil || !slices.ContainsFunc(evs, func(e bt.Event) bool { return e.Type == "dlq.replayed" && e.Actor == "test-admin" }) {
+			t.Fatalf("events: %+v %v", evs, err)
+		}
+		// A copy under a new id, with a list patch and a delay.
+		rr, err = admin.Replay(ctx, ids[1], api.ReplayRequest{NewID: true, PatchRequest: api.PatchRequest{
+			Patch: json.RawMessage(`[{"path":"amount","value":7}]`), Delay: bt.Duration(time.Hour)}})
+		if err != nil || !rr.Replayed || rr.NewID == "" || rr.Task.ID != rr.NewID || rr.Task.State != bt.StateScheduled ||
+			rr.Task.ReplayedFrom != ids[1] {
+			t.Fatalf("replay as new id: %+v %v", rr, err)
+		}
+
+		// 409: a live task holds the dead letter's idempotency key.
+		dup := kill(t, b, apiclient.Task{Queue: "idem", Kind: "k", IdempotencyKey: "once"})
+		if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "idem", Kind: "k", IdempotencyKey: "once"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = admin.Replay(ctx, dup, api.ReplayRequest{})
+		mustCode(t, err, "conflict")
+
+		// Discard needs a reason; resolve does not.
+		st, body := b.raw(t, api.RoleAdmin, "POST", "/v1/dlq/"+ids[2]+"/discard", "application/json", `{}`)
+		if st != 400 || !strings.Contains(string(body), `"field":"reason"`) {
+			t.Fatalf("discard without reason: %d %s", st, body)
+		}
+		_, err = op.Discard(ctx, ids[2], "dup")
+		mustCode(t, err, "forbidden")
+		d, err := admin.Discard(ctx, ids[2], "a duplicate charge")
+		if err != nil || d.DLQStatus != bt.DLQDiscarded {
+			t.Fatalf("discard: %+v %v", d, err)
+		}
+		_, err = admin.Discard(ctx, ids[2], "again")
+		mustCode(t, err, "not_found")
+		st, body = b.raw(t, api.RoleAdmin, "POST", "/v1/dlq/"+ids[1]+"/resolve", "", "")
+		if st != 404 {
+			t.Fatalf("resolve a dead letter replayed as a copy (no longer open): %d %s", st, body)
+		}
+		res, err := admin.Resolve(ctx, dup, "fixed by hand")
+		if err != nil || res.DLQStatus != bt.DLQResolved {
+			t.Fatalf("resolve: %+v %v", res, err)
+		}
+
+		// Export: NDJSON, every dead letter with its history, redacted for viewers.
+		var lines []api.ExportLine
+		n, err := viewer.ExportDLQ(ctx, url.Values{"queue": {"pay"}}, func(l api.ExportLine) error { lines = append(lines, l); return nil })
+		if err != nil || n != 2 || len(lines) != 2 {
+			t.Fatalf("export: %d %v", n, err)
+		}
+		for _, l := range lines {
+			if string(l.Payload) != `{"redacted":true}` || len(l.Executions) == 0 || len(l.Events) == 0 {
+				t.Fatalf("export line: %+v", l)
+			}
+		}
+		st, body = b.raw(t, api.RoleAdmin, "GET", "/v1/dlq/export?queue=none", "", "")
+		if st != 200 || len(body) != 0 {
+			t.Fatalf("empty export: %d %q", st, body)
+		}
+		_, err = viewer.ExportDLQ(ctx, url.Values{"status": {"bogus"}}, func(api.ExportLine) error { return nil })
+		mustCode(t, err, "invalid_input")
+
+		// Purge: discarded and resolved by default.
+		_, err = op.PurgeDLQ(ctx, api.PurgeRequest{})
+		mustCode(t, err, "forbidden")
+		pr, err := admin.PurgeDLQ(ctx, api.PurgeRequest{OlderThan: bt.Duration(time.Hour)})
+		if err != nil || pr.Purged != 0 {
+			t.Fatalf("purge older than an hour: %+v %v", pr, err)
+		}
+		pr, err = admin.PurgeDLQ(ctx, api.PurgeRequest{Statuses: []bt.DLQStatus{bt.DLQDiscarded, bt.DLQResolved}})
+		if err != nil || pr.Purged != 2 {
+			t.Fatalf("purge: %+v %v", pr, err)
+		}
+		_, err = admin.PurgeDLQ(ctx, api.PurgeRequest{Statuses: []bt.DLQStatus{"bogus"}})
+		mustCode(t, err, "invalid_input")
+	})
+}
+
+func TestRedriveEndpoints(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		viewer, op, admin := b.as[api.RoleViewer], b.as[api.RoleOperator], b.as[api.RoleAdmin]
+		for i := range 3 {
+			kill(t, b, apiclient.Task{Queue: "bulk", Kind: "k", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+			kill(t, b, apiclient.Task{Queue: "slow", Kind: "k"})
+		}
+		_, err := op.Redrive(ctx, api.RedriveRequest{Queue: "bulk"})
+		mustCode(t, err, "forbidden")
+		_, err = admin.Redrive(ctx, api.RedriveRequest{Reason: "bogus"})
+		mustCode(t, err, "invalid_input")
+		_, err = admin.Redrive(ctx, api.RedriveRequest{Wait: bt.Duration(time.Hour)})
+		mustCode(t, err, "invalid_input")
+
+		// Finished within the wait: 200 with the final progress.
+		st, err := admin.Redrive(ctx, api.RedriveRequest{Queue: "bulk", Wait: bt.Duration(20 * time.Second),
+			PatchRequest: api.PatchRequest{Patch: json.RawMessage(`{"redriven":true}`)}})
+		if err != nil || st.Status != "done" || st.Replayed != 3 || st.Total != 3 || !st.Done || st.Actor != "test-admin" {
+			t.Fatalf("redrive: %+v %v", st, err)
+		}
+		l, err := admin.List(ctx, url.Values{"queue": {"bulk"}, "state": {"pending"}})
+		if err != nil || len(l.Items) != 3 || !strings.Contains(string(l.Items[0].Payload), `"redriven":true`) {
+			t.Fatalf("redriven tasks: %+v %v", l, err)
+		}
+		got, err := viewer.RedriveStatus(ctx, st.RedriveID)
+		if err != nil || got.Status != "done" || got.Replayed != 3 {
+			t.Fatalf("status: %+v %v", got, err)
+		}
+
+		// Paced: 202 at once, then progress until done.
+		st, err = admin.Redrive(ctx, api.RedriveRequest{Queue: "slow", Rate: 5})
+		if err != nil || st.Status != "running" || st.RedriveID == "" || st.Total != 3 {
+			t.Fatalf("paced redrive: %+v %v", st, err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			got, err = viewer.RedriveStatus(ctx, st.RedriveID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != "running" || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if got.Status != "done" || got.Replayed != 3 || got.FinishedAt == nil {
+			t.Fatalf("paced redrive ended: %+v", got)
+		}
+		_, err = viewer.RedriveStatus(ctx, "no-such-redrive")
+		mustCode(t, err, "not_found")
+	})
+}
+
+// TestRedriveInterruptedByClose: closing the server interrupts a running
+// redrive; the same redrive again resumes it.
+func TestRedriveInterruptedByClose(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testdbSQLite(t), setupOpts{rateLimit: -1})
+	ctx := context.Background()
+	for range 4 {
+		kill(t, b, apiclient.Task{Queue: "q", Kind: "k"})
+	}
+	st, err := b.as[api.RoleAdmin].Redrive(ctx, api.RedriveRequest{Queue: "q", Rate: 1})
+	if err != nil || st.Status != "running" {
+		t.Fatalf("redrive: %+v %v", st, err)
+	}
+	b.srv.Close() // waits for the redrive to stop
+	// The library resumes the same redrive.
+	prog, err := b.lib.Redrive(ctx, backstopRedrive("q"), nil)
+	if err != nil || !prog.Resumed || prog.RedriveID != st.RedriveID || !prog.Done || prog.Replayed != 4 {
+		t.Fatalf("resume: %+v %v", prog, err)
+	}
+}
+
+func TestQueuePauseEndpoints(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		viewer, op := b.as[api.RoleViewer], b.as[api.RoleOperator]
+		if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "mail", Kind: "send"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := viewer.PauseQueue(ctx, "mail")
+		mustCode(t, err, "forbidden")
+		_, err = op.PauseQueue(ctx, "bad queue!")
+		mustCode(t, err, "invalid_input")
+		p, err := op.PauseQueue(ctx, "mail")
+		if err != nil || !p.Paused || !p.Changed || p.PausedBy != "test-operator" || p.PausedAt == nil {
+			t.Fatalf("pause: %+v %v", p, err)
+		}
+		if p, err := op.PauseQueue(ctx, "mail"); err != nil || p.Changed {
+			t.Fatalf("pause again: %+v %v", p, err)
+		}
+		if _, err := op.PauseQueue(ctx, "empty"); err != nil {
+			t.Fatal(err)
+		}
+		qs, err := viewer.Queues(ctx)
+		if err != nil || len(qs.Items) != 2 || qs.Items[0].Name != "empty" || !qs.Items[0].Paused || qs.Items[0].Total != 0 ||
+			qs.Items[1].Name != "mail" || !qs.Items[1].Paused || qs.Items[1].Counts[bt.StatePending] != 1 {
+			t.Fatalf("queues: %+v %v", qs, err)
+		}
+		// A remote worker gets nothing from a paused queue.
+		ts, err := op.Claim(ctx, api.ClaimRequest{Queues: []string{"mail"}, WorkerID: "w", Max: 5})
+		if err != nil || len(ts) != 0 {
+			t.Fatalf("claimed %d from a paused queue: %v", len(ts), err)
+		}
+		r, err := op.ResumeQueue(ctx, "mail")
+		if err != nil || r.Paused || !r.Changed {
+			t.Fatalf("resume: %+v %v", r, err)
+		}
+		claimOne(t, op, "mail")
+		if r, err := op.ResumeQueue(ctx, "mail"); err != nil || r.Changed {
+			t.Fatalf("resume again: %+v %v", r, err)
+		}
+	})
+}
+
+func TestRunEndpoints(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		viewer, op := b.as[api.RoleViewer], b.as[api.RoleOperator]
+		run := map[string]string{"run_id": "import-7"}
+		for range 3 {
+			if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "import", Kind: "row", Attributes: run,
+				Progress: &bt.Progress{Total: 4}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := claimOne(t, op, "import")
+		if _, err := op.Complete(ctx, c.ID, api.CompleteRequest{LeaseToken: c.LeaseToken, Progress: &bt.Progress{Total: 4, Completed: 4}}); err != nil {
+			t.Fatal(err)
+		}
+		kill(t, b, apiclient.Task{Queue: "import2", Kind: "row", Attributes: run})
+		if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "import", Kind: "row", Attributes: map[string]string{"run_id": "other"}}); err != nil {
+			t.Fatal(err)
+		}
+
+		r, err := viewer.Run(ctx, "import-7")
+		if err != nil || r.Total != 4 || r.Counts[bt.StateSucceeded] != 1 || r.Counts[bt.StatePending] != 2 || r.Counts[bt.StateDead] != 1 ||
+			r.DeadLetters != 1 || r.Progress.Total != 12 || r.Progress.Completed != 4 || r.Finished || r.LastActivity.Before(r.FirstActivity) {
+			t.Fatalf("run: %+v %v", r, err)
+		}
+		_, err = viewer.Run(ctx, "nope")
+		mustCode(t, err, "not_found")
+
+		var ids []string
+		q := url.Values{"limit": {"3"}}
+		for range 3 {
+			l, err := viewer.RunTasks(ctx, "import-7", q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range l.Items {
+				if it.Attributes["run_id"] != "import-7" || string(it.Payload) != `{"redacted":true}` {
+					t.Fatalf("run task: %+v", it.Task)
+				}
+				ids = append(ids, it.ID)
+			}
+			if l.NextCursor == nil {
+				break
+			}
+			q.Set("after", *l.NextCursor)
+		}
+		if len(ids) != 4 || !slices.IsSorted(ids) {
+			t.Fatalf("run tasks: %v", ids)
+		}
+		l, err := viewer.RunTasks(ctx, "import-7", url.Values{"state": {"dead"}})
+		if err != nil || len(l.Items) != 1 {
+			t.Fatalf("run tasks by state: %+v %v", l, err)
+		}
+	})
+}
+
+func backstopRedrive(queue string) backstop.RedriveParams {
+	return backstop.RedriveParams{Filter: backstop.ListParams{Queue: queue}, Actor: "test-admin"}
+}

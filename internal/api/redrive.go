@@ -1,0 +1,232 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// A redrive can take long (millions of dead letters, a rate limit), longer
+// than a request should. POST /v1/dlq/redrive starts it in the server, in
+// the background, and answers 202 with its id and first progress once the
+// library has recorded it (or 200 when it finished within the request's
+// `wait`); GET /v1/redrives/{id} reports its progress. The redrive is
+// durable in the store: if the server stops, the same POST again resumes it
+// where it stopped (the library decides what "the same" is).
+
+// MaxRedriveWait bounds how long POST /v1/dlq/redrive waits for the
+// redrive to finish before answering 202.
+const MaxRedriveWait = 30 * time.Second
+
+// maxRedriveRecords bounds the redrives a server remembers; beyond it the
+// finished ones are forgotten.
+const maxRedriveRecords = 1000
+
+// RedriveRequest is POST /v1/dlq/redrive: the dead-letter filters (open
+// dead letters only), the pace, and what to do to each, as for a replay.
+type RedriveRequest struct {
+	Queue         string            `json:"queue,omitempty"`
+	Kind          string            `json:"kind,omitempty"`
+	Reason        bt.DeadReason     `json:"reason,omitempty"`
+	ErrorContains string            `json:"error_contains,omitempty"`
+	Attributes    map[string]string `json:"attributes,omitempty"`
+	Since         *time.Time        `json:"since,omitempty"`
+	Until         *time.Time        `json:"until,omitempty"`
+	// Rate: replays per second (0: unthrottled). Limit: at most this many
+	// in this run (0: all); the same redrive again continues.
+	Rate  float64 `json:"rate,omitempty"`
+	Limit int     `json:"limit,omitempty"`
+	PatchRequest
+	// Wait: answer when the redrive finished or after this long (at most
+	// 30s), whichever comes first. Default 0: answer once it started.
+	Wait bt.Duration `json:"wait,omitempty"`
+}
+
+// RedriveStatus is a redrive this server runs or ran.
+type RedriveStatus struct {
+	backstop.RedriveProgress
+	// Status: running; done (nothing left); stopped (its limit reached; the
+	// same redrive again continues); interrupted (the server stopped it;
+	// the same redrive again resumes); failed (Error says why).
+	Status     string     `json:"status"`
+	Error      string     `json:"error,omitempty"`
+	Actor      string     `json:"actor"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+type redriveRun struct {
+	mu   sync.Mutex
+	st   RedriveStatus
+	done chan struct{}
+}
+
+func (r *redriveRun) status() RedriveStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.st
+	return st
+}
+
+// redrives tracks the background redrives of one server.
+type redrives struct {
+	ctx    context.Context // ends at Server.Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	m      map[string]*redriveRun
+}
+
+func newRedrives() *redrives {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &redrives{ctx: ctx, cancel: cancel, m: map[string]*redriveRun{}}
+}
+
+// close interrupts the running redrives and waits for them.
+func (rs *redrives) close() {
+	rs.cancel()
+	rs.wg.Wait()
+}
+
+// start runs the redrive in the background and returns it once the library
+// recorded it, or the error that refused it.
+func (rs *redrives) start(c *backstop.Client, p backstop.RedriveParams, now func() time.Time) (*redriveRun, error) {
+	ctx, cancel := context.WithCancel(rs.ctx)
+	type first struct {
+		run *redriveRun
+		err error
+	}
+	firstCh := make(chan first, 1)
+	var run *redriveRun
+	rs.wg.Add(1)
+	go func() {
+		defer rs.wg.Done()
+		defer cancel()
+		prog, err := c.Redrive(ctx, p, func(pr backstop.RedriveProgress) {
+			if run != nil {
+				run.mu.Lock()
+				run.st.RedriveProgress = pr
+				run.mu.Unlock()
+				return
+			}
+			rs.mu.Lock()
+			defer rs.mu.Unlock()
+			if cur := rs.m[pr.RedriveID]; cur != nil && cur.status().Status == "running" {
+				// The same redrive is running here already: leave it be.
+				cancel()
+				firstCh <- first{run: cur}
+				return
+			}
+			if len(rs.m) >= maxRedriveRecords {
+				for id, r := range rs.m { // forget finished ones first
+					if r.status().Status != "running" {
+						delete(rs.m, id)
+					}
+				}
+			}
+			run = &redriveRun{done: make(chan struct{}), st: RedriveStatus{RedriveProgress: pr, Status: "running",
+				Actor: p.Actor, StartedAt: now()}}
+			rs.m[pr.RedriveID] = run
+			firstCh <- first{run: run}
+		})
+		if run == nil {
+			if err == nil {
+				err = errors.New("redrive: no progress reported")
+			}
+			select {
+			case firstCh <- first{err: err}:
+			default: // a duplicate: its first answer was sent
+			}
+			return
+		}
+		run.mu.Lock()
+		defer close(run.done)
+		defer run.mu.Unlock()
+		if prog.RedriveID != "" {
+			run.st.RedriveProgress = prog
+		}
+		at := now()
+		run.st.FinishedAt = &at
+		switch {
+		case err == nil && prog.Done:
+			run.st.Status = "done"
+		case err == nil:
+			run.st.Status = "stopped"
+		case errors.Is(err, backstop.ErrInterrupted):
+			run.st.Status, run.st.Error = "interrupted", err.Error()
+		default:
+			run.st.Status, run.st.Error = "failed", err.Error()
+		}
+	}()
+	f := <-firstCh
+	return f.run, f.err
+}
+
+func (rs *redrives) get(id string) *redriveRun {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.m[id]
+}
+
+// POST /v1/dlq/redrive
+func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
+	var req RedriveRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return err
+	}
+	wait := time.Duration(req.Wait)
+	if wait < 0 || wait > MaxRedriveWait {
+		return &apiError{code: codeInvalidInput, field: "wait", detail: fmt.Sprintf("wait: must be between 0s and %s", MaxRedriveWait)}
+	}
+	ops, err := req.ops()
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	f := backstop.ListParams{Queue: req.Queue, Kind: req.Kind, Reason: req.Reason, ErrorContains: req.ErrorContains,
+		Attrs: req.Attributes}
+	if req.Since != nil {
+		f.Since = *req.Since
+	}
+	if req.Until != nil {
+		f.Until = *req.Until
+	}
+	run, err := s.redrives.start(s.c, backstop.RedriveParams{Filter: f, Rate: req.Rate, Limit: req.Limit,
+		MergePatch: req.merge(), Patch: ops, KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay),
+		RunAt: req.runAt(), Actor: p.Name}, s.now)
+	if err != nil {
+		return err
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-run.done:
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+		t.Stop()
+	}
+	st := run.status()
+	s.log.Info("dead-letter redrive", "actor", p.Name, "redrive_id", st.RedriveID, "status", st.Status, "total", st.Total)
+	status := http.StatusAccepted
+	if st.Status != "running" {
+		status = http.StatusOK
+	}
+	w.Header().Set("Location", "/v1/redrives/"+st.RedriveID)
+	return writeJSON(w, status, st)
+}
+
+// GET /v1/redrives/{id}: the redrives this server ran since it started.
+func (s *Server) getRedrive(w http.ResponseWriter, r *http.Request) error {
+	run := s.redrives.get(r.PathValue("id"))
+	if run == nil {
+		return fail(codeNotFound, fmt.Sprintf("redrive %q is not known to this server (it started elsewhere or before a restart; POST the same redrive again to resume it)", r.PathValue("id")))
+	}
+	return writeJSON(w, http.StatusOK, run.status())
+}

@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/api"
+)
+
+// demoServe is `backstop demo --serve`: the product tour. The server runs
+// in dev mode on loopback over the demo database while producers enqueue
+// continuously, the demo's handlers (flaky, permanently failing, slow) work
+// in-process, and a replayer now and then replays a dead letter, so
+// retries, dead letters and replays happen live. It runs until Ctrl-C.
+func (a *app) demoServe(ctx context.Context, addr string) error {
+	loopback, err := isLoopback(addr)
+	if err != nil {
+		return err
+	}
+	if !loopback {
+		return usageErr("demo --serve runs in dev mode (anonymous admin), so it only listens on a loopback address, not %s", addr)
+	}
+	log := slog.New(slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg := &backstop.Config{
+		Logger: log,
+		Queues: map[string]backstop.QueueConfig{demoQueue: {MaxAttempts: 4, Retry: demoRetry, Concurrency: 20}},
+		Kinds:  map[string]backstop.KindConfig{"sync_crm": {Timeout: 150 * time.Millisecond}},
+	}
+	s, c, err := a.open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	srv, err := api.New(api.Options{Client: c, Logger: log, AnonymousAdmin: true})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	hs := srv.HTTPServer(addr)
+	hs.RegisterOnShutdown(srv.Close)
+
+	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{ID: "demo-worker", Queues: map[string]int{demoQueue: 20},
+		PollInterval: 100 * time.Millisecond, MaintenanceInterval: 100 * time.Millisecond, TimeoutGrace: time.Second})
+	if err != nil {
+		return err
+	}
+	demoHandlers(w)
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	runID := fmt.Sprintf("live%06x", rand.Uint32()&0xffffff)
+	wg.Go(func() { demoProduce(bg, c, runID, log) })
+	wg.Go(func() { demoReplay(bg, c, log) })
+
+	base := "http://" + ln.Addr().String()
+	fmt.Fprintf(a.stdout, `backstop demo: serving %s on %s (dev mode: no token needed, loopback only)
+
+  API base      %s/v1
+  OpenAPI       %s/v1/openapi.json
+  Health        %s/healthz
+
+Producers enqueue tasks into queue %q every few hundred milliseconds; some fail
+transiently and are retried, some fail for good and dead-letter, some are slow,
+and now and then a dead letter is replayed. Try:
+
+  curl -s %s/v1/tasks?limit=5
+  curl -s %s/v1/queues
+  curl -s -X POST %s/v1/tasks -H 'Content-Type: application/json' -d '{"queue":"demo","kind":"send_email","payload":{"n":1,"to":"you@example.com"}}'
+  backstop --db %s tasks --state dead
+  backstop --db %s dlq list
+
+Ctrl-C stops.
+`, base, a.dbURL, base, base, base, demoQueue, base, base, base, shellQuote(a.dbURL), shellQuote(a.dbURL))
+
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+	}
+	stopBG()
+	wg.Wait()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	shutErr := hs.Shutdown(sctx)
+	if stopErr := w.Stop(sctx); stopErr != nil && shutErr == nil {
+		shutErr = stopErr
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	fmt.Fprintln(a.stdout, "backstop demo: stopped")
+	return shutErr
+}
+
+// demoProduce enqueues a few demo tasks every 300ms until ctx ends.
+func demoProduce(ctx context.Context, c *backstop.Client, runID string, log *slog.Logger) {
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; {
+		params := make([]backstop.EnqueueParams, 3)
+		for j := range params {
+			params[j] = demoWorkload(i, runID)
+			i++
+		}
+		if _, err := c.EnqueueMany(ctx, params); err != nil && ctx.Err() == nil {
+			log.Warn("demo producer", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// demoReplay replays one open dead letter every few seconds.
+func demoReplay(ctx context.Context, c *backstop.Client, log *slog.Logger) {
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		dead, err := c.List(ctx, backstop.ListParams{Queue: demoQueue, States: []bt.State{bt.StateDead}, Limit: 1})
+		if err != nil || len(dead) == 0 {
+			continue
+		}
+		if err := demoReplayOne(ctx, c, dead[0].ID); err != nil && ctx.Err() == nil {
+			log.Warn("demo replay", "task_id", dead[0].ID, "error", err)
+		}
+	}
+}
+
+func demoReplayOne(ctx context.Context, c *backstop.Client, id string) error {
+	_, err := c.Replay(ctx, backstop.ReplayParams{ID: id, Actor: "demo-replayer"})
+	return err
+}

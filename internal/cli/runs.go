@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+func init() { register(runsCmd) }
+
+func runsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "Runs: the tasks sharing a run_id attribute",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr("runs: name a subcommand: show")
+		},
+	}
+	cmd.AddCommand(runsShowCmd(a))
+	return cmd
+}
+
+func runsShowCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show RUN_ID",
+		Short: "Summarise a run: tasks by state, progress, dead letters, first and last activity",
+		Long: `show summarises the tasks whose attribute run_id is RUN_ID. List them
+with: backstop tasks list --attr run_id=RUN_ID. A run without tasks exits 3.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, c, err := a.open(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			r, err := c.Run(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return a.print(r, func(w io.Writer) error {
+				tw := newTable(w)
+				fmt.Fprintf(tw, "run\t%s\n", r.RunID)
+				fmt.Fprintf(tw, "tasks\t%d\n", r.Total)
+				for _, st := range bt.States {
+					if n := r.Counts[st]; n > 0 {
+						fmt.Fprintf(tw, "  %s\t%d\n", st, n)
+					}
+				}
+				pct := ""
+				if r.Progress.Total > 0 {
+					pct = fmt.Sprintf(" (%.0f%%)", 100*float64(r.Progress.Completed)/float64(r.Progress.Total))
+				}
+				fmt.Fprintf(tw, "progress\t%d/%d steps%s\n", r.Progress.Completed, r.Progress.Total, pct)
+				fmt.Fprintf(tw, "open dead letters\t%d\n", r.DeadLetters)
+				fmt.Fprintf(tw, "first activity\t%s\n", fmtTime(r.FirstActivity))
+				fmt.Fprintf(tw, "last activity\t%s\n", fmtTime(r.LastActivity))
+				fmt.Fprintf(tw, "finished\t%t\n", r.Finished)
+				return tw.Flush()
+			})
+		},
+	}
+}

@@ -1,0 +1,660 @@
+// Package config reads Backstop's configuration: one YAML file plus
+// BACKSTOP_* environment variables (the environment wins over the file).
+// Every knob, its default and its environment name are in
+// docs/configuration.md. Unknown keys are errors, and every error names the
+// key path and the reason ("queues.emails.concurrency: must be positive").
+//
+// Precedence, highest first: command-line flags (applied by the CLI), the
+// environment, the file, the defaults.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// Defaults of the top-level knobs.
+const (
+	DefaultDB                  = "sqlite://backstop.db"
+	DefaultAddr                = "127.0.0.1:8080"
+	DefaultLeaderTTL           = 15 * time.Second
+	DefaultMaintenanceInterval = time.Second
+	DefaultWorkerConcurrency   = 10
+	DefaultLease               = 30 * time.Second
+)
+
+// Config is the whole file. Zero values mean "the default" (see
+// docs/configuration.md).
+type Config struct {
+	DB                  string           `yaml:"db" json:"db"`
+	Addr                string           `yaml:"addr" json:"addr"`
+	Dev                 bool             `yaml:"dev" json:"dev"`
+	LeaderTTL           Duration         `yaml:"leader_ttl" json:"leader_ttl"`
+	MaintenanceInterval Duration         `yaml:"maintenance_interval" json:"maintenance_interval"`
+	MaxAttempts         int              `yaml:"max_attempts" json:"max_attempts"`
+	Retry               *Retry           `yaml:"retry" json:"retry,omitempty"`
+	Queues              map[string]Queue `yaml:"queues" json:"queues"`
+	Kinds               map[string]Kind  `yaml:"kinds" json:"kinds"`
+	Limits              Limits           `yaml:"limits" json:"limits"`
+	Retention           Retention        `yaml:"retention" json:"retention"`
+	Redaction           Redaction        `yaml:"redaction" json:"redaction"`
+	Telemetry           Telemetry        `yaml:"telemetry" json:"telemetry"`
+	Workers             []Worker         `yaml:"workers" json:"workers"`
+}
+
+// Queue is the policy of one queue.
+type Queue struct {
+	Concurrency int      `yaml:"concurrency" json:"concurrency"`
+	MaxAttempts int      `yaml:"max_attempts" json:"max_attempts"`
+	Retry       *Retry   `yaml:"retry" json:"retry,omitempty"`
+	Timeout     Duration `yaml:"timeout" json:"timeout"`
+	Lease       Duration `yaml:"lease" json:"lease"`
+}
+
+// Kind is the policy of one kind; it overrides its queue's.
+type Kind struct {
+	MergeRule   string   `yaml:"merge_rule" json:"merge_rule"`
+	MaxAttempts int      `yaml:"max_attempts" json:"max_attempts"`
+	Retry       *Retry   `yaml:"retry" json:"retry,omitempty"`
+	Timeout     Duration `yaml:"timeout" json:"timeout"`
+}
+
+// Retry is a retry policy: either a schedule or exponential backoff.
+type Retry struct {
+	Schedule []Duration `yaml:"schedule" json:"schedule,omitempty"`
+	Base     Duration   `yaml:"base" json:"base,omitempty"`
+	Factor   float64    `yaml:"factor" json:"factor,omitempty"`
+	Max      Duration   `yaml:"max" json:"max,omitempty"`
+	Jitter   *bool      `yaml:"jitter" json:"jitter,omitempty"`
+}
+
+// Limits bound payloads and queue names.
+type Limits struct {
+	InlinePayloadLimit int  `yaml:"inline_payload_limit" json:"inline_payload_limit"`
+	MaxPayloadSize     int  `yaml:"max_payload_size" json:"max_payload_size"`
+	StrictQueues       bool `yaml:"strict_queues" json:"strict_queues"`
+}
+
+// Retention says how long finished work is kept (negative: forever).
+type Retention struct {
+	Succeeded   Duration `yaml:"succeeded" json:"succeeded"`
+	Canceled    Duration `yaml:"canceled" json:"canceled"`
+	DeadLetters Duration `yaml:"dead_letters" json:"dead_letters"`
+	Interval    Duration `yaml:"interval" json:"interval"`
+}
+
+// Redaction lists payload keys to redact. Stored for later: not applied yet.
+type Redaction struct {
+	Keys []string `yaml:"keys" json:"keys"`
+}
+
+// Telemetry is accepted and validated but not used yet.
+type Telemetry struct {
+	OTLPEndpoint string `yaml:"otlp_endpoint" json:"otlp_endpoint"`
+}
+
+// Worker is an exec worker `backstop serve` runs in-process.
+type Worker struct {
+	Queue              string   `yaml:"queue" json:"queue"`
+	Kinds              []string `yaml:"kinds" json:"kinds"`
+	Concurrency        int      `yaml:"concurrency" json:"concurrency"`
+	Lease              Duration `yaml:"lease" json:"lease"`
+	Command            []string `yaml:"command" json:"command"`
+	PermanentExitCodes []int    `yaml:"permanent_exit_codes" json:"permanent_exit_codes"`
+}
+
+// Duration is a time.Duration written as "30s", "5m", "1h30m".
+type Duration time.Duration
+
+// D is the duration as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// UnmarshalYAML reads a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return errors.New("want a duration such as 30s")
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (want e.g. 500ms, 30s, 5m, 1h)", n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// MarshalText writes the duration string (JSON too).
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Load reads the file at path ("" for none), applies the environment and
+// validates.
+func Load(path string) (*Config, error) {
+	var c *Config
+	if path == "" {
+		c = &Config{}
+	} else {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if c, err = Parse(b); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if err := c.ApplyEnv(os.Environ()); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		if path != "" {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// Parse decodes one YAML document. Unknown keys and wrong types are errors
+// naming the key path; Parse does not validate values (Validate does).
+func Parse(b []byte) (*Config, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return &Config{}, nil // an empty file: every default
+		}
+		return nil, err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("the file holds more than one YAML document")
+	}
+	c := &Config{}
+	if err := decode(&doc, reflect.ValueOf(c).Elem(), "", 0); err != nil {
+		return nil, err
+	}
+	// Belt and braces: yaml.v3's own strict decoding must agree.
+	var check Config
+	strict := yaml.NewDecoder(bytes.NewReader(b))
+	strict.KnownFields(true)
+	if err := strict.Decode(&check); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return c, nil
+}
+
+var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+
+// decode walks the node and the Go value together, so errors carry the key
+// path and unknown keys are reported where they are.
+func decode(n *yaml.Node, v reflect.Value, path string, depth int) error {
+	if depth > 32 {
+		return fmt.Errorf("%s: nested too deeply", where(path))
+	}
+	switch n.Kind {
+	case yaml.DocumentNode:
+		if len(n.Content) == 0 {
+			return nil
+		}
+		return decode(n.Content[0], v, path, depth+1)
+	case yaml.AliasNode:
+		if n.Alias == nil {
+			return fmt.Errorf("%s: bad alias", where(path))
+		}
+		return decode(n.Alias, v, path, depth+1)
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil // key: (empty) keeps the default
+	}
+	if v.CanAddr() && v.Addr().Type().Implements(unmarshalerType) {
+		if err := n.Decode(v.Addr().Interface()); err != nil {
+			return fmt.Errorf("%s: %v", where(path), err)
+		}
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		if err := decode(n, p.Elem(), path, depth+1); err != nil {
+			return err
+		}
+		v.Set(p)
+		return nil
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return fmt.Errorf("%s: want a mapping (key: value lines), got %s", where(path), describe(n))
+		}
+		t := v.Type()
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				return fmt.Errorf("%s: keys must be plain names (line %d)", where(path), k.Line)
+			}
+			if seen[k.Value] {
+				return fmt.Errorf("%s: key %q is given twice (line %d)", where(path), k.Value, k.Line)
+			}
+			seen[k.Value] = true
+			f, ok := fieldByTag(t, k.Value)
+			if !ok {
+				return fmt.Errorf("unknown key %q in %s (line %d)%s", k.Value, where(path), k.Line, suggest(t, k.Value))
+			}
+			if err := decode(val, v.FieldByIndex(f.Index), join(path, k.Value), depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return fmt.Errorf("%s: want a mapping of names, got %s", where(path), describe(n))
+		}
+		if v.IsNil() {
+			v.Set(reflect.MakeMap(v.Type()))
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode || k.Value == "" {
+				return fmt.Errorf("%s: names must be plain non-empty strings (line %d)", where(path), k.Line)
+			}
+			if v.MapIndex(reflect.ValueOf(k.Value)).IsValid() {
+				return fmt.Errorf("%s: %q is given twice (line %d)", where(path), k.Value, k.Line)
+			}
+			e := reflect.New(v.Type().Elem()).Elem()
+			if err := decode(val, e, join(path, k.Value), depth+1); err != nil {
+				return err
+			}
+			v.SetMapIndex(reflect.ValueOf(k.Value), e)
+		}
+		return nil
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return fmt.Errorf("%s: want a list, got %s", where(path), describe(n))
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			if err := decode(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
+				return err
+			}
+		}
+		v.Set(s)
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("%s: want %s, got %s", where(path), kindName(v.Kind()), describe(n))
+	}
+	if err := n.Decode(v.Addr().Interface()); err != nil {
+		return fmt.Errorf("%s: %q is not %s (line %d)", where(path), n.Value, kindName(v.Kind()), n.Line)
+	}
+	return nil
+}
+
+func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if strings.Split(f.Tag.Get("yaml"), ",")[0] == key {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// suggest names the known key closest to a misspelt one.
+func suggest(t reflect.Type, key string) string {
+	best, bestD := "", 3
+	var keys []string
+	for i := range t.NumField() {
+		k := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
+		keys = append(keys, k)
+		if d := editDistance(strings.ToLower(key), k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf(": did you mean %q?", best)
+	}
+	return fmt.Sprintf(": known keys are %s", strings.Join(keys, ", "))
+}
+
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 99
+	}
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+func where(path string) string {
+	if path == "" {
+		return "the top level"
+	}
+	return path
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return fmt.Sprintf("a mapping (line %d)", n.Line)
+	case yaml.SequenceNode:
+		return fmt.Sprintf("a list (line %d)", n.Line)
+	}
+	return fmt.Sprintf("%q (line %d)", n.Value, n.Line)
+}
+
+func kindName(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int64:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	}
+	return "a " + k.String()
+}
+
+// Validate names the first bad value with its key path.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	if c.DB != "" && !strings.HasPrefix(c.DB, "sqlite://") && !strings.HasPrefix(c.DB, "postgres://") && !strings.HasPrefix(c.DB, "postgresql://") {
+		bad("db", "%q: want sqlite://PATH or postgres://...", c.DB)
+	}
+	if c.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+			bad("addr", "%q: want host:port", c.Addr)
+		}
+	}
+	if c.LeaderTTL != 0 && c.LeaderTTL.D() < 100*time.Millisecond {
+		bad("leader_ttl", "must be at least 100ms")
+	}
+	if c.MaintenanceInterval < 0 {
+		bad("maintenance_interval", "must not be negative")
+	}
+	if c.MaxAttempts < 0 {
+		bad("max_attempts", "must be positive")
+	}
+	c.Retry.validate("retry", bad)
+	for _, name := range sortedKeys(c.Queues) {
+		q, p := c.Queues[name], "queues."+name
+		if err := backstop.ValidID(name); err != nil {
+			bad(p, "bad queue name: %v", err)
+		}
+		if q.Concurrency < 0 {
+			bad(p+".concurrency", "must be positive")
+		}
+		if q.MaxAttempts < 0 {
+			bad(p+".max_attempts", "must be positive")
+		}
+		if q.Timeout < 0 {
+			bad(p+".timeout", "must not be negative")
+		}
+		if q.Lease != 0 && q.Lease.D() < time.Second {
+			bad(p+".lease", "must be at least 1s")
+		}
+		q.Retry.validate(p+".retry", bad)
+	}
+	for _, name := range sortedKeys(c.Kinds) {
+		k, p := c.Kinds[name], "kinds."+name
+		if err := backstop.ValidID(name); err != nil {
+			bad(p, "bad kind name: %v", err)
+		}
+		switch k.MergeRule {
+		case "", "replace", "append":
+		default:
+			bad(p+".merge_rule", "%q: want replace or append", k.MergeRule)
+		}
+		if k.MaxAttempts < 0 {
+			bad(p+".max_attempts", "must be positive")
+		}
+		if k.Timeout < 0 {
+			bad(p+".timeout", "must not be negative")
+		}
+		k.Retry.validate(p+".retry", bad)
+	}
+	if c.Limits.InlinePayloadLimit < 0 {
+		bad("limits.inline_payload_limit", "must not be negative")
+	}
+	if c.Limits.MaxPayloadSize < 0 {
+		bad("limits.max_payload_size", "must not be negative")
+	}
+	if c.Retention.Interval < 0 {
+		bad("retention.interval", "must not be negative")
+	}
+	for i, k := range c.Redaction.Keys {
+		if strings.TrimSpace(k) == "" {
+			bad(fmt.Sprintf("redaction.keys[%d]", i), "must not be empty")
+		}
+	}
+	if e := c.Telemetry.OTLPEndpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || u.Scheme == "" || u.Host == "" {
+			bad("telemetry.otlp_endpoint", "%q: want a URL such as http://collector:4318", e)
+		}
+	}
+	for i, w := range c.Workers {
+		p := fmt.Sprintf("workers[%d]", i)
+		if w.Queue == "" {
+			bad(p+".queue", "is required")
+		} else if err := backstop.ValidID(w.Queue); err != nil {
+			bad(p+".queue", "%v", err)
+		}
+		for j, k := range w.Kinds {
+			if err := backstop.ValidID(k); err != nil {
+				bad(fmt.Sprintf("%s.kinds[%d]", p, j), "%v", err)
+			}
+		}
+		if w.Concurrency < 0 {
+			bad(p+".concurrency", "must be positive")
+		}
+		if w.Lease != 0 && w.Lease.D() < time.Second {
+			bad(p+".lease", "must be at least 1s")
+		}
+		if len(w.Command) == 0 || w.Command[0] == "" {
+			bad(p+".command", "is required (a list: [program, arg, ...])")
+		}
+		for j, code := range w.PermanentExitCodes {
+			if code <= 0 || code > 255 || code == 75 {
+				bad(fmt.Sprintf("%s.permanent_exit_codes[%d]", p, j), "%d: want 1-255, not 75 (EX_TEMPFAIL is always transient)", code)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Retry) validate(path string, bad func(string, string, ...any)) {
+	if r == nil {
+		return
+	}
+	if len(r.Schedule) > 0 && (r.Base != 0 || r.Factor != 0 || r.Max != 0) {
+		bad(path, "give either schedule or base/factor/max, not both")
+	}
+	for i, d := range r.Schedule {
+		if d < 0 {
+			bad(fmt.Sprintf("%s.schedule[%d]", path, i), "must not be negative")
+		}
+	}
+	if r.Base < 0 {
+		bad(path+".base", "must not be negative")
+	}
+	if r.Max < 0 {
+		bad(path+".max", "must not be negative")
+	}
+	if r.Factor != 0 && r.Factor < 1 {
+		bad(path+".factor", "must be at least 1")
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// Policy converts r to the library's policy (nil stays nil).
+func (r *Retry) Policy() *bt.RetryPolicy {
+	if r == nil {
+		return nil
+	}
+	p := &bt.RetryPolicy{Base: bt.Duration(r.Base), Factor: r.Factor, Max: bt.Duration(r.Max), Jitter: r.Jitter}
+	for _, d := range r.Schedule {
+		p.Schedule = append(p.Schedule, bt.Duration(d))
+	}
+	return p
+}
+
+// Library is the backstop.Config the file describes (Clock and Logger are
+// the caller's).
+func (c *Config) Library() *backstop.Config {
+	out := &backstop.Config{
+		InlinePayloadLimit: c.Limits.InlinePayloadLimit,
+		MaxPayloadSize:     c.Limits.MaxPayloadSize,
+		MaxAttempts:        c.MaxAttempts,
+		Retry:              c.Retry.Policy(),
+		StrictQueues:       c.Limits.StrictQueues,
+		Retention: backstop.RetentionConfig{Succeeded: c.Retention.Succeeded.D(), Canceled: c.Retention.Canceled.D(),
+			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D()},
+	}
+	if len(c.Queues) > 0 {
+		out.Queues = map[string]backstop.QueueConfig{}
+		for n, q := range c.Queues {
+			out.Queues[n] = backstop.QueueConfig{Concurrency: q.Concurrency, MaxAttempts: q.MaxAttempts,
+				Retry: q.Retry.Policy(), Timeout: q.Timeout.D()}
+		}
+	}
+	if len(c.Kinds) > 0 {
+		out.Kinds = map[string]backstop.KindConfig{}
+		for n, k := range c.Kinds {
+			out.Kinds[n] = backstop.KindConfig{MaxAttempts: k.MaxAttempts, Retry: k.Retry.Policy(),
+				Timeout: k.Timeout.D(), MergeRule: backstop.MergeRule(k.MergeRule)}
+		}
+	}
+	return out
+}
+
+// Effective is c with every default filled in, for `config show`.
+func (c *Config) Effective() *Config {
+	out := *c
+	out.DB = orStr(c.DB, DefaultDB)
+	out.Addr = orStr(c.Addr, DefaultAddr)
+	out.LeaderTTL = orDur(c.LeaderTTL, DefaultLeaderTTL)
+	out.MaintenanceInterval = orDur(c.MaintenanceInterval, DefaultMaintenanceInterval)
+	if out.MaxAttempts == 0 {
+		out.MaxAttempts = 25
+	}
+	if out.Retry == nil {
+		out.Retry = &Retry{Base: Duration(time.Second), Factor: 2, Max: Duration(time.Hour)}
+	}
+	if out.Limits.InlinePayloadLimit == 0 {
+		out.Limits.InlinePayloadLimit = 64 << 10
+	}
+	if out.Limits.MaxPayloadSize == 0 {
+		out.Limits.MaxPayloadSize = 8 << 20
+	}
+	out.Retention.Succeeded = orDur(c.Retention.Succeeded, 24*time.Hour)
+	out.Retention.Canceled = orDur(c.Retention.Canceled, 24*time.Hour)
+	out.Retention.DeadLetters = orDur(c.Retention.DeadLetters, 30*24*time.Hour)
+	out.Retention.Interval = orDur(c.Retention.Interval, time.Minute)
+	out.Queues = map[string]Queue{}
+	for n, q := range c.Queues {
+		if q.Concurrency == 0 {
+			q.Concurrency = DefaultWorkerConcurrency
+		}
+		q.Lease = orDur(q.Lease, DefaultLease)
+		out.Queues[n] = q
+	}
+	out.Kinds = map[string]Kind{}
+	for n, k := range c.Kinds {
+		k.MergeRule = orStr(k.MergeRule, "replace")
+		out.Kinds[n] = k
+	}
+	out.Workers = nil
+	for _, w := range c.Workers {
+		if w.Concurrency == 0 {
+			w.Concurrency = DefaultWorkerConcurrency
+		}
+		w.Lease = orDur(w.Lease, c.QueueLease(w.Queue))
+		out.Workers = append(out.Workers, w)
+	}
+	if out.Redaction.Keys == nil {
+		out.Redaction.Keys = []string{}
+	}
+	return &out
+}
+
+// QueueLease is the lease of the queue's claims: the queue's lease, else 30s.
+func (c *Config) QueueLease(queue string) time.Duration {
+	if q, ok := c.Queues[queue]; ok && q.Lease > 0 {
+		return q.Lease.D()
+	}
+	return DefaultLease
+}
+
+func orStr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func orDur(d Duration, def time.Duration) Duration {
+	if d == 0 {
+		return Duration(def)
+	}
+	return d
+}
+
+var envNameRE = regexp.MustCompile(`[^A-Z0-9]+`)
+
+// EnvName is how a queue or kind name appears in an environment variable:
+// upper-cased, every run of other characters than letters and digits
+// replaced by one '_'.
+func EnvName(name string) string {
+	return strings.Trim(envNameRE.ReplaceAllString(strings.ToUpper(name), "_"), "_")
+}

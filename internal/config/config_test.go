@@ -1,0 +1,176 @@
+package config
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestExampleFile(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/backstop.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Queues["emails"].Concurrency != 20 || len(c.Queues["emails"].Retry.Schedule) != 3 || c.Kinds["send_digest"].MergeRule != "append" ||
+		len(c.Workers) != 1 || c.Workers[0].Command[0] != "sh" || c.Retention.DeadLetters.D() != 720*time.Hour {
+		t.Fatalf("example decoded wrongly: %+v", c)
+	}
+	lib := c.Library()
+	if lib.Queues["emails"].Timeout != 30*time.Second || lib.Kinds["send_digest"].Retry.Factor != 3 {
+		t.Fatalf("library config: %+v", lib)
+	}
+}
+
+func TestErrorsNameTheKey(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"queues:\n  emails:\n    concurency: 3\n", `unknown key "concurency" in queues.emails`},
+		{"queues:\n  emails:\n    concurency: 3\n", `did you mean "concurrency"`},
+		{"bogus: 1\n", `unknown key "bogus" in the top level`},
+		{"queues:\n  emails:\n    concurrency: -1\n", "queues.emails.concurrency: must be positive"},
+		{"queues:\n  emails:\n    concurrency: lots\n", `queues.emails.concurrency: "lots" is not an integer`},
+		{"queues:\n  emails:\n    timeout: soon\n", `queues.emails.timeout: "soon" is not a duration`},
+		{"queues:\n  emails:\n    lease: 10ms\n", "queues.emails.lease: must be at least 1s"},
+		{"queues:\n  emails:\n    retry: {schedule: [1s], base: 2s}\n", "queues.emails.retry: give either schedule or base/factor/max"},
+		{"queues:\n  emails:\n    retry: {factor: 0.5}\n", "queues.emails.retry.factor: must be at least 1"},
+		{"queues:\n  'bad name':\n    concurrency: 1\n", "queues.bad name: bad queue name"},
+		{"kinds:\n  k:\n    merge_rule: sum\n", `kinds.k.merge_rule: "sum": want replace or append`},
+		{"kinds:\n  k:\n    max_attempts: -2\n", "kinds.k.max_attempts: must be positive"},
+		{"limits:\n  max_payload_size: -1\n", "limits.max_payload_size: must not be negative"},
+		{"limits:\n  strict_queues: maybe\n", `limits.strict_queues: "maybe" is not true or false`},
+		{"addr: nowhere\n", `addr: "nowhere": want host:port`},
+		{"db: mysql://x\n", `db: "mysql://x"`},
+		{"leader_ttl: 1ms\n", "leader_ttl: must be at least 100ms"},
+		{"telemetry:\n  otlp_endpoint: nope\n", "telemetry.otlp_endpoint"},
+		{"redaction:\n  keys: ['']\n", "redaction.keys[0]: must not be empty"},
+		{"workers:\n  - queue: q\n", "workers[0].command: is required"},
+		{"workers:\n  - command: [x]\n", "workers[0].queue: is required"},
+		{"workers:\n  - queue: q\n    command: [x]\n    permanent_exit_codes: [75]\n", "workers[0].permanent_exit_codes[0]"},
+		{"workers:\n  - queue: q\n    comand: [x]\n", `unknown key "comand" in workers[0]`},
+		{"queues: [a, b]\n", "queues: want a mapping"},
+		{"retention:\n  succeeded: [1]\n", "retention.succeeded"},
+		{"a: 1\n---\nb: 2\n", "more than one YAML document"},
+		{"db: x\ndb: y\n", "db"},
+	} {
+		c, err := Parse([]byte(tc.yaml))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: got %v, want an error containing %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func TestEmptyFileIsDefaults(t *testing.T) {
+	for _, s := range []string{"", "# nothing\n", "{}\n"} {
+		c, err := Parse([]byte(s))
+		if err != nil || c.Validate() != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		e := c.Effective()
+		if e.DB != DefaultDB || e.Addr != DefaultAddr || e.LeaderTTL.D() != DefaultLeaderTTL || e.MaxAttempts != 25 {
+			t.Fatalf("%q: defaults: %+v", s, e)
+		}
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	c, err := Parse([]byte("db: sqlite://file.db\nqueues:\n  bulk-emails:\n    concurrency: 3\n    max_attempts: 4\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.ApplyEnv([]string{
+		"BACKSTOP_DB=postgres://h/db",
+		"BACKSTOP_ADDR=127.0.0.1:9999",
+		"BACKSTOP_DEV=true",
+		"BACKSTOP_LEADER_TTL=3s",
+		"BACKSTOP_QUEUES_BULK_EMAILS_CONCURRENCY=7",
+		"BACKSTOP_QUEUES_BULK_EMAILS_RETRY=1s,2s",
+		"BACKSTOP_QUEUES_FRESH_MAX_ATTEMPTS=9",
+		"BACKSTOP_QUEUES_FRESH_TIMEOUT=1m",
+		"BACKSTOP_QUEUES_FRESH_LEASE=2m",
+		"BACKSTOP_KINDS_SEND_DIGEST_MERGE_RULE=append",
+		"BACKSTOP_KINDS_SEND_DIGEST_RETRY=base=2s,factor=3,max=1h,jitter=false",
+		"BACKSTOP_LIMITS_STRICT_QUEUES=1",
+		"BACKSTOP_RETENTION_DEAD_LETTERS=48h",
+		"BACKSTOP_REDACTION_KEYS=password, ssn",
+		"BACKSTOP_SERVER=http://ignored", // not configuration
+		"BACKSTOP_TASK_ID=x",             // not configuration
+		"BACKSTOP_MAX_ATTEMPTS=",         // empty: unset
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	q := c.Queues["bulk-emails"]
+	if c.DB != "postgres://h/db" || c.Addr != "127.0.0.1:9999" || !c.Dev || c.LeaderTTL.D() != 3*time.Second ||
+		q.Concurrency != 7 || q.MaxAttempts != 4 || len(q.Retry.Schedule) != 2 {
+		t.Fatalf("overrides: %+v %+v", c, q)
+	}
+	f := c.Queues["fresh"]
+	if f.MaxAttempts != 9 || f.Timeout.D() != time.Minute || f.Lease.D() != 2*time.Minute {
+		t.Fatalf("new queue from env: %+v", f)
+	}
+	k := c.Kinds["send_digest"]
+	if k.MergeRule != "append" || k.Retry.Factor != 3 || k.Retry.Jitter == nil || *k.Retry.Jitter {
+		t.Fatalf("kind from env: %+v", k)
+	}
+	if !c.Limits.StrictQueues || c.Retention.DeadLetters.D() != 48*time.Hour || len(c.Redaction.Keys) != 2 || c.MaxAttempts != 0 {
+		t.Fatalf("sections: %+v", c)
+	}
+}
+
+func TestEnvErrorsNameTheVariable(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"BACKSTOP_QUEUES_EMAILS_CONCURRENCY=many", `BACKSTOP_QUEUES_EMAILS_CONCURRENCY: "many" is not an integer`},
+		{"BACKSTOP_QUEUES_EMAILS_SPEED=1", "BACKSTOP_QUEUES_EMAILS_SPEED: unknown queue setting"},
+		{"BACKSTOP_LIMITS_NOPE=1", "BACKSTOP_LIMITS_NOPE: unknown configuration variable"},
+		{"BACKSTOP_LEADER_TTL=soon", `BACKSTOP_LEADER_TTL: "soon" is not a duration`},
+		{"BACKSTOP_KINDS_K_RETRY=base=1s,speed=2", "BACKSTOP_KINDS_K_RETRY: retry: unknown setting"},
+		{"BACKSTOP_DEV=perhaps", "BACKSTOP_DEV"},
+	} {
+		c := &Config{}
+		err := c.ApplyEnv([]string{tc.env})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.env, err, tc.want)
+		}
+	}
+	// Values set through the environment are validated like the file's.
+	c := &Config{}
+	if err := c.ApplyEnv([]string{"BACKSTOP_QUEUES_EMAILS_CONCURRENCY=-3"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "queues.emails.concurrency: must be positive") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	if b, err := os.ReadFile("../../deploy/backstop.example.yaml"); err == nil {
+		f.Add(string(b))
+	}
+	for _, s := range []string{"", "queues:\n  a:\n    concurrency: 1\n", "a: &x [*x]\n", "workers: [{queue: q, command: [a]}]",
+		"retry: {schedule: [1s, -1s]}", "kinds: {k: {retry: null}}", "queues: {q: ~}", "!!binary x", "[1, 2]", "? [a]\n: b\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := Parse([]byte(s))
+		if err != nil {
+			return
+		}
+		if c.Validate() == nil {
+			_ = c.Library()
+			_ = c.Effective()
+		}
+	})
+}

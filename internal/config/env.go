@@ -1,0 +1,262 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EnvPrefix starts every configuration variable.
+const EnvPrefix = "BACKSTOP_"
+
+// The environment scheme (docs/configuration.md): a key path upper-cased,
+// its dots as '_', after BACKSTOP_. Queue and kind names appear as EnvName
+// (upper case, other characters than letters and digits as '_'); the
+// field is matched from the end, so names may contain '_'.
+//
+//	BACKSTOP_DB, BACKSTOP_ADDR, BACKSTOP_DEV, BACKSTOP_LEADER_TTL, ...
+//	BACKSTOP_LIMITS_MAX_PAYLOAD_SIZE, BACKSTOP_RETENTION_DEAD_LETTERS, ...
+//	BACKSTOP_QUEUES_<NAME>_CONCURRENCY|MAX_ATTEMPTS|TIMEOUT|LEASE|RETRY
+//	BACKSTOP_KINDS_<NAME>_MERGE_RULE|MAX_ATTEMPTS|TIMEOUT|RETRY
+//
+// A retry value is a schedule ("1s,5s,30s") or "base=1s,factor=2,max=1h"
+// (optionally ",jitter=false"). Empty variables count as unset. Other
+// BACKSTOP_* variables (BACKSTOP_SERVER, BACKSTOP_TOKEN, the task variables
+// of exec workers) are not configuration and are left alone, but an unknown
+// variable under a configuration section (BACKSTOP_QUEUES_*, BACKSTOP_KINDS_*,
+// BACKSTOP_LIMITS_*, BACKSTOP_RETENTION_*, BACKSTOP_REDACTION_*,
+// BACKSTOP_TELEMETRY_*) is an error.
+
+type setter func(c *Config, v string) error
+
+var topEnv = map[string]setter{
+	"DB":                   func(c *Config, v string) error { c.DB = v; return nil },
+	"ADDR":                 func(c *Config, v string) error { c.Addr = v; return nil },
+	"DEV":                  func(c *Config, v string) error { return parseBool(v, &c.Dev) },
+	"LEADER_TTL":           func(c *Config, v string) error { return parseDur(v, &c.LeaderTTL) },
+	"MAINTENANCE_INTERVAL": func(c *Config, v string) error { return parseDur(v, &c.MaintenanceInterval) },
+	"MAX_ATTEMPTS":         func(c *Config, v string) error { return parseInt(v, &c.MaxAttempts) },
+	"RETRY":                func(c *Config, v string) error { return parseRetry(v, &c.Retry) },
+	"LIMITS_INLINE_PAYLOAD_LIMIT": func(c *Config, v string) error {
+		return parseInt(v, &c.Limits.InlinePayloadLimit)
+	},
+	"LIMITS_MAX_PAYLOAD_SIZE": func(c *Config, v string) error { return parseInt(v, &c.Limits.MaxPayloadSize) },
+	"LIMITS_STRICT_QUEUES":    func(c *Config, v string) error { return parseBool(v, &c.Limits.StrictQueues) },
+	"RETENTION_SUCCEEDED":     func(c *Config, v string) error { return parseDur(v, &c.Retention.Succeeded) },
+	"RETENTION_CANCELED":      func(c *Config, v string) error { return parseDur(v, &c.Retention.Canceled) },
+	"RETENTION_DEAD_LETTERS":  func(c *Config, v string) error { return parseDur(v, &c.Retention.DeadLetters) },
+	"RETENTION_INTERVAL":      func(c *Config, v string) error { return parseDur(v, &c.Retention.Interval) },
+	"TELEMETRY_OTLP_ENDPOINT": func(c *Config, v string) error { c.Telemetry.OTLPEndpoint = v; return nil },
+	"REDACTION_KEYS":          func(c *Config, v string) error { c.Redaction.Keys = splitList(v); return nil },
+}
+
+var queueEnv = map[string]func(q *Queue, v string) error{
+	"CONCURRENCY":  func(q *Queue, v string) error { return parseInt(v, &q.Concurrency) },
+	"MAX_ATTEMPTS": func(q *Queue, v string) error { return parseInt(v, &q.MaxAttempts) },
+	"TIMEOUT":      func(q *Queue, v string) error { return parseDur(v, &q.Timeout) },
+	"LEASE":        func(q *Queue, v string) error { return parseDur(v, &q.Lease) },
+	"RETRY":        func(q *Queue, v string) error { return parseRetry(v, &q.Retry) },
+}
+
+var kindEnv = map[string]func(k *Kind, v string) error{
+	"MERGE_RULE":   func(k *Kind, v string) error { k.MergeRule = v; return nil },
+	"MAX_ATTEMPTS": func(k *Kind, v string) error { return parseInt(v, &k.MaxAttempts) },
+	"TIMEOUT":      func(k *Kind, v string) error { return parseDur(v, &k.Timeout) },
+	"RETRY":        func(k *Kind, v string) error { return parseRetry(v, &k.Retry) },
+}
+
+var strictSections = []string{"QUEUES_", "KINDS_", "LIMITS_", "RETENTION_", "REDACTION_", "TELEMETRY_"}
+
+// ApplyEnv applies the BACKSTOP_* variables of environ (os.Environ form) over
+// c. Errors name the variable.
+func (c *Config) ApplyEnv(environ []string) error {
+	var errs []error
+	vars := slices.Clone(environ)
+	slices.Sort(vars) // deterministic order
+	for _, kv := range vars {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok || val == "" {
+			continue
+		}
+		rest, ok := strings.CutPrefix(name, EnvPrefix)
+		if !ok {
+			continue
+		}
+		var err error
+		switch {
+		case topEnv[rest] != nil:
+			err = topEnv[rest](c, val)
+		case strings.HasPrefix(rest, "QUEUES_"):
+			err = c.applyNamed(strings.TrimPrefix(rest, "QUEUES_"), val, "queue", queueEnvApply(c))
+		case strings.HasPrefix(rest, "KINDS_"):
+			err = c.applyNamed(strings.TrimPrefix(rest, "KINDS_"), val, "kind", kindEnvApply(c))
+		default:
+			for _, s := range strictSections {
+				if strings.HasPrefix(rest, s) {
+					err = errors.New("unknown configuration variable (see docs/configuration.md)")
+				}
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type namedApply struct {
+	fields []string
+	names  []string
+	set    func(name, field, v string) error
+}
+
+func queueEnvApply(c *Config) namedApply {
+	return namedApply{fields: keys(queueEnv), names: keys(c.Queues), set: func(name, field, v string) error {
+		if c.Queues == nil {
+			c.Queues = map[string]Queue{}
+		}
+		q := c.Queues[name]
+		err := queueEnv[field](&q, v)
+		c.Queues[name] = q
+		return err
+	}}
+}
+
+func kindEnvApply(c *Config) namedApply {
+	return namedApply{fields: keys(kindEnv), names: keys(c.Kinds), set: func(name, field, v string) error {
+		if c.Kinds == nil {
+			c.Kinds = map[string]Kind{}
+		}
+		k := c.Kinds[name]
+		err := kindEnv[field](&k, v)
+		c.Kinds[name] = k
+		return err
+	}}
+}
+
+// applyNamed splits NAME_FIELD (field matched from the end), finds the
+// declared queue or kind whose EnvName is NAME (else uses NAME lower-cased)
+// and sets the field.
+func (c *Config) applyNamed(rest, val, what string, a namedApply) error {
+	for _, field := range a.fields {
+		envName, ok := strings.CutSuffix(rest, "_"+field)
+		if !ok || envName == "" {
+			continue
+		}
+		var match []string
+		for _, n := range a.names {
+			if EnvName(n) == envName {
+				match = append(match, n)
+			}
+		}
+		switch len(match) {
+		case 0:
+			return a.set(strings.ToLower(envName), field, val)
+		case 1:
+			return a.set(match[0], field, val)
+		default:
+			return fmt.Errorf("names %s %ss %v; rename one", envName, what, match)
+		}
+	}
+	return fmt.Errorf("unknown %s setting: want BACKSTOP_%sS_<NAME>_ and one of %s", what, strings.ToUpper(what), strings.Join(a.fields, ", "))
+}
+
+func keys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	// Longest first, so MAX_ATTEMPTS wins over a shorter suffix.
+	slices.SortFunc(ks, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(b) - len(a)
+		}
+		return strings.Compare(a, b)
+	})
+	return ks
+}
+
+func parseInt(v string, out *int) error {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("%q is not an integer", v)
+	}
+	*out = n
+	return nil
+}
+
+func parseBool(v string, out *bool) error {
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("%q is not true or false", v)
+	}
+	*out = b
+	return nil
+}
+
+func parseDur(v string, out *Duration) error {
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (want e.g. 500ms, 30s, 5m, 1h)", v)
+	}
+	*out = Duration(d)
+	return nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// parseRetry reads "1s,5s,30s" (a schedule) or "base=1s,factor=2,max=1h".
+func parseRetry(v string, out **Retry) error {
+	r := &Retry{}
+	if !strings.Contains(v, "=") {
+		for _, part := range strings.Split(v, ",") {
+			var d Duration
+			if err := parseDur(part, &d); err != nil {
+				return fmt.Errorf("retry schedule: %w", err)
+			}
+			r.Schedule = append(r.Schedule, d)
+		}
+		*out = r
+		return nil
+	}
+	for _, part := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return fmt.Errorf("retry %q: want base=D,factor=F,max=D or a schedule D,D,...", v)
+		}
+		var err error
+		switch k {
+		case "base":
+			err = parseDur(val, &r.Base)
+		case "max":
+			err = parseDur(val, &r.Max)
+		case "factor":
+			r.Factor, err = strconv.ParseFloat(val, 64)
+			if err != nil {
+				err = fmt.Errorf("factor %q is not a number", val)
+			}
+		case "jitter":
+			var b bool
+			err = parseBool(val, &b)
+			r.Jitter = &b
+		default:
+			err = fmt.Errorf("retry: unknown setting %q (want base, factor, max, jitter)", k)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	*out = r
+	return nil
+}

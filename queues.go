@@ -1,0 +1,102 @@
+package backstop
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// QueueState is a paused queue: when and by whom it was paused.
+type QueueState = store.QueueState
+
+// PauseQueue stops every worker, in-process or remote, from claiming the
+// queue's tasks (the store's claim skips it); running tasks finish as
+// usual and enqueues still land. Pausing a paused queue changes nothing and
+// returns the first pause; changed says whether this call paused it.
+func (c *Client) PauseQueue(ctx context.Context, queue, actor string) (st QueueState, changed bool, err error) {
+	if err := validName(queue); err != nil {
+		return st, false, invalid("queue", "%v", err)
+	}
+	actor = c.actor(actor)
+	st, changed, err = c.store.PauseQueue(ctx, queue, actor, c.now())
+	if err == nil && changed {
+		c.cfg.Logger.Info("queue paused", slog.String("queue", queue), slog.String("actor", actor))
+	}
+	return st, changed, err
+}
+
+// ResumeQueue lets workers claim the queue again (and wakes them);
+// changed is false when it was not paused.
+func (c *Client) ResumeQueue(ctx context.Context, queue, actor string) (changed bool, err error) {
+	if err := validName(queue); err != nil {
+		return false, invalid("queue", "%v", err)
+	}
+	changed, err = c.store.ResumeQueue(ctx, queue)
+	if err == nil && changed {
+		c.cfg.Logger.Info("queue resumed", slog.String("queue", queue), slog.String("actor", c.actor(actor)))
+	}
+	return changed, err
+}
+
+// PausedQueues lists the paused queues by name.
+func (c *Client) PausedQueues(ctx context.Context) ([]QueueState, error) {
+	return c.store.PausedQueues(ctx)
+}
+
+// QueueSummary is one queue: its task counts by state (every state present,
+// zero included) and whether it is paused.
+type QueueSummary struct {
+	Name   string        `json:"name"`
+	Counts map[State]int `json:"counts"`
+	Total  int           `json:"total"`
+	// Paused: workers do not claim from the queue (since PausedAt, by
+	// PausedBy).
+	Paused   bool       `json:"paused"`
+	PausedAt *time.Time `json:"paused_at,omitempty"`
+	PausedBy string     `json:"paused_by,omitempty"`
+}
+
+// Queues lists every queue that holds tasks or is paused, by name.
+func (c *Client) Queues(ctx context.Context) ([]QueueSummary, error) {
+	qs, err := c.store.CountByQueue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	paused, err := c.store.PausedQueues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]QueueState, len(paused))
+	for _, p := range paused {
+		byName[p.Name] = p
+	}
+	out := make([]QueueSummary, 0, len(qs)+len(paused))
+	add := func(name string, counts map[State]int) {
+		v := QueueSummary{Name: name, Counts: make(map[State]int, len(bt.States))}
+		for _, st := range bt.States {
+			v.Counts[st] = counts[st]
+			v.Total += counts[st]
+		}
+		if p, ok := byName[name]; ok {
+			at := p.PausedAt
+			v.Paused, v.PausedAt, v.PausedBy = true, &at, p.PausedBy
+			delete(byName, name)
+		}
+		out = append(out, v)
+	}
+	for _, q := range qs {
+		add(q.Queue, q.Counts)
+	}
+	for _, p := range paused { // paused queues without tasks
+		if _, ok := byName[p.Name]; ok {
+			add(p.Name, nil)
+		}
+	}
+	slices.SortFunc(out, func(a, b QueueSummary) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}

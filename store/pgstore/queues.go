@@ -1,0 +1,62 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/backstophq/backstop/store"
+)
+
+var _ store.Queues = (*Store)(nil)
+
+// PauseQueue implements store.Queues.
+func (s *Store) PauseQueue(ctx context.Context, name, actor string, now time.Time) (store.QueueState, bool, error) {
+	var st store.QueueState
+	var inserted bool
+	// The CTE inserts unless the queue is paused already; the union reads
+	// the row either way, in one statement.
+	err := s.pool.QueryRow(ctx, `WITH ins AS (
+		INSERT INTO backstop_queues (name, paused_at, paused_by) VALUES ($1, $2, $3)
+		ON CONFLICT (name) DO NOTHING RETURNING name, paused_at, paused_by)
+	SELECT name, paused_at, paused_by, true FROM ins
+	UNION ALL
+	SELECT name, paused_at, paused_by, false FROM backstop_queues WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
+		name, now, actor).Scan(&st.Name, &st.PausedAt, &st.PausedBy, &inserted)
+	if err != nil {
+		return store.QueueState{}, false, fmt.Errorf("pgstore: pause queue: %w", err)
+	}
+	st.PausedAt = st.PausedAt.UTC()
+	return st, inserted, nil
+}
+
+// ResumeQueue implements store.Queues. Resuming wakes the queue's workers.
+func (s *Store) ResumeQueue(ctx context.Context, name string) (bool, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `WITH del AS (DELETE FROM backstop_queues WHERE name = $1 RETURNING name)
+	SELECT count(pg_notify('`+wakeupChannel+`', name)) FROM del`, name).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("pgstore: resume queue: %w", err)
+	}
+	return n > 0, nil
+}
+
+// PausedQueues implements store.Queues.
+func (s *Store) PausedQueues(ctx context.Context) ([]store.QueueState, error) {
+	rows, err := s.pool.Query(ctx, `SELECT name, paused_at, paused_by FROM backstop_queues ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: paused queues: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.QueueState, error) {
+		var st store.QueueState
+		err := r.Scan(&st.Name, &st.PausedAt, &st.PausedBy)
+		st.PausedAt = st.PausedAt.UTC()
+		return st, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: paused queues: %w", err)
+	}
+	return out, nil
+}
