@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 )
@@ -16,4 +17,21 @@ type QueueCounts struct {
 type APIStore interface {
 	// CountByQueue counts tasks by queue and state, queues in name order.
 	CountByQueue(ctx context.Context) ([]QueueCounts, error)
+}
+
+// FlattenQueueCounts turns per-queue counts into one row per queue and
+// state, ordered by queue then state, for Stats.
+func FlattenQueueCounts(qs []QueueCounts) []QueueStateCount {
+	out := []QueueStateCount{}
+	for _, q := range qs {
+		states := make([]bt.State, 0, len(q.Counts))
+		for st := range q.Counts {
+			states = append(states, st)
+		}
+		slices.Sort(states)
+		for _, st := range states {
+			out = append(out, QueueStateCount{Queue: q.Queue, State: st, Count: int64(q.Counts[st])})
+		}
+	}
+	return out
 }

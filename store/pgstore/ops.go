@@ -89,24 +89,12 @@ func (s *Store) deleteTasks(ctx context.Context, doomed string, args ...any) (in
 // Stats implements store.Ops.
 func (s *Store) Stats(ctx context.Context) (*store.Stats, error) {
 	st := &store.Stats{Driver: s.Driver(), Tasks: []store.QueueStateCount{}, DeadLetters: []store.DeadLetterCount{}}
-	rs, err := s.pool.Query(ctx, sqlStatsTasks)
+	qs, err := s.CountByQueue(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: stats: %w", permission(err))
 	}
-	for rs.Next() {
-		var (
-			c     store.QueueStateCount
-			state string
-		)
-		if err := rs.Scan(&c.Queue, &state, &c.Count); err != nil {
-			rs.Close()
-			return nil, fmt.Errorf("pgstore: stats: %w", err)
-		}
-		c.State = bt.State(state)
-		st.Tasks = append(st.Tasks, c)
-	}
-	rs.Close()
-	rs, err = s.pool.Query(ctx, sqlStatsDead)
+	st.Tasks = store.FlattenQueueCounts(qs)
+	rs, err := s.pool.Query(ctx, sqlStatsDead)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: stats: %w", err)
 	}

@@ -46,8 +46,6 @@ const sqlDoomedFinished = `SELECT id FROM backstop_tasks
 	WHERE state = $1 AND finalized_at < $2
 	ORDER BY finalized_at LIMIT $3 FOR UPDATE SKIP LOCKED`
 
-const sqlStatsTasks = `SELECT queue, state, count(*) FROM backstop_tasks GROUP BY queue, state ORDER BY queue, state`
-
 const sqlStatsDead = `SELECT coalesce(dlq_status, ''), coalesce(dead_reason, ''), count(*) FROM backstop_tasks
 WHERE state = 'dead' GROUP BY 1, 2 ORDER BY 1, 2`
 

@@ -148,20 +148,12 @@ func (s *Store) deleteTasks(ctx context.Context, query string, args ...any) (int
 // size is page_count × page_size either way.
 func (s *Store) Stats(ctx context.Context) (*store.Stats, error) {
 	st := &store.Stats{Driver: s.Driver(), Tasks: []store.QueueStateCount{}, DeadLetters: []store.DeadLetterCount{}}
-	rows, err := s.r.QueryContext(ctx, `SELECT queue, state, count(*) FROM backstop_tasks GROUP BY queue, state ORDER BY queue, state`)
+	qs, err := s.CountByQueue(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)
 	}
-	for rows.Next() {
-		var c store.QueueStateCount
-		if err := rows.Scan(&c.Queue, &c.State, &c.Count); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		st.Tasks = append(st.Tasks, c)
-	}
-	rows.Close()
-	rows, err = s.r.QueryContext(ctx, `SELECT COALESCE(dlq_status, ''), COALESCE(dead_reason, ''), count(*) FROM backstop_tasks
+	st.Tasks = store.FlattenQueueCounts(qs)
+	rows, err := s.r.QueryContext(ctx, `SELECT COALESCE(dlq_status, ''), COALESCE(dead_reason, ''), count(*) FROM backstop_tasks
 		WHERE state = 'dead' GROUP BY 1, 2 ORDER BY 1, 2`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)
