@@ -5,7 +5,9 @@ import (
 	"strings"
 )
 
-// This file is the store's query layer: every SQL statement it runs is here.
+// This file is the store's query layer: every SQL statement of the engine's
+// hot path and reads is here; queries_ops.go holds maintenance and stats,
+// dlq.go its own statements next to the code that runs them.
 
 // taskColumns is every column of backstop_tasks but payload, in the order
 // scanTask reads them.
