@@ -3,6 +3,9 @@ package api_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +41,7 @@ func BenchmarkEnqueueBatch100(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*100)/time.Since(start).Seconds(), "tasks/s")
+	b.ReportMetric(peakRSSMiB(), "peak-RSS-MiB")
 }
 
 // BenchmarkRemoteRoundTrip: 8 remote workers claim (up to 10 at a time) and
@@ -87,7 +91,26 @@ func BenchmarkRemoteRoundTrip(b *testing.B) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(done)/time.Since(start).Seconds(), "tasks/s")
+	b.ReportMetric(peakRSSMiB(), "peak-RSS-MiB")
 	if done != n {
 		b.Fatalf("completed %d of %d", done, n)
 	}
+}
+
+// peakRSSMiB is the process's peak resident set (VmHWM): server and clients
+// together, so an upper bound on what the server alone would use.
+func peakRSSMiB() float64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			if err == nil {
+				return float64(kb) / 1024
+			}
+		}
+	}
+	return -1
 }
