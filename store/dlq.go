@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -134,4 +135,27 @@ type Redrive struct {
 func NewEvent(at time.Time, typ, subject, queue, kind, actor string, body json.RawMessage) bt.Event {
 	return bt.Event{ID: uuid.Must(uuid.NewV7()).String(), Time: at, Type: typ, Subject: subject,
 		Queue: queue, Kind: kind, Actor: actor, Body: body}
+}
+
+// Redriven is one task a redrive batch moved back to its queue.
+type Redriven struct {
+	ID, Queue, Kind string
+	ReplayCount     int
+}
+
+// RedriveEvents is the history a redrive batch writes, in the same
+// transaction, whatever the driver: one dlq.replayed per task moved and one
+// dlq.replay_failed per conflict.
+func RedriveEvents(b RedriveBatch, done []Redriven, conflicts []string) []bt.Event {
+	events := make([]bt.Event, 0, len(done)+len(conflicts))
+	for _, d := range done {
+		body := fmt.Appendf(nil, `{"redrive_id":%q,"patched":false,"keep_attempts":%t,"replay_count":%d}`,
+			b.RedriveID, b.KeepAttempts, d.ReplayCount)
+		events = append(events, NewEvent(b.Now, "dlq.replayed", d.ID, d.Queue, d.Kind, b.Actor, body))
+	}
+	for _, id := range conflicts {
+		events = append(events, NewEvent(b.Now, "dlq.replay_failed", id, "", "", b.Actor,
+			fmt.Appendf(nil, `{"redrive_id":%q,"error":"conflict"}`, b.RedriveID)))
+	}
+	return events
 }

@@ -131,16 +131,7 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p := principalFrom(r.Context())
-	out := ListResponse{Items: make([]TaskView, len(tasks))}
-	for i, t := range tasks {
-		out.Items[i] = view(p, t, false)
-	}
-	if len(tasks) == f.Limit && len(tasks) > 0 {
-		last := tasks[len(tasks)-1].ID
-		out.NextCursor = &last
-	}
-	return writeJSON(w, http.StatusOK, out)
+	return writeJSON(w, http.StatusOK, listResponse(principalFrom(r.Context()), tasks, f.Limit))
 }
 
 // DeadLetterView is GET /v1/dlq/{id}: the dead letter with its executions

@@ -31,14 +31,5 @@ func (s *Server) listRunTasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p := principalFrom(r.Context())
-	out := ListResponse{Items: make([]TaskView, len(tasks))}
-	for i, t := range tasks {
-		out.Items[i] = view(p, t, false)
-	}
-	if len(tasks) == f.Limit && len(tasks) > 0 {
-		last := tasks[len(tasks)-1].ID
-		out.NextCursor = &last
-	}
-	return writeJSON(w, http.StatusOK, out)
+	return writeJSON(w, http.StatusOK, listResponse(principalFrom(r.Context()), tasks, f.Limit))
 }

@@ -209,16 +209,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p := principalFrom(r.Context())
-	out := ListResponse{Items: make([]TaskView, len(tasks))}
-	for i, t := range tasks {
-		out.Items[i] = view(p, t, false)
-	}
-	if len(tasks) == f.Limit && len(tasks) > 0 {
-		last := tasks[len(tasks)-1].ID
-		out.NextCursor = &last
-	}
-	return writeJSON(w, http.StatusOK, out)
+	return writeJSON(w, http.StatusOK, listResponse(principalFrom(r.Context()), tasks, f.Limit))
 }
 
 // POST /v1/tasks/{id}/cancel: at once for a waiting task, cooperatively for
@@ -231,4 +222,18 @@ func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	p := principalFrom(r.Context())
 	s.log.Info("task cancel requested", "actor", p.Name, "task_id", t.ID, "state", t.State)
 	return writeJSON(w, http.StatusOK, view(p, t, false))
+}
+
+// listResponse is one page of tasks as the caller's role may see them, with
+// a cursor to the next page when the page is full.
+func listResponse(p principal, tasks []*backstop.Task, limit int) ListResponse {
+	out := ListResponse{Items: make([]TaskView, len(tasks))}
+	for i, t := range tasks {
+		out.Items[i] = view(p, t, false)
+	}
+	if len(tasks) == limit && len(tasks) > 0 {
+		last := tasks[len(tasks)-1].ID
+		out.NextCursor = &last
+	}
+	return out
 }

@@ -270,16 +270,11 @@ func openDLQWhere(f store.ListFilter, snapshot time.Time, after string, args *[]
 	return strings.Join(where, " AND ")
 }
 
-type redriven struct {
-	id, queue, kind string
-	count           int
-}
-
-func collectRedriven(rs pgx.Rows, out []redriven) ([]redriven, error) {
+func collectRedriven(rs pgx.Rows, out []store.Redriven) ([]store.Redriven, error) {
 	defer rs.Close()
 	for rs.Next() {
-		var d redriven
-		if err := rs.Scan(&d.id, &d.queue, &d.kind, &d.count); err != nil {
+		var d store.Redriven
+		if err := rs.Scan(&d.ID, &d.Queue, &d.Kind, &d.ReplayCount); err != nil {
 			return out, err
 		}
 		out = append(out, d)
@@ -375,7 +370,7 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 	}
 	res.LastID = ids[len(ids)-1]
 	set := []any{string(b.State), b.RunAt, b.KeepAttempts, b.Now}
-	var done []redriven
+	var done []store.Redriven
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return res, err
@@ -403,7 +398,7 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 			}
 			rows, err := sp.Query(ctx, `UPDATE backstop_tasks SET `+sqlReplaySet+` WHERE id = $5
 				RETURNING id, queue, kind, replay_count`, append(set, id)...)
-			var one []redriven
+			var one []store.Redriven
 			if err == nil {
 				one, err = collectRedriven(rows, nil)
 			}
@@ -425,17 +420,11 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 	default:
 		return res, fmt.Errorf("pgstore: redrive: %w", err)
 	}
-	events := make([]bt.Event, 0, len(done)+len(res.Conflicts))
 	queues := map[string]struct{}{}
 	for _, d := range done {
-		queues[d.queue] = struct{}{}
-		body := fmt.Appendf(nil, `{"redrive_id":%q,"patched":false,"keep_attempts":%t,"replay_count":%d}`, b.RedriveID, b.KeepAttempts, d.count)
-		events = append(events, store.NewEvent(b.Now, "dlq.replayed", d.id, d.queue, d.kind, b.Actor, body))
+		queues[d.Queue] = struct{}{}
 	}
-	for _, id := range res.Conflicts {
-		events = append(events, store.NewEvent(b.Now, "dlq.replay_failed", id, "", "", b.Actor,
-			fmt.Appendf(nil, `{"redrive_id":%q,"error":"conflict"}`, b.RedriveID)))
-	}
+	events := store.RedriveEvents(b, done, res.Conflicts)
 	if err := insertEvents(ctx, tx, events); err != nil {
 		return res, err
 	}

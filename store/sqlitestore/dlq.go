@@ -240,16 +240,12 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	}
 	res.LastID = ids[len(ids)-1].(string)
 	set := []any{string(b.State), us(b.RunAt), b.KeepAttempts, us(b.Now)}
-	type done struct {
-		id, queue, kind string
-		count           int
-	}
-	var replayed []done
+	var replayed []store.Redriven
 	scan := func(r *sql.Rows) error {
 		defer r.Close()
 		for r.Next() {
-			var d done
-			if err := r.Scan(&d.id, &d.queue, &d.kind, &d.count); err != nil {
+			var d store.Redriven
+			if err := r.Scan(&d.ID, &d.Queue, &d.Kind, &d.ReplayCount); err != nil {
 				return err
 			}
 			replayed = append(replayed, d)
@@ -281,17 +277,11 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	} else if err != nil {
 		return res, err
 	}
-	events := make([]bt.Event, 0, len(replayed)+len(res.Conflicts))
 	woke := map[string]struct{}{}
 	for _, d := range replayed {
-		woke[d.queue] = struct{}{}
-		body := fmt.Appendf(nil, `{"redrive_id":%q,"patched":false,"keep_attempts":%t,"replay_count":%d}`, b.RedriveID, b.KeepAttempts, d.count)
-		events = append(events, store.NewEvent(b.Now, "dlq.replayed", d.id, d.queue, d.kind, b.Actor, body))
+		woke[d.Queue] = struct{}{}
 	}
-	for _, id := range res.Conflicts {
-		events = append(events, store.NewEvent(b.Now, "dlq.replay_failed", id, "", "", b.Actor,
-			fmt.Appendf(nil, `{"redrive_id":%q,"error":"conflict"}`, b.RedriveID)))
-	}
+	events := store.RedriveEvents(b, replayed, res.Conflicts)
 	if err := insertEvents(ctx, tx, events); err != nil {
 		return res, err
 	}
