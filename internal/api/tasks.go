@@ -133,13 +133,22 @@ func (s *Server) postTaskBatch(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, out)
 }
 
-// GET /v1/tasks/{id}: the task with its executions.
+// TaskDetail is GET /v1/tasks/{id}: the task with its executions and its
+// history (events, oldest first), as `backstop tasks show` prints it.
+type TaskDetail = DeadLetterView
+
+// GET /v1/tasks/{id}: the task with its executions and history.
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
 	t, err := s.c.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, view(principalFrom(r.Context()), t, true))
+	evs, err := s.c.Events(r.Context(), t.ID)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	return writeJSON(w, http.StatusOK, TaskDetail{TaskView: view(p, t, true), Events: redactEvents(p, evs)})
 }
 
 // ListResponse is a page of a listing; NextCursor (null on the last page)

@@ -181,3 +181,9 @@ func (c *Client) Fail(ctx context.Context, id string, req api.FailRequest) (*api
 	var out api.SettleResponse
 	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/fail", req, &out)
 }
+
+// Show returns a task with its executions and its history (events).
+func (c *Client) Show(ctx context.Context, id string) (*api.TaskDetail, error) {
+	var out api.TaskDetail
+	return &out, c.Do(ctx, "GET", "/v1/tasks/"+esc(id), nil, &out)
+}

@@ -75,11 +75,11 @@ func tasksListCmd(a *app) *cobra.Command {
 				return err
 			}
 			p.States = parseStates(state)
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer c.Close()
 			tasks, err := c.List(cmd.Context(), p)
 			if err != nil {
 				return err
@@ -120,16 +120,12 @@ func tasksShowCmd(a *app) *cobra.Command {
 		Short: "Show a task with its executions (attempts)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
-			t, err := c.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			events, err := c.Events(cmd.Context(), t.ID)
+			defer c.Close()
+			t, events, err := c.Show(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -154,11 +150,11 @@ func tasksCancelCmd(a *app) *cobra.Command {
 			"canceled (exit 4); an unknown id exits 3.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer c.Close()
 			t, err := c.Cancel(cmd.Context(), args[0])
 			if err != nil {
 				return err

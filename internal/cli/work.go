@@ -76,6 +76,7 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 			if err != nil {
 				return err
 			}
+			o.server, o.token = a.server, a.token
 			if o.server != "" {
 				return a.remoteWork(cmd.Context(), &o, args)
 			}
@@ -97,8 +98,6 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 	f.StringVar(&o.id, "id", "", "worker id, recorded in leases, executions and the maintenance leadership (default: host-pid-random)")
 	f.DurationVar(&o.leaderTTL, "leader-ttl", 15*time.Second, "maintenance leadership lease: another worker takes over this long after the leader died")
 	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md); flags > BACKSTOP_* env > file > defaults")
-	f.StringVar(&o.server, "server", os.Getenv("BACKSTOP_SERVER"), "work for a Backstop server over HTTP instead of the database (env BACKSTOP_SERVER)")
-	f.StringVar(&o.token, "token", os.Getenv("BACKSTOP_TOKEN"), "API token for --server (operator role or above; env BACKSTOP_TOKEN)")
 	return cmd
 }
 
