@@ -55,6 +55,10 @@ type WorkerConfig struct {
 	// FetchCooldown: when only a few slots are free, wait this long for more
 	// before claiming, so claims come in batches. Default: 2ms.
 	FetchCooldown time.Duration
+	// Labels describe this worker in the registry (GET /v1/workers).
+	Labels map[string]string
+	// Version is this worker's software version in the registry.
+	Version string
 }
 
 func (c *WorkerConfig) withDefaults() *WorkerConfig {
@@ -209,6 +213,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.started = true
 	w.mu.Unlock()
 	w.touch()
+	w.register(ctx)
 
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	fetchCtx, fetchCancel := context.WithCancel(bgCtx)
@@ -251,6 +256,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return nil
 	}
 	w.mu.Unlock()
+	w.setRegistryState(store.WorkerStopping)
 	w.fetchCancel()
 	w.fetchWG.Wait()
 
@@ -270,6 +276,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.bgWG.Wait()
 	close(w.settleCh)
 	<-w.complDone
+	w.setRegistryState(store.WorkerStopped)
 	w.mu.Lock()
 	w.started = false
 	w.mu.Unlock()
@@ -652,12 +659,16 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 	defer w.bgWG.Done()
 	tick := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer tick.Stop()
+	seen := time.NewTicker(w.registryInterval())
+	defer seen.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 			w.heartbeat(ctx)
+		case <-seen.C:
+			w.seen(ctx)
 		}
 	}
 }

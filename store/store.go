@@ -75,6 +75,7 @@ type Store interface {
 	Tokens
 	APIStore
 	Queues // paused queues (store/queues.go)
+	Workers // the worker registry (store/workers.go)
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers
