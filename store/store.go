@@ -74,7 +74,7 @@ type Store interface {
 	// (store/api.go).
 	Tokens
 	APIStore
-	Queues // paused queues (store/queues.go)
+	Queues  // paused queues (store/queues.go)
 	Workers // the worker registry (store/workers.go)
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
