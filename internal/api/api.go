@@ -69,6 +69,7 @@ type Server struct {
 	closed   sync.Once
 
 	touched sync.Map // token id → time.Time of the last recorded use
+	seen    seenWorkers // remote workers' last recorded sighting (workers.go)
 }
 
 // Route is one endpoint: its method, path pattern and the least role that
@@ -177,6 +178,8 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/runs/{run_id}", RoleViewer, s.getRun)
 	s.handle("GET", "/v1/runs/{run_id}/tasks", RoleViewer, s.listRunTasks)
 
+	s.handle("GET", "/v1/workers", RoleViewer, s.listWorkers)
+	s.handle("GET", "/v1/workers/{id}", RoleViewer, s.getWorker)
 	s.handle("POST", "/v1/claim", RoleOperator, s.claim)
 	s.handle("POST", "/v1/tasks/{id}/heartbeat", RoleOperator, s.heartbeat)
 	s.handle("POST", "/v1/tasks/{id}/progress", RoleOperator, s.progress)

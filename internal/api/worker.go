@@ -50,6 +50,9 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	}
 	p := backstop.RemoteClaim{Queues: req.Queues, Kinds: req.Kinds, WorkerID: req.WorkerID, Max: req.Max,
 		Lease: time.Duration(req.Lease)}
+	if backstop.ValidID(req.WorkerID) == nil {
+		s.seeWorker(r, req.WorkerID, req.Queues)
+	}
 	tasks, err := s.claimWait(r.Context(), p, wait)
 	if err != nil {
 		return err
@@ -113,6 +116,8 @@ type HeartbeatRequest struct {
 	Progress   *bt.Progress `json:"progress"`
 	// Lease: extend the lease to now + this. Default 30s.
 	Lease bt.Duration `json:"lease"`
+	// WorkerID (optional) marks that worker seen in the registry.
+	WorkerID string `json:"worker_id,omitempty"`
 }
 
 // HeartbeatResponse tells the worker when its lease ends and whether an
@@ -133,6 +138,7 @@ type ProgressRequest struct {
 	LeaseToken string       `json:"lease_token"`
 	Progress   *bt.Progress `json:"progress"`
 	Lease      bt.Duration  `json:"lease"`
+	WorkerID   string       `json:"worker_id,omitempty"`
 }
 
 func (s *Server) progress(w http.ResponseWriter, r *http.Request) error {
@@ -151,6 +157,9 @@ func (s *Server) beat(w http.ResponseWriter, r *http.Request, req HeartbeatReque
 		Progress: req.Progress, Lease: time.Duration(req.Lease)})
 	if err != nil {
 		return err
+	}
+	if backstop.ValidID(req.WorkerID) == nil {
+		s.seeWorker(r, req.WorkerID, nil)
 	}
 	return writeJSON(w, http.StatusOK, res)
 }

@@ -187,3 +187,19 @@ func (c *Client) Show(ctx context.Context, id string) (*api.TaskDetail, error) {
 	var out api.TaskDetail
 	return &out, c.Do(ctx, "GET", "/v1/tasks/"+esc(id), nil, &out)
 }
+
+// Workers lists registered workers; q takes queue, state, limit, after.
+func (c *Client) Workers(ctx context.Context, q url.Values) (*api.WorkerList, error) {
+	var out api.WorkerList
+	path := "/v1/workers"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return &out, c.Do(ctx, "GET", path, nil, &out)
+}
+
+// Worker returns one registered worker with its recent executions.
+func (c *Client) Worker(ctx context.Context, id string) (*api.WorkerDetail, error) {
+	var out api.WorkerDetail
+	return &out, c.Do(ctx, "GET", "/v1/workers/"+esc(id), nil, &out)
+}

@@ -178,6 +178,12 @@ func TestCLIOverServer(t *testing.T) {
 			r.same("dlq", "list", "--reason", "permanent_error", "--status", "open", "--since", "2000-01-01T00:00:00Z", "-o", o)
 			r.same("dlq", "list", "--error-contains", "503", "--until", "1h", "-o", o) // an age: nothing that old
 			r.same("dlq", "show", "rd1-l", "-o", o)
+			r.same("workers", "list", "-o", o)
+			r.same("workers", "list", "--state", "stopped", "--queue", "q", "-o", o)
+			if got := r.same("workers", "show", "test-worker", "-o", o); got.code != 0 || !strings.Contains(got.stdout, "stopped") ||
+				!strings.Contains(got.stdout, "upstream 503") {
+				t.Errorf("workers show test-worker: %+v", got)
+			}
 		}
 		r.same("dlq", "export")
 		r.same("dlq", "export", "--reason", "attempts_exhausted", "--limit", "2")
@@ -188,6 +194,8 @@ func TestCLIOverServer(t *testing.T) {
 			args []string
 		}{
 			{ExitNotFound, []string{"tasks", "show", "nope"}},
+			{ExitNotFound, []string{"workers", "show", "nope"}},
+			{ExitUsage, []string{"workers", "list", "--state", "bogus"}},
 			{ExitNotFound, []string{"dlq", "show", "fine"}},
 			{ExitNotFound, []string{"dlq", "discard", "fine", "--reason", "x"}},
 			{ExitConflict, []string{"tasks", "cancel", "fine"}},

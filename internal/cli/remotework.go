@@ -173,7 +173,7 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask) {
 			case <-tick.C:
 			}
 			bctx, bcancel := context.WithTimeout(context.Background(), r.o.lease/3)
-			res, err := r.cl.Heartbeat(bctx, t.ID, api.HeartbeatRequest{LeaseToken: ct.LeaseToken, Lease: bt.Duration(r.o.lease)})
+			res, err := r.cl.Heartbeat(bctx, t.ID, api.HeartbeatRequest{LeaseToken: ct.LeaseToken, Lease: bt.Duration(r.o.lease), WorkerID: r.id})
 			bcancel()
 			var p *api.Problem
 			switch {
