@@ -68,7 +68,7 @@ type Server struct {
 	redrives *redrives
 	closed   sync.Once
 
-	touched sync.Map // token id → time.Time of the last recorded use
+	touched sync.Map    // token id → time.Time of the last recorded use
 	seen    seenWorkers // remote workers' last recorded sighting (workers.go)
 }
 
