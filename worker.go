@@ -105,6 +105,7 @@ type Worker struct {
 
 	queues   []*queueRunner
 	settleCh chan store.Settlement
+	logs     *logFlusher // execution logs, written in batches (logs.go)
 
 	fetchCancel context.CancelFunc
 	bgCancel    context.CancelFunc
@@ -220,6 +221,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.bgCancel, w.fetchCancel = bgCancel, fetchCancel
 	w.complDone = make(chan struct{})
 	go w.completer()
+	w.logs = newLogFlusher(w.c.store, w.log)
 
 	wakeups := w.c.store.Wakeups(bgCtx)
 	w.bgWG.Add(1)
@@ -276,6 +278,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.bgWG.Wait()
 	close(w.settleCh)
 	<-w.complDone
+	w.logs.close()
 	w.setRegistryState(store.WorkerStopped)
 	w.mu.Lock()
 	w.started = false
@@ -422,7 +425,11 @@ func (w *Worker) handlerFor(kind string) Handler {
 func (w *Worker) start(ctx context.Context, q *queueRunner, t *Task) {
 	// Attempts outlive the fetch context: shutdown ends them by cause.
 	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	a := &attempt{task: t, cancel: cancel, log: sync.OnceValue(func() *slog.Logger { return taskLogger(w.log, t) })}
+	a := &attempt{task: t, cancel: cancel, elog: &execLog{task: t, sink: w.logs, now: w.c.now}}
+	a.log = sync.OnceValue(func() *slog.Logger {
+		l := taskLogger(w.log, t)
+		return slog.New(teeHandler{Handler: l.Handler(), log: a.elog})
+	})
 	w.mu.Lock()
 	w.running[t.ExecutionID] = a
 	w.mu.Unlock()

@@ -76,6 +76,7 @@ type Store interface {
 	APIStore
 	Queues  // paused queues (store/queues.go)
 	Workers // the worker registry (store/workers.go)
+	Logs    // execution logs (store/logs.go)
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers
