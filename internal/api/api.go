@@ -185,6 +185,8 @@ func (s *Server) register() {
 	s.handle("POST", "/v1/tasks/{id}/progress", RoleOperator, s.progress)
 	s.handle("POST", "/v1/tasks/{id}/complete", RoleOperator, s.complete)
 	s.handle("POST", "/v1/tasks/{id}/fail", RoleOperator, s.fail)
+	s.handle("POST", "/v1/tasks/{id}/logs", RoleOperator, s.appendLogs)
+	s.handle("GET", "/v1/tasks/{id}/executions/{execution_id}/logs", RoleViewer, s.readLogs)
 }
 
 // ServeHTTP implements http.Handler. Requests that match no route get a

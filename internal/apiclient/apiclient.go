@@ -203,3 +203,16 @@ func (c *Client) Worker(ctx context.Context, id string) (*api.WorkerDetail, erro
 	var out api.WorkerDetail
 	return &out, c.Do(ctx, "GET", "/v1/workers/"+esc(id), nil, &out)
 }
+
+// AppendLogs sends lines of the attempt the lease token names.
+func (c *Client) AppendLogs(ctx context.Context, id string, req api.LogsRequest) (*api.LogsResponse, error) {
+	var out api.LogsResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/logs", req, &out)
+}
+
+// Logs reads a page of an execution's log (lines with seq > after).
+func (c *Client) Logs(ctx context.Context, id, executionID string, after, limit int) (*api.LogPage, error) {
+	var out api.LogPage
+	q := url.Values{"after": {fmt.Sprint(after)}, "limit": {fmt.Sprint(limit)}}
+	return &out, c.Do(ctx, "GET", "/v1/tasks/"+esc(id)+"/executions/"+esc(executionID)+"/logs?"+q.Encode(), nil, &out)
+}

@@ -38,6 +38,8 @@ type backend interface {
 	PurgeDLQ(ctx context.Context, p backstop.PurgeParams) (int, error)
 	ExportDLQ(ctx context.Context, f backstop.ListParams, fn func(backstop.DeadLetterExport) error) (int, error)
 	Redrive(ctx context.Context, p backstop.RedriveParams, progress func(backstop.RedriveProgress)) (backstop.RedriveProgress, error)
+	// Logs reads an execution's log lines with seq > after (logs.go).
+	Logs(ctx context.Context, taskID, executionID string, after, limit int) ([]backstop.LogLine, error)
 	Close() error
 }
 

@@ -304,3 +304,36 @@ func firstDiff(a, b string) string {
 	}
 	return fmt.Sprintf("%d lines != %d lines", len(al), len(bl))
 }
+
+// TestWorkLogs: `backstop work` (on the database and over --server) puts
+// the program's output lines into the execution's log, and `tasks logs`
+// prints them the same both ways.
+func TestWorkLogs(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		r := newRemoteEnv(t, e, "admin")
+		e.ok("enqueue", "--queue", "local", "--kind", "k", "--id", "via-db")
+		e.ok("enqueue", "--queue", "remote", "--kind", "k", "--id", "via-server")
+		prog := []string{"--", "sh", "-c", `echo "out $BACKSTOP_TASK_ID"; echo err >&2; printf 'no newline'`}
+		if got := e.run("", append([]string{"work", "--queue", "local", "--exit-after-idle", "300ms"}, prog...)...); got.code != 0 {
+			t.Fatalf("work: %+v", got)
+		}
+		if got := r.remote("", append([]string{"work", "--queue", "remote", "--exit-after-idle", "300ms"}, prog...)...); got.code != 0 {
+			t.Fatalf("work --server: %+v", got)
+		}
+		for _, id := range []string{"via-db", "via-server"} {
+			want := "out " + id + "\nerr\nno newline\n"
+			if got := r.same("tasks", "logs", id); got.code != 0 || got.stdout != want {
+				t.Errorf("tasks logs %s: %+v, want %q", id, got, want)
+			}
+			r.same("tasks", "logs", id, "-o", "json", "--follow")
+		}
+		if got := r.same("tasks", "logs", "nope"); got.code != ExitNotFound {
+			t.Errorf("tasks logs nope: exit %d", got.code)
+		}
+		e.ok("enqueue", "--queue", "idle", "--kind", "k", "--id", "never-ran")
+		if got := r.same("tasks", "logs", "never-ran"); got.code != ExitNotFound {
+			t.Errorf("tasks logs never-ran: exit %d", got.code)
+		}
+	})
+}

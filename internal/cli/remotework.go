@@ -191,9 +191,11 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask) {
 			}
 		}
 	}()
-	res := r.h.Run(ctx, (*backstop.Task)(t))
+	rl := startRemoteLog(r.cl, t.ID, ct.LeaseToken, log)
+	res := r.h.Run(backstop.ContextWithLogSink(ctx, rl.add), (*backstop.Task)(t))
 	cancel(nil)
 	<-beatDone
+	rl.close() // before the report: the token is stale after it
 	if lost.Load() {
 		return // the lease is gone: nothing to report
 	}

@@ -23,10 +23,10 @@ func tasksCmd(a *app) *cobra.Command {
 		Short: "List, show and cancel tasks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("tasks: name a subcommand: list, show or cancel")
+			return usageErr("tasks: name a subcommand: list, show, cancel or logs")
 		},
 	}
-	cmd.AddCommand(tasksListCmd(a), tasksShowCmd(a), tasksCancelCmd(a))
+	cmd.AddCommand(tasksListCmd(a), tasksShowCmd(a), tasksCancelCmd(a), tasksLogsCmd(a))
 	return cmd
 }
 
