@@ -41,7 +41,8 @@ type Config struct {
 	// claim) for this long reads as stale. Default: 1m.
 	WorkerStaleAfter time.Duration
 	// RedactKeys: payload keys whose values are masked wherever a payload
-	// leaves the store (redact package). Default: redact.DefaultKeys.
+	// leaves the store (package redact): added to redact.DefaultKeys; "!k"
+	// removes a default.
 	RedactKeys []string
 }
 

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/backstophq/backstop/redact"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -68,8 +69,9 @@ type Server struct {
 	redrives *redrives
 	closed   sync.Once
 
-	touched sync.Map    // token id → time.Time of the last recorded use
-	seen    seenWorkers // remote workers' last recorded sighting (workers.go)
+	touched sync.Map       // token id → time.Time of the last recorded use
+	seen    seenWorkers    // remote workers' last recorded sighting (workers.go)
+	mask    *redact.Masker // payload masking (redaction.go)
 }
 
 // Route is one endpoint: its method, path pattern and the least role that
@@ -105,6 +107,7 @@ func New(opts Options) (*Server, error) {
 		quit:  make(chan struct{}),
 
 		redrives: newRedrives(),
+		mask:     opts.Client.Masker(),
 	}
 	s.register()
 	return s, nil
@@ -294,14 +297,22 @@ func (s *Server) wrap(method, path string, role Role, fn apiFunc) http.Handler {
 				s.writeProblem(w, r, fail(codeForbidden, fmt.Sprintf("%s %s needs the %s role; token %q is %s", method, path, role, p.Name, p.Role)))
 				return
 			}
+			if p, err = s.payloadMode(r, p); err != nil {
+				s.writeProblem(w, r, err)
+				return
+			}
+			who = p
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 		}
 		if err := fn(w, r); err != nil {
 			if w.status != 0 {
 				s.log.Warn("api: error after the response started", "path", r.URL.Path, "error", err)
+				s.auditRaw(r, who) // part of the stream went out
 				return
 			}
 			s.writeProblem(w, r, err)
+			return
 		}
+		s.auditRaw(r, who)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/backstophq/backstop/redact"
 	"net/http"
 	"regexp"
 	"strings"
@@ -98,6 +99,11 @@ type principal struct {
 	Name    string // token name, or "anonymous" (--dev)
 	TokenID string
 	Role    Role
+	// How this request sees payloads (redaction.go): masked by mask, or
+	// raw (an admin's ?raw=true) with each task shown recorded in audit.
+	mask   *redact.Masker
+	audit  *viewAudit
+	worker bool // a claim: the payload goes to the worker as stored
 }
 
 type principalKey struct{}

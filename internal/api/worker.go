@@ -60,7 +60,9 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	who := principalFrom(r.Context())
 	out := ClaimResponse{Tasks: make([]ClaimedTask, len(tasks))}
 	for i, t := range tasks {
-		out.Tasks[i] = ClaimedTask{TaskView: view(who, t, false), LeaseToken: t.ExecutionID}
+		// Workers get their payloads as stored: they need them to work.
+		v := view(principal{worker: true}, t, false)
+		out.Tasks[i] = ClaimedTask{TaskView: v, LeaseToken: t.ExecutionID}
 	}
 	if len(tasks) > 0 {
 		s.log.Info("tasks claimed", "actor", who.Name, "worker_id", req.WorkerID, "tasks", len(tasks))
