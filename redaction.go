@@ -3,6 +3,7 @@ package backstop
 import (
 	"context"
 	"encoding/json"
+	"strings"
 
 	"github.com/backstophq/backstop/redact"
 	"github.com/backstophq/backstop/store"
@@ -48,4 +49,46 @@ func (c *Client) AuditPayloadViews(ctx context.Context, actor, via string, tasks
 		tasks = tasks[n:]
 	}
 	return nil
+}
+
+// MaskEventBody masks the payload fragments of an event body: object keys
+// (a merge patch, a payload) and patch operations ({"patch": [{"path",
+// "value"}]}) whose path ends in a listed key.
+func MaskEventBody(m *redact.Masker, body json.RawMessage) json.RawMessage {
+	body = m.JSON(body)
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) != nil {
+		return body
+	}
+	var ops []PatchOp
+	if json.Unmarshal(obj["patch"], &ops) != nil || len(ops) == 0 {
+		return body
+	}
+	changed := false
+	for i, op := range ops {
+		seg := op.Path[strings.LastIndexByte(op.Path, '.')+1:]
+		if m.Matches(seg) {
+			ops[i].Value = json.RawMessage(redact.Mask)
+			changed = true
+		}
+	}
+	if !changed {
+		return body
+	}
+	obj["patch"], _ = json.Marshal(ops)
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return json.RawMessage(redact.Mask)
+	}
+	return b
+}
+
+// MaskEvents masks every event body (MaskEventBody).
+func MaskEvents(m *redact.Masker, evs []Event) []Event {
+	out := make([]Event, len(evs))
+	for i, e := range evs {
+		out[i] = e
+		out[i].Body = MaskEventBody(m, e.Body)
+	}
+	return out
 }

@@ -73,7 +73,7 @@ func (s *Server) auditRaw(r *http.Request, p principal) {
 	if p.audit == nil || len(p.audit.tasks) == 0 {
 		return
 	}
-	via := r.Method + " " + r.Pattern
+	via := r.Pattern
 	if err := s.c.AuditPayloadViews(r.Context(), p.Name, via, p.audit.tasks); err != nil {
 		s.log.Error("auditing a raw payload view failed", "actor", p.Name, "tasks", len(p.audit.tasks), "error", err)
 	}
@@ -114,37 +114,7 @@ func maskEvents(p principal, evs []bt.Event) []bt.Event {
 	out := make([]bt.Event, len(evs))
 	for i, e := range evs {
 		out[i] = e
-		out[i].Body = maskBody(m, e.Body)
+		out[i].Body = backstop.MaskEventBody(m, e.Body)
 	}
 	return out
-}
-
-func maskBody(m *redact.Masker, body json.RawMessage) json.RawMessage {
-	body = m.JSON(body)
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(body, &obj) != nil {
-		return body
-	}
-	var ops []backstop.PatchOp
-	if json.Unmarshal(obj["patch"], &ops) != nil || len(ops) == 0 {
-		return body
-	}
-	changed := false
-	for i, op := range ops {
-		seg := op.Path[strings.LastIndexByte(op.Path, '.')+1:]
-		if m.Matches(seg) {
-			ops[i].Value = json.RawMessage(redact.Mask)
-			changed = true
-		}
-	}
-	if !changed {
-		return body
-	}
-	// Re-encode with the patch masked; other keys as they were.
-	obj["patch"], _ = json.Marshal(ops)
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return json.RawMessage(redact.Mask)
-	}
-	return b
 }

@@ -182,10 +182,15 @@ func (c *Client) Fail(ctx context.Context, id string, req api.FailRequest) (*api
 	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/fail", req, &out)
 }
 
-// Show returns a task with its executions and its history (events).
-func (c *Client) Show(ctx context.Context, id string) (*api.TaskDetail, error) {
+// Show returns a task with its executions and its history (events);
+// raw asks for the payload as stored (admin only, audited).
+func (c *Client) Show(ctx context.Context, id string, raw bool) (*api.TaskDetail, error) {
 	var out api.TaskDetail
-	return &out, c.Do(ctx, "GET", "/v1/tasks/"+esc(id), nil, &out)
+	path := "/v1/tasks/" + esc(id)
+	if raw {
+		path += "?raw=true"
+	}
+	return &out, c.Do(ctx, "GET", path, nil, &out)
 }
 
 // Workers lists registered workers; q takes queue, state, limit, after.

@@ -15,6 +15,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/redact"
 )
 
 // backend is what the task and dead-letter commands call: the library on
@@ -47,13 +48,17 @@ type backend interface {
 // (a server has its own configuration).
 func (a *app) backend(ctx context.Context, cfg *backstop.Config) (backend, error) {
 	if a.server != "" {
-		return &remoteBackend{cl: apiclient.New(a.server, a.token)}, nil
+		return &remoteBackend{cl: apiclient.New(a.server, a.token), raw: a.raw}, nil
 	}
+	if cfg == nil {
+		cfg = &backstop.Config{}
+	}
+	cfg.RedactKeys = a.redactKeys()
 	s, c, err := a.openDB(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return localBackend{Client: c, close: s.Close}, nil
+	return &localBackend{Client: c, close: s.Close, mask: c.Masker(), raw: a.raw, via: a.via, actor: defaultActor()}, nil
 }
 
 // refuseOverServer refuses flags that mean nothing over --server.
@@ -69,24 +74,138 @@ func (a *app) refuseOverServer(flags map[string]bool, why string) error {
 	return nil
 }
 
+// localBackend is the library on the database. Like the API, it masks
+// every payload it returns (redaction.go) unless --raw asked for them as
+// stored, which is audited.
 type localBackend struct {
 	*backstop.Client
 	close func() error
+	mask  *redact.Masker
+	raw   bool
+	via   string // the command, for the audit event
+	actor string
+	shown []*backstop.Task // raw views to audit at Close
 }
 
-func (l localBackend) Close() error { return l.close() }
+func (l *localBackend) Close() error {
+	if len(l.shown) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := l.AuditPayloadViews(ctx, l.actor, "cli "+l.via, l.shown); err != nil {
+			l.close()
+			return fmt.Errorf("auditing the raw payload view: %w", err)
+		}
+	}
+	return l.close()
+}
 
-func (l localBackend) Show(ctx context.Context, id string) (*backstop.Task, []bt.Event, error) {
+// out prepares a task for printing: masked, or raw and recorded.
+func (l *localBackend) out(t *backstop.Task) *backstop.Task {
+	if t == nil {
+		return nil
+	}
+	if l.raw {
+		l.shown = append(l.shown, t)
+		return t
+	}
+	cp := *t
+	cp.Payload = l.mask.JSON(t.Payload)
+	return &cp
+}
+
+func (l *localBackend) outs(ts []*backstop.Task) []*backstop.Task {
+	for i, t := range ts {
+		ts[i] = l.out(t)
+	}
+	return ts
+}
+
+func (l *localBackend) events(evs []bt.Event) []bt.Event {
+	if l.raw {
+		return evs
+	}
+	return backstop.MaskEvents(l.mask, evs)
+}
+
+func (l *localBackend) Show(ctx context.Context, id string) (*backstop.Task, []bt.Event, error) {
 	t, err := l.Get(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
 	evs, err := l.Events(ctx, t.ID)
-	return t, evs, err
+	return l.out(t), l.events(evs), err
 }
 
-// remoteBackend speaks the HTTP API.
-type remoteBackend struct{ cl *apiclient.Client }
+func (l *localBackend) Enqueue(ctx context.Context, p backstop.EnqueueParams) (*backstop.EnqueueResult, error) {
+	r, err := l.Client.Enqueue(ctx, p)
+	if err == nil {
+		r.Task = l.out(r.Task)
+	}
+	return r, err
+}
+
+func (l *localBackend) EnqueueMany(ctx context.Context, ps []backstop.EnqueueParams) ([]backstop.EnqueueResult, error) {
+	rs, err := l.Client.EnqueueMany(ctx, ps)
+	for i := range rs {
+		rs[i].Task = l.out(rs[i].Task)
+	}
+	return rs, err
+}
+
+func (l *localBackend) List(ctx context.Context, f backstop.ListParams) ([]*backstop.Task, error) {
+	ts, err := l.Client.List(ctx, f)
+	return l.outs(ts), err
+}
+
+func (l *localBackend) DeadLetters(ctx context.Context, f backstop.ListParams) ([]*backstop.Task, error) {
+	ts, err := l.Client.DeadLetters(ctx, f)
+	return l.outs(ts), err
+}
+
+func (l *localBackend) Cancel(ctx context.Context, id string) (*backstop.Task, error) {
+	t, err := l.Client.Cancel(ctx, id)
+	return l.out(t), err
+}
+
+func (l *localBackend) Replay(ctx context.Context, p backstop.ReplayParams) (*backstop.ReplayResult, error) {
+	r, err := l.Client.Replay(ctx, p)
+	if err == nil && r.Task != nil {
+		r.Task = l.out(r.Task)
+	}
+	return r, err
+}
+
+func (l *localBackend) Discard(ctx context.Context, p backstop.DiscardParams) (*backstop.Task, error) {
+	t, err := l.Client.Discard(ctx, p)
+	return l.out(t), err
+}
+
+func (l *localBackend) Resolve(ctx context.Context, p backstop.ResolveParams) (*backstop.Task, error) {
+	t, err := l.Client.Resolve(ctx, p)
+	return l.out(t), err
+}
+
+func (l *localBackend) ExportDLQ(ctx context.Context, f backstop.ListParams, fn func(backstop.DeadLetterExport) error) (int, error) {
+	return l.Client.ExportDLQ(ctx, f, func(d backstop.DeadLetterExport) error {
+		d.Task = l.out(d.Task)
+		d.Events = l.events(d.Events)
+		return fn(d)
+	})
+}
+
+// remoteBackend speaks the HTTP API; the server masks payloads (raw: ask
+// for them as stored, which the server audits).
+type remoteBackend struct {
+	cl  *apiclient.Client
+	raw bool
+}
+
+func (r *remoteBackend) rawQuery(q url.Values) url.Values {
+	if r.raw {
+		q.Set("raw", "true")
+	}
+	return q
+}
 
 func (r *remoteBackend) Close() error { return nil }
 
@@ -239,7 +358,7 @@ func tasksOf(page *api.ListResponse) []*backstop.Task {
 }
 
 func (r *remoteBackend) List(ctx context.Context, f backstop.ListParams) ([]*backstop.Task, error) {
-	page, err := r.cl.List(ctx, listQuery(f, false))
+	page, err := r.cl.List(ctx, r.rawQuery(listQuery(f, false)))
 	if err != nil {
 		return nil, remoteErr(err)
 	}
@@ -247,7 +366,7 @@ func (r *remoteBackend) List(ctx context.Context, f backstop.ListParams) ([]*bac
 }
 
 func (r *remoteBackend) DeadLetters(ctx context.Context, f backstop.ListParams) ([]*backstop.Task, error) {
-	page, err := r.cl.DLQList(ctx, listQuery(f, true))
+	page, err := r.cl.DLQList(ctx, r.rawQuery(listQuery(f, true)))
 	if err != nil {
 		return nil, remoteErr(err)
 	}
@@ -255,7 +374,7 @@ func (r *remoteBackend) DeadLetters(ctx context.Context, f backstop.ListParams) 
 }
 
 func (r *remoteBackend) Show(ctx context.Context, id string) (*backstop.Task, []bt.Event, error) {
-	d, err := r.cl.Show(ctx, id)
+	d, err := r.cl.Show(ctx, id, r.raw)
 	if err != nil {
 		return nil, nil, remoteErr(err)
 	}
@@ -326,7 +445,7 @@ func (r *remoteBackend) PurgeDLQ(ctx context.Context, p backstop.PurgeParams) (i
 }
 
 func (r *remoteBackend) ExportDLQ(ctx context.Context, f backstop.ListParams, fn func(backstop.DeadLetterExport) error) (int, error) {
-	q := listQuery(f, true)
+	q := r.rawQuery(listQuery(f, true))
 	if f.Limit == 0 {
 		q.Del("limit")
 	}

@@ -91,11 +91,12 @@ func dlqListCmd(a *app) *cobra.Command {
 	}
 	f.register(cmd)
 	df.register(cmd, true)
+	addRawFlag(a, cmd)
 	return cmd
 }
 
 func dlqShowCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a dead letter with its full attempt history",
 		Long:  "Show a dead letter with its full attempt history. An id that is not a dead letter exits 3.",
@@ -124,6 +125,8 @@ func dlqShowCmd(a *app) *cobra.Command {
 			})
 		},
 	}
+	addRawFlag(a, cmd)
+	return cmd
 }
 
 func joinReasons() string {

@@ -508,6 +508,7 @@ func dlqExportCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&f.after, "after", "", "cursor: only ids after this one")
 	cmd.Flags().StringVar(&out, "out", "", "write to FILE instead of stdout")
 	df.register(cmd, true)
+	addRawFlag(a, cmd)
 	return cmd
 }
 

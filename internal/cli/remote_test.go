@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
@@ -334,6 +335,65 @@ func TestWorkLogs(t *testing.T) {
 		e.ok("enqueue", "--queue", "idle", "--kind", "k", "--id", "never-ran")
 		if got := r.same("tasks", "logs", "never-ran"); got.code != ExitNotFound {
 			t.Errorf("tasks logs never-ran: exit %d", got.code)
+		}
+	})
+}
+
+// TestCLIRedaction: secrets planted in a payload never appear in the
+// CLI's output, on the database or over --server; --raw shows them and
+// records a task.payload_viewed event with the actor.
+func TestCLIRedaction(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		r := newRemoteEnv(t, e, "admin")
+		payload := `{"to":"a@example.com","password":"SECRET-1","deep":[{"Api-Key":"SECRET-2"}]}`
+		e.ok("enqueue", "--queue", "q", "--kind", "boom", "--id", "sec", "--payload", payload, "--max-attempts", "1")
+		runUntil(t, e.db, "q", func(ctx context.Context, task *backstop.Task) error {
+			return backstop.Permanent(errors.New("no"))
+		}, func(c *backstop.Client) bool {
+			dead, err := c.DeadLetters(context.Background(), backstop.ListParams{})
+			return err == nil && len(dead) == 1
+		})
+		reads := [][]string{{"tasks", "show", "sec"}, {"tasks", "show", "sec", "-o", "json"}, {"tasks", "list", "-o", "json"},
+			{"dlq", "list", "-o", "json"}, {"dlq", "show", "sec"}, {"dlq", "show", "sec", "-o", "json"}, {"dlq", "export"},
+			{"tasks", "show", "sec", "-o", "json"}}
+		for _, args := range reads {
+			got := r.same(args...)
+			for _, s := range []string{"SECRET-1", "SECRET-2", "SECRET-3"} {
+				if strings.Contains(got.stdout, s) {
+					t.Errorf("backstop %s shows %s:\n%s", strings.Join(args, " "), s, got.stdout)
+				}
+			}
+			if !strings.Contains(got.stdout, "a@example.com") {
+				t.Errorf("backstop %s: the rest of the payload should stay readable:\n%s", strings.Join(args, " "), got.stdout)
+			}
+		}
+		// A replay's patch is masked in the history too.
+		e.ok("dlq", "replay", "sec", "--patch", "password=SECRET-3")
+		if got := r.same("tasks", "show", "sec"); strings.Contains(got.stdout, "SECRET") || !strings.Contains(got.stdout, "a@example.com") {
+			t.Errorf("after a patched replay:\n%s", got.stdout)
+		}
+		// Raw: shown, and recorded (once per view) with who looked.
+		if got := e.ok("tasks", "show", "sec", "--raw"); !strings.Contains(got, "SECRET-3") {
+			t.Errorf("--raw: %s", got)
+		}
+		if got := r.remote("", "tasks", "list", "--raw", "-o", "json"); got.code != 0 || !strings.Contains(got.stdout, "SECRET-2") {
+			t.Errorf("--raw over --server: %+v", got)
+		}
+		var shown struct{ Events []bt.Event }
+		e.json(&shown, "tasks", "show", "sec")
+		var viewers []string
+		for _, ev := range shown.Events {
+			if ev.Type == backstop.EventPayloadViewed {
+				viewers = append(viewers, ev.Actor+" "+string(ev.Body))
+			}
+		}
+		if len(viewers) != 2 || !strings.Contains(viewers[0], "cli tasks show") || !strings.HasPrefix(viewers[1], "admin-token ") {
+			t.Errorf("audit events: %q", viewers)
+		}
+		v := newRemoteEnv(t, e, "viewer")
+		if got := v.remote("", "tasks", "show", "sec", "--raw"); got.code != ExitFailure || !strings.Contains(got.stderr, "403") {
+			t.Errorf("viewer --raw: %+v", got)
 		}
 	})
 }

@@ -70,9 +70,13 @@ type app struct {
 	// the database; see backend.go.
 	server, token string
 	serverFlag    bool // --server given on the command line
-	stdin         io.Reader
-	stdout        io.Writer
-	stderr        io.Writer
+	// raw: show payloads as stored (--raw; audited); via names the
+	// command in the audit event.
+	raw    bool
+	via    string
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
 }
 
 // Main runs the CLI and returns the process exit code.
@@ -106,6 +110,7 @@ func (a *app) rootCmd() *cobra.Command {
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			a.serverFlag = cmd.Flags().Changed("server")
+			a.via = strings.TrimPrefix(cmd.CommandPath(), "backstop ")
 			if fl := cmd.Flags().Lookup("actor"); fl != nil && fl.Changed && a.server != "" {
 				return usageErr("--actor cannot be used with --server: the server records the token's name as the actor")
 			}

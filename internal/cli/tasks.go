@@ -103,6 +103,7 @@ func tasksListCmd(a *app) *cobra.Command {
 	f.register(cmd)
 	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state, or states (comma-separated): "+joinStates())
 	cmd.Flags().StringVar(&view, "view", "", "an operator view instead of filters: "+joinViews())
+	addRawFlag(a, cmd)
 	return cmd
 }
 
@@ -115,7 +116,7 @@ func (a *app) morePages(tasks []*backstop.Task, limit int) {
 }
 
 func tasksShowCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a task with its executions (attempts)",
 		Args:  cobra.ExactArgs(1),
@@ -139,6 +140,8 @@ func tasksShowCmd(a *app) *cobra.Command {
 			})
 		},
 	}
+	addRawFlag(a, cmd)
+	return cmd
 }
 
 func tasksCancelCmd(a *app) *cobra.Command {
