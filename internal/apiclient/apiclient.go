@@ -221,3 +221,9 @@ func (c *Client) Logs(ctx context.Context, id, executionID string, after, limit 
 	q := url.Values{"after": {fmt.Sprint(after)}, "limit": {fmt.Sprint(limit)}}
 	return &out, c.Do(ctx, "GET", "/v1/tasks/"+esc(id)+"/executions/"+esc(executionID)+"/logs?"+q.Encode(), nil, &out)
 }
+
+// Release gives the attempt back without charging it (a drain).
+func (c *Client) Release(ctx context.Context, id string, req api.ReleaseRequest) (*api.SettleResponse, error) {
+	var out api.SettleResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/release", req, &out)
+}

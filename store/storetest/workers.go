@@ -16,6 +16,7 @@ import (
 func (s *suite) testWorkers(t *testing.T) {
 	t.Run("Registry", s.testWorkerRegistry)
 	t.Run("WorkerLifecycle", s.testWorkerLifecycle)
+	t.Run("RemoteRelease", s.testRemoteRelease)
 }
 
 func workerIDs(ws []store.WorkerInfo) string {
@@ -171,5 +172,35 @@ func (s *suite) testWorkerLifecycle(t *testing.T) {
 	stopped, err := b.c.Worker(b.ctx, "life")
 	if err != nil || stopped.State != store.WorkerStopped || stopped.StoppedAt == nil {
 		t.Fatalf("after Stop: %+v %v", stopped, err)
+	}
+}
+
+// testRemoteRelease: a remote attempt given back on a drain is not
+// charged: pending again, attempt count unchanged, execution released; a
+// stale token changes nothing.
+func (s *suite) testRemoteRelease(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	b.enqueue(backstop.EnqueueParams{ID: "rel", Queue: "q", Kind: "k", MaxAttempts: 1})
+	ts, err := b.c.ClaimRemote(b.ctx, backstop.RemoteClaim{Queues: []string{"q"}, WorkerID: "rw"})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("claim: %v %v", ts, err)
+	}
+	res, err := b.c.Release(b.ctx, "rel", ts[0].ExecutionID, &backstop.Progress{Total: 3, Completed: 1})
+	if err != nil || res.State != backstop.StatePending || res.Outcome != backstop.OutcomeReleased {
+		t.Fatalf("release: %+v %v", res, err)
+	}
+	got := b.get("rel")
+	if got.State != backstop.StatePending || got.Attempt != 0 || len(got.Executions) != 1 ||
+		got.Executions[0].Outcome != backstop.OutcomeReleased || got.Progress.Completed != 1 {
+		t.Fatalf("after release: %+v", got)
+	}
+	if _, err := b.c.Release(b.ctx, "rel", ts[0].ExecutionID, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		t.Fatalf("stale release: %v", err)
+	}
+	// Its only attempt is still there to use.
+	ts, err = b.c.ClaimRemote(b.ctx, backstop.RemoteClaim{Queues: []string{"q"}, WorkerID: "rw"})
+	if err != nil || len(ts) != 1 || ts[0].Attempt != 1 {
+		t.Fatalf("claim again: %+v %v", ts, err)
 	}
 }
