@@ -69,9 +69,10 @@ type Server struct {
 	redrives *redrives
 	closed   sync.Once
 
-	touched sync.Map       // token id → time.Time of the last recorded use
-	seen    seenWorkers    // remote workers' last recorded sighting (workers.go)
-	mask    *redact.Masker // payload masking (redaction.go)
+	touched    sync.Map       // token id → time.Time of the last recorded use
+	seen       seenWorkers    // remote workers' last recorded sighting (workers.go)
+	mask       *redact.Masker // payload masking (redaction.go)
+	tokenCache tokenCache     // tokens by hash, reused for TokenCacheTTL (tokencache.go)
 }
 
 // Route is one endpoint: its method, path pattern and the least role that

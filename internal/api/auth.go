@@ -131,12 +131,18 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 		return principal{}, fail(codeUnauthenticated, "the Authorization header must be Bearer bst_...")
 	}
 	sum := HashSecret(secret)
-	t, err := s.tokens.TokenByHash(r.Context(), sum)
-	if errors.Is(err, store.ErrNotFound) {
-		return principal{}, fail(codeUnauthenticated, "unknown token")
-	}
-	if err != nil {
-		return principal{}, err
+	now := s.now()
+	t := s.tokenCache.get(sum, now)
+	if t == nil {
+		var err error
+		t, err = s.tokens.TokenByHash(r.Context(), sum)
+		if errors.Is(err, store.ErrNotFound) {
+			return principal{}, fail(codeUnauthenticated, "unknown token")
+		}
+		if err != nil {
+			return principal{}, err
+		}
+		s.tokenCache.put(sum, t, now)
 	}
 	if subtle.ConstantTimeCompare(sum, t.Hash) != 1 {
 		return principal{}, fail(codeUnauthenticated, "unknown token")

@@ -47,6 +47,9 @@ var RawRoutes = map[string]bool{"GET /v1/tasks": true, "GET /v1/tasks/{id}": tru
 // principal sees payloads.
 func (s *Server) payloadMode(r *http.Request, p principal) (principal, error) {
 	p.mask = s.mask
+	if r.URL.RawQuery == "" || !RawRoutes[r.Pattern] {
+		return p, nil // the worker protocol's hot path: no query to parse
+	}
 	q := r.URL.Query()
 	if !q.Has("raw") || !RawRoutes[r.Pattern] {
 		return p, nil
