@@ -191,6 +191,7 @@ func (s *Server) register() {
 	s.handle("POST", "/v1/tasks/{id}/fail", RoleOperator, s.fail)
 	s.handle("POST", "/v1/tasks/{id}/logs", RoleOperator, s.appendLogs)
 	s.handle("POST", "/v1/tasks/{id}/release", RoleOperator, s.release)
+	s.handle("POST", "/v1/tasks/complete", RoleOperator, s.completeBatch)
 	s.handle("GET", "/v1/tasks/{id}/executions/{execution_id}/logs", RoleViewer, s.readLogs)
 }
 

@@ -71,7 +71,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, what string) {
 var fuzzPaths = []string{"/v1/tasks", "/v1/tasks/batch", "/v1/claim", "/v1/tasks/t1/heartbeat", "/v1/tasks/t1/progress",
 	"/v1/tasks/t1/complete", "/v1/tasks/t1/fail", "/v1/tasks/t1/cancel",
 	"/v1/dlq/t1/replay", "/v1/dlq/t1/discard", "/v1/dlq/t1/resolve", "/v1/dlq/redrive", "/v1/dlq/purge", "/v1/queues/fq/pause",
-	"/v1/tasks/t1/logs", "/v1/tasks/t1/release"}
+	"/v1/tasks/t1/logs", "/v1/tasks/t1/release", "/v1/tasks/complete"}
 
 func FuzzRequestBodies(f *testing.F) {
 	srv, _ := fuzzServer(f)
@@ -89,7 +89,7 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"queue":"q","reason":"permanent_error","attributes":{"a":"b"},"since":"2020-01-01T00:00:00Z","rate":5,"limit":2,"wait":"5ms"}`,
 		`{"reason":""}`, `{"older_than":"1h","statuses":["discarded","nope"]}`, `{"patch":"x"}`, `{"patch":[1]}`,
 		`{"lease_token":"x","lines":[{"line":"a"},{"stream":"log","line":"b"},{"stream":"nope","line":""}]}`,
-		`{"lease_token":"x","lines":null}`, `{"lease_token":"","lines":[{}]}`,
+		`{"lease_token":"x","lines":null}`, `{"completions":[{"task_id":"t1","lease_token":"x"},{"task_id":"","lease_token":""}]}`, `{"lease_token":"","lines":[{}]}`,
 		`{"wait":-1}`, `{"max":1e999}`, `{"lease":9223372036854775807}`, "\x00", `{"a":` + string(bytes.Repeat([]byte("["), 5000)),
 	} {
 		f.Add(uint8(i), body)

@@ -227,3 +227,9 @@ func (c *Client) Release(ctx context.Context, id string, req api.ReleaseRequest)
 	var out api.SettleResponse
 	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/release", req, &out)
 }
+
+// CompleteMany reports many successful attempts in one request.
+func (c *Client) CompleteMany(ctx context.Context, items []api.CompletionItem) (*api.CompleteBatchResponse, error) {
+	var out api.CompleteBatchResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks/complete", api.CompleteBatchRequest{Completions: items}, &out)
+}
