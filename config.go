@@ -37,6 +37,13 @@ type Config struct {
 	// Retention says how long finished work is kept; the maintenance
 	// leader deletes what is older.
 	Retention RetentionConfig
+	// WorkerStaleAfter: a registered worker not seen (no heartbeat, no
+	// claim) for this long reads as stale. Default: 1m.
+	WorkerStaleAfter time.Duration
+	// RedactKeys: payload keys whose values are masked wherever a payload
+	// leaves the store (package redact): added to redact.DefaultKeys; "!k"
+	// removes a default.
+	RedactKeys []string
 }
 
 // RetentionConfig: how long finished tasks and closed dead letters are kept
@@ -103,6 +110,7 @@ func (c *Config) withDefaults() *Config {
 	out.Retention.Canceled = cmp.Or(c.Retention.Canceled, 24*time.Hour)
 	out.Retention.DeadLetters = cmp.Or(c.Retention.DeadLetters, 30*24*time.Hour)
 	out.Retention.Interval = cmp.Or(c.Retention.Interval, time.Minute)
+	out.WorkerStaleAfter = cmp.Or(c.WorkerStaleAfter, time.Minute)
 	if out.Retry == nil {
 		p := bt.DefaultRetryPolicy
 		out.Retry = &p

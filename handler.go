@@ -48,6 +48,8 @@ type attempt struct {
 	progress *Progress
 	detail   string
 	released bool // given back on shutdown: its result is ignored
+
+	elog *execLog // the execution's log (logs.go); nil outside a Worker
 }
 
 type attemptKey struct{}

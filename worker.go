@@ -55,6 +55,10 @@ type WorkerConfig struct {
 	// FetchCooldown: when only a few slots are free, wait this long for more
 	// before claiming, so claims come in batches. Default: 2ms.
 	FetchCooldown time.Duration
+	// Labels describe this worker in the registry (GET /v1/workers).
+	Labels map[string]string
+	// Version is this worker's software version in the registry.
+	Version string
 }
 
 func (c *WorkerConfig) withDefaults() *WorkerConfig {
@@ -101,6 +105,7 @@ type Worker struct {
 
 	queues   []*queueRunner
 	settleCh chan store.Settlement
+	logs     *logFlusher // execution logs, written in batches (logs.go)
 
 	fetchCancel context.CancelFunc
 	bgCancel    context.CancelFunc
@@ -209,12 +214,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.started = true
 	w.mu.Unlock()
 	w.touch()
+	w.register(ctx)
 
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	fetchCtx, fetchCancel := context.WithCancel(bgCtx)
 	w.bgCancel, w.fetchCancel = bgCancel, fetchCancel
 	w.complDone = make(chan struct{})
 	go w.completer()
+	w.logs = newLogFlusher(w.c.store, w.log)
 
 	wakeups := w.c.store.Wakeups(bgCtx)
 	w.bgWG.Add(1)
@@ -251,6 +258,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return nil
 	}
 	w.mu.Unlock()
+	w.setRegistryState(store.WorkerStopping)
 	w.fetchCancel()
 	w.fetchWG.Wait()
 
@@ -270,6 +278,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.bgWG.Wait()
 	close(w.settleCh)
 	<-w.complDone
+	w.logs.close()
+	w.setRegistryState(store.WorkerStopped)
 	w.mu.Lock()
 	w.started = false
 	w.mu.Unlock()
@@ -415,7 +425,11 @@ func (w *Worker) handlerFor(kind string) Handler {
 func (w *Worker) start(ctx context.Context, q *queueRunner, t *Task) {
 	// Attempts outlive the fetch context: shutdown ends them by cause.
 	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	a := &attempt{task: t, cancel: cancel, log: sync.OnceValue(func() *slog.Logger { return taskLogger(w.log, t) })}
+	a := &attempt{task: t, cancel: cancel, elog: &execLog{task: t, sink: w.logs, now: w.c.now}}
+	a.log = sync.OnceValue(func() *slog.Logger {
+		l := taskLogger(w.log, t)
+		return slog.New(teeHandler{Handler: l.Handler(), log: a.elog})
+	})
 	w.mu.Lock()
 	w.running[t.ExecutionID] = a
 	w.mu.Unlock()
@@ -652,12 +666,16 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 	defer w.bgWG.Done()
 	tick := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer tick.Stop()
+	seen := time.NewTicker(w.registryInterval())
+	defer seen.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 			w.heartbeat(ctx)
+		case <-seen.C:
+			w.seen(ctx)
 		}
 	}
 }

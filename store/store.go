@@ -74,7 +74,9 @@ type Store interface {
 	// (store/api.go).
 	Tokens
 	APIStore
-	Queues // paused queues (store/queues.go)
+	Queues  // paused queues (store/queues.go)
+	Workers // the worker registry (store/workers.go)
+	Logs    // execution logs (store/logs.go)
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers

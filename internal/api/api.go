@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/backstophq/backstop/redact"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -68,7 +69,10 @@ type Server struct {
 	redrives *redrives
 	closed   sync.Once
 
-	touched sync.Map // token id → time.Time of the last recorded use
+	touched    sync.Map       // token id → time.Time of the last recorded use
+	seen       seenWorkers    // remote workers' last recorded sighting (workers.go)
+	mask       *redact.Masker // payload masking (redaction.go)
+	tokenCache tokenCache     // tokens by hash, reused for TokenCacheTTL (tokencache.go)
 }
 
 // Route is one endpoint: its method, path pattern and the least role that
@@ -104,6 +108,7 @@ func New(opts Options) (*Server, error) {
 		quit:  make(chan struct{}),
 
 		redrives: newRedrives(),
+		mask:     opts.Client.Masker(),
 	}
 	s.register()
 	return s, nil
@@ -177,11 +182,17 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/runs/{run_id}", RoleViewer, s.getRun)
 	s.handle("GET", "/v1/runs/{run_id}/tasks", RoleViewer, s.listRunTasks)
 
+	s.handle("GET", "/v1/workers", RoleViewer, s.listWorkers)
+	s.handle("GET", "/v1/workers/{id}", RoleViewer, s.getWorker)
 	s.handle("POST", "/v1/claim", RoleOperator, s.claim)
 	s.handle("POST", "/v1/tasks/{id}/heartbeat", RoleOperator, s.heartbeat)
 	s.handle("POST", "/v1/tasks/{id}/progress", RoleOperator, s.progress)
 	s.handle("POST", "/v1/tasks/{id}/complete", RoleOperator, s.complete)
 	s.handle("POST", "/v1/tasks/{id}/fail", RoleOperator, s.fail)
+	s.handle("POST", "/v1/tasks/{id}/logs", RoleOperator, s.appendLogs)
+	s.handle("POST", "/v1/tasks/{id}/release", RoleOperator, s.release)
+	s.handle("POST", "/v1/tasks/complete", RoleOperator, s.completeBatch)
+	s.handle("GET", "/v1/tasks/{id}/executions/{execution_id}/logs", RoleViewer, s.readLogs)
 }
 
 // ServeHTTP implements http.Handler. Requests that match no route get a
@@ -289,14 +300,22 @@ func (s *Server) wrap(method, path string, role Role, fn apiFunc) http.Handler {
 				s.writeProblem(w, r, fail(codeForbidden, fmt.Sprintf("%s %s needs the %s role; token %q is %s", method, path, role, p.Name, p.Role)))
 				return
 			}
+			if p, err = s.payloadMode(r, p); err != nil {
+				s.writeProblem(w, r, err)
+				return
+			}
+			who = p
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 		}
 		if err := fn(w, r); err != nil {
 			if w.status != 0 {
 				s.log.Warn("api: error after the response started", "path", r.URL.Path, "error", err)
+				s.auditRaw(r, who) // part of the stream went out
 				return
 			}
 			s.writeProblem(w, r, err)
+			return
 		}
+		s.auditRaw(r, who)
 	})
 }

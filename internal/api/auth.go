@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/backstophq/backstop/redact"
 	"net/http"
 	"regexp"
 	"strings"
@@ -98,6 +99,11 @@ type principal struct {
 	Name    string // token name, or "anonymous" (--dev)
 	TokenID string
 	Role    Role
+	// How this request sees payloads (redaction.go): masked by mask, or
+	// raw (an admin's ?raw=true) with each task shown recorded in audit.
+	mask   *redact.Masker
+	audit  *viewAudit
+	worker bool // a claim: the payload goes to the worker as stored
 }
 
 type principalKey struct{}
@@ -125,12 +131,18 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 		return principal{}, fail(codeUnauthenticated, "the Authorization header must be Bearer bst_...")
 	}
 	sum := HashSecret(secret)
-	t, err := s.tokens.TokenByHash(r.Context(), sum)
-	if errors.Is(err, store.ErrNotFound) {
-		return principal{}, fail(codeUnauthenticated, "unknown token")
-	}
-	if err != nil {
-		return principal{}, err
+	now := s.now()
+	t := s.tokenCache.get(sum, now)
+	if t == nil {
+		var err error
+		t, err = s.tokens.TokenByHash(r.Context(), sum)
+		if errors.Is(err, store.ErrNotFound) {
+			return principal{}, fail(codeUnauthenticated, "unknown token")
+		}
+		if err != nil {
+			return principal{}, err
+		}
+		s.tokenCache.put(sum, t, now)
 	}
 	if subtle.ConstantTimeCompare(sum, t.Hash) != 1 {
 		return principal{}, fail(codeUnauthenticated, "unknown token")

@@ -141,36 +141,6 @@ type DeadLetterView struct {
 	Events []bt.Event `json:"events"`
 }
 
-// redactEvents hides the patch values (payload fragments) of the history
-// from viewers.
-func redactEvents(p principal, evs []bt.Event) []bt.Event {
-	if evs == nil {
-		return []bt.Event{}
-	}
-	if p.Role >= RoleOperator {
-		return evs
-	}
-	out := make([]bt.Event, len(evs))
-	for i, e := range evs {
-		out[i] = e
-		var body map[string]json.RawMessage
-		if json.Unmarshal(e.Body, &body) != nil {
-			continue
-		}
-		changed := false
-		for _, k := range []string{"merge_patch", "patch", "payload"} {
-			if _, ok := body[k]; ok {
-				body[k] = redactedPayload
-				changed = true
-			}
-		}
-		if changed {
-			out[i].Body, _ = json.Marshal(body)
-		}
-	}
-	return out
-}
-
 // GET /v1/dlq/{id}: a task that is not dead is not found here.
 func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) error {
 	t, err := s.c.Get(r.Context(), r.PathValue("id"))
@@ -185,7 +155,7 @@ func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := principalFrom(r.Context())
-	return writeJSON(w, http.StatusOK, DeadLetterView{TaskView: view(p, t, true), Events: redactEvents(p, evs)})
+	return writeJSON(w, http.StatusOK, DeadLetterView{TaskView: view(p, t, true), Events: maskEvents(p, evs)})
 }
 
 // PatchRequest is how a replay or redrive changes the payload: Patch is a
@@ -420,7 +390,7 @@ func (s *Server) exportDLQ(w http.ResponseWriter, r *http.Request) error {
 			enc = json.NewEncoder(w)
 		}
 		v := view(p, d.Task, false)
-		if err := enc.Encode(ExportLine{Task: v.Task, Executions: d.Executions, Events: redactEvents(p, d.Events)}); err != nil {
+		if err := enc.Encode(ExportLine{Task: v.Task, Executions: d.Executions, Events: maskEvents(p, d.Events)}); err != nil {
 			return err
 		}
 		_ = rc.Flush()

@@ -70,7 +70,8 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, what string) {
 
 var fuzzPaths = []string{"/v1/tasks", "/v1/tasks/batch", "/v1/claim", "/v1/tasks/t1/heartbeat", "/v1/tasks/t1/progress",
 	"/v1/tasks/t1/complete", "/v1/tasks/t1/fail", "/v1/tasks/t1/cancel",
-	"/v1/dlq/t1/replay", "/v1/dlq/t1/discard", "/v1/dlq/t1/resolve", "/v1/dlq/redrive", "/v1/dlq/purge", "/v1/queues/fq/pause"}
+	"/v1/dlq/t1/replay", "/v1/dlq/t1/discard", "/v1/dlq/t1/resolve", "/v1/dlq/redrive", "/v1/dlq/purge", "/v1/queues/fq/pause",
+	"/v1/tasks/t1/logs", "/v1/tasks/t1/release", "/v1/tasks/complete"}
 
 func FuzzRequestBodies(f *testing.F) {
 	srv, _ := fuzzServer(f)
@@ -87,6 +88,8 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"patch":[{"path":"a","value":1},{"path":""}],"run_at":"2030-01-01T00:00:00Z","delay":"1s"}`,
 		`{"queue":"q","reason":"permanent_error","attributes":{"a":"b"},"since":"2020-01-01T00:00:00Z","rate":5,"limit":2,"wait":"5ms"}`,
 		`{"reason":""}`, `{"older_than":"1h","statuses":["discarded","nope"]}`, `{"patch":"x"}`, `{"patch":[1]}`,
+		`{"lease_token":"x","lines":[{"line":"a"},{"stream":"log","line":"b"},{"stream":"nope","line":""}]}`,
+		`{"lease_token":"x","lines":null}`, `{"completions":[{"task_id":"t1","lease_token":"x"},{"task_id":"","lease_token":""}]}`, `{"lease_token":"","lines":[{}]}`,
 		`{"wait":-1}`, `{"max":1e999}`, `{"lease":9223372036854775807}`, "\x00", `{"a":` + string(bytes.Repeat([]byte("["), 5000)),
 	} {
 		f.Add(uint8(i), body)
@@ -165,6 +168,28 @@ func FuzzAuthorization(f *testing.F) {
 			// Only the real secret (scheme case-insensitive) gets in; no
 			// header at all is the anonymous admin of this (--dev) server.
 			t.Fatalf("Authorization %q was accepted", h)
+		}
+	})
+}
+
+// FuzzReadQueries: the worker list and execution log queries (and ?raw)
+// answer a 4xx problem or 200, never a 5xx.
+func FuzzReadQueries(f *testing.F) {
+	srv, _ := fuzzServer(f)
+	for _, q := range []string{"queue=q&state=active&limit=10&after=w", "state=bogus", "limit=0", "limit=x", "queue=bad queue!",
+		"after=-1", "format=text", "format=xml", "after=99999999999999999999", "raw=true", "raw=maybe", "raw=1&raw=0", "color=red"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if q, err := url.ParseQuery(raw); err == nil {
+			_, _ = api.ParseWorkerQuery(q)
+		}
+		for _, path := range []string{"/v1/workers", "/v1/workers/w", "/v1/tasks/t1/executions/x/logs", "/v1/tasks/t1", "/v1/tasks"} {
+			req := httptest.NewRequest("GET", path, nil)
+			req.URL.RawQuery = raw
+			rec := httptest.NewRecorder()
+			srv.ServeHTTP(rec, req)
+			checkAnswer(t, rec, "GET "+path+"?"+raw)
 		}
 	})
 }

@@ -21,9 +21,6 @@ const (
 	defaultListLimit = 100
 )
 
-// redactedPayload replaces payloads for the viewer role.
-var redactedPayload = json.RawMessage(`{"redacted":true}`)
-
 // TaskView is a task as the API returns it: the task's snake_case JSON
 // (backstoptype.Task), attributes always an object, and executions always an
 // array when shown.
@@ -32,15 +29,14 @@ type TaskView struct {
 	Executions *[]bt.Execution `json:"executions,omitempty"`
 }
 
-// view prepares a task for the caller: viewers get the payload redacted.
+// view prepares a task for the caller: the payload masked (redaction.go),
+// or raw for an admin's audited ?raw=true.
 func view(p principal, t *bt.Task, withExecutions bool) TaskView {
 	cp := *t
 	if cp.Attributes == nil {
 		cp.Attributes = map[string]string{}
 	}
-	if p.Role < RoleOperator {
-		cp.Payload = redactedPayload
-	}
+	cp.Payload = p.maskPayload(t)
 	v := TaskView{Task: &cp}
 	cp.Executions = nil
 	if withExecutions {
@@ -133,13 +129,22 @@ func (s *Server) postTaskBatch(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, out)
 }
 
-// GET /v1/tasks/{id}: the task with its executions.
+// TaskDetail is GET /v1/tasks/{id}: the task with its executions and its
+// history (events, oldest first), as `backstop tasks show` prints it.
+type TaskDetail = DeadLetterView
+
+// GET /v1/tasks/{id}: the task with its executions and history.
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
 	t, err := s.c.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, view(principalFrom(r.Context()), t, true))
+	evs, err := s.c.Events(r.Context(), t.ID)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	return writeJSON(w, http.StatusOK, TaskDetail{TaskView: view(p, t, true), Events: maskEvents(p, evs)})
 }
 
 // ListResponse is a page of a listing; NextCursor (null on the last page)

@@ -50,6 +50,9 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	}
 	p := backstop.RemoteClaim{Queues: req.Queues, Kinds: req.Kinds, WorkerID: req.WorkerID, Max: req.Max,
 		Lease: time.Duration(req.Lease)}
+	if backstop.ValidID(req.WorkerID) == nil {
+		s.seeWorker(r, req.WorkerID, req.Queues)
+	}
 	tasks, err := s.claimWait(r.Context(), p, wait)
 	if err != nil {
 		return err
@@ -57,7 +60,9 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	who := principalFrom(r.Context())
 	out := ClaimResponse{Tasks: make([]ClaimedTask, len(tasks))}
 	for i, t := range tasks {
-		out.Tasks[i] = ClaimedTask{TaskView: view(who, t, false), LeaseToken: t.ExecutionID}
+		// Workers get their payloads as stored: they need them to work.
+		v := view(principal{worker: true}, t, false)
+		out.Tasks[i] = ClaimedTask{TaskView: v, LeaseToken: t.ExecutionID}
 	}
 	if len(tasks) > 0 {
 		s.log.Info("tasks claimed", "actor", who.Name, "worker_id", req.WorkerID, "tasks", len(tasks))
@@ -113,6 +118,8 @@ type HeartbeatRequest struct {
 	Progress   *bt.Progress `json:"progress"`
 	// Lease: extend the lease to now + this. Default 30s.
 	Lease bt.Duration `json:"lease"`
+	// WorkerID (optional) marks that worker seen in the registry.
+	WorkerID string `json:"worker_id,omitempty"`
 }
 
 // HeartbeatResponse tells the worker when its lease ends and whether an
@@ -133,6 +140,7 @@ type ProgressRequest struct {
 	LeaseToken string       `json:"lease_token"`
 	Progress   *bt.Progress `json:"progress"`
 	Lease      bt.Duration  `json:"lease"`
+	WorkerID   string       `json:"worker_id,omitempty"`
 }
 
 func (s *Server) progress(w http.ResponseWriter, r *http.Request) error {
@@ -151,6 +159,9 @@ func (s *Server) beat(w http.ResponseWriter, r *http.Request, req HeartbeatReque
 		Progress: req.Progress, Lease: time.Duration(req.Lease)})
 	if err != nil {
 		return err
+	}
+	if backstop.ValidID(req.WorkerID) == nil {
+		s.seeWorker(r, req.WorkerID, nil)
 	}
 	return writeJSON(w, http.StatusOK, res)
 }

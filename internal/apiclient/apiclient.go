@@ -181,3 +181,55 @@ func (c *Client) Fail(ctx context.Context, id string, req api.FailRequest) (*api
 	var out api.SettleResponse
 	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/fail", req, &out)
 }
+
+// Show returns a task with its executions and its history (events);
+// raw asks for the payload as stored (admin only, audited).
+func (c *Client) Show(ctx context.Context, id string, raw bool) (*api.TaskDetail, error) {
+	var out api.TaskDetail
+	path := "/v1/tasks/" + esc(id)
+	if raw {
+		path += "?raw=true"
+	}
+	return &out, c.Do(ctx, "GET", path, nil, &out)
+}
+
+// Workers lists registered workers; q takes queue, state, limit, after.
+func (c *Client) Workers(ctx context.Context, q url.Values) (*api.WorkerList, error) {
+	var out api.WorkerList
+	path := "/v1/workers"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return &out, c.Do(ctx, "GET", path, nil, &out)
+}
+
+// Worker returns one registered worker with its recent executions.
+func (c *Client) Worker(ctx context.Context, id string) (*api.WorkerDetail, error) {
+	var out api.WorkerDetail
+	return &out, c.Do(ctx, "GET", "/v1/workers/"+esc(id), nil, &out)
+}
+
+// AppendLogs sends lines of the attempt the lease token names.
+func (c *Client) AppendLogs(ctx context.Context, id string, req api.LogsRequest) (*api.LogsResponse, error) {
+	var out api.LogsResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/logs", req, &out)
+}
+
+// Logs reads a page of an execution's log (lines with seq > after).
+func (c *Client) Logs(ctx context.Context, id, executionID string, after, limit int) (*api.LogPage, error) {
+	var out api.LogPage
+	q := url.Values{"after": {fmt.Sprint(after)}, "limit": {fmt.Sprint(limit)}}
+	return &out, c.Do(ctx, "GET", "/v1/tasks/"+esc(id)+"/executions/"+esc(executionID)+"/logs?"+q.Encode(), nil, &out)
+}
+
+// Release gives the attempt back without charging it (a drain).
+func (c *Client) Release(ctx context.Context, id string, req api.ReleaseRequest) (*api.SettleResponse, error) {
+	var out api.SettleResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/release", req, &out)
+}
+
+// CompleteMany reports many successful attempts in one request.
+func (c *Client) CompleteMany(ctx context.Context, items []api.CompletionItem) (*api.CompleteBatchResponse, error) {
+	var out api.CompleteBatchResponse
+	return &out, c.Do(ctx, "POST", "/v1/tasks/complete", api.CompleteBatchRequest{Completions: items}, &out)
+}

@@ -64,11 +64,11 @@ func dlqListCmd(a *app) *cobra.Command {
 			if err := df.apply(&p, true); err != nil {
 				return err
 			}
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer c.Close()
 			tasks, err := c.DeadLetters(cmd.Context(), p)
 			if err != nil {
 				return err
@@ -91,32 +91,29 @@ func dlqListCmd(a *app) *cobra.Command {
 	}
 	f.register(cmd)
 	df.register(cmd, true)
+	addRawFlag(a, cmd)
 	return cmd
 }
 
 func dlqShowCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a dead letter with its full attempt history",
 		Long:  "Show a dead letter with its full attempt history. An id that is not a dead letter exits 3.",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
-			t, err := c.Get(cmd.Context(), args[0])
+			defer c.Close()
+			t, events, err := c.Show(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			if t.State != backstop.StateDead {
 				return &exitError{code: ExitNotFound,
 					err: fmt.Errorf("task %q is %s, not a dead letter (see: backstop tasks show %s)", t.ID, t.State, t.ID)}
-			}
-			events, err := c.Events(cmd.Context(), t.ID)
-			if err != nil {
-				return err
 			}
 			v := newDeadLetterJSON(t, true)
 			v.Events = &events
@@ -128,6 +125,8 @@ func dlqShowCmd(a *app) *cobra.Command {
 			})
 		},
 	}
+	addRawFlag(a, cmd)
+	return cmd
 }
 
 func joinReasons() string {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -196,11 +197,11 @@ func dlqReplayCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer c.Close()
 			res, err := c.Replay(cmd.Context(), backstop.ReplayParams{ID: args[0], Actor: actor, MergePatch: merge,
 				Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, NewID: newID})
 			if err != nil {
@@ -271,11 +272,11 @@ most N in this run; running again continues.`,
 			if err != nil {
 				return err
 			}
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer c.Close()
 			bar := a.progressBar()
 			final, err := c.Redrive(cmd.Context(), backstop.RedriveParams{Filter: lp, Rate: rate, Limit: f.limit,
 				MergePatch: merge, Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, Actor: actor},
@@ -359,7 +360,7 @@ func dlqDiscardCmd(a *app) *cobra.Command {
 			if strings.TrimSpace(reason) == "" {
 				return usageErr("dlq discard: --reason is required")
 			}
-			return a.setDLQStatus(cmd, func(c *backstop.Client) (*backstop.Task, error) {
+			return a.setDLQStatus(cmd, func(c backend) (*backstop.Task, error) {
 				return c.Discard(cmd.Context(), backstop.DiscardParams{ID: args[0], Reason: reason, Actor: actor})
 			})
 		},
@@ -377,7 +378,7 @@ func dlqResolveCmd(a *app) *cobra.Command {
 		Long:  "Mark an open dead letter resolved, keeping the record with its status, note, actor and time.\nAn id that is not an open dead letter exits 3.",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.setDLQStatus(cmd, func(c *backstop.Client) (*backstop.Task, error) {
+			return a.setDLQStatus(cmd, func(c backend) (*backstop.Task, error) {
 				return c.Resolve(cmd.Context(), backstop.ResolveParams{ID: args[0], Note: note, Actor: actor})
 			})
 		},
@@ -387,12 +388,12 @@ func dlqResolveCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-func (a *app) setDLQStatus(cmd *cobra.Command, op func(*backstop.Client) (*backstop.Task, error)) error {
-	s, c, err := a.open(cmd.Context(), nil)
+func (a *app) setDLQStatus(cmd *cobra.Command, op func(backend) (*backstop.Task, error)) error {
+	c, err := a.backend(cmd.Context(), nil)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer c.Close()
 	t, err := op(c)
 	if err != nil {
 		return err
@@ -426,11 +427,11 @@ func dlqPurgeCmd(a *app) *cobra.Command {
 					sts = append(sts, bt.DLQStatus(s))
 				}
 			}
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer c.Close()
 			n, err := c.PurgeDLQ(cmd.Context(), backstop.PurgeParams{OlderThan: age, Statuses: sts})
 			if err != nil {
 				return err
@@ -478,11 +479,11 @@ func dlqExportCmd(a *app) *cobra.Command {
 				w = file
 			}
 			bw := bufio.NewWriterSize(w, 64<<10)
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer c.Close()
 			enc := json.NewEncoder(bw)
 			n, err := c.ExportDLQ(cmd.Context(), lp, func(d backstop.DeadLetterExport) error { return enc.Encode(d) })
 			if err != nil {
@@ -507,6 +508,7 @@ func dlqExportCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&f.after, "after", "", "cursor: only ids after this one")
 	cmd.Flags().StringVar(&out, "out", "", "write to FILE instead of stdout")
 	df.register(cmd, true)
+	addRawFlag(a, cmd)
 	return cmd
 }
 
@@ -520,7 +522,12 @@ func printEvents(w io.Writer, events []bt.Event) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "  TIME\tTYPE\tACTOR\tBODY")
 	for _, e := range events {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", fmtTime(e.Time), e.Type, e.Actor, oneLine(string(e.Body), 120))
+		body := e.Body
+		var b bytes.Buffer
+		if json.Compact(&b, body) == nil { // the same text whichever driver stored it
+			body = b.Bytes()
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", fmtTime(e.Time), e.Type, e.Actor, oneLine(string(body), 120))
 	}
 	return tw.Flush()
 }

@@ -215,11 +215,14 @@ func (a *app) enqueueOne(cmd *cobra.Command, f *enqueueFlags) error {
 	if err != nil {
 		return err
 	}
-	s, c, err := a.open(cmd.Context(), cfg)
+	if err := a.refuseOverServer(map[string]bool{"merge-rule": f.mergeRule != ""}, "the server's configuration decides how payloads merge"); err != nil {
+		return err
+	}
+	c, err := a.backend(cmd.Context(), cfg)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer c.Close()
 	res, err := c.Enqueue(cmd.Context(), p)
 	if err != nil {
 		return err
@@ -310,11 +313,14 @@ func (a *app) enqueueBatch(ctx context.Context, name, mergeRule string) error {
 	if err != nil {
 		return err
 	}
-	s, c, err := a.open(ctx, cfg)
+	if err := a.refuseOverServer(map[string]bool{"merge-rule": mergeRule != ""}, "the server's configuration decides how payloads merge"); err != nil {
+		return err
+	}
+	c, err := a.backend(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer c.Close()
 
 	// Check every record before writing any.
 	for start := 0; start < len(params); start += batchSize {
@@ -334,6 +340,12 @@ func (a *app) enqueueBatch(ctx context.Context, name, mergeRule string) error {
 	for start := 0; start < len(params); start += batchSize {
 		end := min(start+batchSize, len(params))
 		rs, err := c.EnqueueMany(ctx, params[start:end])
+		var be *backstop.BatchError
+		if errors.As(err, &be) && start == 0 {
+			// The server checks each batch as the library does here; its
+			// refusal names the record, and nothing was written.
+			return &exitError{code: exitCode(be.Err), err: fmt.Errorf("line %d: %w", lines[start+be.Index], be.Err)}
+		}
 		if err != nil {
 			written := ""
 			if start > 0 {

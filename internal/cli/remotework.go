@@ -34,11 +34,8 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	if len(o.queues) == 0 {
 		return usageErr("work: --queue is required")
 	}
-	if o.concurrency < 1 {
-		return usageErr("work: --concurrency must be at least 1")
-	}
-	if o.lease < time.Second {
-		return usageErr("work: --lease %s is shorter than 1s", o.lease)
+	if err := o.checkQueues(); err != nil {
+		return err
 	}
 	if o.exitAfterIdle < 0 || o.grace < 0 {
 		return usageErr("work: --exit-after-idle and --grace must not be negative")
@@ -63,8 +60,12 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	killCtx, kill := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer kill(nil)
 	var wg sync.WaitGroup
-	for range o.concurrency {
-		wg.Go(func() { r.slot(claimCtx, killCtx) })
+	// Each queue has its own slots (its concurrency) and lease.
+	for _, q := range o.queues {
+		s := o.settings(q)
+		for range s.concurrency {
+			wg.Go(func() { r.slot(claimCtx, killCtx, q, s.lease) })
+		}
 	}
 	log.Info("remote worker started", "worker_id", id, "server", o.server, "queues", o.queues, "kinds", o.kinds,
 		"concurrency", o.concurrency, "lease", o.lease.String(), "command", command)
@@ -120,11 +121,11 @@ type remoteWorker struct {
 }
 
 // slot claims and runs one task at a time until claimCtx ends.
-func (r *remoteWorker) slot(claimCtx, killCtx context.Context) {
+func (r *remoteWorker) slot(claimCtx, killCtx context.Context, queue string, lease time.Duration) {
 	backoff := 100 * time.Millisecond
 	for claimCtx.Err() == nil {
-		ts, err := r.cl.Claim(claimCtx, api.ClaimRequest{Queues: r.o.queues, Kinds: r.o.kinds, WorkerID: r.id, Max: 1,
-			Wait: bt.Duration(remoteClaimWait), Lease: bt.Duration(r.o.lease)})
+		ts, err := r.cl.Claim(claimCtx, api.ClaimRequest{Queues: []string{queue}, Kinds: r.o.kinds, WorkerID: r.id, Max: 1,
+			Wait: bt.Duration(remoteClaimWait), Lease: bt.Duration(lease)})
 		if err != nil {
 			if claimCtx.Err() != nil {
 				return
@@ -140,13 +141,13 @@ func (r *remoteWorker) slot(claimCtx, killCtx context.Context) {
 		}
 		backoff = 100 * time.Millisecond
 		for _, t := range ts {
-			r.run(killCtx, t)
+			r.run(killCtx, t, lease)
 		}
 	}
 }
 
 // run runs one claimed task: the program, heartbeats, then the report.
-func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask) {
+func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease time.Duration) {
 	r.running.Add(1)
 	defer func() { r.running.Add(-1); r.lastActive.Store(time.Now().UnixNano()) }()
 	t := ct.Task
@@ -164,7 +165,7 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask) {
 	beatDone := make(chan struct{})
 	go func() {
 		defer close(beatDone)
-		tick := time.NewTicker(r.o.lease / 3)
+		tick := time.NewTicker(lease / 3)
 		defer tick.Stop()
 		for {
 			select {
@@ -172,8 +173,8 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask) {
 				return
 			case <-tick.C:
 			}
-			bctx, bcancel := context.WithTimeout(context.Background(), r.o.lease/3)
-			res, err := r.cl.Heartbeat(bctx, t.ID, api.HeartbeatRequest{LeaseToken: ct.LeaseToken, Lease: bt.Duration(r.o.lease)})
+			bctx, bcancel := context.WithTimeout(context.Background(), lease/3)
+			res, err := r.cl.Heartbeat(bctx, t.ID, api.HeartbeatRequest{LeaseToken: ct.LeaseToken, Lease: bt.Duration(lease), WorkerID: r.id})
 			bcancel()
 			var p *api.Problem
 			switch {
@@ -191,19 +192,29 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask) {
 			}
 		}
 	}()
-	res := r.h.Run(ctx, (*backstop.Task)(t))
+	rl := startRemoteLog(r.cl, t.ID, ct.LeaseToken, log)
+	res := r.h.Run(backstop.ContextWithLogSink(ctx, rl.add), (*backstop.Task)(t))
 	cancel(nil)
 	<-beatDone
+	rl.close() // before the report: the token is stale after it
 	if lost.Load() {
 		return // the lease is gone: nothing to report
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer rcancel()
 	var err error
-	if res.Err == nil {
+	switch {
+	case res.Err != nil && errors.Is(context.Cause(killCtx), errRemoteDrain):
+		// Killed because the drain's grace ran out: give the task back
+		// uncharged, as an in-process worker does.
+		_, err = r.cl.Release(rctx, t.ID, api.ReleaseRequest{LeaseToken: ct.LeaseToken})
+		if err == nil {
+			log.Info("task released on shutdown (not charged)")
+		}
+	case res.Err == nil:
 		_, err = r.cl.Complete(rctx, t.ID, api.CompleteRequest{LeaseToken: ct.LeaseToken})
 		log.Info("task succeeded")
-	} else {
+	default:
 		outcome := bt.OutcomeTransientError
 		switch {
 		case timedOut.Load():

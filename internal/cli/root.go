@@ -66,6 +66,14 @@ func exitCode(err error) int {
 type app struct {
 	dbURL  string
 	output string
+	// server and token: talk to a Backstop server (--server) instead of
+	// the database; see backend.go.
+	server, token string
+	serverFlag    bool // --server given on the command line
+	// raw: show payloads as stored (--raw; audited); via names the
+	// command in the audit event.
+	raw    bool
+	via    string
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
@@ -101,6 +109,11 @@ func (a *app) rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			a.serverFlag = cmd.Flags().Changed("server")
+			a.via = strings.TrimPrefix(cmd.CommandPath(), "backstop ")
+			if fl := cmd.Flags().Lookup("actor"); fl != nil && fl.Changed && a.server != "" {
+				return usageErr("--actor cannot be used with --server: the server records the token's name as the actor")
+			}
 			switch a.output {
 			case "table", "json":
 				return nil
@@ -113,6 +126,8 @@ func (a *app) rootCmd() *cobra.Command {
 		def = dburl.Default
 	}
 	root.PersistentFlags().StringVar(&a.dbURL, "db", def, "database URL: sqlite://PATH or postgres://... (env BACKSTOP_DB)")
+	root.PersistentFlags().StringVar(&a.server, "server", os.Getenv("BACKSTOP_SERVER"), "talk to this Backstop server's HTTP API instead of the database (enqueue, tasks, dlq, workers, work; env BACKSTOP_SERVER)")
+	root.PersistentFlags().StringVar(&a.token, "token", os.Getenv("BACKSTOP_TOKEN"), "API token for --server (env BACKSTOP_TOKEN)")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: ExitUsage, err: err}
@@ -140,7 +155,16 @@ func isCobraUsage(err error) bool {
 }
 
 // open opens the store named by --db, migrates it, and makes a client.
+// Commands that work on the database only refuse an explicit --server
+// rather than silently ignore it.
 func (a *app) open(ctx context.Context, cfg *backstop.Config) (store.Store, *backstop.Client, error) {
+	if a.serverFlag {
+		return nil, nil, usageErr("this command works on the database (--db), not over --server")
+	}
+	return a.openDB(ctx, cfg)
+}
+
+func (a *app) openDB(ctx context.Context, cfg *backstop.Config) (store.Store, *backstop.Client, error) {
 	s, err := dburl.Open(ctx, a.dbURL)
 	if err != nil {
 		return nil, nil, &exitError{code: ExitUsage, err: err}

@@ -23,10 +23,10 @@ func tasksCmd(a *app) *cobra.Command {
 		Short: "List, show and cancel tasks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("tasks: name a subcommand: list, show or cancel")
+			return usageErr("tasks: name a subcommand: list, show, cancel or logs")
 		},
 	}
-	cmd.AddCommand(tasksListCmd(a), tasksShowCmd(a), tasksCancelCmd(a))
+	cmd.AddCommand(tasksListCmd(a), tasksShowCmd(a), tasksCancelCmd(a), tasksLogsCmd(a))
 	return cmd
 }
 
@@ -75,11 +75,11 @@ func tasksListCmd(a *app) *cobra.Command {
 				return err
 			}
 			p.States = parseStates(state)
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer c.Close()
 			tasks, err := c.List(cmd.Context(), p)
 			if err != nil {
 				return err
@@ -103,6 +103,7 @@ func tasksListCmd(a *app) *cobra.Command {
 	f.register(cmd)
 	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state, or states (comma-separated): "+joinStates())
 	cmd.Flags().StringVar(&view, "view", "", "an operator view instead of filters: "+joinViews())
+	addRawFlag(a, cmd)
 	return cmd
 }
 
@@ -115,21 +116,17 @@ func (a *app) morePages(tasks []*backstop.Task, limit int) {
 }
 
 func tasksShowCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a task with its executions (attempts)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
-			t, err := c.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			events, err := c.Events(cmd.Context(), t.ID)
+			defer c.Close()
+			t, events, err := c.Show(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -143,6 +140,8 @@ func tasksShowCmd(a *app) *cobra.Command {
 			})
 		},
 	}
+	addRawFlag(a, cmd)
+	return cmd
 }
 
 func tasksCancelCmd(a *app) *cobra.Command {
@@ -154,11 +153,11 @@ func tasksCancelCmd(a *app) *cobra.Command {
 			"canceled (exit 4); an unknown id exits 3.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := a.open(cmd.Context(), nil)
+			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer c.Close()
 			t, err := c.Cancel(cmd.Context(), args[0])
 			if err != nil {
 				return err

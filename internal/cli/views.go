@@ -27,6 +27,9 @@ func (a *app) listView(cmd *cobra.Command, view string, limit int) error {
 			return usageErr("--view %s: --%s does not apply to views (only --limit does)", view, name)
 		}
 	}
+	if a.server != "" {
+		return usageErr("--view is not available over --server yet: the API has no view endpoint")
+	}
 	if limit < 1 || limit > 10000 {
 		return usageErr("--limit %d: must be between 1 and 10000", limit)
 	}

@@ -32,6 +32,9 @@ type workOptions struct {
 	config         string
 	server         string
 	token          string
+	// perQueue: each queue's concurrency and lease (flags > env > the
+	// queue's section of --config > defaults); see workqueues.go.
+	perQueue map[string]queueSettings
 }
 
 func workCmd(a *app) *cobra.Command {
@@ -61,8 +64,9 @@ worker talks to a Backstop server over its HTTP worker protocol instead of the
 database: long-poll claims, heartbeats every lease/3, complete or fail with the
 outcome class of the exit code. The server's maintenance settles the tasks of a
 worker that died. On a drain whose grace runs out, the killed programs' tasks
-are reported as transient failures (they count as an attempt, unlike local
-mode, which releases them).
+are released without charging an attempt (POST /v1/tasks/{id}/release), as in
+local mode. The program's output lines go to the execution's log
+(backstop tasks logs ID).
 
 --config FILE reads queue settings (concurrency, lease) and leader_ttl from a
 configuration file; flags win over BACKSTOP_* variables, which win over it.`,
@@ -76,6 +80,7 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 			if err != nil {
 				return err
 			}
+			o.server, o.token = a.server, a.token
 			if o.server != "" {
 				return a.remoteWork(cmd.Context(), &o, args)
 			}
@@ -97,8 +102,6 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 	f.StringVar(&o.id, "id", "", "worker id, recorded in leases, executions and the maintenance leadership (default: host-pid-random)")
 	f.DurationVar(&o.leaderTTL, "leader-ttl", 15*time.Second, "maintenance leadership lease: another worker takes over this long after the leader died")
 	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md); flags > BACKSTOP_* env > file > defaults")
-	f.StringVar(&o.server, "server", os.Getenv("BACKSTOP_SERVER"), "work for a Backstop server over HTTP instead of the database (env BACKSTOP_SERVER)")
-	f.StringVar(&o.token, "token", os.Getenv("BACKSTOP_TOKEN"), "API token for --server (operator role or above; env BACKSTOP_TOKEN)")
 	return cmd
 }
 
@@ -116,16 +119,7 @@ func (a *app) workConfig(cmd *cobra.Command, o *workOptions) (*config.Config, er
 	if !fl.Changed("leader-ttl") && cfg.LeaderTTL != 0 {
 		o.leaderTTL = cfg.LeaderTTL.D()
 	}
-	if len(o.queues) > 0 {
-		if q, ok := cfg.Queues[o.queues[0]]; ok {
-			if !fl.Changed("lease") && q.Lease != 0 {
-				o.lease = q.Lease.D()
-			}
-			if !fl.Changed("concurrency") && q.Concurrency != 0 {
-				o.concurrency = q.Concurrency
-			}
-		}
-	}
+	o.perQueue = perQueueSettings(o, cfg, fl.Changed("lease"), fl.Changed("concurrency"))
 	return cfg, nil
 }
 
@@ -133,11 +127,8 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	if len(o.queues) == 0 {
 		return usageErr("work: --queue is required")
 	}
-	if o.concurrency < 1 {
-		return usageErr("work: --concurrency must be at least 1")
-	}
-	if o.lease < time.Second {
-		return usageErr("work: --lease %s is shorter than 1s", o.lease)
+	if err := o.checkQueues(); err != nil {
+		return err
 	}
 	if o.exitAfterIdle < 0 || o.grace < 0 {
 		return usageErr("work: --exit-after-idle and --grace must not be negative")
@@ -161,26 +152,35 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	}
 	defer s.Close()
 
-	queues := make(map[string]int, len(o.queues))
-	for _, q := range o.queues {
-		queues[q] = o.concurrency
+	// One library Worker per distinct lease (a Worker has one lease);
+	// usually there is one.
+	var ws workers
+	for i, g := range leaseGroups(o) {
+		id := o.id
+		if id != "" && i > 0 {
+			id = fmt.Sprintf("%s-%d", o.id, i+1)
+		}
+		w, err := backstop.NewWorker(c, &backstop.WorkerConfig{ID: id, Queues: g.queues, Kinds: o.kinds, Lease: g.lease,
+			LeaderTTL: o.leaderTTL})
+		if err != nil {
+			ws.stop(context.Background())
+			return usageErr("work: %v", err)
+		}
+		if len(o.kinds) == 0 {
+			w.HandleDefault(h)
+		}
+		for _, k := range o.kinds {
+			w.Handle(k, h)
+		}
+		if err := w.Start(ctx); err != nil {
+			ws.stop(context.Background())
+			return err
+		}
+		ws = append(ws, w)
+		log.Info("worker started", "worker_id", w.ID(), "queues", g.queues, "kinds", o.kinds,
+			"lease", g.lease.String(), "leader_ttl", o.leaderTTL.String(), "command", command)
 	}
-	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{ID: o.id, Queues: queues, Kinds: o.kinds, Lease: o.lease,
-		LeaderTTL: o.leaderTTL})
-	if err != nil {
-		return usageErr("work: %v", err)
-	}
-	if len(o.kinds) == 0 {
-		w.HandleDefault(h)
-	}
-	for _, k := range o.kinds {
-		w.Handle(k, h)
-	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	log.Info("worker started", "worker_id", w.ID(), "queues", o.queues, "kinds", o.kinds,
-		"concurrency", o.concurrency, "lease", o.lease.String(), "leader_ttl", o.leaderTTL.String(), "command", command)
+	w := ws
 
 	var idle <-chan time.Time
 	if o.exitAfterIdle > 0 {
@@ -214,7 +214,7 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 		case <-stopCtx.Done():
 		}
 	}()
-	if err := w.Stop(stopCtx); err != nil {
+	if err := w.stop(stopCtx); err != nil {
 		return fmt.Errorf("work: stop: %w", err)
 	}
 	log.Info("worker stopped", "worker_id", w.ID(), "reason", reason)

@@ -98,7 +98,9 @@ type Retention struct {
 	Interval    Duration `yaml:"interval" json:"interval"`
 }
 
-// Redaction lists payload keys to redact. Stored for later: not applied yet.
+// Redaction lists payload keys whose values are masked wherever a payload
+// leaves the store (API, CLI); they add to the defaults (redact.DefaultKeys),
+// and "!key" removes a default. See docs/redaction.md.
 type Redaction struct {
 	Keys []string `yaml:"keys" json:"keys"`
 }
@@ -558,6 +560,7 @@ func (c *Config) Library() *backstop.Config {
 		MaxAttempts:        c.MaxAttempts,
 		Retry:              c.Retry.Policy(),
 		StrictQueues:       c.Limits.StrictQueues,
+		RedactKeys:         c.Redaction.Keys,
 		Retention: backstop.RetentionConfig{Succeeded: c.Retention.Succeeded.D(), Canceled: c.Retention.Canceled.D(),
 			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D()},
 	}

@@ -205,11 +205,13 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 		inW.Close()
 	}()
 	tail := newTail(h.cfg.OutputLimit)
+	lines := &lineLog{ctx: ctx}
 	readDone := make(chan struct{})
 	go func() {
 		defer wg.Done()
 		defer close(readDone)
-		_, _ = io.Copy(tail, outR)
+		_, _ = io.Copy(io.MultiWriter(tail, lines), outR)
+		lines.close()
 	}()
 
 	waitDone := make(chan error, 1)

@@ -1,0 +1,22 @@
+package api
+
+import (
+	"net/http"
+)
+
+// ReleaseRequest is POST /v1/tasks/{id}/release: give the attempt back
+// uncharged (a draining worker whose grace ran out).
+type ReleaseRequest = CompleteRequest
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request) error {
+	var req ReleaseRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	res, err := s.c.Release(r.Context(), r.PathValue("id"), req.LeaseToken, req.Progress)
+	if err != nil {
+		return err
+	}
+	s.log.Info("task released", "actor", principalFrom(r.Context()).Name, "task_id", res.TaskID)
+	return writeJSON(w, http.StatusOK, res)
+}

@@ -1,0 +1,113 @@
+package api
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// The worker registry: GET /v1/workers and GET /v1/workers/{id}. Remote
+// workers are registered and kept seen by their claims and heartbeats
+// (seeWorker), at most once per seenEvery per worker so the registry costs
+// the worker protocol's hot path almost nothing.
+
+// seenEvery is how often one remote worker's sightings are written.
+const seenEvery = 5 * time.Second
+
+// WorkerList is a page of workers.
+type WorkerList struct {
+	Items      []backstop.WorkerInfo `json:"items"`
+	NextCursor *string               `json:"next_cursor"`
+}
+
+// WorkerDetail is GET /v1/workers/{id}: the worker and its most recent
+// executions, newest first.
+type WorkerDetail = backstop.WorkerDetail
+
+// ParseWorkerQuery reads GET /v1/workers's query: queue, state, limit,
+// after.
+func ParseWorkerQuery(q url.Values) (backstop.WorkerListParams, error) {
+	var p backstop.WorkerListParams
+	for key, vals := range q {
+		switch key {
+		case "queue", "state", "limit", "after":
+			if len(vals) != 1 {
+				return p, fail(codeInvalidQuery, key+": give it once")
+			}
+		default:
+			return p, fail(codeInvalidQuery, fmt.Sprintf("unknown parameter %q (use queue, state, limit, after)", key))
+		}
+	}
+	p.Queue, p.State, p.AfterID = q.Get("queue"), backstop.WorkerState(q.Get("state")), q.Get("after")
+	p.Limit = defaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return p, fail(codeInvalidQuery, fmt.Sprintf("limit %q: want a positive whole number", v))
+		}
+		p.Limit = n
+	}
+	return p, nil
+}
+
+// GET /v1/workers
+func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) error {
+	p, err := ParseWorkerQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	ws, err := s.c.Workers(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	out := WorkerList{Items: ws}
+	if len(ws) == p.Limit && len(ws) > 0 {
+		last := ws[len(ws)-1].ID
+		out.NextCursor = &last
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// GET /v1/workers/{id}
+func (s *Server) getWorker(w http.ResponseWriter, r *http.Request) error {
+	d, err := s.c.Worker(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if d.Executions == nil {
+		d.Executions = []bt.Execution{}
+	}
+	return writeJSON(w, http.StatusOK, d)
+}
+
+// seenWorkers remembers when each remote worker's sighting was last
+// written.
+type seenWorkers struct{ m sync.Map } // worker id → time.Time
+
+// seeWorker records a remote worker's claim or heartbeat (throttled). A
+// failure is logged, never returned: the registry must not fail work.
+func (s *Server) seeWorker(r *http.Request, id string, queues []string) {
+	if id == "" {
+		return
+	}
+	now := time.Now()
+	if last, ok := s.seen.m.Load(id); ok && now.Sub(last.(time.Time)) < seenEvery {
+		return
+	}
+	s.seen.m.Store(id, now)
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if err := s.c.SeeRemoteWorker(r.Context(), id, host, queues); err != nil {
+		s.seen.m.Delete(id)
+		s.log.Warn("worker registry: recording a remote worker failed", "worker_id", id, "error", err)
+	}
+}

@@ -1,0 +1,49 @@
+package execworker
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/backstophq/backstop"
+)
+
+// lineLog writes a program's output, line by line, into the attempt's
+// execution log (backstop.WriteLog: the in-process attempt, or the remote
+// worker's sink). The execution's bound applies there.
+type lineLog struct {
+	ctx  context.Context
+	part []byte
+}
+
+// maxPartial flushes a line that never ends.
+const maxPartial = 8 << 10
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			l.part = append(l.part, p...)
+			if len(l.part) >= maxPartial {
+				l.emit()
+			}
+			break
+		}
+		l.part = append(l.part, p[:i]...)
+		l.emit()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (l *lineLog) emit() {
+	backstop.WriteLog(l.ctx, backstop.LogStreamOutput, string(l.part))
+	l.part = l.part[:0]
+}
+
+// close emits a last line without a newline.
+func (l *lineLog) close() {
+	if len(l.part) > 0 {
+		l.emit()
+	}
+}

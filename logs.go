@@ -1,0 +1,326 @@
+package backstop
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/backstophq/backstop/store"
+)
+
+// Execution logs: what a handler logs during one attempt (its Logger, and
+// WriteLog for a program's output) is kept with that execution, bounded to
+// MaxLogLines lines and MaxLogBytes bytes, then one truncation marker. The
+// in-process worker buffers the lines and writes them in batches, off the
+// settle path; remote workers send theirs with POST /v1/tasks/{id}/logs
+// (AppendRemoteLogs).
+
+// Bounds of one execution's log.
+const (
+	MaxLogLines = 1000
+	MaxLogBytes = 256 << 10
+	// maxLogLine cuts a single line.
+	maxLogLine = 8 << 10
+)
+
+// Log streams.
+const (
+	LogStreamLog       = "log"       // the handler's logger
+	LogStreamOutput    = "output"    // a program's stdout and stderr (backstop work)
+	LogStreamTruncated = "truncated" // the marker after the bound
+)
+
+// LogLine is one line of an execution's log.
+type LogLine = store.LogLine
+
+// logBound numbers lines and applies the bounds for one execution.
+type logBound struct {
+	lines, bytes, seq int
+	truncated         bool
+}
+
+// take returns the lines to keep from in (numbered), with the marker when
+// the bound is reached.
+func (b *logBound) take(in []LogLine, now time.Time) []LogLine {
+	var out []LogLine
+	for _, l := range in {
+		if b.truncated {
+			break
+		}
+		l.Line = cutLine(l.Line)
+		if b.lines >= MaxLogLines || b.bytes+len(l.Line) > MaxLogBytes {
+			b.truncated = true
+			b.seq++
+			out = append(out, LogLine{TaskID: l.TaskID, ExecutionID: l.ExecutionID, Seq: b.seq, At: now, Stream: LogStreamTruncated,
+				Line: fmt.Sprintf("…log truncated: an execution keeps at most %d lines or %d KiB…", MaxLogLines, MaxLogBytes>>10)})
+			break
+		}
+		b.lines++
+		b.bytes += len(l.Line)
+		b.seq++
+		l.Seq = b.seq
+		out = append(out, l)
+	}
+	return out
+}
+
+func cutLine(s string) string {
+	s = strings.TrimRight(s, "\r\n")
+	if len(s) > maxLogLine {
+		s = s[:maxLogLine]
+		for len(s) > 0 && !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+		s += "…"
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
+// execLog is one in-process attempt's log.
+type execLog struct {
+	mu    sync.Mutex
+	bound logBound
+	task  *Task
+	sink  *logFlusher
+	now   func() time.Time
+}
+
+func (l *execLog) write(stream, line string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	kept := l.bound.take([]LogLine{{TaskID: l.task.ID, ExecutionID: l.task.ExecutionID, At: l.now(), Stream: stream, Line: line}}, l.now())
+	l.mu.Unlock()
+	l.sink.add(kept)
+}
+
+type logSinkKey struct{}
+
+// ContextWithLogSink makes WriteLog and Logger outside an in-process
+// attempt hand their lines to sink (the remote worker sends them to the
+// server).
+func ContextWithLogSink(ctx context.Context, sink func(stream, line string)) context.Context {
+	return context.WithValue(ctx, logSinkKey{}, sink)
+}
+
+// WriteLog appends a line to the running attempt's execution log (see
+// Logger for structured records). Outside a handler it does nothing.
+func WriteLog(ctx context.Context, stream, line string) {
+	if a := attemptFrom(ctx); a != nil {
+		a.elog.write(stream, line)
+		return
+	}
+	if sink, ok := ctx.Value(logSinkKey{}).(func(stream, line string)); ok {
+		sink(stream, line)
+	}
+}
+
+// teeHandler passes records on and writes each as a text line into the
+// execution's log.
+type teeHandler struct {
+	slog.Handler
+	log    *execLog
+	prefix string // the WithAttrs/WithGroup attributes added by the handler, as text
+}
+
+func (h teeHandler) Handle(ctx context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Level.String())
+	b.WriteByte(' ')
+	b.WriteString(r.Message)
+	b.WriteString(h.prefix)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	h.log.write(LogStreamLog, b.String())
+	if h.Handler.Enabled(ctx, r.Level) {
+		return h.Handler.Handle(ctx, r)
+	}
+	return nil
+}
+
+// Enabled: every level from Info reaches the execution log, whatever the
+// process logger keeps.
+func (h teeHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo || h.Handler.Enabled(ctx, l)
+}
+
+func (h teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	p := h.prefix
+	for _, a := range as {
+		p += fmt.Sprintf(" %s=%v", a.Key, a.Value)
+	}
+	return teeHandler{Handler: h.Handler.WithAttrs(as), log: h.log, prefix: p}
+}
+
+func (h teeHandler) WithGroup(name string) slog.Handler {
+	return teeHandler{Handler: h.Handler.WithGroup(name), log: h.log, prefix: h.prefix}
+}
+
+// logFlusher batches lines of all attempts and writes them every
+// logFlushEvery or logFlushLines lines.
+type logFlusher struct {
+	st  store.Store
+	log *slog.Logger
+
+	mu      sync.Mutex
+	pending []LogLine
+	kick    chan struct{}
+	done    chan struct{}
+	stop    chan struct{}
+}
+
+const (
+	logFlushEvery = 200 * time.Millisecond
+	logFlushLines = 500
+	// logPendingMax bounds what waits in memory when the store is slow;
+	// beyond it lines are dropped (and counted in a warning).
+	logPendingMax = 50000
+)
+
+func newLogFlusher(st store.Store, log *slog.Logger) *logFlusher {
+	f := &logFlusher{st: st, log: log, kick: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{})}
+	go f.loop()
+	return f
+}
+
+func (f *logFlusher) add(lines []LogLine) {
+	if len(lines) == 0 {
+		return
+	}
+	f.mu.Lock()
+	if len(f.pending) >= logPendingMax {
+		f.mu.Unlock()
+		f.log.Warn("execution log lines dropped: the store is not keeping up", "lines", len(lines))
+		return
+	}
+	f.pending = append(f.pending, lines...)
+	n := len(f.pending)
+	f.mu.Unlock()
+	if n >= logFlushLines {
+		signal(f.kick)
+	}
+}
+
+func (f *logFlusher) loop() {
+	defer close(f.done)
+	t := time.NewTicker(logFlushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-f.kick:
+		case <-f.stop:
+			f.flush()
+			return
+		}
+		f.flush()
+	}
+}
+
+func (f *logFlusher) flush() {
+	f.mu.Lock()
+	batch := f.pending
+	f.pending = nil
+	f.mu.Unlock()
+	for len(batch) > 0 {
+		n := min(len(batch), 1000)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := f.st.AppendLogs(ctx, batch[:n])
+		cancel()
+		if err != nil {
+			f.log.Warn("writing execution logs failed; lines dropped", "error", err, "lines", n)
+		}
+		batch = batch[n:]
+	}
+}
+
+// close writes what is pending and stops.
+func (f *logFlusher) close() {
+	close(f.stop)
+	<-f.done
+}
+
+// RemoteLogResult says how many lines were kept (the rest fell beyond the
+// execution's bound).
+type RemoteLogResult struct {
+	Accepted  int  `json:"accepted"`
+	Truncated bool `json:"truncated"`
+}
+
+// RemoteLogLine is a line a remote worker sends.
+type RemoteLogLine struct {
+	Stream string `json:"stream,omitempty"` // default output
+	Line   string `json:"line"`
+}
+
+// AppendRemoteLogs appends a remote worker's lines to the execution its
+// lease token names, within the execution's bound. A token that is not the
+// task's current lease is ErrConflict (nothing written). Lines of one
+// execution must come from one sender at a time.
+func (c *Client) AppendRemoteLogs(ctx context.Context, taskID, leaseToken string, lines []RemoteLogLine) (RemoteLogResult, error) {
+	var res RemoteLogResult
+	if leaseToken == "" {
+		return res, invalid("lease_token", "is required")
+	}
+	if len(lines) > MaxLogLines {
+		return res, invalid("lines", "at most %d per request", MaxLogLines)
+	}
+	now := c.now()
+	in := make([]LogLine, len(lines))
+	for i, l := range lines {
+		switch l.Stream {
+		case "":
+			l.Stream = LogStreamOutput
+		case LogStreamOutput, LogStreamLog:
+		default:
+			return res, invalid("stream", "unknown stream %q (use output or log)", l.Stream)
+		}
+		in[i] = LogLine{TaskID: taskID, ExecutionID: leaseToken, At: now, Stream: l.Stream, Line: l.Line}
+	}
+	u, err := c.store.ExecutionLogUsage(ctx, leaseToken)
+	if err != nil {
+		return res, err
+	}
+	b := logBound{lines: u.Lines, bytes: u.Bytes, seq: u.LastSeq, truncated: u.Lines > MaxLogLines || u.Bytes > MaxLogBytes}
+	if u.LastSeq > u.Lines { // a marker is there
+		b.truncated = true
+	}
+	kept := b.take(in, now)
+	ok, err := c.store.AppendLeasedLogs(ctx, taskID, leaseToken, kept)
+	if err != nil {
+		return res, err
+	}
+	if !ok {
+		return res, fmt.Errorf("%w: the lease token is not the current lease of task %q", ErrLeaseNotCurrent, taskID)
+	}
+	for _, l := range kept {
+		if l.Stream != LogStreamTruncated {
+			res.Accepted++
+		}
+	}
+	res.Truncated = b.truncated
+	return res, nil
+}
+
+// ReadLogs returns lines of a task's execution with seq > after, at most
+// limit (1-10000).
+func (c *Client) ReadLogs(ctx context.Context, taskID, executionID string, after, limit int) ([]LogLine, error) {
+	if limit < 1 || limit > 10000 {
+		return nil, invalid("limit", "must be between 1 and 10000")
+	}
+	if after < 0 {
+		return nil, invalid("after", "must not be negative")
+	}
+	if _, err := c.Get(ctx, taskID); err != nil {
+		return nil, err
+	}
+	return c.store.ReadLogs(ctx, taskID, executionID, after, limit)
+}

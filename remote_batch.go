@@ -1,0 +1,84 @@
+package backstop
+
+import (
+	"context"
+
+	"github.com/backstophq/backstop/store"
+)
+
+// RemoteCompletion is one successful remote attempt of a batch.
+type RemoteCompletion struct {
+	TaskID     string
+	LeaseToken string
+	Progress   *Progress
+}
+
+// RemoteOutcome is the result of one completion of a batch: the decision,
+// or why it was refused (ErrLeaseNotCurrent, ErrNotFound, ErrInvalid).
+type RemoteOutcome struct {
+	Result *RemoteResult
+	Err    error
+}
+
+// CompleteMany reports many successful remote attempts at once: they are
+// settled together (one store write per up to 500), each only while its
+// lease is current, and each gets its own answer, as Complete would give.
+func (c *Client) CompleteMany(ctx context.Context, cs []RemoteCompletion) ([]RemoteOutcome, error) {
+	out := make([]RemoteOutcome, len(cs))
+	var ss []store.Settlement
+	var idx []int
+	for i, x := range cs {
+		if err := checkLease(x.TaskID, x.LeaseToken); err != nil {
+			out[i].Err = err
+			continue
+		}
+		if err := validProgress(x.Progress); err != nil {
+			out[i].Err = err
+			continue
+		}
+		t := &Task{ID: x.TaskID, ExecutionID: x.LeaseToken}
+		ss = append(ss, c.remoteDecide(t, nil, nil, x.Progress, ""))
+		idx = append(idx, i)
+	}
+	oks, errs := c.remote.settleMany(ctx, c.store, ss)
+	for j, i := range idx {
+		s := ss[j]
+		switch {
+		case errs[j] != nil:
+			return nil, errs[j] // the store failed: the caller retries the batch
+		case !oks[j]:
+			out[i].Err = c.leaseError(ctx, s.TaskID)
+		default:
+			out[i].Result = &RemoteResult{TaskID: s.TaskID, Outcome: s.Outcome, State: s.State, DeadReason: s.DeadReason}
+		}
+	}
+	return out, nil
+}
+
+// settleMany queues many settlements at once and waits for all; the
+// batcher writes them (and whatever else is pending) together.
+func (b *settleBatcher) settleMany(ctx context.Context, st store.Store, ss []store.Settlement) ([]bool, []error) {
+	reqs := make([]*settleReq, len(ss))
+	b.mu.Lock()
+	for i, s := range ss {
+		reqs[i] = &settleReq{s: s, done: make(chan struct{})}
+		b.pending = append(b.pending, reqs[i])
+	}
+	if !b.flushing {
+		b.flushing = true
+		for len(b.pending) > 0 {
+			batch := b.take()
+			b.mu.Unlock()
+			b.flush(ctx, st, batch)
+			b.mu.Lock()
+		}
+		b.flushing = false
+	}
+	b.mu.Unlock()
+	oks, errs := make([]bool, len(ss)), make([]error, len(ss))
+	for i, r := range reqs {
+		<-r.done
+		oks[i], errs[i] = r.ok, r.err
+	}
+	return oks, errs
+}

@@ -1,0 +1,87 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/backstophq/backstop/store"
+)
+
+var _ store.Logs = (*Store)(nil)
+
+func logColumns(lines []store.LogLine) (exec, task, stream, line []string, seq []int32, at []time.Time) {
+	for _, l := range lines {
+		exec, task, stream, line = append(exec, l.ExecutionID), append(task, l.TaskID), append(stream, l.Stream), append(line, l.Line)
+		seq, at = append(seq, int32(l.Seq)), append(at, l.At)
+	}
+	return
+}
+
+// AppendLogs implements store.Logs: one statement per batch.
+func (s *Store) AppendLogs(ctx context.Context, lines []store.LogLine) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	exec, task, stream, line, seq, at := logColumns(lines)
+	_, err := s.pool.Exec(ctx, `INSERT INTO backstop_execution_logs (execution_id, seq, task_id, at, stream, line)
+		SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::timestamptz[], $5::text[], $6::text[])
+		ON CONFLICT DO NOTHING`, exec, seq, task, at, stream, line)
+	if err != nil {
+		return fmt.Errorf("pgstore: append logs: %w", err)
+	}
+	return nil
+}
+
+// AppendLeasedLogs implements store.Logs: the lease check and the insert
+// are one statement.
+func (s *Store) AppendLeasedLogs(ctx context.Context, taskID, executionID string, lines []store.LogLine) (bool, error) {
+	_, _, stream, line, seq, at := logColumns(lines)
+	var ok bool
+	err := s.pool.QueryRow(ctx, `WITH lease AS (
+		SELECT 1 FROM backstop_tasks WHERE id = $1 AND execution_id = $2 AND state = 'running'
+	), ins AS (
+		INSERT INTO backstop_execution_logs (execution_id, seq, task_id, at, stream, line)
+		SELECT $2, u.seq, $1, u.at, u.stream, u.line
+		FROM unnest($3::int[], $4::timestamptz[], $5::text[], $6::text[]) AS u(seq, at, stream, line)
+		WHERE EXISTS (SELECT 1 FROM lease)
+		ON CONFLICT DO NOTHING
+	)
+	SELECT EXISTS (SELECT 1 FROM lease)`, taskID, executionID, seq, at, stream, line).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("pgstore: append logs: %w", err)
+	}
+	return ok, nil
+}
+
+// ExecutionLogUsage implements store.Logs.
+func (s *Store) ExecutionLogUsage(ctx context.Context, executionID string) (store.LogUsage, error) {
+	var u store.LogUsage
+	err := s.pool.QueryRow(ctx, `SELECT count(*), COALESCE(sum(octet_length(line)), 0), COALESCE(max(seq), 0)
+		FROM backstop_execution_logs WHERE execution_id = $1`, executionID).Scan(&u.Lines, &u.Bytes, &u.LastSeq)
+	if err != nil {
+		return u, fmt.Errorf("pgstore: log usage: %w", err)
+	}
+	return u, nil
+}
+
+// ReadLogs implements store.Logs.
+func (s *Store) ReadLogs(ctx context.Context, taskID, executionID string, afterSeq, limit int) ([]store.LogLine, error) {
+	rows, err := s.pool.Query(ctx, `SELECT seq, at, stream, line FROM backstop_execution_logs
+		WHERE execution_id = $1 AND task_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`, executionID, taskID, afterSeq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: read logs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.LogLine, error) {
+		l := store.LogLine{TaskID: taskID, ExecutionID: executionID}
+		err := r.Scan(&l.Seq, &l.At, &l.Stream, &l.Line)
+		l.At = l.At.UTC()
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: read logs: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// WorkerState is a worker's state in the registry.
+type WorkerState string
+
+// Worker states. A worker says active, stopping (draining) or stopped; a
+// worker that says active or stopping but has not been seen for the stale
+// TTL is stale (derived when read, never written). A stale worker's leases
+// run out like any other and the lease-expiry sweep reclaims them.
+const (
+	WorkerActive   WorkerState = "active"
+	WorkerStopping WorkerState = "stopping"
+	WorkerStopped  WorkerState = "stopped"
+	WorkerStale    WorkerState = "stale"
+)
+
+// WorkerStates lists the states in display order.
+var WorkerStates = []WorkerState{WorkerActive, WorkerStopping, WorkerStopped, WorkerStale}
+
+// Valid reports whether s is a known worker state.
+func (s WorkerState) Valid() bool {
+	for _, x := range WorkerStates {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+// WorkerInfo is one worker instance in the registry.
+type WorkerInfo struct {
+	ID        string            `json:"id"`
+	Host      string            `json:"host"`
+	PID       int               `json:"pid"`
+	Queues    []string          `json:"queues"`
+	Version   string            `json:"version"`
+	Labels    map[string]string `json:"labels"`
+	Remote    bool              `json:"remote"`
+	State     WorkerState       `json:"state"`
+	StartedAt time.Time         `json:"started_at"`
+	LastSeen  time.Time         `json:"last_seen"`
+	StoppedAt *time.Time        `json:"stopped_at,omitempty"`
+}
+
+// WorkerFilter selects workers: by queue and derived state, after a cursor
+// (id order), at most Limit. Now and StaleAfter derive the stale state.
+type WorkerFilter struct {
+	Queue      string
+	State      WorkerState
+	AfterID    string
+	Limit      int
+	Now        time.Time
+	StaleAfter time.Duration
+}
+
+// Workers is the worker registry.
+type Workers interface {
+	// RegisterWorker writes the worker's row afresh (state active,
+	// started_at and last_seen = w.StartedAt).
+	RegisterWorker(ctx context.Context, w WorkerInfo) error
+	// SeeWorker marks a worker seen at now (state active); a worker not
+	// registered yet (a remote worker's first claim) is added with w's
+	// fields and started_at = now.
+	SeeWorker(ctx context.Context, w WorkerInfo, now time.Time) error
+	// TouchWorkers sets last_seen = now for the ids still registered.
+	TouchWorkers(ctx context.Context, ids []string, now time.Time) error
+	// SetWorkerState records stopping or stopped (stopped sets stopped_at).
+	// Unknown id: ErrNotFound.
+	SetWorkerState(ctx context.Context, id string, st WorkerState, now time.Time) error
+	// ListWorkers lists workers in id order.
+	ListWorkers(ctx context.Context, f WorkerFilter) ([]WorkerInfo, error)
+	// GetWorker returns one worker; ErrNotFound if unknown.
+	GetWorker(ctx context.Context, id string, now time.Time, staleAfter time.Duration) (*WorkerInfo, error)
+	// WorkerExecutions lists a worker's most recent executions, newest
+	// first, at most limit.
+	WorkerExecutions(ctx context.Context, workerID string, limit int) ([]bt.Execution, error)
+	// CountWorkersByState counts workers by derived state (every state
+	// present, zero included).
+	CountWorkersByState(ctx context.Context, now time.Time, staleAfter time.Duration) (map[WorkerState]int, error)
+}
+
+// JoinQueues is how drivers store a worker's queues: ",a,b," so that one
+// queue matches as the substring ",q,".
+func JoinQueues(qs []string) string { return "," + strings.Join(qs, ",") + "," }
+
+// SplitQueues reverses JoinQueues.
+func SplitQueues(s string) []string {
+	s = strings.Trim(s, ",")
+	if s == "" {
+		return []string{}
+	}
+	return strings.Split(s, ",")
+}
+
+// DeriveWorkerState is the state a reader sees: a worker that says active
+// or stopping but was last seen before now-staleAfter is stale.
+func DeriveWorkerState(said WorkerState, lastSeen, now time.Time, staleAfter time.Duration) WorkerState {
+	if (said == WorkerActive || said == WorkerStopping) && lastSeen.Before(now.Add(-staleAfter)) {
+		return WorkerStale
+	}
+	return said
+}

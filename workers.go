@@ -1,0 +1,133 @@
+package backstop
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/backstophq/backstop/store"
+)
+
+// The worker registry: every Worker registers when it starts, is seen on
+// its heartbeat loop, says stopping when it drains and stopped when it is
+// done. A worker that stops being seen for Config.WorkerStaleAfter reads as
+// stale; its leases expire like any other and the maintenance leader's
+// lease-expiry sweep gives its tasks back. Remote workers (the HTTP worker
+// protocol) are registered and seen by the server on their claims and
+// heartbeats (SeeWorker).
+
+// WorkerInfo is one worker in the registry.
+type WorkerInfo = store.WorkerInfo
+
+// WorkerState is a registered worker's state.
+type WorkerState = store.WorkerState
+
+// Worker states (see store.WorkerState).
+const (
+	WorkerActive   = store.WorkerActive
+	WorkerStopping = store.WorkerStopping
+	WorkerStopped  = store.WorkerStopped
+	WorkerStale    = store.WorkerStale
+)
+
+// WorkerListParams filters Workers: queue, derived state, cursor, limit
+// (1-10000; default 100).
+type WorkerListParams struct {
+	Queue   string
+	State   WorkerState
+	AfterID string
+	Limit   int
+}
+
+// recentExecutions is how many executions Worker returns.
+const recentExecutions = 20
+
+// WorkerDetail is a worker with its most recent executions (newest first).
+type WorkerDetail struct {
+	WorkerInfo
+	Executions []Execution `json:"executions"`
+}
+
+// Workers lists registered workers in id order.
+func (c *Client) Workers(ctx context.Context, p WorkerListParams) ([]WorkerInfo, error) {
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	if p.Limit < 1 || p.Limit > 10000 {
+		return nil, invalid("limit", "must be between 1 and 10000")
+	}
+	if p.State != "" && !p.State.Valid() {
+		return nil, invalid("state", "unknown worker state %q (use active, stopping, stopped or stale)", p.State)
+	}
+	if p.Queue != "" {
+		if err := validName(p.Queue); err != nil {
+			return nil, invalid("queue", "%v", err)
+		}
+	}
+	return c.store.ListWorkers(ctx, store.WorkerFilter{Queue: p.Queue, State: p.State, AfterID: p.AfterID,
+		Limit: p.Limit, Now: c.now(), StaleAfter: c.cfg.WorkerStaleAfter})
+}
+
+// Worker returns one registered worker with its recent executions.
+func (c *Client) Worker(ctx context.Context, id string) (*WorkerDetail, error) {
+	w, err := c.store.GetWorker(ctx, id, c.now(), c.cfg.WorkerStaleAfter)
+	if err != nil {
+		return nil, err
+	}
+	ex, err := c.store.WorkerExecutions(ctx, id, recentExecutions)
+	if err != nil {
+		return nil, err
+	}
+	return &WorkerDetail{WorkerInfo: *w, Executions: ex}, nil
+}
+
+// WorkerCounts counts registered workers by state (every state present).
+func (c *Client) WorkerCounts(ctx context.Context) (map[WorkerState]int, error) {
+	return c.store.CountWorkersByState(ctx, c.now(), c.cfg.WorkerStaleAfter)
+}
+
+// SeeRemoteWorker records that a remote worker is alive (its claim or
+// heartbeat reached the server); the first sighting registers it.
+func (c *Client) SeeRemoteWorker(ctx context.Context, id, host string, queues []string) error {
+	if err := ValidID(id); err != nil {
+		return invalid("worker_id", "%v", err)
+	}
+	return c.store.SeeWorker(ctx, WorkerInfo{ID: id, Host: host, Queues: queues, Remote: true}, c.now())
+}
+
+// registryInterval is how often the heartbeat loop marks the worker seen:
+// well inside the stale TTL.
+func (w *Worker) registryInterval() time.Duration {
+	return max(min(w.cfg.HeartbeatInterval, w.c.cfg.WorkerStaleAfter/4), 10*time.Millisecond)
+}
+
+func (w *Worker) register(ctx context.Context) {
+	host, _ := os.Hostname()
+	queues := make([]string, 0, len(w.queues))
+	for _, q := range w.queues {
+		queues = append(queues, q.name)
+	}
+	slices.Sort(queues)
+	info := WorkerInfo{ID: w.cfg.ID, Host: host, PID: os.Getpid(), Queues: queues, Version: w.cfg.Version,
+		Labels: w.cfg.Labels, StartedAt: w.c.now()}
+	if err := w.c.store.RegisterWorker(context.WithoutCancel(ctx), info); err != nil {
+		// The registry is for operators; a failure must not stop work.
+		w.log.Warn("worker registration failed", "error", err)
+	}
+}
+
+func (w *Worker) seen(ctx context.Context) {
+	if err := w.c.store.TouchWorkers(ctx, []string{w.cfg.ID}, w.c.now()); err != nil && ctx.Err() == nil {
+		w.log.Warn("worker registry heartbeat failed", "error", err)
+	}
+}
+
+func (w *Worker) setRegistryState(st WorkerState) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.c.store.SetWorkerState(ctx, w.cfg.ID, st, w.c.now()); err != nil {
+		w.log.Warn(fmt.Sprintf("worker registry: marking %s failed", st), "error", err)
+	}
+}
