@@ -104,6 +104,9 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]bt.Event, error) {
 		e.Body = json.RawMessage(body)
 		x, _ := strconv.ParseUint(xid, 10, 64)
 		e.Cursor = store.Cursor{Xid: x, Seq: uint64(e.Seq)}.String()
+		if e.ID == "" {
+			e.ID = e.Cursor
+		}
 		if attrs != nil {
 			if err := json.Unmarshal(attrs, &e.Attributes); err != nil {
 				return nil, err

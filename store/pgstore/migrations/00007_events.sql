@@ -9,9 +9,12 @@
 -- written before this migration keep xid 0 (they come first, in seq order).
 ALTER TABLE backstop_events ADD COLUMN xid xid8 NOT NULL DEFAULT '0';
 ALTER TABLE backstop_events ALTER COLUMN xid SET DEFAULT pg_current_xact_id();
--- The log's order is the primary key; ids are fresh UUIDs and need no index
--- of their own (every index costs each of the engine's writes).
+-- The log's order is the primary key. Events the engine's statements write
+-- store no id (a random UUID per row costs the hot path): their id is their
+-- cursor. Other events keep a fresh UUID; neither needs an index (every
+-- index costs each of the engine's writes).
 ALTER TABLE backstop_events DROP CONSTRAINT backstop_events_id_key;
+ALTER TABLE backstop_events ALTER COLUMN id SET DEFAULT '';
 ALTER TABLE backstop_events DROP CONSTRAINT backstop_events_pkey;
 ALTER TABLE backstop_events ADD PRIMARY KEY (xid, seq);
 -- seq keeps its default CACHE 1: an event takes its number after the task
@@ -29,5 +32,7 @@ CREATE TABLE backstop_event_checkpoints (
 DROP TABLE backstop_event_checkpoints;
 ALTER TABLE backstop_events DROP CONSTRAINT backstop_events_pkey;
 ALTER TABLE backstop_events ADD PRIMARY KEY (seq);
+ALTER TABLE backstop_events ALTER COLUMN id DROP DEFAULT;
+UPDATE backstop_events SET id = xid::text || '-' || seq WHERE id = '';
 ALTER TABLE backstop_events ADD CONSTRAINT backstop_events_id_key UNIQUE (id);
 ALTER TABLE backstop_events DROP COLUMN xid;
