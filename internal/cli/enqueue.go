@@ -220,7 +220,7 @@ func (a *app) enqueueOne(cmd *cobra.Command, f *enqueueFlags) error {
 		return err
 	}
 	defer s.Close()
-	res, err := c.Enqueue(cmd.Context(), p)
+	res, err := c.Enqueue(cliActor(cmd.Context()), p)
 	if err != nil {
 		return err
 	}
@@ -333,7 +333,7 @@ func (a *app) enqueueBatch(ctx context.Context, name, mergeRule string) error {
 	sum := batchSummary{Records: len(params)}
 	for start := 0; start < len(params); start += batchSize {
 		end := min(start+batchSize, len(params))
-		rs, err := c.EnqueueMany(ctx, params[start:end])
+		rs, err := c.EnqueueMany(cliActor(ctx), params[start:end])
 		if err != nil {
 			written := ""
 			if start > 0 {
