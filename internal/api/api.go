@@ -177,6 +177,9 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/runs/{run_id}", RoleViewer, s.getRun)
 	s.handle("GET", "/v1/runs/{run_id}/tasks", RoleViewer, s.listRunTasks)
 
+	s.handle("GET", "/v1/events", RoleViewer, s.listEvents)
+	s.handle("GET", "/v1/events/stream", RoleViewer, s.streamEvents)
+
 	s.handle("POST", "/v1/claim", RoleOperator, s.claim)
 	s.handle("POST", "/v1/tasks/{id}/heartbeat", RoleOperator, s.heartbeat)
 	s.handle("POST", "/v1/tasks/{id}/progress", RoleOperator, s.progress)
@@ -233,6 +236,10 @@ func (w *statusWriter) WriteHeader(code int) {
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (flushes and
+// deadlines of event streams).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
