@@ -26,7 +26,62 @@ func (s *suite) testEvents(t *testing.T) {
 	t.Run("Bodies", s.testEventBodies)
 	t.Run("Streams", s.testEventStreams)
 	t.Run("CheckpointAndRetention", s.testEventCheckpointRetention)
+	t.Run("Subscribe", s.testSubscribe)
 	t.Run("GapFree", s.testEventsGapFree)
+}
+
+// testSubscribe: a durable subscription delivers a stream from the start,
+// then live, and after a restart resumes after its last Ack (at least once).
+func (s *suite) testSubscribe(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	b.enqueue(backstop.EnqueueParams{ID: "s1", Queue: "sub", Kind: "k"})
+	b.enqueue(backstop.EnqueueParams{ID: "other", Queue: "elsewhere", Kind: "k"})
+	b.enqueue(backstop.EnqueueParams{ID: "s2", Queue: "sub", Kind: "k"})
+	p := backstop.SubscribeParams{Name: "billing", PollInterval: 10 * time.Millisecond}
+	p.Stream = "queue.sub"
+	sub, err := b.c.Subscribe(b.ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(sub *backstop.Subscription) backstop.Event {
+		t.Helper()
+		select {
+		case e, ok := <-sub.C:
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+			return e
+		case <-time.After(20 * time.Second):
+			t.Fatal("no event")
+		}
+		return backstop.Event{}
+	}
+	e1 := next(sub)
+	eq(t, "first", e1.Subject, "s1")
+	if err := sub.Ack(b.ctx, e1.Cursor); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "second", next(sub).Subject, "s2") // delivered, not acknowledged
+	b.enqueue(backstop.EnqueueParams{ID: "s3", Queue: "sub", Kind: "k"})
+	eq(t, "live", next(sub).Subject, "s3")
+	sub.Close()
+	if _, ok := <-sub.C; ok {
+		t.Fatal("C open after Close")
+	}
+
+	// Restart: resumes after the acknowledged s1; s2 and s3 come again.
+	sub, err = b.c.Subscribe(b.ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	eq(t, "redelivered", next(sub).Subject, "s2")
+	eq(t, "then", next(sub).Subject, "s3")
+
+	if _, err := b.c.Subscribe(b.ctx, backstop.SubscribeParams{ReadEventsParams: backstop.ReadEventsParams{Stream: "bogus"}}); !errors.Is(err, backstop.ErrInvalid) {
+		t.Fatalf("bad stream: %v", err)
+	}
 }
 
 // types lists a task's event types in history order.
