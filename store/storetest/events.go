@@ -378,7 +378,10 @@ func (s *suite) testEventStreams(t *testing.T) {
 		}
 		return out
 	}
-	all := read("all", "", 100)
+	// On Postgres events are served once every transaction that began
+	// before them (in any test sharing the cluster) has ended.
+	var all store.EventPage
+	waitFor(t, "nine final events", func() bool { all = read("all", "", 100); return len(all.Events) >= 9 })
 	eq(t, "all", len(all.Events), 9)
 	for i := 1; i < len(all.Events); i++ {
 		a, _ := store.ParseCursor(all.Events[i-1].Cursor)
