@@ -339,19 +339,6 @@ func FoldedEvent(existing, incoming *bt.Task, merged bool, actor string) bt.Even
 	return e
 }
 
-// ClaimedEvent is the task.claimed event of a claimed task.
-func ClaimedEvent(t *bt.Task, now time.Time) bt.Event {
-	var lease time.Time
-	if t.LeaseExpiresAt != nil {
-		lease = *t.LeaseExpiresAt
-	}
-	e := NewEvent(now, EventClaimed, t.ID, t.Queue, t.Kind, "", fmt.Appendf(nil,
-		`{"worker_id":%q,"execution_id":%q,"attempt":%d,"lease_expires_at":%q}`,
-		t.WorkerID, t.ExecutionID, t.Attempt, EventTime(lease)))
-	e.Attributes = t.Attributes
-	return e
-}
-
 // ProgressEvent is the task.progress event of a heartbeat that changed it.
 func ProgressEvent(t *bt.Task, execID string, p bt.Progress, now time.Time) bt.Event {
 	e := NewEvent(now, EventProgress, t.ID, t.Queue, t.Kind, "", fmt.Appendf(nil,

@@ -116,6 +116,9 @@ func scanEvents(rows *sql.Rows) ([]bt.Event, error) {
 		e.Time = fromUS(at)
 		e.Body = json.RawMessage(body)
 		e.Cursor = store.Cursor{Seq: uint64(e.Seq)}.String()
+		if e.ID == "" { // written by the hot path's SQL: the cursor is its id
+			e.ID = e.Cursor
+		}
 		var err error
 		if e.Attributes, err = decodeAttrs(attrs); err != nil {
 			return nil, err

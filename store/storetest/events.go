@@ -383,6 +383,13 @@ func (s *suite) testEventStreams(t *testing.T) {
 	var all store.EventPage
 	waitFor(t, "nine final events", func() bool { all = read("all", "", 100); return len(all.Events) >= 9 })
 	eq(t, "all", len(all.Events), 9)
+	ids := map[string]bool{}
+	for _, e := range all.Events {
+		if e.ID == "" || ids[e.ID] || e.Cursor == "" {
+			t.Fatalf("event id %q (cursor %q) empty or repeated", e.ID, e.Cursor)
+		}
+		ids[e.ID] = true
+	}
 	for i := 1; i < len(all.Events); i++ {
 		a, _ := store.ParseCursor(all.Events[i-1].Cursor)
 		c, _ := store.ParseCursor(all.Events[i].Cursor)
