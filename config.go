@@ -60,6 +60,9 @@ type RetentionConfig struct {
 	DeadLetters time.Duration
 	// Interval between retention rounds. Default: 1m.
 	Interval time.Duration
+	// Events of the event log, from their time (docs/events.md). A task's
+	// events also go when the task is deleted. Default: 7 days.
+	Events time.Duration
 }
 
 // QueueConfig is the policy of one queue.
@@ -110,6 +113,7 @@ func (c *Config) withDefaults() *Config {
 	out.Retention.Canceled = cmp.Or(c.Retention.Canceled, 24*time.Hour)
 	out.Retention.DeadLetters = cmp.Or(c.Retention.DeadLetters, 30*24*time.Hour)
 	out.Retention.Interval = cmp.Or(c.Retention.Interval, time.Minute)
+	out.Retention.Events = cmp.Or(c.Retention.Events, 7*24*time.Hour)
 	out.WorkerStaleAfter = cmp.Or(c.WorkerStaleAfter, time.Minute)
 	if out.Retry == nil {
 		p := bt.DefaultRetryPolicy

@@ -17,6 +17,7 @@ type RetentionResult struct {
 	Succeeded   int `json:"succeeded"`
 	Canceled    int `json:"canceled"`
 	DeadLetters int `json:"dead_letters"`
+	Events      int `json:"events"`
 }
 
 // closedDLQ are the dead-letter statuses retention may delete; open dead
@@ -27,7 +28,8 @@ var closedDLQ = []bt.DLQStatus{bt.DLQDiscarded, bt.DLQResolved, bt.DLQReplayed}
 // and canceled tasks finished longer ago than their retention, and closed
 // dead letters (discarded, resolved, replayed under a new id) last changed
 // longer ago than theirs, each with its executions, payloads and events, in
-// batches of 1,000 per transaction. The maintenance leader runs it; it is
+// batches of 1,000 per transaction; and events of the log older than
+// Retention.Events. The maintenance leader runs it; it is
 // safe to run anywhere (batches lock with SKIP LOCKED on Postgres).
 func Retain(ctx context.Context, c *Client) (RetentionResult, error) {
 	var res RetentionResult
@@ -62,6 +64,11 @@ func Retain(ctx context.Context, c *Client) (RetentionResult, error) {
 		res.DeadLetters = n
 		errs = append(errs, err)
 	}
+	if r.Events >= 0 {
+		errs = append(errs, drain(&res.Events, func() (int, error) {
+			return c.store.DeleteEventsBefore(ctx, now.Add(-r.Events), retentionBatch)
+		}))
+	}
 	return res, errors.Join(errs...)
 }
 
@@ -70,9 +77,9 @@ func Retain(ctx context.Context, c *Client) (RetentionResult, error) {
 // with one warning: it belongs to a process with the admin role then.
 func (w *Worker) retain(ctx context.Context) {
 	res, err := Retain(ctx, w.c)
-	if res.Succeeded+res.Canceled+res.DeadLetters > 0 {
+	if res.Succeeded+res.Canceled+res.DeadLetters+res.Events > 0 {
 		w.log.Info("retention deleted finished work", "succeeded", res.Succeeded, "canceled", res.Canceled,
-			"dead_letters", res.DeadLetters)
+			"dead_letters", res.DeadLetters, "events", res.Events)
 	}
 	switch {
 	case err == nil, ctx.Err() != nil:

@@ -9,8 +9,11 @@ import (
 // sequence, a time, a type ("dlq.replayed", …), the subject task with its
 // queue and kind, who did it, and a type-specific JSON body.
 type Event struct {
-	ID         string            `json:"id"`
-	Seq        int64             `json:"seq"`
+	ID  string `json:"id"`
+	Seq int64  `json:"seq"`
+	// Cursor is the event's position in the log, what a reader passes as
+	// "after" to continue behind it (docs/events.md).
+	Cursor     string            `json:"cursor,omitempty"`
 	Time       time.Time         `json:"time"`
 	Type       string            `json:"type"`
 	Subject    string            `json:"subject"`

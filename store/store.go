@@ -74,9 +74,10 @@ type Store interface {
 	// (store/api.go).
 	Tokens
 	APIStore
-	Queues  // paused queues (store/queues.go)
-	Workers // the worker registry (store/workers.go)
-	Logs    // execution logs (store/logs.go)
+	Queues   // paused queues (store/queues.go)
+	Workers  // the worker registry (store/workers.go)
+	Logs     // execution logs (store/logs.go)
+	EventLog // reading the event log by stream and cursor (store/events.go)
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers

@@ -54,6 +54,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_leaders TO backstop_w
 GRANT SELECT ON :"schema".backstop_queues TO backstop_worker;
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_worker;
 GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_worker;
+GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_event_checkpoints TO backstop_worker;
 GRANT SELECT ON :"schema".backstop_pending_retries, :"schema".backstop_dead_letters,
     :"schema".backstop_retry_exhausted, :"schema".backstop_recent_failures TO backstop_worker;
 

@@ -184,6 +184,10 @@ func (s *Server) register() {
 
 	s.handle("GET", "/v1/workers", RoleViewer, s.listWorkers)
 	s.handle("GET", "/v1/workers/{id}", RoleViewer, s.getWorker)
+
+	s.handle("GET", "/v1/events", RoleViewer, s.listEvents)
+	s.handle("GET", "/v1/events/stream", RoleViewer, s.streamEvents)
+
 	s.handle("POST", "/v1/claim", RoleOperator, s.claim)
 	s.handle("POST", "/v1/tasks/{id}/heartbeat", RoleOperator, s.heartbeat)
 	s.handle("POST", "/v1/tasks/{id}/progress", RoleOperator, s.progress)
@@ -244,6 +248,10 @@ func (w *statusWriter) WriteHeader(code int) {
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (flushes and
+// deadlines of event streams).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {

@@ -71,7 +71,7 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return &apiError{code: codeInvalidJSON, detail: err.Error()}
 	}
-	res, err := s.c.Enqueue(r.Context(), params)
+	res, err := s.c.Enqueue(actorContext(r), params)
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func (s *Server) postTaskBatch(w http.ResponseWriter, r *http.Request) error {
 		}
 		params[i] = p
 	}
-	rs, err := s.c.EnqueueMany(r.Context(), params)
+	rs, err := s.c.EnqueueMany(actorContext(r), params)
 	if err != nil {
 		return err
 	}
@@ -220,7 +220,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
 // POST /v1/tasks/{id}/cancel: at once for a waiting task, cooperatively for
 // a running one; a finished task is a conflict.
 func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request) error {
-	t, err := s.c.Cancel(r.Context(), r.PathValue("id"))
+	t, err := s.c.Cancel(actorContext(r), r.PathValue("id"))
 	if err != nil {
 		return err
 	}

@@ -223,7 +223,7 @@ func (a *app) enqueueOne(cmd *cobra.Command, f *enqueueFlags) error {
 		return err
 	}
 	defer c.Close()
-	res, err := c.Enqueue(cmd.Context(), p)
+	res, err := c.Enqueue(cliActor(cmd.Context()), p)
 	if err != nil {
 		return err
 	}
@@ -339,7 +339,7 @@ func (a *app) enqueueBatch(ctx context.Context, name, mergeRule string) error {
 	sum := batchSummary{Records: len(params)}
 	for start := 0; start < len(params); start += batchSize {
 		end := min(start+batchSize, len(params))
-		rs, err := c.EnqueueMany(ctx, params[start:end])
+		rs, err := c.EnqueueMany(cliActor(ctx), params[start:end])
 		var be *backstop.BatchError
 		if errors.As(err, &be) && start == 0 {
 			// The server checks each batch as the library does here; its

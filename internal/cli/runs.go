@@ -45,6 +45,8 @@ with: backstop tasks list --attr run_id=RUN_ID. A run without tasks exits 3.`,
 				tw := newTable(w)
 				fmt.Fprintf(tw, "run\t%s\n", r.RunID)
 				fmt.Fprintf(tw, "tasks\t%d\n", r.Total)
+				fmt.Fprintf(tw, "steps done\t%d/%d (%d dead, %d canceled)\n", r.Counts[bt.StateSucceeded], r.Total,
+					r.Counts[bt.StateDead], r.Counts[bt.StateCanceled])
 				for _, st := range bt.States {
 					if n := r.Counts[st]; n > 0 {
 						fmt.Fprintf(tw, "  %s\t%d\n", st, n)

@@ -118,7 +118,7 @@ func (a *app) morePages(tasks []*backstop.Task, limit int) {
 func tasksShowCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show ID",
-		Short: "Show a task with its executions (attempts)",
+		Short: "Show a task with its executions (attempts) and its timeline (events)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.backend(cmd.Context(), nil)
@@ -136,7 +136,7 @@ func tasksShowCmd(a *app) *cobra.Command {
 				if err := printTaskDetail(w, t, false); err != nil {
 					return err
 				}
-				return printEvents(w, events)
+				return printTimeline(w, t, events)
 			})
 		},
 	}
@@ -158,7 +158,7 @@ func tasksCancelCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			t, err := c.Cancel(cmd.Context(), args[0])
+			t, err := c.Cancel(cliActor(cmd.Context()), args[0])
 			if err != nil {
 				return err
 			}

@@ -96,6 +96,8 @@ type Retention struct {
 	Canceled    Duration `yaml:"canceled" json:"canceled"`
 	DeadLetters Duration `yaml:"dead_letters" json:"dead_letters"`
 	Interval    Duration `yaml:"interval" json:"interval"`
+	// Events of the event log (docs/events.md). Default 7 days.
+	Events Duration `yaml:"events" json:"events"`
 }
 
 // Redaction lists payload keys whose values are masked wherever a payload
@@ -562,7 +564,7 @@ func (c *Config) Library() *backstop.Config {
 		StrictQueues:       c.Limits.StrictQueues,
 		RedactKeys:         c.Redaction.Keys,
 		Retention: backstop.RetentionConfig{Succeeded: c.Retention.Succeeded.D(), Canceled: c.Retention.Canceled.D(),
-			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D()},
+			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D(), Events: c.Retention.Events.D()},
 	}
 	if len(c.Queues) > 0 {
 		out.Queues = map[string]backstop.QueueConfig{}
@@ -604,6 +606,7 @@ func (c *Config) Effective() *Config {
 	out.Retention.Canceled = orDur(c.Retention.Canceled, 24*time.Hour)
 	out.Retention.DeadLetters = orDur(c.Retention.DeadLetters, 30*24*time.Hour)
 	out.Retention.Interval = orDur(c.Retention.Interval, time.Minute)
+	out.Retention.Events = orDur(c.Retention.Events, 7*24*time.Hour)
 	out.Queues = map[string]Queue{}
 	for n, q := range c.Queues {
 		if q.Concurrency == 0 {

@@ -49,6 +49,7 @@ var topEnv = map[string]setter{
 	"RETENTION_CANCELED":      func(c *Config, v string) error { return parseDur(v, &c.Retention.Canceled) },
 	"RETENTION_DEAD_LETTERS":  func(c *Config, v string) error { return parseDur(v, &c.Retention.DeadLetters) },
 	"RETENTION_INTERVAL":      func(c *Config, v string) error { return parseDur(v, &c.Retention.Interval) },
+	"RETENTION_EVENTS":        func(c *Config, v string) error { return parseDur(v, &c.Retention.Events) },
 	"TELEMETRY_OTLP_ENDPOINT": func(c *Config, v string) error { c.Telemetry.OTLPEndpoint = v; return nil },
 	"REDACTION_KEYS":          func(c *Config, v string) error { c.Redaction.Keys = splitList(v); return nil },
 }

@@ -84,7 +84,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []bt.Event) error {
 
 // Events implements store.DLQ.
 func (s *Store) Events(ctx context.Context, taskID string) ([]bt.Event, error) {
-	rs, err := s.pool.Query(ctx, `SELECT seq, id, time, type, subject, queue, kind, attributes, actor, body
+	rs, err := s.pool.Query(ctx, `SELECT xid::text, seq, id, time, type, subject, queue, kind, attributes, actor, body
 		FROM backstop_events WHERE subject = $1 ORDER BY seq`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: events of %s: %w", taskID, err)
@@ -94,13 +94,19 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]bt.Event, error) {
 	for rs.Next() {
 		var (
 			e           bt.Event
+			xid         string
 			attrs, body []byte
 		)
-		if err := rs.Scan(&e.Seq, &e.ID, &e.Time, &e.Type, &e.Subject, &e.Queue, &e.Kind, &attrs, &e.Actor, &body); err != nil {
+		if err := rs.Scan(&xid, &e.Seq, &e.ID, &e.Time, &e.Type, &e.Subject, &e.Queue, &e.Kind, &attrs, &e.Actor, &body); err != nil {
 			return nil, err
 		}
 		e.Time = utc(e.Time)
 		e.Body = json.RawMessage(body)
+		x, _ := strconv.ParseUint(xid, 10, 64)
+		e.Cursor = store.Cursor{Xid: x, Seq: uint64(e.Seq)}.String()
+		if e.ID == "" {
+			e.ID = e.Cursor
+		}
 		if attrs != nil {
 			if err := json.Unmarshal(attrs, &e.Attributes); err != nil {
 				return nil, err

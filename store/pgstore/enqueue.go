@@ -151,6 +151,8 @@ func (r row) stored() *bt.Task {
 // one by one, in input order, since each may meet an earlier one.
 func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
 	results := make([]store.EnqueueResult, len(tasks))
+	actor := store.ActorFrom(ctx, store.DefaultActor)
+	var folded []bt.Event // task.enqueued of merges and duplicates
 	var plain, keyed []int
 	for i, t := range tasks {
 		if t.IdempotencyKey == "" && t.MergeKey == "" {
@@ -180,6 +182,7 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 			batch[j] = r
 			args = r.args(args)
 		}
+		args = append(args, actor)
 		inserted, err := insertTasks(ctx, db, sqlInsertTasks(len(chunk), "(id)"), db.batchArgs(len(chunk), args))
 		if err != nil {
 			return nil, err
@@ -202,14 +205,19 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 	}
 
 	for _, i := range keyed {
-		res, err := enqueueKeyed(ctx, db, tasks[i], opts)
+		res, err := enqueueKeyed(ctx, db, tasks[i], opts, actor)
 		if err != nil {
 			return nil, err
 		}
 		results[i] = res
 		if !res.Merged && !res.Duplicate {
 			wake(tasks[i])
+		} else {
+			folded = append(folded, store.FoldedEvent(res.Task, tasks[i], res.Merged, actor))
 		}
+	}
+	if err := insertEventsScalar(ctx, db, folded); err != nil {
+		return nil, err
 	}
 
 	if len(woken) > 0 {
@@ -233,7 +241,7 @@ const maxKeyedTries = 10
 // holding the merge key, or inserts. A concurrent enqueue may take the key
 // between the look-up and the insert; the insert then does nothing, and the
 // look-up runs again and finds the winner.
-func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOpts) (store.EnqueueResult, error) {
+func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOpts, actor string) (store.EnqueueResult, error) {
 	r, err := newRow(t, opts.InlineLimit)
 	if err != nil {
 		return store.EnqueueResult{}, err
@@ -261,7 +269,7 @@ func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOp
 				return store.EnqueueResult{Task: merged, Merged: true}, nil
 			}
 		}
-		inserted, err := insertTasks(ctx, db, sqlInsertTasks(1, ""), r.args(nil))
+		inserted, err := insertTasks(ctx, db, sqlInsertTasks(1, ""), append(r.args(nil), actor))
 		if err != nil {
 			return store.EnqueueResult{}, err
 		}

@@ -50,7 +50,7 @@ ORDER BY started_at, attempt, execution_id`
 
 // Claim: lock the next claimable rows, skipping rows other claimers hold,
 // and lease them in the same statement.
-const claimPick = `
+var claimPick = `
 WITH picked AS (
 	SELECT id FROM backstop_tasks
 	WHERE state = 'pending' AND queue = $1 AND run_at <= $2
@@ -70,7 +70,7 @@ WITH picked AS (
 		updated_at = $2
 	FROM picked WHERE c.id = picked.id
 	RETURNING c.*
-)
+), ` + claimEvents + `
 `
 
 var (
@@ -85,7 +85,7 @@ func formatClaim(kindFilter string) string {
 
 // Heartbeat: extend the leases still held by the named executions. Input
 // arrays: task ids, execution ids, has-progress flags, totals, completed.
-const sqlHeartbeat = `
+var sqlHeartbeat = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::int[])
 		WITH ORDINALITY AS i(task_id, execution_id, has_progress, total, completed, idx)
@@ -95,17 +95,18 @@ WITH input AS (
 		updated_at = $7,
 		progress_total = CASE WHEN i.has_progress THEN i.total ELSE t.progress_total END,
 		progress_completed = CASE WHEN i.has_progress THEN i.completed ELSE t.progress_completed END
-	FROM input i
-	WHERE t.id = i.task_id AND t.state = 'running' AND t.execution_id = i.execution_id
-	RETURNING t.id, t.execution_id, t.cancel_requested_at IS NOT NULL AS cancel_requested
-)
+	FROM input i, backstop_tasks o -- o: the row before this update
+	WHERE t.id = i.task_id AND t.state = 'running' AND t.execution_id = i.execution_id AND o.id = t.id
+	RETURNING t.id, t.execution_id, t.cancel_requested_at IS NOT NULL AS cancel_requested,
+		` + beatReturning + `
+), ` + beatEvents + `
 -- Joined back on the lease, not the input row: a beat sent twice is held twice.
 SELECT i.idx, b.cancel_requested FROM input i JOIN beat b ON b.id = i.task_id AND b.execution_id = i.execution_id`
 
 // Settle: apply each decision whose lease is still current (or, without an
 // execution id, to a waiting task), record the settled executions, and wake
 // the queues that got pending work, all in one statement.
-const sqlSettle = `
+var sqlSettle = `
 WITH input AS (
 	SELECT * FROM unnest(
 		$1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
@@ -137,8 +138,9 @@ WITH input AS (
 		WHEN i.execution_id = '' THEN t.state IN ('scheduled', 'pending')
 		ELSE t.state = 'running' AND t.execution_id = i.execution_id END
 	RETURNING i.idx, t.id, t.queue, t.state, i.execution_id, i.uncharged, t.attempt, t.worker_id,
-		t.attempted_at, i.finished_at, i.outcome, i.error, i.error_detail
-), recorded AS (
+		t.attempted_at, i.finished_at, i.outcome, i.error, i.error_detail,
+		t.kind, t.attributes, t.run_at, t.dead_reason, t.dead_count
+), ` + settleEvents + `, recorded AS (
 	INSERT INTO backstop_executions
 		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail)
 	SELECT execution_id, id, CASE WHEN uncharged THEN attempt + 1 ELSE attempt END,
@@ -154,7 +156,7 @@ SELECT 0 FROM (SELECT DISTINCT queue FROM settled WHERE state = 'pending') q
 // Settle, the hot path: a batch of successes with their leases current.
 // Input arrays: task ids, execution ids, finish times, has-progress flags,
 // totals, completed.
-const sqlSettleSucceeded = `
+var sqlSettleSucceeded = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bool[], $5::int[], $6::int[])
 		WITH ORDINALITY AS i(task_id, execution_id, finished_at, has_progress, total, completed, idx)
@@ -168,8 +170,9 @@ WITH input AS (
 		progress_completed = CASE WHEN i.has_progress THEN i.completed ELSE t.progress_completed END
 	FROM input i
 	WHERE t.id = i.task_id AND t.state = 'running' AND t.execution_id = i.execution_id
-	RETURNING i.idx, t.id, i.execution_id, t.attempt, t.worker_id, t.attempted_at, i.finished_at
-), recorded AS (
+	RETURNING i.idx, t.id, i.execution_id, t.attempt, t.worker_id, t.attempted_at, i.finished_at,
+		t.queue, t.kind, t.attributes
+), ` + succeededEvents + `, recorded AS (
 	INSERT INTO backstop_executions
 		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome)
 	SELECT execution_id, id, attempt, coalesce(worker_id, ''), coalesce(attempted_at, finished_at),
@@ -178,7 +181,8 @@ WITH input AS (
 )
 SELECT idx FROM settled`
 
-// RequestCancel: waiting tasks are canceled at once, running ones marked.
+// RequestCancel: waiting tasks are canceled at once, running ones marked;
+// the event names the actor ($3).
 var sqlRequestCancel = `
 WITH c AS (
 	UPDATE backstop_tasks t SET
@@ -186,9 +190,10 @@ WITH c AS (
 		finalized_at = CASE WHEN t.state = 'running' THEN t.finalized_at ELSE $2 END,
 		cancel_requested_at = coalesce(t.cancel_requested_at, $2),
 		updated_at = $2
-	WHERE t.id = $1 AND t.state IN ('scheduled', 'pending', 'buffered', 'running')
-	RETURNING t.*
-)
+	FROM backstop_tasks o -- o: the row before this update
+	WHERE t.id = $1 AND t.state IN ('scheduled', 'pending', 'buffered', 'running') AND o.id = t.id
+	RETURNING t.*, o.state AS from_state
+), ` + cancelEvents + `
 SELECT ` + taskCols("t") + ` FROM c t` + spillJoin("t")
 
 var sqlExpiredLeases = selectTasks + `
@@ -246,13 +251,17 @@ var maxInsertRows = 1000
 // sqlInsertTasks inserts n tasks. onConflict is "(id)" for tasks without
 // keys (an existing id is reported, not overwritten) and "" for tasks with
 // idempotency or merge keys, where any unique index may conflict.
+// Each inserted task gets its task.enqueued event in the same statement;
+// the actor is the last parameter ($n*len(insertColumns)+1).
 func sqlInsertTasks(n int, onConflict string) string {
 	var b strings.Builder
-	b.WriteString("INSERT INTO backstop_tasks (")
+	b.WriteString("WITH ins AS (INSERT INTO backstop_tasks (")
 	b.WriteString(strings.Join(insertColumns, ", "))
 	b.WriteString(") VALUES ")
 	writeValues(&b, n, len(insertColumns), nil)
-	b.WriteString(" ON CONFLICT " + onConflict + " DO NOTHING RETURNING id")
+	b.WriteString(" ON CONFLICT " + onConflict + " DO NOTHING RETURNING " + enqueuedReturning + "), ")
+	b.WriteString(enqueuedEvents(n*len(insertColumns) + 1))
+	b.WriteString(" SELECT id FROM ins")
 	return b.String()
 }
 

@@ -63,27 +63,7 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]bt.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []bt.Event{}
-	for rows.Next() {
-		var (
-			e     bt.Event
-			at    int64
-			attrs sql.NullString
-			body  string
-		)
-		if err := rows.Scan(&e.Seq, &e.ID, &at, &e.Type, &e.Subject, &e.Queue, &e.Kind, &attrs, &e.Actor, &body); err != nil {
-			return nil, err
-		}
-		e.Time, e.Body = fromUS(at), json.RawMessage(body)
-		if attrs.Valid && attrs.String != "" {
-			if err := json.Unmarshal([]byte(attrs.String), &e.Attributes); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return scanEvents(rows)
 }
 
 // replaySet is what a replay in place sets (after state, run_at, keep

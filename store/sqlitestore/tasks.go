@@ -187,6 +187,8 @@ const insertChunk = 1000 // 23 params each: well under SQLite's 32766
 func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, map[string]struct{}, error) {
 	res := make([]store.EnqueueResult, len(tasks))
 	woke := map[string]struct{}{}
+	actor := store.ActorFrom(ctx, store.DefaultActor)
+	var events []bt.Event // task.enqueued, in the same transaction
 	var plain []*bt.Task
 	for i, t := range tasks {
 		res[i].Task = t
@@ -203,6 +205,7 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 					return nil, nil, err
 				}
 				res[i] = store.EnqueueResult{Task: existing, Duplicate: true}
+				events = append(events, store.FoldedEvent(existing, t, false, actor))
 				continue
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
@@ -216,12 +219,14 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 			}
 			if merged != nil {
 				res[i] = store.EnqueueResult{Task: merged, Merged: true}
+				events = append(events, store.FoldedEvent(merged, t, true, actor))
 				continue
 			}
 		}
 		if err := insertTasks(ctx, q, []*bt.Task{t}, opts.InlineLimit); err != nil {
 			return nil, nil, err
 		}
+		events = append(events, store.EnqueuedEvent(t, actor))
 		if t.State == bt.StatePending {
 			woke[t.Queue] = struct{}{}
 		}
@@ -236,6 +241,10 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 		if t.State == bt.StatePending {
 			woke[t.Queue] = struct{}{}
 		}
+		events = append(events, store.EnqueuedEvent(t, actor))
+	}
+	if err := insertEvents(ctx, q, events); err != nil {
+		return nil, nil, err
 	}
 	return res, woke, nil
 }
@@ -382,7 +391,12 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 		}
 	}
 	args = append(args, p.Queue, p.Max) // the paused-queue check, the limit
-	rows, err := s.w.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'running', attempt = attempt + 1,
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	rows, err := tx.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'running', attempt = attempt + 1,
 		worker_id = ?, execution_id = ? || printf('%012x', (rowid + ?) & 281474976710655), attempted_at = ?, lease_expires_at = ?, updated_at = ?,
 		cancel_requested_at = NULL
 		WHERE rowid IN (SELECT rowid FROM backstop_tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
@@ -395,6 +409,12 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	}
 	tasks, err := scanClaimed(rows, p)
 	if err != nil {
+		return nil, err
+	}
+	if err := insertTaskEvents(ctx, tx, claimedEventsSQL, tasks, func(t *bt.Task) string { return t.ID }, now); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
 	sort.Slice(tasks, func(i, j int) bool {
@@ -483,10 +503,16 @@ func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUnt
 	}
 	defer stmt.Close()
 	out := make([]store.BeatResult, len(beats))
+	var events []bt.Event
 	for i, b := range beats {
 		var total, done any
 		if b.Progress != nil {
 			total, done = b.Progress.Total, b.Progress.Completed
+			ev, err := progressEvent(ctx, tx, b, now)
+			if err != nil {
+				return nil, err
+			}
+			events = append(events, ev...)
 		}
 		out[i].TaskID = b.TaskID
 		err := stmt.QueryRowContext(ctx, us(leaseUntil), us(now), total, done, b.TaskID, b.ExecutionID).Scan(&out[i].CancelRequested)
@@ -496,6 +522,9 @@ func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUnt
 		case err != nil:
 			return nil, err
 		}
+	}
+	if err := insertEvents(ctx, tx, events); err != nil {
+		return nil, err
 	}
 	return out, tx.Commit()
 }
@@ -517,7 +546,8 @@ const settleSQL = `UPDATE backstop_tasks SET
 	updated_at = ?5
 WHERE id = ?9 AND ((?10 <> '' AND state = 'running' AND execution_id = ?10)
 	OR (?10 = '' AND state IN ('scheduled', 'pending')))
-RETURNING attempt + ?3, COALESCE(worker_id, ''), COALESCE(attempted_at, ?5), queue, state`
+RETURNING attempt + ?3, COALESCE(worker_id, ''), COALESCE(attempted_at, ?5), queue, state, kind, attributes,
+	run_at, dead_count`
 
 func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]bool, error) {
 	if len(settlements) == 0 {
@@ -588,7 +618,8 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 		}
 		sb.WriteString(`) AS v
 			WHERE backstop_tasks.id = v.column1 AND backstop_tasks.execution_id = v.column2 AND backstop_tasks.state = 'running'
-			RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at`)
+			RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at,
+				queue, kind, attributes`)
 		r, err := tx.QueryContext(ctx, sb.String(), args...)
 		if err != nil {
 			return nil, err
@@ -614,6 +645,12 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 		if _, err := tx.ExecContext(ctx, sb.String(), ins...); err != nil {
 			return nil, err
 		}
+		// task.started, then task.succeeded (each task's in that order).
+		for _, q := range []string{startedEventsSQL, succeededEventsSQL} {
+			if err := insertTaskEvents(ctx, tx, q, rows, func(r settledRow) string { return r.taskID }); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return applied, nil
 }
@@ -622,6 +659,8 @@ type settledRow struct {
 	execID, taskID, worker string
 	attempt                int
 	started, finished      int64
+	queue, kind            string
+	attrs                  sql.NullString
 }
 
 func scanSettled(rows *sql.Rows) ([]settledRow, error) {
@@ -629,7 +668,7 @@ func scanSettled(rows *sql.Rows) ([]settledRow, error) {
 	var out []settledRow
 	for rows.Next() {
 		var r settledRow
-		if err := rows.Scan(&r.execID, &r.taskID, &r.attempt, &r.worker, &r.started, &r.finished); err != nil {
+		if err := rows.Scan(&r.execID, &r.taskID, &r.attempt, &r.worker, &r.started, &r.finished, &r.queue, &r.kind, &r.attrs); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
@@ -653,6 +692,7 @@ func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement)
 	defer ins.Close()
 	applied := make([]bool, len(settlements))
 	woke := map[string]struct{}{}
+	var events []bt.Event
 	for i, st := range settlements {
 		var total, done any
 		if st.Progress != nil {
@@ -668,9 +708,14 @@ func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement)
 			startedAt int64
 			queue     string
 			newState  string
+			kind      string
+			attrs     sql.NullString
+			runAt     int64
+			deadCount int
 		)
 		err := upd.QueryRowContext(ctx, string(st.State), us(st.RunAt), uncharged, st.Error, us(st.FinishedAt),
-			string(st.DeadReason), total, done, st.TaskID, st.ExecutionID).Scan(&attempt, &worker, &startedAt, &queue, &newState)
+			string(st.DeadReason), total, done, st.TaskID, st.ExecutionID).Scan(&attempt, &worker, &startedAt, &queue, &newState,
+			&kind, &attrs, &runAt, &deadCount)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -681,6 +726,12 @@ func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement)
 		if newState == string(bt.StatePending) {
 			woke[queue] = struct{}{}
 		}
+		set := store.SettledTask{ID: st.TaskID, Queue: queue, Kind: kind, State: bt.State(newState), Attempt: attempt,
+			WorkerID: worker, StartedAt: fromUS(startedAt), RunAt: fromUS(runAt), DeadCount: deadCount}
+		if set.Attributes, err = decodeAttrs(attrs); err != nil {
+			return nil, nil, err
+		}
+		events = append(events, store.SettleEvents(st, set)...)
 		if st.ExecutionID == "" {
 			continue
 		}
@@ -688,6 +739,9 @@ func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement)
 			string(st.Outcome), nullStr(st.Error), nullStr(st.ErrorDetail)); err != nil {
 			return nil, nil, err
 		}
+	}
+	if err := insertEvents(ctx, tx, events); err != nil {
+		return nil, nil, err
 	}
 	return applied, woke, nil
 }
@@ -721,6 +775,9 @@ func (s *Store) RequestCancel(ctx context.Context, id string, now time.Time) (*b
 	}
 	t, err := getTask(ctx, tx, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := insertEvents(ctx, tx, []bt.Event{store.CancelEvent(t, bt.State(state), now, store.ActorFrom(ctx, store.DefaultActor))}); err != nil {
 		return nil, err
 	}
 	return t, tx.Commit()
@@ -887,4 +944,85 @@ func listWhere(f store.ListFilter) ([]string, []any) {
 		add("last_seen <= ?", us(f.Until))
 	}
 	return where, args
+}
+
+// decodeAttrs reads a task's attributes column.
+func decodeAttrs(a sql.NullString) (map[string]string, error) {
+	if !a.Valid || a.String == "" {
+		return nil, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(a.String), &m); err != nil {
+		return nil, fmt.Errorf("attributes: %w", err)
+	}
+	return m, nil
+}
+
+// progressEvent is the task.progress event of a beat whose progress differs
+// from the stored one (none when the lease is not current or nothing
+// changed).
+func progressEvent(ctx context.Context, q querier, b store.Beat, now time.Time) ([]bt.Event, error) {
+	var (
+		t     bt.Task
+		old   bt.Progress
+		attrs sql.NullString
+	)
+	err := q.QueryRowContext(ctx, `SELECT queue, kind, attributes, progress_total, progress_completed FROM backstop_tasks
+		WHERE id = ? AND execution_id = ? AND state = 'running'`, b.TaskID, b.ExecutionID).Scan(&t.Queue, &t.Kind, &attrs,
+		&old.Total, &old.Completed)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && old == *b.Progress {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.ID = b.TaskID
+	if t.Attributes, err = decodeAttrs(attrs); err != nil {
+		return nil, err
+	}
+	return []bt.Event{store.ProgressEvent(&t, b.ExecutionID, *b.Progress, now)}, nil
+}
+
+// The hot path's events are built by SQLite itself from the rows just
+// changed (json_object is much cheaper than building them in Go and sending
+// nine parameters per event); they store no id, their id is their cursor.
+// Bodies match docs/events.md and store.SettleEvents.
+
+// evTimeSQL formats integer microseconds like store.EventTime.
+func evTimeSQL(col string) string {
+	return "strftime('%Y-%m-%dT%H:%M:%S', " + col + " / 1000000, 'unixepoch') || printf('.%06dZ', " + col + " % 1000000)"
+}
+
+var claimedEventsSQL = `INSERT INTO backstop_events (id, time, type, subject, queue, kind, attributes, body)
+	SELECT '', ?, 'task.claimed', id, queue, kind, attributes,
+		json_object('worker_id', worker_id, 'execution_id', execution_id, 'attempt', attempt,
+			'lease_expires_at', ` + evTimeSQL("lease_expires_at") + `)
+	FROM backstop_tasks WHERE id IN (%s)`
+
+var startedEventsSQL = `INSERT INTO backstop_events (id, time, type, subject, queue, kind, attributes, body)
+	SELECT '', COALESCE(attempted_at, finalized_at), 'task.started', id, queue, kind, attributes,
+		json_object('execution_id', execution_id, 'attempt', attempt, 'worker_id', COALESCE(worker_id, ''))
+	FROM backstop_tasks WHERE id IN (%s)`
+
+var succeededEventsSQL = `INSERT INTO backstop_events (id, time, type, subject, queue, kind, attributes, body)
+	SELECT '', finalized_at, 'task.succeeded', id, queue, kind, attributes,
+		json_object('execution_id', execution_id, 'attempt', attempt,
+			'duration_ms', (finalized_at - COALESCE(attempted_at, finalized_at)) / 1000)
+	FROM backstop_tasks WHERE id IN (%s)`
+
+// insertTaskEvents runs one of the statements above for the tasks' ids
+// (first, before the ids: leading arguments).
+func insertTaskEvents[T any](ctx context.Context, q querier, sqlText string, items []T, id func(T) string, lead ...any) error {
+	for start := 0; start < len(items); start += insertChunk {
+		chunk := items[start:min(start+insertChunk, len(items))]
+		args := make([]any, 0, len(lead)+len(chunk))
+		args = append(args, lead...)
+		for _, it := range chunk {
+			args = append(args, id(it))
+		}
+		if _, err := q.ExecContext(ctx, strings.Replace(sqlText, "%s", placeholders(len(chunk)), 1), args...); err != nil {
+			return fmt.Errorf("sqlite: events: %w", err)
+		}
+	}
+	return nil
 }

@@ -295,7 +295,9 @@ func (s *suite) testRetention(t *testing.T) {
 		t.Fatalf("events of the purged dead letter: %d, %v", len(ev), err)
 	}
 	b.clock.Advance(365 * 24 * time.Hour)
-	retain(backstop.RetentionResult{})
+	// The tasks stay; their events (d-open: enqueued, claimed, started,
+	// failed, dead_lettered; p1: enqueued) are past the 7-day event horizon.
+	retain(backstop.RetentionResult{Events: 6})
 	present("d-open", "p1")
 	if got := b.get("d-open"); len(got.Executions) != 1 || got.DLQStatus != bt.DLQOpen {
 		t.Fatalf("open dead letter changed: %+v", got)
@@ -304,7 +306,7 @@ func (s *suite) testRetention(t *testing.T) {
 
 func (s *suite) testRetentionKeep(t *testing.T) {
 	t.Parallel()
-	b := s.setup(t, &backstop.Config{Retention: backstop.RetentionConfig{Succeeded: -1, Canceled: -1, DeadLetters: -1}})
+	b := s.setup(t, &backstop.Config{Retention: backstop.RetentionConfig{Succeeded: -1, Canceled: -1, DeadLetters: -1, Events: -1}})
 	retentionFixture(t, b)
 	b.clock.Advance(10 * 365 * 24 * time.Hour)
 	got, err := backstop.Retain(b.ctx, b.c)

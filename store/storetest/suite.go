@@ -63,6 +63,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Queues", s.testQueues)
 	t.Run("Workers", s.testWorkers)
 	t.Run("Logs", s.testLogs)
+	t.Run("Events", s.testEvents)
 }
 
 // clock is real time plus an offset tests can move forward, so lease

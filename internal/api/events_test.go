@@ -1,0 +1,135 @@
+package api_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/api"
+)
+
+func TestEventsAPI(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(t *testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{})
+		for _, id := range []string{"a", "b"} {
+			if code, out := b.raw(t, api.RoleOperator, "POST", "/v1/tasks", "application/json",
+				`{"id":"`+id+`","queue":"q-`+id+`","kind":"k","attributes":{"run_id":"r1"}}`); code != http.StatusCreated && code != http.StatusOK {
+				t.Fatalf("enqueue %s: %d %s", id, code, out)
+			}
+		}
+		if code, out := b.raw(t, api.RoleOperator, "POST", "/v1/tasks/b/cancel", "", ""); code != http.StatusOK {
+			t.Fatalf("cancel: %d %s", code, out)
+		}
+
+		var page backstop.EventPage
+		read := func(query string) {
+			t.Helper()
+			code, out := b.raw(t, api.RoleViewer, "GET", "/v1/events"+query, "", "")
+			if code != http.StatusOK {
+				t.Fatalf("GET /v1/events%s: %d %s", query, code, out)
+			}
+			page = backstop.EventPage{}
+			if err := json.Unmarshal(out, &page); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The events are final once every transaction before them ended;
+		// on Postgres that may take a moment after the calls returned.
+		waitUntil(t, "three events", func() bool { read(""); return len(page.Events) == 3 })
+		if page.Events[0].Actor != "test-operator" || page.Events[2].Type != "task.canceled" || page.Events[2].Actor != "test-operator" {
+			t.Fatalf("events: %+v", page.Events)
+		}
+		read("?stream=queue.q-b&limit=1")
+		if len(page.Events) != 1 || page.Events[0].Subject != "b" || page.Events[0].Type != "task.enqueued" {
+			t.Fatalf("queue stream: %+v", page)
+		}
+		read("?stream=queue.q-b&after=" + page.Next)
+		if len(page.Events) != 1 || page.Events[0].Type != "task.canceled" {
+			t.Fatalf("queue stream, second page: %+v", page)
+		}
+		for _, q := range []string{"?stream=nope", "?after=zz", "?limit=0", "?limit=5000", "?stream=task."} {
+			if code, out := b.raw(t, api.RoleViewer, "GET", "/v1/events"+q, "", ""); code != http.StatusBadRequest {
+				t.Fatalf("GET /v1/events%s: %d %s, want 400", q, code, out)
+			}
+		}
+		if code, _ := b.raw(t, api.RoleNone, "GET", "/v1/events", "", ""); code != http.StatusUnauthorized {
+			t.Fatalf("anonymous read: %d", code)
+		}
+
+		// Server-Sent Events: from the beginning, then resumed after the
+		// first event with Last-Event-ID.
+		sse := func(path, lastID string, n int) []backstop.Event {
+			t.Helper()
+			req, _ := http.NewRequest("GET", b.ts.URL+path, nil)
+			req.Header.Set("Authorization", "Bearer "+b.secret[api.RoleViewer])
+			req.Header.Set("Accept", "text/event-stream")
+			if lastID != "" {
+				req.Header.Set("Last-Event-ID", lastID)
+			}
+			resp, err := b.ts.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+				t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+			}
+			var (
+				out []backstop.Event
+				id  string
+			)
+			sc := bufio.NewScanner(resp.Body)
+			for len(out) < n && sc.Scan() {
+				line := sc.Text()
+				switch {
+				case strings.HasPrefix(line, "id: "):
+					id = strings.TrimPrefix(line, "id: ")
+				case strings.HasPrefix(line, "data: "):
+					var e backstop.Event
+					if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &e); err != nil {
+						t.Fatal(err)
+					}
+					if e.Cursor != id {
+						t.Fatalf("sse id %q, event cursor %q", id, e.Cursor)
+					}
+					out = append(out, e)
+				}
+			}
+			return out
+		}
+		got := sse("/v1/events/stream", "", 3)
+		if len(got) != 3 || got[0].Subject != "a" {
+			t.Fatalf("sse: %+v", got)
+		}
+		resumed := sse("/v1/events", got[0].Cursor, 2)
+		if len(resumed) != 2 || resumed[0].Cursor != got[1].Cursor || resumed[1].Cursor != got[2].Cursor {
+			t.Fatalf("resumed: %+v, want %+v", resumed, got[1:])
+		}
+		// Live: an event written while the stream is open arrives.
+		done := make(chan []backstop.Event, 1)
+		go func() { done <- sse("/v1/events/stream?stream=type.task.enqueued&after="+got[2].Cursor, "", 1) }()
+		if code, out := b.raw(t, api.RoleOperator, "POST", "/v1/tasks", "application/json", `{"id":"c","queue":"q","kind":"k"}`); code >= 300 {
+			t.Fatalf("enqueue c: %d %s", code, out)
+		}
+		if live := <-done; len(live) != 1 || live[0].Subject != "c" {
+			t.Fatalf("live: %+v", live)
+		}
+	})
+}
+
+// waitUntil polls cond (no timing assertion: it only bounds the wait).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+func init() { register(eventsCmd) }
+
+// cliActor names the operator of the CLI's enqueues and cancels in their
+// events: cli:<os user>.
+func cliActor(ctx context.Context) context.Context {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = "unknown"
+	}
+	return backstop.WithActor(ctx, "cli:"+name)
+}
+
+func eventsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Read the event log",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr("events: name a subcommand: tail")
+		},
+	}
+	cmd.AddCommand(eventsTailCmd(a))
+	return cmd
+}
+
+func eventsTailCmd(a *app) *cobra.Command {
+	var (
+		p      backstop.ReadEventsParams
+		follow bool
+		poll   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "tail",
+		Short: "Print a stream of the event log after a cursor; --follow keeps printing new events",
+		Long: `tail prints the events of a stream in log order, after the cursor --after
+(an event's cursor, or the "next" of a previous page; empty: the beginning).
+
+Streams: all, type.<type> (e.g. type.task.dead_lettered), task.<id>,
+queue.<name>, run.<run_id>, worker.<id>.
+
+Without --follow it prints one page (--limit events) and, when more may
+follow, the cursor to continue from on stderr. With --follow it keeps
+printing new events until interrupted; with -o json, one JSON event per line.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if p.Limit < 1 || p.Limit > 1000 {
+				return usageErr("--limit %d: must be between 1 and 1000", p.Limit)
+			}
+			if poll <= 0 {
+				return usageErr("--poll must be positive")
+			}
+			s, c, err := a.open(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			ctx := cmd.Context()
+			page, err := c.ReadEvents(ctx, p)
+			if err != nil {
+				return err
+			}
+			if !follow {
+				if a.output == "table" && len(page.Events) == p.Limit {
+					fmt.Fprintf(a.stderr, "(more may follow: --after %s)\n", page.Next)
+				}
+				return a.print(page, func(w io.Writer) error {
+					for _, e := range page.Events {
+						if _, err := fmt.Fprintln(w, eventLine(e)); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
+			enc := json.NewEncoder(a.stdout)
+			for {
+				for _, e := range page.Events {
+					if a.output == "json" {
+						err = enc.Encode(e)
+					} else {
+						_, err = fmt.Fprintln(a.stdout, eventLine(e))
+					}
+					if err != nil {
+						return err
+					}
+				}
+				p.After = page.Next
+				if len(page.Events) < p.Limit {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(poll):
+					}
+				}
+				if page, err = c.ReadEvents(ctx, p); err != nil {
+					if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+						return nil
+					}
+					return err
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVar(&p.Stream, "stream", "all", "the stream: all, type.<type>, task.<id>, queue.<name>, run.<run_id>, worker.<id>")
+	cmd.Flags().StringVar(&p.After, "after", "", "cursor: print events after this one")
+	cmd.Flags().IntVar(&p.Limit, "limit", 100, "events per page (1-1000)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until interrupted")
+	cmd.Flags().DurationVar(&poll, "poll", 500*time.Millisecond, "with --follow: how often to look for new events")
+	return cmd
+}
+
+// eventLine is one event on one line: cursor, time, type, subject, queue,
+// actor, and what its body says.
+func eventLine(e bt.Event) string {
+	actor := ""
+	if e.Actor != "" {
+		actor = " by " + e.Actor
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s%s\t%s", e.Cursor, fmtTime(e.Time), e.Type, e.Subject, e.Queue, actor, oneLine(string(e.Body), 160))
+}
+
+// printTimeline prints a task's history as a timeline: what happened, in
+// order, from its events (enqueue, claims, attempts with outcomes, dead
+// letter, replays, cancel), then how far it got.
+func printTimeline(w io.Writer, t *bt.Task, events []bt.Event) error {
+	fmt.Fprintf(w, "\ntimeline (%d events):\n", len(events))
+	if len(events) == 0 {
+		fmt.Fprintln(w, "  no events (written before the event log, or deleted by retention)")
+	}
+	tw := newTable(w)
+	for _, e := range events {
+		fmt.Fprintf(tw, "  %s\t%s\n", fmtTime(e.Time), timelineText(e))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "  now: %s, attempt %d of %d%s\n", t.State, t.Attempt, t.MaxAttempts, progressText(t.Progress))
+	return err
+}
+
+func progressText(p bt.Progress) string {
+	if p.Total == 0 && p.Completed == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", progress %s", fmtProgress(p))
+}
+
+// timelineText says what one event means.
+func timelineText(e bt.Event) string {
+	var b map[string]any
+	_ = json.Unmarshal(e.Body, &b)
+	s := func(k string) string {
+		switch v := b[k].(type) {
+		case string:
+			return v
+		case float64:
+			return fmt.Sprint(v)
+		case bool:
+			return fmt.Sprint(v)
+		}
+		return ""
+	}
+	by := ""
+	if e.Actor != "" {
+		by = " by " + e.Actor
+	}
+	att := "attempt " + s("attempt")
+	switch e.Type {
+	case "task.enqueued":
+		switch {
+		case s("merged") == "true":
+			return fmt.Sprintf("enqueue of %s merged into it%s", s("incoming_id"), by)
+		case s("duplicate") == "true":
+			return fmt.Sprintf("enqueue of %s was a duplicate of it%s", s("incoming_id"), by)
+		}
+		return fmt.Sprintf("enqueued (%s, run at %s)%s", s("state"), s("run_at"), by)
+	case "task.claimed":
+		return fmt.Sprintf("%s claimed by worker %s (execution %s)", att, s("worker_id"), s("execution_id"))
+	case "task.started":
+		return att + " started"
+	case "task.progress":
+		return fmt.Sprintf("progress %s/%s", s("completed"), s("total"))
+	case "task.succeeded":
+		return fmt.Sprintf("%s succeeded in %sms", att, s("duration_ms"))
+	case "task.failed":
+		return fmt.Sprintf("%s failed: %s %s", att, s("outcome"), oneLine(s("error"), 100))
+	case "task.lease_expired":
+		return fmt.Sprintf("%s: lease expired (worker %s)", att, s("worker_id"))
+	case "task.retry_scheduled":
+		return fmt.Sprintf("retry scheduled at %s (in %sms)", s("run_at"), s("delay_ms"))
+	case "task.snoozed":
+		return fmt.Sprintf("%s snoozed until %s", att, s("run_at"))
+	case "task.released":
+		return fmt.Sprintf("%s released on shutdown (not counted)", att)
+	case "task.dead_lettered":
+		return fmt.Sprintf("dead letter: %s after attempt %s", s("reason"), s("attempt"))
+	case "task.cancel_requested":
+		return "cancel requested" + by
+	case "task.canceled":
+		return "canceled" + by
+	case "dlq.replay_requested":
+		return "replay requested" + by
+	case "dlq.replayed":
+		return "replayed" + by
+	case "dlq.replay_failed":
+		return fmt.Sprintf("replay refused: %s%s", s("error"), by)
+	case "dlq.discarded":
+		return fmt.Sprintf("discarded: %s%s", s("reason"), by)
+	case "dlq.resolved":
+		return fmt.Sprintf("resolved: %s%s", s("note"), by)
+	}
+	return strings.TrimSpace(e.Type + by + " " + oneLine(string(e.Body), 120))
+}

@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/backstophq/backstop"
+)
+
+func TestEventsTailCLI(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		e.ok("enqueue", "--queue", "q1", "--kind", "k", "--id", "a", "--attr", "run_id=r1")
+		e.ok("enqueue", "--queue", "q2", "--kind", "k", "--id", "b")
+		e.ok("tasks", "cancel", "b")
+
+		var page backstop.EventPage
+		e.json(&page, "events", "tail")
+		if len(page.Events) != 3 || page.Events[2].Type != "task.canceled" || !strings.HasPrefix(page.Events[2].Actor, "cli:") {
+			t.Fatalf("all: %+v", page)
+		}
+		// Paging: one at a time, from the cursor of the previous page.
+		var first, rest backstop.EventPage
+		e.json(&first, "events", "tail", "--limit", "1")
+		e.json(&rest, "events", "tail", "--after", first.Next)
+		if len(first.Events) != 1 || len(rest.Events) != 2 || rest.Events[0].Subject != "b" {
+			t.Fatalf("paged: %+v then %+v", first, rest)
+		}
+		var byQueue backstop.EventPage
+		e.json(&byQueue, "events", "tail", "--stream", "queue.q2")
+		if len(byQueue.Events) != 2 || byQueue.Events[0].Subject != "b" {
+			t.Fatalf("queue.q2: %+v", byQueue)
+		}
+		var byRun backstop.EventPage
+		e.json(&byRun, "events", "tail", "--stream", "run.r1")
+		if len(byRun.Events) != 1 || byRun.Events[0].Subject != "a" {
+			t.Fatalf("run.r1: %+v", byRun)
+		}
+		if out := e.ok("events", "tail", "--stream", "type.task.canceled"); !strings.Contains(out, "task.canceled") || strings.Contains(out, "task.enqueued") {
+			t.Fatalf("type stream table: %s", out)
+		}
+		e.fails(ExitUsage, "invalid stream", "events", "tail", "--stream", "nope")
+		e.fails(ExitUsage, "invalid cursor", "events", "tail", "--after", "x")
+		e.fails(ExitUsage, "--limit", "events", "tail", "--limit", "0")
+	})
+}
