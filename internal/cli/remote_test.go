@@ -85,6 +85,9 @@ func (r *remoteEnv) same(args ...string) cliResult {
 var (
 	timeRE = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|…)?`)
 	seqRE  = regexp.MustCompile(`"seq": \d+`)
+	// An event's cursor (and the id of an event the engine's statements
+	// write, which is its cursor): "<seq>" on SQLite, "<xid>-<seq>" on Postgres.
+	curRE  = regexp.MustCompile(`"(cursor|id)": "\d+(-\d+)*"`)
 	uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	durRE  = regexp.MustCompile(`\b\d+(\.\d+)?(µs|ms|s)\b`)
 	spRE   = regexp.MustCompile(` +`)
@@ -101,6 +104,7 @@ func normalize(s, id string) string {
 	s = uuidRE.ReplaceAllString(s, "UUID")
 	s = durRE.ReplaceAllString(s, "DUR")
 	s = seqRE.ReplaceAllString(s, `"seq": N`)
+	s = curRE.ReplaceAllString(s, `"$1": "CURSOR"`)
 	s = sideRE.ReplaceAllString(s, "$1-S")
 	return spRE.ReplaceAllString(s, " ")
 }

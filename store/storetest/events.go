@@ -566,14 +566,20 @@ func (s *suite) testEventsGapFree(t *testing.T) {
 			select {
 			case <-done:
 				finished = true
-				// Everything is committed: the reader must catch up soon.
-				deadline = time.Now().Add(30 * time.Second)
+				// Everything is committed: the reader must catch up. The
+				// horizon is cluster-wide on Postgres, so a long transaction
+				// of another test holds it back: wait while the reader still
+				// makes progress, and tell a skip from a wait below.
+				deadline = time.Now().Add(time.Minute)
 			default:
 			}
 		}
 		p, err := b.store.ReadEvents(b.ctx, store.EventQuery{After: after, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if finished && len(p.Events) > 0 {
+			deadline = time.Now().Add(time.Minute)
 		}
 		for _, e := range p.Events {
 			c, err := store.ParseCursor(e.Cursor)
@@ -606,9 +612,19 @@ func (s *suite) testEventsGapFree(t *testing.T) {
 		t.Fatal("no transaction rolled back: the test proves less than it says")
 	}
 	for id := range committed {
-		if seen[id] != 1 {
-			t.Fatalf("committed event of %s seen %d times (of %d committed, %d seen)", id, seen[id], len(committed), len(seen))
+		if seen[id] == 1 {
+			continue
 		}
+		// Where is the missed event? Behind the reader's cursor is a skip
+		// (the bug this test exists for); ahead of it, the log was not final
+		// yet when the reader gave up (a transaction held the horizon).
+		where := "not readable yet: ahead of the reader's cursor"
+		if ev, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamTask, Value: id}, Limit: 10}); err == nil && len(ev.Events) > 0 {
+			if c, err := store.ParseCursor(ev.Events[0].Cursor); err == nil && c.Less(last) {
+				where = "SKIPPED: behind the reader's cursor " + last.String()
+			}
+		}
+		t.Fatalf("committed event of %s seen %d times (of %d committed, %d seen): %s", id, seen[id], len(committed), len(seen), where)
 	}
 	for id := range seen {
 		if rolled[id] {
