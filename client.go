@@ -40,8 +40,9 @@ func (c *Client) Store() store.Store { return c.store }
 // Config is the client's effective configuration (defaults filled in).
 func (c *Client) Config() *Config { return c.cfg }
 
-func (c *Client) enqueueOpts() store.EnqueueOpts {
-	return store.EnqueueOpts{InlineLimit: c.cfg.InlinePayloadLimit, Merge: c.cfg.merge}
+func (c *Client) enqueueOpts(ctx context.Context, params []EnqueueParams, tasks []*Task) store.EnqueueOpts {
+	return store.EnqueueOpts{InlineLimit: c.cfg.InlinePayloadLimit, Merge: c.cfg.merge,
+		Events: c.tooComplexEvents(ctx, params, tasks)}
 }
 
 func (c *Client) prepareAll(params []EnqueueParams) ([]*Task, error) {
@@ -95,7 +96,7 @@ func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) ([]Enq
 	if err != nil {
 		return nil, err
 	}
-	rs, err := c.store.Enqueue(ctx, tasks, c.enqueueOpts())
+	rs, err := c.store.Enqueue(ctx, tasks, c.enqueueOpts(ctx, params, tasks))
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +114,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, params ...EnqueueParams)
 	if err != nil {
 		return nil, err
 	}
-	rs, err := c.store.EnqueueTx(ctx, tx, tasks, c.enqueueOpts())
+	rs, err := c.store.EnqueueTx(ctx, tx, tasks, c.enqueueOpts(ctx, params, tasks))
 	if err != nil {
 		return nil, err
 	}

@@ -76,6 +76,9 @@ type QueueConfig struct {
 	Retry *RetryPolicy
 	// Timeout of one attempt. Default: none.
 	Timeout time.Duration
+	// Complexity says when a task of this queue is too complex
+	// (complexity.go). Default: never.
+	Complexity ComplexityPolicy
 }
 
 // MergeRule says how a task merges into a waiting task with its merge_key.
@@ -151,6 +154,9 @@ func (c *Config) validate() error {
 			if err := q.Retry.Validate(); err != nil {
 				return fmt.Errorf("config: queue %q: retry: %w", name, err)
 			}
+		}
+		if err := q.Complexity.validate(name); err != nil {
+			return fmt.Errorf("config: %w", err)
 		}
 	}
 	for name, k := range c.Kinds {

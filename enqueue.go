@@ -185,6 +185,9 @@ func (c *Client) prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	if err := ValidateAttributes(p.Attributes); err != nil {
 		return nil, err
 	}
+	if _, ok := p.Attributes[TooComplexAttribute]; ok {
+		return nil, invalid("attributes", "%q is set by the queue's complexity policy, not by producers", TooComplexAttribute)
+	}
 	if len(p.IdempotencyKey) > maxKeyLen {
 		return nil, invalid("idempotency_key", "is longer than %d bytes", maxKeyLen)
 	}
@@ -211,28 +214,34 @@ func (c *Client) prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 		}
 		deadline = &d
 	}
+	// The queue's complexity policy may route the task elsewhere; the
+	// queue it lands on gives the defaults.
+	tooComplex, queue := cfg.tooComplex(p.Queue, p.Complexity, len(payload))
 	maxAttempts := p.MaxAttempts
 	if maxAttempts == 0 {
-		maxAttempts = cfg.maxAttemptsFor(p.Queue, p.Kind)
+		maxAttempts = cfg.maxAttemptsFor(queue, p.Kind)
 	}
 	timeout := p.Timeout
 	if timeout == 0 {
-		timeout = cfg.timeoutFor(p.Queue, p.Kind)
+		timeout = cfg.timeoutFor(queue, p.Kind)
 	}
 	state := bt.StatePending
 	if runAt.After(now) {
 		state = bt.StateScheduled
 	}
 	attrs := p.Attributes
-	if len(attrs) > 0 {
-		attrs = make(map[string]string, len(p.Attributes))
+	if len(attrs) > 0 || tooComplex {
+		attrs = make(map[string]string, len(p.Attributes)+1)
 		for k, v := range p.Attributes {
 			attrs[k] = v
 		}
 	}
+	if tooComplex {
+		attrs[TooComplexAttribute] = "true"
+	}
 	return &Task{
 		ID:             id,
-		Queue:          p.Queue,
+		Queue:          queue,
 		Kind:           p.Kind,
 		State:          state,
 		MaxAttempts:    maxAttempts,

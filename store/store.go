@@ -104,6 +104,9 @@ type EnqueueOpts struct {
 	InlineLimit int
 	// Merge resolves a merge_key collision; required when any task has one.
 	Merge MergeFunc
+	// Events the engine adds about these tasks (e.g. task.too_complex),
+	// written in the same transaction after their task.enqueued events.
+	Events []bt.Event
 }
 
 // EnqueueResult reports what happened to one task of an enqueue.

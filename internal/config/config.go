@@ -64,6 +64,15 @@ type Queue struct {
 	Retry       *Retry   `yaml:"retry" json:"retry,omitempty"`
 	Timeout     Duration `yaml:"timeout" json:"timeout"`
 	Lease       Duration `yaml:"lease" json:"lease"`
+	// Complexity: when a task of this queue is too complex (seed 000).
+	Complexity Complexity `yaml:"complexity" json:"complexity"`
+}
+
+// Complexity is a queue's complexity policy (backstop.ComplexityPolicy).
+type Complexity struct {
+	MaxComplexity   float64 `yaml:"max_complexity" json:"max_complexity,omitempty"`
+	MaxPayloadBytes int     `yaml:"max_payload_bytes" json:"max_payload_bytes,omitempty"`
+	RouteTo         string  `yaml:"route_to" json:"route_to,omitempty"`
 }
 
 // Kind is the policy of one kind; it overrides its queue's.
@@ -441,6 +450,19 @@ func (c *Config) Validate() error {
 			bad(p+".lease", "must be at least 1s")
 		}
 		q.Retry.validate(p+".retry", bad)
+		if q.Complexity.MaxComplexity < 0 {
+			bad(p+".complexity.max_complexity", "must not be negative")
+		}
+		if q.Complexity.MaxPayloadBytes < 0 {
+			bad(p+".complexity.max_payload_bytes", "must not be negative")
+		}
+		if r := q.Complexity.RouteTo; r != "" {
+			if err := backstop.ValidID(r); err != nil {
+				bad(p+".complexity.route_to", "bad queue name: %v", err)
+			} else if r == name {
+				bad(p+".complexity.route_to", "names the queue itself")
+			}
+		}
 	}
 	for _, name := range sortedKeys(c.Kinds) {
 		k, p := c.Kinds[name], "kinds."+name
@@ -570,7 +592,9 @@ func (c *Config) Library() *backstop.Config {
 		out.Queues = map[string]backstop.QueueConfig{}
 		for n, q := range c.Queues {
 			out.Queues[n] = backstop.QueueConfig{Concurrency: q.Concurrency, MaxAttempts: q.MaxAttempts,
-				Retry: q.Retry.Policy(), Timeout: q.Timeout.D()}
+				Retry: q.Retry.Policy(), Timeout: q.Timeout.D(),
+				Complexity: backstop.ComplexityPolicy{MaxComplexity: q.Complexity.MaxComplexity,
+					MaxPayloadBytes: q.Complexity.MaxPayloadBytes, RouteTo: q.Complexity.RouteTo}}
 		}
 	}
 	if len(c.Kinds) > 0 {

@@ -19,7 +19,7 @@ const EnvPrefix = "BACKSTOP_"
 //
 //	BACKSTOP_DB, BACKSTOP_ADDR, BACKSTOP_DEV, BACKSTOP_LEADER_TTL, ...
 //	BACKSTOP_LIMITS_MAX_PAYLOAD_SIZE, BACKSTOP_RETENTION_DEAD_LETTERS, ...
-//	BACKSTOP_QUEUES_<NAME>_CONCURRENCY|MAX_ATTEMPTS|TIMEOUT|LEASE|RETRY
+//	BACKSTOP_QUEUES_<NAME>_CONCURRENCY|MAX_ATTEMPTS|TIMEOUT|LEASE|RETRY|COMPLEXITY_*
 //	BACKSTOP_KINDS_<NAME>_MERGE_RULE|MAX_ATTEMPTS|TIMEOUT|RETRY
 //
 // A retry value is a schedule ("1s,5s,30s") or "base=1s,factor=2,max=1h"
@@ -60,6 +60,16 @@ var queueEnv = map[string]func(q *Queue, v string) error{
 	"TIMEOUT":      func(q *Queue, v string) error { return parseDur(v, &q.Timeout) },
 	"LEASE":        func(q *Queue, v string) error { return parseDur(v, &q.Lease) },
 	"RETRY":        func(q *Queue, v string) error { return parseRetry(v, &q.Retry) },
+	"COMPLEXITY_MAX_COMPLEXITY": func(q *Queue, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", v)
+		}
+		q.Complexity.MaxComplexity = f
+		return nil
+	},
+	"COMPLEXITY_MAX_PAYLOAD_BYTES": func(q *Queue, v string) error { return parseInt(v, &q.Complexity.MaxPayloadBytes) },
+	"COMPLEXITY_ROUTE_TO":          func(q *Queue, v string) error { q.Complexity.RouteTo = v; return nil },
 }
 
 var kindEnv = map[string]func(k *Kind, v string) error{

@@ -216,6 +216,9 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 			folded = append(folded, store.FoldedEvent(res.Task, tasks[i], res.Merged, actor))
 		}
 	}
+	// The engine's own events about these tasks (task.too_complex), after
+	// their task.enqueued.
+	folded = append(folded, opts.Events...)
 	if err := insertEventsScalar(ctx, db, folded); err != nil {
 		return nil, err
 	}

@@ -243,6 +243,7 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 		}
 		events = append(events, store.EnqueuedEvent(t, actor))
 	}
+	events = append(events, opts.Events...) // the engine's (task.too_complex)
 	if err := insertEvents(ctx, q, events); err != nil {
 		return nil, nil, err
 	}

@@ -64,6 +64,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Workers", s.testWorkers)
 	t.Run("Logs", s.testLogs)
 	t.Run("Events", s.testEvents)
+	t.Run("Complexity", s.testComplexity)
 }
 
 // clock is real time plus an offset tests can move forward, so lease

@@ -1,0 +1,88 @@
+package backstop
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// ComplexityPolicy says when a task of a queue is too complex (seed 000:
+// complexity or payload size over a threshold). Such a task is still
+// enqueued, but it carries the attribute too_complex=true on every signal
+// about it (so its dead-lettering is escalated: the task.dead_lettered event
+// and the dead-letter metric carry it), its enqueue writes a
+// task.too_complex event in the same transaction, and it may be routed to
+// another queue.
+type ComplexityPolicy struct {
+	// MaxComplexity: a task whose complexity is above this is too complex.
+	// 0: no threshold.
+	MaxComplexity float64
+	// MaxPayloadBytes: a task whose payload is larger is too complex.
+	// 0: no threshold.
+	MaxPayloadBytes int
+	// RouteTo moves too-complex tasks to this queue (whose settings then
+	// apply). Empty: they stay.
+	RouteTo string
+}
+
+// TooComplexAttribute marks a task the complexity policy of its queue
+// found too complex. The engine sets it; producers may not.
+const TooComplexAttribute = "too_complex"
+
+func (p ComplexityPolicy) validate(queue string) error {
+	if p.MaxComplexity < 0 {
+		return fmt.Errorf("queue %q: complexity.max_complexity must not be negative", queue)
+	}
+	if p.MaxPayloadBytes < 0 {
+		return fmt.Errorf("queue %q: complexity.max_payload_bytes must not be negative", queue)
+	}
+	if p.RouteTo != "" {
+		if err := validName(p.RouteTo); err != nil {
+			return fmt.Errorf("queue %q: complexity.route_to: %v", queue, err)
+		}
+		if p.RouteTo == queue {
+			return fmt.Errorf("queue %q: complexity.route_to names the queue itself", queue)
+		}
+	}
+	return nil
+}
+
+// tooComplex applies queue's policy to a task of that complexity and
+// payload size: whether it is too complex, and the queue it goes to.
+func (c *Config) tooComplex(queue string, complexity float64, payloadSize int) (bool, string) {
+	p := c.Queues[queue].Complexity
+	over := p.MaxComplexity > 0 && complexity > p.MaxComplexity ||
+		p.MaxPayloadBytes > 0 && payloadSize > p.MaxPayloadBytes
+	if !over {
+		return false, queue
+	}
+	if p.RouteTo != "" {
+		return true, p.RouteTo
+	}
+	return true, queue
+}
+
+// tooComplexEvents are the task.too_complex events of a prepared batch
+// (written by the store in the enqueue's transaction).
+func (c *Client) tooComplexEvents(ctx context.Context, params []EnqueueParams, tasks []*Task) []bt.Event {
+	var out []bt.Event
+	for i, t := range tasks {
+		if t.Attributes[TooComplexAttribute] != "true" {
+			continue
+		}
+		from := params[i].Queue
+		p := c.cfg.Queues[from].Complexity
+		body, _ := json.Marshal(map[string]any{
+			"complexity": t.Complexity, "payload_size": t.PayloadSize,
+			"max_complexity": p.MaxComplexity, "max_payload_bytes": p.MaxPayloadBytes,
+			"queue": from, "routed_to": p.RouteTo,
+		})
+		ev := store.NewEvent(t.CreatedAt, "task.too_complex", t.ID, t.Queue, t.Kind, ActorFrom(ctx), body)
+		ev.Attributes = t.Attributes
+		out = append(out, ev)
+	}
+	return out
+}
