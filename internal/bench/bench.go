@@ -43,6 +43,9 @@ type Config struct {
 	Queue string
 	// Progress receives the report lines before the last. Default: none.
 	Progress io.Writer
+	// FollowEvents (drain mode): a subscriber follows the event log's
+	// `all` stream during the run and its delivery lag is reported.
+	FollowEvents bool
 }
 
 func (c Config) withDefaults() Config {
@@ -95,6 +98,8 @@ type Result struct {
 	// Latency mode: enqueue-to-start latency percentiles.
 	Samples       int
 	P50, P99, Max time.Duration
+	// Follow: the event-log follower's figures (FollowEvents).
+	Follow *FollowResult
 }
 
 // JobsPerSec is Worked per second of Elapsed.
@@ -131,6 +136,14 @@ func Run(ctx context.Context, c *backstop.Client, cfg Config) (*Result, error) {
 func Drain(ctx context.Context, c *backstop.Client, cfg Config) (*Result, error) {
 	cfg = cfg.withDefaults()
 	res := &Result{Mode: "drain", Queue: cfg.Queue}
+	var follower *Follower
+	if cfg.FollowEvents {
+		f, err := StartFollower(ctx, c, cfg.Queue)
+		if err != nil {
+			return nil, err
+		}
+		follower = f
+	}
 	start := time.Now()
 	if err := Enqueue(ctx, c, cfg.Queue, cfg.N, cfg.Batch); err != nil {
 		return nil, err
@@ -141,6 +154,12 @@ func Drain(ctx context.Context, c *backstop.Client, cfg Config) (*Result, error)
 		float64(cfg.N)/res.EnqueueElapsed.Seconds(), cfg.Batch)
 	worked, elapsed, err := Work(ctx, c, cfg.Queue, cfg.N, cfg.Workers)
 	res.Worked, res.Elapsed = worked, elapsed
+	if follower != nil {
+		fr, ferr := follower.Stop(cfg.N, 30*time.Second)
+		res.Follow = &fr
+		fmt.Fprintln(cfg.Progress, fr.String())
+		err = errors.Join(err, ferr)
+	}
 	if err != nil {
 		return res, err
 	}

@@ -105,3 +105,23 @@ func TestContinuousLeavesNothingRunning(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainFollowsEvents: with FollowEvents a subscriber of `all` delivers
+// every event of the run (enqueued, claimed, started, succeeded per task),
+// on both stores.
+func TestDrainFollowsEvents(t *testing.T) {
+	t.Parallel()
+	for name, url := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := client(t, url(t))
+			res, err := bench.Run(context.Background(), c, bench.Config{N: 300, Workers: 10, Batch: 100, FollowEvents: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := res.Follow; f == nil || f.Succeeded != 300 || f.Events != 4*300 || f.Max < f.P50 {
+				t.Fatalf("follow: %+v, want 300 succeeded of 1200 events", f)
+			}
+		})
+	}
+}

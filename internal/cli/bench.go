@@ -43,6 +43,9 @@ The last line is always:
 			if cfg.Duration > 0 {
 				cfg.N = 0
 			}
+			if cfg.FollowEvents && (cfg.Duration > 0 || cfg.Rate > 0) {
+				return usageErr("bench: --follow-events needs drain mode (-n)")
+			}
 			if cfg.N < 0 || cfg.Workers < 1 || cfg.Batch < 1 || cfg.Rate < 0 || cfg.Duration < 0 {
 				return usageErr("bench: -n, --workers, --batch, --rate and --duration must be positive")
 			}
@@ -55,6 +58,7 @@ The last line is always:
 	f.Float64Var(&cfg.Rate, "rate", 0, "latency mode: tasks enqueued per second, one at a time")
 	f.IntVar(&cfg.Workers, "workers", 2000, "worker concurrency (2000, as River's own bench uses)")
 	f.IntVar(&cfg.Batch, "batch", 1000, "tasks per enqueue batch")
+	f.BoolVar(&cfg.FollowEvents, "follow-events", false, "drain mode: follow the event log's all stream during the run and report its delivery lag")
 	return cmd
 }
 
