@@ -49,6 +49,8 @@ type Options struct {
 	// PollInterval: a waiting claim retries this often even without a
 	// wake-up (the fallback, as for in-process workers). Default: 1s.
 	PollInterval time.Duration
+	// Metrics, when set, is served unauthenticated at GET /metrics.
+	Metrics http.Handler
 }
 
 // Server is the HTTP API. It is an http.Handler; Close stops its wake-up
@@ -106,6 +108,9 @@ func New(opts Options) (*Server, error) {
 		redrives: newRedrives(),
 	}
 	s.register()
+	if opts.Metrics != nil {
+		s.mux.Handle("GET /metrics", opts.Metrics)
+	}
 	return s, nil
 }
 

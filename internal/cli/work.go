@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -32,6 +31,7 @@ type workOptions struct {
 	config         string
 	server         string
 	token          string
+	metricsAddr    string
 }
 
 func workCmd(a *app) *cobra.Command {
@@ -99,6 +99,7 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md); flags > BACKSTOP_* env > file > defaults")
 	f.StringVar(&o.server, "server", os.Getenv("BACKSTOP_SERVER"), "work for a Backstop server over HTTP instead of the database (env BACKSTOP_SERVER)")
 	f.StringVar(&o.token, "token", os.Getenv("BACKSTOP_TOKEN"), "API token for --server (operator role or above; env BACKSTOP_TOKEN)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; default: off)")
 	return cmd
 }
 
@@ -152,9 +153,21 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 		return usageErr("work: %v", err)
 	}
 
-	log := slog.New(slog.NewJSONHandler(a.stderr, nil))
+	tel, stopTelemetry, err := a.startTelemetry(ctx, cfg, "backstop-work")
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
+	log := tel.Logger
+	if o.metricsAddr != "" {
+		stop, err := serveMetrics(ctx, o.metricsAddr, tel, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	lib := cfg.Library()
-	lib.Logger = log
+	withTelemetry(lib, tel)
 	s, c, err := a.open(ctx, lib)
 	if err != nil {
 		return err
