@@ -16,6 +16,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/telemetry"
+	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
 
@@ -128,6 +129,25 @@ func runWorkload() (string, error) {
 	}
 	if err := w.Stop(ctx); err != nil {
 		return "", err
+	}
+	// A running attempt and a pending task for the lease and pending-age
+	// gauges, read by the store gauges (one query, then cached).
+	if _, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "q", Kind: "ok"}); err != nil {
+		return "", err
+	}
+	if _, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "q", Kind: "ok"}); err != nil {
+		return "", err
+	}
+	if _, err := s.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: 1, Now: time.Now(), Lease: time.Minute}); err != nil {
+		return "", err
+	}
+	g, err := telemetry.StartStoreGauges(ctx, tel.MeterProvider, s, time.Hour, nil, tel.Logger)
+	if err != nil {
+		return "", err
+	}
+	defer g.Stop()
+	if g.Snapshot() == nil {
+		return "", errors.New("store gauges: no snapshot after the first read")
 	}
 	srv := httptest.NewServer(tel.Handler())
 	defer srv.Close()

@@ -141,6 +141,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 		return err
 	}
 	defer s.Close()
+	defer startGauges(ctx, tel, s, log)()
 	n, err := liveTokens(ctx, s)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/telemetry"
+	"github.com/backstophq/backstop/store"
 )
 
 // startTelemetry sets up metrics, traces and logs for a long-running
@@ -68,4 +69,19 @@ func serveMetrics(ctx context.Context, addr string, t *telemetry.Telemetry, log 
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}, nil
+}
+
+// startGauges refreshes the store-derived gauges in the background when
+// metrics are on and the store can read them; stop ends it.
+func startGauges(ctx context.Context, t *telemetry.Telemetry, s store.Store, log *slog.Logger) func() {
+	gr, ok := s.(store.GaugeReader)
+	if t.MeterProvider == nil || !ok {
+		return func() {}
+	}
+	g, err := telemetry.StartStoreGauges(ctx, t.MeterProvider, gr, 0, nil, log)
+	if err != nil {
+		log.Warn("store gauges", "error", err)
+		return func() {}
+	}
+	return g.Stop
 }

@@ -173,6 +173,7 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 		return err
 	}
 	defer s.Close()
+	defer startGauges(ctx, tel, s, log)()
 
 	queues := make(map[string]int, len(o.queues))
 	for _, q := range o.queues {

@@ -61,6 +61,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Ops", s.testOps)
 	t.Run("API", s.testAPI)
 	t.Run("Queues", s.testQueues)
+	t.Run("Gauges", s.testGauges)
 }
 
 // clock is real time plus an offset tests can move forward, so lease
