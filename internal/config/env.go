@@ -56,7 +56,7 @@ var topEnv = map[string]setter{
 		c.Telemetry.Metrics = &b
 		return parseBool(v, &b)
 	},
-	"REDACTION_KEYS":          func(c *Config, v string) error { c.Redaction.Keys = splitList(v); return nil },
+	"REDACTION_KEYS": func(c *Config, v string) error { c.Redaction.Keys = splitList(v); return nil },
 }
 
 var queueEnv = map[string]func(q *Queue, v string) error{

@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Options says what to set up. The zero value: metrics on (Prometheus
@@ -53,8 +54,10 @@ type Options struct {
 
 // Telemetry is what Setup made.
 type Telemetry struct {
-	MeterProvider  *sdkmetric.MeterProvider // nil when metrics are off
-	TracerProvider *sdktrace.TracerProvider
+	MeterProvider *sdkmetric.MeterProvider // nil when metrics are off
+	// TracerProvider is a no-op one when no trace exporter is configured:
+	// spans nobody exports are not built.
+	TracerProvider trace.TracerProvider
 	Logger         *slog.Logger
 	Registry       *prometheus.Registry
 	// OTLP reports which signals go out over OTLP.
@@ -121,19 +124,20 @@ func Setup(ctx context.Context, o Options) (*Telemetry, error) {
 	if o.SampleRatio != nil {
 		ratio = *o.SampleRatio
 	}
-	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(Sampler(ratio))}
+	t.TracerProvider = noop.NewTracerProvider()
 	if wants(getenv, "TRACES") {
 		exp, err := autoexport.NewSpanExporter(ctx)
 		if err != nil {
 			return fail(err)
 		}
 		if !autoexport.IsNoneSpanExporter(exp) {
-			topts = append(topts, sdktrace.WithSpanProcessor(ErrorKeeping(sdktrace.NewBatchSpanProcessor(exp))))
+			tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSampler(Sampler(ratio)),
+				sdktrace.WithSpanProcessor(ErrorKeeping(sdktrace.NewBatchSpanProcessor(exp))))
+			t.TracerProvider = tp
+			t.shutdown = append(t.shutdown, tp.Shutdown)
 			t.OTLP.Traces = true
 		}
 	}
-	t.TracerProvider = sdktrace.NewTracerProvider(topts...)
-	t.shutdown = append(t.shutdown, t.TracerProvider.Shutdown)
 
 	// Logs: JSON always; OpenTelemetry logs as well when asked.
 	out := o.LogOutput
