@@ -3,6 +3,8 @@ package backstop
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -11,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
@@ -47,6 +50,35 @@ type telemetry struct {
 	msgProcess  metric.Float64Histogram
 	msgSent     metric.Int64Counter
 	msgConsumed metric.Int64Counter
+
+	// tracesOff: the tracer provider is a no-op one; span work is skipped.
+	tracesOff bool
+	// Label sets built once per distinct key, so the hot path neither
+	// sorts nor allocates attribute sets per task.
+	qkSets      attrCache[[2]string] // queue, kind
+	outcomeSets attrCache[[3]string] // queue, kind, outcome
+	enqSets     attrCache[[3]string] // queue, kind, merged
+	deadSets    attrCache[[4]string] // queue, kind, reason, too_complex
+	sentSets    attrCache[string]    // queue
+	recvSets    attrCache[string]    // queue
+	procSets    attrCache[[2]string] // queue, error.type
+}
+
+// attrCache maps a label key to its pre-built measurement option.
+type attrCache[K comparable] struct{ m sync.Map }
+
+func (c *attrCache[K]) get(k K, build func() attribute.Set) metric.MeasurementOption {
+	if v, ok := c.m.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	v, _ := c.m.LoadOrStore(k, metric.WithAttributeSet(build()))
+	return v.(metric.MeasurementOption)
+}
+
+func (t *telemetry) qk(q, k string) metric.MeasurementOption {
+	return t.qkSets.get([2]string{q, k}, func() attribute.Set {
+		return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k))
+	})
 }
 
 var attrSystem = attribute.String("messaging.system", "backstop")
@@ -59,7 +91,8 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) (*telemetry,
 		tp = otel.GetTracerProvider()
 	}
 	m := mp.Meter(instrumentationName)
-	t := &telemetry{tracer: tp.Tracer(instrumentationName), prop: propagation.TraceContext{}}
+	_, off := tp.(noop.TracerProvider)
+	t := &telemetry{tracer: tp.Tracer(instrumentationName), prop: propagation.TraceContext{}, tracesOff: off}
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -117,10 +150,11 @@ func (t *telemetry) claimed(ctx context.Context, qa *queueAttrs, tasks []*Task, 
 	}
 	t.claims.Add(ctx, 1, qa.claimOK)
 	for _, tk := range tasks {
-		set := metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", tk.Queue), attribute.String("kind", tk.Kind)))
-		t.wait.Record(ctx, max(now.Sub(tk.RunAt), 0).Seconds(), set)
-		t.msgConsumed.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attrSystem,
-			attribute.String("messaging.destination.name", tk.Queue), attribute.String("messaging.operation.name", "receive"))))
+		t.wait.Record(ctx, max(now.Sub(tk.RunAt), 0).Seconds(), t.qk(tk.Queue, tk.Kind))
+		q := tk.Queue
+		t.msgConsumed.Add(ctx, 1, t.recvSets.get(q, func() attribute.Set {
+			return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "receive"))
+		}))
 	}
 }
 
@@ -128,6 +162,9 @@ func (t *telemetry) claimed(ctx context.Context, qa *queueAttrs, tasks []*Task, 
 // task's W3C traceparent (unless the caller brought one). It returns the
 // params to enqueue (a copy when any was changed) and the spans to end.
 func (t *telemetry) startSend(ctx context.Context, params []EnqueueParams) ([]EnqueueParams, []trace.Span) {
+	if t.tracesOff {
+		return params, nil
+	}
 	spans := make([]trace.Span, len(params))
 	copied := false
 	for i := range params {
@@ -169,10 +206,13 @@ func (t *telemetry) endSend(ctx context.Context, spans []trace.Span, rs []Enqueu
 		if r.Task == nil || r.Duplicate {
 			continue
 		}
-		t.enqueued.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", r.Task.Queue),
-			attribute.String("kind", r.Task.Kind), attribute.Bool("merged", r.Merged))))
-		t.msgSent.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attrSystem,
-			attribute.String("messaging.destination.name", r.Task.Queue), attribute.String("messaging.operation.name", "send"))))
+		q, k, merged := r.Task.Queue, r.Task.Kind, r.Merged
+		t.enqueued.Add(ctx, 1, t.enqSets.get([3]string{q, k, strconv.FormatBool(merged)}, func() attribute.Set {
+			return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k), attribute.Bool("merged", merged))
+		}))
+		t.msgSent.Add(ctx, 1, t.sentSets.get(q, func() attribute.Set {
+			return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "send"))
+		}))
 	}
 }
 
@@ -188,6 +228,9 @@ func (t *telemetry) creationContext(tk *Task) trace.SpanContext {
 // startProcess opens the consumer span of one attempt: a child of the
 // creation context (a new root when the task has none) and linked to it.
 func (t *telemetry) startProcess(ctx context.Context, tk *Task) (context.Context, trace.Span) {
+	if t.tracesOff {
+		return ctx, nil
+	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrSystem, attribute.String("messaging.destination.name", tk.Queue),
 			attribute.String("messaging.message.id", tk.ID), attribute.String("messaging.operation.type", "process"),
@@ -214,22 +257,26 @@ func (t *telemetry) settled(span trace.Span, tk *Task, started time.Time, s *sto
 	ctx := context.Background()
 	d := max(s.FinishedAt.Sub(started), 0).Seconds()
 	outcome := string(s.Outcome)
-	kv := attribute.NewSet(attribute.String("queue", tk.Queue), attribute.String("kind", tk.Kind), attribute.String("outcome", outcome))
-	t.attempts.Add(ctx, 1, metric.WithAttributeSet(kv))
-	t.duration.Record(ctx, d, metric.WithAttributeSet(kv))
-	msg := []attribute.KeyValue{attrSystem, attribute.String("messaging.destination.name", tk.Queue),
-		attribute.String("messaging.operation.name", "process")}
+	q, k := tk.Queue, tk.Kind
+	kv := t.outcomeSets.get([3]string{q, k, outcome}, func() attribute.Set {
+		return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k), attribute.String("outcome", outcome))
+	})
+	t.attempts.Add(ctx, 1, kv)
+	t.duration.Record(ctx, d, kv)
 	errType := errorType(s)
-	if errType != "" {
-		msg = append(msg, attribute.String("error.type", errType))
-	}
-	t.msgProcess.Record(ctx, d, metric.WithAttributes(msg...))
-	qk := attribute.NewSet(attribute.String("queue", tk.Queue), attribute.String("kind", tk.Kind))
+	t.msgProcess.Record(ctx, d, t.procSets.get([2]string{q, errType}, func() attribute.Set {
+		msg := []attribute.KeyValue{attrSystem, attribute.String("messaging.destination.name", q),
+			attribute.String("messaging.operation.name", "process")}
+		if errType != "" {
+			msg = append(msg, attribute.String("error.type", errType))
+		}
+		return attribute.NewSet(msg...)
+	}))
 	switch {
 	case s.State == bt.StateDead:
 		t.deadLettered(ctx, tk, string(s.DeadReason))
 	case !s.Uncharged && (s.State == bt.StateScheduled || s.State == bt.StatePending) && s.Outcome != bt.OutcomeSucceeded:
-		t.retries.Add(ctx, 1, metric.WithAttributeSet(qk))
+		t.retries.Add(ctx, 1, t.qk(q, k))
 	}
 	if span == nil {
 		return
@@ -244,8 +291,11 @@ func (t *telemetry) settled(span trace.Span, tk *Task, started time.Time, s *sto
 
 // deadLettered counts one dead letter.
 func (t *telemetry) deadLettered(ctx context.Context, tk *Task, reason string) {
-	t.dead.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", tk.Queue),
-		attribute.String("kind", tk.Kind), attribute.String("reason", reason), attribute.Bool("too_complex", taskTooComplex(tk)))))
+	q, k, tc := tk.Queue, tk.Kind, taskTooComplex(tk)
+	t.dead.Add(ctx, 1, t.deadSets.get([4]string{q, k, reason, strconv.FormatBool(tc)}, func() attribute.Set {
+		return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k),
+			attribute.String("reason", reason), attribute.Bool("too_complex", tc))
+	}))
 }
 
 // taskTooComplex reads the complexity policy's verdict. Until the policy
@@ -277,13 +327,13 @@ func (t *telemetry) replayed(ctx context.Context, err error) {
 
 // discarded counts one discard.
 func (t *telemetry) discarded(ctx context.Context, tk *Task) {
-	t.discards.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", tk.Queue), attribute.String("kind", tk.Kind))))
+	t.discards.Add(ctx, 1, t.qk(tk.Queue, tk.Kind))
 }
 
 // TooComplex counts a task found over its queue's complexity thresholds
 // (the complexity policy calls it).
 func (c *Client) countTooComplex(ctx context.Context, tk *Task) {
-	c.tel.tooComplex.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", tk.Queue), attribute.String("kind", tk.Kind))))
+	c.tel.tooComplex.Add(ctx, 1, c.tel.qk(tk.Queue, tk.Kind))
 }
 
 // leaseLost ends an attempt's span whose result is not settled by this
