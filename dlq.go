@@ -113,7 +113,9 @@ func (c *Client) replaySchedule(delay time.Duration, runAt time.Time, now time.T
 // ErrConflict. Refusals change nothing but record dlq.replay_failed.
 func (c *Client) Replay(ctx context.Context, p ReplayParams) (*ReplayResult, error) {
 	r, err := c.replay(ctx, p, "", time.Time{})
-	c.tel.replayed(ctx, err)
+	if err != nil || r.Replayed {
+		c.tel.replayed(ctx, err)
+	}
 	return r, err
 }
 

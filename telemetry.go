@@ -325,6 +325,21 @@ func (t *telemetry) replayed(ctx context.Context, err error) {
 	t.replays.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("result", r))))
 }
 
+// replayedBatch counts a redrive batch: ok replays and conflicts.
+func (t *telemetry) replayedBatch(ctx context.Context, ok, conflicts int) {
+	if ok > 0 {
+		t.replays.Add(ctx, int64(ok), replayOK)
+	}
+	if conflicts > 0 {
+		t.replays.Add(ctx, int64(conflicts), replayConflict)
+	}
+}
+
+var (
+	replayOK       = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "ok")))
+	replayConflict = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "conflict")))
+)
+
 // discarded counts one discard.
 func (t *telemetry) discarded(ctx context.Context, tk *Task) {
 	t.discards.Add(ctx, 1, t.qk(tk.Queue, tk.Kind))

@@ -325,3 +325,23 @@ func TestTelemetryCancel(t *testing.T) {
 		"backstop.dead_letters": {},
 	})
 }
+
+func TestTelemetryRedrive(t *testing.T) {
+	h := newTelHarness(t, "k", func(ctx context.Context, tk *Task) error { return Permanent(errors.New("bad")) })
+	a := h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
+	b := h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
+	h.waitFor(a, bt.StateDead)
+	h.waitFor(b, bt.StateDead)
+	_ = h.w.Stop(context.Background())
+	pr, err := h.c.Redrive(context.Background(), RedriveParams{Filter: ListParams{Queue: "q"}, Delay: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.Replayed != 2 {
+		t.Fatalf("redrive %+v, want 2 replayed", pr)
+	}
+	expect(t, h.metrics(), map[string]map[string]int64{
+		"backstop.dead_letters": {qk + ",reason=permanent_error,too_complex=false": 2},
+		"backstop.replays":      {"result=ok": 2},
+	})
+}
