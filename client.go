@@ -17,6 +17,7 @@ type Client struct {
 	// remote coalesces concurrent settlements of the remote worker
 	// protocol (remote.go) into batches.
 	remote settleBatcher
+	tel    *telemetry
 }
 
 // NewClient makes a client over s. A nil cfg takes every default.
@@ -31,7 +32,11 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Client{store: s, cfg: c}, nil
+	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider)
+	if err != nil {
+		return nil, fmt.Errorf("backstop: telemetry: %w", err)
+	}
+	return &Client{store: s, cfg: c, tel: tel}, nil
 }
 
 // Store is the store the client works on.
@@ -92,15 +97,20 @@ func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) ([]Enq
 	if len(params) == 0 {
 		return nil, nil
 	}
+	params, spans := c.tel.startSend(ctx, params)
 	tasks, err := c.prepareAll(params)
 	if err != nil {
+		c.tel.endSend(ctx, spans, nil, err)
 		return nil, err
 	}
 	rs, err := c.store.Enqueue(ctx, tasks, c.enqueueOpts(ctx, params, tasks))
-	if err != nil {
-		return nil, err
+	var out []EnqueueResult
+	if err == nil {
+		out = convertResults(rs)
+		c.countTooComplexTasks(ctx, tasks)
 	}
-	return convertResults(rs), nil
+	c.tel.endSend(ctx, spans, out, err)
+	return out, err
 }
 
 // EnqueueTx adds tasks inside the caller's transaction — a *sql.Tx, or on
@@ -110,15 +120,22 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, params ...EnqueueParams)
 	if len(params) == 0 {
 		return nil, nil
 	}
+	params, spans := c.tel.startSend(ctx, params)
 	tasks, err := c.prepareAll(params)
 	if err != nil {
+		c.tel.endSend(ctx, spans, nil, err)
 		return nil, err
 	}
 	rs, err := c.store.EnqueueTx(ctx, tx, tasks, c.enqueueOpts(ctx, params, tasks))
-	if err != nil {
-		return nil, err
+	var out []EnqueueResult
+	if err == nil {
+		out = convertResults(rs)
+		c.countTooComplexTasks(ctx, tasks)
 	}
-	return convertResults(rs), nil
+	// Counted when the caller's transaction is handed back: a rollback
+	// after this still counts (the library cannot see the commit).
+	c.tel.endSend(ctx, spans, out, err)
+	return out, err
 }
 
 // Get returns a task with its executions.

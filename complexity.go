@@ -86,3 +86,13 @@ func (c *Client) tooComplexEvents(ctx context.Context, params []EnqueueParams, t
 	}
 	return out
 }
+
+// countTooComplexTasks counts the too-complex tasks of an enqueue that
+// went through (backstop_tasks_too_complex_total).
+func (c *Client) countTooComplexTasks(ctx context.Context, tasks []*Task) {
+	for _, t := range tasks {
+		if t.Attributes[TooComplexAttribute] == "true" {
+			c.countTooComplex(ctx, t)
+		}
+	}
+}

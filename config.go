@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	bt "github.com/backstophq/backstop/backstoptype"
 )
 
@@ -34,6 +37,10 @@ type Config struct {
 	// StrictQueues refuses enqueues to queues not declared in Queues.
 	// Default: false.
 	StrictQueues bool
+	// MeterProvider records the library's metrics. Default: otel's global.
+	MeterProvider metric.MeterProvider
+	// TracerProvider records the library's spans. Default: otel's global.
+	TracerProvider trace.TracerProvider
 	// Retention says how long finished work is kept; the maintenance
 	// leader deletes what is older.
 	Retention RetentionConfig

@@ -112,7 +112,11 @@ func (c *Client) replaySchedule(delay time.Duration, runAt time.Time, now time.T
 // waiting task of its kind holds its merge key, the new id exists):
 // ErrConflict. Refusals change nothing but record dlq.replay_failed.
 func (c *Client) Replay(ctx context.Context, p ReplayParams) (*ReplayResult, error) {
-	return c.replay(ctx, p, "", time.Time{})
+	r, err := c.replay(ctx, p, "", time.Time{})
+	if err != nil || r.Replayed {
+		c.tel.replayed(ctx, err)
+	}
+	return r, err
 }
 
 func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, snapshot time.Time) (*ReplayResult, error) {
@@ -197,7 +201,11 @@ func (c *Client) Discard(ctx context.Context, p DiscardParams) (*Task, error) {
 	if p.Reason == "" {
 		return nil, invalid("reason", "is required to discard a dead letter")
 	}
-	return c.setDLQStatus(ctx, p.ID, DLQDiscarded, p.Actor, "dlq.discarded", map[string]any{"reason": p.Reason})
+	t, err := c.setDLQStatus(ctx, p.ID, DLQDiscarded, p.Actor, "dlq.discarded", map[string]any{"reason": p.Reason})
+	if err == nil {
+		c.tel.discarded(ctx, t)
+	}
+	return t, err
 }
 
 // ResolveParams marks a dead letter handled by hand.

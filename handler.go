@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Handler runs one attempt of a task. Return nil on success, an error to
@@ -49,7 +52,9 @@ type attempt struct {
 	detail   string
 	released bool // given back on shutdown: its result is ignored
 
-	elog *execLog // the execution's log (logs.go); nil outside a Worker
+	elog    *execLog   // the execution's log (logs.go); nil outside a Worker
+	span    trace.Span // the attempt's consumer span (nil before it runs)
+	started time.Time
 }
 
 type attemptKey struct{}

@@ -89,6 +89,7 @@ func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]*Task, error
 		}
 		ts, err := c.store.Claim(ctx, store.ClaimParams{Queue: q, Kinds: p.Kinds, WorkerID: p.WorkerID,
 			Max: want - len(out), Now: c.now(), Lease: lease})
+		c.tel.claimedRemote(ctx, q, ts, err, c.now())
 		if err != nil {
 			return out, err
 		}
@@ -284,7 +285,11 @@ func (c *Client) Fail(ctx context.Context, f RemoteFailure) (*RemoteResult, erro
 	if f.Error != "" && f.Outcome == bt.OutcomeTimeout {
 		s.Error = s.Error + ": " + f.Error
 	}
-	return c.settleRemote(ctx, s)
+	r, err := c.settleRemote(ctx, s)
+	if err == nil {
+		c.tel.settled(nil, t, attemptStart(t, s.FinishedAt), &s)
+	}
+	return r, err
 }
 
 // settleBatcher coalesces settlements that arrive concurrently (remote

@@ -126,6 +126,7 @@ type queueRunner struct {
 	inflight    atomic.Int32
 	wake        chan struct{}
 	freed       chan struct{}
+	attrs       queueAttrs // pre-built metric labels
 }
 
 // NewWorker makes a worker; register handlers with Handle, then Start.
@@ -159,7 +160,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 			conc = cmp.Or(c.cfg.Queues[name].Concurrency, 10)
 		}
 		w.queues = append(w.queues, &queueRunner{name: name, concurrency: conc,
-			wake: make(chan struct{}, 1), freed: make(chan struct{}, 1)})
+			wake: make(chan struct{}, 1), freed: make(chan struct{}, 1), attrs: c.tel.forQueue(name)})
 	}
 	return w, nil
 }
@@ -354,6 +355,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 				Now: w.c.now(), Lease: w.cfg.Lease,
 			})
 			cancelClaim()
+			w.c.tel.claimed(ctx, &q.attrs, tasks, err, w.c.now())
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -466,6 +468,8 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 		w.settle(a, w.noHandler(t))
 		return
 	}
+	ctx, a.span = w.c.tel.startProcess(ctx, t)
+	a.started = w.c.now()
 	ctx = context.WithValue(ctx, attemptKey{}, a)
 	if t.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -505,6 +509,7 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 	}
 	if errors.Is(cause, errLeaseLost) {
 		a.log().Warn("lease lost; attempt result dropped", "result", errString(res))
+		w.c.tel.leaseLost(a.span)
 		return
 	}
 	w.settle(a, w.decide(t, res, cause, a))
@@ -605,8 +610,13 @@ func (w *Worker) settle(a *attempt, s store.Settlement) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.released {
+		w.c.tel.leaseLost(a.span)
 		return
 	}
+	if a.started.IsZero() {
+		a.started = s.FinishedAt
+	}
+	w.c.tel.settled(a.span, a.task, a.started, &s)
 	switch s.State {
 	case bt.StateDead:
 		a.log().Warn("task dead-lettered", "reason", s.DeadReason, "outcome", s.Outcome, "error", s.Error)

@@ -50,6 +50,8 @@ type Options struct {
 	// PollInterval: a waiting claim retries this often even without a
 	// wake-up (the fallback, as for in-process workers). Default: 1s.
 	PollInterval time.Duration
+	// Metrics, when set, is served unauthenticated at GET /metrics.
+	Metrics http.Handler
 }
 
 // Server is the HTTP API. It is an http.Handler; Close stops its wake-up
@@ -111,6 +113,9 @@ func New(opts Options) (*Server, error) {
 		mask:     opts.Client.Masker(),
 	}
 	s.register()
+	if opts.Metrics != nil {
+		s.mux.Handle("GET /metrics", opts.Metrics)
+	}
 	return s, nil
 }
 

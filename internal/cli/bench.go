@@ -10,12 +10,14 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/bench"
+	"github.com/backstophq/backstop/internal/telemetry"
 )
 
 func init() { register(benchCmd) }
 
 func benchCmd(a *app) *cobra.Command {
 	var cfg bench.Config
+	withTelemetry := true
 	cmd := &cobra.Command{
 		Use:   "bench [-n N | --duration D [--rate R]] [--workers N] [--batch N]",
 		Short: "Measure throughput (and latency) with no-op tasks on --db",
@@ -49,7 +51,7 @@ The last line is always:
 			if cfg.N < 0 || cfg.Workers < 1 || cfg.Batch < 1 || cfg.Rate < 0 || cfg.Duration < 0 {
 				return usageErr("bench: -n, --workers, --batch, --rate and --duration must be positive")
 			}
-			return a.bench(cmd.Context(), cfg)
+			return a.bench(cmd.Context(), cfg, withTelemetry)
 		},
 	}
 	f := cmd.Flags()
@@ -59,12 +61,24 @@ The last line is always:
 	f.IntVar(&cfg.Workers, "workers", 2000, "worker concurrency (2000, as River's own bench uses)")
 	f.IntVar(&cfg.Batch, "batch", 1000, "tasks per enqueue batch")
 	f.BoolVar(&cfg.FollowEvents, "follow-events", false, "drain mode: follow the event log's all stream during the run and report its delivery lag")
+	f.BoolVar(&withTelemetry, "telemetry", true, "record metrics (and traces when OTEL_* asks) as serve and work do; false: no telemetry")
 	return cmd
 }
 
-func (a *app) bench(ctx context.Context, cfg bench.Config) error {
+func (a *app) bench(ctx context.Context, cfg bench.Config, withTelemetry bool) error {
 	log := slog.New(slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, c, err := a.open(ctx, &backstop.Config{Logger: log})
+	lib := &backstop.Config{Logger: log}
+	if withTelemetry {
+		// As serve and work run: metrics recorded by the SDK (scraped or
+		// not), traces when OTEL_* asks.
+		tel, err := telemetry.Setup(ctx, telemetry.Options{Service: "backstop-bench", LogOutput: a.stderr, LogLevel: slog.LevelWarn})
+		if err != nil {
+			return err
+		}
+		defer tel.Shutdown(context.WithoutCancel(ctx))
+		lib.MeterProvider, lib.TracerProvider = tel.MeterProvider, tel.TracerProvider
+	}
+	s, c, err := a.open(ctx, lib)
 	if err != nil {
 		return err
 	}

@@ -128,14 +128,20 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 	if f.dev && !loopback {
 		return usageErr("--dev lets anyone in as admin, so it only works on a loopback address (127.0.0.1, ::1, localhost), not %s", f.addr)
 	}
-	log := slog.New(slog.NewJSONHandler(a.stderr, nil))
+	tel, stopTelemetry, err := a.startTelemetry(ctx, cfg, "backstop-serve")
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
+	log := tel.Logger
 	lib := cfg.Library()
-	lib.Logger = log
+	withTelemetry(lib, tel)
 	s, c, err := a.open(ctx, lib)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	defer startGauges(ctx, tel, c, log)()
 	n, err := liveTokens(ctx, s)
 	if err != nil {
 		return err
@@ -147,7 +153,8 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 	case n == 0 && !f.dev:
 		log.Warn("no API tokens exist: every request will get 401; create one with `backstop tokens create` or use --dev")
 	}
-	srv, err := api.New(api.Options{Client: c, Logger: log, AnonymousAdmin: f.dev, RateLimit: f.rateLimit, MaxBodyBytes: f.maxBody})
+	srv, err := api.New(api.Options{Client: c, Logger: log, AnonymousAdmin: f.dev, RateLimit: f.rateLimit, MaxBodyBytes: f.maxBody,
+		Metrics: tel.Handler()})
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -34,7 +33,8 @@ type workOptions struct {
 	token          string
 	// perQueue: each queue's concurrency and lease (flags > env > the
 	// queue's section of --config > defaults); see workqueues.go.
-	perQueue map[string]queueSettings
+	perQueue    map[string]queueSettings
+	metricsAddr string
 }
 
 func workCmd(a *app) *cobra.Command {
@@ -102,6 +102,7 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 	f.StringVar(&o.id, "id", "", "worker id, recorded in leases, executions and the maintenance leadership (default: host-pid-random)")
 	f.DurationVar(&o.leaderTTL, "leader-ttl", 15*time.Second, "maintenance leadership lease: another worker takes over this long after the leader died")
 	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md); flags > BACKSTOP_* env > file > defaults")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; default: off)")
 	return cmd
 }
 
@@ -143,14 +144,27 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 		return usageErr("work: %v", err)
 	}
 
-	log := slog.New(slog.NewJSONHandler(a.stderr, nil))
+	tel, stopTelemetry, err := a.startTelemetry(ctx, cfg, "backstop-work")
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
+	log := tel.Logger
+	if o.metricsAddr != "" {
+		stop, err := serveMetrics(ctx, o.metricsAddr, tel, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	lib := cfg.Library()
-	lib.Logger = log
+	withTelemetry(lib, tel)
 	s, c, err := a.open(ctx, lib)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	defer startGauges(ctx, tel, c, log)()
 
 	// One library Worker per distinct lease (a Worker has one lease);
 	// usually there is one.

@@ -116,9 +116,16 @@ type Redaction struct {
 	Keys []string `yaml:"keys" json:"keys"`
 }
 
-// Telemetry is accepted and validated but not used yet.
+// Telemetry configures metrics, traces and logs (docs/observability.md).
 type Telemetry struct {
+	// OTLPEndpoint turns OTLP export of traces, metrics and logs on when
+	// OTEL_EXPORTER_OTLP_ENDPOINT is not set.
 	OTLPEndpoint string `yaml:"otlp_endpoint" json:"otlp_endpoint"`
+	// SampleRatio of new traces (parent-based; errors always kept).
+	// Default: 1.
+	SampleRatio *float64 `yaml:"sample_ratio" json:"sample_ratio"`
+	// Metrics on or off. Default: on.
+	Metrics *bool `yaml:"metrics" json:"metrics"`
 }
 
 // Worker is an exec worker `backstop serve` runs in-process.
@@ -495,6 +502,9 @@ func (c *Config) Validate() error {
 		if strings.TrimSpace(k) == "" {
 			bad(fmt.Sprintf("redaction.keys[%d]", i), "must not be empty")
 		}
+	}
+	if r := c.Telemetry.SampleRatio; r != nil && !(*r >= 0 && *r <= 1) {
+		bad("telemetry.sample_ratio", "%v: want a number from 0 to 1", *r)
 	}
 	if e := c.Telemetry.OTLPEndpoint; e != "" {
 		if u, err := url.Parse(e); err != nil || u.Scheme == "" || u.Host == "" {

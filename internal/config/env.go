@@ -51,7 +51,13 @@ var topEnv = map[string]setter{
 	"RETENTION_INTERVAL":      func(c *Config, v string) error { return parseDur(v, &c.Retention.Interval) },
 	"RETENTION_EVENTS":        func(c *Config, v string) error { return parseDur(v, &c.Retention.Events) },
 	"TELEMETRY_OTLP_ENDPOINT": func(c *Config, v string) error { c.Telemetry.OTLPEndpoint = v; return nil },
-	"REDACTION_KEYS":          func(c *Config, v string) error { c.Redaction.Keys = splitList(v); return nil },
+	"TELEMETRY_SAMPLE_RATIO":  func(c *Config, v string) error { return parseRatio(v, &c.Telemetry.SampleRatio) },
+	"TELEMETRY_METRICS": func(c *Config, v string) error {
+		var b bool
+		c.Telemetry.Metrics = &b
+		return parseBool(v, &b)
+	},
+	"REDACTION_KEYS": func(c *Config, v string) error { c.Redaction.Keys = splitList(v); return nil },
 }
 
 var queueEnv = map[string]func(q *Queue, v string) error{
@@ -188,6 +194,15 @@ func keys[V any](m map[string]V) []string {
 		return strings.Compare(a, b)
 	})
 	return ks
+}
+
+func parseRatio(v string, out **float64) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil {
+		return fmt.Errorf("%q: want a number from 0 to 1", v)
+	}
+	*out = &f
+	return nil
 }
 
 func parseInt(v string, out *int) error {

@@ -1,0 +1,194 @@
+package deploy_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/telemetry"
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/sqlitestore"
+)
+
+var (
+	scrapeOnce sync.Once
+	scrapeText string
+	scrapeErr  error
+)
+
+// scrape runs a real workload on a real SQLite file — successes, a retry,
+// a dead letter, a replay, a discard, a canceled task — with the binary's
+// telemetry setup, and returns the Prometheus exposition of its /metrics.
+func scrape(t *testing.T) string {
+	t.Helper()
+	scrapeOnce.Do(func() { scrapeText, scrapeErr = runWorkload() })
+	if scrapeErr != nil {
+		t.Fatal(scrapeErr)
+	}
+	return scrapeText
+}
+
+func runWorkload() (string, error) {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "backstop-deploy-test")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	tel, err := telemetry.Setup(ctx, telemetry.Options{LogOutput: io.Discard, Getenv: func(string) string { return "" }})
+	if err != nil {
+		return "", err
+	}
+	defer tel.Shutdown(ctx)
+	s, err := sqlitestore.Open(filepath.Join(dir, "backstop.db"))
+	if err != nil {
+		return "", err
+	}
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		return "", err
+	}
+	c, err := backstop.NewClient(s, &backstop.Config{MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
+		Logger: tel.Logger, Retry: &backstop.RetryPolicy{Schedule: []bt.Duration{0}}})
+	if err != nil {
+		return "", err
+	}
+	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{Queues: map[string]int{"q": 4}, PollInterval: 20 * time.Millisecond,
+		HeartbeatInterval: 100 * time.Millisecond})
+	if err != nil {
+		return "", err
+	}
+	started := make(chan struct{}, 1)
+	w.HandleDefault(backstop.HandlerFunc(func(ctx context.Context, tk *backstop.Task) error {
+		switch tk.Kind {
+		case "flaky":
+			if tk.Attempt == 1 {
+				return errors.New("flaky")
+			}
+		case "bad":
+			return backstop.Permanent(errors.New("bad"))
+		case "slow":
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}))
+	if err := w.Start(ctx); err != nil {
+		return "", err
+	}
+	defer w.Stop(ctx)
+	ids := map[string]bt.State{}
+	for _, k := range []string{"ok", "ok", "flaky", "bad", "bad"} {
+		r, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "q", Kind: k})
+		if err != nil {
+			return "", err
+		}
+		ids[r.Task.ID] = map[string]bt.State{"ok": bt.StateSucceeded, "flaky": bt.StateSucceeded, "bad": bt.StateDead}[k]
+	}
+	slow, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "q", Kind: "slow"})
+	if err != nil {
+		return "", err
+	}
+	<-started
+	if _, err := c.Cancel(ctx, slow.Task.ID); err != nil {
+		return "", err
+	}
+	ids[slow.Task.ID] = bt.StateCanceled
+	var dead []string
+	for id, want := range ids {
+		for {
+			tk, err := c.Get(ctx, id)
+			if err != nil {
+				return "", err
+			}
+			if tk.State == want {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if want == bt.StateDead {
+			dead = append(dead, id)
+		}
+	}
+	if _, err := c.Replay(ctx, backstop.ReplayParams{ID: dead[0], Delay: time.Hour}); err != nil {
+		return "", err
+	}
+	if _, err := c.Discard(ctx, backstop.DiscardParams{ID: dead[1], Reason: "test"}); err != nil {
+		return "", err
+	}
+	if err := w.Stop(ctx); err != nil {
+		return "", err
+	}
+	// A running attempt and a pending task for the lease and pending-age
+	// gauges, read by the store gauges (one query, then cached).
+	if _, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "q", Kind: "ok"}); err != nil {
+		return "", err
+	}
+	if _, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "q", Kind: "ok"}); err != nil {
+		return "", err
+	}
+	if _, err := s.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: 1, Now: time.Now(), Lease: time.Minute}); err != nil {
+		return "", err
+	}
+	g, err := telemetry.StartStoreGauges(ctx, tel.MeterProvider, s, time.Hour, nil, tel.Logger)
+	if err != nil {
+		return "", err
+	}
+	defer g.Stop()
+	if g.Snapshot() == nil {
+		return "", errors.New("store gauges: no snapshot after the first read")
+	}
+	srv := httptest.NewServer(tel.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// promtool finds promtool; tests that need it fail when
+// BACKSTOP_REQUIRE_PROMTOOL=1 (CI) and skip otherwise.
+func promtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("BACKSTOP_REQUIRE_PROMTOOL") == "1" {
+			t.Fatal("promtool not found and BACKSTOP_REQUIRE_PROMTOOL=1 (apt-get install prometheus)")
+		}
+		t.Skip("promtool not found (apt-get install prometheus); set BACKSTOP_REQUIRE_PROMTOOL=1 to fail instead")
+	}
+	return p
+}
+
+// TestScrapePassesPromtool: a real /metrics scrape after a real workload
+// passes `promtool check metrics` with no warning at all.
+func TestScrapePassesPromtool(t *testing.T) {
+	text := scrape(t)
+	cmd := exec.Command(promtool(t), "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("promtool check metrics: %v\n%s\n--- scrape:\n%s", err, out, text)
+	}
+}
+
+func TestPrintScrape(t *testing.T) {
+	if os.Getenv("PRINT_SCRAPE") == "" {
+		t.Skip()
+	}
+	t.Log(scrape(t))
+}

@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/config"
+	"github.com/backstophq/backstop/internal/telemetry"
+	"github.com/backstophq/backstop/store"
+)
+
+// startTelemetry sets up metrics, traces and logs for a long-running
+// command (serve, work) from the configuration's telemetry section (nil:
+// defaults) and the OTEL_* environment, and installs them as the otel and
+// slog defaults. stop flushes the exporters.
+func (a *app) startTelemetry(ctx context.Context, cfg *config.Config, service string) (*telemetry.Telemetry, func(), error) {
+	o := telemetry.Options{Service: service, LogOutput: a.stderr}
+	if cfg != nil {
+		o.OTLPEndpoint = cfg.Telemetry.OTLPEndpoint
+		o.SampleRatio = cfg.Telemetry.SampleRatio
+		o.MetricsDisabled = cfg.Telemetry.Metrics != nil && !*cfg.Telemetry.Metrics
+	}
+	t, err := telemetry.Setup(ctx, o)
+	if err != nil {
+		return nil, nil, usageErr("telemetry: %v", err)
+	}
+	t.Install()
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := t.Shutdown(sctx); err != nil {
+			t.Logger.Warn("flushing telemetry", "error", err)
+		}
+	}
+	return t, stop, nil
+}
+
+// withTelemetry points the library's configuration at t's providers.
+func withTelemetry(lib *backstop.Config, t *telemetry.Telemetry) {
+	lib.Logger = t.Logger
+	if t.MeterProvider != nil {
+		lib.MeterProvider = t.MeterProvider
+	}
+	lib.TracerProvider = t.TracerProvider
+}
+
+// serveMetrics serves t's /metrics on addr until ctx ends.
+func serveMetrics(ctx context.Context, addr string, t *telemetry.Telemetry, log *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, usageErr("--metrics-addr: %v", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", t.Handler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics endpoint", "error", err)
+		}
+	}()
+	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}, nil
+}
+
+// startGauges refreshes the store-derived gauges in the background when
+// metrics are on and the store can read them; stop ends it. The worker
+// registry's counts (workers by state) join the store's one query.
+func startGauges(ctx context.Context, t *telemetry.Telemetry, c *backstop.Client, log *slog.Logger) func() {
+	gr, ok := c.Store().(store.GaugeReader)
+	if t.MeterProvider == nil || !ok {
+		return func() {}
+	}
+	g, err := telemetry.StartStoreGauges(ctx, t.MeterProvider, registryGauges{gr, c}, 0, nil, log)
+	if err != nil {
+		log.Warn("store gauges", "error", err)
+		return func() {}
+	}
+	return g.Stop
+}
+
+// registryGauges adds the worker registry's counts to a store's gauges.
+type registryGauges struct {
+	store.GaugeReader
+	c *backstop.Client
+}
+
+func (r registryGauges) Gauges(ctx context.Context) (*store.GaugeSnapshot, error) {
+	snap, err := r.GaugeReader.Gauges(ctx)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := r.c.WorkerCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for st, n := range counts {
+		snap.WorkersByState[string(st)] = n
+	}
+	return snap, nil
+}

@@ -1,0 +1,149 @@
+package telemetry
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/backstophq/backstop/store"
+)
+
+// GaugeInterval is how often the store-derived gauges are refreshed.
+const GaugeInterval = 10 * time.Second
+
+// StoreGauges exposes the store-derived gauges (store.GaugeReader): tasks
+// by queue and state, dead letters by queue and status, the age of the
+// oldest pending task and of the oldest lease per queue, workers by state.
+// The store is read by one query every interval, in the background; a
+// scrape reads the cached snapshot (ages are computed at scrape time from
+// the cached timestamps, so they keep growing between refreshes).
+type StoreGauges struct {
+	mu   sync.Mutex
+	snap *store.GaugeSnapshot
+	now  func() time.Time
+
+	reg    metric.Registration
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// StartStoreGauges registers the gauges on mp and refreshes them from r
+// every interval (GaugeInterval when 0) until Stop. now tells the time
+// (nil: time.Now). WorkersByState comes from r (the binary adds the
+// worker registry's counts to the store's query).
+func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.GaugeReader, interval time.Duration,
+	now func() time.Time, log *slog.Logger) (*StoreGauges, error) {
+	if interval <= 0 {
+		interval = GaugeInterval
+	}
+	if now == nil {
+		now = time.Now
+	}
+	g := &StoreGauges{now: now, done: make(chan struct{})}
+	m := mp.Meter("github.com/backstophq/backstop/store")
+	tasks, err := m.Int64ObservableGauge("backstop.tasks", metric.WithUnit("{task}"),
+		metric.WithDescription("Tasks by queue and state (store-derived, refreshed every few seconds)."))
+	if err != nil {
+		return nil, err
+	}
+	dlq, err := m.Int64ObservableGauge("backstop.dlq.size", metric.WithUnit("{task}"),
+		metric.WithDescription("Dead letters by queue and DLQ status (open, replayed, discarded, resolved)."))
+	if err != nil {
+		return nil, err
+	}
+	pending, err := m.Float64ObservableGauge("backstop.queue.oldest_pending_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest pending task per queue: now minus its run_at."))
+	if err != nil {
+		return nil, err
+	}
+	lease, err := m.Float64ObservableGauge("backstop.lease.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest running attempt per queue: now minus when its lease began."))
+	if err != nil {
+		return nil, err
+	}
+	workers, err := m.Int64ObservableGauge("backstop.workers", metric.WithUnit("{worker}"),
+		metric.WithDescription("Workers by state (from the worker registry)."))
+	if err != nil {
+		return nil, err
+	}
+	g.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		g.mu.Lock()
+		snap := g.snap
+		g.mu.Unlock()
+		if snap == nil {
+			return nil
+		}
+		t := g.now()
+		for q, states := range snap.Tasks {
+			for st, n := range states {
+				o.ObserveInt64(tasks, int64(n), metric.WithAttributes(attribute.String("queue", q), attribute.String("state", string(st))))
+			}
+		}
+		for q, statuses := range snap.DeadLetters {
+			for st, n := range statuses {
+				o.ObserveInt64(dlq, int64(n), metric.WithAttributes(attribute.String("queue", q), attribute.String("status", string(st))))
+			}
+		}
+		for q, at := range snap.OldestPending {
+			o.ObserveFloat64(pending, max(t.Sub(at), 0).Seconds(), metric.WithAttributes(attribute.String("queue", q)))
+		}
+		for q, at := range snap.OldestLease {
+			o.ObserveFloat64(lease, max(t.Sub(at), 0).Seconds(), metric.WithAttributes(attribute.String("queue", q)))
+		}
+		for st, n := range snap.WorkersByState {
+			o.ObserveInt64(workers, int64(n), metric.WithAttributes(attribute.String("state", st)))
+		}
+		return nil
+	}, tasks, dlq, pending, lease, workers)
+	if err != nil {
+		return nil, err
+	}
+	ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	refresh := func() {
+		qctx, cancel := context.WithTimeout(ctx, interval)
+		defer cancel()
+		snap, err := r.Gauges(qctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("refreshing the store gauges", "error", err)
+			}
+			return
+		}
+		g.mu.Lock()
+		g.snap = snap
+		g.mu.Unlock()
+	}
+	refresh()
+	go func() {
+		defer close(g.done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				refresh()
+			}
+		}
+	}()
+	return g, nil
+}
+
+// Snapshot is the cached snapshot (nil before the first read succeeded).
+func (g *StoreGauges) Snapshot() *store.GaugeSnapshot {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.snap
+}
+
+// Stop ends the refreshes and unregisters the gauges.
+func (g *StoreGauges) Stop() {
+	g.cancel()
+	<-g.done
+	_ = g.reg.Unregister()
+}

@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// GaugeReader is a store's answer to the metrics' store-derived gauges, read by
+// one bounded query (its rows are bounded by queues × states × DLQ
+// statuses) on an interval, never per scrape.
+type GaugeReader interface {
+	Gauges(ctx context.Context) (*GaugeSnapshot, error)
+}
+
+// GaugeSnapshot is what the gauges show at one time.
+type GaugeSnapshot struct {
+	// Tasks counts tasks by queue and state.
+	Tasks map[string]map[bt.State]int
+	// DeadLetters counts dead tasks by queue and DLQ status.
+	DeadLetters map[string]map[bt.DLQStatus]int
+	// OldestPending is, per queue with pending tasks, the smallest run_at
+	// of a pending task.
+	OldestPending map[string]time.Time
+	// OldestLease is, per queue with running tasks, the earliest
+	// attempted_at of a running task (when its current lease began).
+	OldestLease map[string]time.Time
+	// WorkersByState is filled from the worker registry
+	// (Client.WorkerCounts), not by the store's task query.
+	WorkersByState map[string]int
+}
+
+// NewGaugeSnapshot returns an empty snapshot.
+func NewGaugeSnapshot() *GaugeSnapshot {
+	return &GaugeSnapshot{Tasks: map[string]map[bt.State]int{}, DeadLetters: map[string]map[bt.DLQStatus]int{},
+		OldestPending: map[string]time.Time{}, OldestLease: map[string]time.Time{}, WorkersByState: map[string]int{}}
+}
+
+// AddGaugeRow folds one row of a driver's gauge query (grouped by queue,
+// state and DLQ status) into the snapshot.
+func (g *GaugeSnapshot) AddGaugeRow(queue string, state bt.State, dlq bt.DLQStatus, n int, oldestPending, oldestLease *time.Time) {
+	if g.Tasks[queue] == nil {
+		g.Tasks[queue] = map[bt.State]int{}
+	}
+	g.Tasks[queue][state] += n
+	if state == bt.StateDead {
+		if g.DeadLetters[queue] == nil {
+			g.DeadLetters[queue] = map[bt.DLQStatus]int{}
+		}
+		g.DeadLetters[queue][dlq] += n
+	}
+	if oldestPending != nil {
+		if t, ok := g.OldestPending[queue]; !ok || oldestPending.Before(t) {
+			g.OldestPending[queue] = oldestPending.UTC()
+		}
+	}
+	if oldestLease != nil {
+		if t, ok := g.OldestLease[queue]; !ok || oldestLease.Before(t) {
+			g.OldestLease[queue] = oldestLease.UTC()
+		}
+	}
+}

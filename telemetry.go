@@ -1,0 +1,376 @@
+package backstop
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// instrumentationName names the library's meter and tracer.
+const instrumentationName = "github.com/backstophq/backstop"
+
+// Histogram buckets, in seconds (seed 003's step and queue-wait buckets).
+var (
+	durationBuckets = []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300}
+	waitBuckets     = []float64{0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 300}
+)
+
+// telemetry holds the library's instruments. Every instrument is built
+// once per Client; call sites pass pre-built attribute options where the
+// label set is fixed so the hot path does not allocate per task.
+type telemetry struct {
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+
+	enqueued   metric.Int64Counter
+	claims     metric.Int64Counter
+	attempts   metric.Int64Counter
+	retries    metric.Int64Counter
+	dead       metric.Int64Counter
+	replays    metric.Int64Counter
+	discards   metric.Int64Counter
+	tooComplex metric.Int64Counter
+	duration   metric.Float64Histogram
+	wait       metric.Float64Histogram
+
+	// OpenTelemetry messaging semantic conventions.
+	msgProcess  metric.Float64Histogram
+	msgSent     metric.Int64Counter
+	msgConsumed metric.Int64Counter
+
+	// tracesOff: the tracer provider is a no-op one; span work is skipped.
+	tracesOff bool
+	// Label sets built once per distinct key, so the hot path neither
+	// sorts nor allocates attribute sets per task.
+	qkSets      attrCache[[2]string] // queue, kind
+	outcomeSets attrCache[[3]string] // queue, kind, outcome
+	enqSets     attrCache[[3]string] // queue, kind, merged
+	deadSets    attrCache[[4]string] // queue, kind, reason, too_complex
+	sentSets    attrCache[string]    // queue
+	recvSets    attrCache[string]    // queue
+	procSets    attrCache[[2]string] // queue, error.type
+}
+
+// attrCache maps a label key to its pre-built measurement option.
+type attrCache[K comparable] struct{ m sync.Map }
+
+func (c *attrCache[K]) get(k K, build func() attribute.Set) metric.MeasurementOption {
+	if v, ok := c.m.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	v, _ := c.m.LoadOrStore(k, metric.WithAttributeSet(build()))
+	return v.(metric.MeasurementOption)
+}
+
+func (t *telemetry) qk(q, k string) metric.MeasurementOption {
+	return t.qkSets.get([2]string{q, k}, func() attribute.Set {
+		return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k))
+	})
+}
+
+var attrSystem = attribute.String("messaging.system", "backstop")
+
+func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) (*telemetry, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	m := mp.Meter(instrumentationName)
+	_, off := tp.(noop.TracerProvider)
+	t := &telemetry{tracer: tp.Tracer(instrumentationName), prop: propagation.TraceContext{}, tracesOff: off}
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	hist := func(name, desc string, b []float64) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(b...))
+		errs = append(errs, err)
+		return h
+	}
+	t.enqueued = counter("backstop.tasks.enqueued", "{task}", "Tasks enqueued, by queue, kind and whether they merged into a waiting task.")
+	t.claims = counter("backstop.claims", "{claim}", "Claim rounds by workers, by queue and result (ok, empty, error).")
+	t.attempts = counter("backstop.attempts", "{attempt}", "Finished attempts, by queue, kind and outcome.")
+	t.retries = counter("backstop.retries", "{retry}", "Retries scheduled after a failed attempt, by queue and kind.")
+	t.dead = counter("backstop.dead_letters", "{task}", "Tasks dead-lettered, by queue, kind, reason and too_complex.")
+	t.replays = counter("backstop.replays", "{task}", "Dead-letter replays, by result (ok, error, conflict).")
+	t.discards = counter("backstop.discards", "{task}", "Dead letters discarded.")
+	t.tooComplex = counter("backstop.tasks.too_complex", "{task}", "Tasks over their queue's complexity or size threshold, by queue and kind.")
+	t.duration = hist("backstop.task.duration", "Duration of one attempt, by queue, kind and outcome.", durationBuckets)
+	t.wait = hist("backstop.queue.wait", "Time from a task's run_at to its claim, by queue and kind.", waitBuckets)
+	t.msgProcess = hist("messaging.process.duration", "Duration of processing one message (OpenTelemetry messaging conventions).", durationBuckets)
+	t.msgSent = counter("messaging.client.sent.messages", "{message}", "Messages sent (OpenTelemetry messaging conventions).")
+	t.msgConsumed = counter("messaging.client.consumed.messages", "{message}", "Messages delivered to a consumer (OpenTelemetry messaging conventions).")
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// queueAttrs are a queue runner's pre-built label sets.
+type queueAttrs struct {
+	claimOK, claimEmpty, claimError metric.AddOption
+}
+
+func (t *telemetry) forQueue(q string) queueAttrs {
+	mk := func(r string) metric.AddOption {
+		return metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", q), attribute.String("result", r)))
+	}
+	return queueAttrs{claimOK: mk("ok"), claimEmpty: mk("empty"), claimError: mk("error")}
+}
+
+// claimed records one claim round.
+func (t *telemetry) claimed(ctx context.Context, qa *queueAttrs, tasks []*Task, err error, now time.Time) {
+	switch {
+	case err != nil:
+		t.claims.Add(ctx, 1, qa.claimError)
+		return
+	case len(tasks) == 0:
+		t.claims.Add(ctx, 1, qa.claimEmpty)
+		return
+	}
+	t.claims.Add(ctx, 1, qa.claimOK)
+	for _, tk := range tasks {
+		t.wait.Record(ctx, max(now.Sub(tk.RunAt), 0).Seconds(), t.qk(tk.Queue, tk.Kind))
+		q := tk.Queue
+		t.msgConsumed.Add(ctx, 1, t.recvSets.get(q, func() attribute.Set {
+			return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "receive"))
+		}))
+	}
+}
+
+// startSend opens one producer span per task and stores its context as the
+// task's W3C traceparent (unless the caller brought one). It returns the
+// params to enqueue (a copy when any was changed) and the spans to end.
+func (t *telemetry) startSend(ctx context.Context, params []EnqueueParams) ([]EnqueueParams, []trace.Span) {
+	if t.tracesOff {
+		return params, nil
+	}
+	spans := make([]trace.Span, len(params))
+	copied := false
+	for i := range params {
+		p := &params[i]
+		sctx, span := t.tracer.Start(ctx, "send "+p.Queue, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attrSystem, attribute.String("messaging.destination.name", p.Queue),
+				attribute.String("messaging.operation.type", "send"), attribute.String("messaging.operation.name", "send"),
+				attribute.String("backstop.kind", p.Kind)))
+		spans[i] = span
+		if p.TraceParent == "" && span.SpanContext().IsValid() {
+			if !copied {
+				params = append([]EnqueueParams(nil), params...)
+				p, copied = &params[i], true
+			}
+			carrier := propagation.MapCarrier{}
+			t.prop.Inject(sctx, carrier)
+			p.TraceParent = carrier["traceparent"]
+		}
+	}
+	return params, spans
+}
+
+// endSend closes the producer spans and counts what was enqueued.
+func (t *telemetry) endSend(ctx context.Context, spans []trace.Span, rs []EnqueueResult, err error) {
+	for i, s := range spans {
+		if err != nil {
+			s.RecordError(err)
+			s.SetStatus(codes.Error, err.Error())
+			s.SetAttributes(attribute.String("error.type", "enqueue_failed"))
+		} else if i < len(rs) && rs[i].Task != nil {
+			s.SetAttributes(attribute.String("messaging.message.id", rs[i].Task.ID), attribute.Bool("backstop.merged", rs[i].Merged))
+		}
+		s.End()
+	}
+	if err != nil {
+		return
+	}
+	for _, r := range rs {
+		if r.Task == nil || r.Duplicate {
+			continue
+		}
+		q, k, merged := r.Task.Queue, r.Task.Kind, r.Merged
+		t.enqueued.Add(ctx, 1, t.enqSets.get([3]string{q, k, strconv.FormatBool(merged)}, func() attribute.Set {
+			return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k), attribute.Bool("merged", merged))
+		}))
+		t.msgSent.Add(ctx, 1, t.sentSets.get(q, func() attribute.Set {
+			return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "send"))
+		}))
+	}
+}
+
+// creationContext is the producer's span context stored with the task.
+func (t *telemetry) creationContext(tk *Task) trace.SpanContext {
+	if tk.TraceParent == "" {
+		return trace.SpanContext{}
+	}
+	ctx := t.prop.Extract(context.Background(), propagation.MapCarrier{"traceparent": tk.TraceParent})
+	return trace.SpanContextFromContext(ctx)
+}
+
+// startProcess opens the consumer span of one attempt: a child of the
+// creation context (a new root when the task has none) and linked to it.
+func (t *telemetry) startProcess(ctx context.Context, tk *Task) (context.Context, trace.Span) {
+	if t.tracesOff {
+		return ctx, nil
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrSystem, attribute.String("messaging.destination.name", tk.Queue),
+			attribute.String("messaging.message.id", tk.ID), attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.operation.name", "process"), attribute.String("backstop.kind", tk.Kind),
+			attribute.Int("backstop.attempt", tk.Attempt), attribute.String("backstop.execution_id", tk.ExecutionID))}
+	if v := tk.Attributes["run_id"]; v != "" {
+		opts = append(opts, trace.WithAttributes(attribute.String("run_id", v)))
+	}
+	if v := tk.Attributes["plan_hash"]; v != "" {
+		opts = append(opts, trace.WithAttributes(attribute.String("plan_hash", v)))
+	}
+	if sc := t.creationContext(tk); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	} else {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	return t.tracer.Start(ctx, "process "+tk.Queue, opts...)
+}
+
+// settled records one finished attempt: its outcome, duration, and what
+// the settlement did to the task (retry, dead letter); it ends the span.
+func (t *telemetry) settled(span trace.Span, tk *Task, started time.Time, s *store.Settlement) {
+	ctx := context.Background()
+	d := max(s.FinishedAt.Sub(started), 0).Seconds()
+	outcome := string(s.Outcome)
+	q, k := tk.Queue, tk.Kind
+	kv := t.outcomeSets.get([3]string{q, k, outcome}, func() attribute.Set {
+		return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k), attribute.String("outcome", outcome))
+	})
+	t.attempts.Add(ctx, 1, kv)
+	t.duration.Record(ctx, d, kv)
+	errType := errorType(s)
+	t.msgProcess.Record(ctx, d, t.procSets.get([2]string{q, errType}, func() attribute.Set {
+		msg := []attribute.KeyValue{attrSystem, attribute.String("messaging.destination.name", q),
+			attribute.String("messaging.operation.name", "process")}
+		if errType != "" {
+			msg = append(msg, attribute.String("error.type", errType))
+		}
+		return attribute.NewSet(msg...)
+	}))
+	switch {
+	case s.State == bt.StateDead:
+		t.deadLettered(ctx, tk, string(s.DeadReason))
+	case !s.Uncharged && (s.State == bt.StateScheduled || s.State == bt.StatePending) && s.Outcome != bt.OutcomeSucceeded:
+		t.retries.Add(ctx, 1, t.qk(q, k))
+	}
+	if span == nil {
+		return
+	}
+	span.SetAttributes(attribute.String("backstop.outcome", outcome))
+	if errType != "" {
+		span.SetAttributes(attribute.String("error.type", errType))
+		span.SetStatus(codes.Error, s.Error)
+	}
+	span.End(trace.WithTimestamp(s.FinishedAt))
+}
+
+// deadLettered counts one dead letter.
+func (t *telemetry) deadLettered(ctx context.Context, tk *Task, reason string) {
+	q, k, tc := tk.Queue, tk.Kind, taskTooComplex(tk)
+	t.dead.Add(ctx, 1, t.deadSets.get([4]string{q, k, reason, strconv.FormatBool(tc)}, func() attribute.Set {
+		return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k),
+			attribute.String("reason", reason), attribute.Bool("too_complex", tc))
+	}))
+}
+
+// taskTooComplex reads the complexity policy's verdict (complexity.go).
+func taskTooComplex(t *Task) bool { return t.Attributes[TooComplexAttribute] == "true" }
+
+// errorType is the span's and metric's error.type: the outcome of a failed
+// attempt (transient_error, permanent_error, timeout, ...); empty on success.
+func errorType(s *store.Settlement) string {
+	switch s.Outcome {
+	case bt.OutcomeSucceeded, bt.OutcomeSnoozed, bt.OutcomeCanceled:
+		return ""
+	}
+	return string(s.Outcome)
+}
+
+// replayed counts one replay by result: ok, conflict or error.
+func (t *telemetry) replayed(ctx context.Context, err error) {
+	r := "ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrConflict):
+		r = "conflict"
+	default:
+		r = "error"
+	}
+	t.replays.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("result", r))))
+}
+
+// replayedBatch counts a redrive batch: ok replays and conflicts.
+func (t *telemetry) replayedBatch(ctx context.Context, ok, conflicts int) {
+	if ok > 0 {
+		t.replays.Add(ctx, int64(ok), replayOK)
+	}
+	if conflicts > 0 {
+		t.replays.Add(ctx, int64(conflicts), replayConflict)
+	}
+}
+
+var (
+	replayOK       = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "ok")))
+	replayConflict = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "conflict")))
+)
+
+// discarded counts one discard.
+func (t *telemetry) discarded(ctx context.Context, tk *Task) {
+	t.discards.Add(ctx, 1, t.qk(tk.Queue, tk.Kind))
+}
+
+// TooComplex counts a task found over its queue's complexity thresholds
+// (the complexity policy calls it).
+func (c *Client) countTooComplex(ctx context.Context, tk *Task) {
+	c.tel.tooComplex.Add(ctx, 1, c.tel.qk(tk.Queue, tk.Kind))
+}
+
+// leaseLost ends an attempt's span whose result is not settled by this
+// worker (its lease was lost, or it was released at shutdown).
+func (t *telemetry) leaseLost(span trace.Span) {
+	if span == nil {
+		return
+	}
+	span.SetAttributes(attribute.String("backstop.outcome", "abandoned"), attribute.String("error.type", "lease_lost"))
+	span.SetStatus(codes.Error, "attempt abandoned: lease lost or released")
+	span.End()
+}
+
+// claimedRemote records a claim by the remote worker protocol.
+func (t *telemetry) claimedRemote(ctx context.Context, queue string, tasks []*Task, err error, now time.Time) {
+	qa := t.forQueue(queue)
+	t.claimed(ctx, &qa, tasks, err, now)
+}
+
+// attemptStart is when t's current attempt began (when known).
+func attemptStart(t *Task, fallback time.Time) time.Time {
+	if t.AttemptedAt != nil {
+		return *t.AttemptedAt
+	}
+	return fallback
+}
