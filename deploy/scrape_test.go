@@ -141,7 +141,7 @@ func runWorkload() (string, error) {
 	if _, err := s.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: 1, Now: time.Now(), Lease: time.Minute}); err != nil {
 		return "", err
 	}
-	g, err := telemetry.StartStoreGauges(ctx, tel.MeterProvider, s, time.Hour, nil, tel.Logger)
+	g, err := telemetry.StartStoreGauges(ctx, tel.MeterProvider, telemetry.WithWorkers(s, c.WorkerCounts), time.Hour, nil, tel.Logger)
 	if err != nil {
 		return "", err
 	}

@@ -62,8 +62,11 @@ func TestRemoteDrainReleases(t *testing.T) {
 
 			deadline := time.Now().Add(20 * time.Second)
 			for {
+				// The program printed "started": the worker holds the task
+				// (the server's running state alone can come before the
+				// claim's answer reaches the worker).
 				v, err := cl.Get(ctx, id)
-				if err == nil && v.State == bt.StateRunning {
+				if err == nil && v.State == bt.StateRunning && strings.Contains(workLog.String(), "started") {
 					break
 				}
 				if time.Now().After(deadline) {

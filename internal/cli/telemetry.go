@@ -79,31 +79,10 @@ func startGauges(ctx context.Context, t *telemetry.Telemetry, c *backstop.Client
 	if t.MeterProvider == nil || !ok {
 		return func() {}
 	}
-	g, err := telemetry.StartStoreGauges(ctx, t.MeterProvider, registryGauges{gr, c}, 0, nil, log)
+	g, err := telemetry.StartStoreGauges(ctx, t.MeterProvider, telemetry.WithWorkers(gr, c.WorkerCounts), 0, nil, log)
 	if err != nil {
 		log.Warn("store gauges", "error", err)
 		return func() {}
 	}
 	return g.Stop
-}
-
-// registryGauges adds the worker registry's counts to a store's gauges.
-type registryGauges struct {
-	store.GaugeReader
-	c *backstop.Client
-}
-
-func (r registryGauges) Gauges(ctx context.Context) (*store.GaugeSnapshot, error) {
-	snap, err := r.GaugeReader.Gauges(ctx)
-	if err != nil {
-		return nil, err
-	}
-	counts, err := r.c.WorkerCounts(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for st, n := range counts {
-		snap.WorkersByState[string(st)] = n
-	}
-	return snap, nil
 }

@@ -147,3 +147,29 @@ func (g *StoreGauges) Stop() {
 	<-g.done
 	_ = g.reg.Unregister()
 }
+
+// WithWorkers adds the worker registry's counts by state (the library's
+// Client.WorkerCounts) to a store's gauge query: backstop_workers.
+func WithWorkers[S ~string](r store.GaugeReader, counts func(context.Context) (map[S]int, error)) store.GaugeReader {
+	return workerGauges[S]{r, counts}
+}
+
+type workerGauges[S ~string] struct {
+	store.GaugeReader
+	counts func(context.Context) (map[S]int, error)
+}
+
+func (w workerGauges[S]) Gauges(ctx context.Context) (*store.GaugeSnapshot, error) {
+	snap, err := w.GaugeReader.Gauges(ctx)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := w.counts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for st, n := range counts {
+		snap.WorkersByState[string(st)] = n
+	}
+	return snap, nil
+}
