@@ -42,7 +42,7 @@ const sqlReplaySet = `state = $1, run_at = $2, attempt = CASE WHEN $3 THEN attem
 // operator's paths: few events per transaction).
 const sqlInsertEvents = `INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
 SELECT CASE WHEN id = '' THEN NULL ELSE ARRAY[id] END, time, type, ARRAY[subject], ARRAY[queue], ARRAY[kind],
-	ARRAY[attributes::jsonb], actor, ARRAY[body::jsonb]
+	json_build_array(attributes::json), actor, json_build_array(body::json)
 FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
 	AS e(id, time, type, subject, queue, kind, attributes, actor, body)`
 
@@ -323,9 +323,9 @@ upd AS (
 ), ev AS (
 	INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
 	SELECT ARRAY[`+p(7)+` || lpad(to_hex(row_number() OVER ()), 12, '0')], `+p(4)+`, e.type, ARRAY[u.id], ARRAY[u.queue],
-		ARRAY[u.kind], ARRAY[u.attributes], `+p(5)+`,
-		ARRAY[jsonb_build_object('redrive_id', `+p(6)+`::text, 'patched', false, 'keep_attempts', `+p(3)+`::bool,
-			'replay_count', u.replay_count)]
+		ARRAY[u.kind], json_build_array(u.attributes), `+p(5)+`,
+		json_build_array(json_build_object('redrive_id', `+p(6)+`::text, 'patched', false, 'keep_attempts', `+p(3)+`::bool,
+			'replay_count', u.replay_count))
 	FROM upd u CROSS JOIN (VALUES ('dlq.replayed')) AS e(type)
 	ORDER BY u.id
 ), rec AS (

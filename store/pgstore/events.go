@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,8 +63,8 @@ const evBatchInsert = `INSERT INTO backstop_events (seq, type, time, times, subj
 
 // claimEvents: task.claimed for every claimed row ($2: now).
 var claimEvents = `claim_events AS (
-	` + evBatchInsert + `'task.claimed', $2, NULL, array_agg(c.id), array_agg(c.queue), array_agg(c.kind), array_agg(c.attributes),
-		array_agg(jsonb_build_object('worker_id', c.worker_id, 'execution_id', c.execution_id, 'attempt', c.attempt,
+	` + evBatchInsert + `'task.claimed', $2, NULL, array_agg(c.id), array_agg(c.queue), array_agg(c.kind), json_agg(c.attributes),
+		json_agg(json_build_object('worker_id', c.worker_id, 'execution_id', c.execution_id, 'attempt', c.attempt,
 			'lease_expires_at', ` + evTime("c.lease_expires_at") + `))
 	FROM claimed c HAVING count(*) > 0
 )`
@@ -75,8 +76,8 @@ const beatReturning = `t.queue, t.kind, t.attributes, i.total, i.completed,
 
 // beatEvents: task.progress for beats that changed progress ($7: now).
 var beatEvents = `beat_events AS (
-	` + evBatchInsert + `'task.progress', $7, NULL, array_agg(b.id), array_agg(b.queue), array_agg(b.kind), array_agg(b.attributes),
-		array_agg(jsonb_build_object('execution_id', b.execution_id, 'total', b.total, 'completed', b.completed))
+	` + evBatchInsert + `'task.progress', $7, NULL, array_agg(b.id), array_agg(b.queue), array_agg(b.kind), json_agg(b.attributes),
+		json_agg(json_build_object('execution_id', b.execution_id, 'total', b.total, 'completed', b.completed))
 	FROM beat b WHERE b.progressed HAVING count(*) > 0
 )`
 
@@ -88,8 +89,8 @@ var beatEvents = `beat_events AS (
 var settleEvents = `settle_events AS (
 	` + evBatchInsert + `g.type, g.time, g.times, g.subjects, g.queues, g.kinds, g.attributes, g.bodies
 	FROM (SELECT e.ord, e.type, max(e.time) AS time, array_agg(e.time) AS times, array_agg(s.id) AS subjects,
-		array_agg(s.queue) AS queues, array_agg(s.kind) AS kinds, array_agg(s.attributes) AS attributes,
-		array_agg(e.body) AS bodies
+		array_agg(s.queue) AS queues, array_agg(s.kind) AS kinds, json_agg(s.attributes) AS attributes,
+		json_agg(e.body) AS bodies
 	FROM (SELECT *, CASE WHEN uncharged THEN attempt + 1 ELSE attempt END AS att,
 		coalesce(attempted_at, finished_at) AS started FROM settled) s
 	CROSS JOIN LATERAL (VALUES
@@ -131,14 +132,14 @@ var settleEvents = `settle_events AS (
 var succeededEvents = `succeeded_events AS (
 	` + evBatchInsert + `g.type, g.time, g.times, g.subjects, g.queues, g.kinds, g.attributes, g.bodies
 	FROM (SELECT 'task.started' AS type, max(s.started) AS time, array_agg(s.started) AS times, array_agg(s.id) AS subjects,
-		array_agg(s.queue) AS queues, array_agg(s.kind) AS kinds, array_agg(s.attributes) AS attributes,
-		array_agg(jsonb_build_object('execution_id', s.execution_id, 'attempt', s.attempt,
+		array_agg(s.queue) AS queues, array_agg(s.kind) AS kinds, json_agg(s.attributes) AS attributes,
+		json_agg(json_build_object('execution_id', s.execution_id, 'attempt', s.attempt,
 			'worker_id', coalesce(s.worker_id, ''))) AS bodies
 	FROM (SELECT *, coalesce(attempted_at, finished_at) AS started FROM settled) s HAVING count(*) > 0
 	UNION ALL
 	SELECT 'task.succeeded', max(s.finished_at), array_agg(s.finished_at), array_agg(s.id),
-		array_agg(s.queue), array_agg(s.kind), array_agg(s.attributes),
-		array_agg(jsonb_build_object('execution_id', s.execution_id, 'attempt', s.attempt,
+		array_agg(s.queue), array_agg(s.kind), json_agg(s.attributes),
+		json_agg(json_build_object('execution_id', s.execution_id, 'attempt', s.attempt,
 			'duration_ms', ` + evMillis("s.started", "s.finished_at") + `))
 	FROM (SELECT *, coalesce(attempted_at, finished_at) AS started FROM settled) s HAVING count(*) > 0) g
 )`
@@ -147,8 +148,8 @@ var succeededEvents = `succeeded_events AS (
 var cancelEvents = `cancel_events AS (
 	INSERT INTO backstop_events (type, time, subjects, queues, kinds, attributes, actor, bodies)
 	SELECT CASE WHEN c.state = 'running' THEN 'task.cancel_requested' ELSE 'task.canceled' END, $2,
-		ARRAY[c.id], ARRAY[c.queue], ARRAY[c.kind], ARRAY[c.attributes], $3::text,
-		ARRAY[jsonb_build_object('from', c.from_state)]
+		ARRAY[c.id], ARRAY[c.queue], ARRAY[c.kind], json_build_array(c.attributes), $3::text,
+		json_build_array(json_build_object('from', c.from_state))
 	FROM c
 )`
 
@@ -161,8 +162,8 @@ func enqueuedEvents(actorParam int) string {
 	return `ev AS (
 	INSERT INTO backstop_events (seq, type, time, times, subjects, queues, kinds, attributes, actor, bodies)
 	SELECT nextval('backstop_events_seq_seq'), 'task.enqueued', max(created_at), array_agg(created_at), array_agg(id),
-		array_agg(queue), array_agg(kind), array_agg(attributes), $` + strconv.Itoa(actorParam) + `::text,
-		array_agg(jsonb_build_object('merged', false, 'duplicate', false, 'state', state, 'run_at', ` + evTime("run_at") + `,
+		array_agg(queue), array_agg(kind), json_agg(attributes), $` + strconv.Itoa(actorParam) + `::text,
+		json_agg(json_build_object('merged', false, 'duplicate', false, 'state', state, 'run_at', ` + evTime("run_at") + `,
 			'priority', priority, 'max_attempts', max_attempts))
 	FROM ins HAVING count(*) > 0)`
 }
@@ -177,9 +178,9 @@ func insertEventsScalar(ctx context.Context, db dbtx, events []bt.Event) error {
 		var b strings.Builder
 		b.WriteString(`INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
 	SELECT CASE WHEN id = '' THEN NULL ELSE ARRAY[id] END, time, type, ARRAY[subject], ARRAY[queue], ARRAY[kind],
-		ARRAY[attributes], actor, ARRAY[body]
+		json_build_array(attributes), actor, json_build_array(body)
 	FROM (VALUES `)
-		writeValues(&b, len(chunk), cols, []string{"::text", "::timestamptz", "::text", "::text", "::text", "::text", "::jsonb", "::text", "::jsonb"})
+		writeValues(&b, len(chunk), cols, []string{"::text", "::timestamptz", "::text", "::text", "::text", "::text", "::json", "::text", "::json"})
 		b.WriteString(`) AS v(id, time, type, subject, queue, kind, attributes, actor, body)`)
 		args := make([]any, 0, len(chunk)*cols)
 		for _, e := range chunk {
@@ -206,12 +207,12 @@ func insertEventsScalar(ctx context.Context, db dbtx, events []bt.Event) error {
 
 // evExpand is the log with each row expanded into its events (i: the
 // event's place in its row, from 1).
-const evExpand = `backstop_events e CROSS JOIN LATERAL
-	unnest(e.subjects, e.ids, e.times, e.queues, e.kinds, e.attributes, e.bodies)
+const evExpand = `backstop_events e CROSS JOIN LATERAL ROWS FROM (unnest(e.subjects), unnest(e.ids), unnest(e.times),
+	unnest(e.queues), unnest(e.kinds), json_array_elements(e.attributes), json_array_elements(e.bodies))
 		WITH ORDINALITY AS u(subject, id, t, queue, kind, attributes, body, i)`
 
 const eventReadCols = `e.xid::text, e.seq, u.i, coalesce(u.id, ''), coalesce(u.t, e.time), e.type, u.subject,
-	coalesce(u.queue, ''), coalesce(u.kind, ''), u.attributes, e.actor, coalesce(u.body, '{}')`
+	coalesce(u.queue, ''), coalesce(u.kind, ''), u.attributes, e.actor, coalesce(u.body, '{}'::json)`
 
 // horizon: the oldest transaction still running, evaluated once per
 // statement (an InitPlan), so that the index scan can use it.
@@ -280,7 +281,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 		rs, err = s.pool.Query(ctx, `WITH w AS (
 				SELECT e.xid, e.seq, u.i, coalesce(u.id, '') AS id, coalesce(u.t, e.time) AS time, e.type, u.subject,
 					coalesce(u.queue, '') AS queue, coalesce(u.kind, '') AS kind, u.attributes, e.actor,
-					coalesce(u.body, '{}') AS body
+					coalesce(u.body, '{}'::json) AS body
 				FROM `+evExpand+`
 				WHERE `+afterCursor+`
 				ORDER BY e.xid, e.seq, u.i LIMIT $6
@@ -289,7 +290,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 			)
 			SELECT true, xid::text, seq, i, id, time, type, subject, queue, kind, attributes, actor, body FROM m
 			UNION ALL
-			(SELECT false, xid::text, seq, i, '', now(), '', '', '', '', NULL, '', '{}'::jsonb FROM w
+			(SELECT false, xid::text, seq, i, '', now(), '', '', '', '', NULL, '', '{}'::json FROM w
 			 ORDER BY xid DESC, seq DESC, i DESC LIMIT 1)`, xid, seq, idx, q.Stream.Value, limit, store.EventScanWindow)
 	}
 	if err != nil {
@@ -350,7 +351,13 @@ func scanEvent(rs pgx.Rows, e *bt.Event, c *store.Cursor, match *bool) error {
 		e.ID = e.Cursor
 	}
 	e.Time = utc(e.Time)
-	e.Body = json.RawMessage(body)
+	// Bodies are stored as json (text), as json_build_object wrote them:
+	// compact them as jsonb would have printed nothing but the content.
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, body); err != nil {
+		return fmt.Errorf("event body: %w", err)
+	}
+	e.Body = json.RawMessage(buf.Bytes())
 	if attrs != nil {
 		if err := json.Unmarshal(attrs, &e.Attributes); err != nil {
 			return err

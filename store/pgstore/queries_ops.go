@@ -89,10 +89,11 @@ func deleteTaskEvents(cte string) string {
 	UPDATE backstop_events v SET subjects = x.subjects, attributes = x.attributes, bodies = x.bodies
 	FROM (SELECT e.xid, e.seq,
 			array_agg(CASE WHEN u.gone THEN NULL ELSE u.subject END ORDER BY u.i) AS subjects,
-			array_agg(CASE WHEN u.gone THEN NULL ELSE u.attributes END ORDER BY u.i) AS attributes,
-			array_agg(CASE WHEN u.gone THEN NULL ELSE u.body END ORDER BY u.i) AS bodies
+			json_agg(CASE WHEN u.gone THEN NULL ELSE u.attributes END ORDER BY u.i) AS attributes,
+			json_agg(CASE WHEN u.gone THEN NULL ELSE u.body END ORDER BY u.i) AS bodies
 		FROM backstop_events e CROSS JOIN LATERAL (SELECT u.*, coalesce(u.subject IN (SELECT id FROM ` + cte + `), false) AS gone
-			FROM unnest(e.subjects, e.attributes, e.bodies) WITH ORDINALITY AS u(subject, attributes, body, i)) u
+			FROM ROWS FROM (unnest(e.subjects), json_array_elements(e.attributes), json_array_elements(e.bodies))
+				WITH ORDINALITY AS u(subject, attributes, body, i)) u
 		WHERE e.subjects && ` + ids + ` AND NOT array_remove(e.subjects, NULL) <@ ` + ids + `
 		GROUP BY e.xid, e.seq) x
 	WHERE v.xid = x.xid AND v.seq = x.seq
