@@ -351,8 +351,8 @@ func scanEvent(rs pgx.Rows, e *bt.Event, c *store.Cursor, match *bool) error {
 		e.ID = e.Cursor
 	}
 	e.Time = utc(e.Time)
-	// Bodies are stored as json (text), as json_build_object wrote them:
-	// compact them as jsonb would have printed nothing but the content.
+	// Bodies are stored as json (text), spaced as json_build_object
+	// writes it: compact them, so readers get the same text from every path.
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, body); err != nil {
 		return fmt.Errorf("event body: %w", err)
