@@ -49,9 +49,10 @@ func evTruncate(expr string) string {
 
 // The log is stored in batches: one row per statement and event type
 // (migration 00011). A row's arrays hold its events: subjects[i],
-// queues[i], kinds[i], attributes[i], bodies[i], times[i] (NULL times: all
-// at time), ids[i] (NULL ids: the event's id is its cursor, which is unique
-// too; a random UUID per event costs the hot path measurably). time is the
+// queues[i], kinds[i], times[i] (NULL times: all at time), ids[i] (NULL
+// ids: the event's id is its cursor, which is unique too; a random UUID
+// per event costs the hot path measurably), and element i of the JSON
+// arrays attributes and bodies. time is the
 // row's latest event time (retention). One row per statement instead of
 // one per event is what keeps the log off the hot path's cost: a claim of
 // 100 tasks inserts one row and one heap tuple, not 100 rows with two index
