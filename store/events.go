@@ -136,14 +136,20 @@ func ParseStream(s string) (Stream, error) {
 }
 
 // Cursor is a position in the log: the writing transaction (Postgres; 0 on
-// SQLite, whose single writer makes seq order commit order) and the
-// sequence number. Its text form is "<seq>" when Xid is 0, else
-// "<xid>-<seq>"; "" is the beginning.
+// SQLite, whose single writer makes seq order commit order), the sequence
+// number of the log row, and the event's place in that row (Postgres writes
+// one row per statement and event type, docs/events.md; 0 on SQLite). Its
+// text form is "<seq>" when Xid and Idx are 0, "<xid>-<seq>" when Idx is 0
+// (a Postgres cursor from before event batches: after the whole row), else
+// "<xid>-<seq>-<idx>"; "" is the beginning.
 type Cursor struct {
-	Xid, Seq uint64
+	Xid, Seq, Idx uint64
 }
 
 func (c Cursor) String() string {
+	if c.Idx != 0 {
+		return strconv.FormatUint(c.Xid, 10) + "-" + strconv.FormatUint(c.Seq, 10) + "-" + strconv.FormatUint(c.Idx, 10)
+	}
 	if c.Xid == 0 {
 		if c.Seq == 0 {
 			return ""
@@ -155,10 +161,16 @@ func (c Cursor) String() string {
 
 // Less orders cursors as the log does.
 func (c Cursor) Less(d Cursor) bool {
-	return c.Xid < d.Xid || c.Xid == d.Xid && c.Seq < d.Seq
+	if c.Xid != d.Xid {
+		return c.Xid < d.Xid
+	}
+	if c.Seq != d.Seq {
+		return c.Seq < d.Seq
+	}
+	return c.Idx < d.Idx
 }
 
-// MaxCursorPart bounds each number (both fit a signed 64-bit column).
+// MaxCursorPart bounds each number (all fit a signed 64-bit column).
 const MaxCursorPart = 1<<63 - 1
 
 // ParseCursor reads a cursor's text form.
@@ -166,30 +178,28 @@ func ParseCursor(s string) (Cursor, error) {
 	if s == "" {
 		return Cursor{}, nil
 	}
-	part := func(p string) (uint64, error) {
+	parts := strings.Split(s, "-")
+	if len(parts) > 3 {
+		return Cursor{}, fmt.Errorf("%w %q: want <seq>, <xid>-<seq> or <xid>-<seq>-<idx>, decimal numbers", ErrBadCursor, s)
+	}
+	var v [3]uint64
+	for i, p := range parts {
 		if p == "" || len(p) > 19 || strings.TrimLeft(p, "0123456789") != "" {
-			return 0, fmt.Errorf("%w %q: want <seq> or <xid>-<seq>, decimal numbers", ErrBadCursor, s)
+			return Cursor{}, fmt.Errorf("%w %q: want <seq>, <xid>-<seq> or <xid>-<seq>-<idx>, decimal numbers", ErrBadCursor, s)
 		}
-		v, err := strconv.ParseUint(p, 10, 64)
-		if err != nil || v > MaxCursorPart {
-			return 0, fmt.Errorf("%w %q: number out of range", ErrBadCursor, s)
+		n, err := strconv.ParseUint(p, 10, 64)
+		if err != nil || n > MaxCursorPart {
+			return Cursor{}, fmt.Errorf("%w %q: number out of range", ErrBadCursor, s)
 		}
-		return v, nil
+		v[i] = n
 	}
-	x, q, ok := strings.Cut(s, "-")
-	if !ok {
-		seq, err := part(s)
-		return Cursor{Seq: seq}, err
+	switch len(parts) {
+	case 1:
+		return Cursor{Seq: v[0]}, nil
+	case 2:
+		return Cursor{Xid: v[0], Seq: v[1]}, nil
 	}
-	xid, err := part(x)
-	if err != nil {
-		return Cursor{}, err
-	}
-	seq, err := part(q)
-	if err != nil {
-		return Cursor{}, err
-	}
-	return Cursor{Xid: xid, Seq: seq}, nil
+	return Cursor{Xid: v[0], Seq: v[1], Idx: v[2]}, nil
 }
 
 // actorKey carries the actor of an operation through a context.

@@ -32,19 +32,22 @@ func TestParseStream(t *testing.T) {
 }
 
 func TestParseCursor(t *testing.T) {
-	for in, want := range map[string]Cursor{"": {}, "0": {}, "17": {Seq: 17}, "5-17": {Xid: 5, Seq: 17}, "0-3": {Seq: 3}} {
+	for in, want := range map[string]Cursor{"": {}, "0": {}, "17": {Seq: 17}, "5-17": {Xid: 5, Seq: 17}, "0-3": {Seq: 3}, "5-17-2": {Xid: 5, Seq: 17, Idx: 2}, "0-3-0": {Seq: 3}} {
 		got, err := ParseCursor(in)
 		if err != nil || got != want {
 			t.Errorf("ParseCursor(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"x", "-1", "1-", "-", "1-2-3", "+1", " 1", "99999999999999999999", "9223372036854775808", "1.5", "0x10"} {
+	for _, in := range []string{"x", "-1", "1-", "-", "1-2-3-4", "1--3", "1-2-", "+1", " 1", "99999999999999999999", "9223372036854775808", "1.5", "0x10"} {
 		if _, err := ParseCursor(in); !errors.Is(err, ErrBadCursor) {
 			t.Errorf("ParseCursor(%q): %v, want ErrBadCursor", in, err)
 		}
 	}
 	if !(Cursor{Xid: 1, Seq: 9}).Less(Cursor{Xid: 2, Seq: 1}) || (Cursor{Xid: 2, Seq: 1}).Less(Cursor{Xid: 1, Seq: 9}) {
 		t.Error("Less must order by xid first")
+	}
+	if !(Cursor{Xid: 1, Seq: 9, Idx: 3}).Less(Cursor{Xid: 1, Seq: 9, Idx: 4}) || !(Cursor{Xid: 1, Seq: 8, Idx: 9}).Less(Cursor{Xid: 1, Seq: 9, Idx: 1}) {
+		t.Error("Less must order by seq, then the event's place in its row")
 	}
 }
 
@@ -69,7 +72,7 @@ func FuzzParseStream(f *testing.F) {
 }
 
 func FuzzParseCursor(f *testing.F) {
-	for _, s := range []string{"", "0", "17", "5-17", "x", "1-2-3", "99999999999999999999"} {
+	for _, s := range []string{"", "0", "17", "5-17", "5-17-3", "x", "1-2-3-4", "99999999999999999999"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -85,13 +85,12 @@ func (r *remoteEnv) same(args ...string) cliResult {
 var (
 	timeRE = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|…)?`)
 	seqRE  = regexp.MustCompile(`"seq": \d+`)
-	// An event's cursor (and the id of an event the engine's statements
-	// write, which is its cursor): "<seq>" on SQLite, "<xid>-<seq>" on Postgres.
-	curRE  = regexp.MustCompile(`"(cursor|id)": "\d+(-\d+)*"`)
-	uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
-	durRE  = regexp.MustCompile(`\b\d+(\.\d+)?(µs|ms|s)\b`)
-	spRE   = regexp.MustCompile(` +`)
-	sideRE = regexp.MustCompile(`\b([a-z0-9]+)-[lr]\b`)
+	// An event's cursor (and the id of an event that has none of its own).
+	cursorRE = regexp.MustCompile(`"(cursor|id)": "\d+(-\d+)*"`)
+	uuidRE   = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	durRE    = regexp.MustCompile(`\b\d+(\.\d+)?(µs|ms|s)\b`)
+	spRE     = regexp.MustCompile(` +`)
+	sideRE   = regexp.MustCompile(`\b([a-z0-9]+)-[lr]\b`)
 )
 
 // normalize hides what two runs of a change on twin tasks cannot share:
@@ -104,7 +103,7 @@ func normalize(s, id string) string {
 	s = uuidRE.ReplaceAllString(s, "UUID")
 	s = durRE.ReplaceAllString(s, "DUR")
 	s = seqRE.ReplaceAllString(s, `"seq": N`)
-	s = curRE.ReplaceAllString(s, `"$1": "CURSOR"`)
+	s = cursorRE.ReplaceAllString(s, `"$1": "CURSOR"`)
 	s = sideRE.ReplaceAllString(s, "$1-S")
 	return spRE.ReplaceAllString(s, " ")
 }

@@ -38,8 +38,11 @@ const sqlReplaySet = `state = $1, run_at = $2, attempt = CASE WHEN $3 THEN attem
 	worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
 	replay_count = replay_count + 1, updated_at = $4`
 
-const sqlInsertEvents = `INSERT INTO backstop_events (id, time, type, subject, queue, kind, attributes, actor, body)
-SELECT id, time, type, subject, queue, kind, attributes::jsonb, actor, body::jsonb
+// sqlInsertEvents writes events built in Go, one log row each (the
+// operator's paths: few events per transaction).
+const sqlInsertEvents = `INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
+SELECT CASE WHEN id = '' THEN NULL ELSE ARRAY[id] END, time, type, ARRAY[subject], ARRAY[queue], ARRAY[kind],
+	json_build_array(attributes::json), actor, json_build_array(body::json)
 FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
 	AS e(id, time, type, subject, queue, kind, attributes, actor, body)`
 
@@ -84,8 +87,10 @@ func (s *Store) AppendEvents(ctx context.Context, events []bt.Event) error {
 
 // Events implements store.DLQ.
 func (s *Store) Events(ctx context.Context, taskID string) ([]bt.Event, error) {
-	rs, err := s.pool.Query(ctx, `SELECT xid::text, seq, id, time, type, subject, queue, kind, attributes, actor, body
-		FROM backstop_events WHERE subject = $1 ORDER BY seq`, taskID)
+	// A task's events are in seq order, and in their rows' order within a
+	// row (the GIN index on subjects finds the rows).
+	rs, err := s.pool.Query(ctx, `SELECT `+eventReadCols+` FROM `+evExpand+`
+		WHERE e.subjects @> ARRAY[$1::text] AND u.subject = $1 ORDER BY e.seq, u.i`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: events of %s: %w", taskID, err)
 	}
@@ -93,24 +98,11 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]bt.Event, error) {
 	out := []bt.Event{}
 	for rs.Next() {
 		var (
-			e           bt.Event
-			xid         string
-			attrs, body []byte
+			e bt.Event
+			c store.Cursor
 		)
-		if err := rs.Scan(&xid, &e.Seq, &e.ID, &e.Time, &e.Type, &e.Subject, &e.Queue, &e.Kind, &attrs, &e.Actor, &body); err != nil {
-			return nil, err
-		}
-		e.Time = utc(e.Time)
-		e.Body = json.RawMessage(body)
-		x, _ := strconv.ParseUint(xid, 10, 64)
-		e.Cursor = store.Cursor{Xid: x, Seq: uint64(e.Seq)}.String()
-		if e.ID == "" {
-			e.ID = e.Cursor
-		}
-		if attrs != nil {
-			if err := json.Unmarshal(attrs, &e.Attributes); err != nil {
-				return nil, err
-			}
+		if err := scanEvent(rs, &e, &c, nil); err != nil {
+			return nil, fmt.Errorf("pgstore: events of %s: %w", taskID, err)
 		}
 		out = append(out, e)
 	}
@@ -329,10 +321,11 @@ upd AS (
 	FROM picked WHERE t.id = picked.id
 	RETURNING t.id, t.queue, t.kind, t.attributes, t.replay_count
 ), ev AS (
-	INSERT INTO backstop_events (id, time, type, subject, queue, kind, attributes, actor, body)
-	SELECT `+p(7)+` || lpad(to_hex(row_number() OVER ()), 12, '0'), `+p(4)+`, e.type, u.id, u.queue, u.kind, u.attributes, `+p(5)+`,
-		jsonb_build_object('redrive_id', `+p(6)+`::text, 'patched', false, 'keep_attempts', `+p(3)+`::bool,
-			'replay_count', u.replay_count)
+	INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
+	SELECT ARRAY[`+p(7)+` || lpad(to_hex(row_number() OVER ()), 12, '0')], `+p(4)+`, e.type, ARRAY[u.id], ARRAY[u.queue],
+		ARRAY[u.kind], json_build_array(u.attributes), `+p(5)+`,
+		json_build_array(json_build_object('redrive_id', `+p(6)+`::text, 'patched', false, 'keep_attempts', `+p(3)+`::bool,
+			'replay_count', u.replay_count))
 	FROM upd u CROSS JOIN (VALUES ('dlq.replayed')) AS e(type)
 	ORDER BY u.id
 ), rec AS (
@@ -510,7 +503,7 @@ WITH gone AS (
 	RETURNING id
 ), e AS (DELETE FROM backstop_executions WHERE task_id IN (SELECT id FROM gone)),
 p AS (DELETE FROM backstop_payloads WHERE task_id IN (SELECT id FROM gone)),
-v AS (DELETE FROM backstop_events WHERE subject IN (SELECT id FROM gone))
+`+deleteTaskEvents("gone")+`
 SELECT count(*) FROM gone`, sts, p.Before, limit).Scan(&n)
 		total += n
 		if err != nil {

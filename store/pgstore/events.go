@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,18 +47,27 @@ func evTruncate(expr string) string {
 		strconv.Itoa(store.MaxEventError) + `) || '…' ELSE ` + expr + ` END`
 }
 
-// Events written by these statements store no id of their own (a random
-// UUID per row costs the hot path measurably): their id is their cursor,
-// which is unique too (readEventID).
-const evInsert = `INSERT INTO backstop_events (seq, time, type, subject, queue, kind, attributes, body)
+// The log is stored in batches: one row per statement and event type
+// (migration 00011). A row's arrays hold its events: subjects[i],
+// queues[i], kinds[i], times[i] (NULL times: all at time), ids[i] (NULL
+// ids: the event's id is its cursor, which is unique too; a random UUID
+// per event costs the hot path measurably), and element i of the JSON
+// arrays attributes and bodies. time is the
+// row's latest event time (retention). One row per statement instead of
+// one per event is what keeps the log off the hot path's cost: a claim of
+// 100 tasks inserts one row and one heap tuple, not 100 rows with two index
+// entries each. The aggregates of one row are computed by one Agg node over
+// the same input, so the arrays line up element by element.
+
+const evBatchInsert = `INSERT INTO backstop_events (seq, type, time, times, subjects, queues, kinds, attributes, bodies)
 	SELECT nextval('backstop_events_seq_seq'), `
 
 // claimEvents: task.claimed for every claimed row ($2: now).
 var claimEvents = `claim_events AS (
-	` + evInsert + `$2, 'task.claimed', c.id, c.queue, c.kind, c.attributes,
-		jsonb_build_object('worker_id', c.worker_id, 'execution_id', c.execution_id, 'attempt', c.attempt,
-			'lease_expires_at', ` + evTime("c.lease_expires_at") + `)
-	FROM claimed c
+	` + evBatchInsert + `'task.claimed', $2, NULL, array_agg(c.id), array_agg(c.queue), array_agg(c.kind), json_agg(c.attributes),
+		json_agg(json_build_object('worker_id', c.worker_id, 'execution_id', c.execution_id, 'attempt', c.attempt,
+			'lease_expires_at', ` + evTime("c.lease_expires_at") + `))
+	FROM claimed c HAVING count(*) > 0
 )`
 
 // beatReturning adds to the heartbeat's RETURNING what its events need:
@@ -67,15 +77,21 @@ const beatReturning = `t.queue, t.kind, t.attributes, i.total, i.completed,
 
 // beatEvents: task.progress for beats that changed progress ($7: now).
 var beatEvents = `beat_events AS (
-	` + evInsert + `$7, 'task.progress', b.id, b.queue, b.kind, b.attributes,
-		jsonb_build_object('execution_id', b.execution_id, 'total', b.total, 'completed', b.completed)
-	FROM beat b WHERE b.progressed
+	` + evBatchInsert + `'task.progress', $7, NULL, array_agg(b.id), array_agg(b.queue), array_agg(b.kind), json_agg(b.attributes),
+		json_agg(json_build_object('execution_id', b.execution_id, 'total', b.total, 'completed', b.completed))
+	FROM beat b WHERE b.progressed HAVING count(*) > 0
 )`
 
-// settleEvents: the events of each applied settlement, in order (the same
-// as store.SettleEvents, which documents them).
+// settleEvents: the events of each applied settlement (the same as
+// store.SettleEvents, which documents them), one row per type. Rows are
+// numbered in the order of the event's place in a settlement (started,
+// then the outcome, then the new state), so each task's events are in seq
+// order.
 var settleEvents = `settle_events AS (
-	` + evInsert + `e.time, e.type, s.id, s.queue, s.kind, s.attributes, e.body
+	` + evBatchInsert + `g.type, g.time, g.times, g.subjects, g.queues, g.kinds, g.attributes, g.bodies
+	FROM (SELECT e.ord, e.type, max(e.time) AS time, array_agg(e.time) AS times, array_agg(s.id) AS subjects,
+		array_agg(s.queue) AS queues, array_agg(s.kind) AS kinds, json_agg(s.attributes) AS attributes,
+		json_agg(e.body) AS bodies
 	FROM (SELECT *, CASE WHEN uncharged THEN attempt + 1 ELSE attempt END AS att,
 		coalesce(attempted_at, finished_at) AS started FROM settled) s
 	CROSS JOIN LATERAL (VALUES
@@ -109,56 +125,64 @@ var settleEvents = `settle_events AS (
 					'delay_ms', ` + evMillis("s.finished_at", "s.run_at") + `) END)
 	) AS e(ord, type, time, body)
 	WHERE e.type IS NOT NULL
-	ORDER BY s.idx, e.ord
+	GROUP BY e.ord, e.type ORDER BY e.ord, e.type) g
 )`
 
-// succeededEvents: task.started and task.succeeded for each success.
+// succeededEvents: task.started and task.succeeded for each success, one
+// row each (in that order: Append runs its branches in turn).
 var succeededEvents = `succeeded_events AS (
-	` + evInsert + `e.time, e.type, s.id, s.queue, s.kind, s.attributes, e.body
-	FROM (SELECT *, coalesce(attempted_at, finished_at) AS started FROM settled) s
-	CROSS JOIN LATERAL (VALUES
-		(1, 'task.started', s.started,
-			jsonb_build_object('execution_id', s.execution_id, 'attempt', s.attempt, 'worker_id', coalesce(s.worker_id, ''))),
-		(2, 'task.succeeded', s.finished_at,
-			jsonb_build_object('execution_id', s.execution_id, 'attempt', s.attempt,
-				'duration_ms', ` + evMillis("s.started", "s.finished_at") + `))
-	) AS e(ord, type, time, body)
-	ORDER BY s.idx, e.ord
+	` + evBatchInsert + `g.type, g.time, g.times, g.subjects, g.queues, g.kinds, g.attributes, g.bodies
+	FROM (SELECT 'task.started' AS type, max(s.started) AS time, array_agg(s.started) AS times, array_agg(s.id) AS subjects,
+		array_agg(s.queue) AS queues, array_agg(s.kind) AS kinds, json_agg(s.attributes) AS attributes,
+		json_agg(json_build_object('execution_id', s.execution_id, 'attempt', s.attempt,
+			'worker_id', coalesce(s.worker_id, ''))) AS bodies
+	FROM (SELECT *, coalesce(attempted_at, finished_at) AS started FROM settled) s HAVING count(*) > 0
+	UNION ALL
+	SELECT 'task.succeeded', max(s.finished_at), array_agg(s.finished_at), array_agg(s.id),
+		array_agg(s.queue), array_agg(s.kind), json_agg(s.attributes),
+		json_agg(json_build_object('execution_id', s.execution_id, 'attempt', s.attempt,
+			'duration_ms', ` + evMillis("s.started", "s.finished_at") + `))
+	FROM (SELECT *, coalesce(attempted_at, finished_at) AS started FROM settled) s HAVING count(*) > 0) g
 )`
 
 // cancelEvents: the operator's cancel ($2: now, $3: actor).
 var cancelEvents = `cancel_events AS (
-	INSERT INTO backstop_events (time, type, subject, queue, kind, attributes, actor, body)
-	SELECT $2,
-		CASE WHEN c.state = 'running' THEN 'task.cancel_requested' ELSE 'task.canceled' END,
-		c.id, c.queue, c.kind, c.attributes, $3::text, jsonb_build_object('from', c.from_state)
+	INSERT INTO backstop_events (type, time, subjects, queues, kinds, attributes, actor, bodies)
+	SELECT CASE WHEN c.state = 'running' THEN 'task.cancel_requested' ELSE 'task.canceled' END, $2,
+		ARRAY[c.id], ARRAY[c.queue], ARRAY[c.kind], json_build_array(c.attributes), $3::text,
+		json_build_array(json_build_object('from', c.from_state))
 	FROM c
 )`
 
 // enqueuedReturning is what an enqueue's insert returns for its events.
 const enqueuedReturning = `id, queue, kind, state, run_at, priority, max_attempts, attributes, created_at`
 
-// enqueuedEvents: task.enqueued for every inserted row; the actor is
-// parameter actorParam.
+// enqueuedEvents: task.enqueued for every inserted row, one row; the actor
+// is parameter actorParam.
 func enqueuedEvents(actorParam int) string {
 	return `ev AS (
-	INSERT INTO backstop_events (time, type, subject, queue, kind, attributes, actor, body)
-	SELECT created_at, 'task.enqueued', id, queue, kind, attributes, $` +
-		strconv.Itoa(actorParam) + `::text,
-		jsonb_build_object('merged', false, 'duplicate', false, 'state', state, 'run_at', ` + evTime("run_at") + `,
-			'priority', priority, 'max_attempts', max_attempts)
-	FROM ins)`
+	INSERT INTO backstop_events (seq, type, time, times, subjects, queues, kinds, attributes, actor, bodies)
+	SELECT nextval('backstop_events_seq_seq'), 'task.enqueued', max(created_at), array_agg(created_at), array_agg(id),
+		array_agg(queue), array_agg(kind), json_agg(attributes), $` + strconv.Itoa(actorParam) + `::text,
+		json_agg(json_build_object('merged', false, 'duplicate', false, 'state', state, 'run_at', ` + evTime("run_at") + `,
+			'priority', priority, 'max_attempts', max_attempts))
+	FROM ins HAVING count(*) > 0)`
 }
 
-// insertEventsScalar writes events with scalar parameters (enqueue runs
-// through database/sql too, where arrays are not portable).
+// insertEventsScalar writes events built in Go, one row each, with scalar
+// parameters (enqueue runs through database/sql too, where arrays are not
+// portable).
 func insertEventsScalar(ctx context.Context, db dbtx, events []bt.Event) error {
 	const cols = 9
 	for start := 0; start < len(events); start += maxInsertRows {
 		chunk := events[start:min(start+maxInsertRows, len(events))]
 		var b strings.Builder
-		b.WriteString("INSERT INTO backstop_events (id, time, type, subject, queue, kind, attributes, actor, body) VALUES ")
-		writeValues(&b, len(chunk), cols, []string{"::text", "::timestamptz", "::text", "::text", "::text", "::text", "::jsonb", "::text", "::jsonb"})
+		b.WriteString(`INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
+	SELECT CASE WHEN id = '' THEN NULL ELSE ARRAY[id] END, time, type, ARRAY[subject], ARRAY[queue], ARRAY[kind],
+		json_build_array(attributes), actor, json_build_array(body)
+	FROM (VALUES `)
+		writeValues(&b, len(chunk), cols, []string{"::text", "::timestamptz", "::text", "::text", "::text", "::text", "::json", "::text", "::json"})
+		b.WriteString(`) AS v(id, time, type, subject, queue, kind, attributes, actor, body)`)
 		args := make([]any, 0, len(chunk)*cols)
 		for _, e := range chunk {
 			var attrs any
@@ -182,25 +206,49 @@ func insertEventsScalar(ctx context.Context, db dbtx, events []bt.Event) error {
 	return nil
 }
 
-const eventReadCols = `xid::text, seq, id, time, type, subject, queue, kind, attributes, actor, body`
+// evExpand is the log with each row expanded into its events (i: the
+// event's place in its row, from 1).
+const evExpand = `backstop_events e CROSS JOIN LATERAL ROWS FROM (unnest(e.subjects), unnest(e.ids), unnest(e.times),
+	unnest(e.queues), unnest(e.kinds), json_array_elements(e.attributes), json_array_elements(e.bodies))
+		WITH ORDINALITY AS u(subject, id, t, queue, kind, attributes, body, i)`
+
+const eventReadCols = `e.xid::text, e.seq, u.i, coalesce(u.id, ''), coalesce(u.t, e.time), e.type, u.subject,
+	coalesce(u.queue, ''), coalesce(u.kind, ''), u.attributes, e.actor, coalesce(u.body, '{}'::json)`
 
 // horizon: the oldest transaction still running, evaluated once per
 // statement (an InitPlan), so that the index scan can use it.
 const horizon = `(SELECT pg_snapshot_xmin(pg_current_snapshot()))`
 
-// streamFilter is the SQL condition of a filtered stream on parameter $3.
+// afterCursor: the events after the cursor ($1 xid, $2 seq, $3 place in
+// the row), below the horizon. The first condition lets the primary key
+// find the row; the second places the event within it. A NULL subject is
+// the blank of an event deleted with its task (deleteTaskEvents).
+const afterCursor = `(e.xid, e.seq) >= ($1::text::xid8, $2::bigint) AND (e.xid, e.seq, u.i) > ($1::text::xid8, $2::bigint, $3::bigint)
+	AND e.xid < ` + horizon + ` AND u.subject IS NOT NULL`
+
+// streamFilter is the SQL condition of a filtered stream on parameter $4.
 func streamFilter(s store.Stream) string {
 	switch s.Kind {
 	case store.StreamType:
-		return "type = $3"
+		return "type = $4"
 	case store.StreamQueue:
-		return "queue = $3"
+		return "queue = $4"
 	case store.StreamRun:
-		return "attributes->>'run_id' = $3"
+		return "attributes->>'run_id' = $4"
 	case store.StreamWorker:
-		return "(subject = $3 OR body->>'worker_id' = $3)"
+		return "(subject = $4 OR body->>'worker_id' = $4)"
 	}
 	return "true"
+}
+
+// cursorArgs are the parameters of afterCursor. A cursor without the
+// event's place (written before event batches) is after its whole row.
+func cursorArgs(c store.Cursor) (string, int64, int64) {
+	idx := int64(c.Idx)
+	if idx == 0 && (c.Xid != 0 || c.Seq != 0) {
+		idx = store.MaxCursorPart
+	}
+	return strconv.FormatUint(c.Xid, 10), int64(c.Seq), idx
 }
 
 // ReadEvents implements store.EventLog.
@@ -215,33 +263,36 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	}
 	limit = min(limit, store.MaxEventLimit)
 	page := store.EventPage{Events: []bt.Event{}, Next: q.After}
-	xid, seq := strconv.FormatUint(cur.Xid, 10), int64(cur.Seq)
+	xid, seq, idx := cursorArgs(cur)
 
 	var rs pgx.Rows
 	switch q.Stream.Kind {
 	case store.StreamAll, "":
-		rs, err = s.pool.Query(ctx, `SELECT true, `+eventReadCols+` FROM backstop_events
-			WHERE (xid, seq) > ($1::text::xid8, $2::bigint) AND xid < `+horizon+`
-			ORDER BY xid, seq LIMIT $3`, xid, seq, limit)
+		rs, err = s.pool.Query(ctx, `SELECT true, `+eventReadCols+` FROM `+evExpand+`
+			WHERE `+afterCursor+`
+			ORDER BY e.xid, e.seq, u.i LIMIT $4`, xid, seq, idx, limit)
 	case store.StreamTask:
-		rs, err = s.pool.Query(ctx, `SELECT true, `+eventReadCols+` FROM backstop_events
-			WHERE subject = $3 AND (xid, seq) > ($1::text::xid8, $2::bigint) AND xid < `+horizon+`
-			ORDER BY xid, seq LIMIT $4`, xid, seq, q.Stream.Value, limit)
+		rs, err = s.pool.Query(ctx, `SELECT true, `+eventReadCols+` FROM `+evExpand+`
+			WHERE e.subjects @> ARRAY[$4::text] AND u.subject = $4 AND `+afterCursor+`
+			ORDER BY e.xid, e.seq, u.i LIMIT $5`, xid, seq, idx, q.Stream.Value, limit)
 	default:
 		// A window of the log after the cursor, the matches in it, and
 		// the window's last position (where the next read starts when
 		// the matches do not fill the page).
 		rs, err = s.pool.Query(ctx, `WITH w AS (
-				SELECT `+strings.Replace(eventReadCols, "xid::text", "xid", 1)+` FROM backstop_events
-				WHERE (xid, seq) > ($1::text::xid8, $2::bigint) AND xid < `+horizon+`
-				ORDER BY xid, seq LIMIT $5
+				SELECT e.xid, e.seq, u.i, coalesce(u.id, '') AS id, coalesce(u.t, e.time) AS time, e.type, u.subject,
+					coalesce(u.queue, '') AS queue, coalesce(u.kind, '') AS kind, u.attributes, e.actor,
+					coalesce(u.body, '{}'::json) AS body
+				FROM `+evExpand+`
+				WHERE `+afterCursor+`
+				ORDER BY e.xid, e.seq, u.i LIMIT $6
 			), m AS (
-				SELECT * FROM w WHERE `+streamFilter(q.Stream)+` ORDER BY xid, seq LIMIT $4
+				SELECT * FROM w WHERE `+streamFilter(q.Stream)+` ORDER BY xid, seq, i LIMIT $5
 			)
-			SELECT true, `+eventReadCols+` FROM m
+			SELECT true, xid::text, seq, i, id, time, type, subject, queue, kind, attributes, actor, body FROM m
 			UNION ALL
-			(SELECT false, xid::text, seq, '', now(), '', '', '', '', NULL, '', '{}'::jsonb FROM w
-			 ORDER BY xid DESC, seq DESC LIMIT 1)`, xid, seq, q.Stream.Value, limit, store.EventScanWindow)
+			(SELECT false, xid::text, seq, i, '', now(), '', '', '', '', NULL, '', '{}'::json FROM w
+			 ORDER BY xid DESC, seq DESC, i DESC LIMIT 1)`, xid, seq, idx, q.Stream.Value, limit, store.EventScanWindow)
 	}
 	if err != nil {
 		return page, fmt.Errorf("pgstore: read events: %w", err)
@@ -250,34 +301,16 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	var last *store.Cursor
 	for rs.Next() {
 		var (
-			match       bool
-			xidText     string
-			e           bt.Event
-			attrs, body []byte
+			match bool
+			e     bt.Event
+			c     store.Cursor
 		)
-		if err := rs.Scan(&match, &xidText, &e.Seq, &e.ID, &e.Time, &e.Type, &e.Subject, &e.Queue, &e.Kind,
-			&attrs, &e.Actor, &body); err != nil {
+		if err := scanEvent(rs, &e, &c, &match); err != nil {
 			return page, fmt.Errorf("pgstore: read events: %w", err)
 		}
-		x, err := strconv.ParseUint(xidText, 10, 64)
-		if err != nil {
-			return page, fmt.Errorf("pgstore: read events: xid %q: %w", xidText, err)
-		}
-		c := store.Cursor{Xid: x, Seq: uint64(e.Seq)}
 		if !match {
 			last = &c
 			continue
-		}
-		e.Cursor = c.String()
-		if e.ID == "" {
-			e.ID = e.Cursor
-		}
-		e.Time = utc(e.Time)
-		e.Body = json.RawMessage(body)
-		if attrs != nil {
-			if err := json.Unmarshal(attrs, &e.Attributes); err != nil {
-				return page, err
-			}
 		}
 		page.Events = append(page.Events, e)
 	}
@@ -292,6 +325,46 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 		page.Next = last.String()
 	}
 	return page, nil
+}
+
+// scanEvent reads one expanded event (eventReadCols, after a leading match
+// flag when match is not nil).
+func scanEvent(rs pgx.Rows, e *bt.Event, c *store.Cursor, match *bool) error {
+	var (
+		xidText     string
+		i           int64
+		attrs, body []byte
+	)
+	dest := []any{&xidText, &e.Seq, &i, &e.ID, &e.Time, &e.Type, &e.Subject, &e.Queue, &e.Kind, &attrs, &e.Actor, &body}
+	if match != nil {
+		dest = append([]any{match}, dest...)
+	}
+	if err := rs.Scan(dest...); err != nil {
+		return err
+	}
+	x, err := strconv.ParseUint(xidText, 10, 64)
+	if err != nil {
+		return fmt.Errorf("xid %q: %w", xidText, err)
+	}
+	*c = store.Cursor{Xid: x, Seq: uint64(e.Seq), Idx: uint64(i)}
+	e.Cursor = c.String()
+	if e.ID == "" {
+		e.ID = e.Cursor
+	}
+	e.Time = utc(e.Time)
+	// Bodies are stored as json (text), spaced as json_build_object
+	// writes it: compact them, so readers get the same text from every path.
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, body); err != nil {
+		return fmt.Errorf("event body: %w", err)
+	}
+	e.Body = json.RawMessage(buf.Bytes())
+	if attrs != nil {
+		if err := json.Unmarshal(attrs, &e.Attributes); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sortEvents puts events in cursor order.
@@ -331,18 +404,24 @@ func (s *Store) SaveEventCheckpoint(ctx context.Context, name, cursor string, no
 	return nil
 }
 
-// DeleteEventsBefore implements store.EventLog.
+// DeleteEventsBefore implements store.EventLog: it deletes the rows among
+// the oldest limit rows whose events are all older than before, and
+// returns how many events they held.
 func (s *Store) DeleteEventsBefore(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		limit = 1000
 	}
-	tag, err := s.pool.Exec(ctx, `WITH head AS (
+	var n int
+	err := s.pool.QueryRow(ctx, `WITH head AS (
 			SELECT xid, seq, time FROM backstop_events ORDER BY xid, seq LIMIT $2
+		), del AS (
+			DELETE FROM backstop_events e USING head h
+			WHERE e.xid = h.xid AND e.seq = h.seq AND h.time < $1
+			RETURNING cardinality(array_remove(e.subjects, NULL)) AS n
 		)
-		DELETE FROM backstop_events e USING head h
-		WHERE e.xid = h.xid AND e.seq = h.seq AND h.time < $1`, before, limit)
+		SELECT coalesce(sum(n), 0) FROM del`, before, limit).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: delete events: %w", permission(err))
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }

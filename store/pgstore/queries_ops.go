@@ -20,11 +20,11 @@ const sqlResignLead = `DELETE FROM backstop_leaders WHERE name = $1 AND leader_i
 const sqlLeaders = `SELECT name, leader_id, elected_at, expires_at FROM backstop_leaders
 WHERE $1 = '' OR name = $1 ORDER BY name`
 
-// sqlHasEvents: whether backstop_events (the task history, subject = task
+// sqlHasEvents: whether backstop_events (the task history, subjects = task
 // id; it comes with the dead-letter migration) exists in the current
 // schema, so retention deletes a task's events with it.
 const sqlHasEvents = `SELECT EXISTS (SELECT 1 FROM information_schema.columns
-WHERE table_schema = current_schema() AND table_name = 'backstop_events' AND column_name = 'subject')`
+WHERE table_schema = current_schema() AND table_name = 'backstop_events' AND column_name = 'subjects')`
 
 // deleteTasks deletes a batch chosen by doomed (a SELECT of ids, locked
 // with SKIP LOCKED so two leaders or an operator never wait on each other)
@@ -35,7 +35,7 @@ ex AS (DELETE FROM backstop_executions e USING doomed d WHERE e.task_id = d.id),
 pl AS (DELETE FROM backstop_payloads p USING doomed d WHERE p.task_id = d.id),`
 	if events {
 		q += `
-ev AS (DELETE FROM backstop_events v USING doomed d WHERE v.subject = d.id),`
+` + deleteTaskEvents("doomed") + `,`
 	}
 	return q + `
 del AS (DELETE FROM backstop_tasks t USING doomed d WHERE t.id = d.id RETURNING 1)
@@ -74,3 +74,28 @@ JOIN (
 	GROUP BY task_id
 ) f ON f.task_id = t.id
 ORDER BY f.last_failure DESC, t.id LIMIT $2`
+
+// deleteTaskEvents is two CTEs that delete the events of the tasks a CTE
+// named (a column id): the log rows all of whose events are theirs go; in
+// a row shared with tasks that stay (a claim of 100 tasks, some still
+// retained) their elements are blanked (subject, attributes and body
+// NULL), so that the other events keep their place in the row (their
+// cursors) and readers skip the blanks.
+func deleteTaskEvents(cte string) string {
+	ids := `(SELECT array_agg(id) FROM ` + cte + `)`
+	return `ev_rows AS (
+	DELETE FROM backstop_events v WHERE v.subjects && ` + ids + ` AND array_remove(v.subjects, NULL) <@ ` + ids + `
+), ev_blank AS (
+	UPDATE backstop_events v SET subjects = x.subjects, attributes = x.attributes, bodies = x.bodies
+	FROM (SELECT e.xid, e.seq,
+			array_agg(CASE WHEN u.gone THEN NULL ELSE u.subject END ORDER BY u.i) AS subjects,
+			json_agg(CASE WHEN u.gone THEN NULL ELSE u.attributes END ORDER BY u.i) AS attributes,
+			json_agg(CASE WHEN u.gone THEN NULL ELSE u.body END ORDER BY u.i) AS bodies
+		FROM backstop_events e CROSS JOIN LATERAL (SELECT u.*, coalesce(u.subject IN (SELECT id FROM ` + cte + `), false) AS gone
+			FROM ROWS FROM (unnest(e.subjects), json_array_elements(e.attributes), json_array_elements(e.bodies))
+				WITH ORDINALITY AS u(subject, attributes, body, i)) u
+		WHERE e.subjects && ` + ids + ` AND NOT array_remove(e.subjects, NULL) <@ ` + ids + `
+		GROUP BY e.xid, e.seq) x
+	WHERE v.xid = x.xid AND v.seq = x.seq
+)`
+}

@@ -44,7 +44,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	if err != nil {
 		return store.EventPage{}, err
 	}
-	if cur.Xid != 0 {
+	if cur.Xid != 0 || cur.Idx != 0 {
 		return store.EventPage{}, fmt.Errorf("%w %q: a SQLite log's cursor is a sequence number", store.ErrBadCursor, q.After)
 	}
 	limit := q.Limit

@@ -282,6 +282,20 @@ func (s *suite) testRetention(t *testing.T) {
 			t.Fatalf("events of deleted %s: %d, %v", id, len(ev), err)
 		}
 	}
+	// d-open was claimed and settled in the same statements as them (on
+	// Postgres their events share log rows): its events stay whole, and a
+	// reader of the log sees none of theirs.
+	eq(t, "history of d-open", b.types("d-open"),
+		[]string{"task.enqueued", "task.claimed", "task.started", "task.failed", "task.dead_lettered"})
+	page, err := b.store.ReadEvents(b.ctx, store.EventQuery{Limit: store.MaxEventLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range page.Events {
+		if e.Subject == "s1" || e.Subject == "s2" || e.Subject == "s3" {
+			t.Fatalf("event %s of deleted task %s still read", e.Type, e.Subject)
+		}
+	}
 
 	b.clock.Advance(time.Hour) // canceled: past 2h
 	retain(backstop.RetentionResult{Canceled: 1})
