@@ -17,6 +17,7 @@ type Client struct {
 	// remote coalesces concurrent settlements of the remote worker
 	// protocol (remote.go) into batches.
 	remote settleBatcher
+	ord    OrderingStats // ordering.go
 }
 
 // NewClient makes a client over s. A nil cfg takes every default.
