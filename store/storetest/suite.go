@@ -65,6 +65,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Logs", s.testLogs)
 	t.Run("Events", s.testEvents)
 	t.Run("Complexity", s.testComplexity)
+	t.Run("Ordering", s.testOrdering) // ordering.go
 }
 
 // clock is real time plus an offset tests can move forward, so lease
