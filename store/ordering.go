@@ -49,7 +49,7 @@ type OrderingInfo struct {
 // OrderingDelta counts what one Order call did.
 type OrderingDelta struct {
 	Buffered, Released, DrainScheduled, DrainRescheduled, Cleared int64
-	Timeout, CircuitBreaker, Stale, GapsReported, Admitted         int64
+	Timeout, CircuitBreaker, Stale, GapsReported, Admitted        int64
 }
 
 // Add accumulates d2 into d.

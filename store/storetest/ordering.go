@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -431,6 +432,33 @@ func (s *suite) testOrdering(t *testing.T) {
 		b.handleNext(4)
 		eq(t, "4 succeeded", b.get(four.Task.ID).State, backstop.StateSucceeded)
 		b.noClaim()
+	})
+
+	t.Run("WorkerSeesGaps", func(t *testing.T) {
+		t.Parallel()
+		b := s.ordBundle(t, backstop.OrderingConfig{Step: 1, Backoff: []time.Duration{time.Second}})
+		var (
+			mu   sync.Mutex
+			seen []string
+		)
+		b.worker(&backstop.WorkerConfig{Queues: map[string]int{oq: 4}}, map[string]backstop.Handler{
+			"result": backstop.HandlerFunc(func(ctx context.Context, task *backstop.Task) error {
+				mu.Lock()
+				defer mu.Unlock()
+				seen = append(seen, fmt.Sprintf("%s:%d%v", task.OrderingKey, task.Sequence, backstop.Gaps(ctx)))
+				return nil
+			}),
+		})
+		one := b.ordEnqueue("k", 1)
+		b.waitState(one.ID, backstop.StateSucceeded)
+		three := b.ordEnqueue("k", 3)
+		b.waitState(three.ID, backstop.StateBuffered)
+		waitFor(t, "the drain scheduled", func() bool { return b.c.OrderingStats().DrainScheduled.Load() == 1 })
+		b.clock.Advance(2 * time.Second) // the one-step schedule is used up at the next poll
+		b.waitState(three.ID, backstop.StateSucceeded)
+		mu.Lock()
+		defer mu.Unlock()
+		eq(t, "handled", seen, []string{"k:1[]", "k:3[{2 2}]"})
 	})
 
 	t.Run("NotOrderedQueueRejectsKey", func(t *testing.T) {
