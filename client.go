@@ -124,7 +124,11 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, params ...EnqueueParams)
 
 // Get returns a task with its executions.
 func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
-	return c.store.Get(ctx, id)
+	t, err := c.store.Get(ctx, id)
+	if err == nil {
+		err = c.withOrdering(ctx, []*Task{t}) // ordering.go
+	}
+	return t, err
 }
 
 // ListParams filters a task listing.

@@ -77,7 +77,7 @@ func (o OrderingConfig) settings() store.OrderingSettings {
 // names of Counters.
 type OrderingStats struct {
 	Buffered, Released, DrainScheduled, DrainRescheduled, Cleared atomic.Int64
-	Timeouts, CircuitBreaker, Stale, GapsReported, Fallback        atomic.Int64
+	Timeouts, CircuitBreaker, Stale, GapsReported, Fallback       atomic.Int64
 }
 
 // Counters returns the counters by their metric name.
@@ -135,6 +135,25 @@ func (c *Client) OrderQueue(ctx context.Context, queue string) error {
 	return nil
 }
 
+// withOrdering fills the ordering key, sequence and gaps of tasks of any
+// queue (a producer need not know which queues are ordered).
+func (c *Client) withOrdering(ctx context.Context, tasks []*Task) error {
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.ID
+	}
+	info, err := c.store.OrderingInfo(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		if in, ok := info[t.ID]; ok {
+			t.OrderingKey, t.Sequence, t.Gaps = in.Key, in.Sequence, in.Gaps
+		}
+	}
+	return nil
+}
+
 // attachOrdering fills the ordering key, sequence and gaps of claimed tasks
 // of an ordered queue.
 func (c *Client) attachOrdering(ctx context.Context, queue string, tasks []*Task) {
@@ -176,10 +195,15 @@ func (c *Client) orderingPrepare(p *EnqueueParams, queue string, state bt.State)
 		}
 		return state, nil
 	}
+	if p.Sequence < 0 {
+		return state, invalid("sequence", "must not be negative")
+	}
 	if len(p.OrderingKey) > 256 {
 		return state, invalid("ordering_key", "is longer than 256 bytes")
 	}
-	if !c.ordered(queue) {
+	// A queue this client knows without ordering refuses keys; one it does
+	// not know is trusted to be ordered by the workers that run it.
+	if q, known := c.cfg.Queues[queue]; known && !q.Ordering.Enabled {
 		return state, invalid("ordering_key", "queue %q does not have ordering enabled", queue)
 	}
 	if p.IdempotencyKey != "" || p.MergeKey != "" {

@@ -463,7 +463,7 @@ func (s *suite) testOrdering(t *testing.T) {
 
 	t.Run("NotOrderedQueueRejectsKey", func(t *testing.T) {
 		t.Parallel()
-		b := s.ordBundle(t, backstop.OrderingConfig{})
+		b := s.setup(t, &backstop.Config{Queues: map[string]backstop.QueueConfig{"plain": {Concurrency: 1}}})
 		_, err := b.c.Enqueue(b.ctx, backstop.EnqueueParams{Queue: "plain", Kind: "x", OrderingKey: "k", Sequence: 1})
 		if err == nil || !strings.Contains(err.Error(), "ordering") {
 			t.Fatalf("enqueue with ordering key on a plain queue: %v", err)
