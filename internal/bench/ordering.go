@@ -331,4 +331,3 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	}
 	return d[int(math.Min(float64(len(d)-1), math.Floor(q*float64(len(d)))))]
 }
-

@@ -59,6 +59,7 @@ The last line is always:
 	f.IntVar(&cfg.Workers, "workers", 2000, "worker concurrency (2000, as River's own bench uses)")
 	f.IntVar(&cfg.Batch, "batch", 1000, "tasks per enqueue batch")
 	f.BoolVar(&cfg.FollowEvents, "follow-events", false, "drain mode: follow the event log's all stream during the run and report its delivery lag")
+	cmd.AddCommand(benchOrderingCmd(a)) // bench_ordering.go
 	return cmd
 }
 
