@@ -305,6 +305,9 @@ func runMode(ctx context.Context, cfg OrderingConfig, on bool, path string) (*Or
 			if _, err := s.Settle(ctx, ss); err != nil {
 				return nil, err
 			}
+			if !on && len(ts) < 1000 {
+				break // every pending task was claimed; only ordering admits more
+			}
 		}
 		for k := range pendingSeqs {
 			if n := len(pendingSeqs[k]); n > 0 {
