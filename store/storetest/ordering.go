@@ -413,6 +413,7 @@ func (s *suite) testOrdering(t *testing.T) {
 		if b.store.Driver() == "postgres" {
 			// The drain runs and commits while the arrival is uncommitted.
 			b.order()
+			eq(t, "the drain ended buffering before the arrival committed", b.c.OrderingStats().Cleared.Load(), int64(1))
 			if err := commit(); err != nil {
 				t.Fatal(err)
 			}
