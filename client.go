@@ -18,6 +18,7 @@ type Client struct {
 	// protocol (remote.go) into batches.
 	remote settleBatcher
 	tel    *telemetry
+	ord    OrderingStats // ordering.go
 }
 
 // NewClient makes a client over s. A nil cfg takes every default.
@@ -140,7 +141,11 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, params ...EnqueueParams)
 
 // Get returns a task with its executions.
 func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
-	return c.store.Get(ctx, id)
+	t, err := c.store.Get(ctx, id)
+	if err == nil {
+		err = c.withOrdering(ctx, []*Task{t}) // ordering.go
+	}
+	return t, err
 }
 
 // ListParams filters a task listing.

@@ -86,6 +86,8 @@ type QueueConfig struct {
 	// Complexity says when a task of this queue is too complex
 	// (complexity.go). Default: never.
 	Complexity ComplexityPolicy
+	// Ordering enables ordered processing per key (ordering.go). Default: off.
+	Ordering OrderingConfig
 }
 
 // MergeRule says how a task merges into a waiting task with its merge_key.
@@ -163,6 +165,9 @@ func (c *Config) validate() error {
 			}
 		}
 		if err := q.Complexity.validate(name); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		if err := q.Ordering.validate(name); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
 	}

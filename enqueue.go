@@ -48,6 +48,10 @@ type EnqueueParams struct {
 	Complexity float64
 	// TraceParent is the W3C traceparent of the producer's span.
 	TraceParent string
+	// OrderingKey and Sequence: on a queue with ordering enabled, tasks of
+	// one key run one at a time in sequence order (ordering.go).
+	OrderingKey string
+	Sequence    int64
 }
 
 // EnqueueResult is what happened to one enqueued task.
@@ -229,6 +233,10 @@ func (c *Client) prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	if runAt.After(now) {
 		state = bt.StateScheduled
 	}
+	state, err := c.orderingPrepare(p, queue, state)
+	if err != nil {
+		return nil, err
+	}
 	attrs := p.Attributes
 	if len(attrs) > 0 || tooComplex {
 		attrs = make(map[string]string, len(p.Attributes)+1)
@@ -260,5 +268,7 @@ func (c *Client) prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 		Complexity:     p.Complexity,
 		TraceParent:    p.TraceParent,
 		PayloadSize:    len(payload),
+		OrderingKey:    p.OrderingKey,
+		Sequence:       p.Sequence,
 	}, nil
 }

@@ -63,5 +63,10 @@ func Maintain(ctx context.Context, c *Client) error {
 			errs = append(errs, err)
 		}
 	}
+	for name := range c.cfg.Queues { // due ordering drains (ordering.go)
+		if err := c.OrderQueue(ctx, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }

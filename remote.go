@@ -87,12 +87,16 @@ func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]*Task, error
 		if len(out) >= want {
 			break
 		}
+		if err := c.OrderQueue(ctx, q); err != nil { // ordering.go
+			c.cfg.Logger.Error("ordering failed", "queue", q, "error", err)
+		}
 		ts, err := c.store.Claim(ctx, store.ClaimParams{Queue: q, Kinds: p.Kinds, WorkerID: p.WorkerID,
 			Max: want - len(out), Now: c.now(), Lease: lease})
 		c.tel.claimedRemote(ctx, q, ts, err, c.now())
 		if err != nil {
 			return out, err
 		}
+		c.attachOrdering(ctx, q, ts)
 		out = append(out, ts...)
 	}
 	return out, nil

@@ -350,10 +350,14 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			// until their leases expire (charged as lease_expired). Claimed
 			// tasks are started and drained like the others.
 			claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			if err := w.c.OrderQueue(claimCtx, q.name); err != nil { // ordering.go
+				w.log.Error("ordering failed", "queue", q.name, "error", err)
+			}
 			tasks, err := w.c.store.Claim(claimCtx, store.ClaimParams{
 				Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: avail,
 				Now: w.c.now(), Lease: w.cfg.Lease,
 			})
+			w.c.attachOrdering(claimCtx, q.name, tasks)
 			cancelClaim()
 			w.c.tel.claimed(ctx, &q.attrs, tasks, err, w.c.now())
 			if err != nil {
@@ -387,9 +391,10 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			empty = false
 			poll.Reset(w.cfg.PollInterval)
 		case <-q.freed:
-			if empty {
+			if empty && !w.c.ordered(q.name) { // a finished ordered task may free its key
 				continue
 			}
+			empty = false
 			// Let a few more slots free up so claims come in batches.
 			if q.concurrency-int(q.inflight.Load()) < max(q.concurrency/2, 1) {
 				sleepCtx(ctx, w.cfg.FetchCooldown)

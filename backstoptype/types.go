@@ -139,6 +139,12 @@ type Task struct {
 	DLQStatus    DLQStatus  `json:"dlq_status,omitempty"`
 	ReplayedFrom string     `json:"replayed_from,omitempty"`
 
+	// Ordered processing (docs/ordering.md): the key and sequence, and the
+	// gaps reported with a task released by a drain that gave up.
+	OrderingKey string `json:"ordering_key,omitempty"`
+	Sequence    int64  `json:"sequence,omitempty"`
+	Gaps        []Gap  `json:"gaps,omitempty"`
+
 	Executions []Execution `json:"executions,omitempty"`
 }
 

@@ -78,6 +78,7 @@ type Store interface {
 	Workers  // the worker registry (store/workers.go)
 	Logs     // execution logs (store/logs.go)
 	EventLog // reading the event log by stream and cursor (store/events.go)
+	Ordering // ordered processing (store/ordering.go)
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers

@@ -62,6 +62,7 @@ The last line is always:
 	f.IntVar(&cfg.Batch, "batch", 1000, "tasks per enqueue batch")
 	f.BoolVar(&cfg.FollowEvents, "follow-events", false, "drain mode: follow the event log's all stream during the run and report its delivery lag")
 	f.BoolVar(&withTelemetry, "telemetry", true, "record metrics (and traces when OTEL_* asks) as serve and work do; false: no telemetry")
+	cmd.AddCommand(benchOrderingCmd(a)) // bench_ordering.go
 	return cmd
 }
 

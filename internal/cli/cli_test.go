@@ -207,6 +207,8 @@ func TestEnqueueBadInputWritesNothing(t *testing.T) {
 		{"bad id", []string{"--id", "has space"}, "id"},
 		{"priority range", []string{"--priority", "99999"}, "priority"},
 		{"negative complexity", []string{"--complexity", "-1"}, "complexity"},
+		{"negative sequence", []string{"--ordering-key", "k", "--sequence", "-1"}, "sequence"},
+		{"sequence without a key", []string{"--sequence", "3"}, "sequence"},
 		{"bad merge rule", []string{"--merge-key", "m", "--merge-rule", "zip"}, "--merge-rule"},
 		{"progress", []string{"--total-steps", "-2"}, "progress"},
 		{"bad queue name", []string{"--queue", "no spaces"}, "queue"},
@@ -614,4 +616,17 @@ func TestDemoFreshRefusesOtherDatabases(t *testing.T) {
 		t.Errorf("after two fresh demos: %d tasks, want 5", len(ids))
 	}
 	demo.fails(ExitUsage, "--tasks", "demo", "--tasks", "0")
+}
+
+func TestEnqueueOrderingKey(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		e.ok("enqueue", "--queue", "results", "--kind", "check", "--id", "r-1", "--ordering-key", "sub-1", "--sequence", "60000")
+		var shown taskOut
+		e.json(&shown, "tasks", "show", "r-1")
+		if shown.OrderingKey != "sub-1" || shown.Sequence != 60000 || shown.State != bt.StateBuffered {
+			t.Fatalf("tasks show: ordering_key %q sequence %d state %s; want sub-1 60000 buffered",
+				shown.OrderingKey, shown.Sequence, shown.State)
+		}
+	})
 }

@@ -37,6 +37,8 @@ type enqueueFlags struct {
 	attrs                                 []string
 	idempotencyKey, mergeKey, mergeRule   string
 	complexity                            float64
+	orderingKey                           string
+	sequence                              int64
 	batchFile                             string
 }
 
@@ -48,7 +50,8 @@ func enqueueCmd(a *app) *cobra.Command {
 		Long: `Enqueue one task described by flags, or many from --batch-file (NDJSON: one task object
 per line, with the task's JSON keys: id, queue, kind, payload, priority, run_at, delay,
 max_attempts, timeout, deadline, retry {schedule, base, factor, max}, attributes,
-idempotency_key, merge_key, progress {total_steps, completed_steps}, complexity).
+idempotency_key, merge_key, progress {total_steps, completed_steps}, complexity, ordering_key,
+sequence).
 
 A batch file is checked completely before anything is written; a bad record names its line
 and exits 2. Tasks are then written in transactions of 1000, each all or nothing.
@@ -64,7 +67,7 @@ waiting one or an idempotency key returned an existing one. JSON output is the t
 			if f.batchFile != "" {
 				for _, name := range []string{"queue", "kind", "payload", "payload-file", "id", "max-attempts",
 					"retry-schedule", "timeout", "deadline", "delay", "run-at", "attr", "idempotency-key",
-					"merge-key", "priority", "total-steps", "complexity"} {
+					"merge-key", "priority", "total-steps", "complexity", "ordering-key", "sequence"} {
 					if cmd.Flags().Changed(name) {
 						return usageErr("--%s cannot be combined with --batch-file: put it in each record", name)
 					}
@@ -93,6 +96,8 @@ waiting one or an idempotency key returned an existing one. JSON output is the t
 	fl.IntVar(&f.priority, "priority", 0, "higher runs first")
 	fl.IntVar(&f.totalSteps, "total-steps", 0, "progress: how many steps the task has")
 	fl.Float64Var(&f.complexity, "complexity", 0, "producer's estimate of the task's complexity")
+	fl.StringVar(&f.orderingKey, "ordering-key", "", "ordering key: on a queue with ordering, its tasks run one at a time in sequence order")
+	fl.Int64Var(&f.sequence, "sequence", 0, "the task's sequence within its ordering key")
 	fl.StringVar(&f.batchFile, "batch-file", "", "enqueue the NDJSON records of this file (- for stdin)")
 	return cmd
 }
@@ -104,6 +109,7 @@ func (a *app) enqueueParams(cmd *cobra.Command, f *enqueueFlags) (backstop.Enque
 		ID: f.id, Queue: f.queue, Kind: f.kind, Priority: f.priority, MaxAttempts: f.maxAttempts,
 		Timeout: f.timeout, Delay: f.delay, IdempotencyKey: f.idempotencyKey, MergeKey: f.mergeKey,
 		Progress: backstop.Progress{Total: f.totalSteps}, Complexity: f.complexity,
+		OrderingKey: f.orderingKey, Sequence: f.sequence,
 	}
 	if f.queue == "" {
 		return p, usageErr("--queue is required")

@@ -66,6 +66,17 @@ type Queue struct {
 	Lease       Duration `yaml:"lease" json:"lease"`
 	// Complexity: when a task of this queue is too complex (seed 000).
 	Complexity Complexity `yaml:"complexity" json:"complexity"`
+	// Ordering: per-key ordered processing (docs/ordering.md).
+	Ordering Ordering `yaml:"ordering" json:"ordering"`
+}
+
+// Ordering is a queue's ordering settings (backstop.OrderingConfig).
+type Ordering struct {
+	Enabled        bool       `yaml:"enabled" json:"enabled"`
+	Step           int64      `yaml:"step" json:"step,omitempty"`
+	Backoff        []Duration `yaml:"backoff" json:"backoff,omitempty"`
+	CircuitBreaker int        `yaml:"circuit_breaker" json:"circuit_breaker,omitempty"`
+	KeyTTL         Duration   `yaml:"key_ttl" json:"key_ttl,omitempty"`
 }
 
 // Complexity is a queue's complexity policy (backstop.ComplexityPolicy).
@@ -463,6 +474,20 @@ func (c *Config) Validate() error {
 		if q.Complexity.MaxPayloadBytes < 0 {
 			bad(p+".complexity.max_payload_bytes", "must not be negative")
 		}
+		if q.Ordering.Step < 0 {
+			bad(p+".ordering.step", "must not be negative")
+		}
+		for i, d := range q.Ordering.Backoff {
+			if d <= 0 {
+				bad(fmt.Sprintf("%s.ordering.backoff[%d]", p, i), "must be positive")
+			}
+		}
+		if q.Ordering.CircuitBreaker < 0 {
+			bad(p+".ordering.circuit_breaker", "must not be negative")
+		}
+		if q.Ordering.KeyTTL < 0 {
+			bad(p+".ordering.key_ttl", "must not be negative")
+		}
 		if r := q.Complexity.RouteTo; r != "" {
 			if err := backstop.ValidID(r); err != nil {
 				bad(p+".complexity.route_to", "bad queue name: %v", err)
@@ -604,7 +629,8 @@ func (c *Config) Library() *backstop.Config {
 			out.Queues[n] = backstop.QueueConfig{Concurrency: q.Concurrency, MaxAttempts: q.MaxAttempts,
 				Retry: q.Retry.Policy(), Timeout: q.Timeout.D(),
 				Complexity: backstop.ComplexityPolicy{MaxComplexity: q.Complexity.MaxComplexity,
-					MaxPayloadBytes: q.Complexity.MaxPayloadBytes, RouteTo: q.Complexity.RouteTo}}
+					MaxPayloadBytes: q.Complexity.MaxPayloadBytes, RouteTo: q.Complexity.RouteTo},
+				Ordering: q.Ordering.library()}
 		}
 	}
 	if len(c.Kinds) > 0 {
@@ -697,4 +723,12 @@ var envNameRE = regexp.MustCompile(`[^A-Z0-9]+`)
 // replaced by one '_'.
 func EnvName(name string) string {
 	return strings.Trim(envNameRE.ReplaceAllString(strings.ToUpper(name), "_"), "_")
+}
+
+func (o Ordering) library() backstop.OrderingConfig {
+	out := backstop.OrderingConfig{Enabled: o.Enabled, Step: o.Step, CircuitBreaker: o.CircuitBreaker, KeyTTL: o.KeyTTL.D()}
+	for _, d := range o.Backoff {
+		out.Backoff = append(out.Backoff, d.D())
+	}
+	return out
 }

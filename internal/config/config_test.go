@@ -2,9 +2,12 @@ package config
 
 import (
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/backstophq/backstop"
 )
 
 func TestExampleFile(t *testing.T) {
@@ -44,6 +47,11 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"queues:\n  q:\n    complexity: {max_complexity: -1}\n", "queues.q.complexity.max_complexity: must not be negative"},
 		{"queues:\n  q:\n    complexity: {route_to: q}\n", "queues.q.complexity.route_to: names the queue itself"},
 		{"queues:\n  q:\n    complexity: {max_payload: 3}\n", `unknown key "max_payload" in queues.q.complexity`},
+		{"queues:\n  q:\n    ordering: {enabled: true, step: -1}\n", "queues.q.ordering.step: must not be negative"},
+		{"queues:\n  q:\n    ordering: {backoff: [10s, 0s]}\n", "queues.q.ordering.backoff[1]: must be positive"},
+		{"queues:\n  q:\n    ordering: {circuit_breaker: -1}\n", "queues.q.ordering.circuit_breaker: must not be negative"},
+		{"queues:\n  q:\n    ordering: {key_ttl: -1m}\n", "queues.q.ordering.key_ttl: must not be negative"},
+		{"queues:\n  q:\n    ordering: {enable: true}\n", `unknown key "enable" in queues.q.ordering`},
 		{"kinds:\n  k:\n    merge_rule: sum\n", `kinds.k.merge_rule: "sum": want replace or append`},
 		{"kinds:\n  k:\n    max_attempts: -2\n", "kinds.k.max_attempts: must be positive"},
 		{"limits:\n  max_payload_size: -1\n", "limits.max_payload_size: must not be negative"},
@@ -176,4 +184,27 @@ func FuzzParse(f *testing.F) {
 			_ = c.Effective()
 		}
 	})
+}
+
+func TestOrderingSettings(t *testing.T) {
+	c, err := Parse([]byte("queues:\n  results:\n    ordering:\n      enabled: true\n      step: 60000\n      backoff: [5s, 15s]\n      circuit_breaker: 4\n      key_ttl: 2h\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Library().Queues["results"].Ordering
+	want := backstop.OrderingConfig{Enabled: true, Step: 60000, Backoff: []time.Duration{5 * time.Second, 15 * time.Second},
+		CircuitBreaker: 4, KeyTTL: 2 * time.Hour}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ordering: got %+v, want %+v", got, want)
+	}
+	if err := c.ApplyEnv([]string{"BACKSTOP_QUEUES_RESULTS_ORDERING_STEP=5", "BACKSTOP_QUEUES_RESULTS_ORDERING_BACKOFF=1s, 2s",
+		"BACKSTOP_QUEUES_RESULTS_ORDERING_CIRCUIT_BREAKER=3", "BACKSTOP_QUEUES_RESULTS_ORDERING_KEY_TTL=1m"}); err != nil {
+		t.Fatal(err)
+	}
+	got = c.Library().Queues["results"].Ordering
+	want = backstop.OrderingConfig{Enabled: true, Step: 5, Backoff: []time.Duration{time.Second, 2 * time.Second},
+		CircuitBreaker: 3, KeyTTL: time.Minute}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ordering after env: got %+v, want %+v", got, want)
+	}
 }

@@ -76,6 +76,28 @@ var queueEnv = map[string]func(q *Queue, v string) error{
 	},
 	"COMPLEXITY_MAX_PAYLOAD_BYTES": func(q *Queue, v string) error { return parseInt(v, &q.Complexity.MaxPayloadBytes) },
 	"COMPLEXITY_ROUTE_TO":          func(q *Queue, v string) error { q.Complexity.RouteTo = v; return nil },
+	"ORDERING_ENABLED":             func(q *Queue, v string) error { return parseBool(v, &q.Ordering.Enabled) },
+	"ORDERING_STEP": func(q *Queue, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", v)
+		}
+		q.Ordering.Step = n
+		return nil
+	},
+	"ORDERING_BACKOFF": func(q *Queue, v string) error {
+		q.Ordering.Backoff = nil
+		for _, part := range strings.Split(v, ",") {
+			var d Duration
+			if err := parseDur(strings.TrimSpace(part), &d); err != nil {
+				return err
+			}
+			q.Ordering.Backoff = append(q.Ordering.Backoff, d)
+		}
+		return nil
+	},
+	"ORDERING_CIRCUIT_BREAKER": func(q *Queue, v string) error { return parseInt(v, &q.Ordering.CircuitBreaker) },
+	"ORDERING_KEY_TTL":         func(q *Queue, v string) error { return parseDur(v, &q.Ordering.KeyTTL) },
 }
 
 var kindEnv = map[string]func(k *Kind, v string) error{

@@ -3,7 +3,8 @@
 //
 // The program gets the payload on stdin and the task in its environment
 // (BACKSTOP_TASK_ID, BACKSTOP_ATTEMPT, BACKSTOP_QUEUE, BACKSTOP_KIND,
-// BACKSTOP_EXECUTION_ID and BACKSTOP_ATTR_<KEY> per attribute). Its exit code
+// BACKSTOP_EXECUTION_ID and BACKSTOP_ATTR_<KEY> per attribute; for an ordered
+// task BACKSTOP_ORDERING_KEY, BACKSTOP_SEQUENCE and BACKSTOP_GAPS). Its exit code
 // classifies the attempt: 0 succeeds, 75 (EX_TEMPFAIL) and any other code are
 // transient, configured codes are permanent. It runs in a process group of
 // its own, killed whole when the attempt's context ends (timeout, cancel,
@@ -15,6 +16,7 @@ package execworker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -91,7 +93,9 @@ func New(cfg Config) (*Handler, error) {
 	env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
 		return strings.HasPrefix(kv, "BACKSTOP_ATTR_") || strings.HasPrefix(kv, "BACKSTOP_TASK_ID=") ||
 			strings.HasPrefix(kv, "BACKSTOP_ATTEMPT=") || strings.HasPrefix(kv, "BACKSTOP_QUEUE=") ||
-			strings.HasPrefix(kv, "BACKSTOP_KIND=") || strings.HasPrefix(kv, "BACKSTOP_EXECUTION_ID=")
+			strings.HasPrefix(kv, "BACKSTOP_KIND=") || strings.HasPrefix(kv, "BACKSTOP_EXECUTION_ID=") ||
+			strings.HasPrefix(kv, "BACKSTOP_ORDERING_KEY=") || strings.HasPrefix(kv, "BACKSTOP_SEQUENCE=") ||
+			strings.HasPrefix(kv, "BACKSTOP_GAPS=")
 	})
 	return &Handler{cfg: cfg, path: path, perm: perm, env: env}, nil
 }
@@ -123,6 +127,9 @@ func (h *Handler) Environ(t *backstop.Task) []string {
 		"BACKSTOP_KIND="+t.Kind,
 		"BACKSTOP_EXECUTION_ID="+t.ExecutionID,
 	)
+	if t.OrderingKey != "" {
+		env = append(env, orderingEnv(t)...)
+	}
 	keys := make([]string, 0, len(t.Attributes))
 	for k := range t.Attributes {
 		keys = append(keys, k)
@@ -271,4 +278,15 @@ func (h *Handler) classify(ctx context.Context, ps *os.ProcessState, waitErr err
 	default:
 		return fmt.Errorf("%s exited with code %d", name, code)
 	}
+}
+
+// orderingEnv is an ordered task's key, sequence and gaps (docs/ordering.md):
+// BACKSTOP_GAPS is a JSON array of {"from","to"}, [] when none.
+func orderingEnv(t *backstop.Task) []string {
+	gaps := []byte("[]")
+	if len(t.Gaps) > 0 {
+		gaps, _ = json.Marshal(t.Gaps) // []Gap of int64: cannot fail
+	}
+	return []string{"BACKSTOP_ORDERING_KEY=" + t.OrderingKey, "BACKSTOP_SEQUENCE=" + strconv.FormatInt(t.Sequence, 10),
+		"BACKSTOP_GAPS=" + string(gaps)}
 }

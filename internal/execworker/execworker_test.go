@@ -124,6 +124,22 @@ func TestEnvironmentAndStdin(t *testing.T) {
 	}
 }
 
+func TestOrderingEnvironment(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, execworker.Config{Command: shell(`env | grep -E '^BACKSTOP_(ORDERING_KEY|SEQUENCE|GAPS)=' | sort`),
+		Env: append(os.Environ(), "BACKSTOP_GAPS=inherited")})
+	task := testTask()
+	task.OrderingKey, task.Sequence, task.Gaps = "sub-1", 300, []backstop.Gap{{From: 120, To: 240}}
+	r := h.Run(context.Background(), task)
+	if r.Err != nil {
+		t.Fatalf("Run: %v\n%s", r.Err, r.Output)
+	}
+	want := "BACKSTOP_GAPS=[{\"from\":120,\"to\":240}]\nBACKSTOP_ORDERING_KEY=sub-1\nBACKSTOP_SEQUENCE=300"
+	if got := strings.TrimSpace(r.Output); got != want {
+		t.Fatalf("ordering environment:\n%s\nwant:\n%s", got, want)
+	}
+}
+
 func TestEnvName(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{

@@ -36,6 +36,8 @@ type enqueueRecord struct {
 	MergeKey       string            `json:"merge_key"`
 	Progress       *bt.Progress      `json:"progress"`
 	Complexity     float64           `json:"complexity"`
+	OrderingKey    string            `json:"ordering_key"`
+	Sequence       int64             `json:"sequence"`
 }
 
 // DecodeEnqueue decodes one task object (an NDJSON line of `enqueue
@@ -66,6 +68,8 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 		IdempotencyKey: r.IdempotencyKey,
 		MergeKey:       r.MergeKey,
 		Complexity:     r.Complexity,
+		OrderingKey:    r.OrderingKey,
+		Sequence:       r.Sequence,
 	}
 	if r.Progress != nil {
 		p.Progress = *r.Progress

@@ -222,6 +222,9 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 	if err := insertEventsScalar(ctx, db, folded); err != nil {
 		return nil, err
 	}
+	if err := insertOrdering(ctx, db, tasks, results); err != nil { // ordering.go
+		return nil, err
+	}
 
 	if len(woken) > 0 {
 		args := make([]any, len(woken))

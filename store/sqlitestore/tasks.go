@@ -247,6 +247,9 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 	if err := insertEvents(ctx, q, events); err != nil {
 		return nil, nil, err
 	}
+	if err := insertOrdering(ctx, q, res); err != nil { // ordering.go
+		return nil, nil, err
+	}
 	return res, woke, nil
 }
 

@@ -66,6 +66,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Events", s.testEvents)
 	t.Run("Complexity", s.testComplexity)
 	t.Run("Gauges", s.testGauges)
+	t.Run("Ordering", s.testOrdering) // ordering.go
 }
 
 // clock is real time plus an offset tests can move forward, so lease

@@ -1,0 +1,36 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestOrderingSimulation(t *testing.T) {
+	cfg := OrderingConfig{Keys: 40, Minutes: 20, Workers: 4, LateFraction: 0.1, LostFraction: 0.02, Seed: 7}
+	run := func() *OrderingResult {
+		cfg.Dir = t.TempDir()
+		r, err := RunOrdering(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := run()
+	var sb strings.Builder
+	a.Off.Report(&sb)
+	a.On.Report(&sb)
+	t.Logf("\n%s%s", sb.String(), a.Summary())
+	if a.On.Detectable == 0 || a.Off.FalseMisses == 0 {
+		t.Fatalf("the workload has no lost or late results to measure: %+v", a)
+	}
+	if a.On.TrueMisses != a.On.Detectable {
+		t.Fatalf("true miss recall: %d of %d lost results reported", a.On.TrueMisses, a.On.Detectable)
+	}
+	if a.On.FalseMisses >= a.Off.FalseMisses {
+		t.Fatalf("ordering did not reduce false misses: off %d, on %d", a.Off.FalseMisses, a.On.FalseMisses)
+	}
+	if b := run(); *b != *a {
+		t.Fatalf("not deterministic:\n%+v\n%+v", a, b)
+	}
+}

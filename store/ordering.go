@@ -1,0 +1,336 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// Ordered processing (docs/ordering.md). A task of an ordering queue that
+// carries an ordering key is enqueued in state buffered with a row in the
+// driver's ordering table (status held). Order — called by the engine
+// before it claims from the queue, and by maintenance for due drains —
+// examines every key of the queue with work, in one transaction, and
+// applies Decide: stale tasks are canceled, gaps buffered, drains stepped,
+// and at most one task per key is admitted (made pending) at a time.
+
+// Ordering is what a driver offers for ordered processing.
+type Ordering interface {
+	// Order runs admission and due drains for one queue.
+	Order(ctx context.Context, queue string, set OrderingSettings, now time.Time) (OrderingDelta, error)
+	// OrderingInfo returns the ordering key, sequence and gaps of tasks (by
+	// id); tasks without ordering are absent.
+	OrderingInfo(ctx context.Context, ids []string) (map[string]OrderingInfo, error)
+	// OrderingFallback makes every held/buffered task of the queue pending
+	// and forgets its ordering (graceful degradation when Order fails); it
+	// returns how many tasks it released.
+	OrderingFallback(ctx context.Context, queue string, now time.Time) (int, error)
+}
+
+// OrderingSettings are a queue's ordering settings as the store applies them.
+type OrderingSettings struct {
+	Step           int64           // expected step; 0: any newer sequence is next
+	Backoff        []time.Duration // drain schedule; used up: give up
+	CircuitBreaker int             // buffer size that releases everything
+	KeyTTL         time.Duration   // key state lifetime, extended on activity
+}
+
+// OrderingInfo is one task's ordering data.
+type OrderingInfo struct {
+	Key      string
+	Sequence int64
+	Gaps     []bt.Gap
+}
+
+// OrderingDelta counts what one Order call did.
+type OrderingDelta struct {
+	Buffered, Released, DrainScheduled, DrainRescheduled, Cleared int64
+	Timeout, CircuitBreaker, Stale, GapsReported, Admitted        int64
+}
+
+// Add accumulates d2 into d.
+func (d *OrderingDelta) Add(d2 OrderingDelta) {
+	d.Buffered += d2.Buffered
+	d.Released += d2.Released
+	d.DrainScheduled += d2.DrainScheduled
+	d.DrainRescheduled += d2.DrainRescheduled
+	d.Cleared += d2.Cleared
+	d.Timeout += d2.Timeout
+	d.CircuitBreaker += d2.CircuitBreaker
+	d.Stale += d2.Stale
+	d.GapsReported += d2.GapsReported
+	d.Admitted += d2.Admitted
+}
+
+// Statuses of a task in the ordering table.
+const (
+	OrdHeld  = "held"  // enqueued, not examined yet
+	OrdGap   = "gap"   // buffered behind a gap
+	OrdReady = "ready" // released, waits its turn (one at a time per key)
+	OrdDone  = "admitted"
+)
+
+// OrdKey is one key's state as a driver loads it.
+type OrdKey struct {
+	Queue, Key   string
+	HasLast      bool
+	Last         int64
+	BusyTask     string // admitted task still live; "" none
+	BusySeq      int64
+	BusyDone     bool // the busy task reached a terminal state (or is gone)
+	DrainDue     time.Time
+	DrainStep    int
+	ExpiresAt    time.Time
+	Exists       bool // a row exists
+	NeedsRemoval bool // set by Decide: delete the row
+}
+
+// OrdTask is one not-yet-admitted task of a key.
+type OrdTask struct {
+	ID     string
+	Kind   string
+	Seq    int64
+	Status string
+}
+
+// OrdAction is what Decide asks the driver to apply to one task.
+type OrdAction struct {
+	TaskID string
+	// NewStatus: held/gap/ready/admitted; "stale" cancels the task.
+	NewStatus string
+	Gaps      []bt.Gap
+	Error     string // for stale
+}
+
+// Decide applies the ordering rules to one key. It mutates k and returns the
+// task actions and events (in order) and what it counted.
+func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]OrdAction, []bt.Event, OrderingDelta) {
+	var (
+		acts []OrdAction
+		evs  []bt.Event
+		d    OrderingDelta
+	)
+	ev := func(typ string, t OrdTask, body string) {
+		evs = append(evs, NewEvent(now, typ, t.ID, k.Queue, t.Kind, "backstop", []byte(body)))
+	}
+	if k.Exists && !k.ExpiresAt.IsZero() && now.After(k.ExpiresAt) && k.BusyTask == "" && !hasStatus(tasks, OrdGap) {
+		k.HasLast = false // the key state expired: start afresh
+	}
+	if k.BusyTask != "" && k.BusyDone {
+		if !k.HasLast || k.BusySeq > k.Last {
+			k.HasLast, k.Last = true, k.BusySeq
+		}
+		k.BusyTask, k.BusySeq = "", 0
+	}
+	if len(tasks) == 0 {
+		if k.BusyTask == "" && now.After(k.ExpiresAt) {
+			k.NeedsRemoval = true
+		}
+		return nil, nil, d
+	}
+	k.ExpiresAt = now.Add(set.KeyTTL)
+	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Seq < tasks[j].Seq })
+	// eff is the newest sequence handled or being handled.
+	hasEff, eff := k.HasLast, k.Last
+	if k.BusyTask != "" {
+		hasEff, eff = true, k.BusySeq
+	}
+	// Stale: not newer than eff, or a repeated sequence.
+	live := tasks[:0:0]
+	for i, t := range tasks {
+		dup := i > 0 && t.Seq == tasks[i-1].Seq
+		if (hasEff && t.Seq <= eff) || dup {
+			why := fmt.Sprintf("stale: sequence %d not newer than %d", t.Seq, eff)
+			if dup {
+				why = fmt.Sprintf("stale: sequence %d repeated", t.Seq)
+			}
+			acts = append(acts, OrdAction{TaskID: t.ID, NewStatus: "stale", Error: why})
+			ev(EventOrderingStale, t, fmt.Sprintf(`{"key":%q,"sequence":%d,"last":%d}`, k.Key, t.Seq, eff))
+			d.Stale++
+			continue
+		}
+		live = append(live, t)
+	}
+	tasks = live
+	next := func(prev int64, seq int64) bool { return set.Step <= 0 || seq == prev+set.Step }
+	buffering := hasStatus(tasks, OrdGap)
+	set1 := func(t *OrdTask, st string, gaps []bt.Gap) {
+		if t.Status == st && gaps == nil {
+			return
+		}
+		t.Status = st
+		acts = append(acts, OrdAction{TaskID: t.ID, NewStatus: st, Gaps: gaps})
+	}
+	// chain end: the newest sequence handled, running or released (ready).
+	chainEnd := func() (bool, int64) {
+		h, e := hasEff, eff
+		for _, t := range tasks {
+			if t.Status == OrdReady {
+				h, e = true, t.Seq
+			}
+		}
+		return h, e
+	}
+	if buffering {
+		for i := range tasks {
+			if tasks[i].Status == OrdHeld {
+				set1(&tasks[i], OrdGap, nil)
+				ev(EventOrderingBuffered, tasks[i], fmt.Sprintf(`{"key":%q,"sequence":%d,"mode":"buffering"}`, k.Key, tasks[i].Seq))
+				d.Buffered++
+			}
+		}
+	} else {
+		h, e := chainEnd()
+		for i := range tasks {
+			t := &tasks[i]
+			if t.Status != OrdHeld {
+				continue
+			}
+			if !buffering && (!h || next(e, t.Seq)) {
+				set1(t, OrdReady, nil)
+				h, e = true, t.Seq
+				continue
+			}
+			set1(t, OrdGap, nil)
+			ev(EventOrderingBuffered, *t, fmt.Sprintf(`{"key":%q,"sequence":%d,"expected":%d}`, k.Key, t.Seq, e+set.Step))
+			d.Buffered++
+			if !buffering {
+				buffering = true
+				k.DrainDue, k.DrainStep = now.Add(backoffAt(set.Backoff, 0)), 0
+				d.DrainScheduled++
+			}
+		}
+	}
+	giveUp := func(reason string) {
+		h, e := chainEnd()
+		for i := range tasks {
+			t := &tasks[i]
+			if t.Status != OrdGap {
+				continue
+			}
+			var gaps []bt.Gap
+			if h && set.Step > 0 && t.Seq > e+set.Step {
+				g := bt.Gap{From: e + set.Step, To: t.Seq - set.Step}
+				gaps = []bt.Gap{g}
+				ev(EventOrderingGapReported, *t, fmt.Sprintf(`{"key":%q,"from":%d,"to":%d,"reason":%q}`, k.Key, g.From, g.To, reason))
+				d.GapsReported++
+			}
+			set1(t, OrdReady, gaps)
+			ev(EventOrderingReleased, *t, fmt.Sprintf(`{"key":%q,"sequence":%d,"reason":%q}`, k.Key, t.Seq, reason))
+			d.Released++
+			h, e = true, t.Seq
+		}
+		k.DrainDue, k.DrainStep = time.Time{}, 0
+		d.Cleared++
+	}
+	if buffering && !k.DrainDue.IsZero() && !now.Before(k.DrainDue) {
+		// The drain: release the consecutive prefix.
+		h, e := chainEnd()
+		progress := 0
+		for i := range tasks {
+			t := &tasks[i]
+			if t.Status != OrdGap {
+				continue
+			}
+			if h && !next(e, t.Seq) {
+				break
+			}
+			set1(t, OrdReady, nil)
+			ev(EventOrderingReleased, *t, fmt.Sprintf(`{"key":%q,"sequence":%d,"reason":"filled"}`, k.Key, t.Seq))
+			d.Released++
+			h, e = true, t.Seq
+			progress++
+		}
+		switch {
+		case !hasStatus(tasks, OrdGap):
+			k.DrainDue, k.DrainStep = time.Time{}, 0
+			d.Cleared++
+		case progress > 0:
+			k.DrainDue, k.DrainStep = now.Add(backoffAt(set.Backoff, 0)), 0
+			d.DrainRescheduled++
+		case k.DrainStep+1 >= len(set.Backoff):
+			first := firstGap(tasks)
+			ev(EventOrderingTimeout, first, fmt.Sprintf(`{"key":%q,"buffered":%d}`, k.Key, countStatus(tasks, OrdGap)))
+			d.Timeout++
+			giveUp("timeout")
+		default:
+			k.DrainStep++
+			k.DrainDue = now.Add(backoffAt(set.Backoff, k.DrainStep))
+			d.DrainRescheduled++
+		}
+	}
+	if set.CircuitBreaker > 0 && countStatus(tasks, OrdGap) >= set.CircuitBreaker {
+		first := firstGap(tasks)
+		ev(EventOrderingCircuitBreaker, first, fmt.Sprintf(`{"key":%q,"buffered":%d}`, k.Key, countStatus(tasks, OrdGap)))
+		d.CircuitBreaker++
+		giveUp("circuit_breaker")
+	}
+	if !hasStatus(tasks, OrdGap) {
+		k.DrainDue, k.DrainStep = time.Time{}, 0
+	}
+	// Admission: one task at a time per key.
+	if k.BusyTask == "" {
+		for i := range tasks {
+			t := &tasks[i]
+			if t.Status == OrdReady {
+				t.Status = OrdDone
+				acts = append(acts, OrdAction{TaskID: t.ID, NewStatus: OrdDone})
+				k.BusyTask, k.BusySeq = t.ID, t.Seq
+				d.Admitted++
+				break
+			}
+		}
+	}
+	return acts, evs, d
+}
+
+func backoffAt(b []time.Duration, i int) time.Duration {
+	if len(b) == 0 {
+		return 0
+	}
+	return b[min(i, len(b)-1)]
+}
+
+func hasStatus(ts []OrdTask, st string) bool { return countStatus(ts, st) > 0 }
+
+func countStatus(ts []OrdTask, st string) int {
+	n := 0
+	for _, t := range ts {
+		if t.Status == st {
+			n++
+		}
+	}
+	return n
+}
+
+func firstGap(ts []OrdTask) OrdTask {
+	for _, t := range ts {
+		if t.Status == OrdGap {
+			return t
+		}
+	}
+	return OrdTask{}
+}
+
+// Ordering event types.
+const (
+	EventOrderingBuffered       = "ordering.buffered"
+	EventOrderingReleased       = "ordering.released"
+	EventOrderingStale          = "ordering.stale"
+	EventOrderingGapReported    = "ordering.gap_reported"
+	EventOrderingTimeout        = "ordering.timeout"
+	EventOrderingCircuitBreaker = "ordering.circuit_breaker"
+)
+
+// EncodeGaps is the stored form of a task's gaps ("" for none).
+func EncodeGaps(g []bt.Gap) string {
+	if len(g) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(g)
+	return string(b)
+}

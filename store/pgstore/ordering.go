@@ -1,0 +1,229 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// insertOrdering writes the ordering rows of the newly inserted ordered
+// tasks (state buffered, with a key) in the enqueue's transaction.
+func insertOrdering(ctx context.Context, db dbtx, tasks []*bt.Task, res []store.EnqueueResult) error {
+	for i, t := range tasks {
+		if res[i].Merged || res[i].Duplicate || t.OrderingKey == "" || t.State != bt.StateBuffered {
+			continue
+		}
+		if err := db.exec(ctx, `INSERT INTO backstop_ordering_tasks (task_id, queue, okey, seq, status)
+			VALUES ($1, $2, $3, $4, 'held')`, t.ID, t.Queue, t.OrderingKey, t.Sequence); err != nil {
+			return fmt.Errorf("pgstore: ordering: %w", err)
+		}
+	}
+	return nil
+}
+
+const orderKeysLimit = 1000
+
+// Order implements store.Ordering. One Order per queue at a time (a
+// transaction-scoped advisory lock), so there is never more than one drain
+// of a key.
+func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSettings, now time.Time) (store.OrderingDelta, error) {
+	var d store.OrderingDelta
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return d, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('backstop_ordering'), hashtext($1))`, queue); err != nil {
+		return d, err
+	}
+	rows, err := tx.Query(ctx, `SELECT DISTINCT o.okey FROM backstop_ordering_tasks o
+			JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
+			WHERE o.queue = $1 AND o.status IN ('held', 'ready')
+		UNION SELECT okey FROM backstop_ordering_keys k WHERE k.queue = $1 AND (
+			(k.drain_due_at IS NOT NULL AND k.drain_due_at <= $2)
+			OR (k.busy_task IS NULL AND k.drain_due_at IS NULL AND k.expires_at < $2)
+			OR (k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
+				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))))
+		LIMIT $3`, queue, now, orderKeysLimit)
+	if err != nil {
+		return d, err
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return d, err
+	}
+	var events []bt.Event
+	for _, key := range keys {
+		evs, kd, err := orderKey(ctx, tx, queue, key, set, now)
+		if err != nil {
+			return store.OrderingDelta{}, fmt.Errorf("pgstore: ordering key %q: %w", key, err)
+		}
+		events = append(events, evs...)
+		d.Add(kd)
+	}
+	if err := insertEvents(ctx, tx, events); err != nil {
+		return store.OrderingDelta{}, err
+	}
+	if d.Admitted > 0 {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify('`+wakeupChannel+`', $1)`, queue); err != nil {
+			return store.OrderingDelta{}, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return store.OrderingDelta{}, err
+	}
+	return d, nil
+}
+
+func orderKey(ctx context.Context, tx pgx.Tx, queue, key string, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
+	k := store.OrdKey{Queue: queue, Key: key}
+	var (
+		last    *int64
+		due     *time.Time
+		busy    *string
+		expires time.Time
+	)
+	err := tx.QueryRow(ctx, `SELECT last_seq, busy_task, busy_seq, drain_due_at, drain_step, expires_at
+		FROM backstop_ordering_keys WHERE queue = $1 AND okey = $2`, queue, key).Scan(&last, &busy, &k.BusySeq, &due, &k.DrainStep, &expires)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, store.OrderingDelta{}, err
+	default:
+		k.Exists = true
+		if last != nil {
+			k.HasLast, k.Last = true, *last
+		}
+		if busy != nil {
+			k.BusyTask = *busy
+		}
+		if due != nil {
+			k.DrainDue = due.UTC()
+		}
+		k.ExpiresAt = expires.UTC()
+	}
+	if k.BusyTask != "" {
+		var st string
+		err := tx.QueryRow(ctx, `SELECT state FROM backstop_tasks WHERE id = $1`, k.BusyTask).Scan(&st)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, store.OrderingDelta{}, err
+		}
+		k.BusyDone = err != nil || !bt.State(st).Live()
+	}
+	rows, err := tx.Query(ctx, `SELECT o.task_id, t.kind, o.seq, o.status FROM backstop_ordering_tasks o
+		JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
+		WHERE o.queue = $1 AND o.okey = $2 AND o.status IN ('held', 'gap', 'ready') ORDER BY o.seq`, queue, key)
+	if err != nil {
+		return nil, store.OrderingDelta{}, err
+	}
+	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.OrdTask, error) {
+		var t store.OrdTask
+		err := r.Scan(&t.ID, &t.Kind, &t.Seq, &t.Status)
+		return t, err
+	})
+	if err != nil {
+		return nil, store.OrderingDelta{}, err
+	}
+	acts, evs, d := store.Decide(&k, tasks, set, now)
+	for _, a := range acts {
+		switch a.NewStatus {
+		case "stale":
+			if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'canceled', last_error = $1, finalized_at = $2,
+				updated_at = $2 WHERE id = $3 AND state = 'buffered'`, a.Error, now, a.TaskID); err != nil {
+				return nil, d, err
+			}
+		case store.OrdDone:
+			if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = $1
+				WHERE id = $2 AND state = 'buffered'`, now, a.TaskID); err != nil {
+				return nil, d, err
+			}
+		}
+		var gaps *string
+		if g := store.EncodeGaps(a.Gaps); g != "" {
+			gaps = &g
+		}
+		if _, err := tx.Exec(ctx, `UPDATE backstop_ordering_tasks SET status = $1, gaps = COALESCE($2::jsonb, gaps)
+			WHERE task_id = $3`, a.NewStatus, gaps, a.TaskID); err != nil {
+			return nil, d, err
+		}
+	}
+	if k.NeedsRemoval {
+		_, err = tx.Exec(ctx, `DELETE FROM backstop_ordering_keys WHERE queue = $1 AND okey = $2`, queue, key)
+		return evs, d, err
+	}
+	var lastArg *int64
+	var dueArg *time.Time
+	var busyArg *string
+	if k.HasLast {
+		lastArg = &k.Last
+	}
+	if !k.DrainDue.IsZero() {
+		dueArg = &k.DrainDue
+	}
+	if k.BusyTask != "" {
+		busyArg = &k.BusyTask
+	}
+	if k.ExpiresAt.IsZero() {
+		k.ExpiresAt = now.Add(set.KeyTTL)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO backstop_ordering_keys (queue, okey, last_seq, busy_task, busy_seq,
+		drain_due_at, drain_step, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (queue, okey) DO UPDATE SET last_seq = excluded.last_seq, busy_task = excluded.busy_task,
+		busy_seq = excluded.busy_seq, drain_due_at = excluded.drain_due_at, drain_step = excluded.drain_step,
+		expires_at = excluded.expires_at`, queue, key, lastArg, busyArg, k.BusySeq, dueArg, k.DrainStep, k.ExpiresAt)
+	return evs, d, err
+}
+
+// OrderingInfo implements store.Ordering.
+func (s *Store) OrderingInfo(ctx context.Context, ids []string) (map[string]store.OrderingInfo, error) {
+	out := map[string]store.OrderingInfo{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT task_id, okey, seq, gaps::text FROM backstop_ordering_tasks
+		WHERE task_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id   string
+			info store.OrderingInfo
+			gaps *string
+		)
+		if err := rows.Scan(&id, &info.Key, &info.Sequence, &gaps); err != nil {
+			return nil, err
+		}
+		if gaps != nil && *gaps != "" {
+			if err := json.Unmarshal([]byte(*gaps), &info.Gaps); err != nil {
+				return nil, fmt.Errorf("task %s: gaps: %w", id, err)
+			}
+		}
+		out[id] = info
+	}
+	return out, rows.Err()
+}
+
+// OrderingFallback implements store.Ordering.
+func (s *Store) OrderingFallback(ctx context.Context, queue string, now time.Time) (int, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = $1
+		WHERE queue = $2 AND state = 'buffered'`, now, queue)
+	if err != nil {
+		return 0, err
+	}
+	n := int(tag.RowsAffected())
+	if n > 0 {
+		if _, err := s.pool.Exec(ctx, `SELECT pg_notify('`+wakeupChannel+`', $1)`, queue); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,223 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// insertOrdering writes the ordering rows of the newly inserted ordered
+// tasks (state buffered, with a key) in the enqueue's transaction.
+func insertOrdering(ctx context.Context, q querier, res []store.EnqueueResult) error {
+	for _, r := range res {
+		t := r.Task
+		if r.Merged || r.Duplicate || t == nil || t.OrderingKey == "" || t.State != bt.StateBuffered {
+			continue
+		}
+		if _, err := q.ExecContext(ctx, `INSERT INTO backstop_ordering_tasks (task_id, queue, okey, seq, status)
+			VALUES (?, ?, ?, ?, 'held')`, t.ID, t.Queue, t.OrderingKey, t.Sequence); err != nil {
+			return fmt.Errorf("sqlite: ordering: %w", err)
+		}
+	}
+	return nil
+}
+
+const orderKeysLimit = 1000
+
+func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSettings, now time.Time) (store.OrderingDelta, error) {
+	var d store.OrderingDelta
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return d, err
+	}
+	defer tx.Rollback() //nolint:errcheck
+	n := us(now)
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT o.okey FROM backstop_ordering_tasks o
+			JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
+			WHERE o.queue = ?1 AND o.status IN ('held', 'ready')
+		UNION SELECT okey FROM backstop_ordering_keys k WHERE k.queue = ?1 AND (
+			(k.drain_due_at IS NOT NULL AND k.drain_due_at <= ?2)
+			OR (k.busy_task IS NULL AND k.drain_due_at IS NULL AND k.expires_at < ?2)
+			OR (k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
+				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))))
+		LIMIT ?3`, queue, n, orderKeysLimit)
+	if err != nil {
+		return d, err
+	}
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return d, err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return d, err
+	}
+	var events []bt.Event
+	for _, key := range keys {
+		evs, kd, err := orderKey(ctx, tx, queue, key, set, now)
+		if err != nil {
+			return store.OrderingDelta{}, fmt.Errorf("sqlite: ordering key %q: %w", key, err)
+		}
+		events = append(events, evs...)
+		d.Add(kd)
+	}
+	if err := insertEvents(ctx, tx, events); err != nil {
+		return store.OrderingDelta{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return store.OrderingDelta{}, err
+	}
+	if d.Admitted > 0 {
+		s.hub.notify(map[string]struct{}{queue: {}})
+	}
+	return d, nil
+}
+
+func orderKey(ctx context.Context, tx *sql.Tx, queue, key string, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
+	n := us(now)
+	k := store.OrdKey{Queue: queue, Key: key}
+	var (
+		last, due sql.NullInt64
+		busy      sql.NullString
+		expires   int64
+	)
+	err := tx.QueryRowContext(ctx, `SELECT last_seq, busy_task, busy_seq, drain_due_at, drain_step, expires_at
+		FROM backstop_ordering_keys WHERE queue = ? AND okey = ?`, queue, key).Scan(&last, &busy, &k.BusySeq, &due, &k.DrainStep, &expires)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return nil, store.OrderingDelta{}, err
+	default:
+		k.Exists = true
+		k.HasLast, k.Last = last.Valid, last.Int64
+		k.BusyTask = busy.String
+		if due.Valid {
+			k.DrainDue = fromUS(due.Int64)
+		}
+		k.ExpiresAt = fromUS(expires)
+	}
+	if k.BusyTask != "" {
+		var st string
+		err := tx.QueryRowContext(ctx, `SELECT state FROM backstop_tasks WHERE id = ?`, k.BusyTask).Scan(&st)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, store.OrderingDelta{}, err
+		}
+		k.BusyDone = err != nil || !bt.State(st).Live()
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT o.task_id, t.kind, o.seq, o.status FROM backstop_ordering_tasks o
+		JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
+		WHERE o.queue = ? AND o.okey = ? AND o.status IN ('held', 'gap', 'ready') ORDER BY o.seq`, queue, key)
+	if err != nil {
+		return nil, store.OrderingDelta{}, err
+	}
+	var tasks []store.OrdTask
+	for rows.Next() {
+		var t store.OrdTask
+		if err := rows.Scan(&t.ID, &t.Kind, &t.Seq, &t.Status); err != nil {
+			rows.Close()
+			return nil, store.OrderingDelta{}, err
+		}
+		tasks = append(tasks, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, store.OrderingDelta{}, err
+	}
+	acts, evs, d := store.Decide(&k, tasks, set, now)
+	for _, a := range acts {
+		switch a.NewStatus {
+		case "stale":
+			if _, err := tx.ExecContext(ctx, `UPDATE backstop_tasks SET state = 'canceled', last_error = ?, finalized_at = ?,
+				updated_at = ? WHERE id = ? AND state = 'buffered'`, a.Error, n, n, a.TaskID); err != nil {
+				return nil, d, err
+			}
+		case store.OrdDone:
+			if _, err := tx.ExecContext(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = ?
+				WHERE id = ? AND state = 'buffered'`, n, a.TaskID); err != nil {
+				return nil, d, err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE backstop_ordering_tasks SET status = ?, gaps = COALESCE(?, gaps)
+			WHERE task_id = ?`, a.NewStatus, nullStr(store.EncodeGaps(a.Gaps)), a.TaskID); err != nil {
+			return nil, d, err
+		}
+	}
+	if k.NeedsRemoval {
+		_, err = tx.ExecContext(ctx, `DELETE FROM backstop_ordering_keys WHERE queue = ? AND okey = ?`, queue, key)
+		return evs, d, err
+	}
+	var lastArg, dueArg any
+	if k.HasLast {
+		lastArg = k.Last
+	}
+	if !k.DrainDue.IsZero() {
+		dueArg = us(k.DrainDue)
+	}
+	if k.ExpiresAt.IsZero() {
+		k.ExpiresAt = now.Add(set.KeyTTL)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO backstop_ordering_keys (queue, okey, last_seq, busy_task, busy_seq,
+		drain_due_at, drain_step, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (queue, okey) DO UPDATE SET last_seq = excluded.last_seq, busy_task = excluded.busy_task,
+		busy_seq = excluded.busy_seq, drain_due_at = excluded.drain_due_at, drain_step = excluded.drain_step,
+		expires_at = excluded.expires_at`, queue, key, lastArg, nullStr(k.BusyTask), k.BusySeq, dueArg, k.DrainStep, us(k.ExpiresAt))
+	return evs, d, err
+}
+
+func (s *Store) OrderingInfo(ctx context.Context, ids []string) (map[string]store.OrderingInfo, error) {
+	out := map[string]store.OrderingInfo{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT task_id, okey, seq, gaps FROM backstop_ordering_tasks
+		WHERE task_id IN (`+placeholders(len(ids))+`)`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id   string
+			info store.OrderingInfo
+			gaps sql.NullString
+		)
+		if err := rows.Scan(&id, &info.Key, &info.Sequence, &gaps); err != nil {
+			return nil, err
+		}
+		if gaps.Valid && gaps.String != "" {
+			if err := json.Unmarshal([]byte(gaps.String), &info.Gaps); err != nil {
+				return nil, fmt.Errorf("task %s: gaps: %w", id, err)
+			}
+		}
+		out[id] = info
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) OrderingFallback(ctx context.Context, queue string, now time.Time) (int, error) {
+	res, err := s.w.ExecContext(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = ?
+		WHERE queue = ? AND state = 'buffered'`, us(now), queue)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if n > 0 {
+		s.hub.notify(map[string]struct{}{queue: {}})
+	}
+	return int(n), err
+}
