@@ -33,11 +33,13 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider)
+	cl := &Client{store: s, cfg: c}
+	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider, &cl.ord)
 	if err != nil {
 		return nil, fmt.Errorf("backstop: telemetry: %w", err)
 	}
-	return &Client{store: s, cfg: c, tel: tel}, nil
+	cl.tel = tel
+	return cl, nil
 }
 
 // Store is the store the client works on.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,7 +84,7 @@ func (t *telemetry) qk(q, k string) metric.MeasurementOption {
 
 var attrSystem = attribute.String("messaging.system", "backstop")
 
-func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) (*telemetry, error) {
+func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, ord *OrderingStats) (*telemetry, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -118,6 +119,30 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) (*telemetry,
 	t.msgProcess = hist("messaging.process.duration", "Duration of processing one message (OpenTelemetry messaging conventions).", durationBuckets)
 	t.msgSent = counter("messaging.client.sent.messages", "{message}", "Messages sent (OpenTelemetry messaging conventions).")
 	t.msgConsumed = counter("messaging.client.consumed.messages", "{message}", "Messages delivered to a consumer (OpenTelemetry messaging conventions).")
+	// The ordering counters (ordering.go) are kept by the engine as atomics
+	// and observed at collection: backstop_ordering_<name>_total.
+	if ord != nil {
+		var obs []metric.Observable
+		insts := map[string]metric.Int64ObservableCounter{}
+		for name := range ord.Counters() {
+			c, err := m.Int64ObservableCounter("backstop.ordering."+name, metric.WithUnit("{event}"),
+				metric.WithDescription("Ordered processing: "+strings.ReplaceAll(name, "_", " ")+" (docs/ordering.md)."))
+			errs = append(errs, err)
+			if err == nil {
+				insts[name] = c
+				obs = append(obs, c)
+			}
+		}
+		_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			for name, v := range ord.Counters() {
+				if c, ok := insts[name]; ok {
+					o.ObserveInt64(c, v)
+				}
+			}
+			return nil
+		}, obs...)
+		errs = append(errs, err)
+	}
 	for _, err := range errs {
 		if err != nil {
 			return nil, err
