@@ -50,7 +50,7 @@ func TestRemoteDrainReleases(t *testing.T) {
 			id := res.Task.ID
 
 			work := exec.Command(binary, "--server", base, "work", "--queue", "drain", "--grace", "200ms", "--id", "drainer",
-				"--", "sh", "-c", "echo started; sleep 60")
+				"--", "sh", "-c", "echo program-began; sleep 60")
 			workLog := &lockedBuffer{}
 			work.Stderr, work.Stdout = workLog, workLog
 			if err := work.Start(); err != nil {
@@ -62,11 +62,11 @@ func TestRemoteDrainReleases(t *testing.T) {
 
 			deadline := time.Now().Add(20 * time.Second)
 			for {
-				// The program printed "started": the worker holds the task
+				// The program printed its marker: the worker holds the task
 				// (the server's running state alone can come before the
 				// claim's answer reaches the worker).
 				v, err := cl.Get(ctx, id)
-				if err == nil && v.State == bt.StateRunning && strings.Contains(workLog.String(), "started") {
+				if err == nil && v.State == bt.StateRunning && strings.Contains(workLog.String(), "program-began") {
 					break
 				}
 				if time.Now().After(deadline) {

@@ -57,6 +57,17 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if r.Context().Err() != nil && len(tasks) > 0 {
+		// The worker hung up (a drain cancels its long poll) after the
+		// claim committed: nobody will get these leases, so give the
+		// tasks back now, uncharged, instead of at lease expiry.
+		for _, t := range tasks {
+			if _, err := s.c.Release(context.WithoutCancel(r.Context()), t.ID, t.ExecutionID, nil); err != nil {
+				s.log.Warn("releasing a claim nobody received", "task_id", t.ID, "error", err)
+			}
+		}
+		return r.Context().Err()
+	}
 	who := principalFrom(r.Context())
 	out := ClaimResponse{Tasks: make([]ClaimedTask, len(tasks))}
 	for i, t := range tasks {
