@@ -108,3 +108,23 @@ func DeriveWorkerState(said WorkerState, lastSeen, now time.Time, staleAfter tim
 	}
 	return said
 }
+
+// NewWorkerCounts is a count of every worker state, all zero.
+func NewWorkerCounts() map[WorkerState]int {
+	out := make(map[WorkerState]int, len(WorkerStates))
+	for _, st := range WorkerStates {
+		out[st] = 0
+	}
+	return out
+}
+
+// AddWorkerCount folds one row of a driver's count (the stored state,
+// whether last_seen is older than the stale cut, how many) into counts by
+// derived state: a worker not seen for too long is stale unless it stopped.
+func AddWorkerCount(out map[WorkerState]int, state string, old bool, n int) {
+	st := WorkerState(state)
+	if old && st != WorkerStopped {
+		st = WorkerStale
+	}
+	out[st] += n
+}

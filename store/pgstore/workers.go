@@ -184,10 +184,7 @@ func (s *Store) CountWorkersByState(ctx context.Context, now time.Time, staleAft
 		return nil, fmt.Errorf("pgstore: count workers: %w", err)
 	}
 	defer rows.Close()
-	out := map[store.WorkerState]int{}
-	for _, st := range store.WorkerStates {
-		out[st] = 0
-	}
+	out := store.NewWorkerCounts()
 	for rows.Next() {
 		var (
 			state string
@@ -197,11 +194,7 @@ func (s *Store) CountWorkersByState(ctx context.Context, now time.Time, staleAft
 		if err := rows.Scan(&state, &old, &n); err != nil {
 			return nil, fmt.Errorf("pgstore: count workers: %w", err)
 		}
-		st := store.WorkerState(state)
-		if old && st != store.WorkerStopped {
-			st = store.WorkerStale
-		}
-		out[st] += n
+		store.AddWorkerCount(out, state, old, n)
 	}
 	return out, rows.Err()
 }
