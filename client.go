@@ -17,6 +17,7 @@ type Client struct {
 	// remote coalesces concurrent settlements of the remote worker
 	// protocol (remote.go) into batches.
 	remote settleBatcher
+	rAtt   remoteAttempts // remote attempts' telemetry (remote_attempts.go)
 	tel    *telemetry
 	ord    OrderingStats // ordering.go
 }

@@ -43,10 +43,11 @@ func Maintain(ctx context.Context, c *Client) error {
 			}
 			ss[i] = s
 		}
-		if _, err := c.store.Settle(ctx, ss); err != nil {
+		if oks, err := c.store.Settle(ctx, ss); err != nil {
 			errs = append(errs, err)
 		} else {
 			c.cfg.Logger.Warn("settled expired leases", "tasks", len(ss))
+			c.expiredSettled(ctx, expired, ss, oks) // maintenance_telemetry.go
 		}
 	}
 	late, err := c.store.PastDeadline(ctx, c.now(), maintenanceBatch)
@@ -59,8 +60,10 @@ func Maintain(ctx context.Context, c *Client) error {
 			ss[i] = store.Settlement{TaskID: t.ID, FinishedAt: now, State: bt.StateDead,
 				DeadReason: bt.ReasonExpired, Error: "deadline passed before the task could run"}
 		}
-		if _, err := c.store.Settle(ctx, ss); err != nil {
+		if oks, err := c.store.Settle(ctx, ss); err != nil {
 			errs = append(errs, err)
+		} else {
+			c.deadlinesSettled(ctx, late, ss, oks)
 		}
 	}
 	for name := range c.cfg.Queues { // due ordering drains (ordering.go)

@@ -23,5 +23,5 @@ func (c *Client) Release(ctx context.Context, taskID, leaseToken string, p *Prog
 	now := c.now()
 	return c.settleRemote(ctx, store.Settlement{TaskID: taskID, ExecutionID: leaseToken, Outcome: bt.OutcomeReleased,
 		Error: "released on shutdown (not charged)", FinishedAt: now, State: bt.StatePending, RunAt: now,
-		Uncharged: true, Progress: p})
+		Uncharged: true, Progress: p}, nil)
 }

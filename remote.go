@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
@@ -97,8 +99,10 @@ func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]*Task, error
 			return out, err
 		}
 		c.attachOrdering(ctx, q, ts)
+		c.rememberClaims(ctx, ts, lease) // remote_attempts.go
 		out = append(out, ts...)
 	}
+	c.sweepRemote(ctx)
 	return out, nil
 }
 
@@ -149,6 +153,7 @@ func (c *Client) Heartbeat(ctx context.Context, b RemoteBeat) (*RemoteBeatResult
 	if len(rs) != 1 || rs[0].Lost {
 		return nil, c.leaseError(ctx, b.TaskID)
 	}
+	c.rAtt.extend(b.LeaseToken, until)
 	return &RemoteBeatResult{LeaseExpiresAt: until.UTC().Truncate(time.Microsecond), CancelRequested: rs[0].CancelRequested}, nil
 }
 
@@ -175,9 +180,17 @@ type RemoteResult struct {
 	State      State         `json:"state"`
 	RunAt      *time.Time    `json:"run_at,omitempty"`
 	DeadReason bt.DeadReason `json:"reason,omitempty"`
+
+	span trace.SpanContext // the attempt's span, when this process recorded one
 }
 
-func (c *Client) settleRemote(ctx context.Context, s store.Settlement) (*RemoteResult, error) {
+// SpanContext is the span context of the settled attempt's consumer span
+// (invalid when none was recorded here), for the caller's logs.
+func (r *RemoteResult) SpanContext() trace.SpanContext { return r.span }
+
+// settleRemote settles one remote attempt and records its telemetry when
+// the settlement applied; t is the task when the caller read it, else nil.
+func (c *Client) settleRemote(ctx context.Context, s store.Settlement, t *Task) (*RemoteResult, error) {
 	ok, err := c.remote.settle(ctx, c.store, s)
 	if err != nil {
 		return nil, err
@@ -186,6 +199,7 @@ func (c *Client) settleRemote(ctx context.Context, s store.Settlement) (*RemoteR
 		return nil, c.leaseError(ctx, s.TaskID)
 	}
 	r := &RemoteResult{TaskID: s.TaskID, Outcome: s.Outcome, State: s.State, DeadReason: s.DeadReason}
+	r.span = c.remoteSettled(ctx, t, &s)
 	if s.State == bt.StateScheduled || s.State == bt.StatePending {
 		at := s.RunAt
 		r.RunAt = &at
@@ -210,7 +224,7 @@ func (c *Client) Complete(ctx context.Context, taskID, leaseToken string, p *Pro
 		return nil, err
 	}
 	t := &Task{ID: taskID, ExecutionID: leaseToken}
-	return c.settleRemote(ctx, c.remoteDecide(t, nil, nil, p, ""))
+	return c.settleRemote(ctx, c.remoteDecide(t, nil, nil, p, ""), nil)
 }
 
 // RemoteFailure reports how a remote attempt failed.
@@ -289,11 +303,7 @@ func (c *Client) Fail(ctx context.Context, f RemoteFailure) (*RemoteResult, erro
 	if f.Error != "" && f.Outcome == bt.OutcomeTimeout {
 		s.Error = s.Error + ": " + f.Error
 	}
-	r, err := c.settleRemote(ctx, s)
-	if err == nil {
-		c.tel.settled(nil, t, attemptStart(t, s.FinishedAt), &s)
-	}
-	return r, err
+	return c.settleRemote(ctx, s, t)
 }
 
 // settleBatcher coalesces settlements that arrive concurrently (remote

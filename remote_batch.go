@@ -50,6 +50,7 @@ func (c *Client) CompleteMany(ctx context.Context, cs []RemoteCompletion) ([]Rem
 			out[i].Err = c.leaseError(ctx, s.TaskID)
 		default:
 			out[i].Result = &RemoteResult{TaskID: s.TaskID, Outcome: s.Outcome, State: s.State, DeadReason: s.DeadReason}
+			out[i].Result.span = c.remoteSettled(ctx, nil, &ss[j])
 		}
 	}
 	return out, nil

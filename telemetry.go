@@ -252,15 +252,15 @@ func (t *telemetry) creationContext(tk *Task) trace.SpanContext {
 
 // startProcess opens the consumer span of one attempt: a child of the
 // creation context (a new root when the task has none) and linked to it.
-func (t *telemetry) startProcess(ctx context.Context, tk *Task) (context.Context, trace.Span) {
+func (t *telemetry) startProcess(ctx context.Context, tk *Task, extra ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if t.tracesOff {
 		return ctx, nil
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
+	opts := append(extra, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrSystem, attribute.String("messaging.destination.name", tk.Queue),
 			attribute.String("messaging.message.id", tk.ID), attribute.String("messaging.operation.type", "process"),
 			attribute.String("messaging.operation.name", "process"), attribute.String("backstop.kind", tk.Kind),
-			attribute.Int("backstop.attempt", tk.Attempt), attribute.String("backstop.execution_id", tk.ExecutionID))}
+			attribute.Int("backstop.attempt", tk.Attempt), attribute.String("backstop.execution_id", tk.ExecutionID)))
 	if v := tk.Attributes["run_id"]; v != "" {
 		opts = append(opts, trace.WithAttributes(attribute.String("run_id", v)))
 	}
@@ -384,6 +384,30 @@ func (t *telemetry) leaseLost(span trace.Span) {
 	span.SetAttributes(attribute.String("backstop.outcome", "abandoned"), attribute.String("error.type", "lease_lost"))
 	span.SetStatus(codes.Error, "attempt abandoned: lease lost or released")
 	span.End()
+}
+
+// released ends the span of a remote attempt given back uncharged.
+func (t *telemetry) released(span trace.Span) {
+	if span == nil {
+		return
+	}
+	span.SetAttributes(attribute.String("backstop.outcome", string(bt.OutcomeReleased)))
+	span.End()
+}
+
+// endElsewhere ends the span of a remote attempt that another process
+// settled, with the outcome the store recorded (ex nil: unknown).
+func (t *telemetry) endElsewhere(span trace.Span, ex *bt.Execution) {
+	if ex == nil || ex.FinishedAt == nil {
+		t.leaseLost(span)
+		return
+	}
+	span.SetAttributes(attribute.String("backstop.outcome", string(ex.Outcome)))
+	if et := errorType(&store.Settlement{Outcome: ex.Outcome}); et != "" {
+		span.SetAttributes(attribute.String("error.type", et))
+		span.SetStatus(codes.Error, ex.Error)
+	}
+	span.End(trace.WithTimestamp(*ex.FinishedAt))
 }
 
 // claimedRemote records a claim by the remote worker protocol.

@@ -103,9 +103,10 @@ type Worker struct {
 	running map[string]*attempt // by execution id
 	started bool
 
-	queues   []*queueRunner
-	settleCh chan store.Settlement
-	logs     *logFlusher // execution logs, written in batches (logs.go)
+	queues    []*queueRunner
+	settleCh  chan settleItem
+	settleBuf []store.Settlement // the completer's scratch
+	logs      *logFlusher        // execution logs, written in batches (logs.go)
 
 	fetchCancel context.CancelFunc
 	bgCancel    context.CancelFunc
@@ -146,7 +147,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 	}
 	w := &Worker{
 		c: c, cfg: wc, handlers: map[string]Handler{}, running: map[string]*attempt{},
-		settleCh: make(chan store.Settlement, 4096),
+		settleCh: make(chan settleItem, 4096),
 		log:      c.cfg.Logger.With("worker_id", wc.ID),
 	}
 	for name, conc := range wc.Queues {
@@ -621,7 +622,6 @@ func (w *Worker) settle(a *attempt, s store.Settlement) {
 	if a.started.IsZero() {
 		a.started = s.FinishedAt
 	}
-	w.c.tel.settled(a.span, a.task, a.started, &s)
 	switch s.State {
 	case bt.StateDead:
 		a.log().Warn("task dead-lettered", "reason", s.DeadReason, "outcome", s.Outcome, "error", s.Error)
@@ -630,7 +630,14 @@ func (w *Worker) settle(a *attempt, s store.Settlement) {
 			a.log().Info("attempt failed; retry scheduled", "outcome", s.Outcome, "error", s.Error, "run_at", s.RunAt)
 		}
 	}
-	w.settleCh <- s
+	w.settleCh <- settleItem{s: s, a: a}
+}
+
+// settleItem is a settlement and its attempt (for its telemetry, recorded
+// once the settlement applied: worker_telemetry.go).
+type settleItem struct {
+	s store.Settlement
+	a *attempt
 }
 
 // completer batches settlements: under load many attempts settle in one
@@ -638,7 +645,7 @@ func (w *Worker) settle(a *attempt, s store.Settlement) {
 func (w *Worker) completer() {
 	defer close(w.complDone)
 	const maxBatch = 1000
-	batch := make([]store.Settlement, 0, maxBatch)
+	batch := make([]settleItem, 0, maxBatch)
 	for s := range w.settleCh {
 		batch = append(batch[:0], s)
 	fill:
@@ -657,16 +664,19 @@ func (w *Worker) completer() {
 	}
 }
 
-func (w *Worker) flush(batch []store.Settlement) {
+func (w *Worker) flush(items []settleItem) {
+	batch := w.settlements(items)
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err := w.c.store.Settle(ctx, batch)
+		oks, err := w.c.store.Settle(ctx, batch)
 		cancel()
 		if err == nil {
+			w.c.tel.settledBatch(items, oks) // worker_telemetry.go
 			return
 		}
 		if try == 5 {
+			w.c.tel.settledBatch(items, nil)
 			w.log.Error("settling attempts failed; their leases will expire and be settled as lease_expired",
 				"error", err, "tasks", len(batch))
 			return

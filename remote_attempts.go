@@ -1,0 +1,220 @@
+package backstop
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// Telemetry of remote attempts (docs/observability.md). The fast completion
+// path (Complete, CompleteMany) does not read the task, so the process that
+// hands out a claim remembers, per lease token, what its telemetry needs:
+// the task's queue, kind, attempt, attributes, the attempt's start, and the
+// attempt's consumer span `process <queue>` (started at the claim with the
+// attempt's start time, ended when the attempt is settled). The claim
+// answer carries the span's W3C traceparent so the worker's own spans are
+// its children.
+//
+// Counting does not depend on this memory: a settlement of a lease this
+// process did not hand out (another `serve` process, or one before a
+// restart) reads the task and its execution after it applied. Only the span
+// is lost then; the entry the other process keeps is ended by its sweep
+// with the outcome the store recorded.
+
+// remoteAttemptsMax bounds the remembered attempts; beyond it claims are
+// not remembered (their settlements are counted by the read above and have
+// no span).
+const remoteAttemptsMax = 50000
+
+// remoteSweepEvery and remoteSweepGrace: how often, and how long after its
+// lease ran out, an attempt nobody settled here is dropped.
+const (
+	remoteSweepEvery = 30 * time.Second
+	remoteSweepGrace = time.Minute
+	remoteSweepMax   = 100 // entries ended per sweep (each reads the store)
+)
+
+type remoteAttempt struct {
+	task  *Task // a slim copy: no payload
+	span  trace.Span
+	until time.Time // lease expiry as this process last set it
+}
+
+type remoteAttempts struct {
+	mu        sync.Mutex
+	m         map[string]*remoteAttempt // by lease token (execution id)
+	lastSweep time.Time
+}
+
+// add remembers claimed tasks and starts their spans.
+func (c *Client) rememberClaims(ctx context.Context, ts []*Task, lease time.Duration) {
+	if len(ts) == 0 {
+		return
+	}
+	now := c.now()
+	r := &c.rAtt
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]*remoteAttempt{}
+	}
+	for _, t := range ts {
+		if len(r.m) >= remoteAttemptsMax {
+			return
+		}
+		slim := &Task{ID: t.ID, Queue: t.Queue, Kind: t.Kind, Attempt: t.Attempt, ExecutionID: t.ExecutionID,
+			Attributes: t.Attributes, AttemptedAt: t.AttemptedAt, TraceParent: t.TraceParent, MaxAttempts: t.MaxAttempts}
+		e := &remoteAttempt{task: slim, until: now.Add(lease)}
+		_, e.span = c.tel.startProcess(ctx, slim, trace.WithTimestamp(attemptStart(t, now)))
+		r.m[t.ExecutionID] = e
+	}
+}
+
+// take forgets one remembered attempt and returns it (nil: not known here).
+func (r *remoteAttempts) take(token string) *remoteAttempt {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.m[token]
+	if e != nil {
+		delete(r.m, token)
+	}
+	return e
+}
+
+// extend records a heartbeat's new lease expiry.
+func (r *remoteAttempts) extend(token string, until time.Time) {
+	r.mu.Lock()
+	if e := r.m[token]; e != nil {
+		e.until = until
+	}
+	r.mu.Unlock()
+}
+
+// RemoteTraceParent is the W3C traceparent of the consumer span of the
+// remote attempt leaseToken names, for the worker's own spans to take as
+// parent; empty when no trace is recorded (no tracer provider, or the
+// attempt was claimed through another process).
+func (c *Client) RemoteTraceParent(leaseToken string) string {
+	r := &c.rAtt
+	r.mu.Lock()
+	e := r.m[leaseToken]
+	r.mu.Unlock()
+	if e == nil || e.span == nil || !e.span.SpanContext().IsValid() {
+		return ""
+	}
+	carrier := propagation.MapCarrier{}
+	c.tel.prop.Inject(trace.ContextWithSpanContext(context.Background(), e.span.SpanContext()), carrier)
+	return carrier["traceparent"]
+}
+
+// remoteSettled records a remote attempt whose settlement applied: its
+// count, duration, retry or dead letter, and the end of its span. t is the
+// task when the caller read it (Fail), else nil.
+func (c *Client) remoteSettled(ctx context.Context, t *Task, s *store.Settlement) trace.SpanContext {
+	e := c.rAtt.take(s.ExecutionID)
+	var span trace.Span
+	start := time.Time{}
+	if e != nil {
+		span = e.span
+		if t == nil {
+			t = e.task
+		}
+	}
+	if t != nil {
+		start = attemptStart(t, time.Time{})
+	}
+	if t == nil || start.IsZero() {
+		// Claimed through another process: read what counting needs.
+		lt, ls := c.loadAttempt(ctx, s.TaskID, s.ExecutionID)
+		if t == nil {
+			t = lt
+		}
+		start = ls
+	}
+	if start.IsZero() {
+		start = s.FinishedAt
+	}
+	var sc trace.SpanContext
+	if span != nil {
+		sc = span.SpanContext()
+	}
+	if s.Outcome == bt.OutcomeReleased { // not an attempt that counts (as in-process)
+		c.tel.released(span)
+		return sc
+	}
+	if t == nil {
+		c.cfg.Logger.Warn("remote attempt settled but its task could not be read: not counted", "task_id", s.TaskID)
+		if span != nil {
+			span.End()
+		}
+		return sc
+	}
+	c.tel.settled(span, t, start, s)
+	return sc
+}
+
+// loadAttempt reads a task and the start of its execution id (the fallback
+// of remoteSettled). Errors leave the zero values.
+func (c *Client) loadAttempt(ctx context.Context, taskID, executionID string) (*Task, time.Time) {
+	ctx = context.WithoutCancel(ctx)
+	t, err := c.store.Get(ctx, taskID)
+	if err != nil {
+		return nil, time.Time{}
+	}
+	exs, err := c.store.Executions(ctx, taskID)
+	if err == nil {
+		for i := len(exs) - 1; i >= 0; i-- {
+			if exs[i].ExecutionID == executionID {
+				return t, exs[i].StartedAt
+			}
+		}
+	}
+	return t, time.Time{}
+}
+
+// sweepRemote ends the spans of remembered attempts whose lease ran out
+// more than remoteSweepGrace ago without a settlement here (another
+// process settled them, most often its maintenance as lease_expired), with
+// the outcome the store recorded. It counts nothing: whoever settled them
+// did. At most one sweep per remoteSweepEvery.
+func (c *Client) sweepRemote(ctx context.Context) {
+	now := c.now()
+	r := &c.rAtt
+	r.mu.Lock()
+	if now.Sub(r.lastSweep) < remoteSweepEvery {
+		r.mu.Unlock()
+		return
+	}
+	r.lastSweep = now
+	var old []*remoteAttempt
+	for tok, e := range r.m {
+		if len(old) >= remoteSweepMax {
+			break
+		}
+		if now.Sub(e.until) > remoteSweepGrace {
+			old = append(old, e)
+			delete(r.m, tok)
+		}
+	}
+	r.mu.Unlock()
+	for _, e := range old {
+		if e.span == nil {
+			continue
+		}
+		var ex *bt.Execution
+		if exs, err := c.store.Executions(ctx, e.task.ID); err == nil {
+			for i := range exs {
+				if exs[i].ExecutionID == e.task.ExecutionID {
+					ex = &exs[i]
+				}
+			}
+		}
+		c.tel.endElsewhere(e.span, ex)
+	}
+}
