@@ -58,6 +58,10 @@ type setupOpts struct {
 	anonymousAdmin bool
 	maxBody        int64
 	rateLimit      float64
+	// lib, when set, configures the library (its Clock is the test's).
+	lib *backstop.Config
+	// log, when set, receives the server's logs.
+	log *slog.Logger
 }
 
 // stores runs fn on SQLite and on Postgres.
@@ -78,11 +82,20 @@ func setup(t testing.TB, url string, o setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	clk := &testClock{}
-	lib, err := backstop.NewClient(s, &backstop.Config{Clock: clk})
+	libCfg := &backstop.Config{}
+	if o.lib != nil {
+		libCfg = o.lib
+	}
+	libCfg.Clock = clk
+	lib, err := backstop.NewClient(s, libCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Options{Client: lib, Logger: slog.New(slog.DiscardHandler), AnonymousAdmin: o.anonymousAdmin, MaxBodyBytes: o.maxBody,
+	srvLog := o.log
+	if srvLog == nil {
+		srvLog = slog.New(slog.DiscardHandler)
+	}
+	srv, err := api.New(api.Options{Client: lib, Logger: srvLog, AnonymousAdmin: o.anonymousAdmin, MaxBodyBytes: o.maxBody,
 		RateLimit: o.rateLimit, PollInterval: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

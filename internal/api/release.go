@@ -17,6 +17,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.log.Info("task released", "actor", principalFrom(r.Context()).Name, "task_id", res.TaskID)
+	s.log.Info("task released", append([]any{"actor", principalFrom(r.Context()).Name, "task_id", res.TaskID},
+		traceArgs(res.SpanContext())...)...)
 	return writeJSON(w, http.StatusOK, res)
 }

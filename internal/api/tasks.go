@@ -76,8 +76,8 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := principalFrom(r.Context())
-	s.log.Info("task enqueued", "actor", p.Name, "task_id", res.Task.ID, "queue", res.Task.Queue, "kind", res.Task.Kind,
-		"merged", res.Merged, "duplicate", res.Duplicate)
+	s.log.Info("task enqueued", append([]any{"actor", p.Name, "task_id", res.Task.ID, "queue", res.Task.Queue, "kind", res.Task.Kind,
+		"merged", res.Merged, "duplicate", res.Duplicate}, traceParentArgs(res.Task.TraceParent)...)...)
 	status := http.StatusCreated
 	if res.Merged || res.Duplicate {
 		status = http.StatusOK

@@ -32,6 +32,9 @@ type ClaimRequest struct {
 type ClaimedTask struct {
 	TaskView
 	LeaseToken string `json:"lease_token"`
+	// AttemptTraceParent is the W3C traceparent of the attempt's consumer
+	// span on the server, for the worker's own spans (empty: no traces).
+	AttemptTraceParent string `json:"attempt_traceparent,omitempty"`
 }
 
 // ClaimResponse lists the leased tasks (empty when the wait ran out).
@@ -73,7 +76,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	for i, t := range tasks {
 		// Workers get their payloads as stored: they need them to work.
 		v := view(principal{worker: true}, t, false)
-		out.Tasks[i] = ClaimedTask{TaskView: v, LeaseToken: t.ExecutionID}
+		out.Tasks[i] = ClaimedTask{TaskView: v, LeaseToken: t.ExecutionID, AttemptTraceParent: s.c.RemoteTraceParent(t.ExecutionID)}
 	}
 	if len(tasks) > 0 {
 		s.log.Info("tasks claimed", "actor", who.Name, "worker_id", req.WorkerID, "tasks", len(tasks))
@@ -195,7 +198,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.log.Debug("task completed", "actor", principalFrom(r.Context()).Name, "task_id", res.TaskID)
+	s.log.Debug("task completed", append([]any{"actor", principalFrom(r.Context()).Name, "task_id", res.TaskID},
+		traceArgs(res.SpanContext())...)...)
 	return writeJSON(w, http.StatusOK, res)
 }
 
@@ -227,7 +231,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.log.Info("task attempt failed (remote)", "actor", principalFrom(r.Context()).Name, "task_id", res.TaskID,
-		"outcome", res.Outcome, "state", res.State)
+	s.log.Info("task attempt failed (remote)", append([]any{"actor", principalFrom(r.Context()).Name, "task_id", res.TaskID,
+		"outcome", res.Outcome, "state", res.State}, traceArgs(res.SpanContext())...)...)
 	return writeJSON(w, http.StatusOK, res)
 }

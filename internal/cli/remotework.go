@@ -14,6 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
@@ -167,6 +170,9 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 	log := r.log.With("worker_id", r.id, "task_id", t.ID, "attempt", t.Attempt)
 
 	ctx, cancel := context.WithCancelCause(killCtx)
+	// The attempt's span on the server is the parent of the program's
+	// (TRACEPARENT) and names this worker's log lines.
+	ctx, log = attemptTrace(ctx, ct.AttemptTraceParent, log)
 	defer cancel(nil)
 	var timedOut atomic.Bool
 	if t.Timeout > 0 {
@@ -243,4 +249,18 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 	if err != nil {
 		log.Error("reporting the attempt failed; the server will settle it when the lease expires", "error", err.Error())
 	}
+}
+
+// attemptTrace puts the server's span of the attempt (the claim's
+// attempt_traceparent) into ctx and its ids into log.
+func attemptTrace(ctx context.Context, traceparent string, log *slog.Logger) (context.Context, *slog.Logger) {
+	if traceparent == "" {
+		return ctx, log
+	}
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent})
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ctx, log
+	}
+	return ctx, log.With("trace_id", sc.TraceID().String(), "span_id", sc.SpanID().String())
 }

@@ -4,7 +4,8 @@
 // The program gets the payload on stdin and the task in its environment
 // (BACKSTOP_TASK_ID, BACKSTOP_ATTEMPT, BACKSTOP_QUEUE, BACKSTOP_KIND,
 // BACKSTOP_EXECUTION_ID and BACKSTOP_ATTR_<KEY> per attribute; for an ordered
-// task BACKSTOP_ORDERING_KEY, BACKSTOP_SEQUENCE and BACKSTOP_GAPS). Its exit code
+// task BACKSTOP_ORDERING_KEY, BACKSTOP_SEQUENCE and BACKSTOP_GAPS; TRACEPARENT of
+// the attempt's span when traces are recorded). Its exit code
 // classifies the attempt: 0 succeeds, 75 (EX_TEMPFAIL) and any other code are
 // transient, configured codes are permanent. It runs in a process group of
 // its own, killed whole when the attempt's context ends (timeout, cancel,
@@ -29,6 +30,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/backstophq/backstop"
 )
@@ -95,7 +99,8 @@ func New(cfg Config) (*Handler, error) {
 			strings.HasPrefix(kv, "BACKSTOP_ATTEMPT=") || strings.HasPrefix(kv, "BACKSTOP_QUEUE=") ||
 			strings.HasPrefix(kv, "BACKSTOP_KIND=") || strings.HasPrefix(kv, "BACKSTOP_EXECUTION_ID=") ||
 			strings.HasPrefix(kv, "BACKSTOP_ORDERING_KEY=") || strings.HasPrefix(kv, "BACKSTOP_SEQUENCE=") ||
-			strings.HasPrefix(kv, "BACKSTOP_GAPS=")
+			strings.HasPrefix(kv, "BACKSTOP_GAPS=") || strings.HasPrefix(kv, "TRACEPARENT=") ||
+			strings.HasPrefix(kv, "TRACESTATE=")
 	})
 	return &Handler{cfg: cfg, path: path, perm: perm, env: env}, nil
 }
@@ -141,6 +146,26 @@ func (h *Handler) Environ(t *backstop.Task) []string {
 	return env
 }
 
+// TraceEnv is TRACEPARENT (and TRACESTATE when there is one) for the span
+// in ctx: the attempt's consumer span, so the program's own spans are its
+// children (the OpenTelemetry environment-variable carrier). Empty when
+// ctx carries no valid span context.
+func TraceEnv(ctx context.Context) []string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	var env []string
+	if v := c["traceparent"]; v != "" {
+		env = append(env, "TRACEPARENT="+v)
+	}
+	if v := c["tracestate"]; v != "" {
+		env = append(env, "TRACESTATE="+v)
+	}
+	return env
+}
+
 // outputDrain bounds how long Work waits for the output pipe to close after
 // the process group is gone (a descendant that left the group may hold it).
 const outputDrain = 2 * time.Second
@@ -173,7 +198,7 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 	}
 	cmd := exec.Command(h.path, h.cfg.Command[1:]...)
 	cmd.Args[0] = h.cfg.Command[0]
-	cmd.Env = h.Environ(t)
+	cmd.Env = append(h.Environ(t), TraceEnv(ctx)...)
 	cmd.Dir = h.cfg.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 

@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/dburl"
+)
+
+// tracedAPIServer is apiServer with the library's spans recorded in sr.
+func tracedAPIServer(t *testing.T, db string, sr *tracetest.SpanRecorder) string {
+	t.Helper()
+	ctx := context.Background()
+	s, err := dburl.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := backstop.NewClient(s, &backstop.Config{Logger: slog.New(slog.DiscardHandler),
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Options{Client: c, Logger: slog.New(slog.DiscardHandler), RateLimit: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		srv.Close()
+		s.Close()
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// TestRemoteWorkTraceParent: `backstop work --server -- CMD` hands the
+// program the traceparent of the attempt's server-side span (TRACEPARENT),
+// so the program's own spans are its children; the span ends with the
+// attempt's outcome when the worker reports.
+func TestRemoteWorkTraceParent(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		sr := tracetest.NewSpanRecorder()
+		var tok struct{ Secret string }
+		e.json(&tok, "tokens", "create", "--name", "w", "--role", "admin")
+		r := &remoteEnv{cliEnv: e, url: tracedAPIServer(t, e.db, sr), token: tok.Secret}
+		r.remote("", "enqueue", "--queue", "tq", "--kind", "k", "--id", "traced")
+		prog := []string{"--", "sh", "-c", `echo "tp=$TRACEPARENT"`}
+		if got := r.remote("", append([]string{"work", "--queue", "tq", "--exit-after-idle", "300ms"}, prog...)...); got.code != 0 {
+			t.Fatalf("work --server: %+v", got)
+		}
+		logs := r.remote("", "tasks", "logs", "traced")
+		var proc, send sdktrace.ReadOnlySpan
+		for _, s := range sr.Ended() {
+			switch s.Name() {
+			case "process tq":
+				proc = s
+			case "send tq":
+				send = s
+			}
+		}
+		if proc == nil || send == nil {
+			t.Fatalf("spans: process %v send %v", proc, send)
+		}
+		want := "tp=00-" + proc.SpanContext().TraceID().String() + "-" + proc.SpanContext().SpanID().String() + "-01\n"
+		if logs.stdout != want {
+			t.Errorf("program saw %q, want %q", logs.stdout, want)
+		}
+		if proc.Parent().SpanID() != send.SpanContext().SpanID() || len(proc.Links()) != 1 {
+			t.Errorf("process span: parent %v links %v, want the send span", proc.Parent(), proc.Links())
+		}
+		attrs := map[string]string{}
+		for _, kv := range proc.Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		if attrs["backstop.outcome"] != "succeeded" || attrs["messaging.message.id"] != "traced" || attrs["backstop.attempt"] != "1" {
+			t.Errorf("process span attributes %v", attrs)
+		}
+	})
+}
