@@ -435,7 +435,7 @@ func (w *Worker) start(ctx context.Context, q *queueRunner, t *Task) {
 	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	a := &attempt{task: t, cancel: cancel, elog: &execLog{task: t, sink: w.logs, now: w.c.now}}
 	a.log = sync.OnceValue(func() *slog.Logger {
-		l := taskLogger(w.log, t)
+		l := withSpan(taskLogger(w.log, t), a.span) // trace_id, span_id (logtrace.go)
 		return slog.New(teeHandler{Handler: l.Handler(), log: a.elog})
 	})
 	w.mu.Lock()
