@@ -92,6 +92,9 @@ func RecordDetail(ctx context.Context, detail string) {
 	if a == nil {
 		return
 	}
+	if a.elog != nil && a.elog.sink != nil {
+		detail = a.elog.sink.mask.Text(detail) // like log lines (logs.go)
+	}
 	a.mu.Lock()
 	a.detail = detail
 	a.mu.Unlock()

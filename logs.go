@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/backstophq/backstop/redact"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -167,8 +168,9 @@ func (h teeHandler) WithGroup(name string) slog.Handler {
 // logFlusher batches lines of all attempts and writes them every
 // logFlushEvery or logFlushLines lines.
 type logFlusher struct {
-	st  store.Store
-	log *slog.Logger
+	st   store.Store
+	log  *slog.Logger
+	mask *redact.Masker // lines are masked before they are stored
 
 	mu      sync.Mutex
 	pending []LogLine
@@ -185,8 +187,8 @@ const (
 	logPendingMax = 50000
 )
 
-func newLogFlusher(st store.Store, log *slog.Logger) *logFlusher {
-	f := &logFlusher{st: st, log: log, kick: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{})}
+func newLogFlusher(st store.Store, log *slog.Logger, mask *redact.Masker) *logFlusher {
+	f := &logFlusher{st: st, log: log, mask: mask, kick: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{})}
 	go f.loop()
 	return f
 }
@@ -230,6 +232,9 @@ func (f *logFlusher) flush() {
 	batch := f.pending
 	f.pending = nil
 	f.mu.Unlock()
+	for i := range batch { // off the handler's path (redaction.go)
+		batch[i].Line = f.mask.Line(batch[i].Line)
+	}
 	for len(batch) > 0 {
 		n := min(len(batch), 1000)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -274,6 +279,7 @@ func (c *Client) AppendRemoteLogs(ctx context.Context, taskID, leaseToken string
 		return res, invalid("lines", "at most %d per request", MaxLogLines)
 	}
 	now := c.now()
+	mask := c.Masker()
 	in := make([]LogLine, len(lines))
 	for i, l := range lines {
 		switch l.Stream {
@@ -283,7 +289,7 @@ func (c *Client) AppendRemoteLogs(ctx context.Context, taskID, leaseToken string
 		default:
 			return res, invalid("stream", "unknown stream %q (use output or log)", l.Stream)
 		}
-		in[i] = LogLine{TaskID: taskID, ExecutionID: leaseToken, At: now, Stream: l.Stream, Line: l.Line}
+		in[i] = LogLine{TaskID: taskID, ExecutionID: leaseToken, At: now, Stream: l.Stream, Line: mask.Line(l.Line)}
 	}
 	u, err := c.store.ExecutionLogUsage(ctx, leaseToken)
 	if err != nil {

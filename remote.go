@@ -299,7 +299,7 @@ func (c *Client) Fail(ctx context.Context, f RemoteFailure) (*RemoteResult, erro
 	if t.State != bt.StateRunning || t.ExecutionID != f.LeaseToken {
 		return nil, fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", ErrLeaseNotCurrent, f.TaskID, t.State)
 	}
-	s := c.remoteDecide(t, res, cause, f.Progress, f.ErrorDetail)
+	s := c.remoteDecide(t, res, cause, f.Progress, c.Masker().Text(f.ErrorDetail))
 	if f.Error != "" && f.Outcome == bt.OutcomeTimeout {
 		s.Error = s.Error + ": " + f.Error
 	}

@@ -223,7 +223,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.bgCancel, w.fetchCancel = bgCancel, fetchCancel
 	w.complDone = make(chan struct{})
 	go w.completer()
-	w.logs = newLogFlusher(w.c.store, w.log)
+	w.logs = newLogFlusher(w.c.store, w.log, w.c.Masker())
 
 	wakeups := w.c.store.Wakeups(bgCtx)
 	w.bgWG.Add(1)

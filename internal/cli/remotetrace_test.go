@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,31 @@ func TestRemoteWorkTraceParent(t *testing.T) {
 		}
 		if attrs["backstop.outcome"] != "succeeded" || attrs["messaging.message.id"] != "traced" || attrs["backstop.attempt"] != "1" {
 			t.Errorf("process span attributes %v", attrs)
+		}
+	})
+}
+
+// TestWorkLogsMasked: a program's output lines are masked (the key list)
+// before they are stored, run by `backstop work` on the database and over
+// --server alike; so is the output tail kept with the execution.
+func TestWorkLogsMasked(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		r := newRemoteEnv(t, e, "admin")
+		e.ok("enqueue", "--queue", "mlocal", "--kind", "k", "--id", "m-db", "--max-attempts", "1")
+		e.ok("enqueue", "--queue", "mremote", "--kind", "k", "--id", "m-server", "--max-attempts", "1")
+		prog := []string{"--", "sh", "-c", `echo "connect password=hunter2 host=db"; echo '{"msg":"x","api_key":"k3y"}'`}
+		e.run("", append([]string{"work", "--queue", "mlocal", "--exit-after-idle", "300ms"}, prog...)...)
+		r.remote("", append([]string{"work", "--queue", "mremote", "--exit-after-idle", "300ms"}, prog...)...)
+		for _, id := range []string{"m-db", "m-server"} {
+			want := "connect password=[REDACTED] host=db\n" + `{"msg":"x","api_key":"[REDACTED]"}` + "\n"
+			if got := r.same("tasks", "logs", id); got.code != 0 || got.stdout != want {
+				t.Errorf("tasks logs %s: %+v, want %q", id, got, want)
+			}
+			show := e.ok("tasks", "show", id, "-o", "json")
+			if strings.Contains(show, "hunter2") || strings.Contains(show, "k3y") {
+				t.Errorf("tasks show %s leaks a secret:\n%s", id, show)
+			}
 		}
 	})
 }
