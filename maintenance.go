@@ -66,6 +66,7 @@ func Maintain(ctx context.Context, c *Client) error {
 			c.deadlinesSettled(ctx, late, ss, oks)
 		}
 	}
+	c.sweepRemote(ctx) // remote attempts settled elsewhere (remote_attempts.go)
 	for name := range c.cfg.Queues { // due ordering drains (ordering.go)
 		if err := c.OrderQueue(ctx, name); err != nil {
 			errs = append(errs, err)

@@ -434,3 +434,44 @@ func TestTelemetryLeaseExpiryRacedNotCounted(t *testing.T) {
 		"backstop.dead_letters": {qk + ",reason=attempts_exhausted,too_complex=false": 1},
 	})
 }
+
+// A remote attempt this process handed out but another process settled
+// (here: a second Client on the same store, as another `serve`) is not
+// counted here; its span ends, once its lease is long over, with the
+// outcome and end time the store recorded.
+func TestTelemetryRemoteSettledElsewhere(t *testing.T) {
+	h, clk := newClockHarness(t)
+	ctx := context.Background()
+	other, err := NewClient(h.c.store, &Config{Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
+	tk := h.claimRemote(1)[0]
+	clk.Advance(5 * time.Second)
+	if _, err := other.Complete(ctx, tk.ID, tk.ExecutionID, nil); err != nil {
+		t.Fatal(err)
+	}
+	settledAt := clk.Now()
+	if err := Maintain(ctx, h.c); err != nil { // lease not over yet: span stays open
+		t.Fatal(err)
+	}
+	if len(h.processSpans()) != 0 {
+		t.Fatal("span ended before the sweep")
+	}
+	clk.Advance(remoteSweepEvery + remoteSweepGrace + 10*time.Second)
+	if err := Maintain(ctx, h.c); err != nil {
+		t.Fatal(err)
+	}
+	s := h.processSpans()[tk.ExecutionID]
+	if s == nil {
+		t.Fatal("the sweep did not end the span")
+	}
+	if spanAttr(s, "backstop.outcome") != "succeeded" || !s.EndTime().Equal(settledAt) || s.Status().Code == codes.Error {
+		t.Errorf("swept span: outcome %q end %v (want %v) status %v", spanAttr(s, "backstop.outcome"), s.EndTime(), settledAt, s.Status())
+	}
+	expect(t, h.metrics(), map[string]map[string]int64{"backstop.attempts": {}})
+	if n := len(h.c.rAtt.m); n != 0 {
+		t.Errorf("%d attempts still remembered", n)
+	}
+}
