@@ -66,7 +66,8 @@ func Maintain(ctx context.Context, c *Client) error {
 			c.deadlinesSettled(ctx, late, ss, oks)
 		}
 	}
-	c.sweepRemote(ctx) // remote attempts settled elsewhere (remote_attempts.go)
+	// Spans of remote attempts settled elsewhere (remote_attempts.go).
+	c.sweepRemote(ctx)
 	for name := range c.cfg.Queues { // due ordering drains (ordering.go)
 		if err := c.OrderQueue(ctx, name); err != nil {
 			errs = append(errs, err)
