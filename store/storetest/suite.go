@@ -67,6 +67,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Complexity", s.testComplexity)
 	t.Run("Gauges", s.testGauges)
 	t.Run("Ordering", s.testOrdering) // ordering.go
+	t.Run("Telemetry", s.testTelemetry) // telemetry.go
 }
 
 // clock is real time plus an offset tests can move forward, so lease
