@@ -67,7 +67,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Complexity", s.testComplexity)
 	t.Run("Gauges", s.testGauges)
 	t.Run("Ordering", s.testOrdering) // ordering.go
-	t.Run("Telemetry", s.testTelemetry) // telemetry.go
+	// telemetry.go
+	t.Run("Telemetry", s.testTelemetry)
 }
 
 // clock is real time plus an offset tests can move forward, so lease

@@ -43,9 +43,9 @@ func (s *suite) testTelemetry(t *testing.T) {
 			"task.claimed", "task.lease_expired", "task.retry_scheduled",
 			"task.claimed", "task.lease_expired", "task.dead_lettered"})
 		eq(t, "metrics", m.read(t), map[string]int64{
-			"backstop.attempts{kind=k,outcome=lease_expired,queue=q}":                            2,
-			"backstop.task.duration{kind=k,outcome=lease_expired,queue=q}":                       2,
-			"backstop.retries{kind=k,queue=q}":                                                   1,
+			"backstop.attempts{kind=k,outcome=lease_expired,queue=q}":                           2,
+			"backstop.task.duration{kind=k,outcome=lease_expired,queue=q}":                      2,
+			"backstop.retries{kind=k,queue=q}":                                                  1,
 			"backstop.dead_letters{kind=k,queue=q,reason=attempts_exhausted,too_complex=false}": 1,
 		})
 	})
@@ -75,10 +75,10 @@ func (s *suite) testTelemetry(t *testing.T) {
 		eq(t, "events a", b.types("a"), []string{"task.enqueued", "task.claimed", "task.started", "task.succeeded"})
 		eq(t, "events c", b.types("c"), []string{"task.enqueued", "task.claimed", "task.started", "task.failed", "task.dead_lettered"})
 		eq(t, "metrics", m.read(t), map[string]int64{
-			"backstop.attempts{kind=k,outcome=succeeded,queue=q}":                                2,
-			"backstop.task.duration{kind=k,outcome=succeeded,queue=q}":                           2,
-			"backstop.attempts{kind=k,outcome=transient_error,queue=q}":                          1,
-			"backstop.task.duration{kind=k,outcome=transient_error,queue=q}":                     1,
+			"backstop.attempts{kind=k,outcome=succeeded,queue=q}":                               2,
+			"backstop.task.duration{kind=k,outcome=succeeded,queue=q}":                          2,
+			"backstop.attempts{kind=k,outcome=transient_error,queue=q}":                         1,
+			"backstop.task.duration{kind=k,outcome=transient_error,queue=q}":                    1,
 			"backstop.dead_letters{kind=k,queue=q,reason=attempts_exhausted,too_complex=false}": 1,
 		})
 	})
