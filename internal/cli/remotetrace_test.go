@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
@@ -61,8 +62,9 @@ func TestRemoteWorkTraceParent(t *testing.T) {
 		r := &remoteEnv{cliEnv: e, url: tracedAPIServer(t, e.db, sr), token: tok.Secret}
 		r.remote("", "enqueue", "--queue", "tq", "--kind", "k", "--id", "traced")
 		prog := []string{"--", "sh", "-c", `echo "tp=$TRACEPARENT"`}
-		if got := r.remote("", append([]string{"work", "--queue", "tq", "--exit-after-idle", "300ms"}, prog...)...); got.code != 0 {
-			t.Fatalf("work --server: %+v", got)
+		work := r.remote("", append([]string{"work", "--queue", "tq", "--exit-after-idle", "300ms"}, prog...)...)
+		if work.code != 0 {
+			t.Fatalf("work --server: %+v", work)
 		}
 		logs := r.remote("", "tasks", "logs", "traced")
 		var proc, send sdktrace.ReadOnlySpan
@@ -83,6 +85,21 @@ func TestRemoteWorkTraceParent(t *testing.T) {
 		}
 		if proc.Parent().SpanID() != send.SpanContext().SpanID() || len(proc.Links()) != 1 {
 			t.Errorf("process span: parent %v links %v, want the send span", proc.Parent(), proc.Links())
+		}
+		// The worker's own lines about the attempt name the span too.
+		named := false
+		for _, line := range strings.Split(strings.TrimSpace(work.stderr), "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) != nil || rec["task_id"] != "traced" {
+				continue
+			}
+			if rec["trace_id"] != proc.SpanContext().TraceID().String() || rec["span_id"] != proc.SpanContext().SpanID().String() {
+				t.Errorf("worker log line %v: not the attempt span's ids", rec)
+			}
+			named = true
+		}
+		if !named {
+			t.Errorf("no worker log line about the task:\n%s", work.stderr)
 		}
 		attrs := map[string]string{}
 		for _, kv := range proc.Attributes() {
