@@ -72,7 +72,8 @@ func (h *telHarness) waitFor(id string, state bt.State) *Task {
 			h.t.Fatal(err)
 		}
 		if tk.State == state {
-			// the worker records the attempt before its settlement commits
+			// the worker records the attempt once its settlement committed: read
+			// metrics after Stop, which waits for the settle batches
 			return tk
 		}
 		time.Sleep(5 * time.Millisecond)
