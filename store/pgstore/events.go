@@ -73,7 +73,7 @@ var claimEvents = `claim_events AS (
 // beatReturning adds to the heartbeat's RETURNING what its events need:
 // progressed is true when the beat changed the stored progress.
 const beatReturning = `t.queue, t.kind, t.attributes, i.total, i.completed,
-		i.has_progress AND (o.progress_total, o.progress_completed) IS DISTINCT FROM (i.total, i.completed) AS progressed`
+		i.has_progress AND (i.old_total, i.old_completed) IS DISTINCT FROM (i.total, i.completed) AS progressed`
 
 // beatEvents: task.progress for beats that changed progress ($7: now).
 var beatEvents = `beat_events AS (
