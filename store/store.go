@@ -42,6 +42,9 @@ type Store interface {
 	// execution_id, attempt+1, and lease_expires_at = Now+Lease.
 	Claim(ctx context.Context, p ClaimParams) ([]*bt.Task, error)
 	// Heartbeat extends the leases still held and stores reported progress.
+	// A batch (more than one beat) may skip a task another transaction is
+	// changing at that moment (its settlement in flight): reported held if
+	// the lease is still the beat's, not extended this time.
 	Heartbeat(ctx context.Context, beats []Beat, now, leaseUntil time.Time) ([]BeatResult, error)
 	// Settle applies the engine's decision about attempts (or, with an empty
 	// ExecutionID, about tasks that are not running). A settlement applies

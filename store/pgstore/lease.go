@@ -56,7 +56,11 @@ func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUnt
 			total[j], completed[j] = int32(b.Progress.Total), int32(b.Progress.Completed)
 		}
 	}
-	rs, err := s.pool.Query(ctx, sqlHeartbeat, ids, execs, hasProgress, total, completed, leaseUntil, now)
+	q := sqlHeartbeatSkip
+	if len(beats) == 1 {
+		q = sqlHeartbeat
+	}
+	rs, err := s.pool.Query(ctx, q, ids, execs, hasProgress, total, completed, leaseUntil, now)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: heartbeat: %w", err)
 	}

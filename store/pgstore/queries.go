@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -83,25 +84,63 @@ func formatClaim(kindFilter string) string {
 		"SELECT " + taskCols("t") + " FROM claimed t" + spillJoin("t")
 }
 
+// leaseHeld is "task t is running under the execution i.execution_id",
+// written as ONE condition over both t and i so that the planner applies
+// it where the join meets each task, found by id. Written as two,
+// "t.state = 'running'" is a filter on t alone, estimated from statistics;
+// taken while the tasks were pending (autovacuum's analyze after a big
+// enqueue), they put the running tasks at one row, and the planner then
+// scanned the whole table and joined every row against every input row:
+// 1-12 s per batch on 100,000 tasks, the drain's "stall", which also held
+// a heartbeat's row locks for as long and made the settles wait on them.
+const leaseHeld = `CASE WHEN t.execution_id = i.execution_id THEN t.state = 'running' END`
+
 // Heartbeat: extend the leases still held by the named executions. Input
 // arrays: task ids, execution ids, has-progress flags, totals, completed.
-var sqlHeartbeat = `
+// %s is the lock clause: a batch takes the rows it can lock now (SKIP
+// LOCKED) and never waits for one another transaction holds: a settle of
+// that very attempt (it is finishing), an operator's cancel, the
+// lease-expiry sweep. Such a beat is answered from the statement's
+// snapshot (still this execution's lease: held, not lost) and its lease is
+// not extended this time; the next beat, a third of the lease later,
+// extends it. A single beat (the remote protocol, which tells the worker
+// its new expiry) waits as before: one row cannot take part in a lock-order
+// deadlock.
+var heartbeatSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::int[])
 		WITH ORDINALITY AS i(task_id, execution_id, has_progress, total, completed, idx)
+), snap AS (
+	-- The beats whose lease is current in the statement's snapshot.
+	SELECT i.*, t.cancel_requested_at IS NOT NULL AS cancel_requested
+	FROM input i JOIN backstop_tasks t ON t.id = i.task_id
+	WHERE ` + leaseHeld + `
+), held AS (
+	-- Locked, and still current once locked; old_*: the progress before the beat.
+	SELECT i.*, t.progress_total AS old_total, t.progress_completed AS old_completed
+	FROM snap i JOIN backstop_tasks t ON t.id = i.task_id
+	WHERE ` + leaseHeld + `
+	%s
 ), beat AS (
 	UPDATE backstop_tasks t SET
 		lease_expires_at = $6,
 		updated_at = $7,
 		progress_total = CASE WHEN i.has_progress THEN i.total ELSE t.progress_total END,
 		progress_completed = CASE WHEN i.has_progress THEN i.completed ELSE t.progress_completed END
-	FROM input i, backstop_tasks o -- o: the row before this update
-	WHERE t.id = i.task_id AND t.state = 'running' AND t.execution_id = i.execution_id AND o.id = t.id
+	FROM held i
+	WHERE t.id = i.task_id
 	RETURNING t.id, t.execution_id, t.cancel_requested_at IS NOT NULL AS cancel_requested,
 		` + beatReturning + `
 ), ` + beatEvents + `
--- Joined back on the lease, not the input row: a beat sent twice is held twice.
-SELECT i.idx, b.cancel_requested FROM input i JOIN beat b ON b.id = i.task_id AND b.execution_id = i.execution_id`
+-- Joined back on the lease, not the input row: a beat sent twice is held
+-- twice. A beat whose row was skipped is held as of the snapshot.
+SELECT s.idx, coalesce(b.cancel_requested, s.cancel_requested) FROM snap s
+	LEFT JOIN beat b ON b.id = s.task_id AND b.execution_id = s.execution_id`
+
+var (
+	sqlHeartbeat     = fmt.Sprintf(heartbeatSQL, "FOR UPDATE OF t")
+	sqlHeartbeatSkip = fmt.Sprintf(heartbeatSQL, "FOR UPDATE OF t SKIP LOCKED")
+)
 
 // Settle: apply each decision whose lease is still current (or, without an
 // execution id, to a waiting task), record the settled executions, and wake
@@ -169,7 +208,7 @@ WITH input AS (
 		progress_total = CASE WHEN i.has_progress THEN i.total ELSE t.progress_total END,
 		progress_completed = CASE WHEN i.has_progress THEN i.completed ELSE t.progress_completed END
 	FROM input i
-	WHERE t.id = i.task_id AND t.state = 'running' AND t.execution_id = i.execution_id
+	WHERE t.id = i.task_id AND ` + leaseHeld + `
 	RETURNING i.idx, t.id, i.execution_id, t.attempt, t.worker_id, t.attempted_at, i.finished_at,
 		t.queue, t.kind, t.attributes
 ), ` + succeededEvents + `, recorded AS (

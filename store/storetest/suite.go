@@ -53,6 +53,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Enqueue", s.testEnqueue)
 	t.Run("Claim", s.testClaim)
 	t.Run("Lease", s.testLease)
+	t.Run("HeartbeatRacesSettle", s.testHeartbeatRacesSettle) // heartbeat_race.go
 	t.Run("CancelWinsOverRetry", s.testCancelWinsOverRetry)
 	t.Run("Worker", s.testWorker)
 	t.Run("DeadLetters", s.testDeadLetters)
