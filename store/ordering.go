@@ -37,6 +37,9 @@ type OrderingSettings struct {
 	Backoff        []time.Duration // drain schedule; used up: give up
 	CircuitBreaker int             // buffer size that releases everything
 	KeyTTL         time.Duration   // key state lifetime, extended on activity
+	// FirstHold: a key without state buffers its first tasks this long, so
+	// a predecessor that was overtaken is ordered in front (0: admit at once).
+	FirstHold time.Duration
 }
 
 // OrderingInfo is one task's ordering data.
@@ -50,6 +53,7 @@ type OrderingInfo struct {
 type OrderingDelta struct {
 	Buffered, Released, DrainScheduled, DrainRescheduled, Cleared int64
 	Timeout, CircuitBreaker, Stale, GapsReported, Admitted        int64
+	FirstHeld                                                     int64 // of Buffered: held by FirstHold
 }
 
 // Add accumulates d2 into d.
@@ -64,6 +68,7 @@ func (d *OrderingDelta) Add(d2 OrderingDelta) {
 	d.Stale += d2.Stale
 	d.GapsReported += d2.GapsReported
 	d.Admitted += d2.Admitted
+	d.FirstHeld += d2.FirstHeld
 }
 
 // Statuses of a task in the ordering table.
@@ -127,6 +132,8 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 		k.BusyTask, k.BusySeq = "", 0
 	}
 	if len(tasks) == 0 {
+		// Nothing waits (e.g. the buffered tasks were canceled): no drain.
+		k.DrainDue, k.DrainStep = time.Time{}, 0
 		if k.BusyTask == "" && now.After(k.ExpiresAt) {
 			k.NeedsRemoval = true
 		}
@@ -175,7 +182,25 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 		}
 		return h, e
 	}
-	if buffering {
+	// First hold: a key without state (nothing handled or running, nothing
+	// released) cannot tell whether its first task overtook an older one,
+	// so its tasks are buffered until the hold ends; the drain then releases
+	// them from the lowest sequence, with no gap before it.
+	holding := set.FirstHold > 0 && !hasEff && !hasStatus(tasks, OrdReady)
+	if holding {
+		for i := range tasks {
+			if tasks[i].Status == OrdHeld {
+				set1(&tasks[i], OrdGap, nil)
+				ev(EventOrderingBuffered, tasks[i], fmt.Sprintf(`{"key":%q,"sequence":%d,"mode":"first_hold"}`, k.Key, tasks[i].Seq))
+				d.Buffered++
+				d.FirstHeld++
+			}
+		}
+		if k.DrainDue.IsZero() {
+			k.DrainDue, k.DrainStep = now.Add(set.FirstHold), 0
+		}
+		buffering = true
+	} else if buffering {
 		for i := range tasks {
 			if tasks[i].Status == OrdHeld {
 				set1(&tasks[i], OrdGap, nil)
@@ -248,10 +273,16 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 		switch {
 		case !hasStatus(tasks, OrdGap):
 			k.DrainDue, k.DrainStep = time.Time{}, 0
-			d.Cleared++
+			if !holding { // the end of a first hold is not a drain
+				d.Cleared++
+			}
 		case progress > 0:
 			k.DrainDue, k.DrainStep = now.Add(backoffAt(set.Backoff, 0)), 0
-			d.DrainRescheduled++
+			if holding { // a gap remains after the first hold: the drain starts
+				d.DrainScheduled++
+			} else {
+				d.DrainRescheduled++
+			}
 		case k.DrainStep+1 >= len(set.Backoff):
 			first := firstGap(tasks)
 			ev(EventOrderingTimeout, first, fmt.Sprintf(`{"key":%q,"buffered":%d}`, k.Key, countStatus(tasks, OrdGap)))
