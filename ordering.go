@@ -89,6 +89,7 @@ type OrderingStats struct {
 	Buffered, Released, DrainScheduled, DrainRescheduled, Cleared atomic.Int64
 	Timeouts, CircuitBreaker, Stale, GapsReported, Fallback       atomic.Int64
 	FirstHeld                                                     atomic.Int64 // of Buffered: by FirstHold
+	Admitted                                                      atomic.Int64 // tasks made pending (their key's turn)
 }
 
 // Counters returns the counters by their metric name.
@@ -98,7 +99,7 @@ func (s *OrderingStats) Counters() map[string]int64 {
 		"drain_scheduled": s.DrainScheduled.Load(), "drain_rescheduled": s.DrainRescheduled.Load(),
 		"cleared": s.Cleared.Load(), "timeouts": s.Timeouts.Load(), "circuit_breaker": s.CircuitBreaker.Load(),
 		"stale": s.Stale.Load(), "gaps_reported": s.GapsReported.Load(), "fallback": s.Fallback.Load(),
-		"first_held": s.FirstHeld.Load(),
+		"first_held": s.FirstHeld.Load(), "admitted": s.Admitted.Load(),
 	}
 }
 
@@ -113,6 +114,7 @@ func (s *OrderingStats) add(d store.OrderingDelta) {
 	s.Stale.Add(d.Stale)
 	s.GapsReported.Add(d.GapsReported)
 	s.FirstHeld.Add(d.FirstHeld)
+	s.Admitted.Add(d.Admitted)
 }
 
 // OrderingStats returns this client's ordering counters.

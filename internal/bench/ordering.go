@@ -287,9 +287,17 @@ func runMode(ctx context.Context, cfg OrderingConfig, on bool, path string) (*Or
 				return nil, err
 			}
 		}
+		// A claim finds work only when this tick enqueued (ordering off),
+		// admission admitted (ordering on) or the last claim was full:
+		// without, it is skipped (it would return nothing).
+		full := !on && len(batch) > 0
 		for {
+			admitted := c.OrderingStats().Admitted.Load()
 			if err := c.OrderQueue(ctx, simQueue); err != nil {
 				return nil, err
+			}
+			if !full && c.OrderingStats().Admitted.Load() == admitted {
+				break
 			}
 			ts, err := s.Claim(ctx, store.ClaimParams{Queue: simQueue, WorkerID: "sim", Max: 1000, Now: clk.Now(), Lease: time.Minute})
 			if err != nil {
@@ -323,7 +331,8 @@ func runMode(ctx context.Context, cfg OrderingConfig, on bool, path string) (*Or
 			if _, err := s.Settle(ctx, ss); err != nil {
 				return nil, err
 			}
-			if !on && len(ts) < 1000 {
+			full = len(ts) == 1000
+			if !on && !full {
 				break // every pending task was claimed; only ordering admits more
 			}
 		}

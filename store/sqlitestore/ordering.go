@@ -38,9 +38,12 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	}
 	defer tx.Rollback() //nolint:errcheck
 	n := us(now)
+	// The open-status term repeats the partial index's condition so that the
+	// planner searches the index (without statistics it would rather scan
+	// every task for state = 'buffered').
 	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT o.okey FROM backstop_ordering_tasks o
-			JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
-			WHERE o.queue = ?1 AND o.status IN ('held', 'ready')
+			WHERE o.queue = ?1 AND o.status IN ('held', 'gap', 'ready') AND o.status IN ('held', 'ready')
+			AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
 		UNION SELECT okey FROM backstop_ordering_keys k WHERE k.queue = ?1 AND (
 			(k.drain_due_at IS NOT NULL AND k.drain_due_at <= ?2)
 			OR (k.busy_task IS NULL AND k.drain_due_at IS NULL AND k.expires_at < ?2)
