@@ -29,6 +29,11 @@ type Ordering interface {
 	// and forgets its ordering (graceful degradation when Order fails); it
 	// returns how many tasks it released.
 	OrderingFallback(ctx context.Context, queue string, now time.Time) (int, error)
+	// DeleteIdleOrderingKeys deletes up to limit key states that expired
+	// before now and are idle (no task running, no drain): the state
+	// admission would forget anyway (retention; a deleted task's ordering
+	// row goes with the task).
+	DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error)
 }
 
 // OrderingSettings are a queue's ordering settings as the store applies them.

@@ -43,14 +43,15 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('backstop_ordering'), hashtext($1))`, queue); err != nil {
 		return d, err
 	}
-	rows, err := tx.Query(ctx, `SELECT DISTINCT o.okey FROM backstop_ordering_tasks o
-			JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
+	rows, err := tx.Query(ctx, `SELECT o.okey FROM backstop_ordering_tasks o
 			WHERE o.queue = $1 AND o.status IN ('held', 'ready')
-		UNION SELECT okey FROM backstop_ordering_keys k WHERE k.queue = $1 AND (
-			(k.drain_due_at IS NOT NULL AND k.drain_due_at <= $2)
-			OR (k.busy_task IS NULL AND k.drain_due_at IS NULL AND k.expires_at < $2)
-			OR (k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
-				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))))
+			AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
+		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = $1 AND drain_due_at IS NOT NULL AND drain_due_at <= $2
+		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = $1 AND busy_task IS NULL AND drain_due_at IS NULL
+			AND expires_at < $2
+		UNION SELECT k.okey FROM backstop_ordering_keys k
+			WHERE k.queue = $1 AND k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
+				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))
 		LIMIT $3`, queue, now, orderKeysLimit)
 	if err != nil {
 		return d, err
@@ -226,4 +227,15 @@ func (s *Store) OrderingFallback(ctx context.Context, queue string, now time.Tim
 		}
 	}
 	return n, nil
+}
+
+// DeleteIdleOrderingKeys implements store.Ordering.
+func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM backstop_ordering_keys k USING (SELECT queue, okey FROM backstop_ordering_keys
+		WHERE busy_task IS NULL AND drain_due_at IS NULL AND expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED) d
+		WHERE k.queue = d.queue AND k.okey = d.okey`, now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: retention: %w", permission(err))
+	}
+	return int(tag.RowsAffected()), nil
 }

@@ -41,14 +41,15 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	// The open-status term repeats the partial index's condition so that the
 	// planner searches the index (without statistics it would rather scan
 	// every task for state = 'buffered').
-	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT o.okey FROM backstop_ordering_tasks o
+	rows, err := tx.QueryContext(ctx, `SELECT o.okey FROM backstop_ordering_tasks o
 			WHERE o.queue = ?1 AND o.status IN ('held', 'gap', 'ready') AND o.status IN ('held', 'ready')
 			AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
-		UNION SELECT okey FROM backstop_ordering_keys k WHERE k.queue = ?1 AND (
-			(k.drain_due_at IS NOT NULL AND k.drain_due_at <= ?2)
-			OR (k.busy_task IS NULL AND k.drain_due_at IS NULL AND k.expires_at < ?2)
-			OR (k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
-				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))))
+		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND drain_due_at IS NOT NULL AND drain_due_at <= ?2
+		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND busy_task IS NULL AND drain_due_at IS NULL
+			AND expires_at < ?2
+		UNION SELECT k.okey FROM backstop_ordering_keys k INDEXED BY backstop_ordering_keys_busy
+			WHERE k.queue = ?1 AND k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
+				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))
 		LIMIT ?3`, queue, n, orderKeysLimit)
 	if err != nil {
 		return d, err
@@ -222,5 +223,16 @@ func (s *Store) OrderingFallback(ctx context.Context, queue string, now time.Tim
 	if n > 0 {
 		s.hub.notify(map[string]struct{}{queue: {}})
 	}
+	return int(n), err
+}
+
+func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error) {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM backstop_ordering_keys WHERE (queue, okey) IN (SELECT k.queue, k.okey
+		FROM backstop_ordering_keys k WHERE k.busy_task IS NULL AND k.drain_due_at IS NULL AND k.expires_at < ? LIMIT ?)`,
+		us(now), limit)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: retention: %w", err)
+	}
+	n, err := res.RowsAffected()
 	return int(n), err
 }

@@ -463,6 +463,7 @@ func (s *suite) testOrdering(t *testing.T) {
 	})
 
 	s.testOrderingHold(t) // ordering_hold.go
+	s.testOrderingOps(t)  // ordering_ops.go
 
 	t.Run("NotOrderedQueueRejectsKey", func(t *testing.T) {
 		t.Parallel()
