@@ -82,6 +82,11 @@ const (
 	OrdGap   = "gap"   // buffered behind a gap
 	OrdReady = "ready" // released, waits its turn (one at a time per key)
 	OrdDone  = "admitted"
+	// OrdReplay: replayed from the dead-letter queue by an operator; it is
+	// not judged by its sequence (never stale, no gap) and waits only for
+	// its key to be free.
+	OrdReplay   = "replay"
+	OrdReplayed = "replayed" // a replay admitted
 )
 
 // OrdKey is one key's state as a driver loads it.
@@ -92,6 +97,7 @@ type OrdKey struct {
 	BusyTask     string // admitted task still live; "" none
 	BusySeq      int64
 	BusyDone     bool // the busy task reached a terminal state (or is gone)
+	BusyReplay   bool // the busy task is a replay: its end does not move Last
 	DrainDue     time.Time
 	DrainStep    int
 	ExpiresAt    time.Time
@@ -131,12 +137,24 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 		k.HasLast = false // the key state expired: start afresh
 	}
 	if k.BusyTask != "" && k.BusyDone {
-		if !k.HasLast || k.BusySeq > k.Last {
+		if !k.BusyReplay && (!k.HasLast || k.BusySeq > k.Last) {
 			k.HasLast, k.Last = true, k.BusySeq
 		}
-		k.BusyTask, k.BusySeq = "", 0
+		k.BusyTask, k.BusySeq, k.BusyReplay = "", 0, false
 	}
-	if len(tasks) == 0 {
+	// Replays run out of sequence order, by the operator's decision: they
+	// only wait for the key to be free.
+	var replays []OrdTask
+	rest := tasks[:0:0]
+	for _, t := range tasks {
+		if t.Status == OrdReplay {
+			replays = append(replays, t)
+		} else {
+			rest = append(rest, t)
+		}
+	}
+	tasks = rest
+	if len(tasks) == 0 && len(replays) == 0 {
 		// Nothing waits (e.g. the buffered tasks were canceled): no drain.
 		k.DrainDue, k.DrainStep = time.Time{}, 0
 		if k.BusyTask == "" && now.After(k.ExpiresAt) {
@@ -148,7 +166,7 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Seq < tasks[j].Seq })
 	// eff is the newest sequence handled or being handled.
 	hasEff, eff := k.HasLast, k.Last
-	if k.BusyTask != "" {
+	if k.BusyTask != "" && !k.BusyReplay {
 		hasEff, eff = true, k.BusySeq
 	}
 	// Stale: not newer than eff, or a repeated sequence.
@@ -191,7 +209,7 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 	// released) cannot tell whether its first task overtook an older one,
 	// so its tasks are buffered until the hold ends; the drain then releases
 	// them from the lowest sequence, with no gap before it.
-	holding := set.FirstHold > 0 && !hasEff && !hasStatus(tasks, OrdReady)
+	holding := set.FirstHold > 0 && !hasEff && len(tasks) > 0 && !hasStatus(tasks, OrdReady)
 	if holding {
 		for i := range tasks {
 			if tasks[i].Status == OrdHeld {
@@ -308,7 +326,14 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 	if !hasStatus(tasks, OrdGap) {
 		k.DrainDue, k.DrainStep = time.Time{}, 0
 	}
-	// Admission: one task at a time per key.
+	// Admission: one task at a time per key; a replay first.
+	if k.BusyTask == "" && len(replays) > 0 {
+		sort.Slice(replays, func(i, j int) bool { return replays[i].Seq < replays[j].Seq })
+		r := replays[0]
+		acts = append(acts, OrdAction{TaskID: r.ID, NewStatus: OrdReplayed})
+		k.BusyTask, k.BusySeq, k.BusyReplay = r.ID, r.Seq, true
+		d.Admitted++
+	}
 	if k.BusyTask == "" {
 		for i := range tasks {
 			t := &tasks[i]

@@ -44,7 +44,7 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 		return d, err
 	}
 	rows, err := tx.Query(ctx, `SELECT o.okey FROM backstop_ordering_tasks o
-			WHERE o.queue = $1 AND o.status IN ('held', 'ready')
+			WHERE o.queue = $1 AND o.status IN ('held', 'ready', 'replay')
 			AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
 		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = $1 AND drain_due_at IS NOT NULL AND drain_due_at <= $2
 		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = $1 AND busy_task IS NULL AND drain_due_at IS NULL
@@ -112,15 +112,18 @@ func orderKey(ctx context.Context, tx pgx.Tx, queue, key string, set store.Order
 	}
 	if k.BusyTask != "" {
 		var st string
-		err := tx.QueryRow(ctx, `SELECT state FROM backstop_tasks WHERE id = $1`, k.BusyTask).Scan(&st)
+		var ost *string
+		err := tx.QueryRow(ctx, `SELECT t.state, o.status FROM backstop_tasks t
+			LEFT JOIN backstop_ordering_tasks o ON o.task_id = t.id WHERE t.id = $1`, k.BusyTask).Scan(&st, &ost)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, store.OrderingDelta{}, err
 		}
 		k.BusyDone = err != nil || !bt.State(st).Live()
+		k.BusyReplay = ost != nil && *ost == store.OrdReplayed
 	}
 	rows, err := tx.Query(ctx, `SELECT o.task_id, t.kind, o.seq, o.status FROM backstop_ordering_tasks o
 		JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
-		WHERE o.queue = $1 AND o.okey = $2 AND o.status IN ('held', 'gap', 'ready') ORDER BY o.seq`, queue, key)
+		WHERE o.queue = $1 AND o.okey = $2 AND o.status IN ('held', 'gap', 'ready', 'replay') ORDER BY o.seq`, queue, key)
 	if err != nil {
 		return nil, store.OrderingDelta{}, err
 	}
@@ -140,7 +143,7 @@ func orderKey(ctx context.Context, tx pgx.Tx, queue, key string, set store.Order
 				updated_at = $2 WHERE id = $3 AND state = 'buffered'`, a.Error, now, a.TaskID); err != nil {
 				return nil, d, err
 			}
-		case store.OrdDone:
+		case store.OrdDone, store.OrdReplayed:
 			if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = $1
 				WHERE id = $2 AND state = 'buffered'`, now, a.TaskID); err != nil {
 				return nil, d, err
@@ -238,4 +241,29 @@ func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit
 		return 0, fmt.Errorf("pgstore: retention: %w", permission(err))
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// copyOrdering gives a copy of a task (replay --new-id) the ordering row of
+// the original, if it has one.
+func copyOrdering(ctx context.Context, tx pgx.Tx, newID, from string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO backstop_ordering_tasks (task_id, queue, okey, seq, status, gaps)
+		SELECT $1, t.queue, o.okey, o.seq, 'held', o.gaps FROM backstop_ordering_tasks o
+		JOIN backstop_tasks t ON t.id = $1 WHERE o.task_id = $2`, newID, from)
+	return err
+}
+
+// sqlReplayOrdering makes replayed ordered tasks ($1) wait for their key:
+// state buffered, ordering status replay (docs/ordering.md).
+const sqlReplayOrdering = `WITH o AS (UPDATE backstop_ordering_tasks SET status = 'replay'
+	WHERE task_id = ANY($1::text[]) RETURNING task_id)
+UPDATE backstop_tasks t SET state = 'buffered' FROM o WHERE t.id = o.task_id AND t.state IN ('pending', 'scheduled')`
+
+func replayOrdering(ctx context.Context, tx pgx.Tx, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sqlReplayOrdering, ids); err != nil {
+		return fmt.Errorf("pgstore: ordering replay: %w", err)
+	}
+	return nil
 }

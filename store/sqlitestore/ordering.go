@@ -42,7 +42,7 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	// planner searches the index (without statistics it would rather scan
 	// every task for state = 'buffered').
 	rows, err := tx.QueryContext(ctx, `SELECT o.okey FROM backstop_ordering_tasks o
-			WHERE o.queue = ?1 AND o.status IN ('held', 'gap', 'ready') AND o.status IN ('held', 'ready')
+			WHERE o.queue = ?1 AND o.status IN ('held', 'gap', 'ready', 'replay') AND o.status IN ('held', 'ready', 'replay')
 			AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
 		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND drain_due_at IS NOT NULL AND drain_due_at <= ?2
 		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND busy_task IS NULL AND drain_due_at IS NULL
@@ -113,15 +113,18 @@ func orderKey(ctx context.Context, tx *sql.Tx, queue, key string, set store.Orde
 	}
 	if k.BusyTask != "" {
 		var st string
-		err := tx.QueryRowContext(ctx, `SELECT state FROM backstop_tasks WHERE id = ?`, k.BusyTask).Scan(&st)
+		var ost sql.NullString
+		err := tx.QueryRowContext(ctx, `SELECT t.state, o.status FROM backstop_tasks t
+			LEFT JOIN backstop_ordering_tasks o ON o.task_id = t.id WHERE t.id = ?`, k.BusyTask).Scan(&st, &ost)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return nil, store.OrderingDelta{}, err
 		}
 		k.BusyDone = err != nil || !bt.State(st).Live()
+		k.BusyReplay = ost.String == store.OrdReplayed
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT o.task_id, t.kind, o.seq, o.status FROM backstop_ordering_tasks o
 		JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
-		WHERE o.queue = ? AND o.okey = ? AND o.status IN ('held', 'gap', 'ready') ORDER BY o.seq`, queue, key)
+		WHERE o.queue = ? AND o.okey = ? AND o.status IN ('held', 'gap', 'ready', 'replay') ORDER BY o.seq`, queue, key)
 	if err != nil {
 		return nil, store.OrderingDelta{}, err
 	}
@@ -146,7 +149,7 @@ func orderKey(ctx context.Context, tx *sql.Tx, queue, key string, set store.Orde
 				updated_at = ? WHERE id = ? AND state = 'buffered'`, a.Error, n, n, a.TaskID); err != nil {
 				return nil, d, err
 			}
-		case store.OrdDone:
+		case store.OrdDone, store.OrdReplayed:
 			if _, err := tx.ExecContext(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = ?
 				WHERE id = ? AND state = 'buffered'`, n, a.TaskID); err != nil {
 				return nil, d, err
@@ -235,4 +238,36 @@ func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit
 	}
 	n, err := res.RowsAffected()
 	return int(n), err
+}
+
+// copyOrdering gives a copy of a task (replay --new-id) the ordering row of
+// the original, if it has one.
+func copyOrdering(ctx context.Context, q querier, newID, from string) error {
+	_, err := q.ExecContext(ctx, `INSERT INTO backstop_ordering_tasks (task_id, queue, okey, seq, status, gaps)
+		SELECT ?, t.queue, o.okey, o.seq, 'held', o.gaps FROM backstop_ordering_tasks o
+		JOIN backstop_tasks t ON t.id = ? WHERE o.task_id = ?`, newID, newID, from)
+	return err
+}
+
+// replayOrdering makes replayed ordered tasks (ids) wait for their key:
+// state buffered, ordering status replay (docs/ordering.md).
+func replayOrdering(ctx context.Context, q querier, ids []any) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	in := placeholders(len(ids))
+	res, err := q.ExecContext(ctx, `UPDATE backstop_ordering_tasks SET status = 'replay' WHERE task_id IN (`+in+`)`, ids...)
+	if err != nil {
+		return fmt.Errorf("sqlite: ordering replay: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil
+	}
+	_, err = q.ExecContext(ctx, `UPDATE backstop_tasks SET state = 'buffered' WHERE id IN (`+in+`)
+		AND state IN ('pending', 'scheduled')
+		AND EXISTS (SELECT 1 FROM backstop_ordering_tasks o WHERE o.task_id = backstop_tasks.id)`, ids...)
+	if err != nil {
+		return fmt.Errorf("sqlite: ordering replay: %w", err)
+	}
+	return nil
 }
