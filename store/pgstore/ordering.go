@@ -160,9 +160,22 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 	if err := rows.Err(); err != nil {
 		return nil, d, err
 	}
+	// The writes, set-based: one statement per kind of change.
 	var (
-		events []bt.Event
-		batch  pgx.Batch
+		events              []bt.Event
+		staleIDs, staleErrs []string
+		admitted            []string
+		ordIDs, ordSts      []string
+		ordGaps             []*string
+		ordAt               = map[string]int{} // task id → index in ordIDs (a task's last action wins)
+		delKeys             []string
+		upKeys              []string
+		upLast              []*int64
+		upBusyArg           []*string
+		upBusySeq           []int64
+		upDue               []*time.Time
+		upStep              []int32
+		upExpires           []time.Time
 	)
 	for _, key := range keys {
 		k := states[key]
@@ -172,21 +185,26 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 		for _, a := range acts {
 			switch a.NewStatus {
 			case "stale":
-				batch.Queue(`UPDATE backstop_tasks SET state = 'canceled', last_error = $1, finalized_at = $2,
-					updated_at = $2 WHERE id = $3 AND state = 'buffered'`, a.Error, now, a.TaskID)
+				staleIDs, staleErrs = append(staleIDs, a.TaskID), append(staleErrs, a.Error)
 			case store.OrdDone, store.OrdReplayed:
-				batch.Queue(`UPDATE backstop_tasks SET state = 'pending', updated_at = $1
-					WHERE id = $2 AND state = 'buffered'`, now, a.TaskID)
+				admitted = append(admitted, a.TaskID)
 			}
 			var gaps *string
 			if g := store.EncodeGaps(a.Gaps); g != "" {
 				gaps = &g
 			}
-			batch.Queue(`UPDATE backstop_ordering_tasks SET status = $1, gaps = COALESCE($2::jsonb, gaps)
-				WHERE task_id = $3`, a.NewStatus, gaps, a.TaskID)
+			if i, ok := ordAt[a.TaskID]; ok {
+				ordSts[i] = a.NewStatus
+				if gaps != nil {
+					ordGaps[i] = gaps
+				}
+				continue
+			}
+			ordAt[a.TaskID] = len(ordIDs)
+			ordIDs, ordSts, ordGaps = append(ordIDs, a.TaskID), append(ordSts, a.NewStatus), append(ordGaps, gaps)
 		}
 		if k.NeedsRemoval {
-			batch.Queue(`DELETE FROM backstop_ordering_keys WHERE queue = $1 AND okey = $2`, queue, key)
+			delKeys = append(delKeys, key)
 			continue
 		}
 		var lastArg *int64
@@ -207,14 +225,41 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 		if k.ExpiresAt.IsZero() {
 			k.ExpiresAt = now.Add(set.KeyTTL)
 		}
+		upKeys, upLast, upBusyArg = append(upKeys, key), append(upLast, lastArg), append(upBusyArg, busyArg)
+		upBusySeq, upDue, upStep = append(upBusySeq, k.BusySeq), append(upDue, dueArg), append(upStep, int32(k.DrainStep))
+		upExpires = append(upExpires, k.ExpiresAt)
+	}
+	var batch pgx.Batch
+	if len(staleIDs) > 0 {
+		batch.Queue(`UPDATE backstop_tasks t SET state = 'canceled', last_error = u.err, finalized_at = $1, updated_at = $1
+			FROM unnest($2::text[], $3::text[]) AS u(id, err) WHERE t.id = u.id AND t.state = 'buffered'`,
+			now, staleIDs, staleErrs)
+	}
+	if len(admitted) > 0 {
+		batch.Queue(`UPDATE backstop_tasks SET state = 'pending', updated_at = $1
+			WHERE id = ANY($2::text[]) AND state = 'buffered'`, now, admitted)
+	}
+	if len(ordIDs) > 0 {
+		batch.Queue(`UPDATE backstop_ordering_tasks o SET status = u.status, gaps = COALESCE(u.gaps::jsonb, o.gaps)
+			FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, status, gaps) WHERE o.task_id = u.id`,
+			ordIDs, ordSts, ordGaps)
+	}
+	if len(delKeys) > 0 {
+		batch.Queue(`DELETE FROM backstop_ordering_keys WHERE queue = $1 AND okey = ANY($2::text[])`, queue, delKeys)
+	}
+	if len(upKeys) > 0 {
 		batch.Queue(`INSERT INTO backstop_ordering_keys (queue, okey, last_seq, busy_task, busy_seq,
-			drain_due_at, drain_step, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			drain_due_at, drain_step, expires_at)
+			SELECT $1, * FROM unnest($2::text[], $3::int8[], $4::text[], $5::int8[], $6::timestamptz[], $7::int4[],
+				$8::timestamptz[])
 			ON CONFLICT (queue, okey) DO UPDATE SET last_seq = excluded.last_seq, busy_task = excluded.busy_task,
 			busy_seq = excluded.busy_seq, drain_due_at = excluded.drain_due_at, drain_step = excluded.drain_step,
-			expires_at = excluded.expires_at`, queue, key, lastArg, busyArg, k.BusySeq, dueArg, k.DrainStep, k.ExpiresAt)
+			expires_at = excluded.expires_at`, queue, upKeys, upLast, upBusyArg, upBusySeq, upDue, upStep, upExpires)
 	}
-	if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
-		return nil, d, fmt.Errorf("pgstore: ordering: %w", err)
+	if batch.Len() > 0 {
+		if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
+			return nil, d, fmt.Errorf("pgstore: ordering: %w", err)
+		}
 	}
 	return events, d, nil
 }
