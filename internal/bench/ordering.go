@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -152,18 +153,25 @@ func RunOrdering(ctx context.Context, cfg OrderingConfig) (*OrderingResult, erro
 		cfg.LateFraction+cfg.LostFraction > 1 || cfg.FirstHold < 0 {
 		return nil, fmt.Errorf("bench ordering: keys, minutes and workers must be positive, fractions in [0,1], first hold not negative")
 	}
-	res := &OrderingResult{}
+	// The two runs are independent (own store, clock and random source):
+	// they run at the same time, each as deterministic as alone.
+	var (
+		modes [2]*OrderingMode
+		errs  [2]error
+		wg    sync.WaitGroup
+	)
 	for i, on := range []bool{false, true} {
-		m, err := runMode(ctx, cfg, on, filepath.Join(cfg.Dir, fmt.Sprintf("ordering-%d.db", i)))
-		if err != nil {
-			return nil, err
-		}
-		if on {
-			res.On = *m
-		} else {
-			res.Off = *m
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			modes[i], errs[i] = runMode(ctx, cfg, on, filepath.Join(cfg.Dir, fmt.Sprintf("ordering-%d.db", i)))
+		}()
 	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	res := &OrderingResult{Off: *modes[0], On: *modes[1]}
 	return res, nil
 }
 
