@@ -94,10 +94,10 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 	}
 	rows, err := tx.Query(ctx, `SELECT k.okey, k.last_seq, k.busy_task, k.busy_seq, k.drain_due_at, k.drain_step, k.expires_at,
 			t.state, o.status
-		FROM backstop_ordering_keys k
+		FROM unnest($2::text[]) AS u(okey)
+		JOIN backstop_ordering_keys k ON k.queue = $1 AND k.okey = u.okey
 		LEFT JOIN backstop_tasks t ON t.id = k.busy_task
-		LEFT JOIN backstop_ordering_tasks o ON o.task_id = k.busy_task
-		WHERE k.queue = $1 AND k.okey = ANY($2::text[])`, queue, keys)
+		LEFT JOIN backstop_ordering_tasks o ON o.task_id = k.busy_task`, queue, keys)
 	if err != nil {
 		return nil, d, err
 	}
@@ -137,9 +137,11 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 	if err := rows.Err(); err != nil {
 		return nil, d, err
 	}
-	rows, err = tx.Query(ctx, `SELECT o.okey, o.task_id, t.kind, o.seq, o.status FROM backstop_ordering_tasks o
+	// Both reads start from the key list (a nested loop on the keys'
+	// indexes, whatever the planner's statistics say).
+	rows, err = tx.Query(ctx, `SELECT o.okey, o.task_id, t.kind, o.seq, o.status FROM unnest($2::text[]) AS u(okey)
+		JOIN backstop_ordering_tasks o ON o.queue = $1 AND o.okey = u.okey AND o.status IN ('held', 'gap', 'ready', 'replay')
 		JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
-		WHERE o.queue = $1 AND o.okey = ANY($2::text[]) AND o.status IN ('held', 'gap', 'ready', 'replay')
 		ORDER BY o.okey, o.seq`, queue, keys)
 	if err != nil {
 		return nil, d, err

@@ -37,14 +37,14 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	}
 	defer tx.Rollback() //nolint:errcheck
 	n := us(now)
-	// The open-status term repeats the partial index's condition so that the
-	// planner searches the index (without statistics it would rather scan
-	// every task for state = 'buffered').
+	// The status term is the partial index's condition, so that the planner
+	// searches that index (without statistics it would rather scan every
+	// task for state = 'buffered').
 	// Keys: with new or replayed tasks; with a due drain; idle and
 	// expired; busy with a task that ended. (Released tasks need no look:
 	// a key with any is busy, and its next turn comes when its task ends.)
 	rows, err := tx.QueryContext(ctx, `SELECT o.okey FROM backstop_ordering_tasks o
-			WHERE o.queue = ?1 AND o.status IN ('held', 'gap', 'ready', 'replay') AND o.status IN ('held', 'replay')
+			WHERE o.queue = ?1 AND o.status IN ('held', 'replay')
 			AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
 		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND drain_due_at IS NOT NULL AND drain_due_at <= ?2
 		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND busy_task IS NULL AND drain_due_at IS NULL

@@ -22,8 +22,12 @@ CREATE INDEX backstop_ordering_keys_idle ON backstop_ordering_keys (queue, expir
 DROP INDEX backstop_ordering_tasks_open;
 CREATE INDEX backstop_ordering_tasks_waiting ON backstop_ordering_tasks (queue, okey, seq)
     WHERE status IN ('held', 'gap', 'ready', 'replay');
+-- Admission looks for new and replayed tasks: a small index of those only.
+CREATE INDEX backstop_ordering_tasks_new ON backstop_ordering_tasks (queue)
+    WHERE status IN ('held', 'replay');
 
 -- +goose Down
+DROP INDEX backstop_ordering_tasks_new;
 DROP INDEX backstop_ordering_tasks_waiting;
 CREATE INDEX backstop_ordering_tasks_open ON backstop_ordering_tasks (queue, okey, seq)
     WHERE status IN ('held', 'gap', 'ready');
