@@ -31,6 +31,13 @@ type OrderingConfig struct {
 	CircuitBreaker int
 	// KeyTTL is how long a key's state lives without activity. Default 60m.
 	KeyTTL time.Duration
+	// FirstHold: a key without state (new, or forgotten after KeyTTL)
+	// buffers its first task this long before the drain releases it, so
+	// an older task of the key that it overtook and that arrives within the
+	// hold runs first instead of being dropped as stale. Sequences before
+	// the first task are not gaps. It delays every key's first task by the
+	// hold. Default 0: a fresh key's first task is admitted at once.
+	FirstHold time.Duration
 }
 
 // DefaultOrderingBackoff is the drain schedule when none is configured.
@@ -54,12 +61,15 @@ func (o OrderingConfig) validate(queue string) error {
 	if o.KeyTTL < 0 {
 		return fmt.Errorf("queue %q: ordering: key TTL must not be negative", queue)
 	}
+	if o.FirstHold < 0 {
+		return fmt.Errorf("queue %q: ordering: first hold must not be negative", queue)
+	}
 	return nil
 }
 
 // settings are the store's view, defaults applied.
 func (o OrderingConfig) settings() store.OrderingSettings {
-	s := store.OrderingSettings{Step: o.Step, Backoff: o.Backoff, CircuitBreaker: o.CircuitBreaker, KeyTTL: o.KeyTTL}
+	s := store.OrderingSettings{Step: o.Step, Backoff: o.Backoff, CircuitBreaker: o.CircuitBreaker, KeyTTL: o.KeyTTL, FirstHold: o.FirstHold}
 	if len(s.Backoff) == 0 {
 		s.Backoff = DefaultOrderingBackoff
 	}
@@ -78,6 +88,8 @@ func (o OrderingConfig) settings() store.OrderingSettings {
 type OrderingStats struct {
 	Buffered, Released, DrainScheduled, DrainRescheduled, Cleared atomic.Int64
 	Timeouts, CircuitBreaker, Stale, GapsReported, Fallback       atomic.Int64
+	FirstHeld                                                     atomic.Int64 // of Buffered: by FirstHold
+	Admitted                                                      atomic.Int64 // tasks made pending (their key's turn)
 }
 
 // Counters returns the counters by their metric name.
@@ -87,6 +99,7 @@ func (s *OrderingStats) Counters() map[string]int64 {
 		"drain_scheduled": s.DrainScheduled.Load(), "drain_rescheduled": s.DrainRescheduled.Load(),
 		"cleared": s.Cleared.Load(), "timeouts": s.Timeouts.Load(), "circuit_breaker": s.CircuitBreaker.Load(),
 		"stale": s.Stale.Load(), "gaps_reported": s.GapsReported.Load(), "fallback": s.Fallback.Load(),
+		"first_held": s.FirstHeld.Load(), "admitted": s.Admitted.Load(),
 	}
 }
 
@@ -100,6 +113,8 @@ func (s *OrderingStats) add(d store.OrderingDelta) {
 	s.CircuitBreaker.Add(d.CircuitBreaker)
 	s.Stale.Add(d.Stale)
 	s.GapsReported.Add(d.GapsReported)
+	s.FirstHeld.Add(d.FirstHeld)
+	s.Admitted.Add(d.Admitted)
 }
 
 // OrderingStats returns this client's ordering counters.

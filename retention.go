@@ -18,6 +18,8 @@ type RetentionResult struct {
 	Canceled    int `json:"canceled"`
 	DeadLetters int `json:"dead_letters"`
 	Events      int `json:"events"`
+	// OrderingKeys: expired, idle ordering key states (ordering.go).
+	OrderingKeys int `json:"ordering_keys"`
 }
 
 // closedDLQ are the dead-letter statuses retention may delete; open dead
@@ -69,6 +71,9 @@ func Retain(ctx context.Context, c *Client) (RetentionResult, error) {
 			return c.store.DeleteEventsBefore(ctx, now.Add(-r.Events), retentionBatch)
 		}))
 	}
+	errs = append(errs, drain(&res.OrderingKeys, func() (int, error) { // ordering.go
+		return c.store.DeleteIdleOrderingKeys(ctx, now, retentionBatch)
+	}))
 	return res, errors.Join(errs...)
 }
 
@@ -77,9 +82,9 @@ func Retain(ctx context.Context, c *Client) (RetentionResult, error) {
 // with one warning: it belongs to a process with the admin role then.
 func (w *Worker) retain(ctx context.Context) {
 	res, err := Retain(ctx, w.c)
-	if res.Succeeded+res.Canceled+res.DeadLetters+res.Events > 0 {
+	if res.Succeeded+res.Canceled+res.DeadLetters+res.Events+res.OrderingKeys > 0 {
 		w.log.Info("retention deleted finished work", "succeeded", res.Succeeded, "canceled", res.Canceled,
-			"dead_letters", res.DeadLetters, "events", res.Events)
+			"dead_letters", res.DeadLetters, "events", res.Events, "ordering_keys", res.OrderingKeys)
 	}
 	switch {
 	case err == nil, ctx.Err() != nil:

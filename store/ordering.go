@@ -29,6 +29,11 @@ type Ordering interface {
 	// and forgets its ordering (graceful degradation when Order fails); it
 	// returns how many tasks it released.
 	OrderingFallback(ctx context.Context, queue string, now time.Time) (int, error)
+	// DeleteIdleOrderingKeys deletes up to limit key states that expired
+	// before now and are idle (no task running, no drain): the state
+	// admission would forget anyway (retention; a deleted task's ordering
+	// row goes with the task).
+	DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error)
 }
 
 // OrderingSettings are a queue's ordering settings as the store applies them.
@@ -37,6 +42,9 @@ type OrderingSettings struct {
 	Backoff        []time.Duration // drain schedule; used up: give up
 	CircuitBreaker int             // buffer size that releases everything
 	KeyTTL         time.Duration   // key state lifetime, extended on activity
+	// FirstHold: a key without state buffers its first tasks this long, so
+	// a predecessor that was overtaken is ordered in front (0: admit at once).
+	FirstHold time.Duration
 }
 
 // OrderingInfo is one task's ordering data.
@@ -50,6 +58,7 @@ type OrderingInfo struct {
 type OrderingDelta struct {
 	Buffered, Released, DrainScheduled, DrainRescheduled, Cleared int64
 	Timeout, CircuitBreaker, Stale, GapsReported, Admitted        int64
+	FirstHeld                                                     int64 // of Buffered: held by FirstHold
 }
 
 // Add accumulates d2 into d.
@@ -64,6 +73,7 @@ func (d *OrderingDelta) Add(d2 OrderingDelta) {
 	d.Stale += d2.Stale
 	d.GapsReported += d2.GapsReported
 	d.Admitted += d2.Admitted
+	d.FirstHeld += d2.FirstHeld
 }
 
 // Statuses of a task in the ordering table.
@@ -72,6 +82,11 @@ const (
 	OrdGap   = "gap"   // buffered behind a gap
 	OrdReady = "ready" // released, waits its turn (one at a time per key)
 	OrdDone  = "admitted"
+	// OrdReplay: replayed from the dead-letter queue by an operator; it is
+	// not judged by its sequence (never stale, no gap) and waits only for
+	// its key to be free.
+	OrdReplay   = "replay"
+	OrdReplayed = "replayed" // a replay admitted
 )
 
 // OrdKey is one key's state as a driver loads it.
@@ -82,6 +97,7 @@ type OrdKey struct {
 	BusyTask     string // admitted task still live; "" none
 	BusySeq      int64
 	BusyDone     bool // the busy task reached a terminal state (or is gone)
+	BusyReplay   bool // the busy task is a replay: its end does not move Last
 	DrainDue     time.Time
 	DrainStep    int
 	ExpiresAt    time.Time
@@ -121,12 +137,26 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 		k.HasLast = false // the key state expired: start afresh
 	}
 	if k.BusyTask != "" && k.BusyDone {
-		if !k.HasLast || k.BusySeq > k.Last {
+		if !k.BusyReplay && (!k.HasLast || k.BusySeq > k.Last) {
 			k.HasLast, k.Last = true, k.BusySeq
 		}
-		k.BusyTask, k.BusySeq = "", 0
+		k.BusyTask, k.BusySeq, k.BusyReplay = "", 0, false
 	}
-	if len(tasks) == 0 {
+	// Replays run out of sequence order, by the operator's decision: they
+	// only wait for the key to be free.
+	var replays []OrdTask
+	rest := tasks[:0:0]
+	for _, t := range tasks {
+		if t.Status == OrdReplay {
+			replays = append(replays, t)
+		} else {
+			rest = append(rest, t)
+		}
+	}
+	tasks = rest
+	if len(tasks) == 0 && len(replays) == 0 {
+		// Nothing waits (e.g. the buffered tasks were canceled): no drain.
+		k.DrainDue, k.DrainStep = time.Time{}, 0
 		if k.BusyTask == "" && now.After(k.ExpiresAt) {
 			k.NeedsRemoval = true
 		}
@@ -136,7 +166,7 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Seq < tasks[j].Seq })
 	// eff is the newest sequence handled or being handled.
 	hasEff, eff := k.HasLast, k.Last
-	if k.BusyTask != "" {
+	if k.BusyTask != "" && !k.BusyReplay {
 		hasEff, eff = true, k.BusySeq
 	}
 	// Stale: not newer than eff, or a repeated sequence.
@@ -175,7 +205,25 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 		}
 		return h, e
 	}
-	if buffering {
+	// First hold: a key without state (nothing handled or running, nothing
+	// released) cannot tell whether its first task overtook an older one,
+	// so its tasks are buffered until the hold ends; the drain then releases
+	// them from the lowest sequence, with no gap before it.
+	holding := set.FirstHold > 0 && !hasEff && len(tasks) > 0 && !hasStatus(tasks, OrdReady)
+	if holding {
+		for i := range tasks {
+			if tasks[i].Status == OrdHeld {
+				set1(&tasks[i], OrdGap, nil)
+				ev(EventOrderingBuffered, tasks[i], fmt.Sprintf(`{"key":%q,"sequence":%d,"mode":"first_hold"}`, k.Key, tasks[i].Seq))
+				d.Buffered++
+				d.FirstHeld++
+			}
+		}
+		if k.DrainDue.IsZero() {
+			k.DrainDue, k.DrainStep = now.Add(set.FirstHold), 0
+		}
+		buffering = true
+	} else if buffering {
 		for i := range tasks {
 			if tasks[i].Status == OrdHeld {
 				set1(&tasks[i], OrdGap, nil)
@@ -248,10 +296,16 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 		switch {
 		case !hasStatus(tasks, OrdGap):
 			k.DrainDue, k.DrainStep = time.Time{}, 0
-			d.Cleared++
+			if !holding { // the end of a first hold is not a drain
+				d.Cleared++
+			}
 		case progress > 0:
 			k.DrainDue, k.DrainStep = now.Add(backoffAt(set.Backoff, 0)), 0
-			d.DrainRescheduled++
+			if holding { // a gap remains after the first hold: the drain starts
+				d.DrainScheduled++
+			} else {
+				d.DrainRescheduled++
+			}
 		case k.DrainStep+1 >= len(set.Backoff):
 			first := firstGap(tasks)
 			ev(EventOrderingTimeout, first, fmt.Sprintf(`{"key":%q,"buffered":%d}`, k.Key, countStatus(tasks, OrdGap)))
@@ -272,7 +326,14 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 	if !hasStatus(tasks, OrdGap) {
 		k.DrainDue, k.DrainStep = time.Time{}, 0
 	}
-	// Admission: one task at a time per key.
+	// Admission: one task at a time per key; a replay first.
+	if k.BusyTask == "" && len(replays) > 0 {
+		sort.Slice(replays, func(i, j int) bool { return replays[i].Seq < replays[j].Seq })
+		r := replays[0]
+		acts = append(acts, OrdAction{TaskID: r.ID, NewStatus: OrdReplayed})
+		k.BusyTask, k.BusySeq, k.BusyReplay = r.ID, r.Seq, true
+		d.Admitted++
+	}
 	if k.BusyTask == "" {
 		for i := range tasks {
 			t := &tasks[i]

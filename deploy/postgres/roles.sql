@@ -41,6 +41,8 @@ GRANT UPDATE (payload, payload_size, payload_spilled, merge_count, updated_at)
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_payloads TO backstop_producer;
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_producer;
 GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_producer;
+-- An ordered task's ordering row (docs/ordering.md).
+GRANT SELECT, INSERT ON :"schema".backstop_ordering_tasks TO backstop_producer;
 
 -- worker: claim, heartbeat, settle, cancel and maintenance (lease expiry,
 -- promotion, deadlines, the leadership lease). It reads payloads and
@@ -55,6 +57,10 @@ GRANT SELECT ON :"schema".backstop_queues TO backstop_worker;
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_worker;
 GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_event_checkpoints TO backstop_worker;
+-- Ordering admission (docs/ordering.md): it updates ordering rows and key
+-- states, and deletes the key states it forgets.
+GRANT SELECT, UPDATE ON :"schema".backstop_ordering_tasks TO backstop_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_ordering_keys TO backstop_worker;
 GRANT SELECT ON :"schema".backstop_pending_retries, :"schema".backstop_dead_letters,
     :"schema".backstop_retry_exhausted, :"schema".backstop_recent_failures TO backstop_worker;
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestOrderingSimulation(t *testing.T) {
@@ -32,5 +33,19 @@ func TestOrderingSimulation(t *testing.T) {
 	}
 	if b := run(); *b != *a {
 		t.Fatalf("not deterministic:\n%+v\n%+v", a, b)
+	}
+	// With a first hold longer than a late result trails its successor,
+	// no key's first result is dropped behind its second.
+	cfg.FirstHold = 70 * time.Second
+	h := run()
+	if h.On.FirstHeld == 0 || h.On.FirstHold != cfg.FirstHold {
+		t.Fatalf("first hold not applied: %+v", h.On)
+	}
+	if h.On.FalseMisses > a.On.FalseMisses || h.On.TrueMisses != h.On.Detectable {
+		t.Fatalf("first hold: false misses %d (without %d), recall %d/%d", h.On.FalseMisses, a.On.FalseMisses,
+			h.On.TrueMisses, h.On.Detectable)
+	}
+	if h.Off != a.Off {
+		t.Fatalf("the unordered run changed with the first hold:\n%+v\n%+v", a.Off, h.Off)
 	}
 }

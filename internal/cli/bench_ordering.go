@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -9,9 +10,10 @@ import (
 )
 
 func benchOrderingCmd(a *app) *cobra.Command {
-	cfg := bench.OrderingConfig{Keys: 1000, Minutes: 60, Workers: 8, LateFraction: 0.05, LostFraction: 0.005, Seed: 1}
+	cfg := bench.OrderingConfig{Keys: 1000, Minutes: 60, Workers: 8, LateFraction: 0.05, LostFraction: 0.005, Seed: 1,
+		FirstHold: 70 * time.Second}
 	cmd := &cobra.Command{
-		Use:   "ordering [--keys N] [--minutes M] [--workers W] [--late-fraction F] [--lost-fraction L] [--seed S]",
+		Use:   "ordering [--keys N] [--minutes M] [--workers W] [--late-fraction F] [--lost-fraction L] [--seed S] [--first-hold D]",
 		Short: "Simulate ordered processing (seed 001) with ordering off and on",
 		Long: `ordering runs a deterministic simulation on the real client and a SQLite store in a
 temporary directory, with an injected clock (nothing sleeps): --keys subscriptions each
@@ -19,7 +21,9 @@ produce one result per simulated minute for --minutes; each reaches the queue af
 random delivery delay, a --late-fraction of them late enough (65-125 s) to overtake the
 next one, a --lost-fraction never. The processor records a "missed" result for every
 sequence it sees skipped or is told was skipped (Gaps). The same workload runs with
-ordering off and on (step 1, default backoff and circuit breaker); each prints handled,
+ordering off and on (step 1, default backoff and circuit breaker, --first-hold: a key
+without state buffers its first result this long, so a late minute 0 is not dropped as
+stale behind minute 1; 0 turns it off); each prints handled,
 false misses (reported missing but did arrive), true misses reported / detectable lost
 results, timeouts, circuit breaker trips, buffered tasks, mean/max buffer size and the
 p50/p99 added delay. See docs/ordering.md.
@@ -30,6 +34,9 @@ The last line is:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Keys < 1 || cfg.Minutes < 1 || cfg.Workers < 1 {
 				return usageErr("bench ordering: --keys, --minutes and --workers must be positive")
+			}
+			if cfg.FirstHold < 0 {
+				return usageErr("bench ordering: --first-hold must not be negative")
 			}
 			if cfg.LateFraction < 0 || cfg.LostFraction < 0 || cfg.LateFraction+cfg.LostFraction > 1 {
 				return usageErr("bench ordering: --late-fraction and --lost-fraction must be in [0,1] and sum to at most 1")
@@ -57,5 +64,6 @@ The last line is:
 	f.Float64Var(&cfg.LateFraction, "late-fraction", cfg.LateFraction, "fraction of results delivered late enough to overtake")
 	f.Float64Var(&cfg.LostFraction, "lost-fraction", cfg.LostFraction, "fraction of results never delivered")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed (same seed, same output)")
+	f.DurationVar(&cfg.FirstHold, "first-hold", cfg.FirstHold, "the ordered run's first_hold (0: off)")
 	return cmd
 }

@@ -77,6 +77,7 @@ type Ordering struct {
 	Backoff        []Duration `yaml:"backoff" json:"backoff,omitempty"`
 	CircuitBreaker int        `yaml:"circuit_breaker" json:"circuit_breaker,omitempty"`
 	KeyTTL         Duration   `yaml:"key_ttl" json:"key_ttl,omitempty"`
+	FirstHold      Duration   `yaml:"first_hold" json:"first_hold,omitempty"`
 }
 
 // Complexity is a queue's complexity policy (backstop.ComplexityPolicy).
@@ -488,6 +489,9 @@ func (c *Config) Validate() error {
 		if q.Ordering.KeyTTL < 0 {
 			bad(p+".ordering.key_ttl", "must not be negative")
 		}
+		if q.Ordering.FirstHold < 0 {
+			bad(p+".ordering.first_hold", "must not be negative")
+		}
 		if r := q.Complexity.RouteTo; r != "" {
 			if err := backstop.ValidID(r); err != nil {
 				bad(p+".complexity.route_to", "bad queue name: %v", err)
@@ -726,7 +730,8 @@ func EnvName(name string) string {
 }
 
 func (o Ordering) library() backstop.OrderingConfig {
-	out := backstop.OrderingConfig{Enabled: o.Enabled, Step: o.Step, CircuitBreaker: o.CircuitBreaker, KeyTTL: o.KeyTTL.D()}
+	out := backstop.OrderingConfig{Enabled: o.Enabled, Step: o.Step, CircuitBreaker: o.CircuitBreaker, KeyTTL: o.KeyTTL.D(),
+		FirstHold: o.FirstHold.D()}
 	for _, d := range o.Backoff {
 		out.Backoff = append(out.Backoff, d.D())
 	}

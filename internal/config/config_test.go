@@ -51,6 +51,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"queues:\n  q:\n    ordering: {backoff: [10s, 0s]}\n", "queues.q.ordering.backoff[1]: must be positive"},
 		{"queues:\n  q:\n    ordering: {circuit_breaker: -1}\n", "queues.q.ordering.circuit_breaker: must not be negative"},
 		{"queues:\n  q:\n    ordering: {key_ttl: -1m}\n", "queues.q.ordering.key_ttl: must not be negative"},
+		{"queues:\n  q:\n    ordering: {first_hold: -1s}\n", "queues.q.ordering.first_hold: must not be negative"},
 		{"queues:\n  q:\n    ordering: {enable: true}\n", `unknown key "enable" in queues.q.ordering`},
 		{"kinds:\n  k:\n    merge_rule: sum\n", `kinds.k.merge_rule: "sum": want replace or append`},
 		{"kinds:\n  k:\n    max_attempts: -2\n", "kinds.k.max_attempts: must be positive"},
@@ -187,23 +188,23 @@ func FuzzParse(f *testing.F) {
 }
 
 func TestOrderingSettings(t *testing.T) {
-	c, err := Parse([]byte("queues:\n  results:\n    ordering:\n      enabled: true\n      step: 60000\n      backoff: [5s, 15s]\n      circuit_breaker: 4\n      key_ttl: 2h\n"))
+	c, err := Parse([]byte("queues:\n  results:\n    ordering:\n      enabled: true\n      step: 60000\n      backoff: [5s, 15s]\n      circuit_breaker: 4\n      key_ttl: 2h\n      first_hold: 90s\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := c.Library().Queues["results"].Ordering
 	want := backstop.OrderingConfig{Enabled: true, Step: 60000, Backoff: []time.Duration{5 * time.Second, 15 * time.Second},
-		CircuitBreaker: 4, KeyTTL: 2 * time.Hour}
+		CircuitBreaker: 4, KeyTTL: 2 * time.Hour, FirstHold: 90 * time.Second}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("ordering: got %+v, want %+v", got, want)
 	}
 	if err := c.ApplyEnv([]string{"BACKSTOP_QUEUES_RESULTS_ORDERING_STEP=5", "BACKSTOP_QUEUES_RESULTS_ORDERING_BACKOFF=1s, 2s",
-		"BACKSTOP_QUEUES_RESULTS_ORDERING_CIRCUIT_BREAKER=3", "BACKSTOP_QUEUES_RESULTS_ORDERING_KEY_TTL=1m"}); err != nil {
+		"BACKSTOP_QUEUES_RESULTS_ORDERING_CIRCUIT_BREAKER=3", "BACKSTOP_QUEUES_RESULTS_ORDERING_KEY_TTL=1m", "BACKSTOP_QUEUES_RESULTS_ORDERING_FIRST_HOLD=2m"}); err != nil {
 		t.Fatal(err)
 	}
 	got = c.Library().Queues["results"].Ordering
 	want = backstop.OrderingConfig{Enabled: true, Step: 5, Backoff: []time.Duration{time.Second, 2 * time.Second},
-		CircuitBreaker: 3, KeyTTL: time.Minute}
+		CircuitBreaker: 3, KeyTTL: time.Minute, FirstHold: 2 * time.Minute}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("ordering after env: got %+v, want %+v", got, want)
 	}

@@ -98,6 +98,7 @@ var queueEnv = map[string]func(q *Queue, v string) error{
 	},
 	"ORDERING_CIRCUIT_BREAKER": func(q *Queue, v string) error { return parseInt(v, &q.Ordering.CircuitBreaker) },
 	"ORDERING_KEY_TTL":         func(q *Queue, v string) error { return parseDur(v, &q.Ordering.KeyTTL) },
+	"ORDERING_FIRST_HOLD":      func(q *Queue, v string) error { return parseDur(v, &q.Ordering.FirstHold) },
 }
 
 var kindEnv = map[string]func(k *Kind, v string) error{

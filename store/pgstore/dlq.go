@@ -183,6 +183,14 @@ func (s *Store) Replay(ctx context.Context, id string, plan func(*bt.Task) (*sto
 			return nil, err
 		}
 	}
+	if p.NewID != "" {
+		if err := copyOrdering(ctx, tx, p.NewID, id); err != nil { // ordering.go
+			return nil, err
+		}
+	}
+	if err := replayOrdering(ctx, tx, []string{target}); err != nil {
+		return nil, err
+	}
 	if p.Payload != nil {
 		if err := setPayload(ctx, tx, target, p.Payload, p.InlineLimit); err != nil {
 			return nil, err
@@ -314,12 +322,15 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	err = fast.QueryRow(ctx, `
 WITH picked AS (`+pick+`),
 upd AS (
-	UPDATE backstop_tasks t SET state = `+p(1)+`, run_at = `+p(2)+`, attempt = CASE WHEN `+p(3)+` THEN t.attempt ELSE 0 END,
+	UPDATE backstop_tasks t SET state = CASE WHEN EXISTS (SELECT 1 FROM backstop_ordering_tasks o WHERE o.task_id = t.id)
+			THEN 'buffered' ELSE `+p(1)+` END, run_at = `+p(2)+`, attempt = CASE WHEN `+p(3)+` THEN t.attempt ELSE 0 END,
 		lease_expires_at = NULL, last_error = NULL, cancel_requested_at = NULL, finalized_at = NULL,
 		worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
 		replay_count = t.replay_count + 1, updated_at = `+p(4)+`
 	FROM picked WHERE t.id = picked.id
 	RETURNING t.id, t.queue, t.kind, t.attributes, t.replay_count
+), ord AS ( -- ordered tasks wait for their key (ordering.go)
+	UPDATE backstop_ordering_tasks o SET status = 'replay' FROM upd WHERE o.task_id = upd.id
 ), ev AS (
 	INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
 	SELECT ARRAY[`+p(7)+` || lpad(to_hex(row_number() OVER ()), 12, '0')], `+p(4)+`, e.type, ARRAY[u.id], ARRAY[u.queue],
@@ -420,8 +431,13 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 		return res, fmt.Errorf("pgstore: redrive: %w", err)
 	}
 	queues := map[string]struct{}{}
-	for _, d := range done {
+	rids := make([]string, len(done))
+	for i, d := range done {
 		queues[d.Queue] = struct{}{}
+		rids[i] = d.ID
+	}
+	if err := replayOrdering(ctx, tx, rids); err != nil { // ordering.go
+		return res, err
 	}
 	events := store.RedriveEvents(b, done, res.Conflicts)
 	if err := insertEvents(ctx, tx, events); err != nil {

@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -43,14 +42,18 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('backstop_ordering'), hashtext($1))`, queue); err != nil {
 		return d, err
 	}
-	rows, err := tx.Query(ctx, `SELECT DISTINCT o.okey FROM backstop_ordering_tasks o
-			JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
-			WHERE o.queue = $1 AND o.status IN ('held', 'ready')
-		UNION SELECT okey FROM backstop_ordering_keys k WHERE k.queue = $1 AND (
-			(k.drain_due_at IS NOT NULL AND k.drain_due_at <= $2)
-			OR (k.busy_task IS NULL AND k.drain_due_at IS NULL AND k.expires_at < $2)
-			OR (k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
-				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))))
+	// Keys: with new or replayed tasks; with a due drain; idle and
+	// expired; busy with a task that ended. (Released tasks need no look:
+	// a key with any is busy, and its next turn comes when its task ends.)
+	rows, err := tx.Query(ctx, `SELECT o.okey FROM backstop_ordering_tasks o
+			WHERE o.queue = $1 AND o.status IN ('held', 'replay')
+			AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
+		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = $1 AND drain_due_at IS NOT NULL AND drain_due_at <= $2
+		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = $1 AND busy_task IS NULL AND drain_due_at IS NULL
+			AND expires_at < $2
+		UNION SELECT k.okey FROM backstop_ordering_keys k
+			WHERE k.queue = $1 AND k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
+				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))
 		LIMIT $3`, queue, now, orderKeysLimit)
 	if err != nil {
 		return d, err
@@ -59,14 +62,9 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	if err != nil {
 		return d, err
 	}
-	var events []bt.Event
-	for _, key := range keys {
-		evs, kd, err := orderKey(ctx, tx, queue, key, set, now)
-		if err != nil {
-			return store.OrderingDelta{}, fmt.Errorf("pgstore: ordering key %q: %w", key, err)
-		}
-		events = append(events, evs...)
-		d.Add(kd)
+	events, d, err := orderKeys(ctx, tx, queue, keys, set, now)
+	if err != nil {
+		return store.OrderingDelta{}, err
 	}
 	if err := insertEvents(ctx, tx, events); err != nil {
 		return store.OrderingDelta{}, err
@@ -82,103 +80,190 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	return d, nil
 }
 
-func orderKey(ctx context.Context, tx pgx.Tx, queue, key string, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
-	k := store.OrdKey{Queue: queue, Key: key}
-	var (
-		last    *int64
-		due     *time.Time
-		busy    *string
-		expires time.Time
-	)
-	err := tx.QueryRow(ctx, `SELECT last_seq, busy_task, busy_seq, drain_due_at, drain_step, expires_at
-		FROM backstop_ordering_keys WHERE queue = $1 AND okey = $2`, queue, key).Scan(&last, &busy, &k.BusySeq, &due, &k.DrainStep, &expires)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return nil, store.OrderingDelta{}, err
-	default:
-		k.Exists = true
+// orderKeys applies Decide to the keys in a fixed number of round trips:
+// one read of the key states (with their busy task's state), one of the
+// waiting tasks, one batch of writes.
+func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
+	var d store.OrderingDelta
+	if len(keys) == 0 {
+		return nil, d, nil
+	}
+	states := make(map[string]*store.OrdKey, len(keys))
+	for _, key := range keys {
+		states[key] = &store.OrdKey{Queue: queue, Key: key}
+	}
+	rows, err := tx.Query(ctx, `SELECT k.okey, k.last_seq, k.busy_task, k.busy_seq, k.drain_due_at, k.drain_step, k.expires_at,
+			t.state, o.status
+		FROM unnest($2::text[]) AS u(okey)
+		JOIN backstop_ordering_keys k ON k.queue = $1 AND k.okey = u.okey
+		LEFT JOIN backstop_tasks t ON t.id = k.busy_task
+		LEFT JOIN backstop_ordering_tasks o ON o.task_id = k.busy_task`, queue, keys)
+	if err != nil {
+		return nil, d, err
+	}
+	for rows.Next() {
+		var (
+			key           string
+			last          *int64
+			due           *time.Time
+			busy          *string
+			busySeq       int64
+			step          int
+			expires       time.Time
+			state, status *string
+		)
+		if err := rows.Scan(&key, &last, &busy, &busySeq, &due, &step, &expires, &state, &status); err != nil {
+			rows.Close()
+			return nil, d, err
+		}
+		k := states[key]
+		if k == nil {
+			continue
+		}
+		k.Exists, k.BusySeq, k.DrainStep, k.ExpiresAt = true, busySeq, step, expires.UTC()
 		if last != nil {
 			k.HasLast, k.Last = true, *last
-		}
-		if busy != nil {
-			k.BusyTask = *busy
 		}
 		if due != nil {
 			k.DrainDue = due.UTC()
 		}
-		k.ExpiresAt = expires.UTC()
-	}
-	if k.BusyTask != "" {
-		var st string
-		err := tx.QueryRow(ctx, `SELECT state FROM backstop_tasks WHERE id = $1`, k.BusyTask).Scan(&st)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, store.OrderingDelta{}, err
+		if busy != nil {
+			k.BusyTask = *busy
+			k.BusyDone = state == nil || !bt.State(*state).Live()
+			k.BusyReplay = status != nil && *status == store.OrdReplayed
 		}
-		k.BusyDone = err != nil || !bt.State(st).Live()
 	}
-	rows, err := tx.Query(ctx, `SELECT o.task_id, t.kind, o.seq, o.status FROM backstop_ordering_tasks o
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, d, err
+	}
+	// Both reads start from the key list (a nested loop on the keys'
+	// indexes, whatever the planner's statistics say).
+	rows, err = tx.Query(ctx, `SELECT o.okey, o.task_id, t.kind, o.seq, o.status FROM unnest($2::text[]) AS u(okey)
+		JOIN backstop_ordering_tasks o ON o.queue = $1 AND o.okey = u.okey AND o.status IN ('held', 'gap', 'ready', 'replay')
 		JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
-		WHERE o.queue = $1 AND o.okey = $2 AND o.status IN ('held', 'gap', 'ready') ORDER BY o.seq`, queue, key)
+		ORDER BY o.okey, o.seq`, queue, keys)
 	if err != nil {
-		return nil, store.OrderingDelta{}, err
+		return nil, d, err
 	}
-	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.OrdTask, error) {
-		var t store.OrdTask
-		err := r.Scan(&t.ID, &t.Kind, &t.Seq, &t.Status)
-		return t, err
-	})
-	if err != nil {
-		return nil, store.OrderingDelta{}, err
-	}
-	acts, evs, d := store.Decide(&k, tasks, set, now)
-	for _, a := range acts {
-		switch a.NewStatus {
-		case "stale":
-			if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'canceled', last_error = $1, finalized_at = $2,
-				updated_at = $2 WHERE id = $3 AND state = 'buffered'`, a.Error, now, a.TaskID); err != nil {
-				return nil, d, err
-			}
-		case store.OrdDone:
-			if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = $1
-				WHERE id = $2 AND state = 'buffered'`, now, a.TaskID); err != nil {
-				return nil, d, err
-			}
-		}
-		var gaps *string
-		if g := store.EncodeGaps(a.Gaps); g != "" {
-			gaps = &g
-		}
-		if _, err := tx.Exec(ctx, `UPDATE backstop_ordering_tasks SET status = $1, gaps = COALESCE($2::jsonb, gaps)
-			WHERE task_id = $3`, a.NewStatus, gaps, a.TaskID); err != nil {
+	tasks := make(map[string][]store.OrdTask, len(keys))
+	for rows.Next() {
+		var (
+			key string
+			t   store.OrdTask
+		)
+		if err := rows.Scan(&key, &t.ID, &t.Kind, &t.Seq, &t.Status); err != nil {
+			rows.Close()
 			return nil, d, err
 		}
+		tasks[key] = append(tasks[key], t)
 	}
-	if k.NeedsRemoval {
-		_, err = tx.Exec(ctx, `DELETE FROM backstop_ordering_keys WHERE queue = $1 AND okey = $2`, queue, key)
-		return evs, d, err
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, d, err
 	}
-	var lastArg *int64
-	var dueArg *time.Time
-	var busyArg *string
-	if k.HasLast {
-		lastArg = &k.Last
+	// The writes, set-based: one statement per kind of change.
+	var (
+		events              []bt.Event
+		staleIDs, staleErrs []string
+		admitted            []string
+		ordIDs, ordSts      []string
+		ordGaps             []*string
+		ordAt               = map[string]int{} // task id → index in ordIDs (a task's last action wins)
+		delKeys             []string
+		upKeys              []string
+		upLast              []*int64
+		upBusyArg           []*string
+		upBusySeq           []int64
+		upDue               []*time.Time
+		upStep              []int32
+		upExpires           []time.Time
+	)
+	for _, key := range keys {
+		k := states[key]
+		acts, evs, kd := store.Decide(k, tasks[key], set, now)
+		events = append(events, evs...)
+		d.Add(kd)
+		for _, a := range acts {
+			switch a.NewStatus {
+			case "stale":
+				staleIDs, staleErrs = append(staleIDs, a.TaskID), append(staleErrs, a.Error)
+			case store.OrdDone, store.OrdReplayed:
+				admitted = append(admitted, a.TaskID)
+			}
+			var gaps *string
+			if g := store.EncodeGaps(a.Gaps); g != "" {
+				gaps = &g
+			}
+			if i, ok := ordAt[a.TaskID]; ok {
+				ordSts[i] = a.NewStatus
+				if gaps != nil {
+					ordGaps[i] = gaps
+				}
+				continue
+			}
+			ordAt[a.TaskID] = len(ordIDs)
+			ordIDs, ordSts, ordGaps = append(ordIDs, a.TaskID), append(ordSts, a.NewStatus), append(ordGaps, gaps)
+		}
+		if k.NeedsRemoval {
+			delKeys = append(delKeys, key)
+			continue
+		}
+		var lastArg *int64
+		var dueArg *time.Time
+		var busyArg *string
+		if k.HasLast {
+			last := k.Last
+			lastArg = &last
+		}
+		if !k.DrainDue.IsZero() {
+			due := k.DrainDue
+			dueArg = &due
+		}
+		if k.BusyTask != "" {
+			busy := k.BusyTask
+			busyArg = &busy
+		}
+		if k.ExpiresAt.IsZero() {
+			k.ExpiresAt = now.Add(set.KeyTTL)
+		}
+		upKeys, upLast, upBusyArg = append(upKeys, key), append(upLast, lastArg), append(upBusyArg, busyArg)
+		upBusySeq, upDue, upStep = append(upBusySeq, k.BusySeq), append(upDue, dueArg), append(upStep, int32(k.DrainStep))
+		upExpires = append(upExpires, k.ExpiresAt)
 	}
-	if !k.DrainDue.IsZero() {
-		dueArg = &k.DrainDue
+	var batch pgx.Batch
+	if len(staleIDs) > 0 {
+		batch.Queue(`UPDATE backstop_tasks t SET state = 'canceled', last_error = u.err, finalized_at = $1, updated_at = $1
+			FROM unnest($2::text[], $3::text[]) AS u(id, err) WHERE t.id = u.id AND t.state = 'buffered'`,
+			now, staleIDs, staleErrs)
 	}
-	if k.BusyTask != "" {
-		busyArg = &k.BusyTask
+	if len(admitted) > 0 {
+		batch.Queue(`UPDATE backstop_tasks SET state = 'pending', updated_at = $1
+			WHERE id = ANY($2::text[]) AND state = 'buffered'`, now, admitted)
 	}
-	if k.ExpiresAt.IsZero() {
-		k.ExpiresAt = now.Add(set.KeyTTL)
+	if len(ordIDs) > 0 {
+		batch.Queue(`UPDATE backstop_ordering_tasks o SET status = u.status, gaps = COALESCE(u.gaps::jsonb, o.gaps)
+			FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, status, gaps) WHERE o.task_id = u.id`,
+			ordIDs, ordSts, ordGaps)
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO backstop_ordering_keys (queue, okey, last_seq, busy_task, busy_seq,
-		drain_due_at, drain_step, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-		ON CONFLICT (queue, okey) DO UPDATE SET last_seq = excluded.last_seq, busy_task = excluded.busy_task,
-		busy_seq = excluded.busy_seq, drain_due_at = excluded.drain_due_at, drain_step = excluded.drain_step,
-		expires_at = excluded.expires_at`, queue, key, lastArg, busyArg, k.BusySeq, dueArg, k.DrainStep, k.ExpiresAt)
-	return evs, d, err
+	if len(delKeys) > 0 {
+		batch.Queue(`DELETE FROM backstop_ordering_keys WHERE queue = $1 AND okey = ANY($2::text[])`, queue, delKeys)
+	}
+	if len(upKeys) > 0 {
+		batch.Queue(`INSERT INTO backstop_ordering_keys (queue, okey, last_seq, busy_task, busy_seq,
+			drain_due_at, drain_step, expires_at)
+			SELECT $1, * FROM unnest($2::text[], $3::int8[], $4::text[], $5::int8[], $6::timestamptz[], $7::int4[],
+				$8::timestamptz[])
+			ON CONFLICT (queue, okey) DO UPDATE SET last_seq = excluded.last_seq, busy_task = excluded.busy_task,
+			busy_seq = excluded.busy_seq, drain_due_at = excluded.drain_due_at, drain_step = excluded.drain_step,
+			expires_at = excluded.expires_at`, queue, upKeys, upLast, upBusyArg, upBusySeq, upDue, upStep, upExpires)
+	}
+	if batch.Len() > 0 {
+		if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
+			return nil, d, fmt.Errorf("pgstore: ordering: %w", err)
+		}
+	}
+	return events, d, nil
 }
 
 // OrderingInfo implements store.Ordering.
@@ -226,4 +311,40 @@ func (s *Store) OrderingFallback(ctx context.Context, queue string, now time.Tim
 		}
 	}
 	return n, nil
+}
+
+// DeleteIdleOrderingKeys implements store.Ordering.
+func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM backstop_ordering_keys k USING (SELECT queue, okey FROM backstop_ordering_keys
+		WHERE busy_task IS NULL AND drain_due_at IS NULL AND expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED) d
+		WHERE k.queue = d.queue AND k.okey = d.okey`, now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: retention: %w", permission(err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// copyOrdering gives a copy of a task (replay --new-id) the ordering row of
+// the original, if it has one.
+func copyOrdering(ctx context.Context, tx pgx.Tx, newID, from string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO backstop_ordering_tasks (task_id, queue, okey, seq, status, gaps)
+		SELECT $1, t.queue, o.okey, o.seq, 'held', o.gaps FROM backstop_ordering_tasks o
+		JOIN backstop_tasks t ON t.id = $1 WHERE o.task_id = $2`, newID, from)
+	return err
+}
+
+// sqlReplayOrdering makes replayed ordered tasks ($1) wait for their key:
+// state buffered, ordering status replay (docs/ordering.md).
+const sqlReplayOrdering = `WITH o AS (UPDATE backstop_ordering_tasks SET status = 'replay'
+	WHERE task_id = ANY($1::text[]) RETURNING task_id)
+UPDATE backstop_tasks t SET state = 'buffered' FROM o WHERE t.id = o.task_id AND t.state IN ('pending', 'scheduled')`
+
+func replayOrdering(ctx context.Context, tx pgx.Tx, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sqlReplayOrdering, ids); err != nil {
+		return fmt.Errorf("pgstore: ordering replay: %w", err)
+	}
+	return nil
 }

@@ -152,6 +152,8 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	if !errors.Is(err, store.ErrPermissionDenied) {
 		t.Fatalf("producer retention: %v, want ErrPermissionDenied", err)
 	}
+	_, err = pc.Enqueue(ctx, backstop.EnqueueParams{ID: "p-o", Queue: "oq", Kind: "k", OrderingKey: "key", Sequence: 1})
+	must("producer ordered enqueue", err)
 	denied("producer delete", rawExec(producer, "DELETE FROM backstop_tasks"))
 	denied("producer state change", rawExec(producer, "UPDATE backstop_tasks SET state = 'succeeded'"))
 
@@ -160,6 +162,13 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	must("worker client", err)
 	_, err = wc.Enqueue(ctx, backstop.EnqueueParams{Queue: "q", Kind: "k"})
 	denied("worker enqueue", err)
+	owc, err := backstop.NewClient(worker, &backstop.Config{Queues: map[string]backstop.QueueConfig{
+		"oq": {Ordering: backstop.OrderingConfig{Enabled: true, Step: 1}}}})
+	must("worker ordering client", err)
+	must("worker ordering admission", owc.OrderQueue(ctx, "oq"))
+	if st := owc.OrderingStats(); st.Admitted.Load() != 1 || st.Fallback.Load() != 0 {
+		t.Fatalf("worker ordering admission: admitted %d, fallback %d, want 1, 0", st.Admitted.Load(), st.Fallback.Load())
+	}
 	claimed, err := worker.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: 10, Now: now, Lease: time.Minute})
 	must("worker claim", err)
 	if len(claimed) != 4 {

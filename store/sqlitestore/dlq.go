@@ -131,6 +131,14 @@ func (s *Store) Replay(ctx context.Context, id string, plan func(*bt.Task) (*sto
 			return nil, err
 		}
 	}
+	if p.NewID != "" {
+		if err := copyOrdering(ctx, tx, p.NewID, id); err != nil { // ordering.go
+			return nil, err
+		}
+	}
+	if err := replayOrdering(ctx, tx, []any{target}); err != nil {
+		return nil, err
+	}
 	if p.Payload != nil {
 		if err := setPayload(ctx, tx, target, p.Payload, p.InlineLimit); err != nil {
 			return nil, err
@@ -258,8 +266,13 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		return res, err
 	}
 	woke := map[string]struct{}{}
-	for _, d := range replayed {
+	rids := make([]any, len(replayed))
+	for i, d := range replayed {
 		woke[d.Queue] = struct{}{}
+		rids[i] = d.ID
+	}
+	if err := replayOrdering(ctx, tx, rids); err != nil { // ordering.go
+		return res, err
 	}
 	events := store.RedriveEvents(b, replayed, res.Conflicts)
 	if err := insertEvents(ctx, tx, events); err != nil {

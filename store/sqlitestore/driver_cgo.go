@@ -28,6 +28,9 @@ func init() {
 func dsn(path string, writer bool) string {
 	q := url.Values{}
 	q.Set("_busy_timeout", "10000")
+	// Reuse prepared statements per connection: preparing each statement
+	// anew was a fifth of the ordering simulation's time.
+	q.Set("_stmt_cache_size", "128")
 	if writer {
 		// BEGIN IMMEDIATE: take the write lock up front, so two processes
 		// never deadlock upgrading read transactions.

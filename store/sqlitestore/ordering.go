@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -38,14 +37,21 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	}
 	defer tx.Rollback() //nolint:errcheck
 	n := us(now)
-	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT o.okey FROM backstop_ordering_tasks o
-			JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
-			WHERE o.queue = ?1 AND o.status IN ('held', 'ready')
-		UNION SELECT okey FROM backstop_ordering_keys k WHERE k.queue = ?1 AND (
-			(k.drain_due_at IS NOT NULL AND k.drain_due_at <= ?2)
-			OR (k.busy_task IS NULL AND k.drain_due_at IS NULL AND k.expires_at < ?2)
-			OR (k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
-				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))))
+	// The status term is the partial index's condition, so that the planner
+	// searches that index (without statistics it would rather scan every
+	// task for state = 'buffered').
+	// Keys: with new or replayed tasks; with a due drain; idle and
+	// expired; busy with a task that ended. (Released tasks need no look:
+	// a key with any is busy, and its next turn comes when its task ends.)
+	rows, err := tx.QueryContext(ctx, `SELECT o.okey FROM backstop_ordering_tasks o
+			WHERE o.queue = ?1 AND o.status IN ('held', 'replay')
+			AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
+		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND drain_due_at IS NOT NULL AND drain_due_at <= ?2
+		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND busy_task IS NULL AND drain_due_at IS NULL
+			AND expires_at < ?2
+		UNION SELECT k.okey FROM backstop_ordering_keys k INDEXED BY backstop_ordering_keys_busy
+			WHERE k.queue = ?1 AND k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
+				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))
 		LIMIT ?3`, queue, n, orderKeysLimit)
 	if err != nil {
 		return d, err
@@ -63,14 +69,9 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	if err := rows.Err(); err != nil {
 		return d, err
 	}
-	var events []bt.Event
-	for _, key := range keys {
-		evs, kd, err := orderKey(ctx, tx, queue, key, set, now)
-		if err != nil {
-			return store.OrderingDelta{}, fmt.Errorf("sqlite: ordering key %q: %w", key, err)
-		}
-		events = append(events, evs...)
-		d.Add(kd)
+	events, d, err := orderKeys(ctx, tx, queue, keys, set, now)
+	if err != nil {
+		return store.OrderingDelta{}, fmt.Errorf("sqlite: ordering: %w", err)
 	}
 	if err := insertEvents(ctx, tx, events); err != nil {
 		return store.OrderingDelta{}, err
@@ -84,57 +85,103 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	return d, nil
 }
 
-func orderKey(ctx context.Context, tx *sql.Tx, queue, key string, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
-	n := us(now)
-	k := store.OrdKey{Queue: queue, Key: key}
-	var (
-		last, due sql.NullInt64
-		busy      sql.NullString
-		expires   int64
-	)
-	err := tx.QueryRowContext(ctx, `SELECT last_seq, busy_task, busy_seq, drain_due_at, drain_step, expires_at
-		FROM backstop_ordering_keys WHERE queue = ? AND okey = ?`, queue, key).Scan(&last, &busy, &k.BusySeq, &due, &k.DrainStep, &expires)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return nil, store.OrderingDelta{}, err
-	default:
-		k.Exists = true
+// orderKeys applies Decide to the keys: one read of their states (with the
+// busy task's state), one of their waiting tasks, then the writes.
+func orderKeys(ctx context.Context, tx *sql.Tx, queue string, keys []string, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
+	var d store.OrderingDelta
+	if len(keys) == 0 {
+		return nil, d, nil
+	}
+	list, err := json.Marshal(keys)
+	if err != nil {
+		return nil, d, err
+	}
+	states := make(map[string]*store.OrdKey, len(keys))
+	for _, key := range keys {
+		states[key] = &store.OrdKey{Queue: queue, Key: key}
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT k.okey, k.last_seq, k.busy_task, k.busy_seq, k.drain_due_at, k.drain_step,
+			k.expires_at, t.state, o.status
+		FROM backstop_ordering_keys k
+		LEFT JOIN backstop_tasks t ON t.id = k.busy_task
+		LEFT JOIN backstop_ordering_tasks o ON o.task_id = k.busy_task
+		WHERE k.queue = ? AND k.okey IN (SELECT value FROM json_each(?))`, queue, string(list))
+	if err != nil {
+		return nil, d, err
+	}
+	for rows.Next() {
+		var (
+			key           string
+			last, due     sql.NullInt64
+			busy          sql.NullString
+			busySeq       int64
+			step          int
+			expires       int64
+			state, status sql.NullString
+		)
+		if err := rows.Scan(&key, &last, &busy, &busySeq, &due, &step, &expires, &state, &status); err != nil {
+			rows.Close()
+			return nil, d, err
+		}
+		k := states[key]
+		if k == nil {
+			continue
+		}
+		k.Exists, k.BusySeq, k.DrainStep, k.ExpiresAt = true, busySeq, step, fromUS(expires)
 		k.HasLast, k.Last = last.Valid, last.Int64
-		k.BusyTask = busy.String
 		if due.Valid {
 			k.DrainDue = fromUS(due.Int64)
 		}
-		k.ExpiresAt = fromUS(expires)
-	}
-	if k.BusyTask != "" {
-		var st string
-		err := tx.QueryRowContext(ctx, `SELECT state FROM backstop_tasks WHERE id = ?`, k.BusyTask).Scan(&st)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return nil, store.OrderingDelta{}, err
+		if busy.Valid && busy.String != "" {
+			k.BusyTask = busy.String
+			k.BusyDone = !state.Valid || !bt.State(state.String).Live()
+			k.BusyReplay = status.String == store.OrdReplayed
 		}
-		k.BusyDone = err != nil || !bt.State(st).Live()
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT o.task_id, t.kind, o.seq, o.status FROM backstop_ordering_tasks o
-		JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
-		WHERE o.queue = ? AND o.okey = ? AND o.status IN ('held', 'gap', 'ready') ORDER BY o.seq`, queue, key)
-	if err != nil {
-		return nil, store.OrderingDelta{}, err
-	}
-	var tasks []store.OrdTask
-	for rows.Next() {
-		var t store.OrdTask
-		if err := rows.Scan(&t.ID, &t.Kind, &t.Seq, &t.Status); err != nil {
-			rows.Close()
-			return nil, store.OrderingDelta{}, err
-		}
-		tasks = append(tasks, t)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, store.OrderingDelta{}, err
+		return nil, d, err
 	}
-	acts, evs, d := store.Decide(&k, tasks, set, now)
+	rows, err = tx.QueryContext(ctx, `SELECT o.okey, o.task_id, t.kind, o.seq, o.status FROM backstop_ordering_tasks o
+		JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
+		WHERE o.queue = ? AND o.okey IN (SELECT value FROM json_each(?))
+		AND o.status IN ('held', 'gap', 'ready', 'replay') ORDER BY o.okey, o.seq`, queue, string(list))
+	if err != nil {
+		return nil, d, err
+	}
+	tasks := make(map[string][]store.OrdTask, len(keys))
+	for rows.Next() {
+		var (
+			key string
+			t   store.OrdTask
+		)
+		if err := rows.Scan(&key, &t.ID, &t.Kind, &t.Seq, &t.Status); err != nil {
+			rows.Close()
+			return nil, d, err
+		}
+		tasks[key] = append(tasks[key], t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, d, err
+	}
+	var events []bt.Event
+	for _, key := range keys {
+		evs, kd, err := applyKey(ctx, tx, states[key], tasks[key], set, now)
+		if err != nil {
+			return nil, d, fmt.Errorf("key %q: %w", key, err)
+		}
+		events = append(events, evs...)
+		d.Add(kd)
+	}
+	return events, d, nil
+}
+
+// applyKey decides one key and writes the outcome.
+func applyKey(ctx context.Context, tx *sql.Tx, k *store.OrdKey, tasks []store.OrdTask, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
+	n := us(now)
+	queue, key := k.Queue, k.Key
+	acts, evs, d := store.Decide(k, tasks, set, now)
 	for _, a := range acts {
 		switch a.NewStatus {
 		case "stale":
@@ -142,7 +189,7 @@ func orderKey(ctx context.Context, tx *sql.Tx, queue, key string, set store.Orde
 				updated_at = ? WHERE id = ? AND state = 'buffered'`, a.Error, n, n, a.TaskID); err != nil {
 				return nil, d, err
 			}
-		case store.OrdDone:
+		case store.OrdDone, store.OrdReplayed:
 			if _, err := tx.ExecContext(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = ?
 				WHERE id = ? AND state = 'buffered'`, n, a.TaskID); err != nil {
 				return nil, d, err
@@ -154,7 +201,7 @@ func orderKey(ctx context.Context, tx *sql.Tx, queue, key string, set store.Orde
 		}
 	}
 	if k.NeedsRemoval {
-		_, err = tx.ExecContext(ctx, `DELETE FROM backstop_ordering_keys WHERE queue = ? AND okey = ?`, queue, key)
+		_, err := tx.ExecContext(ctx, `DELETE FROM backstop_ordering_keys WHERE queue = ? AND okey = ?`, queue, key)
 		return evs, d, err
 	}
 	var lastArg, dueArg any
@@ -167,7 +214,7 @@ func orderKey(ctx context.Context, tx *sql.Tx, queue, key string, set store.Orde
 	if k.ExpiresAt.IsZero() {
 		k.ExpiresAt = now.Add(set.KeyTTL)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO backstop_ordering_keys (queue, okey, last_seq, busy_task, busy_seq,
+	_, err := tx.ExecContext(ctx, `INSERT INTO backstop_ordering_keys (queue, okey, last_seq, busy_task, busy_seq,
 		drain_due_at, drain_step, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (queue, okey) DO UPDATE SET last_seq = excluded.last_seq, busy_task = excluded.busy_task,
 		busy_seq = excluded.busy_seq, drain_due_at = excluded.drain_due_at, drain_step = excluded.drain_step,
@@ -220,4 +267,47 @@ func (s *Store) OrderingFallback(ctx context.Context, queue string, now time.Tim
 		s.hub.notify(map[string]struct{}{queue: {}})
 	}
 	return int(n), err
+}
+
+func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error) {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM backstop_ordering_keys WHERE (queue, okey) IN (SELECT k.queue, k.okey
+		FROM backstop_ordering_keys k WHERE k.busy_task IS NULL AND k.drain_due_at IS NULL AND k.expires_at < ? LIMIT ?)`,
+		us(now), limit)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: retention: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// copyOrdering gives a copy of a task (replay --new-id) the ordering row of
+// the original, if it has one.
+func copyOrdering(ctx context.Context, q querier, newID, from string) error {
+	_, err := q.ExecContext(ctx, `INSERT INTO backstop_ordering_tasks (task_id, queue, okey, seq, status, gaps)
+		SELECT ?, t.queue, o.okey, o.seq, 'held', o.gaps FROM backstop_ordering_tasks o
+		JOIN backstop_tasks t ON t.id = ? WHERE o.task_id = ?`, newID, newID, from)
+	return err
+}
+
+// replayOrdering makes replayed ordered tasks (ids) wait for their key:
+// state buffered, ordering status replay (docs/ordering.md).
+func replayOrdering(ctx context.Context, q querier, ids []any) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	in := placeholders(len(ids))
+	res, err := q.ExecContext(ctx, `UPDATE backstop_ordering_tasks SET status = 'replay' WHERE task_id IN (`+in+`)`, ids...)
+	if err != nil {
+		return fmt.Errorf("sqlite: ordering replay: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil
+	}
+	_, err = q.ExecContext(ctx, `UPDATE backstop_tasks SET state = 'buffered' WHERE id IN (`+in+`)
+		AND state IN ('pending', 'scheduled')
+		AND EXISTS (SELECT 1 FROM backstop_ordering_tasks o WHERE o.task_id = backstop_tasks.id)`, ids...)
+	if err != nil {
+		return fmt.Errorf("sqlite: ordering replay: %w", err)
+	}
+	return nil
 }

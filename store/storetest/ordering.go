@@ -462,6 +462,9 @@ func (s *suite) testOrdering(t *testing.T) {
 		eq(t, "handled", seen, []string{"k:1[]", "k:3[{2 2}]"})
 	})
 
+	s.testOrderingHold(t) // ordering_hold.go
+	s.testOrderingOps(t)  // ordering_ops.go
+
 	t.Run("NotOrderedQueueRejectsKey", func(t *testing.T) {
 		t.Parallel()
 		b := s.setup(t, &backstop.Config{Queues: map[string]backstop.QueueConfig{"plain": {Concurrency: 1}}})

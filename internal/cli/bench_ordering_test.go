@@ -1,0 +1,32 @@
+package cli_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/backstophq/backstop/internal/cli"
+)
+
+// TestBenchOrdering runs a small simulation: three lines, the first hold
+// printed with the ordered run; a negative hold is a usage error.
+func TestBenchOrdering(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := execMain(t, "bench", "ordering", "--keys", "20", "--minutes", "10", "--first-hold", "70s")
+	if code != 0 {
+		t.Fatalf("bench ordering exited %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ordering off ") || !strings.HasPrefix(lines[1], "ordering on ") ||
+		!strings.HasPrefix(lines[2], "ordering: false_miss_reduction=") {
+		t.Fatalf("output:\n%s", stdout)
+	}
+	if !strings.Contains(lines[1], " first_hold=1m10s first_held=") || strings.Contains(lines[0], "first_hold") {
+		t.Fatalf("the first hold is not reported with the ordered run:\n%s", stdout)
+	}
+	for _, args := range [][]string{{"--first-hold", "-1s"}, {"--keys", "0"}} {
+		code, _, stderr := execMain(t, append([]string{"bench", "ordering"}, args...)...)
+		if code != cli.ExitUsage || !strings.Contains(stderr, "bench ordering") {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", args, code, cli.ExitUsage, stderr)
+		}
+	}
+}
