@@ -21,7 +21,9 @@ const oq = "ordered"
 func (s *suite) ordBundle(t *testing.T, ord backstop.OrderingConfig) *bundle {
 	t.Helper()
 	ord.Enabled = true
-	return s.setup(t, &backstop.Config{Queues: map[string]backstop.QueueConfig{oq: {Ordering: ord}}})
+	b := s.setup(t, &backstop.Config{Queues: map[string]backstop.QueueConfig{oq: {Ordering: ord}}})
+	b.clock.freeze()
+	return b
 }
 
 func (b *bundle) ordEnqueue(key string, seq int64) *backstop.Task {

@@ -77,12 +77,28 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 type clock struct {
 	mu     sync.Mutex
 	offset time.Duration
+	frozen time.Time // when set, Now is frozen+offset: only Advance moves time
 }
 
 func (c *clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.frozen.IsZero() {
+		return c.frozen.Add(c.offset)
+	}
 	return time.Now().Add(c.offset).UTC().Truncate(time.Microsecond)
+}
+
+// freeze stops the clock at the current time: a test whose steps are
+// measured in Advance calls (a drain due in 10s) must not see a slow
+// machine's real seconds pass between them.
+func (c *clock) freeze() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.frozen.IsZero() {
+		c.frozen = time.Now().Add(c.offset).UTC().Truncate(time.Microsecond)
+		c.offset = 0
+	}
 }
 
 func (c *clock) Advance(d time.Duration) {
