@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/backstophq/backstop"
@@ -29,7 +30,13 @@ func (a *app) startTelemetry(ctx context.Context, cfg *config.Config, service st
 	if err != nil {
 		return nil, nil, usageErr("telemetry: %v", err)
 	}
-	t.Install()
+	// The process's globals (otel providers, the slog default) are the
+	// command's only when it owns the process: tests run many commands in
+	// one process at once, each writing to its own buffers, and a global
+	// logger pointing at one test's buffer is written by the others.
+	if f, ok := a.stderr.(*os.File); ok && f == os.Stderr {
+		t.Install()
+	}
 	stop := func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
