@@ -63,6 +63,10 @@ GRANT SELECT, UPDATE ON :"schema".backstop_ordering_tasks TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_ordering_keys TO backstop_worker;
 GRANT SELECT ON :"schema".backstop_pending_retries, :"schema".backstop_dead_letters,
     :"schema".backstop_retry_exhausted, :"schema".backstop_recent_failures TO backstop_worker;
+-- The worker registry (a worker registers, is seen, stops) and the
+-- executions' logs (lines appended, usage read); their deletion is retention's.
+GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_workers TO backstop_worker;
+GRANT SELECT, INSERT ON :"schema".backstop_execution_logs TO backstop_worker;
 
 -- admin: everything on Backstop's tables, views and sequences: dead-letter
 -- replay, redrive, discard, resolve, purge and export, retention, tokens.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +56,8 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	}
 	script := strings.ReplaceAll(strings.Join(lines, "\n"), `:"schema"`, pgx.Identifier{schema}.Sanitize())
 	for r, g := range groups {
-		script = strings.ReplaceAll(script, "backstop_"+r, g)
+		// Whole words only: backstop_worker is a role, backstop_workers a table.
+		script = regexp.MustCompile(`\bbackstop_`+r+`\b`).ReplaceAllLiteralString(script, g)
 	}
 	pool := b.store.Pool()
 	t.Cleanup(func() {
@@ -176,6 +178,18 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	}
 	_, err = worker.Heartbeat(ctx, []store.Beat{{TaskID: claimed[0].ID, ExecutionID: claimed[0].ExecutionID}}, now, now.Add(time.Minute))
 	must("worker heartbeat", err)
+	wi := store.WorkerInfo{ID: "w", Host: "h", PID: 1, Queues: []string{"q"}, StartedAt: now, LastSeen: now}
+	must("worker register", worker.RegisterWorker(ctx, wi))
+	must("worker seen", worker.SeeWorker(ctx, wi, now))
+	must("worker touch", worker.TouchWorkers(ctx, []string{"w"}, now.Add(time.Second)))
+	must("worker log lines", worker.AppendLogs(ctx, []store.LogLine{{TaskID: claimed[1].ID, ExecutionID: claimed[1].ExecutionID,
+		Seq: 1, At: now, Stream: "log", Line: "hello"}}))
+	_, err = worker.AppendLeasedLogs(ctx, claimed[1].ID, claimed[1].ExecutionID, []store.LogLine{{TaskID: claimed[1].ID,
+		ExecutionID: claimed[1].ExecutionID, Seq: 2, At: now, Stream: "log", Line: "again"}})
+	must("worker leased log lines", err)
+	_, err = worker.ExecutionLogUsage(ctx, claimed[1].ExecutionID)
+	must("worker log usage", err)
+	must("worker stopped", worker.SetWorkerState(ctx, "w", store.WorkerStopped, now.Add(2*time.Second)))
 	var ss []store.Settlement
 	for i, c := range claimed {
 		s := store.Settlement{TaskID: c.ID, ExecutionID: c.ExecutionID, FinishedAt: now, Outcome: bt.OutcomeSucceeded, State: bt.StateSucceeded}
@@ -234,3 +248,30 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 type fixedClock time.Time
 
 func (c fixedClock) Now() time.Time { return time.Time(c) }
+
+// TestRolesDocMatchesFile: docs/postgres-roles.md quotes roles.sql; the
+// quote must not drift from the file the least-privilege test runs.
+func TestRolesDocMatchesFile(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/postgres/roles.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/postgres-roles.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql := string(raw)
+	i := strings.Index(sql, "GRANT USAGE ON SCHEMA")
+	if i < 0 {
+		t.Fatal("roles.sql: no GRANT USAGE ON SCHEMA")
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(sql[i:], "\n"), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), `\`) {
+			lines = append(lines, l)
+		}
+	}
+	if !strings.Contains(string(doc), "```sql\n"+strings.Join(lines, "\n")+"\n```") {
+		t.Fatal("docs/postgres-roles.md does not quote deploy/postgres/roles.sql's grants as they are: copy them again")
+	}
+}
