@@ -300,9 +300,9 @@ func (s *Store) purgeBatch(ctx context.Context, sts []any, before time.Time, lim
 		return 0, err
 	}
 	defer tx.Rollback() //nolint:errcheck
-	rows, err := tx.QueryContext(ctx, `DELETE FROM backstop_tasks WHERE id IN (SELECT id FROM backstop_tasks
-		WHERE state = 'dead' AND dlq_status IN (`+placeholders(len(sts))+`) AND updated_at < ? ORDER BY id LIMIT ?)
-		RETURNING id`, append(append([]any{}, sts...), us(before), limit)...)
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM backstop_tasks
+		WHERE state = 'dead' AND dlq_status IN (`+placeholders(len(sts))+`) AND updated_at < ? ORDER BY id LIMIT ?`,
+		append(append([]any{}, sts...), us(before), limit)...)
 	if err != nil {
 		return 0, err
 	}
@@ -327,7 +327,11 @@ func (s *Store) purgeBatch(ctx context.Context, sts []any, before time.Time, lim
 				return 0, err
 			}
 		}
+		// Events first: deleteTaskEvents finds them through the task rows.
 		if err := deleteTaskEvents(ctx, tx, ids); err != nil { // events.go
+			return 0, err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM backstop_tasks WHERE id`+in, ids...); err != nil {
 			return 0, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -82,18 +83,27 @@ func (r *logRow) decode() error {
 	if err != nil {
 		return err
 	}
-	arr := func(name, text string, dst any, want bool) error {
-		if !want {
-			return nil
+	var errs []error
+	arr := func(name, text string, dst any, want bool) {
+		if want {
+			if err := json.Unmarshal([]byte(text), dst); err != nil {
+				errs = append(errs, fmt.Errorf("event row %d: %s: %w", r.seq, name, err))
+			}
 		}
-		if err := json.Unmarshal([]byte(text), dst); err != nil {
-			return fmt.Errorf("event row %d: %s: %w", r.seq, name, err)
-		}
-		return nil
 	}
-	if err := errors.Join(arr("queues", r.queuesText, &r.queues, true), arr("kinds", r.kindsText, &r.kinds, true),
-		arr("times", r.timesText.String, &r.times, r.timesText.Valid), arr("ids", r.idsText.String, &r.ids, r.idsText.Valid),
-		arr("attributes", r.attrsText, &r.attrs, true), arr("bodies", r.bodiesText, &r.bodies, true)); err != nil {
+	arr("times", r.timesText.String, &r.times, r.timesText.Valid)
+	arr("ids", r.idsText.String, &r.ids, r.idsText.Valid)
+	var err1, err2, err3, err4 error
+	r.queues, err1 = decodeStrings(r.queuesText, n)
+	r.kinds, err2 = decodeStrings(r.kindsText, n)
+	r.attrs, err3 = decodeRaws(r.attrsText, n)
+	r.bodies, err4 = decodeBodies(r.bodiesText, n)
+	for _, err := range []error{err1, err2, err3, err4} {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("event row %d: %w", r.seq, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	if len(r.queues) != n || len(r.kinds) != n || len(r.attrs) != n || len(r.bodies) != n ||
@@ -102,6 +112,68 @@ func (r *logRow) decode() error {
 	}
 	r.decodedAll = true
 	return nil
+}
+
+// decodeStrings reads a row's queues or kinds: an array, one per event, or
+// one string for all (events_write.go).
+func decodeStrings(text string, n int) ([]string, error) {
+	var out []string
+	if strings.HasPrefix(text, "[") {
+		err := json.Unmarshal([]byte(text), &out)
+		return out, err
+	}
+	var one string
+	if err := json.Unmarshal([]byte(text), &one); err != nil {
+		return nil, err
+	}
+	out = make([]string, n)
+	for i := range out {
+		out[i] = one
+	}
+	return out, nil
+}
+
+// decodeRaws reads a row's attributes: an array, one per event, or one
+// value (an object or null) for all.
+func decodeRaws(text string, n int) ([]json.RawMessage, error) {
+	var out []json.RawMessage
+	if strings.HasPrefix(text, "[") {
+		err := json.Unmarshal([]byte(text), &out)
+		return out, err
+	}
+	if !json.Valid([]byte(text)) {
+		return nil, fmt.Errorf("attributes: not JSON")
+	}
+	out = make([]json.RawMessage, n)
+	for i := range out {
+		out[i] = json.RawMessage(text)
+	}
+	return out, nil
+}
+
+// decodeBodies reads a row's bodies: an array of objects, or
+// {"common": {…}, "each": […]} where each body is its element of each with
+// the members of common (a null element is a blank's).
+func decodeBodies(text string, n int) ([]json.RawMessage, error) {
+	var out []json.RawMessage
+	if strings.HasPrefix(text, "[") {
+		err := json.Unmarshal([]byte(text), &out)
+		return out, err
+	}
+	var split struct {
+		Common json.RawMessage   `json:"common"`
+		Each   []json.RawMessage `json:"each"`
+	}
+	if err := json.Unmarshal([]byte(text), &split); err != nil {
+		return nil, fmt.Errorf("bodies: %w", err)
+	}
+	for _, e := range split.Each {
+		if string(e) != "null" {
+			e = mergeBody(e, split.Common)
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // event builds event i (from 1) of a decoded row.
@@ -197,9 +269,8 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 		rows, err = s.r.QueryContext(ctx, `SELECT `+logRowCols+` FROM backstop_events WHERE seq >= ? ORDER BY seq LIMIT ?`,
 			after.seq, limit+1)
 	case store.StreamTask:
-		rows, err = s.r.QueryContext(ctx, `SELECT `+logRowCols+` FROM backstop_events WHERE seq IN (
-			SELECT seq FROM backstop_event_subjects WHERE subject = ? AND seq >= ? ORDER BY seq LIMIT ?) ORDER BY seq`,
-			q.Stream.Value, after.seq, limit+1)
+		rows, err = s.r.QueryContext(ctx, `SELECT `+logRowCols+` FROM backstop_events WHERE seq IN (`+taskSeqsSQL+`)
+			ORDER BY seq LIMIT ?3`, q.Stream.Value, after.seq, limit+1)
 	default:
 		rows, err = s.r.QueryContext(ctx, `SELECT `+logRowCols+` FROM backstop_events WHERE seq >= ? ORDER BY seq LIMIT ?`,
 			after.seq, store.EventScanWindow+1)
@@ -310,10 +381,18 @@ func readWindow(rows *sql.Rows, after position, limit int, st store.Stream) ([]b
 	return out, last.String(), nil
 }
 
+// taskSeqsSQL selects the log rows holding events of subject ?1 from seq
+// ?2 on: those the hot path recorded in the task's row (event_seqs,
+// ",<seq>,<seq>…") and those of backstop_event_subjects.
+const taskSeqsSQL = `SELECT seq FROM backstop_event_subjects WHERE subject = ?1 AND seq >= ?2
+	UNION ALL
+	SELECT value FROM json_each((SELECT '[' || substr(event_seqs, 2) || ']' FROM backstop_tasks WHERE id = ?1))
+		WHERE value >= ?2`
+
 // taskEvents reads all events of one task, in log order.
 func taskEvents(ctx context.Context, q querier, taskID string) ([]bt.Event, error) {
-	rows, err := q.QueryContext(ctx, `SELECT `+logRowCols+` FROM backstop_events WHERE seq IN (
-		SELECT seq FROM backstop_event_subjects WHERE subject = ?) ORDER BY seq`, taskID)
+	rows, err := q.QueryContext(ctx, `SELECT `+logRowCols+` FROM backstop_events WHERE seq IN (`+taskSeqsSQL+`)
+		ORDER BY seq`, taskID, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -387,8 +466,9 @@ func (s *Store) DeleteEventsBefore(ctx context.Context, before time.Time, limit 
 	return n, nil
 }
 
-// deleteTaskEvents deletes the events of deleted tasks (task retention, DLQ
-// purge) in the caller's transaction: rows that hold only their events go;
+// deleteTaskEvents deletes the events of tasks about to be deleted (task
+// retention, DLQ purge; their rows must still be there: event_seqs) in the
+// caller's transaction: rows that hold only their events go;
 // in a row shared with tasks that stay, their events become blanks
 // (subject, attributes and body null; readers skip them), so the others
 // keep their places and cursors.
@@ -404,7 +484,10 @@ func deleteTaskEvents(ctx context.Context, tx querier, ids []any) error {
 		}
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT seq, subjects, attributes, bodies FROM backstop_events WHERE seq IN (
-		SELECT seq FROM backstop_event_subjects WHERE subject IN (`+in+`))`, ids...)
+		SELECT seq FROM backstop_event_subjects WHERE subject IN (`+in+`)
+		UNION ALL
+		SELECT j.value FROM backstop_tasks t, json_each('[' || substr(t.event_seqs, 2) || ']') j
+			WHERE t.id IN (`+in+`) AND t.event_seqs IS NOT NULL)`, append(append([]any{}, ids...), ids...)...)
 	if err != nil {
 		return fmt.Errorf("sqlite: delete task events: %w", err)
 	}
@@ -427,8 +510,14 @@ func deleteTaskEvents(ctx context.Context, tx querier, ids []any) error {
 			rows.Close()
 			return err
 		}
-		if err := errors.Join(json.Unmarshal([]byte(subj), &ss), json.Unmarshal([]byte(attrs), &as),
-			json.Unmarshal([]byte(bodies), &bs)); err != nil {
+		err := json.Unmarshal([]byte(subj), &ss)
+		if err == nil {
+			as, err = decodeRaws(attrs, len(ss))
+		}
+		if err == nil {
+			bs, err = decodeBodies(bodies, len(ss))
+		}
+		if err != nil {
 			rows.Close()
 			return fmt.Errorf("sqlite: delete task events: row %d: %w", seq, err)
 		}
@@ -451,7 +540,6 @@ func deleteTaskEvents(ctx context.Context, tx querier, ids []any) error {
 			continue
 		}
 		b := blanked{seq: seq}
-		var err error
 		if b.subjects, err = json.Marshal(ss); err == nil {
 			if b.attrs, err = json.Marshal(as); err == nil {
 				b.bodies, err = json.Marshal(bs)

@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,25 +18,44 @@ import (
 // in JSON arrays built here, in Go, from what the statement making the
 // change returned. One row instead of one per event is what keeps the log
 // off the hot path's cost: a claim of 100 tasks inserts one row (a few
-// overflow pages) and 100 entries of the narrow (subject, seq) table the
-// insert trigger fills, not 100 rows with an index entry each.
+// overflow pages), not 100 rows with an index entry each.
+//
+// Rows get their seq explicitly, so that the hot path can record a row's
+// seq in the task rows it updates anyway (backstop_tasks.event_seqs)
+// instead of writing one (subject, seq) entry per event: its UPDATE
+// computes nextEventSeq (the writer is alone: the next number is known
+// inside its transaction), appends it to event_seqs, returns it, and the
+// event row is inserted with that seq. Every other event gets its entry in
+// backstop_event_subjects.
+
+// nextEventSeq is the seq the next row of the log takes (an uncorrelated
+// subquery: evaluated once per statement). AUTOINCREMENT never reuses a
+// number: it is above every row there is and every row there was.
+const nextEventSeq = `(SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'backstop_events'), 0),
+	coalesce((SELECT max(seq) FROM backstop_events), 0)) + 1)`
 
 // maxRowEvents bounds one row (a reader decodes a whole row to serve any
 // event of it).
 const maxRowEvents = 1000
 
 // evRow is a log row being built: the JSON arrays without their closing
-// bracket.
+// bracket. A row of several events stores a column whose values are all
+// equal (queues, kinds, attributes) as that one value instead of an array,
+// and its bodies may share a common part (common, a JSON object merged into
+// each body: the claim's worker and lease); readers expand both (events.go).
+// Fewer bytes per event is less for SQLite to write twice (WAL, checkpoint).
 type evRow struct {
 	typ, actor                                         string
 	n                                                  int
 	time, first                                        int64
-	sameTime, anyID                                    bool
+	sameTime, anyID, sameQueue, sameKind, sameAttrs    bool
+	queue0, kind0, attrs0                              string
 	subjects, queues, kinds, times, ids, attrs, bodies []byte
+	common                                             []byte // a JSON object, or nil
 }
 
 func newEvRow(typ, actor string) *evRow {
-	return &evRow{typ: typ, actor: actor, sameTime: true}
+	return &evRow{typ: typ, actor: actor, sameTime: true, sameQueue: true, sameKind: true, sameAttrs: true}
 }
 
 // next starts the row's next event; the caller then appends its body (a
@@ -46,10 +66,17 @@ func (r *evRow) next(subject, queue, kind string, at int64, id, attrs string) {
 	if r.n > 0 {
 		sep = ','
 	}
+	if attrs == "" {
+		attrs = "null"
+	}
 	if r.n == 0 {
 		r.first, r.time = at, at
-	} else if at != r.first {
-		r.sameTime = false
+		r.queue0, r.kind0, r.attrs0 = queue, kind, attrs
+	} else {
+		r.sameTime = r.sameTime && at == r.first
+		r.sameQueue = r.sameQueue && queue == r.queue0
+		r.sameKind = r.sameKind && kind == r.kind0
+		r.sameAttrs = r.sameAttrs && attrs == r.attrs0
 	}
 	r.time = max(r.time, at)
 	r.n++
@@ -59,14 +86,11 @@ func (r *evRow) next(subject, queue, kind string, at int64, id, attrs string) {
 	r.times = strconv.AppendInt(append(r.times, sep), at, 10)
 	r.ids = appendJSONString(append(r.ids, sep), id)
 	r.anyID = r.anyID || id != ""
-	if attrs == "" {
-		attrs = "null"
-	}
 	r.attrs = append(append(r.attrs, sep), attrs...)
 	r.bodies = append(r.bodies, sep)
 }
 
-// args are the row's values in evInsert's column order.
+// args are the row's values in evInsert's column order (after seq).
 func (r *evRow) args() []any {
 	closed := func(b []byte) string { return string(append(b, ']')) }
 	var times, ids any
@@ -76,35 +100,91 @@ func (r *evRow) args() []any {
 	if r.anyID {
 		ids = closed(r.ids)
 	}
-	return []any{r.typ, r.time, r.actor, closed(r.subjects), closed(r.queues), closed(r.kinds), times, ids,
-		closed(r.attrs), closed(r.bodies)}
+	queues, kinds, attrs := closed(r.queues), closed(r.kinds), closed(r.attrs)
+	if r.n > 1 && r.sameQueue {
+		queues = string(appendJSONString(nil, r.queue0))
+	}
+	if r.n > 1 && r.sameKind {
+		kinds = string(appendJSONString(nil, r.kind0))
+	}
+	if r.n > 1 && r.sameAttrs {
+		attrs = r.attrs0
+	}
+	bodies := closed(r.bodies)
+	switch {
+	case r.common == nil:
+	case r.n == 1: // one event: its whole body, as in any one-event row
+		bodies = "[" + string(mergeBody([]byte(bodies[1:len(bodies)-1]), r.common)) + "]"
+	default:
+		bodies = `{"common":` + string(r.common) + `,"each":` + bodies + `}`
+	}
+	return []any{r.typ, r.time, r.actor, closed(r.subjects), queues, kinds, times, ids, attrs, bodies}
 }
 
-const evInsert = `INSERT INTO backstop_events (type, time, actor, subjects, queues, kinds, times, ids, attributes, bodies) VALUES `
+// mergeBody is the JSON object with the members of each, then those of
+// common.
+func mergeBody(each, common []byte) []byte {
+	e := bytes.TrimSpace(each)
+	c := bytes.TrimSpace(common)
+	if len(c) <= 2 {
+		return e
+	}
+	if len(e) <= 2 || e[0] != '{' {
+		return c
+	}
+	ei, ci := bytes.TrimSpace(e[1:len(e)-1]), c[1:len(c)-1]
+	out := make([]byte, 0, len(ei)+len(ci)+3)
+	out = append(append(out, '{'), ei...)
+	if len(ei) > 0 {
+		out = append(out, ',')
+	}
+	return append(append(out, ci...), '}')
+}
 
-// insertRows inserts built rows, in order (so in seq order).
-func insertRows(ctx context.Context, q querier, rows []*evRow) error {
+const evInsert = `INSERT INTO backstop_events (seq, type, time, actor, subjects, queues, kinds, times, ids, attributes, bodies) VALUES `
+
+// insertRows inserts built rows with the seqs first, first+1, … (empty
+// rows are skipped and take no number). With index, every event also gets
+// its (subject, seq) entry in backstop_event_subjects; without, the caller
+// records the seqs in the task rows (event_seqs).
+func insertRows(ctx context.Context, q querier, rows []*evRow, first int64, index bool) error {
 	const per = 100
+	seq := first
 	for start := 0; start < len(rows); start += per {
 		chunk := rows[start:min(start+per, len(rows))]
-		var sb strings.Builder
+		var sb, ib strings.Builder
 		sb.WriteString(evInsert)
-		args := make([]any, 0, 10*len(chunk))
+		ib.WriteString(`INSERT OR IGNORE INTO backstop_event_subjects (subject, seq)
+			SELECT j.value, v.column1 FROM (VALUES `)
+		args := make([]any, 0, 11*len(chunk))
+		var iargs []any
 		for _, r := range chunk {
 			if r.n == 0 {
 				continue
 			}
 			if len(args) > 0 {
 				sb.WriteByte(',')
+				ib.WriteByte(',')
 			}
-			sb.WriteString("(?,?,?,?,?,?,?,?,?,?)")
-			args = append(args, r.args()...)
+			sb.WriteString("(?,?,?,?,?,?,?,?,?,?,?)")
+			ib.WriteString("(?,?)")
+			a := r.args()
+			args = append(append(args, seq), a...)
+			iargs = append(iargs, seq, a[3])
+			seq++
 		}
 		if len(args) == 0 {
 			continue
 		}
 		if _, err := q.ExecContext(ctx, sb.String(), args...); err != nil {
 			return fmt.Errorf("sqlite: events: %w", err)
+		}
+		if !index {
+			continue
+		}
+		ib.WriteString(`) AS v, json_each(v.column2) AS j WHERE j.value IS NOT NULL`)
+		if _, err := q.ExecContext(ctx, ib.String(), iargs...); err != nil {
+			return fmt.Errorf("sqlite: events: subjects: %w", err)
 		}
 	}
 	return nil
@@ -149,55 +229,64 @@ func insertEvents(ctx context.Context, q querier, events []bt.Event) error {
 			r.bodies = append(r.bodies, e.Body...)
 		}
 	}
-	return insertRows(ctx, q, rows)
+	var seq int64
+	if err := q.QueryRowContext(ctx, `SELECT `+nextEventSeq).Scan(&seq); err != nil {
+		return fmt.Errorf("sqlite: events: next seq: %w", err)
+	}
+	return insertRows(ctx, q, rows, seq, true)
 }
 
-// claimedEvents writes the task.claimed row(s) of a claim, from what the
-// claim returned (attrs[i]: tasks[i]'s attributes as stored).
-func claimedEvents(ctx context.Context, q querier, tasks []*bt.Task, attrs []string, now, lease int64) error {
+// claimedEvents writes the task.claimed row of a claim with seq seq, from
+// what the claim returned (attrs[i]: tasks[i]'s attributes as stored); the
+// claim recorded seq in the tasks' event_seqs.
+func claimedEvents(ctx context.Context, q querier, tasks []*bt.Task, attrs []string, now, lease, seq int64) error {
 	if len(tasks) == 0 {
 		return nil
 	}
 	leaseAt := store.EventTime(fromUS(lease))
-	var rows []*evRow
+	r := newEvRow(store.EventClaimed, "")
+	// The worker and the lease are the same for every event of a claim.
+	c := appendJSONString(append(r.common, `{"worker_id":`...), tasks[0].WorkerID)
+	r.common = append(append(append(c, `,"lease_expires_at":"`...), leaseAt...), `"}`...)
 	for i, t := range tasks {
-		if i%maxRowEvents == 0 {
-			rows = append(rows, newEvRow(store.EventClaimed, ""))
-		}
-		r := rows[len(rows)-1]
 		r.next(t.ID, t.Queue, t.Kind, now, "", attrs[i])
-		b := appendJSONString(append(r.bodies, `{"worker_id":`...), t.WorkerID)
-		b = appendJSONString(append(b, `,"execution_id":`...), t.ExecutionID)
-		b = strconv.AppendInt(append(b, `,"attempt":`...), int64(t.Attempt), 10)
-		b = append(append(append(b, `,"lease_expires_at":"`...), leaseAt...), `"}`...)
-		r.bodies = b
+		b := appendJSONString(append(r.bodies, `{"execution_id":`...), t.ExecutionID)
+		r.bodies = append(strconv.AppendInt(append(b, `,"attempt":`...), int64(t.Attempt), 10), '}')
 	}
-	return insertRows(ctx, q, rows)
+	return insertRows(ctx, q, []*evRow{r}, seq, false)
 }
 
-// succeededEvents writes task.started, then task.succeeded, for a batch of
-// successes (each task's in that order: the started row comes first).
-func succeededEvents(ctx context.Context, q querier, settled []settledRow) error {
-	var rows []*evRow
-	for start := 0; start < len(settled); start += maxRowEvents {
-		chunk := settled[start:min(start+maxRowEvents, len(settled))]
-		started, succeeded := newEvRow(store.EventStarted, ""), newEvRow(store.EventSucceeded, "")
-		for _, s := range chunk {
-			started.next(s.taskID, s.queue, s.kind, s.started, "", s.attrs.String)
-			b := appendJSONString(append(started.bodies, `{"execution_id":`...), s.execID)
-			b = strconv.AppendInt(append(b, `,"attempt":`...), int64(s.attempt), 10)
-			b = appendJSONString(append(b, `,"worker_id":`...), s.worker)
-			started.bodies = append(b, '}')
-
-			succeeded.next(s.taskID, s.queue, s.kind, s.finished, "", s.attrs.String)
-			b = appendJSONString(append(succeeded.bodies, `{"execution_id":`...), s.execID)
-			b = strconv.AppendInt(append(b, `,"attempt":`...), int64(s.attempt), 10)
-			b = strconv.AppendInt(append(b, `,"duration_ms":`...), (s.finished-s.started)/1000, 10)
-			succeeded.bodies = append(b, '}')
-		}
-		rows = append(rows, started, succeeded)
+// succeededEvents writes the task.started row (seq seq), then the
+// task.succeeded row (seq+1), of a batch of successes; the settle recorded
+// both seqs in the tasks' event_seqs.
+func succeededEvents(ctx context.Context, q querier, settled []settledRow, seq int64) error {
+	if len(settled) == 0 {
+		return nil
 	}
-	return insertRows(ctx, q, rows)
+	started, succeeded := newEvRow(store.EventStarted, ""), newEvRow(store.EventSucceeded, "")
+	oneWorker := true
+	for _, s := range settled {
+		oneWorker = oneWorker && s.worker == settled[0].worker
+	}
+	if oneWorker { // the usual batch: one worker's
+		started.common = append(appendJSONString([]byte(`{"worker_id":`), settled[0].worker), '}')
+	}
+	for _, s := range settled {
+		started.next(s.taskID, s.queue, s.kind, s.started, "", s.attrs.String)
+		b := appendJSONString(append(started.bodies, `{"execution_id":`...), s.execID)
+		b = strconv.AppendInt(append(b, `,"attempt":`...), int64(s.attempt), 10)
+		if !oneWorker {
+			b = appendJSONString(append(b, `,"worker_id":`...), s.worker)
+		}
+		started.bodies = append(b, '}')
+
+		succeeded.next(s.taskID, s.queue, s.kind, s.finished, "", s.attrs.String)
+		b = appendJSONString(append(succeeded.bodies, `{"execution_id":`...), s.execID)
+		b = strconv.AppendInt(append(b, `,"attempt":`...), int64(s.attempt), 10)
+		b = strconv.AppendInt(append(b, `,"duration_ms":`...), (s.finished-s.started)/1000, 10)
+		succeeded.bodies = append(b, '}')
+	}
+	return insertRows(ctx, q, []*evRow{started, succeeded}, seq, false)
 }
 
 // appendJSONString appends s as a JSON string.

@@ -6,8 +6,16 @@
 -- Go; the cursor is 0-<seq>-<i>.
 --
 -- A task's events (its history, the task.<id> stream) are found through
--- backstop_event_subjects, a narrow WITHOUT ROWID table of (subject, seq)
--- kept by the triggers below in the same transaction as each write.
+-- two indexes, both written in the transaction of the events:
+--   - backstop_tasks.event_seqs, ",<seq>,<seq>…": the log rows holding the
+--     events of the hot path (task.claimed from the claim, task.started and
+--     task.succeeded from the batched success settle), appended by the very
+--     UPDATE that changes the task, which rewrites its row anyway. An entry
+--     per event in a (subject, seq) B-tree cost the drain more than the
+--     event rows themselves (entries land in the middle of the tree, next
+--     to the task's earlier ones).
+--   - backstop_event_subjects (subject, seq), WITHOUT ROWID: every other
+--     event (enqueue, failures, DLQ operations, worker.* events …).
 --
 -- Existing events become one-element rows and stay readable; an old cursor
 -- <seq> means "after the whole row", which for them is after their event.
@@ -47,12 +55,9 @@ CREATE TABLE backstop_event_subjects (
 INSERT INTO backstop_event_subjects (subject, seq)
     SELECT DISTINCT j.value, e.seq FROM backstop_events e, json_each(e.subjects) j WHERE j.value IS NOT NULL;
 
--- +goose StatementBegin
-CREATE TRIGGER backstop_events_subjects_insert AFTER INSERT ON backstop_events BEGIN
-    INSERT OR IGNORE INTO backstop_event_subjects (subject, seq)
-        SELECT value, NEW.seq FROM json_each(NEW.subjects) WHERE value IS NOT NULL;
-END;
--- +goose StatementEnd
+ALTER TABLE backstop_tasks ADD COLUMN event_seqs TEXT;
+
+-- Retention deletes rows from the oldest end; their subject entries go too.
 -- +goose StatementBegin
 CREATE TRIGGER backstop_events_subjects_delete AFTER DELETE ON backstop_events BEGIN
     DELETE FROM backstop_event_subjects
@@ -63,8 +68,8 @@ END;
 -- +goose Down
 -- Rows of one event go back to the old form; rows of several (written
 -- after the migration) are dropped, as on Postgres.
-DROP TRIGGER backstop_events_subjects_insert;
 DROP TRIGGER backstop_events_subjects_delete;
+ALTER TABLE backstop_tasks DROP COLUMN event_seqs;
 DROP TABLE backstop_event_subjects;
 CREATE TABLE backstop_events_old (
     seq        INTEGER PRIMARY KEY AUTOINCREMENT,
