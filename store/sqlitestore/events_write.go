@@ -38,24 +38,78 @@ const nextEventSeq = `(SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHER
 // event of it).
 const maxRowEvents = 1000
 
-// evRow is a log row being built: the JSON arrays without their closing
-// bracket. A row of several events stores a column whose values are all
-// equal (queues, kinds, attributes) as that one value instead of an array,
-// and its bodies may share a common part (common, a JSON object merged into
-// each body: the claim's worker and lease); readers expand both (events.go).
-// Fewer bytes per event is less for SQLite to write twice (WAL, checkpoint).
+// evRow is a log row being built. A row of several events stores a column
+// whose values are all equal (queues, kinds, attributes) as that one value
+// instead of an array (times and ids: NULL), and its bodies may share a
+// common part (common, a JSON object merged into each body: the claim's
+// worker and lease); readers expand both (events.go). Fewer bytes per event
+// is less for SQLite to write twice (WAL, checkpoint), and a column is only
+// built as an array once two of its values differ.
 type evRow struct {
-	typ, actor                                         string
-	n                                                  int
-	time, first                                        int64
-	sameTime, anyID, sameQueue, sameKind, sameAttrs    bool
-	queue0, kind0, attrs0                              string
-	subjects, queues, kinds, times, ids, attrs, bodies []byte
-	common                                             []byte // a JSON object, or nil
+	typ, actor           string
+	n                    int
+	time                 int64
+	queues, kinds, attrs lazyCol
+	times                lazyCol
+	qq, kq               quoted
+	subjects, bodies     []byte // JSON arrays without their closing bracket
+	ids                  []byte // likewise, nil while every id is ""
+	common               []byte // a JSON object, or nil
+}
+
+// lazyCol is one column of a row: its first value while all are equal,
+// the JSON array of them from the first that differs.
+type lazyCol struct {
+	first, cur string // encoded JSON values
+	arr        []byte // nil while all are equal
+}
+
+func (c *lazyCol) add(n int, v string) {
+	switch {
+	case n == 0:
+		c.first = v
+	case c.arr == nil && v == c.first:
+	default:
+		if c.arr == nil {
+			c.arr = append(make([]byte, 0, (n+1)*(len(v)+1)+1), '[')
+			for k := range n {
+				if k > 0 {
+					c.arr = append(c.arr, ',')
+				}
+				c.arr = append(c.arr, c.first...)
+			}
+		}
+		c.arr = append(append(c.arr, ','), v...)
+	}
+}
+
+// value is the column as stored: one value for all (several events, all
+// equal), else an array; nilIfSame: NULL instead of the one value.
+func (c *lazyCol) value(n int, nilIfSame bool) any {
+	switch {
+	case c.arr != nil:
+		return string(append(c.arr, ']'))
+	case nilIfSame:
+		return nil
+	case n == 1:
+		return "[" + c.first + "]"
+	}
+	return c.first
 }
 
 func newEvRow(typ, actor string) *evRow {
-	return &evRow{typ: typ, actor: actor, sameTime: true, sameQueue: true, sameKind: true, sameAttrs: true}
+	return &evRow{typ: typ, actor: actor}
+}
+
+// quoted caches the JSON encoding of the last strings seen (a batch's
+// queue and kind repeat).
+type quoted struct{ s, q string }
+
+func (c *quoted) of(s string) string {
+	if c.q == "" || c.s != s {
+		c.s, c.q = s, string(appendJSONString(nil, s))
+	}
+	return c.q
 }
 
 // next starts the row's next event; the caller then appends its body (a
@@ -69,46 +123,39 @@ func (r *evRow) next(subject, queue, kind string, at int64, id, attrs string) {
 	if attrs == "" {
 		attrs = "null"
 	}
-	if r.n == 0 {
-		r.first, r.time = at, at
-		r.queue0, r.kind0, r.attrs0 = queue, kind, attrs
-	} else {
-		r.sameTime = r.sameTime && at == r.first
-		r.sameQueue = r.sameQueue && queue == r.queue0
-		r.sameKind = r.sameKind && kind == r.kind0
-		r.sameAttrs = r.sameAttrs && attrs == r.attrs0
+	if r.n == 0 || at > r.time {
+		r.time = at
 	}
-	r.time = max(r.time, at)
+	r.queues.add(r.n, r.qq.of(queue))
+	r.kinds.add(r.n, r.kq.of(kind))
+	r.attrs.add(r.n, attrs)
+	r.times.add(r.n, strconv.FormatInt(at, 10))
+	if id != "" && r.ids == nil {
+		r.ids = append(r.ids, '[')
+		for k := range r.n {
+			if k > 0 {
+				r.ids = append(r.ids, ',')
+			}
+			r.ids = append(r.ids, `""`...)
+		}
+	}
+	if r.ids != nil {
+		if r.n > 0 {
+			r.ids = append(r.ids, ',')
+		}
+		r.ids = appendJSONString(r.ids, id)
+	}
 	r.n++
 	r.subjects = appendJSONString(append(r.subjects, sep), subject)
-	r.queues = appendJSONString(append(r.queues, sep), queue)
-	r.kinds = appendJSONString(append(r.kinds, sep), kind)
-	r.times = strconv.AppendInt(append(r.times, sep), at, 10)
-	r.ids = appendJSONString(append(r.ids, sep), id)
-	r.anyID = r.anyID || id != ""
-	r.attrs = append(append(r.attrs, sep), attrs...)
 	r.bodies = append(r.bodies, sep)
 }
 
 // args are the row's values in evInsert's column order (after seq).
 func (r *evRow) args() []any {
 	closed := func(b []byte) string { return string(append(b, ']')) }
-	var times, ids any
-	if !r.sameTime {
-		times = closed(r.times)
-	}
-	if r.anyID {
+	var ids any
+	if r.ids != nil {
 		ids = closed(r.ids)
-	}
-	queues, kinds, attrs := closed(r.queues), closed(r.kinds), closed(r.attrs)
-	if r.n > 1 && r.sameQueue {
-		queues = string(appendJSONString(nil, r.queue0))
-	}
-	if r.n > 1 && r.sameKind {
-		kinds = string(appendJSONString(nil, r.kind0))
-	}
-	if r.n > 1 && r.sameAttrs {
-		attrs = r.attrs0
 	}
 	bodies := closed(r.bodies)
 	switch {
@@ -118,7 +165,8 @@ func (r *evRow) args() []any {
 	default:
 		bodies = `{"common":` + string(r.common) + `,"each":` + bodies + `}`
 	}
-	return []any{r.typ, r.time, r.actor, closed(r.subjects), queues, kinds, times, ids, attrs, bodies}
+	return []any{r.typ, r.time, r.actor, closed(r.subjects), r.queues.value(r.n, false), r.kinds.value(r.n, false),
+		r.times.value(r.n, true), ids, r.attrs.value(r.n, false), bodies}
 }
 
 // mergeBody is the JSON object with the members of each, then those of
