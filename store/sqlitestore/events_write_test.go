@@ -33,7 +33,7 @@ func TestEventRowColumns(t *testing.T) {
 	}
 	cases := map[string][]bt.Event{
 		"all equal": {mk(0, "q", "k", "", base, nil), mk(1, "q", "k", "", base, nil), mk(2, "q", "k", "", base, nil)},
-		"one": {mk(0, "q", "k", "id-0", base, map[string]string{"a": "b"})},
+		"one":       {mk(0, "q", "k", "id-0", base, map[string]string{"a": "b"})},
 		"differ late": {mk(0, "q", "k", "", base, nil), mk(1, "q", "k", "", base, nil),
 			mk(2, "q2", "k2", "id-2", base.Add(time.Second), map[string]string{"run_id": "r"}), mk(3, "q", "k", "", base, nil)},
 		"differ first": {mk(0, "a", "b", "id-0", base.Add(time.Minute), map[string]string{"x": "1"}), mk(1, "q", "k", "", base, nil)},
