@@ -50,7 +50,8 @@ type evRow struct {
 	n                    int
 	time                 int64
 	queues, kinds, attrs lazyCol
-	times                lazyCol
+	t0                   int64  // the first event's time
+	times                []byte // nil while every event is at t0
 	qq, kq               quoted
 	subjects, bodies     []byte // JSON arrays without their closing bracket
 	ids                  []byte // likewise, nil while every id is ""
@@ -84,13 +85,11 @@ func (c *lazyCol) add(n int, v string) {
 }
 
 // value is the column as stored: one value for all (several events, all
-// equal), else an array; nilIfSame: NULL instead of the one value.
-func (c *lazyCol) value(n int, nilIfSame bool) any {
+// equal), else an array.
+func (c *lazyCol) value(n int) string {
 	switch {
 	case c.arr != nil:
 		return string(append(c.arr, ']'))
-	case nilIfSame:
-		return nil
 	case n == 1:
 		return "[" + c.first + "]"
 	}
@@ -129,7 +128,20 @@ func (r *evRow) next(subject, queue, kind string, at int64, id, attrs string) {
 	r.queues.add(r.n, r.qq.of(queue))
 	r.kinds.add(r.n, r.kq.of(kind))
 	r.attrs.add(r.n, attrs)
-	r.times.add(r.n, strconv.FormatInt(at, 10))
+	if r.n == 0 {
+		r.t0 = at
+	} else if r.times != nil || at != r.t0 {
+		if r.times == nil {
+			r.times = append(r.times, '[')
+			for k := range r.n {
+				if k > 0 {
+					r.times = append(r.times, ',')
+				}
+				r.times = strconv.AppendInt(r.times, r.t0, 10)
+			}
+		}
+		r.times = strconv.AppendInt(append(r.times, ','), at, 10)
+	}
 	if id != "" && r.ids == nil {
 		r.ids = append(r.ids, '[')
 		for k := range r.n {
@@ -153,9 +165,12 @@ func (r *evRow) next(subject, queue, kind string, at int64, id, attrs string) {
 // args are the row's values in evInsert's column order (after seq).
 func (r *evRow) args() []any {
 	closed := func(b []byte) string { return string(append(b, ']')) }
-	var ids any
+	var ids, times any
 	if r.ids != nil {
 		ids = closed(r.ids)
+	}
+	if r.times != nil {
+		times = closed(r.times)
 	}
 	bodies := closed(r.bodies)
 	switch {
@@ -165,8 +180,8 @@ func (r *evRow) args() []any {
 	default:
 		bodies = `{"common":` + string(r.common) + `,"each":` + bodies + `}`
 	}
-	return []any{r.typ, r.time, r.actor, closed(r.subjects), r.queues.value(r.n, false), r.kinds.value(r.n, false),
-		r.times.value(r.n, true), ids, r.attrs.value(r.n, false), bodies}
+	return []any{r.typ, r.time, r.actor, closed(r.subjects), r.queues.value(r.n), r.kinds.value(r.n),
+		times, ids, r.attrs.value(r.n), bodies}
 }
 
 // mergeBody is the JSON object with the members of each, then those of
