@@ -89,7 +89,8 @@ func (s *Store) DeleteFinished(ctx context.Context, state bt.State, before time.
 }
 
 // deleteTasks deletes the tasks the query selects, with their executions,
-// spilled payloads and events (when that table exists), in one transaction.
+// spilled payloads and events (events.go: deleteTaskEvents), in one
+// transaction.
 func (s *Store) deleteTasks(ctx context.Context, query string, args ...any) (int, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
