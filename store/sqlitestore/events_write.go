@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
@@ -96,8 +97,10 @@ func (c *lazyCol) value(n int) string {
 	return c.first
 }
 
-func newEvRow(typ, actor string) *evRow {
-	return &evRow{typ: typ, actor: actor}
+// newEvRow starts a row; size is how many events it will likely hold (its
+// buffers are sized for them).
+func newEvRow(typ, actor string, size int) *evRow {
+	return &evRow{typ: typ, actor: actor, subjects: make([]byte, 0, 40*size+2), bodies: make([]byte, 0, 72*size+2)}
 }
 
 // quoted caches the JSON encoding of the last strings seen (a batch's
@@ -164,7 +167,8 @@ func (r *evRow) next(subject, queue, kind string, at int64, id, attrs string) {
 
 // args are the row's values in evInsert's column order (after seq).
 func (r *evRow) args() []any {
-	closed := func(b []byte) string { return string(append(b, ']')) }
+	// The buffers are not touched after this: strings over them, not copies.
+	closed := func(b []byte) string { b = append(b, ']'); return unsafe.String(unsafe.SliceData(b), len(b)) }
 	var ids, times any
 	if r.ids != nil {
 		ids = closed(r.ids)
@@ -272,7 +276,7 @@ func insertEvents(ctx context.Context, q querier, events []bt.Event) error {
 		g, ok := lastOfKey[k]
 		if !ok || seen && g < p || rows[g].n >= maxRowEvents {
 			g = len(rows)
-			rows = append(rows, newEvRow(e.Type, e.Actor))
+			rows = append(rows, newEvRow(e.Type, e.Actor, min(len(events), maxRowEvents)))
 			lastOfKey[k] = g
 		}
 		lastOfSubject[e.Subject] = g
@@ -307,7 +311,7 @@ func claimedEvents(ctx context.Context, q querier, tasks []*bt.Task, attrs []str
 		return nil
 	}
 	leaseAt := store.EventTime(fromUS(lease))
-	r := newEvRow(store.EventClaimed, "")
+	r := newEvRow(store.EventClaimed, "", len(tasks))
 	// The worker and the lease are the same for every event of a claim.
 	c := appendJSONString(append(r.common, `{"worker_id":`...), tasks[0].WorkerID)
 	r.common = append(append(append(c, `,"lease_expires_at":"`...), leaseAt...), `"}`...)
@@ -326,7 +330,7 @@ func succeededEvents(ctx context.Context, q querier, settled []settledRow, seq i
 	if len(settled) == 0 {
 		return nil
 	}
-	started, succeeded := newEvRow(store.EventStarted, ""), newEvRow(store.EventSucceeded, "")
+	started, succeeded := newEvRow(store.EventStarted, "", len(settled)), newEvRow(store.EventSucceeded, "", len(settled))
 	oneWorker := true
 	for _, s := range settled {
 		oneWorker = oneWorker && s.worker == settled[0].worker
