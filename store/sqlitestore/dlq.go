@@ -17,40 +17,6 @@ import (
 // writer connection, whose transactions begin IMMEDIATE: the row a replay
 // reads is locked against every other writer until it commits.
 
-const eventCols = `id, time, type, subject, queue, kind, attributes, actor, body`
-
-func insertEvents(ctx context.Context, q querier, events []bt.Event) error {
-	for start := 0; start < len(events); start += 1000 {
-		chunk := events[start:min(start+1000, len(events))]
-		var sb strings.Builder
-		sb.WriteString(`INSERT INTO backstop_events (` + eventCols + `) VALUES `)
-		args := make([]any, 0, 9*len(chunk))
-		for i, e := range chunk {
-			if i > 0 {
-				sb.WriteByte(',')
-			}
-			sb.WriteString("(?,?,?,?,?,?,?,?,?)")
-			var attrs any
-			if len(e.Attributes) > 0 {
-				b, err := json.Marshal(e.Attributes)
-				if err != nil {
-					return err
-				}
-				attrs = string(b)
-			}
-			body := string(e.Body)
-			if body == "" {
-				body = "{}"
-			}
-			args = append(args, e.ID, us(e.Time), e.Type, e.Subject, e.Queue, e.Kind, attrs, e.Actor, body)
-		}
-		if _, err := q.ExecContext(ctx, sb.String(), args...); err != nil {
-			return fmt.Errorf("sqlite: events: %w", err)
-		}
-	}
-	return nil
-}
-
 func (s *Store) AppendEvents(ctx context.Context, events []bt.Event) error {
 	if len(events) == 0 {
 		return nil
@@ -59,11 +25,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []bt.Event) error {
 }
 
 func (s *Store) Events(ctx context.Context, taskID string) ([]bt.Event, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT seq, `+eventCols+` FROM backstop_events WHERE subject = ? ORDER BY seq`, taskID)
-	if err != nil {
-		return nil, err
-	}
-	return scanEvents(rows)
+	return taskEvents(ctx, s.r, taskID) // events.go
 }
 
 // replaySet is what a replay in place sets (after state, run_at, keep
@@ -351,9 +313,9 @@ func (s *Store) purgeBatch(ctx context.Context, sts []any, before time.Time, lim
 		return 0, err
 	}
 	defer tx.Rollback() //nolint:errcheck
-	rows, err := tx.QueryContext(ctx, `DELETE FROM backstop_tasks WHERE id IN (SELECT id FROM backstop_tasks
-		WHERE state = 'dead' AND dlq_status IN (`+placeholders(len(sts))+`) AND updated_at < ? ORDER BY id LIMIT ?)
-		RETURNING id`, append(append([]any{}, sts...), us(before), limit)...)
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM backstop_tasks
+		WHERE state = 'dead' AND dlq_status IN (`+placeholders(len(sts))+`) AND updated_at < ? ORDER BY id LIMIT ?`,
+		append(append([]any{}, sts...), us(before), limit)...)
 	if err != nil {
 		return 0, err
 	}
@@ -373,10 +335,17 @@ func (s *Store) purgeBatch(ctx context.Context, sts []any, before time.Time, lim
 	if len(ids) > 0 {
 		in := ` IN (` + placeholders(len(ids)) + `)`
 		for _, q := range []string{`DELETE FROM backstop_executions WHERE task_id` + in,
-			`DELETE FROM backstop_payloads WHERE task_id` + in, `DELETE FROM backstop_events WHERE subject` + in} {
+			`DELETE FROM backstop_payloads WHERE task_id` + in} {
 			if _, err := tx.ExecContext(ctx, q, ids...); err != nil {
 				return 0, err
 			}
+		}
+		// Events first: deleteTaskEvents finds them through the task rows.
+		if err := deleteTaskEvents(ctx, tx, ids); err != nil { // events.go
+			return 0, err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM backstop_tasks WHERE id`+in, ids...); err != nil {
+			return 0, err
 		}
 	}
 	return len(ids), tx.Commit()

@@ -89,7 +89,8 @@ func (s *Store) DeleteFinished(ctx context.Context, state bt.State, before time.
 }
 
 // deleteTasks deletes the tasks the query selects, with their executions,
-// spilled payloads and events (when that table exists), in one transaction.
+// spilled payloads and events (events.go: deleteTaskEvents), in one
+// transaction.
 func (s *Store) deleteTasks(ctx context.Context, query string, args ...any) (int, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -118,19 +119,13 @@ func (s *Store) deleteTasks(ctx context.Context, query string, args ...any) (int
 	}
 	in := ` IN (` + placeholders(len(ids)) + `)`
 	stmts := []string{`DELETE FROM backstop_executions WHERE task_id` + in, `DELETE FROM backstop_payloads WHERE task_id` + in}
-	// The events table (a task's history, subject = task id) comes with
-	// the dead-letter migration; older schemas have none.
-	var events int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('backstop_events') WHERE name = 'subject'`).Scan(&events); err != nil {
-		return 0, err
-	}
-	if events > 0 {
-		stmts = append(stmts, `DELETE FROM backstop_events WHERE subject`+in)
-	}
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q, ids...); err != nil {
 			return 0, fmt.Errorf("sqlite: retention: %w", err)
 		}
+	}
+	if err := deleteTaskEvents(ctx, tx, ids); err != nil { // events.go
+		return 0, fmt.Errorf("sqlite: retention: %w", err)
 	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM backstop_tasks WHERE id`+in, ids...)
 	if err != nil {

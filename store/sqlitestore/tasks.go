@@ -402,20 +402,20 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
 	rows, err := tx.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'running', attempt = attempt + 1,
 		worker_id = ?, execution_id = ? || printf('%012x', (rowid + ?) & 281474976710655), attempted_at = ?, lease_expires_at = ?, updated_at = ?,
-		cancel_requested_at = NULL
+		event_seqs = coalesce(event_seqs, '') || ',' || `+nextEventSeq+`, cancel_requested_at = NULL
 		WHERE rowid IN (SELECT rowid FROM backstop_tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
 			AND (deadline IS NULL OR deadline > ?)`+kindFilter+`
 			AND NOT EXISTS (SELECT 1 FROM backstop_queues WHERE name = ?)
 			ORDER BY priority DESC, run_at, id LIMIT ?)
-		RETURNING `+claimCols, args...)
+		RETURNING `+claimCols+`, `+nextEventSeq, args...) // the task.claimed row's seq, recorded in event_seqs
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := scanClaimed(rows, p)
+	tasks, attrs, seq, err := scanClaimed(rows, p)
 	if err != nil {
 		return nil, err
 	}
-	if err := insertTaskEvents(ctx, tx, claimedEventsSQL, tasks, func(t *bt.Task) string { return t.ID }, now); err != nil {
+	if err := claimedEvents(ctx, tx, tasks, attrs, now, us(p.Now.Add(p.Lease)), seq); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -444,11 +444,17 @@ const claimCols = `id, kind, priority, attempt, max_attempts, payload, payload_s
 run_at, created_at, timeout_us, deadline, retry_policy, progress_total, progress_completed, complexity,
 trace_parent, last_error, execution_id, idempotency_key, merge_key, merge_count, dead_count, replay_count, replayed_from`
 
-func scanClaimed(rows *sql.Rows, p store.ClaimParams) ([]*bt.Task, error) {
+// scanClaimed also returns each task's attributes as stored and the seq of
+// the claim's task.claimed row (for its events).
+func scanClaimed(rows *sql.Rows, p store.ClaimParams) ([]*bt.Task, []string, int64, error) {
 	defer rows.Close()
 	now := fromUS(us(p.Now))
 	lease := fromUS(us(p.Now.Add(p.Lease)))
-	var out []*bt.Task
+	var (
+		out      []*bt.Task
+		rawAttrs []string
+		seq      int64
+	)
 	for rows.Next() {
 		var (
 			t                                               bt.Task
@@ -460,8 +466,8 @@ func scanClaimed(rows *sql.Rows, p store.ClaimParams) ([]*bt.Task, error) {
 		if err := rows.Scan(&t.ID, &t.Kind, &t.Priority, &t.Attempt, &t.MaxAttempts, &payload, &t.PayloadSize,
 			&t.PayloadSpilled, &attrs, &runAt, &created, &timeoutUS, &deadline, &retry, &t.Progress.Total,
 			&t.Progress.Completed, &t.Complexity, &trace, &lastErr, &t.ExecutionID, &idem, &merge, &t.MergeCount,
-			&t.DeadCount, &t.ReplayCount, &repl); err != nil {
-			return nil, err
+			&t.DeadCount, &t.ReplayCount, &repl, &seq); err != nil {
+			return nil, nil, 0, err
 		}
 		t.Queue, t.State, t.WorkerID = p.Queue, bt.StateRunning, p.WorkerID
 		t.AttemptedAt, t.LeaseExpiresAt, t.UpdatedAt = &now, &lease, now
@@ -470,13 +476,13 @@ func scanClaimed(rows *sql.Rows, p store.ClaimParams) ([]*bt.Task, error) {
 		}
 		if attrs.Valid && attrs.String != "" {
 			if err := json.Unmarshal([]byte(attrs.String), &t.Attributes); err != nil {
-				return nil, fmt.Errorf("task %s: attributes: %w", t.ID, err)
+				return nil, nil, 0, fmt.Errorf("task %s: attributes: %w", t.ID, err)
 			}
 		}
 		if retry.Valid && retry.String != "" {
 			t.Retry = new(bt.RetryPolicy)
 			if err := json.Unmarshal([]byte(retry.String), t.Retry); err != nil {
-				return nil, fmt.Errorf("task %s: retry policy: %w", t.ID, err)
+				return nil, nil, 0, fmt.Errorf("task %s: retry policy: %w", t.ID, err)
 			}
 		}
 		t.RunAt, t.CreatedAt = fromUS(runAt), fromUS(created)
@@ -485,8 +491,9 @@ func scanClaimed(rows *sql.Rows, p store.ClaimParams) ([]*bt.Task, error) {
 		t.TraceParent, t.LastError = trace.String, lastErr.String
 		t.IdempotencyKey, t.MergeKey, t.ReplayedFrom = idem.String, merge.String, repl.String
 		out = append(out, &t)
+		rawAttrs = append(rawAttrs, attrs.String)
 	}
-	return out, rows.Err()
+	return out, rawAttrs, seq, rows.Err()
 }
 
 func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUntil time.Time) ([]store.BeatResult, error) {
@@ -606,7 +613,8 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 		var sb strings.Builder
 		sb.WriteString(`UPDATE backstop_tasks SET state = 'succeeded', finalized_at = v.column3, updated_at = v.column3,
 			lease_expires_at = NULL, progress_total = COALESCE(v.column4, progress_total),
-			progress_completed = COALESCE(v.column5, progress_completed)
+			progress_completed = COALESCE(v.column5, progress_completed),
+			event_seqs = coalesce(event_seqs, '') || ',' || ` + nextEventSeq + ` || ',' || (` + nextEventSeq + ` + 1)
 			FROM (VALUES `)
 		args := make([]any, 0, 5*len(chunk))
 		for i, st := range chunk {
@@ -623,7 +631,7 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 		sb.WriteString(`) AS v
 			WHERE backstop_tasks.id = v.column1 AND backstop_tasks.execution_id = v.column2 AND backstop_tasks.state = 'running'
 			RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at,
-				queue, kind, attributes`)
+				queue, kind, attributes, ` + nextEventSeq + ``) // the seqs of its task.started and task.succeeded rows
 		r, err := tx.QueryContext(ctx, sb.String(), args...)
 		if err != nil {
 			return nil, err
@@ -649,11 +657,8 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 		if _, err := tx.ExecContext(ctx, sb.String(), ins...); err != nil {
 			return nil, err
 		}
-		// task.started, then task.succeeded (each task's in that order).
-		for _, q := range []string{startedEventsSQL, succeededEventsSQL} {
-			if err := insertTaskEvents(ctx, tx, q, rows, func(r settledRow) string { return r.taskID }); err != nil {
-				return nil, err
-			}
+		if err := succeededEvents(ctx, tx, rows, rows[0].evSeq); err != nil { // events_write.go
+			return nil, err
 		}
 	}
 	return applied, nil
@@ -665,6 +670,7 @@ type settledRow struct {
 	started, finished      int64
 	queue, kind            string
 	attrs                  sql.NullString
+	evSeq                  int64
 }
 
 func scanSettled(rows *sql.Rows) ([]settledRow, error) {
@@ -672,7 +678,7 @@ func scanSettled(rows *sql.Rows) ([]settledRow, error) {
 	var out []settledRow
 	for rows.Next() {
 		var r settledRow
-		if err := rows.Scan(&r.execID, &r.taskID, &r.attempt, &r.worker, &r.started, &r.finished, &r.queue, &r.kind, &r.attrs); err != nil {
+		if err := rows.Scan(&r.execID, &r.taskID, &r.attempt, &r.worker, &r.started, &r.finished, &r.queue, &r.kind, &r.attrs, &r.evSeq); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
@@ -985,48 +991,4 @@ func progressEvent(ctx context.Context, q querier, b store.Beat, now time.Time) 
 		return nil, err
 	}
 	return []bt.Event{store.ProgressEvent(&t, b.ExecutionID, *b.Progress, now)}, nil
-}
-
-// The hot path's events are built by SQLite itself from the rows just
-// changed (json_object is much cheaper than building them in Go and sending
-// nine parameters per event); they store no id, their id is their cursor.
-// Bodies match docs/events.md and store.SettleEvents.
-
-// evTimeSQL formats integer microseconds like store.EventTime.
-func evTimeSQL(col string) string {
-	return "strftime('%Y-%m-%dT%H:%M:%S', " + col + " / 1000000, 'unixepoch') || printf('.%06dZ', " + col + " % 1000000)"
-}
-
-var claimedEventsSQL = `INSERT INTO backstop_events (id, time, type, subject, queue, kind, attributes, body)
-	SELECT '', ?, 'task.claimed', id, queue, kind, attributes,
-		json_object('worker_id', worker_id, 'execution_id', execution_id, 'attempt', attempt,
-			'lease_expires_at', ` + evTimeSQL("lease_expires_at") + `)
-	FROM backstop_tasks WHERE id IN (%s)`
-
-var startedEventsSQL = `INSERT INTO backstop_events (id, time, type, subject, queue, kind, attributes, body)
-	SELECT '', COALESCE(attempted_at, finalized_at), 'task.started', id, queue, kind, attributes,
-		json_object('execution_id', execution_id, 'attempt', attempt, 'worker_id', COALESCE(worker_id, ''))
-	FROM backstop_tasks WHERE id IN (%s)`
-
-var succeededEventsSQL = `INSERT INTO backstop_events (id, time, type, subject, queue, kind, attributes, body)
-	SELECT '', finalized_at, 'task.succeeded', id, queue, kind, attributes,
-		json_object('execution_id', execution_id, 'attempt', attempt,
-			'duration_ms', (finalized_at - COALESCE(attempted_at, finalized_at)) / 1000)
-	FROM backstop_tasks WHERE id IN (%s)`
-
-// insertTaskEvents runs one of the statements above for the tasks' ids
-// (first, before the ids: leading arguments).
-func insertTaskEvents[T any](ctx context.Context, q querier, sqlText string, items []T, id func(T) string, lead ...any) error {
-	for start := 0; start < len(items); start += insertChunk {
-		chunk := items[start:min(start+insertChunk, len(items))]
-		args := make([]any, 0, len(lead)+len(chunk))
-		args = append(args, lead...)
-		for _, it := range chunk {
-			args = append(args, id(it))
-		}
-		if _, err := q.ExecContext(ctx, strings.Replace(sqlText, "%s", placeholders(len(chunk)), 1), args...); err != nil {
-			return fmt.Errorf("sqlite: events: %w", err)
-		}
-	}
-	return nil
 }

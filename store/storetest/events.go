@@ -27,6 +27,7 @@ func (s *suite) testEvents(t *testing.T) {
 	t.Run("Streams", s.testEventStreams)
 	t.Run("CheckpointAndRetention", s.testEventCheckpointRetention)
 	t.Run("Subscribe", s.testSubscribe)
+	t.Run("SharedRows", s.testEventSharedRows) // events_rows.go
 	t.Run("GapFree", s.testEventsGapFree)
 }
 
