@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -17,6 +18,7 @@ func init() { register(benchCmd) }
 
 func benchCmd(a *app) *cobra.Command {
 	var cfg bench.Config
+	var prof benchProfiles // bench_profile.go
 	withTelemetry := true
 	cmd := &cobra.Command{
 		Use:   "bench [-n N | --duration D [--rate R]] [--workers N] [--batch N]",
@@ -33,7 +35,11 @@ so point it at a scratch one.
       and report the enqueue-to-start latency (p50, p99).
 
 The last line is always:
-  bench: worked=<n> elapsed=<seconds>s jobs_per_sec=<rate>`,
+  bench: worked=<n> elapsed=<seconds>s jobs_per_sec=<rate>
+
+Profiling (hidden flags): --cpuprofile FILE writes a Go CPU profile of the
+whole run, --memprofile FILE an allocation profile (all allocations since the
+start, sampled) at its end; read them with go tool pprof.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("n") && cfg.Duration > 0 {
@@ -51,7 +57,11 @@ The last line is always:
 			if cfg.N < 0 || cfg.Workers < 1 || cfg.Batch < 1 || cfg.Rate < 0 || cfg.Duration < 0 {
 				return usageErr("bench: -n, --workers, --batch, --rate and --duration must be positive")
 			}
-			return a.bench(cmd.Context(), cfg, withTelemetry)
+			if err := prof.start(); err != nil {
+				return err
+			}
+			err := a.bench(cmd.Context(), cfg, withTelemetry)
+			return errors.Join(err, prof.stop())
 		},
 	}
 	f := cmd.Flags()
@@ -62,6 +72,10 @@ The last line is always:
 	f.IntVar(&cfg.Batch, "batch", 1000, "tasks per enqueue batch")
 	f.BoolVar(&cfg.FollowEvents, "follow-events", false, "drain mode: follow the event log's all stream during the run and report its delivery lag")
 	f.BoolVar(&withTelemetry, "telemetry", true, "record metrics (and traces when OTEL_* asks) as serve and work do; false: no telemetry")
+	f.StringVar(&prof.cpu, "cpuprofile", "", "write a Go CPU profile of the run to this file")
+	f.StringVar(&prof.mem, "memprofile", "", "write a Go allocation profile at the end of the run to this file")
+	_ = f.MarkHidden("cpuprofile")
+	_ = f.MarkHidden("memprofile")
 	cmd.AddCommand(benchOrderingCmd(a)) // bench_ordering.go
 	return cmd
 }
