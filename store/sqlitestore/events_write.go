@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 	"unsafe"
 
@@ -303,6 +304,52 @@ func insertEvents(ctx context.Context, q querier, events []bt.Event) error {
 	return insertRows(ctx, q, rows, seq, true)
 }
 
+// enqueuedRow builds the task.enqueued row of new tasks (neither duplicate
+// nor merged; attrs[i]: tasks[i]'s attributes as stored): the events
+// store.EnqueuedEvent describes, with the cursor as id like the hot path's.
+// When every body is the same (a batch of one queue, kind, run_at and
+// options, the usual case), the row stores it once as the common part.
+func enqueuedRow(tasks []*bt.Task, attrs []string, actor string) *evRow {
+	r := newEvRow(store.EventEnqueued, actor, len(tasks))
+	var (
+		runAt       time.Time
+		runAtText   string
+		body, first []byte
+		differ      bool
+	)
+	for i, t := range tasks {
+		r.next(t.ID, t.Queue, t.Kind, us(t.CreatedAt), "", attrs[i])
+		if i == 0 || !t.RunAt.Equal(runAt) {
+			runAt, runAtText = t.RunAt, store.EventTime(t.RunAt)
+		}
+		body = appendJSONString(append(body[:0], `{"merged":false,"duplicate":false,"state":`...), string(t.State))
+		body = append(append(append(body, `,"run_at":"`...), runAtText...), `","priority":`...)
+		body = strconv.AppendInt(body, int64(t.Priority), 10)
+		body = strconv.AppendInt(append(body, `,"max_attempts":`...), int64(t.MaxAttempts), 10)
+		body = append(body, '}')
+		switch {
+		case i == 0:
+			first = append([]byte(nil), body...)
+			r.bodies = append(r.bodies, "{}"...)
+		case !differ && bytes.Equal(body, first):
+			r.bodies = append(r.bodies, "{}"...)
+		case !differ: // the first body that differs: spell out the earlier ones
+			differ = true
+			r.bodies = r.bodies[:0]
+			for k := range i {
+				r.bodies = append(append(r.bodies, "[,"[min(k, 1)]), first...)
+			}
+			r.bodies = append(append(r.bodies, ','), body...)
+		default:
+			r.bodies = append(r.bodies, body...)
+		}
+	}
+	if !differ {
+		r.common = first
+	}
+	return r
+}
+
 // claimedEvents writes the task.claimed row of a claim with seq seq, from
 // what the claim returned (attrs[i]: tasks[i]'s attributes as stored); the
 // claim recorded seq in the tasks' event_seqs.
@@ -368,3 +415,6 @@ func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, s...)
 	return append(dst, '"')
 }
+
+// An enqueue chunk's events fit in one row.
+const _ = uint(maxRowEvents - insertChunk)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -144,6 +145,13 @@ merge_key, progress_total, progress_completed, complexity, trace_parent, replaye
 
 const insertColCount = 23
 
+// attrsArg is the index of attributes in insertArgs.
+const attrsArg = 9
+
+// insertTasksSQL starts a multi-row insert whose rows are "(?1," followed
+// by insertColCount placeholders: ?1 is every row's event_seqs.
+const insertTasksSQL = `INSERT INTO backstop_tasks (event_seqs, ` + insertCols + `) VALUES `
+
 func insertArgs(t *bt.Task, inline []byte) ([]any, error) {
 	var attrs, retry any
 	if len(t.Attributes) > 0 {
@@ -223,7 +231,7 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 				continue
 			}
 		}
-		if err := insertTasks(ctx, q, []*bt.Task{t}, opts.InlineLimit); err != nil {
+		if _, err := insertTasks(ctx, q, []*bt.Task{t}, opts.InlineLimit, 0); err != nil {
 			return nil, nil, err
 		}
 		events = append(events, store.EnqueuedEvent(t, actor))
@@ -231,9 +239,13 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 			woke[t.Queue] = struct{}{}
 		}
 	}
-	for start := 0; start < len(plain); start += insertChunk {
-		end := min(start+insertChunk, len(plain))
-		if err := insertTasks(ctx, q, plain[start:end], opts.InlineLimit); err != nil {
+	if len(plain) > 0 {
+		// The keyed tasks' events come first, as they were enqueued first.
+		if err := insertEvents(ctx, q, events); err != nil {
+			return nil, nil, err
+		}
+		events = nil
+		if err := enqueuePlain(ctx, q, plain, opts.InlineLimit, actor); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -241,7 +253,6 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 		if t.State == bt.StatePending {
 			woke[t.Queue] = struct{}{}
 		}
-		events = append(events, store.EnqueuedEvent(t, actor))
 	}
 	events = append(events, opts.Events...) // the engine's (task.too_complex)
 	if err := insertEvents(ctx, q, events); err != nil {
@@ -253,14 +264,45 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 	return res, woke, nil
 }
 
-func insertTasks(ctx context.Context, q querier, tasks []*bt.Task, inlineLimit int) error {
+// enqueuePlain inserts new tasks that have neither idempotency nor merge
+// key, insertChunk at a time, each chunk with its task.enqueued row: the
+// chunk's tasks record that row's seq in event_seqs as they are inserted
+// (no backstop_event_subjects entry per task, as on the hot path).
+func enqueuePlain(ctx context.Context, q querier, plain []*bt.Task, inlineLimit int, actor string) error {
+	var seq int64
+	if err := q.QueryRowContext(ctx, `SELECT `+nextEventSeq).Scan(&seq); err != nil {
+		return fmt.Errorf("sqlite: events: next seq: %w", err)
+	}
+	rows := make([]*evRow, 0, (len(plain)+insertChunk-1)/insertChunk)
+	for start := 0; start < len(plain); start += insertChunk {
+		chunk := plain[start:min(start+insertChunk, len(plain))]
+		attrs, err := insertTasks(ctx, q, chunk, inlineLimit, seq+int64(len(rows)))
+		if err != nil {
+			return err
+		}
+		rows = append(rows, enqueuedRow(chunk, attrs, actor)) // events_write.go
+	}
+	return insertRows(ctx, q, rows, seq, false)
+}
+
+// insertTasks inserts tasks with one statement and returns their
+// attributes as stored ("" for none). evSeq > 0 is recorded in their
+// event_seqs: the seq of the log row holding their task.enqueued events.
+func insertTasks(ctx context.Context, q querier, tasks []*bt.Task, inlineLimit int, evSeq int64) ([]string, error) {
 	if len(tasks) == 0 {
-		return nil
+		return nil, nil
 	}
 	var sb strings.Builder
-	sb.WriteString(`INSERT INTO backstop_tasks (` + insertCols + `) VALUES `)
-	row := "(" + placeholders(insertColCount) + ")"
-	args := make([]any, 0, len(tasks)*insertColCount)
+	sb.Grow(len(insertTasksSQL) + len(tasks)*(2*insertColCount+3))
+	sb.WriteString(insertTasksSQL)
+	row := "(?1," + placeholders(insertColCount) + ")"
+	args := make([]any, 0, len(tasks)*insertColCount+1)
+	var seqs any // NULL: the task's events are in backstop_event_subjects
+	if evSeq > 0 {
+		seqs = "," + strconv.FormatInt(evSeq, 10)
+	}
+	args = append(args, seqs)
+	attrs := make([]string, len(tasks))
 	for i, t := range tasks {
 		if i > 0 {
 			sb.WriteByte(',')
@@ -268,24 +310,27 @@ func insertTasks(ctx context.Context, q querier, tasks []*bt.Task, inlineLimit i
 		sb.WriteString(row)
 		a, err := insertArgs(t, prepareSpill(t, inlineLimit))
 		if err != nil {
-			return err
+			return nil, err
+		}
+		if s, ok := a[attrsArg].(string); ok {
+			attrs[i] = s
 		}
 		args = append(args, a...)
 	}
 	if _, err := q.ExecContext(ctx, sb.String(), args...); err != nil {
 		if isUnique(err) {
-			return conflictingIDs(ctx, q, tasks, err)
+			return nil, conflictingIDs(ctx, q, tasks, err)
 		}
-		return err
+		return nil, err
 	}
 	for _, t := range tasks {
 		if t.PayloadSpilled {
 			if _, err := q.ExecContext(ctx, `INSERT INTO backstop_payloads (task_id, data) VALUES (?, ?)`, t.ID, []byte(t.Payload)); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	return nil
+	return attrs, nil
 }
 
 func isUnique(err error) bool {
