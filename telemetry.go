@@ -174,12 +174,44 @@ func (t *telemetry) claimed(ctx context.Context, qa *queueAttrs, tasks []*Task, 
 		return
 	}
 	t.claims.Add(ctx, 1, qa.claimOK)
+	// Counters are added once per run of equal labels (a claim's tasks
+	// share their queue): each measurement costs the SDK about as much
+	// whatever the increment.
+	var consumed labelRun[string]
+	add := func(q string, n int64) { t.msgConsumed.Add(ctx, n, t.recv(q)) }
 	for _, tk := range tasks {
 		t.wait.Record(ctx, max(now.Sub(tk.RunAt), 0).Seconds(), t.qk(tk.Queue, tk.Kind))
-		q := tk.Queue
-		t.msgConsumed.Add(ctx, 1, t.recvSets.get(q, func() attribute.Set {
-			return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "receive"))
-		}))
+		consumed.add(tk.Queue, add)
+	}
+	consumed.flush(add)
+}
+
+func (t *telemetry) recv(q string) metric.MeasurementOption {
+	return t.recvSets.get(q, func() attribute.Set {
+		return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "receive"))
+	})
+}
+
+// labelRun counts consecutive measurements with the same labels, to add
+// them to a counter at once: add reports the run it ends, flush the last.
+type labelRun[K comparable] struct {
+	key K
+	n   int64
+}
+
+func (r *labelRun[K]) add(k K, report func(K, int64)) {
+	if r.n > 0 && k != r.key {
+		report(r.key, r.n)
+		r.n = 0
+	}
+	r.key = k
+	r.n++
+}
+
+func (r *labelRun[K]) flush(report func(K, int64)) {
+	if r.n > 0 {
+		report(r.key, r.n)
+		r.n = 0
 	}
 }
 
@@ -227,18 +259,33 @@ func (t *telemetry) endSend(ctx context.Context, spans []trace.Span, rs []Enqueu
 	if err != nil {
 		return
 	}
+	type enqKey struct {
+		q, k   string
+		merged bool
+	}
+	var (
+		enq  labelRun[enqKey]
+		sent labelRun[string]
+	)
+	addEnq := func(e enqKey, n int64) {
+		t.enqueued.Add(ctx, n, t.enqSets.get([3]string{e.q, e.k, strconv.FormatBool(e.merged)}, func() attribute.Set {
+			return attribute.NewSet(attribute.String("queue", e.q), attribute.String("kind", e.k), attribute.Bool("merged", e.merged))
+		}))
+	}
+	addSent := func(q string, n int64) {
+		t.msgSent.Add(ctx, n, t.sentSets.get(q, func() attribute.Set {
+			return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "send"))
+		}))
+	}
 	for _, r := range rs {
 		if r.Task == nil || r.Duplicate {
 			continue
 		}
-		q, k, merged := r.Task.Queue, r.Task.Kind, r.Merged
-		t.enqueued.Add(ctx, 1, t.enqSets.get([3]string{q, k, strconv.FormatBool(merged)}, func() attribute.Set {
-			return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k), attribute.Bool("merged", merged))
-		}))
-		t.msgSent.Add(ctx, 1, t.sentSets.get(q, func() attribute.Set {
-			return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "send"))
-		}))
+		enq.add(enqKey{r.Task.Queue, r.Task.Kind, r.Merged}, addEnq)
+		sent.add(r.Task.Queue, addSent)
 	}
+	enq.flush(addEnq)
+	sent.flush(addSent)
 }
 
 // creationContext is the producer's span context stored with the task.
@@ -279,14 +326,25 @@ func (t *telemetry) startProcess(ctx context.Context, tk *Task, extra ...trace.S
 // settled records one finished attempt: its outcome, duration, and what
 // the settlement did to the task (retry, dead letter); it ends the span.
 func (t *telemetry) settled(span trace.Span, tk *Task, started time.Time, s *store.Settlement) {
+	t.attempts.Add(context.Background(), 1, t.outcomeSet([3]string{tk.Queue, tk.Kind, string(s.Outcome)}))
+	t.settledUncounted(span, tk, started, s)
+}
+
+// outcomeSet is the label set queue, kind, outcome.
+func (t *telemetry) outcomeSet(key [3]string) metric.MeasurementOption {
+	return t.outcomeSets.get(key, func() attribute.Set {
+		return attribute.NewSet(attribute.String("queue", key[0]), attribute.String("kind", key[1]), attribute.String("outcome", key[2]))
+	})
+}
+
+// settledUncounted is settled but for the attempts counter (the caller
+// adds to it).
+func (t *telemetry) settledUncounted(span trace.Span, tk *Task, started time.Time, s *store.Settlement) {
 	ctx := context.Background()
 	d := max(s.FinishedAt.Sub(started), 0).Seconds()
 	outcome := string(s.Outcome)
 	q, k := tk.Queue, tk.Kind
-	kv := t.outcomeSets.get([3]string{q, k, outcome}, func() attribute.Set {
-		return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k), attribute.String("outcome", outcome))
-	})
-	t.attempts.Add(ctx, 1, kv)
+	kv := t.outcomeSet([3]string{q, k, outcome})
 	t.duration.Record(ctx, d, kv)
 	errType := errorType(s)
 	t.msgProcess.Record(ctx, d, t.procSets.get([2]string{q, errType}, func() attribute.Set {

@@ -1,6 +1,8 @@
 package backstop
 
 import (
+	"context"
+
 	"github.com/backstophq/backstop/store"
 )
 
@@ -20,12 +22,17 @@ func (w *Worker) settlements(items []settleItem) []store.Settlement {
 // longer current: maintenance settled it as lease_expired, and counted it)
 // or could not be written is not counted, and its span ends abandoned.
 func (t *telemetry) settledBatch(items []settleItem, oks []bool) {
+	// The attempts counter is added to once per run of equal labels.
+	var run labelRun[[3]string]
+	add := func(k [3]string, n int64) { t.attempts.Add(context.Background(), n, t.outcomeSet(k)) }
 	for i := range items {
 		it := &items[i]
 		if i < len(oks) && oks[i] {
-			t.settled(it.a.span, it.a.task, it.a.started, &it.s)
+			run.add([3]string{it.a.task.Queue, it.a.task.Kind, string(it.s.Outcome)}, add)
+			t.settledUncounted(it.a.span, it.a.task, it.a.started, &it.s)
 		} else {
 			t.leaseLost(it.a.span)
 		}
 	}
+	run.flush(add)
 }
