@@ -98,10 +98,10 @@ func (c *lazyCol) value(n int) string {
 	return c.first
 }
 
-// newEvRow starts a row; size is how many events it will likely hold (its
-// buffers are sized for them).
-func newEvRow(typ, actor string, size int) *evRow {
-	return &evRow{typ: typ, actor: actor, subjects: make([]byte, 0, 40*size+2), bodies: make([]byte, 0, 72*size+2)}
+// newEvRow starts a row; size is how many events it will likely hold, body
+// the likely bytes of each one's body (its buffers are sized for them).
+func newEvRow(typ, actor string, size, body int) *evRow {
+	return &evRow{typ: typ, actor: actor, subjects: make([]byte, 0, 40*size+2), bodies: make([]byte, 0, (body+1)*size+2)}
 }
 
 // quoted caches the JSON encoding of the last strings seen (a batch's
@@ -277,7 +277,7 @@ func insertEvents(ctx context.Context, q querier, events []bt.Event) error {
 		g, ok := lastOfKey[k]
 		if !ok || seen && g < p || rows[g].n >= maxRowEvents {
 			g = len(rows)
-			rows = append(rows, newEvRow(e.Type, e.Actor, min(len(events), maxRowEvents)))
+			rows = append(rows, newEvRow(e.Type, e.Actor, min(len(events), maxRowEvents), 72))
 			lastOfKey[k] = g
 		}
 		lastOfSubject[e.Subject] = g
@@ -310,7 +310,7 @@ func insertEvents(ctx context.Context, q querier, events []bt.Event) error {
 // When every body is the same (a batch of one queue, kind, run_at and
 // options, the usual case), the row stores it once as the common part.
 func enqueuedRow(tasks []*bt.Task, attrs []string, actor string) *evRow {
-	r := newEvRow(store.EventEnqueued, actor, len(tasks))
+	r := newEvRow(store.EventEnqueued, actor, len(tasks), 2) // "{}" when the body is common
 	var (
 		runAt       time.Time
 		runAtText   string
@@ -358,7 +358,7 @@ func claimedEvents(ctx context.Context, q querier, tasks []*bt.Task, attrs []str
 		return nil
 	}
 	leaseAt := store.EventTime(fromUS(lease))
-	r := newEvRow(store.EventClaimed, "", len(tasks))
+	r := newEvRow(store.EventClaimed, "", len(tasks), 60)
 	// The worker and the lease are the same for every event of a claim.
 	c := appendJSONString(append(r.common, `{"worker_id":`...), tasks[0].WorkerID)
 	r.common = append(append(append(c, `,"lease_expires_at":"`...), leaseAt...), `"}`...)
@@ -377,7 +377,7 @@ func succeededEvents(ctx context.Context, q querier, settled []settledRow, seq i
 	if len(settled) == 0 {
 		return nil
 	}
-	started, succeeded := newEvRow(store.EventStarted, "", len(settled)), newEvRow(store.EventSucceeded, "", len(settled))
+	started, succeeded := newEvRow(store.EventStarted, "", len(settled), 60), newEvRow(store.EventSucceeded, "", len(settled), 88)
 	oneWorker := true
 	for _, s := range settled {
 		oneWorker = oneWorker && s.worker == settled[0].worker
@@ -405,15 +405,37 @@ func succeededEvents(ctx context.Context, q querier, settled []settledRow, seq i
 
 // appendJSONString appends s as a JSON string.
 func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-			b, _ := json.Marshal(s) // cannot fail for a string
-			return append(dst, b...)
-		}
+	if !plainJSON(s) {
+		b, _ := json.Marshal(s) // cannot fail for a string
+		return append(dst, b...)
 	}
 	dst = append(dst, '"')
 	dst = append(dst, s...)
 	return append(dst, '"')
+}
+
+// plainJSON reports whether s is a JSON string's content as it is: no
+// control character, quote, backslash or non-ASCII byte (json.Marshal
+// would escape those). It tests eight bytes at a time (ids are 36).
+func plainJSON(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		q, b := x^('"'*ones), x^('\\'*ones)
+		// A byte >= 0x80, < 0x20, or zero after the xor (a quote, a
+		// backslash) sets the high bit of its lane.
+		if (x|(x-0x20*ones)|(q-ones)&^q|(b-ones)&^b)&highs != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // An enqueue chunk's events fit in one row.
