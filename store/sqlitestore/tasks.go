@@ -508,10 +508,11 @@ func scanClaimed(rows *sql.Rows, p store.ClaimParams) ([]*bt.Task, []string, int
 			runAt, created, timeoutUS                       int64
 			deadline                                        sql.NullInt64
 		)
-		if err := rows.Scan(&t.ID, &t.Kind, &t.Priority, &t.Attempt, &t.MaxAttempts, &payload, &t.PayloadSize,
-			&t.PayloadSpilled, &attrs, &runAt, &created, &timeoutUS, &deadline, &retry, &t.Progress.Total,
-			&t.Progress.Completed, &t.Complexity, &trace, &lastErr, &t.ExecutionID, &idem, &merge, &t.MergeCount,
-			&t.DeadCount, &t.ReplayCount, &repl, &seq); err != nil {
+		if err := rows.Scan(&t.ID, &t.Kind, intCol{&t.Priority}, intCol{&t.Attempt}, intCol{&t.MaxAttempts}, &payload,
+			intCol{&t.PayloadSize}, &t.PayloadSpilled, &attrs, int64Col{&runAt}, int64Col{&created}, int64Col{&timeoutUS},
+			&deadline, &retry, intCol{&t.Progress.Total}, intCol{&t.Progress.Completed}, floatCol{&t.Complexity},
+			&trace, &lastErr, &t.ExecutionID, &idem, &merge, intCol{&t.MergeCount}, intCol{&t.DeadCount},
+			intCol{&t.ReplayCount}, &repl, int64Col{&seq}); err != nil { // scan.go
 			return nil, nil, 0, err
 		}
 		t.Queue, t.State, t.WorkerID = p.Queue, bt.StateRunning, p.WorkerID
@@ -723,7 +724,8 @@ func scanSettled(rows *sql.Rows) ([]settledRow, error) {
 	var out []settledRow
 	for rows.Next() {
 		var r settledRow
-		if err := rows.Scan(&r.execID, &r.taskID, &r.attempt, &r.worker, &r.started, &r.finished, &r.queue, &r.kind, &r.attrs, &r.evSeq); err != nil {
+		if err := rows.Scan(&r.execID, &r.taskID, intCol{&r.attempt}, &r.worker, int64Col{&r.started}, int64Col{&r.finished},
+			&r.queue, &r.kind, &r.attrs, int64Col{&r.evSeq}); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
