@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -419,14 +420,14 @@ func appendJSONString(dst []byte, s string) []byte {
 // would escape those). It tests eight bytes at a time (ids are 36).
 func plainJSON(s string) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	b := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
 	i := 0
-	for ; i+8 <= len(s); i += 8 {
-		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		q, b := x^('"'*ones), x^('\\'*ones)
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:]) // one load
+		q, bs := x^('"'*ones), x^('\\'*ones)
 		// A byte >= 0x80, < 0x20, or zero after the xor (a quote, a
 		// backslash) sets the high bit of its lane.
-		if (x|(x-0x20*ones)|(q-ones)&^q|(b-ones)&^b)&highs != 0 {
+		if (x|(x-0x20*ones)|(q-ones)&^q|(bs-ones)&^bs)&highs != 0 {
 			return false
 		}
 	}
