@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 )
 
@@ -47,6 +48,7 @@ func (p *benchProfiles) stop() error {
 		if err != nil {
 			return errors.Join(append(errs, fmt.Errorf("bench: --memprofile: %w", err))...)
 		}
+		runtime.GC() // in-use figures as of now, not of the last cycle
 		errs = append(errs, pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
 	}
 	return errors.Join(errs...)
