@@ -146,7 +146,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 	}
 	w := &Worker{
 		c: c, cfg: wc, handlers: map[string]Handler{}, running: map[string]*attempt{},
-		settleCh: make(chan settleItem, 4096),
+		settleCh: make(chan settleItem, settleQueue), // worker_completer.go
 		log:      c.cfg.Logger.With("worker_id", wc.ID),
 	}
 	for name, conc := range wc.Queues {

@@ -67,3 +67,11 @@ func (w *Worker) completer() {
 		w.flush(batch, &scratch)
 	}
 }
+
+// settleQueue bounds the finished attempts waiting for a completer (beyond
+// those the worker's slots hold while they wait to hand theirs over). Every
+// one of them is a task whose task.succeeded event is not written yet: the
+// bound is what keeps a follower's lag near one batch's time instead of
+// several, while a full batch is still always ready when a completer is
+// free (slots blocked on the hand-over feed the next batch directly).
+const settleQueue = maxCompleterBatch
