@@ -18,6 +18,7 @@ func init() { register(benchCmd) }
 func benchCmd(a *app) *cobra.Command {
 	var cfg bench.Config
 	withTelemetry := true
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "bench [-n N | --duration D [--rate R]] [--workers N] [--batch N]",
 		Short: "Measure throughput (and latency) with no-op tasks on --db",
@@ -51,6 +52,11 @@ The last line is always:
 			if cfg.N < 0 || cfg.Workers < 1 || cfg.Batch < 1 || cfg.Rate < 0 || cfg.Duration < 0 {
 				return usageErr("bench: -n, --workers, --batch, --rate and --duration must be positive")
 			}
+			stop, err := startCPUProfile(cpuProfile) // bench_profile.go
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return a.bench(cmd.Context(), cfg, withTelemetry)
 		},
 	}
@@ -62,6 +68,8 @@ The last line is always:
 	f.IntVar(&cfg.Batch, "batch", 1000, "tasks per enqueue batch")
 	f.BoolVar(&cfg.FollowEvents, "follow-events", false, "drain mode: follow the event log's all stream during the run and report its delivery lag")
 	f.BoolVar(&withTelemetry, "telemetry", true, "record metrics (and traces when OTEL_* asks) as serve and work do; false: no telemetry")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	_ = f.MarkHidden("cpuprofile")
 	cmd.AddCommand(benchOrderingCmd(a)) // bench_ordering.go
 	return cmd
 }
