@@ -103,10 +103,9 @@ type Worker struct {
 	running map[string]*attempt // by execution id
 	started bool
 
-	queues    []*queueRunner
-	settleCh  chan settleItem
-	settleBuf []store.Settlement // the completer's scratch
-	logs      *logFlusher        // execution logs, written in batches (logs.go)
+	queues   []*queueRunner
+	settleCh chan settleItem
+	logs     *logFlusher // execution logs, written in batches (logs.go)
 
 	fetchCancel context.CancelFunc
 	bgCancel    context.CancelFunc
@@ -147,7 +146,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 	}
 	w := &Worker{
 		c: c, cfg: wc, handlers: map[string]Handler{}, running: map[string]*attempt{},
-		settleCh: make(chan settleItem, 4096),
+		settleCh: make(chan settleItem, settleQueue), // worker_completer.go
 		log:      c.cfg.Logger.With("worker_id", wc.ID),
 	}
 	for name, conc := range wc.Queues {
@@ -222,7 +221,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	fetchCtx, fetchCancel := context.WithCancel(bgCtx)
 	w.bgCancel, w.fetchCancel = bgCancel, fetchCancel
 	w.complDone = make(chan struct{})
-	go w.completer()
+	w.startCompleters() // worker_completer.go
 	w.logs = newLogFlusher(w.c.store, w.log, w.c.Masker())
 
 	wakeups := w.c.store.Wakeups(bgCtx)
@@ -640,32 +639,8 @@ type settleItem struct {
 	a *attempt
 }
 
-// completer batches settlements: under load many attempts settle in one
-// transaction; when idle each settles at once.
-func (w *Worker) completer() {
-	defer close(w.complDone)
-	const maxBatch = 1000
-	batch := make([]settleItem, 0, maxBatch)
-	for s := range w.settleCh {
-		batch = append(batch[:0], s)
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case s, ok := <-w.settleCh:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, s)
-			default:
-				break fill
-			}
-		}
-		w.flush(batch)
-	}
-}
-
-func (w *Worker) flush(items []settleItem) {
-	batch := w.settlements(items)
+func (w *Worker) flush(items []settleItem, scratch *[]store.Settlement) {
+	batch := settlements(items, scratch)
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -6,13 +6,13 @@ import (
 	"github.com/backstophq/backstop/store"
 )
 
-// settlements lists the items' settlements in the completer's scratch.
-func (w *Worker) settlements(items []settleItem) []store.Settlement {
-	w.settleBuf = w.settleBuf[:0]
+// settlements lists the items' settlements in a completer's scratch.
+func settlements(items []settleItem, scratch *[]store.Settlement) []store.Settlement {
+	*scratch = (*scratch)[:0]
 	for i := range items {
-		w.settleBuf = append(w.settleBuf, items[i].s)
+		*scratch = append(*scratch, items[i].s)
 	}
-	return w.settleBuf
+	return *scratch
 }
 
 // settledBatch records the in-process attempts of one settle batch once

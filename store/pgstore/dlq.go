@@ -88,9 +88,9 @@ func (s *Store) AppendEvents(ctx context.Context, events []bt.Event) error {
 // Events implements store.DLQ.
 func (s *Store) Events(ctx context.Context, taskID string) ([]bt.Event, error) {
 	// A task's events are in seq order, and in their rows' order within a
-	// row (the GIN index on subjects finds the rows).
-	rs, err := s.pool.Query(ctx, `SELECT `+eventReadCols+` FROM `+evExpand+`
-		WHERE e.subjects @> ARRAY[$1::text] AND u.subject = $1 ORDER BY e.seq, u.i`, taskID)
+	// row (taskEventRows finds the rows).
+	rs, err := s.pool.Query(ctx, `SELECT `+eventReadCols+` FROM `+taskEventRows("$1::text")+` CROSS JOIN LATERAL `+evUnnest+`
+		WHERE u.subject = $1 ORDER BY e.seq, u.i`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: events of %s: %w", taskID, err)
 	}

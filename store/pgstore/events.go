@@ -62,14 +62,6 @@ func evTruncate(expr string) string {
 const evBatchInsert = `INSERT INTO backstop_events (seq, type, time, times, subjects, queues, kinds, attributes, bodies)
 	SELECT nextval('backstop_events_seq_seq'), `
 
-// claimEvents: task.claimed for every claimed row ($2: now).
-var claimEvents = `claim_events AS (
-	` + evBatchInsert + `'task.claimed', $2, NULL, array_agg(c.id), array_agg(c.queue), array_agg(c.kind), json_agg(c.attributes),
-		json_agg(json_build_object('worker_id', c.worker_id, 'execution_id', c.execution_id, 'attempt', c.attempt,
-			'lease_expires_at', ` + evTime("c.lease_expires_at") + `))
-	FROM claimed c HAVING count(*) > 0
-)`
-
 // beatReturning adds to the heartbeat's RETURNING what its events need:
 // progressed is true when the beat changed the stored progress.
 const beatReturning = `t.queue, t.kind, t.attributes, i.total, i.completed,
@@ -128,23 +120,6 @@ var settleEvents = `settle_events AS (
 	GROUP BY e.ord, e.type ORDER BY e.ord, e.type) g
 )`
 
-// succeededEvents: task.started and task.succeeded for each success, one
-// row each (in that order: Append runs its branches in turn).
-var succeededEvents = `succeeded_events AS (
-	` + evBatchInsert + `g.type, g.time, g.times, g.subjects, g.queues, g.kinds, g.attributes, g.bodies
-	FROM (SELECT 'task.started' AS type, max(s.started) AS time, array_agg(s.started) AS times, array_agg(s.id) AS subjects,
-		array_agg(s.queue) AS queues, array_agg(s.kind) AS kinds, json_agg(s.attributes) AS attributes,
-		json_agg(json_build_object('execution_id', s.execution_id, 'attempt', s.attempt,
-			'worker_id', coalesce(s.worker_id, ''))) AS bodies
-	FROM (SELECT *, coalesce(attempted_at, finished_at) AS started FROM settled) s HAVING count(*) > 0
-	UNION ALL
-	SELECT 'task.succeeded', max(s.finished_at), array_agg(s.finished_at), array_agg(s.id),
-		array_agg(s.queue), array_agg(s.kind), json_agg(s.attributes),
-		json_agg(json_build_object('execution_id', s.execution_id, 'attempt', s.attempt,
-			'duration_ms', ` + evMillis("s.started", "s.finished_at") + `))
-	FROM (SELECT *, coalesce(attempted_at, finished_at) AS started FROM settled) s HAVING count(*) > 0) g
-)`
-
 // cancelEvents: the operator's cancel ($2: now, $3: actor).
 var cancelEvents = `cancel_events AS (
 	INSERT INTO backstop_events (type, time, subjects, queues, kinds, attributes, actor, bodies)
@@ -156,18 +131,6 @@ var cancelEvents = `cancel_events AS (
 
 // enqueuedReturning is what an enqueue's insert returns for its events.
 const enqueuedReturning = `id, queue, kind, state, run_at, priority, max_attempts, attributes, created_at`
-
-// enqueuedEvents: task.enqueued for every inserted row, one row; the actor
-// is parameter actorParam.
-func enqueuedEvents(actorParam int) string {
-	return `ev AS (
-	INSERT INTO backstop_events (seq, type, time, times, subjects, queues, kinds, attributes, actor, bodies)
-	SELECT nextval('backstop_events_seq_seq'), 'task.enqueued', max(created_at), array_agg(created_at), array_agg(id),
-		array_agg(queue), array_agg(kind), json_agg(attributes), $` + strconv.Itoa(actorParam) + `::text,
-		json_agg(json_build_object('merged', false, 'duplicate', false, 'state', state, 'run_at', ` + evTime("run_at") + `,
-			'priority', priority, 'max_attempts', max_attempts))
-	FROM ins HAVING count(*) > 0)`
-}
 
 // insertEventsScalar writes events built in Go, one row each, with scalar
 // parameters (enqueue runs through database/sql too, where arrays are not
@@ -206,10 +169,8 @@ func insertEventsScalar(ctx context.Context, db dbtx, events []bt.Event) error {
 	return nil
 }
 
-// evExpand is the log with each row expanded into its events (i: the
-// event's place in its row, from 1).
-const evExpand = `backstop_events e CROSS JOIN LATERAL ` + evUnnest
-
+// evUnnest expands a log row e into its events (i: the event's place in
+// its row, from 1).
 const evUnnest = `ROWS FROM (unnest(e.subjects), unnest(e.ids), unnest(e.times),
 	unnest(e.queues), unnest(e.kinds), json_array_elements(e.attributes), json_array_elements(e.bodies))
 		WITH ORDINALITY AS u(subject, id, t, queue, kind, attributes, body, i)`
@@ -304,8 +265,8 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 			WHERE `+afterCursor(5)+`
 			ORDER BY e.xid, e.seq, u.i LIMIT $4`, xid, seq, idx, limit, h)
 	case store.StreamTask:
-		rs, err = s.pool.Query(ctx, `SELECT true, `+eventReadCols+` FROM `+evExpand+`
-			WHERE e.subjects @> ARRAY[$4::text] AND u.subject = $4 AND `+afterCursor(6)+`
+		rs, err = s.pool.Query(ctx, `SELECT true, `+eventReadCols+` FROM `+taskEventRows("$4::text")+` CROSS JOIN LATERAL `+evUnnest+`
+			WHERE u.subject = $4 AND `+afterCursor(6)+`
 			ORDER BY e.xid, e.seq, u.i LIMIT $5`, xid, seq, idx, q.Stream.Value, limit, h)
 	default:
 		// A window of the log after the cursor, the matches in it, and

@@ -205,3 +205,8 @@ func (s *Store) queryTasks(ctx context.Context, sql string, args ...any) ([]*bt.
 	}
 	return tasks, rs.Err()
 }
+
+// SettleParallelism tells the worker how many settle batches to apply at
+// once (backstop's worker_completer.go): two, since batches of disjoint
+// tasks run side by side without waiting on each other's locks.
+func (s *Store) SettleParallelism() int { return 2 }

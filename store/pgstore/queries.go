@@ -60,7 +60,7 @@ WITH picked AS (
 	ORDER BY priority DESC, run_at, id
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
-), claimed AS (
+), ` + claimSeq + `, claimed AS (
 	UPDATE backstop_tasks c SET
 		state = 'running',
 		attempt = c.attempt + 1,
@@ -68,9 +68,10 @@ WITH picked AS (
 		execution_id = gen_random_uuid()::text,
 		attempted_at = $2,
 		lease_expires_at = $5,
-		updated_at = $2
-	FROM picked WHERE c.id = picked.id
-	RETURNING c.*
+		updated_at = $2,
+		event_links = c.event_links || s.seq
+	FROM picked, claim_seq s WHERE c.id = picked.id
+	RETURNING c.*, s.seq AS ev_seq
 ), ` + claimEvents + `
 `
 
@@ -199,18 +200,19 @@ var sqlSettleSucceeded = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bool[], $5::int[], $6::int[])
 		WITH ORDINALITY AS i(task_id, execution_id, finished_at, has_progress, total, completed, idx)
-), settled AS (
+), ` + settleLink + `, settled AS (
 	UPDATE backstop_tasks t SET
 		state = 'succeeded',
+		event_links = t.event_links || q.link,
 		updated_at = i.finished_at,
 		finalized_at = i.finished_at,
 		lease_expires_at = NULL,
 		progress_total = CASE WHEN i.has_progress THEN i.total ELSE t.progress_total END,
 		progress_completed = CASE WHEN i.has_progress THEN i.completed ELSE t.progress_completed END
-	FROM input i
+	FROM input i, settle_link q
 	WHERE t.id = i.task_id AND ` + leaseHeld + `
 	RETURNING i.idx, t.id, i.execution_id, t.attempt, t.worker_id, t.attempted_at, i.finished_at,
-		t.queue, t.kind, t.attributes
+		t.queue, t.kind, t.attributes, q.link AS ev_link
 ), ` + succeededEvents + `, recorded AS (
 	INSERT INTO backstop_executions
 		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome)
@@ -294,10 +296,10 @@ var maxInsertRows = 1000
 // the actor is the last parameter ($n*len(insertColumns)+1).
 func sqlInsertTasks(n int, onConflict string) string {
 	var b strings.Builder
-	b.WriteString("WITH ins AS (INSERT INTO backstop_tasks (")
+	b.WriteString("WITH " + enqueueSeq + ", ins AS (INSERT INTO backstop_tasks (")
 	b.WriteString(strings.Join(insertColumns, ", "))
-	b.WriteString(") VALUES ")
-	writeValues(&b, n, len(insertColumns), nil)
+	b.WriteString(", event_links) VALUES ")
+	writeLinkedValues(&b, n, len(insertColumns))
 	b.WriteString(" ON CONFLICT " + onConflict + " DO NOTHING RETURNING " + enqueuedReturning + "), ")
 	b.WriteString(enqueuedEvents(n*len(insertColumns) + 1))
 	b.WriteString(" SELECT id FROM ins")

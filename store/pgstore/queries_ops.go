@@ -83,8 +83,9 @@ ORDER BY f.last_failure DESC, t.id LIMIT $2`
 // cursors) and readers skip the blanks.
 func deleteTaskEvents(cte string) string {
 	ids := `(SELECT array_agg(id) FROM ` + cte + `)`
-	return `ev_rows AS (
-	DELETE FROM backstop_events v WHERE v.subjects && ` + ids + ` AND array_remove(v.subjects, NULL) <@ ` + ids + `
+	return tasksEventRows(cte, ids) + `, ev_rows AS (
+	DELETE FROM backstop_events v USING ev_cand c
+	WHERE v.xid = c.xid AND v.seq = c.seq AND array_remove(v.subjects, NULL) <@ ` + ids + `
 ), ev_blank AS (
 	UPDATE backstop_events v SET subjects = x.subjects, attributes = x.attributes, bodies = x.bodies
 	FROM (SELECT e.xid, e.seq,
@@ -94,7 +95,7 @@ func deleteTaskEvents(cte string) string {
 		FROM backstop_events e CROSS JOIN LATERAL (SELECT u.*, coalesce(u.subject IN (SELECT id FROM ` + cte + `), false) AS gone
 			FROM ROWS FROM (unnest(e.subjects), json_array_elements(e.attributes), json_array_elements(e.bodies))
 				WITH ORDINALITY AS u(subject, attributes, body, i)) u
-		WHERE e.subjects && ` + ids + ` AND NOT array_remove(e.subjects, NULL) <@ ` + ids + `
+		WHERE (e.xid, e.seq) IN (SELECT xid, seq FROM ev_cand) AND NOT array_remove(e.subjects, NULL) <@ ` + ids + `
 		GROUP BY e.xid, e.seq) x
 	WHERE v.xid = x.xid AND v.seq = x.seq
 )`

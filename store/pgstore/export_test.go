@@ -1,0 +1,4 @@
+package pgstore
+
+// TaskEventRows exposes taskEventRows to the external tests (plans).
+var TaskEventRows = taskEventRows
