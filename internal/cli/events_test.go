@@ -3,6 +3,7 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/backstophq/backstop"
 )
@@ -14,8 +15,18 @@ func TestEventsTailCLI(t *testing.T) {
 		e.ok("enqueue", "--queue", "q2", "--kind", "k", "--id", "b")
 		e.ok("tasks", "cancel", "b")
 
+		// On Postgres an event is served once every older transaction has
+		// ended (gap-free reads), and parallel tests hold transactions of
+		// their own: wait until the three are final, then read as a user.
 		var page backstop.EventPage
-		e.json(&page, "events", "tail")
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			page = backstop.EventPage{}
+			e.json(&page, "events", "tail")
+			if len(page.Events) >= 3 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		if len(page.Events) != 3 || page.Events[2].Type != "task.canceled" || !strings.HasPrefix(page.Events[2].Actor, "cli:") {
 			t.Fatalf("all: %+v", page)
 		}
