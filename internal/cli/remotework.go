@@ -47,19 +47,12 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	if err != nil {
 		return usageErr("work: %v", err)
 	}
-	tel, stopTelemetry, err := a.startTelemetry(ctx, nil, "backstop-work")
+	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, nil, o.metricsAddr)
 	if err != nil {
 		return err
 	}
 	defer stopTelemetry()
 	log := tel.Logger
-	if o.metricsAddr != "" {
-		stop, err := serveMetrics(ctx, o.metricsAddr, tel, log)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
 	id := o.id
 	if id == "" {
 		host, _ := os.Hostname()

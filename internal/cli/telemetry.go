@@ -47,6 +47,25 @@ func (a *app) startTelemetry(ctx context.Context, cfg *config.Config, service st
 	return t, stop, nil
 }
 
+// startWorkTelemetry is startTelemetry for `backstop work` (on the
+// database or on a server), plus its /metrics on metricsAddr when set;
+// stop ends both.
+func (a *app) startWorkTelemetry(ctx context.Context, cfg *config.Config, metricsAddr string) (*telemetry.Telemetry, func(), error) {
+	tel, stopTelemetry, err := a.startTelemetry(ctx, cfg, "backstop-work")
+	if err != nil {
+		return nil, nil, err
+	}
+	if metricsAddr == "" {
+		return tel, stopTelemetry, nil
+	}
+	stopMetrics, err := serveMetrics(ctx, metricsAddr, tel, tel.Logger)
+	if err != nil {
+		stopTelemetry()
+		return nil, nil, err
+	}
+	return tel, func() { stopMetrics(); stopTelemetry() }, nil
+}
+
 // withTelemetry points the library's configuration at t's providers.
 func withTelemetry(lib *backstop.Config, t *telemetry.Telemetry) {
 	lib.Logger = t.Logger

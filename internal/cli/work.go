@@ -144,19 +144,12 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 		return usageErr("work: %v", err)
 	}
 
-	tel, stopTelemetry, err := a.startTelemetry(ctx, cfg, "backstop-work")
+	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, cfg, o.metricsAddr)
 	if err != nil {
 		return err
 	}
 	defer stopTelemetry()
 	log := tel.Logger
-	if o.metricsAddr != "" {
-		stop, err := serveMetrics(ctx, o.metricsAddr, tel, log)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
 	lib := cfg.Library()
 	withTelemetry(lib, tel)
 	s, c, err := a.open(ctx, lib)
