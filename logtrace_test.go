@@ -1,10 +1,7 @@
 package backstop
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"path/filepath"
@@ -18,35 +15,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testlog"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("log line %q: %v", sc.Text(), err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // logExporter keeps the OpenTelemetry log records it is given.
 type logExporter struct {
@@ -79,7 +50,7 @@ func TestHandlerLogsCarrySpan(t *testing.T) {
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	exp := &logExporter{}
 	lp := sdklog.NewLoggerProvider(sdklog.WithProcessor(sdklog.NewSimpleProcessor(exp)))
 	logger := slog.New(slog.NewMultiHandler(slog.NewJSONHandler(out, nil),
@@ -135,7 +106,7 @@ func TestHandlerLogsCarrySpan(t *testing.T) {
 		t.Fatalf("%d process spans, want 2", len(spans))
 	}
 	var hello, retry int
-	for _, l := range out.lines(t) {
+	for _, l := range out.Records(t) {
 		if l["task_id"] != r.Task.ID {
 			continue
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"github.com/backstophq/backstop/internal/testlog"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -28,7 +29,7 @@ func TestRemoteDrainReleases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			serverLog := &lockedBuffer{}
+			serverLog := &testlog.Buffer{}
 			srv.Stderr = serverLog
 			if err := srv.Start(); err != nil {
 				t.Fatal(err)
@@ -51,7 +52,7 @@ func TestRemoteDrainReleases(t *testing.T) {
 
 			work := exec.Command(binary, "--server", base, "work", "--queue", "drain", "--grace", "200ms", "--id", "drainer",
 				"--", "sh", "-c", "echo program-began; sleep 60")
-			workLog := &lockedBuffer{}
+			workLog := &testlog.Buffer{}
 			work.Stderr, work.Stdout = workLog, workLog
 			if err := work.Start(); err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/backstophq/backstop/internal/testlog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,7 +36,7 @@ func startServer(t *testing.T, db string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &lockedBuffer{}
+	log := &testlog.Buffer{}
 	srv.Stderr = log
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -213,7 +214,7 @@ func TestDemoServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errb := &lockedBuffer{}
+	errb := &testlog.Buffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

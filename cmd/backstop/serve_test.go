@@ -5,9 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/backstophq/backstop/internal/testlog"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -71,7 +71,7 @@ func TestServe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			serverLog := &lockedBuffer{}
+			serverLog := &testlog.Buffer{}
 			srv.Stderr = serverLog
 			if err := srv.Start(); err != nil {
 				t.Fatal(err)
@@ -154,24 +154,6 @@ func TestServe(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func asProblem(err error, p **api.Problem) bool {

@@ -1,12 +1,8 @@
 package api_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
-	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -19,36 +15,8 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/testlog"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the server's concurrent logging.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// records parses the JSON log lines written so far.
-func (l *lockedBuffer) records(t *testing.T) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("log line %q: %v", sc.Text(), err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // TestRemoteAttemptTelemetry drives the worker protocol over a real server
 // on loopback: each claimed task's answer carries the traceparent of its
@@ -61,7 +29,7 @@ func TestRemoteAttemptTelemetry(t *testing.T) {
 	stores(t, func(t *testing.T, dbURL func(t *testing.T) string) {
 		reader := sdkmetric.NewManualReader()
 		sr := tracetest.NewSpanRecorder()
-		logs := &lockedBuffer{}
+		logs := &testlog.Buffer{}
 		b := setup(t, dbURL(t), setupOpts{lib: &backstop.Config{
 			MeterProvider:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 			TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr)),
@@ -184,7 +152,7 @@ func TestRemoteAttemptTelemetry(t *testing.T) {
 
 		// Server log lines about an attempt or an enqueue name its span.
 		seen := map[string]bool{}
-		for _, r := range logs.records(t) {
+		for _, r := range logs.Records(t) {
 			id, _ := r["task_id"].(string)
 			switch r["msg"] {
 			case "task completed", "task attempt failed (remote)":

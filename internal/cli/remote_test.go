@@ -26,12 +26,20 @@ import (
 // and returns its URL.
 func apiServer(t *testing.T, db string) string {
 	t.Helper()
+	return apiServerWith(t, db, &backstop.Config{})
+}
+
+// apiServerWith is apiServer with the library configured by lib (its
+// logger is replaced by a silent one).
+func apiServerWith(t *testing.T, db string, lib *backstop.Config) string {
+	t.Helper()
 	ctx := context.Background()
 	s, err := dburl.Open(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := backstop.NewClient(s, &backstop.Config{Logger: slog.New(slog.DiscardHandler)})
+	lib.Logger = slog.New(slog.DiscardHandler)
+	c, err := backstop.NewClient(s, lib)
 	if err != nil {
 		t.Fatal(err)
 	}

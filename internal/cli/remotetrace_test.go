@@ -1,52 +1,20 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/backstophq/backstop"
-	"github.com/backstophq/backstop/internal/api"
-	"github.com/backstophq/backstop/internal/dburl"
 )
 
 // tracedAPIServer is apiServer with the library's spans recorded in sr.
 func tracedAPIServer(t *testing.T, db string, sr *tracetest.SpanRecorder) string {
 	t.Helper()
-	ctx := context.Background()
-	s, err := dburl.Open(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := backstop.NewClient(s, &backstop.Config{Logger: slog.New(slog.DiscardHandler),
-		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := api.New(api.Options{Client: c, Logger: slog.New(slog.DiscardHandler), RateLimit: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		srv.Close()
-		s.Close()
-	})
-	return "http://" + ln.Addr().String()
+	return apiServerWith(t, db, &backstop.Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))})
 }
 
 // TestRemoteWorkTraceParent: `backstop work --server -- CMD` hands the
