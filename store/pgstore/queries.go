@@ -44,10 +44,25 @@ var sqlGetTask = selectTasks + " WHERE t.id = $1"
 
 const sqlTaskState = `SELECT state FROM backstop_tasks WHERE id = $1`
 
+// A succeeded task's last attempt is not a row of backstop_executions:
+// the task row holds all of it (execution_id, attempt, worker_id,
+// attempted_at, finalized_at), and the success settle writes nothing else
+// (migration 00016). succeededExecution is that execution, read from a
+// task row t; a row whose execution_id is already in backstop_executions
+// (written before 00016, or an execution id left by an earlier attempt)
+// gives none.
+const succeededExecution = `SELECT t.execution_id, t.id, t.attempt, coalesce(t.worker_id, ''),
+	coalesce(t.attempted_at, t.finalized_at), t.finalized_at, 'succeeded', NULL::text, NULL::text
+FROM backstop_tasks t
+WHERE t.state = 'succeeded' AND t.execution_id IS NOT NULL
+	AND NOT EXISTS (SELECT 1 FROM backstop_executions x WHERE x.execution_id = t.execution_id)`
+
 const sqlExecutions = `
 SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail
 FROM backstop_executions WHERE task_id = $1
-ORDER BY started_at, attempt, execution_id`
+UNION ALL
+` + succeededExecution + ` AND t.id = $1
+ORDER BY 5, 3, 1`
 
 // Claim: lock the next claimable rows, skipping rows other claimers hold,
 // and lease them in the same statement.
@@ -144,8 +159,9 @@ var (
 )
 
 // Settle: apply each decision whose lease is still current (or, without an
-// execution id, to a waiting task), record the settled executions, and wake
-// the queues that got pending work, all in one statement.
+// execution id, to a waiting task), record the settled executions (but a
+// success's, which its task row holds: succeededExecution), and wake the
+// queues that got pending work, all in one statement.
 var sqlSettle = `
 WITH input AS (
 	SELECT * FROM unnest(
@@ -186,7 +202,7 @@ WITH input AS (
 	SELECT execution_id, id, CASE WHEN uncharged THEN attempt + 1 ELSE attempt END,
 		coalesce(worker_id, ''), coalesce(attempted_at, finished_at), finished_at, outcome,
 		nullif(error, ''), nullif(error_detail, '')
-	FROM settled WHERE execution_id <> ''
+	FROM settled WHERE execution_id <> '' AND state <> 'succeeded'
 )
 SELECT idx FROM settled
 UNION ALL
@@ -194,7 +210,8 @@ SELECT 0 FROM (SELECT DISTINCT queue FROM settled WHERE state = 'pending') q
 	CROSS JOIN LATERAL pg_notify('` + wakeupChannel + `', q.queue)`
 
 // Settle, the hot path: a batch of successes with their leases current.
-// Input arrays: task ids, execution ids, finish times, has-progress flags,
+// It writes the task rows and their events, and no execution rows
+// (succeededExecution). Input arrays: task ids, execution ids, finish times, has-progress flags,
 // totals, completed.
 var sqlSettleSucceeded = `
 WITH input AS (
@@ -213,13 +230,7 @@ WITH input AS (
 	WHERE t.id = i.task_id AND ` + leaseHeld + `
 	RETURNING i.idx, t.id, i.execution_id, t.attempt, t.worker_id, t.attempted_at, i.finished_at,
 		t.queue, t.kind, t.attributes, q.link AS ev_link
-), ` + succeededEvents + `, recorded AS (
-	INSERT INTO backstop_executions
-		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome)
-	SELECT execution_id, id, attempt, coalesce(worker_id, ''), coalesce(attempted_at, finished_at),
-		finished_at, 'succeeded'
-	FROM settled
-)
+), ` + succeededEvents + `
 SELECT idx FROM settled`
 
 // RequestCancel: waiting tasks are canceled at once, running ones marked;

@@ -157,11 +157,21 @@ func (s *Store) GetWorker(ctx context.Context, id string, now time.Time, staleAf
 	return &w, nil
 }
 
+// sqlWorkerExecutions: the newest recorded executions of worker $1 and
+// the newest successes it settled (their task rows; the partial index
+// backstop_tasks_succeeded_worker), at most $2 of each, then at most $2 in
+// all.
+const sqlWorkerExecutions = `
+(SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail
+	FROM backstop_executions WHERE worker_id = $1 ORDER BY started_at DESC, execution_id DESC LIMIT $2)
+UNION ALL
+(` + succeededExecution + ` AND t.worker_id = $1
+	ORDER BY t.attempted_at DESC, t.execution_id DESC LIMIT $2)
+ORDER BY 5 DESC, 1 DESC LIMIT $2`
+
 // WorkerExecutions implements store.Workers.
 func (s *Store) WorkerExecutions(ctx context.Context, workerID string, limit int) ([]bt.Execution, error) {
-	rows, err := s.pool.Query(ctx, `SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome,
-		error, error_detail FROM backstop_executions WHERE worker_id = $1 ORDER BY started_at DESC, execution_id DESC LIMIT $2`,
-		workerID, limit)
+	rows, err := s.pool.Query(ctx, sqlWorkerExecutions, workerID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: worker executions: %w", err)
 	}

@@ -1,0 +1,22 @@
+-- A succeeded task's last attempt lives in its task row (execution_id,
+-- attempt, worker_id, attempted_at, finalized_at): the success settle, the
+-- drain's hot path, no longer inserts a backstop_executions row with its
+-- three index entries. Readers add that execution from the row
+-- (pgstore.succeededExecution) unless backstop_executions already has it,
+-- as it has for every task that succeeded before this migration. A
+-- worker's recent executions (the worker view) find its successes by this
+-- partial index.
+
+-- +goose Up
+CREATE INDEX backstop_tasks_succeeded_worker ON backstop_tasks (worker_id, attempted_at)
+    WHERE state = 'succeeded';
+
+-- +goose Down
+-- Record the successes the rows hold, so the executions table is whole again.
+INSERT INTO backstop_executions (execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome)
+SELECT t.execution_id, t.id, t.attempt, coalesce(t.worker_id, ''), coalesce(t.attempted_at, t.finalized_at),
+    t.finalized_at, 'succeeded'
+FROM backstop_tasks t
+WHERE t.state = 'succeeded' AND t.execution_id IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM backstop_executions x WHERE x.execution_id = t.execution_id);
+DROP INDEX backstop_tasks_succeeded_worker;
