@@ -157,15 +157,22 @@ func (s *Store) GetWorker(ctx context.Context, id string, now time.Time, staleAf
 	return &w, nil
 }
 
-// sqlWorkerExecutions: the newest recorded executions of worker $1 and
-// the newest successes it settled (their task rows; the partial index
-// backstop_tasks_succeeded_worker), at most $2 of each, then at most $2 in
-// all.
-const sqlWorkerExecutions = `
+// recentSuccessWindow is how many of the most recently succeeded tasks
+// the worker view looks through for a worker's successes.
+const recentSuccessWindow = 10000
+
+// sqlWorkerExecutions: the newest recorded executions of worker $1 (by
+// backstop_executions_worker), and its successes among the
+// recentSuccessWindow tasks that succeeded last (their rows, newest first
+// by backstop_tasks_finished: a success writes no entry to any index of its
+// own, migration 00016), at most $2 of each, then at most $2 in all.
+var sqlWorkerExecutions = `
 (SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail
 	FROM backstop_executions WHERE worker_id = $1 ORDER BY started_at DESC, execution_id DESC LIMIT $2)
 UNION ALL
-(` + succeededExecution + ` AND t.worker_id = $1
+(` + strings.Replace(succeededExecution, "FROM backstop_tasks t",
+	`FROM (SELECT * FROM backstop_tasks WHERE state = 'succeeded'
+		ORDER BY finalized_at DESC LIMIT `+strconv.Itoa(recentSuccessWindow)+`) t`, 1) + ` AND t.worker_id = $1
 	ORDER BY t.attempted_at DESC, t.execution_id DESC LIMIT $2)
 ORDER BY 5 DESC, 1 DESC LIMIT $2`
 

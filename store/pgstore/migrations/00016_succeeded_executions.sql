@@ -3,13 +3,13 @@
 -- drain's hot path, no longer inserts a backstop_executions row with its
 -- three index entries. Readers add that execution from the row
 -- (pgstore.succeededExecution) unless backstop_executions already has it,
--- as it has for every task that succeeded before this migration. A
--- worker's recent executions (the worker view) find its successes by this
--- partial index.
+-- as it has for every task that succeeded before this migration. No index
+-- is added: a worker's recent successes (the worker view) are looked for
+-- among the most recently finished tasks (backstop_tasks_finished), so the
+-- settle writes no index entry for them (pgstore.sqlWorkerExecutions).
 
 -- +goose Up
-CREATE INDEX backstop_tasks_succeeded_worker ON backstop_tasks (worker_id, attempted_at)
-    WHERE state = 'succeeded';
+SELECT 1;
 
 -- +goose Down
 -- Record the successes the rows hold, so the executions table is whole again.
@@ -19,4 +19,3 @@ SELECT t.execution_id, t.id, t.attempt, coalesce(t.worker_id, ''), coalesce(t.at
 FROM backstop_tasks t
 WHERE t.state = 'succeeded' AND t.execution_id IS NOT NULL
     AND NOT EXISTS (SELECT 1 FROM backstop_executions x WHERE x.execution_id = t.execution_id);
-DROP INDEX backstop_tasks_succeeded_worker;
