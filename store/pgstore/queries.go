@@ -65,10 +65,12 @@ UNION ALL
 ORDER BY 5, 3, 1`
 
 // Claim: lock the next claimable rows, skipping rows other claimers hold,
-// and lease them in the same statement.
+// and lease them in the same statement. The UPDATE finds the locked rows
+// by their tuple ids (a Tid Scan, in heap order), not by a primary-key
+// lookup each: a row this statement locked cannot move before its UPDATE.
 var claimPick = `
 WITH picked AS (
-	SELECT id FROM backstop_tasks
+	SELECT ctid AS tid FROM backstop_tasks
 	WHERE state = 'pending' AND queue = $1 AND run_at <= $2
 	  AND (deadline IS NULL OR deadline > $2)%s
 	  AND NOT EXISTS (SELECT 1 FROM backstop_queues pq WHERE pq.name = $1)
@@ -85,7 +87,7 @@ WITH picked AS (
 		lease_expires_at = $5,
 		updated_at = $2,
 		event_links = c.event_links || s.seq
-	FROM picked, claim_seq s WHERE c.id = picked.id
+	FROM claim_seq s WHERE c.ctid = ANY(ARRAY(SELECT tid FROM picked))
 	RETURNING c.*, s.seq AS ev_seq
 ), ` + claimEvents + `
 `
