@@ -193,7 +193,15 @@ func evRowsAfter(h, rows int) string {
 }
 
 const eventReadCols = `e.xid::text, e.seq, u.i, coalesce(u.id, ''), coalesce(u.t, e.time), e.type, u.subject,
-	coalesce(u.queue, ''), coalesce(u.kind, ''), u.attributes, e.actor, coalesce(u.body, '{}'::json)`
+	coalesce(u.queue, ''), coalesce(u.kind, ''), u.attributes, e.actor, ` + evBody
+
+// evBody is the body of the event u of row e: its element of bodies, with
+// the fields of the row's common body (migration 00017) first when it has
+// one. Both are compact JSON objects as written (json keeps their text),
+// so the two join as text.
+const evBody = `CASE WHEN e.common IS NULL THEN coalesce(u.body, '{}'::json)
+	WHEN coalesce(u.body::text, '{}') = '{}' THEN e.common
+	ELSE (left(e.common::text, -1) || ',' || substr(u.body::text, 2))::json END`
 
 // sqlHorizon reads the horizon: the oldest transaction still running (the
 // xmin of a snapshot). It is read by its own statement BEFORE the read's:
@@ -275,7 +283,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 		rs, err = s.pool.Query(ctx, `WITH w AS (
 				SELECT e.xid, e.seq, u.i, coalesce(u.id, '') AS id, coalesce(u.t, e.time) AS time, e.type, u.subject,
 					coalesce(u.queue, '') AS queue, coalesce(u.kind, '') AS kind, u.attributes, e.actor,
-					coalesce(u.body, '{}'::json) AS body
+					` + evBody + ` AS body
 				FROM `+evRowsAfter(7, 6)+`
 				WHERE `+afterCursor(7)+`
 				ORDER BY e.xid, e.seq, u.i LIMIT $6

@@ -23,14 +23,6 @@ import (
 // evSeq is the sequence every event row takes its seq from.
 const evSeq = `nextval('backstop_events_seq_seq')`
 
-// evLinkedInsert starts the INSERT of a linked row whose seq and link
-// are the aggregate seqExpr (the one number every element of the row
-// carries).
-func evLinkedInsert(seqExpr string) string {
-	return `INSERT INTO backstop_events (seq, link, type, time, times, subjects, queues, kinds, attributes, bodies)
-	SELECT ` + seqExpr + `, ` + seqExpr + `, `
-}
-
 // claimSeq takes the claim's row number once the picked rows are locked
 // (the aggregate reads them all first).
 const claimSeq = `claim_seq AS (
@@ -38,14 +30,17 @@ const claimSeq = `claim_seq AS (
 )`
 
 // claimEvents: task.claimed for every claimed row ($1: the queue, $2: now,
-// $4: the worker, $5: the lease's expiry); claimed returns ev_seq
-// (claim_seq's number). The queue, the worker and the expiry are the
-// same for every element: they are computed once (evBodies).
+// $4: the worker, $5: the lease's expiry), one linked row whose seq and
+// link are claim_seq's number (claimed returns it as ev_seq). The queue,
+// the worker and the expiry are the same for every element: the queue is
+// one array_fill, and the worker and the expiry are written once, in the
+// row's common body (evBody), not in each element's.
 var claimEvents = `claim_events AS (
-	` + evLinkedInsert("min(c.ev_seq)") + `'task.claimed', $2, NULL, array_agg(c.id),
+	INSERT INTO backstop_events (seq, link, type, time, times, subjects, queues, kinds, attributes, common, bodies)
+	SELECT min(c.ev_seq), min(c.ev_seq), 'task.claimed', $2, NULL, array_agg(c.id),
 		array_fill($1::text, ARRAY[count(*)::int]), array_agg(c.kind), json_agg(c.attributes),
-		` + evBodies(`'{"worker_id":' || (SELECT to_json($4::text)::text) || ',"execution_id":"' || c.execution_id ||
-			'","attempt":' || c.attempt || ',"lease_expires_at":"' || (SELECT `+evTime("$5::timestamptz")+`) || '"}'`) + `
+		('{"worker_id":' || to_json($4::text)::text || ',"lease_expires_at":"' || ` + evTime("$5::timestamptz") + ` || '"}')::json,
+		` + evBodies(`'{"execution_id":"' || c.execution_id || '","attempt":' || c.attempt || '}'`) + `
 	FROM claimed c HAVING count(*) > 0
 )`
 

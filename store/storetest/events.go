@@ -306,6 +306,8 @@ func (s *suite) testEventBodies(t *testing.T) {
 	eq(t, "claimed worker", cl["worker_id"], "w-test")
 	eq(t, "claimed execution", cl["execution_id"], any(got.ExecutionID))
 	eq(t, "claimed attempt", cl["attempt"], any(float64(1)))
+	eq(t, "claimed lease", cl["lease_expires_at"], any(store.EventTime(*got.LeaseExpiresAt)))
+	eq(t, "claimed body fields", len(cl), 4)
 	fl := body(t, evs[4])
 	eq(t, "failed outcome", fl["outcome"], "transient_error")
 	eq(t, "failed error truncated", fl["error"], any(strings.Repeat("x", store.MaxEventError)+"…"))
