@@ -283,7 +283,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 		rs, err = s.pool.Query(ctx, `WITH w AS (
 				SELECT e.xid, e.seq, u.i, coalesce(u.id, '') AS id, coalesce(u.t, e.time) AS time, e.type, u.subject,
 					coalesce(u.queue, '') AS queue, coalesce(u.kind, '') AS kind, u.attributes, e.actor,
-					` + evBody + ` AS body
+					`+evBody+` AS body
 				FROM `+evRowsAfter(7, 6)+`
 				WHERE `+afterCursor(7)+`
 				ORDER BY e.xid, e.seq, u.i LIMIT $6
