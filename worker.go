@@ -116,6 +116,8 @@ type Worker struct {
 
 	lastActive atomic.Int64 // unix nanos of the last claim or finished attempt
 
+	now func() time.Time // w.c.now, as a func value made once (a method value allocates)
+
 	leaderUntil atomic.Int64 // unix nanos until which this worker leads maintenance; 0: it does not
 	noRetention bool         // the database role may not delete (maintenance goroutine only)
 }
@@ -148,6 +150,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		c: c, cfg: wc, handlers: map[string]Handler{}, running: map[string]*attempt{},
 		settleCh: make(chan settleItem, settleQueue), // worker_completer.go
 		log:      c.cfg.Logger.With("worker_id", wc.ID),
+		now:      c.now,
 	}
 	for name, conc := range wc.Queues {
 		if err := validName(name); err != nil {
@@ -341,6 +344,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	defer poll.Stop()
 	empty := false // last claim found fewer tasks than asked for
 	backoff := time.Duration(0)
+	base := context.WithoutCancel(ctx) // the attempts' (start)
 	for ctx.Err() == nil {
 		avail := q.concurrency - int(q.inflight.Load())
 		if avail > 0 && !empty {
@@ -372,7 +376,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			backoff = 0
 			for _, t := range tasks {
 				q.inflight.Add(1)
-				w.start(ctx, q, t)
+				w.start(base, q, t)
 			}
 			if len(tasks) > 0 {
 				w.touch()
@@ -428,15 +432,15 @@ func (w *Worker) handlerFor(kind string) Handler {
 	return h
 }
 
-// start registers the attempt (so heartbeats cover it) and runs it.
-func (w *Worker) start(ctx context.Context, q *queueRunner, t *Task) {
-	// Attempts outlive the fetch context: shutdown ends them by cause.
-	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	a := &attempt{task: t, cancel: cancel, elog: &execLog{task: t, sink: w.logs, now: w.c.now}}
-	a.log = sync.OnceValue(func() *slog.Logger {
-		l := withSpan(taskLogger(w.log, t), a.span) // trace_id, span_id (logtrace.go)
-		return slog.New(teeHandler{Handler: l.Handler(), log: a.elog})
-	})
+// start registers the attempt (so heartbeats cover it) and runs it. base
+// is the fetch context without its cancellation: attempts outlive it, and
+// shutdown ends them by cause.
+func (w *Worker) start(base context.Context, q *queueRunner, t *Task) {
+	actx, cancel := context.WithCancelCause(base)
+	wa := &workerAttempt{attempt: attempt{task: t, cancel: cancel, wlog: w.log},
+		elog: execLog{task: t, sink: w.logs, now: w.now}}
+	a := &wa.attempt
+	a.elog = &wa.elog
 	w.mu.Lock()
 	w.running[t.ExecutionID] = a
 	w.mu.Unlock()
@@ -486,23 +490,28 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 		ctx, cancel = context.WithDeadlineCause(ctx, *t.Deadline, errDeadline)
 		defer cancel()
 	}
-	done := make(chan error, 1)
+	// The handler's result is in a.result once done is closed (a channel
+	// of struct{} is one allocation, a buffered channel of error two).
+	done := make(chan struct{})
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
 				RecordDetail(ctx, string(debug.Stack()))
-				done <- fmt.Errorf("%s%v", errPanicPrefix, r)
+				a.result = fmt.Errorf("%s%v", errPanicPrefix, r)
 			}
+			close(done)
 		}()
-		done <- h.Work(ctx, t)
+		a.result = h.Work(ctx, t)
 	}()
 	var res error
 	select {
-	case res = <-done:
+	case <-done:
+		res = a.result
 	case <-ctx.Done():
 		grace := time.NewTimer(w.cfg.TimeoutGrace)
 		select {
-		case res = <-done:
+		case <-done:
+			res = a.result
 		case <-grace.C:
 			res = errAbandoned
 		}
@@ -547,11 +556,15 @@ func (w *Worker) decide(t *Task, res, cause error, a *attempt) store.Settlement 
 	now := w.c.now()
 	prog, detail := a.snapshot()
 	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Progress: prog, ErrorDetail: detail}
+	if res == nil && !errors.Is(cause, errAbandoned) {
+		s.Outcome, s.State = bt.OutcomeSucceeded, bt.StateSucceeded
+		return s
+	}
+	// Declared after the success return: errors.As makes them escape, and
+	// most attempts succeed.
 	var ra *retryAfterError
 	var poison *poisonError
 	switch {
-	case res == nil && !errors.Is(cause, errAbandoned):
-		s.Outcome, s.State = bt.OutcomeSucceeded, bt.StateSucceeded
 	case errors.Is(cause, errCanceled):
 		s.Outcome, s.State, s.Error = bt.OutcomeCanceled, bt.StateCanceled, "canceled by operator"
 	case errors.Is(cause, errDeadline):
