@@ -69,14 +69,14 @@ func benchmarkDrain(b *testing.B, url string) {
 			b.Fatal(err)
 		}
 		runtime.ReadMemStats(&ms)
-		mallocs, cpu0 := ms.Mallocs, processCPU()
+		mallocs, cpu0 := ms.Mallocs, bench.ProcessCPU()
 		b.StartTimer()
 		n, d, err := bench.Work(ctx, c, q, drainTasks, 100)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		cpu += processCPU() - cpu0
+		cpu += bench.ProcessCPU() - cpu0
 		runtime.ReadMemStats(&ms)
 		allocs += ms.Mallocs - mallocs
 		if err := bench.Verify(ctx, c, q, false); err != nil {
