@@ -95,9 +95,7 @@ type Worker struct {
 	c        *Client
 	cfg      *WorkerConfig
 	log      *slog.Logger
-	handlers map[string]Handler
-	fallback Handler // runs kinds without a handler of their own
-	mw       []Middleware
+	handlers atomic.Pointer[handlerSet] // what Handle, HandleDefault and Use registered (worker_handlers.go)
 
 	mu      sync.Mutex
 	running map[string]*attempt // by execution id
@@ -147,7 +145,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("backstop: heartbeat interval %s must be shorter than the lease %s", wc.HeartbeatInterval, wc.Lease)
 	}
 	w := &Worker{
-		c: c, cfg: wc, handlers: map[string]Handler{}, running: map[string]*attempt{},
+		c: c, cfg: wc, running: map[string]*attempt{},
 		settleCh: make(chan settleItem, settleQueue), // worker_completer.go
 		log:      c.cfg.Logger.With("worker_id", wc.ID),
 		now:      c.now,
@@ -173,22 +171,20 @@ func (w *Worker) ID() string { return w.cfg.ID }
 
 // Handle registers the handler of a kind.
 func (w *Worker) Handle(kind string, h Handler) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.handlers[kind] = h
+	w.updateHandlers(func(hs *handlerSet) { hs.byKind[kind] = h })
 }
 
 // HandleDefault registers the handler of every kind that has none of its
 // own (a catch-all, as the exec worker uses). Without it such tasks wait
 // NoHandlerGrace for a worker that knows their kind, then dead-letter.
 func (w *Worker) HandleDefault(h Handler) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.fallback = h
+	w.updateHandlers(func(hs *handlerSet) { hs.fallback = h })
 }
 
 // Use adds middleware around every handler (first added is outermost).
-func (w *Worker) Use(mw ...Middleware) { w.mw = append(w.mw, mw...) }
+func (w *Worker) Use(mw ...Middleware) {
+	w.updateHandlers(func(hs *handlerSet) { hs.mw = append(hs.mw, mw...) })
+}
 
 // Running is the number of attempts in progress.
 func (w *Worker) Running() int {
@@ -414,22 +410,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-func (w *Worker) handlerFor(kind string) Handler {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	h := w.handlers[kind]
-	if h == nil {
-		h = w.fallback
-	}
-	if h == nil {
-		return nil
-	}
-	for i := len(w.mw) - 1; i >= 0; i-- {
-		h = w.mw[i](h)
-	}
-	return h
 }
 
 // start registers the attempt (so heartbeats cover it) and runs it. base
