@@ -58,7 +58,23 @@ type attempt struct {
 	elog    *execLog   // the execution's log (logs.go); nil outside a Worker
 	span    trace.Span // the attempt's consumer span (nil before it runs)
 	started time.Time
-	result  error // what the handler returned (Worker.execute)
+	result  error      // what the handler returned (Worker.execute)
+	ctx     attemptCtx // the handler's context (Worker.execute)
+}
+
+// attemptCtx is a context carrying its attempt under attemptKey, as
+// context.WithValue would make it, but held in the attempt: one allocation
+// less per attempt.
+type attemptCtx struct {
+	context.Context
+	a *attempt
+}
+
+func (c *attemptCtx) Value(key any) any {
+	if key == (attemptKey{}) {
+		return c.a
+	}
+	return c.Context.Value(key)
 }
 
 type attemptKey struct{}

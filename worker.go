@@ -459,7 +459,8 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 	}
 	ctx, a.span = w.c.tel.startProcess(ctx, t)
 	a.started = w.c.now()
-	ctx = context.WithValue(ctx, attemptKey{}, a)
+	a.ctx = attemptCtx{Context: ctx, a: a} // context.WithValue(ctx, attemptKey{}, a), allocated with a (handler.go)
+	ctx = &a.ctx
 	if t.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(t.Timeout), errTimeout)
