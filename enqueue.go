@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
 	"time"
 	"unicode/utf8"
 
@@ -63,8 +62,14 @@ type EnqueueResult struct {
 	Duplicate bool `json:"duplicate"`
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$`)
-var attrKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$`)
+// nameRE and attrKeyRE match what their patterns say (names_test.go
+// holds the regular expressions and checks the two agree); they run on
+// every enqueued task, where the regexp engine cost more than the rest of
+// the validation.
+var (
+	nameRE    = asciiPattern("A-Za-z0-9", "A-Za-z0-9_.:-", 128) // ^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$
+	attrKeyRE = asciiPattern("A-Za-z_", "A-Za-z0-9_.-", 64)     // ^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$
+)
 
 // validProgress is the one rule for reported progress (enqueue and the
 // remote worker protocol); nil means "unchanged".

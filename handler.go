@@ -43,9 +43,12 @@ func Typed[T any](fn func(ctx context.Context, t *Task, payload T) error) Handle
 type attempt struct {
 	task   *Task
 	cancel context.CancelCauseFunc
-	// log builds the task's logger on first use: most attempts succeed
-	// without logging, and slog.With formats its attributes eagerly.
-	log func() *slog.Logger
+	// The task's logger (log) is built from the worker's (wlog) on first
+	// use: most attempts succeed without logging, and slog.With formats its
+	// attributes eagerly.
+	wlog    *slog.Logger
+	logOnce sync.Once
+	logger  *slog.Logger
 
 	mu       sync.Mutex
 	progress *Progress
@@ -55,6 +58,23 @@ type attempt struct {
 	elog    *execLog   // the execution's log (logs.go); nil outside a Worker
 	span    trace.Span // the attempt's consumer span (nil before it runs)
 	started time.Time
+	result  error      // what the handler returned (Worker.execute)
+	ctx     attemptCtx // the handler's context (Worker.execute)
+}
+
+// attemptCtx is a context carrying its attempt under attemptKey, as
+// context.WithValue would make it, but held in the attempt: one allocation
+// less per attempt.
+type attemptCtx struct {
+	context.Context
+	a *attempt
+}
+
+func (c *attemptCtx) Value(key any) any {
+	if key == (attemptKey{}) {
+		return c.a
+	}
+	return c.Context.Value(key)
 }
 
 type attemptKey struct{}
@@ -108,6 +128,23 @@ func Logger(ctx context.Context) *slog.Logger {
 		return a.log()
 	}
 	return slog.Default()
+}
+
+// log is the attempt's logger: the worker's with the task's attributes
+// and the span's ids, teeing into the execution's log.
+func (a *attempt) log() *slog.Logger {
+	a.logOnce.Do(func() {
+		l := withSpan(taskLogger(a.wlog, a.task), a.span) // trace_id, span_id (logtrace.go)
+		a.logger = slog.New(teeHandler{Handler: l.Handler(), log: a.elog})
+	})
+	return a.logger
+}
+
+// workerAttempt is an in-process attempt and its execution log, allocated
+// together.
+type workerAttempt struct {
+	attempt
+	elog execLog
 }
 
 func (a *attempt) snapshot() (*Progress, string) {

@@ -3,9 +3,11 @@ package backstop
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -65,18 +67,53 @@ type telemetry struct {
 	procSets    attrCache[[2]string] // queue, error.type
 }
 
-// attrCache maps a label key to its pre-built measurement option.
-type attrCache[K comparable] struct{ m sync.Map }
-
-func (c *attrCache[K]) get(k K, build func() attribute.Set) metric.MeasurementOption {
-	if v, ok := c.m.Load(k); ok {
-		return v.(metric.MeasurementOption)
-	}
-	v, _ := c.m.LoadOrStore(k, metric.WithAttributeSet(build()))
-	return v.(metric.MeasurementOption)
+// attrCache maps a label key to its pre-built measurement options. It is
+// read on every measurement and written once per new key: readers load an
+// immutable map (no lock, and no key boxed into an interface as sync.Map
+// would, which allocates); a new key copies it.
+type attrCache[K comparable] struct {
+	m  atomic.Pointer[map[K]attrOpts]
+	mu sync.Mutex
 }
 
-func (t *telemetry) qk(q, k string) metric.MeasurementOption {
+// attrOpts is one label set as the options of Add and Record, in slices
+// made once: passing them on with opts... allocates nothing, where a
+// single option in a variadic call allocates its slice on every call.
+type attrOpts struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+func newAttrOpts(set attribute.Set) attrOpts {
+	o := metric.WithAttributeSet(set)
+	return attrOpts{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+}
+
+func (c *attrCache[K]) get(k K, build func() attribute.Set) attrOpts {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v
+		}
+	}
+	m := map[K]attrOpts{}
+	if old != nil {
+		m = maps.Clone(*old)
+	}
+	v := newAttrOpts(build())
+	m[k] = v
+	c.m.Store(&m)
+	return v
+}
+
+func (t *telemetry) qk(q, k string) attrOpts {
 	return t.qkSets.get([2]string{q, k}, func() attribute.Set {
 		return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k))
 	})
@@ -153,12 +190,12 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, ord *Orderin
 
 // queueAttrs are a queue runner's pre-built label sets.
 type queueAttrs struct {
-	claimOK, claimEmpty, claimError metric.AddOption
+	claimOK, claimEmpty, claimError []metric.AddOption
 }
 
 func (t *telemetry) forQueue(q string) queueAttrs {
-	mk := func(r string) metric.AddOption {
-		return metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", q), attribute.String("result", r)))
+	mk := func(r string) []metric.AddOption {
+		return newAttrOpts(attribute.NewSet(attribute.String("queue", q), attribute.String("result", r))).add
 	}
 	return queueAttrs{claimOK: mk("ok"), claimEmpty: mk("empty"), claimError: mk("error")}
 }
@@ -167,26 +204,26 @@ func (t *telemetry) forQueue(q string) queueAttrs {
 func (t *telemetry) claimed(ctx context.Context, qa *queueAttrs, tasks []*Task, err error, now time.Time) {
 	switch {
 	case err != nil:
-		t.claims.Add(ctx, 1, qa.claimError)
+		t.claims.Add(ctx, 1, qa.claimError...)
 		return
 	case len(tasks) == 0:
-		t.claims.Add(ctx, 1, qa.claimEmpty)
+		t.claims.Add(ctx, 1, qa.claimEmpty...)
 		return
 	}
-	t.claims.Add(ctx, 1, qa.claimOK)
+	t.claims.Add(ctx, 1, qa.claimOK...)
 	// Counters are added once per run of equal labels (a claim's tasks
 	// share their queue): each measurement costs the SDK about as much
 	// whatever the increment.
 	var consumed labelRun[string]
-	add := func(q string, n int64) { t.msgConsumed.Add(ctx, n, t.recv(q)) }
+	add := func(q string, n int64) { t.msgConsumed.Add(ctx, n, t.recv(q).add...) }
 	for _, tk := range tasks {
-		t.wait.Record(ctx, max(now.Sub(tk.RunAt), 0).Seconds(), t.qk(tk.Queue, tk.Kind))
+		t.wait.Record(ctx, max(now.Sub(tk.RunAt), 0).Seconds(), t.qk(tk.Queue, tk.Kind).rec...)
 		consumed.add(tk.Queue, add)
 	}
 	consumed.flush(add)
 }
 
-func (t *telemetry) recv(q string) metric.MeasurementOption {
+func (t *telemetry) recv(q string) attrOpts {
 	return t.recvSets.get(q, func() attribute.Set {
 		return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "receive"))
 	})
@@ -270,12 +307,12 @@ func (t *telemetry) endSend(ctx context.Context, spans []trace.Span, rs []Enqueu
 	addEnq := func(e enqKey, n int64) {
 		t.enqueued.Add(ctx, n, t.enqSets.get([3]string{e.q, e.k, strconv.FormatBool(e.merged)}, func() attribute.Set {
 			return attribute.NewSet(attribute.String("queue", e.q), attribute.String("kind", e.k), attribute.Bool("merged", e.merged))
-		}))
+		}).add...)
 	}
 	addSent := func(q string, n int64) {
 		t.msgSent.Add(ctx, n, t.sentSets.get(q, func() attribute.Set {
 			return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "send"))
-		}))
+		}).add...)
 	}
 	for _, r := range rs {
 		if r.Task == nil || r.Duplicate {
@@ -326,12 +363,12 @@ func (t *telemetry) startProcess(ctx context.Context, tk *Task, extra ...trace.S
 // settled records one finished attempt: its outcome, duration, and what
 // the settlement did to the task (retry, dead letter); it ends the span.
 func (t *telemetry) settled(span trace.Span, tk *Task, started time.Time, s *store.Settlement) {
-	t.attempts.Add(context.Background(), 1, t.outcomeSet([3]string{tk.Queue, tk.Kind, string(s.Outcome)}))
+	t.attempts.Add(context.Background(), 1, t.outcomeSet([3]string{tk.Queue, tk.Kind, string(s.Outcome)}).add...)
 	t.settledUncounted(span, tk, started, s)
 }
 
 // outcomeSet is the label set queue, kind, outcome.
-func (t *telemetry) outcomeSet(key [3]string) metric.MeasurementOption {
+func (t *telemetry) outcomeSet(key [3]string) attrOpts {
 	return t.outcomeSets.get(key, func() attribute.Set {
 		return attribute.NewSet(attribute.String("queue", key[0]), attribute.String("kind", key[1]), attribute.String("outcome", key[2]))
 	})
@@ -345,7 +382,7 @@ func (t *telemetry) settledUncounted(span trace.Span, tk *Task, started time.Tim
 	outcome := string(s.Outcome)
 	q, k := tk.Queue, tk.Kind
 	kv := t.outcomeSet([3]string{q, k, outcome})
-	t.duration.Record(ctx, d, kv)
+	t.duration.Record(ctx, d, kv.rec...)
 	errType := errorType(s)
 	t.msgProcess.Record(ctx, d, t.procSets.get([2]string{q, errType}, func() attribute.Set {
 		msg := []attribute.KeyValue{attrSystem, attribute.String("messaging.destination.name", q),
@@ -354,12 +391,12 @@ func (t *telemetry) settledUncounted(span trace.Span, tk *Task, started time.Tim
 			msg = append(msg, attribute.String("error.type", errType))
 		}
 		return attribute.NewSet(msg...)
-	}))
+	}).rec...)
 	switch {
 	case s.State == bt.StateDead:
 		t.deadLettered(ctx, tk, string(s.DeadReason))
 	case !s.Uncharged && (s.State == bt.StateScheduled || s.State == bt.StatePending) && s.Outcome != bt.OutcomeSucceeded:
-		t.retries.Add(ctx, 1, t.qk(q, k))
+		t.retries.Add(ctx, 1, t.qk(q, k).add...)
 	}
 	if span == nil {
 		return
@@ -378,7 +415,7 @@ func (t *telemetry) deadLettered(ctx context.Context, tk *Task, reason string) {
 	t.dead.Add(ctx, 1, t.deadSets.get([4]string{q, k, reason, strconv.FormatBool(tc)}, func() attribute.Set {
 		return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k),
 			attribute.String("reason", reason), attribute.Bool("too_complex", tc))
-	}))
+	}).add...)
 }
 
 // taskTooComplex reads the complexity policy's verdict (complexity.go).
@@ -424,13 +461,13 @@ var (
 
 // discarded counts one discard.
 func (t *telemetry) discarded(ctx context.Context, tk *Task) {
-	t.discards.Add(ctx, 1, t.qk(tk.Queue, tk.Kind))
+	t.discards.Add(ctx, 1, t.qk(tk.Queue, tk.Kind).add...)
 }
 
 // TooComplex counts a task found over its queue's complexity thresholds
 // (the complexity policy calls it).
 func (c *Client) countTooComplex(ctx context.Context, tk *Task) {
-	c.tel.tooComplex.Add(ctx, 1, c.tel.qk(tk.Queue, tk.Kind))
+	c.tel.tooComplex.Add(ctx, 1, c.tel.qk(tk.Queue, tk.Kind).add...)
 }
 
 // leaseLost ends an attempt's span whose result is not settled by this

@@ -95,9 +95,7 @@ type Worker struct {
 	c        *Client
 	cfg      *WorkerConfig
 	log      *slog.Logger
-	handlers map[string]Handler
-	fallback Handler // runs kinds without a handler of their own
-	mw       []Middleware
+	handlers atomic.Pointer[handlerSet] // what Handle, HandleDefault and Use registered (worker_handlers.go)
 
 	mu      sync.Mutex
 	running map[string]*attempt // by execution id
@@ -115,6 +113,8 @@ type Worker struct {
 	complDone   chan struct{}
 
 	lastActive atomic.Int64 // unix nanos of the last claim or finished attempt
+
+	now func() time.Time // w.c.now, as a func value made once (a method value allocates)
 
 	leaderUntil atomic.Int64 // unix nanos until which this worker leads maintenance; 0: it does not
 	noRetention bool         // the database role may not delete (maintenance goroutine only)
@@ -145,9 +145,10 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("backstop: heartbeat interval %s must be shorter than the lease %s", wc.HeartbeatInterval, wc.Lease)
 	}
 	w := &Worker{
-		c: c, cfg: wc, handlers: map[string]Handler{}, running: map[string]*attempt{},
+		c: c, cfg: wc, running: map[string]*attempt{},
 		settleCh: make(chan settleItem, settleQueue), // worker_completer.go
 		log:      c.cfg.Logger.With("worker_id", wc.ID),
+		now:      c.now,
 	}
 	for name, conc := range wc.Queues {
 		if err := validName(name); err != nil {
@@ -170,22 +171,20 @@ func (w *Worker) ID() string { return w.cfg.ID }
 
 // Handle registers the handler of a kind.
 func (w *Worker) Handle(kind string, h Handler) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.handlers[kind] = h
+	w.updateHandlers(func(hs *handlerSet) { hs.byKind[kind] = h })
 }
 
 // HandleDefault registers the handler of every kind that has none of its
 // own (a catch-all, as the exec worker uses). Without it such tasks wait
 // NoHandlerGrace for a worker that knows their kind, then dead-letter.
 func (w *Worker) HandleDefault(h Handler) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.fallback = h
+	w.updateHandlers(func(hs *handlerSet) { hs.fallback = h })
 }
 
 // Use adds middleware around every handler (first added is outermost).
-func (w *Worker) Use(mw ...Middleware) { w.mw = append(w.mw, mw...) }
+func (w *Worker) Use(mw ...Middleware) {
+	w.updateHandlers(func(hs *handlerSet) { hs.mw = append(hs.mw, mw...) })
+}
 
 // Running is the number of attempts in progress.
 func (w *Worker) Running() int {
@@ -341,6 +340,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	defer poll.Stop()
 	empty := false // last claim found fewer tasks than asked for
 	backoff := time.Duration(0)
+	base := context.WithoutCancel(ctx) // the attempts' (start)
 	for ctx.Err() == nil {
 		avail := q.concurrency - int(q.inflight.Load())
 		if avail > 0 && !empty {
@@ -372,7 +372,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			backoff = 0
 			for _, t := range tasks {
 				q.inflight.Add(1)
-				w.start(ctx, q, t)
+				w.start(base, q, t)
 			}
 			if len(tasks) > 0 {
 				w.touch()
@@ -412,31 +412,15 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (w *Worker) handlerFor(kind string) Handler {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	h := w.handlers[kind]
-	if h == nil {
-		h = w.fallback
-	}
-	if h == nil {
-		return nil
-	}
-	for i := len(w.mw) - 1; i >= 0; i-- {
-		h = w.mw[i](h)
-	}
-	return h
-}
-
-// start registers the attempt (so heartbeats cover it) and runs it.
-func (w *Worker) start(ctx context.Context, q *queueRunner, t *Task) {
-	// Attempts outlive the fetch context: shutdown ends them by cause.
-	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	a := &attempt{task: t, cancel: cancel, elog: &execLog{task: t, sink: w.logs, now: w.c.now}}
-	a.log = sync.OnceValue(func() *slog.Logger {
-		l := withSpan(taskLogger(w.log, t), a.span) // trace_id, span_id (logtrace.go)
-		return slog.New(teeHandler{Handler: l.Handler(), log: a.elog})
-	})
+// start registers the attempt (so heartbeats cover it) and runs it. base
+// is the fetch context without its cancellation: attempts outlive it, and
+// shutdown ends them by cause.
+func (w *Worker) start(base context.Context, q *queueRunner, t *Task) {
+	actx, cancel := context.WithCancelCause(base)
+	wa := &workerAttempt{attempt: attempt{task: t, cancel: cancel, wlog: w.log},
+		elog: execLog{task: t, sink: w.logs, now: w.now}}
+	a := &wa.attempt
+	a.elog = &wa.elog
 	w.mu.Lock()
 	w.running[t.ExecutionID] = a
 	w.mu.Unlock()
@@ -475,7 +459,8 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 	}
 	ctx, a.span = w.c.tel.startProcess(ctx, t)
 	a.started = w.c.now()
-	ctx = context.WithValue(ctx, attemptKey{}, a)
+	a.ctx = attemptCtx{Context: ctx, a: a} // context.WithValue(ctx, attemptKey{}, a), allocated with a (handler.go)
+	ctx = &a.ctx
 	if t.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(t.Timeout), errTimeout)
@@ -486,23 +471,28 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 		ctx, cancel = context.WithDeadlineCause(ctx, *t.Deadline, errDeadline)
 		defer cancel()
 	}
-	done := make(chan error, 1)
+	// The handler's result is in a.result once done is closed (a channel
+	// of struct{} is one allocation, a buffered channel of error two).
+	done := make(chan struct{})
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
 				RecordDetail(ctx, string(debug.Stack()))
-				done <- fmt.Errorf("%s%v", errPanicPrefix, r)
+				a.result = fmt.Errorf("%s%v", errPanicPrefix, r)
 			}
+			close(done)
 		}()
-		done <- h.Work(ctx, t)
+		a.result = h.Work(ctx, t)
 	}()
 	var res error
 	select {
-	case res = <-done:
+	case <-done:
+		res = a.result
 	case <-ctx.Done():
 		grace := time.NewTimer(w.cfg.TimeoutGrace)
 		select {
-		case res = <-done:
+		case <-done:
+			res = a.result
 		case <-grace.C:
 			res = errAbandoned
 		}
@@ -547,11 +537,15 @@ func (w *Worker) decide(t *Task, res, cause error, a *attempt) store.Settlement 
 	now := w.c.now()
 	prog, detail := a.snapshot()
 	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Progress: prog, ErrorDetail: detail}
+	if res == nil && !errors.Is(cause, errAbandoned) {
+		s.Outcome, s.State = bt.OutcomeSucceeded, bt.StateSucceeded
+		return s
+	}
+	// Declared after the success return: errors.As makes them escape, and
+	// most attempts succeed.
 	var ra *retryAfterError
 	var poison *poisonError
 	switch {
-	case res == nil && !errors.Is(cause, errAbandoned):
-		s.Outcome, s.State = bt.OutcomeSucceeded, bt.StateSucceeded
 	case errors.Is(cause, errCanceled):
 		s.Outcome, s.State, s.Error = bt.OutcomeCanceled, bt.StateCanceled, "canceled by operator"
 	case errors.Is(cause, errDeadline):

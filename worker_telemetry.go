@@ -24,7 +24,7 @@ func settlements(items []settleItem, scratch *[]store.Settlement) []store.Settle
 func (t *telemetry) settledBatch(items []settleItem, oks []bool) {
 	// The attempts counter is added to once per run of equal labels.
 	var run labelRun[[3]string]
-	add := func(k [3]string, n int64) { t.attempts.Add(context.Background(), n, t.outcomeSet(k)) }
+	add := func(k [3]string, n int64) { t.attempts.Add(context.Background(), n, t.outcomeSet(k).add...) }
 	for i := range items {
 		it := &items[i]
 		if i < len(oks) && oks[i] {

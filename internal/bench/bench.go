@@ -152,8 +152,12 @@ func Drain(ctx context.Context, c *backstop.Client, cfg Config) (*Result, error)
 	fmt.Fprintf(cfg.Progress, "bench: mode=drain store=%s queue=%s enqueued=%d in %.3fs (%.0f/s, batches of %d)\n",
 		c.Store().Driver(), cfg.Queue, cfg.N, res.EnqueueElapsed.Seconds(),
 		float64(cfg.N)/res.EnqueueElapsed.Seconds(), cfg.Batch)
+	cost := startCost()
 	worked, elapsed, err := Work(ctx, c, cfg.Queue, cfg.N, cfg.Workers)
 	res.Worked, res.Elapsed = worked, elapsed
+	if worked > 0 {
+		fmt.Fprintln(cfg.Progress, cost.report(worked))
+	}
 	if follower != nil {
 		fr, ferr := follower.Stop(cfg.N, 30*time.Second)
 		res.Follow = &fr

@@ -110,6 +110,7 @@ func (a *app) rootCmd() *cobra.Command {
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			a.serverFlag = cmd.Flags().Changed("server")
+			tuneGC(cmd, os.Getenv) // gc.go
 			a.via = strings.TrimPrefix(cmd.CommandPath(), "backstop ")
 			if fl := cmd.Flags().Lookup("actor"); fl != nil && fl.Changed && a.server != "" {
 				return usageErr("--actor cannot be used with --server: the server records the token's name as the actor")

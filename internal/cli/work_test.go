@@ -168,6 +168,9 @@ func TestBenchModes(t *testing.T) {
 			if name == "drain" && m[1] != "2000" {
 				t.Errorf("drain worked %s tasks, want 2000", m[1])
 			}
+			if name == "drain" && !strings.Contains(stdout, "bench: drain cost in this process: allocs_per_task=") {
+				t.Errorf("drain printed no cost line:\n%s", stdout)
+			}
 			if m[1] == "0" {
 				t.Errorf("%s worked no task", name)
 			}

@@ -3,7 +3,11 @@ package pgstore
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 )
@@ -15,68 +19,188 @@ type scanner interface {
 
 // scanTask reads one row of taskCols. Its destinations are types both pgx
 // and database/sql scan into, so enqueue can share it across drivers.
+//
+// It is on the claim path (one call per claimed task), so it allocates
+// little: the destinations live in a pooled taskScan whose pointers are
+// made once, the task and its optional times in one taskBox, and the
+// text columns that repeat from row to row (queue, kind, state, worker
+// id, ...) are interned (textInterner) instead of copied every time.
 func scanTask(r scanner) (*bt.Task, error) {
-	var (
-		t                                               bt.Task
-		state                                           string
-		attributes, retry, inline, spilled              []byte
-		runAt, createdAt, updatedAt                     time.Time
-		timeoutUS                                       int64
-		deadline, attemptedAt, leaseExpiresAt           *time.Time
-		cancelRequestedAt, finalizedAt, firstSeen, last *time.Time
-		idemKey, mergeKey, traceParent, lastError       *string
-		workerID, executionID, deadReason, dlqStatus    *string
-		replayedFrom                                    *string
-	)
-	err := r.Scan(
-		&t.ID, &t.Queue, &t.Kind, &state, &t.Priority, &t.Attempt, &t.MaxAttempts,
-		&t.PayloadSize, &t.PayloadSpilled, &attributes, &runAt, &createdAt, &updatedAt,
-		&timeoutUS, &deadline, &retry, &idemKey, &mergeKey, &t.MergeCount,
-		&t.Progress.Total, &t.Progress.Completed, &t.Complexity, &traceParent, &lastError,
-		&workerID, &executionID, &attemptedAt, &leaseExpiresAt, &cancelRequestedAt, &finalizedAt,
-		&deadReason, &firstSeen, &last, &t.DeadCount, &t.ReplayCount, &dlqStatus, &replayedFrom,
-		&inline, &spilled,
-	)
-	if err != nil {
+	sc := taskScans.Get().(*taskScan)
+	defer sc.release()
+	if err := r.Scan(sc.dest[:]...); err != nil {
 		return nil, err
 	}
-	t.State = bt.State(state)
+	box := &taskBox{}
+	t := &box.t
+	t.ID, t.Queue, t.Kind, t.State = sc.id, sc.queue, sc.kind, bt.State(sc.state)
+	t.Priority, t.Attempt, t.MaxAttempts = sc.priority, sc.attempt, sc.maxAttempts
+	t.PayloadSize, t.PayloadSpilled, t.MergeCount = sc.payloadSize, sc.payloadSpilled, sc.mergeCount
+	t.Progress.Total, t.Progress.Completed, t.Complexity = sc.progressTotal, sc.progressCompleted, sc.complexity
+	t.DeadCount, t.ReplayCount = sc.deadCount, sc.replayCount
 	if t.PayloadSpilled {
-		t.Payload = spilled
+		t.Payload = sc.spilled
 	} else {
-		t.Payload = inline
+		t.Payload = sc.inline
 	}
-	if attributes != nil {
-		if err := json.Unmarshal(attributes, &t.Attributes); err != nil {
+	if sc.attributes != nil {
+		if err := json.Unmarshal(sc.attributes, &t.Attributes); err != nil {
 			return nil, fmt.Errorf("task %s: attributes: %w", t.ID, err)
 		}
 	}
-	if retry != nil {
+	if sc.retry != nil {
 		t.Retry = new(bt.RetryPolicy)
-		if err := json.Unmarshal(retry, t.Retry); err != nil {
+		if err := json.Unmarshal(sc.retry, t.Retry); err != nil {
 			return nil, fmt.Errorf("task %s: retry policy: %w", t.ID, err)
 		}
 	}
-	t.RunAt, t.CreatedAt, t.UpdatedAt = utc(runAt), utc(createdAt), utc(updatedAt)
-	t.Timeout = bt.Duration(time.Duration(timeoutUS) * time.Microsecond)
-	t.Deadline = utcPtr(deadline)
-	t.IdempotencyKey = str(idemKey)
-	t.MergeKey = str(mergeKey)
-	t.TraceParent = str(traceParent)
-	t.LastError = str(lastError)
-	t.WorkerID = str(workerID)
-	t.ExecutionID = str(executionID)
-	t.AttemptedAt = utcPtr(attemptedAt)
-	t.LeaseExpiresAt = utcPtr(leaseExpiresAt)
-	t.CancelRequestedAt = utcPtr(cancelRequestedAt)
-	t.FinalizedAt = utcPtr(finalizedAt)
-	t.DeadReason = bt.DeadReason(str(deadReason))
-	t.FirstSeen = utcPtr(firstSeen)
-	t.LastSeen = utcPtr(last)
-	t.DLQStatus = bt.DLQStatus(str(dlqStatus))
-	t.ReplayedFrom = str(replayedFrom)
-	return &t, nil
+	t.RunAt, t.CreatedAt, t.UpdatedAt = utc(sc.runAt), utc(sc.createdAt), utc(sc.updatedAt)
+	t.Timeout = bt.Duration(time.Duration(sc.timeoutUS) * time.Microsecond)
+	times := [...]struct {
+		src *pgtype.Timestamptz
+		dst **time.Time
+	}{
+		{&sc.deadline, &t.Deadline}, {&sc.attemptedAt, &t.AttemptedAt}, {&sc.leaseExpiresAt, &t.LeaseExpiresAt},
+		{&sc.cancelRequestedAt, &t.CancelRequestedAt}, {&sc.finalizedAt, &t.FinalizedAt},
+		{&sc.firstSeen, &t.FirstSeen}, {&sc.lastSeen, &t.LastSeen},
+	}
+	for i, tm := range times {
+		if !tm.src.Valid {
+			continue
+		}
+		if tm.src.InfinityModifier != pgtype.Finite {
+			return nil, fmt.Errorf("task %s: column %s is %s, want a finite time", t.ID, taskTimeColumns[i], tm.src.InfinityModifier)
+		}
+		box.times[i] = utc(tm.src.Time)
+		*tm.dst = &box.times[i]
+	}
+	t.IdempotencyKey, t.MergeKey, t.TraceParent, t.LastError = sc.idemKey, sc.mergeKey, sc.traceParent, sc.lastError
+	t.WorkerID, t.ExecutionID = sc.workerID, sc.executionID
+	t.DeadReason, t.DLQStatus = bt.DeadReason(sc.deadReason), bt.DLQStatus(sc.dlqStatus)
+	t.ReplayedFrom = sc.replayedFrom
+	return t, nil
 }
+
+// taskTimeColumns names the nullable time columns in taskBox.times order.
+var taskTimeColumns = [...]string{"deadline", "attempted_at", "lease_expires_at",
+	"cancel_requested_at", "finalized_at", "first_seen", "last_seen"}
+
+// taskBox is a scanned task with the values of its optional times (one
+// allocation for both).
+type taskBox struct {
+	t     bt.Task
+	times [len(taskTimeColumns)]time.Time
+}
+
+// taskScan holds the destinations of one row of taskCols; dest points at
+// its fields, in column order.
+type taskScan struct {
+	id, queue, kind, state, executionID                             string
+	idemKey, mergeKey, traceParent, lastError, workerID, deadReason string
+	dlqStatus, replayedFrom                                         string
+	priority, attempt, maxAttempts, payloadSize, mergeCount         int
+	progressTotal, progressCompleted, deadCount, replayCount        int
+	payloadSpilled                                                  bool
+	complexity                                                      float64
+	timeoutUS                                                       int64
+	attributes, retry, inline, spilled                              []byte
+	runAt, createdAt, updatedAt                                     time.Time
+	deadline, attemptedAt, leaseExpiresAt, cancelRequestedAt        pgtype.Timestamptz
+	finalizedAt, firstSeen, lastSeen                                pgtype.Timestamptz
+
+	dest [taskScanColumns]any
+}
+
+// taskScanColumns is the number of columns taskCols selects: every task
+// column (taskColumns), then the payload inline and spilled.
+const taskScanColumns = 39
+
+var taskScans = sync.Pool{New: func() any {
+	sc := &taskScan{}
+	// Text that repeats across rows is interned; ids are copied.
+	sc.dest = [...]any{
+		textDest{&sc.id, nil}, textDest{&sc.queue, &interned}, textDest{&sc.kind, &interned}, textDest{&sc.state, &interned},
+		&sc.priority, &sc.attempt, &sc.maxAttempts,
+		&sc.payloadSize, &sc.payloadSpilled, &sc.attributes, &sc.runAt, &sc.createdAt, &sc.updatedAt,
+		&sc.timeoutUS, &sc.deadline, &sc.retry, textDest{&sc.idemKey, nil}, textDest{&sc.mergeKey, nil}, &sc.mergeCount,
+		&sc.progressTotal, &sc.progressCompleted, &sc.complexity, textDest{&sc.traceParent, nil}, textDest{&sc.lastError, nil},
+		textDest{&sc.workerID, &interned}, textDest{&sc.executionID, nil}, &sc.attemptedAt, &sc.leaseExpiresAt,
+		&sc.cancelRequestedAt, &sc.finalizedAt,
+		textDest{&sc.deadReason, &interned}, &sc.firstSeen, &sc.lastSeen, &sc.deadCount, &sc.replayCount,
+		textDest{&sc.dlqStatus, &interned}, textDest{&sc.replayedFrom, nil},
+		&sc.inline, &sc.spilled,
+	}
+	return sc
+}}
+
+// release returns sc to the pool without the byte slices it scanned (the
+// task has them).
+func (sc *taskScan) release() {
+	sc.attributes, sc.retry, sc.inline, sc.spilled = nil, nil, nil, nil
+	taskScans.Put(sc)
+}
+
+// textDest scans a text column into *s: NULL and ” both as "". With an
+// interner, a value seen before is shared instead of copied. It is both a
+// pgx BytesScanner (given the column's bytes without a copy) and a
+// database/sql Scanner; one pointer wide, it goes into an interface
+// without an allocation.
+type textDest struct {
+	s  *string
+	in *textInterner
+}
+
+func (d textDest) ScanBytes(b []byte) error {
+	switch {
+	case len(b) == 0:
+		*d.s = ""
+	case d.in != nil:
+		*d.s = d.in.get(b)
+	default:
+		*d.s = string(b)
+	}
+	return nil
+}
+
+func (d textDest) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*d.s = ""
+	case string:
+		*d.s = v
+	case []byte:
+		return d.ScanBytes(v)
+	default:
+		return fmt.Errorf("cannot scan %T into a text column", src)
+	}
+	return nil
+}
+
+// textInterner keeps recently seen strings in a small lock-free table
+// indexed by hash: a hit returns the kept string, a miss (or a collision)
+// copies the bytes and keeps that string in the slot instead.
+type textInterner struct {
+	slots [256]atomic.Pointer[string]
+}
+
+func (in *textInterner) get(b []byte) string {
+	if len(b) > 128 { // not a name
+		return string(b)
+	}
+	h := uint32(2166136261) // FNV-1a
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	slot := &in.slots[h%uint32(len(in.slots))]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	s := string(b)
+	slot.Store(&s)
+	return s
+}
+
+var interned textInterner
 
 func scanExecution(r scanner) (bt.Execution, error) {
 	var (

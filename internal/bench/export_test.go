@@ -1,0 +1,4 @@
+package bench
+
+// ProcessCPU exposes processCPU to the external tests.
+var ProcessCPU = processCPU
