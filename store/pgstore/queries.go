@@ -22,23 +22,21 @@ var taskColumns = []string{
 }
 
 // taskCols lists the task columns qualified by alias, then the payload
-// twice: inline, and from backstop_payloads (aliased p) when spilled.
+// twice: inline, and from backstop_payloads when spilled. The side table
+// is read by a subquery that runs only for a spilled row: a join would
+// make the planner hash or probe every row (a claim of 1,000 tasks built
+// a hash table of all of them to find none).
 func taskCols(alias string) string {
 	var b strings.Builder
 	for _, c := range taskColumns {
 		b.WriteString(alias + "." + c + ", ")
 	}
-	b.WriteString(alias + ".payload, p.data")
+	b.WriteString(alias + ".payload, CASE WHEN " + alias + ".payload_spilled THEN (SELECT p.data FROM backstop_payloads p WHERE p.task_id = " + alias + ".id) END")
 	return b.String()
 }
 
-// spillJoin joins the side storage of spilled payloads to a task alias.
-func spillJoin(alias string) string {
-	return " LEFT JOIN backstop_payloads p ON " + alias + ".payload_spilled AND p.task_id = " + alias + ".id"
-}
-
 // selectTasks reads whole tasks, payload included.
-var selectTasks = "SELECT " + taskCols("t") + " FROM backstop_tasks t" + spillJoin("t")
+var selectTasks = "SELECT " + taskCols("t") + " FROM backstop_tasks t"
 
 var sqlGetTask = selectTasks + " WHERE t.id = $1"
 
@@ -99,7 +97,7 @@ var (
 
 func formatClaim(kindFilter string) string {
 	return strings.Replace(claimPick, "%s", kindFilter, 1) +
-		"SELECT " + taskCols("t") + " FROM claimed t" + spillJoin("t")
+		"SELECT " + taskCols("t") + " FROM claimed t"
 }
 
 // leaseHeld is "task t is running under the execution i.execution_id",
@@ -248,7 +246,7 @@ WITH c AS (
 	WHERE t.id = $1 AND t.state IN ('scheduled', 'pending', 'buffered', 'running') AND o.id = t.id
 	RETURNING t.*, o.state AS from_state
 ), ` + cancelEvents + `
-SELECT ` + taskCols("t") + ` FROM c t` + spillJoin("t")
+SELECT ` + taskCols("t") + ` FROM c t`
 
 var sqlExpiredLeases = selectTasks + `
 WHERE t.state = 'running' AND t.lease_expires_at < $1
@@ -363,7 +361,7 @@ func writeValues(b *strings.Builder, n, cols int, casts []string) {
 var sqlFindIdempotent = selectTasks + `
 WHERE t.idempotency_key = $1 AND t.state IN ('scheduled', 'pending', 'running', 'buffered')`
 
-var sqlFindMergeable = `SELECT ` + taskCols("t") + ` FROM backstop_tasks t` + spillJoin("t") + `
+var sqlFindMergeable = `SELECT ` + taskCols("t") + ` FROM backstop_tasks t
 WHERE t.kind = $1 AND t.merge_key = $2 AND t.state IN ('scheduled', 'pending')
 FOR UPDATE OF t`
 
@@ -378,6 +376,6 @@ WITH m AS (
 	WHERE t.id = $1
 	RETURNING t.*
 )
-SELECT ` + taskCols("t") + ` FROM m t` + spillJoin("t")
+SELECT ` + taskCols("t") + ` FROM m t`
 
 const sqlDeletePayload = `DELETE FROM backstop_payloads WHERE task_id = $1`

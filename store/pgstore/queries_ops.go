@@ -67,7 +67,7 @@ var sqlViewRetryExhausted = selectTasks + `
 WHERE t.state = 'dead' AND t.dead_reason = 'attempts_exhausted'
 ORDER BY t.last_seen DESC, t.id LIMIT $1`
 
-var sqlViewRecentFailures = `SELECT ` + taskCols("t") + ` FROM backstop_tasks t` + spillJoin("t") + `
+var sqlViewRecentFailures = `SELECT ` + taskCols("t") + ` FROM backstop_tasks t
 JOIN (
 	SELECT task_id, max(finished_at) AS last_failure FROM backstop_executions
 	WHERE outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired') AND finished_at >= $1
