@@ -45,21 +45,23 @@ const sqlTaskState = `SELECT state FROM backstop_tasks WHERE id = $1`
 // A succeeded task's last attempt is not a row of backstop_executions:
 // the task row holds all of it (execution_id, attempt, worker_id,
 // attempted_at, finalized_at), and the success settle writes nothing else
-// (migration 00016). succeededExecution is that execution, read from a
-// task row t; a row whose execution_id is already in backstop_executions
-// (written before 00016, or an execution id left by an earlier attempt)
-// gives none.
-const succeededExecution = `SELECT t.execution_id, t.id, t.attempt, coalesce(t.worker_id, ''),
+// (migration 00016). succeededExecutions reads those executions from the
+// task rows of the FROM item from (aliased t); a row whose execution_id
+// is already in backstop_executions (written before 00016, or an
+// execution id left by an earlier attempt) gives none.
+func succeededExecutions(from string) string {
+	return `SELECT t.execution_id, t.id, t.attempt, coalesce(t.worker_id, ''),
 	coalesce(t.attempted_at, t.finalized_at), t.finalized_at, 'succeeded', NULL::text, NULL::text
-FROM backstop_tasks t
+FROM ` + from + `
 WHERE t.state = 'succeeded' AND t.execution_id IS NOT NULL
 	AND NOT EXISTS (SELECT 1 FROM backstop_executions x WHERE x.execution_id = t.execution_id)`
+}
 
-const sqlExecutions = `
+var sqlExecutions = `
 SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail
 FROM backstop_executions WHERE task_id = $1
 UNION ALL
-` + succeededExecution + ` AND t.id = $1
+` + succeededExecutions("backstop_tasks t") + ` AND t.id = $1
 ORDER BY 5, 3, 1`
 
 // Claim: lock the next claimable rows, skipping rows other claimers hold,
@@ -160,7 +162,7 @@ var (
 
 // Settle: apply each decision whose lease is still current (or, without an
 // execution id, to a waiting task), record the settled executions (but a
-// success's, which its task row holds: succeededExecution), and wake the
+// success's, which its task row holds: succeededExecutions), and wake the
 // queues that got pending work, all in one statement.
 var sqlSettle = `
 WITH input AS (
@@ -211,7 +213,7 @@ SELECT 0 FROM (SELECT DISTINCT queue FROM settled WHERE state = 'pending') q
 
 // Settle, the hot path: a batch of successes with their leases current.
 // It writes the task rows and their events, and no execution rows
-// (succeededExecution). Input arrays: task ids, execution ids, finish times, has-progress flags,
+// (succeededExecutions). Input arrays: task ids, execution ids, finish times, has-progress flags,
 // totals, completed.
 var sqlSettleSucceeded = `
 WITH input AS (

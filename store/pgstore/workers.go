@@ -170,9 +170,8 @@ var sqlWorkerExecutions = `
 (SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail
 	FROM backstop_executions WHERE worker_id = $1 ORDER BY started_at DESC, execution_id DESC LIMIT $2)
 UNION ALL
-(` + strings.Replace(succeededExecution, "FROM backstop_tasks t",
-	`FROM (SELECT * FROM backstop_tasks WHERE state = 'succeeded'
-		ORDER BY finalized_at DESC LIMIT `+strconv.Itoa(recentSuccessWindow)+`) t`, 1) + ` AND t.worker_id = $1
+(` + succeededExecutions(`(SELECT * FROM backstop_tasks WHERE state = 'succeeded'
+		ORDER BY finalized_at DESC LIMIT `+strconv.Itoa(recentSuccessWindow)+`) t`) + ` AND t.worker_id = $1
 	ORDER BY t.attempted_at DESC, t.execution_id DESC LIMIT $2)
 ORDER BY 5 DESC, 1 DESC LIMIT $2`
 

@@ -2,7 +2,7 @@
 -- attempt, worker_id, attempted_at, finalized_at): the success settle, the
 -- drain's hot path, no longer inserts a backstop_executions row with its
 -- three index entries. Readers add that execution from the row
--- (pgstore.succeededExecution) unless backstop_executions already has it,
+-- (pgstore.succeededExecutions) unless backstop_executions already has it,
 -- as it has for every task that succeeded before this migration. No index
 -- is added: a worker's recent successes (the worker view) are looked for
 -- among the most recently finished tasks (backstop_tasks_finished), so the
