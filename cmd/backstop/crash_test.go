@@ -400,9 +400,30 @@ func TestCrashSIGKILL(t *testing.T) {
 			b := setup(t, st.url(t), 50)
 			// worker1 leads maintenance and dies: a short leader TTL lets
 			// worker2 take over in time to settle the expired leases.
-			w1 := b.startWorker("worker1", "0.3", "--lease", "2s", "--leader-ttl", "2s")
-			b.waitUntil("some tasks succeeded and others are running", func() bool {
-				return len(b.list(bt.StateSucceeded)) >= 1 && len(b.list(bt.StateRunning)) >= 2
+			w1 := b.startWorker("worker1", "1", "--lease", "2s", "--leader-ttl", "2s")
+			// Kill while at least two tasks claimed after the last success
+			// are running: their programs have most of a second left, so no
+			// settle of theirs can be in flight. (Tasks claimed together
+			// finish together: killing while the rest of a finishing batch is
+			// still "running" would let their in-flight settles land after
+			// the kill, and leave nothing killed.)
+			b.waitUntil("some tasks succeeded and others started after them are running", func() bool {
+				var last time.Time
+				for _, x := range b.list(bt.StateSucceeded) {
+					if x.FinalizedAt != nil && x.FinalizedAt.After(last) {
+						last = *x.FinalizedAt
+					}
+				}
+				if last.IsZero() {
+					return false
+				}
+				fresh := 0
+				for _, x := range b.list(bt.StateRunning) {
+					if x.AttemptedAt != nil && x.AttemptedAt.After(last) {
+						fresh++
+					}
+				}
+				return fresh >= 2
 			})
 			if err := syscall.Kill(-w1.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
