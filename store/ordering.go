@@ -113,6 +113,31 @@ type OrdTask struct {
 	Status string
 }
 
+// Rows is the part of a result set both drivers' rows offer (pgx.Rows and
+// *sql.Rows); the caller closes them.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// CollectOrdTasks reads rows of (key, task id, kind, seq, status), in key
+// and seq order, into each key's waiting tasks.
+func CollectOrdTasks(rows Rows, keys int) (map[string][]OrdTask, error) {
+	tasks := make(map[string][]OrdTask, keys)
+	for rows.Next() {
+		var (
+			key string
+			t   OrdTask
+		)
+		if err := rows.Scan(&key, &t.ID, &t.Kind, &t.Seq, &t.Status); err != nil {
+			return nil, err
+		}
+		tasks[key] = append(tasks[key], t)
+	}
+	return tasks, rows.Err()
+}
+
 // OrdAction is what Decide asks the driver to apply to one task.
 type OrdAction struct {
 	TaskID string

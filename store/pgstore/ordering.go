@@ -146,20 +146,9 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 	if err != nil {
 		return nil, d, err
 	}
-	tasks := make(map[string][]store.OrdTask, len(keys))
-	for rows.Next() {
-		var (
-			key string
-			t   store.OrdTask
-		)
-		if err := rows.Scan(&key, &t.ID, &t.Kind, &t.Seq, &t.Status); err != nil {
-			rows.Close()
-			return nil, d, err
-		}
-		tasks[key] = append(tasks[key], t)
-	}
+	tasks, err := store.CollectOrdTasks(rows, len(keys))
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return nil, d, err
 	}
 	// The writes, set-based: one statement per kind of change.
