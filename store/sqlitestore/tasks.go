@@ -870,6 +870,13 @@ func (s *Store) Executions(ctx context.Context, taskID string) ([]bt.Execution, 
 	if err != nil {
 		return nil, err
 	}
+	return collectExecutions(rows)
+}
+
+// collectExecutions reads and closes rows of (execution_id, task_id,
+// attempt, worker_id, started_at, finished_at, outcome, error,
+// error_detail).
+func collectExecutions(rows *sql.Rows) ([]bt.Execution, error) {
 	defer rows.Close()
 	out := []bt.Execution{}
 	for rows.Next() {

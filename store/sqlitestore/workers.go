@@ -183,23 +183,7 @@ func (s *Store) WorkerExecutions(ctx context.Context, workerID string, limit int
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: worker executions: %w", err)
 	}
-	defer rows.Close()
-	out := []bt.Execution{}
-	for rows.Next() {
-		var (
-			e        bt.Execution
-			started  int64
-			finished sql.NullInt64
-			outcome  string
-		)
-		if err := rows.Scan(&e.ExecutionID, &e.TaskID, &e.Attempt, &e.WorkerID, &started, &finished, &outcome,
-			&e.Error, &e.ErrorDetail); err != nil {
-			return nil, err
-		}
-		e.StartedAt, e.FinishedAt, e.Outcome = fromUS(started), fromNullUS(finished), bt.Outcome(outcome)
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return collectExecutions(rows) // tasks.go
 }
 
 // CountWorkersByState implements store.Workers.
