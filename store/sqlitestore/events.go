@@ -94,9 +94,9 @@ func (r *logRow) decode() error {
 	arr("times", r.timesText.String, &r.times, r.timesText.Valid)
 	arr("ids", r.idsText.String, &r.ids, r.idsText.Valid)
 	var err1, err2, err3, err4 error
-	r.queues, err1 = decodeStrings(r.queuesText, n)
-	r.kinds, err2 = decodeStrings(r.kindsText, n)
-	r.attrs, err3 = decodeRaws(r.attrsText, n)
+	r.queues, err1 = decodeEach[string](r.queuesText, n)
+	r.kinds, err2 = decodeEach[string](r.kindsText, n)
+	r.attrs, err3 = decodeEach[json.RawMessage](r.attrsText, n)
 	r.bodies, err4 = decodeBodies(r.bodiesText, n)
 	for _, err := range []error{err1, err2, err3, err4} {
 		if err != nil {
@@ -114,39 +114,22 @@ func (r *logRow) decode() error {
 	return nil
 }
 
-// decodeStrings reads a row's queues or kinds: an array, one per event, or
-// one string for all (events_write.go).
-func decodeStrings(text string, n int) ([]string, error) {
-	var out []string
+// decodeEach reads one of a row's columns that holds an array, one value
+// per event, or one value for all (events_write.go): queues and kinds
+// (strings) and attributes (an object or null each).
+func decodeEach[T any](text string, n int) ([]T, error) {
+	var out []T
 	if strings.HasPrefix(text, "[") {
 		err := json.Unmarshal([]byte(text), &out)
 		return out, err
 	}
-	var one string
+	var one T
 	if err := json.Unmarshal([]byte(text), &one); err != nil {
 		return nil, err
 	}
-	out = make([]string, n)
+	out = make([]T, n)
 	for i := range out {
 		out[i] = one
-	}
-	return out, nil
-}
-
-// decodeRaws reads a row's attributes: an array, one per event, or one
-// value (an object or null) for all.
-func decodeRaws(text string, n int) ([]json.RawMessage, error) {
-	var out []json.RawMessage
-	if strings.HasPrefix(text, "[") {
-		err := json.Unmarshal([]byte(text), &out)
-		return out, err
-	}
-	if !json.Valid([]byte(text)) {
-		return nil, fmt.Errorf("attributes: not JSON")
-	}
-	out = make([]json.RawMessage, n)
-	for i := range out {
-		out[i] = json.RawMessage(text)
 	}
 	return out, nil
 }
@@ -512,7 +495,7 @@ func deleteTaskEvents(ctx context.Context, tx querier, ids []any) error {
 		}
 		err := json.Unmarshal([]byte(subj), &ss)
 		if err == nil {
-			as, err = decodeRaws(attrs, len(ss))
+			as, err = decodeEach[json.RawMessage](attrs, len(ss))
 		}
 		if err == nil {
 			bs, err = decodeBodies(bodies, len(ss))
