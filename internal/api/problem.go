@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/backstophq/backstop"
 )
@@ -53,6 +54,9 @@ type Problem struct {
 	Field string `json:"field,omitempty"`
 	// Index is the 0-based position of the task at fault in a batch.
 	Index *int `json:"index,omitempty"`
+	// RetryAfter is the answer's Retry-After header (429, 503), filled in
+	// by the Go client (internal/apiclient); not part of the document.
+	RetryAfter time.Duration `json:"-"`
 }
 
 // Error lets the Go client return a Problem as an error.
@@ -133,7 +137,7 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 	if p.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="backstop"`)
 	}
-	if p.Status == http.StatusTooManyRequests {
+	if p.Status == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}
 	w.Header().Set("Content-Type", "application/problem+json")

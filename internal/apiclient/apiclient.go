@@ -33,7 +33,9 @@ func New(baseURL, token string) *Client {
 }
 
 // Do sends in (JSON, nil for no body) and decodes a 2xx answer into out (nil
-// to discard). An error answer comes back as *api.Problem.
+// to discard). An error answer comes back as *api.Problem (its RetryAfter
+// set from the Retry-After header), or as *StatusError when the body is not
+// a problem document (a proxy's 502, say).
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
@@ -64,11 +66,13 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		return err
 	}
 	if resp.StatusCode >= 300 {
+		after := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		var p api.Problem
 		if json.Unmarshal(b, &p) == nil && p.Code != "" {
+			p.RetryAfter = after
 			return &p
 		}
-		return fmt.Errorf("backstop: %s %s: HTTP %d: %.200s", method, path, resp.StatusCode, b)
+		return &StatusError{Method: method, Path: path, Status: resp.StatusCode, RetryAfter: after, Body: string(b)}
 	}
 	if out == nil {
 		return nil
