@@ -41,7 +41,9 @@ type Options struct {
 	// MaxBodyBytes bounds a request body; larger gets 413. Default: 10 MiB.
 	MaxBodyBytes int64
 	// RateLimit is each token's sustained requests per second; negative
-	// disables. Default: 1000.
+	// disables. The worker protocol's claims and log appends spend a
+	// budget of their own (the same rate and burst), and heartbeats and
+	// settlements none (auth.go, budgetOf). Default: 1000.
 	RateLimit float64
 	// RateBurst is each token's burst. Default: 2×RateLimit.
 	RateBurst int
@@ -269,6 +271,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // limit, authentication, rate limit, role check, the handler, the log line.
 func (s *Server) wrap(method, path string, role Role, fn apiFunc) http.Handler {
 	mutating := method != "GET"
+	budget := budgetOf(method, path)
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		w := &statusWriter{ResponseWriter: rw}
@@ -305,7 +308,8 @@ func (s *Server) wrap(method, path string, role Role, fn apiFunc) http.Handler {
 			if key == "" {
 				key = "anonymous"
 			}
-			if !s.limit.allow(key) {
+			if ok, wait := s.limit.allow(key, budget); !ok {
+				w.Header().Set("Retry-After", retryAfter(wait))
 				s.writeProblem(w, r, fail(codeRateLimited, "slow down"))
 				return
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/backstophq/backstop/redact"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -175,7 +176,8 @@ func (s *Server) touch(ctx context.Context, t *store.Token) {
 	}
 }
 
-// limiters holds one rate limiter per token (anonymous callers share one).
+// limiters holds the rate limiters: one per token and budget (anonymous
+// callers share one per budget).
 type limiters struct {
 	limit rate.Limit
 	burst int
@@ -183,9 +185,45 @@ type limiters struct {
 	m     map[string]*rate.Limiter
 }
 
-func (l *limiters) allow(key string) bool {
-	if l.limit <= 0 {
-		return true
+// rateBudget is which of a token's budgets a route spends.
+type rateBudget int
+
+const (
+	// budgetAPI: producers, operators and readers (every route but the
+	// worker protocol's).
+	budgetAPI rateBudget = iota
+	// budgetWorker: the worker protocol's claims and log appends, a budget
+	// of their own so that producers sharing a token cannot starve the
+	// workers (nor the workers the producers).
+	budgetWorker
+	// budgetNone: heartbeats and settlements (complete, fail, release, the
+	// batch complete) are not limited. Each names a lease a claim handed
+	// out (claims are limited), and throttling them manufactures
+	// failures: a refused heartbeat or report lets the lease expire and
+	// charges the attempt of a program that may have succeeded.
+	budgetNone
+)
+
+// budgetOf is the budget of a route (its ServeMux pattern).
+func budgetOf(method, path string) rateBudget {
+	switch method + " " + path {
+	case "POST /v1/claim", "POST /v1/tasks/{id}/logs":
+		return budgetWorker
+	case "POST /v1/tasks/{id}/heartbeat", "POST /v1/tasks/{id}/progress", "POST /v1/tasks/{id}/complete",
+		"POST /v1/tasks/{id}/fail", "POST /v1/tasks/{id}/release", "POST /v1/tasks/complete":
+		return budgetNone
+	}
+	return budgetAPI
+}
+
+// allow spends one request of key's budget b. When it refuses, wait is how
+// long until the budget has a request again (for Retry-After).
+func (l *limiters) allow(key string, b rateBudget) (ok bool, wait time.Duration) {
+	if l.limit <= 0 || b == budgetNone {
+		return true, 0
+	}
+	if b == budgetWorker {
+		key = "worker\x00" + key
 	}
 	l.mu.Lock()
 	lim := l.m[key]
@@ -194,5 +232,17 @@ func (l *limiters) allow(key string) bool {
 		l.m[key] = lim
 	}
 	l.mu.Unlock()
-	return lim.Allow()
+	now := time.Now()
+	if lim.AllowN(now, 1) {
+		return true, 0
+	}
+	r := lim.ReserveN(now, 1)
+	wait = r.DelayFrom(now)
+	r.CancelAt(now)
+	return false, wait
+}
+
+// retryAfter is a Retry-After header value: whole seconds, at least 1.
+func retryAfter(d time.Duration) string {
+	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
 }
