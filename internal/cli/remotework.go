@@ -138,11 +138,13 @@ func (r *remoteWorker) slot(claimCtx, killCtx context.Context, queue string, lea
 			if claimCtx.Err() != nil {
 				return
 			}
-			r.log.Warn("claim failed; retrying", "worker_id", r.id, "error", err.Error(), "backoff", backoff.String())
+			_, after := apiclient.Retryable(err)
+			wait := max(backoff, min(after, time.Minute))
+			r.log.Warn("claim failed; retrying", "worker_id", r.id, "error", err.Error(), "backoff", wait.String())
 			select {
 			case <-claimCtx.Done():
 				return
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			}
 			backoff = min(2*backoff, 10*time.Second)
 			continue
@@ -154,11 +156,21 @@ func (r *remoteWorker) slot(claimCtx, killCtx context.Context, queue string, lea
 	}
 }
 
-// run runs one claimed task: the program, heartbeats, then the report.
+// remoteReportFloor is how long a report is tried even when the lease's
+// expiry (as this worker last extended it) has already passed: only the
+// server knows whether maintenance settled the lease yet.
+const remoteReportFloor = 5 * time.Second
+
+// run runs one claimed task: the program, heartbeats, then the report. The
+// heartbeats go on while the report is retried (a settled outcome is data:
+// it is retried until the server takes it or the lease is truly lost).
 func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease time.Duration) {
 	r.running.Add(1)
 	defer func() { r.running.Add(-1); r.lastActive.Store(time.Now().UnixNano()) }()
+	claimed := time.Now()
 	t := ct.Task
+	l := apiclient.LeaseOf(ct)
+	l.WorkerID = cmp.Or(l.WorkerID, r.id)
 	t.ExecutionID = cmp.Or(t.ExecutionID, ct.LeaseToken)
 	log := r.log.With("worker_id", r.id, "task_id", t.ID, "attempt", t.Attempt)
 
@@ -172,59 +184,54 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 		timer := time.AfterFunc(time.Duration(t.Timeout), func() { timedOut.Store(true); cancel(errors.New("task timeout")) })
 		defer timer.Stop()
 	}
-	var lost atomic.Bool
+	k := &leaseKeeper{cl: r.cl, l: l, lease: lease, workerID: r.id, log: log, program: cancel, stop: make(chan struct{})}
+	k.expires.Store(claimed.Add(lease).UnixNano())
 	beatDone := make(chan struct{})
-	go func() {
-		defer close(beatDone)
-		tick := time.NewTicker(lease / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			bctx, bcancel := context.WithTimeout(context.Background(), lease/3)
-			res, err := r.cl.Heartbeat(bctx, t.ID, api.HeartbeatRequest{LeaseToken: ct.LeaseToken, Lease: bt.Duration(lease), WorkerID: r.id})
-			bcancel()
-			var p *api.Problem
-			switch {
-			case errors.As(err, &p) && (p.Status == 409 || p.Status == 404):
-				log.Warn("lease lost; killing the program", "error", err.Error())
-				lost.Store(true)
-				cancel(errors.New("lease lost"))
-				return
-			case err != nil:
-				log.Warn("heartbeat failed", "error", err.Error())
-			case res.CancelRequested:
-				log.Info("task canceled by an operator; killing the program")
-				cancel(errors.New("task canceled by operator"))
-				return
-			}
-		}
-	}()
-	rl := startRemoteLog(r.cl, t.ID, ct.LeaseToken, log)
+	go func() { defer close(beatDone); k.beat() }()
+	defer func() { close(k.stop); <-beatDone }()
+
+	rl := startRemoteLog(r.cl, l, log)
 	res := r.h.Run(backstop.ContextWithLogSink(ctx, rl.add), (*backstop.Task)(t))
 	cancel(nil)
-	<-beatDone
-	rl.close() // before the report: the token is stale after it
-	if lost.Load() {
-		return // the lease is gone: nothing to report
+	if k.lost.Load() {
+		rl.abandon() // the server keeps no more lines of it
+		log.Error("lease lost while the program ran; the attempt is not reported", "program_error", errString(res.Err))
+		return
 	}
-	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer rcancel()
-	var err error
+
+	// The report's context ends when the lease's expiry passes with no
+	// successful heartbeat (each one pushes it back), but not before
+	// remoteReportFloor.
+	rctx, rcancel := context.WithCancelCause(context.Background())
+	defer rcancel(nil)
+	floor := time.Now().Add(remoteReportFloor)
+	go k.watchExpiry(rctx, rcancel, floor)
+	retry := &apiclient.Retry{Max: min(5*time.Second, max(lease/3, 100*time.Millisecond)), OnRetry: func(try int, err error, wait time.Duration) {
+		log.Warn("reporting the attempt failed; retrying while the lease is kept", "error", err.Error(), "try", try, "wait", wait.String())
+	}}
+	rl.retry = retry
+	rl.close(rctx) // before the report: the token is stale after it
+
+	var (
+		what string // the outcome being reported, for the give-up line
+		rep  *apiclient.Report
+		err  error
+	)
 	switch {
 	case res.Err != nil && errors.Is(context.Cause(killCtx), errRemoteDrain):
 		// Killed because the drain's grace ran out: give the task back
 		// uncharged, as an in-process worker does.
-		_, err = r.cl.Release(rctx, t.ID, api.ReleaseRequest{LeaseToken: ct.LeaseToken})
+		what = "released"
+		rep, err = r.cl.ReportRelease(rctx, l, api.ReleaseRequest{}, retry)
 		if err == nil {
-			log.Info("task released on shutdown (not charged)")
+			log.Info("task released on shutdown (not charged)", reportArgs(rep)...)
 		}
 	case res.Err == nil:
-		_, err = r.cl.Complete(rctx, t.ID, api.CompleteRequest{LeaseToken: ct.LeaseToken})
-		log.Info("task succeeded")
+		what = string(bt.OutcomeSucceeded)
+		rep, err = r.cl.ReportComplete(rctx, l, api.CompleteRequest{}, retry)
+		if err == nil {
+			log.Info("task succeeded", reportArgs(rep)...)
+		}
 	default:
 		outcome := bt.OutcomeTransientError
 		switch {
@@ -233,14 +240,123 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 		case backstop.IsPermanent(res.Err):
 			outcome = bt.OutcomePermanentError
 		}
-		var sr *api.SettleResponse
-		sr, err = r.cl.Fail(rctx, t.ID, api.FailRequest{LeaseToken: ct.LeaseToken, Outcome: outcome, Error: res.Err.Error(), ErrorDetail: res.Output})
+		what = string(outcome)
+		rep, err = r.cl.ReportFail(rctx, l, api.FailRequest{Outcome: outcome, Error: res.Err.Error(), ErrorDetail: res.Output}, retry)
 		if err == nil {
-			log.Info("task attempt failed", "outcome", outcome, "state", sr.State, "error", res.Err.Error())
+			log.Info("task attempt failed", append([]any{"outcome", outcome, "state", rep.State, "error", res.Err.Error()}, reportArgs(rep)...)...)
 		}
 	}
 	if err != nil {
-		log.Error("reporting the attempt failed; the server will settle it when the lease expires", "error", err.Error())
+		why := "the server refused the report"
+		switch {
+		case errors.Is(err, apiclient.ErrLeaseLost):
+			why = "the lease is lost: the task was settled elsewhere (expired, canceled or replayed)"
+		case rctx.Err() != nil:
+			why = context.Cause(rctx).Error()
+		}
+		log.Error("gave up reporting the attempt", "outcome", what, "reason", why, "error", err.Error(),
+			"program_error", errString(res.Err))
+	}
+}
+
+func reportArgs(rep *apiclient.Report) []any {
+	var args []any
+	if rep.Tries > 1 {
+		args = append(args, "tries", rep.Tries)
+	}
+	if rep.Confirmed {
+		args = append(args, "confirmed", "an earlier try landed; its answer was lost")
+	}
+	return args
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// leaseKeeper heartbeats one lease from the claim until the attempt is
+// reported (or given up), and knows until when the lease is surely kept.
+type leaseKeeper struct {
+	cl       *apiclient.Client
+	l        apiclient.Lease
+	lease    time.Duration
+	workerID string
+	log      *slog.Logger
+	program  context.CancelCauseFunc // kills the program (lost lease, operator cancel)
+	stop     chan struct{}
+
+	lost    atomic.Bool  // the server answered 409/404 to a heartbeat
+	expires atomic.Int64 // unix ns: the lease's expiry as last extended
+}
+
+// beat heartbeats every lease/3, and sooner after a failure (backoff, or
+// the server's Retry-After), until stop or the lease is lost.
+func (k *leaseKeeper) beat() {
+	every := k.lease / 3
+	backoff := &apiclient.Retry{Max: every}
+	fails := 0
+	wait := every
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-k.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		bctx, bcancel := context.WithTimeout(context.Background(), every)
+		res, err := k.cl.Heartbeat(bctx, k.l.TaskID, api.HeartbeatRequest{LeaseToken: k.l.Token, Lease: bt.Duration(k.lease), WorkerID: k.workerID})
+		bcancel()
+		switch s := apiclient.StatusOf(err); {
+		case err == nil:
+			k.expires.Store(sent.Add(k.lease).UnixNano())
+			fails, wait = 0, every
+			if res.CancelRequested {
+				k.log.Info("task canceled by an operator; killing the program")
+				k.program(errors.New("task canceled by operator"))
+			}
+			continue
+		case s == 409 || s == 404:
+			// Lost, or (once the program ended) settled by this very
+			// report: the report's own answer tells which.
+			k.lost.Store(true)
+			k.program(errors.New("lease lost"))
+			k.log.Warn("lease lost; killing the program if it still runs", "error", err.Error())
+			return
+		}
+		_, after := apiclient.Retryable(err)
+		wait = min(max(backoff.Backoff(fails), after), every)
+		fails++
+		k.log.Warn("heartbeat failed; retrying", "error", err.Error(), "wait", wait.String(),
+			"lease_kept_until", time.Unix(0, k.expires.Load()).UTC().Format(time.RFC3339Nano))
+	}
+}
+
+// watchExpiry ends ctx once the lease's expiry passed with no successful
+// heartbeat to push it back (and floor passed).
+func (k *leaseKeeper) watchExpiry(ctx context.Context, cancel context.CancelCauseFunc, floor time.Time) {
+	for {
+		until := time.Unix(0, k.expires.Load())
+		at := until
+		if floor.After(at) {
+			at = floor
+		}
+		d := time.Until(at)
+		if d <= 0 {
+			cancel(fmt.Errorf("the lease expired at %s with no successful heartbeat since", until.UTC().Format(time.RFC3339Nano)))
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
 }
 
