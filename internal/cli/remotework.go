@@ -207,7 +207,8 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 	floor := time.Now().Add(remoteReportFloor)
 	go k.watchExpiry(rctx, rcancel, floor)
 	retry := &apiclient.Retry{Max: min(5*time.Second, max(lease/3, 100*time.Millisecond)), OnRetry: func(try int, err error, wait time.Duration) {
-		log.Warn("reporting the attempt failed; retrying while the lease is kept", "error", err.Error(), "try", try, "wait", wait.String())
+		log.Warn("reporting the attempt failed; retrying", "error", err.Error(), "try", try, "wait", wait.String(),
+			"lease_kept_until", k.until().Format(time.RFC3339Nano))
 	}}
 	rl.retry = retry
 	rl.close(rctx) // before the report: the token is stale after it
@@ -332,15 +333,18 @@ func (k *leaseKeeper) beat() {
 		wait = min(max(backoff.Backoff(fails), after), every)
 		fails++
 		k.log.Warn("heartbeat failed; retrying", "error", err.Error(), "wait", wait.String(),
-			"lease_kept_until", time.Unix(0, k.expires.Load()).UTC().Format(time.RFC3339Nano))
+			"lease_kept_until", k.until().Format(time.RFC3339Nano))
 	}
 }
+
+// until is the lease's expiry as last extended.
+func (k *leaseKeeper) until() time.Time { return time.Unix(0, k.expires.Load()).UTC() }
 
 // watchExpiry ends ctx once the lease's expiry passed with no successful
 // heartbeat to push it back (and floor passed).
 func (k *leaseKeeper) watchExpiry(ctx context.Context, cancel context.CancelCauseFunc, floor time.Time) {
 	for {
-		until := time.Unix(0, k.expires.Load())
+		until := k.until()
 		at := until
 		if floor.After(at) {
 			at = floor
