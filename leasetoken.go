@@ -92,8 +92,10 @@ func parseLeaseToken(token string) (executionID string, mac []byte, ok bool) {
 	if i <= 0 || len(token)-i-1 != leaseMACText {
 		return "", nil, false
 	}
+	// The decoder skips \r and \n: the length of what it decoded is
+	// checked, not only the text's.
 	mac, err := base64.RawURLEncoding.Strict().DecodeString(token[i+1:])
-	if err != nil {
+	if err != nil || len(mac) != sha256.Size {
 		return "", nil, false
 	}
 	return token[:i], mac, true
