@@ -18,6 +18,7 @@ type Client struct {
 	// protocol (remote.go) into batches.
 	remote settleBatcher
 	rAtt   remoteAttempts // remote attempts' telemetry (remote_attempts.go)
+	lkeys  leaseKeys      // the lease tokens' key (leasetoken.go)
 	tel    *telemetry
 	ord    OrderingStats // ordering.go
 }

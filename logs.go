@@ -268,7 +268,8 @@ type RemoteLogLine struct {
 
 // AppendRemoteLogs appends a remote worker's lines to the execution its
 // lease token names, within the execution's bound. A token that is not the
-// task's current lease is ErrConflict (nothing written). Lines of one
+// task's current lease, or not a token at all, is ErrConflict (nothing
+// written). Lines of one
 // execution must come from one sender at a time.
 func (c *Client) AppendRemoteLogs(ctx context.Context, taskID, leaseToken string, lines []RemoteLogLine) (RemoteLogResult, error) {
 	var res RemoteLogResult
@@ -289,9 +290,19 @@ func (c *Client) AppendRemoteLogs(ctx context.Context, taskID, leaseToken string
 		default:
 			return res, invalid("stream", "unknown stream %q (use output or log)", l.Stream)
 		}
-		in[i] = LogLine{TaskID: taskID, ExecutionID: leaseToken, At: now, Stream: l.Stream, Line: mask.Line(l.Line)}
+		in[i] = LogLine{TaskID: taskID, At: now, Stream: l.Stream, Line: mask.Line(l.Line)}
 	}
-	u, err := c.store.ExecutionLogUsage(ctx, leaseToken)
+	exec, ok, err := c.leaseExecution(ctx, leaseToken) // leasetoken.go
+	if err != nil {
+		return res, err
+	}
+	if !ok { // answered as a lease that is not current
+		return res, fmt.Errorf("%w: the lease token is not the current lease of task %q", ErrLeaseNotCurrent, taskID)
+	}
+	for i := range in {
+		in[i].ExecutionID = exec
+	}
+	u, err := c.store.ExecutionLogUsage(ctx, exec)
 	if err != nil {
 		return res, err
 	}
@@ -300,7 +311,7 @@ func (c *Client) AppendRemoteLogs(ctx context.Context, taskID, leaseToken string
 		b.truncated = true
 	}
 	kept := b.take(in, now)
-	ok, err := c.store.AppendLeasedLogs(ctx, taskID, leaseToken, kept)
+	ok, err = c.store.AppendLeasedLogs(ctx, taskID, exec, kept)
 	if err != nil {
 		return res, err
 	}

@@ -94,11 +94,11 @@ func TestExecutionLogsMasked(t *testing.T) {
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("claim %v %v", ts, err)
 	}
-	if _, err := c.AppendRemoteLogs(ctx, r2.Task.ID, ts[0].ExecutionID, []RemoteLogLine{{Line: "db secret=hunter2-F ok"},
+	if _, err := c.AppendRemoteLogs(ctx, r2.Task.ID, ts[0].LeaseToken, []RemoteLogLine{{Line: "db secret=hunter2-F ok"},
 		{Stream: LogStreamLog, Line: `ts=1 msg="x" {"credential":"hunter2-G"}`}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Fail(ctx, RemoteFailure{TaskID: r2.Task.ID, LeaseToken: ts[0].ExecutionID, Outcome: bt.OutcomePermanentError,
+	if _, err := c.Fail(ctx, RemoteFailure{TaskID: r2.Task.ID, LeaseToken: ts[0].LeaseToken, Outcome: bt.OutcomePermanentError,
 		ErrorDetail: "password: hunter2-H"}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,12 @@ func (c *Client) Release(ctx context.Context, taskID, leaseToken string, p *Prog
 	if err := validProgress(p); err != nil {
 		return nil, err
 	}
+	exec, err := c.leaseOf(ctx, taskID, leaseToken)
+	if err != nil {
+		return nil, err
+	}
 	now := c.now()
-	return c.settleRemote(ctx, store.Settlement{TaskID: taskID, ExecutionID: leaseToken, Outcome: bt.OutcomeReleased,
+	return c.settleRemote(ctx, store.Settlement{TaskID: taskID, ExecutionID: exec, Outcome: bt.OutcomeReleased,
 		Error: "released on shutdown (not charged)", FinishedAt: now, State: bt.StatePending, RunAt: now,
 		Uncharged: true, Progress: p}, nil)
 }

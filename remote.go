@@ -16,11 +16,13 @@ import (
 // The remote worker protocol: a worker in another process (any language,
 // over HTTP) claims tasks, heartbeats them and reports how each attempt
 // ended; the engine decides what happens next with exactly the rules it
-// applies to in-process handlers (decide, retryOrDie). The attempt's
-// execution id is its lease token: every call names it, and the store
-// applies a call only while that lease is current, so a worker that lost
-// its lease (expired and settled, canceled, replayed) changes nothing and
-// gets ErrConflict.
+// applies to in-process handlers (decide, retryOrDie). The claim hands the
+// worker a lease token for each attempt, a secret naming the attempt's
+// execution (leasetoken.go); every call names it, and the store applies a
+// call only while that lease is current, so a worker that lost its lease
+// (expired and settled, canceled, replayed), or a caller that guesses,
+// changes nothing and gets ErrConflict. Each call's events name the
+// caller's actor (WithActor; none: "library").
 
 // ErrLeaseNotCurrent: a remote worker named a lease (its lease token) that is
 // no longer the task's current lease; nothing changed. It wraps ErrConflict.
@@ -73,10 +75,22 @@ func (p *RemoteClaim) validate() error {
 	return nil
 }
 
+// RemoteLease is a task leased to a remote worker and the lease token
+// that proves it: a secret for the worker alone, which every later call
+// about the attempt names.
+type RemoteLease struct {
+	*Task
+	LeaseToken string
+}
+
 // ClaimRemote leases up to p.Max claimable tasks from p.Queues, in the order
-// given, without waiting. Each task's ExecutionID is its lease token.
-func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]*Task, error) {
+// given, without waiting.
+func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]RemoteLease, error) {
 	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	key, err := c.leaseKey(ctx) // before claiming: a claim must not lack its tokens
+	if err != nil {
 		return nil, err
 	}
 	want := max(p.Max, 1)
@@ -84,7 +98,7 @@ func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]*Task, error
 	if lease == 0 {
 		lease = RemoteDefaultLease
 	}
-	var out []*Task
+	var out []RemoteLease
 	for _, q := range p.Queues {
 		if len(out) >= want {
 			break
@@ -100,7 +114,9 @@ func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]*Task, error
 		}
 		c.attachOrdering(ctx, q, ts)
 		c.rememberClaims(ctx, ts, lease) // remote_attempts.go
-		out = append(out, ts...)
+		for _, t := range ts {
+			out = append(out, RemoteLease{Task: t, LeaseToken: mintLeaseToken(key, t.ExecutionID)})
+		}
 	}
 	c.sweepRemote(ctx)
 	return out, nil
@@ -144,17 +160,27 @@ func (c *Client) Heartbeat(ctx context.Context, b RemoteBeat) (*RemoteBeatResult
 	if err := validProgress(b.Progress); err != nil {
 		return nil, err
 	}
+	exec, err := c.leaseOf(ctx, b.TaskID, b.LeaseToken)
+	if err != nil {
+		return nil, err
+	}
 	now := c.now()
 	until := now.Add(cmpOr(b.Lease, RemoteDefaultLease))
-	rs, err := c.store.Heartbeat(ctx, []store.Beat{{TaskID: b.TaskID, ExecutionID: b.LeaseToken, Progress: b.Progress}}, now, until)
+	rs, err := c.store.Heartbeat(remoteActor(ctx), []store.Beat{{TaskID: b.TaskID, ExecutionID: exec, Progress: b.Progress}}, now, until)
 	if err != nil {
 		return nil, err
 	}
 	if len(rs) != 1 || rs[0].Lost {
 		return nil, c.leaseError(ctx, b.TaskID)
 	}
-	c.rAtt.extend(b.LeaseToken, until)
+	c.rAtt.extend(exec, until)
 	return &RemoteBeatResult{LeaseExpiresAt: until.UTC().Truncate(time.Microsecond), CancelRequested: rs[0].CancelRequested}, nil
+}
+
+// remoteActor names the actor of a remote call's events: the caller's
+// (the API token's name), else "library".
+func remoteActor(ctx context.Context) context.Context {
+	return store.WithActor(ctx, ActorFrom(ctx))
 }
 
 func cmpOr(d, def time.Duration) time.Duration {
@@ -191,7 +217,7 @@ func (r *RemoteResult) SpanContext() trace.SpanContext { return r.span }
 // settleRemote settles one remote attempt and records its telemetry when
 // the settlement applied; t is the task when the caller read it, else nil.
 func (c *Client) settleRemote(ctx context.Context, s store.Settlement, t *Task) (*RemoteResult, error) {
-	ok, err := c.remote.settle(ctx, c.store, s)
+	ok, err := c.remote.settle(ctx, c.store, s, ActorFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +249,11 @@ func (c *Client) Complete(ctx context.Context, taskID, leaseToken string, p *Pro
 	if err := validProgress(p); err != nil {
 		return nil, err
 	}
-	t := &Task{ID: taskID, ExecutionID: leaseToken}
+	exec, err := c.leaseOf(ctx, taskID, leaseToken)
+	if err != nil {
+		return nil, err
+	}
+	t := &Task{ID: taskID, ExecutionID: exec}
 	return c.settleRemote(ctx, c.remoteDecide(t, nil, nil, p, ""), nil)
 }
 
@@ -289,6 +319,10 @@ func (c *Client) Fail(ctx context.Context, f RemoteFailure) (*RemoteResult, erro
 	if f.RetryAfter != nil && f.Outcome != bt.OutcomeTransientError {
 		return nil, invalid("retry_after", "only goes with outcome transient_error")
 	}
+	exec, err := c.leaseOf(ctx, f.TaskID, f.LeaseToken)
+	if err != nil {
+		return nil, err
+	}
 	// The decision depends on the task (attempts, deadline, retry policy);
 	// the settlement still applies only while the lease is current, so a
 	// change between this read and the write is safe.
@@ -296,7 +330,7 @@ func (c *Client) Fail(ctx context.Context, f RemoteFailure) (*RemoteResult, erro
 	if err != nil {
 		return nil, err
 	}
-	if t.State != bt.StateRunning || t.ExecutionID != f.LeaseToken {
+	if t.State != bt.StateRunning || t.ExecutionID != exec {
 		return nil, fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", ErrLeaseNotCurrent, f.TaskID, t.State)
 	}
 	s := c.remoteDecide(t, res, cause, f.Progress, c.Masker().Text(f.ErrorDetail))
@@ -318,17 +352,18 @@ type settleBatcher struct {
 }
 
 type settleReq struct {
-	s    store.Settlement
-	done chan struct{}
-	ok   bool
-	err  error
+	s     store.Settlement
+	actor string // who reported it: the events name them
+	done  chan struct{}
+	ok    bool
+	err   error
 }
 
 // maxSettleBatch bounds one flush.
 const maxSettleBatch = 500
 
-func (b *settleBatcher) settle(ctx context.Context, st store.Store, s store.Settlement) (bool, error) {
-	r := &settleReq{s: s, done: make(chan struct{})}
+func (b *settleBatcher) settle(ctx context.Context, st store.Store, s store.Settlement, actor string) (bool, error) {
+	r := &settleReq{s: s, actor: actor, done: make(chan struct{})}
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	if b.flushing {
@@ -350,12 +385,14 @@ func (b *settleBatcher) settle(ctx context.Context, st store.Store, s store.Sett
 }
 
 // take removes the next batch from pending (locked): at most one
-// settlement per task, so a batch never names a lease twice.
+// settlement per task, so a batch never names a lease twice, and one
+// actor's, whom the batch's events name.
 func (b *settleBatcher) take() []*settleReq {
 	var batch, rest []*settleReq
 	seen := make(map[string]bool, len(b.pending))
+	actor := b.pending[0].actor
 	for _, r := range b.pending {
-		if seen[r.s.TaskID] || len(batch) >= maxSettleBatch {
+		if seen[r.s.TaskID] || len(batch) >= maxSettleBatch || r.actor != actor {
 			rest = append(rest, r)
 			continue
 		}
@@ -369,7 +406,7 @@ func (b *settleBatcher) take() []*settleReq {
 func (b *settleBatcher) flush(ctx context.Context, st store.Store, batch []*settleReq) {
 	// The batch carries other callers' settlements: the first caller going
 	// away must not cut them off.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	fctx, cancel := context.WithTimeout(store.WithActor(context.WithoutCancel(ctx), batch[0].actor), 30*time.Second)
 	defer cancel()
 	ss := make([]store.Settlement, len(batch))
 	for i, r := range batch {

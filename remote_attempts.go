@@ -14,7 +14,7 @@ import (
 
 // Telemetry of remote attempts (docs/observability.md). The fast completion
 // path (Complete, CompleteMany) does not read the task, so the process that
-// hands out a claim remembers, per lease token, what its telemetry needs:
+// hands out a claim remembers, per execution, what its telemetry needs:
 // the task's queue, kind, attempt, attributes, the attempt's start, and the
 // attempt's consumer span `process <queue>` (started at the claim with the
 // attempt's start time, ended when the attempt is settled). The claim
@@ -48,7 +48,7 @@ type remoteAttempt struct {
 
 type remoteAttempts struct {
 	mu        sync.Mutex
-	m         map[string]*remoteAttempt // by lease token (execution id)
+	m         map[string]*remoteAttempt // by execution id
 	lastSweep time.Time
 }
 
@@ -97,13 +97,13 @@ func (r *remoteAttempts) extend(token string, until time.Time) {
 }
 
 // RemoteTraceParent is the W3C traceparent of the consumer span of the
-// remote attempt leaseToken names, for the worker's own spans to take as
+// remote attempt executionID names, for the worker's own spans to take as
 // parent; empty when no trace is recorded (no tracer provider, or the
 // attempt was claimed through another process).
-func (c *Client) RemoteTraceParent(leaseToken string) string {
+func (c *Client) RemoteTraceParent(executionID string) string {
 	r := &c.rAtt
 	r.mu.Lock()
-	e := r.m[leaseToken]
+	e := r.m[executionID]
 	r.mu.Unlock()
 	if e == nil || e.span == nil || !e.span.SpanContext().IsValid() {
 		return ""

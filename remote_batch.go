@@ -2,6 +2,7 @@ package backstop
 
 import (
 	"context"
+	"errors"
 
 	"github.com/backstophq/backstop/store"
 )
@@ -36,11 +37,19 @@ func (c *Client) CompleteMany(ctx context.Context, cs []RemoteCompletion) ([]Rem
 			out[i].Err = err
 			continue
 		}
-		t := &Task{ID: x.TaskID, ExecutionID: x.LeaseToken}
+		exec, err := c.leaseOf(ctx, x.TaskID, x.LeaseToken)
+		if errors.Is(err, ErrLeaseNotCurrent) || errors.Is(err, ErrNotFound) {
+			out[i].Err = err
+			continue
+		}
+		if err != nil {
+			return nil, err // the store failed: the caller retries the batch
+		}
+		t := &Task{ID: x.TaskID, ExecutionID: exec}
 		ss = append(ss, c.remoteDecide(t, nil, nil, x.Progress, ""))
 		idx = append(idx, i)
 	}
-	oks, errs := c.remote.settleMany(ctx, c.store, ss)
+	oks, errs := c.remote.settleMany(ctx, c.store, ss, ActorFrom(ctx))
 	for j, i := range idx {
 		s := ss[j]
 		switch {
@@ -58,11 +67,11 @@ func (c *Client) CompleteMany(ctx context.Context, cs []RemoteCompletion) ([]Rem
 
 // settleMany queues many settlements at once and waits for all; the
 // batcher writes them (and whatever else is pending) together.
-func (b *settleBatcher) settleMany(ctx context.Context, st store.Store, ss []store.Settlement) ([]bool, []error) {
+func (b *settleBatcher) settleMany(ctx context.Context, st store.Store, ss []store.Settlement, actor string) ([]bool, []error) {
 	reqs := make([]*settleReq, len(ss))
 	b.mu.Lock()
 	for i, s := range ss {
-		reqs[i] = &settleReq{s: s, done: make(chan struct{})}
+		reqs[i] = &settleReq{s: s, actor: actor, done: make(chan struct{})}
 		b.pending = append(b.pending, reqs[i])
 	}
 	if !b.flushing {

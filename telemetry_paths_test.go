@@ -81,7 +81,7 @@ func newClockHarnessOn(t *testing.T, wrap func(store.Store) store.Store) (*telHa
 	return &telHarness{t: t, c: c, reader: reader, spans: sr}, clk
 }
 
-func (h *telHarness) claimRemote(n int) []*Task {
+func (h *telHarness) claimRemote(n int) []RemoteLease {
 	h.t.Helper()
 	ts, err := h.c.ClaimRemote(context.Background(), RemoteClaim{Queues: []string{"q"}, WorkerID: "remote-1", Max: n, Lease: 10 * time.Second})
 	if err != nil {
@@ -136,10 +136,10 @@ func TestTelemetryLeaseExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The worker wakes up and reports: its lease is gone.
-	if _, err := h.c.Complete(ctx, id, first.ExecutionID, nil); !errors.Is(err, ErrLeaseNotCurrent) {
+	if _, err := h.c.Complete(ctx, id, first.LeaseToken, nil); !errors.Is(err, ErrLeaseNotCurrent) {
 		t.Fatalf("late complete: %v, want ErrLeaseNotCurrent", err)
 	}
-	if _, err := h.c.Fail(ctx, RemoteFailure{TaskID: id, LeaseToken: first.ExecutionID, Outcome: bt.OutcomeTransientError}); !errors.Is(err, ErrLeaseNotCurrent) {
+	if _, err := h.c.Fail(ctx, RemoteFailure{TaskID: id, LeaseToken: first.LeaseToken, Outcome: bt.OutcomeTransientError}); !errors.Is(err, ErrLeaseNotCurrent) {
 		t.Fatalf("late fail: %v, want ErrLeaseNotCurrent", err)
 	}
 	expect(t, h.metrics(), map[string]map[string]int64{
@@ -174,7 +174,7 @@ func TestTelemetryLeaseExpiry(t *testing.T) {
 
 	// Each remote attempt has its span, ended by the expiry.
 	spans := h.processSpans()
-	for _, ex := range []*Task{first, second} {
+	for _, ex := range []*Task{first.Task, second.Task} {
 		s := spans[ex.ExecutionID]
 		if s == nil {
 			t.Fatalf("no process span for attempt %d (%v)", ex.Attempt, spanNames(h.spans.Ended()))
@@ -240,11 +240,11 @@ func TestTelemetryRemoteSettlements(t *testing.T) {
 	ts := h.claimRemote(5)
 	clk.Advance(3 * time.Second)
 	// One completion alone, two in a batch (plus one stale item).
-	if _, err := h.c.Complete(ctx, ts[0].ID, ts[0].ExecutionID, nil); err != nil {
+	if _, err := h.c.Complete(ctx, ts[0].ID, ts[0].LeaseToken, nil); err != nil {
 		t.Fatal(err)
 	}
-	outs, err := h.c.CompleteMany(ctx, []RemoteCompletion{{TaskID: ts[1].ID, LeaseToken: ts[1].ExecutionID},
-		{TaskID: ts[2].ID, LeaseToken: ts[2].ExecutionID}, {TaskID: ts[0].ID, LeaseToken: ts[0].ExecutionID}})
+	outs, err := h.c.CompleteMany(ctx, []RemoteCompletion{{TaskID: ts[1].ID, LeaseToken: ts[1].LeaseToken},
+		{TaskID: ts[2].ID, LeaseToken: ts[2].LeaseToken}, {TaskID: ts[0].ID, LeaseToken: ts[0].LeaseToken}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,14 +252,14 @@ func TestTelemetryRemoteSettlements(t *testing.T) {
 		t.Fatalf("batch outcomes %+v", outs)
 	}
 	// A duplicate of the first completion.
-	if _, err := h.c.Complete(ctx, ts[0].ID, ts[0].ExecutionID, nil); !errors.Is(err, ErrLeaseNotCurrent) {
+	if _, err := h.c.Complete(ctx, ts[0].ID, ts[0].LeaseToken, nil); !errors.Is(err, ErrLeaseNotCurrent) {
 		t.Fatalf("duplicate complete: %v", err)
 	}
 	// A transient failure (retry) and a permanent one (dead letter).
-	if _, err := h.c.Fail(ctx, RemoteFailure{TaskID: ts[3].ID, LeaseToken: ts[3].ExecutionID, Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
+	if _, err := h.c.Fail(ctx, RemoteFailure{TaskID: ts[3].ID, LeaseToken: ts[3].LeaseToken, Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.c.Fail(ctx, RemoteFailure{TaskID: ts[4].ID, LeaseToken: ts[4].ExecutionID, Outcome: bt.OutcomePermanentError, Error: "bad"}); err != nil {
+	if _, err := h.c.Fail(ctx, RemoteFailure{TaskID: ts[4].ID, LeaseToken: ts[4].LeaseToken, Outcome: bt.OutcomePermanentError, Error: "bad"}); err != nil {
 		t.Fatal(err)
 	}
 	m := h.metrics()
@@ -320,7 +320,7 @@ func TestTelemetryRemoteCompletionClaimedElsewhere(t *testing.T) {
 	tk := h.claimRemote(1)[0]
 	h.c.rAtt.take(tk.ExecutionID) // as if claimed through another process
 	clk.Advance(4 * time.Second)
-	if _, err := h.c.Complete(ctx, tk.ID, tk.ExecutionID, nil); err != nil {
+	if _, err := h.c.Complete(ctx, tk.ID, tk.LeaseToken, nil); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, h.metrics(), map[string]map[string]int64{
@@ -449,7 +449,7 @@ func TestTelemetryRemoteSettledElsewhere(t *testing.T) {
 	h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
 	tk := h.claimRemote(1)[0]
 	clk.Advance(5 * time.Second)
-	if _, err := other.Complete(ctx, tk.ID, tk.ExecutionID, nil); err != nil {
+	if _, err := other.Complete(ctx, tk.ID, tk.LeaseToken, nil); err != nil {
 		t.Fatal(err)
 	}
 	settledAt := clk.Now()

@@ -41,7 +41,9 @@ type Store interface {
 	// highest priority first, then oldest run_at. Each gets a new
 	// execution_id, attempt+1, and lease_expires_at = Now+Lease.
 	Claim(ctx context.Context, p ClaimParams) ([]*bt.Task, error)
-	// Heartbeat extends the leases still held and stores reported progress.
+	// Heartbeat extends the leases still held and stores reported progress;
+	// the task.progress events it writes name ctx's actor (WithActor; none:
+	// empty).
 	// A batch (more than one beat) may skip a task another transaction is
 	// changing at that moment (its settlement in flight): reported held if
 	// the lease is still the beat's, not extended this time.
@@ -51,6 +53,8 @@ type Store interface {
 	// only if the lease it names is still current; the result says which
 	// did. A cancel request wins over going back to wait: a task whose
 	// cancel was requested becomes canceled instead of scheduled/pending.
+	// The events it writes name ctx's actor (WithActor; none: empty, an
+	// in-process worker's).
 	Settle(ctx context.Context, s []Settlement) ([]bool, error)
 	// RequestCancel cancels a scheduled/pending/buffered task at once and
 	// marks a running one for cooperative cancellation (the worker sees it
@@ -82,6 +86,7 @@ type Store interface {
 	Logs     // execution logs (store/logs.go)
 	EventLog // reading the event log by stream and cursor (store/events.go)
 	Ordering // ordered processing (store/ordering.go)
+	Secrets  // keys shared by every process (store/secrets.go)
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers

@@ -67,6 +67,9 @@ GRANT SELECT ON :"schema".backstop_pending_retries, :"schema".backstop_dead_lett
 -- executions' logs (lines appended, usage read); their deletion is retention's.
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_workers TO backstop_worker;
 GRANT SELECT, INSERT ON :"schema".backstop_execution_logs TO backstop_worker;
+-- The key of remote workers' lease tokens (`serve` claims for them): stored
+-- once on first use by whichever process comes first, then only read.
+GRANT SELECT, INSERT ON :"schema".backstop_secrets TO backstop_worker;
 
 -- admin: everything on Backstop's tables, views and sequences: dead-letter
 -- replay, redrive, discard, resolve, purge and export, retention, tokens.

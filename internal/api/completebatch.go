@@ -55,7 +55,7 @@ func (s *Server) completeBatch(w http.ResponseWriter, r *http.Request) error {
 	for i, c := range req.Completions {
 		cs[i] = backstop.RemoteCompletion{TaskID: c.TaskID, LeaseToken: c.LeaseToken, Progress: c.Progress}
 	}
-	outs, err := s.c.CompleteMany(r.Context(), cs)
+	outs, err := s.c.CompleteMany(actorContext(r), cs)
 	if err != nil {
 		return err
 	}

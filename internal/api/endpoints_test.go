@@ -270,7 +270,8 @@ func TestRemoteWorker(t *testing.T) {
 			t.Fatalf("claim: %d %v", len(tasks), err)
 		}
 		for _, ct := range tasks {
-			if ct.LeaseToken == "" || ct.LeaseToken != ct.ExecutionID || ct.State != bt.StateRunning || len(ct.Payload) == 0 {
+			// The token is a secret of its own, not the (public) execution id.
+			if ct.LeaseToken == "" || ct.ExecutionID == "" || ct.LeaseToken == ct.ExecutionID || ct.State != bt.StateRunning || len(ct.Payload) == 0 {
 				t.Fatalf("claimed task: %+v", ct)
 			}
 		}
@@ -359,7 +360,7 @@ func TestRemoteFailRules(t *testing.T) {
 		mustCode(t, err, "invalid_input")
 		_, err = op.Claim(ctx, api.ClaimRequest{Queues: []string{"rules"}})
 		mustCode(t, err, "invalid_input")
-		if got, _ := op.Get(ctx, c.ID); got.State != bt.StateRunning || got.ExecutionID != c.LeaseToken {
+		if got, _ := op.Get(ctx, c.ID); got.State != bt.StateRunning || got.ExecutionID != c.ExecutionID {
 			t.Fatalf("bad reports changed the task: %+v", got.Task)
 		}
 	})
@@ -390,13 +391,16 @@ func TestLeaseTokenMisuse(t *testing.T) {
 		mustCode(t, err, "lease_not_current")
 		_, err = op.Fail(ctx, c.ID, api.FailRequest{LeaseToken: wrong, Outcome: bt.OutcomePermanentError})
 		mustCode(t, err, "lease_not_current")
+		// The execution id, which any viewer reads, is not the token.
+		_, err = op.Complete(ctx, c.ID, api.CompleteRequest{LeaseToken: c.ExecutionID})
+		mustCode(t, err, "lease_not_current")
 		_, err = op.Complete(ctx, c.ID, api.CompleteRequest{})
 		mustCode(t, err, "invalid_input")
 		_, err = op.Complete(ctx, "no-such-task", api.CompleteRequest{LeaseToken: c.LeaseToken})
 		mustCode(t, err, "not_found")
 
 		after, _ := op.Get(ctx, c.ID)
-		if after.State != bt.StateRunning || after.ExecutionID != c.LeaseToken || after.Attempt != before.Attempt ||
+		if after.State != bt.StateRunning || after.ExecutionID != c.ExecutionID || after.Attempt != before.Attempt ||
 			!after.LeaseExpiresAt.Equal(*before.LeaseExpiresAt) || after.Progress != before.Progress || len(*after.Executions) != 0 {
 			t.Fatalf("misuse changed the task:\nbefore %+v\nafter  %+v", before.Task, after.Task)
 		}

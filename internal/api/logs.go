@@ -35,7 +35,7 @@ func (s *Server) appendLogs(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	res, err := s.c.AppendRemoteLogs(r.Context(), r.PathValue("id"), req.LeaseToken, req.Lines)
+	res, err := s.c.AppendRemoteLogs(actorContext(r), r.PathValue("id"), req.LeaseToken, req.Lines)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	res, err := s.c.Release(r.Context(), r.PathValue("id"), req.LeaseToken, req.Progress)
+	res, err := s.c.Release(actorContext(r), r.PathValue("id"), req.LeaseToken, req.Progress)
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,10 @@ import (
 )
 
 // The remote worker protocol: claim (long-poll), then heartbeat / progress
-// and finally complete or fail, each naming the attempt's lease token. The
-// library (remote.go at the root) makes every decision.
+// and finally complete or fail, each naming the attempt's lease token: a
+// secret that only the claim's answer carries (leasetoken.go at the root).
+// The library (remote.go at the root) makes every decision; the events of
+// each call name the calling token (actorContext).
 
 // ClaimRequest is POST /v1/claim.
 type ClaimRequest struct {
@@ -28,7 +30,9 @@ type ClaimRequest struct {
 	Lease bt.Duration `json:"lease"`
 }
 
-// ClaimedTask is a leased task: the task's JSON plus its lease token.
+// ClaimedTask is a leased task: the task's JSON (execution_id included)
+// plus its lease token, a secret for this worker alone: no other answer
+// carries it, and every later call about the attempt must name it.
 type ClaimedTask struct {
 	TaskView
 	LeaseToken string `json:"lease_token"`
@@ -65,7 +69,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 		// claim committed: nobody will get these leases, so give the
 		// tasks back now, uncharged, instead of at lease expiry.
 		for _, t := range tasks {
-			if _, err := s.c.Release(context.WithoutCancel(r.Context()), t.ID, t.ExecutionID, nil); err != nil {
+			if _, err := s.c.Release(context.WithoutCancel(actorContext(r)), t.ID, t.LeaseToken, nil); err != nil {
 				s.log.Warn("releasing a claim nobody received", "task_id", t.ID, "error", err)
 			}
 		}
@@ -75,8 +79,8 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	out := ClaimResponse{Tasks: make([]ClaimedTask, len(tasks))}
 	for i, t := range tasks {
 		// Workers get their payloads as stored: they need them to work.
-		v := view(principal{worker: true}, t, false)
-		out.Tasks[i] = ClaimedTask{TaskView: v, LeaseToken: t.ExecutionID, AttemptTraceParent: s.c.RemoteTraceParent(t.ExecutionID)}
+		v := view(principal{worker: true}, t.Task, false)
+		out.Tasks[i] = ClaimedTask{TaskView: v, LeaseToken: t.LeaseToken, AttemptTraceParent: s.c.RemoteTraceParent(t.ExecutionID)}
 	}
 	if len(tasks) > 0 {
 		s.log.Info("tasks claimed", "actor", who.Name, "worker_id", req.WorkerID, "tasks", len(tasks))
@@ -88,7 +92,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 // wake-up (or the poll interval) until wait runs out. A claim is never cut
 // off half-way by the caller going away: the tasks it leased would be lost
 // until their leases expire.
-func (s *Server) claimWait(ctx context.Context, p backstop.RemoteClaim, wait time.Duration) ([]*bt.Task, error) {
+func (s *Server) claimWait(ctx context.Context, p backstop.RemoteClaim, wait time.Duration) ([]backstop.RemoteLease, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		woken := s.waker.wait()
@@ -169,7 +173,7 @@ func (s *Server) progress(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) beat(w http.ResponseWriter, r *http.Request, req HeartbeatRequest) error {
-	res, err := s.c.Heartbeat(r.Context(), backstop.RemoteBeat{TaskID: r.PathValue("id"), LeaseToken: req.LeaseToken,
+	res, err := s.c.Heartbeat(actorContext(r), backstop.RemoteBeat{TaskID: r.PathValue("id"), LeaseToken: req.LeaseToken,
 		Progress: req.Progress, Lease: time.Duration(req.Lease)})
 	if err != nil {
 		return err
@@ -194,7 +198,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	res, err := s.c.Complete(r.Context(), r.PathValue("id"), req.LeaseToken, req.Progress)
+	res, err := s.c.Complete(actorContext(r), r.PathValue("id"), req.LeaseToken, req.Progress)
 	if err != nil {
 		return err
 	}
@@ -227,7 +231,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request) error {
 		d := time.Duration(*req.RetryAfter)
 		f.RetryAfter = &d
 	}
-	res, err := s.c.Fail(r.Context(), f)
+	res, err := s.c.Fail(actorContext(r), f)
 	if err != nil {
 		return err
 	}

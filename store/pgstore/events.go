@@ -59,7 +59,7 @@ func evTruncate(expr string) string {
 // entries each. The aggregates of one row are computed by one Agg node over
 // the same input, so the arrays line up element by element.
 
-const evBatchInsert = `INSERT INTO backstop_events (seq, type, time, times, subjects, queues, kinds, attributes, bodies)
+const evBatchInsert = `INSERT INTO backstop_events (seq, type, time, times, subjects, queues, kinds, attributes, bodies, actor)
 	SELECT nextval('backstop_events_seq_seq'), `
 
 // beatReturning adds to the heartbeat's RETURNING what its events need:
@@ -67,10 +67,11 @@ const evBatchInsert = `INSERT INTO backstop_events (seq, type, time, times, subj
 const beatReturning = `t.queue, t.kind, t.attributes, i.total, i.completed,
 		i.has_progress AND (i.old_total, i.old_completed) IS DISTINCT FROM (i.total, i.completed) AS progressed`
 
-// beatEvents: task.progress for beats that changed progress ($7: now).
+// beatEvents: task.progress for beats that changed progress ($7: now, $8:
+// the actor).
 var beatEvents = `beat_events AS (
 	` + evBatchInsert + `'task.progress', $7, NULL, array_agg(b.id), array_agg(b.queue), array_agg(b.kind), json_agg(b.attributes),
-		json_agg(json_build_object('execution_id', b.execution_id, 'total', b.total, 'completed', b.completed))
+		json_agg(json_build_object('execution_id', b.execution_id, 'total', b.total, 'completed', b.completed)), $8::text
 	FROM beat b WHERE b.progressed HAVING count(*) > 0
 )`
 
@@ -78,9 +79,9 @@ var beatEvents = `beat_events AS (
 // store.SettleEvents, which documents them), one row per type. Rows are
 // numbered in the order of the event's place in a settlement (started,
 // then the outcome, then the new state), so each task's events are in seq
-// order.
+// order. $14 is the actor.
 var settleEvents = `settle_events AS (
-	` + evBatchInsert + `g.type, g.time, g.times, g.subjects, g.queues, g.kinds, g.attributes, g.bodies
+	` + evBatchInsert + `g.type, g.time, g.times, g.subjects, g.queues, g.kinds, g.attributes, g.bodies, $14::text
 	FROM (SELECT e.ord, e.type, max(e.time) AS time, array_agg(e.time) AS times, array_agg(s.id) AS subjects,
 		array_agg(s.queue) AS queues, array_agg(s.kind) AS kinds, json_agg(s.attributes) AS attributes,
 		json_agg(e.body) AS bodies

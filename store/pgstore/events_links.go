@@ -62,10 +62,10 @@ const settleLink = `settle_link AS (SELECT ` + evSeq + ` AS link)`
 
 // succeededEvents: task.started and task.succeeded for each success, one
 // row each (in that order: Append runs its branches in turn); settled
-// returns ev_link.
+// returns ev_link; $7 is the actor.
 var succeededEvents = `succeeded_events AS (
-	INSERT INTO backstop_events (seq, link, type, time, times, subjects, queues, kinds, attributes, bodies)
-	SELECT ` + evSeq + `, g.link, g.type, g.time, g.times, g.subjects, g.queues, g.kinds, g.attributes, g.bodies
+	INSERT INTO backstop_events (seq, link, type, time, times, subjects, queues, kinds, attributes, bodies, actor)
+	SELECT ` + evSeq + `, g.link, g.type, g.time, g.times, g.subjects, g.queues, g.kinds, g.attributes, g.bodies, $7::text
 	FROM (SELECT min(s.ev_link) AS link, 'task.started' AS type, max(s.started) AS time, array_agg(s.started) AS times,
 		array_agg(s.id) AS subjects, array_agg(s.queue) AS queues, array_agg(s.kind) AS kinds, json_agg(s.attributes) AS attributes,
 		` + evBodies(`'{"execution_id":"' || s.execution_id || '","attempt":' || s.attempt ||

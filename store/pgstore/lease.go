@@ -60,7 +60,8 @@ func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUnt
 	if len(beats) == 1 {
 		q = sqlHeartbeat
 	}
-	rs, err := s.pool.Query(ctx, q, textArray(ids), textArray(execs), hasProgress, total, completed, leaseUntil, now)
+	rs, err := s.pool.Query(ctx, q, textArray(ids), textArray(execs), hasProgress, total, completed, leaseUntil, now,
+		store.ActorFrom(ctx, ""))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: heartbeat: %w", err)
 	}
@@ -117,7 +118,7 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 	}
 	rs, err := s.pool.Query(ctx, sqlSettle, textArray(ids), textArray(execs), textArray(outcomes), textArray(errs),
 		textArray(details), timeArray(finished), textArray(states), timeArray(runAt), textArray(reasons),
-		uncharged, hasProgress, total, completed)
+		uncharged, hasProgress, total, completed, store.ActorFrom(ctx, ""))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: settle: %w", err)
 	}
@@ -163,7 +164,8 @@ func (s *Store) settleSucceeded(ctx context.Context, settlements []store.Settlem
 			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
 		}
 	}
-	rs, err := s.pool.Query(ctx, sqlSettleSucceeded, textArray(ids), textArray(execs), timeArray(finished), hasProgress, total, completed)
+	rs, err := s.pool.Query(ctx, sqlSettleSucceeded, textArray(ids), textArray(execs), timeArray(finished), hasProgress, total, completed,
+		store.ActorFrom(ctx, ""))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: settle: %w", err)
 	}

@@ -150,6 +150,8 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	denied("producer settle", err)
 	_, err = producer.TryLead(ctx, "maintenance", "p", now, time.Minute)
 	denied("producer lead", err)
+	_, err = producer.Secret(ctx, "lease_token_key", make([]byte, 32), now)
+	denied("producer secret", err)
 	_, err = producer.DeleteFinished(ctx, bt.StateSucceeded, now.Add(time.Hour), 10)
 	if !errors.Is(err, store.ErrPermissionDenied) {
 		t.Fatalf("producer retention: %v, want ErrPermissionDenied", err)
@@ -178,6 +180,16 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	}
 	_, err = worker.Heartbeat(ctx, []store.Beat{{TaskID: claimed[0].ID, ExecutionID: claimed[0].ExecutionID}}, now, now.Add(time.Minute))
 	must("worker heartbeat", err)
+	// Remote workers' lease tokens: the key is stored on first use, then read.
+	key, err := worker.Secret(ctx, "lease_token_key", make([]byte, 32), now)
+	must("worker secret", err)
+	again, err := worker.Secret(ctx, "lease_token_key", []byte("another candidate, not stored...."), now)
+	must("worker secret again", err)
+	if string(again) != string(key) {
+		t.Fatal("worker secret: the second read changed the key")
+	}
+	denied("worker secret update", rawExec(worker, "UPDATE backstop_secrets SET value = 'x'"))
+	denied("worker secret delete", rawExec(worker, "DELETE FROM backstop_secrets"))
 	wi := store.WorkerInfo{ID: "w", Host: "h", PID: 1, Queues: []string{"q"}, StartedAt: now, LastSeen: now}
 	must("worker register", worker.RegisterWorker(ctx, wi))
 	must("worker seen", worker.SeeWorker(ctx, wi, now))

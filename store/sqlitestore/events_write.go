@@ -372,13 +372,13 @@ func claimedEvents(ctx context.Context, q querier, tasks []*bt.Task, attrs []str
 }
 
 // succeededEvents writes the task.started row (seq seq), then the
-// task.succeeded row (seq+1), of a batch of successes; the settle recorded
-// both seqs in the tasks' event_seqs.
-func succeededEvents(ctx context.Context, q querier, settled []settledRow, seq int64) error {
+// task.succeeded row (seq+1), of a batch of successes, naming actor; the
+// settle recorded both seqs in the tasks' event_seqs.
+func succeededEvents(ctx context.Context, q querier, settled []settledRow, seq int64, actor string) error {
 	if len(settled) == 0 {
 		return nil
 	}
-	started, succeeded := newEvRow(store.EventStarted, "", len(settled), 60), newEvRow(store.EventSucceeded, "", len(settled), 88)
+	started, succeeded := newEvRow(store.EventStarted, actor, len(settled), 60), newEvRow(store.EventSucceeded, actor, len(settled), 88)
 	oneWorker := true
 	for _, s := range settled {
 		oneWorker = oneWorker && s.worker == settled[0].worker

@@ -703,7 +703,7 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 		if _, err := tx.ExecContext(ctx, sb.String(), ins...); err != nil {
 			return nil, err
 		}
-		if err := succeededEvents(ctx, tx, rows, rows[0].evSeq); err != nil { // events_write.go
+		if err := succeededEvents(ctx, tx, rows, rows[0].evSeq, store.ActorFrom(ctx, "")); err != nil { // events_write.go
 			return nil, err
 		}
 	}
@@ -749,6 +749,7 @@ func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement)
 	defer ins.Close()
 	applied := make([]bool, len(settlements))
 	woke := map[string]struct{}{}
+	actor := store.ActorFrom(ctx, "")
 	var events []bt.Event
 	for i, st := range settlements {
 		var total, done any
@@ -788,7 +789,10 @@ func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement)
 		if set.Attributes, err = decodeAttrs(attrs); err != nil {
 			return nil, nil, err
 		}
-		events = append(events, store.SettleEvents(st, set)...)
+		for _, e := range store.SettleEvents(st, set) {
+			e.Actor = actor
+			events = append(events, e)
+		}
 		if st.ExecutionID == "" {
 			continue
 		}
@@ -1044,5 +1048,7 @@ func progressEvent(ctx context.Context, q querier, b store.Beat, now time.Time) 
 	if t.Attributes, err = decodeAttrs(attrs); err != nil {
 		return nil, err
 	}
-	return []bt.Event{store.ProgressEvent(&t, b.ExecutionID, *b.Progress, now)}, nil
+	ev := store.ProgressEvent(&t, b.ExecutionID, *b.Progress, now)
+	ev.Actor = store.ActorFrom(ctx, "")
+	return []bt.Event{ev}, nil
 }

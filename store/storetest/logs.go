@@ -93,7 +93,7 @@ func (s *suite) testLogsRemote(t *testing.T) {
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("claim: %v %v", ts, err)
 	}
-	tok := ts[0].ExecutionID
+	tok, ex := ts[0].LeaseToken, ts[0].ExecutionID
 	res, err := b.c.AppendRemoteLogs(b.ctx, "r", tok, []backstop.RemoteLogLine{{Line: "one"}, {Stream: "log", Line: "two"}})
 	if err != nil || res.Accepted != 2 || res.Truncated {
 		t.Fatalf("append: %+v %v", res, err)
@@ -117,7 +117,7 @@ func (s *suite) testLogsRemote(t *testing.T) {
 	if err != nil || res.Accepted != 0 || !res.Truncated {
 		t.Fatalf("after the bound: %+v %v", res, err)
 	}
-	ls, err := b.c.ReadLogs(b.ctx, "r", tok, 0, 10000)
+	ls, err := b.c.ReadLogs(b.ctx, "r", ex, 0, 10000)
 	if err != nil || len(ls) != backstop.MaxLogLines+1 || ls[0].Line != "one" || ls[1].Stream != "log" ||
 		ls[len(ls)-1].Stream != backstop.LogStreamTruncated {
 		t.Fatalf("read: %d lines %v", len(ls), err)

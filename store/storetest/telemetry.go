@@ -28,7 +28,7 @@ func (s *suite) testTelemetry(t *testing.T) {
 		b.clock.Advance(2 * time.Minute)
 		maintain(t, b)
 		maintain(t, b) // nothing left: counts nothing
-		if _, err := b.c.Complete(b.ctx, "e", first.ExecutionID, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := b.c.Complete(b.ctx, "e", first.LeaseToken, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
 			t.Fatalf("late completion: %v", err)
 		}
 		eq(t, "after the first expiry", m.read(t), map[string]int64{
@@ -56,19 +56,19 @@ func (s *suite) testTelemetry(t *testing.T) {
 		b.enqueue(backstop.EnqueueParams{ID: "a", Queue: "q", Kind: "k"})
 		b.enqueue(backstop.EnqueueParams{ID: "b", Queue: "q", Kind: "k"})
 		b.enqueue(backstop.EnqueueParams{ID: "c", Queue: "q", Kind: "k", MaxAttempts: 1})
-		byID := map[string]*backstop.Task{}
+		byID := map[string]backstop.RemoteLease{}
 		for _, tk := range remoteClaim(t, b, 3) {
 			byID[tk.ID] = tk
 		}
-		if _, err := b.c.Complete(b.ctx, "a", byID["a"].ExecutionID, nil); err != nil {
+		if _, err := b.c.Complete(b.ctx, "a", byID["a"].LeaseToken, nil); err != nil {
 			t.Fatal(err)
 		}
-		outs, err := b.c.CompleteMany(b.ctx, []backstop.RemoteCompletion{{TaskID: "b", LeaseToken: byID["b"].ExecutionID},
-			{TaskID: "a", LeaseToken: byID["a"].ExecutionID}})
+		outs, err := b.c.CompleteMany(b.ctx, []backstop.RemoteCompletion{{TaskID: "b", LeaseToken: byID["b"].LeaseToken},
+			{TaskID: "a", LeaseToken: byID["a"].LeaseToken}})
 		if err != nil || outs[0].Err != nil || !errors.Is(outs[1].Err, backstop.ErrLeaseNotCurrent) {
 			t.Fatalf("batch: %+v %v", outs, err)
 		}
-		if _, err := b.c.Fail(b.ctx, backstop.RemoteFailure{TaskID: "c", LeaseToken: byID["c"].ExecutionID,
+		if _, err := b.c.Fail(b.ctx, backstop.RemoteFailure{TaskID: "c", LeaseToken: byID["c"].LeaseToken,
 			Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +137,7 @@ func (m *meter) read(t *testing.T) map[string]int64 {
 	return out
 }
 
-func remoteClaim(t *testing.T, b *bundle, n int) []*backstop.Task {
+func remoteClaim(t *testing.T, b *bundle, n int) []backstop.RemoteLease {
 	t.Helper()
 	ts, err := b.c.ClaimRemote(b.ctx, backstop.RemoteClaim{Queues: []string{"q"}, WorkerID: "remote", Max: n, Lease: 10 * time.Second})
 	if err != nil || len(ts) != n {

@@ -186,7 +186,7 @@ func (s *suite) testRemoteRelease(t *testing.T) {
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("claim: %v %v", ts, err)
 	}
-	res, err := b.c.Release(b.ctx, "rel", ts[0].ExecutionID, &backstop.Progress{Total: 3, Completed: 1})
+	res, err := b.c.Release(b.ctx, "rel", ts[0].LeaseToken, &backstop.Progress{Total: 3, Completed: 1})
 	if err != nil || res.State != backstop.StatePending || res.Outcome != backstop.OutcomeReleased {
 		t.Fatalf("release: %+v %v", res, err)
 	}
@@ -195,7 +195,7 @@ func (s *suite) testRemoteRelease(t *testing.T) {
 		got.Executions[0].Outcome != backstop.OutcomeReleased || got.Progress.Completed != 1 {
 		t.Fatalf("after release: %+v", got)
 	}
-	if _, err := b.c.Release(b.ctx, "rel", ts[0].ExecutionID, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+	if _, err := b.c.Release(b.ctx, "rel", ts[0].LeaseToken, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
 		t.Fatalf("stale release: %v", err)
 	}
 	// Its only attempt is still there to use.

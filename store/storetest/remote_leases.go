@@ -1,0 +1,207 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// testRemoteLeases: the store keeps one secret per name whichever caller
+// stores it first; lease tokens are secrets every client sharing the
+// database verifies (the execution id is not one); and each remote
+// settlement's events name the actor who reported it, also when
+// settlements of several actors are written together.
+func (s *suite) testRemoteLeases(t *testing.T) {
+	t.Run("Secret", s.testSecret)
+	t.Run("TokensShared", s.testLeaseTokensShared)
+	t.Run("Actor", s.testRemoteActor)
+}
+
+func (s *suite) testSecret(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	now := b.clock.Now()
+	a, err := b.store.Secret(b.ctx, "k1", []byte("first"), now)
+	if err != nil || string(a) != "first" {
+		t.Fatalf("first secret: %q %v", a, err)
+	}
+	again, err := b.store.Secret(b.ctx, "k1", []byte("second"), now)
+	if err != nil || string(again) != "first" {
+		t.Fatalf("second candidate: %q %v, want the stored %q", again, err, "first")
+	}
+	other, err := b.store.Secret(b.ctx, "k2", []byte("other"), now)
+	if err != nil || string(other) != "other" {
+		t.Fatalf("another name: %q %v", other, err)
+	}
+	// Concurrent first uses agree on one value.
+	var wg sync.WaitGroup
+	got := make([][]byte, 8)
+	errs := make([]error, 8)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = b.store.Secret(b.ctx, "race", []byte(fmt.Sprintf("candidate-%d", i)), now)
+		}()
+	}
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil || !bytes.Equal(got[i], got[0]) {
+			t.Fatalf("concurrent secret %d: %q %v, want %q like the others", i, got[i], errs[i], got[0])
+		}
+	}
+}
+
+func (s *suite) testLeaseTokensShared(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	for _, id := range []string{"a", "b", "c"} {
+		b.enqueue(backstop.EnqueueParams{ID: id, Queue: "q", Kind: "k"})
+	}
+	ls := remoteClaim(t, b, 3)
+	for _, l := range ls {
+		if l.LeaseToken == "" || l.LeaseToken == l.ExecutionID {
+			t.Fatalf("lease token %q of execution %q: want a secret of its own", l.LeaseToken, l.ExecutionID)
+		}
+	}
+	// Another process on the same database (or this one restarted) has
+	// no key in memory: it reads the stored one and accepts the tokens.
+	other, err := backstop.NewClient(b.store, &backstop.Config{Clock: b.clock, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Heartbeat(b.ctx, backstop.RemoteBeat{TaskID: ls[0].ID, LeaseToken: ls[0].LeaseToken}); err != nil {
+		t.Fatalf("heartbeat through another client: %v", err)
+	}
+	if r, err := other.Complete(b.ctx, ls[0].ID, ls[0].LeaseToken, nil); err != nil || r.State != bt.StateSucceeded {
+		t.Fatalf("complete through another client: %+v %v", r, err)
+	}
+	// The public execution id, a token for another task, a token cut
+	// short or altered: refused as a lease that is not current, nothing
+	// changed.
+	l := ls[1]
+	tok := []byte(l.LeaseToken)
+	tok[len(tok)-3] ^= 1
+	for _, bad := range []string{l.ExecutionID, ls[2].LeaseToken, l.LeaseToken[:len(l.LeaseToken)-1], string(tok),
+		l.ExecutionID + ".", "x." + l.LeaseToken} {
+		if _, err := other.Complete(b.ctx, l.ID, bad, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+			t.Fatalf("complete with %q: %v, want ErrLeaseNotCurrent", bad, err)
+		}
+		if _, err := b.c.Fail(b.ctx, backstop.RemoteFailure{TaskID: l.ID, LeaseToken: bad, Outcome: bt.OutcomePermanentError}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+			t.Fatalf("fail with %q: %v, want ErrLeaseNotCurrent", bad, err)
+		}
+		if _, err := b.c.Release(b.ctx, l.ID, bad, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+			t.Fatalf("release with %q: %v, want ErrLeaseNotCurrent", bad, err)
+		}
+		if _, err := b.c.AppendRemoteLogs(b.ctx, l.ID, bad, []backstop.RemoteLogLine{{Line: "x"}}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+			t.Fatalf("logs with %q: %v, want ErrLeaseNotCurrent", bad, err)
+		}
+		if _, err := b.c.Heartbeat(b.ctx, backstop.RemoteBeat{TaskID: l.ID, LeaseToken: bad}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+			t.Fatalf("heartbeat with %q: %v, want ErrLeaseNotCurrent", bad, err)
+		}
+	}
+	if got := b.get(l.ID); got.State != bt.StateRunning || got.ExecutionID != l.ExecutionID || len(got.Executions) != 0 {
+		t.Fatalf("refused tokens changed the task: %+v", got)
+	}
+	if lines, err := b.c.ReadLogs(b.ctx, l.ID, l.ExecutionID, 0, 10); err != nil || len(lines) != 0 {
+		t.Fatalf("refused tokens wrote logs: %v %v", lines, err)
+	}
+	if r, err := b.c.Complete(b.ctx, l.ID, l.LeaseToken, nil); err != nil || r.State != bt.StateSucceeded {
+		t.Fatalf("complete with the real token: %+v %v", r, err)
+	}
+}
+
+func (s *suite) testRemoteActor(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	const n = 6
+	for i := range n {
+		b.enqueue(backstop.EnqueueParams{ID: fmt.Sprintf("t%d", i), Queue: "q", Kind: "k", MaxAttempts: 1})
+	}
+	ls := remoteClaim(t, b, n)
+	byID := map[string]backstop.RemoteLease{}
+	for _, l := range ls {
+		byID[l.ID] = l
+	}
+	as := func(actor string) context.Context { return backstop.WithActor(b.ctx, actor) }
+	if _, err := b.c.Heartbeat(as("alice"), backstop.RemoteBeat{TaskID: "t0", LeaseToken: byID["t0"].LeaseToken,
+		Progress: &bt.Progress{Total: 2, Completed: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	// Settlements of different actors at the same moment: the batcher may
+	// write them together, and each keeps its actor.
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i, actor := range []string{"alice", "bob", "carol"} {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("t%d", i)
+			_, err := b.c.Complete(as(actor), id, byID[id].LeaseToken, nil)
+			errs <- err
+		}()
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("t%d", i+3)
+			var err error
+			if i == 2 {
+				var outs []backstop.RemoteOutcome
+				outs, err = b.c.CompleteMany(as(actor), []backstop.RemoteCompletion{{TaskID: id, LeaseToken: byID[id].LeaseToken}})
+				if err == nil {
+					err = outs[0].Err
+				}
+			} else {
+				_, err = b.c.Fail(as(actor), backstop.RemoteFailure{TaskID: id, LeaseToken: byID[id].LeaseToken,
+					Outcome: bt.OutcomeTransientError, Error: "boom"})
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{"t0": "alice", "t1": "bob", "t2": "carol", "t3": "alice", "t4": "bob", "t5": "carol"}
+	for id, actor := range want {
+		evs, err := b.c.Events(b.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		for _, e := range evs {
+			switch e.Type {
+			case "task.progress", "task.started", "task.succeeded", "task.failed", "task.dead_lettered":
+				seen++
+				if e.Actor != actor {
+					t.Errorf("%s: %s by %q, want %q", id, e.Type, e.Actor, actor)
+				}
+			}
+		}
+		if seen < 2 {
+			t.Errorf("%s: %d settlement events in %v", id, seen, evs)
+		}
+	}
+	// Unnamed callers are the library, as for enqueues and cancels.
+	b.enqueue(backstop.EnqueueParams{ID: "lib", Queue: "q2", Kind: "k"})
+	l, err := b.c.ClaimRemote(b.ctx, backstop.RemoteClaim{Queues: []string{"q2"}, WorkerID: "w", Lease: 10 * time.Second})
+	if err != nil || len(l) != 1 {
+		t.Fatalf("claim: %v %v", l, err)
+	}
+	if _, err := b.c.Release(b.ctx, "lib", l[0].LeaseToken, nil); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := b.c.Events(b.ctx, "lib")
+	if last := evs[len(evs)-1]; last.Type != "task.released" || last.Actor != "library" {
+		t.Fatalf("release by the library: %s by %q", last.Type, last.Actor)
+	}
+}
