@@ -32,24 +32,24 @@ func TestLogEndpoints(t *testing.T) {
 		_, err = op.AppendLogs(ctx, c.ID, api.LogsRequest{LeaseToken: c.LeaseToken, Lines: []backstop.RemoteLogLine{{Stream: "x", Line: "x"}}})
 		mustCode(t, err, "invalid_input")
 
-		p, err := viewer.Logs(ctx, c.ID, c.LeaseToken, 0, 2)
+		p, err := viewer.Logs(ctx, c.ID, c.ExecutionID, 0, 2)
 		if err != nil || len(p.Items) != 2 || p.Items[0].Line != "first" || p.Items[1].Stream != "log" || p.NextCursor == nil || *p.NextCursor != "2" {
 			t.Fatalf("page 1: %+v %v", p, err)
 		}
-		p, err = viewer.Logs(ctx, c.ID, c.LeaseToken, 2, 2)
+		p, err = viewer.Logs(ctx, c.ID, c.ExecutionID, 2, 2)
 		if err != nil || len(p.Items) != 1 || p.Items[0].Line != "third" || p.Items[0].Seq != 3 || p.NextCursor != nil {
 			t.Fatalf("page 2: %+v %v", p, err)
 		}
-		st, body := b.raw(t, api.RoleViewer, "GET", "/v1/tasks/"+c.ID+"/executions/"+c.LeaseToken+"/logs?format=text", "", "")
+		st, body := b.raw(t, api.RoleViewer, "GET", "/v1/tasks/"+c.ID+"/executions/"+c.ExecutionID+"/logs?format=text", "", "")
 		if st != 200 || string(body) != "first\nsecond\nthird\n" {
 			t.Fatalf("text: %d %q", st, body)
 		}
 		for _, q := range []string{"?format=xml", "?after=-1", "?limit=x", "?color=red"} {
-			if st, _ := b.raw(t, api.RoleViewer, "GET", "/v1/tasks/"+c.ID+"/executions/"+c.LeaseToken+"/logs"+q, "", ""); st != 400 {
+			if st, _ := b.raw(t, api.RoleViewer, "GET", "/v1/tasks/"+c.ID+"/executions/"+c.ExecutionID+"/logs"+q, "", ""); st != 400 {
 				t.Errorf("logs%s: %d, want 400", q, st)
 			}
 		}
-		_, err = viewer.Logs(ctx, "nope", c.LeaseToken, 0, 10)
+		_, err = viewer.Logs(ctx, "nope", c.ExecutionID, 0, 10)
 		mustCode(t, err, "not_found")
 
 		if _, err := op.Complete(ctx, c.ID, api.CompleteRequest{LeaseToken: c.LeaseToken}); err != nil {
@@ -57,7 +57,7 @@ func TestLogEndpoints(t *testing.T) {
 		}
 		_, err = op.AppendLogs(ctx, c.ID, api.LogsRequest{LeaseToken: c.LeaseToken, Lines: []backstop.RemoteLogLine{{Line: "late"}}})
 		mustCode(t, err, "lease_not_current")
-		if p, err := viewer.Logs(ctx, c.ID, c.LeaseToken, 0, 100); err != nil || len(p.Items) != 3 {
+		if p, err := viewer.Logs(ctx, c.ID, c.ExecutionID, 0, 100); err != nil || len(p.Items) != 3 {
 			t.Fatalf("after a stale append: %+v %v", p, err)
 		}
 	})
