@@ -1,7 +1,7 @@
 package api
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -84,8 +84,16 @@ func listItem(p principal, t *bt.Task, withPayload bool) ([]byte, error) {
 // payloadKeyLen is what `,"payload":` adds to an item besides the payload.
 const payloadKeyLen = len(`,"payload":`)
 
+// listPayloadRead bounds the payload bytes one store read loads (at least
+// one task): a page of payloads is read in such slices, not all at once.
+const listPayloadRead = 1 << 20
+
 // writeList answers one page of a task listing (ListResponse) within the
-// server's byte budget. f.Limit is the page's most items.
+// server's byte budget; f.Limit is the page's most items. The body is
+// streamed as it is encoded: the first chunk is read before anything is
+// written (a refused filter is a problem document), and a store error
+// after the answer started aborts the connection, so a client never takes
+// a cut page for a whole one.
 func (s *Server) writeList(w http.ResponseWriter, r *http.Request, f backstop.ListParams, withPayload bool, list listFunc) error {
 	if f.Limit < 1 || f.Limit > MaxListLimit {
 		return &backstop.ValidationError{Field: "limit", Message: fmt.Sprintf("must be between 1 and %d", MaxListLimit)}
@@ -93,97 +101,146 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, f backstop.Li
 	ctx := r.Context()
 	p := principalFrom(ctx)
 	budget := s.opts.ListMaxBytes
-	var buf bytes.Buffer
-	buf.WriteString(`{"items":[`)
-	// fits reports whether an item of n bytes, with the cursor to it, still
-	// fits the budget after what the page holds.
-	fits := func(items, n int, id string) bool {
-		if items == 0 {
-			return true // at least one item per page
-		}
-		tail := len(`],"next_cursor":""}`) + len(id) + 1 // and the newline
-		return buf.Len()+1+n+tail <= budget
-	}
 	var (
-		n      int
-		last   string
-		cursor = f.AfterID
-		full   bool // stopped by the budget
+		bw      *bufio.Writer
+		size    int    // bytes written so far
+		n       int    // items written
+		last    string // the last item's id
+		full    bool   // stopped by the budget
+		started bool
 	)
+	put := func(b []byte) {
+		if bw == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+			bw = bufio.NewWriterSize(w, 32<<10)
+			started = true
+		}
+		_, _ = bw.Write(b)
+		size += len(b)
+	}
+	// tail is what ends the page after an item with this id is the last.
+	tail := func(id string) int { return len(`],"next_cursor":""}`) + len(id) + 1 }
+	// fits reports whether an item of l bytes still fits after the items
+	// written (the first always does).
+	fits := func(l int, id string) bool { return n == 0 || size+1+l+tail(id) <= budget }
+	add := func(t *bt.Task) (bool, error) {
+		item, err := listItem(p, t, withPayload)
+		if err != nil {
+			return false, err
+		}
+		if !fits(len(item), t.ID) {
+			return false, nil
+		}
+		if n == 0 {
+			put([]byte(`{"items":[`))
+		} else {
+			put([]byte{','})
+		}
+		put(item)
+		n++
+		last = t.ID
+		if withPayload && p.audit != nil && !p.worker {
+			p.audit.add(t)
+		}
+		return true, nil
+	}
+	failed := func(err error) error {
+		if !started {
+			return err
+		}
+		_ = bw.Flush()
+		s.log.Warn("api: a list failed after its answer started; aborting the response", "path", r.URL.Path, "error", err)
+		panic(http.ErrAbortHandler)
+	}
+	cursor := f.AfterID
 	for n < f.Limit && !full {
 		q := f
 		q.AfterID, q.Limit, q.WithoutPayload = cursor, min(f.Limit-n, listChunk), true
 		page, err := list(ctx, q)
 		if err != nil {
-			return err
+			return failed(err)
 		}
 		if len(page) == 0 {
 			break
 		}
 		end := len(page) < q.Limit // nothing after this chunk
-		tasks := page
-		if withPayload {
-			// Read the payloads of as many as the budget can take, judged by
-			// their summaries and payload sizes (the real encoding decides
-			// below: masking changes sizes).
-			size, k := buf.Len(), 0
+		if !withPayload {
 			for _, t := range page {
-				item, err := listItem(p, t, false)
+				ok, err := add(t)
 				if err != nil {
-					return err
+					return failed(err)
 				}
-				est := len(item) + payloadKeyLen + t.PayloadSize
-				if n+k > 0 && size+1+est+len(`],"next_cursor":""}`)+len(t.ID)+1 > budget {
+				if !ok {
+					full = true
 					break
 				}
-				size += 1 + est
-				k++
 			}
-			if k == 0 {
+		}
+		for i := 0; withPayload && i < len(page) && !full; {
+			// A slice of the chunk whose payloads the budget can still
+			// take, judged by summaries and payload sizes (the encoding
+			// decides: masking changes sizes), at most listPayloadRead of
+			// payload: read those payloads, write them.
+			j, est, read := i, size, 0
+			for j < len(page) {
+				t := page[j]
+				sum, err := listItem(p, t, false)
+				if err != nil {
+					return failed(err)
+				}
+				l := len(sum) + payloadKeyLen + t.PayloadSize
+				if n+j-i > 0 && (est+1+l+tail(t.ID) > budget || (j > i && read+t.PayloadSize > listPayloadRead)) {
+					break
+				}
+				est, read = est+1+l, read+t.PayloadSize
+				j++
+			}
+			if j == i {
 				full = true
 				break
 			}
-			q.WithoutPayload, q.Limit = false, k
-			if tasks, err = list(ctx, q); err != nil {
-				return err
-			}
-			end = end && len(tasks) == len(page)
-		}
-		for _, t := range tasks {
-			item, err := listItem(p, t, withPayload)
+			fq := f
+			fq.AfterID, fq.Limit, fq.WithoutPayload = cursor, j-i, false
+			tasks, err := list(ctx, fq)
 			if err != nil {
-				return err
+				return failed(err)
 			}
-			if !fits(n, len(item), t.ID) {
-				full = true
+			for _, t := range tasks {
+				ok, err := add(t)
+				if err != nil {
+					return failed(err)
+				}
+				if !ok {
+					full = true
+					break
+				}
+				cursor = last
+			}
+			if len(tasks) < j-i { // some went meanwhile: read on from the cursor
+				end = false
 				break
 			}
-			if n > 0 {
-				buf.WriteByte(',')
-			}
-			buf.Write(item)
-			n++
-			last = t.ID
-			if withPayload && p.audit != nil && !p.worker {
-				p.audit.add(t)
-			}
+			i = j
 		}
-		if end || len(tasks) == 0 {
+		if end {
 			break
 		}
-		cursor = last
+		if last != "" {
+			cursor = last
+		}
 	}
-	buf.WriteString(`],"next_cursor":`)
+	if n == 0 {
+		put([]byte(`{"items":[`))
+	}
+	put([]byte(`],"next_cursor":`))
 	if n > 0 && (full || n == f.Limit) {
 		b, _ := json.Marshal(last)
-		buf.Write(b)
+		put(b)
 	} else {
-		buf.WriteString("null")
+		put([]byte("null"))
 	}
-	buf.WriteString("}\n")
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes())
-	return nil
+	put([]byte("}\n"))
+	return bw.Flush() // an error: the client went away
 }

@@ -196,3 +196,34 @@ func jsonEqual(got json.RawMessage, want string) bool {
 	}
 	return reflect.DeepEqual(a, b)
 }
+
+// TestBoundedListsDefaultBudget: under the default budget (4 MiB) a page of
+// 3 MB of payloads, which the server reads in 1 MiB slices, comes whole in
+// one answer: every item once, in order, payloads whole, no cursor.
+func TestBoundedListsDefaultBudget(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		params := make([]backstop.EnqueueParams, 300)
+		for i := range params {
+			params[i] = backstop.EnqueueParams{Queue: "q", Kind: "k",
+				Payload: json.RawMessage(fmt.Sprintf(`{"i":%d,"blob":"%s"}`, i, strings.Repeat("y", 10000)))}
+		}
+		rs, err := b.lib.EnqueueMany(ctx, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, pages := pageAll(t, b, "/v1/tasks?limit=10000&include=payload", api.DefaultListMaxBytes)
+		if pages != 1 || len(items) != len(rs) {
+			t.Fatalf("%d items in %d pages, want %d in 1", len(items), pages, len(rs))
+		}
+		for i, it := range items {
+			var id string
+			_ = json.Unmarshal(it["id"], &id)
+			if id != rs[i].Task.ID || !jsonEqual(it["payload"], string(params[i].Payload)) {
+				t.Fatalf("item %d: %s %.60s, want %s whole", i, id, it["payload"], rs[i].Task.ID)
+			}
+		}
+	})
+}
