@@ -266,46 +266,78 @@ type DeadLetterExport struct {
 	Events     []Event     `json:"events"`
 }
 
+// exportPayloadRead bounds the payload bytes ExportDLQ loads with one read
+// (at least one dead letter).
+const exportPayloadRead = 1 << 20
+
 // ExportDLQ streams the dead letters matching f (States are ignored) in
 // pages, with their executions and events, to fn, in id order. It returns
-// how many it exported.
+// how many it exported. Each page is read as summaries first, then its
+// payloads in slices of about exportPayloadRead bytes, so memory follows
+// that, not the page size times the largest payload.
 func (c *Client) ExportDLQ(ctx context.Context, f ListParams, fn func(DeadLetterExport) error) (int, error) {
 	limit := f.Limit
-	f.Limit = 500
+	const pageSize = 500
 	n := 0
 	for {
-		page, err := c.DeadLetters(ctx, f)
+		sf := f
+		sf.Limit, sf.WithoutPayload = pageSize, true
+		page, err := c.DeadLetters(ctx, sf)
 		if err != nil {
 			return n, err
 		}
-		for _, t := range page {
-			if limit > 0 && n >= limit {
-				return n, nil
+		end := len(page) < pageSize
+		for i := 0; i < len(page); {
+			j, read := i+1, page[i].PayloadSize
+			for j < len(page) && read+page[j].PayloadSize <= exportPayloadRead {
+				read += page[j].PayloadSize
+				j++
 			}
-			ex, err := c.store.Executions(ctx, t.ID)
+			ff := f
+			ff.Limit, ff.WithoutPayload = j-i, false
+			tasks, err := c.DeadLetters(ctx, ff)
 			if err != nil {
 				return n, err
 			}
-			if ex == nil {
-				ex = []Execution{}
+			for _, t := range tasks {
+				if limit > 0 && n >= limit {
+					return n, nil
+				}
+				if err := c.exportOne(ctx, t, fn); err != nil {
+					return n, err
+				}
+				n++
+				f.AfterID = t.ID
 			}
-			evs, err := c.store.Events(ctx, t.ID)
-			if err != nil {
-				return n, err
+			if len(tasks) < j-i { // some went meanwhile: read on from the last one
+				end = false
+				break
 			}
-			if t.Attributes == nil {
-				t.Attributes = map[string]string{}
-			}
-			if err := fn(DeadLetterExport{Task: t, Executions: ex, Events: evs}); err != nil {
-				return n, err
-			}
-			n++
+			i = j
 		}
-		if len(page) < f.Limit {
+		if end || len(page) == 0 {
 			return n, nil
 		}
-		f.AfterID = page[len(page)-1].ID
 	}
+}
+
+// exportOne hands one dead letter, with its executions and events, to fn.
+func (c *Client) exportOne(ctx context.Context, t *Task, fn func(DeadLetterExport) error) error {
+	ex, err := c.store.Executions(ctx, t.ID)
+	if err != nil {
+		return err
+	}
+	if ex == nil {
+		ex = []Execution{}
+	}
+	evs, err := c.store.Events(ctx, t.ID)
+	if err != nil {
+		return err
+	}
+	if t.Attributes == nil {
+		t.Attributes = map[string]string{}
+	}
+	return fn(DeadLetterExport{Task: t, Executions: ex, Events: evs})
 }
 
 // validateDLQFilter checks the dead-letter fields of a listing filter.

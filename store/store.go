@@ -188,6 +188,11 @@ type ListFilter struct {
 	AfterID string // cursor: ids greater than this
 	Limit   int    // default 100
 
+	// WithoutPayload lists summaries: each task's Payload is left nil
+	// (PayloadSize still gives its length in bytes) and no payload, inline
+	// or spilled, is read from the database.
+	WithoutPayload bool
+
 	// Dead-letter filters (additive; zero values select everything).
 	DLQStatuses   []bt.DLQStatus // dlq_status is one of these
 	ErrorContains string         // last_error contains this text

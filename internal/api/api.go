@@ -40,6 +40,10 @@ type Options struct {
 	AnonymousAdmin bool
 	// MaxBodyBytes bounds a request body; larger gets 413. Default: 10 MiB.
 	MaxBodyBytes int64
+	// ListMaxBytes bounds the body of a task list response (listpage.go):
+	// a page stops before the item that would pass it, with next_cursor,
+	// and holds at least one item. Default: DefaultListMaxBytes (4 MiB).
+	ListMaxBytes int
 	// RateLimit is each token's sustained requests per second; negative
 	// disables. The worker protocol's claims and log appends spend a
 	// budget of their own (the same rate and burst), and heartbeats and
@@ -100,6 +104,7 @@ func New(opts Options) (*Server, error) {
 	}
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	opts.MaxBodyBytes = cmp.Or(opts.MaxBodyBytes, 10<<20)
+	opts.ListMaxBytes = cmp.Or(opts.ListMaxBytes, DefaultListMaxBytes)
 	opts.RateLimit = cmp.Or(opts.RateLimit, 1000)
 	opts.RateBurst = cmp.Or(opts.RateBurst, max(int(2*opts.RateLimit), 1))
 	opts.MaxWait = cmp.Or(opts.MaxWait, 30*time.Second)

@@ -58,6 +58,7 @@ type setupOpts struct {
 	anonymousAdmin bool
 	maxBody        int64
 	rateLimit      float64
+	listMaxBytes   int
 	// lib, when set, configures the library (its Clock is the test's).
 	lib *backstop.Config
 	// log, when set, receives the server's logs.
@@ -96,7 +97,7 @@ func setup(t testing.TB, url string, o setupOpts) *bundle {
 		srvLog = slog.New(slog.DiscardHandler)
 	}
 	srv, err := api.New(api.Options{Client: lib, Logger: srvLog, AnonymousAdmin: o.anonymousAdmin, MaxBodyBytes: o.maxBody,
-		RateLimit: o.rateLimit, PollInterval: 5 * time.Second})
+		RateLimit: o.rateLimit, PollInterval: 5 * time.Second, ListMaxBytes: o.listMaxBytes})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,17 +121,19 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	return now.Add(-(time.Duration(days)*24*time.Hour + d)), nil
 }
 
-// GET /v1/dlq
+// GET /v1/dlq: summaries, or payloads with ?include=payload, within the
+// byte budget (listpage.go).
 func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) error {
-	f, err := ParseDLQQuery(r.URL.Query(), s.now(), defaultListLimit)
+	q := r.URL.Query()
+	withPayload, err := takeInclude(q)
 	if err != nil {
 		return err
 	}
-	tasks, err := s.c.DeadLetters(r.Context(), f)
+	f, err := ParseDLQQuery(q, s.now(), defaultListLimit)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, listResponse(principalFrom(r.Context()), tasks, f.Limit))
+	return s.writeList(w, r, f, withPayload, s.c.DeadLetters)
 }
 
 // DeadLetterView is GET /v1/dlq/{id}: the dead letter with its executions

@@ -52,7 +52,8 @@ func TestDLQEndpoints(t *testing.T) {
 
 		// List: filters, cursor, redaction for viewers.
 		var listed []string
-		q := url.Values{"queue": {"pay"}, "status": {"open"}, "attr": {"tenant=acme"}, "since": {"1h"}, "limit": {"2"}}
+		q := url.Values{"queue": {"pay"}, "status": {"open"}, "attr": {"tenant=acme"}, "since": {"1h"}, "limit": {"2"},
+			"include": {"payload"}}
 		for range 5 {
 			l, err := viewer.DLQList(ctx, q)
 			if err != nil {
@@ -220,7 +221,7 @@ func TestRedriveEndpoints(t *testing.T) {
 		if err != nil || st.Status != "done" || st.Replayed != 3 || st.Total != 3 || !st.Done || st.Actor != "test-admin" {
 			t.Fatalf("redrive: %+v %v", st, err)
 		}
-		l, err := admin.List(ctx, url.Values{"queue": {"bulk"}, "state": {"pending"}})
+		l, err := admin.List(ctx, url.Values{"queue": {"bulk"}, "state": {"pending"}, "include": {"payload"}})
 		if err != nil || len(l.Items) != 3 || !strings.Contains(string(l.Items[0].Payload), `"redriven":true`) {
 			t.Fatalf("redriven tasks: %+v %v", l, err)
 		}
@@ -349,7 +350,7 @@ func TestRunEndpoints(t *testing.T) {
 		mustCode(t, err, "not_found")
 
 		var ids []string
-		q := url.Values{"limit": {"3"}}
+		q := url.Values{"limit": {"3"}, "include": {"payload"}}
 		for range 3 {
 			l, err := viewer.RunTasks(ctx, "import-7", q)
 			if err != nil {

@@ -84,11 +84,16 @@ func (s *Server) auditRaw(r *http.Request, p principal) {
 
 // maskPayload is the payload as p may see it (recording raw views).
 func (p principal) maskPayload(t *bt.Task) json.RawMessage {
-	if p.worker {
-		return t.Payload
-	}
-	if p.audit != nil {
+	if p.audit != nil && !p.worker {
 		p.audit.add(t)
+	}
+	return p.payloadFor(t)
+}
+
+// payloadFor is the payload as p may see it, without recording a raw view
+// (a list records only the items its page keeps: listpage.go).
+func (p principal) payloadFor(t *bt.Task) json.RawMessage {
+	if p.worker || p.audit != nil {
 		return t.Payload
 	}
 	m := p.mask

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/backstophq/backstop"
@@ -21,15 +22,20 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, run)
 }
 
-// GET /v1/runs/{run_id}/tasks: the query of GET /v1/tasks.
+// GET /v1/runs/{run_id}/tasks: the query of GET /v1/tasks (include=payload
+// too), within the byte budget (listpage.go).
 func (s *Server) listRunTasks(w http.ResponseWriter, r *http.Request) error {
-	f, err := ParseListQuery(r.URL.Query())
+	q := r.URL.Query()
+	withPayload, err := takeInclude(q)
 	if err != nil {
 		return err
 	}
-	tasks, err := s.c.RunTasks(r.Context(), r.PathValue("run_id"), f)
+	f, err := ParseListQuery(q)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, listResponse(principalFrom(r.Context()), tasks, f.Limit))
+	runID := r.PathValue("run_id")
+	return s.writeList(w, r, f, withPayload, func(ctx context.Context, f backstop.ListParams) ([]*backstop.Task, error) {
+		return s.c.RunTasks(ctx, runID, f)
+	})
 }

@@ -148,7 +148,10 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
 }
 
 // ListResponse is a page of a listing; NextCursor (null on the last page)
-// goes into the next request's `after`.
+// goes into the next request's `after`. A task list's items are summaries
+// (no payload; payload_size) unless ?include=payload asked for them, and a
+// page may end early at the server's byte budget (listpage.go): page on
+// while NextCursor is set.
 type ListResponse struct {
 	Items      []TaskView `json:"items"`
 	NextCursor *string    `json:"next_cursor"`
@@ -204,17 +207,19 @@ func ParseListQuery(q url.Values) (backstop.ListParams, error) {
 	return f, nil
 }
 
-// GET /v1/tasks
+// GET /v1/tasks: summaries, or payloads with ?include=payload, within the
+// byte budget (listpage.go).
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
-	f, err := ParseListQuery(r.URL.Query())
+	q := r.URL.Query()
+	withPayload, err := takeInclude(q)
 	if err != nil {
 		return err
 	}
-	tasks, err := s.c.List(r.Context(), f)
+	f, err := ParseListQuery(q)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, listResponse(principalFrom(r.Context()), tasks, f.Limit))
+	return s.writeList(w, r, f, withPayload, s.c.List)
 }
 
 // POST /v1/tasks/{id}/cancel: at once for a waiting task, cooperatively for
@@ -227,18 +232,4 @@ func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	p := principalFrom(r.Context())
 	s.log.Info("task cancel requested", "actor", p.Name, "task_id", t.ID, "state", t.State)
 	return writeJSON(w, http.StatusOK, view(p, t, false))
-}
-
-// listResponse is one page of tasks as the caller's role may see them, with
-// a cursor to the next page when the page is full.
-func listResponse(p principal, tasks []*backstop.Task, limit int) ListResponse {
-	out := ListResponse{Items: make([]TaskView, len(tasks))}
-	for i, t := range tasks {
-		out.Items[i] = view(p, t, false)
-	}
-	if len(tasks) == limit && len(tasks) > 0 {
-		last := tasks[len(tasks)-1].ID
-		out.NextCursor = &last
-	}
-	return out
 }

@@ -131,7 +131,10 @@ func (c *Client) Get(ctx context.Context, id string) (*api.TaskView, error) {
 	return &out, c.Do(ctx, "GET", "/v1/tasks/"+esc(id), nil, &out)
 }
 
-// List lists tasks; q takes queue, kind, state, attr, limit, after.
+// List lists tasks; q takes queue, kind, state, attr, limit, after and
+// include=payload. One page: items are summaries (no payload,
+// payload_size) unless include=payload, and a page may end before limit at
+// the server's byte budget (EachPage follows the cursor).
 func (c *Client) List(ctx context.Context, q url.Values) (*api.ListResponse, error) {
 	var out api.ListResponse
 	path := "/v1/tasks"

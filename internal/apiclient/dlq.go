@@ -22,7 +22,8 @@ func withQuery(path string, q url.Values) string {
 	return path
 }
 
-// DLQList lists dead letters; q takes the filters of GET /v1/dlq.
+// DLQList lists dead letters; q takes the filters of GET /v1/dlq and
+// include=payload. One page, as Client.List.
 func (c *Client) DLQList(ctx context.Context, q url.Values) (*api.ListResponse, error) {
 	var out api.ListResponse
 	return &out, c.Do(ctx, "GET", withQuery("/v1/dlq", q), nil, &out)
@@ -131,7 +132,8 @@ func (c *Client) Run(ctx context.Context, runID string) (*backstop.Run, error) {
 	return &out, c.Do(ctx, "GET", "/v1/runs/"+esc(runID), nil, &out)
 }
 
-// RunTasks lists a run's tasks; q takes the query of GET /v1/tasks.
+// RunTasks lists a run's tasks; q takes the query of GET /v1/tasks. One
+// page, as Client.List.
 func (c *Client) RunTasks(ctx context.Context, runID string, q url.Values) (*api.ListResponse, error) {
 	var out api.ListResponse
 	return &out, c.Do(ctx, "GET", withQuery("/v1/runs/"+esc(runID)+"/tasks", q), nil, &out)

@@ -105,7 +105,9 @@ func (l *localBackend) out(t *backstop.Task) *backstop.Task {
 		return nil
 	}
 	if l.raw {
-		l.shown = append(l.shown, t)
+		if t.Payload != nil { // a summary shows no payload: nothing to audit
+			l.shown = append(l.shown, t)
+		}
 		return t
 	}
 	cp := *t
@@ -326,6 +328,9 @@ func listQuery(f backstop.ListParams, dlq bool) url.Values {
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
+	if !f.WithoutPayload {
+		q.Set("include", "payload")
+	}
 	for k, v := range f.Attrs {
 		q.Add("attr", k+"="+v)
 	}
@@ -357,20 +362,32 @@ func tasksOf(page *api.ListResponse) []*backstop.Task {
 	return out
 }
 
-func (r *remoteBackend) List(ctx context.Context, f backstop.ListParams) ([]*backstop.Task, error) {
-	page, err := r.cl.List(ctx, r.rawQuery(listQuery(f, false)))
+// listPages reads up to f.Limit tasks (default 100) from a server list,
+// following next_cursor: a server ends a page early at its byte budget, and
+// the CLI prints what the library would (f.Limit tasks while there are).
+func (r *remoteBackend) listPages(ctx context.Context, f backstop.ListParams, dlq bool,
+	get func(context.Context, url.Values) (*api.ListResponse, error)) ([]*backstop.Task, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []*backstop.Task
+	err := apiclient.EachPage(ctx, r.rawQuery(listQuery(f, dlq)), limit, get, func(page *api.ListResponse) (bool, error) {
+		out = append(out, tasksOf(page)...)
+		return len(out) < limit, nil
+	})
 	if err != nil {
 		return nil, remoteErr(err)
 	}
-	return tasksOf(page), nil
+	return out, nil
+}
+
+func (r *remoteBackend) List(ctx context.Context, f backstop.ListParams) ([]*backstop.Task, error) {
+	return r.listPages(ctx, f, false, r.cl.List)
 }
 
 func (r *remoteBackend) DeadLetters(ctx context.Context, f backstop.ListParams) ([]*backstop.Task, error) {
-	page, err := r.cl.DLQList(ctx, r.rawQuery(listQuery(f, true)))
-	if err != nil {
-		return nil, remoteErr(err)
-	}
-	return tasksOf(page), nil
+	return r.listPages(ctx, f, true, r.cl.DLQList)
 }
 
 func (r *remoteBackend) Show(ctx context.Context, id string) (*backstop.Task, []bt.Event, error) {
@@ -446,6 +463,7 @@ func (r *remoteBackend) PurgeDLQ(ctx context.Context, p backstop.PurgeParams) (i
 
 func (r *remoteBackend) ExportDLQ(ctx context.Context, f backstop.ListParams, fn func(backstop.DeadLetterExport) error) (int, error) {
 	q := r.rawQuery(listQuery(f, true))
+	q.Del("include") // an export always carries the payloads
 	if f.Limit == 0 {
 		q.Del("limit")
 	}

@@ -90,6 +90,7 @@ func dlqListCmd(a *app) *cobra.Command {
 		},
 	}
 	f.register(cmd)
+	f.registerPayload(cmd)
 	df.register(cmd, true)
 	addRawFlag(a, cmd)
 	return cmd

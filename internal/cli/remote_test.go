@@ -33,6 +33,13 @@ func apiServer(t *testing.T, db string) string {
 // logger is replaced by a silent one).
 func apiServerWith(t *testing.T, db string, lib *backstop.Config) string {
 	t.Helper()
+	return apiServerOpts(t, db, lib, api.Options{})
+}
+
+// apiServerOpts is apiServerWith with the server's options (its client,
+// logger and rate limit are set here).
+func apiServerOpts(t *testing.T, db string, lib *backstop.Config, o api.Options) string {
+	t.Helper()
 	ctx := context.Background()
 	s, err := dburl.Open(ctx, db)
 	if err != nil {
@@ -43,7 +50,8 @@ func apiServerWith(t *testing.T, db string, lib *backstop.Config) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Options{Client: c, Logger: slog.New(slog.DiscardHandler), RateLimit: -1})
+	o.Client, o.Logger, o.RateLimit = c, slog.New(slog.DiscardHandler), -1
+	srv, err := api.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,8 +373,8 @@ func TestCLIRedaction(t *testing.T) {
 			dead, err := c.DeadLetters(context.Background(), backstop.ListParams{})
 			return err == nil && len(dead) == 1
 		})
-		reads := [][]string{{"tasks", "show", "sec"}, {"tasks", "show", "sec", "-o", "json"}, {"tasks", "list", "-o", "json"},
-			{"dlq", "list", "-o", "json"}, {"dlq", "show", "sec"}, {"dlq", "show", "sec", "-o", "json"}, {"dlq", "export"},
+		reads := [][]string{{"tasks", "show", "sec"}, {"tasks", "show", "sec", "-o", "json"}, {"tasks", "list", "--with-payload", "-o", "json"},
+			{"dlq", "list", "--with-payload", "-o", "json"}, {"dlq", "show", "sec"}, {"dlq", "show", "sec", "-o", "json"}, {"dlq", "export"},
 			{"tasks", "show", "sec", "-o", "json"}}
 		for _, args := range reads {
 			got := r.same(args...)
@@ -388,7 +396,7 @@ func TestCLIRedaction(t *testing.T) {
 		if got := e.ok("tasks", "show", "sec", "--raw"); !strings.Contains(got, "SECRET-3") {
 			t.Errorf("--raw: %s", got)
 		}
-		if got := r.remote("", "tasks", "list", "--raw", "-o", "json"); got.code != 0 || !strings.Contains(got.stdout, "SECRET-2") {
+		if got := r.remote("", "tasks", "list", "--raw", "--with-payload", "-o", "json"); got.code != 0 || !strings.Contains(got.stdout, "SECRET-2") {
 			t.Errorf("--raw over --server: %+v", got)
 		}
 		var shown struct{ Events []bt.Event }

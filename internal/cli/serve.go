@@ -27,6 +27,7 @@ type serveFlags struct {
 	maintenance time.Duration
 	rateLimit   float64
 	maxBody     int64
+	listBytes   int
 	grace       time.Duration
 	config      string
 }
@@ -64,6 +65,8 @@ Exec workers declared under workers: run inside the server and stop with it.`,
 	fl.DurationVar(&f.maintenance, "maintenance-interval", time.Second, "how often to run maintenance (0 disables)")
 	fl.Float64Var(&f.rateLimit, "rate-limit", 1000, "requests per second per token (negative disables)")
 	fl.Int64Var(&f.maxBody, "max-body", 10<<20, "largest request body in bytes")
+	fl.IntVar(&f.listBytes, "list-max-bytes", api.DefaultListMaxBytes,
+		"byte budget of a task list response: a page ends before the item that would pass it (at least one item), with next_cursor")
 	fl.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take on shutdown")
 	fl.StringVar(&f.config, "config", "", "configuration file (YAML, docs/configuration.md); flags > BACKSTOP_* env > file > defaults")
 	return cmd
@@ -128,6 +131,9 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 	if f.dev && !loopback {
 		return usageErr("--dev lets anyone in as admin, so it only works on a loopback address (127.0.0.1, ::1, localhost), not %s", f.addr)
 	}
+	if f.listBytes < 1 {
+		return usageErr("--list-max-bytes %d: must be positive", f.listBytes)
+	}
 	tel, stopTelemetry, err := a.startTelemetry(ctx, cfg, "backstop-serve")
 	if err != nil {
 		return err
@@ -154,7 +160,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 		log.Warn("no API tokens exist: every request will get 401; create one with `backstop tokens create` or use --dev")
 	}
 	srv, err := api.New(api.Options{Client: c, Logger: log, AnonymousAdmin: f.dev, RateLimit: f.rateLimit, MaxBodyBytes: f.maxBody,
-		Metrics: tel.Handler()})
+		ListMaxBytes: f.listBytes, Metrics: tel.Handler()})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -35,6 +36,7 @@ type listFlags struct {
 	queue, kind, after string
 	attrs              []string
 	limit              int
+	withPayload        bool
 }
 
 func (f *listFlags) register(cmd *cobra.Command) {
@@ -45,6 +47,13 @@ func (f *listFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.after, "after", "", "cursor: only ids after this one (the last id of the previous page)")
 }
 
+// registerPayload adds --with-payload to a listing (`tasks list`, `dlq
+// list`): without it the listing is of summaries, as the API's lists.
+func (f *listFlags) registerPayload(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.withPayload, "with-payload", false,
+		"list each task's payload too (default: a summary, payload_size without the payload)")
+}
+
 func (f *listFlags) params() (backstop.ListParams, error) {
 	attrs, err := parseAttrs(f.attrs)
 	if err != nil {
@@ -53,7 +62,8 @@ func (f *listFlags) params() (backstop.ListParams, error) {
 	if f.limit < 1 || f.limit > 10000 {
 		return backstop.ListParams{}, usageErr("--limit %d: must be between 1 and 10000", f.limit)
 	}
-	return backstop.ListParams{Queue: f.queue, Kind: f.kind, Attrs: attrs, AfterID: f.after, Limit: f.limit}, nil
+	return backstop.ListParams{Queue: f.queue, Kind: f.kind, Attrs: attrs, AfterID: f.after, Limit: f.limit,
+		WithoutPayload: !f.withPayload}, nil
 }
 
 func tasksListCmd(a *app) *cobra.Command {
@@ -101,6 +111,7 @@ func tasksListCmd(a *app) *cobra.Command {
 		},
 	}
 	f.register(cmd)
+	f.registerPayload(cmd)
 	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state, or states (comma-separated): "+joinStates())
 	cmd.Flags().StringVar(&view, "view", "", "an operator view instead of filters: "+joinViews())
 	addRawFlag(a, cmd)
@@ -179,6 +190,9 @@ func tasksCancelCmd(a *app) *cobra.Command {
 // array.
 type taskJSON struct {
 	*bt.Task
+	// Payload is the task's; a listing's summary (no payload: its size is
+	// payload_size) leaves the key out.
+	Payload json.RawMessage `json:"payload,omitempty"`
 	// Executions is set by show commands and left out of listings.
 	Executions *[]bt.Execution `json:"executions,omitempty"`
 	// Events (the task's history) is set by show commands.
@@ -191,7 +205,7 @@ func newTaskJSON(t *bt.Task, withExecutions bool) taskJSON {
 		cp.Attributes = map[string]string{}
 		t = &cp
 	}
-	v := taskJSON{Task: t}
+	v := taskJSON{Task: t, Payload: t.Payload}
 	if withExecutions {
 		ex := t.Executions
 		if ex == nil {

@@ -38,6 +38,22 @@ func taskCols(alias string) string {
 // selectTasks reads whole tasks, payload included.
 var selectTasks = "SELECT " + taskCols("t") + " FROM backstop_tasks t"
 
+// selectSummaries reads tasks without their payloads (ListFilter's
+// WithoutPayload): the two payload columns scanTask reads are NULL, so
+// neither the inline payload (TOAST) nor backstop_payloads is read;
+// payload_size says how long the payload is.
+var selectSummaries = "SELECT " + summaryCols("t") + " FROM backstop_tasks t"
+
+// summaryCols is taskCols without the payloads.
+func summaryCols(alias string) string {
+	var b strings.Builder
+	for _, c := range taskColumns {
+		b.WriteString(alias + "." + c + ", ")
+	}
+	b.WriteString("NULL::json, NULL::bytea")
+	return b.String()
+}
+
 var sqlGetTask = selectTasks + " WHERE t.id = $1"
 
 const sqlTaskState = `SELECT state FROM backstop_tasks WHERE id = $1`
@@ -278,9 +294,12 @@ WITH due AS (
 SELECT q.n FROM per_queue q CROSS JOIN LATERAL pg_notify('` + wakeupChannel + `', q.queue)`
 
 // listQuery builds a List statement from the filters that are set; args
-// receives the parameters.
-func listQuery(where []string, limitArg int) string {
+// receives the parameters. withoutPayload reads summaries.
+func listQuery(where []string, limitArg int, withoutPayload bool) string {
 	q := selectTasks
+	if withoutPayload {
+		q = selectSummaries
+	}
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}

@@ -31,6 +31,11 @@ trace_parent, last_error, worker_id, execution_id, attempted_at, lease_expires_a
 cancel_requested_at, finalized_at, dead_reason, first_seen, last_seen, dead_count, replay_count,
 dlq_status, replayed_from`
 
+// summaryCols is taskCols with a NULL payload (ListFilter's
+// WithoutPayload): the row's payload is not read, payload_size says how long
+// it is, and spilled payloads are not loaded.
+var summaryCols = strings.Replace(taskCols, "payload, payload_size", "NULL, payload_size", 1)
+
 type scanner interface{ Scan(dest ...any) error }
 
 func scanTask(sc scanner) (*bt.Task, error) {
@@ -909,7 +914,11 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 	if limit <= 0 {
 		limit = 100
 	}
-	q := `SELECT ` + taskCols + ` FROM backstop_tasks`
+	cols := taskCols
+	if f.WithoutPayload {
+		cols = summaryCols
+	}
+	q := `SELECT ` + cols + ` FROM backstop_tasks`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -920,8 +929,8 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 		return nil, err
 	}
 	tasks, err := scanTasks(rows)
-	if err != nil {
-		return nil, err
+	if err != nil || f.WithoutPayload {
+		return tasks, err
 	}
 	return tasks, loadSpilled(ctx, s.r, tasks)
 }

@@ -57,6 +57,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("CancelWinsOverRetry", s.testCancelWinsOverRetry)
 	t.Run("Worker", s.testWorker)
 	t.Run("DeadLetters", s.testDeadLetters)
+	t.Run("SummaryList", s.testSummaryList)       // summary.go
+	t.Run("ExportInSlices", s.testExportInSlices) // summary.go
 	t.Run("Migrations", s.testMigrations)
 	t.Run("DLQOps", s.testDLQOps)
 	t.Run("Ops", s.testOps)
