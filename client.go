@@ -176,6 +176,9 @@ func (c *Client) List(ctx context.Context, f ListParams) ([]*Task, error) {
 	if err := validateDLQFilter(f); err != nil {
 		return nil, err
 	}
+	if err := checkTaskCursor(f.AfterID); err != nil {
+		return nil, err
+	}
 	return c.store.List(ctx, f)
 }
 

@@ -94,6 +94,11 @@ func (c *Client) replaySchedule(delay time.Duration, runAt time.Time, now time.T
 	if delay > 0 && !runAt.IsZero() {
 		return "", time.Time{}, invalid("run_at", "give a delay or a run-at time, not both")
 	}
+	if !runAt.IsZero() {
+		if err := CheckTime("run_at", runAt); err != nil {
+			return "", time.Time{}, err
+		}
+	}
 	at := now.Add(delay)
 	if !runAt.IsZero() {
 		at = runAt.UTC().Truncate(time.Microsecond)
@@ -123,8 +128,8 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 	if err := ValidID(p.ID); err != nil {
 		return nil, invalid("id", "%v", err)
 	}
-	if len(p.MergePatch) > 0 && !json.Valid(p.MergePatch) {
-		return nil, unprocessable("merge patch: invalid JSON")
+	if err := checkPatch(p.MergePatch, p.Patch); err != nil {
+		return nil, err
 	}
 	now := c.now()
 	state, runAt, err := c.replaySchedule(p.Delay, p.RunAt, now)

@@ -60,6 +60,10 @@ func parseTime(flag, s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, usageErr("--%s %q: want an RFC 3339 time such as 2030-01-02T15:04:05Z", flag, s)
 	}
+	// The zero time would read as "not given"; year 1 or 10000 is a typo.
+	if err := backstop.CheckTime(flag, t); err != nil {
+		return time.Time{}, usageErr("--%v", err)
+	}
 	return t.UTC(), nil
 }
 
