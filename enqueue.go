@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -111,11 +112,16 @@ func CheckTime(field string, t time.Time) error {
 	return nil
 }
 
-// checkUTF8 refuses a string that is not valid UTF-8: JSON text must be, and
-// a task's fields are served back as JSON.
-func checkUTF8(field, s string) error {
+// checkText refuses a string that is not valid UTF-8 (JSON text must be,
+// and a task's fields are served back as JSON) or holds a NUL byte
+// (Postgres text and jsonb cannot store one: it would fail there and pass
+// on SQLite).
+func checkText(field, s string) error {
 	if !utf8.ValidString(s) {
 		return invalid(field, "is not valid UTF-8")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return invalid(field, "must not contain a NUL character")
 	}
 	return nil
 }
@@ -154,6 +160,9 @@ func ValidateAttributes(attrs map[string]string) error {
 		}
 		if !utf8.ValidString(v) {
 			return invalid("attributes", "value of %q is not valid UTF-8", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return invalid("attributes", "value of %q must not contain a NUL character", k)
 		}
 	}
 	return nil
@@ -253,7 +262,7 @@ func (c *Client) prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	}
 	for _, f := range [...]struct{ field, s string }{{"idempotency_key", p.IdempotencyKey},
 		{"merge_key", p.MergeKey}, {"ordering_key", p.OrderingKey}, {"trace_parent", p.TraceParent}} {
-		if err := checkUTF8(f.field, f.s); err != nil {
+		if err := checkText(f.field, f.s); err != nil {
 			return nil, err
 		}
 	}

@@ -104,6 +104,9 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err := checkPatch(p.MergePatch, p.Patch); err != nil {
 		return out, err
 	}
+	if err := checkText("actor", p.Actor); err != nil {
+		return out, err
+	}
 	for _, op := range p.Patch {
 		if !json.Valid(op.Value) || op.Path == "" {
 			return out, unprocessable("patch %s: invalid", op.Path)

@@ -38,6 +38,10 @@ func (s *suite) testInputs(t *testing.T) {
 			{"merge_key", backstop.EnqueueParams{Queue: "q", Kind: "k", MergeKey: "m\xc3"}},
 			{"trace_parent", backstop.EnqueueParams{Queue: "q", Kind: "k", TraceParent: "\xfe"}},
 			{"attributes", backstop.EnqueueParams{Queue: "q", Kind: "k", Attributes: map[string]string{"a": "\xff"}}},
+			// NUL: Postgres text and jsonb cannot hold it (SQLite can).
+			{"attributes", backstop.EnqueueParams{Queue: "q", Kind: "k", Attributes: map[string]string{"a": "x\x00"}}},
+			{"idempotency_key", backstop.EnqueueParams{Queue: "q", Kind: "k", IdempotencyKey: "k\x00"}},
+			{"ordering_key", backstop.EnqueueParams{Queue: "q", Kind: "k", OrderingKey: "o\x00"}},
 		} {
 			_, err := b.c.Enqueue(b.ctx, c.p)
 			wantInvalid(t, c.field, err, c.field)
@@ -81,6 +85,25 @@ func (s *suite) testInputs(t *testing.T) {
 		}
 		_, err = backstop.ParsePatch("a=\xff")
 		wantInvalid(t, "ParsePatch", err, "patch")
+		// Free text that reaches the store and the history.
+		_, err = b.c.Discard(b.ctx, backstop.DiscardParams{ID: d.ID, Reason: "bad\xff"})
+		wantInvalid(t, "discard reason", err, "reason")
+		_, err = b.c.Resolve(b.ctx, backstop.ResolveParams{ID: d.ID, Note: "n\x00"})
+		wantInvalid(t, "resolve note", err, "note")
+		_, err = b.c.Discard(b.ctx, backstop.DiscardParams{ID: d.ID, Reason: "r", Actor: "\xfe"})
+		wantInvalid(t, "discard actor", err, "actor")
+		_, err = b.c.Replay(b.ctx, backstop.ReplayParams{ID: d.ID, Actor: "a\x00"})
+		wantInvalid(t, "replay actor", err, "actor")
+		_, _, err = b.c.PauseQueue(b.ctx, "q", "\xff")
+		wantInvalid(t, "pause actor", err, "actor")
+		_, err = b.c.DeadLetters(b.ctx, backstop.ListParams{ErrorContains: "boom\x00"})
+		wantInvalid(t, "error_contains", err, "error_contains")
+		_, err = b.c.List(b.ctx, backstop.ListParams{Attrs: map[string]string{"a": "\xff"}})
+		wantInvalid(t, "attr filter", err, "attr")
+		_, err = b.c.List(b.ctx, backstop.ListParams{Queue: "q\x00"})
+		wantInvalid(t, "queue filter", err, "queue")
+		_, err = b.c.DeadLetters(b.ctx, backstop.ListParams{Kind: "\xff"})
+		wantInvalid(t, "kind filter", err, "kind")
 		got := b.get(d.ID)
 		eq(t, "dead letter state", got.State, backstop.StateDead)
 		eq(t, "dead letter payload", string(got.Payload), `{"a":1}`)
