@@ -38,7 +38,8 @@ func TestInvalidInputExitsTwo(t *testing.T) {
 		want string
 	}{
 		{"payload not UTF-8", append(base, "--payload", "{\"a\":\"\xff\xfe\"}"), "payload"},
-		{"idempotency key not UTF-8", append(base, "--idempotency-key", "\xff"), "idempotency_key"},
+		{"idempotency key not UTF-8", append(base, "--idempotency-key", "\xff"), "--idempotency-key"},
+		{"merge key with a NUL", append(base, "--merge-key", "m\x00"), "--merge-key"},
 		{"payload file is a directory", append(base, "--payload-file", dir), "--payload-file"},
 		{"batch file is a directory", []string{"enqueue", "--batch-file", dir}, "--batch-file"},
 		{"batch payload not UTF-8", []string{"enqueue", "--batch-file", batchBadUTF8}, "line 2: payload"},
@@ -94,6 +95,32 @@ func TestInvalidInputExitsTwo(t *testing.T) {
 			t.Fatalf("refused replays changed the dead letter: state %s payload %s", d.State, d.Payload)
 		}
 	})
+}
+
+// TestTextFlagsCheckedBeforeTheServer: over --server a text flag that is
+// not UTF-8 would be sent as U+FFFD and stored; it is refused before any
+// request (the server here is a closed port: reaching it would exit 1).
+func TestTextFlagsCheckedBeforeTheServer(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := "http://" + l.Addr().String()
+	l.Close()
+	for _, args := range [][]string{
+		{"enqueue", "--queue", "q", "--kind", "k", "--idempotency-key", "\xff"},
+		{"enqueue", "--queue", "q", "--kind", "k", "--attr", "a=\xfe"},
+		{"dlq", "discard", "x", "--reason", "no\xff"},
+		{"dlq", "resolve", "x", "--note", "n\xc3"},
+		{"tasks", "list", "--kind", "\xff"},
+	} {
+		var out, errb strings.Builder
+		code := Main(append([]string{"--server", server, "--token", "t"}, args...), strings.NewReader(""), &out, &errb)
+		if code != ExitUsage || !strings.Contains(errb.String(), "UTF-8") {
+			t.Errorf("%q over --server: exit %d, stderr %q; want exit 2 naming the text", args, code, errb.String())
+		}
+	}
 }
 
 // TestDLQExportRefusesToOverwrite: --out naming an existing file exits 2

@@ -114,6 +114,9 @@ func (a *app) rootCmd() *cobra.Command {
 			a.serverFlag = cmd.Flags().Changed("server")
 			tuneGC(cmd, os.Getenv) // gc.go
 			a.via = strings.TrimPrefix(cmd.CommandPath(), "backstop ")
+			if err := checkTextFlags(cmd.Flags()); err != nil { // flags.go
+				return err
+			}
 			if fl := cmd.Flags().Lookup("actor"); fl != nil && fl.Changed && a.server != "" {
 				return usageErr("--actor cannot be used with --server: the server records the token's name as the actor")
 			}
