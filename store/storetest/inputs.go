@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -107,6 +108,20 @@ func (s *suite) testInputs(t *testing.T) {
 		got := b.get(d.ID)
 		eq(t, "dead letter state", got.State, backstop.StateDead)
 		eq(t, "dead letter payload", string(got.Payload), `{"a":1}`)
+	})
+
+	// An error text is a result, not input: a handler's error with a NUL or
+	// invalid UTF-8 is recorded (made valid), never lost because Postgres
+	// cannot store it.
+	t.Run("ErrorTextIsRecorded", func(t *testing.T) {
+		t.Parallel()
+		b := s.setup(t, nil)
+		b.enqueue(backstop.EnqueueParams{ID: "e1", Queue: "default", Kind: "k", MaxAttempts: 1})
+		b.worker(nil, map[string]backstop.Handler{"k": backstop.HandlerFunc(func(context.Context, *backstop.Task) error {
+			return errors.New("bad \x00 bytes \xff here")
+		})})
+		got := b.waitState("e1", backstop.StateDead)
+		eq(t, "last error", got.LastError, "bad \ufffd bytes \ufffd here")
 	})
 
 	t.Run("MergeFunctionOutputChecked", func(t *testing.T) {
