@@ -177,6 +177,16 @@ func (c *Client) List(ctx context.Context, f ListParams) ([]*Task, error) {
 	if err := validateDLQFilter(f); err != nil {
 		return nil, err
 	}
+	if err := checkTaskCursor(f.AfterID); err != nil {
+		return nil, err
+	}
+	// A queue or kind that cannot be a name matches nothing; refusing it
+	// names the typo (and keeps a NUL byte away from Postgres).
+	for _, n := range [...]struct{ field, name string }{{"queue", f.Queue}, {"kind", f.Kind}} {
+		if n.name != "" && validName(n.name) != nil {
+			return nil, invalid(n.field, "%v", validName(n.name))
+		}
+	}
 	return c.store.List(ctx, f)
 }
 

@@ -141,8 +141,8 @@ func (c *Config) validate() error {
 	if c.MaxPayloadSize < 0 {
 		return fmt.Errorf("config: MaxPayloadSize must not be negative")
 	}
-	if c.MaxAttempts < 0 {
-		return fmt.Errorf("config: MaxAttempts must not be negative")
+	if c.MaxAttempts < 0 || c.MaxAttempts > MaxAttemptsLimit {
+		return fmt.Errorf("config: MaxAttempts must be between 0 (the default) and %d", MaxAttemptsLimit)
 	}
 	if c.Retention.Interval < 0 {
 		return fmt.Errorf("config: Retention.Interval must not be negative")
@@ -159,6 +159,9 @@ func (c *Config) validate() error {
 		if q.Concurrency < 0 || q.MaxAttempts < 0 || q.Timeout < 0 {
 			return fmt.Errorf("config: queue %q: concurrency, max attempts and timeout must not be negative", name)
 		}
+		if q.MaxAttempts > MaxAttemptsLimit {
+			return fmt.Errorf("config: queue %q: max attempts must be at most %d", name, MaxAttemptsLimit)
+		}
 		if q.Retry != nil {
 			if err := q.Retry.Validate(); err != nil {
 				return fmt.Errorf("config: queue %q: retry: %w", name, err)
@@ -174,6 +177,9 @@ func (c *Config) validate() error {
 	for name, k := range c.Kinds {
 		if err := validName(name); err != nil {
 			return fmt.Errorf("config: kind %q: %w", name, err)
+		}
+		if k.MaxAttempts < 0 || k.MaxAttempts > MaxAttemptsLimit {
+			return fmt.Errorf("config: kind %q: max attempts must be between 0 (the default) and %d", name, MaxAttemptsLimit)
 		}
 		switch k.MergeRule {
 		case "", MergeReplace, MergeAppend:
@@ -228,7 +234,16 @@ func (c *Config) timeoutFor(queue, kind string) time.Duration {
 func (c *Config) merge(kind string, existing json.RawMessage, count int, incoming json.RawMessage) (json.RawMessage, error) {
 	k := c.Kinds[kind]
 	if k.Merge != nil {
-		return k.Merge(existing, count, incoming)
+		out, err := k.Merge(existing, count, incoming)
+		if err != nil {
+			return nil, err
+		}
+		// A Go merge function's result is stored as the payload: it must be
+		// JSON a strict client can read, like any payload handed in.
+		if err := checkJSON("payload", out); err != nil {
+			return nil, fmt.Errorf("kind %q: merge function: %w", kind, err)
+		}
+		return out, nil
 	}
 	if k.MergeRule != MergeAppend {
 		return incoming, nil

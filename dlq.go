@@ -94,6 +94,11 @@ func (c *Client) replaySchedule(delay time.Duration, runAt time.Time, now time.T
 	if delay > 0 && !runAt.IsZero() {
 		return "", time.Time{}, invalid("run_at", "give a delay or a run-at time, not both")
 	}
+	if !runAt.IsZero() {
+		if err := CheckTime("run_at", runAt); err != nil {
+			return "", time.Time{}, err
+		}
+	}
 	at := now.Add(delay)
 	if !runAt.IsZero() {
 		at = runAt.UTC().Truncate(time.Microsecond)
@@ -123,8 +128,11 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 	if err := ValidID(p.ID); err != nil {
 		return nil, invalid("id", "%v", err)
 	}
-	if len(p.MergePatch) > 0 && !json.Valid(p.MergePatch) {
-		return nil, unprocessable("merge patch: invalid JSON")
+	if err := checkPatch(p.MergePatch, p.Patch); err != nil {
+		return nil, err
+	}
+	if err := checkText("actor", p.Actor); err != nil {
+		return nil, err
 	}
 	now := c.now()
 	state, runAt, err := c.replaySchedule(p.Delay, p.RunAt, now)
@@ -201,6 +209,9 @@ func (c *Client) Discard(ctx context.Context, p DiscardParams) (*Task, error) {
 	if p.Reason == "" {
 		return nil, invalid("reason", "is required to discard a dead letter")
 	}
+	if err := checkText("reason", p.Reason); err != nil {
+		return nil, err
+	}
 	t, err := c.setDLQStatus(ctx, p.ID, DLQDiscarded, p.Actor, "dlq.discarded", map[string]any{"reason": p.Reason})
 	if err == nil {
 		c.tel.discarded(ctx, t)
@@ -216,12 +227,18 @@ type ResolveParams struct {
 // Resolve marks an open dead letter resolved (handled by hand), keeping the
 // record. Not an open dead letter: ErrNotFound.
 func (c *Client) Resolve(ctx context.Context, p ResolveParams) (*Task, error) {
+	if err := checkText("note", p.Note); err != nil {
+		return nil, err
+	}
 	return c.setDLQStatus(ctx, p.ID, DLQResolved, p.Actor, "dlq.resolved", map[string]any{"note": p.Note})
 }
 
 func (c *Client) setDLQStatus(ctx context.Context, id string, st DLQStatus, actor, typ string, body any) (*Task, error) {
 	if err := ValidID(id); err != nil {
 		return nil, invalid("id", "%v", err)
+	}
+	if err := checkText("actor", actor); err != nil {
+		return nil, err
 	}
 	now := c.now()
 	b, _ := json.Marshal(body)
@@ -342,6 +359,14 @@ func (c *Client) exportOne(ctx context.Context, t *Task, fn func(DeadLetterExpor
 
 // validateDLQFilter checks the dead-letter fields of a listing filter.
 func validateDLQFilter(f ListParams) error {
+	if err := checkText("error_contains", f.ErrorContains); err != nil {
+		return err
+	}
+	for k, v := range f.Attrs {
+		if err := checkText("attr", v); err != nil {
+			return invalid("attr", "value of %q: %v", k, err.(*ValidationError).Message)
+		}
+	}
 	for _, s := range f.DLQStatuses {
 		if !validDLQStatus(s) {
 			return invalid("status", "unknown dead-letter status %q (open, replayed, discarded, resolved)", s)

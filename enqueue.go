@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -96,6 +97,49 @@ func validName(s string) error {
 // ValidID reports whether s is acceptable as a task id.
 func ValidID(s string) error { return validName(s) }
 
+// MaxAttemptsLimit bounds max_attempts wherever it is set (task, kind,
+// queue, client): a million attempts is years of retries at any sane
+// backoff, and a larger number is a typo, not a policy.
+const MaxAttemptsLimit = 1_000_000
+
+// CheckTime refuses a time a producer gives (run_at, deadline, a replay's
+// run_at) outside the years 1970-9999: the zero time or year 1 is a
+// mistake, never "now" (leave the time out to mean now).
+func CheckTime(field string, t time.Time) error {
+	if y := t.UTC().Year(); y < 1970 || y > 9999 {
+		return invalid(field, "%s is outside the years 1970-9999 (leave it out to mean now)", t.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// checkText refuses a string that is not valid UTF-8 (JSON text must be,
+// and a task's fields are served back as JSON) or holds a NUL byte
+// (Postgres text and jsonb cannot store one: it would fail there and pass
+// on SQLite).
+func checkText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return invalid(field, "is not valid UTF-8")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return invalid(field, "must not contain a NUL character")
+	}
+	return nil
+}
+
+// checkJSON is the one rule for a JSON document a caller hands in (a
+// payload, a merge patch, a patch value): valid JSON and valid UTF-8.
+// encoding/json's Valid accepts invalid UTF-8 inside strings, and stored
+// as is it would be served back as raw bytes no strict client can read.
+func checkJSON(field string, b []byte) error {
+	if !utf8.Valid(b) {
+		return invalid(field, "is not valid UTF-8 (JSON text must be UTF-8)")
+	}
+	if !json.Valid(b) {
+		return invalid(field, "is not valid JSON")
+	}
+	return nil
+}
+
 const (
 	maxAttrs        = 64
 	maxAttrValueLen = 1024
@@ -116,6 +160,9 @@ func ValidateAttributes(attrs map[string]string) error {
 		}
 		if !utf8.ValidString(v) {
 			return invalid("attributes", "value of %q is not valid UTF-8", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return invalid("attributes", "value of %q must not contain a NUL character", k)
 		}
 	}
 	return nil
@@ -168,11 +215,11 @@ func (c *Client) prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 		return nil, &ValidationError{Field: "payload", TooLarge: true,
 			Message: fmt.Sprintf("is %d bytes; the maximum is %d", len(payload), cfg.MaxPayloadSize)}
 	}
-	if !json.Valid(payload) {
-		return nil, invalid("payload", "is not valid JSON")
+	if err := checkJSON("payload", payload); err != nil {
+		return nil, err
 	}
-	if p.MaxAttempts < 0 {
-		return nil, invalid("max_attempts", "must not be negative (got %d)", p.MaxAttempts)
+	if p.MaxAttempts < 0 || p.MaxAttempts > MaxAttemptsLimit {
+		return nil, invalid("max_attempts", "must be between 0 (the default) and %d (got %d)", MaxAttemptsLimit, p.MaxAttempts)
 	}
 	if p.Priority < math.MinInt16 || p.Priority > math.MaxInt16 {
 		return nil, invalid("priority", "must be between %d and %d", math.MinInt16, math.MaxInt16)
@@ -185,6 +232,16 @@ func (c *Client) prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	}
 	if p.Delay > 0 && !p.RunAt.IsZero() {
 		return nil, invalid("run_at", "give run_at or delay, not both")
+	}
+	if !p.RunAt.IsZero() {
+		if err := CheckTime("run_at", p.RunAt); err != nil {
+			return nil, err
+		}
+	}
+	if !p.Deadline.IsZero() {
+		if err := CheckTime("deadline", p.Deadline); err != nil {
+			return nil, err
+		}
 	}
 	if p.Retry != nil {
 		if err := p.Retry.Validate(); err != nil {
@@ -202,6 +259,12 @@ func (c *Client) prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	}
 	if len(p.MergeKey) > maxKeyLen {
 		return nil, invalid("merge_key", "is longer than %d bytes", maxKeyLen)
+	}
+	for _, f := range [...]struct{ field, s string }{{"idempotency_key", p.IdempotencyKey},
+		{"merge_key", p.MergeKey}, {"ordering_key", p.OrderingKey}, {"trace_parent", p.TraceParent}} {
+		if err := checkText(f.field, f.s); err != nil {
+			return nil, err
+		}
 	}
 	if err := validProgress(&p.Progress); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ErrUnprocessable marks a request that is well formed but cannot be applied
@@ -38,11 +39,38 @@ func ParsePatch(s string) (PatchOp, error) {
 	if !ok || path == "" {
 		return PatchOp{}, invalid("patch", "%q: want path=VALUE", s)
 	}
+	// Checked before the string fallback: json.Marshal would quietly turn
+	// invalid UTF-8 into U+FFFD.
+	if !utf8.ValidString(s) {
+		return PatchOp{}, invalid("patch", "%q is not valid UTF-8", s)
+	}
 	v := []byte(value)
 	if !json.Valid(v) {
 		v, _ = json.Marshal(value)
 	}
 	return PatchOp{Path: path, Value: v}, nil
+}
+
+// checkPatch refuses what a replay or redrive patch must never carry into
+// a payload: invalid UTF-8 in a merge patch, a path or a value
+// (encoding/json would decode it as U+FFFD and store a payload other than
+// the one asked for), or a merge patch that is not JSON. A path or value
+// that does not fit the payload is applyPatch's to refuse.
+func checkPatch(merge json.RawMessage, ops []PatchOp) error {
+	if len(merge) > 0 {
+		if !utf8.Valid(merge) {
+			return invalid("merge_patch", "is not valid UTF-8 (JSON text must be UTF-8)")
+		}
+		if !json.Valid(merge) {
+			return unprocessable("merge patch: invalid JSON")
+		}
+	}
+	for _, op := range ops {
+		if !utf8.ValidString(op.Path) || !utf8.Valid(op.Value) {
+			return invalid("patch", "%q is not valid UTF-8 (JSON text must be UTF-8)", op.Path)
+		}
+	}
+	return nil
 }
 
 func decodeJSON(b []byte) (any, error) {

@@ -22,6 +22,9 @@ func (c *Client) PauseQueue(ctx context.Context, queue, actor string) (st QueueS
 	if err := validName(queue); err != nil {
 		return st, false, invalid("queue", "%v", err)
 	}
+	if err := checkText("actor", actor); err != nil {
+		return st, false, err
+	}
 	actor = c.actor(actor)
 	st, changed, err = c.store.PauseQueue(ctx, queue, actor, c.now())
 	if err == nil && changed {

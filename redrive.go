@@ -101,8 +101,11 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err := validateDLQFilter(f); err != nil {
 		return out, err
 	}
-	if len(p.MergePatch) > 0 && !json.Valid(p.MergePatch) {
-		return out, unprocessable("merge patch: invalid JSON")
+	if err := checkPatch(p.MergePatch, p.Patch); err != nil {
+		return out, err
+	}
+	if err := checkText("actor", p.Actor); err != nil {
+		return out, err
 	}
 	for _, op := range p.Patch {
 		if !json.Valid(op.Value) || op.Path == "" {

@@ -66,6 +66,9 @@ func (c *Client) Workers(ctx context.Context, p WorkerListParams) ([]WorkerInfo,
 			return nil, invalid("queue", "%v", err)
 		}
 	}
+	if err := checkWorkerCursor(p.AfterID); err != nil {
+		return nil, err
+	}
 	return c.store.ListWorkers(ctx, store.WorkerFilter{Queue: p.Queue, State: p.State, AfterID: p.AfterID,
 		Limit: p.Limit, Now: c.now(), StaleAfter: c.cfg.WorkerStaleAfter})
 }

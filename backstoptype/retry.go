@@ -1,6 +1,7 @@
 package backstoptype
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,8 +61,16 @@ func (p *RetryPolicy) Validate() error {
 	if p.Base < 0 || p.Max < 0 {
 		return errors.New("retry base and max must not be negative")
 	}
-	if p.Factor != 0 && p.Factor < 1 {
-		return fmt.Errorf("retry factor %v must be at least 1", p.Factor)
+	if p.Factor != 0 && (p.Factor < 1 || math.IsNaN(p.Factor) || math.IsInf(p.Factor, 0)) {
+		return fmt.Errorf("retry factor %v must be a finite number, at least 1", p.Factor)
+	}
+	// A schedule replaces the exponential policy: base, factor and max
+	// beside it would be silently ignored, so they are refused.
+	if len(p.Schedule) > 0 && (p.Base != 0 || p.Factor != 0 || p.Max != 0) {
+		return errors.New("retry: give a schedule or base/factor/max, not both")
+	}
+	if base, maxD := cmp.Or(p.Base, DefaultRetryPolicy.Base), cmp.Or(p.Max, DefaultRetryPolicy.Max); base > maxD {
+		return fmt.Errorf("retry base %s is greater than max %s", base, maxD)
 	}
 	return nil
 }

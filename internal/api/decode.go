@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/backstophq/backstop/internal/taskjson"
 )
@@ -26,6 +28,11 @@ func readBody(r *http.Request) ([]byte, error) {
 			return nil, err
 		}
 		return nil, fail(codeInvalidJSON, "reading the body: "+err.Error())
+	}
+	// JSON text is UTF-8 (RFC 8259), and encoding/json does not check it:
+	// a payload with invalid bytes would be stored and served back raw.
+	if !utf8.Valid(b) {
+		return nil, fail(codeInvalidJSON, fmt.Sprintf("the body is not valid UTF-8 (first bad byte at offset %d); JSON text must be UTF-8", taskjson.BadUTF8(b)))
 	}
 	return b, nil
 }

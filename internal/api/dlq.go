@@ -179,8 +179,14 @@ func isNull(b json.RawMessage) bool {
 }
 
 // ops reads Patch into path operations, keeping the order of an object's
-// keys.
+// keys. It also refuses a run_at that is given but unusable: the zero time
+// ("0001-01-01T00:00:00Z") would otherwise read as "not given" (now).
 func (p PatchRequest) ops() ([]backstop.PatchOp, error) {
+	if p.RunAt != nil {
+		if err := backstop.CheckTime("run_at", *p.RunAt); err != nil {
+			return nil, err
+		}
+	}
 	raw := bytes.TrimSpace(p.Patch)
 	if isNull(raw) {
 		return nil, nil

@@ -76,7 +76,7 @@ func (s *Server) readLogs(w http.ResponseWriter, r *http.Request) error {
 	}
 	after, err := num("after", 0)
 	if err != nil {
-		return err
+		return fail(codeInvalidCursor, fmt.Sprintf("after %q: a log cursor is the seq of the last line read", q.Get("after")))
 	}
 	def := defaultListLimit * 10
 	if text {

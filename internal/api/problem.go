@@ -24,6 +24,7 @@ var (
 	codeInvalidInput     = problemCode{http.StatusBadRequest, "invalid_input", "The request is not valid"}
 	codeInvalidJSON      = problemCode{http.StatusBadRequest, "invalid_json", "The request body is not the JSON this endpoint takes"}
 	codeInvalidQuery     = problemCode{http.StatusBadRequest, "invalid_query", "The query string is not valid"}
+	codeInvalidCursor    = problemCode{http.StatusBadRequest, "invalid_cursor", "The cursor (after) is not one a page could have given"}
 	codeUnauthenticated  = problemCode{http.StatusUnauthorized, "unauthenticated", "A valid bearer token is required"}
 	codeForbidden        = problemCode{http.StatusForbidden, "forbidden", "The token's role does not allow this"}
 	codeNotFound         = problemCode{http.StatusNotFound, "not_found", "Not found"}
@@ -110,6 +111,9 @@ func problemFor(err error) (*Problem, bool) {
 		set(codeInvalidInput, err.Error())
 		if errors.As(err, &ve) {
 			p.Field = ve.Field
+			if ve.Field == "after" { // every listing's cursor parameter
+				set(codeInvalidCursor, err.Error())
+			}
 		}
 	case errors.Is(err, backstop.ErrNotFound):
 		set(codeNotFound, err.Error())

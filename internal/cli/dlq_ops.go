@@ -449,9 +449,10 @@ func dlqPurgeCmd(a *app) *cobra.Command {
 
 func dlqExportCmd(a *app) *cobra.Command {
 	var (
-		f   listFlags
-		df  dlqFilterFlags
-		out string
+		f     listFlags
+		df    dlqFilterFlags
+		out   string
+		force bool
 	)
 	cmd := &cobra.Command{
 		Use:   "export [--out FILE]",
@@ -469,21 +470,30 @@ func dlqExportCmd(a *app) *cobra.Command {
 			if err := df.apply(&lp, true); err != nil {
 				return err
 			}
+			c, err := a.backend(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
 			w := a.stdout
 			var file *os.File
 			if out != "" && out != "-" {
-				if file, err = os.Create(out); err != nil {
+				// An existing file is an earlier export, perhaps the only
+				// copy of records since purged: never truncate it unasked.
+				mode := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+				if force {
+					mode = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+				}
+				if file, err = os.OpenFile(out, mode, 0o644); err != nil {
+					if errors.Is(err, os.ErrExist) {
+						return usageErr("--out %s: the file exists; pass --force to overwrite it", out)
+					}
 					return usageErr("--out: %v", err)
 				}
 				defer file.Close()
 				w = file
 			}
 			bw := bufio.NewWriterSize(w, 64<<10)
-			c, err := a.backend(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			enc := json.NewEncoder(bw)
 			n, err := c.ExportDLQ(cmd.Context(), lp, func(d backstop.DeadLetterExport) error { return enc.Encode(d) })
 			if err != nil {
@@ -506,7 +516,8 @@ func dlqExportCmd(a *app) *cobra.Command {
 	cmd.Flags().StringArrayVar(&f.attrs, "attr", nil, "only dead letters with this attribute, key=value (repeatable)")
 	cmd.Flags().IntVar(&f.limit, "limit", 0, "at most this many (0: all)")
 	cmd.Flags().StringVar(&f.after, "after", "", "cursor: only ids after this one")
-	cmd.Flags().StringVar(&out, "out", "", "write to FILE instead of stdout")
+	cmd.Flags().StringVar(&out, "out", "", "write to FILE instead of stdout (refused if FILE exists, unless --force)")
+	cmd.Flags().BoolVar(&force, "force", false, "overwrite the --out file if it exists")
 	df.register(cmd, true)
 	addRawFlag(a, cmd)
 	return cmd

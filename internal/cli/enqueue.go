@@ -165,7 +165,7 @@ func (a *app) readInput(name, flag string) ([]byte, error) {
 	defer closeFn()
 	b, err := io.ReadAll(io.LimitReader(r, maxInputLine+1))
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", flag, name, err)
+		return nil, usageErr("%s %s: %v", flag, name, err)
 	}
 	if len(b) > maxInputLine {
 		return nil, usageErr("%s %s: larger than %d MiB", flag, name, maxInputLine>>20)
@@ -180,6 +180,12 @@ func (a *app) openInput(name, flag string) (io.Reader, func(), error) {
 	file, err := os.Open(name)
 	if err != nil {
 		return nil, nil, usageErr("%s: %v", flag, err)
+	}
+	// A directory opens fine and fails on the first read: say so up front,
+	// as bad input like a missing file.
+	if st, err := file.Stat(); err == nil && st.IsDir() {
+		file.Close()
+		return nil, nil, usageErr("%s %s: is a directory, not a file", flag, name)
 	}
 	return file, func() { file.Close() }, nil
 }
@@ -282,7 +288,7 @@ func readBatch(r io.Reader) ([]backstop.EnqueueParams, []int, error) {
 		if errors.Is(err, bufio.ErrTooLong) {
 			return nil, nil, usageErr("line %d: longer than %d MiB", n+1, maxInputLine>>20)
 		}
-		return nil, nil, err
+		return nil, nil, usageErr("--batch-file: %v", err)
 	}
 	return params, lines, nil
 }

@@ -3,6 +3,9 @@ package cli
 import (
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/pflag"
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -60,6 +63,10 @@ func parseTime(flag, s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, usageErr("--%s %q: want an RFC 3339 time such as 2030-01-02T15:04:05Z", flag, s)
 	}
+	// The zero time would read as "not given"; year 1 or 10000 is a typo.
+	if err := backstop.CheckTime(flag, t); err != nil {
+		return time.Time{}, usageErr("--%v", err)
+	}
 	return t.UTC(), nil
 }
 
@@ -79,4 +86,30 @@ func parseStates(s string) []bt.State {
 // decodeBatchLine decodes one NDJSON record of a batch file.
 func decodeBatchLine(line []byte) (backstop.EnqueueParams, error) {
 	return taskjson.DecodeEnqueue(line)
+}
+
+// pathFlags name files, whose names need not be UTF-8 on every system.
+var pathFlags = map[string]bool{"payload-file": true, "batch-file": true, "merge-patch": true, "out": true,
+	"db": true, "config": true, "cpuprofile": true, "memprofile": true}
+
+// checkTextFlags refuses a text flag that is not valid UTF-8 or holds a NUL:
+// the value would reach JSON (a payload, a key, a reason) and either be
+// refused deep inside or, sent to a server, silently become U+FFFD. One
+// check for every command, before any of them runs.
+func checkTextFlags(fs *pflag.FlagSet) error {
+	var bad error
+	fs.Visit(func(fl *pflag.Flag) {
+		if bad != nil || pathFlags[fl.Name] {
+			return
+		}
+		switch fl.Value.Type() {
+		case "string", "stringArray", "stringSlice":
+		default:
+			return
+		}
+		if v := fl.Value.String(); !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			bad = usageErr("--%s %q: is not valid UTF-8 text (or holds a NUL)", fl.Name, v)
+		}
+	})
+	return bad
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -225,6 +226,8 @@ func FuzzBatchLine(f *testing.F) {
 		`{"attributes":{"a":"b"},"complexity":1e308}`,
 		`{"timeout":123}`,
 		`{}`, `{`, `[]`, `null`, ``, `{"x":1}`, "{}\v", ` {"queue":"q"} `,
+		"{\"payload\":{\"a\":\"\xff\xfe\"}}", "{\"attributes\":{\"a\":\"\xff\"}}", `{"run_at":"0001-01-01T00:00:00Z"}`,
+		`{"deadline":"10000-01-01T00:00:00Z"}`, `{"run_at":"1969-12-31T23:59:59Z"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -240,6 +243,51 @@ func FuzzBatchLine(f *testing.F) {
 		}
 		if len(p.Payload) > 0 && !json.Valid(p.Payload) {
 			t.Fatalf("decodeBatchLine(%q) kept an invalid payload %q", line, p.Payload)
+		}
+		// Nothing that is not UTF-8 gets through, neither raw (the payload)
+		// nor rewritten to U+FFFD (string keys).
+		if !utf8.Valid(line) {
+			t.Fatalf("decodeBatchLine(%q) accepted a record that is not UTF-8", line)
+		}
+		// A time that was given is a usable one, never the zero time.
+		for _, at := range []time.Time{p.RunAt, p.Deadline} {
+			if !at.IsZero() && (at.Year() < 1970 || at.Year() > 9999) {
+				t.Fatalf("decodeBatchLine(%q) accepted the time %v", line, at)
+			}
+		}
+	})
+}
+
+// FuzzParseTime: a time flag accepts only RFC 3339 times in 1970-9999 (the
+// zero time would read as "not given"); every refusal is a usage error.
+func FuzzParseTime(f *testing.F) {
+	for _, s := range []string{"2030-01-02T15:04:05Z", "0001-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "9999-12-31T23:59:59+01:00",
+		"2030-01-02T15:04:05.999999999-07:00", "tomorrow", "", "2030-13-01T00:00:00Z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		at, err := parseTime("run-at", s)
+		if err != nil {
+			if exitCode(err) != ExitUsage {
+				t.Fatalf("parseTime(%q): %v is not a usage error", s, err)
+			}
+			return
+		}
+		if at.IsZero() || at.Year() < 1970 || at.Year() > 9999 || at.Location() != time.UTC {
+			t.Fatalf("parseTime(%q) = %v", s, at)
+		}
+	})
+}
+
+// FuzzParseAge: an age ("30d", "12h", "1d12h") is never negative.
+func FuzzParseAge(f *testing.F) {
+	for _, s := range []string{"30d", "12h", "1d12h", "d", "-1d", "1d-48h", "99999999999d", "0", "", "1.5h", "1dd"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := parseAge(s)
+		if err == nil && d < 0 {
+			t.Fatalf("parseAge(%q) = %s", s, d)
 		}
 	})
 }

@@ -126,7 +126,7 @@ func migrateCmd(a *app) *cobra.Command {
 func (a *app) openStore(ctx context.Context) (store.Store, error) {
 	s, err := dburl.Open(ctx, a.dbURL)
 	if err != nil {
-		return nil, &exitError{code: ExitUsage, err: err}
+		return nil, err // exitCode tells a bad URL (2) from a failure (1)
 	}
 	return s, nil
 }

@@ -52,7 +52,9 @@ func exitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.Is(err, backstop.ErrInvalid):
+	case errors.Is(err, backstop.ErrInvalid), errors.Is(err, dburl.ErrBadURL):
+		// A --db the user got wrong is bad input; a database that cannot
+		// be reached is a failure (exit 1).
 		return ExitUsage
 	case errors.Is(err, store.ErrNotFound):
 		return ExitNotFound
@@ -112,6 +114,9 @@ func (a *app) rootCmd() *cobra.Command {
 			a.serverFlag = cmd.Flags().Changed("server")
 			tuneGC(cmd, os.Getenv) // gc.go
 			a.via = strings.TrimPrefix(cmd.CommandPath(), "backstop ")
+			if err := checkTextFlags(cmd.Flags()); err != nil { // flags.go
+				return err
+			}
 			if fl := cmd.Flags().Lookup("actor"); fl != nil && fl.Changed && a.server != "" {
 				return usageErr("--actor cannot be used with --server: the server records the token's name as the actor")
 			}
@@ -168,7 +173,7 @@ func (a *app) open(ctx context.Context, cfg *backstop.Config) (store.Store, *bac
 func (a *app) openDB(ctx context.Context, cfg *backstop.Config) (store.Store, *backstop.Client, error) {
 	s, err := dburl.Open(ctx, a.dbURL)
 	if err != nil {
-		return nil, nil, &exitError{code: ExitUsage, err: err}
+		return nil, nil, err // exitCode tells a bad URL (2) from a failure (1)
 	}
 	if err := s.Migrate(ctx); err != nil {
 		s.Close()

@@ -10,6 +10,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -450,6 +451,9 @@ func (c *Config) Validate() error {
 	if c.MaxAttempts < 0 {
 		bad("max_attempts", "must be positive")
 	}
+	if c.MaxAttempts > backstop.MaxAttemptsLimit {
+		bad("max_attempts", "%d: at most %d", c.MaxAttempts, backstop.MaxAttemptsLimit)
+	}
 	c.Retry.validate("retry", bad)
 	for _, name := range sortedKeys(c.Queues) {
 		q, p := c.Queues[name], "queues."+name
@@ -461,6 +465,9 @@ func (c *Config) Validate() error {
 		}
 		if q.MaxAttempts < 0 {
 			bad(p+".max_attempts", "must be positive")
+		}
+		if q.MaxAttempts > backstop.MaxAttemptsLimit {
+			bad(p+".max_attempts", "%d: at most %d", q.MaxAttempts, backstop.MaxAttemptsLimit)
 		}
 		if q.Timeout < 0 {
 			bad(p+".timeout", "must not be negative")
@@ -512,6 +519,9 @@ func (c *Config) Validate() error {
 		}
 		if k.MaxAttempts < 0 {
 			bad(p+".max_attempts", "must be positive")
+		}
+		if k.MaxAttempts > backstop.MaxAttemptsLimit {
+			bad(p+".max_attempts", "%d: at most %d", k.MaxAttempts, backstop.MaxAttemptsLimit)
 		}
 		if k.Timeout < 0 {
 			bad(p+".timeout", "must not be negative")
@@ -590,6 +600,9 @@ func (r *Retry) validate(path string, bad func(string, string, ...any)) {
 	}
 	if r.Factor != 0 && r.Factor < 1 {
 		bad(path+".factor", "must be at least 1")
+	}
+	if base, maxD := cmp.Or(r.Base, Duration(bt.DefaultRetryPolicy.Base)), cmp.Or(r.Max, Duration(bt.DefaultRetryPolicy.Max)); base > maxD {
+		bad(path+".base", "%s is greater than max %s", base.D(), maxD.D())
 	}
 }
 

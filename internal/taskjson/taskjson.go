@@ -12,6 +12,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -57,6 +58,14 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return backstop.EnqueueParams{}, errors.New("unexpected data after the JSON object")
 	}
+	// encoding/json neither refuses invalid UTF-8 nor keeps it: bad bytes
+	// in a string key become U+FFFD, in the payload they stay raw.
+	if !utf8.Valid(line) {
+		if !utf8.Valid(r.Payload) {
+			return backstop.EnqueueParams{}, errors.New("payload: is not valid UTF-8 (JSON text must be UTF-8)")
+		}
+		return backstop.EnqueueParams{}, fmt.Errorf("the record is not valid UTF-8 (first bad byte at offset %d); JSON text must be UTF-8", BadUTF8(line))
+	}
 	p := backstop.EnqueueParams{
 		ID:             r.ID,
 		Queue:          r.Queue,
@@ -90,6 +99,19 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 			return backstop.EnqueueParams{}, err
 		}
 	}
+	// A time that is given is checked here: "0001-01-01T00:00:00Z" decodes
+	// to the zero time, which the library reads as "not given" (now).
+	for _, f := range []struct {
+		key string
+		raw json.RawMessage
+		t   time.Time
+	}{{"run_at", r.RunAt, runAt}, {"deadline", r.Deadline, deadline}} {
+		if !isNull(f.raw) {
+			if err := backstop.CheckTime(f.key, f.t); err != nil {
+				return backstop.EnqueueParams{}, err
+			}
+		}
+	}
 	p.RunAt, p.Deadline = runAt.UTC(), deadline.UTC()
 	p.Delay, p.Timeout = time.Duration(delay), time.Duration(timeout)
 	if !isNull(r.Retry) {
@@ -99,6 +121,19 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 		}
 	}
 	return p, nil
+}
+
+// BadUTF8 is the offset of the first byte of b that is not valid UTF-8
+// (len(b) when there is none).
+func BadUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 func isNull(raw json.RawMessage) bool {

@@ -88,6 +88,7 @@ func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUnt
 // it updates the tasks whose lease is still the one named, records their
 // executions, and wakes the queues of tasks that became pending.
 func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]bool, error) {
+	settlements = store.CleanSettlements(settlements) // store/text.go: an error text is never lost for its bytes
 	n := len(settlements)
 	if n == 0 {
 		return nil, nil

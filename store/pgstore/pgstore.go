@@ -14,11 +14,13 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/backstophq/backstop/store"
@@ -61,7 +63,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("pgstore: connect: %w", err)
+		return nil, connectError(cfg, err)
 	}
 	s := New(pool)
 	s.ownPool = true
@@ -98,3 +100,26 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
+
+// connectError says why the first connection failed. Without sslmode in
+// the URL pgx tries TLS, then plaintext, and its error lists both attempts,
+// the TLS refusal first: when a server answered (a database that does not
+// exist, a password refused), its answer is the real cause and is what the
+// message says. The original error stays wrapped.
+func connectError(cfg *pgxpool.Config, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		cc := cfg.ConnConfig
+		return &serverRefused{err: err, msg: fmt.Sprintf("pgstore: connect to %s:%d as %q: %s (SQLSTATE %s)",
+			cc.Host, cc.Port, cc.User, pgErr.Message, pgErr.Code)}
+	}
+	return fmt.Errorf("pgstore: connect: %w", err)
+}
+
+type serverRefused struct {
+	err error
+	msg string
+}
+
+func (e *serverRefused) Error() string { return e.msg }
+func (e *serverRefused) Unwrap() error { return e.err }

@@ -612,6 +612,7 @@ RETURNING attempt + ?3, COALESCE(worker_id, ''), COALESCE(attempted_at, ?5), que
 	run_at, dead_count`
 
 func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]bool, error) {
+	settlements = store.CleanSettlements(settlements) // store/text.go: an error text is never lost for its bytes
 	if len(settlements) == 0 {
 		return nil, nil
 	}

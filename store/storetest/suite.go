@@ -51,6 +51,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		o(s)
 	}
 	t.Run("Enqueue", s.testEnqueue)
+	t.Run("Inputs", s.testInputs) // inputs.go
 	t.Run("Claim", s.testClaim)
 	t.Run("Lease", s.testLease)
 	t.Run("HeartbeatRacesSettle", s.testHeartbeatRacesSettle) // heartbeat_race.go
