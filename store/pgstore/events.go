@@ -279,7 +279,10 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	default:
 		// A window of the log after the cursor, the matches in it, and
 		// the window's last position (where the next read starts when
-		// the matches do not fill the page).
+		// the matches do not fill the page). Its ORDER BY names w's
+		// columns: a bare "xid" there is the output column xid::text
+		// (output names win in ORDER BY), and "999" sorts after "1001"
+		// as text, which sent the next read back over served events.
 		rs, err = s.pool.Query(ctx, `WITH w AS (
 				SELECT e.xid, e.seq, u.i, coalesce(u.id, '') AS id, coalesce(u.t, e.time) AS time, e.type, u.subject,
 					coalesce(u.queue, '') AS queue, coalesce(u.kind, '') AS kind, u.attributes, e.actor,
@@ -292,8 +295,8 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 			)
 			SELECT true, xid::text, seq, i, id, time, type, subject, queue, kind, attributes, actor, body FROM m
 			UNION ALL
-			(SELECT false, xid::text, seq, i, '', now(), '', '', '', '', NULL, '', '{}'::json FROM w
-			 ORDER BY xid DESC, seq DESC, i DESC LIMIT 1)`, xid, seq, idx, q.Stream.Value, limit, store.EventScanWindow, h)
+			(SELECT false, w.xid::text, w.seq, w.i, '', now(), '', '', '', '', NULL, '', '{}'::json FROM w
+			 ORDER BY w.xid DESC, w.seq DESC, w.i DESC LIMIT 1)`, xid, seq, idx, q.Stream.Value, limit, store.EventScanWindow, h)
 	}
 	if err != nil {
 		return page, fmt.Errorf("pgstore: read events: %w", err)
