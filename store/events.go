@@ -52,12 +52,14 @@ const MaxEventLimit = 1000
 // than asked for while Next still moves on.
 const EventScanWindow = 5000
 
-// EventPage is one read.
+// EventPage is one read. Its JSON is {items, next_cursor}, the shape of
+// every list of the HTTP API; next_cursor is always there (a stream has no
+// last page: a follower reads after it again later).
 type EventPage struct {
-	Events []bt.Event `json:"events"`
+	Events []bt.Event `json:"items"`
 	// Next is the cursor to read after; equal to the query's After when
 	// nothing new was final yet.
-	Next string `json:"next"`
+	Next string `json:"next_cursor"`
 }
 
 // StreamKind names a stream family.
