@@ -234,6 +234,19 @@ func streamFilter(s store.Stream) string {
 		return "attributes->>'run_id' = $4"
 	case store.StreamWorker:
 		return "(subject = $4 OR body->>'worker_id' = $4)"
+	case store.StreamExecution:
+		return "body->>'execution_id' = $4"
+	case store.StreamNode:
+		// A worker's own events name its host; an attempt's events name
+		// its execution, whose worker is in the body (claimed, started,
+		// lease_expired), else in the task row (its latest attempt) or
+		// the attempt's executions row.
+		return `(CASE WHEN f.type LIKE 'worker.%' THEN f.body->>'host' = $4
+			WHEN coalesce(f.body->>'execution_id', '') = '' THEN false
+			ELSE coalesce(f.body->>'worker_id',
+				(SELECT t.worker_id FROM backstop_tasks t WHERE t.id = f.subject AND t.execution_id = f.body->>'execution_id'),
+				(SELECT x.worker_id FROM backstop_executions x WHERE x.execution_id = f.body->>'execution_id'))
+				IN (SELECT k.id FROM backstop_workers k WHERE k.host = $4) END)`
 	}
 	return "true"
 }
@@ -291,7 +304,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 				WHERE `+afterCursor(7)+`
 				ORDER BY e.xid, e.seq, u.i LIMIT $6
 			), m AS (
-				SELECT * FROM w WHERE `+streamFilter(q.Stream)+` ORDER BY xid, seq, i LIMIT $5
+				SELECT * FROM w f WHERE `+streamFilter(q.Stream)+` ORDER BY xid, seq, i LIMIT $5
 			)
 			SELECT true, xid::text, seq, i, id, time, type, subject, queue, kind, attributes, actor, body FROM m
 			UNION ALL

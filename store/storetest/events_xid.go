@@ -78,7 +78,7 @@ func checkStreamsPaging(t *testing.T, b *bundle, all []bt.Event, streams []strin
 		}
 		var want []string
 		for _, e := range all {
-			if inStream(t, st, e) {
+			if inStream(t, st, e, all) {
 				want = append(want, e.Cursor)
 			}
 		}
@@ -119,15 +119,42 @@ func checkStreamsPaging(t *testing.T, b *bundle, all []bt.Event, streams []strin
 
 // inStream says whether an event belongs to a stream, as docs/events.md
 // defines the streams (Go's reading, held against the drivers').
-func inStream(t *testing.T, st store.Stream, e bt.Event) bool {
+func inStream(t *testing.T, st store.Stream, e bt.Event, all []bt.Event) bool {
 	t.Helper()
-	var body struct {
+	type fields struct {
 		WorkerID    any `json:"worker_id"`
 		ExecutionID any `json:"execution_id"`
 		Host        any `json:"host"`
 	}
-	if err := json.Unmarshal(e.Body, &body); err != nil {
-		t.Fatalf("event %s: body: %v", e.Cursor, err)
+	read := func(e bt.Event) fields {
+		var f fields
+		if err := json.Unmarshal(e.Body, &f); err != nil {
+			t.Fatalf("event %s: body: %v", e.Cursor, err)
+		}
+		return f
+	}
+	body := read(e)
+	if st.Kind == store.StreamNode {
+		if isWorkerEvent(e) {
+			return body.Host == st.Value
+		}
+		if body.ExecutionID == nil || body.ExecutionID == "" {
+			return false
+		}
+		// The attempt's worker is in its task.claimed; the worker's host
+		// in its worker.started.
+		var worker any
+		for _, c := range all {
+			if f := read(c); c.Type == "task.claimed" && f.ExecutionID == body.ExecutionID {
+				worker = f.WorkerID
+			}
+		}
+		for _, w := range all {
+			if f := read(w); w.Type == "worker.started" && w.Subject == worker && f.Host == st.Value {
+				return true
+			}
+		}
+		return false
 	}
 	switch st.Kind {
 	case store.StreamAll:
@@ -142,6 +169,8 @@ func inStream(t *testing.T, st store.Stream, e bt.Event) bool {
 		return e.Attributes["run_id"] == st.Value
 	case store.StreamWorker:
 		return e.Subject == st.Value || body.WorkerID == st.Value
+	case store.StreamExecution:
+		return body.ExecutionID == st.Value
 	}
 	t.Fatalf("no Go reading of stream %s", st)
 	return false
