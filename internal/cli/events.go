@@ -62,7 +62,10 @@ queue.<name>, run.<run_id>, worker.<id>.
 
 Without --follow it prints one page (--limit events) and, when more may
 follow, the cursor to continue from on stderr. With --follow it keeps
-printing new events until interrupted; with -o json, one JSON event per line.`,
+printing new events until interrupted; with -o json, one JSON event per line.
+A read that fails while following (the database restarting, a dropped
+connection) is retried with backoff from the last printed event, with a
+note on stderr: nothing is skipped or printed twice.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if p.Limit < 1 || p.Limit > 1000 {
@@ -95,6 +98,7 @@ printing new events until interrupted; with -o json, one JSON event per line.`,
 				})
 			}
 			enc := json.NewEncoder(a.stdout)
+			failures := 0
 			for {
 				for _, e := range page.Events {
 					if a.output == "json" {
@@ -114,11 +118,27 @@ printing new events until interrupted; with -o json, one JSON event per line.`,
 					case <-time.After(poll):
 					}
 				}
-				if page, err = c.ReadEvents(ctx, p); err != nil {
+				for {
+					if page, err = c.ReadEvents(ctx, p); err == nil {
+						failures = 0
+						break
+					}
 					if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 						return nil
 					}
-					return err
+					if !backstop.ReadRetryable(ctx, err) {
+						return err
+					}
+					// The database went away (a restart, the network):
+					// read again after the last printed event.
+					wait := backstop.ReadBackoff(failures)
+					failures++
+					fmt.Fprintf(a.stderr, "events tail: reading failed (%v); retrying in %s after %q\n", err, wait, p.After)
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(wait):
+					}
 				}
 			}
 		},
