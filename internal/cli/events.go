@@ -58,7 +58,9 @@ func eventsTailCmd(a *app) *cobra.Command {
 (an event's cursor, or the "next" of a previous page; empty: the beginning).
 
 Streams: all, type.<type> (e.g. type.task.dead_lettered), task.<id>,
-queue.<name>, run.<run_id>, worker.<id>.
+queue.<name>, run.<run_id>, worker.<id>, execution.<id> (one attempt's
+events), node.<host> (the events of the host's workers and of the attempts
+they ran); docs/events.md.
 
 Without --follow it prints one page (--limit events) and, when more may
 follow, the cursor to continue from on stderr. With --follow it keeps
@@ -143,7 +145,7 @@ note on stderr: nothing is skipped or printed twice.`,
 			}
 		},
 	}
-	cmd.Flags().StringVar(&p.Stream, "stream", "all", "the stream: all, type.<type>, task.<id>, queue.<name>, run.<run_id>, worker.<id>")
+	cmd.Flags().StringVar(&p.Stream, "stream", "all", "the stream: all, type.<type>, task.<id>, queue.<name>, run.<run_id>, worker.<id>, execution.<id>, node.<host>")
 	cmd.Flags().StringVar(&p.After, "after", "", "cursor: print events after this one")
 	cmd.Flags().IntVar(&p.Limit, "limit", 100, "events per page (1-1000)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until interrupted")
