@@ -88,7 +88,10 @@ type SubscribeParams struct {
 // Subscription delivers a stream's events, from a cursor and then live, on
 // C, in cursor order. Delivery is at-least-once: after a restart a durable
 // subscription resumes after its last Ack, so events delivered but not
-// acknowledged come again.
+// acknowledged come again. A read that fails for a reason that may pass
+// (the database restarting, a dropped connection) is retried with backoff
+// (100ms doubling to 5s, logged as a warning) from the last delivered
+// event: nothing is skipped or delivered twice. Other errors end it (Err).
 type Subscription struct {
 	C <-chan Event
 
@@ -139,14 +142,30 @@ func (s *Subscription) run(ctx context.Context, q store.EventQuery, ch chan<- Ev
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
+	backoff := minReadBackoff
 	for {
 		page, err := s.c.store.ReadEvents(ctx, q)
 		if err != nil {
-			if ctx.Err() == nil {
-				s.err = err
+			if !readRetryable(ctx, err) {
+				if ctx.Err() == nil {
+					s.err = err
+				}
+				return
 			}
-			return
+			// The database went away (a restart, a failover, the
+			// network): try again from the last delivered cursor.
+			s.c.cfg.Logger.Warn("event subscription: reading failed; retrying", "stream", q.Stream.String(),
+				"after", q.After, "error", err.Error(), "backoff", backoff.String())
+			timer.Reset(backoff)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, maxReadBackoff)
+			continue
 		}
+		backoff = minReadBackoff
 		for _, e := range page.Events {
 			select {
 			case ch <- e:
@@ -165,6 +184,40 @@ func (s *Subscription) run(ctx context.Context, q store.EventQuery, ch chan<- Ev
 			return
 		}
 	}
+}
+
+// The backoff of a follower whose reads fail (Subscription, the CLI's
+// events tail --follow, the API's event stream).
+const (
+	minReadBackoff = 100 * time.Millisecond
+	maxReadBackoff = 5 * time.Second
+)
+
+// readRetryable says whether a failed read of the log is worth trying
+// again, from the same cursor: anything but bad input, an error the
+// database says retrying cannot help (ClassifyPostgresError: permissions,
+// syntax, data), or the end of ctx. Connection errors are retried:
+// "terminating connection due to administrator command", "unexpected
+// EOF", refused connections while a server restarts.
+func readRetryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrInvalid) ||
+		errors.Is(err, store.ErrBadCursor) || errors.Is(err, store.ErrBadStream) {
+		return false
+	}
+	return !IsPermanent(ClassifyPostgresError(err))
+}
+
+// ReadRetryable is readRetryable for followers outside the library (the
+// CLI, the HTTP API's event stream).
+func ReadRetryable(ctx context.Context, err error) bool { return readRetryable(ctx, err) }
+
+// ReadBackoff is the wait before the nth (from 0) retry of a failed read.
+func ReadBackoff(n int) time.Duration {
+	d := minReadBackoff
+	for range min(n, 10) {
+		d = min(2*d, maxReadBackoff)
+	}
+	return d
 }
 
 // Ack stores cursor (an event's Cursor) as the durable subscription's

@@ -68,6 +68,9 @@ func Maintain(ctx context.Context, c *Client) error {
 	}
 	// Spans of remote attempts settled elsewhere (remote_attempts.go).
 	c.sweepRemote(ctx)
+	if err := c.markLostWorkers(ctx); err != nil { // workers.go
+		errs = append(errs, err)
+	}
 	for name := range c.cfg.Queues { // due ordering drains (ordering.go)
 		if err := c.OrderQueue(ctx, name); err != nil {
 			errs = append(errs, err)

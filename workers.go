@@ -92,12 +92,114 @@ func (c *Client) WorkerCounts(ctx context.Context) (map[WorkerState]int, error) 
 }
 
 // SeeRemoteWorker records that a remote worker is alive (its claim or
-// heartbeat reached the server); the first sighting registers it.
+// heartbeat reached the server); the first sighting registers it (a
+// worker that did not register itself: RegisterRemoteWorker).
 func (c *Client) SeeRemoteWorker(ctx context.Context, id, host string, queues []string) error {
 	if err := ValidID(id); err != nil {
 		return invalid("worker_id", "%v", err)
 	}
 	return c.store.SeeWorker(ctx, WorkerInfo{ID: id, Host: host, Queues: queues, Remote: true}, c.now())
+}
+
+// maxWorkerField bounds a remote worker's host and version; maxLabels its
+// labels.
+const (
+	maxWorkerField = 255
+	maxLabels      = 64
+)
+
+// RegisterRemoteWorker registers a remote worker as it starts (the worker
+// protocol's register): its row afresh, state active, started and seen
+// now, and its worker.started event (actor: ctx's). It returns the row.
+func (c *Client) RegisterRemoteWorker(ctx context.Context, w WorkerInfo) (*WorkerInfo, error) {
+	if err := ValidID(w.ID); err != nil {
+		return nil, invalid("id", "%v", err)
+	}
+	if len(w.Host) > maxWorkerField || len(w.Version) > maxWorkerField {
+		return nil, invalid("host", "host and version are at most %d bytes", maxWorkerField)
+	}
+	if w.PID < 0 {
+		return nil, invalid("pid", "must not be negative")
+	}
+	if len(w.Queues) == 0 {
+		return nil, invalid("queues", "name at least one queue")
+	}
+	for _, q := range w.Queues {
+		if err := validName(q); err != nil {
+			return nil, invalid("queues", "%v", err)
+		}
+	}
+	if len(w.Labels) > maxLabels {
+		return nil, invalid("labels", "at most %d", maxLabels)
+	}
+	for k, v := range w.Labels {
+		if len(k) == 0 || len(k) > maxWorkerField || len(v) > maxWorkerField {
+			return nil, invalid("labels", "a label's key is 1-%d bytes and its value at most %d", maxWorkerField, maxWorkerField)
+		}
+	}
+	queues := slices.Clone(w.Queues)
+	slices.Sort(queues)
+	info := WorkerInfo{ID: w.ID, Host: w.Host, PID: w.PID, Queues: slices.Compact(queues), Version: w.Version,
+		Labels: w.Labels, Remote: true, StartedAt: c.now()}
+	if err := c.store.RegisterWorker(ctx, info); err != nil {
+		return nil, err
+	}
+	return c.store.GetWorker(ctx, w.ID, c.now(), c.cfg.WorkerStaleAfter)
+}
+
+// RemoteWorkerHeartbeat marks a registered remote worker seen now; with
+// draining, it says stopping. ErrNotFound when it is not registered (the
+// worker registers again).
+func (c *Client) RemoteWorkerHeartbeat(ctx context.Context, id string, draining bool) (*WorkerInfo, error) {
+	if err := ValidID(id); err != nil {
+		return nil, invalid("id", "%v", err)
+	}
+	now := c.now()
+	if draining {
+		if err := c.store.SetWorkerState(ctx, id, WorkerStopping, now); err != nil {
+			return nil, err
+		}
+	} else {
+		if _, err := c.store.GetWorker(ctx, id, now, c.cfg.WorkerStaleAfter); err != nil {
+			return nil, err
+		}
+		if err := c.store.SeeWorker(ctx, WorkerInfo{ID: id, Remote: true}, now); err != nil {
+			return nil, err
+		}
+	}
+	return c.store.GetWorker(ctx, id, now, c.cfg.WorkerStaleAfter)
+}
+
+// StopRemoteWorker records that a remote worker drained and stopped
+// (state stopped, seen now, worker.stopped). ErrNotFound when it is not
+// registered.
+func (c *Client) StopRemoteWorker(ctx context.Context, id string) (*WorkerInfo, error) {
+	if err := ValidID(id); err != nil {
+		return nil, invalid("id", "%v", err)
+	}
+	if err := c.store.SetWorkerState(ctx, id, WorkerStopped, c.now()); err != nil {
+		return nil, err
+	}
+	return c.store.GetWorker(ctx, id, c.now(), c.cfg.WorkerStaleAfter)
+}
+
+// WorkerHeartbeatInterval is how often a remote worker should say it is
+// alive: a quarter of the stale TTL, so that three beats may be lost.
+func (c *Client) WorkerHeartbeatInterval() time.Duration {
+	return max(c.cfg.WorkerStaleAfter/4, 10*time.Millisecond)
+}
+
+// markLostWorkers writes worker.heartbeat_lost, once, for each worker that
+// went stale (Maintain).
+func (c *Client) markLostWorkers(ctx context.Context) error {
+	ids, err := c.store.MarkLostWorkers(ctx, c.now(), c.cfg.WorkerStaleAfter)
+	if err != nil {
+		return err
+	}
+	if len(ids) > 0 {
+		c.cfg.Logger.Warn("workers stopped heartbeating", "workers", ids, "stale_after", c.cfg.WorkerStaleAfter.String())
+	}
+	return nil
 }
 
 // registryInterval is how often the heartbeat loop marks the worker seen:

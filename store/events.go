@@ -48,16 +48,18 @@ type EventQuery struct {
 const MaxEventLimit = 1000
 
 // EventScanWindow bounds how many log entries one read of a filtered stream
-// (type, queue, run, worker) examines; a page may then hold fewer events
+// (type, queue, run, worker, node, execution) examines; a page may then hold fewer events
 // than asked for while Next still moves on.
 const EventScanWindow = 5000
 
-// EventPage is one read.
+// EventPage is one read. Its JSON is {items, next_cursor}, the shape of
+// every list of the HTTP API; next_cursor is always there (a stream has no
+// last page: a follower reads after it again later).
 type EventPage struct {
-	Events []bt.Event `json:"events"`
+	Events []bt.Event `json:"items"`
 	// Next is the cursor to read after; equal to the query's After when
 	// nothing new was final yet.
-	Next string `json:"next"`
+	Next string `json:"next_cursor"`
 }
 
 // StreamKind names a stream family.
@@ -71,10 +73,17 @@ const (
 	StreamQueue  StreamKind = "queue"
 	StreamRun    StreamKind = "run"
 	StreamWorker StreamKind = "worker"
+	// StreamNode is node.<host>: the worker.* events of the workers on
+	// that host and the events of every execution (attempt) one of them
+	// ran (docs/events.md).
+	StreamNode StreamKind = "node"
+	// StreamExecution is execution.<id>: the events of one attempt (those
+	// whose body's execution_id is the id).
+	StreamExecution StreamKind = "execution"
 )
 
 // Stream is a parsed stream name: all, type.<type>, task.<id>,
-// queue.<name>, run.<run_id>, worker.<id>.
+// queue.<name>, run.<run_id>, worker.<id>, node.<host>, execution.<id>.
 type Stream struct {
 	Kind  StreamKind
 	Value string
@@ -103,13 +112,13 @@ func ParseStream(s string) (Stream, error) {
 	}
 	prefix, value, ok := strings.Cut(s, ".")
 	if !ok {
-		return Stream{}, fmt.Errorf("%w %q: want all, type.<type>, task.<id>, queue.<name>, run.<run_id> or worker.<id>", ErrBadStream, s)
+		return Stream{}, fmt.Errorf("%w %q: want all, type.<type>, task.<id>, queue.<name>, run.<run_id>, worker.<id>, node.<host> or execution.<id>", ErrBadStream, s)
 	}
 	k := StreamKind(prefix)
 	switch k {
-	case StreamType, StreamTask, StreamQueue, StreamRun, StreamWorker:
+	case StreamType, StreamTask, StreamQueue, StreamRun, StreamWorker, StreamNode, StreamExecution:
 	default:
-		return Stream{}, fmt.Errorf("%w %q: unknown stream family %q (want type, task, queue, run or worker)", ErrBadStream, s, prefix)
+		return Stream{}, fmt.Errorf("%w %q: unknown stream family %q (want type, task, queue, run, worker, node or execution)", ErrBadStream, s, prefix)
 	}
 	if value == "" {
 		return Stream{}, fmt.Errorf("%w %q: %s needs a value after the dot", ErrBadStream, s, prefix)

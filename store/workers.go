@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"time"
 
@@ -64,17 +65,26 @@ type WorkerFilter struct {
 // Workers is the worker registry.
 type Workers interface {
 	// RegisterWorker writes the worker's row afresh (state active,
-	// started_at and last_seen = w.StartedAt).
+	// started_at and last_seen = w.StartedAt) and its worker.started event
+	// (actor: ActorFrom(ctx, "")), in one transaction.
 	RegisterWorker(ctx context.Context, w WorkerInfo) error
-	// SeeWorker marks a worker seen at now (state active); a worker not
-	// registered yet (a remote worker's first claim) is added with w's
-	// fields and started_at = now.
+	// SeeWorker marks a worker seen at now; a worker not registered yet (a
+	// remote worker's first claim, from a client that does not register)
+	// is added with w's fields and started_at = now, and a stopped one
+	// comes back active; both write worker.started. A stopping worker
+	// stays stopping.
 	SeeWorker(ctx context.Context, w WorkerInfo, now time.Time) error
 	// TouchWorkers sets last_seen = now for the ids still registered.
 	TouchWorkers(ctx context.Context, ids []string, now time.Time) error
-	// SetWorkerState records stopping or stopped (stopped sets stopped_at).
-	// Unknown id: ErrNotFound.
+	// SetWorkerState records stopping or stopped (stopped sets stopped_at)
+	// and last_seen = now. Unknown id: ErrNotFound.
 	SetWorkerState(ctx context.Context, id string, st WorkerState, now time.Time) error
+	// MarkLostWorkers writes worker.heartbeat_lost, once, for each worker
+	// that says active or stopping and was last seen before
+	// now-staleAfter: a worker is marked when its event is written, and
+	// unmarked when it is seen again (a later loss is written again). Safe
+	// to run from many processes at once. Returns the ids it marked.
+	MarkLostWorkers(ctx context.Context, now time.Time, staleAfter time.Duration) ([]string, error)
 	// ListWorkers lists workers in id order.
 	ListWorkers(ctx context.Context, f WorkerFilter) ([]WorkerInfo, error)
 	// GetWorker returns one worker; ErrNotFound if unknown.
@@ -127,4 +137,44 @@ func AddWorkerCount(out map[WorkerState]int, state string, old bool, n int) {
 		st = WorkerStale
 	}
 	out[st] += n
+}
+
+// Worker lifecycle events (docs/events.md). Their subject is the worker's
+// id; they have no queue or kind; their body names the worker's host, so
+// the node.<host> stream finds them.
+const (
+	EventWorkerStarted       = "worker.started"
+	EventWorkerHeartbeatLost = "worker.heartbeat_lost"
+	EventWorkerStopped       = "worker.stopped"
+)
+
+// WorkerStartedEvent is the worker.started event of a registration.
+func WorkerStartedEvent(w WorkerInfo, now time.Time, actor string) bt.Event {
+	queues := w.Queues
+	if queues == nil {
+		queues = []string{}
+	}
+	b, _ := json.Marshal(struct {
+		Host    string   `json:"host"`
+		PID     int      `json:"pid"`
+		Queues  []string `json:"queues"`
+		Version string   `json:"version"`
+		Remote  bool     `json:"remote"`
+	}{w.Host, w.PID, queues, w.Version, w.Remote})
+	return NewEvent(now, EventWorkerStarted, w.ID, "", "", actor, b)
+}
+
+// WorkerLostEvent is the worker.heartbeat_lost event of a worker last seen
+// at lastSeen.
+func WorkerLostEvent(id, host string, lastSeen, now time.Time, staleAfter time.Duration) bt.Event {
+	b, _ := json.Marshal(map[string]any{"host": host, "last_seen": EventTime(lastSeen),
+		"stale_after_ms": staleAfter.Milliseconds()})
+	return NewEvent(now, EventWorkerHeartbeatLost, id, "", "", "", b)
+}
+
+// WorkerStoppedEvent is the worker.stopped event of a worker that said it
+// stopped.
+func WorkerStoppedEvent(id, host string, startedAt, now time.Time, actor string) bt.Event {
+	b, _ := json.Marshal(map[string]any{"host": host, "started_at": EventTime(startedAt)})
+	return NewEvent(now, EventWorkerStopped, id, "", "", actor, b)
 }

@@ -196,6 +196,9 @@ func (s *Server) register() {
 
 	s.handle("GET", "/v1/workers", RoleViewer, s.listWorkers)
 	s.handle("GET", "/v1/workers/{id}", RoleViewer, s.getWorker)
+	s.handle("POST", "/v1/workers", RoleOperator, s.registerWorker)
+	s.handle("POST", "/v1/workers/{id}/heartbeat", RoleOperator, s.workerHeartbeat)
+	s.handle("POST", "/v1/workers/{id}/stop", RoleOperator, s.stopWorker)
 
 	s.handle("GET", "/v1/events", RoleViewer, s.listEvents)
 	s.handle("GET", "/v1/events/stream", RoleViewer, s.streamEvents)

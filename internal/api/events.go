@@ -16,7 +16,9 @@ import (
 // after a cursor, a page at a time; with Accept: text/event-stream, or at
 // GET /v1/events/stream, it follows the stream live as Server-Sent Events
 // whose id is the event's cursor, so a reconnecting client resumes with
-// Last-Event-ID.
+// Last-Event-ID. A read that fails while streaming for a reason that may
+// pass (the database restarting) is retried with backoff, the stream kept
+// open (keep-alive comments go on) and resumed after the last event sent.
 
 // EventPage is GET /v1/events.
 type EventPage = backstop.EventPage
@@ -135,8 +137,36 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 			}
 			lastSent = time.Now()
 		}
-		if page, err = s.c.ReadEvents(ctx, p); err != nil {
-			return nil // the response has started: the client reconnects with Last-Event-ID
+		for failures := 0; ; failures++ {
+			if page, err = s.c.ReadEvents(ctx, p); err == nil {
+				break
+			}
+			if !backstop.ReadRetryable(ctx, err) {
+				return nil // the response has started: the client reconnects with Last-Event-ID
+			}
+			// The database went away (a restart, the network): keep the
+			// stream, and read again after the last event sent.
+			wait := backstop.ReadBackoff(failures)
+			if failures%10 == 0 { // the first failure, then one in ten
+				s.log.Warn("event stream: reading failed; retrying", "stream", p.Stream, "after", p.After, "error", err.Error(),
+					"backoff", wait.String())
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.quit:
+				return nil
+			case <-time.After(wait):
+			}
+			if time.Since(lastSent) > sseKeepAlive {
+				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+					return nil
+				}
+				if err := rc.Flush(); err != nil {
+					return nil
+				}
+				lastSent = time.Now()
+			}
 		}
 	}
 }

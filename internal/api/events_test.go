@@ -48,6 +48,16 @@ func TestEventsAPI(t *testing.T) {
 		if len(page.Events) != 1 || page.Events[0].Subject != "b" || page.Events[0].Type != "task.enqueued" {
 			t.Fatalf("queue stream: %+v", page)
 		}
+		// The shape of every list: {items, next_cursor}.
+		if _, out := b.raw(t, api.RoleViewer, "GET", "/v1/events?stream=queue.q-b&limit=1", "", ""); true {
+			var shape map[string]json.RawMessage
+			if err := json.Unmarshal(out, &shape); err != nil {
+				t.Fatal(err)
+			}
+			if len(shape) != 2 || shape["items"] == nil || string(shape["next_cursor"]) != `"`+page.Next+`"` {
+				t.Fatalf("GET /v1/events answers %s, want {items, next_cursor}", out)
+			}
+		}
 		read("?stream=queue.q-b&after=" + page.Next)
 		if len(page.Events) != 1 || page.Events[0].Type != "task.canceled" {
 			t.Fatalf("queue stream, second page: %+v", page)

@@ -111,3 +111,76 @@ func (s *Server) seeWorker(r *http.Request, id string, queues []string) {
 		s.log.Warn("worker registry: recording a remote worker failed", "worker_id", id, "error", err)
 	}
 }
+
+// The worker protocol's registry calls: a remote worker registers as it
+// starts (POST /v1/workers), says it is alive every heartbeat_interval
+// (POST /v1/workers/{id}/heartbeat, draining: true once it drains) and
+// that it stopped (POST /v1/workers/{id}/stop), so the registry shows its
+// host, pid, a fresh last_seen and stopped, and the log its worker.*
+// events (docs/events.md).
+
+// RegisterWorkerRequest is POST /v1/workers.
+type RegisterWorkerRequest struct {
+	ID      string            `json:"id"`
+	Host    string            `json:"host"`
+	PID     int               `json:"pid"`
+	Queues  []string          `json:"queues"`
+	Version string            `json:"version,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}
+
+// WorkerRegistration answers POST /v1/workers: the registered worker and
+// how often it should heartbeat (a quarter of the server's stale TTL).
+type WorkerRegistration struct {
+	backstop.WorkerInfo
+	HeartbeatInterval bt.Duration `json:"heartbeat_interval"`
+}
+
+// WorkerHeartbeatRequest is POST /v1/workers/{id}/heartbeat (body
+// optional).
+type WorkerHeartbeatRequest struct {
+	// Draining says the worker stopped claiming and finishes what it
+	// runs: state stopping.
+	Draining bool `json:"draining,omitempty"`
+}
+
+// POST /v1/workers
+func (s *Server) registerWorker(w http.ResponseWriter, r *http.Request) error {
+	var req RegisterWorkerRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	info, err := s.c.RegisterRemoteWorker(actorContext(r), backstop.WorkerInfo{ID: req.ID, Host: req.Host, PID: req.PID,
+		Queues: req.Queues, Version: req.Version, Labels: req.Labels})
+	if err != nil {
+		return err
+	}
+	s.seen.m.Store(info.ID, time.Now())
+	return writeJSON(w, http.StatusCreated, WorkerRegistration{WorkerInfo: *info, HeartbeatInterval: bt.Duration(s.c.WorkerHeartbeatInterval())})
+}
+
+// POST /v1/workers/{id}/heartbeat
+func (s *Server) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
+	var req WorkerHeartbeatRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return err
+	}
+	info, err := s.c.RemoteWorkerHeartbeat(actorContext(r), r.PathValue("id"), req.Draining)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, info)
+}
+
+// POST /v1/workers/{id}/stop
+func (s *Server) stopWorker(w http.ResponseWriter, r *http.Request) error {
+	if err := decodeOptional(r, &struct{}{}); err != nil {
+		return err
+	}
+	info, err := s.c.StopRemoteWorker(actorContext(r), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	s.seen.m.Delete(info.ID)
+	return writeJSON(w, http.StatusOK, info)
+}

@@ -58,11 +58,16 @@ func eventsTailCmd(a *app) *cobra.Command {
 (an event's cursor, or the "next" of a previous page; empty: the beginning).
 
 Streams: all, type.<type> (e.g. type.task.dead_lettered), task.<id>,
-queue.<name>, run.<run_id>, worker.<id>.
+queue.<name>, run.<run_id>, worker.<id>, execution.<id> (one attempt's
+events), node.<host> (the events of the host's workers and of the attempts
+they ran); docs/events.md.
 
 Without --follow it prints one page (--limit events) and, when more may
 follow, the cursor to continue from on stderr. With --follow it keeps
-printing new events until interrupted; with -o json, one JSON event per line.`,
+printing new events until interrupted; with -o json, one JSON event per line.
+A read that fails while following (the database restarting, a dropped
+connection) is retried with backoff from the last printed event, with a
+note on stderr: nothing is skipped or printed twice.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if p.Limit < 1 || p.Limit > 1000 {
@@ -95,6 +100,7 @@ printing new events until interrupted; with -o json, one JSON event per line.`,
 				})
 			}
 			enc := json.NewEncoder(a.stdout)
+			failures := 0
 			for {
 				for _, e := range page.Events {
 					if a.output == "json" {
@@ -114,16 +120,32 @@ printing new events until interrupted; with -o json, one JSON event per line.`,
 					case <-time.After(poll):
 					}
 				}
-				if page, err = c.ReadEvents(ctx, p); err != nil {
+				for {
+					if page, err = c.ReadEvents(ctx, p); err == nil {
+						failures = 0
+						break
+					}
 					if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 						return nil
 					}
-					return err
+					if !backstop.ReadRetryable(ctx, err) {
+						return err
+					}
+					// The database went away (a restart, the network):
+					// read again after the last printed event.
+					wait := backstop.ReadBackoff(failures)
+					failures++
+					fmt.Fprintf(a.stderr, "events tail: reading failed (%v); retrying in %s after %q\n", err, wait, p.After)
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(wait):
+					}
 				}
 			}
 		},
 	}
-	cmd.Flags().StringVar(&p.Stream, "stream", "all", "the stream: all, type.<type>, task.<id>, queue.<name>, run.<run_id>, worker.<id>")
+	cmd.Flags().StringVar(&p.Stream, "stream", "all", "the stream: all, type.<type>, task.<id>, queue.<name>, run.<run_id>, worker.<id>, execution.<id>, node.<host>")
 	cmd.Flags().StringVar(&p.After, "after", "", "cursor: print events after this one")
 	cmd.Flags().IntVar(&p.Limit, "limit", 100, "events per page (1-1000)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until interrupted")

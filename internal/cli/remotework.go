@@ -61,6 +61,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	cl := apiclient.New(o.server, o.token)
 	r := &remoteWorker{cl: cl, h: h, log: log, id: id, o: o}
 	r.lastActive.Store(time.Now().UnixNano())
+	reg := startRemoteRegistry(cl, id, o.queues, log) // remoteregistry.go
 
 	// claimCtx ends claiming; killCtx kills running programs.
 	claimCtx, stopClaims := context.WithCancel(context.WithoutCancel(ctx))
@@ -97,6 +98,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	}
 	log.Info("worker draining", "worker_id", id, "reason", reason, "running", r.running.Load(), "grace", o.grace.String())
 	stopClaims()
+	reg.drain()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	sigs := make(chan os.Signal, 1)
@@ -114,6 +116,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 		kill(errRemoteDrain)
 		<-done
 	}
+	reg.stop()
 	log.Info("worker stopped", "worker_id", id, "reason", reason)
 	return nil
 }

@@ -235,6 +235,19 @@ func streamFilter(s store.Stream) string {
 		return "attributes->>'run_id' = $4"
 	case store.StreamWorker:
 		return "(subject = $4 OR body->>'worker_id' = $4)"
+	case store.StreamExecution:
+		return "body->>'execution_id' = $4"
+	case store.StreamNode:
+		// A worker's own events name its host; an attempt's events name
+		// its execution, whose worker is in the body (claimed, started,
+		// lease_expired), else in the task row (its latest attempt) or
+		// the attempt's executions row.
+		return `(CASE WHEN f.type LIKE 'worker.%' THEN f.body->>'host' = $4
+			WHEN coalesce(f.body->>'execution_id', '') = '' THEN false
+			ELSE coalesce(f.body->>'worker_id',
+				(SELECT t.worker_id FROM backstop_tasks t WHERE t.id = f.subject AND t.execution_id = f.body->>'execution_id'),
+				(SELECT x.worker_id FROM backstop_executions x WHERE x.execution_id = f.body->>'execution_id'))
+				IN (SELECT k.id FROM backstop_workers k WHERE k.host = $4) END)`
 	}
 	return "true"
 }
@@ -280,7 +293,10 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	default:
 		// A window of the log after the cursor, the matches in it, and
 		// the window's last position (where the next read starts when
-		// the matches do not fill the page).
+		// the matches do not fill the page). Its ORDER BY names w's
+		// columns: a bare "xid" there is the output column xid::text
+		// (output names win in ORDER BY), and "999" sorts after "1001"
+		// as text, which sent the next read back over served events.
 		rs, err = s.pool.Query(ctx, `WITH w AS (
 				SELECT e.xid, e.seq, u.i, coalesce(u.id, '') AS id, coalesce(u.t, e.time) AS time, e.type, u.subject,
 					coalesce(u.queue, '') AS queue, coalesce(u.kind, '') AS kind, u.attributes, e.actor,
@@ -289,12 +305,12 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 				WHERE `+afterCursor(7)+`
 				ORDER BY e.xid, e.seq, u.i LIMIT $6
 			), m AS (
-				SELECT * FROM w WHERE `+streamFilter(q.Stream)+` ORDER BY xid, seq, i LIMIT $5
+				SELECT * FROM w f WHERE `+streamFilter(q.Stream)+` ORDER BY xid, seq, i LIMIT $5
 			)
 			SELECT true, xid::text, seq, i, id, time, type, subject, queue, kind, attributes, actor, body FROM m
 			UNION ALL
-			(SELECT false, xid::text, seq, i, '', now(), '', '', '', '', NULL, '', '{}'::json FROM w
-			 ORDER BY xid DESC, seq DESC, i DESC LIMIT 1)`, xid, seq, idx, q.Stream.Value, limit, store.EventScanWindow, h)
+			(SELECT false, w.xid::text, w.seq, w.i, '', now(), '', '', '', '', NULL, '', '{}'::json FROM w
+			 ORDER BY w.xid DESC, w.seq DESC, w.i DESC LIMIT 1)`, xid, seq, idx, q.Stream.Value, limit, store.EventScanWindow, h)
 	}
 	if err != nil {
 		return page, fmt.Errorf("pgstore: read events: %w", err)

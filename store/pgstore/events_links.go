@@ -109,8 +109,9 @@ func enqueuedEvents(actorParam int) string {
 // row lists (the partial btree on link; a link whose rows event retention
 // deleted matches nothing). Readers still keep only the elements whose subject is
 // the task.
+// A worker's events (subject: the worker's id) are never a task's.
 func taskEventRows(task string) string {
-	return `(SELECT * FROM backstop_events e WHERE e.link IS NULL AND e.subjects @> ARRAY[` + task + `]
+	return `(SELECT * FROM backstop_events e WHERE e.link IS NULL AND e.subjects @> ARRAY[` + task + `] AND e.type NOT LIKE 'worker.%'
 	UNION ALL
 	SELECT * FROM backstop_events e WHERE e.link IS NOT NULL
 		AND e.link = ANY((SELECT t.event_links FROM backstop_tasks t WHERE t.id = ` + task + `)::bigint[])) e`
@@ -123,7 +124,7 @@ func taskEventRows(task string) string {
 // event_seqs all the same.
 func tasksEventRows(cte, ids string) string {
 	return `ev_cand AS (
-	SELECT xid, seq FROM backstop_events WHERE link IS NULL AND subjects && ` + ids + `
+	SELECT xid, seq FROM backstop_events WHERE link IS NULL AND subjects && ` + ids + ` AND type NOT LIKE 'worker.%'
 	UNION ALL
 	SELECT xid, seq FROM backstop_events WHERE link IS NOT NULL AND link = ANY((SELECT array_agg(s.link)
 		FROM backstop_tasks t CROSS JOIN LATERAL unnest(t.event_links) AS s(link)

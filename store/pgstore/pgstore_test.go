@@ -1088,7 +1088,44 @@ func TestConformance(t *testing.T) {
 		}
 		return tx, end(tx.Commit), end(tx.Rollback), nil
 	}
-	storetest.Run(t, open, storetest.WithTx("pgx.Tx", pgxTx), storetest.WithTx("sql.Tx", sqlTx))
+	storetest.Run(t, open, storetest.WithTx("pgx.Tx", pgxTx), storetest.WithTx("sql.Tx", sqlTx),
+		storetest.WithXidBurner(burnXids))
+}
+
+// burnXids brings the cluster's transaction counter to a few short of the
+// next power of ten: each subtransaction that writes takes an xid of its
+// own, so one DO block takes ~150,000 a second (the counter starts near
+// 1,000 on a fresh cluster).
+func burnXids(ctx context.Context, st store.Store) error {
+	pool := st.(*pgstore.Store).Pool()
+	var cur uint64
+	if err := pool.QueryRow(ctx, `SELECT pg_current_xact_id()::text::bigint`).Scan(&cur); err != nil {
+		return err
+	}
+	target := uint64(10)
+	for target <= cur+20 {
+		target *= 10
+	}
+	if target-cur > 5_000_000 {
+		return fmt.Errorf("transaction id %d: the next power of ten is too far to reach quickly", cur)
+	}
+	for left := target - cur - 10; left > 0; {
+		n := min(left, 200_000)
+		if _, err := pool.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN
+			CREATE TEMP TABLE IF NOT EXISTS backstop_xid_burn (x int);
+			FOR i IN 1..%d LOOP
+				BEGIN
+					INSERT INTO backstop_xid_burn VALUES (1);
+					RAISE EXCEPTION 'burn';
+				EXCEPTION WHEN raise_exception THEN NULL;
+				END;
+			END LOOP;
+		END $$`, n)); err != nil {
+			return err
+		}
+		left -= n
+	}
+	return nil
 }
 
 func benchInt(env string, def int) int {

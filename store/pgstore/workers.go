@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -26,13 +27,18 @@ func labelsJSON(m map[string]string) []byte {
 
 // RegisterWorker implements store.Workers.
 func (s *Store) RegisterWorker(ctx context.Context, w store.WorkerInfo) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO backstop_workers
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO backstop_workers
 		(id, host, pid, queues, version, labels, remote, state, started_at, last_seen, stopped_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $8, NULL)
 		ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, queues = excluded.queues,
 			version = excluded.version, labels = excluded.labels, remote = excluded.remote, state = 'active',
-			started_at = excluded.started_at, last_seen = excluded.last_seen, stopped_at = NULL`,
-		w.ID, w.Host, w.PID, store.JoinQueues(w.Queues), w.Version, labelsJSON(w.Labels), w.Remote, w.StartedAt)
+			started_at = excluded.started_at, last_seen = excluded.last_seen, stopped_at = NULL, lost_at = NULL`,
+			w.ID, w.Host, w.PID, store.JoinQueues(w.Queues), w.Version, labelsJSON(w.Labels), w.Remote, w.StartedAt); err != nil {
+			return err
+		}
+		return insertEventsScalar(ctx, pgxTx{tx}, []bt.Event{store.WorkerStartedEvent(w, w.StartedAt, store.ActorFrom(ctx, ""))})
+	})
 	if err != nil {
 		return fmt.Errorf("pgstore: register worker: %w", err)
 	}
@@ -41,11 +47,34 @@ func (s *Store) RegisterWorker(ctx context.Context, w store.WorkerInfo) error {
 
 // SeeWorker implements store.Workers.
 func (s *Store) SeeWorker(ctx context.Context, w store.WorkerInfo, now time.Time) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO backstop_workers
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var old string
+		err := tx.QueryRow(ctx, `SELECT state FROM backstop_workers WHERE id = $1 FOR UPDATE`, w.ID).Scan(&old)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			old = ""
+		case err != nil:
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO backstop_workers
 		(id, host, pid, queues, version, labels, remote, state, started_at, last_seen)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $8)
-		ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, state = 'active', stopped_at = NULL`,
-		w.ID, w.Host, w.PID, store.JoinQueues(w.Queues), w.Version, labelsJSON(w.Labels), w.Remote, now)
+		ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, lost_at = NULL,
+			state = CASE WHEN backstop_workers.state = 'stopped' THEN 'active' ELSE backstop_workers.state END,
+			started_at = CASE WHEN backstop_workers.state = 'stopped' THEN excluded.started_at ELSE backstop_workers.started_at END,
+			stopped_at = CASE WHEN backstop_workers.state = 'stopped' THEN NULL ELSE backstop_workers.stopped_at END`,
+			w.ID, w.Host, w.PID, store.JoinQueues(w.Queues), w.Version, labelsJSON(w.Labels), w.Remote, now); err != nil {
+			return err
+		}
+		if old != "" && old != string(store.WorkerStopped) {
+			return nil
+		}
+		var info workerRow
+		if err := tx.QueryRow(ctx, `SELECT `+workerCols+` FROM backstop_workers WHERE id = $1`, w.ID).Scan(scanWorkerDest(&info)...); err != nil {
+			return err
+		}
+		return insertEventsScalar(ctx, pgxTx{tx}, []bt.Event{store.WorkerStartedEvent(info.fields(), now, store.ActorFrom(ctx, ""))})
+	})
 	if err != nil {
 		return fmt.Errorf("pgstore: see worker: %w", err)
 	}
@@ -57,7 +86,7 @@ func (s *Store) TouchWorkers(ctx context.Context, ids []string, now time.Time) e
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := s.pool.Exec(ctx, `UPDATE backstop_workers SET last_seen = $2 WHERE id = ANY($1) AND last_seen < $2`, ids, now); err != nil {
+	if _, err := s.pool.Exec(ctx, `UPDATE backstop_workers SET last_seen = $2, lost_at = NULL WHERE id = ANY($1) AND last_seen < $2`, ids, now); err != nil {
 		return fmt.Errorf("pgstore: touch workers: %w", err)
 	}
 	return nil
@@ -69,35 +98,102 @@ func (s *Store) SetWorkerState(ctx context.Context, id string, st store.WorkerSt
 	if st == store.WorkerStopped {
 		stopped = &now
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE backstop_workers SET state = $2, last_seen = $3, stopped_at = $4 WHERE id = $1`,
-		id, string(st), now, stopped)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var (
+			old, host string
+			started   time.Time
+		)
+		err := tx.QueryRow(ctx, `SELECT state, host, started_at FROM backstop_workers WHERE id = $1 FOR UPDATE`, id).Scan(&old, &host, &started)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("worker %s: %w", id, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE backstop_workers SET state = $2, last_seen = $3, stopped_at = $4, lost_at = NULL WHERE id = $1`,
+			id, string(st), now, stopped); err != nil {
+			return err
+		}
+		if st != store.WorkerStopped || old == string(store.WorkerStopped) {
+			return nil
+		}
+		return insertEventsScalar(ctx, pgxTx{tx}, []bt.Event{store.WorkerStoppedEvent(id, host, utc(started), now, store.ActorFrom(ctx, ""))})
+	})
 	if err != nil {
 		return fmt.Errorf("pgstore: worker state: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("pgstore: worker %s: %w", id, store.ErrNotFound)
 	}
 	return nil
 }
 
+// MarkLostWorkers implements store.Workers. A second maintainer's UPDATE
+// waits for the first one's row locks and then finds lost_at set.
+func (s *Store) MarkLostWorkers(ctx context.Context, now time.Time, staleAfter time.Duration) ([]string, error) {
+	var ids []string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rs, err := tx.Query(ctx, `UPDATE backstop_workers SET lost_at = $1
+			WHERE state IN ('active', 'stopping') AND last_seen < $2 AND lost_at IS NULL
+			RETURNING id, host, last_seen`, now, now.Add(-staleAfter))
+		if err != nil {
+			return err
+		}
+		var events []bt.Event
+		for rs.Next() {
+			var (
+				id, host string
+				seen     time.Time
+			)
+			if err := rs.Scan(&id, &host, &seen); err != nil {
+				rs.Close()
+				return err
+			}
+			ids = append(ids, id)
+			events = append(events, store.WorkerLostEvent(id, host, utc(seen), now, staleAfter))
+		}
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return err
+		}
+		return insertEventsScalar(ctx, pgxTx{tx}, events)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: mark lost workers: %w", err)
+	}
+	return ids, nil
+}
+
 const workerCols = `id, host, pid, queues, version, labels, remote, state, started_at, last_seen, stopped_at`
 
-func scanWorker(r pgx.Row, now time.Time, staleAfter time.Duration) (store.WorkerInfo, error) {
-	var (
-		w       store.WorkerInfo
-		queues  string
-		labels  []byte
-		state   string
-		stopped *time.Time
-	)
-	if err := r.Scan(&w.ID, &w.Host, &w.PID, &queues, &w.Version, &labels, &w.Remote, &state, &w.StartedAt, &w.LastSeen, &stopped); err != nil {
-		return w, err
-	}
-	w.Queues = store.SplitQueues(queues)
+// workerRow is a registry row as scanned.
+type workerRow struct {
+	w       store.WorkerInfo
+	queues  string
+	labels  []byte
+	state   string
+	stopped *time.Time
+}
+
+func scanWorkerDest(r *workerRow) []any {
+	return []any{&r.w.ID, &r.w.Host, &r.w.PID, &r.queues, &r.w.Version, &r.labels, &r.w.Remote, &r.state, &r.w.StartedAt, &r.w.LastSeen, &r.stopped}
+}
+
+// fields is the row as a WorkerInfo, its state as stored.
+func (r *workerRow) fields() store.WorkerInfo {
+	w := r.w
+	w.Queues = store.SplitQueues(r.queues)
 	w.Labels = map[string]string{}
-	_ = json.Unmarshal(labels, &w.Labels)
-	w.StartedAt, w.LastSeen, w.StoppedAt = utc(w.StartedAt), utc(w.LastSeen), utcPtr(stopped)
-	w.State = store.DeriveWorkerState(store.WorkerState(state), w.LastSeen, now, staleAfter)
+	_ = json.Unmarshal(r.labels, &w.Labels)
+	w.StartedAt, w.LastSeen, w.StoppedAt = utc(w.StartedAt), utc(w.LastSeen), utcPtr(r.stopped)
+	w.State = store.WorkerState(r.state)
+	return w
+}
+
+func scanWorker(r pgx.Row, now time.Time, staleAfter time.Duration) (store.WorkerInfo, error) {
+	var row workerRow
+	if err := r.Scan(scanWorkerDest(&row)...); err != nil {
+		return row.w, err
+	}
+	w := row.fields()
+	w.State = store.DeriveWorkerState(w.State, w.LastSeen, now, staleAfter)
 	return w, nil
 }
 

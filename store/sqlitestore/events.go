@@ -223,8 +223,127 @@ func matcher(s store.Stream) func(r *logRow, i int, e *bt.Event) (bool, error) {
 			w, ok := b.WorkerID.(string)
 			return ok && w == s.Value, nil
 		}
+	case store.StreamExecution:
+		return func(_ *logRow, _ int, e *bt.Event) (bool, error) {
+			b, err := attemptOf(e)
+			return b.ExecutionID == s.Value, err
+		}
+	case store.StreamNode:
+		// The candidates: a worker's events naming the host, and every
+		// attempt's events (readNode looks up whose they are).
+		return func(_ *logRow, _ int, e *bt.Event) (bool, error) {
+			b, err := attemptOf(e)
+			if strings.HasPrefix(e.Type, "worker.") {
+				return b.Host == s.Value, err
+			}
+			return b.ExecutionID != "", err
+		}
 	}
 	return func(*logRow, int, *bt.Event) (bool, error) { return true, nil }
+}
+
+// attempt is what an event's body says of its attempt and worker.
+type attempt struct {
+	ExecutionID string `json:"execution_id"`
+	WorkerID    string `json:"worker_id"`
+	Host        string `json:"host"`
+}
+
+func attemptOf(e *bt.Event) (attempt, error) {
+	var raw map[string]any
+	if err := json.Unmarshal(e.Body, &raw); err != nil {
+		return attempt{}, fmt.Errorf("event %s: body: %w", e.Cursor, err)
+	}
+	str := func(k string) string { v, _ := raw[k].(string); return v }
+	return attempt{ExecutionID: str("execution_id"), WorkerID: str("worker_id"), Host: str("host")}, nil
+}
+
+// readNode narrows a node stream's candidates (matcher) to those of the
+// host's workers: worker events name the host; an attempt's worker is in
+// its body (claimed, started, lease_expired), else in its task's row (the
+// latest attempt) or the attempt's executions row. It returns at most
+// limit events and where the next read starts.
+func (s *Store) readNode(ctx context.Context, host string, cands []bt.Event, windowNext string, limit int) ([]bt.Event, string, error) {
+	workers := map[string]bool{}
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM backstop_workers WHERE host = ?`, host)
+	if err != nil {
+		return nil, "", err
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, "", err
+		}
+		workers[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	type key struct{ task, exec string }
+	whose := map[key]string{}
+	var look []any
+	atts := make([]attempt, len(cands))
+	for i := range cands {
+		a, err := attemptOf(&cands[i])
+		if err != nil {
+			return nil, "", err
+		}
+		atts[i] = a
+		if !strings.HasPrefix(cands[i].Type, "worker.") && a.WorkerID == "" {
+			k := key{cands[i].Subject, a.ExecutionID}
+			if _, ok := whose[k]; !ok {
+				whose[k] = ""
+				look = append(look, cands[i].Subject)
+			}
+		}
+	}
+	for start := 0; start < len(look); start += insertChunk {
+		chunk := look[start:min(start+insertChunk, len(look))]
+		in := placeholders(len(chunk))
+		rows, err := s.r.QueryContext(ctx, `SELECT id, execution_id, worker_id FROM backstop_tasks
+			WHERE id IN (`+in+`) AND execution_id IS NOT NULL AND worker_id IS NOT NULL
+			UNION ALL
+			SELECT task_id, execution_id, worker_id FROM backstop_executions WHERE task_id IN (`+in+`)`,
+			append(append([]any{}, chunk...), chunk...)...)
+		if err != nil {
+			return nil, "", err
+		}
+		for rows.Next() {
+			var t, x, w string
+			if err := rows.Scan(&t, &x, &w); err != nil {
+				rows.Close()
+				return nil, "", err
+			}
+			if _, ok := whose[key{t, x}]; ok {
+				whose[key{t, x}] = w
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, "", err
+		}
+	}
+	out := []bt.Event{}
+	for i, e := range cands {
+		ok := strings.HasPrefix(e.Type, "worker.") // the matcher checked the host
+		if !ok {
+			w := atts[i].WorkerID
+			if w == "" {
+				w = whose[key{e.Subject, atts[i].ExecutionID}]
+			}
+			ok = workers[w]
+		}
+		if !ok {
+			continue
+		}
+		out = append(out, e)
+		if len(out) == limit {
+			return out, e.Cursor, nil
+		}
+	}
+	return out, windowNext, nil
 }
 
 // ReadEvents implements store.EventLog.
@@ -267,6 +386,24 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 		page.Events, err = readPlain(rows, after, limit, q.Stream)
 		if err == nil && len(page.Events) > 0 {
 			page.Next = page.Events[len(page.Events)-1].Cursor
+		}
+	case store.StreamNode:
+		// Every candidate of the window first (the lookups need the
+		// rows closed: the read pool is small), then the host's.
+		var (
+			cands []bt.Event
+			next  string
+		)
+		cands, next, err = readWindow(rows, after, store.EventScanWindow, q.Stream)
+		if err == nil {
+			err = rows.Err()
+		}
+		rows.Close()
+		if err == nil {
+			page.Events, next, err = s.readNode(ctx, q.Stream.Value, cands, next, limit)
+		}
+		if next != "" {
+			page.Next = next
 		}
 	default:
 		var next string

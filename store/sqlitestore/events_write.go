@@ -265,6 +265,13 @@ func insertRows(ctx context.Context, q querier, rows []*evRow, first int64, inde
 // (then it starts a new one). A settle batch of failures so writes three
 // rows (started, failed, retry_scheduled), an enqueue batch one.
 func insertEvents(ctx context.Context, q querier, events []bt.Event) error {
+	return insertEventsIndexed(ctx, q, events, true)
+}
+
+// insertEventsIndexed is insertEvents; index false leaves the events out
+// of backstop_event_subjects (the index of task subjects): a worker's
+// events are not a task's history.
+func insertEventsIndexed(ctx context.Context, q querier, events []bt.Event, index bool) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -302,7 +309,7 @@ func insertEvents(ctx context.Context, q querier, events []bt.Event) error {
 	if err := q.QueryRowContext(ctx, `SELECT `+nextEventSeq).Scan(&seq); err != nil {
 		return fmt.Errorf("sqlite: events: next seq: %w", err)
 	}
-	return insertRows(ctx, q, rows, seq, true)
+	return insertRows(ctx, q, rows, seq, index)
 }
 
 // enqueuedRow builds the task.enqueued row of new tasks (neither duplicate

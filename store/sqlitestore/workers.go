@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -31,27 +32,65 @@ func boolInt(b bool) int {
 
 // RegisterWorker implements store.Workers.
 func (s *Store) RegisterWorker(ctx context.Context, w store.WorkerInfo) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO backstop_workers
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO backstop_workers
 		(id, host, pid, queues, version, labels, remote, state, started_at, last_seen, stopped_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, 'active', ?, ?, NULL)
 		ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, queues = excluded.queues,
 			version = excluded.version, labels = excluded.labels, remote = excluded.remote, state = 'active',
-			started_at = excluded.started_at, last_seen = excluded.last_seen, stopped_at = NULL`,
-		w.ID, w.Host, w.PID, store.JoinQueues(w.Queues), w.Version, labelsJSON(w.Labels), boolInt(w.Remote),
-		us(w.StartedAt), us(w.StartedAt))
+			started_at = excluded.started_at, last_seen = excluded.last_seen, stopped_at = NULL, lost_at = NULL`,
+			w.ID, w.Host, w.PID, store.JoinQueues(w.Queues), w.Version, labelsJSON(w.Labels), boolInt(w.Remote),
+			us(w.StartedAt), us(w.StartedAt)); err != nil {
+			return err
+		}
+		return insertEventsIndexed(ctx, tx, []bt.Event{store.WorkerStartedEvent(w, w.StartedAt, store.ActorFrom(ctx, ""))}, false)
+	})
 	if err != nil {
 		return fmt.Errorf("sqlite: register worker: %w", err)
 	}
 	return nil
 }
 
+// inTx runs f in a write transaction.
+func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := f(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
 // SeeWorker implements store.Workers.
 func (s *Store) SeeWorker(ctx context.Context, w store.WorkerInfo, now time.Time) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO backstop_workers
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var old string
+		err := tx.QueryRowContext(ctx, `SELECT state FROM backstop_workers WHERE id = ?`, w.ID).Scan(&old)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO backstop_workers
 		(id, host, pid, queues, version, labels, remote, state, started_at, last_seen)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 'active', ?, ?)
-		ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, state = 'active', stopped_at = NULL`,
-		w.ID, w.Host, w.PID, store.JoinQueues(w.Queues), w.Version, labelsJSON(w.Labels), boolInt(w.Remote), us(now), us(now))
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'active', ?8, ?8)
+		ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, lost_at = NULL,
+			state = CASE WHEN state = 'stopped' THEN 'active' ELSE state END,
+			started_at = CASE WHEN state = 'stopped' THEN excluded.started_at ELSE started_at END,
+			stopped_at = CASE WHEN state = 'stopped' THEN NULL ELSE stopped_at END`,
+			w.ID, w.Host, w.PID, store.JoinQueues(w.Queues), w.Version, labelsJSON(w.Labels), boolInt(w.Remote), us(now)); err != nil {
+			return err
+		}
+		if old != "" && old != string(store.WorkerStopped) {
+			return nil
+		}
+		info, err := scanWorker(tx.QueryRowContext(ctx, `SELECT `+workerCols+` FROM backstop_workers WHERE id = ?`, w.ID), now, time.Duration(1<<62))
+		if err != nil {
+			return err
+		}
+		return insertEventsIndexed(ctx, tx, []bt.Event{store.WorkerStartedEvent(info, now, store.ActorFrom(ctx, ""))}, false)
+	})
 	if err != nil {
 		return fmt.Errorf("sqlite: see worker: %w", err)
 	}
@@ -67,7 +106,7 @@ func (s *Store) TouchWorkers(ctx context.Context, ids []string, now time.Time) e
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	q := `UPDATE backstop_workers SET last_seen = ?1 WHERE last_seen < ?1 AND id IN (?2` +
+	q := `UPDATE backstop_workers SET last_seen = ?1, lost_at = NULL WHERE last_seen < ?1 AND id IN (?2` +
 		strings.Repeat(", ?", len(ids)-1) + `)`
 	if _, err := s.w.ExecContext(ctx, q, args...); err != nil {
 		return fmt.Errorf("sqlite: touch workers: %w", err)
@@ -81,15 +120,67 @@ func (s *Store) SetWorkerState(ctx context.Context, id string, st store.WorkerSt
 	if st == store.WorkerStopped {
 		stopped = us(now)
 	}
-	res, err := s.w.ExecContext(ctx, `UPDATE backstop_workers SET state = ?, last_seen = ?, stopped_at = ? WHERE id = ?`,
-		string(st), us(now), stopped, id)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var (
+			old, host string
+			started   int64
+		)
+		err := tx.QueryRowContext(ctx, `SELECT state, host, started_at FROM backstop_workers WHERE id = ?`, id).Scan(&old, &host, &started)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("worker %s: %w", id, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE backstop_workers SET state = ?, last_seen = ?, stopped_at = ?, lost_at = NULL WHERE id = ?`,
+			string(st), us(now), stopped, id); err != nil {
+			return err
+		}
+		if st != store.WorkerStopped || old == string(store.WorkerStopped) {
+			return nil
+		}
+		return insertEventsIndexed(ctx, tx, []bt.Event{store.WorkerStoppedEvent(id, host, fromUS(started), now, store.ActorFrom(ctx, ""))}, false)
+	})
 	if err != nil {
 		return fmt.Errorf("sqlite: worker state: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("sqlite: worker %s: %w", id, store.ErrNotFound)
-	}
 	return nil
+}
+
+// MarkLostWorkers implements store.Workers (one writer: the UPDATE's
+// lost_at IS NULL makes the event once).
+func (s *Store) MarkLostWorkers(ctx context.Context, now time.Time, staleAfter time.Duration) ([]string, error) {
+	var ids []string
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `UPDATE backstop_workers SET lost_at = ?
+			WHERE state IN ('active', 'stopping') AND last_seen < ? AND lost_at IS NULL
+			RETURNING id, host, last_seen`, us(now), us(now.Add(-staleAfter)))
+		if err != nil {
+			return err
+		}
+		var events []bt.Event
+		for rows.Next() {
+			var (
+				id, host string
+				seen     int64
+			)
+			if err := rows.Scan(&id, &host, &seen); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+			events = append(events, store.WorkerLostEvent(id, host, fromUS(seen), now, staleAfter))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return insertEventsIndexed(ctx, tx, events, false)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: mark lost workers: %w", err)
+	}
+	return ids, nil
 }
 
 const workerCols = `id, host, pid, queues, version, labels, remote, state, started_at, last_seen, stopped_at`

@@ -29,6 +29,7 @@ func (s *suite) testEvents(t *testing.T) {
 	t.Run("Subscribe", s.testSubscribe)
 	t.Run("SharedRows", s.testEventSharedRows) // events_rows.go
 	t.Run("GapFree", s.testEventsGapFree)
+	t.Run("StreamsCrossXid", s.testEventStreamsCrossXid) // events_xid.go
 }
 
 // testSubscribe: a durable subscription delivers a stream from the start,

@@ -28,6 +28,18 @@ type TxFunc func(ctx context.Context, s store.Store) (tx any, commit, rollback f
 type suite struct {
 	open    Opener
 	beginTx []namedTx
+	burnXid XidBurner
+}
+
+// XidBurner brings a driver's transaction counter to just below the next
+// power of ten (Postgres; drivers without transaction ids in cursors pass
+// none): events written after it have cursors whose transaction part has
+// one more digit than those written before.
+type XidBurner func(ctx context.Context, s store.Store) error
+
+// WithXidBurner sets the driver's XidBurner for the cursor-order tests.
+func WithXidBurner(f XidBurner) Option {
+	return func(s *suite) { s.burnXid = f }
 }
 
 type namedTx struct {

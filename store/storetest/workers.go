@@ -17,6 +17,7 @@ func (s *suite) testWorkers(t *testing.T) {
 	t.Run("Registry", s.testWorkerRegistry)
 	t.Run("WorkerLifecycle", s.testWorkerLifecycle)
 	t.Run("RemoteRelease", s.testRemoteRelease)
+	t.Run("Events", s.testWorkerEvents) // workers_events.go
 }
 
 func workerIDs(ws []store.WorkerInfo) string {
