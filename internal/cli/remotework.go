@@ -309,7 +309,8 @@ func (k *leaseKeeper) beat() {
 		case <-t.C:
 		}
 		sent := time.Now()
-		bctx, bcancel := context.WithTimeout(context.Background(), every)
+		// A slow answer is still worth waiting for while the lease holds.
+		bctx, bcancel := context.WithTimeout(context.Background(), max(every, time.Until(k.until())))
 		res, err := k.cl.Heartbeat(bctx, k.l.TaskID, api.HeartbeatRequest{LeaseToken: k.l.Token, Lease: bt.Duration(k.lease), WorkerID: k.workerID})
 		bcancel()
 		switch s := apiclient.StatusOf(err); {
