@@ -295,6 +295,14 @@ func (c *Client) report(ctx context.Context, l Lease, want bt.Outcome, r *Retry,
 	if err == nil {
 		return &Report{SettleResponse: res, Tries: tries}, nil
 	}
+	return c.settled(ctx, l, want, r, tries, err)
+}
+
+// settled explains a report refused with err: a 404 or a 409 whose task
+// history does not show l's attempt ended with want is ErrLeaseLost; a 409
+// whose history does (an earlier try landed, its answer was lost) is a
+// confirmed Report; any other error is returned as is.
+func (c *Client) settled(ctx context.Context, l Lease, want bt.Outcome, r *Retry, tries int, err error) (*Report, error) {
 	switch StatusOf(err) {
 	case http.StatusNotFound:
 		return nil, fmt.Errorf("%w: %w", ErrLeaseLost, err)
@@ -327,6 +335,48 @@ func (c *Client) report(ctx context.Context, l Lease, want bt.Outcome, r *Retry,
 	}
 	return &Report{SettleResponse: &api.SettleResponse{TaskID: l.TaskID, Outcome: want, State: t.State},
 		Tries: tries, Confirmed: true}, nil
+}
+
+// CompletionReport is one item of ReportCompleteMany: its Report, or the
+// error that refused it (ErrLeaseLost for a lost lease).
+type CompletionReport struct {
+	TaskID string
+	Report *Report
+	Err    error
+}
+
+// ReportCompleteMany reports many successful attempts in one request
+// (POST /v1/tasks/complete), retrying the request as ReportComplete does;
+// each item refused with 409 is then checked against its task's history
+// like a single report. The error is the request's (nothing was decided);
+// per-item outcomes are in the results, in the order of ls.
+func (c *Client) ReportCompleteMany(ctx context.Context, ls []Lease, r *Retry) ([]CompletionReport, error) {
+	items := make([]api.CompletionItem, len(ls))
+	for i, l := range ls {
+		items[i] = api.CompletionItem{TaskID: l.TaskID, LeaseToken: l.Token}
+	}
+	var res *api.CompleteBatchResponse
+	tries, err := r.Do(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = c.CompleteMany(ctx, items)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Results) != len(ls) {
+		return nil, fmt.Errorf("backstop: POST /v1/tasks/complete: %d results for %d completions", len(res.Results), len(ls))
+	}
+	out := make([]CompletionReport, len(ls))
+	for i, it := range res.Results {
+		out[i].TaskID = ls[i].TaskID
+		if it.Problem == nil {
+			out[i].Report = &Report{SettleResponse: it.Result, Tries: tries}
+			continue
+		}
+		out[i].Report, out[i].Err = c.settled(ctx, ls[i], bt.OutcomeSucceeded, r, tries, it.Problem)
+	}
+	return out, nil
 }
 
 // find is the lease's execution in the task's history, or nil.

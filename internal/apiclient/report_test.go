@@ -371,3 +371,39 @@ func TestRetryAfterIsSurfaced(t *testing.T) {
 		}
 	}
 }
+
+// TestReportCompleteMany: the batch complete's first answer is lost; the
+// retry finds both leases already settled by it (confirmed from the
+// history), while a lease settled otherwise is reported lost.
+func TestReportCompleteMany(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b := e.claim(t, 1), e.claim(t, 1)
+	c := e.claim(t, 1)
+	if _, err := e.cl.Fail(ctx, c.TaskID, api.FailRequest{LeaseToken: c.Token, Outcome: bt.OutcomePermanentError}); err != nil {
+		t.Fatal(err)
+	}
+	e.f.setRule(func(r *http.Request, n int) action {
+		if r.URL.Path == "/v1/tasks/complete" && n == 1 {
+			return lost
+		}
+		return pass
+	})
+	var waits []time.Duration
+	res, err := e.cl.ReportCompleteMany(ctx, []apiclient.Lease{a, b, c}, fast(&waits))
+	if err != nil || len(res) != 3 {
+		t.Fatalf("batch: %v %v", res, err)
+	}
+	for i, l := range []apiclient.Lease{a, b} {
+		if r := res[i]; r.Err != nil || r.TaskID != l.TaskID || !r.Report.Confirmed || r.Report.State != bt.StateSucceeded {
+			t.Errorf("item %d: %+v", i, r)
+		}
+	}
+	if r := res[2]; !errors.Is(r.Err, apiclient.ErrLeaseLost) || r.Report != nil {
+		t.Errorf("the lease settled otherwise: %+v", r)
+	}
+	if len(waits) != 1 {
+		t.Errorf("waits %v: want one retry of the batch", waits)
+	}
+}

@@ -143,11 +143,11 @@ func TestRemoteWorkReportRetries(t *testing.T) {
 		minRetries int
 	}{{
 		// The report is refused (503) for longer than the report floor
-		// (5s) and several leases (1s): the heartbeats keep the lease,
-		// so the report is retried until it lands.
+		// (5s) and the lease (4s): the heartbeats keep the lease, so the
+		// report is retried until it lands.
 		name: "kept by heartbeats",
 		decide: func(f *reportFront, r *http.Request, _ string) (int, bool) {
-			if strings.HasSuffix(r.URL.Path, "/complete") && f.since() < remoteReportFloor+1500*time.Millisecond {
+			if strings.HasSuffix(r.URL.Path, "/complete") && f.since() < remoteReportFloor+2*time.Second {
 				return http.StatusServiceUnavailable, false
 			}
 			return 0, false
@@ -199,7 +199,7 @@ func TestRemoteWorkReportRetries(t *testing.T) {
 				f = &reportFront{next: next, lib: lib, counts: map[string]int{}, decide: tc.decide}
 				return f
 			})
-			work := e.run("", "--server", url, "work", "--queue", "rq", "--concurrency", "1", "--lease", "1s", "--exit-after-idle", "300ms",
+			work := e.run("", "--server", url, "work", "--queue", "rq", "--concurrency", "1", "--lease", "4s", "--exit-after-idle", "300ms",
 				"--", "sh", "-c", "echo hello; exit 0")
 			if work.code != 0 {
 				t.Fatalf("work: %+v", work)

@@ -187,16 +187,28 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 		timer := time.AfterFunc(time.Duration(t.Timeout), func() { timedOut.Store(true); cancel(errors.New("task timeout")) })
 		defer timer.Stop()
 	}
-	k := &leaseKeeper{cl: r.cl, l: l, lease: lease, workerID: r.id, log: log, program: cancel, stop: make(chan struct{})}
-	k.expires.Store(claimed.Add(lease).UnixNano())
-	beatDone := make(chan struct{})
-	go func() { defer close(beatDone); k.beat() }()
-	defer func() { close(k.stop); <-beatDone }()
+	k := r.cl.KeepLease(l, claimed, apiclient.KeepOptions{Lease: lease, WorkerID: r.id,
+		OnCancelRequested: func() {
+			log.Info("task canceled by an operator; killing the program")
+			cancel(errors.New("task canceled by operator"))
+		},
+		OnLost: func(err error) {
+			// Lost, or (once the program ended) settled by this very
+			// report: the report's own answer tells which.
+			log.Warn("lease lost; killing the program if it still runs", "error", err.Error())
+			cancel(errors.New("lease lost"))
+		},
+		OnError: func(err error, wait time.Duration, keptUntil time.Time) {
+			log.Warn("heartbeat failed; retrying", "error", err.Error(), "wait", wait.String(),
+				"lease_kept_until", keptUntil.Format(time.RFC3339Nano))
+		},
+	})
+	defer k.Stop()
 
 	rl := startRemoteLog(r.cl, l, log)
 	res := r.h.Run(backstop.ContextWithLogSink(ctx, rl.add), (*backstop.Task)(t))
 	cancel(nil)
-	if k.lost.Load() {
+	if k.Lost() {
 		rl.abandon() // the server keeps no more lines of it
 		log.Error("lease lost while the program ran; the attempt is not reported", "program_error", errString(res.Err))
 		return
@@ -205,13 +217,11 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 	// The report's context ends when the lease's expiry passes with no
 	// successful heartbeat (each one pushes it back), but not before
 	// remoteReportFloor.
-	rctx, rcancel := context.WithCancelCause(context.Background())
-	defer rcancel(nil)
-	floor := time.Now().Add(remoteReportFloor)
-	go k.watchExpiry(rctx, rcancel, floor)
+	rctx, rcancel := k.ReportContext(remoteReportFloor)
+	defer rcancel()
 	retry := &apiclient.Retry{Max: min(5*time.Second, max(lease/3, 100*time.Millisecond)), OnRetry: func(try int, err error, wait time.Duration) {
 		log.Warn("reporting the attempt failed; retrying", "error", err.Error(), "try", try, "wait", wait.String(),
-			"lease_kept_until", k.until().Format(time.RFC3339Nano))
+			"lease_kept_until", k.Until().Format(time.RFC3339Nano))
 	}}
 	rl.retry = retry
 	rl.close(rctx) // before the report: the token is stale after it
@@ -279,92 +289,6 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// leaseKeeper heartbeats one lease from the claim until the attempt is
-// reported (or given up), and knows until when the lease is surely kept.
-type leaseKeeper struct {
-	cl       *apiclient.Client
-	l        apiclient.Lease
-	lease    time.Duration
-	workerID string
-	log      *slog.Logger
-	program  context.CancelCauseFunc // kills the program (lost lease, operator cancel)
-	stop     chan struct{}
-
-	lost    atomic.Bool  // the server answered 409/404 to a heartbeat
-	expires atomic.Int64 // unix ns: the lease's expiry as last extended
-}
-
-// beat heartbeats every lease/3, and sooner after a failure (backoff, or
-// the server's Retry-After), until stop or the lease is lost.
-func (k *leaseKeeper) beat() {
-	every := k.lease / 3
-	backoff := &apiclient.Retry{Max: every}
-	fails := 0
-	wait := every
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-k.stop:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		sent := time.Now()
-		bctx, bcancel := context.WithTimeout(context.Background(), every)
-		res, err := k.cl.Heartbeat(bctx, k.l.TaskID, api.HeartbeatRequest{LeaseToken: k.l.Token, Lease: bt.Duration(k.lease), WorkerID: k.workerID})
-		bcancel()
-		switch s := apiclient.StatusOf(err); {
-		case err == nil:
-			k.expires.Store(sent.Add(k.lease).UnixNano())
-			fails, wait = 0, every
-			if res.CancelRequested {
-				k.log.Info("task canceled by an operator; killing the program")
-				k.program(errors.New("task canceled by operator"))
-			}
-			continue
-		case s == 409 || s == 404:
-			// Lost, or (once the program ended) settled by this very
-			// report: the report's own answer tells which.
-			k.lost.Store(true)
-			k.program(errors.New("lease lost"))
-			k.log.Warn("lease lost; killing the program if it still runs", "error", err.Error())
-			return
-		}
-		_, after := apiclient.Retryable(err)
-		wait = min(max(backoff.Backoff(fails), after), every)
-		fails++
-		k.log.Warn("heartbeat failed; retrying", "error", err.Error(), "wait", wait.String(),
-			"lease_kept_until", k.until().Format(time.RFC3339Nano))
-	}
-}
-
-// until is the lease's expiry as last extended.
-func (k *leaseKeeper) until() time.Time { return time.Unix(0, k.expires.Load()).UTC() }
-
-// watchExpiry ends ctx once the lease's expiry passed with no successful
-// heartbeat to push it back (and floor passed).
-func (k *leaseKeeper) watchExpiry(ctx context.Context, cancel context.CancelCauseFunc, floor time.Time) {
-	for {
-		until := k.until()
-		at := until
-		if floor.After(at) {
-			at = floor
-		}
-		d := time.Until(at)
-		if d <= 0 {
-			cancel(fmt.Errorf("the lease expired at %s with no successful heartbeat since", until.UTC().Format(time.RFC3339Nano)))
-			return
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // attemptTrace puts the server's span of the attempt (the claim's
