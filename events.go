@@ -32,7 +32,8 @@ type EventPage = store.EventPage
 // ReadEventsParams selects events.
 type ReadEventsParams struct {
 	// Stream: all (default), type.<type>, task.<id>, queue.<name>,
-	// run.<run_id>, worker.<id>.
+	// run.<run_id>, worker.<id>, execution.<id>, node.<host>
+	// (docs/events.md).
 	Stream string
 	// After is a cursor (an event's Cursor, or a page's Next); "" reads
 	// from the beginning of the log.

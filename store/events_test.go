@@ -15,6 +15,8 @@ func TestParseStream(t *testing.T) {
 		"queue.mail.high":        {Kind: StreamQueue, Value: "mail.high"},
 		"run.r 1":                {Kind: StreamRun, Value: "r 1"},
 		"worker.host:1234/abc-1": {Kind: StreamWorker, Value: "host:1234/abc-1"},
+		"node.db-1.example.com":  {Kind: StreamNode, Value: "db-1.example.com"},
+		"execution.0193-ab":      {Kind: StreamExecution, Value: "0193-ab"},
 	} {
 		got, err := ParseStream(in)
 		if err != nil || got != want {
@@ -24,7 +26,7 @@ func TestParseStream(t *testing.T) {
 			t.Errorf("String() of %q = %q", in, got.String())
 		}
 	}
-	for _, in := range []string{"nope", "all.x", "task.", "type.Task.X", "type.a b", "queue.a\nb", "run." + strings.Repeat("x", MaxStreamValue+1), "queue.\xff", "x.y"} {
+	for _, in := range []string{"nope", "all.x", "task.", "type.Task.X", "type.a b", "queue.a\nb", "run." + strings.Repeat("x", MaxStreamValue+1), "queue.\xff", "x.y", "node.", "execution."} {
 		if _, err := ParseStream(in); !errors.Is(err, ErrBadStream) {
 			t.Errorf("ParseStream(%q): %v, want ErrBadStream", in, err)
 		}

@@ -37,8 +37,8 @@ func startRemoteRegistry(cl *apiclient.Client, id string, queues []string, log *
 	host, _ := os.Hostname()
 	r := &remoteRegistry{cl: cl, log: log, every: 15 * time.Second, wake: make(chan struct{}, 1), quit: make(chan struct{}),
 		req: api.RegisterWorkerRequest{ID: id, Host: host, PID: os.Getpid(), Queues: queues}}
-	r.register()
-	r.wg.Go(r.loop)
+	registered := r.register()
+	r.wg.Go(func() { r.loop(registered) })
 	return r
 }
 
@@ -56,8 +56,18 @@ func (r *remoteRegistry) register() bool {
 	return true
 }
 
-func (r *remoteRegistry) loop() {
-	t := time.NewTimer(r.every)
+// loop heartbeats every interval; until the worker is registered (the
+// server was unreachable as it started) it tries to register instead,
+// every few seconds: a claim that reached the server first registered it
+// without its host and pid.
+func (r *remoteRegistry) loop(registered bool) {
+	next := func() time.Duration {
+		if registered {
+			return r.every
+		}
+		return min(r.every, 5*time.Second)
+	}
+	t := time.NewTimer(next())
 	defer t.Stop()
 	for {
 		select {
@@ -66,15 +76,19 @@ func (r *remoteRegistry) loop() {
 		case <-t.C:
 		case <-r.wake:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), registryCallTimeout)
-		_, err := r.cl.WorkerHeartbeat(ctx, r.req.ID, r.draining.Load())
-		cancel()
-		var p *api.Problem
-		switch {
-		case errors.As(err, &p) && p.Status == 404 && !r.draining.Load():
-			r.register() // the server does not know it (a fresh database): again
-		case err != nil:
-			r.log.Warn("worker registry: heartbeat failed", "worker_id", r.req.ID, "error", err.Error())
+		if !registered && !r.draining.Load() {
+			registered = r.register()
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), registryCallTimeout)
+			_, err := r.cl.WorkerHeartbeat(ctx, r.req.ID, r.draining.Load())
+			cancel()
+			var p *api.Problem
+			switch {
+			case errors.As(err, &p) && p.Status == 404 && !r.draining.Load():
+				registered = r.register() // the server does not know it (a fresh database): again
+			case err != nil:
+				r.log.Warn("worker registry: heartbeat failed", "worker_id", r.req.ID, "error", err.Error())
+			}
 		}
 		if !t.Stop() {
 			select {
@@ -82,7 +96,7 @@ func (r *remoteRegistry) loop() {
 			default:
 			}
 		}
-		t.Reset(r.every)
+		t.Reset(next())
 	}
 }
 

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -36,7 +37,9 @@ func (s *suite) testEventStreamsCrossXid(t *testing.T) {
 	enqueue(6)
 	work(2)
 	if s.burnXid != nil {
-		if err := s.burnXid(b.ctx, b.store); err != nil {
+		if err := s.burnXid(b.ctx, b.store); errors.Is(err, ErrXidTooFar) {
+			t.Skipf("burn transaction ids: %v", err)
+		} else if err != nil {
 			t.Fatalf("burn transaction ids: %v", err)
 		}
 	}
