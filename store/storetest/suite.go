@@ -59,6 +59,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("DeadLetters", s.testDeadLetters)
 	t.Run("Migrations", s.testMigrations)
 	t.Run("DLQOps", s.testDLQOps)
+	t.Run("DLQReopen", s.testDLQReopen) // dlq_reopen.go
 	t.Run("Ops", s.testOps)
 	t.Run("API", s.testAPI)
 	t.Run("Queues", s.testQueues)
