@@ -186,7 +186,7 @@ The dead letter is left as it was.`
 
 func dlqReplayCmd(a *app) *cobra.Command {
 	var (
-		pf    patchFlags
+		pf     patchFlags
 		actor  string
 		newID  bool
 		reopen bool
