@@ -71,6 +71,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Ordering", s.testOrdering) // ordering.go
 	// telemetry.go
 	t.Run("Telemetry", s.testTelemetry)
+	t.Run("Promises", s.testPromises) // promises.go
 }
 
 // clock is real time plus an offset tests can move forward, so lease
