@@ -149,4 +149,3 @@ func readSums(t *testing.T, r *sdkmetric.ManualReader, prefix string) map[string
 	}
 	return out
 }
-
