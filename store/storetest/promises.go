@@ -112,6 +112,44 @@ func (s *suite) testPromises(t *testing.T) {
 	})
 }
 
+// testHeartbeatingWorkers: the per-worker heartbeat gauge's source lists
+// active, stopping and stale workers seen within the horizon, never
+// stopped ones (backstop_worker_heartbeat_age_seconds).
+func (s *suite) testHeartbeatingWorkers(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	b.clock.freeze()
+	see := func(id string) {
+		if err := b.c.SeeRemoteWorker(b.ctx, id, "node-"+id, []string{"q"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func() map[string]string {
+		ws, err := b.c.HeartbeatingWorkers(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, w := range ws {
+			out[w.ID] = string(w.State) + "@" + w.Host
+		}
+		return out
+	}
+	for _, id := range []string{"gone", "lost", "alive", "done"} {
+		see(id)
+	}
+	if err := b.store.SetWorkerState(b.ctx, "done", backstop.WorkerStopped, b.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "all seen", ids(), map[string]string{"gone": "active@node-gone", "lost": "active@node-lost", "alive": "active@node-alive"})
+	b.clock.Advance(50 * time.Minute)
+	see("alive")
+	see("lost")
+	b.clock.Advance(20 * time.Minute) // gone: 70 min; lost: 20 min; alive: seen now
+	see("alive")
+	eq(t, "after 70 minutes", ids(), map[string]string{"lost": "stale@node-lost", "alive": "active@node-alive"})
+}
+
 func pow(x float64, n int) float64 {
 	out := 1.0
 	for range n {

@@ -72,6 +72,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	// telemetry.go
 	t.Run("Telemetry", s.testTelemetry)
 	t.Run("Promises", s.testPromises) // promises.go
+	t.Run("HeartbeatingWorkers", s.testHeartbeatingWorkers)
 }
 
 // clock is real time plus an offset tests can move forward, so lease
