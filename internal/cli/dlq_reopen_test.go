@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testdb"
 )
 
 // TestDLQReplayReopen: `dlq replay` after `dlq resolve` (or discard) says
@@ -38,4 +40,27 @@ func TestDLQReplayReopen(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDLQReplayReopenOverServer: `dlq replay --reopen` over --server needs
+// an admin token and replays a resolved dead letter.
+func TestDLQReplayReopenOverServer(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{t: t, db: testdb.SQLite(t)}
+	e.ok("enqueue", "--queue", "q", "--kind", "boom", "--id", "r")
+	killAll(t, e, "q", 1)
+	e.ok("dlq", "resolve", "r", "--note", "by mistake")
+	admin := newRemoteEnv(t, e, "admin")
+	var r replayOut
+	out := admin.remote("", "dlq", "replay", "r", "-o", "json")
+	if out.code != 0 || !strings.Contains(out.stdout, `"replayed": false`) {
+		t.Fatalf("replay without --reopen over --server: exit %d: %s%s", out.code, out.stdout, out.stderr)
+	}
+	out = admin.remote("", "dlq", "replay", "r", "--reopen", "-o", "json")
+	if out.code != 0 {
+		t.Fatalf("replay --reopen over --server: exit %d: %s", out.code, out.stderr)
+	}
+	if err := json.Unmarshal([]byte(out.stdout), &r); err != nil || !r.Replayed || r.Task.State != backstop.StatePending {
+		t.Fatalf("replay --reopen over --server: %v %s", err, out.stdout)
+	}
 }
