@@ -20,7 +20,8 @@ type Client struct {
 	rAtt   remoteAttempts // remote attempts' telemetry (remote_attempts.go)
 	lkeys  leaseKeys      // the lease tokens' key (leasetoken.go)
 	tel    *telemetry
-	ord    OrderingStats // ordering.go
+	ord    OrderingStats             // ordering.go: all queues
+	ordQ   map[string]*OrderingStats // ordering.go: per ordered queue (read-only)
 }
 
 // NewClient makes a client over s. A nil cfg takes every default.
@@ -35,8 +36,8 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	cl := &Client{store: s, cfg: c}
-	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider, &cl.ord)
+	cl := &Client{store: s, cfg: c, ordQ: newQueueOrderingStats(c)}
+	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider, cl.ordQ)
 	if err != nil {
 		return nil, fmt.Errorf("backstop: telemetry: %w", err)
 	}

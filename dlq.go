@@ -55,11 +55,17 @@ type ReplayParams struct {
 	// NewID copies the dead letter under a fresh id (replayed_from = ID)
 	// and marks the original replayed, instead of replaying it in place.
 	NewID bool
+	// Reopen also replays a dead letter that was discarded or resolved
+	// (undoing a discard or a resolve made by mistake). The history's
+	// dlq.replay_requested and dlq.replayed events record the actor and
+	// the status the record came from (from_status). The HTTP API allows
+	// it to admin tokens only, like every replay.
+	Reopen bool
 }
 
 // ReplayResult reports a replay. Replayed is false when the id is no longer
-// an open dead letter (already replayed, discarded, resolved, or live
-// again): nothing changed.
+// an open dead letter (already replayed, live again, or discarded or
+// resolved without Reopen): nothing changed.
 type ReplayResult struct {
 	Replayed bool   `json:"replayed"`
 	ID       string `json:"id"`
@@ -148,7 +154,8 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 	var seen *Task
 	t, err := c.store.Replay(ctx, p.ID, func(t *Task) (*store.ReplayPlan, error) {
 		seen = t
-		if t.State != StateDead || t.DLQStatus != DLQOpen || (redriveID != "" && t.LastSeen != nil && t.LastSeen.After(snapshot)) {
+		if t.State != StateDead || !replayable(t.DLQStatus, p.Reopen && redriveID == "") ||
+			(redriveID != "" && t.LastSeen != nil && t.LastSeen.After(snapshot)) {
 			return nil, nil
 		}
 		plan := &store.ReplayPlan{NewID: newID, State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts,
@@ -164,11 +171,15 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 			plan.Payload = payload
 		}
 		body := map[string]any{"patched": p.patched(), "keep_attempts": p.KeepAttempts, "new_id": newID,
-			"replay_count": t.ReplayCount + 1, "run_at": runAt}
+			"replay_count": t.ReplayCount + 1, "run_at": runAt, "from_status": t.DLQStatus}
 		if redriveID != "" {
 			body["redrive_id"] = redriveID
 		}
-		req := map[string]any{"patched": p.patched(), "keep_attempts": p.KeepAttempts, "new_id": newID, "run_at": runAt}
+		req := map[string]any{"patched": p.patched(), "keep_attempts": p.KeepAttempts, "new_id": newID, "run_at": runAt,
+			"from_status": t.DLQStatus}
+		if t.DLQStatus != DLQOpen {
+			req["reopen"] = true
+		}
 		if len(p.MergePatch) > 0 {
 			req["merge_patch"] = p.MergePatch
 		}
@@ -196,6 +207,12 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 	}
 	res.Replayed, res.Task = true, t
 	return res, nil
+}
+
+// replayable: a dead letter of this status may be replayed (reopen: also
+// a discarded or resolved one; a replayed one never is, its copy lives).
+func replayable(st DLQStatus, reopen bool) bool {
+	return st == DLQOpen || (reopen && (st == DLQDiscarded || st == DLQResolved))
 }
 
 // DiscardParams drops a dead letter on purpose; Reason is required.

@@ -82,9 +82,10 @@ func (o OrderingConfig) settings() store.OrderingSettings {
 	return s
 }
 
-// OrderingStats counts what ordered processing did in this client (all
-// queues). Prometheus names are backstop_ordering_<name>_total with the
-// names of Counters.
+// OrderingStats counts what ordered processing did in this client: all
+// queues (Client.OrderingStats) or one (Client.QueueOrderingStats).
+// Prometheus names are backstop_ordering_<name>_total with the names of
+// Counters, one series per ordered queue (label queue).
 type OrderingStats struct {
 	Buffered, Released, DrainScheduled, DrainRescheduled, Cleared atomic.Int64
 	Timeouts, CircuitBreaker, Stale, GapsReported, Fallback       atomic.Int64
@@ -117,10 +118,37 @@ func (s *OrderingStats) add(d store.OrderingDelta) {
 	s.Admitted.Add(d.Admitted)
 }
 
-// OrderingStats returns this client's ordering counters.
+// OrderingStats returns this client's ordering counters, all queues.
 func (c *Client) OrderingStats() *OrderingStats { return c.ordStats() }
 
 func (c *Client) ordStats() *OrderingStats { return &c.ord }
+
+// QueueOrderingStats returns the ordering counters of one queue (nil when
+// the queue does not have ordering enabled in this client's Config).
+func (c *Client) QueueOrderingStats(queue string) *OrderingStats { return c.ordQ[queue] }
+
+// newQueueOrderingStats makes the per-queue counters of every ordered
+// queue of cfg (fixed at NewClient: the map is only read afterwards).
+func newQueueOrderingStats(cfg *Config) map[string]*OrderingStats {
+	m := map[string]*OrderingStats{}
+	for name, q := range cfg.Queues {
+		if q.Ordering.Enabled {
+			m[name] = &OrderingStats{}
+		}
+	}
+	return m
+}
+
+// countOrdering adds a queue's ordering delta to the queue's and the
+// client's counters.
+func (c *Client) countOrdering(queue string, d store.OrderingDelta, fallback int64) {
+	for _, st := range []*OrderingStats{c.ordStats(), c.ordQ[queue]} {
+		if st != nil {
+			st.add(d)
+			st.Fallback.Add(fallback)
+		}
+	}
+}
 
 // ordered reports whether queue has ordering enabled.
 func (c *Client) ordered(queue string) bool {
@@ -138,12 +166,12 @@ func (c *Client) OrderQueue(ctx context.Context, queue string) error {
 	}
 	d, err := c.store.Order(ctx, queue, c.cfg.Queues[queue].Ordering.settings(), c.now())
 	if err == nil {
-		c.ordStats().add(d)
+		c.countOrdering(queue, d, 0)
 		return nil
 	}
 	c.cfg.Logger.Error("ordering state unusable: falling back to unordered handling", "queue", queue, "error", err)
 	n, ferr := c.store.OrderingFallback(ctx, queue, c.now())
-	c.ordStats().Fallback.Add(int64(n))
+	c.countOrdering(queue, store.OrderingDelta{}, int64(n))
 	if ferr != nil {
 		return fmt.Errorf("ordering: %w; fallback: %w", err, ferr)
 	}

@@ -121,7 +121,7 @@ func (t *telemetry) qk(q, k string) attrOpts {
 
 var attrSystem = attribute.String("messaging.system", "backstop")
 
-func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, ord *OrderingStats) (*telemetry, error) {
+func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, ordQ map[string]*OrderingStats) (*telemetry, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -156,24 +156,31 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, ord *Orderin
 	t.msgProcess = hist("messaging.process.duration", "Duration of processing one message (OpenTelemetry messaging conventions).", durationBuckets)
 	t.msgSent = counter("messaging.client.sent.messages", "{message}", "Messages sent (OpenTelemetry messaging conventions).")
 	t.msgConsumed = counter("messaging.client.consumed.messages", "{message}", "Messages delivered to a consumer (OpenTelemetry messaging conventions).")
-	// The ordering counters (ordering.go) are kept by the engine as atomics
-	// and observed at collection: backstop_ordering_<name>_total.
-	if ord != nil {
+	// The ordering counters (ordering.go) are kept by the engine as atomics,
+	// per ordered queue, and observed at collection:
+	// backstop_ordering_<name>_total{queue}.
+	if len(ordQ) > 0 {
 		var obs []metric.Observable
 		insts := map[string]metric.Int64ObservableCounter{}
-		for name := range ord.Counters() {
+		for name := range (&OrderingStats{}).Counters() {
 			c, err := m.Int64ObservableCounter("backstop.ordering."+name, metric.WithUnit("{event}"),
-				metric.WithDescription("Ordered processing: "+strings.ReplaceAll(name, "_", " ")+" (docs/ordering.md)."))
+				metric.WithDescription("Ordered processing: "+strings.ReplaceAll(name, "_", " ")+", by queue (docs/ordering.md)."))
 			errs = append(errs, err)
 			if err == nil {
 				insts[name] = c
 				obs = append(obs, c)
 			}
 		}
+		queues := make(map[string]metric.ObserveOption, len(ordQ))
+		for q := range ordQ {
+			queues[q] = metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", q)))
+		}
 		_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-			for name, v := range ord.Counters() {
-				if c, ok := insts[name]; ok {
-					o.ObserveInt64(c, v)
+			for q, st := range ordQ {
+				for name, v := range st.Counters() {
+					if c, ok := insts[name]; ok {
+						o.ObserveInt64(c, v, queues[q])
+					}
 				}
 			}
 			return nil

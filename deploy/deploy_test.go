@@ -140,15 +140,19 @@ func TestAssetsUseExportedMetrics(t *testing.T) {
 	}
 }
 
-// TestAlertAnnotations: every alert links to a view and names its queue
-// and a runbook section that exists.
+// TestAlertAnnotations: every alert links to a view, names what it is
+// about (its queue, or its worker) and a runbook section of its own that
+// exists. cmd/backstop's TestAlertLinksAndCommands requests the links and
+// runs the commands.
 func TestAlertAnnotations(t *testing.T) {
 	runbooks, err := os.ReadFile("../docs/runbooks.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"BackstopDLQGrew", "BackstopDLQNotEmpty", "BackstopStuckLease", "BackstopTooComplexDeadLetter",
-		"BackstopFailureRatioHigh", "BackstopWorkersStalled", "BackstopQueueWaitSLO", "BackstopOrderingTimeoutRatioHigh"}
+	want := []string{"BackstopDLQGrew", "BackstopDLQNotEmpty", "BackstopStuckLease", "BackstopTooComplexTask",
+		"BackstopTooComplexDeadLetter", "BackstopFailureRatioHigh", "BackstopWorkersStalled", "BackstopNoWorkers",
+		"BackstopWorkerHeartbeatLost", "BackstopQueueWaitSLO", "BackstopOrderingTimeoutRatioHigh",
+		"BackstopOrderingCircuitBreakerFrequent", "BackstopOrderingBacklogGrowing"}
 	var got []string
 	for _, g := range readRules(t).Groups {
 		for _, r := range g.Rules {
@@ -157,15 +161,20 @@ func TestAlertAnnotations(t *testing.T) {
 			if a["summary"] == "" || a["description"] == "" || a["runbook"] == "" {
 				t.Errorf("%s: summary, description and runbook are required: %v", r.Alert, a)
 			}
-			anchor, ok := strings.CutPrefix(a["runbook"], "docs/runbooks.md#")
-			if !ok || !strings.Contains(string(runbooks), "## "+anchorTitle(anchor, r.Alert)) {
-				t.Errorf("%s: runbook %q has no section in docs/runbooks.md", r.Alert, a["runbook"])
+			if a["runbook"] != "docs/runbooks.md#"+strings.ToLower(r.Alert) || !strings.Contains(string(runbooks), "\n## "+r.Alert+"\n") {
+				t.Errorf("%s: runbook %q: want its own section \"## %s\" in docs/runbooks.md", r.Alert, a["runbook"], r.Alert)
 			}
-			if r.Alert == "BackstopNoWorkers" {
-				continue // fleet-wide: no queue
+			if a["dlq_url"] == "" && a["tasks_url"] == "" && a["worker_url"] == "" && a["workers_url"] == "" {
+				t.Errorf("%s: wants a link (dlq_url, tasks_url, worker_url or workers_url): %v", r.Alert, a)
 			}
-			if a["queue"] == "" || (a["dlq_url"] == "" && a["tasks_url"] == "") {
-				t.Errorf("%s: wants a queue annotation and a dlq_url or tasks_url link: %v", r.Alert, a)
+			switch {
+			case r.Alert == "BackstopNoWorkers": // fleet-wide
+			case strings.Contains(r.Expr, "worker_id"):
+				if a["worker_id"] == "" {
+					t.Errorf("%s: wants a worker_id annotation: %v", r.Alert, a)
+				}
+			case a["queue"] == "":
+				t.Errorf("%s: wants a queue annotation: %v", r.Alert, a)
 			}
 		}
 	}
@@ -174,17 +183,6 @@ func TestAlertAnnotations(t *testing.T) {
 			t.Errorf("alert %s missing from prometheus/alerts.yml", w)
 		}
 	}
-}
-
-// anchorTitle is the runbook heading an anchor points at: the alert name
-// whose lower case is the anchor.
-func anchorTitle(anchor, alert string) string {
-	for _, n := range []string{alert, "BackstopWorkersStalled"} {
-		if strings.ToLower(n) == anchor {
-			return n
-		}
-	}
-	return anchor
 }
 
 // TestCollectorPipelines: the Collector config parses and every pipeline's

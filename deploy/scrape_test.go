@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -58,13 +59,19 @@ func runWorkload() (string, error) {
 	if err := s.Migrate(ctx); err != nil {
 		return "", err
 	}
+	// q: plain work; ord: ordered (default circuit breaker, 10); plans: a
+	// complexity policy.
 	c, err := backstop.NewClient(s, &backstop.Config{MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
-		Logger: tel.Logger, Retry: &backstop.RetryPolicy{Schedule: []bt.Duration{0}}})
+		Logger: tel.Logger, Retry: &backstop.RetryPolicy{Schedule: []bt.Duration{0}},
+		Queues: map[string]backstop.QueueConfig{
+			"ord":   {Ordering: backstop.OrderingConfig{Enabled: true, Step: 1}},
+			"plans": {Complexity: backstop.ComplexityPolicy{MaxComplexity: 10}},
+		}})
 	if err != nil {
 		return "", err
 	}
-	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{Queues: map[string]int{"q": 4}, PollInterval: 20 * time.Millisecond,
-		HeartbeatInterval: 100 * time.Millisecond})
+	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{Queues: map[string]int{"q": 4, "ord": 1, "plans": 1},
+		PollInterval: 20 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond})
 	if err != nil {
 		return "", err
 	}
@@ -89,12 +96,55 @@ func runWorkload() (string, error) {
 	}
 	defer w.Stop(ctx)
 	ids := map[string]bt.State{}
-	for _, k := range []string{"ok", "ok", "flaky", "bad", "bad"} {
-		r, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "q", Kind: k})
+	enqueue := func(p backstop.EnqueueParams, want bt.State) (string, error) {
+		r, err := c.Enqueue(ctx, p)
 		if err != nil {
 			return "", err
 		}
-		ids[r.Task.ID] = map[string]bt.State{"ok": bt.StateSucceeded, "flaky": bt.StateSucceeded, "bad": bt.StateDead}[k]
+		ids[r.Task.ID] = want
+		return r.Task.ID, nil
+	}
+	for _, k := range []string{"ok", "ok", "flaky", "bad", "bad"} {
+		if _, err := enqueue(backstop.EnqueueParams{Queue: "q", Kind: k},
+			map[string]bt.State{"ok": bt.StateSucceeded, "flaky": bt.StateSucceeded, "bad": bt.StateDead}[k]); err != nil {
+			return "", err
+		}
+	}
+	idem, err := enqueue(backstop.EnqueueParams{Queue: "q", Kind: "bad", IdempotencyKey: "idem-1"}, bt.StateDead)
+	if err != nil {
+		return "", err
+	}
+	// One attempt only, failing: dead letter of reason attempts_exhausted.
+	if _, err := enqueue(backstop.EnqueueParams{Queue: "q", Kind: "flaky", MaxAttempts: 1}, bt.StateDead); err != nil {
+		return "", err
+	}
+	// Too-complex tasks (complexity 50 > 10): counted; one runs, one
+	// dead-letters (too_complex="true" on the dead-letter counter).
+	if _, err := enqueue(backstop.EnqueueParams{Queue: "plans", Kind: "plan", Complexity: 50}, bt.StateSucceeded); err != nil {
+		return "", err
+	}
+	if _, err := enqueue(backstop.EnqueueParams{Queue: "plans", Kind: "bad", Complexity: 50}, bt.StateDead); err != nil {
+		return "", err
+	}
+	// Ordering: key k misses sequence 2, so 3..12 buffer behind the gap
+	// and the 10th trips the circuit breaker (all released and run); key
+	// k2 misses 2 and its 3 stays buffered.
+	ordered := []struct {
+		key  string
+		seq  int64
+		want bt.State
+	}{{"k", 1, bt.StateSucceeded}, {"k2", 1, bt.StateSucceeded}}
+	for seq := int64(3); seq <= 12; seq++ {
+		ordered = append(ordered, struct {
+			key  string
+			seq  int64
+			want bt.State
+		}{"k", seq, bt.StateSucceeded})
+	}
+	for _, o := range ordered {
+		if _, err := enqueue(backstop.EnqueueParams{Queue: "ord", Kind: "result", OrderingKey: o.key, Sequence: o.seq}, o.want); err != nil {
+			return "", err
+		}
 	}
 	slow, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "q", Kind: "slow"})
 	if err != nil {
@@ -105,20 +155,24 @@ func runWorkload() (string, error) {
 		return "", err
 	}
 	ids[slow.Task.ID] = bt.StateCanceled
-	var dead []string
+	if err := waitStates(ctx, c, ids); err != nil {
+		return "", err
+	}
+	// k2's sequence 3 waits behind its gap (ordered after k2's 1 ran).
+	if _, err := enqueue(backstop.EnqueueParams{Queue: "ord", Kind: "result", OrderingKey: "k2", Sequence: 3}, bt.StateBuffered); err != nil {
+		return "", err
+	}
+	if err := waitStates(ctx, c, ids); err != nil {
+		return "", err
+	}
+	var dead []string // the two permanent failures of queue q
 	for id, want := range ids {
-		for {
-			tk, err := c.Get(ctx, id)
-			if err != nil {
+		if want == bt.StateDead && id != idem {
+			if tk, err := c.Get(ctx, id); err != nil {
 				return "", err
+			} else if tk.Queue == "q" && tk.Kind == "bad" {
+				dead = append(dead, id)
 			}
-			if tk.State == want {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		if want == bt.StateDead {
-			dead = append(dead, id)
 		}
 	}
 	if _, err := c.Replay(ctx, backstop.ReplayParams{ID: dead[0], Delay: time.Hour}); err != nil {
@@ -126,6 +180,14 @@ func runWorkload() (string, error) {
 	}
 	if _, err := c.Discard(ctx, backstop.DiscardParams{ID: dead[1], Reason: "test"}); err != nil {
 		return "", err
+	}
+	// A live task holding the dead letter's idempotency key: its replay
+	// conflicts (backstop_replays_total{result="conflict"}).
+	if _, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "hold", Kind: "ok", IdempotencyKey: "idem-1"}); err != nil {
+		return "", err
+	}
+	if _, err := c.Replay(ctx, backstop.ReplayParams{ID: idem}); !errors.Is(err, backstop.ErrConflict) {
+		return "", fmt.Errorf("replay over a held idempotency key: %v, want a conflict", err)
 	}
 	if err := w.Stop(ctx); err != nil {
 		return "", err
@@ -141,7 +203,18 @@ func runWorkload() (string, error) {
 	if _, err := s.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: 1, Now: time.Now(), Lease: time.Minute}); err != nil {
 		return "", err
 	}
-	g, err := telemetry.StartStoreGauges(ctx, tel.MeterProvider, telemetry.WithWorkers(s, c.WorkerCounts), time.Hour, nil, tel.Logger)
+	// A live worker for the per-worker heartbeat gauge.
+	idle, err := backstop.NewWorker(c, &backstop.WorkerConfig{Queues: map[string]int{"idle": 1}, PollInterval: time.Second})
+	if err != nil {
+		return "", err
+	}
+	idle.HandleDefault(backstop.HandlerFunc(func(context.Context, *backstop.Task) error { return nil }))
+	if err := idle.Start(ctx); err != nil {
+		return "", err
+	}
+	defer idle.Stop(ctx)
+	gr := telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(s, c.WorkerCounts), c.HeartbeatingWorkers)
+	g, err := telemetry.StartStoreGauges(ctx, tel.MeterProvider, gr, time.Hour, nil, tel.Logger)
 	if err != nil {
 		return "", err
 	}
@@ -158,6 +231,27 @@ func runWorkload() (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// waitStates waits until every task of ids is in its state.
+func waitStates(ctx context.Context, c *backstop.Client, ids map[string]bt.State) error {
+	deadline := time.Now().Add(time.Minute)
+	for id, want := range ids {
+		for {
+			tk, err := c.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if tk.State == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("task %s (%s %s) is %s, want %s", id, tk.Queue, tk.Kind, tk.State, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // promtool finds promtool; tests that need it fail when

@@ -29,6 +29,16 @@ type GaugeSnapshot struct {
 	// WorkersByState is filled from the worker registry
 	// (Client.WorkerCounts), not by the store's task query.
 	WorkersByState map[string]int
+	// WorkerLastSeen is, per worker that should be heartbeating (filled
+	// by the caller from the registry, like WorkersByState), when it was
+	// last seen.
+	WorkerLastSeen []WorkerSeen
+}
+
+// WorkerSeen is one worker's last heartbeat, for the per-worker gauge.
+type WorkerSeen struct {
+	ID, Host string
+	LastSeen time.Time
 }
 
 // NewGaugeSnapshot returns an empty snapshot.

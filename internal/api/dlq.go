@@ -253,6 +253,9 @@ type ReplayRequest struct {
 	// NewID copies the dead letter under a fresh id instead of replaying
 	// it in place; the original is marked replayed.
 	NewID bool `json:"new_id,omitempty"`
+	// Reopen also replays a discarded or resolved dead letter (undoing a
+	// discard or resolve); the history records the status it came from.
+	Reopen bool `json:"reopen,omitempty"`
 }
 
 // ReplayResponse reports a replay. Replayed is false (and nothing changed)
@@ -292,7 +295,7 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) error 
 	p := principalFrom(r.Context())
 	res, err := s.c.Replay(r.Context(), backstop.ReplayParams{ID: r.PathValue("id"), Actor: p.Name,
 		MergePatch: req.merge(), Patch: ops, KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay),
-		RunAt: req.runAt(), NewID: req.NewID})
+		RunAt: req.runAt(), NewID: req.NewID, Reopen: req.Reopen})
 	if err != nil {
 		return err
 	}

@@ -426,7 +426,7 @@ func (r *remoteBackend) Replay(ctx context.Context, p backstop.ReplayParams) (*b
 	if err != nil {
 		return nil, err
 	}
-	res, err := r.cl.Replay(ctx, p.ID, api.ReplayRequest{PatchRequest: pr, NewID: p.NewID})
+	res, err := r.cl.Replay(ctx, p.ID, api.ReplayRequest{PatchRequest: pr, NewID: p.NewID, Reopen: p.Reopen})
 	if err != nil {
 		return nil, remoteErr(err)
 	}

@@ -173,6 +173,9 @@ the original stays in the DLQ marked replayed.
 
 Idempotent: an id that is no longer an open dead letter (live again, finished,
 discarded, resolved, replayed with --new-id) prints replayed: false and exits 0.
+--reopen also replays a discarded or resolved dead letter (undoing a discard or
+a resolve made by mistake); the history records the actor and the status it
+came from (from_status in dlq.replayed). Over --server it needs an admin token.
 Two concurrent replays of one id move it exactly once. Unknown id: exit 3.
 
 Conflict (exit 4): a task id is one row for its whole life, so no live task can
@@ -183,9 +186,10 @@ The dead letter is left as it was.`
 
 func dlqReplayCmd(a *app) *cobra.Command {
 	var (
-		pf    patchFlags
-		actor string
-		newID bool
+		pf     patchFlags
+		actor  string
+		newID  bool
+		reopen bool
 	)
 	cmd := &cobra.Command{
 		Use:   "replay ID",
@@ -203,15 +207,19 @@ func dlqReplayCmd(a *app) *cobra.Command {
 			}
 			defer c.Close()
 			res, err := c.Replay(cmd.Context(), backstop.ReplayParams{ID: args[0], Actor: actor, MergePatch: merge,
-				Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, NewID: newID})
+				Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, NewID: newID, Reopen: reopen})
 			if err != nil {
 				return err
 			}
 			return a.print(res, func(w io.Writer) error {
 				switch {
 				case !res.Replayed:
-					_, err = fmt.Fprintf(w, "%s\tnot replayed: it is %s%s, not an open dead letter (replayed: false)\n",
-						res.ID, res.State, statusSuffix(res.DLQStatus))
+					hint := ""
+					if !reopen && (res.DLQStatus == bt.DLQDiscarded || res.DLQStatus == bt.DLQResolved) {
+						hint = "; --reopen replays it anyway"
+					}
+					_, err = fmt.Fprintf(w, "%s\tnot replayed: it is %s%s, not an open dead letter (replayed: false%s)\n",
+						res.ID, res.State, statusSuffix(res.DLQStatus), hint)
 				case res.NewID != "":
 					_, err = fmt.Fprintf(w, "%s\treplayed as %s (%s)\n", res.ID, res.NewID, res.Task.State)
 				default:
@@ -224,6 +232,7 @@ func dlqReplayCmd(a *app) *cobra.Command {
 	pf.register(cmd)
 	addActorFlag(cmd, &actor)
 	cmd.Flags().BoolVar(&newID, "new-id", false, "replay a copy under a fresh id (replayed_from = ID); the original is marked replayed")
+	cmd.Flags().BoolVar(&reopen, "reopen", false, "also replay a discarded or resolved dead letter (recorded with the status it came from)")
 	return cmd
 }
 

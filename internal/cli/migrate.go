@@ -35,7 +35,9 @@ func migrateCmd(a *app) *cobra.Command {
 		Use:   "migrate",
 		Short: "Apply pending schema migrations to --db",
 		Long: "Apply the schema migrations embedded in this binary that --db lacks, and print them.\n" +
-			"Every other command also migrates on open; this one makes it explicit (deploy steps).",
+			"Every other command also migrates on open; this one makes it explicit (deploy steps).\n" +
+			"A database migrated by a newer backstop (schema version ahead of this binary) is refused\n" +
+			"by every command, this one included: exit 1, naming both versions; run the newer binary.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

@@ -47,9 +47,12 @@ func usageErr(format string, args ...any) error {
 // exitCode maps an error to the CLI's exit code.
 func exitCode(err error) int {
 	var ee *exitError
+	var tooNew *store.SchemaTooNewError
 	switch {
 	case err == nil:
 		return ExitOK
+	case errors.As(err, &tooNew): // not bad input: the database is ahead of the binary
+		return ExitFailure
 	case errors.As(err, &ee):
 		return ee.code
 	case errors.Is(err, backstop.ErrInvalid), errors.Is(err, dburl.ErrBadURL):

@@ -33,8 +33,22 @@ func badURL(format string, args ...any) error {
 	return &badURLError{err: fmt.Errorf(format, args...)}
 }
 
-// Open opens (without migrating) the store the URL names.
+// Open opens (without migrating) the store the URL names, and refuses
+// (*store.SchemaTooNewError) a database whose schema is newer than this
+// binary.
 func Open(ctx context.Context, url string) (store.Store, error) {
+	s, err := open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.(interface{ CheckSchema(context.Context) error }).CheckSchema(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, url string) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite://"):
 		path := strings.TrimPrefix(url, "sqlite://")

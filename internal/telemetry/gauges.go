@@ -70,6 +70,11 @@ func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.Gaug
 	if err != nil {
 		return nil, err
 	}
+	heartbeat, err := m.Float64ObservableGauge("backstop.worker.heartbeat_age", metric.WithUnit("s"),
+		metric.WithDescription("Per worker that should be heartbeating (active, stopping, or stale for under an hour): now minus its last heartbeat."))
+	if err != nil {
+		return nil, err
+	}
 	g.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		g.mu.Lock()
 		snap := g.snap
@@ -97,8 +102,12 @@ func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.Gaug
 		for st, n := range snap.WorkersByState {
 			o.ObserveInt64(workers, int64(n), metric.WithAttributes(attribute.String("state", st)))
 		}
+		for _, w := range snap.WorkerLastSeen {
+			o.ObserveFloat64(heartbeat, max(t.Sub(w.LastSeen), 0).Seconds(),
+				metric.WithAttributes(attribute.String("worker_id", w.ID), attribute.String("host", w.Host)))
+		}
 		return nil
-	}, tasks, dlq, pending, lease, workers)
+	}, tasks, dlq, pending, lease, workers, heartbeat)
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +161,33 @@ func (g *StoreGauges) Stop() {
 // Client.WorkerCounts) to a store's gauge query: backstop_workers.
 func WithWorkers[S ~string](r store.GaugeReader, counts func(context.Context) (map[S]int, error)) store.GaugeReader {
 	return workerGauges[S]{r, counts}
+}
+
+// WithWorkerHeartbeats adds, per worker list returns (the library's
+// Client.HeartbeatingWorkers), its last heartbeat to a store's gauge
+// query: backstop_worker_heartbeat_age_seconds{worker_id, host}.
+func WithWorkerHeartbeats(r store.GaugeReader, list func(context.Context) ([]store.WorkerInfo, error)) store.GaugeReader {
+	return heartbeatGauges{r, list}
+}
+
+type heartbeatGauges struct {
+	store.GaugeReader
+	list func(context.Context) ([]store.WorkerInfo, error)
+}
+
+func (h heartbeatGauges) Gauges(ctx context.Context) (*store.GaugeSnapshot, error) {
+	snap, err := h.GaugeReader.Gauges(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := h.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		snap.WorkerLastSeen = append(snap.WorkerLastSeen, store.WorkerSeen{ID: w.ID, Host: w.Host, LastSeen: w.LastSeen})
+	}
+	return snap, nil
 }
 
 type workerGauges[S ~string] struct {

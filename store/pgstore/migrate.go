@@ -28,6 +28,9 @@ const versionTable = "backstop_schema_version"
 // first schema of the connection's search_path. Concurrent Migrate calls on
 // the same schema (several processes starting at once) take turns.
 func (s *Store) Migrate(ctx context.Context) error {
+	if err := s.CheckSchema(ctx); err != nil {
+		return err
+	}
 	p, closeProvider, err := s.provider(ctx)
 	if err != nil {
 		return err
@@ -37,6 +40,31 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	return nil
+}
+
+// CheckSchema refuses (*store.SchemaTooNewError) a database whose schema
+// version (in the connection's current schema) is ahead of this binary's
+// migrations. A schema without the version table (new, empty) passes.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	bin, err := store.MaxMigrationVersion(migrationFiles, "migrations")
+	if err != nil {
+		return fmt.Errorf("pgstore: migrations: %w", err)
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('`+versionTable+`') IS NOT NULL`).Scan(&exists); err != nil {
+		return fmt.Errorf("pgstore: schema version: %w", err)
+	}
+	if !exists {
+		return nil
+	}
+	var db *int64
+	if err := s.pool.QueryRow(ctx, `SELECT max(version_id) FROM `+versionTable).Scan(&db); err != nil {
+		return fmt.Errorf("pgstore: schema version: %w", err)
+	}
+	if db == nil {
+		return nil
+	}
+	return store.CheckSchemaVersion("postgres", *db, bin)
 }
 
 // MigrationStatus implements store.Store.

@@ -94,7 +94,34 @@ func (s *Store) provider() (*goose.Provider, error) {
 		goose.WithDisableGlobalRegistry(true))
 }
 
+// CheckSchema refuses (*store.SchemaTooNewError) a database whose schema
+// version is ahead of this binary's migrations. A database without the
+// version table (new, empty) passes.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	bin, err := store.MaxMigrationVersion(migrationFS, "migrations")
+	if err != nil {
+		return fmt.Errorf("sqlite: migrations: %w", err)
+	}
+	var n int
+	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'backstop_schema_version'`).Scan(&n); err != nil {
+		return fmt.Errorf("sqlite: schema version: %w", err)
+	}
+	if n == 0 {
+		return nil
+	}
+	var db sql.NullInt64
+	if err := s.w.QueryRowContext(ctx, `SELECT max(version_id) FROM backstop_schema_version`).Scan(&db); err != nil {
+		return fmt.Errorf("sqlite: schema version: %w", err)
+	}
+	return store.CheckSchemaVersion("sqlite", db.Int64, bin)
+}
+
+// Migrate applies every pending migration; a database newer than this
+// binary is refused (*store.SchemaTooNewError) and left alone.
 func (s *Store) Migrate(ctx context.Context) error {
+	if err := s.CheckSchema(ctx); err != nil {
+		return err
+	}
 	p, err := s.provider()
 	if err != nil {
 		return fmt.Errorf("sqlite: migrations: %w", err)

@@ -80,6 +80,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("ExportInSlices", s.testExportInSlices) // summary.go
 	t.Run("Migrations", s.testMigrations)
 	t.Run("DLQOps", s.testDLQOps)
+	t.Run("DLQReopen", s.testDLQReopen) // dlq_reopen.go
 	t.Run("Ops", s.testOps)
 	t.Run("API", s.testAPI)
 	t.Run("Queues", s.testQueues)
@@ -92,6 +93,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("RemoteLeases", s.testRemoteLeases) // remote_leases.go
 	// telemetry.go
 	t.Run("Telemetry", s.testTelemetry)
+	t.Run("Promises", s.testPromises) // promises.go
+	t.Run("HeartbeatingWorkers", s.testHeartbeatingWorkers)
 }
 
 // clock is real time plus an offset tests can move forward, so lease
