@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -245,6 +246,14 @@ func (a *app) open(ctx context.Context, cfg *backstop.Config) (store.Store, *bac
 }
 
 func (a *app) openDB(ctx context.Context, cfg *backstop.Config) (store.Store, *backstop.Client, error) {
+	if cfg == nil {
+		cfg = &backstop.Config{}
+	}
+	if cfg.Logger == nil {
+		// JSON lines on stderr, like serve's and work's (telemetry), not
+		// the slog default's text.
+		cfg.Logger = slog.New(slog.NewJSONHandler(a.stderr, nil))
+	}
 	s, err := dburl.Open(ctx, a.dbURL)
 	if err != nil {
 		return nil, nil, &exitError{code: ExitUsage, err: err}
