@@ -196,6 +196,10 @@ func TestEveryCommandHonoursServer(t *testing.T) {
 			}
 		}
 	}
+	// The shell's TAB completion (cobra's hidden __complete) works too.
+	if _, _, out, errs, code := run(true, "__complete", "tasks", ""); code != 0 || !strings.Contains(out, "list") {
+		t.Errorf("__complete with BACKSTOP_SERVER: exit %d\n%s%s", code, out, errs)
+	}
 	// The changes went to the server's database.
 	tk, err := c.Get(ctx, pending[0])
 	if err != nil || tk.State != backstop.StateCanceled {

@@ -178,8 +178,8 @@ var serverModes = map[string]string{
 // "" (works on the database only).
 func serverMode(cmd *cobra.Command) string {
 	path := strings.TrimPrefix(cmd.CommandPath(), "backstop ")
-	if strings.HasPrefix(path, "completion ") {
-		return noBackend
+	if strings.HasPrefix(path, "completion ") || strings.HasPrefix(path, cobra.ShellCompRequestCmd) {
+		return noBackend // the scripts, and cobra's hidden __complete the shell calls on TAB
 	}
 	return serverModes[path]
 }
@@ -236,8 +236,9 @@ func isCobraUsage(err error) bool {
 }
 
 // open opens the store named by --db, migrates it, and makes a client.
-// Commands that work on the database only refuse an explicit --server
-// rather than silently ignore it.
+// Commands that work on the database only refuse --server (the flag or
+// BACKSTOP_SERVER) rather than silently ignore it; PersistentPreRunE
+// (checkServerMode) already did for the commands serverModes does not list.
 func (a *app) open(ctx context.Context, cfg *backstop.Config) (store.Store, *backstop.Client, error) {
 	if a.server != "" {
 		return nil, nil, a.serverRefusal(a.via)
