@@ -269,10 +269,13 @@ type PurgeParams struct {
 	OlderThan time.Duration
 	// Statuses: default discarded and resolved.
 	Statuses []DLQStatus
+	// DryRun counts the dead letters that would be deleted and deletes
+	// nothing.
+	DryRun bool
 }
 
 // PurgeDLQ deletes dead letters (task row, executions, spilled payload,
-// events) and returns how many.
+// events) and returns how many; with DryRun, how many it would delete.
 func (c *Client) PurgeDLQ(ctx context.Context, p PurgeParams) (int, error) {
 	if p.OlderThan < 0 {
 		return 0, invalid("older_than", "must not be negative")
@@ -285,7 +288,7 @@ func (c *Client) PurgeDLQ(ctx context.Context, p PurgeParams) (int, error) {
 			return 0, invalid("status", "unknown dead-letter status %q", s)
 		}
 	}
-	return c.store.PurgeDLQ(ctx, store.PurgeParams{Before: c.now().Add(-p.OlderThan), Statuses: p.Statuses})
+	return c.store.PurgeDLQ(ctx, store.PurgeParams{Before: c.now().Add(-p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun})
 }
 
 // Events returns a task's history, oldest first.

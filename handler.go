@@ -3,8 +3,11 @@ package backstop
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,10 +36,49 @@ func Typed[T any](fn func(ctx context.Context, t *Task, payload T) error) Handle
 	return HandlerFunc(func(ctx context.Context, t *Task) error {
 		var v T
 		if err := json.Unmarshal(t.Payload, &v); err != nil {
-			return &poisonError{err: fmt.Errorf("payload does not decode into %T: %w", v, err)}
+			return &poisonError{err: payloadError(t.Kind, err)}
 		}
 		return fn(ctx, t, v)
 	})
+}
+
+// payloadError says why a payload does not fit a kind's handler in the
+// payload's terms (its JSON fields and types), never the handler's Go
+// type names, which mean nothing to an operator reading a dead letter.
+func payloadError(kind string, err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te) && te.Field != "":
+		return fmt.Errorf("payload field %q is a JSON %s, but the %s handler expects %s", te.Field, te.Value, kind, jsonKind(te.Type))
+	case errors.As(err, &te):
+		return fmt.Errorf("payload is a JSON %s, but the %s handler expects %s", te.Value, kind, jsonKind(te.Type))
+	case errors.As(err, &se):
+		return fmt.Errorf("payload is not valid JSON (at byte %d)", se.Offset)
+	}
+	return fmt.Errorf("payload does not fit the %s handler: %s", kind, strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// jsonKind names the JSON a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "another JSON type"
 }
 
 // attempt is the in-process state of one running execution.

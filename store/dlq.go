@@ -113,6 +113,8 @@ type PurgeParams struct {
 	Before   time.Time
 	Statuses []bt.DLQStatus
 	Limit    int // per transaction; default 1000
+	// DryRun counts what would be deleted and deletes nothing.
+	DryRun bool
 }
 
 // Redrive is the durable record of a bulk redrive, so that a re-run after an

@@ -204,7 +204,7 @@ func TestRemoteWorkerSIGKILL(t *testing.T) {
 	}
 }
 
-// TestDemoServe starts the live tour briefly: /healthz and /v1/tasks answer,
+// TestDemoServe starts the live tour briefly: /healthz, /metrics and /v1/tasks answer,
 // and SIGTERM stops it cleanly.
 func TestDemoServe(t *testing.T) {
 	t.Parallel()
@@ -227,7 +227,7 @@ func TestDemoServe(t *testing.T) {
 		t.Fatalf("no serving line: %q %v; stderr %s", line, err, errb.String())
 	}
 	base := strings.Fields(strings.TrimPrefix(line, "backstop demo: serving "))[0]
-	for _, p := range []string{"/healthz", "/v1/openapi.json"} {
+	for _, p := range []string{"/healthz", "/v1/openapi.json", "/metrics"} {
 		resp, err := http.Get(base + p)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("GET %s: %v %v", p, resp, err)

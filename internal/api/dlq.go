@@ -354,11 +354,16 @@ func (s *Server) resolveDeadLetter(w http.ResponseWriter, r *http.Request) error
 type PurgeRequest struct {
 	OlderThan bt.Duration    `json:"older_than,omitempty"`
 	Statuses  []bt.DLQStatus `json:"statuses,omitempty"`
+	// DryRun: count what would be deleted, delete nothing.
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
-// PurgeResponse says how many dead letters were deleted.
+// PurgeResponse says how many dead letters were deleted or, on a dry run,
+// would be.
 type PurgeResponse struct {
-	Purged int `json:"purged"`
+	Purged     int  `json:"purged"`
+	WouldPurge int  `json:"would_purge,omitempty"`
+	DryRun     bool `json:"dry_run,omitempty"`
 }
 
 // POST /v1/dlq/purge
@@ -367,9 +372,12 @@ func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeOptional(r, &req); err != nil {
 		return err
 	}
-	n, err := s.c.PurgeDLQ(r.Context(), backstop.PurgeParams{OlderThan: time.Duration(req.OlderThan), Statuses: req.Statuses})
+	n, err := s.c.PurgeDLQ(r.Context(), backstop.PurgeParams{OlderThan: time.Duration(req.OlderThan), Statuses: req.Statuses, DryRun: req.DryRun})
 	if err != nil {
 		return err
+	}
+	if req.DryRun {
+		return writeJSON(w, http.StatusOK, PurgeResponse{WouldPurge: n, DryRun: true})
 	}
 	s.log.Info("dead letters purged", "actor", principalFrom(r.Context()).Name, "purged", n)
 	return writeJSON(w, http.StatusOK, PurgeResponse{Purged: n})

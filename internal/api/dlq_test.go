@@ -189,6 +189,10 @@ func TestDLQEndpoints(t *testing.T) {
 		if err != nil || pr.Purged != 0 {
 			t.Fatalf("purge older than an hour: %+v %v", pr, err)
 		}
+		pr, err = admin.PurgeDLQ(ctx, api.PurgeRequest{Statuses: []bt.DLQStatus{bt.DLQDiscarded, bt.DLQResolved}, DryRun: true})
+		if err != nil || pr.Purged != 0 || pr.WouldPurge != 2 || !pr.DryRun {
+			t.Fatalf("purge dry run: %+v %v", pr, err)
+		}
 		pr, err = admin.PurgeDLQ(ctx, api.PurgeRequest{Statuses: []bt.DLQStatus{bt.DLQDiscarded, bt.DLQResolved}})
 		if err != nil || pr.Purged != 2 {
 			t.Fatalf("purge: %+v %v", pr, err)

@@ -59,7 +59,7 @@ func TestRemoteWorkerRegistryAPI(t *testing.T) {
 		}
 		var types []string
 		waitUntil(t, "the worker's events", func() bool {
-			page, err := op.Events(ctx, "worker.rw-api", "", 100)
+			page, err := op.Events(ctx, backstop.ReadEventsParams{Stream: "worker.rw-api", Limit: 100})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
@@ -137,4 +138,19 @@ func (c *Client) Run(ctx context.Context, runID string) (*backstop.Run, error) {
 func (c *Client) RunTasks(ctx context.Context, runID string, q url.Values) (*api.ListResponse, error) {
 	var out api.ListResponse
 	return &out, c.Do(ctx, "GET", withQuery("/v1/runs/"+esc(runID)+"/tasks", q), nil, &out)
+}
+
+// Events reads one page of an event stream after a cursor (GET /v1/events).
+func (c *Client) Events(ctx context.Context, p backstop.ReadEventsParams) (backstop.EventPage, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"stream": p.Stream, "after": p.After} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	var out backstop.EventPage
+	return out, c.Do(ctx, "GET", withQuery("/v1/events", q), nil, &out)
 }

@@ -2,8 +2,6 @@ package apiclient
 
 import (
 	"context"
-	"net/url"
-	"strconv"
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
@@ -28,18 +26,3 @@ func (c *Client) StopWorker(ctx context.Context, id string) (*backstop.WorkerInf
 	return &out, c.Do(ctx, "POST", "/v1/workers/"+esc(id)+"/stop", struct{}{}, &out)
 }
 
-// Events reads one page of an event stream after a cursor (GET /v1/events).
-func (c *Client) Events(ctx context.Context, stream, after string, limit int) (*backstop.EventPage, error) {
-	q := url.Values{}
-	if stream != "" {
-		q.Set("stream", stream)
-	}
-	if after != "" {
-		q.Set("after", after)
-	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
-	var out backstop.EventPage
-	return &out, c.Do(ctx, "GET", "/v1/events?"+q.Encode(), nil, &out)
-}

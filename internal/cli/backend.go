@@ -454,9 +454,12 @@ func (r *remoteBackend) Resolve(ctx context.Context, p backstop.ResolveParams) (
 }
 
 func (r *remoteBackend) PurgeDLQ(ctx context.Context, p backstop.PurgeParams) (int, error) {
-	res, err := r.cl.PurgeDLQ(ctx, api.PurgeRequest{OlderThan: bt.Duration(p.OlderThan), Statuses: p.Statuses})
+	res, err := r.cl.PurgeDLQ(ctx, api.PurgeRequest{OlderThan: bt.Duration(p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun})
 	if err != nil {
 		return 0, remoteErr(err)
+	}
+	if p.DryRun {
+		return res.WouldPurge, nil
 	}
 	return res.Purged, nil
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -368,16 +369,27 @@ func (a *app) demoReport(ctx context.Context, c *backstop.Client, runID string, 
 		}
 		f.AfterID = page[len(page)-1].ID
 	}
-	db := "--db " + shellQuote(a.dbURL)
-	rep.Commands = []string{"backstop " + db + " dlq list"}
+	self := selfCommand() + " --db " + shellQuote(a.dbURL)
+	rep.Commands = []string{self + " dlq list"}
 	if rep.sampleDead != nil {
-		rep.Commands = append(rep.Commands, "backstop "+db+" dlq show "+rep.sampleDead.ID)
+		rep.Commands = append(rep.Commands, self+" dlq show "+rep.sampleDead.ID)
 	}
 	if rep.sampleRetried != nil {
-		rep.Commands = append(rep.Commands, "backstop "+db+" tasks show "+rep.sampleRetried.ID)
+		rep.Commands = append(rep.Commands, self+" tasks show "+rep.sampleRetried.ID)
 	}
-	rep.Commands = append(rep.Commands, "backstop "+db+" tasks list --queue "+demoQueue+" --attr demo_run="+runID)
+	rep.Commands = append(rep.Commands, self+" tasks list --queue "+demoQueue+" --attr demo_run="+runID)
 	return rep, nil
+}
+
+// selfCommand is how the user ran this binary, for the commands the demo
+// suggests: "go run ./cmd/backstop" when go run built it (an exe directory
+// under a temporary go-build one), else "backstop".
+func selfCommand() string {
+	exe := os.Args[0]
+	if strings.Contains(exe, "go-build") && filepath.Base(filepath.Dir(exe)) == "exe" {
+		return "go run ./cmd/backstop"
+	}
+	return "backstop"
 }
 
 func (rep *demoReport) add(t *bt.Task) {

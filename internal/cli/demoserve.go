@@ -35,12 +35,20 @@ func (a *app) demoServe(ctx context.Context, addr string) error {
 		Queues: map[string]backstop.QueueConfig{demoQueue: {MaxAttempts: 4, Retry: demoRetry, Concurrency: 20}},
 		Kinds:  map[string]backstop.KindConfig{"sync_crm": {Timeout: 150 * time.Millisecond}},
 	}
+	// Metrics as serve records them, at /metrics beside the API.
+	tel, stopTelemetry, err := a.startTelemetry(ctx, nil, "backstop-demo")
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
+	cfg.MeterProvider, cfg.TracerProvider = tel.MeterProvider, tel.TracerProvider
 	s, c, err := a.open(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	srv, err := api.New(api.Options{Client: c, Logger: log, AnonymousAdmin: true})
+	defer startGauges(ctx, tel, c, log)()
+	srv, err := api.New(api.Options{Client: c, Logger: log, AnonymousAdmin: true, Metrics: tel.Handler()})
 	if err != nil {
 		return err
 	}
@@ -73,19 +81,22 @@ func (a *app) demoServe(ctx context.Context, addr string) error {
   API base      %s/v1
   OpenAPI       %s/v1/openapi.json
   Health        %s/healthz
+  Metrics       %s/metrics
 
 Producers enqueue tasks into queue %q every few hundred milliseconds; some fail
 transiently and are retried, some fail for good and dead-letter, some are slow,
 and now and then a dead letter is replayed. Try:
 
-  curl -s %s/v1/tasks?limit=5
+  curl -s '%s/v1/tasks?limit=5'
   curl -s %s/v1/queues
   curl -s -X POST %s/v1/tasks -H 'Content-Type: application/json' -d '{"queue":"demo","kind":"send_email","payload":{"n":1,"to":"you@example.com"}}'
-  backstop --db %s tasks --state dead
-  backstop --db %s dlq list
+  curl -s %s/metrics
+  %s --db %s tasks list --state dead
+  %s --db %s dlq list
 
 Ctrl-C stops.
-`, base, a.dbURL, base, base, base, demoQueue, base, base, base, shellQuote(a.dbURL), shellQuote(a.dbURL))
+`, base, a.dbURL, base, base, base, base, demoQueue, base, base, base, base,
+		selfCommand(), shellQuote(a.dbURL), selfCommand(), shellQuote(a.dbURL))
 
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

@@ -413,14 +413,28 @@ func (a *app) setDLQStatus(cmd *cobra.Command, op func(backend) (*backstop.Task,
 	})
 }
 
+// purgeJSON is what dlq purge prints.
+type purgeJSON struct {
+	Purged     int  `json:"purged"`
+	WouldPurge int  `json:"would_purge,omitempty"`
+	DryRun     bool `json:"dry_run,omitempty"`
+}
+
 func dlqPurgeCmd(a *app) *cobra.Command {
-	var olderThan, status string
+	var (
+		olderThan, status string
+		dryRun, yes       bool
+	)
 	cmd := &cobra.Command{
-		Use:   "purge --older-than AGE",
+		Use:   "purge --older-than AGE [--dry-run] [--yes]",
 		Short: "Delete dead-letter records for good (default: discarded and resolved ones)",
-		Long: "Delete dead letters whose status is one of --status (default discarded,resolved) and whose record\n" +
-			"last changed more than --older-than ago (30d, 12h, 90m), with their executions, spilled payloads\n" +
-			"and history. Archive first with 'dlq export'. Prints how many were deleted.",
+		Long: `Delete dead letters whose status is one of --status (default discarded,resolved) and whose record
+last changed more than --older-than ago (30d, 12h, 90m), with their executions, spilled payloads
+and history. Archive first with 'dlq export'. Prints how many were deleted.
+
+--dry-run counts what would be deleted and deletes nothing. When stdin is a terminal, purge
+says how many records match and asks before deleting them (--yes skips the question); when
+stdin is not a terminal (a script, cron, a pipe) it deletes without asking, as scripts expect.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan == "" {
@@ -441,19 +455,51 @@ func dlqPurgeCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			n, err := c.PurgeDLQ(cmd.Context(), backstop.PurgeParams{OlderThan: age, Statuses: sts})
+			p := backstop.PurgeParams{OlderThan: age, Statuses: sts}
+			if dryRun || (!yes && isTerminal(a.stdin)) {
+				p.DryRun = true
+				n, err := c.PurgeDLQ(cmd.Context(), p)
+				if err != nil {
+					return err
+				}
+				if dryRun {
+					return a.print(purgeJSON{WouldPurge: n, DryRun: true}, func(w io.Writer) error {
+						_, err := fmt.Fprintf(w, "would purge %d dead letters (dry run: nothing deleted)\n", n)
+						return err
+					})
+				}
+				if n > 0 && !a.confirm(fmt.Sprintf("Delete %d dead letters (status %s, last changed more than %s ago) for good?", n, status, olderThan)) {
+					return &exitError{code: ExitFailure, err: errors.New("dlq purge: not confirmed; nothing deleted")}
+				}
+				p.DryRun = false
+			}
+			n, err := c.PurgeDLQ(cmd.Context(), p)
 			if err != nil {
 				return err
 			}
-			return a.print(map[string]int{"purged": n}, func(w io.Writer) error {
+			return a.print(purgeJSON{Purged: n}, func(w io.Writer) error {
 				_, err := fmt.Fprintf(w, "purged %d dead letters\n", n)
 				return err
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted; delete nothing")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation on a terminal")
 	cmd.Flags().StringVar(&olderThan, "older-than", "", "only records last changed longer ago than this (30d, 12h)")
 	cmd.Flags().StringVar(&status, "status", "discarded,resolved", "statuses to purge (comma-separated): open, replayed, discarded, resolved")
 	return cmd
+}
+
+// confirm asks a yes/no question on stderr and reads the answer from
+// stdin; anything but y or yes is no.
+func (a *app) confirm(question string) bool {
+	fmt.Fprintf(a.stderr, "%s [y/N] ", question)
+	line, _ := bufio.NewReader(a.stdin).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
 }
 
 func dlqExportCmd(a *app) *cobra.Command {

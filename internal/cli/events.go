@@ -15,6 +15,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/apiclient"
 )
 
 func init() { register(eventsCmd) }
@@ -76,13 +77,13 @@ note on stderr: nothing is skipped or printed twice.`,
 			if poll <= 0 {
 				return usageErr("--poll must be positive")
 			}
-			s, c, err := a.open(cmd.Context(), nil)
+			read, done, err := a.eventReader(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer done()
 			ctx := cmd.Context()
-			page, err := c.ReadEvents(ctx, p)
+			page, err := read(ctx, p)
 			if err != nil {
 				return err
 			}
@@ -121,7 +122,7 @@ note on stderr: nothing is skipped or printed twice.`,
 					}
 				}
 				for {
-					if page, err = c.ReadEvents(ctx, p); err == nil {
+					if page, err = read(ctx, p); err == nil {
 						failures = 0
 						break
 					}
@@ -151,6 +152,23 @@ note on stderr: nothing is skipped or printed twice.`,
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until interrupted")
 	cmd.Flags().DurationVar(&poll, "poll", 500*time.Millisecond, "with --follow: how often to look for new events")
 	return cmd
+}
+
+// eventReader reads pages of the event log from the database or, with
+// --server, from GET /v1/events; done closes what it opened.
+func (a *app) eventReader(ctx context.Context) (read func(context.Context, backstop.ReadEventsParams) (backstop.EventPage, error), done func(), err error) {
+	if a.server != "" {
+		cl := apiclient.New(a.server, a.token)
+		return func(ctx context.Context, p backstop.ReadEventsParams) (backstop.EventPage, error) {
+			page, err := cl.Events(ctx, p)
+			return page, remoteErr(err)
+		}, func() {}, nil
+	}
+	s, c, err := a.openDB(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.ReadEvents, func() { s.Close() }, nil
 }
 
 // eventLine is one event on one line: cursor, time, type, subject, queue,

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -8,6 +9,8 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/apiclient"
 )
 
 func init() { register(queuesCmd) }
@@ -31,12 +34,7 @@ func queuesListCmd(a *app) *cobra.Command {
 		Short: "Every queue that holds tasks or is paused, with task counts by state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, c, err := a.open(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			qs, err := c.Queues(cmd.Context())
+			qs, err := a.queues(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -65,6 +63,63 @@ func queuesListCmd(a *app) *cobra.Command {
 			})
 		},
 	}
+}
+
+// queues counts tasks by queue and state, on the database or, with
+// --server, through the API.
+func (a *app) queues(ctx context.Context) ([]backstop.QueueSummary, error) {
+	if a.server != "" {
+		r, err := apiclient.New(a.server, a.token).Queues(ctx)
+		if err != nil {
+			return nil, remoteErr(err)
+		}
+		return r.Items, nil
+	}
+	s, c, err := a.openDB(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return c.Queues(ctx)
+}
+
+// pauseQueue pauses or resumes a queue, on the database or through the
+// API (where the token's name is the actor).
+func (a *app) pauseQueue(ctx context.Context, name string, pause bool, actor string) (queuePauseJSON, error) {
+	out := queuePauseJSON{Name: name, Paused: pause}
+	if a.server != "" {
+		cl := apiclient.New(a.server, a.token)
+		var r *api.QueuePauseResponse
+		var err error
+		if pause {
+			r, err = cl.PauseQueue(ctx, name)
+		} else {
+			r, err = cl.ResumeQueue(ctx, name)
+		}
+		if err != nil {
+			return out, remoteErr(err)
+		}
+		out.Changed = r.Changed
+		if pause && r.PausedAt != nil {
+			out.Pause = &backstop.QueueState{Name: r.Name, PausedAt: *r.PausedAt, PausedBy: r.PausedBy}
+		}
+		return out, nil
+	}
+	s, c, err := a.openDB(ctx, nil)
+	if err != nil {
+		return out, err
+	}
+	defer s.Close()
+	if pause {
+		st, changed, err := c.PauseQueue(ctx, name, actor)
+		if err != nil {
+			return out, err
+		}
+		out.Changed, out.Pause = changed, &st
+		return out, nil
+	}
+	out.Changed, err = c.ResumeQueue(ctx, name, actor)
+	return out, err
 }
 
 func upper(s string) string {
@@ -99,22 +154,9 @@ store's claim skips a paused queue, so it holds for every worker of every
 process at once; running tasks finish, enqueues still land.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := a.open(cmd.Context(), nil)
+			out, err := a.pauseQueue(cmd.Context(), args[0], pause, actor)
 			if err != nil {
 				return err
-			}
-			defer s.Close()
-			out := queuePauseJSON{Name: args[0], Paused: pause}
-			if pause {
-				st, changed, err := c.PauseQueue(cmd.Context(), args[0], actor)
-				if err != nil {
-					return err
-				}
-				out.Changed, out.Pause = changed, &st
-			} else {
-				if out.Changed, err = c.ResumeQueue(cmd.Context(), args[0], actor); err != nil {
-					return err
-				}
 			}
 			return a.print(out, func(w io.Writer) error {
 				switch {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -113,11 +114,15 @@ func (a *app) rootCmd() *cobra.Command {
 		Short:         "Backstop: a durable task queue whose signature is the failure path",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       readBuildVersion().String(), // --version (version.go)
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			a.serverFlag = cmd.Flags().Changed("server")
 			tuneGC(cmd, os.Getenv) // gc.go
 			a.via = strings.TrimPrefix(cmd.CommandPath(), "backstop ")
 			if err := checkTextFlags(cmd.Flags()); err != nil { // flags.go
+				return err
+			}
+			if err := a.checkServerMode(cmd); err != nil {
 				return err
 			}
 			if fl := cmd.Flags().Lookup("actor"); fl != nil && fl.Changed && a.server != "" {
@@ -135,16 +140,91 @@ func (a *app) rootCmd() *cobra.Command {
 		def = dburl.Default
 	}
 	root.PersistentFlags().StringVar(&a.dbURL, "db", def, "database URL: sqlite://PATH or postgres://... (env BACKSTOP_DB)")
-	root.PersistentFlags().StringVar(&a.server, "server", os.Getenv("BACKSTOP_SERVER"), "talk to this Backstop server's HTTP API instead of the database (enqueue, tasks, dlq, workers, work; env BACKSTOP_SERVER)")
+	root.PersistentFlags().StringVar(&a.server, "server", os.Getenv("BACKSTOP_SERVER"), "talk to this Backstop server's HTTP API instead of the database (enqueue, tasks, dlq, workers, work, queues, events, runs; the other commands refuse it; env BACKSTOP_SERVER)")
 	root.PersistentFlags().StringVar(&a.token, "token", os.Getenv("BACKSTOP_TOKEN"), "API token for --server (env BACKSTOP_TOKEN)")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: ExitUsage, err: err}
 	})
 	for _, add := range commands {
 		root.AddCommand(add(a))
 	}
+	// Added here rather than by Execute so CommandPaths sees them too.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
 	return root
+}
+
+// How each command treats --server (BACKSTOP_SERVER). A command not listed
+// works on the database and refuses a server with exit 2 before it starts,
+// so a new command can never silently ignore --server; the test
+// TestEveryCommandHonoursServer (cmd/backstop) runs every command with
+// --server set and checks it; README.md lists the three groups.
+const (
+	viaServer = "server" // goes through the server's HTTP API
+	noBackend = "none"   // reads neither a database nor a server
+)
+
+var serverModes = map[string]string{
+	"enqueue": viaServer, "work": viaServer,
+	"tasks list": viaServer, "tasks show": viaServer, "tasks cancel": viaServer, "tasks logs": viaServer,
+	"dlq list": viaServer, "dlq show": viaServer, "dlq replay": viaServer, "dlq discard": viaServer,
+	"dlq resolve": viaServer, "dlq redrive": viaServer, "dlq export": viaServer, "dlq purge": viaServer,
+	"workers list": viaServer, "workers show": viaServer,
+	"queues list": viaServer, "queues pause": viaServer, "queues resume": viaServer,
+	"events tail": viaServer, "runs show": viaServer,
+
+	"help": noBackend, "completion": noBackend, "version": noBackend,
+	"config check": noBackend, "config show": noBackend, "bench ordering": noBackend,
+	// Command groups: they only name their subcommands.
+	"tasks": noBackend, "dlq": noBackend, "workers": noBackend, "queues": noBackend, "events": noBackend,
+	"runs": noBackend, "tokens": noBackend, "config": noBackend,
+}
+
+// serverMode is how the command treats --server: viaServer, noBackend, or
+// "" (works on the database only).
+func serverMode(cmd *cobra.Command) string {
+	path := strings.TrimPrefix(cmd.CommandPath(), "backstop ")
+	if strings.HasPrefix(path, "completion ") || strings.HasPrefix(path, cobra.ShellCompRequestCmd) {
+		return noBackend // the scripts, and cobra's hidden __complete the shell calls on TAB
+	}
+	return serverModes[path]
+}
+
+// checkServerMode refuses a database command when a server is named.
+func (a *app) checkServerMode(cmd *cobra.Command) error {
+	if a.server == "" || serverMode(cmd) != "" {
+		return nil
+	}
+	return a.serverRefusal(strings.TrimPrefix(cmd.CommandPath(), "backstop "))
+}
+
+// serverRefusal says that what works on the database cannot go through
+// --server, and how to run it anyway.
+func (a *app) serverRefusal(what string) error {
+	from := "--server " + a.server
+	if !a.serverFlag {
+		from = "--server (BACKSTOP_SERVER=" + a.server + ")"
+	}
+	return usageErr("%s works on the database (--db) and cannot go through a server, but %s is set: "+
+		"unset it, or pass --server= to run it on --db", what, from)
+}
+
+// CommandPaths lists every command's path below the root ("dlq purge",
+// "completion bash"), for tests that must cover each one.
+func CommandPaths() []string {
+	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}
+	var out []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			out = append(out, strings.TrimPrefix(sub.CommandPath(), "backstop "))
+			walk(sub)
+		}
+	}
+	walk(a.rootCmd())
+	return out
 }
 
 // commands is filled by each command file's init, so files stay independent.
@@ -164,16 +244,25 @@ func isCobraUsage(err error) bool {
 }
 
 // open opens the store named by --db, migrates it, and makes a client.
-// Commands that work on the database only refuse an explicit --server
-// rather than silently ignore it.
+// Commands that work on the database only refuse --server (the flag or
+// BACKSTOP_SERVER) rather than silently ignore it; PersistentPreRunE
+// (checkServerMode) already did for the commands serverModes does not list.
 func (a *app) open(ctx context.Context, cfg *backstop.Config) (store.Store, *backstop.Client, error) {
-	if a.serverFlag {
-		return nil, nil, usageErr("this command works on the database (--db), not over --server")
+	if a.server != "" {
+		return nil, nil, a.serverRefusal(a.via)
 	}
 	return a.openDB(ctx, cfg)
 }
 
 func (a *app) openDB(ctx context.Context, cfg *backstop.Config) (store.Store, *backstop.Client, error) {
+	if cfg == nil {
+		cfg = &backstop.Config{}
+	}
+	if cfg.Logger == nil {
+		// JSON lines on stderr, like serve's and work's (telemetry), not
+		// the slog default's text.
+		cfg.Logger = slog.New(slog.NewJSONHandler(a.stderr, nil))
+	}
 	s, err := dburl.Open(ctx, a.dbURL)
 	if err != nil {
 		return nil, nil, err // exitCode tells a bad URL (2) from a failure (1)

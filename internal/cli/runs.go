@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 
+	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/apiclient"
 )
 
 func init() { register(runsCmd) }
@@ -32,12 +35,7 @@ func runsShowCmd(a *app) *cobra.Command {
 with: backstop tasks list --attr run_id=RUN_ID. A run without tasks exits 3.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, c, err := a.open(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			r, err := c.Run(cmd.Context(), args[0])
+			r, err := a.run(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -65,4 +63,18 @@ with: backstop tasks list --attr run_id=RUN_ID. A run without tasks exits 3.`,
 			})
 		},
 	}
+}
+
+// run summarises a run on the database or, with --server, through the API.
+func (a *app) run(ctx context.Context, id string) (*backstop.Run, error) {
+	if a.server != "" {
+		r, err := apiclient.New(a.server, a.token).Run(ctx, id)
+		return r, remoteErr(err)
+	}
+	s, c, err := a.openDB(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return c.Run(ctx, id)
 }

@@ -51,8 +51,10 @@ other characters than letters and digits replaced by _).
 Exit code 0 succeeds; 75 (EX_TEMPFAIL) and any code not listed in
 --permanent-exit-codes are transient (retried by policy); listed codes
 dead-letter the task at once. On a timeout, a cancel or a shutdown the whole
-process group is killed. The last 8 KiB of stdout+stderr are kept with the
-execution (tasks show ID).
+process group is killed. Every line the program writes (stdout and stderr)
+goes to the execution's log: backstop tasks logs ID. The last --output-limit
+bytes (8 KiB) are also kept with the attempt as its detail: backstop dlq show
+ID, or the executions' error_detail in backstop tasks show ID -o json.
 
 On SIGTERM or SIGINT the worker drains: it stops claiming, lets running
 programs finish within --grace, then kills the rest and releases their tasks
@@ -65,8 +67,7 @@ database: long-poll claims, heartbeats every lease/3, complete or fail with the
 outcome class of the exit code. The server's maintenance settles the tasks of a
 worker that died. On a drain whose grace runs out, the killed programs' tasks
 are released without charging an attempt (POST /v1/tasks/{id}/release), as in
-local mode. The program's output lines go to the execution's log
-(backstop tasks logs ID).
+local mode.
 
 --config FILE reads queue settings (concurrency, lease) and leader_ttl from a
 configuration file; flags win over BACKSTOP_* variables, which win over it.`,

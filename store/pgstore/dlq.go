@@ -505,6 +505,15 @@ func (s *Store) PurgeDLQ(ctx context.Context, p store.PurgeParams) (int, error) 
 	for i, st := range p.Statuses {
 		sts[i] = string(st)
 	}
+	if p.DryRun {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM backstop_tasks
+			WHERE state = 'dead' AND dlq_status = ANY($1::text[]) AND updated_at < $2`, sts, p.Before).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("pgstore: purge dry run: %w", err)
+		}
+		return n, nil
+	}
 	total := 0
 	for {
 		if err := ctx.Err(); err != nil {

@@ -294,6 +294,13 @@ func (s *Store) PurgeDLQ(ctx context.Context, p store.PurgeParams) (int, error) 
 	for i, st := range p.Statuses {
 		sts[i] = string(st)
 	}
+	if p.DryRun {
+		var n int
+		err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM backstop_tasks
+		WHERE state = 'dead' AND dlq_status IN (`+placeholders(len(sts))+`) AND updated_at < ?`,
+			append(append([]any{}, sts...), us(p.Before))...).Scan(&n)
+		return n, err
+	}
 	total := 0
 	for {
 		if err := ctx.Err(); err != nil {

@@ -345,6 +345,12 @@ func (s *suite) testDLQOps(t *testing.T) {
 			t.Fatalf("purge too early: %d, %v", n, err)
 		}
 		b.clock.Advance(2 * time.Hour)
+		// A dry run counts them and deletes nothing.
+		n, err = b.c.PurgeDLQ(b.ctx, backstop.PurgeParams{OlderThan: time.Hour, DryRun: true})
+		if err != nil || n != 2 {
+			t.Fatalf("purge dry run: %d, %v", n, err)
+		}
+		eq(t, "kept by the dry run", ids(backstop.DLQDiscarded, backstop.DLQResolved), []string{"d1", "r1"})
 		n, err = b.c.PurgeDLQ(b.ctx, backstop.PurgeParams{OlderThan: time.Hour})
 		if err != nil || n != 2 {
 			t.Fatalf("purge: %d, %v", n, err)

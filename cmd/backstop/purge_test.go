@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testdb"
+)
+
+// openPTY opens a pseudo-terminal: what the user types is written to
+// master, and the program reads it from slave (its stdin).
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("no pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	go io.Copy(io.Discard, m) // the terminal's echo
+	return m, s
+}
+
+// TestDLQPurgeDryRunAndConfirmation: --dry-run counts and deletes nothing;
+// on a terminal purge asks first (no: nothing deleted, exit 1; yes:
+// deleted); from a pipe or with --yes it deletes without asking.
+func TestDLQPurgeDryRunAndConfirmation(t *testing.T) {
+	t.Parallel()
+	db := testdb.SQLite(t)
+	c := deadLetters(t, db, "purge-a", 3)
+	open := func() int {
+		ts, err := c.DeadLetters(context.Background(), backstop.ListParams{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ts)
+	}
+	purge := func(stdin io.Reader, args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(binary, append([]string{"--db", db, "dlq", "purge", "--status", "open", "--older-than", "0s"}, args...)...)
+		var out, errb bytes.Buffer
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+
+	out, errs, code := purge(nil, "--dry-run")
+	if code != 0 || !strings.Contains(out, "would purge 3 dead letters") || open() != 3 {
+		t.Fatalf("dry run: exit %d %q %q, %d left", code, out, errs, open())
+	}
+	out, _, _ = purge(nil, "--dry-run", "-o", "json")
+	if compactJSON(out) != `{"purged":0,"would_purge":3,"dry_run":true}` {
+		t.Fatalf("dry run json: %s", out)
+	}
+
+	m, s := openPTY(t)
+	if _, err := m.WriteString("n\n"); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code = purge(s)
+	if code != 1 || !strings.Contains(errs, "Delete 3 dead letters") || !strings.Contains(errs, "[y/N]") ||
+		!strings.Contains(errs, "nothing deleted") || open() != 3 {
+		t.Fatalf("answered no: exit %d %q %q, %d left", code, out, errs, open())
+	}
+	if _, err := m.WriteString("y\n"); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code = purge(s)
+	if code != 0 || !strings.Contains(out, "purged 3 dead letters") || open() != 0 {
+		t.Fatalf("answered yes: exit %d %q %q, %d left", code, out, errs, open())
+	}
+
+	deadLetters(t, db, "purge-b", 2)
+	out, errs, code = purge(s, "--yes")
+	if code != 0 || strings.Contains(errs, "[y/N]") || !strings.Contains(out, "purged 2") || open() != 0 {
+		t.Fatalf("--yes on a terminal: exit %d %q %q, %d left", code, out, errs, open())
+	}
+	deadLetters(t, db, "purge-c", 2)
+	out, errs, code = purge(strings.NewReader(""))
+	if code != 0 || strings.Contains(errs, "[y/N]") || !strings.Contains(out, "purged 2") || open() != 0 {
+		t.Fatalf("from a pipe: exit %d %q %q, %d left", code, out, errs, open())
+	}
+}
+
+func compactJSON(s string) string {
+	return strings.Join(strings.Fields(s), "")
+}

@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+func init() { register(versionCmd) }
+
+// buildVersion is what this binary knows about its build: the module
+// version, and the VCS revision the go command stamps into binaries built
+// from a checkout (go build, go install; not go run, which builds without
+// it).
+type buildVersion struct {
+	Version  string `json:"version"`
+	Revision string `json:"revision,omitempty"`
+	Time     string `json:"time,omitempty"`
+	Modified bool   `json:"modified"`
+	Go       string `json:"go"`
+}
+
+func readBuildVersion() buildVersion {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return buildVersion{Version: "unknown"}
+	}
+	return versionOf(bi)
+}
+
+func versionOf(bi *debug.BuildInfo) buildVersion {
+	var v buildVersion
+	v.Version, v.Go = bi.Main.Version, bi.GoVersion
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v.Revision = s.Value
+		case "vcs.time":
+			v.Time = s.Value
+		case "vcs.modified":
+			v.Modified = s.Value == "true"
+		}
+	}
+	return v
+}
+
+// String is the one line `backstop version` and `--version` print.
+func (v buildVersion) String() string {
+	if v.Revision == "" {
+		return fmt.Sprintf("backstop %s (revision unknown: built without VCS information, e.g. by go run), %s", v.Version, v.Go)
+	}
+	mod := ""
+	if v.Modified {
+		mod = " with uncommitted changes"
+	}
+	return fmt.Sprintf("backstop %s revision %s%s (committed %s), %s", v.Version, v.Revision, mod, v.Time, v.Go)
+}
+
+func versionCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version and the VCS revision this binary was built from (also --version)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v := readBuildVersion()
+			return a.print(v, func(w io.Writer) error {
+				_, err := fmt.Fprintln(w, v)
+				return err
+			})
+		},
+	}
+}
