@@ -207,10 +207,12 @@ const (
 // budgetOf is the budget of a route (its ServeMux pattern).
 func budgetOf(method, path string) rateBudget {
 	switch method + " " + path {
-	case "POST /v1/claim", "POST /v1/tasks/{id}/logs":
+	case "POST /v1/claim", "POST /v1/tasks/{id}/logs", "POST /v1/workers":
 		return budgetWorker
 	case "POST /v1/tasks/{id}/heartbeat", "POST /v1/tasks/{id}/progress", "POST /v1/tasks/{id}/complete",
-		"POST /v1/tasks/{id}/fail", "POST /v1/tasks/{id}/release", "POST /v1/tasks/complete":
+		"POST /v1/tasks/{id}/fail", "POST /v1/tasks/{id}/release", "POST /v1/tasks/complete",
+		// A worker's registry heartbeat and stop keep `workers list` true.
+		"POST /v1/workers/{id}/heartbeat", "POST /v1/workers/{id}/stop":
 		return budgetNone
 	}
 	return budgetAPI

@@ -174,7 +174,6 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 	t := ct.Task
 	l := apiclient.LeaseOf(ct)
 	l.WorkerID = cmp.Or(l.WorkerID, r.id)
-	t.ExecutionID = cmp.Or(t.ExecutionID, ct.LeaseToken)
 	log := r.log.With("worker_id", r.id, "task_id", t.ID, "attempt", t.Attempt)
 
 	ctx, cancel := context.WithCancelCause(killCtx)
