@@ -25,4 +25,3 @@ func (c *Client) StopWorker(ctx context.Context, id string) (*backstop.WorkerInf
 	var out backstop.WorkerInfo
 	return &out, c.Do(ctx, "POST", "/v1/workers/"+esc(id)+"/stop", struct{}{}, &out)
 }
-
