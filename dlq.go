@@ -383,8 +383,8 @@ func validateDLQFilter(f ListParams) error {
 		return err
 	}
 	for k, v := range f.Attrs {
-		if err := checkText("attr", v); err != nil {
-			return invalid("attr", "value of %q: %v", k, err.(*ValidationError).Message)
+		if checkText("attr", v) != nil {
+			return invalid("attr", "value of %q is not valid UTF-8 text (or holds a NUL)", k)
 		}
 	}
 	for _, s := range f.DLQStatuses {

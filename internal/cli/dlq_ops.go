@@ -548,19 +548,17 @@ func dlqExportCmd(a *app) *cobra.Command {
 				defer file.Close()
 				w = file
 			}
-			bw := bufio.NewWriterSize(w, 64<<10)
-			enc := json.NewEncoder(bw)
-			n, err := c.ExportDLQ(cmd.Context(), lp, func(d backstop.DeadLetterExport) error { return enc.Encode(d) })
+			n, err := a.exportTo(cmd, c, lp, w, file)
 			if err != nil {
-				return err
-			}
-			if err := bw.Flush(); err != nil {
+				if file != nil {
+					// A partial export is no export: remove it, so a retry
+					// is not refused for the file it left behind.
+					file.Close()
+					os.Remove(out)
+				}
 				return err
 			}
 			if file != nil {
-				if err := file.Close(); err != nil {
-					return err
-				}
 				fmt.Fprintf(a.stderr, "exported %d dead letters to %s\n", n, out)
 			}
 			return nil
@@ -576,6 +574,24 @@ func dlqExportCmd(a *app) *cobra.Command {
 	df.register(cmd, true)
 	addRawFlag(a, cmd)
 	return cmd
+}
+
+// exportTo writes the export as NDJSON to w, then closes file (when not
+// stdout) so a write error is reported.
+func (a *app) exportTo(cmd *cobra.Command, c backend, lp backstop.ListParams, w io.Writer, file *os.File) (int, error) {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	n, err := c.ExportDLQ(cmd.Context(), lp, func(d backstop.DeadLetterExport) error { return enc.Encode(d) })
+	if err != nil {
+		return n, err
+	}
+	if err := bw.Flush(); err != nil {
+		return n, err
+	}
+	if file != nil {
+		return n, file.Close()
+	}
+	return n, nil
 }
 
 // printEvents prints a task's history after its executions.

@@ -108,6 +108,9 @@ func checkTextFlags(fs *pflag.FlagSet) error {
 			return
 		}
 		if v := fl.Value.String(); !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			if len(v) > 64 { // a --payload can be large
+				v = v[:64] + "…"
+			}
 			bad = usageErr("--%s %q: is not valid UTF-8 text (or holds a NUL)", fl.Name, v)
 		}
 	})

@@ -144,6 +144,11 @@ func TestDLQExportRefusesToOverwrite(t *testing.T) {
 			t.Fatalf("--force: file holds %q", b)
 		}
 		fresh := filepath.Join(t.TempDir(), "new.ndjson")
+		// A failed export leaves no file behind (a retry would be refused).
+		e.fails(ExitUsage, "after", "dlq", "export", "--out", fresh, "--after", "a b")
+		if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+			t.Fatalf("failed export left %s: %v", fresh, err)
+		}
 		e.ok("dlq", "export", "--out", fresh)
 		if b, _ := os.ReadFile(fresh); !strings.Contains(string(b), `"id":"x"`) {
 			t.Fatalf("new file: %q", b)
