@@ -306,14 +306,22 @@ func TestRemoteSettlementActor(t *testing.T) {
 				Events []event `json:"events"`
 				Items  []event `json:"items"`
 			}
-			b.must(t, b.secret[api.RoleViewer], "GET", "/v1/events?stream="+url.QueryEscape("task."+ids[name]), nil, &page)
+			// The log serves an event once no earlier transaction can still
+			// commit (on Postgres, cluster-wide): poll until all are there.
 			got := map[string]string{}
-			for _, e := range append(page.Events, page.Items...) {
-				got[e.Type] = e.Actor
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				page.Events, page.Items = nil, nil
+				b.must(t, b.secret[api.RoleViewer], "GET", "/v1/events?stream="+url.QueryEscape("task."+ids[name]), nil, &page)
+				for _, e := range append(page.Events, page.Items...) {
+					got[e.Type] = e.Actor
+				}
+				if len(got) >= len(types)+2 || time.Now().After(deadline) { // + enqueued, claimed
+					break
+				}
 			}
 			for _, typ := range types {
 				if a, found := got[typ]; !found || a != "test-operator" {
-					t.Errorf("%s: %s actor %q (present %v), want test-operator; events %s", name, typ, a, found, fmt.Sprint(page.Events))
+					t.Errorf("%s: %s actor %q (present %v), want test-operator; events %s", name, typ, a, found, fmt.Sprint(got))
 				}
 			}
 		}
