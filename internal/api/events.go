@@ -95,6 +95,32 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	lastSent := time.Now()
+	// keepAlive writes a comment when nothing was sent for a while (proxies
+	// close idle streams); false: the client is gone.
+	keepAlive := func() bool {
+		if time.Since(lastSent) <= sseKeepAlive {
+			return true
+		}
+		if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			return false
+		}
+		if err := rc.Flush(); err != nil {
+			return false
+		}
+		lastSent = time.Now()
+		return true
+	}
+	// pause waits d; false: the client left or the server stops.
+	pause := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.quit:
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
 	for {
 		for _, e := range page.Events {
 			data, err := json.Marshal(e)
@@ -119,23 +145,11 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 			lastSent = time.Now()
 		}
 		p.After = page.Next
-		if len(page.Events) < max(p.Limit, 100) {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-s.quit:
-				return nil
-			case <-time.After(ssePoll):
-			}
+		if len(page.Events) < max(p.Limit, 100) && !pause(ssePoll) {
+			return nil
 		}
-		if time.Since(lastSent) > sseKeepAlive {
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
-				return nil
-			}
-			if err := rc.Flush(); err != nil {
-				return nil
-			}
-			lastSent = time.Now()
+		if !keepAlive() {
+			return nil
 		}
 		for failures := 0; ; failures++ {
 			if page, err = s.c.ReadEvents(ctx, p); err == nil {
@@ -151,21 +165,8 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 				s.log.Warn("event stream: reading failed; retrying", "stream", p.Stream, "after", p.After, "error", err.Error(),
 					"backoff", wait.String())
 			}
-			select {
-			case <-ctx.Done():
+			if !pause(wait) || !keepAlive() {
 				return nil
-			case <-s.quit:
-				return nil
-			case <-time.After(wait):
-			}
-			if time.Since(lastSent) > sseKeepAlive {
-				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
-					return nil
-				}
-				if err := rc.Flush(); err != nil {
-					return nil
-				}
-				lastSent = time.Now()
 			}
 		}
 	}
