@@ -77,9 +77,9 @@ func (e *Elector) IsLeader() bool {
 // Run takes part in the election until ctx ends, then resigns. A
 // non-leader tries to take the lease every period (so a resigned or
 // expired lease is taken within a period); the leader renews it every
-// TTL/3. period is capped at TTL/3.
+// TTL/3. period is capped at TTL/3 (and at least a millisecond).
 func (e *Elector) Run(ctx context.Context, period time.Duration) {
-	period = min(period, e.cfg.TTL/3)
+	period = max(min(period, e.cfg.TTL/3), time.Millisecond)
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
