@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -63,10 +62,7 @@ type WorkerConfig struct {
 
 func (c *WorkerConfig) withDefaults() *WorkerConfig {
 	out := *c
-	if out.ID == "" {
-		host, _ := os.Hostname()
-		out.ID = fmt.Sprintf("%s-%d-%04x", cmp.Or(host, "worker"), os.Getpid(), rand.IntN(1<<16))
-	}
+	out.ID = cmp.Or(out.ID, defaultID())
 	out.Lease = cmp.Or(c.Lease, 30*time.Second)
 	out.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, out.Lease/3)
 	out.PollInterval = cmp.Or(c.PollInterval, time.Second)
@@ -116,8 +112,7 @@ type Worker struct {
 
 	now func() time.Time // w.c.now, as a func value made once (a method value allocates)
 
-	leaderUntil atomic.Int64 // unix nanos until which this worker leads maintenance; 0: it does not
-	noRetention bool         // the database role may not delete (maintenance goroutine only)
+	maint *Maintainer // the worker's part in the elections (maintainer.go); nil: none
 }
 
 type queueRunner struct {
@@ -149,6 +144,13 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		settleCh: make(chan settleItem, settleQueue), // worker_completer.go
 		log:      c.cfg.Logger.With("worker_id", wc.ID),
 		now:      c.now,
+	}
+	if wc.MaintenanceInterval > 0 {
+		m, err := c.NewMaintainer(&MaintainerConfig{ID: wc.ID, Interval: wc.MaintenanceInterval, LeaderTTL: wc.LeaderTTL})
+		if err != nil {
+			return nil, err
+		}
+		w.maint = m
 	}
 	for name, conc := range wc.Queues {
 		if err := validName(name); err != nil {
@@ -237,9 +239,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	}()
 	w.bgWG.Add(1)
 	go w.heartbeatLoop(bgCtx)
-	if w.cfg.MaintenanceInterval > 0 {
-		w.bgWG.Add(1)
-		go w.maintenanceLoop(bgCtx)
+	if w.maint != nil {
+		if err := w.maint.Start(bgCtx); err != nil {
+			return err
+		}
 	}
 	for _, q := range w.queues {
 		w.fetchWG.Add(1)
@@ -275,6 +278,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 	}
 	w.bgCancel()
+	if w.maint != nil {
+		w.maint.Stop()
+	}
 	w.bgWG.Wait()
 	close(w.settleCh)
 	<-w.complDone

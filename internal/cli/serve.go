@@ -1,13 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,7 +39,8 @@ func serveCmd(a *app) *cobra.Command {
 		Use:   "serve",
 		Short: "Serve the HTTP API (and run maintenance)",
 		Long: `Serve the HTTP API under /v1 (docs/api.md; the OpenAPI document is at /v1/openapi.json),
-/healthz and /readyz, and run the maintenance loop (lease expiry, scheduled tasks, deadlines).
+/healthz and /readyz, and stand in the maintenance election with every worker on the store: the
+leader settles expired leases, promotes scheduled tasks, expires deadlines and runs retention.
 
 Every API call needs a bearer token (backstop tokens create). On a non-loopback address the
 server refuses to start while no token exists. --dev, allowed on loopback only, lets requests
@@ -62,7 +64,7 @@ Exec workers declared under workers: run inside the server and stop with it.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address")
 	fl.BoolVar(&f.dev, "dev", false, "allow anonymous requests as admin (loopback addresses only)")
-	fl.DurationVar(&f.maintenance, "maintenance-interval", time.Second, "how often to run maintenance (0 disables)")
+	fl.DurationVar(&f.maintenance, "maintenance-interval", time.Second, "how often the maintenance leader runs each maintenance service (0: this server takes no part in the election)")
 	fl.Float64Var(&f.rateLimit, "rate-limit", 1000, "requests per second per token (negative disables)")
 	fl.Int64Var(&f.maxBody, "max-body", 10<<20, "largest request body in bytes")
 	fl.IntVar(&f.listBytes, "list-max-bytes", api.DefaultListMaxBytes,
@@ -176,10 +178,23 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 		log.Warn("--dev: requests without a token are admin")
 	}
 
-	mctx, stopMaintenance := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Go(func() { runMaintenance(mctx, c, f.maintenance, log) })
-	defer func() { stopMaintenance(); wg.Wait() }()
+	// serve stands in the maintenance and retention elections with every
+	// worker on this store (maintainer.go): one process maintains at a time.
+	// Its id is its host and address, so that a server restarted on the
+	// same address (after a crash) renews its own lease at once.
+	if f.maintenance > 0 {
+		host, _ := os.Hostname()
+		m, err := c.NewMaintainer(&backstop.MaintainerConfig{ID: "serve-" + cmp.Or(host, "host") + "-" + ln.Addr().String(),
+			Interval: f.maintenance, LeaderTTL: cfg.LeaderTTL.D()})
+		if err != nil {
+			return err
+		}
+		if err := m.Start(ctx); err != nil {
+			return err
+		}
+		log.Info("maintenance: standing for the leadership", "leader_id", m.ID(), "interval", f.maintenance.String())
+		defer m.Stop()
+	}
 
 	workers, err := startConfigWorkers(ctx, c, cfg, log)
 	defer func() {
@@ -216,7 +231,8 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 }
 
 // startConfigWorkers starts the exec workers the configuration declares.
-// They take no part in the maintenance election: serve maintains.
+// They take no part in the maintenance election: serve's maintainer
+// stands for this process.
 func startConfigWorkers(ctx context.Context, c *backstop.Client, cfg *config.Config, log *slog.Logger) ([]*backstop.Worker, error) {
 	var started []*backstop.Worker
 	for i, wc := range cfg.Workers {
@@ -250,24 +266,4 @@ func startConfigWorkers(ctx context.Context, c *backstop.Client, cfg *config.Con
 			"concurrency", wc.Concurrency, "command", wc.Command)
 	}
 	return started, nil
-}
-
-// runMaintenance runs backstop.Maintain every interval until ctx ends. It is
-// the one place serve maintains, so leader election can wrap it.
-func runMaintenance(ctx context.Context, c *backstop.Client, every time.Duration, log *slog.Logger) {
-	if every <= 0 {
-		return
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if err := backstop.Maintain(ctx, c); err != nil && ctx.Err() == nil {
-				log.Error("maintenance failed", "error", err)
-			}
-		}
-	}
 }
