@@ -1,0 +1,117 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
+)
+
+// This file adapts pgx to store/internal/sqldialect, which holds the cold
+// procedures both drivers share (tokens, workers, …). The hot paths stay
+// in this package.
+
+// dialect is what PostgreSQL's SQL says differently from SQLite's.
+var dialect = &sqldialect.Dialect{
+	Prefix:      "pgstore",
+	ForUpdate:   " FOR UPDATE",
+	Strpos:      "strpos",
+	OctetLength: func(expr string) string { return "octet_length(" + expr + ")" },
+	InText:      func(p string) string { return "= ANY(" + p + "::text[])" },
+	TextList:    func(list []string) any { return textArray(list) },
+	IsUnique:    isUniqueViolation,
+	Err:         permission,
+	AppendEvents: func(ctx context.Context, tx sqldialect.Tx, events []bt.Event) error {
+		return insertEventsScalar(ctx, pgxTx{tx.(runnerTx).tx}, events)
+	},
+}
+
+// pgxQuerier is what a pool and a transaction have in common.
+type pgxQuerier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// runner is the pool as a sqldialect.DB.
+func (s *Store) runner() runner { return runner{s.pool, s.pool.Begin} }
+
+type runner struct {
+	q     pgxQuerier
+	begin func(context.Context) (pgx.Tx, error)
+}
+
+func (r runner) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	tag, err := r.q.Exec(ctx, sql, args...)
+	return tag.RowsAffected(), err
+}
+
+func (r runner) Query(ctx context.Context, sql string, args ...any) (sqldialect.Rows, error) {
+	rs, err := r.q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return runnerRows{rs}, nil
+}
+
+func (r runner) QueryRow(ctx context.Context, sql string, args ...any) sqldialect.Row {
+	return runnerRow{r.q.QueryRow(ctx, sql, args...)}
+}
+
+func (r runner) Begin(ctx context.Context) (sqldialect.Tx, error) {
+	tx, err := r.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return runnerTx{runner{q: tx}, tx}, nil
+}
+
+type runnerTx struct {
+	runner
+	tx pgx.Tx
+}
+
+func (t runnerTx) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
+func (t runnerTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+
+type runnerRows struct{ pgx.Rows }
+
+func (r runnerRows) Scan(dest ...any) error {
+	if err := r.Rows.Scan(dest...); err != nil {
+		return err
+	}
+	utcTimes(dest)
+	return nil
+}
+
+type runnerRow struct{ row pgx.Row }
+
+func (r runnerRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sqldialect.NoRows(err)
+	}
+	if err != nil {
+		return err
+	}
+	utcTimes(dest)
+	return nil
+}
+
+// utcTimes puts the times scanned in UTC (pgx gives timestamptz in the
+// local zone).
+func utcTimes(dest []any) {
+	for _, d := range dest {
+		switch p := d.(type) {
+		case *time.Time:
+			*p = utc(*p)
+		case **time.Time:
+			*p = utcPtr(*p)
+		}
+	}
+}
