@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -26,10 +27,38 @@ var dialect = &sqldialect.Dialect{
 	TextList:    func(list []string) any { return textArray(list) },
 	IsUnique:    isUniqueViolation,
 	Err:         permission,
-	AppendEvents: func(ctx context.Context, tx sqldialect.Tx, events []bt.Event) error {
-		return insertEventsScalar(ctx, pgxTx{tx.(runnerTx).tx}, events)
+	// One redrive record per filter at a time, even when two start at once.
+	LockRedrive: `SELECT pg_advisory_xact_lock(hashtext('backstop_redrive:' || $1))`,
+	WorkerEvents: func(ctx context.Context, tx sqldialect.Tx, events []bt.Event) error {
+		return insertEventsScalar(ctx, pgxTx{pgxOf(tx)}, events)
+	},
+	TaskEvents: func(ctx context.Context, tx sqldialect.Tx, events []bt.Event) error {
+		return insertEvents(ctx, pgxOf(tx), events) // dlq.go
+	},
+	GetTask: func(ctx context.Context, tx sqldialect.Tx, id string, lock bool) (*bt.Task, error) {
+		if lock {
+			return getTx(ctx, pgxOf(tx), sqlGetTask+" FOR UPDATE OF t", id)
+		}
+		return getTx(ctx, pgxOf(tx), sqlGetTask, id)
+	},
+	SetPayload: func(ctx context.Context, tx sqldialect.Tx, id string, payload json.RawMessage, limit int) error {
+		return setPayload(ctx, pgxOf(tx), id, payload, limit)
+	},
+	CopyOrdering: func(ctx context.Context, tx sqldialect.Tx, newID, from string) error {
+		return copyOrdering(ctx, pgxOf(tx), newID, from) // ordering.go
+	},
+	ReplayOrdering: func(ctx context.Context, tx sqldialect.Tx, ids []string) error {
+		return replayOrdering(ctx, pgxOf(tx), ids)
+	},
+	DuplicateTaskID: func(_ context.Context, _ sqldialect.Tx, err error, _ string) bool {
+		// The transaction is aborted: the violated constraint says whose.
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.ConstraintName == "backstop_tasks_pkey"
 	},
 }
+
+// pgxOf is the pgx transaction under a transaction this file began.
+func pgxOf(tx sqldialect.Tx) pgx.Tx { return tx.(runnerTx).tx }
 
 // pgxQuerier is what a pool and a transaction have in common.
 type pgxQuerier interface {
@@ -78,6 +107,12 @@ type runnerTx struct {
 
 func (t runnerTx) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
 func (t runnerTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+
+// Wake notifies the queue's listeners; PostgreSQL delivers it on commit.
+func (t runnerTx) Wake(ctx context.Context, queue string) error {
+	_, err := t.tx.Exec(ctx, `SELECT pg_notify('`+wakeupChannel+`', $1)`, queue)
+	return err
+}
 
 type runnerRows struct{ pgx.Rows }
 

@@ -28,20 +28,51 @@ var dialect = &sqldialect.Dialect{
 	},
 	IsUnique: isUnique,
 	Err:      func(err error) error { return err },
-	AppendEvents: func(ctx context.Context, tx sqldialect.Tx, events []bt.Event) error {
-		return insertEventsIndexed(ctx, tx.(runnerTx).tx, events, false)
+	WorkerEvents: func(ctx context.Context, tx sqldialect.Tx, events []bt.Event) error {
+		return insertEventsIndexed(ctx, sqlOf(tx), events, false) // events_write.go
+	},
+	TaskEvents: func(ctx context.Context, tx sqldialect.Tx, events []bt.Event) error {
+		if len(events) == 0 {
+			return nil
+		}
+		return insertEvents(ctx, sqlOf(tx), events)
+	},
+	GetTask: func(ctx context.Context, tx sqldialect.Tx, id string, _ bool) (*bt.Task, error) {
+		return getTask(ctx, sqlOf(tx), id) // the writer's lock is the row lock
+	},
+	SetPayload: func(ctx context.Context, tx sqldialect.Tx, id string, payload json.RawMessage, limit int) error {
+		return setPayload(ctx, sqlOf(tx), id, payload, limit) // dlq.go
+	},
+	CopyOrdering: func(ctx context.Context, tx sqldialect.Tx, newID, from string) error {
+		return copyOrdering(ctx, sqlOf(tx), newID, from) // ordering.go
+	},
+	ReplayOrdering: func(ctx context.Context, tx sqldialect.Tx, ids []string) error {
+		list := make([]any, len(ids))
+		for i, id := range ids {
+			list[i] = id
+		}
+		return replayOrdering(ctx, sqlOf(tx), list)
+	},
+	DuplicateTaskID: func(ctx context.Context, tx sqldialect.Tx, _ error, id string) bool {
+		// A failed statement leaves SQLite's transaction usable: look.
+		var one int
+		return sqlOf(tx).QueryRowContext(ctx, `SELECT 1 FROM backstop_tasks WHERE id = ?`, id).Scan(&one) == nil
 	},
 }
 
+// sqlOf is the database/sql transaction under a transaction this file began.
+func sqlOf(tx sqldialect.Tx) *sql.Tx { return tx.(*runnerTx).tx }
+
 // writer is the single writer connection as a sqldialect.DB.
-func (s *Store) writer() runner { return runner{s.w, s.w} }
+func (s *Store) writer() runner { return runner{s.w, s.w, s.hub} }
 
 // reader is the reading pool (it begins no transactions).
 func (s *Store) reader() runner { return runner{q: s.r} }
 
 type runner struct {
-	q  querier
-	db *sql.DB
+	q   querier
+	db  *sql.DB
+	hub *hub // wakes workers after a commit
 }
 
 func (r runner) Exec(ctx context.Context, query string, args ...any) (int64, error) {
@@ -69,16 +100,35 @@ func (r runner) Begin(ctx context.Context) (sqldialect.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return runnerTx{runner{q: tx}, tx}, nil
+	return &runnerTx{runner: runner{q: tx}, tx: tx, hub: r.hub}, nil
 }
 
 type runnerTx struct {
 	runner
-	tx *sql.Tx
+	tx   *sql.Tx
+	hub  *hub
+	wake map[string]struct{} // queues to wake after commit
 }
 
-func (t runnerTx) Commit(context.Context) error   { return t.tx.Commit() }
-func (t runnerTx) Rollback(context.Context) error { return t.tx.Rollback() }
+func (t *runnerTx) Commit(context.Context) error {
+	if err := t.tx.Commit(); err != nil {
+		return err
+	}
+	t.hub.notify(t.wake)
+	return nil
+}
+
+func (t *runnerTx) Rollback(context.Context) error { return t.tx.Rollback() }
+
+// Wake wakes the queue's workers in this process after commit (other
+// processes notice the commit: Wakeups).
+func (t *runnerTx) Wake(_ context.Context, queue string) error {
+	if t.wake == nil {
+		t.wake = map[string]struct{}{}
+	}
+	t.wake[queue] = struct{}{}
+	return nil
+}
 
 type runnerRows struct{ *sql.Rows }
 

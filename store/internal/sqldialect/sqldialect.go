@@ -18,6 +18,7 @@ package sqldialect
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -60,6 +61,9 @@ type Tx interface {
 	Querier
 	Commit(ctx context.Context) error
 	Rollback(ctx context.Context) error
+	// Wake wakes the workers of queue once the transaction commits (NOTIFY
+	// on PostgreSQL; on SQLite the in-process hub after Commit).
+	Wake(ctx context.Context, queue string) error
 }
 
 // ErrNoRows is what a Row's Scan matches when the query found nothing.
@@ -97,8 +101,29 @@ type Dialect struct {
 	// Err marks a driver error with the store's sentinels where it has one
 	// (PostgreSQL's insufficient_privilege: store.ErrPermissionDenied).
 	Err func(err error) error
-	// AppendEvents writes events in tx with the driver's event writer.
-	AppendEvents func(ctx context.Context, tx Tx, events []bt.Event) error
+	// LockRedrive, when set, takes a transaction lock on a redrive filter
+	// key ($1), so that one record per filter is started even when two
+	// start at once (SQLite's writer serialises them anyway).
+	LockRedrive string
+
+	// The driver's own procedures the shared ones call, in tx.
+
+	// WorkerEvents writes a worker's events (not a task's history).
+	WorkerEvents func(ctx context.Context, tx Tx, events []bt.Event) error
+	// TaskEvents writes events of tasks (their history).
+	TaskEvents func(ctx context.Context, tx Tx, events []bt.Event) error
+	// GetTask reads a task with its payload; lock also locks its row until
+	// commit. Unknown id: store.ErrNotFound.
+	GetTask func(ctx context.Context, tx Tx, id string, lock bool) (*bt.Task, error)
+	// SetPayload stores a task's new payload, inline or spilled past limit.
+	SetPayload func(ctx context.Context, tx Tx, id string, payload json.RawMessage, limit int) error
+	// CopyOrdering gives the copy newID of task from its ordering entry;
+	// ReplayOrdering puts replayed ordered tasks back in their key's line.
+	CopyOrdering   func(ctx context.Context, tx Tx, newID, from string) error
+	ReplayOrdering func(ctx context.Context, tx Tx, ids []string) error
+	// DuplicateTaskID says whether err, a uniqueness violation of an
+	// insert into backstop_tasks, is the id's (rather than a key's).
+	DuplicateTaskID func(ctx context.Context, tx Tx, err error, id string) bool
 }
 
 // InTx runs f in a transaction of db, committed when f returns nil and

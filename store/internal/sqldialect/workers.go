@@ -35,7 +35,7 @@ func (d *Dialect) RegisterWorker(ctx context.Context, db DB, w store.WorkerInfo)
 			w.ID, w.Host, w.PID, store.JoinQueues(w.Queues), w.Version, labelsJSON(w.Labels), w.Remote, w.StartedAt); err != nil {
 			return err
 		}
-		return d.AppendEvents(ctx, tx, []bt.Event{store.WorkerStartedEvent(w, w.StartedAt, store.ActorFrom(ctx, ""))})
+		return d.WorkerEvents(ctx, tx, []bt.Event{store.WorkerStartedEvent(w, w.StartedAt, store.ActorFrom(ctx, ""))})
 	})
 	if err != nil {
 		return fmt.Errorf("%s: register worker: %w", d.Prefix, err)
@@ -68,7 +68,7 @@ func (d *Dialect) SeeWorker(ctx context.Context, db DB, w store.WorkerInfo, now 
 		if err := tx.QueryRow(ctx, `SELECT `+workerCols+` FROM backstop_workers WHERE id = $1`, w.ID).Scan(info.dest()...); err != nil {
 			return err
 		}
-		return d.AppendEvents(ctx, tx, []bt.Event{store.WorkerStartedEvent(info.fields(), now, store.ActorFrom(ctx, ""))})
+		return d.WorkerEvents(ctx, tx, []bt.Event{store.WorkerStartedEvent(info.fields(), now, store.ActorFrom(ctx, ""))})
 	})
 	if err != nil {
 		return fmt.Errorf("%s: see worker: %w", d.Prefix, err)
@@ -113,7 +113,7 @@ func (d *Dialect) SetWorkerState(ctx context.Context, db DB, id string, st store
 		if st != store.WorkerStopped || old == string(store.WorkerStopped) {
 			return nil
 		}
-		return d.AppendEvents(ctx, tx, []bt.Event{store.WorkerStoppedEvent(id, host, started, now, store.ActorFrom(ctx, ""))})
+		return d.WorkerEvents(ctx, tx, []bt.Event{store.WorkerStoppedEvent(id, host, started, now, store.ActorFrom(ctx, ""))})
 	})
 	if err != nil {
 		return fmt.Errorf("%s: worker state: %w", d.Prefix, err)
@@ -151,7 +151,7 @@ func (d *Dialect) MarkLostWorkers(ctx context.Context, db DB, now time.Time, sta
 		if err := rs.Err(); err != nil {
 			return err
 		}
-		return d.AppendEvents(ctx, tx, events)
+		return d.WorkerEvents(ctx, tx, events)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: mark lost workers: %w", d.Prefix, err)

@@ -1,0 +1,192 @@
+package sqldialect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// This file is store.DLQ's single-task and bookkeeping procedures: a
+// replay, a status change, the redrive records. Bulk redrive, purge and
+// the redrive count stay in each driver (PostgreSQL's run as one
+// statement each).
+
+// ReplaySetSQL is what a replay in place sets: $1 state, $2 run_at, $3
+// keep attempts, $4 now (PostgreSQL's bulk redrive uses it too).
+const ReplaySetSQL = `state = $1, run_at = $2, attempt = CASE WHEN $3 THEN attempt ELSE 0 END,
+	lease_expires_at = NULL, last_error = NULL, cancel_requested_at = NULL, finalized_at = NULL,
+	worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
+	replay_count = replay_count + 1, updated_at = $4`
+
+// ReplayConflict is the error of a replay that would break a uniqueness
+// rule of a live task.
+func ReplayConflict(t *bt.Task, cause error) error {
+	return fmt.Errorf("%w: replaying %s would break a uniqueness rule (a live task holds idempotency key %q, "+
+		"or a waiting %s task holds merge key %q): %v", store.ErrConflict, t.ID, t.IdempotencyKey, t.Kind, t.MergeKey, cause)
+}
+
+// Replay implements store.DLQ: the row is locked (FOR UPDATE; SQLite's
+// writer began IMMEDIATE), so two concurrent replays of one id move it
+// exactly once.
+func (d *Dialect) Replay(ctx context.Context, db DB, id string, plan func(*bt.Task) (*store.ReplayPlan, error)) (*bt.Task, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: replay: %w", d.Prefix, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	t, err := d.GetTask(ctx, tx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	p, err := plan(t)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	target := id
+	if p.NewID == "" {
+		if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET `+ReplaySetSQL+` WHERE id = $5`,
+			string(p.State), p.RunAt, p.KeepAttempts, p.Now, id); err != nil {
+			if d.IsUnique(err) {
+				return nil, ReplayConflict(t, err)
+			}
+			return nil, fmt.Errorf("%s: replay %s: %w", d.Prefix, id, err)
+		}
+	} else {
+		target = p.NewID
+		_, err := tx.Exec(ctx, `INSERT INTO backstop_tasks (id, queue, kind, state, priority, attempt, max_attempts,
+			payload, payload_size, payload_spilled, attributes, run_at, created_at, updated_at, timeout_us, deadline,
+			retry_policy, idempotency_key, merge_key, merge_count, progress_total, progress_completed, complexity,
+			trace_parent, replayed_from)
+			SELECT $1, queue, kind, $2, priority, CASE WHEN $3 THEN attempt ELSE 0 END, max_attempts, payload, payload_size,
+			payload_spilled, attributes, $4, $5, $5, timeout_us, deadline, retry_policy, idempotency_key, merge_key,
+			merge_count, progress_total, progress_completed, complexity, trace_parent, id
+			FROM backstop_tasks WHERE id = $6`,
+			p.NewID, string(p.State), p.KeepAttempts, p.RunAt, p.Now, id)
+		if err != nil {
+			if d.IsUnique(err) {
+				if d.DuplicateTaskID(ctx, tx, err, p.NewID) {
+					return nil, fmt.Errorf("%w: a task with id %q already exists", store.ErrConflict, p.NewID)
+				}
+				return nil, ReplayConflict(t, err)
+			}
+			return nil, fmt.Errorf("%s: replay %s: %w", d.Prefix, id, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO backstop_payloads (task_id, data)
+			SELECT $1, data FROM backstop_payloads WHERE task_id = $2`, p.NewID, id); err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_status = 'replayed',
+			replay_count = replay_count + 1, updated_at = $1 WHERE id = $2`, p.Now, id); err != nil {
+			return nil, err
+		}
+		if err := d.CopyOrdering(ctx, tx, p.NewID, id); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.ReplayOrdering(ctx, tx, []string{target}); err != nil {
+		return nil, err
+	}
+	if p.Payload != nil {
+		if err := d.SetPayload(ctx, tx, target, p.Payload, p.InlineLimit); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.TaskEvents(ctx, tx, p.Events); err != nil {
+		return nil, err
+	}
+	if p.RedriveID != "" {
+		if _, err := tx.Exec(ctx, `UPDATE backstop_redrives SET replayed = replayed + 1, cursor = $1 WHERE id = $2`,
+			id, p.RedriveID); err != nil {
+			return nil, err
+		}
+	}
+	out, err := d.GetTask(ctx, tx, target, false)
+	if err != nil {
+		return nil, err
+	}
+	if out.State == bt.StatePending {
+		if err := tx.Wake(ctx, out.Queue); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("%s: replay %s: commit: %w", d.Prefix, id, err)
+	}
+	return out, nil
+}
+
+// SetDLQStatus implements store.DLQ.
+func (d *Dialect) SetDLQStatus(ctx context.Context, db DB, c store.DLQStatusChange) (*bt.Task, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	n, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_status = $1, updated_at = $2
+		WHERE id = $3 AND state = 'dead' AND dlq_status = 'open'`, string(c.Status), c.Now, c.ID)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("task %q is not an open dead letter: %w", c.ID, store.ErrNotFound)
+	}
+	t, err := d.GetTask(ctx, tx, c.ID, false)
+	if err != nil {
+		return nil, err
+	}
+	ev := c.Event
+	ev.Queue, ev.Kind = t.Queue, t.Kind
+	if err := d.TaskEvents(ctx, tx, []bt.Event{ev}); err != nil {
+		return nil, err
+	}
+	return t, tx.Commit(ctx)
+}
+
+// StartRedrive implements store.DLQ.
+func (d *Dialect) StartRedrive(ctx context.Context, db DB, r store.Redrive) (store.Redrive, bool, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return r, false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if d.LockRedrive != "" {
+		if _, err := tx.Exec(ctx, d.LockRedrive, r.FilterKey); err != nil {
+			return r, false, err
+		}
+	}
+	var got store.Redrive
+	var filter []byte
+	err = tx.QueryRow(ctx, `SELECT id, filter, snapshot, cursor, replayed, failed, status, started_at
+		FROM backstop_redrives WHERE filter_key = $1 AND status = 'running' ORDER BY started_at LIMIT 1`, r.FilterKey).
+		Scan(&got.ID, &filter, &got.Snapshot, &got.Cursor, &got.Replayed, &got.Failed, &got.Status, &got.StartedAt)
+	if err == nil {
+		got.FilterKey, got.Filter = r.FilterKey, filter
+		return got, true, tx.Commit(ctx)
+	}
+	if !errors.Is(err, ErrNoRows) {
+		return r, false, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO backstop_redrives (id, filter_key, filter, snapshot, cursor, status, started_at)
+		VALUES ($1, $2, $3, $4, '', 'running', $5)`, r.ID, r.FilterKey, string(r.Filter), r.Snapshot, r.StartedAt); err != nil {
+		return r, false, err
+	}
+	r.Status = "running"
+	return r, false, tx.Commit(ctx)
+}
+
+// AdvanceRedrive implements store.DLQ.
+func (d *Dialect) AdvanceRedrive(ctx context.Context, q Querier, id, cursor string, replayed, failed int) error {
+	_, err := q.Exec(ctx, `UPDATE backstop_redrives SET cursor = $1, replayed = replayed + $2, failed = failed + $3
+		WHERE id = $4`, cursor, replayed, failed, id)
+	return err
+}
+
+// FinishRedrive implements store.DLQ.
+func (d *Dialect) FinishRedrive(ctx context.Context, q Querier, id, status string, at time.Time) error {
+	_, err := q.Exec(ctx, `UPDATE backstop_redrives SET status = $1, finished_at = $2 WHERE id = $3`, status, at, id)
+	return err
+}
