@@ -14,56 +14,19 @@ import (
 
 // This file implements store.Ops: leadership, retention, statistics, views.
 
-// TryLead implements store.Ops with one conditional upsert; concurrent
-// callers on any host serialise on the row, so at most one holds it.
+// TryLead implements store.Ops (store/internal/sqldialect).
 func (s *Store) TryLead(ctx context.Context, name, id string, now time.Time, ttl time.Duration) (bool, error) {
-	var holder string
-	err := s.pool.QueryRow(ctx, sqlTryLead, name, id, now, now.Add(ttl)).Scan(&holder)
-	if isNoRows(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("pgstore: try lead %s: %w", name, permission(err))
-	}
-	return holder == id, nil
+	return dialect.TryLead(ctx, s.runner(), name, id, now, ttl)
 }
 
 // ResignLead implements store.Ops.
 func (s *Store) ResignLead(ctx context.Context, name, id string) error {
-	if _, err := s.pool.Exec(ctx, sqlResignLead, name, id); err != nil {
-		return fmt.Errorf("pgstore: resign %s: %w", name, permission(err))
-	}
-	return nil
+	return dialect.ResignLead(ctx, s.runner(), name, id)
 }
 
 // Leader implements store.Ops.
 func (s *Store) Leader(ctx context.Context, name string) (*store.Leader, error) {
-	ls, err := s.leaders(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	if len(ls) == 0 {
-		return nil, fmt.Errorf("pgstore: leader %q: %w", name, store.ErrNotFound)
-	}
-	return &ls[0], nil
-}
-
-func (s *Store) leaders(ctx context.Context, name string) ([]store.Leader, error) {
-	rs, err := s.pool.Query(ctx, sqlLeaders, name)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: leaders: %w", permission(err))
-	}
-	defer rs.Close()
-	out := []store.Leader{}
-	for rs.Next() {
-		var l store.Leader
-		if err := rs.Scan(&l.Name, &l.LeaderID, &l.ElectedAt, &l.ExpiresAt); err != nil {
-			return nil, fmt.Errorf("pgstore: leaders: %w", err)
-		}
-		l.ElectedAt, l.ExpiresAt = utc(l.ElectedAt), utc(l.ExpiresAt)
-		out = append(out, l)
-	}
-	return out, rs.Err()
+	return dialect.Leader(ctx, s.runner(), name)
 }
 
 // DeleteFinished implements store.Ops.
@@ -132,7 +95,7 @@ func (s *Store) Stats(ctx context.Context) (*store.Stats, error) {
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("pgstore: stats: %w", err)
 	}
-	if st.Leaders, err = s.leaders(ctx, ""); err != nil {
+	if st.Leaders, err = dialect.Leaders(ctx, s.runner(), ""); err != nil {
 		return nil, err
 	}
 	return st, nil

@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,70 +12,19 @@ import (
 
 // This file implements store.Ops: leadership, retention, statistics, views.
 
-// TryLead implements store.Ops with one conditional upsert: the row is
-// taken when free or expired and renewed when id holds it. BEGIN IMMEDIATE
-// serialises it against other processes on the file.
+// TryLead implements store.Ops (store/internal/sqldialect).
 func (s *Store) TryLead(ctx context.Context, name, id string, now time.Time, ttl time.Duration) (bool, error) {
-	var holder string
-	err := s.w.QueryRowContext(ctx, `INSERT INTO backstop_leaders (name, leader_id, elected_at, expires_at)
-		VALUES (?1, ?2, ?3, ?4)
-		ON CONFLICT (name) DO UPDATE SET
-			elected_at = CASE WHEN backstop_leaders.leader_id = excluded.leader_id
-				THEN backstop_leaders.elected_at ELSE excluded.elected_at END,
-			leader_id = excluded.leader_id,
-			expires_at = excluded.expires_at
-		WHERE backstop_leaders.leader_id = excluded.leader_id OR backstop_leaders.expires_at <= excluded.elected_at
-		RETURNING leader_id`, name, id, us(now), us(now.Add(ttl))).Scan(&holder)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("sqlite: try lead %s: %w", name, err)
-	}
-	return holder == id, nil
+	return dialect.TryLead(ctx, s.writer(), name, id, now, ttl)
 }
 
 // ResignLead implements store.Ops.
 func (s *Store) ResignLead(ctx context.Context, name, id string) error {
-	if _, err := s.w.ExecContext(ctx, `DELETE FROM backstop_leaders WHERE name = ? AND leader_id = ?`, name, id); err != nil {
-		return fmt.Errorf("sqlite: resign %s: %w", name, err)
-	}
-	return nil
+	return dialect.ResignLead(ctx, s.writer(), name, id)
 }
 
 // Leader implements store.Ops.
 func (s *Store) Leader(ctx context.Context, name string) (*store.Leader, error) {
-	ls, err := s.leaders(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	if len(ls) == 0 {
-		return nil, fmt.Errorf("leader %q: %w", name, store.ErrNotFound)
-	}
-	return &ls[0], nil
-}
-
-// leaders reads the lease named name, or all with an empty name.
-func (s *Store) leaders(ctx context.Context, name string) ([]store.Leader, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT name, leader_id, elected_at, expires_at FROM backstop_leaders
-		WHERE ?1 = '' OR name = ?1 ORDER BY name`, name)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: leaders: %w", err)
-	}
-	defer rows.Close()
-	out := []store.Leader{}
-	for rows.Next() {
-		var (
-			l                  store.Leader
-			elected, expiresAt int64
-		)
-		if err := rows.Scan(&l.Name, &l.LeaderID, &elected, &expiresAt); err != nil {
-			return nil, err
-		}
-		l.ElectedAt, l.ExpiresAt = fromUS(elected), fromUS(expiresAt)
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	return dialect.Leader(ctx, s.reader(), name)
 }
 
 // DeleteFinished implements store.Ops.
@@ -175,7 +123,7 @@ func (s *Store) Stats(ctx context.Context) (*store.Stats, error) {
 	if st.Tables, err = s.tableSizes(ctx); err != nil {
 		return nil, err
 	}
-	if st.Leaders, err = s.leaders(ctx, ""); err != nil {
+	if st.Leaders, err = dialect.Leaders(ctx, s.reader(), ""); err != nil {
 		return nil, err
 	}
 	return st, nil
