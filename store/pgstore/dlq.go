@@ -119,11 +119,6 @@ func getTx(ctx context.Context, tx pgx.Tx, sql, id string) (*bt.Task, error) {
 	return t, rs.Err()
 }
 
-// Replay implements store.DLQ (store/internal/sqldialect).
-func (s *Store) Replay(ctx context.Context, id string, plan func(*bt.Task) (*store.ReplayPlan, error)) (*bt.Task, error) {
-	return dialect.Replay(ctx, s.runner(), id, plan)
-}
-
 func setPayload(ctx context.Context, tx pgx.Tx, id string, payload json.RawMessage, limit int) error {
 	spilled := limit > 0 && len(payload) > limit
 	var inline any
@@ -369,11 +364,6 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 	return res, nil
 }
 
-// SetDLQStatus implements store.DLQ (store/internal/sqldialect).
-func (s *Store) SetDLQStatus(ctx context.Context, c store.DLQStatusChange) (*bt.Task, error) {
-	return dialect.SetDLQStatus(ctx, s.runner(), c)
-}
-
 // PurgeDLQ implements store.DLQ.
 func (s *Store) PurgeDLQ(ctx context.Context, p store.PurgeParams) (int, error) {
 	if len(p.Statuses) == 0 {
@@ -420,21 +410,6 @@ SELECT count(*) FROM gone`, sts, p.Before, limit).Scan(&n)
 			return total, nil
 		}
 	}
-}
-
-// StartRedrive implements store.DLQ (store/internal/sqldialect).
-func (s *Store) StartRedrive(ctx context.Context, r store.Redrive) (store.Redrive, bool, error) {
-	return dialect.StartRedrive(ctx, s.runner(), r)
-}
-
-// AdvanceRedrive implements store.DLQ.
-func (s *Store) AdvanceRedrive(ctx context.Context, id, cursor string, replayed, failed int) error {
-	return dialect.AdvanceRedrive(ctx, s.runner(), id, cursor, replayed, failed)
-}
-
-// FinishRedrive implements store.DLQ.
-func (s *Store) FinishRedrive(ctx context.Context, id, status string, at time.Time) error {
-	return dialect.FinishRedrive(ctx, s.runner(), id, status, at)
 }
 
 // CountRedrive implements store.DLQ.

@@ -40,8 +40,3 @@ func (s *Store) ResumeQueue(ctx context.Context, name string) (bool, error) {
 	}
 	return n > 0, nil
 }
-
-// PausedQueues implements store.Queues (store/internal/sqldialect).
-func (s *Store) PausedQueues(ctx context.Context) ([]store.QueueState, error) {
-	return dialect.PausedQueues(ctx, s.runner())
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
@@ -13,46 +12,6 @@ import (
 var _ store.Workers = (*Store)(nil)
 
 // The registry is written once, in store/internal/sqldialect.
-
-// RegisterWorker implements store.Workers.
-func (s *Store) RegisterWorker(ctx context.Context, w store.WorkerInfo) error {
-	return dialect.RegisterWorker(ctx, s.runner(), w)
-}
-
-// SeeWorker implements store.Workers.
-func (s *Store) SeeWorker(ctx context.Context, w store.WorkerInfo, now time.Time) error {
-	return dialect.SeeWorker(ctx, s.runner(), w, now)
-}
-
-// TouchWorkers implements store.Workers.
-func (s *Store) TouchWorkers(ctx context.Context, ids []string, now time.Time) error {
-	return dialect.TouchWorkers(ctx, s.runner(), ids, now)
-}
-
-// SetWorkerState implements store.Workers.
-func (s *Store) SetWorkerState(ctx context.Context, id string, st store.WorkerState, now time.Time) error {
-	return dialect.SetWorkerState(ctx, s.runner(), id, st, now)
-}
-
-// MarkLostWorkers implements store.Workers.
-func (s *Store) MarkLostWorkers(ctx context.Context, now time.Time, staleAfter time.Duration) ([]string, error) {
-	return dialect.MarkLostWorkers(ctx, s.runner(), now, staleAfter)
-}
-
-// ListWorkers implements store.Workers.
-func (s *Store) ListWorkers(ctx context.Context, f store.WorkerFilter) ([]store.WorkerInfo, error) {
-	return dialect.ListWorkers(ctx, s.runner(), f)
-}
-
-// GetWorker implements store.Workers.
-func (s *Store) GetWorker(ctx context.Context, id string, now time.Time, staleAfter time.Duration) (*store.WorkerInfo, error) {
-	return dialect.GetWorker(ctx, s.runner(), id, now, staleAfter)
-}
-
-// CountWorkersByState implements store.Workers.
-func (s *Store) CountWorkersByState(ctx context.Context, now time.Time, staleAfter time.Duration) (map[store.WorkerState]int, error) {
-	return dialect.CountWorkersByState(ctx, s.runner(), now, staleAfter)
-}
 
 // recentSuccessWindow is how many of the most recently succeeded tasks
 // the worker view looks through for a worker's successes.

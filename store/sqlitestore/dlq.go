@@ -33,11 +33,6 @@ const replaySet = `state = ?, run_at = ?, attempt = CASE WHEN ? THEN attempt ELS
 	worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
 	replay_count = replay_count + 1, updated_at = ?`
 
-// Replay implements store.DLQ (store/internal/sqldialect).
-func (s *Store) Replay(ctx context.Context, id string, plan func(*bt.Task) (*store.ReplayPlan, error)) (*bt.Task, error) {
-	return dialect.Replay(ctx, s.writer(), id, plan)
-}
-
 // setPayload stores a new payload for id, inline or spilled.
 func setPayload(ctx context.Context, q querier, id string, payload json.RawMessage, limit int) error {
 	spilled := limit > 0 && len(payload) > limit
@@ -166,11 +161,6 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	return res, nil
 }
 
-// SetDLQStatus implements store.DLQ (store/internal/sqldialect).
-func (s *Store) SetDLQStatus(ctx context.Context, c store.DLQStatusChange) (*bt.Task, error) {
-	return dialect.SetDLQStatus(ctx, s.writer(), c)
-}
-
 func (s *Store) PurgeDLQ(ctx context.Context, p store.PurgeParams) (int, error) {
 	if len(p.Statuses) == 0 {
 		return 0, nil
@@ -245,21 +235,6 @@ func (s *Store) purgeBatch(ctx context.Context, sts []any, before time.Time, lim
 		}
 	}
 	return len(ids), tx.Commit()
-}
-
-// StartRedrive implements store.DLQ (store/internal/sqldialect).
-func (s *Store) StartRedrive(ctx context.Context, r store.Redrive) (store.Redrive, bool, error) {
-	return dialect.StartRedrive(ctx, s.writer(), r)
-}
-
-// AdvanceRedrive implements store.DLQ.
-func (s *Store) AdvanceRedrive(ctx context.Context, id, cursor string, replayed, failed int) error {
-	return dialect.AdvanceRedrive(ctx, s.writer(), id, cursor, replayed, failed)
-}
-
-// FinishRedrive implements store.DLQ.
-func (s *Store) FinishRedrive(ctx context.Context, id, status string, at time.Time) error {
-	return dialect.FinishRedrive(ctx, s.writer(), id, status, at)
 }
 
 func (s *Store) CountRedrive(ctx context.Context, b store.RedriveBatch) (int, error) {

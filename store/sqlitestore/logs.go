@@ -67,13 +67,3 @@ func (s *Store) AppendLeasedLogs(ctx context.Context, taskID, executionID string
 	}
 	return true, tx.Commit()
 }
-
-// ExecutionLogUsage implements store.Logs (store/internal/sqldialect).
-func (s *Store) ExecutionLogUsage(ctx context.Context, executionID string) (store.LogUsage, error) {
-	return dialect.ExecutionLogUsage(ctx, s.reader(), executionID)
-}
-
-// ReadLogs implements store.Logs.
-func (s *Store) ReadLogs(ctx context.Context, taskID, executionID string, afterSeq, limit int) ([]store.LogLine, error) {
-	return dialect.ReadLogs(ctx, s.reader(), taskID, executionID, afterSeq, limit)
-}

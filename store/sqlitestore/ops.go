@@ -12,21 +12,6 @@ import (
 
 // This file implements store.Ops: leadership, retention, statistics, views.
 
-// TryLead implements store.Ops (store/internal/sqldialect).
-func (s *Store) TryLead(ctx context.Context, name, id string, now time.Time, ttl time.Duration) (bool, error) {
-	return dialect.TryLead(ctx, s.writer(), name, id, now, ttl)
-}
-
-// ResignLead implements store.Ops.
-func (s *Store) ResignLead(ctx context.Context, name, id string) error {
-	return dialect.ResignLead(ctx, s.writer(), name, id)
-}
-
-// Leader implements store.Ops.
-func (s *Store) Leader(ctx context.Context, name string) (*store.Leader, error) {
-	return dialect.Leader(ctx, s.reader(), name)
-}
-
 // DeleteFinished implements store.Ops.
 func (s *Store) DeleteFinished(ctx context.Context, state bt.State, before time.Time, limit int) (int, error) {
 	if state != bt.StateSucceeded && state != bt.StateCanceled {

@@ -32,7 +32,8 @@ func ReplayConflict(t *bt.Task, cause error) error {
 // Replay implements store.DLQ: the row is locked (FOR UPDATE; SQLite's
 // writer began IMMEDIATE), so two concurrent replays of one id move it
 // exactly once.
-func (d *Dialect) Replay(ctx context.Context, db DB, id string, plan func(*bt.Task) (*store.ReplayPlan, error)) (*bt.Task, error) {
+func (p *Procedures) Replay(ctx context.Context, id string, plan func(*bt.Task) (*store.ReplayPlan, error)) (*bt.Task, error) {
+	d, db := p.dialect, p.writer
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: replay: %w", d.Prefix, err)
@@ -42,21 +43,21 @@ func (d *Dialect) Replay(ctx context.Context, db DB, id string, plan func(*bt.Ta
 	if err != nil {
 		return nil, err
 	}
-	p, err := plan(t)
-	if err != nil || p == nil {
+	rp, err := plan(t)
+	if err != nil || rp == nil {
 		return nil, err
 	}
 	target := id
-	if p.NewID == "" {
+	if rp.NewID == "" {
 		if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET `+ReplaySetSQL+` WHERE id = $5`,
-			string(p.State), p.RunAt, p.KeepAttempts, p.Now, id); err != nil {
+			string(rp.State), rp.RunAt, rp.KeepAttempts, rp.Now, id); err != nil {
 			if d.IsUnique(err) {
 				return nil, ReplayConflict(t, err)
 			}
 			return nil, fmt.Errorf("%s: replay %s: %w", d.Prefix, id, err)
 		}
 	} else {
-		target = p.NewID
+		target = rp.NewID
 		_, err := tx.Exec(ctx, `INSERT INTO backstop_tasks (id, queue, kind, state, priority, attempt, max_attempts,
 			payload, payload_size, payload_spilled, attributes, run_at, created_at, updated_at, timeout_us, deadline,
 			retry_policy, idempotency_key, merge_key, merge_count, progress_total, progress_completed, complexity,
@@ -65,42 +66,42 @@ func (d *Dialect) Replay(ctx context.Context, db DB, id string, plan func(*bt.Ta
 			payload_spilled, attributes, $4, $5, $5, timeout_us, deadline, retry_policy, idempotency_key, merge_key,
 			merge_count, progress_total, progress_completed, complexity, trace_parent, id
 			FROM backstop_tasks WHERE id = $6`,
-			p.NewID, string(p.State), p.KeepAttempts, p.RunAt, p.Now, id)
+			rp.NewID, string(rp.State), rp.KeepAttempts, rp.RunAt, rp.Now, id)
 		if err != nil {
 			if d.IsUnique(err) {
-				if d.DuplicateTaskID(ctx, tx, err, p.NewID) {
-					return nil, fmt.Errorf("%w: a task with id %q already exists", store.ErrConflict, p.NewID)
+				if d.DuplicateTaskID(ctx, tx, err, rp.NewID) {
+					return nil, fmt.Errorf("%w: a task with id %q already exists", store.ErrConflict, rp.NewID)
 				}
 				return nil, ReplayConflict(t, err)
 			}
 			return nil, fmt.Errorf("%s: replay %s: %w", d.Prefix, id, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO backstop_payloads (task_id, data)
-			SELECT $1, data FROM backstop_payloads WHERE task_id = $2`, p.NewID, id); err != nil {
+			SELECT $1, data FROM backstop_payloads WHERE task_id = $2`, rp.NewID, id); err != nil {
 			return nil, err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_status = 'replayed',
-			replay_count = replay_count + 1, updated_at = $1 WHERE id = $2`, p.Now, id); err != nil {
+			replay_count = replay_count + 1, updated_at = $1 WHERE id = $2`, rp.Now, id); err != nil {
 			return nil, err
 		}
-		if err := d.CopyOrdering(ctx, tx, p.NewID, id); err != nil {
+		if err := d.CopyOrdering(ctx, tx, rp.NewID, id); err != nil {
 			return nil, err
 		}
 	}
 	if err := d.ReplayOrdering(ctx, tx, []string{target}); err != nil {
 		return nil, err
 	}
-	if p.Payload != nil {
-		if err := d.SetPayload(ctx, tx, target, p.Payload, p.InlineLimit); err != nil {
+	if rp.Payload != nil {
+		if err := d.SetPayload(ctx, tx, target, rp.Payload, rp.InlineLimit); err != nil {
 			return nil, err
 		}
 	}
-	if err := d.TaskEvents(ctx, tx, p.Events); err != nil {
+	if err := d.TaskEvents(ctx, tx, rp.Events); err != nil {
 		return nil, err
 	}
-	if p.RedriveID != "" {
+	if rp.RedriveID != "" {
 		if _, err := tx.Exec(ctx, `UPDATE backstop_redrives SET replayed = replayed + 1, cursor = $1 WHERE id = $2`,
-			id, p.RedriveID); err != nil {
+			id, rp.RedriveID); err != nil {
 			return nil, err
 		}
 	}
@@ -120,7 +121,8 @@ func (d *Dialect) Replay(ctx context.Context, db DB, id string, plan func(*bt.Ta
 }
 
 // SetDLQStatus implements store.DLQ.
-func (d *Dialect) SetDLQStatus(ctx context.Context, db DB, c store.DLQStatusChange) (*bt.Task, error) {
+func (p *Procedures) SetDLQStatus(ctx context.Context, c store.DLQStatusChange) (*bt.Task, error) {
+	d, db := p.dialect, p.writer
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -147,7 +149,8 @@ func (d *Dialect) SetDLQStatus(ctx context.Context, db DB, c store.DLQStatusChan
 }
 
 // StartRedrive implements store.DLQ.
-func (d *Dialect) StartRedrive(ctx context.Context, db DB, r store.Redrive) (store.Redrive, bool, error) {
+func (p *Procedures) StartRedrive(ctx context.Context, r store.Redrive) (store.Redrive, bool, error) {
+	d, db := p.dialect, p.writer
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return r, false, err
@@ -179,14 +182,14 @@ func (d *Dialect) StartRedrive(ctx context.Context, db DB, r store.Redrive) (sto
 }
 
 // AdvanceRedrive implements store.DLQ.
-func (d *Dialect) AdvanceRedrive(ctx context.Context, q Querier, id, cursor string, replayed, failed int) error {
-	_, err := q.Exec(ctx, `UPDATE backstop_redrives SET cursor = $1, replayed = replayed + $2, failed = failed + $3
+func (p *Procedures) AdvanceRedrive(ctx context.Context, id, cursor string, replayed, failed int) error {
+	_, err := p.writer.Exec(ctx, `UPDATE backstop_redrives SET cursor = $1, replayed = replayed + $2, failed = failed + $3
 		WHERE id = $4`, cursor, replayed, failed, id)
 	return err
 }
 
 // FinishRedrive implements store.DLQ.
-func (d *Dialect) FinishRedrive(ctx context.Context, q Querier, id, status string, at time.Time) error {
-	_, err := q.Exec(ctx, `UPDATE backstop_redrives SET status = $1, finished_at = $2 WHERE id = $3`, status, at, id)
+func (p *Procedures) FinishRedrive(ctx context.Context, id, status string, at time.Time) error {
+	_, err := p.writer.Exec(ctx, `UPDATE backstop_redrives SET status = $1, finished_at = $2 WHERE id = $3`, status, at, id)
 	return err
 }

@@ -11,7 +11,8 @@ import (
 // in the drivers).
 
 // ExecutionLogUsage implements store.Logs.
-func (d *Dialect) ExecutionLogUsage(ctx context.Context, q Querier, executionID string) (store.LogUsage, error) {
+func (p *Procedures) ExecutionLogUsage(ctx context.Context, executionID string) (store.LogUsage, error) {
+	d, q := p.dialect, p.reader
 	var u store.LogUsage
 	err := q.QueryRow(ctx, `SELECT count(*), COALESCE(sum(`+d.OctetLength("line")+`), 0), COALESCE(max(seq), 0)
 		FROM backstop_execution_logs WHERE execution_id = $1`, executionID).Scan(&u.Lines, &u.Bytes, &u.LastSeq)
@@ -22,7 +23,8 @@ func (d *Dialect) ExecutionLogUsage(ctx context.Context, q Querier, executionID 
 }
 
 // ReadLogs implements store.Logs.
-func (d *Dialect) ReadLogs(ctx context.Context, q Querier, taskID, executionID string, afterSeq, limit int) ([]store.LogLine, error) {
+func (p *Procedures) ReadLogs(ctx context.Context, taskID, executionID string, afterSeq, limit int) ([]store.LogLine, error) {
+	d, q := p.dialect, p.reader
 	rows, err := q.Query(ctx, `SELECT seq, at, stream, line FROM backstop_execution_logs
 		WHERE execution_id = $1 AND task_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`, executionID, taskID, afterSeq, limit)
 	if err != nil {

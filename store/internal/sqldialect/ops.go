@@ -27,7 +27,8 @@ WHERE backstop_leaders.leader_id = excluded.leader_id OR backstop_leaders.expire
 RETURNING leader_id`
 
 // TryLead implements store.Ops with one conditional upsert.
-func (d *Dialect) TryLead(ctx context.Context, q Querier, name, id string, now time.Time, ttl time.Duration) (bool, error) {
+func (p *Procedures) TryLead(ctx context.Context, name, id string, now time.Time, ttl time.Duration) (bool, error) {
+	d, q := p.dialect, p.writer
 	var holder string
 	err := q.QueryRow(ctx, sqlTryLead, name, id, now, now.Add(ttl)).Scan(&holder)
 	if errors.Is(err, ErrNoRows) {
@@ -40,7 +41,8 @@ func (d *Dialect) TryLead(ctx context.Context, q Querier, name, id string, now t
 }
 
 // ResignLead implements store.Ops.
-func (d *Dialect) ResignLead(ctx context.Context, q Querier, name, id string) error {
+func (p *Procedures) ResignLead(ctx context.Context, name, id string) error {
+	d, q := p.dialect, p.writer
 	if _, err := q.Exec(ctx, `DELETE FROM backstop_leaders WHERE name = $1 AND leader_id = $2`, name, id); err != nil {
 		return fmt.Errorf("%s: resign %s: %w", d.Prefix, name, d.Err(err))
 	}
@@ -48,7 +50,8 @@ func (d *Dialect) ResignLead(ctx context.Context, q Querier, name, id string) er
 }
 
 // Leader implements store.Ops.
-func (d *Dialect) Leader(ctx context.Context, q Querier, name string) (*store.Leader, error) {
+func (p *Procedures) Leader(ctx context.Context, name string) (*store.Leader, error) {
+	d, q := p.dialect, p.reader
 	ls, err := d.Leaders(ctx, q, name)
 	if err != nil {
 		return nil, err

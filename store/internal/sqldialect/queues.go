@@ -9,7 +9,8 @@ import (
 
 // PausedQueues implements store.Queues (pausing and resuming, which wake
 // workers each driver's way, stay in the drivers).
-func (d *Dialect) PausedQueues(ctx context.Context, q Querier) ([]store.QueueState, error) {
+func (p *Procedures) PausedQueues(ctx context.Context) ([]store.QueueState, error) {
+	d, q := p.dialect, p.reader
 	rows, err := q.Query(ctx, `SELECT name, paused_at, paused_by FROM backstop_queues ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("%s: paused queues: %w", d.Prefix, err)

@@ -15,7 +15,8 @@ import (
 // CountByQueue implements store.APIStore. It scans the tasks table (no index
 // serves it: an index on (queue, state) would tax every state change on the
 // hot path to speed up a dashboard read).
-func (d *Dialect) CountByQueue(ctx context.Context, q Querier) ([]store.QueueCounts, error) {
+func (p *Procedures) CountByQueue(ctx context.Context) ([]store.QueueCounts, error) {
+	d, q := p.dialect, p.reader
 	rows, err := q.Query(ctx, `SELECT queue, state, count(*) FROM backstop_tasks GROUP BY queue, state ORDER BY queue`)
 	if err != nil {
 		return nil, fmt.Errorf("%s: count by queue: %w", d.Prefix, err)
@@ -46,7 +47,8 @@ const sqlGauges = `SELECT queue, CAST(state AS TEXT), COALESCE(CAST(dlq_status A
 FROM backstop_tasks GROUP BY queue, state, dlq_status`
 
 // Gauges implements store.GaugeReader.
-func (d *Dialect) Gauges(ctx context.Context, q Querier) (*store.GaugeSnapshot, error) {
+func (p *Procedures) Gauges(ctx context.Context) (*store.GaugeSnapshot, error) {
+	d, q := p.dialect, p.reader
 	rows, err := q.Query(ctx, sqlGauges)
 	if err != nil {
 		return nil, fmt.Errorf("%s: gauges: %w", d.Prefix, err)

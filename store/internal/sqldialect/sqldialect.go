@@ -126,6 +126,22 @@ type Dialect struct {
 	DuplicateTaskID func(ctx context.Context, tx Tx, err error, id string) bool
 }
 
+// Procedures are the cold part of a store.Store, written once: a driver
+// embeds them in its Store (through an unexported alias, so that they add
+// methods and no exported field) and they implement store.Tokens, the
+// worker registry, the leadership leases and the rest on its handles.
+type Procedures struct {
+	dialect *Dialect
+	writer  DB      // writes and transactions
+	reader  Querier // reads (SQLite's reader pool; PostgreSQL's pool again)
+}
+
+// New returns the procedures of a store that writes through writer and
+// reads through reader.
+func New(d *Dialect, writer DB, reader Querier) *Procedures {
+	return &Procedures{dialect: d, writer: writer, reader: reader}
+}
+
 // InTx runs f in a transaction of db, committed when f returns nil and
 // rolled back otherwise.
 func InTx(ctx context.Context, db DB, f func(tx Tx) error) error {

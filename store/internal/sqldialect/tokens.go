@@ -22,7 +22,8 @@ func scanToken(row Row) (*store.Token, error) {
 }
 
 // CreateToken implements store.Tokens.
-func (d *Dialect) CreateToken(ctx context.Context, q Querier, t store.Token) error {
+func (p *Procedures) CreateToken(ctx context.Context, t store.Token) error {
+	d, q := p.dialect, p.writer
 	_, err := q.Exec(ctx, `INSERT INTO backstop_tokens (id, name, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)`,
 		t.ID, t.Name, t.Role, t.Hash, t.CreatedAt)
 	if d.IsUnique(err) {
@@ -35,7 +36,8 @@ func (d *Dialect) CreateToken(ctx context.Context, q Querier, t store.Token) err
 }
 
 // TokenByHash implements store.Tokens.
-func (d *Dialect) TokenByHash(ctx context.Context, q Querier, hash []byte) (*store.Token, error) {
+func (p *Procedures) TokenByHash(ctx context.Context, hash []byte) (*store.Token, error) {
+	d, q := p.dialect, p.reader
 	t, err := scanToken(q.QueryRow(ctx, `SELECT `+tokenColumns+` FROM backstop_tokens WHERE hash = $1`, hash))
 	if errors.Is(err, ErrNoRows) {
 		return nil, fmt.Errorf("token: %w", store.ErrNotFound)
@@ -47,7 +49,8 @@ func (d *Dialect) TokenByHash(ctx context.Context, q Querier, hash []byte) (*sto
 }
 
 // ListTokens implements store.Tokens.
-func (d *Dialect) ListTokens(ctx context.Context, q Querier) ([]store.Token, error) {
+func (p *Procedures) ListTokens(ctx context.Context) ([]store.Token, error) {
+	d, q := p.dialect, p.reader
 	rows, err := q.Query(ctx, `SELECT `+tokenColumns+` FROM backstop_tokens ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list tokens: %w", d.Prefix, err)
@@ -65,7 +68,8 @@ func (d *Dialect) ListTokens(ctx context.Context, q Querier) ([]store.Token, err
 }
 
 // RevokeToken implements store.Tokens.
-func (d *Dialect) RevokeToken(ctx context.Context, db DB, idOrName string, now time.Time) (*store.Token, error) {
+func (p *Procedures) RevokeToken(ctx context.Context, idOrName string, now time.Time) (*store.Token, error) {
+	d, db := p.dialect, p.writer
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -94,7 +98,8 @@ func (d *Dialect) RevokeToken(ctx context.Context, db DB, idOrName string, now t
 }
 
 // TouchToken implements store.Tokens.
-func (d *Dialect) TouchToken(ctx context.Context, q Querier, id string, now time.Time) error {
+func (p *Procedures) TouchToken(ctx context.Context, id string, now time.Time) error {
+	d, q := p.dialect, p.writer
 	if _, err := q.Exec(ctx, `UPDATE backstop_tokens SET last_used_at = $1 WHERE id = $2`, now, id); err != nil {
 		return fmt.Errorf("%s: touch token: %w", d.Prefix, err)
 	}

@@ -24,7 +24,8 @@ func labelsJSON(m map[string]string) string {
 }
 
 // RegisterWorker implements store.Workers.
-func (d *Dialect) RegisterWorker(ctx context.Context, db DB, w store.WorkerInfo) error {
+func (p *Procedures) RegisterWorker(ctx context.Context, w store.WorkerInfo) error {
+	d, db := p.dialect, p.writer
 	err := InTx(ctx, db, func(tx Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO backstop_workers
 		(id, host, pid, queues, version, labels, remote, state, started_at, last_seen, stopped_at)
@@ -44,7 +45,8 @@ func (d *Dialect) RegisterWorker(ctx context.Context, db DB, w store.WorkerInfo)
 }
 
 // SeeWorker implements store.Workers.
-func (d *Dialect) SeeWorker(ctx context.Context, db DB, w store.WorkerInfo, now time.Time) error {
+func (p *Procedures) SeeWorker(ctx context.Context, w store.WorkerInfo, now time.Time) error {
+	d, db := p.dialect, p.writer
 	err := InTx(ctx, db, func(tx Tx) error {
 		var old string
 		err := tx.QueryRow(ctx, `SELECT state FROM backstop_workers WHERE id = $1`+d.ForUpdate, w.ID).Scan(&old)
@@ -77,7 +79,8 @@ func (d *Dialect) SeeWorker(ctx context.Context, db DB, w store.WorkerInfo, now 
 }
 
 // TouchWorkers implements store.Workers.
-func (d *Dialect) TouchWorkers(ctx context.Context, q Querier, ids []string, now time.Time) error {
+func (p *Procedures) TouchWorkers(ctx context.Context, ids []string, now time.Time) error {
+	d, q := p.dialect, p.writer
 	if len(ids) == 0 {
 		return nil
 	}
@@ -89,7 +92,8 @@ func (d *Dialect) TouchWorkers(ctx context.Context, q Querier, ids []string, now
 }
 
 // SetWorkerState implements store.Workers.
-func (d *Dialect) SetWorkerState(ctx context.Context, db DB, id string, st store.WorkerState, now time.Time) error {
+func (p *Procedures) SetWorkerState(ctx context.Context, id string, st store.WorkerState, now time.Time) error {
+	d, db := p.dialect, p.writer
 	var stopped *time.Time
 	if st == store.WorkerStopped {
 		stopped = &now
@@ -125,7 +129,8 @@ func (d *Dialect) SetWorkerState(ctx context.Context, db DB, id string, st store
 // makes the event once: on PostgreSQL a second maintainer's UPDATE waits
 // for the first one's row locks and then finds lost_at set; SQLite has one
 // writer.
-func (d *Dialect) MarkLostWorkers(ctx context.Context, db DB, now time.Time, staleAfter time.Duration) ([]string, error) {
+func (p *Procedures) MarkLostWorkers(ctx context.Context, now time.Time, staleAfter time.Duration) ([]string, error) {
+	d, db := p.dialect, p.writer
 	var ids []string
 	err := InTx(ctx, db, func(tx Tx) error {
 		rs, err := tx.Query(ctx, `UPDATE backstop_workers SET lost_at = $1
@@ -195,7 +200,8 @@ func scanWorker(r Row, now time.Time, staleAfter time.Duration) (store.WorkerInf
 }
 
 // ListWorkers implements store.Workers.
-func (d *Dialect) ListWorkers(ctx context.Context, q Querier, f store.WorkerFilter) ([]store.WorkerInfo, error) {
+func (p *Procedures) ListWorkers(ctx context.Context, f store.WorkerFilter) ([]store.WorkerInfo, error) {
+	d, q := p.dialect, p.reader
 	var where []string
 	var a args
 	cutoff := f.Now.Add(-f.StaleAfter)
@@ -238,7 +244,8 @@ func (d *Dialect) ListWorkers(ctx context.Context, q Querier, f store.WorkerFilt
 }
 
 // GetWorker implements store.Workers.
-func (d *Dialect) GetWorker(ctx context.Context, q Querier, id string, now time.Time, staleAfter time.Duration) (*store.WorkerInfo, error) {
+func (p *Procedures) GetWorker(ctx context.Context, id string, now time.Time, staleAfter time.Duration) (*store.WorkerInfo, error) {
+	d, q := p.dialect, p.reader
 	w, err := scanWorker(q.QueryRow(ctx, `SELECT `+workerCols+` FROM backstop_workers WHERE id = $1`, id), now, staleAfter)
 	if errors.Is(err, ErrNoRows) {
 		return nil, fmt.Errorf("%s: worker %s: %w", d.Prefix, id, store.ErrNotFound)
@@ -250,7 +257,8 @@ func (d *Dialect) GetWorker(ctx context.Context, q Querier, id string, now time.
 }
 
 // CountWorkersByState implements store.Workers.
-func (d *Dialect) CountWorkersByState(ctx context.Context, q Querier, now time.Time, staleAfter time.Duration) (map[store.WorkerState]int, error) {
+func (p *Procedures) CountWorkersByState(ctx context.Context, now time.Time, staleAfter time.Duration) (map[store.WorkerState]int, error) {
+	d, q := p.dialect, p.reader
 	rows, err := q.Query(ctx, `SELECT state, last_seen < $1, count(*) FROM backstop_workers GROUP BY 1, 2`, now.Add(-staleAfter))
 	if err != nil {
 		return nil, fmt.Errorf("%s: count workers: %w", d.Prefix, err)
