@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
@@ -21,18 +20,6 @@ import (
 // procedures are the shared procedures, embedded in Store: their methods
 // are Store's (the alias keeps the embedded field unexported).
 type procedures = sqldialect.Procedures
-
-var (
-	_ store.Tokens      = (*Store)(nil)
-	_ store.APIStore    = (*Store)(nil)
-	_ store.Workers     = (*Store)(nil)
-	_ store.Secrets     = (*Store)(nil)
-	_ store.Queues      = (*Store)(nil)
-	_ store.Logs        = (*Store)(nil)
-	_ store.GaugeReader = (*Store)(nil)
-	_ store.DLQ         = (*Store)(nil)
-	_ store.Ops         = (*Store)(nil)
-)
 
 // dialect is what PostgreSQL's SQL says differently from SQLite's.
 var dialect = &sqldialect.Dialect{

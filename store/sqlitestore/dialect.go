@@ -8,7 +8,6 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
@@ -19,18 +18,6 @@ import (
 // procedures are the shared procedures, embedded in Store: their methods
 // are Store's (the alias keeps the embedded field unexported).
 type procedures = sqldialect.Procedures
-
-var (
-	_ store.Tokens      = (*Store)(nil)
-	_ store.APIStore    = (*Store)(nil)
-	_ store.Workers     = (*Store)(nil)
-	_ store.Secrets     = (*Store)(nil)
-	_ store.Queues      = (*Store)(nil)
-	_ store.Logs        = (*Store)(nil)
-	_ store.GaugeReader = (*Store)(nil)
-	_ store.DLQ         = (*Store)(nil)
-	_ store.Ops         = (*Store)(nil)
-)
 
 // dialect is what SQLite's SQL says differently from PostgreSQL's.
 var dialect = &sqldialect.Dialect{

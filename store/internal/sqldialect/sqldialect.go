@@ -25,6 +25,7 @@ import (
 	"sync"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
 )
 
 // Querier runs one statement: a pool or a connection, or a transaction.
@@ -135,6 +136,15 @@ type Procedures struct {
 	writer  DB      // writes and transactions
 	reader  Querier // reads (SQLite's reader pool; PostgreSQL's pool again)
 }
+
+// Interfaces the procedures implement whole; of the others (Workers,
+// Queues, Logs, DLQ, Ops) each driver adds the rest.
+var (
+	_ store.Tokens      = (*Procedures)(nil)
+	_ store.Secrets     = (*Procedures)(nil)
+	_ store.GaugeReader = (*Procedures)(nil)
+	_ store.APIStore    = (*Procedures)(nil)
+)
 
 // New returns the procedures of a store that writes through writer and
 // reads through reader.
