@@ -23,6 +23,7 @@ type procedures = sqldialect.Procedures
 
 // dialect is what PostgreSQL's SQL says differently from SQLite's.
 var dialect = &sqldialect.Dialect{
+	Driver:      "postgres",
 	Prefix:      "pgstore",
 	ForUpdate:   " FOR UPDATE",
 	Strpos:      "strpos",
@@ -54,6 +55,8 @@ var dialect = &sqldialect.Dialect{
 	ReplayOrdering: func(ctx context.Context, tx sqldialect.Tx, ids []string) error {
 		return replayOrdering(ctx, pgxOf(tx), ids)
 	},
+	TableSizes: tableSizes, // ops.go
+	PurgeBatch: purgeBatch, // dlq.go
 	DuplicateTaskID: func(_ context.Context, _ sqldialect.Tx, err error, _ string) bool {
 		// The transaction is aborted: the violated constraint says whose.
 		var pe *pgconn.PgError

@@ -364,35 +364,11 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 	return res, nil
 }
 
-// PurgeDLQ implements store.DLQ.
-func (s *Store) PurgeDLQ(ctx context.Context, p store.PurgeParams) (int, error) {
-	if len(p.Statuses) == 0 {
-		return 0, nil
-	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
-	sts := make([]string, len(p.Statuses))
-	for i, st := range p.Statuses {
-		sts[i] = string(st)
-	}
-	if p.DryRun {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM backstop_tasks
-			WHERE state = 'dead' AND dlq_status = ANY($1::text[]) AND updated_at < $2`, sts, p.Before).Scan(&n)
-		if err != nil {
-			return 0, fmt.Errorf("pgstore: purge dry run: %w", err)
-		}
-		return n, nil
-	}
-	total := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		var n int
-		err := s.pool.QueryRow(ctx, `
+// purgeBatch deletes a batch of dead letters (sqldialect's PurgeDLQ
+// loops over it) in one statement: $1 statuses, $2 before, $3 limit.
+func purgeBatch(ctx context.Context, db sqldialect.DB, statuses []string, before time.Time, limit int) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `
 WITH gone AS (
 	DELETE FROM backstop_tasks WHERE id IN (SELECT id FROM backstop_tasks
 		WHERE state = 'dead' AND dlq_status = ANY($1::text[]) AND updated_at < $2 ORDER BY id LIMIT $3
@@ -401,15 +377,8 @@ WITH gone AS (
 ), e AS (DELETE FROM backstop_executions WHERE task_id IN (SELECT id FROM gone)),
 p AS (DELETE FROM backstop_payloads WHERE task_id IN (SELECT id FROM gone)),
 `+deleteTaskEvents("gone")+`
-SELECT count(*) FROM gone`, sts, p.Before, limit).Scan(&n)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("pgstore: purge: %w", err)
-		}
-		if n < limit {
-			return total, nil
-		}
-	}
+SELECT count(*) FROM gone`, textArray(statuses), before, limit).Scan(&n)
+	return n, err
 }
 
 // CountRedrive implements store.DLQ.

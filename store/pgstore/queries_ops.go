@@ -29,14 +29,8 @@ const sqlDoomedFinished = `SELECT id FROM backstop_tasks
 	WHERE state = $1 AND finalized_at < $2
 	ORDER BY finalized_at LIMIT $3 FOR UPDATE SKIP LOCKED`
 
-const sqlStatsDead = `SELECT coalesce(dlq_status, ''), coalesce(dead_reason, ''), count(*) FROM backstop_tasks
-WHERE state = 'dead' GROUP BY 1, 2 ORDER BY 1, 2`
-
-const sqlStatsOldest = `SELECT (SELECT min(run_at) FROM backstop_tasks WHERE state = 'pending'),
-	(SELECT min(attempted_at) FROM backstop_tasks WHERE state = 'running')`
-
 // sqlStatsTables: every Backstop table of the current schema with its
-// indexes and TOAST.
+// indexes and TOAST (ops.go: tableSizes).
 const sqlStatsTables = `SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c
 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
   AND c.relname LIKE 'backstop\_%'

@@ -21,6 +21,7 @@ type procedures = sqldialect.Procedures
 
 // dialect is what SQLite's SQL says differently from PostgreSQL's.
 var dialect = &sqldialect.Dialect{
+	Driver:      "sqlite",
 	Prefix:      "sqlite",
 	ForUpdate:   "", // the writer's transactions begin IMMEDIATE
 	Strpos:      "instr",
@@ -57,6 +58,8 @@ var dialect = &sqldialect.Dialect{
 		}
 		return replayOrdering(ctx, sqlOf(tx), list)
 	},
+	TableSizes: tableSizes, // ops.go
+	PurgeBatch: purgeBatch, // dlq.go
 	DuplicateTaskID: func(ctx context.Context, tx sqldialect.Tx, _ error, id string) bool {
 		// A failed statement leaves SQLite's transaction usable: look.
 		var one int

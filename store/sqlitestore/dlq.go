@@ -9,6 +9,7 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
 // This file is the SQLite side of store.DLQ. Every write runs on the single
@@ -161,44 +162,22 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	return res, nil
 }
 
-func (s *Store) PurgeDLQ(ctx context.Context, p store.PurgeParams) (int, error) {
-	if len(p.Statuses) == 0 {
-		return 0, nil
-	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
-	sts := make([]any, len(p.Statuses))
-	for i, st := range p.Statuses {
-		sts[i] = string(st)
-	}
-	if p.DryRun {
-		var n int
-		err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM backstop_tasks
-		WHERE state = 'dead' AND dlq_status IN (`+placeholders(len(sts))+`) AND updated_at < ?`,
-			append(append([]any{}, sts...), us(p.Before))...).Scan(&n)
-		return n, err
-	}
-	total := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		n, err := s.purgeBatch(ctx, sts, p.Before, limit)
-		total += n
-		if err != nil || n < limit {
-			return total, err
-		}
-	}
+// purgeBatch deletes a batch of dead letters (sqldialect's PurgeDLQ loops
+// over it) in one transaction.
+func purgeBatch(ctx context.Context, db sqldialect.DB, statuses []string, before time.Time, limit int) (int, error) {
+	var n int
+	err := sqldialect.InTx(ctx, db, func(tx sqldialect.Tx) (err error) {
+		n, err = purgeBatchTx(ctx, sqlOf(tx), statuses, before, limit)
+		return err
+	})
+	return n, err
 }
 
-func (s *Store) purgeBatch(ctx context.Context, sts []any, before time.Time, limit int) (int, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
+func purgeBatchTx(ctx context.Context, tx *sql.Tx, statuses []string, before time.Time, limit int) (int, error) {
+	sts := make([]any, len(statuses))
+	for i, st := range statuses {
+		sts[i] = st
 	}
-	defer tx.Rollback() //nolint:errcheck
 	rows, err := tx.QueryContext(ctx, `SELECT id FROM backstop_tasks
 		WHERE state = 'dead' AND dlq_status IN (`+placeholders(len(sts))+`) AND updated_at < ? ORDER BY id LIMIT ?`,
 		append(append([]any{}, sts...), us(before), limit)...)
@@ -234,7 +213,7 @@ func (s *Store) purgeBatch(ctx context.Context, sts []any, before time.Time, lim
 			return 0, err
 		}
 	}
-	return len(ids), tx.Commit()
+	return len(ids), nil
 }
 
 func (s *Store) CountRedrive(ctx context.Context, b store.RedriveBatch) (int, error) {

@@ -2,12 +2,12 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
 // This file implements store.Ops: leadership, retention, statistics, views.
@@ -71,70 +71,35 @@ func (s *Store) deleteTasks(ctx context.Context, query string, args ...any) (int
 	return int(n), tx.Commit()
 }
 
-// Stats implements store.Ops. Table sizes come from the dbstat virtual
-// table when the SQLite build has it, else they are -1 (n/a); the file's
-// size is page_count × page_size either way.
-func (s *Store) Stats(ctx context.Context) (*store.Stats, error) {
-	st := &store.Stats{Driver: s.Driver(), Tasks: []store.QueueStateCount{}, DeadLetters: []store.DeadLetterCount{}}
-	qs, err := s.CountByQueue(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: stats: %w", err)
+// tableSizes lists the Backstop tables; their sizes come from the dbstat
+// virtual table when the SQLite build has it, else they are -1 (n/a). The
+// file's size is page_count × page_size either way.
+func tableSizes(ctx context.Context, q sqldialect.Querier) ([]store.TableSize, int64, error) {
+	var dbBytes int64
+	if err := q.QueryRow(ctx, `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`).
+		Scan(&dbBytes); err != nil {
+		return nil, 0, err
 	}
-	st.Tasks = store.FlattenQueueCounts(qs)
-	rows, err := s.r.QueryContext(ctx, `SELECT COALESCE(dlq_status, ''), COALESCE(dead_reason, ''), count(*) FROM backstop_tasks
-		WHERE state = 'dead' GROUP BY 1, 2 ORDER BY 1, 2`)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: stats: %w", err)
-	}
-	for rows.Next() {
-		var c store.DeadLetterCount
-		if err := rows.Scan(&c.Status, &c.Reason, &c.Count); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		st.DeadLetters = append(st.DeadLetters, c)
-	}
-	rows.Close()
-	var pending, running sql.NullInt64
-	if err := s.r.QueryRowContext(ctx, `SELECT (SELECT min(run_at) FROM backstop_tasks WHERE state = 'pending'),
-		(SELECT min(attempted_at) FROM backstop_tasks WHERE state = 'running')`).Scan(&pending, &running); err != nil {
-		return nil, fmt.Errorf("sqlite: stats: %w", err)
-	}
-	st.OldestPendingRunAt, st.OldestRunningSince = fromNullUS(pending), fromNullUS(running)
-	if err := s.r.QueryRowContext(ctx, `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`).
-		Scan(&st.DatabaseBytes); err != nil {
-		return nil, fmt.Errorf("sqlite: stats: %w", err)
-	}
-	if st.Tables, err = s.tableSizes(ctx); err != nil {
-		return nil, err
-	}
-	if st.Leaders, err = dialect.Leaders(ctx, s.reader(), ""); err != nil {
-		return nil, err
-	}
-	return st, nil
-}
-
-func (s *Store) tableSizes(ctx context.Context) ([]store.TableSize, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'backstop\_%' ESCAPE '\'
+	rows, err := q.Query(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'backstop\_%' ESCAPE '\'
 		ORDER BY name`)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: stats: %w", err)
+		return nil, 0, err
 	}
 	var out []store.TableSize
 	for rows.Next() {
 		t := store.TableSize{Bytes: -1}
 		if err := rows.Scan(&t.Table); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, 0, err
 		}
 		out = append(out, t)
 	}
 	rows.Close()
 	// A table's bytes are its pages and its indexes' pages.
-	sizes, err := s.r.QueryContext(ctx, `SELECT m.tbl_name, sum(d.pgsize) FROM dbstat d JOIN sqlite_master m ON m.name = d.name
+	sizes, err := q.Query(ctx, `SELECT m.tbl_name, sum(d.pgsize) FROM dbstat d JOIN sqlite_master m ON m.name = d.name
 		GROUP BY m.tbl_name`)
 	if err != nil {
-		return out, nil // no dbstat in this build: n/a
+		return out, dbBytes, nil // no dbstat in this build: n/a
 	}
 	defer sizes.Close()
 	by := map[string]int64{}
@@ -144,19 +109,19 @@ func (s *Store) tableSizes(ctx context.Context) ([]store.TableSize, error) {
 			n    int64
 		)
 		if err := sizes.Scan(&name, &n); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		by[name] = n
 	}
 	if sizes.Err() != nil {
-		return out, nil
+		return out, dbBytes, nil
 	}
 	for i := range out {
 		if n, ok := by[out[i].Table]; ok {
 			out[i].Bytes = n
 		}
 	}
-	return out, nil
+	return out, dbBytes, nil
 }
 
 // View implements store.Ops.

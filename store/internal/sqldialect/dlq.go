@@ -193,3 +193,44 @@ func (p *Procedures) FinishRedrive(ctx context.Context, id, status string, at ti
 	_, err := p.writer.Exec(ctx, `UPDATE backstop_redrives SET status = $1, finished_at = $2 WHERE id = $3`, status, at, id)
 	return err
 }
+
+// PurgeDLQ implements store.DLQ: batches of at most Limit (1000 when not
+// set), each in its own transaction (the driver's PurgeBatch), until a
+// batch comes back short.
+func (p *Procedures) PurgeDLQ(ctx context.Context, pp store.PurgeParams) (int, error) {
+	d := p.dialect
+	if len(pp.Statuses) == 0 {
+		return 0, nil
+	}
+	limit := pp.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	sts := make([]string, len(pp.Statuses))
+	for i, st := range pp.Statuses {
+		sts[i] = string(st)
+	}
+	if pp.DryRun {
+		var n int
+		err := p.reader.QueryRow(ctx, `SELECT count(*) FROM backstop_tasks
+			WHERE state = 'dead' AND dlq_status `+d.InText("$1")+` AND updated_at < $2`, d.TextList(sts), pp.Before).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("%s: purge dry run: %w", d.Prefix, err)
+		}
+		return n, nil
+	}
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := d.PurgeBatch(ctx, p.writer, sts, pp.Before, limit)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("%s: purge: %w", d.Prefix, err)
+		}
+		if n < limit {
+			return total, nil
+		}
+	}
+}

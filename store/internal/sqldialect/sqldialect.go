@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
@@ -81,8 +82,9 @@ func (e noRows) Is(target error) bool { return target == ErrNoRows }
 
 // Dialect is what differs between the drivers in the cold procedures.
 type Dialect struct {
-	// Prefix starts the driver's error messages ("pgstore", "sqlite").
-	Prefix string
+	// Driver is store.Store's Driver ("postgres", "sqlite"); Prefix starts
+	// the driver's error messages ("pgstore", "sqlite").
+	Driver, Prefix string
 	// ForUpdate ends a SELECT that locks its rows until commit: " FOR
 	// UPDATE" on PostgreSQL, nothing on SQLite, whose writer's
 	// transactions begin IMMEDIATE.
@@ -122,6 +124,14 @@ type Dialect struct {
 	// ReplayOrdering puts replayed ordered tasks back in their key's line.
 	CopyOrdering   func(ctx context.Context, tx Tx, newID, from string) error
 	ReplayOrdering func(ctx context.Context, tx Tx, ids []string) error
+	// TableSizes lists the Backstop tables with their sizes in bytes (-1:
+	// not known) and says the database's size.
+	TableSizes func(ctx context.Context, q Querier) ([]store.TableSize, int64, error)
+	// PurgeBatch deletes up to limit dead letters whose status is one of
+	// statuses and whose record last changed before before, with their
+	// executions, spilled payloads and events, in one transaction of db;
+	// it returns how many tasks it deleted.
+	PurgeBatch func(ctx context.Context, db DB, statuses []string, before time.Time, limit int) (int, error)
 	// DuplicateTaskID says whether err, a uniqueness violation of an
 	// insert into backstop_tasks, is the id's (rather than a key's).
 	DuplicateTaskID func(ctx context.Context, tx Tx, err error, id string) bool

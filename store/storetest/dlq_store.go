@@ -11,9 +11,10 @@ import (
 	"github.com/backstophq/backstop/store"
 )
 
-// testReplayStore drives store.DLQ's Replay directly, where the engine
-// never goes: a copy under an id that is taken, a copy that breaks a key,
-// and the wake-up a replay to pending sends once it commits.
+// testReplayStore drives store.DLQ directly where the engine never goes: a
+// copy under an id that is taken, a copy that breaks a key, the wake-up a
+// replay to pending sends once it commits, and a purge in batches smaller
+// than what it deletes.
 func (s *suite) testReplayStore(t *testing.T) {
 	plan := func(b *bundle, newID string) func(*bt.Task) (*store.ReplayPlan, error) {
 		now := b.clock.Now()
@@ -68,5 +69,35 @@ func (s *suite) testReplayStore(t *testing.T) {
 				t.Fatal("no wake-up for queue wq after a replay to pending")
 			}
 		}
+	})
+
+	t.Run("PurgeInBatches", func(t *testing.T) {
+		t.Parallel()
+		b := s.setup(t, nil)
+		for _, id := range []string{"p1", "p2", "p3", "kept"} {
+			b.dead(backstop.EnqueueParams{ID: id, Queue: "q", Kind: "k"})
+		}
+		for _, id := range []string{"p1", "p2", "p3"} {
+			if _, err := b.c.Discard(b.ctx, backstop.DiscardParams{ID: id, Reason: "obsolete"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := store.PurgeParams{Before: b.clock.Now().Add(time.Hour), Statuses: []bt.DLQStatus{bt.DLQDiscarded}, Limit: 2}
+		dry := p
+		dry.DryRun = true
+		n, err := b.store.PurgeDLQ(b.ctx, dry)
+		if err != nil || n != 3 {
+			t.Fatalf("dry run: %d, %v", n, err)
+		}
+		n, err = b.store.PurgeDLQ(b.ctx, p)
+		if err != nil || n != 3 {
+			t.Fatalf("purge in batches of 2: %d, %v", n, err)
+		}
+		for _, id := range []string{"p1", "p2", "p3"} {
+			if _, err := b.store.Get(b.ctx, id); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("%s survived the purge: %v", id, err)
+			}
+		}
+		eq(t, "open dead letter kept", b.get("kept").State, backstop.StateDead)
 	})
 }
