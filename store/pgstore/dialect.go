@@ -49,9 +49,6 @@ var dialect = &sqldialect.Dialect{
 	SetPayload: func(ctx context.Context, tx sqldialect.Tx, id string, payload json.RawMessage, limit int) error {
 		return setPayload(ctx, pgxOf(tx), id, payload, limit)
 	},
-	CopyOrdering: func(ctx context.Context, tx sqldialect.Tx, newID, from string) error {
-		return copyOrdering(ctx, pgxOf(tx), newID, from) // ordering.go
-	},
 	ReplayOrdering: func(ctx context.Context, tx sqldialect.Tx, ids []string) error {
 		return replayOrdering(ctx, pgxOf(tx), ids)
 	},

@@ -48,9 +48,6 @@ var dialect = &sqldialect.Dialect{
 	SetPayload: func(ctx context.Context, tx sqldialect.Tx, id string, payload json.RawMessage, limit int) error {
 		return setPayload(ctx, sqlOf(tx), id, payload, limit) // dlq.go
 	},
-	CopyOrdering: func(ctx context.Context, tx sqldialect.Tx, newID, from string) error {
-		return copyOrdering(ctx, sqlOf(tx), newID, from) // ordering.go
-	},
 	ReplayOrdering: func(ctx context.Context, tx sqldialect.Tx, ids []string) error {
 		list := make([]any, len(ids))
 		for i, id := range ids {

@@ -84,7 +84,7 @@ func (p *Procedures) Replay(ctx context.Context, id string, plan func(*bt.Task) 
 			replay_count = replay_count + 1, updated_at = $1 WHERE id = $2`, rp.Now, id); err != nil {
 			return nil, err
 		}
-		if err := d.CopyOrdering(ctx, tx, rp.NewID, id); err != nil {
+		if err := copyOrdering(ctx, tx, rp.NewID, id); err != nil {
 			return nil, err
 		}
 	}

@@ -120,9 +120,7 @@ type Dialect struct {
 	GetTask func(ctx context.Context, tx Tx, id string, lock bool) (*bt.Task, error)
 	// SetPayload stores a task's new payload, inline or spilled past limit.
 	SetPayload func(ctx context.Context, tx Tx, id string, payload json.RawMessage, limit int) error
-	// CopyOrdering gives the copy newID of task from its ordering entry;
 	// ReplayOrdering puts replayed ordered tasks back in their key's line.
-	CopyOrdering   func(ctx context.Context, tx Tx, newID, from string) error
 	ReplayOrdering func(ctx context.Context, tx Tx, ids []string) error
 	// TableSizes lists the Backstop tables with their sizes in bytes (-1:
 	// not known) and says the database's size.
