@@ -15,6 +15,7 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
 // This file is the PostgreSQL side of store.DLQ. A replay locks its row with
@@ -26,17 +27,6 @@ func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"
 }
-
-func replayConflict(t *bt.Task, cause error) error {
-	return fmt.Errorf("%w: replaying %s would break a uniqueness rule (a live task holds idempotency key %q, "+
-		"or a waiting %s task holds merge key %q): %v", store.ErrConflict, t.ID, t.IdempotencyKey, t.Kind, t.MergeKey, cause)
-}
-
-// sqlReplaySet: $1 state, $2 run_at, $3 keep attempts, $4 now.
-const sqlReplaySet = `state = $1, run_at = $2, attempt = CASE WHEN $3 THEN attempt ELSE 0 END,
-	lease_expires_at = NULL, last_error = NULL, cancel_requested_at = NULL, finalized_at = NULL,
-	worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
-	replay_count = replay_count + 1, updated_at = $4`
 
 // sqlInsertEvents writes events built in Go, one log row each (the
 // operator's paths: few events per transaction).
@@ -127,97 +117,6 @@ func getTx(ctx context.Context, tx pgx.Tx, sql, id string) (*bt.Task, error) {
 	}
 	rs.Close()
 	return t, rs.Err()
-}
-
-// Replay implements store.DLQ.
-func (s *Store) Replay(ctx context.Context, id string, plan func(*bt.Task) (*store.ReplayPlan, error)) (*bt.Task, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: replay: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	t, err := getTx(ctx, tx, sqlGetTask+" FOR UPDATE OF t", id)
-	if err != nil {
-		return nil, err
-	}
-	p, err := plan(t)
-	if err != nil || p == nil {
-		return nil, err
-	}
-	target := id
-	if p.NewID == "" {
-		if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET `+sqlReplaySet+` WHERE id = $5`,
-			string(p.State), p.RunAt, p.KeepAttempts, p.Now, id); err != nil {
-			if isUniqueViolation(err) {
-				return nil, replayConflict(t, err)
-			}
-			return nil, fmt.Errorf("pgstore: replay %s: %w", id, err)
-		}
-	} else {
-		target = p.NewID
-		_, err := tx.Exec(ctx, `INSERT INTO backstop_tasks (id, queue, kind, state, priority, attempt, max_attempts,
-			payload, payload_size, payload_spilled, attributes, run_at, created_at, updated_at, timeout_us, deadline,
-			retry_policy, idempotency_key, merge_key, merge_count, progress_total, progress_completed, complexity,
-			trace_parent, replayed_from)
-			SELECT $1, queue, kind, $2, priority, CASE WHEN $3 THEN attempt ELSE 0 END, max_attempts, payload, payload_size,
-			payload_spilled, attributes, $4, $5, $5, timeout_us, deadline, retry_policy, idempotency_key, merge_key,
-			merge_count, progress_total, progress_completed, complexity, trace_parent, id
-			FROM backstop_tasks WHERE id = $6`,
-			p.NewID, string(p.State), p.KeepAttempts, p.RunAt, p.Now, id)
-		if err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == "23505" {
-				if pe.ConstraintName == "backstop_tasks_pkey" {
-					return nil, fmt.Errorf("%w: a task with id %q already exists", store.ErrConflict, p.NewID)
-				}
-				return nil, replayConflict(t, err)
-			}
-			return nil, fmt.Errorf("pgstore: replay %s: %w", id, err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO backstop_payloads (task_id, data)
-			SELECT $1, data FROM backstop_payloads WHERE task_id = $2`, p.NewID, id); err != nil {
-			return nil, err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_status = 'replayed',
-			replay_count = replay_count + 1, updated_at = $1 WHERE id = $2`, p.Now, id); err != nil {
-			return nil, err
-		}
-	}
-	if p.NewID != "" {
-		if err := copyOrdering(ctx, tx, p.NewID, id); err != nil { // ordering.go
-			return nil, err
-		}
-	}
-	if err := replayOrdering(ctx, tx, []string{target}); err != nil {
-		return nil, err
-	}
-	if p.Payload != nil {
-		if err := setPayload(ctx, tx, target, p.Payload, p.InlineLimit); err != nil {
-			return nil, err
-		}
-	}
-	if err := insertEvents(ctx, tx, p.Events); err != nil {
-		return nil, err
-	}
-	if p.RedriveID != "" {
-		if _, err := tx.Exec(ctx, `UPDATE backstop_redrives SET replayed = replayed + 1, cursor = $1 WHERE id = $2`,
-			id, p.RedriveID); err != nil {
-			return nil, err
-		}
-	}
-	out, err := getTx(ctx, tx, sqlGetTask, target)
-	if err != nil {
-		return nil, err
-	}
-	if out.State == bt.StatePending {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify('`+wakeupChannel+`', $1)`, out.Queue); err != nil {
-			return nil, err
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("pgstore: replay %s: commit: %w", id, err)
-	}
-	return out, nil
 }
 
 func setPayload(ctx context.Context, tx pgx.Tx, id string, payload json.RawMessage, limit int) error {
@@ -385,7 +284,7 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 	if err != nil {
 		return res, err
 	}
-	rows, err := sp.Query(ctx, `UPDATE backstop_tasks SET `+sqlReplaySet+` WHERE id = ANY($5::text[])
+	rows, err := sp.Query(ctx, `UPDATE backstop_tasks SET `+sqldialect.ReplaySetSQL+` WHERE id = ANY($5::text[])
 		RETURNING id, queue, kind, replay_count`, append(set, ids)...)
 	if err == nil {
 		done, err = collectRedriven(rows, done)
@@ -406,7 +305,7 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 			if err != nil {
 				return res, err
 			}
-			rows, err := sp.Query(ctx, `UPDATE backstop_tasks SET `+sqlReplaySet+` WHERE id = $5
+			rows, err := sp.Query(ctx, `UPDATE backstop_tasks SET `+sqldialect.ReplaySetSQL+` WHERE id = $5
 				RETURNING id, queue, kind, replay_count`, append(set, id)...)
 			var one []store.Redriven
 			if err == nil {
@@ -465,62 +364,11 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 	return res, nil
 }
 
-// SetDLQStatus implements store.DLQ.
-func (s *Store) SetDLQStatus(ctx context.Context, c store.DLQStatusChange) (*bt.Task, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	tag, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_status = $1, updated_at = $2
-		WHERE id = $3 AND state = 'dead' AND dlq_status = 'open'`, string(c.Status), c.Now, c.ID)
-	if err != nil {
-		return nil, err
-	}
-	if tag.RowsAffected() == 0 {
-		return nil, fmt.Errorf("task %q is not an open dead letter: %w", c.ID, store.ErrNotFound)
-	}
-	t, err := getTx(ctx, tx, sqlGetTask, c.ID)
-	if err != nil {
-		return nil, err
-	}
-	ev := c.Event
-	ev.Queue, ev.Kind = t.Queue, t.Kind
-	if err := insertEvents(ctx, tx, []bt.Event{ev}); err != nil {
-		return nil, err
-	}
-	return t, tx.Commit(ctx)
-}
-
-// PurgeDLQ implements store.DLQ.
-func (s *Store) PurgeDLQ(ctx context.Context, p store.PurgeParams) (int, error) {
-	if len(p.Statuses) == 0 {
-		return 0, nil
-	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
-	sts := make([]string, len(p.Statuses))
-	for i, st := range p.Statuses {
-		sts[i] = string(st)
-	}
-	if p.DryRun {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM backstop_tasks
-			WHERE state = 'dead' AND dlq_status = ANY($1::text[]) AND updated_at < $2`, sts, p.Before).Scan(&n)
-		if err != nil {
-			return 0, fmt.Errorf("pgstore: purge dry run: %w", err)
-		}
-		return n, nil
-	}
-	total := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		var n int
-		err := s.pool.QueryRow(ctx, `
+// purgeBatch deletes a batch of dead letters (sqldialect's PurgeDLQ
+// loops over it) in one statement: $1 statuses, $2 before, $3 limit.
+func purgeBatch(ctx context.Context, db sqldialect.DB, statuses []string, before time.Time, limit int) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `
 WITH gone AS (
 	DELETE FROM backstop_tasks WHERE id IN (SELECT id FROM backstop_tasks
 		WHERE state = 'dead' AND dlq_status = ANY($1::text[]) AND updated_at < $2 ORDER BY id LIMIT $3
@@ -529,60 +377,8 @@ WITH gone AS (
 ), e AS (DELETE FROM backstop_executions WHERE task_id IN (SELECT id FROM gone)),
 p AS (DELETE FROM backstop_payloads WHERE task_id IN (SELECT id FROM gone)),
 `+deleteTaskEvents("gone")+`
-SELECT count(*) FROM gone`, sts, p.Before, limit).Scan(&n)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("pgstore: purge: %w", err)
-		}
-		if n < limit {
-			return total, nil
-		}
-	}
-}
-
-// StartRedrive implements store.DLQ.
-func (s *Store) StartRedrive(ctx context.Context, r store.Redrive) (store.Redrive, bool, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return r, false, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	// One redrive record per filter at a time, even when two start at once.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('backstop_redrive:' || $1))`, r.FilterKey); err != nil {
-		return r, false, err
-	}
-	var got store.Redrive
-	var filter []byte
-	err = tx.QueryRow(ctx, `SELECT id, filter, snapshot, cursor, replayed, failed, status, started_at
-		FROM backstop_redrives WHERE filter_key = $1 AND status = 'running' ORDER BY started_at LIMIT 1`, r.FilterKey).
-		Scan(&got.ID, &filter, &got.Snapshot, &got.Cursor, &got.Replayed, &got.Failed, &got.Status, &got.StartedAt)
-	if err == nil {
-		got.FilterKey, got.Filter = r.FilterKey, filter
-		got.Snapshot, got.StartedAt = utc(got.Snapshot), utc(got.StartedAt)
-		return got, true, tx.Commit(ctx)
-	}
-	if !isNoRows(err) {
-		return r, false, err
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO backstop_redrives (id, filter_key, filter, snapshot, cursor, status, started_at)
-		VALUES ($1, $2, $3::jsonb, $4, '', 'running', $5)`, r.ID, r.FilterKey, string(r.Filter), r.Snapshot, r.StartedAt); err != nil {
-		return r, false, err
-	}
-	r.Status = "running"
-	return r, false, tx.Commit(ctx)
-}
-
-// AdvanceRedrive implements store.DLQ.
-func (s *Store) AdvanceRedrive(ctx context.Context, id, cursor string, replayed, failed int) error {
-	_, err := s.pool.Exec(ctx, `UPDATE backstop_redrives SET cursor = $1, replayed = replayed + $2, failed = failed + $3
-		WHERE id = $4`, cursor, replayed, failed, id)
-	return err
-}
-
-// FinishRedrive implements store.DLQ.
-func (s *Store) FinishRedrive(ctx context.Context, id, status string, at time.Time) error {
-	_, err := s.pool.Exec(ctx, `UPDATE backstop_redrives SET status = $1, finished_at = $2 WHERE id = $3`, status, at, id)
-	return err
+SELECT count(*) FROM gone`, textArray(statuses), before, limit).Scan(&n)
+	return n, err
 }
 
 // CountRedrive implements store.DLQ.

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/backstophq/backstop/store"
 )
 
@@ -54,34 +52,4 @@ func (s *Store) AppendLeasedLogs(ctx context.Context, taskID, executionID string
 		return false, fmt.Errorf("pgstore: append logs: %w", err)
 	}
 	return ok, nil
-}
-
-// ExecutionLogUsage implements store.Logs.
-func (s *Store) ExecutionLogUsage(ctx context.Context, executionID string) (store.LogUsage, error) {
-	var u store.LogUsage
-	err := s.pool.QueryRow(ctx, `SELECT count(*), COALESCE(sum(octet_length(line)), 0), COALESCE(max(seq), 0)
-		FROM backstop_execution_logs WHERE execution_id = $1`, executionID).Scan(&u.Lines, &u.Bytes, &u.LastSeq)
-	if err != nil {
-		return u, fmt.Errorf("pgstore: log usage: %w", err)
-	}
-	return u, nil
-}
-
-// ReadLogs implements store.Logs.
-func (s *Store) ReadLogs(ctx context.Context, taskID, executionID string, afterSeq, limit int) ([]store.LogLine, error) {
-	rows, err := s.pool.Query(ctx, `SELECT seq, at, stream, line FROM backstop_execution_logs
-		WHERE execution_id = $1 AND task_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`, executionID, taskID, afterSeq, limit)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: read logs: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.LogLine, error) {
-		l := store.LogLine{TaskID: taskID, ExecutionID: executionID}
-		err := r.Scan(&l.Seq, &l.At, &l.Stream, &l.Line)
-		l.At = l.At.UTC()
-		return l, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: read logs: %w", err)
-	}
-	return out, nil
 }

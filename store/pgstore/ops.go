@@ -10,61 +10,10 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
 // This file implements store.Ops: leadership, retention, statistics, views.
-
-// TryLead implements store.Ops with one conditional upsert; concurrent
-// callers on any host serialise on the row, so at most one holds it.
-func (s *Store) TryLead(ctx context.Context, name, id string, now time.Time, ttl time.Duration) (bool, error) {
-	var holder string
-	err := s.pool.QueryRow(ctx, sqlTryLead, name, id, now, now.Add(ttl)).Scan(&holder)
-	if isNoRows(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("pgstore: try lead %s: %w", name, permission(err))
-	}
-	return holder == id, nil
-}
-
-// ResignLead implements store.Ops.
-func (s *Store) ResignLead(ctx context.Context, name, id string) error {
-	if _, err := s.pool.Exec(ctx, sqlResignLead, name, id); err != nil {
-		return fmt.Errorf("pgstore: resign %s: %w", name, permission(err))
-	}
-	return nil
-}
-
-// Leader implements store.Ops.
-func (s *Store) Leader(ctx context.Context, name string) (*store.Leader, error) {
-	ls, err := s.leaders(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	if len(ls) == 0 {
-		return nil, fmt.Errorf("pgstore: leader %q: %w", name, store.ErrNotFound)
-	}
-	return &ls[0], nil
-}
-
-func (s *Store) leaders(ctx context.Context, name string) ([]store.Leader, error) {
-	rs, err := s.pool.Query(ctx, sqlLeaders, name)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: leaders: %w", permission(err))
-	}
-	defer rs.Close()
-	out := []store.Leader{}
-	for rs.Next() {
-		var l store.Leader
-		if err := rs.Scan(&l.Name, &l.LeaderID, &l.ElectedAt, &l.ExpiresAt); err != nil {
-			return nil, fmt.Errorf("pgstore: leaders: %w", err)
-		}
-		l.ElectedAt, l.ExpiresAt = utc(l.ElectedAt), utc(l.ExpiresAt)
-		out = append(out, l)
-	}
-	return out, rs.Err()
-}
 
 // DeleteFinished implements store.Ops.
 func (s *Store) DeleteFinished(ctx context.Context, state bt.State, before time.Time, limit int) (int, error) {
@@ -86,56 +35,27 @@ func (s *Store) deleteTasks(ctx context.Context, doomed string, args ...any) (in
 	return n, nil
 }
 
-// Stats implements store.Ops.
-func (s *Store) Stats(ctx context.Context) (*store.Stats, error) {
-	st := &store.Stats{Driver: s.Driver(), Tasks: []store.QueueStateCount{}, DeadLetters: []store.DeadLetterCount{}}
-	qs, err := s.CountByQueue(ctx)
+// tableSizes: every Backstop table of the current schema with its
+// indexes and TOAST; the database's size is their sum.
+func tableSizes(ctx context.Context, q sqldialect.Querier) ([]store.TableSize, int64, error) {
+	rs, err := q.Query(ctx, sqlStatsTables)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: stats: %w", permission(err))
+		return nil, 0, err
 	}
-	st.Tasks = store.FlattenQueueCounts(qs)
-	rs, err := s.pool.Query(ctx, sqlStatsDead)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: stats: %w", err)
-	}
-	for rs.Next() {
-		var (
-			c              store.DeadLetterCount
-			status, reason string
-		)
-		if err := rs.Scan(&status, &reason, &c.Count); err != nil {
-			rs.Close()
-			return nil, fmt.Errorf("pgstore: stats: %w", err)
-		}
-		c.Status, c.Reason = bt.DLQStatus(status), bt.DeadReason(reason)
-		st.DeadLetters = append(st.DeadLetters, c)
-	}
-	rs.Close()
-	if err := s.pool.QueryRow(ctx, sqlStatsOldest).Scan(&st.OldestPendingRunAt, &st.OldestRunningSince); err != nil {
-		return nil, fmt.Errorf("pgstore: stats: %w", err)
-	}
-	st.OldestPendingRunAt, st.OldestRunningSince = utcPtr(st.OldestPendingRunAt), utcPtr(st.OldestRunningSince)
-	rs, err = s.pool.Query(ctx, sqlStatsTables)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: stats: %w", err)
-	}
+	defer rs.Close()
+	var (
+		out   []store.TableSize
+		total int64
+	)
 	for rs.Next() {
 		var t store.TableSize
 		if err := rs.Scan(&t.Table, &t.Bytes); err != nil {
-			rs.Close()
-			return nil, fmt.Errorf("pgstore: stats: %w", err)
+			return nil, 0, err
 		}
-		st.Tables = append(st.Tables, t)
-		st.DatabaseBytes += t.Bytes
+		out = append(out, t)
+		total += t.Bytes
 	}
-	rs.Close()
-	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("pgstore: stats: %w", err)
-	}
-	if st.Leaders, err = s.leaders(ctx, ""); err != nil {
-		return nil, err
-	}
-	return st, nil
+	return out, total, rs.Err()
 }
 
 // View implements store.Ops.

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -255,53 +254,6 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 	return events, d, nil
 }
 
-// OrderingInfo implements store.Ordering.
-func (s *Store) OrderingInfo(ctx context.Context, ids []string) (map[string]store.OrderingInfo, error) {
-	out := map[string]store.OrderingInfo{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	rows, err := s.pool.Query(ctx, `SELECT task_id, okey, seq, gaps::text FROM backstop_ordering_tasks
-		WHERE task_id = ANY($1)`, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id   string
-			info store.OrderingInfo
-			gaps *string
-		)
-		if err := rows.Scan(&id, &info.Key, &info.Sequence, &gaps); err != nil {
-			return nil, err
-		}
-		if gaps != nil && *gaps != "" {
-			if err := json.Unmarshal([]byte(*gaps), &info.Gaps); err != nil {
-				return nil, fmt.Errorf("task %s: gaps: %w", id, err)
-			}
-		}
-		out[id] = info
-	}
-	return out, rows.Err()
-}
-
-// OrderingFallback implements store.Ordering.
-func (s *Store) OrderingFallback(ctx context.Context, queue string, now time.Time) (int, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = $1
-		WHERE queue = $2 AND state = 'buffered'`, now, queue)
-	if err != nil {
-		return 0, err
-	}
-	n := int(tag.RowsAffected())
-	if n > 0 {
-		if _, err := s.pool.Exec(ctx, `SELECT pg_notify('`+wakeupChannel+`', $1)`, queue); err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
 // DeleteIdleOrderingKeys implements store.Ordering.
 func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM backstop_ordering_keys k USING (SELECT queue, okey FROM backstop_ordering_keys
@@ -311,15 +263,6 @@ func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit
 		return 0, fmt.Errorf("pgstore: retention: %w", permission(err))
 	}
 	return int(tag.RowsAffected()), nil
-}
-
-// copyOrdering gives a copy of a task (replay --new-id) the ordering row of
-// the original, if it has one.
-func copyOrdering(ctx context.Context, tx pgx.Tx, newID, from string) error {
-	_, err := tx.Exec(ctx, `INSERT INTO backstop_ordering_tasks (task_id, queue, okey, seq, status, gaps)
-		SELECT $1, t.queue, o.okey, o.seq, 'held', o.gaps FROM backstop_ordering_tasks o
-		JOIN backstop_tasks t ON t.id = $1 WHERE o.task_id = $2`, newID, from)
-	return err
 }
 
 // sqlReplayOrdering makes replayed ordered tasks ($1) wait for their key:

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
 // wakeupChannel is the NOTIFY channel; the payload is the queue name.
@@ -33,6 +34,10 @@ const wakeupChannel = "backstop_wakeup"
 type Store struct {
 	pool    *pgxpool.Pool
 	ownPool bool
+
+	// The cold procedures (tokens, the worker registry, leadership,
+	// dead-letter replay, …), written once for both drivers: dialect.go.
+	*procedures
 
 	// done ends the Wakeups listeners on Close; wg waits for them.
 	done   context.Context
@@ -74,7 +79,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // leaves the pool open.
 func New(pool *pgxpool.Pool) *Store {
 	done, stop := context.WithCancel(context.Background())
-	return &Store{pool: pool, done: done, stop: stop}
+	s := &Store{pool: pool, done: done, stop: stop}
+	s.procedures = sqldialect.New(dialect, s.runner(), s.runner())
+	return s
 }
 
 // Pool is the connection pool the Store uses.

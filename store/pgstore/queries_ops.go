@@ -3,23 +3,6 @@ package pgstore
 // The query layer's statements for store.Ops (leadership, retention,
 // statistics, views); queries.go holds the hot path's.
 
-// sqlTryLead takes the lease when free or expired, renews it when $2 holds
-// it; it returns a row only when $2 holds it afterwards.
-const sqlTryLead = `
-INSERT INTO backstop_leaders AS l (name, leader_id, elected_at, expires_at)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (name) DO UPDATE SET
-	elected_at = CASE WHEN l.leader_id = EXCLUDED.leader_id THEN l.elected_at ELSE EXCLUDED.elected_at END,
-	leader_id = EXCLUDED.leader_id,
-	expires_at = EXCLUDED.expires_at
-WHERE l.leader_id = EXCLUDED.leader_id OR l.expires_at <= EXCLUDED.elected_at
-RETURNING leader_id`
-
-const sqlResignLead = `DELETE FROM backstop_leaders WHERE name = $1 AND leader_id = $2`
-
-const sqlLeaders = `SELECT name, leader_id, elected_at, expires_at FROM backstop_leaders
-WHERE $1 = '' OR name = $1 ORDER BY name`
-
 // sqlHasEvents: whether backstop_events (the task history, subjects = task
 // id; it comes with the dead-letter migration) exists in the current
 // schema, so retention deletes a task's events with it.
@@ -46,14 +29,8 @@ const sqlDoomedFinished = `SELECT id FROM backstop_tasks
 	WHERE state = $1 AND finalized_at < $2
 	ORDER BY finalized_at LIMIT $3 FOR UPDATE SKIP LOCKED`
 
-const sqlStatsDead = `SELECT coalesce(dlq_status, ''), coalesce(dead_reason, ''), count(*) FROM backstop_tasks
-WHERE state = 'dead' GROUP BY 1, 2 ORDER BY 1, 2`
-
-const sqlStatsOldest = `SELECT (SELECT min(run_at) FROM backstop_tasks WHERE state = 'pending'),
-	(SELECT min(attempted_at) FROM backstop_tasks WHERE state = 'running')`
-
 // sqlStatsTables: every Backstop table of the current schema with its
-// indexes and TOAST.
+// indexes and TOAST (ops.go: tableSizes).
 const sqlStatsTables = `SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c
 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
   AND c.relname LIKE 'backstop\_%'

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/backstophq/backstop/store"
 )
 
@@ -41,22 +39,4 @@ func (s *Store) ResumeQueue(ctx context.Context, name string) (bool, error) {
 		return false, fmt.Errorf("pgstore: resume queue: %w", err)
 	}
 	return n > 0, nil
-}
-
-// PausedQueues implements store.Queues.
-func (s *Store) PausedQueues(ctx context.Context) ([]store.QueueState, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name, paused_at, paused_by FROM backstop_queues ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: paused queues: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.QueueState, error) {
-		var st store.QueueState
-		err := r.Scan(&st.Name, &st.PausedAt, &st.PausedBy)
-		st.PausedAt = st.PausedAt.UTC()
-		return st, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: paused queues: %w", err)
-	}
-	return out, nil
 }

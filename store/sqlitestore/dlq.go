@@ -4,13 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
 // This file is the SQLite side of store.DLQ. Every write runs on the single
@@ -34,99 +33,6 @@ const replaySet = `state = ?, run_at = ?, attempt = CASE WHEN ? THEN attempt ELS
 	lease_expires_at = NULL, last_error = NULL, cancel_requested_at = NULL, finalized_at = NULL,
 	worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
 	replay_count = replay_count + 1, updated_at = ?`
-
-func conflict(t *bt.Task, cause error) error {
-	return fmt.Errorf("%w: replaying %s would break a uniqueness rule (a live task holds idempotency key %q, "+
-		"or a waiting %s task holds merge key %q): %v", store.ErrConflict, t.ID, t.IdempotencyKey, t.Kind, t.MergeKey, cause)
-}
-
-func (s *Store) Replay(ctx context.Context, id string, plan func(*bt.Task) (*store.ReplayPlan, error)) (*bt.Task, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback() //nolint:errcheck
-	t, err := getTask(ctx, tx, id)
-	if err != nil {
-		return nil, err
-	}
-	p, err := plan(t)
-	if err != nil || p == nil {
-		return nil, err
-	}
-	target := id
-	if p.NewID == "" {
-		if _, err := tx.ExecContext(ctx, `UPDATE backstop_tasks SET `+replaySet+` WHERE id = ?`,
-			string(p.State), us(p.RunAt), p.KeepAttempts, us(p.Now), id); err != nil {
-			if isUnique(err) {
-				return nil, conflict(t, err)
-			}
-			return nil, err
-		}
-	} else {
-		target = p.NewID
-		_, err := tx.ExecContext(ctx, `INSERT INTO backstop_tasks (id, queue, kind, state, priority, attempt, max_attempts,
-			payload, payload_size, payload_spilled, attributes, run_at, created_at, updated_at, timeout_us, deadline,
-			retry_policy, idempotency_key, merge_key, merge_count, progress_total, progress_completed, complexity,
-			trace_parent, replayed_from)
-			SELECT ?, queue, kind, ?, priority, CASE WHEN ? THEN attempt ELSE 0 END, max_attempts, payload, payload_size,
-			payload_spilled, attributes, ?, ?, ?, timeout_us, deadline, retry_policy, idempotency_key, merge_key,
-			merge_count, progress_total, progress_completed, complexity, trace_parent, id
-			FROM backstop_tasks WHERE id = ?`,
-			p.NewID, string(p.State), p.KeepAttempts, us(p.RunAt), us(p.Now), us(p.Now), id)
-		if err != nil {
-			if isUnique(err) {
-				var one int
-				if tx.QueryRowContext(ctx, `SELECT 1 FROM backstop_tasks WHERE id = ?`, p.NewID).Scan(&one) == nil {
-					return nil, fmt.Errorf("%w: a task with id %q already exists", store.ErrConflict, p.NewID)
-				}
-				return nil, conflict(t, err)
-			}
-			return nil, err
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO backstop_payloads (task_id, data)
-			SELECT ?, data FROM backstop_payloads WHERE task_id = ?`, p.NewID, id); err != nil {
-			return nil, err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE backstop_tasks SET dlq_status = 'replayed',
-			replay_count = replay_count + 1, updated_at = ? WHERE id = ?`, us(p.Now), id); err != nil {
-			return nil, err
-		}
-	}
-	if p.NewID != "" {
-		if err := copyOrdering(ctx, tx, p.NewID, id); err != nil { // ordering.go
-			return nil, err
-		}
-	}
-	if err := replayOrdering(ctx, tx, []any{target}); err != nil {
-		return nil, err
-	}
-	if p.Payload != nil {
-		if err := setPayload(ctx, tx, target, p.Payload, p.InlineLimit); err != nil {
-			return nil, err
-		}
-	}
-	if err := insertEvents(ctx, tx, p.Events); err != nil {
-		return nil, err
-	}
-	if p.RedriveID != "" {
-		if _, err := tx.ExecContext(ctx, `UPDATE backstop_redrives SET replayed = replayed + 1, cursor = ? WHERE id = ?`,
-			id, p.RedriveID); err != nil {
-			return nil, err
-		}
-	}
-	out, err := getTask(ctx, tx, target)
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, err
-	}
-	if out.State == bt.StatePending {
-		s.hub.notify(map[string]struct{}{out.Queue: {}})
-	}
-	return out, nil
-}
 
 // setPayload stores a new payload for id, inline or spilled.
 func setPayload(ctx context.Context, q querier, id string, payload json.RawMessage, limit int) error {
@@ -256,70 +162,22 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	return res, nil
 }
 
-func (s *Store) SetDLQStatus(ctx context.Context, c store.DLQStatusChange) (*bt.Task, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback() //nolint:errcheck
-	res, err := tx.ExecContext(ctx, `UPDATE backstop_tasks SET dlq_status = ?, updated_at = ?
-		WHERE id = ? AND state = 'dead' AND dlq_status = 'open'`, string(c.Status), us(c.Now), c.ID)
-	if err != nil {
-		return nil, err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return nil, fmt.Errorf("task %q is not an open dead letter: %w", c.ID, store.ErrNotFound)
-	}
-	t, err := getTask(ctx, tx, c.ID)
-	if err != nil {
-		return nil, err
-	}
-	ev := c.Event
-	ev.Queue, ev.Kind = t.Queue, t.Kind
-	if err := insertEvents(ctx, tx, []bt.Event{ev}); err != nil {
-		return nil, err
-	}
-	return t, tx.Commit()
+// purgeBatch deletes a batch of dead letters (sqldialect's PurgeDLQ loops
+// over it) in one transaction.
+func purgeBatch(ctx context.Context, db sqldialect.DB, statuses []string, before time.Time, limit int) (int, error) {
+	var n int
+	err := sqldialect.InTx(ctx, db, func(tx sqldialect.Tx) (err error) {
+		n, err = purgeBatchTx(ctx, sqlOf(tx), statuses, before, limit)
+		return err
+	})
+	return n, err
 }
 
-func (s *Store) PurgeDLQ(ctx context.Context, p store.PurgeParams) (int, error) {
-	if len(p.Statuses) == 0 {
-		return 0, nil
+func purgeBatchTx(ctx context.Context, tx *sql.Tx, statuses []string, before time.Time, limit int) (int, error) {
+	sts := make([]any, len(statuses))
+	for i, st := range statuses {
+		sts[i] = st
 	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
-	sts := make([]any, len(p.Statuses))
-	for i, st := range p.Statuses {
-		sts[i] = string(st)
-	}
-	if p.DryRun {
-		var n int
-		err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM backstop_tasks
-		WHERE state = 'dead' AND dlq_status IN (`+placeholders(len(sts))+`) AND updated_at < ?`,
-			append(append([]any{}, sts...), us(p.Before))...).Scan(&n)
-		return n, err
-	}
-	total := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		n, err := s.purgeBatch(ctx, sts, p.Before, limit)
-		total += n
-		if err != nil || n < limit {
-			return total, err
-		}
-	}
-}
-
-func (s *Store) purgeBatch(ctx context.Context, sts []any, before time.Time, limit int) (int, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback() //nolint:errcheck
 	rows, err := tx.QueryContext(ctx, `SELECT id FROM backstop_tasks
 		WHERE state = 'dead' AND dlq_status IN (`+placeholders(len(sts))+`) AND updated_at < ? ORDER BY id LIMIT ?`,
 		append(append([]any{}, sts...), us(before), limit)...)
@@ -355,48 +213,7 @@ func (s *Store) purgeBatch(ctx context.Context, sts []any, before time.Time, lim
 			return 0, err
 		}
 	}
-	return len(ids), tx.Commit()
-}
-
-func (s *Store) StartRedrive(ctx context.Context, r store.Redrive) (store.Redrive, bool, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return r, false, err
-	}
-	defer tx.Rollback() //nolint:errcheck
-	var (
-		got               store.Redrive
-		filter            string
-		snapshot, started int64
-	)
-	err = tx.QueryRowContext(ctx, `SELECT id, filter, snapshot, cursor, replayed, failed, status, started_at
-		FROM backstop_redrives WHERE filter_key = ? AND status = 'running' ORDER BY started_at LIMIT 1`, r.FilterKey).
-		Scan(&got.ID, &filter, &snapshot, &got.Cursor, &got.Replayed, &got.Failed, &got.Status, &started)
-	if err == nil {
-		got.FilterKey, got.Filter = r.FilterKey, json.RawMessage(filter)
-		got.Snapshot, got.StartedAt = fromUS(snapshot), fromUS(started)
-		return got, true, tx.Commit()
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return r, false, err
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO backstop_redrives (id, filter_key, filter, snapshot, cursor, status, started_at)
-		VALUES (?, ?, ?, ?, '', 'running', ?)`, r.ID, r.FilterKey, string(r.Filter), us(r.Snapshot), us(r.StartedAt)); err != nil {
-		return r, false, err
-	}
-	r.Status = "running"
-	return r, false, tx.Commit()
-}
-
-func (s *Store) AdvanceRedrive(ctx context.Context, id, cursor string, replayed, failed int) error {
-	_, err := s.w.ExecContext(ctx, `UPDATE backstop_redrives SET cursor = ?, replayed = replayed + ?, failed = failed + ?
-		WHERE id = ?`, cursor, replayed, failed, id)
-	return err
-}
-
-func (s *Store) FinishRedrive(ctx context.Context, id, status string, at time.Time) error {
-	_, err := s.w.ExecContext(ctx, `UPDATE backstop_redrives SET status = ?, finished_at = ? WHERE id = ?`, status, us(at), id)
-	return err
+	return len(ids), nil
 }
 
 func (s *Store) CountRedrive(ctx context.Context, b store.RedriveBatch) (int, error) {

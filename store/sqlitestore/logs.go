@@ -67,35 +67,3 @@ func (s *Store) AppendLeasedLogs(ctx context.Context, taskID, executionID string
 	}
 	return true, tx.Commit()
 }
-
-// ExecutionLogUsage implements store.Logs.
-func (s *Store) ExecutionLogUsage(ctx context.Context, executionID string) (store.LogUsage, error) {
-	var u store.LogUsage
-	err := s.r.QueryRowContext(ctx, `SELECT count(*), COALESCE(sum(length(CAST(line AS BLOB))), 0), COALESCE(max(seq), 0)
-		FROM backstop_execution_logs WHERE execution_id = ?`, executionID).Scan(&u.Lines, &u.Bytes, &u.LastSeq)
-	if err != nil {
-		return u, fmt.Errorf("sqlite: log usage: %w", err)
-	}
-	return u, nil
-}
-
-// ReadLogs implements store.Logs.
-func (s *Store) ReadLogs(ctx context.Context, taskID, executionID string, afterSeq, limit int) ([]store.LogLine, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT seq, at, stream, line FROM backstop_execution_logs
-		WHERE execution_id = ? AND task_id = ? AND seq > ? ORDER BY seq LIMIT ?`, executionID, taskID, afterSeq, limit)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read logs: %w", err)
-	}
-	defer rows.Close()
-	out := []store.LogLine{}
-	for rows.Next() {
-		l := store.LogLine{TaskID: taskID, ExecutionID: executionID}
-		var at int64
-		if err := rows.Scan(&l.Seq, &at, &l.Stream, &l.Line); err != nil {
-			return nil, err
-		}
-		l.At = fromUS(at)
-		out = append(out, l)
-	}
-	return out, rows.Err()
-}

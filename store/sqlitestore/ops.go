@@ -2,82 +2,15 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
 // This file implements store.Ops: leadership, retention, statistics, views.
-
-// TryLead implements store.Ops with one conditional upsert: the row is
-// taken when free or expired and renewed when id holds it. BEGIN IMMEDIATE
-// serialises it against other processes on the file.
-func (s *Store) TryLead(ctx context.Context, name, id string, now time.Time, ttl time.Duration) (bool, error) {
-	var holder string
-	err := s.w.QueryRowContext(ctx, `INSERT INTO backstop_leaders (name, leader_id, elected_at, expires_at)
-		VALUES (?1, ?2, ?3, ?4)
-		ON CONFLICT (name) DO UPDATE SET
-			elected_at = CASE WHEN backstop_leaders.leader_id = excluded.leader_id
-				THEN backstop_leaders.elected_at ELSE excluded.elected_at END,
-			leader_id = excluded.leader_id,
-			expires_at = excluded.expires_at
-		WHERE backstop_leaders.leader_id = excluded.leader_id OR backstop_leaders.expires_at <= excluded.elected_at
-		RETURNING leader_id`, name, id, us(now), us(now.Add(ttl))).Scan(&holder)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("sqlite: try lead %s: %w", name, err)
-	}
-	return holder == id, nil
-}
-
-// ResignLead implements store.Ops.
-func (s *Store) ResignLead(ctx context.Context, name, id string) error {
-	if _, err := s.w.ExecContext(ctx, `DELETE FROM backstop_leaders WHERE name = ? AND leader_id = ?`, name, id); err != nil {
-		return fmt.Errorf("sqlite: resign %s: %w", name, err)
-	}
-	return nil
-}
-
-// Leader implements store.Ops.
-func (s *Store) Leader(ctx context.Context, name string) (*store.Leader, error) {
-	ls, err := s.leaders(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	if len(ls) == 0 {
-		return nil, fmt.Errorf("leader %q: %w", name, store.ErrNotFound)
-	}
-	return &ls[0], nil
-}
-
-// leaders reads the lease named name, or all with an empty name.
-func (s *Store) leaders(ctx context.Context, name string) ([]store.Leader, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT name, leader_id, elected_at, expires_at FROM backstop_leaders
-		WHERE ?1 = '' OR name = ?1 ORDER BY name`, name)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: leaders: %w", err)
-	}
-	defer rows.Close()
-	out := []store.Leader{}
-	for rows.Next() {
-		var (
-			l                  store.Leader
-			elected, expiresAt int64
-		)
-		if err := rows.Scan(&l.Name, &l.LeaderID, &elected, &expiresAt); err != nil {
-			return nil, err
-		}
-		l.ElectedAt, l.ExpiresAt = fromUS(elected), fromUS(expiresAt)
-		out = append(out, l)
-	}
-	return out, rows.Err()
-}
 
 // DeleteFinished implements store.Ops.
 func (s *Store) DeleteFinished(ctx context.Context, state bt.State, before time.Time, limit int) (int, error) {
@@ -138,70 +71,35 @@ func (s *Store) deleteTasks(ctx context.Context, query string, args ...any) (int
 	return int(n), tx.Commit()
 }
 
-// Stats implements store.Ops. Table sizes come from the dbstat virtual
-// table when the SQLite build has it, else they are -1 (n/a); the file's
-// size is page_count × page_size either way.
-func (s *Store) Stats(ctx context.Context) (*store.Stats, error) {
-	st := &store.Stats{Driver: s.Driver(), Tasks: []store.QueueStateCount{}, DeadLetters: []store.DeadLetterCount{}}
-	qs, err := s.CountByQueue(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: stats: %w", err)
+// tableSizes lists the Backstop tables; their sizes come from the dbstat
+// virtual table when the SQLite build has it, else they are -1 (n/a). The
+// file's size is page_count × page_size either way.
+func tableSizes(ctx context.Context, q sqldialect.Querier) ([]store.TableSize, int64, error) {
+	var dbBytes int64
+	if err := q.QueryRow(ctx, `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`).
+		Scan(&dbBytes); err != nil {
+		return nil, 0, err
 	}
-	st.Tasks = store.FlattenQueueCounts(qs)
-	rows, err := s.r.QueryContext(ctx, `SELECT COALESCE(dlq_status, ''), COALESCE(dead_reason, ''), count(*) FROM backstop_tasks
-		WHERE state = 'dead' GROUP BY 1, 2 ORDER BY 1, 2`)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: stats: %w", err)
-	}
-	for rows.Next() {
-		var c store.DeadLetterCount
-		if err := rows.Scan(&c.Status, &c.Reason, &c.Count); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		st.DeadLetters = append(st.DeadLetters, c)
-	}
-	rows.Close()
-	var pending, running sql.NullInt64
-	if err := s.r.QueryRowContext(ctx, `SELECT (SELECT min(run_at) FROM backstop_tasks WHERE state = 'pending'),
-		(SELECT min(attempted_at) FROM backstop_tasks WHERE state = 'running')`).Scan(&pending, &running); err != nil {
-		return nil, fmt.Errorf("sqlite: stats: %w", err)
-	}
-	st.OldestPendingRunAt, st.OldestRunningSince = fromNullUS(pending), fromNullUS(running)
-	if err := s.r.QueryRowContext(ctx, `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`).
-		Scan(&st.DatabaseBytes); err != nil {
-		return nil, fmt.Errorf("sqlite: stats: %w", err)
-	}
-	if st.Tables, err = s.tableSizes(ctx); err != nil {
-		return nil, err
-	}
-	if st.Leaders, err = s.leaders(ctx, ""); err != nil {
-		return nil, err
-	}
-	return st, nil
-}
-
-func (s *Store) tableSizes(ctx context.Context) ([]store.TableSize, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'backstop\_%' ESCAPE '\'
+	rows, err := q.Query(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'backstop\_%' ESCAPE '\'
 		ORDER BY name`)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: stats: %w", err)
+		return nil, 0, err
 	}
 	var out []store.TableSize
 	for rows.Next() {
 		t := store.TableSize{Bytes: -1}
 		if err := rows.Scan(&t.Table); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, 0, err
 		}
 		out = append(out, t)
 	}
 	rows.Close()
 	// A table's bytes are its pages and its indexes' pages.
-	sizes, err := s.r.QueryContext(ctx, `SELECT m.tbl_name, sum(d.pgsize) FROM dbstat d JOIN sqlite_master m ON m.name = d.name
+	sizes, err := q.Query(ctx, `SELECT m.tbl_name, sum(d.pgsize) FROM dbstat d JOIN sqlite_master m ON m.name = d.name
 		GROUP BY m.tbl_name`)
 	if err != nil {
-		return out, nil // no dbstat in this build: n/a
+		return out, dbBytes, nil // no dbstat in this build: n/a
 	}
 	defer sizes.Close()
 	by := map[string]int64{}
@@ -211,19 +109,19 @@ func (s *Store) tableSizes(ctx context.Context) ([]store.TableSize, error) {
 			n    int64
 		)
 		if err := sizes.Scan(&name, &n); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		by[name] = n
 	}
 	if sizes.Err() != nil {
-		return out, nil
+		return out, dbBytes, nil
 	}
 	for i := range out {
 		if n, ok := by[out[i].Table]; ok {
 			out[i].Bytes = n
 		}
 	}
-	return out, nil
+	return out, dbBytes, nil
 }
 
 // View implements store.Ops.

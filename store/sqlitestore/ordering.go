@@ -211,53 +211,6 @@ func applyKey(ctx context.Context, tx *sql.Tx, k *store.OrdKey, tasks []store.Or
 	return evs, d, err
 }
 
-func (s *Store) OrderingInfo(ctx context.Context, ids []string) (map[string]store.OrderingInfo, error) {
-	out := map[string]store.OrderingInfo{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT task_id, okey, seq, gaps FROM backstop_ordering_tasks
-		WHERE task_id IN (`+placeholders(len(ids))+`)`, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id   string
-			info store.OrderingInfo
-			gaps sql.NullString
-		)
-		if err := rows.Scan(&id, &info.Key, &info.Sequence, &gaps); err != nil {
-			return nil, err
-		}
-		if gaps.Valid && gaps.String != "" {
-			if err := json.Unmarshal([]byte(gaps.String), &info.Gaps); err != nil {
-				return nil, fmt.Errorf("task %s: gaps: %w", id, err)
-			}
-		}
-		out[id] = info
-	}
-	return out, rows.Err()
-}
-
-func (s *Store) OrderingFallback(ctx context.Context, queue string, now time.Time) (int, error) {
-	res, err := s.w.ExecContext(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = ?
-		WHERE queue = ? AND state = 'buffered'`, us(now), queue)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
-	if n > 0 {
-		s.hub.notify(map[string]struct{}{queue: {}})
-	}
-	return int(n), err
-}
-
 func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error) {
 	res, err := s.w.ExecContext(ctx, `DELETE FROM backstop_ordering_keys WHERE (queue, okey) IN (SELECT k.queue, k.okey
 		FROM backstop_ordering_keys k WHERE k.busy_task IS NULL AND k.drain_due_at IS NULL AND k.expires_at < ? LIMIT ?)`,
@@ -267,15 +220,6 @@ func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit
 	}
 	n, err := res.RowsAffected()
 	return int(n), err
-}
-
-// copyOrdering gives a copy of a task (replay --new-id) the ordering row of
-// the original, if it has one.
-func copyOrdering(ctx context.Context, q querier, newID, from string) error {
-	_, err := q.ExecContext(ctx, `INSERT INTO backstop_ordering_tasks (task_id, queue, okey, seq, status, gaps)
-		SELECT ?, t.queue, o.okey, o.seq, 'held', o.gaps FROM backstop_ordering_tasks o
-		JOIN backstop_tasks t ON t.id = ? WHERE o.task_id = ?`, newID, newID, from)
-	return err
 }
 
 // replayOrdering makes replayed ordered tasks (ids) wait for their key:

@@ -40,23 +40,3 @@ func (s *Store) ResumeQueue(ctx context.Context, name string) (bool, error) {
 	}
 	return n > 0, nil
 }
-
-// PausedQueues implements store.Queues.
-func (s *Store) PausedQueues(ctx context.Context) ([]store.QueueState, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT name, paused_at, paused_by FROM backstop_queues ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: paused queues: %w", err)
-	}
-	defer rows.Close()
-	var out []store.QueueState
-	for rows.Next() {
-		var st store.QueueState
-		var at int64
-		if err := rows.Scan(&st.Name, &at, &st.PausedBy); err != nil {
-			return nil, err
-		}
-		st.PausedAt = fromUS(at)
-		out = append(out, st)
-	}
-	return out, rows.Err()
-}

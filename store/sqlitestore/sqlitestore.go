@@ -23,6 +23,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
 //go:embed migrations/*.sql
@@ -34,6 +35,10 @@ type Store struct {
 	w    *sql.DB // one connection: the writer
 	r    *sql.DB // readers
 	hub  *hub
+
+	// The cold procedures (tokens, the worker registry, leadership,
+	// dead-letter replay, …), written once for both drivers: dialect.go.
+	*procedures
 }
 
 var _ store.Store = (*Store)(nil)
@@ -67,7 +72,9 @@ func Open(path string) (*Store, error) {
 	}
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
-	return &Store{path: abs, w: w, r: r, hub: hubFor(abs)}, nil
+	s := &Store{path: abs, w: w, r: r, hub: hubFor(abs)}
+	s.procedures = sqldialect.New(dialect, s.writer(), s.reader())
+	return s, nil
 }
 
 // DB is the writer handle. Begin a transaction on it to enqueue together with

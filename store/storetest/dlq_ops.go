@@ -80,6 +80,7 @@ func unchanged(t *testing.T, before, after *backstop.Task) {
 }
 
 func (s *suite) testDLQOps(t *testing.T) {
+	t.Run("ReplayStore", s.testReplayStore) // dlq_store.go
 	t.Run("ReplayKeepsIDPayloadAttributesHistory", func(t *testing.T) {
 		t.Parallel()
 		b := s.setup(t, &backstop.Config{InlinePayloadLimit: 64})

@@ -464,8 +464,9 @@ func (s *suite) testOrdering(t *testing.T) {
 		eq(t, "handled", seen, []string{"k:1[]", "k:3[{2 2}]"})
 	})
 
-	s.testOrderingHold(t) // ordering_hold.go
-	s.testOrderingOps(t)  // ordering_ops.go
+	s.testOrderingHold(t)     // ordering_hold.go
+	s.testOrderingOps(t)      // ordering_ops.go
+	s.testOrderingFallback(t) // ordering_fallback.go
 
 	t.Run("NotOrderedQueueRejectsKey", func(t *testing.T) {
 		t.Parallel()

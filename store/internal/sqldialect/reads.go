@@ -1,0 +1,68 @@
+package sqldialect
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// This file is the dashboard's counts: store.APIStore's CountByQueue and
+// store.GaugeReader.
+
+// CountByQueue implements store.APIStore. It scans the tasks table (no index
+// serves it: an index on (queue, state) would tax every state change on the
+// hot path to speed up a dashboard read).
+func (p *Procedures) CountByQueue(ctx context.Context) ([]store.QueueCounts, error) {
+	d, q := p.dialect, p.reader
+	rows, err := q.Query(ctx, `SELECT queue, state, count(*) FROM backstop_tasks GROUP BY queue, state ORDER BY queue`)
+	if err != nil {
+		return nil, fmt.Errorf("%s: count by queue: %w", d.Prefix, err)
+	}
+	defer rows.Close()
+	out := []store.QueueCounts{}
+	for rows.Next() {
+		var q, st string
+		var n int
+		if err := rows.Scan(&q, &st, &n); err != nil {
+			return nil, fmt.Errorf("%s: count by queue: %w", d.Prefix, err)
+		}
+		if len(out) == 0 || out[len(out)-1].Queue != q {
+			out = append(out, store.QueueCounts{Queue: q, Counts: map[bt.State]int{}})
+		}
+		out[len(out)-1].Counts[bt.State(st)] = n
+	}
+	return out, rows.Err()
+}
+
+// sqlGauges: one scan, grouped so the result is bounded by queues × states
+// × DLQ statuses (like CountByQueue, no index: one would tax every state
+// change to speed up a read done every few seconds). The casts read
+// PostgreSQL's enums as text.
+const sqlGauges = `SELECT queue, CAST(state AS TEXT), COALESCE(CAST(dlq_status AS TEXT), ''), count(*),
+	min(CASE WHEN state = 'pending' THEN run_at END),
+	min(CASE WHEN state = 'running' THEN attempted_at END)
+FROM backstop_tasks GROUP BY queue, state, dlq_status`
+
+// Gauges implements store.GaugeReader.
+func (p *Procedures) Gauges(ctx context.Context) (*store.GaugeSnapshot, error) {
+	d, q := p.dialect, p.reader
+	rows, err := q.Query(ctx, sqlGauges)
+	if err != nil {
+		return nil, fmt.Errorf("%s: gauges: %w", d.Prefix, err)
+	}
+	defer rows.Close()
+	g := store.NewGaugeSnapshot()
+	for rows.Next() {
+		var q, st, dlq string
+		var n int
+		var pending, lease *time.Time
+		if err := rows.Scan(&q, &st, &dlq, &n, &pending, &lease); err != nil {
+			return nil, fmt.Errorf("%s: gauges: %w", d.Prefix, err)
+		}
+		g.AddGaugeRow(q, bt.State(st), bt.DLQStatus(dlq), n, pending, lease)
+	}
+	return g, rows.Err()
+}
