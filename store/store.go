@@ -3,7 +3,8 @@
 // A driver (sqlitestore, pgstore) implements Store with plain, atomic
 // operations: it never decides policy (retry delays, dead-letter reasons,
 // validation); the engine decides and the store applies, each call in one
-// transaction. Every driver must pass the conformance suite in storetest.
+// transaction (or, through InTx, several writes in one: tx.go). Every driver
+// must pass the conformance suite in storetest.
 package store
 
 import (
