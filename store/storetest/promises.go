@@ -56,7 +56,7 @@ func (s *suite) testPromises(t *testing.T) {
 		for n := 1; n < attempts; n++ {
 			tk := remoteClaim(t, b, 1)[0]
 			failedAt := b.clock.Now()
-			if _, err := b.c.Fail(b.ctx, backstop.RemoteFailure{TaskID: tk.ID, LeaseToken: tk.ExecutionID,
+			if _, err := b.c.Fail(b.ctx, backstop.RemoteFailure{TaskID: tk.ID, LeaseToken: tk.LeaseToken,
 				Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
 				t.Fatal(err)
 			}
