@@ -140,6 +140,35 @@ func (s *suite) testTx(t *testing.T) {
 		}
 	})
 	t.Run("FollowerNeverSkips", s.txFollower)
+	t.Run("WakesItsQueues", func(t *testing.T) {
+		t.Parallel()
+		b := s.setup(t, nil)
+		_, flaky := twoSteps(t, b)
+		wake := b.store.Wakeups(b.ctx)
+		err := b.store.InTx(b.ctx, func(tx store.Tx) error {
+			if _, err := tx.Settle(b.ctx, []store.Settlement{{TaskID: flaky.ID, ExecutionID: flaky.ExecutionID,
+				Outcome: bt.OutcomeTransientError, FinishedAt: b.clock.Now(), State: bt.StatePending, RunAt: b.clock.Now()}}); err != nil {
+				return err
+			}
+			_, err := tx.Enqueue(b.ctx, []*bt.Task{newTask(b, "woken", "wq")}, store.EnqueueOpts{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Workers hear of both queues (a retry back to pending, a new
+		// task), not only at their next poll.
+		want := map[string]bool{"wf": true, "wq": true}
+		deadline := time.After(20 * time.Second)
+		for len(want) > 0 {
+			select {
+			case q := <-wake:
+				delete(want, q)
+			case <-deadline:
+				t.Fatalf("no wake-up for %v after the transaction committed", want)
+			}
+		}
+	})
 	for _, k := range s.boundTx {
 		t.Run(k.name, func(t *testing.T) {
 			t.Run("Commit", func(t *testing.T) {
