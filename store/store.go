@@ -3,7 +3,8 @@
 // A driver (sqlitestore, pgstore) implements Store with plain, atomic
 // operations: it never decides policy (retry delays, dead-letter reasons,
 // validation); the engine decides and the store applies, each call in one
-// transaction. Every driver must pass the conformance suite in storetest.
+// transaction (or, through InTx, several writes in one: tx.go). Every driver
+// must pass the conformance suite in storetest.
 package store
 
 import (
@@ -56,6 +57,12 @@ type Store interface {
 	// The events it writes name ctx's actor (WithActor; none: empty, an
 	// in-process worker's).
 	Settle(ctx context.Context, s []Settlement) ([]bool, error)
+	// InTx runs fn in one transaction whose Tx settles, enqueues and
+	// appends events (store/tx.go): all of it commits when fn returns nil,
+	// none of it when fn returns an error, panics or an operation failed.
+	// Inside fn use only the Tx: on SQLite the transaction holds the
+	// process's one writer connection, so another write would wait for it.
+	InTx(ctx context.Context, fn func(Tx) error) error
 	// RequestCancel cancels a scheduled/pending/buffered task at once and
 	// marks a running one for cooperative cancellation (the worker sees it
 	// on its next heartbeat). Terminal tasks: ErrConflict; unknown:

@@ -88,6 +88,17 @@ func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUnt
 // it updates the tasks whose lease is still the one named, records their
 // executions, and wakes the queues of tasks that became pending.
 func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]bool, error) {
+	return settle(ctx, s.pool, settlements)
+}
+
+// querier runs a statement on the pool (its own transaction) or inside a
+// transaction (Txs.Settle): the same statement either way.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// settle is Settle's body on q.
+func settle(ctx context.Context, q querier, settlements []store.Settlement) ([]bool, error) {
 	settlements = store.CleanSettlements(settlements) // store/text.go: an error text is never lost for its bytes
 	n := len(settlements)
 	if n == 0 {
@@ -95,7 +106,7 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 	}
 	order := sortedBy(n, func(i int) string { return settlements[i].TaskID })
 	if allSucceeded(settlements) {
-		return s.settleSucceeded(ctx, settlements, order)
+		return settleSucceeded(ctx, q, settlements, order)
 	}
 	var (
 		ids, execs, outcomes   = make([]string, n), make([]string, n), make([]string, n)
@@ -117,7 +128,7 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
 		}
 	}
-	rs, err := s.pool.Query(ctx, sqlSettle, textArray(ids), textArray(execs), textArray(outcomes), textArray(errs),
+	rs, err := q.Query(ctx, sqlSettle, textArray(ids), textArray(execs), textArray(outcomes), textArray(errs),
 		textArray(details), timeArray(finished), textArray(states), timeArray(runAt), textArray(reasons),
 		uncharged, hasProgress, total, completed, store.ActorFrom(ctx, ""))
 	if err != nil {
@@ -149,7 +160,7 @@ func allSucceeded(settlements []store.Settlement) bool {
 	return true
 }
 
-func (s *Store) settleSucceeded(ctx context.Context, settlements []store.Settlement, order []int) ([]bool, error) {
+func settleSucceeded(ctx context.Context, q querier, settlements []store.Settlement, order []int) ([]bool, error) {
 	n := len(settlements)
 	var (
 		ids, execs       = make([]string, n), make([]string, n)
@@ -165,7 +176,7 @@ func (s *Store) settleSucceeded(ctx context.Context, settlements []store.Settlem
 			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
 		}
 	}
-	rs, err := s.pool.Query(ctx, sqlSettleSucceeded, textArray(ids), textArray(execs), timeArray(finished), hasProgress, total, completed,
+	rs, err := q.Query(ctx, sqlSettleSucceeded, textArray(ids), textArray(execs), timeArray(finished), hasProgress, total, completed,
 		store.ActorFrom(ctx, ""))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: settle: %w", err)

@@ -9,7 +9,8 @@
 // back a caller's transaction, never change session state (SET, LISTEN) on a
 // pooled connection, and never leave a goroutine running after its context
 // ends or Close returns. Every write is one transaction (EnqueueTx: one
-// savepoint in the caller's).
+// savepoint in the caller's; Txs and InTx: part of a transaction the engine
+// or the caller composes, tx.go).
 package pgstore
 
 import (

@@ -1088,8 +1088,18 @@ func TestConformance(t *testing.T) {
 		}
 		return tx, end(tx.Commit), end(tx.Rollback), nil
 	}
+	// The typed composable writes (pgstore.Txs) on a pgx.Tx the caller
+	// began on the pool.
+	boundPgxTx := func(ctx context.Context, st store.Store) (store.Tx, func() error, func() error, error) {
+		s := st.(*pgstore.Store)
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return store.Bind(s.Txs(), tx), func() error { return tx.Commit(ctx) }, func() error { return tx.Rollback(ctx) }, nil
+	}
 	storetest.Run(t, open, storetest.WithTx("pgx.Tx", pgxTx), storetest.WithTx("sql.Tx", sqlTx),
-		storetest.WithXidBurner(burnXids))
+		storetest.WithBoundTx("pgx.Tx", boundPgxTx), storetest.WithXidBurner(burnXids))
 }
 
 // burnXids brings the cluster's transaction counter to a few short of the

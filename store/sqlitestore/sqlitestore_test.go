@@ -35,6 +35,15 @@ func TestConformance(t *testing.T) {
 			return nil, nil, nil, err
 		}
 		return tx, tx.Commit, tx.Rollback, nil
+	}), storetest.WithBoundTx("sql.Tx", func(ctx context.Context, st store.Store) (store.Tx, func() error, func() error, error) {
+		// The typed composable writes (sqlitestore.Txs) on a *sql.Tx the
+		// caller began on the writer.
+		s := st.(*sqlitestore.Store)
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return store.Bind(s.Txs(), tx), tx.Commit, tx.Rollback, nil
 	}))
 }
 

@@ -621,15 +621,7 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 		return nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck
-	var (
-		applied []bool
-		woke    map[string]struct{}
-	)
-	if allSucceeded(settlements) {
-		applied, err = settleSucceeded(ctx, tx, settlements)
-	} else {
-		applied, woke, err = settleEach(ctx, tx, settlements)
-	}
+	applied, woke, err := settle(ctx, tx, settlements)
 	if err != nil {
 		return nil, err
 	}
@@ -638,6 +630,16 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 	}
 	s.hub.notify(woke)
 	return applied, nil
+}
+
+// settle is Settle's body inside tx (Settle's own, or Txs.Settle's); it
+// returns the queues to wake once tx commits.
+func settle(ctx context.Context, tx *sql.Tx, settlements []store.Settlement) ([]bool, map[string]struct{}, error) {
+	if allSucceeded(settlements) {
+		applied, err := settleSucceeded(ctx, tx, settlements)
+		return applied, nil, err
+	}
+	return settleEach(ctx, tx, settlements)
 }
 
 func allSucceeded(ss []store.Settlement) bool {

@@ -29,6 +29,7 @@ type TxFunc func(ctx context.Context, s store.Store) (tx any, commit, rollback f
 type suite struct {
 	open    Opener
 	beginTx []namedTx
+	boundTx []namedBoundTx // tx.go
 	burnXid XidBurner
 }
 
@@ -95,6 +96,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Telemetry", s.testTelemetry)
 	t.Run("Promises", s.testPromises) // promises.go
 	t.Run("HeartbeatingWorkers", s.testHeartbeatingWorkers)
+	t.Run("Tx", s.testTx) // tx.go: settle, enqueue and events composed in one transaction
 }
 
 // clock is real time plus an offset tests can move forward, so lease

@@ -1,0 +1,77 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// Txs is the store's composable writes inside a pgx.Tx: store.TxStore for
+// pgx.Tx. The transaction may be one Begin returned or one the caller
+// began on any connection to the same database (the caller then commits).
+// Each operation runs the statements of the Store method of the same name
+// (Settle: the same one statement), so it costs no more round trips; none
+// sets a savepoint, so after one failed the transaction must roll back
+// (Store.EnqueueTx, the library's outbox, keeps its savepoint).
+type Txs struct{ s *Store }
+
+var _ store.TxStore[pgx.Tx] = Txs{}
+
+// Txs returns the store's writes inside a pgx.Tx.
+func (s *Store) Txs() Txs { return Txs{s} }
+
+// InTx implements store.Store (store.RunInTx over Txs).
+func (s *Store) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	return store.RunInTx(ctx, Txs{s}, fn)
+}
+
+// Begin starts a transaction on the store's pool.
+func (t Txs) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := t.s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: begin: %w", err)
+	}
+	return tx, nil
+}
+
+// Commit commits tx.
+func (Txs) Commit(ctx context.Context, tx pgx.Tx) error {
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgstore: commit: %w", err)
+	}
+	return nil
+}
+
+// Rollback rolls tx back.
+func (Txs) Rollback(ctx context.Context, tx pgx.Tx) error {
+	if err := tx.Rollback(ctx); err != nil {
+		return fmt.Errorf("pgstore: rollback: %w", err)
+	}
+	return nil
+}
+
+// Settle is Store.Settle inside tx. Queues woken by it are notified when
+// tx commits (NOTIFY is transactional).
+func (Txs) Settle(ctx context.Context, tx pgx.Tx, settlements []store.Settlement) ([]bool, error) {
+	return settle(ctx, tx, settlements)
+}
+
+// Enqueue is Store.Enqueue inside tx.
+func (Txs) Enqueue(ctx context.Context, tx pgx.Tx, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
+	if err := checkEnqueue(tasks, opts); err != nil || len(tasks) == 0 {
+		return []store.EnqueueResult{}, err
+	}
+	return enqueue(ctx, pgxTx{tx}, tasks, opts)
+}
+
+// AppendEvents writes events inside tx, one log row each (events.go).
+func (Txs) AppendEvents(ctx context.Context, tx pgx.Tx, events []bt.Event) error {
+	if err := store.CheckEvents(events); err != nil {
+		return err
+	}
+	return insertEventsScalar(ctx, pgxTx{tx}, events)
+}

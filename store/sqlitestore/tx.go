@@ -1,0 +1,92 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// Txs is the store's composable writes inside a *sql.Tx: store.TxStore
+// for *sql.Tx. The transaction is one Begin returned or one the caller
+// began on DB() (the writer; the caller then commits). Each operation runs
+// the statements of the Store method of the same name, so it costs no
+// more; after one failed the transaction must roll back (it may hold part
+// of the failed operation).
+//
+// Workers of this process are woken for the queues an operation made
+// claimable as soon as it returns, before the commit: their claims go
+// through the same single writer connection, so they wait for the commit
+// (or the rollback, after which they find nothing new) as EnqueueTx's do.
+type Txs struct{ s *Store }
+
+var _ store.TxStore[*sql.Tx] = Txs{}
+
+// Txs returns the store's writes inside a *sql.Tx.
+func (s *Store) Txs() Txs { return Txs{s} }
+
+// InTx implements store.Store (store.RunInTx over Txs). The transaction
+// holds the process's one writer connection until it ends.
+func (s *Store) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	return store.RunInTx(ctx, Txs{s}, fn)
+}
+
+// Begin starts a writer transaction (BEGIN IMMEDIATE).
+func (t Txs) Begin(ctx context.Context) (*sql.Tx, error) {
+	tx, err := t.s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: begin: %w", err)
+	}
+	return tx, nil
+}
+
+// Commit commits tx.
+func (Txs) Commit(_ context.Context, tx *sql.Tx) error {
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: commit: %w", err)
+	}
+	return nil
+}
+
+// Rollback rolls tx back.
+func (Txs) Rollback(_ context.Context, tx *sql.Tx) error {
+	if err := tx.Rollback(); err != nil {
+		return fmt.Errorf("sqlite: rollback: %w", err)
+	}
+	return nil
+}
+
+// Settle is Store.Settle inside tx.
+func (t Txs) Settle(ctx context.Context, tx *sql.Tx, settlements []store.Settlement) ([]bool, error) {
+	settlements = store.CleanSettlements(settlements) // store/text.go, as Settle
+	if len(settlements) == 0 {
+		return nil, nil
+	}
+	applied, woke, err := settle(ctx, tx, settlements)
+	if err != nil {
+		return nil, err
+	}
+	t.s.hub.notify(woke)
+	return applied, nil
+}
+
+// Enqueue is Store.Enqueue inside tx.
+func (t Txs) Enqueue(ctx context.Context, tx *sql.Tx, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
+	res, woke, err := enqueue(ctx, tx, tasks, opts)
+	if err != nil {
+		return nil, err
+	}
+	t.s.hub.notify(woke)
+	return res, nil
+}
+
+// AppendEvents writes events inside tx (events_write.go), each indexed
+// under its subject.
+func (Txs) AppendEvents(ctx context.Context, tx *sql.Tx, events []bt.Event) error {
+	if err := store.CheckEvents(events); err != nil {
+		return err
+	}
+	return insertEvents(ctx, tx, events)
+}

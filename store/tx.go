@@ -1,0 +1,163 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+)
+
+// This file is the seam's composable transactions (docs/architecture.md,
+// "Transactions the engine composes"): the writes that must be able to
+// share one commit — settle attempts, enqueue tasks, append events — so
+// that the engine can, say, settle a workflow step and enqueue its
+// successors atomically.
+//
+// Each driver implements TxStore for its own transaction type (pgstore:
+// pgx.Tx, sqlitestore: *sql.Tx), checked by the compiler. The engine,
+// which only knows store.Store, uses Store.InTx and the driver-neutral Tx
+// handle it passes; RunInTx builds that from any TxStore, so the
+// begin/commit/rollback rules are written once.
+
+// Tx is one open transaction of a store, bound to it: the writes the engine
+// composes. Each does exactly what the Store method of the same name does
+// (same checks, same events, written in this transaction: invariant 5),
+// and none commits. Once an operation returned an error the transaction can
+// only roll back: later operations return that error again, and InTx rolls
+// back even if its function returns nil (a failed statement aborts a
+// Postgres transaction; SQLite may hold part of the failed operation).
+type Tx interface {
+	// Settle is Store.Settle inside the transaction.
+	Settle(ctx context.Context, s []Settlement) ([]bool, error)
+	// Enqueue is Store.Enqueue inside the transaction.
+	Enqueue(ctx context.Context, tasks []*bt.Task, opts EnqueueOpts) ([]EnqueueResult, error)
+	// AppendEvents writes events built by the engine, as given (actor
+	// included), in their order (CheckEvents says which it refuses).
+	AppendEvents(ctx context.Context, events []bt.Event) error
+}
+
+// TxStore is a driver's composable writes on its own transaction type TX.
+// Begin starts a transaction that Commit or Rollback ends; Settle, Enqueue
+// and AppendEvents write inside a transaction of that type (one Begin
+// returned, or on drivers that say so one the caller began) and never
+// commit it. After one of them failed, the transaction must be rolled back.
+type TxStore[TX any] interface {
+	Begin(ctx context.Context) (TX, error)
+	Commit(ctx context.Context, tx TX) error
+	Rollback(ctx context.Context, tx TX) error
+	Settle(ctx context.Context, tx TX, s []Settlement) ([]bool, error)
+	Enqueue(ctx context.Context, tx TX, tasks []*bt.Task, opts EnqueueOpts) ([]EnqueueResult, error)
+	AppendEvents(ctx context.Context, tx TX, events []bt.Event) error
+}
+
+// ErrTxDone is returned by a Tx's operations once its InTx returned.
+var ErrTxDone = errors.New("store: the transaction is over (its InTx returned)")
+
+// RunInTx is Store.InTx for a driver's TxStore: it begins a transaction,
+// runs fn with it, and commits when fn returns nil and no operation failed;
+// otherwise (fn's error, a failed operation, a panic) it rolls back and
+// nothing fn wrote remains. The returned error is fn's, else the failed
+// operation's, else the commit's.
+func RunInTx[TX any](ctx context.Context, ts TxStore[TX], fn func(Tx) error) error {
+	tx, err := ts.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	b := &boundTx[TX]{ts: ts, tx: tx}
+	committed := false
+	defer func() {
+		b.over = true
+		if !committed {
+			_ = ts.Rollback(context.WithoutCancel(ctx), tx) // the error that brought us here is the one to report
+		}
+	}()
+	if err := fn(b); err != nil {
+		return err
+	}
+	if b.err != nil {
+		return fmt.Errorf("store: an operation failed, the transaction rolled back: %w", b.err)
+	}
+	b.over = true
+	if err := ts.Commit(ctx, tx); err != nil {
+		return err
+	}
+	committed = true
+	return nil
+}
+
+// Bind is the Tx handle of a transaction of ts the caller began and will
+// end itself (after a failed operation: with Rollback).
+func Bind[TX any](ts TxStore[TX], tx TX) Tx { return &boundTx[TX]{ts: ts, tx: tx} }
+
+// boundTx is a TxStore's transaction as a Tx. It is used by one goroutine
+// at a time, as a transaction is.
+type boundTx[TX any] struct {
+	ts   TxStore[TX]
+	tx   TX
+	err  error // the first failed operation's: the transaction only rolls back now
+	over bool  // InTx returned
+}
+
+func (b *boundTx[TX]) check() error {
+	if b.over {
+		return ErrTxDone
+	}
+	if b.err != nil {
+		return fmt.Errorf("store: an earlier operation of this transaction failed: %w", b.err)
+	}
+	return nil
+}
+
+func (b *boundTx[TX]) failed(err error) error {
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	return err
+}
+
+func (b *boundTx[TX]) Settle(ctx context.Context, s []Settlement) ([]bool, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	applied, err := b.ts.Settle(ctx, b.tx, s)
+	return applied, b.failed(err)
+}
+
+func (b *boundTx[TX]) Enqueue(ctx context.Context, tasks []*bt.Task, opts EnqueueOpts) ([]EnqueueResult, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	res, err := b.ts.Enqueue(ctx, b.tx, tasks, opts)
+	return res, b.failed(err)
+}
+
+func (b *boundTx[TX]) AppendEvents(ctx context.Context, events []bt.Event) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	return b.failed(b.ts.AppendEvents(ctx, b.tx, events))
+}
+
+// CheckEvents refuses events the log cannot hold, before a driver writes
+// any: each needs a type and a time, and its body is empty (written as {})
+// or a JSON object.
+func CheckEvents(events []bt.Event) error {
+	for i, e := range events {
+		switch {
+		case e.Type == "":
+			return fmt.Errorf("store: append events: event %d has no type", i)
+		case e.Time.IsZero():
+			return fmt.Errorf("store: append events: event %d (%s) has no time", i, e.Type)
+		case len(e.Body) > 0 && !isJSONObject(e.Body):
+			return fmt.Errorf("store: append events: event %d (%s): body is not a JSON object", i, e.Type)
+		}
+	}
+	return nil
+}
+
+func isJSONObject(b []byte) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(b, &m) == nil && m != nil
+}
