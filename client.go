@@ -16,12 +16,12 @@ type Client struct {
 	cfg   *Config
 	// remote coalesces concurrent settlements of the remote worker
 	// protocol (remote.go) into batches.
-	remote settleBatcher
-	rAtt   remoteAttempts // remote attempts' telemetry (remote_attempts.go)
-	lkeys  leaseKeys      // the lease tokens' key (leasetoken.go)
-	tel    *telemetry
-	ord    OrderingStats             // ordering.go: all queues
-	ordQ   map[string]*OrderingStats // ordering.go: per ordered queue (read-only)
+	remote          settleBatcher
+	remoteAttempts  remoteAttempts // remote attempts' telemetry (remote_attempts.go)
+	lkeys           leaseKeys      // the lease tokens' key (leasetoken.go)
+	telemetry       *telemetry
+	ordering        OrderingStats             // ordering.go: all queues
+	orderingByQueue map[string]*OrderingStats // ordering.go: per ordered queue (read-only)
 }
 
 // NewClient makes a client over s. A nil cfg takes every default.
@@ -36,12 +36,12 @@ func NewClient(s store.Store, cfg *Config) (*Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	cl := &Client{store: s, cfg: c, ordQ: newQueueOrderingStats(c)}
-	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider, cl.ordQ)
+	cl := &Client{store: s, cfg: c, orderingByQueue: newQueueOrderingStats(c)}
+	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider, cl.orderingByQueue)
 	if err != nil {
 		return nil, fmt.Errorf("backstop: telemetry: %w", err)
 	}
-	cl.tel = tel
+	cl.telemetry = tel
 	return cl, nil
 }
 
@@ -103,10 +103,10 @@ func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) ([]Enq
 	if len(params) == 0 {
 		return nil, nil
 	}
-	params, spans := c.tel.startSend(ctx, params)
+	params, spans := c.telemetry.startSend(ctx, params)
 	tasks, err := c.prepareAll(params)
 	if err != nil {
-		c.tel.endSend(ctx, spans, nil, err)
+		c.telemetry.endSend(ctx, spans, nil, err)
 		return nil, err
 	}
 	rs, err := c.store.Enqueue(ctx, tasks, c.enqueueOpts(ctx, params, tasks))
@@ -115,7 +115,7 @@ func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) ([]Enq
 		out = convertResults(rs)
 		c.countTooComplexTasks(ctx, tasks)
 	}
-	c.tel.endSend(ctx, spans, out, err)
+	c.telemetry.endSend(ctx, spans, out, err)
 	return out, err
 }
 
@@ -126,10 +126,10 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, params ...EnqueueParams)
 	if len(params) == 0 {
 		return nil, nil
 	}
-	params, spans := c.tel.startSend(ctx, params)
+	params, spans := c.telemetry.startSend(ctx, params)
 	tasks, err := c.prepareAll(params)
 	if err != nil {
-		c.tel.endSend(ctx, spans, nil, err)
+		c.telemetry.endSend(ctx, spans, nil, err)
 		return nil, err
 	}
 	rs, err := c.store.EnqueueTx(ctx, tx, tasks, c.enqueueOpts(ctx, params, tasks))
@@ -140,7 +140,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, params ...EnqueueParams)
 	}
 	// Counted when the caller's transaction is handed back: a rollback
 	// after this still counts (the library cannot see the commit).
-	c.tel.endSend(ctx, spans, out, err)
+	c.telemetry.endSend(ctx, spans, out, err)
 	return out, err
 }
 

@@ -125,7 +125,7 @@ func (c *Client) replaySchedule(delay time.Duration, runAt time.Time, now time.T
 func (c *Client) Replay(ctx context.Context, p ReplayParams) (*ReplayResult, error) {
 	r, err := c.replay(ctx, p, "", time.Time{})
 	if err != nil || r.Replayed {
-		c.tel.replayed(ctx, err)
+		c.telemetry.replayed(ctx, err)
 	}
 	return r, err
 }
@@ -231,7 +231,7 @@ func (c *Client) Discard(ctx context.Context, p DiscardParams) (*Task, error) {
 	}
 	t, err := c.setDLQStatus(ctx, p.ID, DLQDiscarded, p.Actor, "dlq.discarded", map[string]any{"reason": p.Reason})
 	if err == nil {
-		c.tel.discarded(ctx, t)
+		c.telemetry.discarded(ctx, t)
 	}
 	return t, err
 }

@@ -23,13 +23,13 @@ func (c *Client) expiredSettled(ctx context.Context, tasks []*Task, ss []store.S
 		t := tasks[i]
 		var e *remoteAttempt
 		if t.ExecutionID != "" {
-			e = c.rAtt.take(t.ExecutionID)
+			e = c.remoteAttempts.take(t.ExecutionID)
 		}
 		var span trace.Span
 		if e != nil {
 			span = e.span
 		}
-		c.tel.settled(span, t, attemptStart(t, ss[i].FinishedAt), &ss[i])
+		c.telemetry.settled(span, t, attemptStart(t, ss[i].FinishedAt), &ss[i])
 	}
 }
 
@@ -39,7 +39,7 @@ func (c *Client) expiredSettled(ctx context.Context, tasks []*Task, ss []store.S
 func (c *Client) deadlinesSettled(ctx context.Context, tasks []*Task, ss []store.Settlement, oks []bool) {
 	for i := range ss {
 		if i < len(oks) && oks[i] {
-			c.tel.deadLettered(ctx, tasks[i], string(ss[i].DeadReason))
+			c.telemetry.deadLettered(ctx, tasks[i], string(ss[i].DeadReason))
 		}
 	}
 }

@@ -121,11 +121,11 @@ func (s *OrderingStats) add(d store.OrderingDelta) {
 // OrderingStats returns this client's ordering counters, all queues.
 func (c *Client) OrderingStats() *OrderingStats { return c.ordStats() }
 
-func (c *Client) ordStats() *OrderingStats { return &c.ord }
+func (c *Client) ordStats() *OrderingStats { return &c.ordering }
 
 // QueueOrderingStats returns the ordering counters of one queue (nil when
 // the queue does not have ordering enabled in this client's Config).
-func (c *Client) QueueOrderingStats(queue string) *OrderingStats { return c.ordQ[queue] }
+func (c *Client) QueueOrderingStats(queue string) *OrderingStats { return c.orderingByQueue[queue] }
 
 // newQueueOrderingStats makes the per-queue counters of every ordered
 // queue of cfg (fixed at NewClient: the map is only read afterwards).
@@ -142,7 +142,7 @@ func newQueueOrderingStats(cfg *Config) map[string]*OrderingStats {
 // countOrdering adds a queue's ordering delta to the queue's and the
 // client's counters.
 func (c *Client) countOrdering(queue string, d store.OrderingDelta, fallback int64) {
-	for _, st := range []*OrderingStats{c.ordStats(), c.ordQ[queue]} {
+	for _, st := range []*OrderingStats{c.ordStats(), c.orderingByQueue[queue]} {
 		if st != nil {
 			st.add(d)
 			st.Fallback.Add(fallback)

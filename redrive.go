@@ -176,7 +176,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 				return out, fmt.Errorf("redrive: %w", err)
 			}
 			replayed, failed, last = res.Replayed, len(res.Conflicts), res.LastID
-			c.tel.replayedBatch(ctx, replayed, failed)
+			c.telemetry.replayedBatch(ctx, replayed, failed)
 		} else {
 			replayed, failed, last, err = c.redrivePatched(ctx, p, f, batch, n)
 			if err != nil {
@@ -227,7 +227,7 @@ func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListPara
 		res, err := c.replay(ctx, ReplayParams{ID: t.ID, Actor: p.Actor, MergePatch: p.MergePatch, Patch: p.Patch,
 			KeepAttempts: p.KeepAttempts, Delay: p.Delay, RunAt: p.RunAt}, b.RedriveID, b.Snapshot)
 		if err != nil || res.Replayed {
-			c.tel.replayed(ctx, err)
+			c.telemetry.replayed(ctx, err)
 		}
 		switch {
 		case err == nil && res.Replayed:

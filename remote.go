@@ -108,7 +108,7 @@ func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]RemoteLease,
 		}
 		ts, err := c.store.Claim(ctx, store.ClaimParams{Queue: q, Kinds: p.Kinds, WorkerID: p.WorkerID,
 			Max: want - len(out), Now: c.now(), Lease: lease})
-		c.tel.claimedRemote(ctx, q, ts, err, c.now())
+		c.telemetry.claimedRemote(ctx, q, ts, err, c.now())
 		if err != nil {
 			return out, err
 		}
@@ -173,7 +173,7 @@ func (c *Client) Heartbeat(ctx context.Context, b RemoteBeat) (*RemoteBeatResult
 	if len(rs) != 1 || rs[0].Lost {
 		return nil, c.leaseError(ctx, b.TaskID)
 	}
-	c.rAtt.extend(exec, until)
+	c.remoteAttempts.extend(exec, until)
 	return &RemoteBeatResult{LeaseExpiresAt: until.UTC().Truncate(time.Microsecond), CancelRequested: rs[0].CancelRequested}, nil
 }
 

@@ -58,7 +58,7 @@ func (c *Client) rememberClaims(ctx context.Context, ts []*Task, lease time.Dura
 		return
 	}
 	now := c.now()
-	r := &c.rAtt
+	r := &c.remoteAttempts
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
@@ -71,7 +71,7 @@ func (c *Client) rememberClaims(ctx context.Context, ts []*Task, lease time.Dura
 		slim := &Task{ID: t.ID, Queue: t.Queue, Kind: t.Kind, Attempt: t.Attempt, ExecutionID: t.ExecutionID,
 			Attributes: t.Attributes, AttemptedAt: t.AttemptedAt, TraceParent: t.TraceParent, MaxAttempts: t.MaxAttempts}
 		e := &remoteAttempt{task: slim, until: now.Add(lease)}
-		_, e.span = c.tel.startProcess(ctx, slim, trace.WithTimestamp(attemptStart(t, now)))
+		_, e.span = c.telemetry.startProcess(ctx, slim, trace.WithTimestamp(attemptStart(t, now)))
 		r.m[t.ExecutionID] = e
 	}
 }
@@ -101,7 +101,7 @@ func (r *remoteAttempts) extend(token string, until time.Time) {
 // parent; empty when no trace is recorded (no tracer provider, or the
 // attempt was claimed through another process).
 func (c *Client) RemoteTraceParent(executionID string) string {
-	r := &c.rAtt
+	r := &c.remoteAttempts
 	r.mu.Lock()
 	e := r.m[executionID]
 	r.mu.Unlock()
@@ -109,7 +109,7 @@ func (c *Client) RemoteTraceParent(executionID string) string {
 		return ""
 	}
 	carrier := propagation.MapCarrier{}
-	c.tel.prop.Inject(trace.ContextWithSpanContext(context.Background(), e.span.SpanContext()), carrier)
+	c.telemetry.prop.Inject(trace.ContextWithSpanContext(context.Background(), e.span.SpanContext()), carrier)
 	return carrier["traceparent"]
 }
 
@@ -117,7 +117,7 @@ func (c *Client) RemoteTraceParent(executionID string) string {
 // count, duration, retry or dead letter, and the end of its span. t is the
 // task when the caller read it (Fail), else nil.
 func (c *Client) remoteSettled(ctx context.Context, t *Task, s *store.Settlement) trace.SpanContext {
-	e := c.rAtt.take(s.ExecutionID)
+	e := c.remoteAttempts.take(s.ExecutionID)
 	var span trace.Span
 	start := time.Time{}
 	if e != nil {
@@ -145,7 +145,7 @@ func (c *Client) remoteSettled(ctx context.Context, t *Task, s *store.Settlement
 		sc = span.SpanContext()
 	}
 	if s.Outcome == bt.OutcomeReleased { // not an attempt that counts (as in-process)
-		c.tel.released(span)
+		c.telemetry.released(span)
 		return sc
 	}
 	if t == nil {
@@ -155,7 +155,7 @@ func (c *Client) remoteSettled(ctx context.Context, t *Task, s *store.Settlement
 		}
 		return sc
 	}
-	c.tel.settled(span, t, start, s)
+	c.telemetry.settled(span, t, start, s)
 	return sc
 }
 
@@ -185,7 +185,7 @@ func (c *Client) loadAttempt(ctx context.Context, taskID, executionID string) (*
 // did. At most one sweep per remoteSweepEvery.
 func (c *Client) sweepRemote(ctx context.Context) {
 	now := c.now()
-	r := &c.rAtt
+	r := &c.remoteAttempts
 	r.mu.Lock()
 	if now.Sub(r.lastSweep) < remoteSweepEvery {
 		r.mu.Unlock()
@@ -215,6 +215,6 @@ func (c *Client) sweepRemote(ctx context.Context) {
 				}
 			}
 		}
-		c.tel.endElsewhere(e.span, ex)
+		c.telemetry.endElsewhere(e.span, ex)
 	}
 }

@@ -121,7 +121,7 @@ func (t *telemetry) qk(q, k string) attrOpts {
 
 var attrSystem = attribute.String("messaging.system", "backstop")
 
-func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, ordQ map[string]*OrderingStats) (*telemetry, error) {
+func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, orderingByQueue map[string]*OrderingStats) (*telemetry, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -159,7 +159,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, ordQ map[str
 	// The ordering counters (ordering.go) are kept by the engine as atomics,
 	// per ordered queue, and observed at collection:
 	// backstop_ordering_<name>_total{queue}.
-	if len(ordQ) > 0 {
+	if len(orderingByQueue) > 0 {
 		var obs []metric.Observable
 		insts := map[string]metric.Int64ObservableCounter{}
 		for name := range (&OrderingStats{}).Counters() {
@@ -171,12 +171,12 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, ordQ map[str
 				obs = append(obs, c)
 			}
 		}
-		queues := make(map[string]metric.ObserveOption, len(ordQ))
-		for q := range ordQ {
+		queues := make(map[string]metric.ObserveOption, len(orderingByQueue))
+		for q := range orderingByQueue {
 			queues[q] = metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", q)))
 		}
 		_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-			for q, st := range ordQ {
+			for q, st := range orderingByQueue {
 				for name, v := range st.Counters() {
 					if c, ok := insts[name]; ok {
 						o.ObserveInt64(c, v, queues[q])
@@ -474,7 +474,7 @@ func (t *telemetry) discarded(ctx context.Context, tk *Task) {
 // TooComplex counts a task found over its queue's complexity thresholds
 // (the complexity policy calls it).
 func (c *Client) countTooComplex(ctx context.Context, tk *Task) {
-	c.tel.tooComplex.Add(ctx, 1, c.tel.qk(tk.Queue, tk.Kind).add...)
+	c.telemetry.tooComplex.Add(ctx, 1, c.telemetry.qk(tk.Queue, tk.Kind).add...)
 }
 
 // leaseLost ends an attempt's span whose result is not settled by this

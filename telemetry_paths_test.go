@@ -318,7 +318,7 @@ func TestTelemetryRemoteCompletionClaimedElsewhere(t *testing.T) {
 	ctx := context.Background()
 	h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
 	tk := h.claimRemote(1)[0]
-	h.c.rAtt.take(tk.ExecutionID) // as if claimed through another process
+	h.c.remoteAttempts.take(tk.ExecutionID) // as if claimed through another process
 	clk.Advance(4 * time.Second)
 	if _, err := h.c.Complete(ctx, tk.ID, tk.LeaseToken, nil); err != nil {
 		t.Fatal(err)
@@ -471,7 +471,7 @@ func TestTelemetryRemoteSettledElsewhere(t *testing.T) {
 		t.Errorf("swept span: outcome %q end %v (want %v) status %v", spanAttr(s, "backstop.outcome"), s.EndTime(), settledAt, s.Status())
 	}
 	expect(t, h.metrics(), map[string]map[string]int64{"backstop.attempts": {}})
-	if n := len(h.c.rAtt.m); n != 0 {
+	if n := len(h.c.remoteAttempts.m); n != 0 {
 		t.Errorf("%d attempts still remembered", n)
 	}
 }

@@ -101,12 +101,12 @@ type Worker struct {
 	settleCh chan settleItem
 	logs     *logFlusher // execution logs, written in batches (logs.go)
 
-	fetchCancel context.CancelFunc
-	bgCancel    context.CancelFunc
-	fetchWG     sync.WaitGroup
-	bgWG        sync.WaitGroup
-	execWG      sync.WaitGroup
-	complDone   chan struct{}
+	fetchCancel    context.CancelFunc
+	bgCancel       context.CancelFunc
+	fetchWG        sync.WaitGroup
+	bgWG           sync.WaitGroup
+	execWG         sync.WaitGroup
+	completersDone chan struct{}
 
 	lastActive atomic.Int64 // unix nanos of the last claim or finished attempt
 
@@ -163,7 +163,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 			conc = cmp.Or(c.cfg.Queues[name].Concurrency, 10)
 		}
 		w.queues = append(w.queues, &queueRunner{name: name, concurrency: conc,
-			wake: make(chan struct{}, 1), freed: make(chan struct{}, 1), attrs: c.tel.forQueue(name)})
+			wake: make(chan struct{}, 1), freed: make(chan struct{}, 1), attrs: c.telemetry.forQueue(name)})
 	}
 	return w, nil
 }
@@ -221,7 +221,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	fetchCtx, fetchCancel := context.WithCancel(bgCtx)
 	w.bgCancel, w.fetchCancel = bgCancel, fetchCancel
-	w.complDone = make(chan struct{})
+	w.completersDone = make(chan struct{})
 	w.startCompleters() // worker_completer.go
 	w.logs = newLogFlusher(w.c.store, w.log, w.c.Masker())
 
@@ -283,7 +283,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	w.bgWG.Wait()
 	close(w.settleCh)
-	<-w.complDone
+	<-w.completersDone
 	w.logs.close()
 	w.setRegistryState(store.WorkerStopped)
 	w.mu.Lock()
@@ -365,7 +365,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			})
 			w.c.attachOrdering(claimCtx, q.name, tasks)
 			cancelClaim()
-			w.c.tel.claimed(ctx, &q.attrs, tasks, err, w.c.now())
+			w.c.telemetry.claimed(ctx, &q.attrs, tasks, err, w.c.now())
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -463,7 +463,7 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 		w.settle(a, w.noHandler(t))
 		return
 	}
-	ctx, a.span = w.c.tel.startProcess(ctx, t)
+	ctx, a.span = w.c.telemetry.startProcess(ctx, t)
 	a.started = w.c.now()
 	a.ctx = attemptCtx{Context: ctx, a: a} // context.WithValue(ctx, attemptKey{}, a), allocated with a (handler.go)
 	ctx = &a.ctx
@@ -510,7 +510,7 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 	}
 	if errors.Is(cause, errLeaseLost) {
 		a.log().Warn("lease lost; attempt result dropped", "result", errString(res))
-		w.c.tel.leaseLost(a.span)
+		w.c.telemetry.leaseLost(a.span)
 		return
 	}
 	w.settle(a, w.decide(t, res, cause, a))
@@ -615,7 +615,7 @@ func (w *Worker) settle(a *attempt, s store.Settlement) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.released {
-		w.c.tel.leaseLost(a.span)
+		w.c.telemetry.leaseLost(a.span)
 		return
 	}
 	if a.started.IsZero() {
@@ -647,11 +647,11 @@ func (w *Worker) flush(items []settleItem, scratch *[]store.Settlement) {
 		oks, err := w.c.store.Settle(ctx, batch)
 		cancel()
 		if err == nil {
-			w.c.tel.settledBatch(items, oks) // worker_telemetry.go
+			w.c.telemetry.settledBatch(items, oks) // worker_telemetry.go
 			return
 		}
 		if try == 5 {
-			w.c.tel.settledBatch(items, nil)
+			w.c.telemetry.settledBatch(items, nil)
 			w.log.Error("settling attempts failed; their leases will expire and be settled as lease_expired",
 				"error", err, "tasks", len(batch))
 			return

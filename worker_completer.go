@@ -21,7 +21,7 @@ type settleParallelism interface {
 // maxCompleterBatch bounds one settle statement.
 const maxCompleterBatch = 1000
 
-// startCompleters starts the completers; complDone is closed once all of
+// startCompleters starts the completers; completersDone is closed once all of
 // them have drained settleCh after it was closed.
 func (w *Worker) startCompleters() {
 	n := 1
@@ -38,7 +38,7 @@ func (w *Worker) startCompleters() {
 	}
 	go func() {
 		wg.Wait()
-		close(w.complDone)
+		close(w.completersDone)
 	}()
 }
 

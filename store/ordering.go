@@ -89,8 +89,8 @@ const (
 	OrdReplayed = "replayed" // a replay admitted
 )
 
-// OrdKey is one key's state as a driver loads it.
-type OrdKey struct {
+// OrderingKeyState is one key's state as a driver loads it.
+type OrderingKeyState struct {
 	Queue, Key   string
 	HasLast      bool
 	Last         int64
@@ -105,8 +105,8 @@ type OrdKey struct {
 	NeedsRemoval bool // set by Decide: delete the row
 }
 
-// OrdTask is one not-yet-admitted task of a key.
-type OrdTask struct {
+// OrderingTask is one not-yet-admitted task of a key.
+type OrderingTask struct {
 	ID     string
 	Kind   string
 	Seq    int64
@@ -121,14 +121,14 @@ type Rows interface {
 	Err() error
 }
 
-// CollectOrdTasks reads rows of (key, task id, kind, seq, status), in key
+// CollectOrderingTasks reads rows of (key, task id, kind, seq, status), in key
 // and seq order, into each key's waiting tasks.
-func CollectOrdTasks(rows Rows, keys int) (map[string][]OrdTask, error) {
-	tasks := make(map[string][]OrdTask, keys)
+func CollectOrderingTasks(rows Rows, keys int) (map[string][]OrderingTask, error) {
+	tasks := make(map[string][]OrderingTask, keys)
 	for rows.Next() {
 		var (
 			key string
-			t   OrdTask
+			t   OrderingTask
 		)
 		if err := rows.Scan(&key, &t.ID, &t.Kind, &t.Seq, &t.Status); err != nil {
 			return nil, err
@@ -138,8 +138,8 @@ func CollectOrdTasks(rows Rows, keys int) (map[string][]OrdTask, error) {
 	return tasks, rows.Err()
 }
 
-// OrdAction is what Decide asks the driver to apply to one task.
-type OrdAction struct {
+// OrderingAction is what Decide asks the driver to apply to one task.
+type OrderingAction struct {
 	TaskID string
 	// NewStatus: held/gap/ready/admitted; "stale" cancels the task.
 	NewStatus string
@@ -149,13 +149,13 @@ type OrdAction struct {
 
 // Decide applies the ordering rules to one key. It mutates k and returns the
 // task actions and events (in order) and what it counted.
-func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]OrdAction, []bt.Event, OrderingDelta) {
+func Decide(k *OrderingKeyState, tasks []OrderingTask, set OrderingSettings, now time.Time) ([]OrderingAction, []bt.Event, OrderingDelta) {
 	var (
-		acts []OrdAction
+		acts []OrderingAction
 		evs  []bt.Event
 		d    OrderingDelta
 	)
-	ev := func(typ string, t OrdTask, body string) {
+	ev := func(typ string, t OrderingTask, body string) {
 		evs = append(evs, NewEvent(now, typ, t.ID, k.Queue, t.Kind, "backstop", []byte(body)))
 	}
 	if k.Exists && !k.ExpiresAt.IsZero() && now.After(k.ExpiresAt) && k.BusyTask == "" && !hasStatus(tasks, OrdGap) {
@@ -169,7 +169,7 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 	}
 	// Replays run out of sequence order, by the operator's decision: they
 	// only wait for the key to be free.
-	var replays []OrdTask
+	var replays []OrderingTask
 	rest := tasks[:0:0]
 	for _, t := range tasks {
 		if t.Status == OrdReplay {
@@ -203,7 +203,7 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 			if dup {
 				why = fmt.Sprintf("stale: sequence %d repeated", t.Seq)
 			}
-			acts = append(acts, OrdAction{TaskID: t.ID, NewStatus: "stale", Error: why})
+			acts = append(acts, OrderingAction{TaskID: t.ID, NewStatus: "stale", Error: why})
 			ev(EventOrderingStale, t, fmt.Sprintf(`{"key":%q,"sequence":%d,"last":%d}`, k.Key, t.Seq, eff))
 			d.Stale++
 			continue
@@ -213,12 +213,12 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 	tasks = live
 	next := func(prev int64, seq int64) bool { return set.Step <= 0 || seq == prev+set.Step }
 	buffering := hasStatus(tasks, OrdGap)
-	set1 := func(t *OrdTask, st string, gaps []bt.Gap) {
+	set1 := func(t *OrderingTask, st string, gaps []bt.Gap) {
 		if t.Status == st && gaps == nil {
 			return
 		}
 		t.Status = st
-		acts = append(acts, OrdAction{TaskID: t.ID, NewStatus: st, Gaps: gaps})
+		acts = append(acts, OrderingAction{TaskID: t.ID, NewStatus: st, Gaps: gaps})
 	}
 	// chain end: the newest sequence handled, running or released (ready).
 	chainEnd := func() (bool, int64) {
@@ -355,7 +355,7 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 	if k.BusyTask == "" && len(replays) > 0 {
 		sort.Slice(replays, func(i, j int) bool { return replays[i].Seq < replays[j].Seq })
 		r := replays[0]
-		acts = append(acts, OrdAction{TaskID: r.ID, NewStatus: OrdReplayed})
+		acts = append(acts, OrderingAction{TaskID: r.ID, NewStatus: OrdReplayed})
 		k.BusyTask, k.BusySeq, k.BusyReplay = r.ID, r.Seq, true
 		d.Admitted++
 	}
@@ -364,7 +364,7 @@ func Decide(k *OrdKey, tasks []OrdTask, set OrderingSettings, now time.Time) ([]
 			t := &tasks[i]
 			if t.Status == OrdReady {
 				t.Status = OrdDone
-				acts = append(acts, OrdAction{TaskID: t.ID, NewStatus: OrdDone})
+				acts = append(acts, OrderingAction{TaskID: t.ID, NewStatus: OrdDone})
 				k.BusyTask, k.BusySeq = t.ID, t.Seq
 				d.Admitted++
 				break
@@ -381,9 +381,9 @@ func backoffAt(b []time.Duration, i int) time.Duration {
 	return b[min(i, len(b)-1)]
 }
 
-func hasStatus(ts []OrdTask, st string) bool { return countStatus(ts, st) > 0 }
+func hasStatus(ts []OrderingTask, st string) bool { return countStatus(ts, st) > 0 }
 
-func countStatus(ts []OrdTask, st string) int {
+func countStatus(ts []OrderingTask, st string) int {
 	n := 0
 	for _, t := range ts {
 		if t.Status == st {
@@ -393,13 +393,13 @@ func countStatus(ts []OrdTask, st string) int {
 	return n
 }
 
-func firstGap(ts []OrdTask) OrdTask {
+func firstGap(ts []OrderingTask) OrderingTask {
 	for _, t := range ts {
 		if t.Status == OrdGap {
 			return t
 		}
 	}
-	return OrdTask{}
+	return OrderingTask{}
 }
 
 // Ordering event types.

@@ -87,9 +87,9 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 	if len(keys) == 0 {
 		return nil, d, nil
 	}
-	states := make(map[string]*store.OrdKey, len(keys))
+	states := make(map[string]*store.OrderingKeyState, len(keys))
 	for _, key := range keys {
-		states[key] = &store.OrdKey{Queue: queue, Key: key}
+		states[key] = &store.OrderingKeyState{Queue: queue, Key: key}
 	}
 	rows, err := tx.Query(ctx, `SELECT k.okey, k.last_seq, k.busy_task, k.busy_seq, k.drain_due_at, k.drain_step, k.expires_at,
 			t.state, o.status
@@ -145,7 +145,7 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 	if err != nil {
 		return nil, d, err
 	}
-	tasks, err := store.CollectOrdTasks(rows, len(keys))
+	tasks, err := store.CollectOrderingTasks(rows, len(keys))
 	rows.Close()
 	if err != nil {
 		return nil, d, err

@@ -96,9 +96,9 @@ func orderKeys(ctx context.Context, tx *sql.Tx, queue string, keys []string, set
 	if err != nil {
 		return nil, d, err
 	}
-	states := make(map[string]*store.OrdKey, len(keys))
+	states := make(map[string]*store.OrderingKeyState, len(keys))
 	for _, key := range keys {
-		states[key] = &store.OrdKey{Queue: queue, Key: key}
+		states[key] = &store.OrderingKeyState{Queue: queue, Key: key}
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT k.okey, k.last_seq, k.busy_task, k.busy_seq, k.drain_due_at, k.drain_step,
 			k.expires_at, t.state, o.status
@@ -149,7 +149,7 @@ func orderKeys(ctx context.Context, tx *sql.Tx, queue string, keys []string, set
 	if err != nil {
 		return nil, d, err
 	}
-	tasks, err := store.CollectOrdTasks(rows, len(keys))
+	tasks, err := store.CollectOrderingTasks(rows, len(keys))
 	rows.Close()
 	if err != nil {
 		return nil, d, err
@@ -167,7 +167,7 @@ func orderKeys(ctx context.Context, tx *sql.Tx, queue string, keys []string, set
 }
 
 // applyKey decides one key and writes the outcome.
-func applyKey(ctx context.Context, tx *sql.Tx, k *store.OrdKey, tasks []store.OrdTask, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
+func applyKey(ctx context.Context, tx *sql.Tx, k *store.OrderingKeyState, tasks []store.OrderingTask, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
 	n := us(now)
 	queue, key := k.Queue, k.Key
 	acts, evs, d := store.Decide(k, tasks, set, now)
