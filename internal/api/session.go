@@ -121,7 +121,9 @@ func (ss *sessions) remove(id string) {
 }
 
 // safeMethod: requests that change nothing need no CSRF token.
-func safeMethod(m string) bool { return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions }
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
 
 // check resolves a session cookie to its token's hash, refusing a mutating
 // request whose CSRF header does not match the session's.
