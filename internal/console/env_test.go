@@ -33,6 +33,7 @@ func (c *testClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 // serve` does) on loopback over a real store.
 type env struct {
 	url    string
+	srv    *api.Server
 	store  store.Store
 	lib    *backstop.Client
 	clock  *testClock
@@ -75,7 +76,7 @@ func newEnv(t *testing.T, dbURL string, o envOpts) *env {
 	ts.Config.RegisterOnShutdown(srv.Close)
 	ts.Start()
 	t.Cleanup(func() { ts.CloseClientConnections(); ts.Close(); srv.Close() })
-	e := &env{url: ts.URL, store: s, lib: lib, clock: clk, secret: map[api.Role]string{}}
+	e := &env{url: ts.URL, srv: srv, store: s, lib: lib, clock: clk, secret: map[api.Role]string{}}
 	for _, r := range []api.Role{api.RoleViewer, api.RoleOperator, api.RoleAdmin} {
 		sec, _, err := api.CreateToken(ctx, s.(store.Tokens), "console-"+r.String(), r, time.Now())
 		if err != nil {

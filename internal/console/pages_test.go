@@ -343,3 +343,31 @@ func TestBrowserTasks(t *testing.T) {
 		}
 	})
 }
+
+// The pages follow the event stream: a change made elsewhere shows up
+// without a reload (the overview's counts; the task page's state).
+func TestBrowserLive(t *testing.T) {
+	t.Parallel()
+	forStores(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, dbURL, envOpts{})
+		id := e.enqueue(t, map[string]any{"queue": "email", "kind": "send", "payload": map[string]any{"n": 1}})
+		ctx := browser(t)
+		e.signIn(t, ctx, api.RoleViewer)
+		waitText(t, ctx, "main table", "email")
+		// Mark the page: a reload would lose the mark.
+		evalJS[bool](t, ctx, "mark the page", `window.__mark = true`)
+		e.enqueue(t, map[string]any{"queue": "reports", "kind": "render", "payload": map[string]any{}})
+		waitText(t, ctx, "main table", "reports")
+
+		run(t, ctx, "open the task", nav(e.url+"/#/tasks/"+id), visible("#task-state"))
+		waitText(t, ctx, "#task-state", "pending")
+		if st, out, _ := e.call(t, "POST", "/v1/tasks/"+id+"/cancel", api.RoleOperator, nil, nil); st != http.StatusOK {
+			t.Fatalf("cancel: %d %v", st, out)
+		}
+		waitText(t, ctx, "#task-state", "canceled")
+		waitText(t, ctx, "#timeline", "task.canceled")
+		if !evalJS[bool](t, ctx, "the mark", `window.__mark === true`) {
+			t.Fatal("the page was reloaded")
+		}
+	})
+}

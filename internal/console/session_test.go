@@ -1,12 +1,16 @@
 package console_test
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/console"
+	"github.com/backstophq/backstop/store"
 )
 
 func sessionCookie(t *testing.T, resp *http.Response) *http.Cookie {
@@ -117,5 +121,38 @@ func TestConsoleDevSession(t *testing.T) {
 	st, se, _ := e.call(t, "GET", "/console/session", api.RoleNone, nil, nil)
 	if st != http.StatusOK || se["dev"] != true || se["role"] != "admin" {
 		t.Fatalf("dev session: %d %v", st, se)
+	}
+}
+
+// Revoking the token ends its console sessions (within the token cache's
+// second); over TLS the cookie is Secure.
+func TestConsoleSessionRevokedAndTLS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, testdbSQLite(t), envOpts{})
+	_, _, resp := e.call(t, "POST", "/console/session", api.RoleNone, map[string]string{"token": e.secret[api.RoleAdmin]}, nil)
+	c := sessionCookie(t, resp)
+	if st, _, _ := e.call(t, "GET", "/v1/queues", api.RoleNone, nil, nil, c); st != http.StatusOK {
+		t.Fatalf("session: %d", st)
+	}
+	if _, err := e.store.(store.Tokens).RevokeToken(context.Background(), "console-admin", e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(api.TokenCacheTTL + time.Millisecond)
+	if st, p, _ := e.call(t, "GET", "/v1/queues", api.RoleNone, nil, nil, c); st != http.StatusUnauthorized {
+		t.Fatalf("a revoked token's session: %d %v", st, p)
+	}
+
+	ts := httptest.NewTLSServer(console.Handler(e.srv))
+	t.Cleanup(ts.Close)
+	body := strings.NewReader(`{"token":"` + e.secret[api.RoleViewer] + `"}`)
+	req, _ := http.NewRequest("POST", ts.URL+"/console/session", body)
+	req.Header.Set("Content-Type", "application/json")
+	r, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if c := sessionCookie(t, r); !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("cookie over TLS: %+v", c)
 	}
 }
