@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 )
@@ -39,6 +43,16 @@ func TestBrowserOverview(t *testing.T) {
 			t.Fatalf("billing DLQ size: %q", dlq)
 		}
 		screenshot(t, ctx, "overview")
+		// Dark mode follows the system's preference.
+		light := evalJS[string](t, ctx, "background", `getComputedStyle(document.body).backgroundColor`)
+		if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if dark := evalJS[string](t, ctx, "background", `getComputedStyle(document.body).backgroundColor`); dark == light || dark != "rgb(21, 22, 26)" {
+			t.Fatalf("dark mode: background %s (light %s)", dark, light)
+		}
+		screenshot(t, ctx, "overview-dark")
 
 		run(t, ctx, "pause email", click(`button[data-action="pause"][data-queue="email"]`),
 			visible(`button[data-action="resume"][data-queue="email"]`))
@@ -229,7 +243,9 @@ func TestBrowserCSRF(t *testing.T) {
 		e := newEnv(t, dbURL, envOpts{})
 		e.enqueue(t, map[string]any{"queue": "email", "kind": "send", "payload": map[string]any{"n": 1}})
 		ctx := browser(t)
-		e.signIn(t, ctx, api.RoleAdmin)
+		// Sign in with the keyboard only: the token, then Enter.
+		run(t, ctx, "sign in by keyboard", nav(e.url+"/"), visible("#token"),
+			keys("#token", e.secret[api.RoleAdmin]+kb.Enter), poll(`document.querySelector("#who").dataset.role === "admin"`))
 		status := evalJS[int](t, ctx, "pause without CSRF", fetchJS("POST", "/v1/queues/email/pause", false))
 		if status != http.StatusForbidden {
 			t.Fatalf("pause without the CSRF token: %d, want 403", status)
