@@ -39,7 +39,7 @@ func TestBrowserOverview(t *testing.T) {
 		if !contains(table, "email") {
 			t.Fatalf("overview table: %q", table)
 		}
-		if dlq := text(t, ctx, `a[aria-label="1 dead letters in billing"]`); dlq != "1" {
+		if dlq := text(t, ctx, `a[aria-label="Dead letters in billing: 1"]`); dlq != "1" {
 			t.Fatalf("billing DLQ size: %q", dlq)
 		}
 		screenshot(t, ctx, "overview")

@@ -24,9 +24,12 @@ export async function overviewPage(main) {
       const cells = [
         h('a', { href: `#/tasks?queue=${encodeURIComponent(q.name)}` }, q.name),
         q.paused ? badge('paused') : badge('running', 'active'),
-        ...states.map((s) => h('span', { class: q.counts[s] ? '' : 'muted' }, String(q.counts[s] || 0))),
-        h('a', { href: `#/dlq?queue=${encodeURIComponent(q.name)}`, 'aria-label': `${q.counts.dead || 0} dead letters in ${q.name}` },
-          String(q.counts.dead || 0)),
+        // The dead column is the queue's DLQ (open, discarded and resolved
+        // dead letters are kept): it links to the queue's open ones.
+        ...states.map((s) => (s === 'dead'
+          ? h('a', { href: `#/dlq?queue=${encodeURIComponent(q.name)}`, 'aria-label': `Dead letters in ${q.name}: ${q.counts.dead || 0}` },
+            String(q.counts.dead || 0))
+          : h('span', { class: q.counts[s] ? '' : 'muted' }, String(q.counts[s] || 0)))),
         oldest[i] ? fmtAge(now - new Date(oldest[i])) : '—',
       ];
       if (can('operator')) {
@@ -46,16 +49,15 @@ export async function overviewPage(main) {
       }
       return cells;
     });
-    const headers = ['Queue', 'Status', ...states, 'DLQ', 'Oldest pending'];
+    const headers = ['Queue', 'Status', ...states.map((s) => (s === 'dead' ? 'dead (DLQ)' : s)), 'Oldest pending'];
     if (can('operator')) headers.push('Action');
     clear(main,
       h('h1', {}, 'Overview'),
       h('section', { class: 'cards', 'aria-label': 'Workers' },
-        h('div', { class: 'card stat' }, h('span', { class: 'n', id: 'workers-active' }, String(byState.active || 0)), ' active workers'),
-        h('div', { class: 'card stat' }, h('span', { class: 'n', id: 'workers-stale' }, String(byState.stale || 0)), ' stale workers'),
-        h('div', { class: 'card stat' }, h('span', { class: 'n' }, String(byState.stopping || 0)), ' stopping'),
-        h('div', { class: 'card stat' }, h('span', { class: 'n' },
-          String(queues.items.reduce((n, q) => n + (q.counts.dead || 0), 0))), ' dead letters')),
+        stat('workers-active', byState.active || 0, 'active worker', 'active workers'),
+        stat('workers-stale', byState.stale || 0, 'stale worker', 'stale workers'),
+        stat('workers-stopping', byState.stopping || 0, 'stopping worker', 'stopping workers'),
+        stat('dead-letters', queues.items.reduce((n, q) => n + (q.counts.dead || 0), 0), 'dead letter', 'dead letters')),
       h('section', { 'aria-labelledby': 'queues-title' },
         h('h2', { id: 'queues-title' }, 'Queues'),
         h('div', { class: 'scroll' }, table('Queues with their task counts by state', headers, rows, 'No queue holds tasks yet.'))),
@@ -66,4 +68,8 @@ export async function overviewPage(main) {
   // Live: any task event may change the counts; refresh at most every 2s.
   const refresh = debounce(() => { if (location.hash === '' || location.hash === '#/') render().catch(() => {}); }, 2000);
   live(main, 'all', refresh);
+}
+
+function stat(id, n, one, many) {
+  return h('div', { class: 'card stat' }, h('span', { class: 'n', id }, String(n)), ' ', n === 1 ? one : many);
 }
