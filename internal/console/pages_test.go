@@ -387,3 +387,43 @@ func TestBrowserLive(t *testing.T) {
 		}
 	})
 }
+
+// The log of a running attempt is followed live: lines a worker writes
+// after the page opened appear without a reload.
+func TestBrowserLogFollow(t *testing.T) {
+	t.Parallel()
+	forStores(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, dbURL, envOpts{})
+		id := e.enqueue(t, map[string]any{"queue": "reports", "kind": "render", "payload": map[string]any{}})
+		st, out, _ := e.call(t, "POST", "/v1/claim", api.RoleOperator, map[string]any{"queues": []string{"reports"}, "worker_id": "w1", "lease": "5m"}, nil)
+		tasks, _ := out["tasks"].([]any)
+		if st != http.StatusOK || len(tasks) != 1 {
+			t.Fatalf("claim: %d %v", st, out)
+		}
+		claimed := tasks[0].(map[string]any)
+		lease := claimed["lease_token"].(string)
+		logLine := func(line string) {
+			t.Helper()
+			if st, out, _ := e.call(t, "POST", "/v1/tasks/"+id+"/logs", api.RoleOperator,
+				map[string]any{"lease_token": lease, "lines": []map[string]string{{"stream": "output", "line": line}}}, nil); st != http.StatusOK {
+				t.Fatalf("logs: %d %v", st, out)
+			}
+		}
+		logLine("rendering page 1")
+		ctx := browser(t)
+		e.signIn(t, ctx, api.RoleViewer)
+		run(t, ctx, "open the running task", nav(e.url+"/#/tasks/"+id), visible("#current-log"))
+		run(t, ctx, "follow its log", click("#current-log"), visible("#log-following"))
+		waitText(t, ctx, "#log-lines", "rendering page 1")
+		evalJS[bool](t, ctx, "mark the page", `window.__mark = true`)
+		logLine("rendering page 2")
+		waitText(t, ctx, "#log-lines", "rendering page 2")
+		if !evalJS[bool](t, ctx, "the mark", `window.__mark === true`) {
+			t.Fatal("the page was reloaded")
+		}
+		screenshot(t, ctx, "task-running")
+		if got := text(t, ctx, "#log-lines"); strings.Count(got, "rendering page 1") != 1 {
+			t.Fatalf("a line shown twice: %q", got)
+		}
+	})
+}

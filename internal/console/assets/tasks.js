@@ -73,14 +73,13 @@ export function timelineSection(events) {
     items.length ? h('ol', { class: 'timeline', id: 'timeline' }, items) : h('p', { class: 'muted' }, 'No events.'));
 }
 
-export function executionsSection(t, onLog) {
+export function executionsSection(t) {
   const ex = t.executions || [];
   const rows = ex.map((x) => [
     String(x.attempt), x.outcome ? badge(x.outcome, 'outcome') : badge('running'),
     fmtTime(x.started_at), fmtDuration(x.started_at, x.finished_at), h('span', { class: 'mono' }, x.worker_id),
     h('span', { class: 'err' }, x.error, x.error_detail ? h('details', {}, h('summary', {}, 'detail'), h('pre', {}, x.error_detail)) : null),
     h('a', { href: `#/tasks/${encodeURIComponent(t.id)}?log=${encodeURIComponent(x.execution_id)}`,
-      onclick: onLog ? (ev) => { ev.preventDefault(); onLog(x); } : undefined,
       'aria-label': `Log of attempt ${x.attempt}` }, 'log'),
   ]);
   return h('section', { 'aria-labelledby': 'exec-title' },
@@ -92,19 +91,41 @@ export function executionsSection(t, onLog) {
 export async function taskPage(main, id) {
   const t = await api('GET', `/v1/tasks/${encodeURIComponent(id)}`);
   const logBox = h('section', { id: 'log', 'aria-labelledby': 'log-title', hidden: true });
+  const logURL = (x, after) => {
+    const qs = new URLSearchParams({ limit: '200' });
+    if (after !== undefined && after !== null) qs.set('after', String(after));
+    return `/v1/tasks/${encodeURIComponent(t.id)}/executions/${encodeURIComponent(x.execution_id)}/logs?${qs}`;
+  };
+  const logLine = (l) => `${fmtTime(l.at)} ${l.stream} ${l.line}\n`;
+  // follow appends the lines a running attempt writes, one read a second
+  // after the last line shown, while the log is on screen.
+  const follow = (x, pre, last) => {
+    const tick = async () => {
+      if (!pre.isConnected) return;
+      try {
+        const page = await api('GET', logURL(x, last));
+        for (const l of page.items) {
+          pre.append(document.createTextNode(logLine(l)));
+          last = l.seq;
+        }
+      } catch { /* the next tick tries again */ }
+      if (pre.isConnected) setTimeout(tick, 1000);
+    };
+    setTimeout(tick, 1000);
+  };
   const showLog = async (x, after) => {
     logBox.hidden = false;
-    const qs = new URLSearchParams({ limit: '200' });
-    if (after) qs.set('after', after);
+    const running = !x.finished_at;
     try {
-      const page = await api('GET', `/v1/tasks/${encodeURIComponent(t.id)}/executions/${encodeURIComponent(x.execution_id)}/logs?${qs}`);
+      const page = await api('GET', logURL(x, after));
       const more = page.next_cursor ? h('button', { type: 'button', onclick: () => showLog(x, page.next_cursor) }, 'Next lines') : null;
+      const pre = h('pre', { class: 'log', id: 'log-lines', tabindex: '0', 'aria-live': running ? 'polite' : 'off' }, page.items.map(logLine));
       clear(logBox,
         h('h2', { id: 'log-title' }, `Log of attempt ${x.attempt}`),
-        page.items.length
-          ? h('pre', { class: 'log', id: 'log-lines', tabindex: '0' }, page.items.map((l) => `${fmtTime(l.at)} ${l.stream} ${l.line}\n`))
-          : h('p', { class: 'muted' }, 'No lines.'),
-        more);
+        page.items.length || running ? pre : h('p', { class: 'muted' }, 'No lines.'),
+        more,
+        running ? h('p', { class: 'muted small', id: 'log-following' }, 'Following the running attempt: new lines appear as it writes them.') : null);
+      if (running && !page.next_cursor) follow(x, pre, page.items.length ? page.items[page.items.length - 1].seq : after);
     } catch (e) {
       clear(logBox, h('h2', { id: 'log-title' }, 'Log'), h('p', { class: 'error' }, errorText(e)));
     }
@@ -134,6 +155,9 @@ export async function taskPage(main, id) {
         : [h('progress', { max: 100, value: pct, 'aria-label': 'Progress' }), ` ${progressText(t.progress)} steps (${pct}%)`]),
       h('dt', {}, 'Created'), h('dd', {}, fmtTime(t.created_at)),
       h('dt', {}, 'Run at'), h('dd', {}, fmtTime(t.run_at)),
+      t.state === 'running' && t.execution_id ? [h('dt', {}, 'Running'), h('dd', {}, `attempt ${t.attempt} on `,
+        h('span', { class: 'mono' }, t.worker_id || '?'), ' · ',
+        h('a', { href: `#/tasks/${encodeURIComponent(t.id)}?log=${encodeURIComponent(t.execution_id)}`, id: 'current-log' }, 'follow its log'))] : null,
       h('dt', {}, 'Last error'), h('dd', { class: 'err', id: 'last-error' }, t.last_error || '—'),
       t.state === 'dead' ? [h('dt', {}, 'Dead letter'), h('dd', {}, h('a', { href: `#/dlq/${encodeURIComponent(t.id)}` }, `${t.reason} · ${t.dlq_status}`))] : null),
     cancel ? h('p', {}, cancel) : null,
@@ -141,11 +165,12 @@ export async function taskPage(main, id) {
       h('h2', { id: 'payload-title' }, 'Payload ', h('span', { class: 'muted small' }, '(secrets masked)')),
       h('pre', { class: 'json', id: 'payload', tabindex: '0' }, pretty(t.payload))),
     h('section', { 'aria-labelledby': 'attrs-title' }, h('h2', { id: 'attrs-title' }, 'Attributes'), attributesList(t.attributes)),
-    executionsSection(t, showLog),
+    executionsSection(t),
     logBox,
     timelineSection(t.events));
   const want = new URLSearchParams(location.hash.split('?')[1] || '').get('log');
-  const x = (t.executions || []).find((e) => e.execution_id === want);
+  let x = (t.executions || []).find((e) => e.execution_id === want);
+  if (!x && want && want === t.execution_id) x = { execution_id: t.execution_id, attempt: t.attempt, finished_at: null };
   if (x) await showLog(x);
   const known = new Set((t.events || []).map((e) => e.id));
   const refresh = debounce(() => { if (location.hash.startsWith(`#/tasks/${encodeURIComponent(id)}`)) taskPage(main, id).catch(() => {}); }, 1000);
