@@ -107,6 +107,12 @@ func TestBrowserDeadLetters(t *testing.T) {
 		if p := text(t, ctx, "#payload"); !contains(p, "[REDACTED]") || contains(p, "hunter2") {
 			t.Fatalf("the payload is not shown masked: %q", p)
 		}
+		// An admin's "show raw" is audited in the task's history.
+		run(t, ctx, "show raw", click("#show-raw"))
+		waitText(t, ctx, "#payload", "hunter2")
+		if evs, err := e.lib.Events(context.Background(), a); err != nil || !hasEvent(evs, "task.payload_viewed", "console-admin") {
+			t.Fatalf("no task.payload_viewed by console-admin: %v %+v", err, evs)
+		}
 		run(t, ctx, "preview the patch",
 			keys("#merge-patch", `{"amount": 5, "card": null}`),
 			click("#replay-preview"),
@@ -210,7 +216,7 @@ func TestBrowserViewer(t *testing.T) {
 			t.Fatalf("a viewer sees %d pause/resume buttons", n)
 		}
 		run(t, ctx, "open the dead letter", nav(e.url+"/#/dlq/"+d), visible("#no-actions"))
-		if n := count(t, ctx, "#replay-form, #discard-form, #resolve-form, #replay-confirm"); n != 0 {
+		if n := count(t, ctx, "#replay-form, #discard-form, #resolve-form, #replay-confirm, #show-raw"); n != 0 {
 			t.Fatalf("a viewer sees %d DLQ actions", n)
 		}
 		screenshot(t, ctx, "dlq-viewer")

@@ -2,7 +2,7 @@
 // history and the admin's actions (replay with a previewed merge patch,
 // discard with a reason, resolve with a note).
 import { api, h, clear, can, flash, errorText, fmtTime, badge, table, field, pretty, live, debounce } from './lib.js';
-import { executionsSection, timelineSection, attributesList } from './tasks.js';
+import { executionsSection, timelineSection, attributesList, payloadSection } from './tasks.js';
 
 const reasons = ['', 'attempts_exhausted', 'permanent_error', 'expired', 'poison'];
 const statuses = ['open', 'replayed', 'discarded', 'resolved'];
@@ -84,9 +84,7 @@ export async function dlqPage(main, id) {
       h('dt', {}, 'Task page'), h('dd', {}, h('a', { href: `#/tasks/${encodeURIComponent(t.id)}` }, 'executions and logs'))),
     h('section', { 'aria-labelledby': 'actions-title' }, h('h2', { id: 'actions-title' }, 'Actions'),
       can('admin') ? actions : h('p', { class: 'muted', id: 'no-actions' }, 'Replay, discard and resolve need the admin role.')),
-    h('section', { 'aria-labelledby': 'payload-title' },
-      h('h2', { id: 'payload-title' }, 'Payload ', h('span', { class: 'muted small' }, '(secrets masked)')),
-      h('pre', { class: 'json', id: 'payload', tabindex: '0' }, pretty(t.payload))),
+    payloadSection(t),
     h('section', { 'aria-labelledby': 'attrs-title' }, h('h2', { id: 'attrs-title' }, 'Attributes'), attributesList(t.attributes)),
     executionsSection(t),
     timelineSection(t.events));

@@ -161,9 +161,7 @@ export async function taskPage(main, id) {
       h('dt', {}, 'Last error'), h('dd', { class: 'err', id: 'last-error' }, t.last_error || '—'),
       t.state === 'dead' ? [h('dt', {}, 'Dead letter'), h('dd', {}, h('a', { href: `#/dlq/${encodeURIComponent(t.id)}` }, `${t.reason} · ${t.dlq_status}`))] : null),
     cancel ? h('p', {}, cancel) : null,
-    h('section', { 'aria-labelledby': 'payload-title' },
-      h('h2', { id: 'payload-title' }, 'Payload ', h('span', { class: 'muted small' }, '(secrets masked)')),
-      h('pre', { class: 'json', id: 'payload', tabindex: '0' }, pretty(t.payload))),
+    payloadSection(t),
     h('section', { 'aria-labelledby': 'attrs-title' }, h('h2', { id: 'attrs-title' }, 'Attributes'), attributesList(t.attributes)),
     executionsSection(t),
     logBox,
@@ -175,4 +173,24 @@ export async function taskPage(main, id) {
   const known = new Set((t.events || []).map((e) => e.id));
   const refresh = debounce(() => { if (location.hash.startsWith(`#/tasks/${encodeURIComponent(id)}`)) taskPage(main, id).catch(() => {}); }, 1000);
   live(main, `task.${id}`, (e) => { if (!known.has(e.id)) refresh(); });
+}
+
+// payloadSection shows the payload masked, as every role reads it; an admin
+// may ask for it raw, which the API records in the task's history
+// (task.payload_viewed, with the admin's token name).
+export function payloadSection(t) {
+  const pre = h('pre', { class: 'json', id: 'payload', tabindex: '0' }, pretty(t.payload));
+  const note = h('span', { class: 'muted small', id: 'payload-mode' }, '(secrets masked)');
+  const raw = can('admin') ? h('button', { type: 'button', class: 'small', id: 'show-raw', onclick: async () => {
+    try {
+      const full = await api('GET', `/v1/tasks/${encodeURIComponent(t.id)}?raw=true`);
+      clear(pre, pretty(full.payload));
+      clear(note, '(raw: this view is recorded in the task\'s history)');
+      raw.remove();
+    } catch (e) {
+      flash(errorText(e), 'error');
+    }
+  } }, 'Show raw (audited)') : null;
+  return h('section', { 'aria-labelledby': 'payload-title' },
+    h('h2', { id: 'payload-title' }, 'Payload ', note, ' ', raw), pre);
 }
