@@ -81,7 +81,8 @@ func TestBrowserDeadLetters(t *testing.T) {
 	forStores(t, func(t *testing.T, dbURL string) {
 		e := newEnv(t, dbURL, envOpts{})
 		a := e.deadLetter(t, map[string]any{"queue": "billing", "kind": "charge",
-			"payload": map[string]any{"amount": 500, "currency": "EUR", "card": "4111", "password": "hunter2"}}, "card declined: insufficient funds")
+			"payload":    map[string]any{"amount": 500, "currency": "EUR", "card": "4111", "password": "hunter2"},
+			"attributes": map[string]string{"tenant": "acme"}}, "card declined: insufficient funds")
 		b := e.deadLetter(t, map[string]any{"queue": "billing", "kind": "charge", "payload": map[string]any{"amount": 7}}, "timeout talking to the bank")
 		c := e.deadLetter(t, map[string]any{"queue": "email", "kind": "send", "payload": map[string]any{"to": "x@example.com"}}, "mailbox full")
 		ctx := browser(t)
@@ -100,9 +101,18 @@ func TestBrowserDeadLetters(t *testing.T) {
 			t.Fatalf("filtered list: %q", l)
 		}
 		screenshot(t, ctx, "dlq")
+		// The attribute and time filters, from the address (a link to a filtered list).
+		run(t, ctx, "filter by attribute and age", nav(e.url+"/#/dlq?attr=tenant%3Dacme&since=1h"),
+			poll(`document.querySelector("#f-attr") && document.querySelector("#f-attr").value === "tenant=acme" &&
+				document.querySelectorAll("#dlq-list tbody tr").length === 1`))
+		if l := text(t, ctx, "#dlq-list"); !contains(l, a) {
+			t.Fatalf("attribute filter: %q", l)
+		}
+		run(t, ctx, "a filter nothing matches", nav(e.url+"/#/dlq?attr=tenant%3Dnone"),
+			poll(`document.querySelector("#dlq-list") && document.querySelector("#dlq-list").textContent.includes("No dead letter matches")`))
 
 		// Replay a with a patch, previewed first.
-		run(t, ctx, "open a", click(`#dlq-list a[href="#/dlq/`+a+`"]`),
+		run(t, ctx, "open a from the list", nav(e.url+"/#/dlq?attr=tenant%3Dacme"), click(`#dlq-list a[href="#/dlq/`+a+`"]`),
 			visible("#replay-form"))
 		if p := text(t, ctx, "#payload"); !contains(p, "[REDACTED]") || contains(p, "hunter2") {
 			t.Fatalf("the payload is not shown masked: %q", p)

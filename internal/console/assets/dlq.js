@@ -16,10 +16,13 @@ export async function dlqListPage(main, q) {
     status: h('select', { id: 'f-status', name: 'status' },
       ['', ...statuses].map((s) => h('option', { value: s, selected: (q.get('status') ?? 'open') === s }, s || 'any'))),
     error: h('input', { id: 'f-error', name: 'error_contains', value: q.get('error_contains') || '' }),
+    attr: h('input', { id: 'f-attr', name: 'attr', placeholder: 'key=value', value: q.get('attr') || '' }),
+    since: h('input', { id: 'f-since', name: 'since', placeholder: '24h, 7d or a time', value: q.get('since') || '' }),
   };
   const form = h('form', { class: 'filters', id: 'dlq-filters', role: 'search', 'aria-label': 'Filter dead letters' },
     field('Queue', f.queue), field('Kind', f.kind), field('Reason', f.reason), field('Status', f.status),
-    field('Error contains', f.error), h('button', { type: 'submit' }, 'Filter'));
+    field('Error contains', f.error), field('Attribute', f.attr), field('Dead since', f.since),
+    h('button', { type: 'submit' }, 'Filter'));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
     const p = new URLSearchParams();
@@ -28,10 +31,12 @@ export async function dlqListPage(main, q) {
     if (f.reason.value) p.set('reason', f.reason.value);
     p.set('status', f.status.value);
     if (f.error.value) p.set('error_contains', f.error.value);
+    if (f.attr.value) p.set('attr', f.attr.value);
+    if (f.since.value) p.set('since', f.since.value);
     location.hash = `#/dlq?${p}`;
   });
   const api_q = new URLSearchParams();
-  for (const k of ['queue', 'kind', 'reason', 'error_contains']) if (q.get(k)) api_q.set(k, q.get(k));
+  for (const k of ['queue', 'kind', 'reason', 'error_contains', 'attr', 'since']) if (q.get(k)) api_q.set(k, q.get(k));
   const st = q.get('status') ?? 'open';
   if (st) api_q.set('status', st);
   api_q.set('limit', '50');
