@@ -34,7 +34,7 @@ func stubs(t *testing.T, uid string, sudo bool, have ...string) string {
 echo "DEBIAN_FRONTEND=$DEBIAN_FRONTEND $*" >> "$d/apt.log"
 for p in "$@"; do
 	case "$p" in
-	prometheus) c=promtool;; nodejs) c=node;; npm) c=npm;; postgresql) c=initdb;; *) continue;;
+	prometheus) c=promtool;; chromium) c=chromium;; nodejs) c=node;; npm) c=npm;; postgresql) c=initdb;; *) continue;;
 	esac
 	printf '#!/bin/sh\n' > "$d/$c"; `+mustLook(t, "chmod")+` +x "$d/$c"
 done
@@ -91,7 +91,7 @@ func TestDepsInstallsWhatIsMissing(t *testing.T) {
 	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb"); len(m) == 0 {
 		pg = "postgresql " // Debian keeps initdb off PATH; deps looks there too
 	}
-	want := "--no-install-recommends " + pg + "prometheus nodejs npm"
+	want := "--no-install-recommends " + pg + "prometheus chromium nodejs npm"
 
 	t.Run("root dry run", func(t *testing.T) {
 		path := stubs(t, "0", false)
@@ -135,7 +135,7 @@ func TestDepsInstallsWhatIsMissing(t *testing.T) {
 		}
 	})
 	t.Run("only the lint missing", func(t *testing.T) {
-		path := stubs(t, "1000", false, "promtool", "initdb")
+		path := stubs(t, "1000", false, "promtool", "initdb", "chromium")
 		if out, code := deps(t, path); code != 0 || !strings.Contains(out, "the OpenAPI lint is skipped") {
 			t.Fatalf("exit %d, want 0 skipping the lint:\n%s", code, out)
 		}

@@ -226,8 +226,9 @@ func TestDemoServe(t *testing.T) {
 	if err != nil || !strings.Contains(line, "serving http://") {
 		t.Fatalf("no serving line: %q %v; stderr %s", line, err, errb.String())
 	}
-	base := strings.Fields(strings.TrimPrefix(line, "backstop demo: serving "))[0]
-	for _, p := range []string{"/healthz", "/v1/openapi.json", "/metrics"} {
+	// The first line opens with the console's URL: "backstop demo: console http://HOST:PORT/ …".
+	base := strings.TrimSuffix(strings.Fields(strings.TrimPrefix(line, "backstop demo: console "))[0], "/")
+	for _, p := range []string{"/", "/healthz", "/v1/openapi.json", "/metrics"} {
 		resp, err := http.Get(base + p)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("GET %s: %v %v", p, resp, err)

@@ -58,6 +58,9 @@ type Options struct {
 	PollInterval time.Duration
 	// Metrics, when set, is served unauthenticated at GET /metrics.
 	Metrics http.Handler
+	// SessionTTL is how long a web console session lasts (session.go).
+	// Default: DefaultSessionTTL.
+	SessionTTL time.Duration
 }
 
 // Server is the HTTP API. It is an http.Handler; Close stops its wake-up
@@ -81,6 +84,7 @@ type Server struct {
 	seen       seenWorkers    // remote workers' last recorded sighting (workers.go)
 	mask       *redact.Masker // payload masking (redaction.go)
 	tokenCache tokenCache     // tokens by hash, reused for TokenCacheTTL (tokencache.go)
+	sessions   sessions       // web console sessions (session.go)
 }
 
 // Route is one endpoint: its method, path pattern and the least role that
@@ -109,6 +113,7 @@ func New(opts Options) (*Server, error) {
 	opts.RateBurst = cmp.Or(opts.RateBurst, max(int(2*opts.RateLimit), 1))
 	opts.MaxWait = cmp.Or(opts.MaxWait, 30*time.Second)
 	opts.PollInterval = cmp.Or(opts.PollInterval, time.Second)
+	opts.SessionTTL = cmp.Or(opts.SessionTTL, DefaultSessionTTL)
 	s := &Server{
 		opts: opts, c: opts.Client, log: opts.Logger, tokens: tokens, reads: reads,
 		mux:   http.NewServeMux(),
@@ -185,6 +190,7 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/dlq/export", RoleViewer, s.exportDLQ)
 	s.handle("GET", "/v1/dlq/{id}", RoleViewer, s.getDeadLetter)
 	s.handle("POST", "/v1/dlq/{id}/replay", RoleAdmin, s.replayDeadLetter)
+	s.handle("POST", "/v1/dlq/{id}/replay/preview", RoleAdmin, s.previewReplay)
 	s.handle("POST", "/v1/dlq/{id}/discard", RoleAdmin, s.discardDeadLetter)
 	s.handle("POST", "/v1/dlq/{id}/resolve", RoleAdmin, s.resolveDeadLetter)
 	s.handle("POST", "/v1/dlq/redrive", RoleAdmin, s.redriveDLQ)

@@ -116,12 +116,24 @@ func principalFrom(ctx context.Context) principal {
 
 var errUnauthenticated = errors.New("unauthenticated")
 
-// authenticate resolves the bearer token. The lookup is by the SHA-256 of a
-// 256-bit random secret (its timing says nothing about the secret); the
-// stored hash is then compared in constant time.
+// authenticate resolves who is calling: a bearer token, else the web
+// console's session cookie (session.go: the session names a token, and
+// every mutating request must carry the session's CSRF token in
+// CSRFHeader), else, under --dev, the anonymous admin. The one place the
+// API and the console authenticate, so both follow the same tokens and
+// roles.
 func (s *Server) authenticate(r *http.Request) (principal, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
+		if c, err := r.Cookie(SessionCookie); err == nil && c.Value != "" {
+			sum, err := s.sessions.check(c.Value, r, s.now())
+			if err == nil {
+				return s.principalByHash(r.Context(), sum)
+			}
+			if !s.opts.AnonymousAdmin || !errors.Is(err, errNoSession) {
+				return principal{}, err
+			}
+		}
 		if s.opts.AnonymousAdmin {
 			return principal{Name: "anonymous", Role: RoleAdmin}, nil
 		}
@@ -131,12 +143,18 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || !strings.HasPrefix(secret, SecretPrefix) || len(secret) > maxSecretLen {
 		return principal{}, fail(codeUnauthenticated, "the Authorization header must be Bearer bst_...")
 	}
-	sum := HashSecret(secret)
+	return s.principalByHash(r.Context(), HashSecret(secret))
+}
+
+// principalByHash resolves a token by the SHA-256 of its secret. The lookup
+// is by the hash of a 256-bit random secret (its timing says nothing about
+// the secret); the stored hash is then compared in constant time.
+func (s *Server) principalByHash(ctx context.Context, sum []byte) (principal, error) {
 	now := s.now()
 	t := s.tokenCache.get(sum, now)
 	if t == nil {
 		var err error
-		t, err = s.tokens.TokenByHash(r.Context(), sum)
+		t, err = s.tokens.TokenByHash(ctx, sum)
 		if errors.Is(err, store.ErrNotFound) {
 			return principal{}, fail(codeUnauthenticated, "unknown token")
 		}
@@ -155,7 +173,7 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 	if err != nil {
 		return principal{}, fmt.Errorf("token %s has a bad role: %w", t.ID, err)
 	}
-	s.touch(r.Context(), t)
+	s.touch(ctx, t)
 	return principal{Name: t.Name, TokenID: t.ID, Role: role}, nil
 }
 

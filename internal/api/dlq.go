@@ -426,3 +426,30 @@ func (s *Server) exportDLQ(w http.ResponseWriter, r *http.Request) error {
 	s.log.Info("dead letters exported", "actor", p.Name, "exported", n)
 	return nil
 }
+
+// ReplayPreviewResponse is POST /v1/dlq/{id}/replay/preview: the payload the
+// replay would run with (masked as every payload the API shows).
+type ReplayPreviewResponse struct {
+	ID      string          `json:"id"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// POST /v1/dlq/{id}/replay/preview: the replay's patch applied by the
+// library's own rules, nothing written (the console's preview).
+func (s *Server) previewReplay(w http.ResponseWriter, r *http.Request) error {
+	var req ReplayRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return err
+	}
+	ops, err := req.ops()
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	payload, err := s.c.PreviewReplay(r.Context(), id, req.merge(), ops)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	return writeJSON(w, http.StatusOK, ReplayPreviewResponse{ID: id, Payload: p.payloadFor(&bt.Task{ID: id, Payload: payload})})
+}

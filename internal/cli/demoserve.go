@@ -14,6 +14,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/console"
 )
 
 // demoServe is `backstop demo --serve`: the product tour. The server runs
@@ -58,6 +59,7 @@ func (a *app) demoServe(ctx context.Context, addr string) error {
 		return err
 	}
 	hs := srv.HTTPServer(addr)
+	hs.Handler = console.Handler(srv) // the web console at /, the API beside it
 	hs.RegisterOnShutdown(srv.Close)
 
 	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{ID: "demo-worker", Queues: map[string]int{demoQueue: 20},
@@ -76,8 +78,9 @@ func (a *app) demoServe(ctx context.Context, addr string) error {
 	wg.Go(func() { demoReplay(bg, c, log) })
 
 	base := "http://" + ln.Addr().String()
-	fmt.Fprintf(a.stdout, `backstop demo: serving %s on %s (dev mode: no token needed, loopback only)
+	fmt.Fprintf(a.stdout, `backstop demo: console %s/ (open it in a browser) · serving %s on %s (dev mode: no token needed, loopback only)
 
+  Console       %s/
   API base      %s/v1
   OpenAPI       %s/v1/openapi.json
   Health        %s/healthz
@@ -95,7 +98,7 @@ and now and then a dead letter is replayed. Try:
   %s --db %s dlq list
 
 Ctrl-C stops.
-`, base, a.dbURL, base, base, base, base, demoQueue, base, base, base, base,
+`, base, base, a.dbURL, base, base, base, base, base, demoQueue, base, base, base, base,
 		selfCommand(), shellQuote(a.dbURL), selfCommand(), shellQuote(a.dbURL))
 
 	served := make(chan error, 1)

@@ -16,6 +16,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/config"
+	"github.com/backstophq/backstop/internal/console"
 	"github.com/backstophq/backstop/internal/execworker"
 	"github.com/backstophq/backstop/store"
 )
@@ -168,12 +169,13 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 	}
 	defer srv.Close()
 	hs := srv.HTTPServer(f.addr)
+	hs.Handler = console.Handler(srv) // the web console at /, the API beside it
 	hs.RegisterOnShutdown(srv.Close)
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "backstop: serving http://%s (API /v1, OpenAPI /v1/openapi.json, /healthz, /readyz)\n", ln.Addr())
+	fmt.Fprintf(a.stdout, "backstop: serving http://%s (console /, API /v1, OpenAPI /v1/openapi.json, /healthz, /readyz)\n", ln.Addr())
 	if f.dev {
 		log.Warn("--dev: requests without a token are admin")
 	}

@@ -1,0 +1,190 @@
+// Dead letters: the filtered list, and one dead letter with its attempts,
+// history and the admin's actions (replay with a previewed merge patch,
+// discard with a reason, resolve with a note).
+import { api, h, clear, can, flash, errorText, fmtTime, badge, table, field, pretty, live, debounce } from './lib.js';
+import { executionsSection, timelineSection, attributesList, payloadSection } from './tasks.js';
+
+const reasons = ['', 'attempts_exhausted', 'permanent_error', 'expired', 'poison'];
+const statuses = ['open', 'replayed', 'discarded', 'resolved'];
+
+export async function dlqListPage(main, q) {
+  const f = {
+    queue: h('input', { id: 'f-queue', name: 'queue', value: q.get('queue') || '' }),
+    kind: h('input', { id: 'f-kind', name: 'kind', value: q.get('kind') || '' }),
+    reason: h('select', { id: 'f-reason', name: 'reason' },
+      reasons.map((r) => h('option', { value: r, selected: q.get('reason') === r }, r || 'any'))),
+    status: h('select', { id: 'f-status', name: 'status' },
+      ['', ...statuses].map((s) => h('option', { value: s, selected: (q.get('status') ?? 'open') === s }, s || 'any'))),
+    error: h('input', { id: 'f-error', name: 'error_contains', value: q.get('error_contains') || '' }),
+    attr: h('input', { id: 'f-attr', name: 'attr', placeholder: 'key=value', value: q.get('attr') || '' }),
+    since: h('input', { id: 'f-since', name: 'since', placeholder: '24h, 7d or a time', value: q.get('since') || '' }),
+  };
+  const form = h('form', { class: 'filters', id: 'dlq-filters', role: 'search', 'aria-label': 'Filter dead letters' },
+    field('Queue', f.queue), field('Kind', f.kind), field('Reason', f.reason), field('Status', f.status),
+    field('Error contains', f.error), field('Attribute', f.attr), field('Dead since', f.since),
+    h('button', { type: 'submit' }, 'Filter'));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const p = new URLSearchParams();
+    if (f.queue.value) p.set('queue', f.queue.value);
+    if (f.kind.value) p.set('kind', f.kind.value);
+    if (f.reason.value) p.set('reason', f.reason.value);
+    p.set('status', f.status.value);
+    if (f.error.value) p.set('error_contains', f.error.value);
+    if (f.attr.value) p.set('attr', f.attr.value);
+    if (f.since.value) p.set('since', f.since.value);
+    location.hash = `#/dlq?${p}`;
+  });
+  const api_q = new URLSearchParams();
+  for (const k of ['queue', 'kind', 'reason', 'error_contains', 'attr', 'since']) if (q.get(k)) api_q.set(k, q.get(k));
+  const st = q.get('status') ?? 'open';
+  if (st) api_q.set('status', st);
+  api_q.set('limit', '50');
+  if (q.get('after')) api_q.set('after', q.get('after'));
+  const page = await api('GET', `/v1/dlq?${api_q}`);
+  const rows = page.items.map((t) => [
+    h('a', { href: `#/dlq/${encodeURIComponent(t.id)}`, class: 'mono' }, t.id),
+    t.queue, t.kind, badge(t.reason || '', 'reason'), badge(t.dlq_status || '', t.dlq_status),
+    h('span', { class: 'err' }, t.last_error), String(t.attempt), fmtTime(t.last_seen),
+  ]);
+  const next = page.next_cursor;
+  const nq = new URLSearchParams(q);
+  if (next) nq.set('after', next);
+  clear(main,
+    h('h1', {}, 'Dead letters'),
+    form,
+    h('div', { class: 'scroll', id: 'dlq-list' },
+      table('Dead letters', ['Id', 'Queue', 'Kind', 'Reason', 'Status', 'Last error', 'Attempts', 'Last seen'], rows,
+        'No dead letter matches.')),
+    h('nav', { class: 'pager', 'aria-label': 'Pages' },
+      q.get('after') ? h('a', { href: `#/dlq?${withoutAfter(q)}` }, 'First page') : null,
+      next ? h('a', { href: `#/dlq?${nq}`, rel: 'next' }, 'Next page') : null));
+  const refresh = debounce(() => { if (location.hash.startsWith('#/dlq?') || location.hash === '#/dlq') dlqListPage(main, q).catch(() => {}); }, 3000);
+  live(main, 'type.task.dead_lettered', refresh);
+}
+
+function withoutAfter(q) {
+  const p = new URLSearchParams(q);
+  p.delete('after');
+  return p;
+}
+
+export async function dlqPage(main, id) {
+  const t = await api('GET', `/v1/dlq/${encodeURIComponent(id)}`);
+  const actions = h('section', { class: 'actions', 'aria-labelledby': 'actions-title' });
+  if (can('admin') && t.dlq_status === 'open') actions.append(...adminActions(main, t));
+  else if (can('admin')) actions.append(h('p', { class: 'muted' }, `This dead letter is ${t.dlq_status}: nothing to do.`));
+  clear(main,
+    h('p', {}, h('a', { href: '#/dlq' }, '← Dead letters')),
+    h('h1', {}, 'Dead letter ', h('span', { class: 'mono' }, t.id)),
+    h('dl', { class: 'facts' },
+      h('dt', {}, 'Queue'), h('dd', {}, t.queue),
+      h('dt', {}, 'Kind'), h('dd', {}, t.kind),
+      h('dt', {}, 'Reason'), h('dd', {}, badge(t.reason || '', 'reason')),
+      h('dt', {}, 'Status'), h('dd', { id: 'dlq-status' }, badge(t.dlq_status || '', t.dlq_status)),
+      h('dt', {}, 'Attempts'), h('dd', {}, `${t.attempt} of ${t.max_attempts}`),
+      h('dt', {}, 'Dead'), h('dd', {}, `${t.dead_count} time(s); first ${fmtTime(t.first_seen)}, last ${fmtTime(t.last_seen)}`),
+      h('dt', {}, 'Replays'), h('dd', {}, String(t.replay_count || 0)),
+      h('dt', {}, 'Last error'), h('dd', { class: 'err', id: 'last-error' }, t.last_error),
+      h('dt', {}, 'Task page'), h('dd', {}, h('a', { href: `#/tasks/${encodeURIComponent(t.id)}` }, 'executions and logs'))),
+    h('section', { 'aria-labelledby': 'actions-title' }, h('h2', { id: 'actions-title' }, 'Actions'),
+      can('admin') ? actions : h('p', { class: 'muted', id: 'no-actions' }, 'Replay, discard and resolve need the admin role.')),
+    payloadSection(t),
+    h('section', { 'aria-labelledby': 'attrs-title' }, h('h2', { id: 'attrs-title' }, 'Attributes'), attributesList(t.attributes)),
+    executionsSection(t),
+    timelineSection(t.events));
+  const refresh = debounce(() => { if (location.hash.startsWith('#/dlq/')) dlqPage(main, id).catch(() => {}); }, 1000);
+  live(main, `task.${id}`, (e) => { if (!seen(t.events, e)) refresh(); });
+}
+
+// seen: the page already shows this event (the stream starts at the
+// beginning of the task's history).
+function seen(events, e) { return (events || []).some((x) => x.id === e.id); }
+
+function adminActions(main, t) {
+  const id = encodeURIComponent(t.id);
+  const patch = h('textarea', { id: 'merge-patch', rows: 5, spellcheck: 'false',
+    placeholder: '{"key": "new value", "remove_me": null}' });
+  const preview = h('pre', { class: 'json', id: 'preview', 'aria-live': 'polite', hidden: true });
+  const confirm = h('button', { type: 'button', class: 'primary', id: 'replay-confirm', hidden: true }, 'Confirm replay');
+  const status = h('p', { class: 'error', role: 'alert', id: 'replay-error' });
+  let pending = null;
+  const body = () => {
+    const txt = patch.value.trim();
+    if (!txt) return {};
+    return { merge_patch: JSON.parse(txt) };
+  };
+  const replayForm = h('form', { class: 'card', id: 'replay-form', 'aria-labelledby': 'replay-title' },
+    h('h3', { id: 'replay-title' }, 'Replay'),
+    h('p', { class: 'muted small' }, 'Runs the task again under the same id. Optionally change the payload with a JSON merge patch (RFC 7396); preview the result before you confirm.'),
+    field('Merge patch (optional)', patch),
+    h('button', { type: 'submit', id: 'replay-preview' }, 'Preview replay'),
+    status, preview, confirm);
+  replayForm.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    clear(status);
+    confirm.hidden = true;
+    try {
+      pending = body();
+    } catch (e) {
+      clear(status, `The merge patch is not JSON: ${e.message}`);
+      return;
+    }
+    try {
+      const p = await api('POST', `/v1/dlq/${id}/replay/preview`, pending);
+      clear(preview, pretty(p.payload));
+      preview.hidden = false;
+      preview.setAttribute('aria-label', 'The payload the replay will run with');
+      confirm.hidden = false;
+      confirm.focus();
+    } catch (e) {
+      clear(status, errorText(e));
+    }
+  });
+  confirm.addEventListener('click', async () => {
+    confirm.disabled = true;
+    try {
+      const r = await api('POST', `/v1/dlq/${id}/replay`, pending);
+      flash(r.replayed ? `Replayed ${t.id}: it is ${r.task ? r.task.state : 'waiting'} again.` : `Not replayed: it is ${r.state} (${r.dlq_status}).`);
+      location.hash = `#/tasks/${id}`;
+    } catch (e) {
+      clear(status, errorText(e));
+      confirm.disabled = false;
+    }
+  });
+
+  const reason = h('input', { id: 'discard-reason', required: true });
+  const discardErr = h('p', { class: 'error', role: 'alert' });
+  const discard = h('form', { class: 'card', id: 'discard-form', 'aria-labelledby': 'discard-title' },
+    h('h3', { id: 'discard-title' }, 'Discard'),
+    field('Reason (required)', reason), discardErr,
+    h('button', { type: 'submit', class: 'danger' }, 'Discard'));
+  discard.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    try {
+      await api('POST', `/v1/dlq/${id}/discard`, { reason: reason.value });
+      flash(`Discarded ${t.id}.`);
+      await dlqPage(main, t.id);
+    } catch (e) {
+      clear(discardErr, errorText(e));
+    }
+  });
+
+  const note = h('input', { id: 'resolve-note' });
+  const resolveErr = h('p', { class: 'error', role: 'alert' });
+  const resolve = h('form', { class: 'card', id: 'resolve-form', 'aria-labelledby': 'resolve-title' },
+    h('h3', { id: 'resolve-title' }, 'Resolve'),
+    field('Note (optional)', note), resolveErr,
+    h('button', { type: 'submit' }, 'Resolve'));
+  resolve.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    try {
+      await api('POST', `/v1/dlq/${id}/resolve`, note.value ? { note: note.value } : {});
+      flash(`Resolved ${t.id}.`);
+      await dlqPage(main, t.id);
+    } catch (e) {
+      clear(resolveErr, errorText(e));
+    }
+  });
+  return [replayForm, discard, resolve];
+}

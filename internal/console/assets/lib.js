@@ -1,0 +1,187 @@
+// Shared helpers: the API client (session cookie + CSRF header), DOM
+// building that only ever makes text nodes from data, and formatting.
+
+let session = null; // {name, role, csrf, dev}
+
+export function getSession() { return session; }
+export function setSession(s) { session = s; }
+
+const ranks = { viewer: 1, operator: 2, admin: 3 };
+// can: the signed-in role includes role. The UI hides what it may not do;
+// the server decides anyway.
+export function can(role) { return !!session && (ranks[session.role] || 0) >= ranks[role]; }
+
+export class APIError extends Error {
+  constructor(status, problem) {
+    super((problem && (problem.detail || problem.title)) || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+let onUnauthenticated = () => {};
+export function whenSignedOut(fn) { onUnauthenticated = fn; }
+
+// api calls the /v1 API (or the console's session endpoints) as the
+// signed-in session: the cookie goes along by itself, the CSRF token in a
+// header on anything but GET.
+export async function api(method, path, body) {
+  const headers = { Accept: 'application/json' };
+  const opts = { method, headers, credentials: 'same-origin', cache: 'no-store' };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    opts.body = JSON.stringify(body);
+  }
+  if (method !== 'GET' && session && session.csrf) headers['X-Backstop-CSRF'] = session.csrf;
+  const r = await fetch(path, opts);
+  if (r.status === 204) return null;
+  let data = null;
+  const ct = r.headers.get('Content-Type') || '';
+  if (ct.includes('json')) data = await r.json();
+  if (!r.ok) {
+    if (r.status === 401 && !path.startsWith('/console/session')) onUnauthenticated();
+    throw new APIError(r.status, data);
+  }
+  return data;
+}
+
+// h builds an element. attrs: properties/attributes ("on…" keys are
+// listeners); children: nodes, or anything else as text (never HTML).
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else if (k === 'dataset') Object.assign(el.dataset, v);
+    else if (k in el && typeof v !== 'string') el[k] = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+}
+
+export function clear(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+export function flash(msg, kind = 'ok') {
+  const f = document.getElementById('flash');
+  clear(f, h('p', { class: `flash ${kind}` }, msg));
+}
+
+export function errorText(e) {
+  if (e instanceof APIError) {
+    const p = e.problem || {};
+    return `${e.status} ${p.code || ''}: ${p.detail || p.title || e.message}`;
+  }
+  return String(e && e.message ? e.message : e);
+}
+
+// pretty renders JSON for a <pre> (as text).
+export function pretty(v) {
+  if (v === undefined) return '';
+  try { return JSON.stringify(v, null, 2); } catch { return String(v); }
+}
+
+export function fmtTime(s) {
+  if (!s) return '';
+  const d = new Date(s);
+  if (isNaN(d)) return String(s);
+  return d.toLocaleString(undefined, { hour12: false });
+}
+
+export function fmtAge(ms) {
+  if (ms < 0 || !isFinite(ms)) return '';
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${s % 60}s`;
+  const hh = Math.floor(m / 60);
+  if (hh < 48) return `${hh}h ${m % 60}m`;
+  return `${Math.floor(hh / 24)}d ${hh % 24}h`;
+}
+
+export function fmtDuration(start, end) {
+  if (!start || !end) return '';
+  const ms = new Date(end) - new Date(start);
+  if (ms < 1000) return `${ms} ms`;
+  return fmtAge(ms);
+}
+
+export function badge(text, cls) {
+  return h('span', { class: `badge ${cls || text}` }, text);
+}
+
+// table: a labelled table from column headers and rows of cells.
+export function table(caption, headers, rows, empty = 'Nothing here.') {
+  if (rows.length === 0) return h('p', { class: 'muted' }, empty);
+  return h('table', {},
+    h('caption', { class: 'sr-only' }, caption),
+    h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col' }, x)))),
+    h('tbody', {}, rows.map((r) => h('tr', {}, r.map((c) => h('td', {}, c))))));
+}
+
+// field: a labelled form control.
+export function field(label, control) {
+  const id = control.id || `f-${Math.random().toString(36).slice(2, 9)}`;
+  control.id = id;
+  return h('div', { class: 'field' }, h('label', { for: id }, label), control);
+}
+
+// live follows an event stream with Server-Sent Events for the page
+// rendered into view: at most one stream is open, the current page's. A
+// page that is not shown yet gets its stream when the router shows it
+// (showLive); a page re-rendering itself keeps its open stream.
+let current = null; // {view, stream, onEvent, es}
+export function live(view, stream, onEvent) {
+  view._live = { stream, onEvent };
+  if (current && current.view === view && current.stream === stream) {
+    current.onEvent = onEvent;
+    return;
+  }
+  if (view.isConnected) showLive(view);
+}
+
+export function showLive(view) {
+  stopLive();
+  if (!view._live) return;
+  const es = new EventSource(`/v1/events?stream=${encodeURIComponent(view._live.stream)}`);
+  const cur = { view, stream: view._live.stream, onEvent: view._live.onEvent, es };
+  const handler = (ev) => {
+    let data = null;
+    try { data = JSON.parse(ev.data); } catch { return; }
+    if (current === cur) cur.onEvent(data);
+  };
+  es.onmessage = handler;
+  // Named events (event: task.failed …) need their own listeners.
+  for (const t of ['task.enqueued', 'task.claimed', 'task.started', 'task.progress', 'task.succeeded', 'task.failed',
+    'task.retry_scheduled', 'task.dead_lettered', 'task.canceled', 'task.cancel_requested', 'task.snoozed',
+    'task.released', 'task.lease_expired', 'dlq.replay_requested', 'dlq.replayed', 'dlq.discarded', 'dlq.resolved']) {
+    es.addEventListener(t, handler);
+  }
+  current = cur;
+}
+
+export function stopLive() {
+  if (current) current.es.close();
+  current = null;
+}
+
+// debounce: at most one call per wait, the last one wins.
+export function debounce(fn, wait) {
+  let t = null;
+  return (...a) => {
+    if (t) return;
+    t = setTimeout(() => { t = null; fn(...a); }, wait);
+  };
+}

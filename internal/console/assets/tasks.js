@@ -1,0 +1,196 @@
+// Tasks: the filtered list, and one task: did it run, how far did it get,
+// why did it stop. State, progress, payload, attributes, the event
+// timeline, every execution and its log; cancel (operator).
+import { api, h, clear, can, flash, errorText, fmtTime, fmtDuration, badge, table, field, pretty, live, debounce } from './lib.js';
+
+const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
+
+export async function tasksPage(main, q) {
+  const f = {
+    id: h('input', { id: 'f-id', name: 'id', placeholder: 'find by id' }),
+    queue: h('input', { id: 'f-queue', name: 'queue', value: q.get('queue') || '' }),
+    kind: h('input', { id: 'f-kind', name: 'kind', value: q.get('kind') || '' }),
+    state: h('select', { id: 'f-state', name: 'state' },
+      ['', ...states].map((s) => h('option', { value: s, selected: (q.get('state') || '') === s }, s || 'any'))),
+    attr: h('input', { id: 'f-attr', name: 'attr', placeholder: 'key=value', value: q.get('attr') || '' }),
+  };
+  const form = h('form', { class: 'filters', id: 'task-filters', role: 'search', 'aria-label': 'Filter tasks' },
+    field('Queue', f.queue), field('Kind', f.kind), field('State', f.state), field('Attribute', f.attr),
+    h('button', { type: 'submit' }, 'Filter'));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const p = new URLSearchParams();
+    for (const k of ['queue', 'kind', 'state', 'attr']) if (f[k].value) p.set(k, f[k].value);
+    location.hash = `#/tasks?${p}`;
+  });
+  const find = h('form', { class: 'filters', role: 'search', 'aria-label': 'Find a task by id' },
+    field('Task id', f.id), h('button', { type: 'submit' }, 'Open'));
+  find.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    if (f.id.value.trim()) location.hash = `#/tasks/${encodeURIComponent(f.id.value.trim())}`;
+  });
+  const aq = new URLSearchParams();
+  for (const k of ['queue', 'kind', 'state', 'attr', 'after']) if (q.get(k)) aq.set(k, q.get(k));
+  aq.set('limit', '50');
+  const page = await api('GET', `/v1/tasks?${aq}`);
+  const rows = page.items.map((t) => [
+    h('a', { href: `#/tasks/${encodeURIComponent(t.id)}`, class: 'mono' }, t.id),
+    t.queue, t.kind, badge(t.state), `${t.attempt}/${t.max_attempts}`, progressText(t.progress),
+    fmtTime(t.created_at), h('span', { class: 'err' }, t.last_error),
+  ]);
+  const nq = new URLSearchParams(q);
+  if (page.next_cursor) nq.set('after', page.next_cursor);
+  const first = new URLSearchParams(q);
+  first.delete('after');
+  clear(main,
+    h('h1', {}, 'Tasks'),
+    find, form,
+    h('div', { class: 'scroll', id: 'task-list' },
+      table('Tasks', ['Id', 'Queue', 'Kind', 'State', 'Attempts', 'Progress', 'Created', 'Last error'], rows, 'No task matches.')),
+    h('nav', { class: 'pager', 'aria-label': 'Pages' },
+      q.get('after') ? h('a', { href: `#/tasks?${first}` }, 'First page') : null,
+      page.next_cursor ? h('a', { href: `#/tasks?${nq}`, rel: 'next' }, 'Next page') : null));
+}
+
+function progressText(p) {
+  if (!p || !p.total_steps) return '';
+  return `${p.completed_steps || 0}/${p.total_steps}`;
+}
+
+export function attributesList(attrs) {
+  const keys = Object.keys(attrs || {}).sort();
+  if (keys.length === 0) return h('p', { class: 'muted' }, 'None.');
+  return h('dl', { class: 'facts', id: 'attributes' }, keys.map((k) => [h('dt', {}, k), h('dd', {}, attrs[k])]));
+}
+
+export function timelineSection(events) {
+  const items = (events || []).map((e) => h('li', {},
+    h('time', { datetime: e.time }, fmtTime(e.time)), ' ',
+    h('strong', {}, e.type), e.actor ? ` by ${e.actor}` : '',
+    e.body && Object.keys(e.body).length ? h('code', { class: 'body' }, JSON.stringify(e.body)) : null));
+  return h('section', { 'aria-labelledby': 'timeline-title' },
+    h('h2', { id: 'timeline-title' }, 'Timeline'),
+    items.length ? h('ol', { class: 'timeline', id: 'timeline' }, items) : h('p', { class: 'muted' }, 'No events.'));
+}
+
+export function executionsSection(t) {
+  const ex = t.executions || [];
+  const rows = ex.map((x) => [
+    String(x.attempt), x.outcome ? badge(x.outcome, 'outcome') : badge('running'),
+    fmtTime(x.started_at), fmtDuration(x.started_at, x.finished_at), h('span', { class: 'mono' }, x.worker_id),
+    h('span', { class: 'err' }, x.error, x.error_detail ? h('details', {}, h('summary', {}, 'detail'), h('pre', {}, x.error_detail)) : null),
+    h('a', { href: `#/tasks/${encodeURIComponent(t.id)}?log=${encodeURIComponent(x.execution_id)}`,
+      'aria-label': `Log of attempt ${x.attempt}` }, 'log'),
+  ]);
+  return h('section', { 'aria-labelledby': 'exec-title' },
+    h('h2', { id: 'exec-title' }, 'Executions'),
+    h('div', { class: 'scroll', id: 'executions' },
+      table('Executions of this task', ['Attempt', 'Outcome', 'Started', 'Duration', 'Worker', 'Error', 'Log'], rows, 'It has not run yet.')));
+}
+
+export async function taskPage(main, id) {
+  const t = await api('GET', `/v1/tasks/${encodeURIComponent(id)}`);
+  const logBox = h('section', { id: 'log', 'aria-labelledby': 'log-title', hidden: true });
+  const logURL = (x, after) => {
+    const qs = new URLSearchParams({ limit: '200' });
+    if (after !== undefined && after !== null) qs.set('after', String(after));
+    return `/v1/tasks/${encodeURIComponent(t.id)}/executions/${encodeURIComponent(x.execution_id)}/logs?${qs}`;
+  };
+  const logLine = (l) => `${fmtTime(l.at)} ${l.stream} ${l.line}\n`;
+  // follow appends the lines a running attempt writes, one read a second
+  // after the last line shown, while the log is on screen.
+  const follow = (x, pre, last) => {
+    const tick = async () => {
+      if (!pre.isConnected) return;
+      try {
+        const page = await api('GET', logURL(x, last));
+        for (const l of page.items) {
+          pre.append(document.createTextNode(logLine(l)));
+          last = l.seq;
+        }
+      } catch { /* the next tick tries again */ }
+      if (pre.isConnected) setTimeout(tick, 1000);
+    };
+    setTimeout(tick, 1000);
+  };
+  const showLog = async (x, after) => {
+    logBox.hidden = false;
+    const running = !x.finished_at;
+    try {
+      const page = await api('GET', logURL(x, after));
+      const more = page.next_cursor ? h('button', { type: 'button', onclick: () => showLog(x, page.next_cursor) }, 'Next lines') : null;
+      const pre = h('pre', { class: 'log', id: 'log-lines', tabindex: '0', 'aria-live': running ? 'polite' : 'off' }, page.items.map(logLine));
+      clear(logBox,
+        h('h2', { id: 'log-title' }, `Log of attempt ${x.attempt}`),
+        page.items.length || running ? pre : h('p', { class: 'muted' }, 'No lines.'),
+        more,
+        running ? h('p', { class: 'muted small', id: 'log-following' }, 'Following the running attempt: new lines appear as it writes them.') : null);
+      if (running && !page.next_cursor) follow(x, pre, page.items.length ? page.items[page.items.length - 1].seq : after);
+    } catch (e) {
+      clear(logBox, h('h2', { id: 'log-title' }, 'Log'), h('p', { class: 'error' }, errorText(e)));
+    }
+  };
+  const pct = t.progress && t.progress.total_steps ? Math.min(100, Math.round(100 * (t.progress.completed_steps || 0) / t.progress.total_steps)) : null;
+  const waiting = ['scheduled', 'pending', 'buffered', 'running'].includes(t.state);
+  const cancel = can('operator') && waiting && !t.cancel_requested_at
+    ? h('button', { type: 'button', class: 'danger', id: 'cancel', onclick: async () => {
+      try {
+        await api('POST', `/v1/tasks/${encodeURIComponent(t.id)}/cancel`);
+        flash(`Cancel requested for ${t.id}.`);
+        await taskPage(main, id);
+      } catch (e) {
+        flash(errorText(e), 'error');
+      }
+    } }, 'Cancel task')
+    : null;
+  clear(main,
+    h('p', {}, h('a', { href: '#/tasks' }, '← Tasks')),
+    h('h1', {}, 'Task ', h('span', { class: 'mono' }, t.id)),
+    h('dl', { class: 'facts' },
+      h('dt', {}, 'State'), h('dd', { id: 'task-state' }, badge(t.state), t.cancel_requested_at ? ' (cancel requested)' : ''),
+      h('dt', {}, 'Queue'), h('dd', {}, h('a', { href: `#/tasks?queue=${encodeURIComponent(t.queue)}` }, t.queue)),
+      h('dt', {}, 'Kind'), h('dd', { id: 'task-kind' }, t.kind),
+      h('dt', {}, 'Attempts'), h('dd', {}, `${t.attempt} of ${t.max_attempts}`),
+      h('dt', {}, 'Progress'), h('dd', {}, pct === null ? '—'
+        : [h('progress', { max: 100, value: pct, 'aria-label': 'Progress' }), ` ${progressText(t.progress)} steps (${pct}%)`]),
+      h('dt', {}, 'Created'), h('dd', {}, fmtTime(t.created_at)),
+      h('dt', {}, 'Run at'), h('dd', {}, fmtTime(t.run_at)),
+      t.state === 'running' && t.execution_id ? [h('dt', {}, 'Running'), h('dd', {}, `attempt ${t.attempt} on `,
+        h('span', { class: 'mono' }, t.worker_id || '?'), ' · ',
+        h('a', { href: `#/tasks/${encodeURIComponent(t.id)}?log=${encodeURIComponent(t.execution_id)}`, id: 'current-log' }, 'follow its log'))] : null,
+      h('dt', {}, 'Last error'), h('dd', { class: 'err', id: 'last-error' }, t.last_error || '—'),
+      t.state === 'dead' ? [h('dt', {}, 'Dead letter'), h('dd', {}, h('a', { href: `#/dlq/${encodeURIComponent(t.id)}` }, `${t.reason} · ${t.dlq_status}`))] : null),
+    cancel ? h('p', {}, cancel) : null,
+    payloadSection(t),
+    h('section', { 'aria-labelledby': 'attrs-title' }, h('h2', { id: 'attrs-title' }, 'Attributes'), attributesList(t.attributes)),
+    executionsSection(t),
+    logBox,
+    timelineSection(t.events));
+  const want = new URLSearchParams(location.hash.split('?')[1] || '').get('log');
+  let x = (t.executions || []).find((e) => e.execution_id === want);
+  if (!x && want && want === t.execution_id) x = { execution_id: t.execution_id, attempt: t.attempt, finished_at: null };
+  if (x) await showLog(x);
+  const known = new Set((t.events || []).map((e) => e.id));
+  const refresh = debounce(() => { if (location.hash.startsWith(`#/tasks/${encodeURIComponent(id)}`)) taskPage(main, id).catch(() => {}); }, 1000);
+  live(main, `task.${id}`, (e) => { if (!known.has(e.id)) refresh(); });
+}
+
+// payloadSection shows the payload masked, as every role reads it; an admin
+// may ask for it raw, which the API records in the task's history
+// (task.payload_viewed, with the admin's token name).
+export function payloadSection(t) {
+  const pre = h('pre', { class: 'json', id: 'payload', tabindex: '0' }, pretty(t.payload));
+  const note = h('span', { class: 'muted small', id: 'payload-mode' }, '(secrets masked)');
+  const raw = can('admin') ? h('button', { type: 'button', class: 'small', id: 'show-raw', onclick: async () => {
+    try {
+      const full = await api('GET', `/v1/tasks/${encodeURIComponent(t.id)}?raw=true`);
+      clear(pre, pretty(full.payload));
+      clear(note, '(raw: this view is recorded in the task\'s history)');
+      raw.remove();
+    } catch (e) {
+      flash(errorText(e), 'error');
+    }
+  } }, 'Show raw (audited)') : null;
+  return h('section', { 'aria-labelledby': 'payload-title' },
+    h('h2', { id: 'payload-title' }, 'Payload ', note, ' ', raw), pre);
+}
