@@ -3,6 +3,7 @@ import { api, h, clear, flash, errorText, getSession, setSession, whenSignedOut,
 import { overviewPage } from './overview.js';
 import { dlqListPage, dlqPage } from './dlq.js';
 import { tasksPage, taskPage } from './tasks.js';
+import { workersPage, workerPage } from './workers.js';
 
 const main = document.getElementById('main');
 
@@ -14,6 +15,8 @@ const routes = [
   [/^\/dlq\/([^/]+)$/, 'dlq', (view, m) => dlqPage(view, decodeURIComponent(m[1]))],
   [/^\/tasks$/, 'tasks', (view, m, q) => tasksPage(view, q)],
   [/^\/tasks\/([^/]+)$/, 'tasks', (view, m) => taskPage(view, decodeURIComponent(m[1]))],
+  [/^\/workers$/, 'workers', (view, m, q) => workersPage(view, q)],
+  [/^\/workers\/([^/]+)$/, 'workers', (view, m) => workerPage(view, decodeURIComponent(m[1]))],
 ];
 
 // Each page renders into a view of its own, shown once it is ready and

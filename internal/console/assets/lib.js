@@ -142,10 +142,11 @@ export function field(label, control) {
 // rendered into view: at most one stream is open, the current page's. A
 // page that is not shown yet gets its stream when the router shows it
 // (showLive); a page re-rendering itself keeps its open stream.
-let current = null; // {view, stream, onEvent, es}
-export function live(view, stream, onEvent) {
-  view._live = { stream, onEvent };
-  if (current && current.view === view && current.stream === stream) {
+// after (optional) is the cursor the stream resumes behind.
+let current = null; // {view, stream, after, onEvent, es}
+export function live(view, stream, onEvent, after) {
+  view._live = { stream, onEvent, after: after || '' };
+  if (current && current.view === view && current.stream === stream && current.after === (after || '')) {
     current.onEvent = onEvent;
     return;
   }
@@ -155,8 +156,10 @@ export function live(view, stream, onEvent) {
 export function showLive(view) {
   stopLive();
   if (!view._live) return;
-  const es = new EventSource(`/v1/events?stream=${encodeURIComponent(view._live.stream)}`);
-  const cur = { view, stream: view._live.stream, onEvent: view._live.onEvent, es };
+  const qs = new URLSearchParams({ stream: view._live.stream });
+  if (view._live.after) qs.set('after', view._live.after);
+  const es = new EventSource(`/v1/events?${qs}`);
+  const cur = { view, stream: view._live.stream, after: view._live.after, onEvent: view._live.onEvent, es };
   const handler = (ev) => {
     let data = null;
     try { data = JSON.parse(ev.data); } catch { return; }
@@ -164,13 +167,21 @@ export function showLive(view) {
   };
   es.onmessage = handler;
   // Named events (event: task.failed …) need their own listeners.
-  for (const t of ['task.enqueued', 'task.claimed', 'task.started', 'task.progress', 'task.succeeded', 'task.failed',
-    'task.retry_scheduled', 'task.dead_lettered', 'task.canceled', 'task.cancel_requested', 'task.snoozed',
-    'task.released', 'task.lease_expired', 'dlq.replay_requested', 'dlq.replayed', 'dlq.discarded', 'dlq.resolved']) {
-    es.addEventListener(t, handler);
-  }
+  for (const t of eventTypes) es.addEventListener(t, handler);
   current = cur;
 }
+
+// eventTypes: every event type the log holds (docs/events.md).
+export const eventTypes = ['task.enqueued', 'task.claimed', 'task.started', 'task.progress', 'task.succeeded', 'task.failed',
+  'task.retry_scheduled', 'task.dead_lettered', 'task.canceled', 'task.cancel_requested', 'task.snoozed',
+  'task.released', 'task.lease_expired', 'task.too_complex', 'task.payload_viewed', 'task.dlq_resolved',
+  'dlq.replay_requested', 'dlq.replayed', 'dlq.replay_failed', 'dlq.discarded', 'dlq.resolved',
+  'worker.started', 'worker.heartbeat_lost', 'worker.stopped',
+  'ordering.buffered', 'ordering.released', 'ordering.gap_reported', 'ordering.stale', 'ordering.timeout',
+  'ordering.circuit_breaker'];
+
+// liveOpen: whether view's stream is the open one.
+export function liveOpen(view) { return !!current && current.view === view; }
 
 export function stopLive() {
   if (current) current.es.close();

@@ -77,7 +77,8 @@ export function executionsSection(t) {
   const ex = t.executions || [];
   const rows = ex.map((x) => [
     String(x.attempt), x.outcome ? badge(x.outcome, 'outcome') : badge('running'),
-    fmtTime(x.started_at), fmtDuration(x.started_at, x.finished_at), h('span', { class: 'mono' }, x.worker_id),
+    fmtTime(x.started_at), fmtDuration(x.started_at, x.finished_at),
+    x.worker_id ? h('a', { href: `#/workers/${encodeURIComponent(x.worker_id)}`, class: 'mono' }, x.worker_id) : '',
     h('span', { class: 'err' }, x.error, x.error_detail ? h('details', {}, h('summary', {}, 'detail'), h('pre', {}, x.error_detail)) : null),
     h('a', { href: `#/tasks/${encodeURIComponent(t.id)}?log=${encodeURIComponent(x.execution_id)}`,
       'aria-label': `Log of attempt ${x.attempt}` }, 'log'),
@@ -156,7 +157,7 @@ export async function taskPage(main, id) {
       h('dt', {}, 'Created'), h('dd', {}, fmtTime(t.created_at)),
       h('dt', {}, 'Run at'), h('dd', {}, fmtTime(t.run_at)),
       t.state === 'running' && t.execution_id ? [h('dt', {}, 'Running'), h('dd', {}, `attempt ${t.attempt} on `,
-        h('span', { class: 'mono' }, t.worker_id || '?'), ' · ',
+        t.worker_id ? h('a', { href: `#/workers/${encodeURIComponent(t.worker_id)}`, class: 'mono', id: 'current-worker' }, t.worker_id) : '?', ' · ',
         h('a', { href: `#/tasks/${encodeURIComponent(t.id)}?log=${encodeURIComponent(t.execution_id)}`, id: 'current-log' }, 'follow its log'))] : null,
       h('dt', {}, 'Last error'), h('dd', { class: 'err', id: 'last-error' }, t.last_error || '—'),
       t.state === 'dead' ? [h('dt', {}, 'Dead letter'), h('dd', {}, h('a', { href: `#/dlq/${encodeURIComponent(t.id)}` }, `${t.reason} · ${t.dlq_status}`))] : null),

@@ -1,0 +1,96 @@
+// Workers: the registry (host, pid, queues, version, labels, state, last
+// seen), and one worker with its recent executions, each linking to the
+// attempt's log on the task page (seed 004's path: task → instances →
+// executions → logs).
+import { api, h, clear, fmtTime, fmtAge, fmtDuration, badge, table, field, live, debounce } from './lib.js';
+
+const workerStates = ['active', 'stale', 'stopping', 'stopped'];
+
+function labelsText(labels) {
+  const keys = Object.keys(labels || {}).sort();
+  return keys.map((k) => `${k}=${labels[k]}`).join(', ');
+}
+
+export async function workersPage(main, q) {
+  const f = {
+    queue: h('input', { id: 'wf-queue', name: 'queue', value: q.get('queue') || '' }),
+    state: h('select', { id: 'wf-state', name: 'state' },
+      ['', ...workerStates].map((s) => h('option', { value: s, selected: (q.get('state') || '') === s }, s || 'any'))),
+  };
+  const form = h('form', { class: 'filters', id: 'worker-filters', role: 'search', 'aria-label': 'Filter workers' },
+    field('Queue', f.queue), field('State', f.state), h('button', { type: 'submit' }, 'Filter'));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const p = new URLSearchParams();
+    for (const k of ['queue', 'state']) if (f[k].value) p.set(k, f[k].value);
+    location.hash = `#/workers?${p}`;
+  });
+  const render = async () => {
+    const aq = new URLSearchParams();
+    for (const k of ['queue', 'state', 'after']) if (q.get(k)) aq.set(k, q.get(k));
+    aq.set('limit', '50');
+    const page = await api('GET', `/v1/workers?${aq}`);
+    const now = Date.now();
+    const rows = page.items.map((w) => [
+      h('a', { href: `#/workers/${encodeURIComponent(w.id)}`, class: 'mono' }, w.id),
+      w.host, String(w.pid || ''), (w.queues || []).join(', '), w.version, labelsText(w.labels),
+      w.remote ? 'remote' : 'in-process', badge(w.state),
+      h('time', { datetime: w.last_seen, title: fmtTime(w.last_seen) }, `${fmtAge(now - new Date(w.last_seen))} ago`),
+    ]);
+    const nq = new URLSearchParams(q);
+    if (page.next_cursor) nq.set('after', page.next_cursor);
+    const first = new URLSearchParams(q);
+    first.delete('after');
+    clear(main,
+      h('h1', {}, 'Workers'),
+      form,
+      h('div', { class: 'scroll', id: 'worker-list' },
+        table('Registered workers', ['Id', 'Host', 'PID', 'Queues', 'Version', 'Labels', 'Kind', 'State', 'Last seen'], rows,
+          'No worker is registered.')),
+      h('nav', { class: 'pager', 'aria-label': 'Pages' },
+        q.get('after') ? h('a', { href: `#/workers?${first}` }, 'First page') : null,
+        page.next_cursor ? h('a', { href: `#/workers?${nq}`, rel: 'next' }, 'Next page') : null),
+      h('p', { class: 'muted small' }, 'Updated ', new Date().toLocaleTimeString(undefined, { hour12: false }),
+        ' · live: the list refreshes on worker events'));
+  };
+  await render();
+  const refresh = debounce(() => { if (location.hash.startsWith('#/workers') && !location.hash.startsWith('#/workers/')) render().catch(() => {}); }, 1000);
+  live(main, 'all', (e) => { if (e.type && e.type.startsWith('worker.')) refresh(); });
+}
+
+export async function workerPage(main, id) {
+  const render = async () => {
+    const w = await api('GET', `/v1/workers/${encodeURIComponent(id)}`);
+    const rows = (w.executions || []).map((x) => [
+      h('a', { href: `#/tasks/${encodeURIComponent(x.task_id)}`, class: 'mono' }, x.task_id),
+      String(x.attempt), x.outcome ? badge(x.outcome, 'outcome') : badge('running'),
+      fmtTime(x.started_at), fmtDuration(x.started_at, x.finished_at),
+      h('span', { class: 'err' }, x.error),
+      h('a', { href: `#/tasks/${encodeURIComponent(x.task_id)}?log=${encodeURIComponent(x.execution_id)}`,
+        class: 'exec-log', 'aria-label': `Log of ${x.task_id} attempt ${x.attempt}` }, 'log'),
+    ]);
+    clear(main,
+      h('p', {}, h('a', { href: '#/workers' }, '← Workers')),
+      h('h1', {}, 'Worker ', h('span', { class: 'mono' }, w.id)),
+      h('dl', { class: 'facts', id: 'worker-facts' },
+        h('dt', {}, 'State'), h('dd', { id: 'worker-state' }, badge(w.state)),
+        h('dt', {}, 'Host'), h('dd', { id: 'worker-host' }, w.host),
+        h('dt', {}, 'PID'), h('dd', {}, String(w.pid || '')),
+        h('dt', {}, 'Queues'), h('dd', {}, (w.queues || []).join(', ')),
+        h('dt', {}, 'Version'), h('dd', {}, w.version || '—'),
+        h('dt', {}, 'Labels'), h('dd', { id: 'worker-labels' }, labelsText(w.labels) || '—'),
+        h('dt', {}, 'Kind'), h('dd', {}, w.remote ? 'remote' : 'in-process'),
+        h('dt', {}, 'Started'), h('dd', {}, fmtTime(w.started_at)),
+        h('dt', {}, 'Last seen'), h('dd', {}, fmtTime(w.last_seen)),
+        w.stopped_at ? [h('dt', {}, 'Stopped'), h('dd', {}, fmtTime(w.stopped_at))] : null),
+      h('p', {}, h('a', { href: `#/events?stream=${encodeURIComponent(`worker.${w.id}`)}` }, 'Follow this worker\'s events')),
+      h('section', { 'aria-labelledby': 'wexec-title' },
+        h('h2', { id: 'wexec-title' }, 'Recent executions'),
+        h('div', { class: 'scroll', id: 'worker-executions' },
+          table('Recent executions of this worker, newest first', ['Task', 'Attempt', 'Outcome', 'Started', 'Duration', 'Error', 'Log'],
+            rows, 'No execution yet.'))));
+  };
+  await render();
+  const refresh = debounce(() => { if (location.hash === `#/workers/${encodeURIComponent(id)}`) render().catch(() => {}); }, 1000);
+  live(main, `worker.${id}`, refresh);
+}

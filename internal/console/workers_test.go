@@ -1,0 +1,80 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/backstophq/backstop/internal/api"
+)
+
+// assertNothingRan fails when markup from task or worker data ran or
+// became elements.
+func assertNothingRan(t *testing.T, ctx context.Context, where string) {
+	t.Helper()
+	if v := evalJS[string](t, ctx, "read the flag", `String(window.__pwned)`); v != "undefined" {
+		t.Fatalf("%s: the payload ran (window.__pwned = %s)", where, v)
+	}
+	if n := count(t, ctx, "main img, main script, #flash img, #flash script"); n != 0 {
+		t.Fatalf("%s: %d elements were made from task data", where, n)
+	}
+}
+
+// The workers page lists a worker registered through the API (host, pid,
+// queues, version, labels, state); its page lists its executions, and an
+// execution leads to the attempt's log on the task page. Markup in a label
+// and an error text is shown as text.
+func TestBrowserWorkers(t *testing.T) {
+	t.Parallel()
+	forStores(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, dbURL, envOpts{})
+		const script = `<script>window.__pwned = 1</script>`
+		const img = `<img src=x onerror="window.__pwned = 2">`
+		if st, out, _ := e.call(t, "POST", "/v1/workers", api.RoleOperator, map[string]any{
+			"id": "console-test", "host": "node-a", "pid": 4242, "queues": []string{"billing"}, "version": "v9.9",
+			"labels": map[string]string{"team": img + script}}, nil); st != http.StatusOK && st != http.StatusCreated {
+			t.Fatalf("register: %d %v", st, out)
+		}
+		// deadLetter claims as worker console-test, logs and fails.
+		id := e.deadLetter(t, map[string]any{"queue": "billing", "kind": "charge", "payload": map[string]any{}},
+			"boom "+img+script, "charging card 1")
+		exec := e.task(t, id).ExecutionID
+		ctx := browser(t)
+		e.signIn(t, ctx, api.RoleViewer)
+
+		run(t, ctx, "open Workers from the nav", click(`#nav a[data-page="workers"]`), visible("#worker-list"))
+		waitText(t, ctx, "#worker-list", "console-test")
+		list := text(t, ctx, "#worker-list")
+		for _, want := range []string{"node-a", "4242", "billing", "v9.9", "active", "remote", "team=" + img + script} {
+			if !contains(list, want) {
+				t.Fatalf("worker list lacks %q: %q", want, list)
+			}
+		}
+		assertNothingRan(t, ctx, "workers list")
+		screenshot(t, ctx, "workers")
+
+		// By keyboard: focus the worker's link, press Enter.
+		run(t, ctx, "open the worker by keyboard", chromedp.Focus(chromedp.CSS(`#worker-list a[href="#/workers/console-test"]`)),
+			chromedp.KeyEvent(kb.Enter), visible("#worker-executions"))
+		waitText(t, ctx, "#worker-executions", id)
+		x := text(t, ctx, "#worker-executions")
+		if !contains(x, "permanent_error") || !contains(x, img) {
+			t.Fatalf("worker executions: %q", x)
+		}
+		if h := text(t, ctx, "#worker-host"); h != "node-a" {
+			t.Fatalf("worker host: %q", h)
+		}
+		assertNothingRan(t, ctx, "worker page")
+		screenshot(t, ctx, "worker")
+
+		run(t, ctx, "open the execution's log", click(`#worker-executions a.exec-log`), visible("#log-lines"))
+		waitText(t, ctx, "#log-lines", "charging card 1")
+		if href := evalJS[string](t, ctx, "address", `location.hash`); !contains(href, "#/tasks/"+id) || !contains(href, exec) {
+			t.Fatalf("log address: %q", href)
+		}
+		assertNothingRan(t, ctx, "task log")
+	})
+}
