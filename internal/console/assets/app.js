@@ -4,6 +4,7 @@ import { overviewPage } from './overview.js';
 import { dlqListPage, dlqPage } from './dlq.js';
 import { tasksPage, taskPage } from './tasks.js';
 import { workersPage, workerPage } from './workers.js';
+import { eventsPage } from './events.js';
 
 const main = document.getElementById('main');
 
@@ -17,6 +18,7 @@ const routes = [
   [/^\/tasks\/([^/]+)$/, 'tasks', (view, m) => taskPage(view, decodeURIComponent(m[1]))],
   [/^\/workers$/, 'workers', (view, m, q) => workersPage(view, q)],
   [/^\/workers\/([^/]+)$/, 'workers', (view, m) => workerPage(view, decodeURIComponent(m[1]))],
+  [/^\/events$/, 'events', (view, m, q) => eventsPage(view, q)],
 ];
 
 // Each page renders into a view of its own, shown once it is ready and
