@@ -76,5 +76,13 @@ func TestBrowserWorkers(t *testing.T) {
 			t.Fatalf("log address: %q", href)
 		}
 		assertNothingRan(t, ctx, "task log")
+
+		// Back from the task page to its worker, and on to the worker's events.
+		run(t, ctx, "the task's worker", click(`#executions a[href="#/workers/console-test"]`), visible("#worker-executions"))
+		run(t, ctx, "the worker's events", click(`a[href="#/events?stream=worker.console-test"]`), visible("#events-list"))
+		waitText(t, ctx, "#events-list", "worker.started")
+		if l := text(t, ctx, "#events-list"); !contains(l, "node-a") {
+			t.Fatalf("worker events: %q", l)
+		}
 	})
 }
