@@ -4,10 +4,13 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 )
 
@@ -84,5 +87,64 @@ func TestBrowserWorkers(t *testing.T) {
 		if l := text(t, ctx, "#events-list"); !contains(l, "node-a") {
 			t.Fatalf("worker events: %q", l)
 		}
+	})
+}
+
+// An in-process worker (backstop.Worker) runs a task: the workers page
+// lists it, its page shows the success and leads to the attempt's log, and
+// when it stops the page says so live.
+func TestBrowserWorkersInProcess(t *testing.T) {
+	t.Parallel()
+	forStores(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, dbURL, envOpts{})
+		bg := context.Background()
+		w, err := backstop.NewWorker(e.lib, &backstop.WorkerConfig{ID: "inproc-1", Queues: map[string]int{"reports": 1},
+			PollInterval: 20 * time.Millisecond, MaintenanceInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("render", backstop.HandlerFunc(func(ctx context.Context, tk *backstop.Task) error {
+			backstop.WriteLog(ctx, backstop.LogStreamOutput, "rendered page 1")
+			return nil
+		}))
+		if err := w.Start(bg); err != nil {
+			t.Fatal(err)
+		}
+		stopped := false
+		t.Cleanup(func() {
+			if !stopped {
+				_ = w.Stop(bg)
+			}
+		})
+		id := e.enqueue(t, map[string]any{"queue": "reports", "kind": "render", "payload": map[string]any{}})
+		for deadline := time.Now().Add(30 * time.Second); e.task(t, id).State != bt.StateSucceeded; {
+			if time.Now().After(deadline) {
+				t.Fatalf("task %s never succeeded", id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		ctx := browser(t)
+		e.signIn(t, ctx, api.RoleViewer)
+		run(t, ctx, "the workers page", nav(e.url+"/#/workers"), visible("#worker-list"))
+		waitText(t, ctx, "#worker-list", "inproc-1")
+		if l := text(t, ctx, "#worker-list"); !contains(l, "in-process") || !contains(l, "active") || !contains(l, "reports") {
+			t.Fatalf("worker list: %q", l)
+		}
+		run(t, ctx, "the worker", click(`#worker-list a[href="#/workers/inproc-1"]`), visible("#worker-executions"))
+		waitText(t, ctx, "#worker-executions", id)
+		if x := text(t, ctx, "#worker-executions"); !contains(x, "succeeded") {
+			t.Fatalf("worker executions: %q", x)
+		}
+		evalJS[bool](t, ctx, "mark the page", `window.__mark = true`)
+		if err := w.Stop(bg); err != nil {
+			t.Fatal(err)
+		}
+		stopped = true
+		waitText(t, ctx, "#worker-state", "stopped")
+		if !evalJS[bool](t, ctx, "the mark", `window.__mark === true`) {
+			t.Fatal("the page was reloaded")
+		}
+		run(t, ctx, "the execution's log", click(`#worker-executions a.exec-log`), visible("#log-lines"))
+		waitText(t, ctx, "#log-lines", "rendered page 1")
 	})
 }
