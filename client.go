@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -192,12 +193,7 @@ func (c *Client) List(ctx context.Context, f ListParams) ([]*Task, error) {
 }
 
 func validReason(r bt.DeadReason) bool {
-	for _, v := range bt.DeadReasons {
-		if v == r {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(bt.DeadReasons, r)
 }
 
 // DeadLetters lists dead letters matching f (its States are ignored).

@@ -3,6 +3,7 @@ package backstop
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,12 +32,7 @@ const (
 var DLQStatuses = []DLQStatus{DLQOpen, DLQReplayed, DLQDiscarded, DLQResolved}
 
 func validDLQStatus(s DLQStatus) bool {
-	for _, v := range DLQStatuses {
-		if v == s {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(DLQStatuses, s)
 }
 
 // ReplayParams says how to replay one dead letter.

@@ -83,10 +83,7 @@ func (e *retryAfterError) Error() string { return fmt.Sprintf("retry after %s", 
 // RetryAfter, returned by a handler, runs the task again after d without
 // counting the attempt as a failure (it is recorded as "snoozed").
 func RetryAfter(d time.Duration) error {
-	if d < 0 {
-		d = 0
-	}
-	return &retryAfterError{d: d}
+	return &retryAfterError{d: max(d, 0)}
 }
 
 // ClassifyHTTPStatus turns an HTTP response status into a handler result:

@@ -48,16 +48,13 @@ func TestExecutionLogsMasked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
+	poll(t, "the task to be dead", func() bool {
 		tk, err := c.Get(ctx, r.Task.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tk.State == bt.StateDead {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return tk.State == bt.StateDead
+	})
 	if err := w.Stop(ctx); err != nil { // flushes the execution log
 		t.Fatal(err)
 	}

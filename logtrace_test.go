@@ -80,16 +80,13 @@ func TestHandlerLogsCarrySpan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
+	poll(t, "the task to succeed", func() bool {
 		tk, err := c.Get(context.Background(), r.Task.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tk.State == bt.StateSucceeded {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return tk.State == bt.StateSucceeded
+	})
 	if err := w.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package backstop
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,10 +95,7 @@ func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]RemoteLease,
 		return nil, err
 	}
 	want := max(p.Max, 1)
-	lease := p.Lease
-	if lease == 0 {
-		lease = RemoteDefaultLease
-	}
+	lease := cmp.Or(p.Lease, RemoteDefaultLease)
 	var out []RemoteLease
 	for _, q := range p.Queues {
 		if len(out) >= want {

@@ -62,22 +62,21 @@ func newTelHarness(t *testing.T, kind string, h HandlerFunc) *telHarness {
 	return &telHarness{t: t, c: c, w: w, reader: reader, spans: sr}
 }
 
-// waitFor polls the task until it reaches state (no timing assertion: the
-// test's own deadline bounds it).
+// waitFor polls the task until it reaches state (no timing assertion:
+// poll's deadline only bounds a broken worker).
 func (h *telHarness) waitFor(id string, state bt.State) *Task {
 	h.t.Helper()
-	for {
-		tk, err := h.c.Get(context.Background(), id)
-		if err != nil {
+	var tk *Task
+	poll(h.t, "task "+id+" to be "+string(state), func() bool {
+		var err error
+		if tk, err = h.c.Get(context.Background(), id); err != nil {
 			h.t.Fatal(err)
 		}
-		if tk.State == state {
-			// the worker records the attempt once its settlement committed: read
-			// metrics after Stop, which waits for the settle batches
-			return tk
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		// the worker records the attempt once its settlement committed: read
+		// metrics after Stop, which waits for the settle batches
+		return tk.State == state
+	})
+	return tk
 }
 
 func (h *telHarness) enqueue(p EnqueueParams) string {

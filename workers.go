@@ -1,6 +1,7 @@
 package backstop
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -52,9 +53,7 @@ type WorkerDetail struct {
 
 // Workers lists registered workers in id order.
 func (c *Client) Workers(ctx context.Context, p WorkerListParams) ([]WorkerInfo, error) {
-	if p.Limit == 0 {
-		p.Limit = 100
-	}
+	p.Limit = cmp.Or(p.Limit, 100)
 	if p.Limit < 1 || p.Limit > 10000 {
 		return nil, invalid("limit", "must be between 1 and 10000")
 	}

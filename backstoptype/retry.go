@@ -78,25 +78,14 @@ func (p *RetryPolicy) Validate() error {
 // Delay returns the wait after the given failed attempt (1-based). rnd is a
 // value in [0,1) used for jitter.
 func (p *RetryPolicy) Delay(attempt int, rnd float64) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
+	attempt = max(attempt, 1)
 	if len(p.Schedule) > 0 {
 		i := min(attempt-1, len(p.Schedule)-1)
 		return time.Duration(p.Schedule[i])
 	}
-	base := time.Duration(p.Base)
-	if base == 0 {
-		base = time.Second
-	}
-	factor := p.Factor
-	if factor == 0 {
-		factor = 2
-	}
-	maxD := time.Duration(p.Max)
-	if maxD == 0 {
-		maxD = time.Hour
-	}
+	base := cmp.Or(time.Duration(p.Base), time.Second)
+	factor := cmp.Or(p.Factor, 2)
+	maxD := cmp.Or(time.Duration(p.Max), time.Hour)
 	d := float64(base) * math.Pow(factor, float64(attempt-1))
 	if d > float64(maxD) || math.IsInf(d, 0) {
 		d = float64(maxD)

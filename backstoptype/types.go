@@ -5,6 +5,7 @@ package backstoptype
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -26,12 +27,7 @@ var States = []State{StateScheduled, StatePending, StateBuffered, StateRunning, 
 
 // Valid reports whether s is a known state.
 func (s State) Valid() bool {
-	for _, v := range States {
-		if v == s {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(States, s)
 }
 
 // Live reports whether a task in this state may still run.

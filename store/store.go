@@ -30,6 +30,10 @@ type Store interface {
 	Driver() string
 	Migrate(ctx context.Context) error
 	MigrationStatus(ctx context.Context) ([]Migration, error)
+	// CheckSchema refuses (*SchemaTooNewError) a database whose schema
+	// version is ahead of this binary's migrations; a new, empty database
+	// passes.
+	CheckSchema(ctx context.Context) error
 	Close() error
 
 	// Enqueue inserts prepared tasks in one transaction, all or nothing.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,12 +29,7 @@ var WorkerStates = []WorkerState{WorkerActive, WorkerStopping, WorkerStopped, Wo
 
 // Valid reports whether s is a known worker state.
 func (s WorkerState) Valid() bool {
-	for _, x := range WorkerStates {
-		if s == x {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(WorkerStates, s)
 }
 
 // WorkerInfo is one worker instance in the registry.

@@ -14,16 +14,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/backstophq/backstop/redact"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/redact"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -239,22 +240,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(allow) > 0 {
-		w.Header().Set("Allow", joinComma(allow))
+		w.Header().Set("Allow", strings.Join(allow, ", "))
 		s.writeProblem(w, r, fail(codeMethodNotAllowed, r.Method+" is not allowed here"))
 		return
 	}
 	s.writeProblem(w, r, fail(codeNoRoute, "no endpoint "+r.URL.Path))
-}
-
-func joinComma(ss []string) string {
-	out := ""
-	for i, s := range ss {
-		if i > 0 {
-			out += ", "
-		}
-		out += s
-	}
-	return out
 }
 
 // statusWriter remembers the status for the request log.

@@ -239,17 +239,13 @@ func TestRedriveEndpoints(t *testing.T) {
 		if err != nil || st.Status != "running" || st.RedriveID == "" || st.Total != 3 {
 			t.Fatalf("paced redrive: %+v %v", st, err)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		waitUntil(t, "the paced redrive to finish", func() bool {
 			got, err = viewer.RedriveStatus(ctx, st.RedriveID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Status != "running" || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return got.Status != "running"
+		})
 		if got.Status != "done" || got.Replayed != 3 || got.FinishedAt == nil {
 			t.Fatalf("paced redrive ended: %+v", got)
 		}

@@ -151,7 +151,7 @@ const simQueue = "results"
 func RunOrdering(ctx context.Context, cfg OrderingConfig) (*OrderingResult, error) {
 	if cfg.Keys < 1 || cfg.Minutes < 1 || cfg.Workers < 1 || cfg.LateFraction < 0 || cfg.LostFraction < 0 ||
 		cfg.LateFraction+cfg.LostFraction > 1 || cfg.FirstHold < 0 {
-		return nil, fmt.Errorf("bench ordering: keys, minutes and workers must be positive, fractions in [0,1], first hold not negative")
+		return nil, fmt.Errorf("bench: ordering: keys, minutes and workers must be positive, fractions in [0,1], first hold not negative")
 	}
 	// The two runs are independent (own store, clock and random source):
 	// they run at the same time, each as deterministic as alone.

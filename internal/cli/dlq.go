@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -131,12 +132,9 @@ func dlqShowCmd(a *app) *cobra.Command {
 }
 
 func joinReasons() string {
-	s := ""
+	reasons := make([]string, len(bt.DeadReasons))
 	for i, r := range bt.DeadReasons {
-		if i > 0 {
-			s += ", "
-		}
-		s += string(r)
+		reasons[i] = string(r)
 	}
-	return s
+	return strings.Join(reasons, ", ")
 }

@@ -41,7 +41,7 @@ func Open(ctx context.Context, url string) (store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.(interface{ CheckSchema(context.Context) error }).CheckSchema(ctx); err != nil {
+	if err := s.CheckSchema(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}

@@ -116,7 +116,7 @@ func schemaName(testName string) string {
 func withSearchPath(raw, schema string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("want a postgres:// URL, got %q", raw)
+		return "", fmt.Errorf("testdb: want a postgres:// URL, got %q", raw)
 	}
 	q := u.Query()
 	q.Set("search_path", schema)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -164,7 +165,7 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 
 	var woken []string // queues that got a pending task, once each
 	wake := func(t *bt.Task) {
-		if t.State == bt.StatePending && !contains(woken, t.Queue) {
+		if t.State == bt.StatePending && !slices.Contains(woken, t.Queue) {
 			woken = append(woken, t.Queue)
 		}
 	}
@@ -400,13 +401,4 @@ func idExists(ctx context.Context, db dbtx, id string) (bool, error) {
 
 func conflictErr(id string) error {
 	return fmt.Errorf("pgstore: task %s already exists: %w", id, store.ErrConflict)
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

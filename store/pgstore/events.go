@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -157,10 +158,7 @@ func insertEventsScalar(ctx context.Context, db dbtx, events []bt.Event) error {
 				}
 				attrs = string(a)
 			}
-			body := string(e.Body)
-			if body == "" {
-				body = "{}"
-			}
+			body := cmp.Or(string(e.Body), "{}")
 			args = append(args, e.ID, e.Time, e.Type, e.Subject, e.Queue, e.Kind, attrs, e.Actor, body)
 		}
 		if err := db.exec(ctx, b.String(), db.batchArgs(len(chunk), args)...); err != nil {
@@ -411,9 +409,7 @@ func scanEvent(rs pgx.Rows, e *bt.Event, c *store.Cursor, match *bool) error {
 	}
 	*c = store.Cursor{Xid: x, Seq: uint64(e.Seq), Idx: uint64(i)}
 	e.Cursor = c.String()
-	if e.ID == "" {
-		e.ID = e.Cursor
-	}
+	e.ID = cmp.Or(e.ID, e.Cursor)
 	e.Time = utc(e.Time)
 	// Bodies are stored as json (text), spaced as json_build_object
 	// writes it: compact them, so readers get the same text from every path.

@@ -9,6 +9,7 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -198,12 +199,8 @@ func (b *bundle) worker(cfg *backstop.WorkerConfig, handlers map[string]backstop
 	if cfg.Queues == nil {
 		cfg.Queues = map[string]int{"default": 10}
 	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 50 * time.Millisecond
-	}
-	if cfg.MaintenanceInterval == 0 {
-		cfg.MaintenanceInterval = 100 * time.Millisecond
-	}
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 50*time.Millisecond)
+	cfg.MaintenanceInterval = cmp.Or(cfg.MaintenanceInterval, 100*time.Millisecond)
 	w, err := backstop.NewWorker(b.c, cfg)
 	if err != nil {
 		b.t.Fatal(err)
