@@ -63,19 +63,10 @@ func TestSubscribeSurvivesPostgresRestart(t *testing.T) {
 	enqueue := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
-			// The pool's connections from before a restart fail once each:
-			// a producer retries (the subscription is under test here).
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			testdb.Retry(t, func() error {
 				_, err := c.Enqueue(ctx, backstop.EnqueueParams{ID: fmt.Sprintf("f%02d", i), Queue: "follow", Kind: "k"})
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal(err)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return err
+			})
 		}
 	}
 	enqueue(0, 5)

@@ -12,6 +12,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -143,28 +144,49 @@ func (b *bundle) startWorker(name, taskSleep string, args ...string) *worker {
 	full = append(full, "--", "sh", "-c", taskScript)
 	cmd := exec.Command(binary, full...)
 	cmd.Env = append(os.Environ(), "TASK_SLEEP="+taskSleep, "RUN_LOG="+b.runLog, "PID_DIR="+b.pidDir)
+	return startProc(b.t, cmd, filepath.Join(b.dir, name+".stderr"), name, 0)
+}
+
+// startProc starts cmd in a process group of its own with its output in
+// stderrPath. At the end of the test it is killed: at once (grace 0), or
+// SIGTERMed and killed after grace; a failed test logs its output's tail.
+func startProc(t *testing.T, cmd *exec.Cmd, stderrPath, name string, grace time.Duration) *worker {
+	t.Helper()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	w := &worker{cmd: cmd, stderr: filepath.Join(b.dir, name+".stderr"), done: make(chan struct{})}
+	w := &worker{cmd: cmd, stderr: stderrPath, done: make(chan struct{})}
 	f, err := os.Create(w.stderr)
 	if err != nil {
-		b.t.Fatal(err)
+		t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
-		b.t.Fatal(err)
+		t.Fatal(err)
 	}
 	f.Close()
 	go func() { w.err = cmd.Wait(); close(w.done) }()
-	b.t.Cleanup(func() {
+	t.Cleanup(func() {
 		select {
 		case <-w.done:
 		default:
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-w.done
+			sig := syscall.SIGKILL
+			if grace > 0 {
+				sig = syscall.SIGTERM
+			}
+			_ = syscall.Kill(-cmd.Process.Pid, sig)
+			select {
+			case <-w.done:
+			case <-time.After(cmp.Or(grace, waitLong)):
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				<-w.done
+			}
 		}
-		if b.t.Failed() {
+		if t.Failed() {
 			out, _ := os.ReadFile(w.stderr)
-			b.t.Logf("%s stderr:\n%s", name, out)
+			lines := strings.Split(string(out), "\n")
+			if len(lines) > 200 {
+				lines = lines[len(lines)-200:]
+			}
+			t.Logf("%s stderr (last 200 lines at most):\n%s", name, strings.Join(lines, "\n"))
 		}
 	})
 	return w

@@ -78,17 +78,10 @@ func TestEventsTailFollowSurvivesPostgresRestart(t *testing.T) {
 	enqueue := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
-			deadline := time.Now().Add(30 * time.Second)
-			for { // the pool's connections from before a restart fail once each
+			testdb.Retry(t, func() error {
 				_, err := c.Enqueue(context.Background(), backstop.EnqueueParams{ID: fmt.Sprintf("f%02d", i), Queue: "follow", Kind: "k"})
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal(err)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return err
+			})
 		}
 	}
 	enqueue(0, 3)

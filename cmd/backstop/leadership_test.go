@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +19,6 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/testdb"
-	"github.com/backstophq/backstop/internal/testlog"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -34,35 +31,7 @@ var retentionEnv = []string{"BACKSTOP_RETENTION_SUCCEEDED=1s", "BACKSTOP_RETENTI
 // environment; it is stopped (SIGTERM) at cleanup.
 func startServeEnv(t *testing.T, db, addr string, env []string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(binary, "--db", db, "serve", "--dev", "--addr", addr, "--maintenance-interval", "100ms")
-	cmd.Env = append(os.Environ(), env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &serveProc{cmd: cmd, log: &testlog.Buffer{}, exited: make(chan error, 1)}
-	cmd.Stderr = s.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	go func() { s.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-s.exited
-		}
-		if t.Failed() {
-			t.Logf("serve %s log:\n%s", addr, s.log.String())
-		}
-	})
-	if err != nil || !strings.Contains(line, "serving http://"+addr) {
-		t.Fatalf("serve on %s: %q %v; log:\n%s", addr, line, err, s.log.String())
-	}
-	return s
+	return startServeProc(t, addr, env, "--db", db, "serve", "--dev", "--addr", addr, "--maintenance-interval", "100ms")
 }
 
 // startDBWorker starts `backstop work` on the database (not --server) for
@@ -72,36 +41,7 @@ func startDBWorker(t *testing.T, db, id, q string, env []string) *worker {
 	cmd := exec.Command(binary, "--db", db, "work", "--queue", q, "--id", id, "--leader-ttl", "3s",
 		"--", "sh", "-c", "cat >/dev/null; exit 0")
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	w := &worker{cmd: cmd, stderr: filepath.Join(t.TempDir(), id+".stderr"), done: make(chan struct{})}
-	f, err := os.Create(w.stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	go func() { w.err = cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-w.done:
-		default:
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-w.done:
-			case <-time.After(10 * time.Second):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-w.done
-			}
-		}
-		if t.Failed() {
-			out, _ := os.ReadFile(w.stderr)
-			t.Logf("%s stderr:\n%s", id, out)
-		}
-	})
-	return w
+	return startProc(t, cmd, filepath.Join(t.TempDir(), id+".stderr"), id, 10*time.Second)
 }
 
 // leaderOf reads who holds a leadership ("" when nobody).

@@ -42,8 +42,15 @@ type serveProc struct {
 
 func startServeAt(t *testing.T, db, addr string, args ...string) *serveProc {
 	t.Helper()
-	full := append([]string{"--db", db, "serve", "--addr", addr, "--maintenance-interval", "100ms"}, args...)
-	cmd := exec.Command(binary, full...)
+	return startServeProc(t, addr, nil, append([]string{"--db", db, "serve", "--addr", addr, "--maintenance-interval", "100ms"}, args...)...)
+}
+
+// startServeProc starts the binary with args (a serve on addr) and waits
+// for its "serving" line; it is SIGTERMed at the end of the test.
+func startServeProc(t *testing.T, addr string, env []string, args ...string) *serveProc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +69,9 @@ func startServeAt(t *testing.T, db, addr string, args ...string) *serveProc {
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
 			<-s.exited
+		}
+		if t.Failed() {
+			t.Logf("serve %s log:\n%s", addr, s.log.String())
 		}
 	})
 	if err != nil || !strings.Contains(line, "serving http://"+addr) {
@@ -270,33 +280,5 @@ func startReportWorker(t *testing.T, base, token, runLog, q string) *worker {
 	cmd := exec.Command(binary, "work", "--server", base, "--queue", q, "--concurrency", "4", "--lease", "6s",
 		"--grace", "30s", "--", "sh", "-c", reportScript)
 	cmd.Env = append(os.Environ(), "BACKSTOP_TOKEN="+token, "RUN_LOG="+runLog)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	w := &worker{cmd: cmd, stderr: filepath.Join(t.TempDir(), "worker.stderr"), done: make(chan struct{})}
-	f, err := os.Create(w.stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	go func() { w.err = cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-w.done:
-		default:
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-w.done
-		}
-		if t.Failed() {
-			out, _ := os.ReadFile(w.stderr)
-			lines := strings.Split(string(out), "\n")
-			if len(lines) > 200 {
-				lines = lines[len(lines)-200:]
-			}
-			t.Logf("worker stderr (last 200 lines):\n%s", strings.Join(lines, "\n"))
-		}
-	})
-	return w
+	return startProc(t, cmd, filepath.Join(t.TempDir(), "worker.stderr"), "worker", 0)
 }

@@ -68,32 +68,7 @@ func startRemoteWorker(t *testing.T, base, name string, env []string, args ...st
 	full = append(full, "--", "sh", "-c", remoteScript)
 	cmd := exec.Command(binary, full...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	dir := t.TempDir()
-	w := &worker{cmd: cmd, stderr: filepath.Join(dir, name+".stderr"), done: make(chan struct{})}
-	f, err := os.Create(w.stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	go func() { w.err = cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-w.done:
-		default:
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-w.done
-		}
-		if t.Failed() {
-			out, _ := os.ReadFile(w.stderr)
-			t.Logf("%s stderr:\n%s", name, out)
-		}
-	})
-	return w
+	return startProc(t, cmd, filepath.Join(t.TempDir(), name+".stderr"), name, 0)
 }
 
 func remoteClient(t *testing.T, db string) *backstop.Client {

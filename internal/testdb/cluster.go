@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // Cluster is a PostgreSQL server of one test's own, initialised in a
@@ -130,4 +131,22 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Retry calls op until it succeeds, for up to 30 s: a producer's writes
+// through a Postgres restart, where each pool connection from before the
+// restart fails once (the follower, not the producer, is under test).
+func Retry(t testing.TB, op func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := op()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
