@@ -129,7 +129,7 @@ note on stderr: nothing is skipped or printed twice.`,
 					if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 						return nil
 					}
-					if !backstop.ReadRetryable(ctx, err) {
+					if !followRetryable(ctx, err) {
 						return err
 					}
 					// The database went away (a restart, the network):
@@ -161,7 +161,14 @@ func (a *app) eventReader(ctx context.Context) (read func(context.Context, backs
 		cl := apiclient.New(a.server, a.token)
 		return func(ctx context.Context, p backstop.ReadEventsParams) (backstop.EventPage, error) {
 			page, err := cl.Events(ctx, p)
-			return page, remoteErr(err)
+			if err != nil {
+				// The follower retries what the HTTP client calls
+				// retryable (5xx, 429, connection errors), never a 4xx
+				// such as a revoked token.
+				retry, _ := apiclient.Retryable(err)
+				return page, serverReadError{remoteErr(err), retry}
+			}
+			return page, nil
 		}, func() {}, nil
 	}
 	s, c, err := a.openDB(ctx, nil)
@@ -169,6 +176,25 @@ func (a *app) eventReader(ctx context.Context) (read func(context.Context, backs
 		return nil, nil, err
 	}
 	return c.ReadEvents, func() { s.Close() }, nil
+}
+
+// serverReadError is a failed read of GET /v1/events, with whether the
+// HTTP client judged it worth retrying.
+type serverReadError struct {
+	error
+	retry bool
+}
+
+func (e serverReadError) Unwrap() error { return e.error }
+
+// followRetryable says whether a follower reads again after err: the
+// database's errors by the library's rule, the server's by the HTTP client's.
+func followRetryable(ctx context.Context, err error) bool {
+	var se serverReadError
+	if errors.As(err, &se) {
+		return ctx.Err() == nil && se.retry
+	}
+	return backstop.ReadRetryable(ctx, err)
 }
 
 // eventLine is one event on one line: cursor, time, type, subject, queue,
