@@ -187,6 +187,10 @@ type Settlement struct {
 	// decremented back.
 	Uncharged bool
 	Progress  *bt.Progress
+	// Result is a succeeded attempt's JSON result (a workflow step's:
+	// store/workflows.go). Drivers do not write it: the engine records it
+	// on the step in the same transaction.
+	Result json.RawMessage
 }
 
 // ListFilter selects tasks. Results are ordered by id (UUIDv7: by creation).

@@ -1,0 +1,121 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// This file is the seam's workflows (docs/workflows.md): registered
+// definitions, runs and their steps. The store keeps them; the engine
+// (package workflow) decides what a settled step means for its run and
+// writes the consequences through the Tx in the transaction that settled
+// the step, so no orchestration lives only in memory.
+
+// WorkflowDef is one registered version of a workflow definition.
+type WorkflowDef struct {
+	Name    string `json:"name"`
+	Version int    `json:"version"` // 1, 2, ... per name
+	// PlanHash is the hex SHA-256 of Definition's canonical form (package
+	// workflow computes it); unique per name.
+	PlanHash   string          `json:"plan_hash"`
+	Definition json.RawMessage `json:"definition"` // canonical JSON
+	CreatedAt  time.Time       `json:"created_at"`
+}
+
+// RunState is a workflow run's state (package workflow's rules).
+type RunState string
+
+// StepState is a step row's state.
+type StepState string
+
+// RunRecord is one workflow run.
+type RunRecord struct {
+	RunID    string `json:"run_id"`
+	Workflow string `json:"workflow"`
+	Version  int    `json:"version"`
+	PlanHash string `json:"plan_hash"`
+	State    RunState        `json:"state"`
+	Input    json.RawMessage `json:"input"`
+	// Error: why the run halted or failed (the failing step's error).
+	Error string `json:"error,omitempty"`
+	// Seq counts the run's step completions: each succeeded step row gets
+	// the next value as its CompletedSeq (compensation runs in reverse).
+	Seq        int64      `json:"seq"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// StepRecord is one task of a run: a step, one item of a fan-out step, or
+// a compensation. Keyed by (RunID, StepID, Item); TaskID is unique when set
+// (a skipped step has no task).
+type StepRecord struct {
+	RunID  string `json:"run_id"`
+	StepID string `json:"step_id"`
+	// Item is the fan-out item's index; 0 for a step without for_each and
+	// for a compensation of one.
+	Item   int       `json:"item"`
+	TaskID string    `json:"task_id,omitempty"`
+	State  StepState `json:"state"`
+	// Result is the handler's JSON result once the step succeeded.
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	// CompensationOf names the step this row compensates (a compensation
+	// row), else "".
+	CompensationOf string `json:"compensation_of,omitempty"`
+	// CompletedSeq is the run's Seq when the row succeeded (0 before).
+	CompletedSeq int64     `json:"completed_seq,omitempty"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// RunFilter selects runs, newest first (by RunID descending: run ids are
+// UUIDv7s, so by start).
+type RunFilter struct {
+	Workflow string
+	States   []RunState
+	// BeforeID is the cursor: runs whose id sorts before it.
+	BeforeID string
+	Limit    int // default 100
+}
+
+// Workflows is the store's non-transactional reads and registrations.
+type Workflows interface {
+	// PutWorkflow registers a definition: when the latest version of
+	// d.Name has d.PlanHash, that version is returned and created is false;
+	// otherwise d is stored as the latest version + 1 (Version and
+	// CreatedAt are set by the store) and created is true.
+	PutWorkflow(ctx context.Context, d WorkflowDef) (out WorkflowDef, created bool, err error)
+	// GetWorkflow reads one version (0: the latest). Unknown: ErrNotFound.
+	GetWorkflow(ctx context.Context, name string, version int) (*WorkflowDef, error)
+	// WorkflowByHash reads the version with that plan hash. Unknown:
+	// ErrNotFound.
+	WorkflowByHash(ctx context.Context, hash string) (*WorkflowDef, error)
+	// ListWorkflows lists the latest version of every workflow, by name.
+	ListWorkflows(ctx context.Context) ([]WorkflowDef, error)
+	// GetRun reads a run and its step rows (ordered by StepID, Item).
+	// Unknown: ErrNotFound.
+	GetRun(ctx context.Context, runID string) (*RunRecord, []StepRecord, error)
+	// ListRuns lists runs by f.
+	ListRuns(ctx context.Context, f RunFilter) ([]RunRecord, error)
+	// StepsOfTasks returns the step rows of those task ids that are steps
+	// (any order; ids that are not steps are left out).
+	StepsOfTasks(ctx context.Context, taskIDs []string) ([]StepRecord, error)
+}
+
+// WorkflowTx is the workflow writes a transaction composes with Settle,
+// Enqueue and AppendEvents (tx.go).
+type WorkflowTx interface {
+	// InsertRun stores a new run. An existing RunID: ErrConflict.
+	InsertRun(ctx context.Context, r RunRecord) error
+	// LockRun reads a run and its step rows and holds the run until the
+	// transaction ends (Postgres: SELECT ... FOR UPDATE), so that two
+	// transactions advancing the same run take turns. Unknown: ErrNotFound.
+	LockRun(ctx context.Context, runID string) (*RunRecord, []StepRecord, error)
+	// UpdateRun writes r's State, Error, Seq, UpdatedAt and FinishedAt.
+	UpdateRun(ctx context.Context, r RunRecord) error
+	// PutSteps inserts or replaces step rows by (RunID, StepID, Item).
+	PutSteps(ctx context.Context, steps []StepRecord) error
+	// StepsOfTasks is Workflows.StepsOfTasks inside the transaction.
+	StepsOfTasks(ctx context.Context, taskIDs []string) ([]StepRecord, error)
+}
