@@ -31,10 +31,10 @@ type StepState string
 
 // RunRecord is one workflow run.
 type RunRecord struct {
-	RunID    string `json:"run_id"`
-	Workflow string `json:"workflow"`
-	Version  int    `json:"version"`
-	PlanHash string `json:"plan_hash"`
+	RunID    string          `json:"run_id"`
+	Workflow string          `json:"workflow"`
+	Version  int             `json:"version"`
+	PlanHash string          `json:"plan_hash"`
 	State    RunState        `json:"state"`
 	Input    json.RawMessage `json:"input"`
 	// Error: why the run halted or failed (the failing step's error).
