@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -23,6 +24,7 @@ type Client struct {
 	telemetry       *telemetry
 	ordering        OrderingStats             // ordering.go: all queues
 	orderingByQueue map[string]*OrderingStats // ordering.go: per ordered queue (read-only)
+	plans           sync.Map                  // workflows.go: plan hash -> *workflow.Definition
 }
 
 // NewClient makes a client over s. A nil cfg takes every default.
@@ -205,7 +207,11 @@ func (c *Client) DeadLetters(ctx context.Context, f ListParams) ([]*Task, error)
 // Cancel cancels a task: at once when it is waiting, cooperatively (within a
 // heartbeat) when it is running. A finished task gives ErrConflict.
 func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
-	return c.store.RequestCancel(ctx, id, c.cfg.Clock.Now())
+	t, err := c.store.RequestCancel(ctx, id, c.cfg.Clock.Now())
+	if err == nil {
+		c.stepCanceled(ctx, t) // workflows.go: a waiting step's run learns of it
+	}
+	return t, err
 }
 
 func (c *Client) now() time.Time { return c.cfg.Clock.Now() }

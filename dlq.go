@@ -202,6 +202,9 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 		return res, nil
 	}
 	res.Replayed, res.Task = true, t
+	if newID == "" {
+		c.resumeRuns(ctx, []string{p.ID}) // workflows.go: a replayed step resumes its run
+	}
 	return res, nil
 }
 

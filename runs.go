@@ -2,10 +2,14 @@ package backstop
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/workflow"
 )
 
 // RunAttribute is the attribute that groups tasks into a run (a batch of
@@ -29,6 +33,17 @@ type Run struct {
 	LastActivity  time.Time `json:"last_activity"`
 	// Finished: no task of the run is live (waiting or running).
 	Finished bool `json:"finished"`
+
+	// A workflow run (docs/workflows.md) also has its workflow, its state
+	// (Finished then says whether the run is over), its input and every
+	// step of its definition.
+	Workflow string          `json:"workflow,omitempty"`
+	Version  int             `json:"version,omitempty"`
+	PlanHash string          `json:"plan_hash,omitempty"`
+	State    store.RunState  `json:"state,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	Input    json.RawMessage `json:"input,omitempty"`
+	Steps    []RunStep       `json:"steps,omitempty"`
 }
 
 func validRunID(id string) error {
@@ -77,7 +92,21 @@ func (c *Client) Run(ctx context.Context, runID string) (*Run, error) {
 		}
 		f.AfterID = page[len(page)-1].ID
 	}
-	if out.Total == 0 {
+	wr, err := c.WorkflowRun(ctx, runID)
+	switch {
+	case err == nil:
+		out.Workflow, out.Version, out.PlanHash = wr.Workflow, wr.Version, wr.PlanHash
+		out.State, out.Error, out.Input, out.Steps = wr.State, wr.Error, wr.Input, wr.Steps
+		out.Finished = workflow.Finished(wr.State)
+		if out.FirstActivity.IsZero() || wr.CreatedAt.Before(out.FirstActivity) {
+			out.FirstActivity = wr.CreatedAt
+		}
+		if wr.UpdatedAt.After(out.LastActivity) {
+			out.LastActivity = wr.UpdatedAt
+		}
+	case !errors.Is(err, ErrNotFound):
+		return nil, err
+	case out.Total == 0:
 		return nil, fmt.Errorf("run %q has no tasks: %w", runID, ErrNotFound)
 	}
 	return out, nil

@@ -54,6 +54,8 @@ type telemetry struct {
 	msgSent     metric.Int64Counter
 	msgConsumed metric.Int64Counter
 
+	workflows *workflowTelemetry // workflows_telemetry.go
+
 	// tracesOff: the tracer provider is a no-op one; span work is skipped.
 	tracesOff bool
 	// Label sets built once per distinct key, so the hot path neither
@@ -156,6 +158,9 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, orderingByQu
 	t.msgProcess = hist("messaging.process.duration", "Duration of processing one message (OpenTelemetry messaging conventions).", durationBuckets)
 	t.msgSent = counter("messaging.client.sent.messages", "{message}", "Messages sent (OpenTelemetry messaging conventions).")
 	t.msgConsumed = counter("messaging.client.consumed.messages", "{message}", "Messages delivered to a consumer (OpenTelemetry messaging conventions).")
+	wf, wfErrs := newWorkflowTelemetry(m)
+	t.workflows = wf
+	errs = append(errs, wfErrs...)
 	// The ordering counters (ordering.go) are kept by the engine as atomics,
 	// per ordered queue, and observed at collection:
 	// backstop_ordering_<name>_total{queue}.

@@ -198,6 +198,12 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/redrives/{id}", RoleViewer, s.getRedrive)
 	s.handle("POST", "/v1/dlq/purge", RoleAdmin, s.purgeDLQ)
 
+	s.handle("POST", "/v1/workflows", RoleAdmin, s.applyWorkflow)
+	s.handle("GET", "/v1/workflows", RoleViewer, s.listWorkflows)
+	s.handle("GET", "/v1/workflows/{name}", RoleViewer, s.getWorkflow)
+	s.handle("POST", "/v1/workflows/{name}/runs", RoleOperator, s.startRun)
+	s.handle("GET", "/v1/runs", RoleViewer, s.listRuns)
+	s.handle("POST", "/v1/runs/{run_id}/cancel", RoleOperator, s.cancelRun)
 	s.handle("GET", "/v1/runs/{run_id}", RoleViewer, s.getRun)
 	s.handle("GET", "/v1/runs/{run_id}/tasks", RoleViewer, s.listRunTasks)
 

@@ -19,6 +19,9 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	p := principalFrom(r.Context())
+	run.Input = p.maskJSON(run.Input)
+	maskSteps(p, run.Steps)
 	return writeJSON(w, http.StatusOK, run)
 }
 

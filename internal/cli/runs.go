@@ -17,22 +17,24 @@ func init() { register(runsCmd) }
 func runsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "runs",
-		Short: "Runs: the tasks sharing a run_id attribute",
+		Short: "Runs: workflow runs, and the tasks sharing a run_id attribute",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("runs: name a subcommand: show")
+			return usageErr("runs: name a subcommand: list, show or cancel")
 		},
 	}
-	cmd.AddCommand(runsShowCmd(a))
+	cmd.AddCommand(runsListCmd(a), runsShowCmd(a), runsCancelCmd(a)) // list and cancel: workflows.go
 	return cmd
 }
 
 func runsShowCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show RUN_ID",
-		Short: "Summarise a run: tasks by state, progress, dead letters, first and last activity",
-		Long: `show summarises the tasks whose attribute run_id is RUN_ID. List them
-with: backstop tasks list --attr run_id=RUN_ID. A run without tasks exits 3.`,
+		Short: "Summarise a run: its state and steps (a workflow run), tasks by state, progress, dead letters",
+		Long: `show summarises the tasks whose attribute run_id is RUN_ID and, for a
+workflow run, its state and every step (with -o json: state, steps[].id,
+state, task_id, attempts, result). List the tasks with:
+backstop tasks list --attr run_id=RUN_ID. An unknown run exits 3.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := a.run(cmd.Context(), args[0])
@@ -42,6 +44,13 @@ with: backstop tasks list --attr run_id=RUN_ID. A run without tasks exits 3.`,
 			return a.print(r, func(w io.Writer) error {
 				tw := newTable(w)
 				fmt.Fprintf(tw, "run\t%s\n", r.RunID)
+				if r.Workflow != "" {
+					fmt.Fprintf(tw, "workflow\t%s version %d (plan %s)\n", r.Workflow, r.Version, shortHash(r.PlanHash))
+					fmt.Fprintf(tw, "state\t%s\n", r.State)
+					if r.Error != "" {
+						fmt.Fprintf(tw, "error\t%s\n", r.Error)
+					}
+				}
 				fmt.Fprintf(tw, "tasks\t%d\n", r.Total)
 				fmt.Fprintf(tw, "steps done\t%d/%d (%d dead, %d canceled)\n", r.Counts[bt.StateSucceeded], r.Total,
 					r.Counts[bt.StateDead], r.Counts[bt.StateCanceled])
@@ -59,6 +68,19 @@ with: backstop tasks list --attr run_id=RUN_ID. A run without tasks exits 3.`,
 				fmt.Fprintf(tw, "first activity\t%s\n", fmtTime(r.FirstActivity))
 				fmt.Fprintf(tw, "last activity\t%s\n", fmtTime(r.LastActivity))
 				fmt.Fprintf(tw, "finished\t%t\n", r.Finished)
+				if err := tw.Flush(); err != nil || len(r.Steps) == 0 {
+					return err
+				}
+				fmt.Fprintln(w)
+				tw = newTable(w)
+				fmt.Fprintln(tw, "STEP\tSTATE\tATTEMPTS\tTASK\tERROR")
+				for _, st := range r.Steps {
+					task := st.TaskID
+					if len(st.Items) > 0 {
+						task = fmt.Sprintf("(%d items)", len(st.Items))
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", st.ID, st.State, st.Attempts, orDash(task), orDash(st.Error))
+				}
 				return tw.Flush()
 			})
 		},

@@ -1,0 +1,206 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/workflow"
+)
+
+// Workflows (docs/workflows.md): definitions are registered by an admin,
+// runs started by an operator, read by a viewer. Run inputs and step
+// results are masked like payloads.
+
+// WorkflowView is a registered version with its definition.
+type WorkflowView struct {
+	backstop.WorkflowVersion
+	Created bool `json:"created,omitempty"`
+}
+
+// maxDefinition bounds a definition's body.
+const maxDefinition = 1 << 20
+
+// definitionTypes are the media types a definition may be sent as.
+var definitionTypes = map[string]bool{"application/json": true, "application/yaml": true,
+	"application/x-yaml": true, "text/yaml": true}
+
+// POST /v1/workflows: the body is a definition in JSON or YAML. 201 with
+// the new version; 200 when it is the latest version already.
+func (s *Server) applyWorkflow(w http.ResponseWriter, r *http.Request) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || !definitionTypes[mt] {
+			return fail(codeUnsupportedMedia, "send the definition as application/json or application/yaml")
+		}
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxDefinition+1))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return fail(codeInvalidJSON, "reading the body: "+err.Error())
+	}
+	if len(b) > maxDefinition {
+		return &backstop.ValidationError{Field: "definition", TooLarge: true,
+			Message: fmt.Sprintf("is more than %d bytes", maxDefinition)}
+	}
+	def, err := workflow.Parse(b)
+	if err != nil {
+		return &backstop.ValidationError{Field: "definition", Message: err.Error()}
+	}
+	v, created, err := s.c.ApplyWorkflow(actorContext(r), def)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		s.log.Info("workflow registered", "actor", principalFrom(r.Context()).Name, "workflow", v.Name,
+			"version", v.Version, "plan_hash", v.PlanHash)
+	}
+	return writeJSON(w, status, WorkflowView{WorkflowVersion: v, Created: created})
+}
+
+// GET /v1/workflows: the latest version of each workflow.
+func (s *Server) listWorkflows(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.c.Workflows(r.Context())
+	if err != nil {
+		return err
+	}
+	if ws == nil {
+		ws = []backstop.WorkflowVersion{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"workflows": ws})
+}
+
+// GET /v1/workflows/{name}?version=N
+func (s *Server) getWorkflow(w http.ResponseWriter, r *http.Request) error {
+	version := 0
+	if v := r.URL.Query().Get("version"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return &backstop.ValidationError{Field: "version", Message: fmt.Sprintf("%q is not a version number (1, 2, ...)", v)}
+		}
+		version = n
+	}
+	d, _, err := s.c.Workflow(r.Context(), r.PathValue("name"), version)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, WorkflowView{WorkflowVersion: *d})
+}
+
+// RunRequest is POST /v1/workflows/{name}/runs.
+type RunRequest struct {
+	Input   json.RawMessage `json:"input,omitempty"`
+	RunID   string          `json:"run_id,omitempty"`
+	Version int             `json:"version,omitempty"`
+}
+
+// POST /v1/workflows/{name}/runs
+func (s *Server) startRun(w http.ResponseWriter, r *http.Request) error {
+	var req RunRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return err
+	}
+	if req.Version < 0 {
+		return &backstop.ValidationError{Field: "version", Message: "must not be negative"}
+	}
+	run, err := s.c.RunWorkflow(actorContext(r), backstop.RunWorkflowParams{Workflow: r.PathValue("name"),
+		Version: req.Version, Input: req.Input, RunID: req.RunID})
+	if err != nil {
+		return err
+	}
+	s.log.Info("workflow run started", "actor", principalFrom(r.Context()).Name, "workflow", run.Workflow,
+		"version", run.Version, "run_id", run.RunID)
+	return writeJSON(w, http.StatusCreated, run)
+}
+
+// GET /v1/runs?workflow=W&state=S&before=RUN_ID&limit=N: workflow runs,
+// newest first; next_cursor is the last run's id (pass it as before).
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f := backstop.ListRunsParams{Workflow: q.Get("workflow"), BeforeID: q.Get("before"), Limit: 100}
+	for _, st := range q["state"] {
+		for _, one := range strings.Split(st, ",") {
+			f.States = append(f.States, store.RunState(one))
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return &backstop.ValidationError{Field: "limit", Message: fmt.Sprintf("%q: must be 1-1000", v)}
+		}
+		f.Limit = n
+	}
+	for k := range q {
+		switch k {
+		case "workflow", "state", "before", "limit":
+		default:
+			return &backstop.ValidationError{Field: k, Message: "unknown query parameter (workflow, state, before, limit)"}
+		}
+	}
+	runs, err := s.c.WorkflowRuns(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	for i := range runs {
+		runs[i].Input = p.maskJSON(runs[i].Input)
+	}
+	if runs == nil {
+		runs = []store.RunRecord{}
+	}
+	next := ""
+	if len(runs) == f.Limit {
+		next = runs[len(runs)-1].RunID
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"runs": runs, "next_cursor": next})
+}
+
+// POST /v1/runs/{run_id}/cancel
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
+	run, err := s.c.CancelRun(actorContext(r), r.PathValue("run_id"))
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	s.log.Info("workflow run canceled", "actor", p.Name, "run_id", run.RunID, "state", run.State)
+	maskRun(p, run)
+	return writeJSON(w, http.StatusOK, run)
+}
+
+// maskRun masks a run's input and its steps' results as payloads are.
+func maskRun(p principal, run *backstop.WorkflowRun) {
+	run.Input = p.maskJSON(run.Input)
+	maskSteps(p, run.Steps)
+}
+
+func maskSteps(p principal, steps []backstop.RunStep) {
+	for i := range steps {
+		if len(steps[i].Result) > 0 {
+			steps[i].Result = p.maskJSON(steps[i].Result)
+		}
+	}
+}
+
+// maskJSON is a JSON value (not a task's payload) as p may see it.
+func (p principal) maskJSON(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return b
+	}
+	m := p.mask
+	if m == nil {
+		m = defaultMasker
+	}
+	return m.JSON(b)
+}

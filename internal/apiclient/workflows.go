@@ -1,0 +1,79 @@
+package apiclient
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/store"
+)
+
+// ApplyWorkflow registers a definition (JSON, e.g. a Definition's
+// canonical form): POST /v1/workflows.
+func (c *Client) ApplyWorkflow(ctx context.Context, def json.RawMessage) (*api.WorkflowView, error) {
+	var out api.WorkflowView
+	return &out, c.Do(ctx, "POST", "/v1/workflows", def, &out)
+}
+
+// Workflows lists the latest version of each workflow.
+func (c *Client) Workflows(ctx context.Context) ([]backstop.WorkflowVersion, error) {
+	var out struct {
+		Workflows []backstop.WorkflowVersion `json:"workflows"`
+	}
+	return out.Workflows, c.Do(ctx, "GET", "/v1/workflows", nil, &out)
+}
+
+// Workflow reads one version of a workflow (0: the latest).
+func (c *Client) Workflow(ctx context.Context, name string, version int) (*api.WorkflowView, error) {
+	q := url.Values{}
+	if version > 0 {
+		q.Set("version", strconv.Itoa(version))
+	}
+	var out api.WorkflowView
+	return &out, c.Do(ctx, "GET", withQuery("/v1/workflows/"+esc(name), q), nil, &out)
+}
+
+// RunWorkflow starts a run: POST /v1/workflows/{name}/runs.
+func (c *Client) RunWorkflow(ctx context.Context, name string, req api.RunRequest) (*backstop.RunStarted, error) {
+	var out backstop.RunStarted
+	return &out, c.Do(ctx, "POST", "/v1/workflows/"+esc(name)+"/runs", req, &out)
+}
+
+// RunsPage is one page of GET /v1/runs.
+type RunsPage struct {
+	Runs       []store.RunRecord `json:"runs"`
+	NextCursor string            `json:"next_cursor"`
+}
+
+// Runs lists workflow runs, newest first.
+func (c *Client) Runs(ctx context.Context, f backstop.ListRunsParams) (*RunsPage, error) {
+	q := url.Values{}
+	if f.Workflow != "" {
+		q.Set("workflow", f.Workflow)
+	}
+	if len(f.States) > 0 {
+		s := make([]string, len(f.States))
+		for i, st := range f.States {
+			s[i] = string(st)
+		}
+		q.Set("state", strings.Join(s, ","))
+	}
+	if f.BeforeID != "" {
+		q.Set("before", f.BeforeID)
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var out RunsPage
+	return &out, c.Do(ctx, "GET", withQuery("/v1/runs", q), nil, &out)
+}
+
+// CancelRun cancels a workflow run.
+func (c *Client) CancelRun(ctx context.Context, runID string) (*backstop.WorkflowRun, error) {
+	var out backstop.WorkflowRun
+	return &out, c.Do(ctx, "POST", "/v1/runs/"+esc(runID)+"/cancel", nil, &out)
+}

@@ -1,0 +1,707 @@
+package backstop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/workflow"
+)
+
+// Workflows (docs/workflows.md): the facade over package workflow (the
+// definitions and the engine's pure rules) and the store's workflow seam
+// (store/workflows.go). Nothing is orchestrated in memory: a run starts in
+// one transaction (its run row, its first steps' rows and tasks, its
+// events), and a step's settlement advances its run in the transaction that
+// settles it (settleSteps), so any process may die at any point.
+
+// WorkflowVersion is one registered version of a workflow.
+type WorkflowVersion = store.WorkflowDef
+
+// ApplyWorkflow validates def and registers it: a definition whose plan
+// hash is the latest version's is that version (created false); any other
+// becomes a new version. Runs keep the version they started with.
+func (c *Client) ApplyWorkflow(ctx context.Context, def *workflow.Definition) (WorkflowVersion, bool, error) {
+	if def == nil {
+		return WorkflowVersion{}, false, invalid("definition", "is required")
+	}
+	if err := def.Validate(); err != nil {
+		return WorkflowVersion{}, false, invalid("definition", "%v", err)
+	}
+	d, created, err := c.store.PutWorkflow(ctx, store.WorkflowDef{Name: def.Name, PlanHash: def.Hash(), Definition: def.Canonical()})
+	if err == nil {
+		c.plans.Store(d.PlanHash, def)
+	}
+	return d, created, err
+}
+
+// Workflows lists the latest version of every registered workflow.
+func (c *Client) Workflows(ctx context.Context) ([]WorkflowVersion, error) {
+	return c.store.ListWorkflows(ctx)
+}
+
+// Workflow reads one version of a workflow (0: the latest).
+func (c *Client) Workflow(ctx context.Context, name string, version int) (*WorkflowVersion, *workflow.Definition, error) {
+	if err := workflow.ValidName(name); err != nil {
+		return nil, nil, invalid("workflow", "%v", err)
+	}
+	if version < 0 {
+		return nil, nil, invalid("version", "must not be negative")
+	}
+	d, err := c.store.GetWorkflow(ctx, name, version)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			if version == 0 {
+				return nil, nil, fmt.Errorf("workflow %q is not registered: %w", name, ErrNotFound)
+			}
+			return nil, nil, fmt.Errorf("workflow %q has no version %d: %w", name, version, ErrNotFound)
+		}
+		return nil, nil, err
+	}
+	def, err := c.plan(d)
+	return d, def, err
+}
+
+// plan is the parsed definition of a registered version, cached by plan
+// hash (a hash names one definition for ever).
+func (c *Client) plan(d *store.WorkflowDef) (*workflow.Definition, error) {
+	if def, ok := c.plans.Load(d.PlanHash); ok {
+		return def.(*workflow.Definition), nil
+	}
+	def, err := workflow.Parse(d.Definition)
+	if err != nil {
+		return nil, fmt.Errorf("backstop: workflow %s version %d (plan %s) no longer parses: %w", d.Name, d.Version, d.PlanHash, err)
+	}
+	c.plans.Store(d.PlanHash, def)
+	return def, nil
+}
+
+// planByHash is plan for a run's plan hash.
+func (c *Client) planByHash(ctx context.Context, hash string) (*workflow.Definition, error) {
+	if def, ok := c.plans.Load(hash); ok {
+		return def.(*workflow.Definition), nil
+	}
+	d, err := c.store.WorkflowByHash(ctx, hash)
+	if err != nil {
+		return nil, fmt.Errorf("backstop: the plan %s of a run: %w", hash, err)
+	}
+	return c.plan(d)
+}
+
+// RunWorkflowParams starts a run.
+type RunWorkflowParams struct {
+	Workflow string
+	// Version: 0 runs the latest.
+	Version int
+	// Input is the run's input (JSON; default {}).
+	Input json.RawMessage
+	// RunID: default a new UUIDv7. Starting a run whose id exists is
+	// ErrConflict, so a caller's own id makes a start idempotent.
+	RunID string
+}
+
+// RunStarted is a started run.
+type RunStarted struct {
+	RunID    string         `json:"run_id"`
+	Workflow string         `json:"workflow"`
+	Version  int            `json:"version"`
+	PlanHash string         `json:"plan_hash"`
+	State    store.RunState `json:"state"`
+}
+
+// RunWorkflow starts a run of a registered workflow: its run and its first
+// steps' tasks are written in one transaction.
+func (c *Client) RunWorkflow(ctx context.Context, p RunWorkflowParams) (*RunStarted, error) {
+	plan, d, err := c.startPlan(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	var eff runEffects
+	err = c.store.InTx(ctx, func(tx store.Tx) error {
+		eff = runEffects{}
+		return c.applyPlan(ctx, tx, plan, true, &eff)
+	})
+	if err != nil {
+		return nil, c.runConflict(p, err)
+	}
+	c.afterRuns(ctx, &eff)
+	return &RunStarted{RunID: plan.Run.RunID, Workflow: d.Name, Version: d.Version, PlanHash: d.PlanHash, State: plan.Run.State}, nil
+}
+
+// RunWorkflowTx starts a run inside the caller's transaction tx of the
+// store's driver (ts: pgstore's Txs for a pgx.Tx, sqlitestore's for a
+// *sql.Tx): the run exists if and only if the caller commits — the
+// transactional outbox, for plans. The caller must not use tx after an
+// error but roll it back.
+func RunWorkflowTx[TX any](ctx context.Context, c *Client, ts store.TxStore[TX], tx TX, p RunWorkflowParams) (*RunStarted, error) {
+	plan, d, err := c.startPlan(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	// Counted when the caller's transaction is handed back: a rollback
+	// after this still counts (the library cannot see the commit).
+	var eff runEffects
+	if err := c.applyPlan(ctx, store.Bind(ts, tx), plan, true, &eff); err != nil {
+		return nil, c.runConflict(p, err)
+	}
+	c.afterRuns(ctx, &eff)
+	return &RunStarted{RunID: plan.Run.RunID, Workflow: d.Name, Version: d.Version, PlanHash: d.PlanHash, State: plan.Run.State}, nil
+}
+
+func (c *Client) runConflict(p RunWorkflowParams, err error) error {
+	if p.RunID != "" && errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("run %q already exists: %w", p.RunID, ErrConflict)
+	}
+	return err
+}
+
+func (c *Client) startPlan(ctx context.Context, p RunWorkflowParams) (workflow.Plan, *WorkflowVersion, error) {
+	input := p.Input
+	if len(strings.TrimSpace(string(input))) == 0 {
+		input = json.RawMessage(`{}`)
+	}
+	if err := checkJSON("input", input); err != nil {
+		return workflow.Plan{}, nil, err
+	}
+	if len(input) > c.cfg.MaxPayloadSize {
+		return workflow.Plan{}, nil, &ValidationError{Field: "input", TooLarge: true,
+			Message: fmt.Sprintf("is %d bytes; the maximum is %d", len(input), c.cfg.MaxPayloadSize)}
+	}
+	runID := p.RunID
+	if runID == "" {
+		runID = workflow.NewRunID()
+	} else if err := workflow.ValidName(runID); err != nil {
+		return workflow.Plan{}, nil, invalid("run_id", "%v", err)
+	}
+	d, def, err := c.Workflow(ctx, p.Workflow, p.Version)
+	if err != nil {
+		return workflow.Plan{}, nil, err
+	}
+	plan, err := workflow.Start(def, *d, runID, input, c.now())
+	if err != nil {
+		return workflow.Plan{}, nil, invalid("input", "%v", err)
+	}
+	return plan, d, nil
+}
+
+// CancelRun cancels a run: its waiting steps are canceled, its running ones
+// cooperatively, and with rollback on_fail its completed steps are
+// compensated first. A finished run: ErrConflict.
+func (c *Client) CancelRun(ctx context.Context, runID string) (*WorkflowRun, error) {
+	if err := workflow.ValidName(runID); err != nil {
+		return nil, invalid("run_id", "%v", err)
+	}
+	var eff runEffects
+	err := c.store.InTx(ctx, func(tx store.Tx) error {
+		eff = runEffects{}
+		return c.advanceRun(ctx, tx, runID, &eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
+			if workflow.Finished(run.State) {
+				return workflow.Plan{}, fmt.Errorf("run %q is %s: %w", runID, run.State, ErrConflict)
+			}
+			return workflow.Cancel(def, run, steps, c.now())
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.afterRuns(ctx, &eff)
+	return c.WorkflowRun(ctx, runID)
+}
+
+// mayBeSteps: only a task id with a '.' can be a workflow step's
+// (<run_id>.<step_id>...); the default task ids (UUIDv7s) never are, so
+// plain tasks never pay for the lookup.
+func mayBeSteps(ss []store.Settlement) bool {
+	for i := range ss {
+		if strings.IndexByte(ss[i].TaskID, '.') >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// settleSteps applies settlements and, for those that finished a workflow
+// step, advances its run in the same transaction: the step's successors are
+// enqueued (or its run halts, compensates, finishes) atomically with it.
+func (c *Client) settleSteps(ctx context.Context, ss []store.Settlement) ([]bool, error) {
+	if !mayBeSteps(ss) {
+		return c.store.Settle(ctx, ss)
+	}
+	var (
+		oks []bool
+		eff runEffects
+	)
+	err := c.store.InTx(ctx, func(tx store.Tx) error {
+		var err error
+		eff = runEffects{}
+		if oks, err = tx.Settle(ctx, ss); err != nil {
+			return err
+		}
+		return c.advanceSettled(ctx, tx, ss, oks, &eff)
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.afterRuns(ctx, &eff)
+	return oks, nil
+}
+
+// stepChange is what a settlement means to its step (ok false: nothing,
+// the task goes on: a retry, a snooze, a release).
+func stepChange(s store.Settlement) (workflow.Change, bool) {
+	ch := workflow.Change{TaskID: s.TaskID, Error: s.Error}
+	switch s.State {
+	case bt.StateSucceeded:
+		ch.Outcome, ch.Result = workflow.Succeeded, s.Result
+	case bt.StateDead:
+		ch.Outcome = workflow.Dead
+	case bt.StateCanceled:
+		ch.Outcome = workflow.Canceled
+		if ch.Error == "" {
+			ch.Error = "canceled"
+		}
+	default:
+		return ch, false
+	}
+	return ch, true
+}
+
+// advanceSettled advances the runs of the steps among the applied
+// settlements, one run at a time in run id order (so two transactions lock
+// runs in the same order).
+func (c *Client) advanceSettled(ctx context.Context, tx store.Tx, ss []store.Settlement, oks []bool, eff *runEffects) error {
+	byTask := map[string]workflow.Change{}
+	var ids []string
+	for i, s := range ss {
+		if !oks[i] || strings.IndexByte(s.TaskID, '.') < 0 {
+			continue
+		}
+		if ch, ok := stepChange(s); ok {
+			byTask[s.TaskID] = ch
+			ids = append(ids, s.TaskID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return c.advanceTasks(ctx, tx, ids, byTask, eff)
+}
+
+// advanceTasks feeds the changes of the step tasks among ids to their runs.
+func (c *Client) advanceTasks(ctx context.Context, tx store.Tx, ids []string, byTask map[string]workflow.Change, eff *runEffects) error {
+	rows, err := tx.StepsOfTasks(ctx, ids)
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	byRun := map[string][]workflow.Change{}
+	for _, r := range rows {
+		byRun[r.RunID] = append(byRun[r.RunID], byTask[r.TaskID])
+	}
+	runs := make([]string, 0, len(byRun))
+	for id := range byRun {
+		runs = append(runs, id)
+	}
+	slices.Sort(runs)
+	for _, id := range runs {
+		changes := byRun[id]
+		err := c.advanceRun(ctx, tx, id, eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
+			return workflow.Advance(def, run, steps, changes, c.now())
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// advanceRun locks a run in tx, asks the engine what to do, and writes it.
+func (c *Client) advanceRun(ctx context.Context, tx store.Tx, runID string, eff *runEffects,
+	decide func(*workflow.Definition, store.RunRecord, []store.StepRecord) (workflow.Plan, error)) error {
+	run, steps, err := tx.LockRun(ctx, runID)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("run %q: %w", runID, ErrNotFound)
+		}
+		return err
+	}
+	def, err := c.planByHash(ctx, run.PlanHash)
+	if err != nil {
+		return err
+	}
+	plan, err := decide(def, *run, steps)
+	if err != nil {
+		return err
+	}
+	return c.applyPlan(ctx, tx, plan, false, eff)
+}
+
+// applyPlan writes an engine plan in tx: the run (inserted when insert),
+// the step rows, the tasks, the cancellations of waiting tasks, the events.
+// It returns the tasks to cancel that were running (cooperative
+// cancellation, requested once tx committed).
+func (c *Client) applyPlan(ctx context.Context, tx store.Tx, plan workflow.Plan, insert bool, eff *runEffects) error {
+	if plan.Run.RunID == "" { // nothing to do
+		return nil
+	}
+	eff.plans = append(eff.plans, plan)
+	now := c.now()
+	var err error
+	if insert {
+		err = tx.InsertRun(ctx, plan.Run)
+	} else {
+		err = tx.UpdateRun(ctx, plan.Run)
+	}
+	if err != nil {
+		return err
+	}
+	if len(plan.Steps) > 0 {
+		if err := tx.PutSteps(ctx, plan.Steps); err != nil {
+			return err
+		}
+	}
+	if len(plan.Enqueue) > 0 {
+		params := make([]EnqueueParams, len(plan.Enqueue))
+		for i, st := range plan.Enqueue {
+			params[i] = EnqueueParams{ID: st.TaskID, Queue: st.Queue, Kind: st.Kind, Payload: st.Payload,
+				Priority: st.Priority, MaxAttempts: st.MaxAttempts, Timeout: st.Timeout, Retry: st.Retry,
+				Attributes: st.Attributes}
+		}
+		tasks, err := c.prepareAll(params)
+		if err != nil {
+			return fmt.Errorf("backstop: run %s: a step's task: %w", plan.Run.RunID, err)
+		}
+		if _, err := tx.Enqueue(ctx, tasks, c.enqueueOpts(ctx, params, tasks)); err != nil {
+			return err
+		}
+	}
+	if len(plan.Cancel) > 0 {
+		ss := make([]store.Settlement, len(plan.Cancel))
+		for i, id := range plan.Cancel {
+			ss[i] = store.Settlement{TaskID: id, FinishedAt: now, State: bt.StateCanceled, Error: "its run was canceled"}
+		}
+		oks, err := tx.Settle(ctx, ss)
+		if err != nil {
+			return err
+		}
+		for i, ok := range oks {
+			if !ok {
+				eff.cancels = append(eff.cancels, plan.Cancel[i])
+			}
+		}
+	}
+	if len(plan.Events) > 0 {
+		actor := store.ActorFrom(ctx, "")
+		evs := make([]bt.Event, len(plan.Events))
+		for i, e := range plan.Events {
+			subject := e.TaskID
+			if subject == "" {
+				subject = plan.Run.RunID
+			}
+			ev := store.NewEvent(now, e.Type, subject, "", "", actor, e.Body)
+			ev.Attributes = map[string]string{RunAttribute: plan.Run.RunID, "workflow": plan.Run.Workflow}
+			if e.StepID != "" {
+				ev.Attributes["step_id"] = e.StepID
+			}
+			evs[i] = ev
+		}
+		if err := tx.AppendEvents(ctx, evs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runEffects is what a transaction's plans leave to do once it committed:
+// the running tasks to cancel, the plans to count.
+type runEffects struct {
+	cancels []string
+	plans   []workflow.Plan
+}
+
+// afterRuns asks the workers of running step tasks to stop (their
+// settlement as canceled then advances the run) and counts the plans
+// (workflows_telemetry.go).
+func (c *Client) afterRuns(ctx context.Context, eff *runEffects) {
+	c.telemetry.workflowPlans(ctx, eff.plans)
+	for _, id := range eff.cancels {
+		if _, err := c.store.RequestCancel(context.WithoutCancel(ctx), id, c.now()); err != nil && !errors.Is(err, store.ErrConflict) {
+			c.cfg.Logger.Warn("canceling a step of a canceled run", "task_id", id, "error", err)
+		}
+	}
+}
+
+// resumeRuns tells the runs of replayed step tasks (same id) that their
+// dead step lives again: a run that halted failed (or compensation_failed)
+// goes back to running (compensating). It runs after the replay committed;
+// if this process dies in between, the step's next settlement resumes the
+// run all the same (the engine accepts a change from a failed run's step).
+func (c *Client) resumeRuns(ctx context.Context, ids []string) {
+	var steps []string
+	for _, id := range ids {
+		if strings.IndexByte(id, '.') >= 0 {
+			steps = append(steps, id)
+		}
+	}
+	if len(steps) == 0 {
+		return
+	}
+	var eff runEffects
+	err := c.store.InTx(ctx, func(tx store.Tx) error {
+		eff = runEffects{}
+		rows, err := tx.StepsOfTasks(ctx, steps)
+		if err != nil {
+			return err
+		}
+		byRun := map[string][]string{}
+		for _, r := range rows {
+			byRun[r.RunID] = append(byRun[r.RunID], r.TaskID)
+		}
+		runs := make([]string, 0, len(byRun))
+		for id := range byRun {
+			runs = append(runs, id)
+		}
+		slices.Sort(runs)
+		for _, id := range runs {
+			tasks := byRun[id]
+			if err := c.advanceRun(ctx, tx, id, &eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
+				return workflow.Resume(def, run, steps, tasks, c.now())
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		c.cfg.Logger.Warn("resuming the runs of replayed steps", "tasks", len(steps), "error", err)
+		return
+	}
+	c.afterRuns(ctx, &eff)
+}
+
+// stepCanceled advances the run of a step task an operator canceled while
+// it waited (the store canceled it at once, with no settlement).
+func (c *Client) stepCanceled(ctx context.Context, t *Task) {
+	if t == nil || t.State != StateCanceled || strings.IndexByte(t.ID, '.') < 0 {
+		return
+	}
+	byTask := map[string]workflow.Change{t.ID: {TaskID: t.ID, Outcome: workflow.Canceled, Error: "canceled"}}
+	var eff runEffects
+	err := c.store.InTx(ctx, func(tx store.Tx) error {
+		eff = runEffects{}
+		return c.advanceTasks(ctx, tx, []string{t.ID}, byTask, &eff)
+	})
+	if err != nil {
+		c.cfg.Logger.Warn("advancing the run of a canceled step", "task_id", t.ID, "error", err)
+		return
+	}
+	c.afterRuns(ctx, &eff)
+}
+
+// WorkflowRun is a run as the surfaces show it: the run, and every step of
+// its definition (a step not started yet is "waiting").
+type WorkflowRun struct {
+	store.RunRecord
+	Steps []RunStep `json:"steps"`
+}
+
+// RunStep is one step of a run: its rows summed up (a fan-out step has one
+// per item), with its task's attempts.
+type RunStep struct {
+	ID    string          `json:"id"`
+	State store.StepState `json:"state"`
+	// Compensation: the step runs only as a compensation (of
+	// CompensationOf, once it ran).
+	Compensation   bool   `json:"compensation,omitempty"`
+	CompensationOf string `json:"compensation_of,omitempty"`
+	Needs          []string `json:"needs,omitempty"`
+	// TaskID: the step's task (a fan-out step's items are in Items).
+	TaskID   string         `json:"task_id,omitempty"`
+	Attempts int            `json:"attempts"`
+	Items    []RunStepItem  `json:"items,omitempty"`
+	Error    string         `json:"error,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	// ResultBytes is the result's size; a result over 1 KiB is left out
+	// of Result (read it from the step's successors' payloads or the API's
+	// run step endpoint).
+	ResultBytes int `json:"result_bytes,omitempty"`
+}
+
+// RunStepItem is one item of a fan-out step.
+type RunStepItem struct {
+	Item     int             `json:"item"`
+	TaskID   string          `json:"task_id,omitempty"`
+	State    store.StepState `json:"state"`
+	Attempts int             `json:"attempts"`
+	Error    string          `json:"error,omitempty"`
+}
+
+// StepWaiting is the state the surfaces show for a step with no row yet.
+const StepWaiting store.StepState = "waiting"
+
+const maxShownResult = 1 << 10
+
+// WorkflowRun reads a run with its steps. Unknown: ErrNotFound.
+func (c *Client) WorkflowRun(ctx context.Context, runID string) (*WorkflowRun, error) {
+	if err := validRunID(runID); err != nil {
+		return nil, err
+	}
+	run, rows, err := c.store.GetRun(ctx, runID)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("workflow run %q: %w", runID, ErrNotFound)
+		}
+		return nil, err
+	}
+	def, err := c.planByHash(ctx, run.PlanHash)
+	if err != nil {
+		return nil, err
+	}
+	out := &WorkflowRun{RunRecord: *run}
+	byStep := map[string][]store.StepRecord{}
+	for _, r := range rows {
+		byStep[r.StepID] = append(byStep[r.StepID], r)
+	}
+	for _, st := range def.Steps {
+		rs := byStep[st.ID]
+		v := RunStep{ID: st.ID, State: StepWaiting, Needs: st.Needs, Compensation: st.Compensation}
+		if len(rs) > 0 {
+			v.State = stepState(rs)
+			v.CompensationOf = rs[0].CompensationOf
+		}
+		fanOut := st.ForEach != "" || len(rs) > 1
+		for _, r := range rs {
+			attempts := 0
+			if r.TaskID != "" {
+				if t, err := c.store.Get(ctx, r.TaskID); err == nil {
+					attempts = t.Attempt
+				}
+			}
+			if r.Error != "" && v.Error == "" {
+				v.Error = r.Error
+			}
+			if fanOut {
+				v.Items = append(v.Items, RunStepItem{Item: r.Item, TaskID: r.TaskID, State: r.State, Attempts: attempts, Error: r.Error})
+				v.Attempts += attempts
+				continue
+			}
+			v.TaskID, v.Attempts = r.TaskID, attempts
+			if len(r.Result) > 0 {
+				v.ResultBytes = len(r.Result)
+				if len(r.Result) <= maxShownResult {
+					v.Result = r.Result
+				}
+			}
+		}
+		out.Steps = append(out.Steps, v)
+	}
+	return out, nil
+}
+
+// stepState sums up a step's rows: pending while any is, then failed,
+// canceled, skipped, else succeeded.
+func stepState(rs []store.StepRecord) store.StepState {
+	for _, s := range []store.StepState{workflow.StepPending, workflow.StepFailed, workflow.StepCanceled} {
+		for _, r := range rs {
+			if r.State == s {
+				return s
+			}
+		}
+	}
+	for _, r := range rs {
+		if r.State != workflow.StepSkipped {
+			return r.State
+		}
+	}
+	return workflow.StepSkipped
+}
+
+// ListRunsParams filters workflow runs (newest first).
+type ListRunsParams = store.RunFilter
+
+// WorkflowRuns lists workflow runs.
+func (c *Client) WorkflowRuns(ctx context.Context, f ListRunsParams) ([]store.RunRecord, error) {
+	if f.Limit < 0 || f.Limit > 10000 {
+		return nil, invalid("limit", "must be between 1 and 10000")
+	}
+	if f.Workflow != "" {
+		if err := workflow.ValidName(f.Workflow); err != nil {
+			return nil, invalid("workflow", "%v", err)
+		}
+	}
+	for _, s := range f.States {
+		if !workflow.ValidRunState(s) {
+			return nil, invalid("state", "unknown run state %q", s)
+		}
+	}
+	return c.store.ListRuns(ctx, f)
+}
+
+// StepInput is what a workflow step's handler receives (the payload's
+// envelope, docs/workflows.md), decoded by Step.
+type StepInput[In any] struct {
+	Task *Task
+	// Input is the run's input.
+	Input In
+	// Results holds the results of the steps this one needs (a fan-out
+	// step's: an array of its items' results).
+	Results map[string]json.RawMessage
+	// Item and Index: a fan-out item's element and position.
+	Item  json.RawMessage
+	Index int
+	// Failure: a route target's cause.
+	Failure *StepFailure
+	// Compensating: a compensation's step, item and result.
+	Compensating *StepCompensating
+}
+
+// StepFailure is the failure a route target handles.
+type StepFailure struct {
+	Step  string          `json:"step"`
+	Error string          `json:"error"`
+	Input json.RawMessage `json:"input"`
+}
+
+// StepCompensating is what a compensation undoes.
+type StepCompensating struct {
+	Step   string          `json:"step"`
+	Item   int             `json:"item"`
+	Result json.RawMessage `json:"result"`
+}
+
+type stepEnvelope struct {
+	Input        json.RawMessage            `json:"input"`
+	Results      map[string]json.RawMessage `json:"results"`
+	Item         json.RawMessage            `json:"item"`
+	Index        int                        `json:"index"`
+	Failure      *StepFailure               `json:"failure"`
+	Compensating *StepCompensating          `json:"compensating"`
+}
+
+// Step adapts a typed function to a workflow step's Handler: the payload's
+// envelope is decoded (the run's input into In), and fn's returned value is
+// the step's result (SetResult). A payload that does not decode is poison.
+func Step[In, Out any](fn func(ctx context.Context, s StepInput[In]) (Out, error)) Handler {
+	return HandlerFunc(func(ctx context.Context, t *Task) error {
+		var env stepEnvelope
+		if err := json.Unmarshal(t.Payload, &env); err != nil {
+			return &poisonError{err: payloadError(t.Kind, err)}
+		}
+		in := StepInput[In]{Task: t, Results: env.Results, Item: env.Item, Index: env.Index,
+			Failure: env.Failure, Compensating: env.Compensating}
+		if len(env.Input) > 0 {
+			if err := json.Unmarshal(env.Input, &in.Input); err != nil {
+				return &poisonError{err: payloadError(t.Kind, fmt.Errorf("input: %w", err))}
+			}
+		}
+		out, err := fn(ctx, in)
+		if err != nil {
+			return err
+		}
+		return SetResult(ctx, out)
+	})
+}

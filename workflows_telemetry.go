@@ -1,0 +1,79 @@
+package backstop
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/backstophq/backstop/workflow"
+)
+
+// Workflow metrics (seed 003's set in Backstop's naming; docs/metrics.md):
+// counted from the plans a committed transaction applied, so a rolled-back
+// plan is never counted.
+type workflowTelemetry struct {
+	started       metric.Int64Counter // {workflow}
+	finished      metric.Int64Counter // {workflow, state}
+	steps         metric.Int64Counter // {workflow, step, outcome}
+	fanOut        metric.Int64Counter // {workflow, step}
+	compensations metric.Int64Counter // {workflow, result}
+}
+
+func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	return &workflowTelemetry{
+		started:       counter("backstop.workflow.runs.started", "{run}", "Workflow runs started, by workflow."),
+		finished:      counter("backstop.workflow.runs.finished", "{run}", "Workflow runs that reached a state where they stop (succeeded, partial, failed, compensated, compensation_failed, canceled), by workflow and state."),
+		steps:         counter("backstop.workflow.steps", "{step}", "Workflow steps that finished, by workflow, step and outcome (succeeded, failed, skipped, canceled)."),
+		fanOut:        counter("backstop.workflow.fanout.items", "{item}", "Tasks enqueued for the items of for_each steps, by workflow and step."),
+		compensations: counter("backstop.workflow.compensations", "{step}", "Compensations that finished, by workflow and result (succeeded, failed)."),
+	}, errs
+}
+
+// workflowPlans counts what committed plans did.
+func (t *telemetry) workflowPlans(ctx context.Context, plans []workflow.Plan) {
+	w := t.workflows
+	if w == nil {
+		return
+	}
+	for _, p := range plans {
+		wf := attribute.String("workflow", p.Run.Workflow)
+		for _, e := range p.Events {
+			switch {
+			case e.Type == "run.started":
+				w.started.Add(ctx, 1, metric.WithAttributes(wf))
+			case e.Type == "run.finished" || e.Type == "run.halted":
+				var body struct {
+					State string `json:"state"`
+				}
+				_ = json.Unmarshal(e.Body, &body)
+				if body.State == "" {
+					body.State = string(p.Run.State)
+				}
+				w.finished.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("state", body.State)))
+			case strings.HasPrefix(e.Type, "step.") && e.Type != "step.enqueued":
+				w.steps.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID),
+					attribute.String("outcome", strings.TrimPrefix(e.Type, "step."))))
+			}
+		}
+		for _, st := range p.Enqueue {
+			if _, ok := st.Attributes["step_item"]; ok {
+				w.fanOut.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", st.StepID)))
+			}
+		}
+		for _, r := range p.Steps {
+			if r.CompensationOf == "" || (r.State != workflow.StepSucceeded && r.State != workflow.StepFailed) {
+				continue
+			}
+			w.compensations.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("result", string(r.State))))
+		}
+	}
+}

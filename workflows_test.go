@@ -1,0 +1,365 @@
+package backstop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop/internal/dburl"
+	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/workflow"
+)
+
+// The workflow engine end to end in the library, on a real SQLite file and
+// a real Postgres server: a run's steps are ordinary tasks run by an
+// in-process worker; each settlement advances the run in its transaction.
+
+func forEachWorkflowStore(t *testing.T, fn func(t *testing.T, c *Client)) {
+	for _, db := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
+		t.Run(db.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s, err := dburl.Open(ctx, db.url(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			c, err := NewClient(s, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fn(t, c)
+		})
+	}
+}
+
+// startWorker runs handlers on queue "wf" until the test ends.
+func startWorker(t *testing.T, c *Client, handlers map[string]Handler) {
+	t.Helper()
+	w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"wf": 4}, PollInterval: 10 * time.Millisecond,
+		MaintenanceInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, h := range handlers {
+		w.Handle(k, h)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+}
+
+func applyYAML(t *testing.T, c *Client, src string) WorkflowVersion {
+	t.Helper()
+	def, err := workflow.Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _, err := c.ApplyWorkflow(context.Background(), def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// waitRun polls the run until its state is one of want (or the deadline).
+func waitRun(t *testing.T, c *Client, runID string, want ...store.RunState) *WorkflowRun {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := c.WorkflowRun(context.Background(), runID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(want, r.State) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(r, "", "  ")
+			t.Fatalf("run %s is %s, want %v:\n%s", runID, r.State, want, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func stepOf(r *WorkflowRun, id string) RunStep {
+	for _, s := range r.Steps {
+		if s.ID == id {
+			return s
+		}
+	}
+	return RunStep{}
+}
+
+type orderInput struct {
+	Items []int  `json:"items"`
+	Card  string `json:"card"`
+}
+
+func TestWorkflowFanOutFanIn(t *testing.T) {
+	t.Parallel()
+	forEachWorkflowStore(t, func(t *testing.T, c *Client) {
+		ctx := context.Background()
+		applyYAML(t, c, `
+name: sum
+queue: wf
+steps:
+  - id: start
+    kind: start
+  - id: double
+    kind: double
+    needs: [start]
+    for_each: input.items
+  - id: total
+    kind: total
+    needs: [double]
+`)
+		var mu sync.Mutex
+		var totalSaw map[string]json.RawMessage
+		startWorker(t, c, map[string]Handler{
+			"start": Step(func(ctx context.Context, s StepInput[orderInput]) (map[string]int, error) {
+				return map[string]int{"n": len(s.Input.Items)}, nil
+			}),
+			"double": Step(func(ctx context.Context, s StepInput[orderInput]) (int, error) {
+				var v int
+				if err := json.Unmarshal(s.Item, &v); err != nil {
+					return 0, Permanent(err)
+				}
+				return 2 * v, nil
+			}),
+			"total": Step(func(ctx context.Context, s StepInput[orderInput]) (int, error) {
+				mu.Lock()
+				totalSaw = s.Results
+				mu.Unlock()
+				var ds []int
+				if err := json.Unmarshal(s.Results["double"], &ds); err != nil {
+					return 0, Permanent(err)
+				}
+				sum := 0
+				for _, d := range ds {
+					sum += d
+				}
+				return sum, nil
+			}),
+		})
+		run, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "sum", Input: json.RawMessage(`{"items":[1,2,3]}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := waitRun(t, c, run.RunID, workflow.RunSucceeded)
+		if got := string(stepOf(r, "total").Result); got != "12" {
+			t.Errorf("total's result = %s, want 12", got)
+		}
+		if d := stepOf(r, "double"); len(d.Items) != 3 || d.State != workflow.StepSucceeded {
+			t.Errorf("double: %+v, want 3 succeeded items", d)
+		}
+		mu.Lock()
+		if got := string(totalSaw["double"]); got != "[2,4,6]" {
+			t.Errorf("total saw results.double = %s, want [2,4,6] (item order)", got)
+		}
+		mu.Unlock()
+		// The run's story is on its stream.
+		page, err := c.ReadEvents(ctx, ReadEventsParams{Stream: "run." + run.RunID, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var types []string
+		for _, e := range page.Events {
+			types = append(types, e.Type)
+		}
+		for _, want := range []string{"run.started", "step.enqueued", "step.succeeded", "run.finished"} {
+			if !slices.Contains(types, want) {
+				t.Errorf("run stream lacks %s: %v", want, types)
+			}
+		}
+		// Every step task carries the run's attributes.
+		tasks, err := c.RunTasks(ctx, run.RunID, ListParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tasks) != 5 {
+			t.Errorf("run has %d tasks, want 5 (start, 3 items, total)", len(tasks))
+		}
+		for _, tk := range tasks {
+			if tk.Attributes["plan_hash"] != r.PlanHash || tk.Attributes["step_id"] == "" || tk.Attributes["workflow"] != "sum" {
+				t.Errorf("task %s attributes %v", tk.ID, tk.Attributes)
+			}
+		}
+	})
+}
+
+const sagaYAML = `
+name: order
+queue: wf
+rollback: %s
+steps:
+  - id: reserve
+    kind: reserve_slot
+    compensate: undo_reserve
+  - id: charge
+    kind: charge_card
+    needs: [reserve]
+    compensate: refund_card
+    retry: {max_attempts: 3, schedule: [10ms]}
+  - id: notify
+    kind: send_receipt
+    needs: [charge]
+  - id: undo_reserve
+    kind: release_slot
+    compensation: true
+  - id: refund_card
+    kind: refund
+    compensation: true
+`
+
+// sagaHandlers: charge fails permanently while the input's card is "bad".
+func sagaHandlers(ran *sync.Map) map[string]Handler {
+	mark := func(kind string) Handler {
+		return Step(func(ctx context.Context, s StepInput[orderInput]) (string, error) {
+			ran.Store(kind, true)
+			return kind + " done", nil
+		})
+	}
+	return map[string]Handler{
+		"reserve_slot": mark("reserve_slot"),
+		"charge_card": Step(func(ctx context.Context, s StepInput[orderInput]) (string, error) {
+			if s.Input.Card == "bad" {
+				return "", Permanent(errors.New("card declined"))
+			}
+			ran.Store("charge_card", true)
+			return "charged", nil
+		}),
+		"send_receipt": mark("send_receipt"),
+		"release_slot": Step(func(ctx context.Context, s StepInput[orderInput]) (string, error) {
+			if s.Compensating == nil || s.Compensating.Step != "reserve" {
+				return "", Permanent(fmt.Errorf("release_slot ran without compensating reserve: %+v", s.Compensating))
+			}
+			ran.Store("release_slot", true)
+			return "released", nil
+		}),
+		"refund": mark("refund"),
+	}
+}
+
+func TestWorkflowSagaCompensates(t *testing.T) {
+	t.Parallel()
+	forEachWorkflowStore(t, func(t *testing.T, c *Client) {
+		applyYAML(t, c, fmt.Sprintf(sagaYAML, "on_fail"))
+		var ran sync.Map
+		startWorker(t, c, sagaHandlers(&ran))
+		run, err := c.RunWorkflow(context.Background(), RunWorkflowParams{Workflow: "order", Input: json.RawMessage(`{"card":"bad"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := waitRun(t, c, run.RunID, workflow.RunCompensated, workflow.RunCompensationFailed, workflow.RunFailed)
+		if r.State != workflow.RunCompensated {
+			t.Fatalf("run ended %s, want compensated", r.State)
+		}
+		if _, ok := ran.Load("release_slot"); !ok {
+			t.Error("undo_reserve (release_slot) did not run")
+		}
+		for _, k := range []string{"refund", "send_receipt", "charge_card"} {
+			if _, ok := ran.Load(k); ok {
+				t.Errorf("%s ran; charge never completed", k)
+			}
+		}
+		if s := stepOf(r, "charge"); s.State != workflow.StepFailed {
+			t.Errorf("charge is %s, want failed", s.State)
+		}
+		if s := stepOf(r, "notify"); s.State != StepWaiting && s.State != workflow.StepSkipped {
+			t.Errorf("notify is %s, want waiting or skipped", s.State)
+		}
+	})
+}
+
+func TestWorkflowHaltedRunResumesOnReplay(t *testing.T) {
+	t.Parallel()
+	forEachWorkflowStore(t, func(t *testing.T, c *Client) {
+		ctx := context.Background()
+		applyYAML(t, c, fmt.Sprintf(sagaYAML, "manual"))
+		var ran sync.Map
+		startWorker(t, c, sagaHandlers(&ran))
+		run, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "order", Input: json.RawMessage(`{"card":"bad"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := waitRun(t, c, run.RunID, workflow.RunFailed)
+		charge := stepOf(r, "charge")
+		if charge.State != workflow.StepFailed || charge.TaskID == "" {
+			t.Fatalf("charge: %+v", charge)
+		}
+		dead, err := c.Get(ctx, charge.TaskID)
+		if err != nil || dead.State != StateDead {
+			t.Fatalf("charge's task: %v %v", dead, err)
+		}
+		res, err := c.Replay(ctx, ReplayParams{ID: charge.TaskID, Actor: "ops",
+			MergePatch: json.RawMessage(`{"input":{"card":"good"}}`)})
+		if err != nil || !res.Replayed {
+			t.Fatalf("replay: %+v %v", res, err)
+		}
+		r = waitRun(t, c, run.RunID, workflow.RunSucceeded)
+		if _, ok := ran.Load("send_receipt"); !ok {
+			t.Error("notify did not run after the replay")
+		}
+		evs, err := c.Events(ctx, charge.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replayed := false
+		for _, e := range evs {
+			replayed = replayed || (e.Type == "dlq.replayed" && e.Actor == "ops")
+		}
+		if !replayed {
+			t.Error("the charge task's history does not show the replay")
+		}
+		if s := stepOf(r, "charge"); s.State != workflow.StepSucceeded || s.TaskID != charge.TaskID {
+			t.Errorf("charge after replay: %+v (same task id %s)", s, charge.TaskID)
+		}
+	})
+}
+
+func TestWorkflowCancelRun(t *testing.T) {
+	t.Parallel()
+	forEachWorkflowStore(t, func(t *testing.T, c *Client) {
+		ctx := context.Background()
+		applyYAML(t, c, fmt.Sprintf(sagaYAML, "manual"))
+		// No worker: reserve waits.
+		run, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "order"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.CancelRun(ctx, run.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State != workflow.RunCanceled {
+			t.Errorf("canceled run is %s", r.State)
+		}
+		tk, err := c.Get(ctx, stepOf(r, "reserve").TaskID)
+		if err != nil || tk.State != StateCanceled {
+			t.Errorf("reserve's task: %v %v, want canceled", tk, err)
+		}
+		if _, err := c.CancelRun(ctx, run.RunID); !errors.Is(err, ErrConflict) {
+			t.Errorf("canceling a canceled run: %v, want ErrConflict", err)
+		}
+		if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "order", RunID: run.RunID}); !errors.Is(err, ErrConflict) {
+			t.Errorf("starting a run with an existing id: %v, want ErrConflict", err)
+		}
+		if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "nope"}); !errors.Is(err, ErrNotFound) {
+			t.Errorf("running an unknown workflow: %v, want ErrNotFound", err)
+		}
+	})
+}
