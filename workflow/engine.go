@@ -210,6 +210,9 @@ func Advance(def *Definition, run store.RunRecord, steps []store.StepRecord, cha
 	if err != nil {
 		return Plan{}, err
 	}
+	if err := checkRun(def, run); err != nil {
+		return Plan{}, err
+	}
 	e := newEngine(def, prog, run, steps, now)
 	for _, c := range changes {
 		e.apply(c)
@@ -229,6 +232,9 @@ func Advance(def *Definition, run store.RunRecord, steps []store.StepRecord, cha
 func Cancel(def *Definition, run store.RunRecord, steps []store.StepRecord, now time.Time) (Plan, error) {
 	prog, err := def.programs()
 	if err != nil {
+		return Plan{}, err
+	}
+	if err := checkRun(def, run); err != nil {
 		return Plan{}, err
 	}
 	switch run.State {
@@ -279,6 +285,9 @@ func Resume(def *Definition, run store.RunRecord, steps []store.StepRecord, task
 	if err != nil {
 		return Plan{}, err
 	}
+	if err := checkRun(def, run); err != nil {
+		return Plan{}, err
+	}
 	if run.State != RunFailed && run.State != RunCompensationFailed {
 		return Plan{Run: run}, nil
 	}
@@ -316,6 +325,15 @@ func Resume(def *Definition, run store.RunRecord, steps []store.StepRecord, task
 type rowKey struct {
 	step string
 	item int
+}
+
+// checkRun refuses a definition that is not the version the run started
+// with.
+func checkRun(def *Definition, run store.RunRecord) error {
+	if run.PlanHash != "" && run.PlanHash != def.Hash() {
+		return fmt.Errorf("run %s has plan hash %s, not the definition's (%s)", run.RunID, run.PlanHash, def.Hash())
+	}
+	return nil
 }
 
 // engine is one decision over one run: the rows as they are, the rows it
@@ -617,16 +635,20 @@ func (e *engine) needOf(s *Step, n string) need {
 func (e *engine) progress() error {
 	for e.run.State == RunRunning {
 		moved := false
+		halted := e.haltRow() != nil
 		for i := range e.def.Steps {
 			s := &e.def.Steps[i]
 			if s.Compensation || len(e.byStep[s.ID]) > 0 {
 				continue
 			}
-			did, err := e.decide(s)
+			did, err := e.decide(s, halted)
 			if err != nil {
 				return err
 			}
-			moved = moved || did
+			if did {
+				moved = true
+				halted = e.haltRow() != nil
+			}
 		}
 		if !moved {
 			break
@@ -642,7 +664,7 @@ func (e *engine) progress() error {
 }
 
 // decide starts, skips or fails step s if it can be decided now.
-func (e *engine) decide(s *Step) (bool, error) {
+func (e *engine) decide(s *Step, halted bool) (bool, error) {
 	if from, ok := e.routedFrom[s.ID]; ok {
 		st, failed := e.status(from)
 		switch st {
@@ -650,7 +672,7 @@ func (e *engine) decide(s *Step) (bool, error) {
 			e.skip(s, fmt.Sprintf("not routed to: step %q did not fail", from))
 			return true, nil
 		case stFailed:
-			if e.haltRow() != nil {
+			if halted {
 				return false, nil
 			}
 			return true, e.startRoute(s, from, failed)
@@ -667,7 +689,7 @@ func (e *engine) decide(s *Step) (bool, error) {
 			ready = false
 		}
 	}
-	if !ready || e.haltRow() != nil {
+	if !ready || halted {
 		return false, nil
 	}
 	return true, e.startStep(s)
