@@ -217,14 +217,30 @@ func checkKeys(doc any) error {
 		if err := unknownKey(sm, stepKeys, id); err != nil {
 			return err
 		}
+		if isNumber(sm["timeout"]) {
+			return defErr(id, "timeout", "write a duration with its unit, like \"30s\"")
+		}
 		if r, ok := sm["retry"].(map[string]any); ok {
 			if err := unknownKey(r, retryKeys, id); err != nil {
 				err.Field = "retry: " + err.Field
 				return err
 			}
+			if sch, ok := r["schedule"].([]any); ok && slices.ContainsFunc(sch, isNumber) {
+				return defErr(id, "retry", "write each schedule entry as a duration with its unit, like \"5s\"")
+			}
 		}
 	}
 	return nil
+}
+
+// isNumber: a YAML or JSON number, where a duration string belongs (a bare
+// 30 would be 30 nanoseconds).
+func isNumber(v any) bool {
+	switch v.(type) {
+	case int, int64, uint64, float64:
+		return true
+	}
+	return false
 }
 
 func unknownKey(m map[string]any, known []string, step string) *DefinitionError {

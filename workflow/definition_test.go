@@ -153,6 +153,8 @@ func TestParseRefusals(t *testing.T) {
 		{"bad schedule", head + "- {id: a, kind: k, retry: {schedule: [soon]}}\n", "", `invalid duration "soon"`},
 		{"negative schedule", head + "- {id: a, kind: k, retry: {schedule: [-1s]}}\n", "a", "retry: schedule entry 1 is negative"},
 		{"bad timeout", head + "- {id: a, kind: k, timeout: forever}\n", "", `invalid duration "forever"`},
+		{"timeout without unit", head + "- {id: a, kind: k, timeout: 30}\n", "a", "timeout: write a duration"},
+		{"schedule without unit", head + "- {id: a, kind: k, retry: {schedule: [1s, 5]}}\n", "a", "retry: write each schedule entry"},
 		{"negative timeout", head + "- {id: a, kind: k, timeout: -5s}\n", "a", "timeout: -5s is negative"},
 		{"bad priority", head + "- {id: a, kind: k, priority: 100000}\n", "a", "priority:"},
 	} {

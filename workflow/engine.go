@@ -275,11 +275,15 @@ func Cancel(def *Definition, run store.RunRecord, steps []store.StepRecord, now 
 	return e.result(), nil
 }
 
-// Resume is called when dead step tasks of a failed or
-// compensation_failed run were replayed (same ids): their rows are pending
-// again, the run running (or compensating) again. Ids that are not failed
-// or canceled rows of the run are passed over; a run in another state, or
-// no id matched: an empty plan.
+// Resume is called when dead step tasks of a run were replayed (same
+// ids): the rows of those that stopped the run (a step under halt, or a
+// compensation) are pending again, and a failed run is running again, a
+// compensation_failed one compensating again. It also takes a replay that
+// comes while the run still runs or compensates (an operator who did not
+// wait for the run to halt), which only makes the row pending. Other ids
+// (unknown, not failed, a failure handled by continue or a route) are
+// passed over; a run that ended otherwise (succeeded, partial,
+// compensated, canceled), or no id matched: an empty plan.
 func Resume(def *Definition, run store.RunRecord, steps []store.StepRecord, taskIDs []string, now time.Time) (Plan, error) {
 	prog, err := def.programs()
 	if err != nil {
@@ -288,7 +292,9 @@ func Resume(def *Definition, run store.RunRecord, steps []store.StepRecord, task
 	if err := checkRun(def, run); err != nil {
 		return Plan{}, err
 	}
-	if run.State != RunFailed && run.State != RunCompensationFailed {
+	switch run.State {
+	case RunFailed, RunCompensationFailed, RunRunning, RunCompensating:
+	default:
 		return Plan{Run: run}, nil
 	}
 	e := newEngine(def, prog, run, steps, now)
@@ -302,6 +308,9 @@ func Resume(def *Definition, run store.RunRecord, steps []store.StepRecord, task
 		if r.State != StepFailed && r.State != StepCanceled {
 			continue
 		}
+		if s := e.byID[r.StepID]; s == nil || r.CompensationOf == "" && policyOf(s) != Halt {
+			continue
+		}
 		r.State, r.Error = StepPending, ""
 		e.put(r)
 		resumed = append(resumed, id)
@@ -309,11 +318,11 @@ func Resume(def *Definition, run store.RunRecord, steps []store.StepRecord, task
 	if len(resumed) == 0 {
 		return Plan{Run: run}, nil
 	}
-	e.run.FinishedAt = nil
-	if run.State == RunFailed {
-		e.run.State, e.run.Error = RunRunning, ""
-	} else {
-		e.run.State = RunCompensating
+	switch run.State {
+	case RunFailed:
+		e.run.State, e.run.Error, e.run.FinishedAt = RunRunning, "", nil
+	case RunCompensationFailed:
+		e.run.State, e.run.FinishedAt = RunCompensating, nil
 	}
 	e.event(EventRunResumed, "", "", map[string]any{"tasks": resumed, "state": e.run.State})
 	if err := e.progress(); err != nil {

@@ -226,7 +226,38 @@ func TestHaltManualFailsThenResumes(t *testing.T) {
 	h.succeed("run1.d", "")
 	h.succeed("run1.e", "")
 	h.wantState(RunSucceeded)
-	// Resume of a run that is not failed: an empty plan.
+	// Resume of a run that ended: an empty plan.
+	if p := h.resume("run1.b"); !p.Empty() {
+		t.Fatalf("plan %+v", p)
+	}
+}
+
+// TestReplayBeforeHalt: the dead step is replayed while the run still
+// runs (another step is pending): the row is pending again, and the run
+// goes on without ever being failed.
+func TestReplayBeforeHalt(t *testing.T) {
+	h := start(t, mustDef(t, haltYAML), `{}`)
+	h.succeed("run1.a", "")
+	h.die("run1.b", "x")
+	h.resume("run1.b")
+	h.wantState(RunRunning)
+	h.wantPending("run1.b", "run1.c")
+	h.succeed("run1.b", "")
+	h.succeed("run1.c", "")
+	h.succeed("run1.d", "")
+	h.succeed("run1.e", "")
+	h.wantState(RunSucceeded)
+	if h.hasEvent(EventRunHalted, "") {
+		t.Fatal("halted")
+	}
+}
+
+// TestResumeHandledFailure: a failure handled by continue is not resumed
+// (its dependents were skipped already).
+func TestResumeHandledFailure(t *testing.T) {
+	h := start(t, mustDef(t, continueYAML), `{}`)
+	h.succeed("run1.a", "")
+	h.die("run1.b", "nope")
 	if p := h.resume("run1.b"); !p.Empty() {
 		t.Fatalf("plan %+v", p)
 	}
