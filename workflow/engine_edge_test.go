@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -114,5 +115,29 @@ func TestResultNotJSON(t *testing.T) {
 	h.succeed("run1.a", `not json`)
 	if got := jsonString(h.payload("run1.b")["results"]); got != `{"a":"not json"}` {
 		t.Fatalf("results %s", got)
+	}
+}
+
+// TestView: every step of the definition, waiting ones included, with an
+// aggregate state over its items.
+func TestView(t *testing.T) {
+	h := start(t, mustDef(t, fanYAML), `{"emails":["x","y"]}`)
+	h.succeed("run1.a", "")
+	h.succeed("run1.notify.0", "")
+	var got []string
+	for _, v := range View(h.def, h.stepRows()) {
+		got = append(got, fmt.Sprintf("%s=%s/%d", v.ID, v.State, len(v.Rows)))
+	}
+	if want := "a=succeeded/1 notify=pending/2 z=waiting/0"; strings.Join(got, " ") != want {
+		t.Fatalf("view %v, want %s", got, want)
+	}
+	h.die("run1.notify.1", "x")
+	h.cancel() // nothing pending: the run is failed, canceling it cancels z
+	got = got[:0]
+	for _, v := range View(h.def, h.stepRows()) {
+		got = append(got, fmt.Sprintf("%s=%s", v.ID, v.State))
+	}
+	if want := "a=succeeded notify=failed z=canceled"; strings.Join(got, " ") != want {
+		t.Fatalf("view %v, want %s", got, want)
 	}
 }
