@@ -452,6 +452,7 @@ func (e *engine) event(typ, step, task string, body map[string]any) {
 		body = map[string]any{}
 	}
 	body["run_id"] = e.run.RunID
+	body["workflow"] = e.run.Workflow
 	if step != "" {
 		body["step_id"] = step
 	}
@@ -707,8 +708,14 @@ func (e *engine) decide(s *Step, halted bool) (bool, error) {
 func (e *engine) skip(s *Step, why string) {
 	r := &store.StepRecord{StepID: s.ID, State: StepSkipped, Error: why}
 	e.put(r)
-	e.event(EventStepSkipped, s.ID, "", map[string]any{"reason": why})
+	body := map[string]any{"reason": why}
+	if why == whenFalse {
+		body["when"] = false // the condition was evaluated, and did not hold
+	}
+	e.event(EventStepSkipped, s.ID, "", body)
 }
+
+const whenFalse = "when is false"
 
 // fail records a step that failed before it had a task (an expression's
 // error): a permanent failure, under the step's policy.
@@ -790,14 +797,18 @@ func (e *engine) startStep(s *Step) error {
 		e.fail(s, err)
 		return nil
 	case !run:
-		e.skip(s, "when is false")
+		e.skip(s, whenFalse)
 		return nil
 	case s.ForEach == "":
 		return e.enqueue(s, 0, false, e.payload(results, nil, -1))
 	case len(items) == 0:
 		e.run.Seq++
 		e.put(&store.StepRecord{StepID: s.ID, State: StepSucceeded, Result: json.RawMessage("[]"), CompletedSeq: e.run.Seq})
-		e.event(EventStepSucceeded, s.ID, "", map[string]any{"items": 0})
+		body := map[string]any{"items": 0}
+		if s.When != "" {
+			body["when"] = true
+		}
+		e.event(EventStepSucceeded, s.ID, "", body)
 		return nil
 	}
 	for i, it := range items {
@@ -874,6 +885,9 @@ func (e *engine) enqueueAs(s *Step, item int, fanOut bool, payload map[string]an
 	e.plan.Enqueue = append(e.plan.Enqueue, t)
 	e.put(&store.StepRecord{StepID: s.ID, Item: item, TaskID: id, State: StepPending, CompensationOf: compensationOf})
 	ev := map[string]any{"item": item, "kind": s.Kind, "queue": t.Queue}
+	if s.When != "" {
+		ev["when"] = true // the condition was evaluated, and held
+	}
 	if compensationOf != "" {
 		ev["compensation_of"] = compensationOf
 	}

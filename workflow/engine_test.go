@@ -159,9 +159,19 @@ func TestWhenFalseSkipsAndPropagates(t *testing.T) {
 	h.succeed("run1.e", "")
 	h.wantState(RunSucceeded) // skipped by when is not a failure
 
+	if b := h.eventBody(EventStepSkipped, "b"); b["when"] != false || b["workflow"] != "when" {
+		t.Fatalf("skip event %v", b)
+	}
+	if b := h.eventBody(EventStepSkipped, "c"); b["when"] != nil {
+		t.Fatalf("skip event %v", b)
+	}
+
 	h2 := start(t, mustDef(t, whenYAML), `{"go":true}`)
 	h2.succeed("run1.a", `{"ok":true}`)
 	h2.wantPending("run1.b", "run1.e")
+	if b := h2.eventBody(EventStepEnqueued, "b"); b["when"] != true {
+		t.Fatalf("enqueue event %v", b)
+	}
 }
 
 func TestWhenRuntimeErrorFailsStep(t *testing.T) {

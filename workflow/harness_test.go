@@ -217,6 +217,22 @@ func (h *harness) lastEventBody(typ string) map[string]any {
 	return nil
 }
 
+// eventBody is the body of the first event of that type for that step.
+func (h *harness) eventBody(typ, step string) map[string]any {
+	h.t.Helper()
+	for _, e := range h.events {
+		if e.Type == typ && e.StepID == step {
+			var m map[string]any
+			if err := json.Unmarshal(e.Body, &m); err != nil {
+				h.t.Fatal(err)
+			}
+			return m
+		}
+	}
+	h.t.Fatalf("no %s event for %s in %v", typ, step, h.eventTypes())
+	return nil
+}
+
 func jsonString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
