@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -162,15 +163,37 @@ func Parse(data []byte) (*Definition, error) {
 	if err := checkKeys(doc); err != nil {
 		return nil, err
 	}
-	js, err := json.Marshal(doc)
-	if err != nil {
-		return nil, fmt.Errorf("workflow definition: %v", err)
+	// Each step is decoded on its own, so that a value of the wrong type
+	// is reported with its step.
+	var top struct {
+		Name     string            `json:"name"`
+		Queue    string            `json:"queue"`
+		Rollback Rollback          `json:"rollback"`
+		Steps    []json.RawMessage `json:"steps"`
 	}
-	var d Definition
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
-		return nil, typeError(err)
+	m := maps.Clone(doc.(map[string]any)) // checkKeys made sure
+	stepDocs, _ := m["steps"].([]any)
+	if stepDocs != nil {
+		raws := make([]json.RawMessage, len(stepDocs))
+		for i, sd := range stepDocs {
+			b, err := json.Marshal(sd)
+			if err != nil {
+				return nil, typeError(err, stepName(sd, i))
+			}
+			raws[i] = b
+		}
+		m["steps"] = raws
+	}
+	if err := decodeStrict(m, &top); err != nil {
+		return nil, typeError(err, "")
+	}
+	d := Definition{Name: top.Name, Queue: top.Queue, Rollback: top.Rollback}
+	for i, raw := range top.Steps {
+		var s Step
+		if err := decodeStrict(raw, &s); err != nil {
+			return nil, typeError(err, stepName(stepDocs[i], i))
+		}
+		d.Steps = append(d.Steps, s)
 	}
 	if err := d.Validate(); err != nil {
 		return nil, err
@@ -178,17 +201,46 @@ func Parse(data []byte) (*Definition, error) {
 	return &d, nil
 }
 
+// decodeStrict decodes v (plain values or JSON) into out, refusing
+// unknown fields.
+func decodeStrict(v any, out any) error {
+	js, ok := v.(json.RawMessage)
+	if !ok {
+		var err error
+		if js, err = json.Marshal(v); err != nil {
+			return err
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	return dec.Decode(out)
+}
+
+// stepName names a step in an error: its id, or its position.
+func stepName(doc any, i int) string {
+	if m, ok := doc.(map[string]any); ok {
+		if id, ok := m["id"].(string); ok && id != "" {
+			return id
+		}
+	}
+	return fmt.Sprintf("#%d", i+1)
+}
+
 // typeError rewords encoding/json's error for a value of the wrong type.
-func typeError(err error) error {
+func typeError(err error, step string) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		field := te.Field
 		if i := strings.LastIndexByte(field, '.'); i >= 0 {
 			field = field[i+1:]
 		}
-		return defErr("", field, "must be a %s, not a %s", te.Type, te.Value)
+		return defErr(step, field, "must be a %s, not a %s", te.Type, te.Value)
 	}
-	return &DefinitionError{Problem: err.Error()}
+	var me *json.UnsupportedValueError
+	if errors.As(err, &me) {
+		return defErr(step, "", "unsupported value %s", me.Str)
+	}
+	return defErr(step, "", "%s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
 // checkKeys refuses a key the format does not know, naming it (and the
@@ -210,10 +262,7 @@ func checkKeys(doc any) error {
 		if !ok {
 			return defErr("", "steps", "entry %d is not a mapping", i+1)
 		}
-		id, _ := sm["id"].(string)
-		if id == "" {
-			id = fmt.Sprintf("#%d", i+1)
-		}
+		id := stepName(sm, i)
 		if err := unknownKey(sm, stepKeys, id); err != nil {
 			return err
 		}
