@@ -87,9 +87,14 @@ const (
 type ChangeOutcome string
 
 const (
+	// Succeeded: the handler returned; Change.Result is its result.
 	Succeeded ChangeOutcome = "succeeded"
-	Dead      ChangeOutcome = "dead"
-	Canceled  ChangeOutcome = "canceled"
+	// Dead: the task dead-lettered (attempts exhausted, or a permanent
+	// error); Change.Error is its last error.
+	Dead ChangeOutcome = "dead"
+	// Canceled: the task was canceled (by itself, not with its run: a
+	// run's Cancel settles its own rows).
+	Canceled ChangeOutcome = "canceled"
 )
 
 // Change is a step's task that settled.
@@ -103,7 +108,18 @@ type Change struct {
 }
 
 // StepTask is a task to enqueue for a step (or a fan-out item, or a
-// compensation).
+// compensation). Its id is StepTaskID's; its payload is the JSON object
+//
+//	{"input": <run input>, "results": {"<needed step>": <its result>, ...},
+//	 "item": <the for_each element>, "index": 3,                       // fan-out items
+//	 "failure": {"step": "charge", "error": "...", "input": <payload>}, // route targets
+//	 "compensating": {"step": "charge", "item": 0, "result": <result>}} // compensations
+//
+// (a fan-out step's result is the list of its items' results; a step that
+// did not succeed: null); its attributes are run_id, workflow, step_id,
+// plan_hash, and step_item on a fan-out item, compensation_of on a
+// compensation. Zero MaxAttempts, Retry and Timeout mean the kind's or
+// queue's configuration.
 type StepTask struct {
 	TaskID      string
 	StepID      string
