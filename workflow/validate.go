@@ -66,13 +66,18 @@ func ValidRunID(s string) error {
 
 // Validate checks the definition and compiles its expressions. The error
 // is a *DefinitionError naming the step. It refuses: no steps, a bad name,
-// queue, kind or id, a duplicate id, an unknown need, a cycle (naming the
-// steps on it), an unknown compensate target or one without compensation:
-// true, a compensation step with needs, on_failure, for_each or when, one
-// named by two steps or needed by a step, a bad on_failure, a route target
-// that is unknown, a compensation, the step itself, named by two steps, or
-// has needs, for_each or when, a bad CEL expression, a bad retry or
-// timeout.
+// queue, kind or id, a duplicate id, an unknown need or one listed twice,
+// a cycle (naming the steps on it), an unknown compensate target or one
+// without compensation: true, a compensation step with needs, on_failure,
+// for_each, when or a compensate of its own, one named by two steps, by
+// none, or needed by a step, a bad on_failure, a route target that is
+// unknown, a compensation, the step itself, the target of two steps, or
+// has needs, for_each or when, a bad CEL expression (or one that is not a
+// bool for when, a list for for_each), a bad retry, timeout or priority.
+//
+// Validate writes the compiled expressions into d: do not call it while
+// another goroutine uses d (Parse and Build return validated definitions,
+// safe to share).
 func (d *Definition) Validate() error {
 	d.prog = nil
 	if !idOK(d.Name) {
