@@ -54,7 +54,10 @@ const (
 // an operator (failed and compensation_failed wait for a replay).
 func Terminal(s store.RunState) bool { return s != RunRunning && s != RunCompensating }
 
-// Event types a Plan carries (stream run.<run id>).
+// Event types a Plan carries (stream run.<run id>). A run that ends has
+// one run.finished (body "state": succeeded, partial, compensated,
+// compensation_failed or canceled), except a failed run, which has
+// run.halted (body "state": "failed"); a resumed run can have several.
 const (
 	EventRunStarted      = "run.started"
 	EventStepEnqueued    = "step.enqueued"
@@ -682,7 +685,7 @@ func (e *engine) progress() error {
 	}
 	switch e.run.State {
 	case RunRunning:
-		e.settleRunning()
+		return e.settleRunning()
 	case RunCompensating:
 		return e.compensate()
 	}
@@ -913,32 +916,31 @@ func (e *engine) enqueueAs(s *Step, item int, fanOut bool, payload map[string]an
 
 // settleRunning moves a running run once its steps say so: halted (failed
 // or compensating), or done (succeeded or partial).
-func (e *engine) settleRunning() {
+func (e *engine) settleRunning() error {
 	if r := e.haltRow(); r != nil {
 		cause := fmt.Sprintf("step %q: %s", r.StepID, r.Error)
 		if e.def.Rollback == OnFail {
 			e.setState(RunCompensating, cause)
 			e.event(EventRunCompensating, r.StepID, r.TaskID, map[string]any{"error": cause})
-			_ = e.compensate()
-			return
+			return e.compensate()
 		}
 		if e.anyPending(true) {
-			return
+			return nil
 		}
 		e.run.Error = cause
 		e.run.State = RunFailed
 		now := e.now
 		e.run.FinishedAt = &now
 		e.event(EventRunHalted, r.StepID, r.TaskID, map[string]any{"state": RunFailed, "error": cause})
-		return
+		return nil
 	}
 	if e.anyPending(true) {
-		return
+		return nil
 	}
 	for i := range e.def.Steps {
 		s := &e.def.Steps[i]
 		if !s.Compensation && len(e.byStep[s.ID]) == 0 {
-			return // undecided (cannot happen: every step is decided once nothing runs)
+			return nil // undecided (cannot happen: every step is decided once nothing runs)
 		}
 	}
 	for i := range e.def.Steps {
@@ -949,10 +951,11 @@ func (e *engine) settleRunning() {
 		if st, r := e.status(s.ID); st == stFailed {
 			e.run.Error = fmt.Sprintf("step %q: %s", s.ID, r.Error)
 			e.finish(RunPartial)
-			return
+			return nil
 		}
 	}
 	e.finish(RunSucceeded)
+	return nil
 }
 
 // compensate runs the rollback one compensation at a time: the succeeded
