@@ -50,6 +50,28 @@ const (
 	StepWaiting   store.StepState = "waiting"
 )
 
+// Finished reports whether a run in state s has ended for good:
+// succeeded, partial, compensated or canceled. A failed or
+// compensation_failed run has stopped but is not finished: a replay
+// resumes it, and it can still be canceled.
+func Finished(s store.RunState) bool {
+	switch s {
+	case RunSucceeded, RunPartial, RunCompensated, RunCanceled:
+		return true
+	}
+	return false
+}
+
+// ValidRunState reports whether s is one of the run states.
+func ValidRunState(s store.RunState) bool {
+	switch s {
+	case RunRunning, RunFailed, RunCompensating, RunCompensated, RunCompensationFailed,
+		RunSucceeded, RunPartial, RunCanceled:
+		return true
+	}
+	return false
+}
+
 // Terminal reports whether no step of a run in state s will run without
 // an operator (failed and compensation_failed wait for a replay).
 func Terminal(s store.RunState) bool { return s != RunRunning && s != RunCompensating }

@@ -141,3 +141,25 @@ func TestView(t *testing.T) {
 		t.Fatalf("view %v, want %s", got, want)
 	}
 }
+
+func TestStatePredicates(t *testing.T) {
+	all := []store.RunState{RunRunning, RunFailed, RunCompensating, RunCompensated, RunCompensationFailed, RunSucceeded, RunPartial, RunCanceled}
+	for _, s := range all {
+		if !ValidRunState(s) {
+			t.Errorf("%s not valid", s)
+		}
+		fin := s == RunSucceeded || s == RunPartial || s == RunCompensated || s == RunCanceled
+		if Finished(s) != fin {
+			t.Errorf("Finished(%s) = %v", s, Finished(s))
+		}
+		if Terminal(s) != (s != RunRunning && s != RunCompensating) {
+			t.Errorf("Terminal(%s)", s)
+		}
+	}
+	if ValidRunState("waiting") || ValidRunState("") {
+		t.Error("unknown state valid")
+	}
+	if ValidName("a.b") == nil || ValidName("order-1") != nil {
+		t.Error("ValidName")
+	}
+}

@@ -281,3 +281,12 @@ func findCycle(d *Definition, routedFrom map[string]string) []string {
 	}
 	return nil
 }
+
+// ValidName reports whether s can be a workflow name, a step id or a run
+// id: 1-64 of [A-Za-z0-9_-], starting with a letter or digit.
+func ValidName(s string) error {
+	if !idOK(s) {
+		return fmt.Errorf("%q must be 1-64 characters of letters, digits, '_' or '-', starting with a letter or digit", s)
+	}
+	return nil
+}
