@@ -1,0 +1,390 @@
+// Package workflow defines Backstop's workflows: a named, versioned graph
+// of steps, each step an ordinary Backstop task, declared in YAML or JSON
+// (Parse) or with a Go builder (New), and the engine that decides what
+// happens to a run when one of its steps settles.
+//
+// The engine is pure: Start, Advance, Cancel and Resume take a definition,
+// a run, its step rows, what just happened and the time, and return a Plan
+// (the rows to write, the tasks to enqueue and cancel, the events to
+// append). The caller applies the Plan in the transaction that settled the
+// step, so nothing is orchestrated in memory and any process may crash at
+// any point. The package reads no clock (except NewRunID), starts no
+// goroutine and touches no database.
+//
+// The definition format and the run and step states are described in
+// docs/workflows.md.
+package workflow
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/google/uuid"
+)
+
+// Rollback is what a run does when a step fails under the halt policy.
+type Rollback string
+
+const (
+	// Manual (the default): the run halts and ends failed once nothing is
+	// running; replaying the dead step's task resumes it.
+	Manual Rollback = "manual"
+	// OnFail: the compensations of every succeeded step run, one at a
+	// time, in reverse order of completion.
+	OnFail Rollback = "on_fail"
+)
+
+// The on_failure policies of a step (besides "route:<step id>").
+const (
+	// Halt (the default): no new step starts; see Rollback.
+	Halt = "halt"
+	// Continue: the step is failed, the steps that need it are skipped,
+	// the other branches go on, and the run ends partial.
+	Continue = "continue"
+	// RoutePrefix starts a route policy, "route:<step id>": that step
+	// runs with the failure and the failed step's payload.
+	RoutePrefix = "route:"
+)
+
+// Limits of a definition and of a run.
+const (
+	// MaxSteps bounds the steps of one definition.
+	MaxSteps = 1000
+	// MaxItems bounds the items of one fan-out (for_each) step: a longer
+	// list fails the step.
+	MaxItems = 10000
+	// MaxAttemptsLimit bounds retry.max_attempts (the library's rule).
+	MaxAttemptsLimit = 1_000_000
+	// MaxExprLen bounds a when or for_each expression.
+	MaxExprLen = 4096
+)
+
+// Definition is a workflow: a named graph of steps. The zero values of
+// Queue, Rollback and a step's Queue and OnFailure mean their defaults.
+type Definition struct {
+	// Name: 1-64 of [A-Za-z0-9_-], starting with a letter or digit.
+	Name string `json:"name"`
+	// Queue is the default queue of the steps ("default" if empty).
+	Queue string `json:"queue,omitempty"`
+	// Rollback: Manual (default) or OnFail.
+	Rollback Rollback `json:"rollback,omitempty"`
+	Steps    []Step   `json:"steps"`
+
+	// prog holds the compiled expressions once Validate succeeded.
+	prog *compiled
+}
+
+// Step is one node of the graph: a task kind and when it runs.
+type Step struct {
+	// ID: 1-64 of [A-Za-z0-9_-], starting with a letter or digit (no
+	// dots: a step's task id is <run id>.<step id>).
+	ID string `json:"id"`
+	// Kind is the task kind its handler is registered under.
+	Kind string `json:"kind"`
+	// Queue: default Definition.Queue.
+	Queue string   `json:"queue,omitempty"`
+	Needs []string `json:"needs,omitempty"`
+	// Compensate names the step (with Compensation set) that undoes this
+	// one when the run rolls back.
+	Compensate string `json:"compensate,omitempty"`
+	// Compensation: the step runs only as a compensation.
+	Compensation bool `json:"compensation,omitempty"`
+	// OnFailure: Halt (default), Continue or "route:<step id>".
+	OnFailure string      `json:"on_failure,omitempty"`
+	Retry     *Retry      `json:"retry,omitempty"`
+	Timeout   bt.Duration `json:"timeout,omitempty"`
+	// ForEach is a CEL expression over input and results that evaluates
+	// to a list: one task per element (fan-out); the steps that need this
+	// one wait for all of them (fan-in).
+	ForEach string `json:"for_each,omitempty"`
+	// When is a CEL expression over input and results that evaluates to
+	// a bool: false skips the step (and the steps that need it).
+	When     string `json:"when,omitempty"`
+	Priority int    `json:"priority,omitempty"`
+}
+
+// Retry is a step's retry policy: how many attempts, and the delays
+// between them (the last one repeating). Zero values mean the queue's or
+// kind's configuration.
+type Retry struct {
+	MaxAttempts int           `json:"max_attempts,omitempty"`
+	Schedule    []bt.Duration `json:"schedule,omitempty"`
+}
+
+// DefinitionError is why a definition was refused: the step (if any), the
+// field, and the problem.
+type DefinitionError struct {
+	Step    string
+	Field   string
+	Problem string
+}
+
+func (e *DefinitionError) Error() string {
+	var b strings.Builder
+	if e.Step != "" {
+		fmt.Fprintf(&b, "step %q: ", e.Step)
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Problem)
+	return b.String()
+}
+
+func defErr(step, field, format string, args ...any) *DefinitionError {
+	return &DefinitionError{Step: step, Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Known keys, for Parse's refusal of unknown ones.
+var (
+	defKeys   = []string{"name", "queue", "rollback", "steps"}
+	stepKeys  = []string{"id", "kind", "queue", "needs", "compensate", "compensation", "on_failure", "retry", "timeout", "for_each", "when", "priority"}
+	retryKeys = []string{"max_attempts", "schedule"}
+)
+
+// Parse reads a definition in YAML or JSON (JSON is read as YAML, of
+// which it is a subset), refuses unknown keys (naming them), and
+// validates it: the error is a *DefinitionError when the document parsed
+// but the definition is wrong.
+func Parse(data []byte) (*Definition, error) {
+	doc, err := decodeYAML(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKeys(doc); err != nil {
+		return nil, err
+	}
+	// Each step is decoded on its own, so that a value of the wrong type
+	// is reported with its step.
+	var top struct {
+		Name     string            `json:"name"`
+		Queue    string            `json:"queue"`
+		Rollback Rollback          `json:"rollback"`
+		Steps    []json.RawMessage `json:"steps"`
+	}
+	m := maps.Clone(doc.(map[string]any)) // checkKeys made sure
+	stepDocs, _ := m["steps"].([]any)
+	if stepDocs != nil {
+		raws := make([]json.RawMessage, len(stepDocs))
+		for i, sd := range stepDocs {
+			b, err := json.Marshal(sd)
+			if err != nil {
+				return nil, typeError(err, stepName(sd, i))
+			}
+			raws[i] = b
+		}
+		m["steps"] = raws
+	}
+	if err := decodeStrict(m, &top); err != nil {
+		return nil, typeError(err, "")
+	}
+	d := Definition{Name: top.Name, Queue: top.Queue, Rollback: top.Rollback}
+	for i, raw := range top.Steps {
+		var s Step
+		if err := decodeStrict(raw, &s); err != nil {
+			return nil, typeError(err, stepName(stepDocs[i], i))
+		}
+		d.Steps = append(d.Steps, s)
+	}
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// decodeStrict decodes v (plain values or JSON) into out, refusing
+// unknown fields.
+func decodeStrict(v any, out any) error {
+	js, ok := v.(json.RawMessage)
+	if !ok {
+		var err error
+		if js, err = json.Marshal(v); err != nil {
+			return err
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	return dec.Decode(out)
+}
+
+// stepName names a step in an error: its id, or its position.
+func stepName(doc any, i int) string {
+	if m, ok := doc.(map[string]any); ok {
+		if id, ok := m["id"].(string); ok && id != "" {
+			return id
+		}
+	}
+	return fmt.Sprintf("#%d", i+1)
+}
+
+// typeError rewords encoding/json's error for a value of the wrong type.
+func typeError(err error, step string) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		if i := strings.LastIndexByte(field, '.'); i >= 0 {
+			field = field[i+1:]
+		}
+		return defErr(step, field, "must be a %s, not a %s", te.Type, te.Value)
+	}
+	var me *json.UnsupportedValueError
+	if errors.As(err, &me) {
+		return defErr(step, "", "unsupported value %s", me.Str)
+	}
+	return defErr(step, "", "%s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// checkKeys refuses a key the format does not know, naming it (and the
+// step it is in).
+func checkKeys(doc any) error {
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return &DefinitionError{Problem: "a workflow definition is a mapping (name, queue, rollback, steps)"}
+	}
+	if err := unknownKey(m, defKeys, ""); err != nil {
+		return err
+	}
+	steps, ok := m["steps"].([]any)
+	if !ok {
+		return nil // type errors are reported by the decoder
+	}
+	for i, s := range steps {
+		sm, ok := s.(map[string]any)
+		if !ok {
+			return defErr("", "steps", "entry %d is not a mapping", i+1)
+		}
+		id := stepName(sm, i)
+		if err := unknownKey(sm, stepKeys, id); err != nil {
+			return err
+		}
+		if isNumber(sm["timeout"]) {
+			return defErr(id, "timeout", "write a duration with its unit, like \"30s\"")
+		}
+		if r, ok := sm["retry"].(map[string]any); ok {
+			if err := unknownKey(r, retryKeys, id); err != nil {
+				err.Field = "retry: " + err.Field
+				return err
+			}
+			if sch, ok := r["schedule"].([]any); ok && slices.ContainsFunc(sch, isNumber) {
+				return defErr(id, "retry", "write each schedule entry as a duration with its unit, like \"5s\"")
+			}
+		}
+	}
+	return nil
+}
+
+// isNumber: a YAML or JSON number, where a duration string belongs (a bare
+// 30 would be 30 nanoseconds).
+func isNumber(v any) bool {
+	switch v.(type) {
+	case int, int64, uint64, float64:
+		return true
+	}
+	return false
+}
+
+func unknownKey(m map[string]any, known []string, step string) *DefinitionError {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !slices.Contains(known, k) {
+			return defErr(step, k, "unknown key (known: %s)", strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
+
+// Canonical is the definition as JSON with the defaults filled in (queue,
+// rollback, each step's queue and on_failure), needs sorted, and the keys
+// in a fixed order: two definitions that mean the same have the same
+// canonical form. Parse reads it back.
+func (d *Definition) Canonical() []byte {
+	c := Definition{Name: d.Name, Queue: d.Queue, Rollback: d.Rollback}
+	if c.Queue == "" {
+		c.Queue = "default"
+	}
+	if c.Rollback == "" {
+		c.Rollback = Manual
+	}
+	c.Steps = make([]Step, len(d.Steps))
+	for i, s := range d.Steps {
+		if s.Queue == "" {
+			s.Queue = c.Queue
+		}
+		if s.OnFailure == "" && !s.Compensation {
+			s.OnFailure = Halt
+		}
+		if len(s.Needs) > 0 {
+			s.Needs = slices.Clone(s.Needs)
+			slices.Sort(s.Needs)
+		} else {
+			s.Needs = nil
+		}
+		if s.Retry != nil && s.Retry.MaxAttempts == 0 && len(s.Retry.Schedule) == 0 {
+			s.Retry = nil
+		}
+		if s.Retry != nil && len(s.Retry.Schedule) == 0 {
+			s.Retry = &Retry{MaxAttempts: s.Retry.MaxAttempts}
+		}
+		c.Steps[i] = s
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(c); err != nil {
+		// Every field is a string, number, bool or list of them.
+		panic("workflow: canonical form: " + err.Error())
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// Hash is the hex SHA-256 of Canonical: a run's plan_hash.
+func (d *Definition) Hash() string {
+	sum := sha256.Sum256(d.Canonical())
+	return hex.EncodeToString(sum[:])
+}
+
+// Step returns the step with that id, or nil.
+func (d *Definition) Step(id string) *Step {
+	for i := range d.Steps {
+		if d.Steps[i].ID == id {
+			return &d.Steps[i]
+		}
+	}
+	return nil
+}
+
+// RouteTarget returns the step id of a "route:<id>" policy, or "".
+func (s *Step) RouteTarget() string {
+	if t, ok := strings.CutPrefix(s.OnFailure, RoutePrefix); ok {
+		return t
+	}
+	return ""
+}
+
+// queueOf is the queue a step's tasks go to.
+func (d *Definition) queueOf(s *Step) string {
+	switch {
+	case s.Queue != "":
+		return s.Queue
+	case d.Queue != "":
+		return d.Queue
+	}
+	return "default"
+}
+
+// NewRunID returns a new run id: a UUIDv7 (so runs sort by start). It is
+// the one function of the package that reads the clock.
+func NewRunID() string { return uuid.Must(uuid.NewV7()).String() }

@@ -1,0 +1,177 @@
+package workflow
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestRandomRuns drives random definitions with random outcomes (and
+// operators replaying dead tasks) to the end, checking on every plan: no
+// task enqueued twice (the harness), no step started before what it needs
+// allowed it, at most one compensation at a time, and every run ends in a
+// terminal state with nothing pending.
+func TestRandomRuns(t *testing.T) {
+	for seed := range uint64(400) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { randomRun(t, seed) })
+	}
+}
+
+func randomDef(r *rand.Rand) string {
+	var b strings.Builder
+	b.WriteString("name: rnd\n")
+	if r.IntN(2) == 0 {
+		b.WriteString("rollback: on_fail\n")
+	}
+	b.WriteString("steps:\n")
+	n := 2 + r.IntN(6)
+	var extra []string
+	routed := map[int]bool{}
+	for i := range n {
+		fmt.Fprintf(&b, "  - id: s%d\n    kind: k\n", i)
+		var needs []string
+		for j := range i {
+			if r.IntN(3) == 0 {
+				needs = append(needs, fmt.Sprintf("s%d", j))
+				if routed[j] && r.IntN(2) == 0 {
+					needs = append(needs, fmt.Sprintf("r%d", j))
+				}
+			}
+		}
+		switch r.IntN(5) {
+		case 0:
+			b.WriteString("    for_each: input.xs\n")
+		case 1:
+			b.WriteString("    when: input.flag\n")
+		}
+		switch r.IntN(4) {
+		case 0:
+			b.WriteString("    on_failure: continue\n")
+		case 1:
+			fmt.Fprintf(&b, "    on_failure: 'route:r%d'\n", i)
+			extra = append(extra, fmt.Sprintf("  - {id: r%d, kind: k}\n", i))
+			routed[i] = true
+		}
+		if len(needs) > 0 {
+			fmt.Fprintf(&b, "    needs: [%s]\n", strings.Join(needs, ", "))
+		}
+		if r.IntN(2) == 0 {
+			fmt.Fprintf(&b, "    compensate: u%d\n", i)
+			extra = append(extra, fmt.Sprintf("  - {id: u%d, kind: k, compensation: true}\n", i))
+		}
+	}
+	for _, e := range extra {
+		b.WriteString(e)
+	}
+	return b.String()
+}
+
+func randomRun(t *testing.T, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	src := randomDef(r)
+	def, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, src)
+	}
+	input := fmt.Sprintf(`{"xs":%s,"flag":%v}`, []string{`[]`, `[1]`, `[1,2,3]`}[r.IntN(3)], r.IntN(4) != 0)
+	h := start(t, def, input)
+	check := func() {
+		t.Helper()
+		comps := 0
+		for _, row := range h.rows {
+			if row.State == StepPending && row.CompensationOf != "" {
+				comps++
+			}
+		}
+		if comps > 1 {
+			t.Fatalf("%d compensations at once\n%s", comps, src)
+		}
+		for _, task := range h.last.Enqueue {
+			s := def.Step(task.StepID)
+			if s.Compensation {
+				continue
+			}
+			for _, n := range s.Needs {
+				if !needAllows(h, def, s, n) {
+					t.Fatalf("step %s started while %s is %+v\n%s", s.ID, n, h.rows[rowKey{n, 0}], src)
+				}
+			}
+		}
+	}
+	check()
+	cancelAt := -1
+	if r.IntN(5) == 0 {
+		cancelAt = r.IntN(6)
+	}
+	for i := 0; i < 500; i++ {
+		if i == cancelAt && !Terminal(h.run.State) {
+			h.cancel()
+			check()
+			continue
+		}
+		pend := h.pending()
+		if len(pend) == 0 {
+			if h.run.State == RunFailed || h.run.State == RunCompensationFailed {
+				if r.IntN(3) == 0 {
+					break // left for an operator
+				}
+				var dead []string
+				for _, row := range h.rows {
+					if (row.State == StepFailed || row.State == StepCanceled) && row.TaskID != "" {
+						dead = append(dead, row.TaskID)
+					}
+				}
+				slices.Sort(dead)
+				if len(dead) == 0 {
+					break
+				}
+				h.resume(dead[r.IntN(len(dead))])
+				check()
+				continue
+			}
+			break
+		}
+		id := pend[r.IntN(len(pend))]
+		if r.IntN(4) == 0 {
+			h.die(id, "boom")
+		} else {
+			h.succeed(id, `1`)
+		}
+		check()
+	}
+	if len(h.pending()) != 0 || !Terminal(h.run.State) {
+		t.Fatalf("run %s with pending %v\n%s", h.run.State, h.pending(), src)
+	}
+	failed := h.hasEvent(EventStepFailed, "")
+	if !failed && cancelAt < 0 && h.run.State != RunSucceeded {
+		t.Fatalf("no failure, run %s\n%s", h.run.State, src)
+	}
+}
+
+// needAllows: step s may start while need n is in its current state.
+func needAllows(h *harness, def *Definition, s *Step, n string) bool {
+	st, _ := h.engineStatus(n)
+	switch st {
+	case stSucceeded:
+		return true
+	case stSkipped:
+		for _, o := range def.Steps {
+			if o.RouteTarget() == n {
+				ost, _ := h.engineStatus(o.ID)
+				return ost == stSucceeded
+			}
+		}
+	case stFailed:
+		rt := def.Step(n).RouteTarget()
+		return rt != "" && slices.Contains(s.Needs, rt)
+	}
+	return false
+}
+
+func (h *harness) engineStatus(step string) (status, any) {
+	e := newEngine(h.def, nil, h.run, h.stepRows(), frozen)
+	st, _ := e.status(step)
+	return st, nil
+}
