@@ -175,7 +175,7 @@ func (c *Client) startPlan(ctx context.Context, p RunWorkflowParams) (workflow.P
 	runID := p.RunID
 	if runID == "" {
 		runID = workflow.NewRunID()
-	} else if err := workflow.ValidName(runID); err != nil {
+	} else if err := workflow.ValidRunID(runID); err != nil {
 		return workflow.Plan{}, nil, invalid("run_id", "%v", err)
 	}
 	d, def, err := c.Workflow(ctx, p.Workflow, p.Version)
@@ -193,8 +193,8 @@ func (c *Client) startPlan(ctx context.Context, p RunWorkflowParams) (workflow.P
 // cooperatively, and with rollback on_fail its completed steps are
 // compensated first. A finished run: ErrConflict.
 func (c *Client) CancelRun(ctx context.Context, runID string) (*WorkflowRun, error) {
-	if err := workflow.ValidName(runID); err != nil {
-		return nil, invalid("run_id", "%v", err)
+	if err := validRunID(runID); err != nil {
+		return nil, err
 	}
 	var eff runEffects
 	err := c.store.InTx(ctx, func(tx store.Tx) error {
@@ -299,8 +299,16 @@ func (c *Client) advanceTasks(ctx context.Context, tx store.Tx, ids []string, by
 		return err
 	}
 	byRun := map[string][]workflow.Change{}
+	// A change from a step whose row is no longer pending means its dead
+	// task was replayed (same id) by a path that did not resume the run
+	// (a redrive batch, or a process that died after the replay): resume
+	// first, in this transaction, then advance.
+	stale := map[string][]string{}
 	for _, r := range rows {
 		byRun[r.RunID] = append(byRun[r.RunID], byTask[r.TaskID])
+		if r.State == workflow.StepFailed && byTask[r.TaskID].Outcome != workflow.Canceled {
+			stale[r.RunID] = append(stale[r.RunID], r.TaskID)
+		}
 	}
 	runs := make([]string, 0, len(byRun))
 	for id := range byRun {
@@ -309,6 +317,13 @@ func (c *Client) advanceTasks(ctx context.Context, tx store.Tx, ids []string, by
 	slices.Sort(runs)
 	for _, id := range runs {
 		changes := byRun[id]
+		if tasks := stale[id]; len(tasks) > 0 {
+			if err := c.advanceRun(ctx, tx, id, eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
+				return workflow.Resume(def, run, steps, tasks, c.now())
+			}); err != nil {
+				return err
+			}
+		}
 		err := c.advanceRun(ctx, tx, id, eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
 			return workflow.Advance(def, run, steps, changes, c.now())
 		})
@@ -541,7 +556,7 @@ type RunStepItem struct {
 }
 
 // StepWaiting is the state the surfaces show for a step with no row yet.
-const StepWaiting store.StepState = "waiting"
+const StepWaiting = workflow.StepWaiting
 
 const maxShownResult = 1 << 10
 
@@ -562,19 +577,14 @@ func (c *Client) WorkflowRun(ctx context.Context, runID string) (*WorkflowRun, e
 		return nil, err
 	}
 	out := &WorkflowRun{RunRecord: *run}
-	byStep := map[string][]store.StepRecord{}
-	for _, r := range rows {
-		byStep[r.StepID] = append(byStep[r.StepID], r)
-	}
-	for _, st := range def.Steps {
-		rs := byStep[st.ID]
-		v := RunStep{ID: st.ID, State: StepWaiting, Needs: st.Needs, Compensation: st.Compensation}
-		if len(rs) > 0 {
-			v.State = stepState(rs)
-			v.CompensationOf = rs[0].CompensationOf
-		}
-		fanOut := st.ForEach != "" || len(rs) > 1
-		for _, r := range rs {
+	for _, sv := range workflow.View(def, rows) {
+		st := def.Step(sv.ID)
+		v := RunStep{ID: sv.ID, State: sv.State, Needs: st.Needs, Compensation: sv.Compensation}
+		fanOut := st.ForEach != "" || len(sv.Rows) > 1
+		for _, r := range sv.Rows {
+			if v.CompensationOf == "" {
+				v.CompensationOf = r.CompensationOf
+			}
 			attempts := 0
 			if r.TaskID != "" {
 				if t, err := c.store.Get(ctx, r.TaskID); err == nil {
@@ -600,24 +610,6 @@ func (c *Client) WorkflowRun(ctx context.Context, runID string) (*WorkflowRun, e
 		out.Steps = append(out.Steps, v)
 	}
 	return out, nil
-}
-
-// stepState sums up a step's rows: pending while any is, then failed,
-// canceled, skipped, else succeeded.
-func stepState(rs []store.StepRecord) store.StepState {
-	for _, s := range []store.StepState{workflow.StepPending, workflow.StepFailed, workflow.StepCanceled} {
-		for _, r := range rs {
-			if r.State == s {
-				return s
-			}
-		}
-	}
-	for _, r := range rs {
-		if r.State != workflow.StepSkipped {
-			return r.State
-		}
-	}
-	return workflow.StepSkipped
 }
 
 // ListRunsParams filters workflow runs (newest first).
