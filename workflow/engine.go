@@ -346,8 +346,8 @@ func Resume(def *Definition, run store.RunRecord, steps []store.StepRecord, task
 			continue
 		}
 		r := e.rows[k]
-		if r.State != StepFailed && r.State != StepCanceled {
-			continue
+		if r.State != StepFailed && r.State != StepCanceled || r.Error == CanceledError {
+			continue // not dead, or canceled with its run
 		}
 		if s := e.byID[r.StepID]; s == nil || r.CompensationOf == "" && policyOf(s) != Halt {
 			continue

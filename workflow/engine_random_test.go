@@ -14,7 +14,7 @@ import (
 // allowed it, at most one compensation at a time, and every run ends in a
 // terminal state with nothing pending.
 func TestRandomRuns(t *testing.T) {
-	for seed := range uint64(400) {
+	for seed := range uint64(1000) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { randomRun(t, seed) })
 	}
 }

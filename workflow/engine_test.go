@@ -526,6 +526,11 @@ func TestCancelOnFail(t *testing.T) {
 	}
 	h.wantState(RunCompensating)
 	h.wantPending("run1.ub")
+	// A step canceled with its run is not resumed (the glue calls Resume
+	// for a settlement of a row that is no longer pending).
+	if p := h.resume("run1.slow"); !p.Empty() {
+		t.Fatalf("resumed a step canceled with its run: %+v", p)
+	}
 	h.succeed("run1.slow", "") // it ran to the end before it saw the cancel
 	h.wantRow("slow", 0, StepSucceeded)
 	h.succeed("run1.ub", "")
