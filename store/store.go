@@ -98,6 +98,9 @@ type Store interface {
 	EventLog // reading the event log by stream and cursor (store/events.go)
 	Ordering // ordered processing (store/ordering.go)
 	Secrets  // keys shared by every process (store/secrets.go)
+	// Workflows: definitions, runs and their steps (store/workflows.go);
+	// their transactional writes are the Tx's (WorkflowTx).
+	Workflows
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers

@@ -36,6 +36,9 @@ type Tx interface {
 	// AppendEvents writes events built by the engine, as given (actor
 	// included), in their order (CheckEvents says which it refuses).
 	AppendEvents(ctx context.Context, events []bt.Event) error
+	// WorkflowTx: a workflow run's and its steps' writes and the run's
+	// lock (store/workflows.go).
+	WorkflowTx
 }
 
 // TxStore is a driver's composable writes on its own transaction type TX.
@@ -50,6 +53,12 @@ type TxStore[TX any] interface {
 	Settle(ctx context.Context, tx TX, s []Settlement) ([]bool, error)
 	Enqueue(ctx context.Context, tx TX, tasks []*bt.Task, opts EnqueueOpts) ([]EnqueueResult, error)
 	AppendEvents(ctx context.Context, tx TX, events []bt.Event) error
+	// The workflow writes (store/workflows.go, WorkflowTx) in tx.
+	InsertRun(ctx context.Context, tx TX, r RunRecord) error
+	LockRun(ctx context.Context, tx TX, runID string) (*RunRecord, []StepRecord, error)
+	UpdateRun(ctx context.Context, tx TX, r RunRecord) error
+	PutSteps(ctx context.Context, tx TX, steps []StepRecord) error
+	StepsOfTasks(ctx context.Context, tx TX, taskIDs []string) ([]StepRecord, error)
 }
 
 // ErrTxDone is returned by a Tx's operations once its InTx returned.
@@ -138,6 +147,43 @@ func (b *boundTx[TX]) AppendEvents(ctx context.Context, events []bt.Event) error
 		return err
 	}
 	return b.failed(b.ts.AppendEvents(ctx, b.tx, events))
+}
+
+func (b *boundTx[TX]) InsertRun(ctx context.Context, r RunRecord) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	return b.failed(b.ts.InsertRun(ctx, b.tx, r))
+}
+
+func (b *boundTx[TX]) LockRun(ctx context.Context, runID string) (*RunRecord, []StepRecord, error) {
+	if err := b.check(); err != nil {
+		return nil, nil, err
+	}
+	r, steps, err := b.ts.LockRun(ctx, b.tx, runID)
+	return r, steps, b.failed(err)
+}
+
+func (b *boundTx[TX]) UpdateRun(ctx context.Context, r RunRecord) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	return b.failed(b.ts.UpdateRun(ctx, b.tx, r))
+}
+
+func (b *boundTx[TX]) PutSteps(ctx context.Context, steps []StepRecord) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	return b.failed(b.ts.PutSteps(ctx, b.tx, steps))
+}
+
+func (b *boundTx[TX]) StepsOfTasks(ctx context.Context, taskIDs []string) ([]StepRecord, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	steps, err := b.ts.StepsOfTasks(ctx, b.tx, taskIDs)
+	return steps, b.failed(err)
 }
 
 // CheckEvents refuses events the log cannot hold, before a driver writes

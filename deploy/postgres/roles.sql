@@ -70,6 +70,16 @@ GRANT SELECT, INSERT ON :"schema".backstop_execution_logs TO backstop_worker;
 -- The key of remote workers' lease tokens (`serve` claims for them): stored
 -- once on first use by whichever process comes first, then only read.
 GRANT SELECT, INSERT ON :"schema".backstop_secrets TO backstop_worker;
+-- Workflows (store/workflows.go): a producer registers definitions (new
+-- versions are inserted, never changed) and starts runs in its own
+-- transaction (the run and its first step rows); a worker that settles a
+-- step reads the definition, locks and updates the run (SELECT ... FOR
+-- UPDATE needs UPDATE) and writes step rows. Neither deletes them.
+GRANT SELECT, INSERT ON :"schema".backstop_workflows TO backstop_producer;
+GRANT SELECT, INSERT ON :"schema".backstop_runs TO backstop_producer;
+GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_run_steps TO backstop_producer, backstop_worker;
+GRANT SELECT ON :"schema".backstop_workflows TO backstop_worker;
+GRANT SELECT, UPDATE ON :"schema".backstop_runs TO backstop_worker;
 
 -- admin: everything on Backstop's tables, views and sequences: dead-letter
 -- replay, redrive, discard, resolve, purge and export, retention, tokens.

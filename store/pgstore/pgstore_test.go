@@ -1099,7 +1099,19 @@ func TestConformance(t *testing.T) {
 		return store.Bind(s.Txs(), tx), func() error { return tx.Commit(ctx) }, func() error { return tx.Rollback(ctx) }, nil
 	}
 	storetest.Run(t, open, storetest.WithTx("pgx.Tx", pgxTx), storetest.WithTx("sql.Tx", sqlTx),
-		storetest.WithBoundTx("pgx.Tx", boundPgxTx), storetest.WithXidBurner(burnXids))
+		storetest.WithBoundTx("pgx.Tx", boundPgxTx), storetest.WithXidBurner(burnXids),
+		storetest.WithLockWaitProbe(lockRunWaiting))
+}
+
+// lockRunWaiting says whether a backend of this database waits for a lock
+// in a statement on backstop_runs (LockRun's SELECT … FOR UPDATE; without
+// the lock, the UPDATE after it).
+func lockRunWaiting(ctx context.Context, st store.Store) (bool, error) {
+	var waiting bool
+	err := st.(*pgstore.Store).Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'
+		AND query LIKE '%backstop_runs%')`).Scan(&waiting)
+	return waiting, err
 }
 
 // burnXids brings the cluster's transaction counter to a few short of the

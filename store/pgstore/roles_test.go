@@ -158,6 +158,22 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	}
 	_, err = pc.Enqueue(ctx, backstop.EnqueueParams{ID: "p-o", Queue: "oq", Kind: "k", OrderingKey: "key", Sequence: 1})
 	must("producer ordered enqueue", err)
+	// Workflows: the producer registers a definition and starts a run in
+	// its own transaction.
+	_, _, err = producer.PutWorkflow(ctx, store.WorkflowDef{Name: "order", PlanHash: "h1", CreatedAt: now,
+		Definition: json.RawMessage(`{"name":"order"}`)})
+	must("producer put workflow", err)
+	must("producer start run", producer.InTx(ctx, func(tx store.Tx) error {
+		if err := tx.InsertRun(ctx, store.RunRecord{RunID: "run-1", Workflow: "order", Version: 1, PlanHash: "h1",
+			State: "running", CreatedAt: now, UpdatedAt: now}); err != nil {
+			return err
+		}
+		return tx.PutSteps(ctx, []store.StepRecord{{RunID: "run-1", StepID: "a", TaskID: "run-1.a", State: "pending", UpdatedAt: now}})
+	}))
+	_, _, err = producer.GetRun(ctx, "run-1")
+	must("producer get run", err)
+	denied("producer run update", rawExec(producer, "UPDATE backstop_runs SET state = 'succeeded'"))
+	denied("producer workflow update", rawExec(producer, "UPDATE backstop_workflows SET plan_hash = 'x'"))
 	denied("producer delete", rawExec(producer, "DELETE FROM backstop_tasks"))
 	denied("producer state change", rawExec(producer, "UPDATE backstop_tasks SET state = 'succeeded'"))
 
@@ -232,6 +248,32 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	if !errors.Is(err, store.ErrPermissionDenied) {
 		t.Fatalf("worker retention: %v, want ErrPermissionDenied", err)
 	}
+	// Workflows: a worker settling a step advances its run.
+	_, err = worker.GetWorkflow(ctx, "order", 1)
+	must("worker get workflow", err)
+	must("worker advance run", worker.InTx(ctx, func(tx store.Tx) error {
+		steps, err := tx.StepsOfTasks(ctx, []string{"run-1.a"})
+		if err != nil {
+			return err
+		}
+		run, _, err := tx.LockRun(ctx, "run-1")
+		if err != nil {
+			return err
+		}
+		steps[0].State, steps[0].CompletedSeq = "succeeded", 1
+		run.State, run.Seq = "succeeded", 1
+		if err := tx.PutSteps(ctx, steps); err != nil {
+			return err
+		}
+		return tx.UpdateRun(ctx, *run)
+	}))
+	_, _, err = worker.PutWorkflow(ctx, store.WorkflowDef{Name: "order", PlanHash: "h2", Definition: json.RawMessage(`{}`)})
+	denied("worker put workflow", err)
+	denied("worker insert run", worker.InTx(ctx, func(tx store.Tx) error {
+		return tx.InsertRun(ctx, store.RunRecord{RunID: "run-2", Workflow: "order", Version: 1, PlanHash: "h1",
+			State: "running", CreatedAt: now, UpdatedAt: now})
+	}))
+	denied("worker delete runs", rawExec(worker, "DELETE FROM backstop_runs"))
 	denied("worker delete tasks", rawExec(worker, "DELETE FROM backstop_tasks"))
 	denied("worker delete executions", rawExec(worker, "DELETE FROM backstop_executions"))
 	denied("worker delete events", rawExec(worker, "DELETE FROM backstop_events"))
@@ -254,6 +296,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	must("admin delete", rawExec(admin, "DELETE FROM backstop_events"))
 	must("admin delete", rawExec(admin, "DELETE FROM backstop_tasks WHERE state = 'dead'"))
 	must("admin tokens", rawExec(admin, "DELETE FROM backstop_tokens"))
+	must("admin runs", rawExec(admin, "DELETE FROM backstop_run_steps; DELETE FROM backstop_runs; DELETE FROM backstop_workflows"))
 }
 
 // fixedClock always tells the same time.

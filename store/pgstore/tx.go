@@ -8,6 +8,7 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
 // Txs is the store's composable writes inside a pgx.Tx: store.TxStore for
@@ -74,4 +75,30 @@ func (Txs) AppendEvents(ctx context.Context, tx pgx.Tx, events []bt.Event) error
 		return err
 	}
 	return insertEventsScalar(ctx, pgxTx{tx}, events)
+}
+
+// InsertRun is store.WorkflowTx's InsertRun inside tx.
+func (Txs) InsertRun(ctx context.Context, tx pgx.Tx, r store.RunRecord) error {
+	return sqldialect.WorkflowInsertRun(ctx, dialect, runner{q: tx}, r)
+}
+
+// LockRun is store.WorkflowTx's LockRun inside tx: SELECT … FOR UPDATE on
+// the run's row, held until tx ends.
+func (Txs) LockRun(ctx context.Context, tx pgx.Tx, runID string) (*store.RunRecord, []store.StepRecord, error) {
+	return sqldialect.WorkflowLockRun(ctx, dialect, runner{q: tx}, runID)
+}
+
+// UpdateRun is store.WorkflowTx's UpdateRun inside tx.
+func (Txs) UpdateRun(ctx context.Context, tx pgx.Tx, r store.RunRecord) error {
+	return sqldialect.WorkflowUpdateRun(ctx, dialect, runner{q: tx}, r)
+}
+
+// PutSteps is store.WorkflowTx's PutSteps inside tx.
+func (Txs) PutSteps(ctx context.Context, tx pgx.Tx, steps []store.StepRecord) error {
+	return sqldialect.WorkflowPutSteps(ctx, dialect, runner{q: tx}, steps)
+}
+
+// StepsOfTasks is store.WorkflowTx's StepsOfTasks inside tx.
+func (Txs) StepsOfTasks(ctx context.Context, tx pgx.Tx, taskIDs []string) ([]store.StepRecord, error) {
+	return sqldialect.WorkflowStepsOfTasks(ctx, dialect, runner{q: tx}, taskIDs)
 }

@@ -44,6 +44,9 @@ func TestConformance(t *testing.T) {
 			return nil, nil, nil, err
 		}
 		return store.Bind(s.Txs(), tx), tx.Commit, tx.Rollback, nil
+	}), storetest.WithLockWaitProbe(func(_ context.Context, st store.Store) (bool, error) {
+		// A transaction waits for the one writer connection.
+		return st.(*sqlitestore.Store).DB().Stats().WaitCount > 0, nil
 	}))
 }
 

@@ -7,6 +7,7 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
 // Txs is the store's composable writes inside a *sql.Tx: store.TxStore
@@ -89,4 +90,31 @@ func (Txs) AppendEvents(ctx context.Context, tx *sql.Tx, events []bt.Event) erro
 		return err
 	}
 	return insertEvents(ctx, tx, events)
+}
+
+// InsertRun is store.WorkflowTx's InsertRun inside tx.
+func (Txs) InsertRun(ctx context.Context, tx *sql.Tx, r store.RunRecord) error {
+	return sqldialect.WorkflowInsertRun(ctx, dialect, runner{q: tx}, r)
+}
+
+// LockRun is store.WorkflowTx's LockRun inside tx. The writer's
+// transaction (BEGIN IMMEDIATE) already holds the database: two
+// transactions advancing a run take turns.
+func (Txs) LockRun(ctx context.Context, tx *sql.Tx, runID string) (*store.RunRecord, []store.StepRecord, error) {
+	return sqldialect.WorkflowLockRun(ctx, dialect, runner{q: tx}, runID)
+}
+
+// UpdateRun is store.WorkflowTx's UpdateRun inside tx.
+func (Txs) UpdateRun(ctx context.Context, tx *sql.Tx, r store.RunRecord) error {
+	return sqldialect.WorkflowUpdateRun(ctx, dialect, runner{q: tx}, r)
+}
+
+// PutSteps is store.WorkflowTx's PutSteps inside tx.
+func (Txs) PutSteps(ctx context.Context, tx *sql.Tx, steps []store.StepRecord) error {
+	return sqldialect.WorkflowPutSteps(ctx, dialect, runner{q: tx}, steps)
+}
+
+// StepsOfTasks is store.WorkflowTx's StepsOfTasks inside tx.
+func (Txs) StepsOfTasks(ctx context.Context, tx *sql.Tx, taskIDs []string) ([]store.StepRecord, error) {
+	return sqldialect.WorkflowStepsOfTasks(ctx, dialect, runner{q: tx}, taskIDs)
 }

@@ -32,6 +32,8 @@ type suite struct {
 	beginTx []namedTx
 	boundTx []namedBoundTx // tx.go
 	burnXid XidBurner
+	// lockWait: workflows.go
+	lockWait LockWaitProbe
 }
 
 // XidBurner brings a driver's transaction counter to just below the next
@@ -97,7 +99,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Telemetry", s.testTelemetry)
 	t.Run("Promises", s.testPromises) // promises.go
 	t.Run("HeartbeatingWorkers", s.testHeartbeatingWorkers)
-	t.Run("Tx", s.testTx) // tx.go: settle, enqueue and events composed in one transaction
+	t.Run("Tx", s.testTx)               // tx.go: settle, enqueue and events composed in one transaction
+	t.Run("Workflows", s.testWorkflows) // workflows.go: definitions, runs and steps
 }
 
 // clock is real time plus an offset tests can move forward, so lease

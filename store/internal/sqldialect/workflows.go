@@ -1,0 +1,453 @@
+package sqldialect
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/backstophq/backstop/store"
+)
+
+// This file is store.Workflows (Procedures' methods) and the statements
+// of store.WorkflowTx, which each driver's Txs runs in its own
+// transaction (the Workflow* functions). JSON columns (definition, input,
+// result) are jsonb on PostgreSQL and TEXT on SQLite, written as given:
+// the statements pass them as text, NULL when empty. PostgreSQL hands jsonb
+// back in its own layout (spaces, key order), equal as JSON.
+
+var _ store.Workflows = (*Procedures)(nil)
+
+const workflowCols = `name, version, plan_hash, definition, created_at`
+
+func scanWorkflow(row Row) (*store.WorkflowDef, error) {
+	var w store.WorkflowDef
+	var def []byte
+	if err := row.Scan(&w.Name, &w.Version, &w.PlanHash, &def, &w.CreatedAt); err != nil {
+		return nil, err
+	}
+	w.Definition = json.RawMessage(def)
+	return &w, nil
+}
+
+// jsonArg is a JSON column's parameter: its text, or NULL when empty.
+func jsonArg(raw json.RawMessage) any {
+	if len(raw) == 0 {
+		return nil
+	}
+	return string(raw)
+}
+
+// textArg is a nullable text column's parameter: NULL when empty.
+func textArg(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// rawJSON is a scanned JSON column (nil when NULL).
+func rawJSON(b []byte) json.RawMessage {
+	if b == nil {
+		return nil
+	}
+	return json.RawMessage(b)
+}
+
+// putWorkflowAttempts bounds the retries of a registration that lost the
+// next version to a concurrent one (each attempt reads the latest again).
+const putWorkflowAttempts = 5
+
+// PutWorkflow implements store.Workflows. The new version's CreatedAt is
+// d.CreatedAt when set (the engine's clock), else the current time.
+func (p *Procedures) PutWorkflow(ctx context.Context, d store.WorkflowDef) (store.WorkflowDef, bool, error) {
+	dl := p.dialect
+	switch {
+	case d.Name == "":
+		return store.WorkflowDef{}, false, fmt.Errorf("%s: put workflow: no name", dl.Prefix)
+	case d.PlanHash == "":
+		return store.WorkflowDef{}, false, fmt.Errorf("%s: put workflow %q: no plan hash", dl.Prefix, d.Name)
+	case len(d.Definition) == 0:
+		return store.WorkflowDef{}, false, fmt.Errorf("%s: put workflow %q: no definition", dl.Prefix, d.Name)
+	}
+	if d.CreatedAt.IsZero() {
+		d.CreatedAt = time.Now()
+	}
+	d.CreatedAt = d.CreatedAt.UTC().Truncate(time.Microsecond)
+	for attempt := 1; ; attempt++ {
+		out, created, err := p.putWorkflow(ctx, d)
+		if err != nil && dl.IsUnique(err) && attempt < putWorkflowAttempts {
+			continue // a concurrent registration took that version: read the latest again
+		}
+		if err != nil {
+			return store.WorkflowDef{}, false, fmt.Errorf("%s: put workflow %q: %w", dl.Prefix, d.Name, dl.Err(err))
+		}
+		return out, created, nil
+	}
+}
+
+func (p *Procedures) putWorkflow(ctx context.Context, d store.WorkflowDef) (out store.WorkflowDef, created bool, err error) {
+	err = InTx(ctx, p.writer, func(tx Tx) error {
+		latest, err := scanWorkflow(tx.QueryRow(ctx, `SELECT `+workflowCols+` FROM backstop_workflows
+			WHERE name = $1 ORDER BY version DESC LIMIT 1`, d.Name))
+		switch {
+		case errors.Is(err, ErrNoRows):
+			d.Version = 1
+		case err != nil:
+			return err
+		case latest.PlanHash == d.PlanHash:
+			out = *latest
+			return nil
+		default:
+			d.Version = latest.Version + 1
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO backstop_workflows (`+workflowCols+`) VALUES ($1, $2, $3, $4, $5)`,
+			d.Name, d.Version, d.PlanHash, jsonArg(d.Definition), d.CreatedAt); err != nil {
+			return err
+		}
+		out, created = d, true
+		return nil
+	})
+	return out, created, err
+}
+
+// GetWorkflow implements store.Workflows.
+func (p *Procedures) GetWorkflow(ctx context.Context, name string, version int) (*store.WorkflowDef, error) {
+	d, q := p.dialect, p.reader
+	var row Row
+	if version == 0 {
+		row = q.QueryRow(ctx, `SELECT `+workflowCols+` FROM backstop_workflows WHERE name = $1 ORDER BY version DESC LIMIT 1`, name)
+	} else {
+		row = q.QueryRow(ctx, `SELECT `+workflowCols+` FROM backstop_workflows WHERE name = $1 AND version = $2`, name, version)
+	}
+	w, err := scanWorkflow(row)
+	if errors.Is(err, ErrNoRows) {
+		if version == 0 {
+			return nil, fmt.Errorf("workflow %q: %w", name, store.ErrNotFound)
+		}
+		return nil, fmt.Errorf("workflow %q version %d: %w", name, version, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: get workflow: %w", d.Prefix, d.Err(err))
+	}
+	return w, nil
+}
+
+// WorkflowByHash implements store.Workflows. Should two versions carry
+// the hash (a definition registered again after another one), the latest
+// is returned: their definitions are the same.
+func (p *Procedures) WorkflowByHash(ctx context.Context, hash string) (*store.WorkflowDef, error) {
+	d, q := p.dialect, p.reader
+	w, err := scanWorkflow(q.QueryRow(ctx, `SELECT `+workflowCols+` FROM backstop_workflows
+		WHERE plan_hash = $1 ORDER BY version DESC, name LIMIT 1`, hash))
+	if errors.Is(err, ErrNoRows) {
+		return nil, fmt.Errorf("workflow with plan hash %q: %w", hash, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: workflow by hash: %w", d.Prefix, d.Err(err))
+	}
+	return w, nil
+}
+
+// ListWorkflows implements store.Workflows.
+func (p *Procedures) ListWorkflows(ctx context.Context) ([]store.WorkflowDef, error) {
+	d, q := p.dialect, p.reader
+	rows, err := q.Query(ctx, `SELECT `+workflowCols+` FROM backstop_workflows w
+		WHERE version = (SELECT max(version) FROM backstop_workflows l WHERE l.name = w.name) ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("%s: list workflows: %w", d.Prefix, d.Err(err))
+	}
+	defer rows.Close()
+	out := []store.WorkflowDef{}
+	for rows.Next() {
+		w, err := scanWorkflow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: list workflows: %w", d.Prefix, err)
+		}
+		out = append(out, *w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: list workflows: %w", d.Prefix, err)
+	}
+	return out, nil
+}
+
+const runCols = `run_id, workflow, version, plan_hash, state, input, error, seq, created_at, updated_at, finished_at`
+
+// runDest is a run row being scanned.
+type runDest struct {
+	r     store.RunRecord
+	state string
+	input []byte
+}
+
+func (d *runDest) dest() []any {
+	return []any{&d.r.RunID, &d.r.Workflow, &d.r.Version, &d.r.PlanHash, &d.state, &d.input, &d.r.Error, &d.r.Seq,
+		&d.r.CreatedAt, &d.r.UpdatedAt, &d.r.FinishedAt}
+}
+
+func (d *runDest) run() *store.RunRecord {
+	r := d.r
+	r.State = store.RunState(d.state)
+	r.Input = rawJSON(d.input)
+	return &r
+}
+
+const stepCols = `run_id, step_id, item, task_id, state, result, error, compensation_of, completed_seq, updated_at`
+
+func scanStep(row Row) (store.StepRecord, error) {
+	var s store.StepRecord
+	var taskID *string
+	var state string
+	var result []byte
+	if err := row.Scan(&s.RunID, &s.StepID, &s.Item, &taskID, &state, &result, &s.Error, &s.CompensationOf,
+		&s.CompletedSeq, &s.UpdatedAt); err != nil {
+		return s, err
+	}
+	if taskID != nil {
+		s.TaskID = *taskID
+	}
+	s.State = store.StepState(state)
+	s.Result = rawJSON(result)
+	return s, nil
+}
+
+func scanSteps(rows Rows) ([]store.StepRecord, error) {
+	defer rows.Close()
+	out := []store.StepRecord{}
+	for rows.Next() {
+		s, err := scanStep(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// GetRun implements store.Workflows: the run and its steps in one
+// statement, so that they are read at one moment.
+func (p *Procedures) GetRun(ctx context.Context, runID string) (*store.RunRecord, []store.StepRecord, error) {
+	d, q := p.dialect, p.reader
+	cols := "r." + strings.ReplaceAll(runCols, ", ", ", r.") + ", s." + strings.ReplaceAll(stepCols, ", ", ", s.")
+	rows, err := q.Query(ctx, `SELECT `+cols+` FROM backstop_runs r
+		LEFT JOIN backstop_run_steps s ON s.run_id = r.run_id
+		WHERE r.run_id = $1 ORDER BY s.step_id, s.item`, runID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: get run: %w", d.Prefix, d.Err(err))
+	}
+	defer rows.Close()
+	var run *store.RunRecord
+	steps := []store.StepRecord{}
+	for rows.Next() {
+		var rd runDest
+		var (
+			sRun, sStep, sTask, sState, sErr, sComp *string
+			sItem                                   *int
+			sSeq                                    *int64
+			sResult                                 []byte
+			sAt                                     *time.Time
+		)
+		if err := rows.Scan(append(rd.dest(), &sRun, &sStep, &sItem, &sTask, &sState, &sResult, &sErr, &sComp,
+			&sSeq, &sAt)...); err != nil {
+			return nil, nil, fmt.Errorf("%s: get run: %w", d.Prefix, err)
+		}
+		run = rd.run()
+		if sStep == nil { // a run without steps
+			continue
+		}
+		s := store.StepRecord{RunID: *sRun, StepID: *sStep, Item: *sItem, State: store.StepState(*sState),
+			Result: rawJSON(sResult), Error: *sErr, CompensationOf: *sComp, CompletedSeq: *sSeq, UpdatedAt: *sAt}
+		if sTask != nil {
+			s.TaskID = *sTask
+		}
+		steps = append(steps, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("%s: get run: %w", d.Prefix, err)
+	}
+	if run == nil {
+		return nil, nil, fmt.Errorf("run %q: %w", runID, store.ErrNotFound)
+	}
+	return run, steps, nil
+}
+
+// defaultRunLimit is RunFilter.Limit's default.
+const defaultRunLimit = 100
+
+// ListRuns implements store.Workflows.
+func (p *Procedures) ListRuns(ctx context.Context, f store.RunFilter) ([]store.RunRecord, error) {
+	d, q := p.dialect, p.reader
+	var a args
+	var b strings.Builder
+	b.WriteString(`SELECT ` + runCols + ` FROM backstop_runs WHERE true`)
+	if f.Workflow != "" {
+		b.WriteString(` AND workflow = ` + a.add(f.Workflow))
+	}
+	if len(f.States) > 0 {
+		states := make([]string, len(f.States))
+		for i, s := range f.States {
+			states[i] = string(s)
+		}
+		b.WriteString(` AND state ` + d.InText(a.add(d.TextList(states))))
+	}
+	if f.BeforeID != "" {
+		b.WriteString(` AND run_id < ` + a.add(f.BeforeID))
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = defaultRunLimit
+	}
+	b.WriteString(` ORDER BY run_id DESC LIMIT ` + a.add(limit))
+	rows, err := q.Query(ctx, b.String(), a...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: list runs: %w", d.Prefix, d.Err(err))
+	}
+	defer rows.Close()
+	out := []store.RunRecord{}
+	for rows.Next() {
+		var rd runDest
+		if err := rows.Scan(rd.dest()...); err != nil {
+			return nil, fmt.Errorf("%s: list runs: %w", d.Prefix, err)
+		}
+		out = append(out, *rd.run())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: list runs: %w", d.Prefix, err)
+	}
+	return out, nil
+}
+
+// StepsOfTasks implements store.Workflows.
+func (p *Procedures) StepsOfTasks(ctx context.Context, taskIDs []string) ([]store.StepRecord, error) {
+	return WorkflowStepsOfTasks(ctx, p.dialect, p.reader, taskIDs)
+}
+
+// WorkflowInsertRun is store.WorkflowTx's InsertRun in q (a transaction).
+// It leaves the transaction usable when the run exists (ON CONFLICT DO
+// NOTHING), though the Tx handle then only rolls back.
+func WorkflowInsertRun(ctx context.Context, d *Dialect, q Querier, r store.RunRecord) error {
+	if r.RunID == "" {
+		return fmt.Errorf("%s: insert run: no run id", d.Prefix)
+	}
+	n, err := q.Exec(ctx, `INSERT INTO backstop_runs (`+runCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (run_id) DO NOTHING`,
+		r.RunID, r.Workflow, r.Version, r.PlanHash, string(r.State), jsonArg(r.Input), r.Error, r.Seq,
+		r.CreatedAt, r.UpdatedAt, r.FinishedAt)
+	if err != nil {
+		return fmt.Errorf("%s: insert run %s: %w", d.Prefix, r.RunID, d.Err(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: run %q already exists", store.ErrConflict, r.RunID)
+	}
+	return nil
+}
+
+// WorkflowLockRun is store.WorkflowTx's LockRun in q (a transaction): the
+// run's row is locked (d.ForUpdate) before its steps are read, so that they
+// are read as the previous holder of the lock committed them.
+func WorkflowLockRun(ctx context.Context, d *Dialect, q Querier, runID string) (*store.RunRecord, []store.StepRecord, error) {
+	var rd runDest
+	err := q.QueryRow(ctx, `SELECT `+runCols+` FROM backstop_runs WHERE run_id = $1`+d.ForUpdate, runID).Scan(rd.dest()...)
+	if errors.Is(err, ErrNoRows) {
+		return nil, nil, fmt.Errorf("run %q: %w", runID, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: lock run: %w", d.Prefix, d.Err(err))
+	}
+	rows, err := q.Query(ctx, `SELECT `+stepCols+` FROM backstop_run_steps WHERE run_id = $1 ORDER BY step_id, item`, runID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: lock run: %w", d.Prefix, d.Err(err))
+	}
+	steps, err := scanSteps(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: lock run: %w", d.Prefix, err)
+	}
+	return rd.run(), steps, nil
+}
+
+// WorkflowUpdateRun is store.WorkflowTx's UpdateRun in q. An unknown run:
+// store.ErrNotFound.
+func WorkflowUpdateRun(ctx context.Context, d *Dialect, q Querier, r store.RunRecord) error {
+	n, err := q.Exec(ctx, `UPDATE backstop_runs SET state = $2, error = $3, seq = $4, updated_at = $5, finished_at = $6
+		WHERE run_id = $1`, r.RunID, string(r.State), r.Error, r.Seq, r.UpdatedAt, r.FinishedAt)
+	if err != nil {
+		return fmt.Errorf("%s: update run %s: %w", d.Prefix, r.RunID, d.Err(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("run %q: %w", r.RunID, store.ErrNotFound)
+	}
+	return nil
+}
+
+// putStepsChunk bounds the rows of one INSERT (10 parameters each; SQLite
+// allows 32766).
+const putStepsChunk = 500
+
+// WorkflowPutSteps is store.WorkflowTx's PutSteps in q: one upsert per
+// chunk of rows. Of rows with the same key the last is written. A task id
+// another row already holds: store.ErrConflict.
+func WorkflowPutSteps(ctx context.Context, d *Dialect, q Querier, steps []store.StepRecord) error {
+	type key struct {
+		run, step string
+		item      int
+	}
+	last := make(map[key]int, len(steps))
+	for i, s := range steps {
+		if s.RunID == "" || s.StepID == "" {
+			return fmt.Errorf("%s: put steps: row %d has no run or step id", d.Prefix, i)
+		}
+		last[key{s.RunID, s.StepID, s.Item}] = i
+	}
+	rows := make([]store.StepRecord, 0, len(last))
+	for i, s := range steps {
+		if last[key{s.RunID, s.StepID, s.Item}] == i {
+			rows = append(rows, s)
+		}
+	}
+	for len(rows) > 0 {
+		n := min(len(rows), putStepsChunk)
+		var a args
+		var b strings.Builder
+		b.WriteString(`INSERT INTO backstop_run_steps (` + stepCols + `) VALUES `)
+		for i, s := range rows[:n] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", a.add(s.RunID), a.add(s.StepID), a.add(s.Item),
+				a.add(textArg(s.TaskID)), a.add(string(s.State)), a.add(jsonArg(s.Result)), a.add(s.Error),
+				a.add(s.CompensationOf), a.add(s.CompletedSeq), a.add(s.UpdatedAt))
+		}
+		b.WriteString(` ON CONFLICT (run_id, step_id, item) DO UPDATE SET task_id = excluded.task_id,
+			state = excluded.state, result = excluded.result, error = excluded.error,
+			compensation_of = excluded.compensation_of, completed_seq = excluded.completed_seq,
+			updated_at = excluded.updated_at`)
+		if _, err := q.Exec(ctx, b.String(), a...); err != nil {
+			if d.IsUnique(err) {
+				return fmt.Errorf("%w: put steps: a task id is already another step's: %v", store.ErrConflict, err)
+			}
+			return fmt.Errorf("%s: put steps: %w", d.Prefix, d.Err(err))
+		}
+		rows = rows[n:]
+	}
+	return nil
+}
+
+// WorkflowStepsOfTasks is store.WorkflowTx's StepsOfTasks in q (and
+// store.Workflows' on the reader).
+func WorkflowStepsOfTasks(ctx context.Context, d *Dialect, q Querier, taskIDs []string) ([]store.StepRecord, error) {
+	if len(taskIDs) == 0 {
+		return []store.StepRecord{}, nil
+	}
+	rows, err := q.Query(ctx, `SELECT `+stepCols+` FROM backstop_run_steps WHERE task_id `+d.InText("$1"), d.TextList(taskIDs))
+	if err != nil {
+		return nil, fmt.Errorf("%s: steps of tasks: %w", d.Prefix, d.Err(err))
+	}
+	steps, err := scanSteps(rows)
+	if err != nil {
+		return nil, fmt.Errorf("%s: steps of tasks: %w", d.Prefix, err)
+	}
+	return steps, nil
+}

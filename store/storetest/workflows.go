@@ -1,0 +1,930 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// LockWaitProbe says whether a transaction of the store is waiting for a
+// lock another one holds right now (Postgres: a backend waiting on a lock
+// in pg_locks; SQLite: a wait for the one writer connection). The
+// LockRun test uses it to know the second transaction got as far as the
+// lock before it lets the first commit.
+type LockWaitProbe func(ctx context.Context, s store.Store) (bool, error)
+
+// WithLockWaitProbe sets the driver's LockWaitProbe (without one the
+// LockRun turn-taking test skips).
+func WithLockWaitProbe(f LockWaitProbe) Option {
+	return func(s *suite) { s.lockWait = f }
+}
+
+// testWorkflows: the workflow seam (store/workflows.go) — definitions and
+// their versions, runs and step rows, written in transactions that compose
+// with Settle, Enqueue and AppendEvents. Every time is the frozen clock's.
+func (s *suite) testWorkflows(t *testing.T) {
+	t.Run("PutWorkflowVersions", s.wfPutVersions)
+	t.Run("GetWorkflow", s.wfGet)
+	t.Run("ListWorkflows", s.wfList)
+	t.Run("InsertRun", s.wfInsertRun)
+	t.Run("LockRunUnknown", s.wfLockRunUnknown)
+	t.Run("UpdateRun", s.wfUpdateRun)
+	t.Run("PutSteps", s.wfPutSteps)
+	t.Run("StepsOfTasks", s.wfStepsOfTasks)
+	t.Run("GetRunOrdering", s.wfGetRunOrdering)
+	t.Run("ListRuns", s.wfListRuns)
+	t.Run("InTx", func(t *testing.T) {
+		t.Run("Commit", func(t *testing.T) {
+			t.Parallel()
+			b := s.wfSetup(t)
+			wfCommit(t, b, b.store.InTx)
+		})
+		t.Run("Rollback", func(t *testing.T) {
+			t.Parallel()
+			b := s.wfSetup(t)
+			wfRollback(t, b, func(ctx context.Context, fn func(store.Tx) error) error {
+				err := b.store.InTx(ctx, func(tx store.Tx) error {
+					if err := fn(tx); err != nil {
+						return err
+					}
+					return errBoom
+				})
+				if !errors.Is(err, errBoom) {
+					t.Fatalf("InTx: %v, want fn's error", err)
+				}
+				return nil
+			})
+		})
+		t.Run("FailedOperationRollsBack", func(t *testing.T) {
+			t.Parallel()
+			b := s.wfSetup(t)
+			wfRollback(t, b, func(ctx context.Context, fn func(store.Tx) error) error {
+				err := b.store.InTx(ctx, func(tx store.Tx) error {
+					if err := fn(tx); err != nil {
+						return err
+					}
+					// The run exists (fn inserted it): the insert fails and
+					// takes the transaction with it.
+					if err := tx.InsertRun(ctx, wfRun(b, "run-1", "order")); !errors.Is(err, store.ErrConflict) {
+						t.Errorf("insert of an existing run: %v, want ErrConflict", err)
+					}
+					if _, _, err := tx.LockRun(ctx, "run-1"); err == nil {
+						t.Error("an operation after a failed one was accepted")
+					}
+					return nil
+				})
+				if !errors.Is(err, store.ErrConflict) {
+					t.Fatalf("InTx: %v, want the failed insert's ErrConflict", err)
+				}
+				return nil
+			})
+		})
+	})
+	for _, k := range s.boundTx {
+		t.Run(k.name, func(t *testing.T) {
+			t.Run("Commit", func(t *testing.T) {
+				t.Parallel()
+				b := s.wfSetup(t)
+				wfCommit(t, b, func(ctx context.Context, fn func(store.Tx) error) error {
+					tx, commit, rollback, err := k.begin(ctx, b.store)
+					if err != nil {
+						return err
+					}
+					if err := fn(tx); err != nil {
+						return errors.Join(err, rollback())
+					}
+					return commit()
+				})
+			})
+			t.Run("Rollback", func(t *testing.T) {
+				t.Parallel()
+				b := s.wfSetup(t)
+				wfRollback(t, b, func(ctx context.Context, fn func(store.Tx) error) error {
+					tx, _, rollback, err := k.begin(ctx, b.store)
+					if err != nil {
+						return err
+					}
+					if err := fn(tx); err != nil {
+						return errors.Join(err, rollback())
+					}
+					return rollback()
+				})
+			})
+		})
+	}
+	t.Run("LockRunTakesTurns", s.wfLockTurns)
+}
+
+// wfSetup is setup on a frozen clock.
+func (s *suite) wfSetup(t *testing.T) *bundle {
+	b := s.setup(t, nil)
+	b.clock.freeze()
+	return b
+}
+
+// wfDef is a definition as package workflow registers it.
+func wfDef(b *bundle, name, hash string) store.WorkflowDef {
+	return store.WorkflowDef{Name: name, PlanHash: hash, CreatedAt: b.clock.Now(),
+		Definition: json.RawMessage(fmt.Sprintf(`{"name":%q,"steps":[{"id":"a","kind":%q}]}`, name, hash))}
+}
+
+func wfPut(t *testing.T, b *bundle, d store.WorkflowDef) (store.WorkflowDef, bool) {
+	t.Helper()
+	out, created, err := b.store.PutWorkflow(b.ctx, d)
+	if err != nil {
+		t.Fatalf("put workflow %s %s: %v", d.Name, d.PlanHash, err)
+	}
+	return out, created
+}
+
+// jsonEq compares two JSON texts as values (Postgres hands jsonb back in
+// its own layout).
+func jsonEq(t *testing.T, what string, got, want json.RawMessage) {
+	t.Helper()
+	if len(got) == 0 || len(want) == 0 {
+		if len(got) != len(want) {
+			t.Fatalf("%s: got %q, want %q", what, got, want)
+		}
+		return
+	}
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("%s: got %q: %v", what, got, err)
+	}
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatalf("%s: want %q: %v", what, want, err)
+	}
+	eq(t, what, g, w)
+}
+
+func checkDef(t *testing.T, what string, got store.WorkflowDef, want store.WorkflowDef, version int) {
+	t.Helper()
+	eq(t, what+" name", got.Name, want.Name)
+	eq(t, what+" version", got.Version, version)
+	eq(t, what+" hash", got.PlanHash, want.PlanHash)
+	jsonEq(t, what+" definition", got.Definition, want.Definition)
+	if !got.CreatedAt.Equal(want.CreatedAt) {
+		t.Fatalf("%s created at %s, want %s", what, got.CreatedAt, want.CreatedAt)
+	}
+}
+
+func (s *suite) wfPutVersions(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	a := wfDef(b, "order", "hash-a")
+	out, created := wfPut(t, b, a)
+	eq(t, "first put created", created, true)
+	checkDef(t, "first put", out, a, 1)
+
+	// The same hash again: the same version, nothing created (CreatedAt
+	// is the first registration's).
+	b.clock.Advance(time.Minute)
+	again := wfDef(b, "order", "hash-a")
+	out, created = wfPut(t, b, again)
+	eq(t, "same hash created", created, false)
+	checkDef(t, "same hash", out, a, 1)
+
+	// A new hash: the next version.
+	bdef := wfDef(b, "order", "hash-b")
+	out, created = wfPut(t, b, bdef)
+	eq(t, "new hash created", created, true)
+	checkDef(t, "new hash", out, bdef, 2)
+
+	// Another name counts its own versions, even for a hash "order" has.
+	other := wfDef(b, "refund", "hash-b")
+	out, created = wfPut(t, b, other)
+	eq(t, "other name created", created, true)
+	checkDef(t, "other name", out, other, 1)
+	out, created = wfPut(t, b, wfDef(b, "order", "hash-b"))
+	eq(t, "order unchanged by the other name", [2]any{out.Version, created}, [2]any{2, false})
+
+	// Going back to an earlier definition makes it the latest again: a new
+	// version (its runs start from it), with the old hash.
+	b.clock.Advance(time.Minute)
+	back := wfDef(b, "order", "hash-a")
+	out, created = wfPut(t, b, back)
+	eq(t, "revert created", created, true)
+	checkDef(t, "revert", out, back, 3)
+	latest, err := b.store.GetWorkflow(b.ctx, "order", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "latest after revert", latest.Version, 3)
+
+	// A definition without a time gets the store's.
+	nt := wfDef(b, "untimed", "hash-u")
+	nt.CreatedAt = time.Time{}
+	out, _ = wfPut(t, b, nt)
+	if out.CreatedAt.IsZero() || out.CreatedAt.Location() != time.UTC {
+		t.Fatalf("created at %v, want the store's time in UTC", out.CreatedAt)
+	}
+	for _, bad := range []store.WorkflowDef{{PlanHash: "h", Definition: json.RawMessage(`{}`)},
+		{Name: "x", Definition: json.RawMessage(`{}`)}, {Name: "x", PlanHash: "h"}} {
+		if _, _, err := b.store.PutWorkflow(b.ctx, bad); err == nil {
+			t.Fatalf("put %+v: accepted", bad)
+		}
+	}
+	if _, err := b.store.GetWorkflow(b.ctx, "x", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a refused definition was stored: %v", err)
+	}
+}
+
+func (s *suite) wfGet(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	a := wfDef(b, "order", "hash-a")
+	wfPut(t, b, a)
+	b.clock.Advance(time.Second)
+	bdef := wfDef(b, "order", "hash-b")
+	wfPut(t, b, bdef)
+
+	got, err := b.store.GetWorkflow(b.ctx, "order", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDef(t, "latest", *got, bdef, 2)
+	got, err = b.store.GetWorkflow(b.ctx, "order", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDef(t, "version 1", *got, a, 1)
+	for _, c := range []struct {
+		name    string
+		version int
+	}{{"order", 3}, {"nope", 0}, {"nope", 1}} {
+		if _, err := b.store.GetWorkflow(b.ctx, c.name, c.version); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("get %s version %d: %v, want ErrNotFound", c.name, c.version, err)
+		}
+	}
+
+	got, err = b.store.WorkflowByHash(b.ctx, "hash-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDef(t, "by hash", *got, a, 1)
+	got, err = b.store.WorkflowByHash(b.ctx, "hash-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDef(t, "by hash b", *got, bdef, 2)
+	if _, err := b.store.WorkflowByHash(b.ctx, "hash-z"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("by unknown hash: %v, want ErrNotFound", err)
+	}
+}
+
+func (s *suite) wfList(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	got, err := b.store.ListWorkflows(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "no workflows", got, []store.WorkflowDef{})
+	wfPut(t, b, wfDef(b, "order", "o1"))
+	wfPut(t, b, wfDef(b, "order", "o2"))
+	wfPut(t, b, wfDef(b, "billing", "b1"))
+	wfPut(t, b, wfDef(b, "order", "o3"))
+	wfPut(t, b, wfDef(b, "Zeta", "z1"))
+	got, err = b.store.ListWorkflows(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, w := range got {
+		names = append(names, fmt.Sprintf("%s v%d %s", w.Name, w.Version, w.PlanHash))
+		jsonEq(t, w.Name+" definition", w.Definition, wfDef(b, w.Name, w.PlanHash).Definition)
+	}
+	// By name, as bytes sort (upper case first).
+	eq(t, "latest per name", names, []string{"Zeta v1 z1", "billing v1 b1", "order v3 o3"})
+}
+
+// wfRun is a new run as the engine starts it.
+func wfRun(b *bundle, id, workflow string) store.RunRecord {
+	now := b.clock.Now()
+	return store.RunRecord{RunID: id, Workflow: workflow, Version: 1, PlanHash: "hash-" + workflow,
+		State: "running", Input: json.RawMessage(`{"order":7,"emails":["a@x","b@x"]}`), CreatedAt: now, UpdatedAt: now}
+}
+
+// wfStep is a step row.
+func wfStep(b *bundle, run, step string, item int, task string, state store.StepState) store.StepRecord {
+	return store.StepRecord{RunID: run, StepID: step, Item: item, TaskID: task, State: state, UpdatedAt: b.clock.Now()}
+}
+
+func inTx(t *testing.T, b *bundle, fn func(tx store.Tx) error) {
+	t.Helper()
+	if err := b.store.InTx(b.ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkRun(t *testing.T, what string, got *store.RunRecord, want store.RunRecord) {
+	t.Helper()
+	jsonEq(t, what+" input", got.Input, want.Input)
+	g, w := *got, want
+	g.Input, w.Input = nil, nil
+	if !g.CreatedAt.Equal(w.CreatedAt) || !g.UpdatedAt.Equal(w.UpdatedAt) ||
+		(g.FinishedAt == nil) != (w.FinishedAt == nil) || (g.FinishedAt != nil && !g.FinishedAt.Equal(*w.FinishedAt)) {
+		t.Fatalf("%s times: got %+v, want %+v", what, g, w)
+	}
+	g.CreatedAt, g.UpdatedAt, g.FinishedAt = w.CreatedAt, w.UpdatedAt, w.FinishedAt
+	eq(t, what, g, w)
+}
+
+func checkSteps(t *testing.T, what string, got, want []store.StepRecord) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d rows %+v, want %d %+v", what, len(got), got, len(want), want)
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		jsonEq(t, fmt.Sprintf("%s[%d] result", what, i), g.Result, w.Result)
+		if !g.UpdatedAt.Equal(w.UpdatedAt) {
+			t.Fatalf("%s[%d] updated at %s, want %s", what, i, g.UpdatedAt, w.UpdatedAt)
+		}
+		g.Result, w.Result, g.UpdatedAt, w.UpdatedAt = nil, nil, time.Time{}, time.Time{}
+		eq(t, fmt.Sprintf("%s[%d]", what, i), g, w)
+	}
+}
+
+func (s *suite) wfInsertRun(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	r := wfRun(b, "run-1", "order")
+	inTx(t, b, func(tx store.Tx) error { return tx.InsertRun(b.ctx, r) })
+	got, steps, err := b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, "inserted", got, r)
+	eq(t, "no steps yet", steps, []store.StepRecord{})
+
+	// The same id again: ErrConflict, and the run is as it was.
+	dup := wfRun(b, "run-1", "other")
+	dup.State = "failed"
+	err = b.store.InTx(b.ctx, func(tx store.Tx) error { return tx.InsertRun(b.ctx, dup) })
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("insert of an existing run: %v, want ErrConflict", err)
+	}
+	got, _, err = b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, "after the duplicate", got, r)
+
+	// A run without input keeps none.
+	bare := wfRun(b, "run-2", "order")
+	bare.Input = nil
+	inTx(t, b, func(tx store.Tx) error { return tx.InsertRun(b.ctx, bare) })
+	got, _, err = b.store.GetRun(b.ctx, "run-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, "without input", got, bare)
+	if _, _, err := b.store.GetRun(b.ctx, "run-3"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get unknown run: %v, want ErrNotFound", err)
+	}
+}
+
+func (s *suite) wfLockRunUnknown(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	err := b.store.InTx(b.ctx, func(tx store.Tx) error {
+		_, _, err := tx.LockRun(b.ctx, "nope")
+		return err
+	})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("lock unknown run: %v, want ErrNotFound", err)
+	}
+	err = b.store.InTx(b.ctx, func(tx store.Tx) error { return tx.UpdateRun(b.ctx, wfRun(b, "nope", "order")) })
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("update unknown run: %v, want ErrNotFound", err)
+	}
+	if _, err := b.store.ListRuns(b.ctx, store.RunFilter{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *suite) wfUpdateRun(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	r := wfRun(b, "run-1", "order")
+	inTx(t, b, func(tx store.Tx) error { return tx.InsertRun(b.ctx, r) })
+	b.clock.Advance(time.Minute)
+	now := b.clock.Now()
+	want := r
+	want.State, want.Error, want.Seq, want.UpdatedAt, want.FinishedAt = "failed", "step charge: card declined", 3, now, &now
+	inTx(t, b, func(tx store.Tx) error {
+		got, steps, err := tx.LockRun(b.ctx, "run-1")
+		if err != nil {
+			return err
+		}
+		checkRun(t, "locked", got, r)
+		eq(t, "locked steps", steps, []store.StepRecord{})
+		// Only State, Error, Seq, UpdatedAt and FinishedAt are written.
+		upd := want
+		upd.Workflow, upd.Version, upd.PlanHash, upd.Input, upd.CreatedAt = "x", 9, "h", json.RawMessage(`1`), now
+		return tx.UpdateRun(b.ctx, upd)
+	})
+	got, _, err := b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, "updated", got, want)
+	// Back to running (a replay resumes it): FinishedAt cleared.
+	b.clock.Advance(time.Minute)
+	want.State, want.Error, want.Seq, want.UpdatedAt, want.FinishedAt = "running", "", 4, b.clock.Now(), nil
+	inTx(t, b, func(tx store.Tx) error { return tx.UpdateRun(b.ctx, want) })
+	got, _, err = b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, "resumed", got, want)
+}
+
+func (s *suite) wfPutSteps(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	inTx(t, b, func(tx store.Tx) error { return tx.InsertRun(b.ctx, wfRun(b, "run-1", "order")) })
+	reserve := wfStep(b, "run-1", "reserve", 0, "run-1.reserve", "pending")
+	charge := wfStep(b, "run-1", "charge", 0, "run-1.charge", "pending")
+	inTx(t, b, func(tx store.Tx) error { return tx.PutSteps(b.ctx, []store.StepRecord{reserve, charge}) })
+	_, steps, err := b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSteps(t, "inserted", steps, []store.StepRecord{charge, reserve})
+
+	// Replaced by key: every field written; a skipped step has no task.
+	b.clock.Advance(time.Second)
+	reserve.State, reserve.Result, reserve.CompletedSeq, reserve.UpdatedAt = "succeeded", json.RawMessage(`{"slot":"A1"}`), 1, b.clock.Now()
+	charge.TaskID, charge.State, charge.Error, charge.UpdatedAt = "", "skipped", "not reached", b.clock.Now()
+	undo := wfStep(b, "run-1", "undo_reserve", 0, "run-1.undo_reserve", "pending")
+	undo.CompensationOf = "reserve"
+	inTx(t, b, func(tx store.Tx) error {
+		return tx.PutSteps(b.ctx, []store.StepRecord{reserve, charge, undo})
+	})
+	_, steps, err = b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSteps(t, "replaced", steps, []store.StepRecord{charge, reserve, undo})
+
+	// The same key twice in one call: the last row wins.
+	first, last := wfStep(b, "run-1", "notify", 0, "run-1.notify", "pending"), wfStep(b, "run-1", "notify", 0, "run-1.notify", "succeeded")
+	last.Result = json.RawMessage(`null`)
+	inTx(t, b, func(tx store.Tx) error { return tx.PutSteps(b.ctx, []store.StepRecord{first, last}) })
+	_, steps, err = b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSteps(t, "same key twice", steps, []store.StepRecord{charge, last, reserve, undo})
+
+	// A task id another row holds: ErrConflict, nothing of the call written.
+	clash := wfStep(b, "run-1", "other", 0, "run-1.reserve", "pending")
+	fresh := wfStep(b, "run-1", "fresh", 0, "run-1.fresh", "pending")
+	err = b.store.InTx(b.ctx, func(tx store.Tx) error { return tx.PutSteps(b.ctx, []store.StepRecord{fresh, clash}) })
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a step with another step's task id: %v, want ErrConflict", err)
+	}
+	_, steps, err = b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSteps(t, "after the clash", steps, []store.StepRecord{charge, last, reserve, undo})
+	// Nothing to write is no error.
+	inTx(t, b, func(tx store.Tx) error { return tx.PutSteps(b.ctx, nil) })
+
+	// Many rows in one call (more than one statement's worth).
+	var many []store.StepRecord
+	for i := range 1201 {
+		many = append(many, wfStep(b, "run-1", "fan", i, fmt.Sprintf("run-1.fan.%d", i), "pending"))
+	}
+	inTx(t, b, func(tx store.Tx) error { return tx.PutSteps(b.ctx, many) })
+	_, steps, err = b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "rows after the fan-out", len(steps), 4+1201)
+}
+
+func (s *suite) wfStepsOfTasks(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	rows := []store.StepRecord{
+		wfStep(b, "run-1", "a", 0, "run-1.a", "succeeded"),
+		wfStep(b, "run-1", "b", 0, "run-1.b", "pending"),
+		wfStep(b, "run-1", "c", 0, "", "skipped"),
+		wfStep(b, "run-2", "a", 0, "run-2.a", "pending"),
+	}
+	rows[0].Result = json.RawMessage(`[1,2]`)
+	inTx(t, b, func(tx store.Tx) error {
+		for _, id := range []string{"run-1", "run-2"} {
+			if err := tx.InsertRun(b.ctx, wfRun(b, id, "order")); err != nil {
+				return err
+			}
+		}
+		return tx.PutSteps(b.ctx, rows)
+	})
+	sorted := func(steps []store.StepRecord) []store.StepRecord {
+		sort.Slice(steps, func(i, j int) bool { return steps[i].TaskID < steps[j].TaskID })
+		return steps
+	}
+	ids := []string{"run-2.a", "plain-task", "run-1.a", "run-1.zz", "run-1.b"}
+	got, err := b.store.StepsOfTasks(b.ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.StepRecord{rows[0], rows[1], rows[3]}
+	checkSteps(t, "steps of tasks", sorted(got), want)
+	got, err = b.store.StepsOfTasks(b.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "no ids", got, []store.StepRecord{})
+	got, err = b.store.StepsOfTasks(b.ctx, []string{"plain-task"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "no steps", got, []store.StepRecord{})
+	// And inside a transaction, which sees its own writes.
+	inTx(t, b, func(tx store.Tx) error {
+		late := wfStep(b, "run-2", "b", 0, "run-2.b", "pending")
+		if err := tx.PutSteps(b.ctx, []store.StepRecord{late}); err != nil {
+			return err
+		}
+		got, err := tx.StepsOfTasks(b.ctx, append(ids, "run-2.b"))
+		if err != nil {
+			return err
+		}
+		checkSteps(t, "steps of tasks in a transaction", sorted(got), []store.StepRecord{rows[0], rows[1], rows[3], late})
+		got, err = tx.StepsOfTasks(b.ctx, []string{})
+		if err != nil {
+			return err
+		}
+		eq(t, "no ids in a transaction", got, []store.StepRecord{})
+		return nil
+	})
+}
+
+func (s *suite) wfGetRunOrdering(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	// Written out of order; read by StepID (as bytes sort), then Item as a
+	// number.
+	var rows []store.StepRecord
+	for _, k := range []struct {
+		step string
+		item int
+	}{{"notify", 10}, {"charge", 0}, {"notify", 2}, {"Audit", 0}, {"notify", 0}, {"charge_2", 0}, {"charge-2", 0}} {
+		rows = append(rows, wfStep(b, "run-1", k.step, k.item, fmt.Sprintf("run-1.%s.%d", k.step, k.item), "pending"))
+	}
+	inTx(t, b, func(tx store.Tx) error {
+		if err := tx.InsertRun(b.ctx, wfRun(b, "run-1", "order")); err != nil {
+			return err
+		}
+		// Another run's steps are not this one's.
+		if err := tx.InsertRun(b.ctx, wfRun(b, "run-10", "order")); err != nil {
+			return err
+		}
+		if err := tx.PutSteps(b.ctx, []store.StepRecord{wfStep(b, "run-10", "charge", 0, "run-10.charge", "pending")}); err != nil {
+			return err
+		}
+		return tx.PutSteps(b.ctx, rows)
+	})
+	var want []string
+	for _, k := range []string{"Audit 0", "charge 0", "charge-2 0", "charge_2 0", "notify 0", "notify 2", "notify 10"} {
+		want = append(want, "run-1 "+k)
+	}
+	order := func(steps []store.StepRecord) []string {
+		var out []string
+		for _, st := range steps {
+			out = append(out, fmt.Sprintf("%s %s %d", st.RunID, st.StepID, st.Item))
+		}
+		return out
+	}
+	_, steps, err := b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "GetRun order", order(steps), want)
+	inTx(t, b, func(tx store.Tx) error {
+		_, steps, err := tx.LockRun(b.ctx, "run-1")
+		if err != nil {
+			return err
+		}
+		eq(t, "LockRun order", order(steps), want)
+		return nil
+	})
+}
+
+func (s *suite) wfListRuns(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	// Ids sort as they start (UUIDv7s do); states and workflows vary.
+	states := []store.RunState{"running", "succeeded", "failed", "running", "compensating", "succeeded", "running"}
+	inTx(t, b, func(tx store.Tx) error {
+		for i, st := range states {
+			wf := "order"
+			if i%2 == 1 {
+				wf = "billing"
+			}
+			r := wfRun(b, fmt.Sprintf("run-%02d", i), wf)
+			r.State = st
+			if err := tx.InsertRun(b.ctx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	list := func(f store.RunFilter) []string {
+		t.Helper()
+		runs, err := b.store.ListRuns(b.ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := []string{}
+		for _, r := range runs {
+			out = append(out, fmt.Sprintf("%s %s %s", r.RunID, r.Workflow, r.State))
+		}
+		return out
+	}
+	eq(t, "all, newest first", list(store.RunFilter{}), []string{
+		"run-06 order running", "run-05 billing succeeded", "run-04 order compensating", "run-03 billing running",
+		"run-02 order failed", "run-01 billing succeeded", "run-00 order running"})
+	eq(t, "by workflow", list(store.RunFilter{Workflow: "billing"}), []string{
+		"run-05 billing succeeded", "run-03 billing running", "run-01 billing succeeded"})
+	eq(t, "by states", list(store.RunFilter{States: []store.RunState{"running", "failed"}}), []string{
+		"run-06 order running", "run-03 billing running", "run-02 order failed", "run-00 order running"})
+	eq(t, "workflow and state", list(store.RunFilter{Workflow: "order", States: []store.RunState{"running"}}), []string{
+		"run-06 order running", "run-00 order running"})
+	eq(t, "limit", list(store.RunFilter{Limit: 2}), []string{"run-06 order running", "run-05 billing succeeded"})
+	eq(t, "cursor", list(store.RunFilter{BeforeID: "run-05", Limit: 2}), []string{
+		"run-04 order compensating", "run-03 billing running"})
+	eq(t, "cursor with filters", list(store.RunFilter{BeforeID: "run-03", Workflow: "order", States: []store.RunState{"running", "failed"}}),
+		[]string{"run-02 order failed", "run-00 order running"})
+	eq(t, "cursor at the end", list(store.RunFilter{BeforeID: "run-00"}), []string{})
+	eq(t, "unknown workflow", list(store.RunFilter{Workflow: "nope"}), []string{})
+	// Paging through all of them, two at a time, visits each once.
+	var paged []string
+	for cursor := ""; ; {
+		runs, err := b.store.ListRuns(b.ctx, store.RunFilter{BeforeID: cursor, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) == 0 {
+			break
+		}
+		for _, r := range runs {
+			paged = append(paged, r.RunID)
+		}
+		cursor = runs[len(runs)-1].RunID
+	}
+	eq(t, "paged", paged, []string{"run-06", "run-05", "run-04", "run-03", "run-02", "run-01", "run-00"})
+	// The default limit is 100.
+	inTx(t, b, func(tx store.Tx) error {
+		for i := range 101 {
+			if err := tx.InsertRun(b.ctx, wfRun(b, fmt.Sprintf("bulk-%03d", i), "bulk")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	eq(t, "default limit", len(list(store.RunFilter{Workflow: "bulk"})), 100)
+}
+
+// wfComposed is the transaction that advances a run as a step settles:
+// the step's task succeeds, its successor is enqueued, the run and the
+// step rows are written, and the engine's event appended.
+func wfComposed(t *testing.T, b *bundle, step *backstop.Task) func(store.Tx) error {
+	return func(tx store.Tx) error {
+		now := b.clock.Now()
+		applied, err := tx.Settle(b.ctx, []store.Settlement{{TaskID: step.ID, ExecutionID: step.ExecutionID,
+			Outcome: bt.OutcomeSucceeded, FinishedAt: now, State: bt.StateSucceeded, Result: json.RawMessage(`{"slot":"A1"}`)}})
+		if err != nil {
+			return err
+		}
+		eq(t, "step settled", applied, []bool{true})
+		got, err := tx.StepsOfTasks(b.ctx, []string{step.ID})
+		if err != nil {
+			return err
+		}
+		eq(t, "steps of the settled task", len(got), 1)
+		run, steps, err := tx.LockRun(b.ctx, got[0].RunID)
+		if err != nil {
+			return err
+		}
+		eq(t, "locked steps", len(steps), 1)
+		if _, err := tx.Enqueue(b.ctx, []*bt.Task{newTask(b, "run-1.charge", "wf")}, store.EnqueueOpts{}); err != nil {
+			return err
+		}
+		// A second run starts in the same transaction.
+		if err := tx.InsertRun(b.ctx, wfRun(b, "run-2", "order")); err != nil {
+			return err
+		}
+		run.Seq, run.UpdatedAt = 1, now
+		if err := tx.UpdateRun(b.ctx, *run); err != nil {
+			return err
+		}
+		done := steps[0]
+		done.State, done.Result, done.CompletedSeq, done.UpdatedAt = "succeeded", json.RawMessage(`{"slot":"A1"}`), 1, now
+		if err := tx.PutSteps(b.ctx, []store.StepRecord{done, wfStep(b, "run-1", "charge", 0, "run-1.charge", "pending"),
+			wfStep(b, "run-2", "reserve", 0, "run-2.reserve", "pending")}); err != nil {
+			return err
+		}
+		return tx.AppendEvents(b.ctx, []bt.Event{store.NewEvent(now, "step.enqueued", "run.run-1", "wf", "k", "engine",
+			[]byte(`{"step_id":"charge"}`))})
+	}
+}
+
+// wfStarted: run-1 exists with its first step's task claimed.
+func wfStarted(t *testing.T, b *bundle) *backstop.Task {
+	t.Helper()
+	inTx(t, b, func(tx store.Tx) error {
+		if err := tx.InsertRun(b.ctx, wfRun(b, "run-1", "order")); err != nil {
+			return err
+		}
+		if _, err := tx.Enqueue(b.ctx, []*bt.Task{newTask(b, "run-1.reserve", "wf")}, store.EnqueueOpts{}); err != nil {
+			return err
+		}
+		return tx.PutSteps(b.ctx, []store.StepRecord{wfStep(b, "run-1", "reserve", 0, "run-1.reserve", "pending")})
+	})
+	got := claim(t, b, "wf", 1)
+	if len(got) != 1 {
+		t.Fatalf("claimed %d tasks, want the first step", len(got))
+	}
+	return got[0]
+}
+
+func wfCommit(t *testing.T, b *bundle, run runTx) {
+	step := wfStarted(t, b)
+	if err := run(b.ctx, wfComposed(t, b, step)); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "step", b.get(step.ID).State, backstop.StateSucceeded)
+	eq(t, "successor", b.get("run-1.charge").State, backstop.StatePending)
+	r, steps, err := b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "run seq", r.Seq, int64(1))
+	got := []string{}
+	for _, st := range steps {
+		got = append(got, fmt.Sprintf("%s %s %d", st.StepID, st.State, st.CompletedSeq))
+	}
+	eq(t, "steps", got, []string{"charge pending 0", "reserve succeeded 1"})
+	jsonEq(t, "result", steps[1].Result, json.RawMessage(`{"slot":"A1"}`))
+	if _, steps, err := b.store.GetRun(b.ctx, "run-2"); err != nil || len(steps) != 1 {
+		t.Fatalf("second run: %v, %d steps", err, len(steps))
+	}
+	evs, err := b.c.Events(b.ctx, "run.run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "run events", len(evs), 1)
+	eq(t, "run event", evs[0].Type, "step.enqueued")
+}
+
+// wfRollback: nothing of a rolled-back transaction remains: no run row, no
+// step row, no task, no settlement.
+func wfRollback(t *testing.T, b *bundle, run runTx) {
+	step := wfStarted(t, b)
+	if err := run(b.ctx, wfComposed(t, b, step)); err != nil {
+		t.Fatal(err)
+	}
+	got := b.get(step.ID)
+	eq(t, "step state", got.State, backstop.StateRunning)
+	eq(t, "step execution", got.ExecutionID, step.ExecutionID)
+	if _, err := b.c.Get(b.ctx, "run-1.charge"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("successor of a rolled-back transaction: %v", err)
+	}
+	if _, _, err := b.store.GetRun(b.ctx, "run-2"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("run of a rolled-back transaction: %v", err)
+	}
+	r, steps, err := b.store.GetRun(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "run seq", r.Seq, int64(0))
+	eq(t, "steps", len(steps), 1)
+	eq(t, "step row", steps[0].State, store.StepState("pending"))
+	rest, err := b.store.StepsOfTasks(b.ctx, []string{"run-1.charge", "run-2.reserve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "step rows of a rolled-back transaction", rest, []store.StepRecord{})
+	runs, err := b.store.ListRuns(b.ctx, store.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "runs", len(runs), 1)
+	evs, err := b.c.Events(b.ctx, "run.run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "run events", len(evs), 0)
+}
+
+// wfLockTurns: two transactions that lock the same run take turns. A locks
+// the run and writes Seq 1; B, begun while A is open, waits (the probe sees
+// it waiting) and returns from LockRun only after A committed, reading A's
+// Seq and writing Seq 2. Without the lock B would read Seq 0 before A
+// commits, and one increment would be lost.
+func (s *suite) wfLockTurns(t *testing.T) {
+	if s.lockWait == nil {
+		t.Skip("the driver has no lock-wait probe")
+	}
+	t.Parallel()
+	b := s.wfSetup(t)
+	inTx(t, b, func(tx store.Tx) error { return tx.InsertRun(b.ctx, wfRun(b, "run-turns", "order")) })
+
+	var mu sync.Mutex
+	var log []string
+	note := func(s string) {
+		mu.Lock()
+		log = append(log, s)
+		mu.Unlock()
+	}
+	bump := func(name string, tx store.Tx) error {
+		r, _, err := tx.LockRun(b.ctx, "run-turns")
+		if err != nil {
+			return err
+		}
+		note(fmt.Sprintf("%s locked seq %d", name, r.Seq))
+		r.Seq++
+		return tx.UpdateRun(b.ctx, *r)
+	}
+	aLocked, aRelease := make(chan struct{}), make(chan struct{})
+	aDone, bDone := make(chan error, 1), make(chan error, 1)
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(aRelease) }) }
+	defer release()
+	go func() {
+		err := b.store.InTx(b.ctx, func(tx store.Tx) error {
+			if err := bump("A", tx); err != nil {
+				return err
+			}
+			close(aLocked)
+			<-aRelease
+			note("A commits")
+			return nil
+		})
+		aDone <- err
+	}()
+	select {
+	case <-aLocked:
+	case err := <-aDone:
+		t.Fatalf("A ended early: %v", err)
+	}
+	go func() { bDone <- b.store.InTx(b.ctx, func(tx store.Tx) error { return bump("B", tx) }) }()
+	// Wait until B waits for A (or B got through: the lock failed).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		waiting, err := s.lockWait(b.ctx, b.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case err := <-bDone:
+			mu.Lock()
+			seen := strings.Join(log, "; ")
+			mu.Unlock()
+			t.Fatalf("B's transaction ended (%v) while A held the run: %s", err, seen)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for B to wait for A's lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	held := slices.Clone(log)
+	mu.Unlock()
+	eq(t, "while A holds the run", held, []string{"A locked seq 0"})
+	release()
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "turns", log, []string{"A locked seq 0", "A commits", "B locked seq 1"})
+	r, _, err := b.store.GetRun(b.ctx, "run-turns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "seq after both", r.Seq, int64(2))
+}
