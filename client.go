@@ -23,6 +23,9 @@ type Client struct {
 	telemetry       *telemetry
 	ordering        OrderingStats             // ordering.go: all queues
 	orderingByQueue map[string]*OrderingStats // ordering.go: per ordered queue (read-only)
+	// settleSeen, set only by tests, sees every batch Client.settle
+	// applies (settle.go).
+	settleSeen func([]store.Settlement)
 }
 
 // NewClient makes a client over s. A nil cfg takes every default.
