@@ -25,6 +25,9 @@ type Client struct {
 	ordering        OrderingStats             // ordering.go: all queues
 	orderingByQueue map[string]*OrderingStats // ordering.go: per ordered queue (read-only)
 	plans           sync.Map                  // workflows.go: plan hash -> *workflow.Definition
+	// settleSeen, set only by tests, sees every batch Client.settle
+	// applies (settle.go).
+	settleSeen func([]store.Settlement)
 }
 
 // NewClient makes a client over s. A nil cfg takes every default.

@@ -95,7 +95,8 @@ type attempt struct {
 	mu       sync.Mutex
 	progress *Progress
 	detail   string
-	released bool // given back on shutdown: its result is ignored
+	released bool            // given back on shutdown: its result is ignored
+	output   json.RawMessage // SetResult's JSON (result.go), kept on success
 
 	elog    *execLog   // the execution's log (logs.go); nil outside a Worker
 	span    trace.Span // the attempt's consumer span (nil before it runs)

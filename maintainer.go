@@ -91,8 +91,8 @@ func (c *Client) maintenanceServices(every time.Duration) []maintenance.Service 
 	retry := func(s *store.Settlement, t *bt.Task, now time.Time) { retryOrDie(c.cfg, s, t, now) }
 	return []maintenance.Service{
 		maintenance.NewPromoter(c.store, c.now, every),
-		maintenance.NewLeaseExpiry(c.store, c.now, every, retry, c.expiredSettled, c.cfg.Logger), // maintenance_telemetry.go
-		maintenance.NewDeadlines(c.store, c.now, every, c.deadlinesSettled),
+		maintenance.NewLeaseExpiry(settleVia{c.store, c}, c.now, every, retry, c.expiredSettled, c.cfg.Logger), // maintenance_telemetry.go
+		maintenance.NewDeadlines(settleVia{c.store, c}, c.now, every, c.deadlinesSettled),
 		maintenance.NewLostWorkers(c.markLostWorkers, every),                                       // workers.go
 		maintenance.NewOrderingDrains(slices.Sorted(maps.Keys(c.cfg.Queues)), c.OrderQueue, every), // ordering.go
 	}

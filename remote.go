@@ -3,6 +3,7 @@ package backstop
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -215,7 +216,7 @@ func (r *RemoteResult) SpanContext() trace.SpanContext { return r.span }
 // settleRemote settles one remote attempt and records its telemetry when
 // the settlement applied; t is the task when the caller read it, else nil.
 func (c *Client) settleRemote(ctx context.Context, s store.Settlement, t *Task) (*RemoteResult, error) {
-	ok, err := c.remote.settle(ctx, c.store, s, ActorFrom(ctx))
+	ok, err := c.remote.settle(ctx, c.settle, s, ActorFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -239,12 +240,17 @@ func (c *Client) remoteDecide(t *Task, res, cause error, p *Progress, detail str
 	return w.decide(t, res, cause, a)
 }
 
-// Complete reports that a remote attempt succeeded.
-func (c *Client) Complete(ctx context.Context, taskID, leaseToken string, p *Progress) (*RemoteResult, error) {
+// Complete reports that a remote attempt succeeded, with its JSON result
+// (nil: none; checked as CheckResult does).
+func (c *Client) Complete(ctx context.Context, taskID, leaseToken string, p *Progress, result json.RawMessage) (*RemoteResult, error) {
 	if err := checkLease(taskID, leaseToken); err != nil {
 		return nil, err
 	}
 	if err := validProgress(p); err != nil {
+		return nil, err
+	}
+	result, err := CheckResult(result)
+	if err != nil {
 		return nil, err
 	}
 	exec, err := c.leaseOf(ctx, taskID, leaseToken)
@@ -252,7 +258,9 @@ func (c *Client) Complete(ctx context.Context, taskID, leaseToken string, p *Pro
 		return nil, err
 	}
 	t := &Task{ID: taskID, ExecutionID: exec}
-	return c.settleRemote(ctx, c.remoteDecide(t, nil, nil, p, ""), nil)
+	s := c.remoteDecide(t, nil, nil, p, "")
+	s.Result = result
+	return c.settleRemote(ctx, s, nil)
 }
 
 // RemoteFailure reports how a remote attempt failed.
@@ -339,7 +347,7 @@ func (c *Client) Fail(ctx context.Context, f RemoteFailure) (*RemoteResult, erro
 }
 
 // settleBatcher coalesces settlements that arrive concurrently (remote
-// workers completing in parallel HTTP requests) into one store.Settle: one
+// workers completing in parallel HTTP requests) into one Client.settle: one
 // transaction for many attempts, as the in-process worker's completer does.
 // No goroutine of its own: the first caller flushes while later ones queue,
 // then flushes what queued meanwhile. Its zero value is ready.
@@ -360,7 +368,7 @@ type settleReq struct {
 // maxSettleBatch bounds one flush.
 const maxSettleBatch = 500
 
-func (b *settleBatcher) settle(ctx context.Context, st store.Store, s store.Settlement, actor string) (bool, error) {
+func (b *settleBatcher) settle(ctx context.Context, st settleFunc, s store.Settlement, actor string) (bool, error) {
 	r := &settleReq{s: s, actor: actor, done: make(chan struct{})}
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
@@ -401,7 +409,7 @@ func (b *settleBatcher) take() []*settleReq {
 	return batch
 }
 
-func (b *settleBatcher) flush(ctx context.Context, st store.Store, batch []*settleReq) {
+func (b *settleBatcher) flush(ctx context.Context, st settleFunc, batch []*settleReq) {
 	// The batch carries other callers' settlements: the first caller going
 	// away must not cut them off.
 	fctx, cancel := context.WithTimeout(store.WithActor(context.WithoutCancel(ctx), batch[0].actor), 30*time.Second)
@@ -410,7 +418,7 @@ func (b *settleBatcher) flush(ctx context.Context, st store.Store, batch []*sett
 	for i, r := range batch {
 		ss[i] = r.s
 	}
-	oks, err := st.Settle(fctx, ss)
+	oks, err := st(fctx, ss)
 	if err == nil && len(oks) != len(ss) {
 		err = fmt.Errorf("backstop: store settled %d of %d", len(oks), len(ss))
 	}

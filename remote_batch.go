@@ -2,6 +2,7 @@ package backstop
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/backstophq/backstop/store"
@@ -12,6 +13,7 @@ type RemoteCompletion struct {
 	TaskID     string
 	LeaseToken string
 	Progress   *Progress
+	Result     json.RawMessage // the attempt's JSON result (nil: none)
 }
 
 // RemoteOutcome is the result of one completion of a batch: the decision,
@@ -37,6 +39,11 @@ func (c *Client) CompleteMany(ctx context.Context, cs []RemoteCompletion) ([]Rem
 			out[i].Err = err
 			continue
 		}
+		result, err := CheckResult(x.Result)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
 		exec, err := c.leaseOf(ctx, x.TaskID, x.LeaseToken)
 		if errors.Is(err, ErrLeaseNotCurrent) || errors.Is(err, ErrNotFound) {
 			out[i].Err = err
@@ -46,10 +53,12 @@ func (c *Client) CompleteMany(ctx context.Context, cs []RemoteCompletion) ([]Rem
 			return nil, err // the store failed: the caller retries the batch
 		}
 		t := &Task{ID: x.TaskID, ExecutionID: exec}
-		ss = append(ss, c.remoteDecide(t, nil, nil, x.Progress, ""))
+		s := c.remoteDecide(t, nil, nil, x.Progress, "")
+		s.Result = result
+		ss = append(ss, s)
 		idx = append(idx, i)
 	}
-	oks, errs := c.remote.settleMany(ctx, c.store, ss, ActorFrom(ctx))
+	oks, errs := c.remote.settleMany(ctx, c.settle, ss, ActorFrom(ctx))
 	for j, i := range idx {
 		s := ss[j]
 		switch {
@@ -67,7 +76,7 @@ func (c *Client) CompleteMany(ctx context.Context, cs []RemoteCompletion) ([]Rem
 
 // settleMany queues many settlements at once and waits for all; the
 // batcher writes them (and whatever else is pending) together.
-func (b *settleBatcher) settleMany(ctx context.Context, st store.Store, ss []store.Settlement, actor string) ([]bool, []error) {
+func (b *settleBatcher) settleMany(ctx context.Context, st settleFunc, ss []store.Settlement, actor string) ([]bool, []error) {
 	reqs := make([]*settleReq, len(ss))
 	b.mu.Lock()
 	for i, s := range ss {

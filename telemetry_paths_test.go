@@ -136,7 +136,7 @@ func TestTelemetryLeaseExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The worker wakes up and reports: its lease is gone.
-	if _, err := h.c.Complete(ctx, id, first.LeaseToken, nil); !errors.Is(err, ErrLeaseNotCurrent) {
+	if _, err := h.c.Complete(ctx, id, first.LeaseToken, nil, nil); !errors.Is(err, ErrLeaseNotCurrent) {
 		t.Fatalf("late complete: %v, want ErrLeaseNotCurrent", err)
 	}
 	if _, err := h.c.Fail(ctx, RemoteFailure{TaskID: id, LeaseToken: first.LeaseToken, Outcome: bt.OutcomeTransientError}); !errors.Is(err, ErrLeaseNotCurrent) {
@@ -240,7 +240,7 @@ func TestTelemetryRemoteSettlements(t *testing.T) {
 	ts := h.claimRemote(5)
 	clk.Advance(3 * time.Second)
 	// One completion alone, two in a batch (plus one stale item).
-	if _, err := h.c.Complete(ctx, ts[0].ID, ts[0].LeaseToken, nil); err != nil {
+	if _, err := h.c.Complete(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	outs, err := h.c.CompleteMany(ctx, []RemoteCompletion{{TaskID: ts[1].ID, LeaseToken: ts[1].LeaseToken},
@@ -252,7 +252,7 @@ func TestTelemetryRemoteSettlements(t *testing.T) {
 		t.Fatalf("batch outcomes %+v", outs)
 	}
 	// A duplicate of the first completion.
-	if _, err := h.c.Complete(ctx, ts[0].ID, ts[0].LeaseToken, nil); !errors.Is(err, ErrLeaseNotCurrent) {
+	if _, err := h.c.Complete(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); !errors.Is(err, ErrLeaseNotCurrent) {
 		t.Fatalf("duplicate complete: %v", err)
 	}
 	// A transient failure (retry) and a permanent one (dead letter).
@@ -320,7 +320,7 @@ func TestTelemetryRemoteCompletionClaimedElsewhere(t *testing.T) {
 	tk := h.claimRemote(1)[0]
 	h.c.remoteAttempts.take(tk.ExecutionID) // as if claimed through another process
 	clk.Advance(4 * time.Second)
-	if _, err := h.c.Complete(ctx, tk.ID, tk.LeaseToken, nil); err != nil {
+	if _, err := h.c.Complete(ctx, tk.ID, tk.LeaseToken, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, h.metrics(), map[string]map[string]int64{
@@ -449,7 +449,7 @@ func TestTelemetryRemoteSettledElsewhere(t *testing.T) {
 	h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
 	tk := h.claimRemote(1)[0]
 	clk.Advance(5 * time.Second)
-	if _, err := other.Complete(ctx, tk.ID, tk.LeaseToken, nil); err != nil {
+	if _, err := other.Complete(ctx, tk.ID, tk.LeaseToken, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	settledAt := clk.Now()

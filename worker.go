@@ -326,7 +326,7 @@ func (w *Worker) releaseRunning() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := w.c.store.Settle(ctx, rel); err != nil {
+	if _, err := w.c.settle(ctx, rel); err != nil {
 		w.log.Error("release on shutdown failed; leases will expire instead", "error", err, "tasks", len(rel))
 	} else {
 		w.log.Info("released running tasks on shutdown", "tasks", len(rel))
@@ -545,6 +545,7 @@ func (w *Worker) decide(t *Task, res, cause error, a *attempt) store.Settlement 
 	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Progress: prog, ErrorDetail: detail}
 	if res == nil && !errors.Is(cause, errAbandoned) {
 		s.Outcome, s.State = bt.OutcomeSucceeded, bt.StateSucceeded
+		s.Result = a.resultOf() // result.go
 		return s
 	}
 	// Declared after the success return: errors.As makes them escape, and
@@ -644,7 +645,7 @@ func (w *Worker) flush(items []settleItem, scratch *[]store.Settlement) {
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		oks, err := w.c.store.Settle(ctx, batch)
+		oks, err := w.c.settle(ctx, batch)
 		cancel()
 		if err == nil {
 			w.c.telemetry.settledBatch(items, oks) // worker_telemetry.go

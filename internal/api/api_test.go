@@ -63,6 +63,9 @@ type setupOpts struct {
 	lib *backstop.Config
 	// log, when set, receives the server's logs.
 	log *slog.Logger
+	// wrap, when set, wraps the migrated store the library and the server
+	// use (testdb.RecordSettlements).
+	wrap func(store.Store) store.Store
 }
 
 // stores runs fn on SQLite and on Postgres.
@@ -81,6 +84,9 @@ func setup(t testing.TB, url string, o setupOpts) *bundle {
 	t.Cleanup(func() { s.Close() })
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if o.wrap != nil {
+		s = o.wrap(s)
 	}
 	clk := &testClock{}
 	libCfg := &backstop.Config{}

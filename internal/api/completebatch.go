@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -23,6 +24,8 @@ type CompletionItem struct {
 	TaskID     string       `json:"task_id"`
 	LeaseToken string       `json:"lease_token"`
 	Progress   *bt.Progress `json:"progress,omitempty"`
+	// Result is the attempt's JSON result, as CompleteRequest's.
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // CompletionResult answers one item, in the order of the request: the
@@ -53,7 +56,7 @@ func (s *Server) completeBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	cs := make([]backstop.RemoteCompletion, len(req.Completions))
 	for i, c := range req.Completions {
-		cs[i] = backstop.RemoteCompletion{TaskID: c.TaskID, LeaseToken: c.LeaseToken, Progress: c.Progress}
+		cs[i] = backstop.RemoteCompletion{TaskID: c.TaskID, LeaseToken: c.LeaseToken, Progress: c.Progress, Result: c.Result}
 	}
 	outs, err := s.c.CompleteMany(actorContext(r), cs)
 	if err != nil {

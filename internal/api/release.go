@@ -2,11 +2,16 @@ package api
 
 import (
 	"net/http"
+
+	bt "github.com/backstophq/backstop/backstoptype"
 )
 
 // ReleaseRequest is POST /v1/tasks/{id}/release: give the attempt back
 // uncharged (a draining worker whose grace ran out).
-type ReleaseRequest = CompleteRequest
+type ReleaseRequest struct {
+	LeaseToken string       `json:"lease_token"`
+	Progress   *bt.Progress `json:"progress"`
+}
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) error {
 	var req ReleaseRequest

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -188,6 +189,9 @@ func (s *Server) beat(w http.ResponseWriter, r *http.Request, req HeartbeatReque
 type CompleteRequest struct {
 	LeaseToken string       `json:"lease_token"`
 	Progress   *bt.Progress `json:"progress"`
+	// Result is the attempt's JSON result (any JSON value, at most
+	// backstop.MaxResultBytes): a workflow step's output.
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // SettleResponse is the engine's decision about the reported attempt.
@@ -198,7 +202,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	res, err := s.c.Complete(actorContext(r), r.PathValue("id"), req.LeaseToken, req.Progress)
+	res, err := s.c.Complete(actorContext(r), r.PathValue("id"), req.LeaseToken, req.Progress, req.Result)
 	if err != nil {
 		return err
 	}

@@ -241,7 +241,7 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 		}
 	case res.Err == nil:
 		what = string(bt.OutcomeSucceeded)
-		rep, err = r.cl.ReportComplete(rctx, l, api.CompleteRequest{}, retry)
+		rep, err = r.cl.ReportComplete(rctx, l, api.CompleteRequest{Result: res.Value}, retry)
 		if err == nil {
 			log.Info("task succeeded", reportArgs(rep)...)
 		}

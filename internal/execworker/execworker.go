@@ -5,12 +5,21 @@
 // (BACKSTOP_TASK_ID, BACKSTOP_ATTEMPT, BACKSTOP_QUEUE, BACKSTOP_KIND,
 // BACKSTOP_EXECUTION_ID and BACKSTOP_ATTR_<KEY> per attribute; for an ordered
 // task BACKSTOP_ORDERING_KEY, BACKSTOP_SEQUENCE and BACKSTOP_GAPS; TRACEPARENT of
-// the attempt's span when traces are recorded). Its exit code
+// the attempt's span when traces are recorded; BACKSTOP_RESULT_FILE, below).
+// Its exit code
 // classifies the attempt: 0 succeeds, 75 (EX_TEMPFAIL) and any other code are
 // transient, configured codes are permanent. It runs in a process group of
 // its own, killed whole when the attempt's context ends (timeout, cancel,
 // shutdown) and when the program exits, so no grandchild outlives its task.
 // A bounded tail of its combined stdout and stderr is kept with the execution.
+//
+// BACKSTOP_RESULT_FILE names a file in a private temporary directory made
+// for the attempt (removed after it): a program that exits 0 may write its
+// JSON result there (any JSON value, at most backstop.MaxResultBytes), which
+// becomes the attempt's result (backstop.SetResult; a remote worker sends it
+// with its completion): a workflow step's output. No file, or an empty one,
+// is no result. A file that is not valid JSON or too large fails the
+// attempt permanently, with an error naming the problem.
 //
 // It must never leave a process or a goroutine behind after Work returns.
 package execworker
@@ -23,6 +32,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -100,7 +110,7 @@ func New(cfg Config) (*Handler, error) {
 			strings.HasPrefix(kv, "BACKSTOP_KIND=") || strings.HasPrefix(kv, "BACKSTOP_EXECUTION_ID=") ||
 			strings.HasPrefix(kv, "BACKSTOP_ORDERING_KEY=") || strings.HasPrefix(kv, "BACKSTOP_SEQUENCE=") ||
 			strings.HasPrefix(kv, "BACKSTOP_GAPS=") || strings.HasPrefix(kv, "TRACEPARENT=") ||
-			strings.HasPrefix(kv, "TRACESTATE=")
+			strings.HasPrefix(kv, "TRACESTATE=") || strings.HasPrefix(kv, ResultFileEnv+"=")
 	})
 	return &Handler{cfg: cfg, path: path, perm: perm, env: env}, nil
 }
@@ -177,6 +187,11 @@ func (h *Handler) Work(ctx context.Context, t *backstop.Task) error {
 	if r.Output != "" {
 		backstop.RecordDetail(ctx, r.Output)
 	}
+	if r.Err == nil && r.Value != nil {
+		// Checked by Run; outside a worker's handler context there is no
+		// attempt to keep it (ErrNotInHandler), and nothing to do.
+		_ = backstop.SetResult(ctx, r.Value)
+	}
 	return r.Err
 }
 
@@ -189,16 +204,28 @@ type Result struct {
 	Output string
 	// ExitCode is the program's exit code, or -1 when it was killed.
 	ExitCode int
+	// Value is the JSON result the program wrote to $BACKSTOP_RESULT_FILE
+	// (nil: none), when it succeeded.
+	Value json.RawMessage
 }
+
+// ResultFileEnv names the file a program may write its JSON result to.
+const ResultFileEnv = "BACKSTOP_RESULT_FILE"
 
 // Run runs the command for t until it exits or ctx ends.
 func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 	if err := ctx.Err(); err != nil {
 		return Result{Err: err, ExitCode: -1}
 	}
+	resultDir, err := os.MkdirTemp("", "backstop-result-") // mode 0700: this user's alone
+	if err != nil {
+		return Result{Err: fmt.Errorf("execworker: result file directory: %w", err), ExitCode: -1}
+	}
+	defer os.RemoveAll(resultDir)
+	resultFile := filepath.Join(resultDir, "result.json")
 	cmd := exec.Command(h.path, h.cfg.Command[1:]...)
 	cmd.Args[0] = h.cfg.Command[0]
-	cmd.Env = append(h.Environ(t), TraceEnv(ctx)...)
+	cmd.Env = append(append(h.Environ(t), TraceEnv(ctx)...), ResultFileEnv+"="+resultFile)
 	cmd.Dir = h.cfg.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
@@ -272,11 +299,58 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 	if cmd.ProcessState != nil && !killed {
 		code = cmd.ProcessState.ExitCode()
 	}
-	return Result{
+	r := Result{
 		Err:      h.classify(ctx, cmd.ProcessState, waitErr, killed, elapsed),
 		Output:   tail.String(),
 		ExitCode: code,
 	}
+	if r.Err == nil {
+		r.Value, r.Err = readResult(resultFile)
+	}
+	return r
+}
+
+// readResult reads the JSON result a program left in its result file: none
+// (nil) when there is no file or it is empty; a permanent error naming the
+// problem when it is not a regular file, too large or not valid JSON (the
+// program's output is wrong, and running it again will not change that).
+func readResult(path string) (json.RawMessage, error) {
+	bad := func(format string, args ...any) error {
+		return backstop.Permanent(fmt.Errorf("%s (%s): %s", ResultFileEnv, path, fmt.Sprintf(format, args...)))
+	}
+	// O_NOFOLLOW and O_NONBLOCK: a symlink or a FIFO the program left
+	// there must neither lead the worker elsewhere nor block it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, bad("cannot be read: %v", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, bad("cannot be read: %v", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, bad("is not a regular file (%s)", st.Mode().Type())
+	}
+	if st.Size() > backstop.MaxResultBytes {
+		return nil, bad("is %d bytes; a result is at most %d (1 MiB)", st.Size(), backstop.MaxResultBytes)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, backstop.MaxResultBytes+1))
+	if err != nil {
+		return nil, bad("cannot be read: %v", err)
+	}
+	v, err := backstop.CheckResult(b)
+	if err != nil {
+		var ve *backstop.ValidationError
+		if errors.As(err, &ve) {
+			return nil, bad("%s", ve.Message)
+		}
+		return nil, bad("%v", err)
+	}
+	return v, nil
 }
 
 // classify turns how the program ended into the attempt's result.

@@ -123,7 +123,7 @@ func (s *suite) testLogsRemote(t *testing.T) {
 		t.Fatalf("read: %d lines %v", len(ls), err)
 	}
 	// Once the attempt is settled its token is stale: 409, nothing written.
-	if _, err := b.c.Complete(b.ctx, "r", tok, nil); err != nil {
+	if _, err := b.c.Complete(b.ctx, "r", tok, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.c.AppendRemoteLogs(b.ctx, "r", tok, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {

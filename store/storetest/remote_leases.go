@@ -80,7 +80,7 @@ func (s *suite) testLeaseTokensShared(t *testing.T) {
 	if _, err := other.Heartbeat(b.ctx, backstop.RemoteBeat{TaskID: ls[0].ID, LeaseToken: ls[0].LeaseToken}); err != nil {
 		t.Fatalf("heartbeat through another client: %v", err)
 	}
-	if r, err := other.Complete(b.ctx, ls[0].ID, ls[0].LeaseToken, nil); err != nil || r.State != bt.StateSucceeded {
+	if r, err := other.Complete(b.ctx, ls[0].ID, ls[0].LeaseToken, nil, nil); err != nil || r.State != bt.StateSucceeded {
 		t.Fatalf("complete through another client: %+v %v", r, err)
 	}
 	// The public execution id, a token for another task, a token cut
@@ -91,7 +91,7 @@ func (s *suite) testLeaseTokensShared(t *testing.T) {
 	tok[len(tok)-3] ^= 1
 	for _, bad := range []string{l.ExecutionID, ls[2].LeaseToken, l.LeaseToken[:len(l.LeaseToken)-1], string(tok),
 		l.ExecutionID + ".", "x." + l.LeaseToken} {
-		if _, err := other.Complete(b.ctx, l.ID, bad, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := other.Complete(b.ctx, l.ID, bad, nil, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
 			t.Fatalf("complete with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
 		if _, err := b.c.Fail(b.ctx, backstop.RemoteFailure{TaskID: l.ID, LeaseToken: bad, Outcome: bt.OutcomePermanentError}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
@@ -113,7 +113,7 @@ func (s *suite) testLeaseTokensShared(t *testing.T) {
 	if lines, err := b.c.ReadLogs(b.ctx, l.ID, l.ExecutionID, 0, 10); err != nil || len(lines) != 0 {
 		t.Fatalf("refused tokens wrote logs: %v %v", lines, err)
 	}
-	if r, err := b.c.Complete(b.ctx, l.ID, l.LeaseToken, nil); err != nil || r.State != bt.StateSucceeded {
+	if r, err := b.c.Complete(b.ctx, l.ID, l.LeaseToken, nil, nil); err != nil || r.State != bt.StateSucceeded {
 		t.Fatalf("complete with the real token: %+v %v", r, err)
 	}
 }
@@ -144,7 +144,7 @@ func (s *suite) testRemoteActor(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("t%d", i)
-			_, err := b.c.Complete(as(actor), id, byID[id].LeaseToken, nil)
+			_, err := b.c.Complete(as(actor), id, byID[id].LeaseToken, nil, nil)
 			errs <- err
 		}()
 		go func() {

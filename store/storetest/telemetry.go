@@ -28,7 +28,7 @@ func (s *suite) testTelemetry(t *testing.T) {
 		b.clock.Advance(2 * time.Minute)
 		maintain(t, b)
 		maintain(t, b) // nothing left: counts nothing
-		if _, err := b.c.Complete(b.ctx, "e", first.LeaseToken, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := b.c.Complete(b.ctx, "e", first.LeaseToken, nil, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
 			t.Fatalf("late completion: %v", err)
 		}
 		eq(t, "after the first expiry", m.read(t), map[string]int64{
@@ -60,7 +60,7 @@ func (s *suite) testTelemetry(t *testing.T) {
 		for _, tk := range remoteClaim(t, b, 3) {
 			byID[tk.ID] = tk
 		}
-		if _, err := b.c.Complete(b.ctx, "a", byID["a"].LeaseToken, nil); err != nil {
+		if _, err := b.c.Complete(b.ctx, "a", byID["a"].LeaseToken, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		outs, err := b.c.CompleteMany(b.ctx, []backstop.RemoteCompletion{{TaskID: "b", LeaseToken: byID["b"].LeaseToken},

@@ -1,0 +1,131 @@
+package execworker_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/execworker"
+	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store/sqlitestore"
+)
+
+// TestResultFile: the program's JSON in $BACKSTOP_RESULT_FILE is the
+// attempt's result; none or an empty file is none; a file that is not JSON,
+// too large or not a regular file fails the attempt permanently, naming
+// the problem; the file lives in a private directory removed afterwards;
+// an inherited BACKSTOP_RESULT_FILE is not passed on.
+func TestResultFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	seen := filepath.Join(dir, "seen")
+	big := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(big, []byte(`"`+strings.Repeat("x", backstop.MaxResultBytes)+`"`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, script, want, wantErr string
+	}{
+		{name: "object", script: `printf '{"n": 1}\n' > "$BACKSTOP_RESULT_FILE"`, want: `{"n": 1}`},
+		{name: "none", script: `true`},
+		{name: "empty", script: `: > "$BACKSTOP_RESULT_FILE"`},
+		{name: "not JSON", script: `echo '{"n":' > "$BACKSTOP_RESULT_FILE"`, wantErr: "is not valid JSON"},
+		{name: "too large", script: `cp ` + big + ` "$BACKSTOP_RESULT_FILE"`, wantErr: "at most 1048576"},
+		{name: "not a file", script: `mkdir "$BACKSTOP_RESULT_FILE"`, wantErr: "not a regular file"},
+		{name: "symlink", script: `ln -s /etc/passwd "$BACKSTOP_RESULT_FILE"`, wantErr: "cannot be read"},
+		{name: "fifo", script: `mkfifo "$BACKSTOP_RESULT_FILE"`, wantErr: "not a regular file"},
+		{name: "failed run", script: `echo 1 > "$BACKSTOP_RESULT_FILE"; exit 3`, wantErr: "exited with code 3"},
+	} {
+		h := newHandler(t, execworker.Config{Command: shell(tc.script + `; s=$?; echo "$BACKSTOP_RESULT_FILE" > ` + seen + `; exit $s`),
+			Env: []string{"PATH=" + os.Getenv("PATH"), execworker.ResultFileEnv + "=/inherited"}})
+		r := h.Run(context.Background(), testTask())
+		if string(r.Value) != tc.want {
+			t.Errorf("%s: result %q, want %q", tc.name, r.Value, tc.want)
+		}
+		switch {
+		case tc.wantErr == "" && r.Err != nil:
+			t.Errorf("%s: %v", tc.name, r.Err)
+		case tc.wantErr != "" && (r.Err == nil || !strings.Contains(r.Err.Error(), tc.wantErr)):
+			t.Errorf("%s: error %v, want one with %q", tc.name, r.Err, tc.wantErr)
+		case tc.wantErr != "" && tc.name != "failed run" &&
+			(!backstop.IsPermanent(r.Err) || !strings.Contains(r.Err.Error(), execworker.ResultFileEnv)):
+			t.Errorf("%s: error %v, want a permanent one naming %s", tc.name, r.Err, execworker.ResultFileEnv)
+		}
+		b, err := os.ReadFile(seen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := strings.TrimSpace(string(b))
+		if path == "/inherited" || !strings.HasSuffix(path, "result.json") {
+			t.Errorf("%s: BACKSTOP_RESULT_FILE=%q, want a fresh file", tc.name, path)
+		}
+		if _, err := os.Stat(filepath.Dir(path)); !os.IsNotExist(err) {
+			t.Errorf("%s: the result directory %s outlived the run (%v)", tc.name, filepath.Dir(path), err)
+		}
+	}
+}
+
+// TestResultFileWithWorker: in a worker the result file's JSON is the
+// success settlement's result, and a bad file dead-letters the task at
+// once (permanent) with the problem as its error. The store is a REAL
+// SQLite file under testdb.SettleRecorder (drivers do not write results:
+// the settle seam is where they are seen).
+func TestResultFileWithWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := sqlitestore.Open(strings.TrimPrefix(testdb.SQLite(t), "sqlite://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec := testdb.RecordSettlements(s)
+	c, err := backstop.NewClient(rec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHandler(t, execworker.Config{
+		Command: shell(`if [ "$BACKSTOP_KIND" = good ]; then echo '["ok", 2]' > "$BACKSTOP_RESULT_FILE"; else echo nope > "$BACKSTOP_RESULT_FILE"; fi`),
+	})
+	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{Queues: map[string]int{"q": 2}, Lease: 5 * time.Second,
+		PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleDefault(h)
+	res, err := c.EnqueueMany(ctx, []backstop.EnqueueParams{{Queue: "q", Kind: "good"}, {Queue: "q", Kind: "bad", MaxAttempts: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stop, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		w.Stop(stop)
+	}()
+	good, bad := res[0].Task.ID, res[1].Task.ID
+	deadline := time.Now().Add(60 * time.Second)
+	for len(rec.Of(good)) == 0 || len(rec.Of(bad)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for both settlements")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if g := rec.Of(good); g[0].Outcome != bt.OutcomeSucceeded || string(g[0].Result) != `["ok", 2]` {
+		t.Errorf("good: %+v, want a success with the file's JSON", g[0])
+	}
+	bs := rec.Of(bad)
+	if bs[0].State != bt.StateDead || bs[0].DeadReason != bt.ReasonPermanentError || bs[0].Result != nil ||
+		!strings.Contains(bs[0].Error, execworker.ResultFileEnv) || !strings.Contains(bs[0].Error, "not valid JSON") {
+		t.Errorf("bad: %+v, want dead at once (permanent) naming the result file's problem", bs[0])
+	}
+}

@@ -1,0 +1,89 @@
+package backstop
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// MaxResultBytes bounds an attempt's JSON result (SetResult, a remote
+// worker's completion, an exec worker's $BACKSTOP_RESULT_FILE): 1 MiB.
+const MaxResultBytes = 1 << 20
+
+// ErrNotInHandler: SetResult was called with a context that is not a
+// handler's.
+var ErrNotInHandler = errors.New("backstop: SetResult: the context is not a handler's (call it with the context the handler was given)")
+
+// SetResult records the JSON result of the attempt ctx belongs to: v is
+// marshalled (a json.RawMessage is taken as is, but must be valid JSON), at
+// most MaxResultBytes. It is kept with the attempt's settlement when the
+// attempt succeeds (a workflow step's result, which its successors
+// receive); a later call replaces an earlier one. Outside a handler's
+// context it returns ErrNotInHandler.
+func SetResult(ctx context.Context, v any) error {
+	a := attemptFrom(ctx)
+	if a == nil {
+		return ErrNotInHandler
+	}
+	b, err := marshalResult(v)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.output = b
+	a.mu.Unlock()
+	return nil
+}
+
+func marshalResult(v any) (json.RawMessage, error) {
+	var b []byte
+	switch r := v.(type) {
+	case json.RawMessage:
+		b = r
+	case *json.RawMessage:
+		if r != nil {
+			b = *r
+		}
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			return nil, fmt.Errorf("backstop: SetResult: %w", err)
+		}
+	}
+	b, err := CheckResult(b)
+	if err != nil {
+		return nil, fmt.Errorf("backstop: SetResult: %w", err)
+	}
+	return b, nil
+}
+
+// CheckResult checks an attempt's JSON result as every path that takes one
+// does: valid UTF-8 JSON of at most MaxResultBytes, else a ValidationError
+// naming the field "result". Empty or the JSON null means no result
+// (nil). The bytes are copied: the caller may reuse its buffer.
+func CheckResult(b []byte) (json.RawMessage, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if len(b) > MaxResultBytes {
+		return nil, invalid("result", "is %d bytes; at most %d (1 MiB) are allowed", len(b), MaxResultBytes)
+	}
+	if err := checkJSON("result", b); err != nil {
+		return nil, err
+	}
+	if string(b) == "null" {
+		return nil, nil
+	}
+	return bytes.Clone(b), nil
+}
+
+// resultOf is the result the handler recorded (SetResult), for the
+// success settlement.
+func (a *attempt) resultOf() json.RawMessage {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.output
+}
