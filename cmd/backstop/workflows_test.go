@@ -24,7 +24,7 @@ import (
 // for every kind, dispatching on BACKSTOP_KIND).
 
 // cli runs the binary and returns stdout, stderr and the exit code.
-func runCLI(t *testing.T, env []string, args ...string) (string, string, int) {
+func wfCLI(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -44,7 +44,7 @@ func runCLI(t *testing.T, env []string, args ...string) (string, string, int) {
 
 func cliOK(t *testing.T, args ...string) string {
 	t.Helper()
-	out, errOut, code := runCLI(t, nil, args...)
+	out, errOut, code := wfCLI(t, nil, args...)
 	if code != 0 {
 		t.Fatalf("backstop %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
 	}
@@ -238,7 +238,7 @@ func TestWorkflowApplyRefusesBadDefinitions(t *testing.T) {
 		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, errOut, code := runCLI(t, nil, "--db", db, "workflows", "apply", file)
+		out, errOut, code := wfCLI(t, nil, "--db", db, "workflows", "apply", file)
 		if code != 2 || !strings.Contains(errOut, "step") {
 			t.Errorf("%s: exit %d, stderr %q, want 2 naming the step (stdout %q)", name, code, errOut, out)
 		}
