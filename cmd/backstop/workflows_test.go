@@ -338,7 +338,6 @@ func TestWorkflowCrash(t *testing.T) {
 					t.Fatal("the runs did not finish within 600 kills")
 				}
 			}
-			t.Logf("%d runs succeeded; %d workers SIGKILLed", runs, kills)
 
 			// Invariants, from the store's records and the programs' log.
 			logged, _ := os.ReadFile(runLog)
@@ -348,6 +347,7 @@ func TestWorkflowCrash(t *testing.T) {
 					completions[f[0]]++
 				}
 			}
+			expiries := 0
 			for _, id := range ids {
 				r, err := c.WorkflowRun(ctx, id)
 				if err != nil {
@@ -383,6 +383,7 @@ func TestWorkflowCrash(t *testing.T) {
 								expired++
 							}
 						}
+						expiries += expired
 						if succeeded != 1 {
 							t.Errorf("run %s step %s task %s: %d succeeded executions", id, step.ID, tid, succeeded)
 						}
@@ -392,6 +393,9 @@ func TestWorkflowCrash(t *testing.T) {
 					}
 				}
 				for _, step := range r.Steps {
+					if len(step.Needs) > 0 && started[step.ID].IsZero() {
+						t.Errorf("run %s: step %s never started", id, step.ID)
+					}
 					for _, need := range step.Needs {
 						if started[step.ID].Before(finished[need]) {
 							t.Errorf("run %s: %s started at %s before %s succeeded at %s", id, step.ID,
@@ -399,6 +403,10 @@ func TestWorkflowCrash(t *testing.T) {
 						}
 					}
 				}
+			}
+			t.Logf("%d runs succeeded; %d workers SIGKILLed; %d attempts lost with them (lease expired)", runs, kills, expiries)
+			if expiries == 0 {
+				t.Error("no attempt was lost to a SIGKILL: the test did not exercise a crash")
 			}
 		})
 	}
