@@ -11,6 +11,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/cli"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/workflow"
 )
 
 type serverCase struct {
@@ -41,7 +43,7 @@ const (
 // command missing here fails the test: decide, then add it. d is a dead
 // letter and p a pending task owned by this run (replay, discard, resolve
 // and cancel change them).
-func serverCases(d []string, p, cfgFile string) map[string]serverCase {
+func serverCases(d []string, p, cfgFile, wfFile, run string) map[string]serverCase {
 	srv := func(want string, args ...string) serverCase {
 		return serverCase{mode: viaServer, args: args, want: want}
 	}
@@ -80,6 +82,13 @@ func serverCases(d []string, p, cfgFile string) map[string]serverCase {
 		"queues resume":         srv("srv-paused", "srv-paused"),
 		"runs":                  loc(2),
 		"runs show":             srv("run-1", "run-1"),
+		"runs list":             srv("wfrun-", "--workflow", "srvflow"),
+		"runs cancel":           srv(run, run),
+		"workflows":             loc(2),
+		"workflows apply":       srv("srvflow", wfFile),
+		"workflows list":        srv("srvflow"),
+		"workflows show":        srv("srvflow", "srvflow"),
+		"workflows run":         srv("", "srvflow", "--input", `{"n":1}`),
 		"serve":                 ref("--dev", "--addr", "127.0.0.1:0"),
 		"stats":                 ref(),
 		"tasks":                 loc(2),
@@ -117,6 +126,27 @@ func TestEveryCommandHonoursServer(t *testing.T) {
 	cfgFile := filepath.Join(t.TempDir(), "backstop.yaml")
 	if err := os.WriteFile(cfgFile, []byte("leader_ttl: 20s\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// A workflow, and a waiting run per pass for runs cancel.
+	wfFile := filepath.Join(filepath.Dir(cfgFile), "srvflow.yaml")
+	wfYAML := "name: srvflow\nqueue: srv-flow\nsteps:\n  - {id: a, kind: job}\n"
+	if err := os.WriteFile(wfFile, []byte(wfYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	def, err := workflow.Parse([]byte(wfYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.ApplyWorkflow(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	var wfRuns []string
+	for i := range 2 {
+		r, err := c.RunWorkflow(ctx, backstop.RunWorkflowParams{Workflow: "srvflow", RunID: fmt.Sprintf("wfrun-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wfRuns = append(wfRuns, r.RunID)
 	}
 
 	env := []string{}
@@ -157,7 +187,7 @@ func TestEveryCommandHonoursServer(t *testing.T) {
 		cases := serverCases([]string{
 			"srv-0000" + string(rune('0'+4*i)), "srv-0000" + string(rune('1'+4*i)),
 			"srv-0000" + string(rune('2'+4*i)), "srv-0000" + string(rune('3'+4*i)),
-		}, pending[i], cfgFile)
+		}, pending[i], cfgFile, wfFile, wfRuns[i])
 		for name := range cases {
 			if !slices.Contains(paths, name) {
 				t.Errorf("serverCases has %q, which is not a command any more", name)

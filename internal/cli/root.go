@@ -173,13 +173,14 @@ var serverModes = map[string]string{
 	"dlq resolve": viaServer, "dlq redrive": viaServer, "dlq export": viaServer, "dlq purge": viaServer,
 	"workers list": viaServer, "workers show": viaServer,
 	"queues list": viaServer, "queues pause": viaServer, "queues resume": viaServer,
-	"events tail": viaServer, "runs show": viaServer,
+	"events tail": viaServer, "runs show": viaServer, "runs list": viaServer, "runs cancel": viaServer,
+	"workflows apply": viaServer, "workflows list": viaServer, "workflows show": viaServer, "workflows run": viaServer,
 
 	"help": noBackend, "completion": noBackend, "version": noBackend,
 	"config check": noBackend, "config show": noBackend, "bench ordering": noBackend,
 	// Command groups: they only name their subcommands.
 	"tasks": noBackend, "dlq": noBackend, "workers": noBackend, "queues": noBackend, "events": noBackend,
-	"runs": noBackend, "tokens": noBackend, "config": noBackend,
+	"runs": noBackend, "workflows": noBackend, "tokens": noBackend, "config": noBackend,
 }
 
 // serverMode is how the command treats --server: viaServer, noBackend, or

@@ -1,0 +1,102 @@
+package backstop
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop/internal/dburl"
+	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/workflow"
+)
+
+// BenchmarkWorkflowOverhead: the cost of orchestration. Each iteration
+// completes 100 runs of a 5-step linear workflow (500 step tasks, each
+// enqueued in the transaction that settles its predecessor), or, in the
+// "plain" case, 500 independent tasks of the same no-op handler, with one
+// in-process worker (concurrency 8) on each store. runs/s and tasks/s are
+// reported; docs/benchmarks.md has the figures and the command:
+//
+//	scripts/with-postgres go test -run '^$' -bench WorkflowOverhead -benchtime 3x -count 5 .
+func BenchmarkWorkflowOverhead(b *testing.B) {
+	const runs, steps = 100, 5
+	for _, db := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
+		for _, mode := range []string{"workflow", "plain"} {
+			b.Run(db.name+"/"+mode, func(b *testing.B) {
+				ctx := context.Background()
+				s, err := dburl.Open(ctx, db.url(b))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				if err := s.Migrate(ctx); err != nil {
+					b.Fatal(err)
+				}
+				c, err := NewClient(s, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bld := workflow.New("linear").Queue("bench")
+				for i := 0; i < steps; i++ {
+					st := bld.Step(fmt.Sprintf("s%d", i), "noop")
+					if i > 0 {
+						st.Needs(fmt.Sprintf("s%d", i-1))
+					}
+				}
+				def, err := bld.Build()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := c.ApplyWorkflow(ctx, def); err != nil {
+					b.Fatal(err)
+				}
+				done := make(chan struct{}, runs*steps)
+				w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"bench": 8}, PollInterval: 5 * time.Millisecond,
+					MaintenanceInterval: -1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				w.Handle("noop", HandlerFunc(func(context.Context, *Task) error { done <- struct{}{}; return nil }))
+				if err := w.Start(ctx); err != nil {
+					b.Fatal(err)
+				}
+				defer w.Stop(ctx)
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					if mode == "workflow" {
+						for r := 0; r < runs; r++ {
+							if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "linear"}); err != nil {
+								b.Fatal(err)
+							}
+						}
+					} else {
+						ps := make([]EnqueueParams, runs*steps)
+						for j := range ps {
+							ps[j] = EnqueueParams{Queue: "bench", Kind: "noop"}
+						}
+						if _, err := c.EnqueueMany(ctx, ps); err != nil {
+							b.Fatal(err)
+						}
+					}
+					for j := 0; j < runs*steps; j++ {
+						select {
+						case <-done:
+						case <-time.After(2 * time.Minute):
+							b.Fatalf("only %d of %d tasks ran", j, runs*steps)
+						}
+					}
+				}
+				el := time.Since(start).Seconds()
+				b.ReportMetric(float64(b.N*runs*steps)/el, "tasks/s")
+				if mode == "workflow" {
+					b.ReportMetric(float64(b.N*runs)/el, "runs/s")
+				}
+			})
+		}
+	}
+}
