@@ -531,14 +531,14 @@ type RunStep struct {
 	State store.StepState `json:"state"`
 	// Compensation: the step runs only as a compensation (of
 	// CompensationOf, once it ran).
-	Compensation   bool   `json:"compensation,omitempty"`
-	CompensationOf string `json:"compensation_of,omitempty"`
+	Compensation   bool     `json:"compensation,omitempty"`
+	CompensationOf string   `json:"compensation_of,omitempty"`
 	Needs          []string `json:"needs,omitempty"`
 	// TaskID: the step's task (a fan-out step's items are in Items).
-	TaskID   string         `json:"task_id,omitempty"`
-	Attempts int            `json:"attempts"`
-	Items    []RunStepItem  `json:"items,omitempty"`
-	Error    string         `json:"error,omitempty"`
+	TaskID   string          `json:"task_id,omitempty"`
+	Attempts int             `json:"attempts"`
+	Items    []RunStepItem   `json:"items,omitempty"`
+	Error    string          `json:"error,omitempty"`
 	Result   json.RawMessage `json:"result,omitempty"`
 	// ResultBytes is the result's size; a result over 1 KiB is left out
 	// of Result (read it from the step's successors' payloads or the API's
