@@ -58,7 +58,7 @@ func rawJSON(b []byte) json.RawMessage {
 
 // putWorkflowAttempts bounds the retries of a registration that lost the
 // next version to a concurrent one (each attempt reads the latest again).
-const putWorkflowAttempts = 5
+const putWorkflowAttempts = 16
 
 // PutWorkflow implements store.Workflows. The new version's CreatedAt is
 // d.CreatedAt when set (the engine's clock), else the current time.
