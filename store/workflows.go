@@ -83,12 +83,15 @@ type RunFilter struct {
 type Workflows interface {
 	// PutWorkflow registers a definition: when the latest version of
 	// d.Name has d.PlanHash, that version is returned and created is false;
-	// otherwise d is stored as the latest version + 1 (Version and
-	// CreatedAt are set by the store) and created is true.
+	// otherwise d is stored as the latest version + 1 (Version is set by
+	// the store; CreatedAt is d's when set, else the store's current time)
+	// and created is true. Registering an earlier definition again makes
+	// it the latest: a new version with the old hash.
 	PutWorkflow(ctx context.Context, d WorkflowDef) (out WorkflowDef, created bool, err error)
 	// GetWorkflow reads one version (0: the latest). Unknown: ErrNotFound.
 	GetWorkflow(ctx context.Context, name string, version int) (*WorkflowDef, error)
-	// WorkflowByHash reads the version with that plan hash. Unknown:
+	// WorkflowByHash reads the version with that plan hash (the latest of
+	// them, should a definition have been registered again). Unknown:
 	// ErrNotFound.
 	WorkflowByHash(ctx context.Context, hash string) (*WorkflowDef, error)
 	// ListWorkflows lists the latest version of every workflow, by name.

@@ -35,6 +35,7 @@ func WithLockWaitProbe(f LockWaitProbe) Option {
 // with Settle, Enqueue and AppendEvents. Every time is the frozen clock's.
 func (s *suite) testWorkflows(t *testing.T) {
 	t.Run("PutWorkflowVersions", s.wfPutVersions)
+	t.Run("PutWorkflowConcurrent", s.wfPutConcurrent)
 	t.Run("GetWorkflow", s.wfGet)
 	t.Run("ListWorkflows", s.wfList)
 	t.Run("InsertRun", s.wfInsertRun)
@@ -237,6 +238,70 @@ func (s *suite) wfPutVersions(t *testing.T) {
 	}
 	if _, err := b.store.GetWorkflow(b.ctx, "x", 0); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a refused definition was stored: %v", err)
+	}
+}
+
+// wfPutConcurrent: registrations at the same moment (processes applying
+// the same file, or two edits) each end with one version per definition:
+// the one that lost the next version to another reads the latest again.
+func (s *suite) wfPutConcurrent(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	type res struct {
+		out     store.WorkflowDef
+		created bool
+		err     error
+	}
+	put := func(defs []store.WorkflowDef) []res {
+		out := make([]res, len(defs))
+		var wg sync.WaitGroup
+		for i, d := range defs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, created, err := b.store.PutWorkflow(b.ctx, d)
+				out[i] = res{r, created, err}
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	// The same definition eight times: one version, created once.
+	same := make([]store.WorkflowDef, 8)
+	for i := range same {
+		same[i] = wfDef(b, "order", "hash-a")
+	}
+	created := 0
+	for i, r := range put(same) {
+		if r.err != nil {
+			t.Fatalf("put %d: %v", i, r.err)
+		}
+		eq(t, "version", r.out.Version, 1)
+		if r.created {
+			created++
+		}
+	}
+	eq(t, "created", created, 1)
+	// Four different definitions: versions 2 to 5, one each.
+	var diff []store.WorkflowDef
+	for i := range 4 {
+		diff = append(diff, wfDef(b, "order", fmt.Sprintf("hash-%d", i)))
+	}
+	versions := map[int]string{}
+	for i, r := range put(diff) {
+		if r.err != nil {
+			t.Fatalf("put %d: %v", i, r.err)
+		}
+		eq(t, "created", r.created, true)
+		versions[r.out.Version] = r.out.PlanHash
+	}
+	eq(t, "versions", len(versions), 4)
+	for v := 2; v <= 5; v++ {
+		got, err := b.store.GetWorkflow(b.ctx, "order", v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eq(t, fmt.Sprintf("version %d", v), got.PlanHash, versions[v])
 	}
 }
 

@@ -58,7 +58,7 @@ func rawJSON(b []byte) json.RawMessage {
 
 // putWorkflowAttempts bounds the retries of a registration that lost the
 // next version to a concurrent one (each attempt reads the latest again).
-const putWorkflowAttempts = 5
+const putWorkflowAttempts = 16
 
 // PutWorkflow implements store.Workflows. The new version's CreatedAt is
 // d.CreatedAt when set (the engine's clock), else the current time.
@@ -228,13 +228,19 @@ func scanSteps(rows Rows) ([]store.StepRecord, error) {
 }
 
 // GetRun implements store.Workflows: the run and its steps in one
-// statement, so that they are read at one moment.
+// statement, so that they are read at one moment, the run's columns (its
+// input) once: the run's row comes first, then one row per step, the
+// columns they share (id, state, JSON, error, sequence, updated_at) in the
+// same places.
 func (p *Procedures) GetRun(ctx context.Context, runID string) (*store.RunRecord, []store.StepRecord, error) {
 	d, q := p.dialect, p.reader
-	cols := "r." + strings.ReplaceAll(runCols, ", ", ", r.") + ", s." + strings.ReplaceAll(stepCols, ", ", ", s.")
-	rows, err := q.Query(ctx, `SELECT `+cols+` FROM backstop_runs r
-		LEFT JOIN backstop_run_steps s ON s.run_id = r.run_id
-		WHERE r.run_id = $1 ORDER BY s.step_id, s.item`, runID)
+	rows, err := q.Query(ctx, `
+		SELECT 0, run_id, state, input, error, seq, updated_at, workflow, version, plan_hash, NULL, created_at, finished_at
+		FROM backstop_runs WHERE run_id = $1
+		UNION ALL
+		SELECT 1, run_id, state, result, error, completed_seq, updated_at, step_id, item, task_id, compensation_of, NULL, NULL
+		FROM backstop_run_steps WHERE run_id = $1
+		ORDER BY 1, 8, 9`, runID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: get run: %w", d.Prefix, d.Err(err))
 	}
@@ -242,28 +248,40 @@ func (p *Procedures) GetRun(ctx context.Context, runID string) (*store.RunRecord
 	var run *store.RunRecord
 	steps := []store.StepRecord{}
 	for rows.Next() {
-		var rd runDest
 		var (
-			sRun, sStep, sTask, sState, sErr, sComp *string
-			sItem                                   *int
-			sSeq                                    *int64
-			sResult                                 []byte
-			sAt                                     *time.Time
+			part, number       int
+			id, state, errText string
+			raw                []byte
+			seq                int64
+			updated            time.Time
+			name               string
+			text, comp         *string
+			created, finished  *time.Time
 		)
-		if err := rows.Scan(append(rd.dest(), &sRun, &sStep, &sItem, &sTask, &sState, &sResult, &sErr, &sComp,
-			&sSeq, &sAt)...); err != nil {
+		if err := rows.Scan(&part, &id, &state, &raw, &errText, &seq, &updated, &name, &number, &text, &comp,
+			&created, &finished); err != nil {
 			return nil, nil, fmt.Errorf("%s: get run: %w", d.Prefix, err)
 		}
-		run = rd.run()
-		if sStep == nil { // a run without steps
+		if part == 0 {
+			run = &store.RunRecord{RunID: id, Workflow: name, Version: number, State: store.RunState(state),
+				Input: rawJSON(raw), Error: errText, Seq: seq, UpdatedAt: updated, FinishedAt: finished}
+			if text != nil {
+				run.PlanHash = *text
+			}
+			if created != nil {
+				run.CreatedAt = *created
+			}
 			continue
 		}
-		s := store.StepRecord{RunID: *sRun, StepID: *sStep, Item: *sItem, State: store.StepState(*sState),
-			Result: rawJSON(sResult), Error: *sErr, CompensationOf: *sComp, CompletedSeq: *sSeq, UpdatedAt: *sAt}
-		if sTask != nil {
-			s.TaskID = *sTask
+		st := store.StepRecord{RunID: id, StepID: name, Item: number, State: store.StepState(state),
+			Result: rawJSON(raw), Error: errText, CompletedSeq: seq, UpdatedAt: updated}
+		if text != nil {
+			st.TaskID = *text
 		}
-		steps = append(steps, s)
+		if comp != nil {
+			st.CompensationOf = *comp
+		}
+		steps = append(steps, st)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("%s: get run: %w", d.Prefix, err)
