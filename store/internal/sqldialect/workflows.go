@@ -14,9 +14,10 @@ import (
 // This file is store.Workflows (Procedures' methods) and the statements
 // of store.WorkflowTx, which each driver's Txs runs in its own
 // transaction (the Workflow* functions). JSON columns (definition, input,
-// result) are jsonb on PostgreSQL and TEXT on SQLite, written as given:
-// the statements pass them as text, NULL when empty. PostgreSQL hands jsonb
-// back in its own layout (spaces, key order), equal as JSON.
+// result) are json (not jsonb: the bytes are kept exactly, and a result
+// holding \u0000 is stored like a payload) on PostgreSQL and TEXT on
+// SQLite, written as given: the statements pass them as text, NULL when
+// empty.
 
 var _ store.Workflows = (*Procedures)(nil)
 

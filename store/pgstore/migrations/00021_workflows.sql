@@ -20,7 +20,7 @@ CREATE TABLE backstop_workflows (
     name       text COLLATE "C" NOT NULL,
     version    integer NOT NULL,
     plan_hash  text NOT NULL,
-    definition jsonb NOT NULL,
+    definition json NOT NULL,
     created_at timestamptz NOT NULL,
     PRIMARY KEY (name, version)
 );
@@ -32,7 +32,7 @@ CREATE TABLE backstop_runs (
     version     integer NOT NULL,
     plan_hash   text NOT NULL,
     state       text NOT NULL,
-    input       jsonb,
+    input       json,
     error       text NOT NULL DEFAULT '',
     seq         bigint NOT NULL DEFAULT 0,
     created_at  timestamptz NOT NULL,
@@ -48,7 +48,7 @@ CREATE TABLE backstop_run_steps (
     item            integer NOT NULL DEFAULT 0,
     task_id         text UNIQUE,
     state           text NOT NULL,
-    result          jsonb,
+    result          json,
     error           text NOT NULL DEFAULT '',
     compensation_of text NOT NULL DEFAULT '',
     completed_seq   bigint NOT NULL DEFAULT 0,
