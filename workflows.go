@@ -235,15 +235,26 @@ func (c *Client) settleSteps(ctx context.Context, ss []store.Settlement) ([]bool
 	var (
 		oks []bool
 		eff runEffects
+		err error
 	)
-	err := c.store.InTx(ctx, func(tx store.Tx) error {
-		var err error
-		eff = runEffects{}
-		if oks, err = tx.Settle(ctx, ss); err != nil {
-			return err
+	for try := 0; ; try++ {
+		err = c.store.InTx(ctx, func(tx store.Tx) error {
+			var err error
+			eff = runEffects{}
+			if oks, err = tx.Settle(ctx, ss); err != nil {
+				return err
+			}
+			return c.advanceSettled(ctx, tx, ss, oks, &eff)
+		})
+		var pe *planError
+		if err == nil || !errors.As(err, &pe) || try == 3 {
+			break
 		}
-		return c.advanceSettled(ctx, tx, ss, oks, &eff)
-	})
+		// A success whose result cannot be passed on (the next step's
+		// payload would be refused: too large) would fail this transaction
+		// for ever: the step fails permanently instead, under its policy.
+		ss = failRunSuccesses(ss, pe)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +399,7 @@ func (c *Client) applyPlan(ctx context.Context, tx store.Tx, plan workflow.Plan,
 		}
 		tasks, err := c.prepareAll(params)
 		if err != nil {
-			return fmt.Errorf("backstop: run %s: a step's task: %w", plan.Run.RunID, err)
+			return &planError{runID: plan.Run.RunID, err: err}
 		}
 		if _, err := tx.Enqueue(ctx, tasks, c.enqueueOpts(ctx, params, tasks)); err != nil {
 			return err
@@ -429,6 +440,32 @@ func (c *Client) applyPlan(ctx context.Context, tx store.Tx, plan workflow.Plan,
 		}
 	}
 	return nil
+}
+
+// planError: a plan's next tasks were refused (a payload over the limit).
+type planError struct {
+	runID string
+	err   error
+}
+
+func (e *planError) Error() string {
+	return fmt.Sprintf("backstop: run %s: a step's task: %v", e.runID, e.err)
+}
+func (e *planError) Unwrap() error { return e.err }
+
+// failRunSuccesses turns the successes of pe's run's steps in ss into
+// permanent failures naming pe's cause (a copy: ss is the caller's).
+func failRunSuccesses(ss []store.Settlement, pe *planError) []store.Settlement {
+	out := slices.Clone(ss)
+	for i := range out {
+		s := &out[i]
+		if run, _, ok := strings.Cut(s.TaskID, "."); !ok || run != pe.runID || s.State != bt.StateSucceeded {
+			continue
+		}
+		s.State, s.Outcome, s.DeadReason, s.Result = bt.StateDead, bt.OutcomePermanentError, bt.ReasonPermanentError, nil
+		s.Error = "workflow: the step's result cannot be passed on to the next steps: " + pe.err.Error()
+	}
+	return out
 }
 
 // runEffects is what a transaction's plans leave to do once it committed:

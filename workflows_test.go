@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -360,6 +361,52 @@ func TestWorkflowCancelRun(t *testing.T) {
 		}
 		if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "nope"}); !errors.Is(err, ErrNotFound) {
 			t.Errorf("running an unknown workflow: %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// A result too large to pass on (the next step's payload would be over the
+// client's limit) fails its step permanently, under its policy, instead of
+// failing the settlement's transaction for ever.
+func TestWorkflowResultTooLargeToPassOn(t *testing.T) {
+	t.Parallel()
+	forEachWorkflowStore(t, func(t *testing.T, c *Client) {
+		ctx := context.Background()
+		c.cfg.MaxPayloadSize = 16 << 10
+		applyYAML(t, c, `
+name: big
+queue: wf
+steps:
+  - id: produce
+    kind: produce
+  - id: consume
+    kind: consume
+    needs: [produce]
+`)
+		consumed := make(chan struct{}, 1)
+		startWorker(t, c, map[string]Handler{
+			"produce": Step(func(ctx context.Context, s StepInput[json.RawMessage]) (string, error) {
+				return strings.Repeat("x", 32<<10), nil
+			}),
+			"consume": HandlerFunc(func(context.Context, *Task) error { consumed <- struct{}{}; return nil }),
+		})
+		run, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "big"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := waitRun(t, c, run.RunID, workflow.RunFailed)
+		p := stepOf(r, "produce")
+		if p.State != workflow.StepFailed || !strings.Contains(p.Error, "cannot be passed on") {
+			t.Errorf("produce: %+v, want failed: cannot be passed on", p)
+		}
+		tk, err := c.Get(ctx, p.TaskID)
+		if err != nil || tk.State != StateDead || tk.DeadReason != "permanent_error" {
+			t.Errorf("produce's task: %+v %v, want a permanent dead letter", tk, err)
+		}
+		select {
+		case <-consumed:
+			t.Error("consume ran")
+		default:
 		}
 	})
 }
