@@ -152,7 +152,8 @@ func TestAlertAnnotations(t *testing.T) {
 	want := []string{"BackstopDLQGrew", "BackstopDLQNotEmpty", "BackstopStuckLease", "BackstopTooComplexTask",
 		"BackstopTooComplexDeadLetter", "BackstopFailureRatioHigh", "BackstopWorkersStalled", "BackstopNoWorkers",
 		"BackstopWorkerHeartbeatLost", "BackstopQueueWaitSLO", "BackstopOrderingTimeoutRatioHigh",
-		"BackstopOrderingCircuitBreakerFrequent", "BackstopOrderingBacklogGrowing"}
+		"BackstopOrderingCircuitBreakerFrequent", "BackstopOrderingBacklogGrowing", "BackstopWorkflowRunsHalted",
+		"BackstopWorkflowCompensationFailed"}
 	var got []string
 	for _, g := range readRules(t).Groups {
 		for _, r := range g.Rules {
@@ -164,11 +165,15 @@ func TestAlertAnnotations(t *testing.T) {
 			if a["runbook"] != "docs/runbooks.md#"+strings.ToLower(r.Alert) || !strings.Contains(string(runbooks), "\n## "+r.Alert+"\n") {
 				t.Errorf("%s: runbook %q: want its own section \"## %s\" in docs/runbooks.md", r.Alert, a["runbook"], r.Alert)
 			}
-			if a["dlq_url"] == "" && a["tasks_url"] == "" && a["worker_url"] == "" && a["workers_url"] == "" {
-				t.Errorf("%s: wants a link (dlq_url, tasks_url, worker_url or workers_url): %v", r.Alert, a)
+			if a["dlq_url"] == "" && a["tasks_url"] == "" && a["worker_url"] == "" && a["workers_url"] == "" && a["runs_url"] == "" {
+				t.Errorf("%s: wants a link (dlq_url, tasks_url, worker_url, workers_url or runs_url): %v", r.Alert, a)
 			}
 			switch {
 			case r.Alert == "BackstopNoWorkers": // fleet-wide
+			case strings.Contains(r.Expr, "backstop_workflow_"):
+				if a["workflow"] == "" {
+					t.Errorf("%s: wants a workflow annotation: %v", r.Alert, a)
+				}
 			case strings.Contains(r.Expr, "worker_id"):
 				if a["worker_id"] == "" {
 					t.Errorf("%s: wants a worker_id annotation: %v", r.Alert, a)

@@ -19,6 +19,7 @@ import (
 	"github.com/backstophq/backstop/internal/telemetry"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/sqlitestore"
+	"github.com/backstophq/backstop/workflow"
 )
 
 var (
@@ -189,6 +190,12 @@ func runWorkload() (string, error) {
 	if _, err := c.Replay(ctx, backstop.ReplayParams{ID: idem}); !errors.Is(err, backstop.ErrConflict) {
 		return "", fmt.Errorf("replay over a held idempotency key: %v, want a conflict", err)
 	}
+	// Workflows: one succeeds (with a fan-out), one halts (rollback
+	// manual: failed), one compensates, one's compensation dead-letters
+	// (compensation_failed).
+	if err := workflowRuns(ctx, c); err != nil {
+		return "", err
+	}
 	if err := w.Stop(ctx); err != nil {
 		return "", err
 	}
@@ -231,6 +238,50 @@ func runWorkload() (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// workflowRuns runs four workflows on queue q (kinds ok and bad, as the
+// workload's handler treats them) to the end states the workflow metrics
+// and alerts label.
+func workflowRuns(ctx context.Context, c *backstop.Client) error {
+	want := map[string]store.RunState{}
+	for name, src := range map[string]string{
+		"wf_ok":     "name: wf_ok\nqueue: q\nsteps:\n  - {id: a, kind: ok}\n  - {id: b, kind: ok, needs: [a], for_each: input.items}\n",
+		"wf_halt":   "name: wf_halt\nqueue: q\nsteps:\n  - {id: a, kind: ok}\n  - {id: b, kind: bad, needs: [a]}\n",
+		"wf_saga":   "name: wf_saga\nqueue: q\nrollback: on_fail\nsteps:\n  - {id: a, kind: ok, compensate: undo}\n  - {id: b, kind: bad, needs: [a]}\n  - {id: undo, kind: ok, compensation: true}\n",
+		"wf_undone": "name: wf_undone\nqueue: q\nrollback: on_fail\nsteps:\n  - {id: a, kind: ok, compensate: undo}\n  - {id: b, kind: bad, needs: [a]}\n  - {id: undo, kind: bad, compensation: true}\n",
+	} {
+		def, err := workflow.Parse([]byte(src))
+		if err != nil {
+			return err
+		}
+		if _, _, err := c.ApplyWorkflow(ctx, def); err != nil {
+			return err
+		}
+		r, err := c.RunWorkflow(ctx, backstop.RunWorkflowParams{Workflow: name, Input: []byte(`{"items":[1,2]}`)})
+		if err != nil {
+			return err
+		}
+		want[r.RunID] = map[string]store.RunState{"wf_ok": workflow.RunSucceeded, "wf_halt": workflow.RunFailed,
+			"wf_saga": workflow.RunCompensated, "wf_undone": workflow.RunCompensationFailed}[name]
+	}
+	deadline := time.Now().Add(time.Minute)
+	for id, st := range want {
+		for {
+			r, err := c.WorkflowRun(ctx, id)
+			if err != nil {
+				return err
+			}
+			if r.State == st {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("run %s of %s is %s, want %s", id, r.Workflow, r.State, st)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // waitStates waits until every task of ids is in its state.

@@ -58,6 +58,17 @@ func TestAlertLinksAndCommands(t *testing.T) {
 			t.Fatalf("%v: exit %d: %s", args, code, stderr)
 		}
 	}
+	// A workflow run the worker below finishes, for the workflow alerts'
+	// label (their series are per workflow).
+	wf := filepath.Join(t.TempDir(), "wf.yaml")
+	if err := os.WriteFile(wf, []byte("name: alerts_flow\nqueue: alerts\nsteps:\n  - {id: a, kind: ok}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"workflows", "apply", wf}, {"workflows", "run", "alerts_flow"}} {
+		if _, stderr, code := runCLI(t, db, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
 	base := startServer(t, db)
 
 	logPath := filepath.Join(t.TempDir(), "work.stderr")
@@ -98,6 +109,7 @@ func TestAlertLinksAndCommands(t *testing.T) {
 			workText := scrapeURL(t, string(m[1]))
 			serveText := scrapeURL(t, base+"/metrics")
 			if strings.Contains(workText, `backstop_dead_letters_total{kind="bad"`) &&
+				strings.Contains(workText, `backstop_workflow_runs_finished_total{`) &&
 				strings.Contains(serveText+workText, "backstop_worker_heartbeat_age_seconds{") {
 				series = append(parseExposition(serveText), parseExposition(workText)...)
 				break
