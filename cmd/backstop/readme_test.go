@@ -587,3 +587,52 @@ func TestAPIDocExample(t *testing.T) {
 		t.Errorf("serve: exit %d after SIGTERM\n%s", code, errb.String())
 	}
 }
+
+// TestREADMEWorkflowCommands runs the README's workflow block as written
+// (from a directory holding docs/examples/order.yaml): the definition
+// registers, the run starts and prints its id, runs show and runs list
+// find it.
+func TestREADMEWorkflowCommands(t *testing.T) {
+	t.Parallel()
+	var block []string
+	for _, b := range codeBlocks(t, "README.md", "sh") {
+		if strings.HasPrefix(b[0], "backstop workflows apply") {
+			block = b
+		}
+	}
+	if len(block) < 4 {
+		t.Fatalf("README's workflow block: %q", block)
+	}
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "examples", "order.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "docs", "examples"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "docs", "examples", "order.yaml"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(shellEnv(binDir(t)), "BACKSTOP_DB=sqlite://"+filepath.Join(dir, "backstop.db"))
+	if _, errs, code := sh(t, dir, env, "backstop migrate"); code != 0 {
+		t.Fatalf("migrate: %s", errs)
+	}
+	runID := ""
+	for _, line := range block {
+		line = strings.ReplaceAll(line, "<run_id>", runID)
+		out, errs, code := sh(t, dir, env, line)
+		if code != 0 {
+			t.Errorf("%s: exit %d\nstdout: %s\nstderr: %s", line, code, out, errs)
+		}
+		if strings.HasPrefix(line, "backstop workflows run") {
+			runID = strings.TrimSpace(out)
+		}
+		if strings.HasPrefix(line, "backstop runs show") && !strings.Contains(out, "reserve") {
+			t.Errorf("%s printed no step: %s", line, out)
+		}
+	}
+	if runID == "" {
+		t.Fatal("workflows run printed no run id")
+	}
+}
