@@ -9,6 +9,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
 
@@ -87,7 +88,7 @@ func TestExecutionLogsMasked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts, err := c.ClaimRemote(ctx, RemoteClaim{Queues: []string{"rq"}, WorkerID: "w"})
+	ts, err := c.claimRemote(ctx, remote.Claim{Queues: []string{"rq"}, WorkerID: "w"})
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("claim %v %v", ts, err)
 	}
@@ -95,7 +96,7 @@ func TestExecutionLogsMasked(t *testing.T) {
 		{Stream: LogStreamLog, Line: `ts=1 msg="x" {"credential":"hunter2-G"}`}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Fail(ctx, RemoteFailure{TaskID: r2.Task.ID, LeaseToken: ts[0].LeaseToken, Outcome: bt.OutcomePermanentError,
+	if _, err := c.failRemote(ctx, remote.Failure{TaskID: r2.Task.ID, LeaseToken: ts[0].LeaseToken, Outcome: bt.OutcomePermanentError,
 		ErrorDetail: "password: hunter2-H"}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/ordering"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -69,7 +70,8 @@ func (o OrderingConfig) validate(queue string) error {
 
 // settings are the store's view, defaults applied.
 func (o OrderingConfig) settings() store.OrderingSettings {
-	s := store.OrderingSettings{Step: o.Step, Backoff: o.Backoff, CircuitBreaker: o.CircuitBreaker, KeyTTL: o.KeyTTL, FirstHold: o.FirstHold}
+	s := store.OrderingSettings{Step: o.Step, Backoff: o.Backoff, CircuitBreaker: o.CircuitBreaker, KeyTTL: o.KeyTTL, FirstHold: o.FirstHold,
+		Decide: ordering.Decide} // internal/ordering: the engine's policy
 	if len(s.Backoff) == 0 {
 		s.Backoff = DefaultOrderingBackoff
 	}

@@ -4,16 +4,15 @@ import (
 	"context"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/store"
 )
 
-// Release gives a remote attempt back without charging it: the task goes
-// back to pending at once with its attempt count unchanged, and the
-// execution is recorded as released, exactly as an in-process worker
-// releases its running tasks when its grace period runs out on a drain
-// (`backstop work --server` on SIGTERM). A stale token is
-// ErrLeaseNotCurrent and changes nothing.
-func (c *Client) Release(ctx context.Context, taskID, leaseToken string, p *Progress) (*RemoteResult, error) {
+// releaseRemote is remote.Protocol.Release: the task goes back to pending
+// at once, uncharged, as an in-process worker releases its running tasks
+// when its grace period runs out on a drain (`backstop work --server` on
+// SIGTERM).
+func (c *Client) releaseRemote(ctx context.Context, taskID, leaseToken string, p *Progress) (*remote.Result, error) {
 	if err := checkLease(taskID, leaseToken); err != nil {
 		return nil, err
 	}

@@ -9,9 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -28,32 +27,16 @@ import (
 
 // ErrLeaseNotCurrent: a remote worker named a lease (its lease token) that is
 // no longer the task's current lease; nothing changed. It wraps ErrConflict.
-var ErrLeaseNotCurrent = fmt.Errorf("lease not current: %w", ErrConflict)
+// (AppendRemoteLogs returns it; the protocol's own calls live in
+// internal/remote, whose ErrLeaseNotCurrent this is.)
+var ErrLeaseNotCurrent = remote.ErrLeaseNotCurrent
 
-// Limits of the remote worker protocol.
-const (
-	RemoteMaxClaim     = 1000
-	RemoteDefaultLease = 30 * time.Second
-	RemoteMinLease     = time.Second
-	RemoteMaxLease     = time.Hour
-	RemoteMaxQueues    = 64
-)
-
-// RemoteClaim asks for tasks on behalf of a remote worker.
-type RemoteClaim struct {
-	Queues   []string
-	Kinds    []string // empty: any kind
-	WorkerID string
-	Max      int           // default 1, at most RemoteMaxClaim
-	Lease    time.Duration // default RemoteDefaultLease
-}
-
-func (p *RemoteClaim) validate() error {
+func validateClaim(p *remote.Claim) error {
 	if len(p.Queues) == 0 {
 		return invalid("queues", "name at least one queue")
 	}
-	if len(p.Queues) > RemoteMaxQueues {
-		return invalid("queues", "at most %d queues", RemoteMaxQueues)
+	if len(p.Queues) > remote.MaxQueues {
+		return invalid("queues", "at most %d queues", remote.MaxQueues)
 	}
 	for _, q := range p.Queues {
 		if err := validName(q); err != nil {
@@ -68,27 +51,18 @@ func (p *RemoteClaim) validate() error {
 	if err := validName(p.WorkerID); err != nil {
 		return invalid("worker_id", "%v", err)
 	}
-	if p.Max < 0 || p.Max > RemoteMaxClaim {
-		return invalid("max", "must be between 1 and %d", RemoteMaxClaim)
+	if p.Max < 0 || p.Max > remote.MaxClaim {
+		return invalid("max", "must be between 1 and %d", remote.MaxClaim)
 	}
-	if p.Lease != 0 && (p.Lease < RemoteMinLease || p.Lease > RemoteMaxLease) {
-		return invalid("lease", "must be between %s and %s", RemoteMinLease, RemoteMaxLease)
+	if p.Lease != 0 && (p.Lease < remote.MinLease || p.Lease > remote.MaxLease) {
+		return invalid("lease", "must be between %s and %s", remote.MinLease, remote.MaxLease)
 	}
 	return nil
 }
 
-// RemoteLease is a task leased to a remote worker and the lease token
-// that proves it: a secret for the worker alone, which every later call
-// about the attempt names.
-type RemoteLease struct {
-	*Task
-	LeaseToken string
-}
-
-// ClaimRemote leases up to p.Max claimable tasks from p.Queues, in the order
-// given, without waiting.
-func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]RemoteLease, error) {
-	if err := p.validate(); err != nil {
+// claimRemote is remote.Protocol.Claim.
+func (c *Client) claimRemote(ctx context.Context, p remote.Claim) ([]remote.Lease, error) {
+	if err := validateClaim(&p); err != nil {
 		return nil, err
 	}
 	key, err := c.leaseKey(ctx) // before claiming: a claim must not lack its tokens
@@ -96,8 +70,8 @@ func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]RemoteLease,
 		return nil, err
 	}
 	want := max(p.Max, 1)
-	lease := cmp.Or(p.Lease, RemoteDefaultLease)
-	var out []RemoteLease
+	lease := cmp.Or(p.Lease, remote.DefaultLease)
+	var out []remote.Lease
 	for _, q := range p.Queues {
 		if len(out) >= want {
 			break
@@ -114,27 +88,11 @@ func (c *Client) ClaimRemote(ctx context.Context, p RemoteClaim) ([]RemoteLease,
 		c.attachOrdering(ctx, q, ts)
 		c.rememberClaims(ctx, ts, lease) // remote_attempts.go
 		for _, t := range ts {
-			out = append(out, RemoteLease{Task: t, LeaseToken: mintLeaseToken(key, t.ExecutionID)})
+			out = append(out, remote.Lease{Task: t, LeaseToken: mintLeaseToken(key, t.ExecutionID)})
 		}
 	}
 	c.sweepRemote(ctx)
 	return out, nil
-}
-
-// RemoteBeat extends one remote attempt's lease.
-type RemoteBeat struct {
-	TaskID     string
-	LeaseToken string
-	Progress   *Progress     // nil: unchanged
-	Lease      time.Duration // default RemoteDefaultLease
-}
-
-// RemoteBeatResult is what a heartbeat tells the remote worker.
-type RemoteBeatResult struct {
-	LeaseExpiresAt time.Time `json:"lease_expires_at"`
-	// CancelRequested: an operator canceled the task; stop and report
-	// (any outcome settles it as canceled).
-	CancelRequested bool `json:"cancel_requested"`
 }
 
 func checkLease(taskID, token string) error {
@@ -147,14 +105,13 @@ func checkLease(taskID, token string) error {
 	return nil
 }
 
-// Heartbeat extends a remote attempt's lease and stores its progress. A
-// lease that is not current gives ErrConflict and changes nothing.
-func (c *Client) Heartbeat(ctx context.Context, b RemoteBeat) (*RemoteBeatResult, error) {
+// heartbeatRemote is remote.Protocol.Heartbeat.
+func (c *Client) heartbeatRemote(ctx context.Context, b remote.Beat) (*remote.BeatResult, error) {
 	if err := checkLease(b.TaskID, b.LeaseToken); err != nil {
 		return nil, err
 	}
-	if b.Lease != 0 && (b.Lease < RemoteMinLease || b.Lease > RemoteMaxLease) {
-		return nil, invalid("lease", "must be between %s and %s", RemoteMinLease, RemoteMaxLease)
+	if b.Lease != 0 && (b.Lease < remote.MinLease || b.Lease > remote.MaxLease) {
+		return nil, invalid("lease", "must be between %s and %s", remote.MinLease, remote.MaxLease)
 	}
 	if err := validProgress(b.Progress); err != nil {
 		return nil, err
@@ -164,7 +121,7 @@ func (c *Client) Heartbeat(ctx context.Context, b RemoteBeat) (*RemoteBeatResult
 		return nil, err
 	}
 	now := c.now()
-	until := now.Add(cmpOr(b.Lease, RemoteDefaultLease))
+	until := now.Add(cmpOr(b.Lease, remote.DefaultLease))
 	rs, err := c.store.Heartbeat(remoteActor(ctx), []store.Beat{{TaskID: b.TaskID, ExecutionID: exec, Progress: b.Progress}}, now, until)
 	if err != nil {
 		return nil, err
@@ -173,7 +130,7 @@ func (c *Client) Heartbeat(ctx context.Context, b RemoteBeat) (*RemoteBeatResult
 		return nil, c.leaseError(ctx, b.TaskID)
 	}
 	c.remoteAttempts.extend(exec, until)
-	return &RemoteBeatResult{LeaseExpiresAt: until.UTC().Truncate(time.Microsecond), CancelRequested: rs[0].CancelRequested}, nil
+	return &remote.BeatResult{LeaseExpiresAt: until.UTC().Truncate(time.Microsecond), CancelRequested: rs[0].CancelRequested}, nil
 }
 
 // remoteActor names the actor of a remote call's events: the caller's
@@ -198,24 +155,9 @@ func (c *Client) leaseError(ctx context.Context, taskID string) error {
 	return fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", ErrLeaseNotCurrent, taskID, t.State)
 }
 
-// RemoteResult is the engine's decision about a reported attempt.
-type RemoteResult struct {
-	TaskID     string        `json:"task_id"`
-	Outcome    bt.Outcome    `json:"outcome"`
-	State      State         `json:"state"`
-	RunAt      *time.Time    `json:"run_at,omitempty"`
-	DeadReason bt.DeadReason `json:"reason,omitempty"`
-
-	span trace.SpanContext // the attempt's span, when this process recorded one
-}
-
-// SpanContext is the span context of the settled attempt's consumer span
-// (invalid when none was recorded here), for the caller's logs.
-func (r *RemoteResult) SpanContext() trace.SpanContext { return r.span }
-
 // settleRemote settles one remote attempt and records its telemetry when
 // the settlement applied; t is the task when the caller read it, else nil.
-func (c *Client) settleRemote(ctx context.Context, s store.Settlement, t *Task) (*RemoteResult, error) {
+func (c *Client) settleRemote(ctx context.Context, s store.Settlement, t *Task) (*remote.Result, error) {
 	ok, err := c.remote.settle(ctx, c.settle, s, ActorFrom(ctx))
 	if err != nil {
 		return nil, err
@@ -223,8 +165,8 @@ func (c *Client) settleRemote(ctx context.Context, s store.Settlement, t *Task) 
 	if !ok {
 		return nil, c.leaseError(ctx, s.TaskID)
 	}
-	r := &RemoteResult{TaskID: s.TaskID, Outcome: s.Outcome, State: s.State, DeadReason: s.DeadReason}
-	r.span = c.remoteSettled(ctx, t, &s)
+	r := &remote.Result{TaskID: s.TaskID, Outcome: s.Outcome, State: s.State, DeadReason: s.DeadReason}
+	r.Span = c.remoteSettled(ctx, t, &s)
 	if s.State == bt.StateScheduled || s.State == bt.StatePending {
 		at := s.RunAt
 		r.RunAt = &at
@@ -240,9 +182,9 @@ func (c *Client) remoteDecide(t *Task, res, cause error, p *Progress, detail str
 	return w.decide(t, res, cause, a)
 }
 
-// Complete reports that a remote attempt succeeded, with its JSON result
-// (nil: none; checked as CheckResult does).
-func (c *Client) Complete(ctx context.Context, taskID, leaseToken string, p *Progress, result json.RawMessage) (*RemoteResult, error) {
+// completeRemote is remote.Protocol.Complete (the result checked as
+// CheckResult does).
+func (c *Client) completeRemote(ctx context.Context, taskID, leaseToken string, p *Progress, result json.RawMessage) (*remote.Result, error) {
 	if err := checkLease(taskID, leaseToken); err != nil {
 		return nil, err
 	}
@@ -263,22 +205,6 @@ func (c *Client) Complete(ctx context.Context, taskID, leaseToken string, p *Pro
 	return c.settleRemote(ctx, s, nil)
 }
 
-// RemoteFailure reports how a remote attempt failed.
-type RemoteFailure struct {
-	TaskID     string
-	LeaseToken string
-	// Outcome: transient_error (retry by policy), permanent_error
-	// (dead-letter now) or timeout (retry by policy, recorded as timeout).
-	Outcome bt.Outcome
-	// RetryAfter, with a transient outcome, runs the task again after this
-	// long without counting the attempt as a failure, exactly like a Go
-	// handler returning RetryAfter(d); it is recorded as snoozed.
-	RetryAfter  *time.Duration
-	Error       string
-	ErrorDetail string
-	Progress    *Progress
-}
-
 // Limits on what a failure report may carry.
 const (
 	maxRemoteError  = 4 << 10
@@ -286,9 +212,8 @@ const (
 	maxRetryAfter   = 30 * 24 * time.Hour
 )
 
-// Fail reports a failed remote attempt; the engine retries or dead-letters
-// the task by the same rules as for an in-process handler.
-func (c *Client) Fail(ctx context.Context, f RemoteFailure) (*RemoteResult, error) {
+// failRemote is remote.Protocol.Fail.
+func (c *Client) failRemote(ctx context.Context, f remote.Failure) (*remote.Result, error) {
 	if err := checkLease(f.TaskID, f.LeaseToken); err != nil {
 		return nil, err
 	}

@@ -2,32 +2,15 @@ package backstop
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/store"
 )
 
-// RemoteCompletion is one successful remote attempt of a batch.
-type RemoteCompletion struct {
-	TaskID     string
-	LeaseToken string
-	Progress   *Progress
-	Result     json.RawMessage // the attempt's JSON result (nil: none)
-}
-
-// RemoteOutcome is the result of one completion of a batch: the decision,
-// or why it was refused (ErrLeaseNotCurrent, ErrNotFound, ErrInvalid).
-type RemoteOutcome struct {
-	Result *RemoteResult
-	Err    error
-}
-
-// CompleteMany reports many successful remote attempts at once: they are
-// settled together (one store write per up to 500), each only while its
-// lease is current, and each gets its own answer, as Complete would give.
-func (c *Client) CompleteMany(ctx context.Context, cs []RemoteCompletion) ([]RemoteOutcome, error) {
-	out := make([]RemoteOutcome, len(cs))
+// completeManyRemote is remote.Protocol.CompleteMany.
+func (c *Client) completeManyRemote(ctx context.Context, cs []remote.Completion) ([]remote.Outcome, error) {
+	out := make([]remote.Outcome, len(cs))
 	var ss []store.Settlement
 	var idx []int
 	for i, x := range cs {
@@ -67,8 +50,8 @@ func (c *Client) CompleteMany(ctx context.Context, cs []RemoteCompletion) ([]Rem
 		case !oks[j]:
 			out[i].Err = c.leaseError(ctx, s.TaskID)
 		default:
-			out[i].Result = &RemoteResult{TaskID: s.TaskID, Outcome: s.Outcome, State: s.State, DeadReason: s.DeadReason}
-			out[i].Result.span = c.remoteSettled(ctx, nil, &ss[j])
+			out[i].Result = &remote.Result{TaskID: s.TaskID, Outcome: s.Outcome, State: s.State, DeadReason: s.DeadReason}
+			out[i].Result.Span = c.remoteSettled(ctx, nil, &ss[j])
 		}
 	}
 	return out, nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
 )
@@ -85,17 +86,17 @@ func TestSettleSeam(t *testing.T) {
 		h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
 	}
 	ls := h.claimRemote(4)
-	if _, err := h.c.Complete(ctx, ls[0].ID, ls[0].LeaseToken, nil, json.RawMessage(`{"remote":true}`)); err != nil {
+	if _, err := h.c.completeRemote(ctx, ls[0].ID, ls[0].LeaseToken, nil, json.RawMessage(`{"remote":true}`)); err != nil {
 		t.Fatal(err)
 	}
-	outs, err := h.c.CompleteMany(ctx, []RemoteCompletion{{TaskID: ls[1].ID, LeaseToken: ls[1].LeaseToken, Result: json.RawMessage(`"batched"`)}})
+	outs, err := h.c.completeManyRemote(ctx, []remote.Completion{{TaskID: ls[1].ID, LeaseToken: ls[1].LeaseToken, Result: json.RawMessage(`"batched"`)}})
 	if err != nil || outs[0].Err != nil {
 		t.Fatal(err, outs)
 	}
-	if _, err := h.c.Fail(ctx, RemoteFailure{TaskID: ls[2].ID, LeaseToken: ls[2].LeaseToken, Outcome: bt.OutcomePermanentError}); err != nil {
+	if _, err := h.c.failRemote(ctx, remote.Failure{TaskID: ls[2].ID, LeaseToken: ls[2].LeaseToken, Outcome: bt.OutcomePermanentError}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.c.Release(ctx, ls[3].ID, ls[3].LeaseToken, nil); err != nil {
+	if _, err := h.c.releaseRemote(ctx, ls[3].ID, ls[3].LeaseToken, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -206,12 +207,12 @@ func TestCompleteRefusesBadResult(t *testing.T) {
 	id := h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
 	l := h.claimRemote(1)[0]
 	for _, r := range []json.RawMessage{json.RawMessage(`{`), json.RawMessage(`"` + strings.Repeat("y", MaxResultBytes) + `"`)} {
-		_, err := h.c.Complete(ctx, id, l.LeaseToken, nil, r)
+		_, err := h.c.completeRemote(ctx, id, l.LeaseToken, nil, r)
 		var ve *ValidationError
 		if !errors.As(err, &ve) || ve.Field != "result" {
 			t.Errorf("complete with a bad result: %v, want a ValidationError on result", err)
 		}
-		outs, err := h.c.CompleteMany(ctx, []RemoteCompletion{{TaskID: id, LeaseToken: l.LeaseToken, Result: r}})
+		outs, err := h.c.completeManyRemote(ctx, []remote.Completion{{TaskID: id, LeaseToken: l.LeaseToken, Result: r}})
 		if err != nil || !errors.As(outs[0].Err, &ve) || ve.Field != "result" {
 			t.Errorf("complete many with a bad result: %v %v", outs, err)
 		}

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
@@ -81,9 +82,9 @@ func newClockHarnessOn(t *testing.T, wrap func(store.Store) store.Store) (*telHa
 	return &telHarness{t: t, c: c, reader: reader, spans: sr}, clk
 }
 
-func (h *telHarness) claimRemote(n int) []RemoteLease {
+func (h *telHarness) claimRemote(n int) []remote.Lease {
 	h.t.Helper()
-	ts, err := h.c.ClaimRemote(context.Background(), RemoteClaim{Queues: []string{"q"}, WorkerID: "remote-1", Max: n, Lease: 10 * time.Second})
+	ts, err := h.c.claimRemote(context.Background(), remote.Claim{Queues: []string{"q"}, WorkerID: "remote-1", Max: n, Lease: 10 * time.Second})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -136,10 +137,10 @@ func TestTelemetryLeaseExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The worker wakes up and reports: its lease is gone.
-	if _, err := h.c.Complete(ctx, id, first.LeaseToken, nil, nil); !errors.Is(err, ErrLeaseNotCurrent) {
+	if _, err := h.c.completeRemote(ctx, id, first.LeaseToken, nil, nil); !errors.Is(err, ErrLeaseNotCurrent) {
 		t.Fatalf("late complete: %v, want ErrLeaseNotCurrent", err)
 	}
-	if _, err := h.c.Fail(ctx, RemoteFailure{TaskID: id, LeaseToken: first.LeaseToken, Outcome: bt.OutcomeTransientError}); !errors.Is(err, ErrLeaseNotCurrent) {
+	if _, err := h.c.failRemote(ctx, remote.Failure{TaskID: id, LeaseToken: first.LeaseToken, Outcome: bt.OutcomeTransientError}); !errors.Is(err, ErrLeaseNotCurrent) {
 		t.Fatalf("late fail: %v, want ErrLeaseNotCurrent", err)
 	}
 	expect(t, h.metrics(), map[string]map[string]int64{
@@ -240,10 +241,10 @@ func TestTelemetryRemoteSettlements(t *testing.T) {
 	ts := h.claimRemote(5)
 	clk.Advance(3 * time.Second)
 	// One completion alone, two in a batch (plus one stale item).
-	if _, err := h.c.Complete(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); err != nil {
+	if _, err := h.c.completeRemote(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	outs, err := h.c.CompleteMany(ctx, []RemoteCompletion{{TaskID: ts[1].ID, LeaseToken: ts[1].LeaseToken},
+	outs, err := h.c.completeManyRemote(ctx, []remote.Completion{{TaskID: ts[1].ID, LeaseToken: ts[1].LeaseToken},
 		{TaskID: ts[2].ID, LeaseToken: ts[2].LeaseToken}, {TaskID: ts[0].ID, LeaseToken: ts[0].LeaseToken}})
 	if err != nil {
 		t.Fatal(err)
@@ -252,14 +253,14 @@ func TestTelemetryRemoteSettlements(t *testing.T) {
 		t.Fatalf("batch outcomes %+v", outs)
 	}
 	// A duplicate of the first completion.
-	if _, err := h.c.Complete(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); !errors.Is(err, ErrLeaseNotCurrent) {
+	if _, err := h.c.completeRemote(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); !errors.Is(err, ErrLeaseNotCurrent) {
 		t.Fatalf("duplicate complete: %v", err)
 	}
 	// A transient failure (retry) and a permanent one (dead letter).
-	if _, err := h.c.Fail(ctx, RemoteFailure{TaskID: ts[3].ID, LeaseToken: ts[3].LeaseToken, Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
+	if _, err := h.c.failRemote(ctx, remote.Failure{TaskID: ts[3].ID, LeaseToken: ts[3].LeaseToken, Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.c.Fail(ctx, RemoteFailure{TaskID: ts[4].ID, LeaseToken: ts[4].LeaseToken, Outcome: bt.OutcomePermanentError, Error: "bad"}); err != nil {
+	if _, err := h.c.failRemote(ctx, remote.Failure{TaskID: ts[4].ID, LeaseToken: ts[4].LeaseToken, Outcome: bt.OutcomePermanentError, Error: "bad"}); err != nil {
 		t.Fatal(err)
 	}
 	m := h.metrics()
@@ -320,7 +321,7 @@ func TestTelemetryRemoteCompletionClaimedElsewhere(t *testing.T) {
 	tk := h.claimRemote(1)[0]
 	h.c.remoteAttempts.take(tk.ExecutionID) // as if claimed through another process
 	clk.Advance(4 * time.Second)
-	if _, err := h.c.Complete(ctx, tk.ID, tk.LeaseToken, nil, nil); err != nil {
+	if _, err := h.c.completeRemote(ctx, tk.ID, tk.LeaseToken, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, h.metrics(), map[string]map[string]int64{
@@ -449,7 +450,7 @@ func TestTelemetryRemoteSettledElsewhere(t *testing.T) {
 	h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
 	tk := h.claimRemote(1)[0]
 	clk.Advance(5 * time.Second)
-	if _, err := other.Complete(ctx, tk.ID, tk.LeaseToken, nil, nil); err != nil {
+	if _, err := other.completeRemote(ctx, tk.ID, tk.LeaseToken, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	settledAt := clk.Now()

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/redact"
 	"github.com/backstophq/backstop/store"
 )
@@ -69,6 +70,7 @@ type Options struct {
 type Server struct {
 	opts   Options
 	c      *backstop.Client
+	rp     remote.Protocol // the remote worker protocol over c (internal/remote)
 	log    *slog.Logger
 	tokens store.Tokens
 	reads  store.APIStore
@@ -116,7 +118,7 @@ func New(opts Options) (*Server, error) {
 	opts.PollInterval = cmp.Or(opts.PollInterval, time.Second)
 	opts.SessionTTL = cmp.Or(opts.SessionTTL, DefaultSessionTTL)
 	s := &Server{
-		opts: opts, c: opts.Client, log: opts.Logger, tokens: tokens, reads: reads,
+		opts: opts, c: opts.Client, rp: remote.Of(opts.Client), log: opts.Logger, tokens: tokens, reads: reads,
 		mux:   http.NewServeMux(),
 		limit: &limiters{limit: rate.Limit(opts.RateLimit), burst: opts.RateBurst, m: map[string]*rate.Limiter{}},
 		waker: newWaker(st),

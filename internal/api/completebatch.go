@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // MaxCompleteBatch is the most completions one POST /v1/tasks/complete
@@ -32,9 +32,9 @@ type CompletionItem struct {
 // decision, or the problem that refused it (a stale lease is
 // lease_not_current; nothing changed for that task).
 type CompletionResult struct {
-	TaskID  string                 `json:"task_id"`
-	Result  *backstop.RemoteResult `json:"result,omitempty"`
-	Problem *Problem               `json:"problem,omitempty"`
+	TaskID  string         `json:"task_id"`
+	Result  *remote.Result `json:"result,omitempty"`
+	Problem *Problem       `json:"problem,omitempty"`
 }
 
 // CompleteBatchResponse lists the results in request order.
@@ -54,11 +54,11 @@ func (s *Server) completeBatch(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{code: codeTooLarge, field: "completions",
 			detail: fmt.Sprintf("completions: at most %d per request, got %d", MaxCompleteBatch, len(req.Completions))}
 	}
-	cs := make([]backstop.RemoteCompletion, len(req.Completions))
+	cs := make([]remote.Completion, len(req.Completions))
 	for i, c := range req.Completions {
-		cs[i] = backstop.RemoteCompletion{TaskID: c.TaskID, LeaseToken: c.LeaseToken, Progress: c.Progress, Result: c.Result}
+		cs[i] = remote.Completion{TaskID: c.TaskID, LeaseToken: c.LeaseToken, Progress: c.Progress, Result: c.Result}
 	}
-	outs, err := s.c.CompleteMany(actorContext(r), cs)
+	outs, err := s.rp.CompleteMany(actorContext(r), cs)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -406,7 +407,7 @@ func TestLeaseTokenMisuse(t *testing.T) {
 		}
 
 		// The worker dies: its lease expires and maintenance settles it.
-		b.clock.Advance(backstop.RemoteDefaultLease + time.Second)
+		b.clock.Advance(remote.DefaultLease + time.Second)
 		if err := backstop.Maintain(ctx, b.lib); err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/dburl"
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
 )
@@ -47,7 +48,7 @@ func fuzzServer(f *testing.F) (*api.Server, string) {
 	if _, err := lib.Enqueue(ctx, backstop.EnqueueParams{ID: "t1", Queue: "q", Kind: "k"}); err != nil {
 		f.Fatal(err)
 	}
-	if _, err := lib.ClaimRemote(ctx, backstop.RemoteClaim{Queues: []string{"q"}, WorkerID: "w"}); err != nil {
+	if _, err := remote.Of(lib).Claim(ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "w"}); err != nil {
 		f.Fatal(err)
 	}
 	return srv, sec

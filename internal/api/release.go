@@ -18,11 +18,11 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	res, err := s.c.Release(actorContext(r), r.PathValue("id"), req.LeaseToken, req.Progress)
+	res, err := s.rp.Release(actorContext(r), r.PathValue("id"), req.LeaseToken, req.Progress)
 	if err != nil {
 		return err
 	}
 	s.log.Info("task released", append([]any{"actor", principalFrom(r.Context()).Name, "task_id", res.TaskID},
-		traceArgs(res.SpanContext())...)...)
+		traceArgs(res.Span)...)...)
 	return writeJSON(w, http.StatusOK, res)
 }

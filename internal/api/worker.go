@@ -9,6 +9,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // The remote worker protocol: claim (long-poll), then heartbeat / progress
@@ -56,7 +57,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	if wait < 0 || wait > s.opts.MaxWait {
 		return &apiError{code: codeInvalidInput, field: "wait", detail: fmt.Sprintf("wait: must be between 0s and %s", s.opts.MaxWait)}
 	}
-	p := backstop.RemoteClaim{Queues: req.Queues, Kinds: req.Kinds, WorkerID: req.WorkerID, Max: req.Max,
+	p := remote.Claim{Queues: req.Queues, Kinds: req.Kinds, WorkerID: req.WorkerID, Max: req.Max,
 		Lease: time.Duration(req.Lease)}
 	if backstop.ValidID(req.WorkerID) == nil {
 		s.seeWorker(r, req.WorkerID, req.Queues)
@@ -70,7 +71,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 		// claim committed: nobody will get these leases, so give the
 		// tasks back now, uncharged, instead of at lease expiry.
 		for _, t := range tasks {
-			if _, err := s.c.Release(context.WithoutCancel(actorContext(r)), t.ID, t.LeaseToken, nil); err != nil {
+			if _, err := s.rp.Release(context.WithoutCancel(actorContext(r)), t.ID, t.LeaseToken, nil); err != nil {
 				s.log.Warn("releasing a claim nobody received", "task_id", t.ID, "error", err)
 			}
 		}
@@ -93,12 +94,12 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 // wake-up (or the poll interval) until wait runs out. A claim is never cut
 // off half-way by the caller going away: the tasks it leased would be lost
 // until their leases expire.
-func (s *Server) claimWait(ctx context.Context, p backstop.RemoteClaim, wait time.Duration) ([]backstop.RemoteLease, error) {
+func (s *Server) claimWait(ctx context.Context, p remote.Claim, wait time.Duration) ([]remote.Lease, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		woken := s.waker.wait()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		tasks, err := s.c.ClaimRemote(cctx, p)
+		tasks, err := s.rp.Claim(cctx, p)
 		cancel()
 		if err != nil || len(tasks) > 0 {
 			return tasks, err
@@ -143,7 +144,7 @@ type HeartbeatRequest struct {
 
 // HeartbeatResponse tells the worker when its lease ends and whether an
 // operator canceled the task.
-type HeartbeatResponse = backstop.RemoteBeatResult
+type HeartbeatResponse = remote.BeatResult
 
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	var req HeartbeatRequest
@@ -174,7 +175,7 @@ func (s *Server) progress(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) beat(w http.ResponseWriter, r *http.Request, req HeartbeatRequest) error {
-	res, err := s.c.Heartbeat(actorContext(r), backstop.RemoteBeat{TaskID: r.PathValue("id"), LeaseToken: req.LeaseToken,
+	res, err := s.rp.Heartbeat(actorContext(r), remote.Beat{TaskID: r.PathValue("id"), LeaseToken: req.LeaseToken,
 		Progress: req.Progress, Lease: time.Duration(req.Lease)})
 	if err != nil {
 		return err
@@ -195,19 +196,19 @@ type CompleteRequest struct {
 }
 
 // SettleResponse is the engine's decision about the reported attempt.
-type SettleResponse = backstop.RemoteResult
+type SettleResponse = remote.Result
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) error {
 	var req CompleteRequest
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	res, err := s.c.Complete(actorContext(r), r.PathValue("id"), req.LeaseToken, req.Progress, req.Result)
+	res, err := s.rp.Complete(actorContext(r), r.PathValue("id"), req.LeaseToken, req.Progress, req.Result)
 	if err != nil {
 		return err
 	}
 	s.log.Debug("task completed", append([]any{"actor", principalFrom(r.Context()).Name, "task_id", res.TaskID},
-		traceArgs(res.SpanContext())...)...)
+		traceArgs(res.Span)...)...)
 	return writeJSON(w, http.StatusOK, res)
 }
 
@@ -229,17 +230,17 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	f := backstop.RemoteFailure{TaskID: r.PathValue("id"), LeaseToken: req.LeaseToken, Outcome: req.Outcome,
+	f := remote.Failure{TaskID: r.PathValue("id"), LeaseToken: req.LeaseToken, Outcome: req.Outcome,
 		Error: req.Error, ErrorDetail: req.ErrorDetail, Progress: req.Progress}
 	if req.RetryAfter != nil {
 		d := time.Duration(*req.RetryAfter)
 		f.RetryAfter = &d
 	}
-	res, err := s.c.Fail(actorContext(r), f)
+	res, err := s.rp.Fail(actorContext(r), f)
 	if err != nil {
 		return err
 	}
 	s.log.Info("task attempt failed (remote)", append([]any{"actor", principalFrom(r.Context()).Name, "task_id", res.TaskID,
-		"outcome", res.Outcome, "state", res.State}, traceArgs(res.SpanContext())...)...)
+		"outcome", res.Outcome, "state", res.State}, traceArgs(res.Span)...)...)
 	return writeJSON(w, http.StatusOK, res)
 }

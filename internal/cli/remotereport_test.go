@@ -22,6 +22,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/dburl"
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/internal/testdb"
 )
 
@@ -172,7 +173,7 @@ func TestRemoteWorkReportRetries(t *testing.T) {
 		name: "lease lost",
 		decide: func(f *reportFront, r *http.Request, lease string) (int, bool) {
 			if strings.HasSuffix(r.URL.Path, "/complete") && f.count("complete") == 1 {
-				if _, err := f.lib.Fail(context.Background(), backstop.RemoteFailure{TaskID: "t1", LeaseToken: lease,
+				if _, err := remote.Of(f.lib).Fail(context.Background(), remote.Failure{TaskID: "t1", LeaseToken: lease,
 					Outcome: bt.OutcomePermanentError, Error: "settled elsewhere"}); err != nil {
 					panic(err)
 				}

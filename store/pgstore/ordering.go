@@ -33,6 +33,9 @@ const orderKeysLimit = 1000
 // of a key.
 func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSettings, now time.Time) (store.OrderingDelta, error) {
 	var d store.OrderingDelta
+	if set.Decide == nil {
+		return d, store.ErrNoOrderingPolicy
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return d, err
@@ -79,7 +82,7 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	return d, nil
 }
 
-// orderKeys applies Decide to the keys in a fixed number of round trips:
+// orderKeys applies the policy (set.Decide) to the keys in a fixed number of round trips:
 // one read of the key states (with their busy task's state), one of the
 // waiting tasks, one batch of writes.
 func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
@@ -169,7 +172,7 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 	)
 	for _, key := range keys {
 		k := states[key]
-		acts, evs, kd := store.Decide(k, tasks[key], set, now)
+		acts, evs, kd := set.Decide(k, tasks[key], set, now)
 		events = append(events, evs...)
 		d.Add(kd)
 		for _, a := range acts {

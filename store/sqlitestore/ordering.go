@@ -31,6 +31,9 @@ const orderKeysLimit = 1000
 
 func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSettings, now time.Time) (store.OrderingDelta, error) {
 	var d store.OrderingDelta
+	if set.Decide == nil {
+		return d, store.ErrNoOrderingPolicy
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return d, err
@@ -85,7 +88,7 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	return d, nil
 }
 
-// orderKeys applies Decide to the keys: one read of their states (with the
+// orderKeys applies the policy (set.Decide) to the keys: one read of their states (with the
 // busy task's state), one of their waiting tasks, then the writes.
 func orderKeys(ctx context.Context, tx *sql.Tx, queue string, keys []string, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
 	var d store.OrderingDelta
@@ -170,7 +173,7 @@ func orderKeys(ctx context.Context, tx *sql.Tx, queue string, keys []string, set
 func applyKey(ctx context.Context, tx *sql.Tx, k *store.OrderingKeyState, tasks []store.OrderingTask, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
 	n := us(now)
 	queue, key := k.Queue, k.Key
-	acts, evs, d := store.Decide(k, tasks, set, now)
+	acts, evs, d := set.Decide(k, tasks, set, now)
 	for _, a := range acts {
 		switch a.NewStatus {
 		case "stale":

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // testLogs: execution logs written by in-process handlers (Logger and
@@ -89,7 +90,7 @@ func (s *suite) testLogsRemote(t *testing.T) {
 	t.Parallel()
 	b := s.setup(t, nil)
 	b.enqueue(backstop.EnqueueParams{ID: "r", Queue: "q", Kind: "k"})
-	ts, err := b.c.ClaimRemote(b.ctx, backstop.RemoteClaim{Queues: []string{"q"}, WorkerID: "rw"})
+	ts, err := remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "rw"})
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("claim: %v %v", ts, err)
 	}
@@ -123,7 +124,7 @@ func (s *suite) testLogsRemote(t *testing.T) {
 		t.Fatalf("read: %d lines %v", len(ls), err)
 	}
 	// Once the attempt is settled its token is stale: 409, nothing written.
-	if _, err := b.c.Complete(b.ctx, "r", tok, nil, nil); err != nil {
+	if _, err := remote.Of(b.c).Complete(b.ctx, "r", tok, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.c.AppendRemoteLogs(b.ctx, "r", tok, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {

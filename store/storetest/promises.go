@@ -13,6 +13,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // testPromises: documented defaults and metrics that no other test pins
@@ -56,7 +57,7 @@ func (s *suite) testPromises(t *testing.T) {
 		for n := 1; n < attempts; n++ {
 			tk := remoteClaim(t, b, 1)[0]
 			failedAt := b.clock.Now()
-			if _, err := b.c.Fail(b.ctx, backstop.RemoteFailure{TaskID: tk.ID, LeaseToken: tk.LeaseToken,
+			if _, err := remote.Of(b.c).Fail(b.ctx, remote.Failure{TaskID: tk.ID, LeaseToken: tk.LeaseToken,
 				Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
 				t.Fatal(err)
 			}

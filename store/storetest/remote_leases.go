@@ -11,6 +11,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // testRemoteLeases: the store keeps one secret per name whichever caller
@@ -77,10 +78,10 @@ func (s *suite) testLeaseTokensShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Heartbeat(b.ctx, backstop.RemoteBeat{TaskID: ls[0].ID, LeaseToken: ls[0].LeaseToken}); err != nil {
+	if _, err := remote.Of(other).Heartbeat(b.ctx, remote.Beat{TaskID: ls[0].ID, LeaseToken: ls[0].LeaseToken}); err != nil {
 		t.Fatalf("heartbeat through another client: %v", err)
 	}
-	if r, err := other.Complete(b.ctx, ls[0].ID, ls[0].LeaseToken, nil, nil); err != nil || r.State != bt.StateSucceeded {
+	if r, err := remote.Of(other).Complete(b.ctx, ls[0].ID, ls[0].LeaseToken, nil, nil); err != nil || r.State != bt.StateSucceeded {
 		t.Fatalf("complete through another client: %+v %v", r, err)
 	}
 	// The public execution id, a token for another task, a token cut
@@ -91,19 +92,19 @@ func (s *suite) testLeaseTokensShared(t *testing.T) {
 	tok[len(tok)-3] ^= 1
 	for _, bad := range []string{l.ExecutionID, ls[2].LeaseToken, l.LeaseToken[:len(l.LeaseToken)-1], string(tok),
 		l.ExecutionID + ".", "x." + l.LeaseToken} {
-		if _, err := other.Complete(b.ctx, l.ID, bad, nil, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := remote.Of(other).Complete(b.ctx, l.ID, bad, nil, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
 			t.Fatalf("complete with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
-		if _, err := b.c.Fail(b.ctx, backstop.RemoteFailure{TaskID: l.ID, LeaseToken: bad, Outcome: bt.OutcomePermanentError}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := remote.Of(b.c).Fail(b.ctx, remote.Failure{TaskID: l.ID, LeaseToken: bad, Outcome: bt.OutcomePermanentError}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
 			t.Fatalf("fail with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
-		if _, err := b.c.Release(b.ctx, l.ID, bad, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := remote.Of(b.c).Release(b.ctx, l.ID, bad, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
 			t.Fatalf("release with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
 		if _, err := b.c.AppendRemoteLogs(b.ctx, l.ID, bad, []backstop.RemoteLogLine{{Line: "x"}}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
 			t.Fatalf("logs with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
-		if _, err := b.c.Heartbeat(b.ctx, backstop.RemoteBeat{TaskID: l.ID, LeaseToken: bad}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := remote.Of(b.c).Heartbeat(b.ctx, remote.Beat{TaskID: l.ID, LeaseToken: bad}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
 			t.Fatalf("heartbeat with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
 	}
@@ -113,7 +114,7 @@ func (s *suite) testLeaseTokensShared(t *testing.T) {
 	if lines, err := b.c.ReadLogs(b.ctx, l.ID, l.ExecutionID, 0, 10); err != nil || len(lines) != 0 {
 		t.Fatalf("refused tokens wrote logs: %v %v", lines, err)
 	}
-	if r, err := b.c.Complete(b.ctx, l.ID, l.LeaseToken, nil, nil); err != nil || r.State != bt.StateSucceeded {
+	if r, err := remote.Of(b.c).Complete(b.ctx, l.ID, l.LeaseToken, nil, nil); err != nil || r.State != bt.StateSucceeded {
 		t.Fatalf("complete with the real token: %+v %v", r, err)
 	}
 }
@@ -126,12 +127,12 @@ func (s *suite) testRemoteActor(t *testing.T) {
 		b.enqueue(backstop.EnqueueParams{ID: fmt.Sprintf("t%d", i), Queue: "q", Kind: "k", MaxAttempts: 1})
 	}
 	ls := remoteClaim(t, b, n)
-	byID := map[string]backstop.RemoteLease{}
+	byID := map[string]remote.Lease{}
 	for _, l := range ls {
 		byID[l.ID] = l
 	}
 	as := func(actor string) context.Context { return backstop.WithActor(b.ctx, actor) }
-	if _, err := b.c.Heartbeat(as("alice"), backstop.RemoteBeat{TaskID: "t0", LeaseToken: byID["t0"].LeaseToken,
+	if _, err := remote.Of(b.c).Heartbeat(as("alice"), remote.Beat{TaskID: "t0", LeaseToken: byID["t0"].LeaseToken,
 		Progress: &bt.Progress{Total: 2, Completed: 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func (s *suite) testRemoteActor(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("t%d", i)
-			_, err := b.c.Complete(as(actor), id, byID[id].LeaseToken, nil, nil)
+			_, err := remote.Of(b.c).Complete(as(actor), id, byID[id].LeaseToken, nil, nil)
 			errs <- err
 		}()
 		go func() {
@@ -152,13 +153,13 @@ func (s *suite) testRemoteActor(t *testing.T) {
 			id := fmt.Sprintf("t%d", i+3)
 			var err error
 			if i == 2 {
-				var outs []backstop.RemoteOutcome
-				outs, err = b.c.CompleteMany(as(actor), []backstop.RemoteCompletion{{TaskID: id, LeaseToken: byID[id].LeaseToken}})
+				var outs []remote.Outcome
+				outs, err = remote.Of(b.c).CompleteMany(as(actor), []remote.Completion{{TaskID: id, LeaseToken: byID[id].LeaseToken}})
 				if err == nil {
 					err = outs[0].Err
 				}
 			} else {
-				_, err = b.c.Fail(as(actor), backstop.RemoteFailure{TaskID: id, LeaseToken: byID[id].LeaseToken,
+				_, err = remote.Of(b.c).Fail(as(actor), remote.Failure{TaskID: id, LeaseToken: byID[id].LeaseToken,
 					Outcome: bt.OutcomeTransientError, Error: "boom"})
 			}
 			errs <- err
@@ -193,11 +194,11 @@ func (s *suite) testRemoteActor(t *testing.T) {
 	}
 	// Unnamed callers are the library, as for enqueues and cancels.
 	b.enqueue(backstop.EnqueueParams{ID: "lib", Queue: "q2", Kind: "k"})
-	l, err := b.c.ClaimRemote(b.ctx, backstop.RemoteClaim{Queues: []string{"q2"}, WorkerID: "w", Lease: 10 * time.Second})
+	l, err := remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q2"}, WorkerID: "w", Lease: 10 * time.Second})
 	if err != nil || len(l) != 1 {
 		t.Fatalf("claim: %v %v", l, err)
 	}
-	if _, err := b.c.Release(b.ctx, "lib", l[0].LeaseToken, nil); err != nil {
+	if _, err := remote.Of(b.c).Release(b.ctx, "lib", l[0].LeaseToken, nil); err != nil {
 		t.Fatal(err)
 	}
 	evs, _ := b.c.Events(b.ctx, "lib")

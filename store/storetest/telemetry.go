@@ -13,6 +13,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // testTelemetry: the lifecycle paths that do not end in an in-process
@@ -28,7 +29,7 @@ func (s *suite) testTelemetry(t *testing.T) {
 		b.clock.Advance(2 * time.Minute)
 		maintain(t, b)
 		maintain(t, b) // nothing left: counts nothing
-		if _, err := b.c.Complete(b.ctx, "e", first.LeaseToken, nil, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := remote.Of(b.c).Complete(b.ctx, "e", first.LeaseToken, nil, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
 			t.Fatalf("late completion: %v", err)
 		}
 		eq(t, "after the first expiry", m.read(t), map[string]int64{
@@ -56,19 +57,19 @@ func (s *suite) testTelemetry(t *testing.T) {
 		b.enqueue(backstop.EnqueueParams{ID: "a", Queue: "q", Kind: "k"})
 		b.enqueue(backstop.EnqueueParams{ID: "b", Queue: "q", Kind: "k"})
 		b.enqueue(backstop.EnqueueParams{ID: "c", Queue: "q", Kind: "k", MaxAttempts: 1})
-		byID := map[string]backstop.RemoteLease{}
+		byID := map[string]remote.Lease{}
 		for _, tk := range remoteClaim(t, b, 3) {
 			byID[tk.ID] = tk
 		}
-		if _, err := b.c.Complete(b.ctx, "a", byID["a"].LeaseToken, nil, nil); err != nil {
+		if _, err := remote.Of(b.c).Complete(b.ctx, "a", byID["a"].LeaseToken, nil, nil); err != nil {
 			t.Fatal(err)
 		}
-		outs, err := b.c.CompleteMany(b.ctx, []backstop.RemoteCompletion{{TaskID: "b", LeaseToken: byID["b"].LeaseToken},
+		outs, err := remote.Of(b.c).CompleteMany(b.ctx, []remote.Completion{{TaskID: "b", LeaseToken: byID["b"].LeaseToken},
 			{TaskID: "a", LeaseToken: byID["a"].LeaseToken}})
 		if err != nil || outs[0].Err != nil || !errors.Is(outs[1].Err, backstop.ErrLeaseNotCurrent) {
 			t.Fatalf("batch: %+v %v", outs, err)
 		}
-		if _, err := b.c.Fail(b.ctx, backstop.RemoteFailure{TaskID: "c", LeaseToken: byID["c"].LeaseToken,
+		if _, err := remote.Of(b.c).Fail(b.ctx, remote.Failure{TaskID: "c", LeaseToken: byID["c"].LeaseToken,
 			Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
 			t.Fatal(err)
 		}
@@ -137,9 +138,9 @@ func (m *meter) read(t *testing.T) map[string]int64 {
 	return out
 }
 
-func remoteClaim(t *testing.T, b *bundle, n int) []backstop.RemoteLease {
+func remoteClaim(t *testing.T, b *bundle, n int) []remote.Lease {
 	t.Helper()
-	ts, err := b.c.ClaimRemote(b.ctx, backstop.RemoteClaim{Queues: []string{"q"}, WorkerID: "remote", Max: n, Lease: 10 * time.Second})
+	ts, err := remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "remote", Max: n, Lease: 10 * time.Second})
 	if err != nil || len(ts) != n {
 		t.Fatalf("claimed %d, want %d: %v", len(ts), n, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -183,11 +184,11 @@ func (s *suite) testRemoteRelease(t *testing.T) {
 	t.Parallel()
 	b := s.setup(t, nil)
 	b.enqueue(backstop.EnqueueParams{ID: "rel", Queue: "q", Kind: "k", MaxAttempts: 1})
-	ts, err := b.c.ClaimRemote(b.ctx, backstop.RemoteClaim{Queues: []string{"q"}, WorkerID: "rw"})
+	ts, err := remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "rw"})
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("claim: %v %v", ts, err)
 	}
-	res, err := b.c.Release(b.ctx, "rel", ts[0].LeaseToken, &backstop.Progress{Total: 3, Completed: 1})
+	res, err := remote.Of(b.c).Release(b.ctx, "rel", ts[0].LeaseToken, &backstop.Progress{Total: 3, Completed: 1})
 	if err != nil || res.State != backstop.StatePending || res.Outcome != backstop.OutcomeReleased {
 		t.Fatalf("release: %+v %v", res, err)
 	}
@@ -196,11 +197,11 @@ func (s *suite) testRemoteRelease(t *testing.T) {
 		got.Executions[0].Outcome != backstop.OutcomeReleased || got.Progress.Completed != 1 {
 		t.Fatalf("after release: %+v", got)
 	}
-	if _, err := b.c.Release(b.ctx, "rel", ts[0].LeaseToken, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+	if _, err := remote.Of(b.c).Release(b.ctx, "rel", ts[0].LeaseToken, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
 		t.Fatalf("stale release: %v", err)
 	}
 	// Its only attempt is still there to use.
-	ts, err = b.c.ClaimRemote(b.ctx, backstop.RemoteClaim{Queues: []string{"q"}, WorkerID: "rw"})
+	ts, err = remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "rw"})
 	if err != nil || len(ts) != 1 || ts[0].Attempt != 1 {
 		t.Fatalf("claim again: %+v %v", ts, err)
 	}
