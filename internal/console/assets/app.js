@@ -1,5 +1,5 @@
 // The console's entry: session, sign-in and the hash router.
-import { api, h, clear, flash, errorText, getSession, setSession, whenSignedOut, stopLive, showLive } from './lib.js';
+import { api, h, clear, flash, errorText, getSession, setSession, whenSignedOut, stopLive, showLive, endCursor } from './lib.js';
 import { overviewPage } from './overview.js';
 import { dlqListPage, dlqPage } from './dlq.js';
 import { tasksPage, taskPage } from './tasks.js';
@@ -43,6 +43,9 @@ async function route() {
     }
     clear(main, h('p', { class: 'muted' }, 'Loading…'));
     const view = h('div', { class: 'view' });
+    // The page's live stream starts where the log ends now, before the
+    // page reads its data (lib.live).
+    view._end = await endCursor();
     try {
       await fn(view, m, q);
     } catch (e) {
