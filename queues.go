@@ -62,6 +62,9 @@ type QueueSummary struct {
 	Paused   bool       `json:"paused"`
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 	PausedBy string     `json:"paused_by,omitempty"`
+	// OldestPendingAt is the earliest run_at of the queue's pending tasks:
+	// how long the oldest claimable task has waited (absent: none pending).
+	OldestPendingAt *time.Time `json:"oldest_pending_at,omitempty"`
 }
 
 // Queues lists every queue that holds tasks or is paused, by name.
@@ -79,8 +82,8 @@ func (c *Client) Queues(ctx context.Context) ([]QueueSummary, error) {
 		byName[p.Name] = p
 	}
 	out := make([]QueueSummary, 0, len(qs)+len(paused))
-	add := func(name string, counts map[State]int) {
-		v := QueueSummary{Name: name, Counts: make(map[State]int, len(bt.States))}
+	add := func(name string, counts map[State]int, oldest *time.Time) {
+		v := QueueSummary{Name: name, Counts: make(map[State]int, len(bt.States)), OldestPendingAt: oldest}
 		for _, st := range bt.States {
 			v.Counts[st] = counts[st]
 			v.Total += counts[st]
@@ -93,11 +96,11 @@ func (c *Client) Queues(ctx context.Context) ([]QueueSummary, error) {
 		out = append(out, v)
 	}
 	for _, q := range qs {
-		add(q.Queue, q.Counts)
+		add(q.Queue, q.Counts, q.OldestPending)
 	}
 	for _, p := range paused { // paused queues without tasks
 		if _, ok := byName[p.Name]; ok {
-			add(p.Name, nil)
+			add(p.Name, nil, nil)
 		}
 	}
 	slices.SortFunc(out, func(a, b QueueSummary) int { return strings.Compare(a.Name, b.Name) })

@@ -189,6 +189,7 @@ func (s *Server) register() {
 
 	s.handle("GET", "/v1/dlq", RoleViewer, s.listDLQ)
 	s.handle("GET", "/v1/dlq/export", RoleViewer, s.exportDLQ)
+	s.handle("GET", "/v1/dlq/groups", RoleViewer, s.groupDLQ)
 	s.handle("GET", "/v1/dlq/{id}", RoleViewer, s.getDeadLetter)
 	s.handle("POST", "/v1/dlq/{id}/replay", RoleAdmin, s.replayDeadLetter)
 	s.handle("POST", "/v1/dlq/{id}/replay/preview", RoleAdmin, s.previewReplay)
@@ -196,6 +197,7 @@ func (s *Server) register() {
 	s.handle("POST", "/v1/dlq/{id}/resolve", RoleAdmin, s.resolveDeadLetter)
 	s.handle("POST", "/v1/dlq/redrive", RoleAdmin, s.redriveDLQ)
 	s.handle("GET", "/v1/redrives/{id}", RoleViewer, s.getRedrive)
+	s.handle("POST", "/v1/redrives/{id}/cancel", RoleAdmin, s.cancelRedrive)
 	s.handle("POST", "/v1/dlq/purge", RoleAdmin, s.purgeDLQ)
 
 	s.handle("GET", "/v1/runs/{run_id}", RoleViewer, s.getRun)

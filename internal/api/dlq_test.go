@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/store"
 )
 
 // kill enqueues a task over the API and fails its only attempt for good:
@@ -379,4 +381,107 @@ func TestRunEndpoints(t *testing.T) {
 
 func backstopRedrive(queue string) backstop.RedriveParams {
 	return backstop.RedriveParams{Filter: backstop.ListParams{Queue: queue}, Actor: "test-admin"}
+}
+
+// GET /v1/dlq/groups counts a filter's dead letters by reason and by
+// error on the server, largest groups first, bounded; bad input is a 400.
+func TestDLQGroups(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		viewer, op := b.as[api.RoleViewer], b.as[api.RoleOperator]
+		// die: a dead letter in queue q whose attempt failed with errText
+		// (permanent_error), or ran out of attempts (attempts_exhausted).
+		die := func(q, errText string, exhausted bool) {
+			t.Helper()
+			if _, err := op.Enqueue(ctx, apiclient.Task{Queue: q, Kind: "k", MaxAttempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+			c := claimOne(t, op, q)
+			outcome := bt.OutcomePermanentError
+			if exhausted {
+				outcome = bt.OutcomeTransientError
+			}
+			if r, err := op.Fail(ctx, c.ID, api.FailRequest{LeaseToken: c.LeaseToken, Outcome: outcome, Error: errText}); err != nil || r.State != bt.StateDead {
+				t.Fatalf("fail: %+v %v", r, err)
+			}
+		}
+		for range 3 {
+			die("pay", "card declined", false)
+		}
+		for range 2 {
+			die("pay", "timeout <b>", true)
+		}
+		die("pay", "no such account", false)
+		die("mail", "card declined", false)
+
+		g, err := viewer.DLQGroups(ctx, url.Values{"queue": {"pay"}, "status": {"open"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := &api.DLQGroups{Total: 6,
+			ByReason: []store.GroupCount{{Value: "permanent_error", Count: 4}, {Value: "attempts_exhausted", Count: 2}},
+			ByError:  []store.GroupCount{{Value: "card declined", Count: 3}, {Value: "timeout <b>", Count: 2}, {Value: "no such account", Count: 1}}}
+		if !reflect.DeepEqual(g, want) {
+			t.Fatalf("groups of pay: %+v, want %+v", g, want)
+		}
+		// Every filter of the list applies; limit bounds the errors.
+		g, err = viewer.DLQGroups(ctx, url.Values{"error_contains": {"declined"}, "limit": {"1"}})
+		if err != nil || g.Total != 4 || len(g.ByError) != 1 || g.ByError[0] != (store.GroupCount{Value: "card declined", Count: 4}) || g.MoreErrors {
+			t.Fatalf("groups of declined: %+v %v", g, err)
+		}
+		g, err = viewer.DLQGroups(ctx, url.Values{"queue": {"pay"}, "limit": {"2"}})
+		if err != nil || g.Total != 6 || len(g.ByError) != 2 || !g.MoreErrors {
+			t.Fatalf("groups of pay, 2 errors: %+v %v", g, err)
+		}
+		g, err = viewer.DLQGroups(ctx, url.Values{"queue": {"none"}})
+		if err != nil || g.Total != 0 || len(g.ByReason) != 0 || len(g.ByError) != 0 {
+			t.Fatalf("groups of nothing: %+v %v", g, err)
+		}
+		for _, q := range []url.Values{{"reason": {"bogus"}}, {"limit": {"0"}}, {"limit": {"5000"}}, {"after": {"x"}}, {"nope": {"1"}}, {"status": {"weird"}}} {
+			_, err := viewer.DLQGroups(ctx, q)
+			if c := problemCode(t, err); c != "invalid_input" && c != "invalid_query" {
+				t.Fatalf("groups of %v: %v, want a 400", q, err)
+			}
+		}
+	})
+}
+
+// POST /v1/redrives/{id}/cancel stops a running redrive (admin only); the
+// same redrive again resumes it and replays the rest, each once.
+func TestRedriveCancel(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		viewer, op, admin := b.as[api.RoleViewer], b.as[api.RoleOperator], b.as[api.RoleAdmin]
+		for range 6 {
+			kill(t, b, apiclient.Task{Queue: "c", Kind: "k"})
+		}
+		st, err := admin.Redrive(ctx, api.RedriveRequest{Queue: "c", Rate: 2})
+		if err != nil || st.Status != "running" {
+			t.Fatalf("redrive: %+v %v", st, err)
+		}
+		_, err = op.CancelRedrive(ctx, st.RedriveID)
+		mustCode(t, err, "forbidden")
+		got, err := admin.CancelRedrive(ctx, st.RedriveID)
+		if err != nil || got.Status != "canceled" || got.FinishedAt == nil || got.Replayed >= 6 {
+			t.Fatalf("cancel: %+v %v", got, err)
+		}
+		if again, err := viewer.RedriveStatus(ctx, st.RedriveID); err != nil || again.Status != "canceled" {
+			t.Fatalf("status after cancel: %+v %v", again, err)
+		}
+		// Canceling a finished redrive answers its status.
+		if again, err := admin.CancelRedrive(ctx, st.RedriveID); err != nil || again.Status != "canceled" {
+			t.Fatalf("cancel again: %+v %v", again, err)
+		}
+		_, err = admin.CancelRedrive(ctx, "no-such-redrive")
+		mustCode(t, err, "not_found")
+		// Resume: the same redrive, the rest replayed.
+		res, err := admin.Redrive(ctx, api.RedriveRequest{Queue: "c", Wait: bt.Duration(20 * time.Second)})
+		if err != nil || !res.Resumed || res.RedriveID != st.RedriveID || res.Status != "done" || res.Replayed != 6 {
+			t.Fatalf("resume: %+v %v", res, err)
+		}
+	})
 }

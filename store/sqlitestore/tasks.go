@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -979,6 +980,56 @@ func (s *Store) PromoteScheduled(ctx context.Context, now time.Time, limit int) 
 	}
 	s.hub.notify(woke)
 	return n, nil
+}
+
+// DLQGroups implements store.APIStore.
+func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit int) (*store.DLQGroups, error) {
+	// Without a queue, the literal state = 'dead' (not a parameter) lets
+	// the planner use the partial indexes on dead tasks (migration 00014),
+	// covering when the filter is the status; with a queue, the queue's
+	// rows are fewer: the parameter leaves the (queue, state) index to it.
+	cond := "state = 'dead'"
+	if f.Queue != "" {
+		cond, f.States = "true", []bt.State{bt.StateDead}
+	} else {
+		f.States = nil
+	}
+	where, args := listWhere(f)
+	cond = strings.Join(append([]string{cond}, where...), " AND ")
+	g := &store.DLQGroups{ByReason: []store.GroupCount{}, ByError: []store.GroupCount{}}
+	read := func(col string, limit int, into *[]store.GroupCount) error {
+		rows, err := s.r.QueryContext(ctx, `SELECT `+col+`, count(*) FROM backstop_tasks WHERE `+cond+`
+			GROUP BY `+col+` ORDER BY 2 DESC, 1 LIMIT ?`, append(slices.Clone(args), limit)...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				v *string // NULL: grouped as ""
+				c store.GroupCount
+			)
+			if err := rows.Scan(&v, &c.Count); err != nil {
+				return err
+			}
+			if v != nil {
+				c.Value = *v
+			}
+			*into = append(*into, c)
+		}
+		return rows.Err()
+	}
+	if err := read("dead_reason", 1000, &g.ByReason); err != nil {
+		return nil, fmt.Errorf("sqlite: dead letters by reason: %w", err)
+	}
+	if err := read("substr(last_error, 1, 200)", errorLimit+1, &g.ByError); err != nil {
+		return nil, fmt.Errorf("sqlite: dead letters by error: %w", err)
+	}
+	g.ByError, g.MoreErrors = store.CapGroups(g.ByError, errorLimit)
+	for _, c := range g.ByReason {
+		g.Total += c.Count
+	}
+	return g, nil
 }
 
 // listWhere turns a filter (but its cursor) into conditions and arguments.

@@ -10,13 +10,8 @@ export async function overviewPage(main) {
       api('GET', '/v1/queues'),
       api('GET', '/v1/workers?limit=1000'),
     ]);
-    // Oldest pending: lists are in id (creation) order, so the first
-    // pending task of a queue is its oldest.
-    const oldest = await Promise.all(queues.items.map(async (q) => {
-      if (!q.counts.pending) return null;
-      const page = await api('GET', `/v1/tasks?queue=${encodeURIComponent(q.name)}&state=pending&limit=1`);
-      return page.items.length ? page.items[0].created_at : null;
-    }));
+    // Oldest pending: the queue's earliest pending run_at (the counts' scan).
+    const oldest = queues.items.map((q) => q.oldest_pending_at || null);
     const now = Date.now();
     const byState = {};
     for (const w of workers.items) byState[w.state] = (byState[w.state] || 0) + 1;
