@@ -186,6 +186,7 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/queues", RoleViewer, s.listQueues)
 	s.handle("POST", "/v1/queues/{name}/pause", RoleOperator, s.pauseQueue)
 	s.handle("POST", "/v1/queues/{name}/resume", RoleOperator, s.resumeQueue)
+	s.handle("GET", "/v1/activity", RoleViewer, s.getActivity)
 
 	s.handle("GET", "/v1/dlq", RoleViewer, s.listDLQ)
 	s.handle("GET", "/v1/dlq/export", RoleViewer, s.exportDLQ)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"reflect"
 	"slices"
@@ -482,6 +483,69 @@ func TestRedriveCancel(t *testing.T) {
 		res, err := admin.Redrive(ctx, api.RedriveRequest{Queue: "c", Wait: bt.Duration(20 * time.Second)})
 		if err != nil || !res.Resumed || res.RedriveID != st.RedriveID || res.Status != "done" || res.Replayed != 6 {
 			t.Fatalf("resume: %+v %v", res, err)
+		}
+	})
+}
+
+// GET /v1/activity counts per minute the tasks that succeeded, the
+// attempts that failed and the tasks that died, every minute of the window
+// listed (zeros filled in), the current one last.
+func TestActivity(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		op := b.as[api.RoleOperator]
+		for range 2 {
+			if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "ok", Kind: "k"}); err != nil {
+				t.Fatal(err)
+			}
+			c := claimOne(t, op, "ok")
+			if _, err := op.Complete(ctx, c.ID, api.CompleteRequest{LeaseToken: c.LeaseToken}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kill(t, b, apiclient.Task{Queue: "bad", Kind: "k"})
+		// A retried attempt: failed, not dead.
+		if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "retry", Kind: "k", MaxAttempts: 5}); err != nil {
+			t.Fatal(err)
+		}
+		c := claimOne(t, op, "retry")
+		if _, err := op.Fail(ctx, c.ID, api.FailRequest{LeaseToken: c.LeaseToken, Outcome: bt.OutcomeTransientError, Error: "flaky"}); err != nil {
+			t.Fatal(err)
+		}
+
+		code, out := b.raw(t, api.RoleViewer, "GET", "/v1/activity?minutes=5", "", "")
+		if code != http.StatusOK {
+			t.Fatalf("GET /v1/activity: %d %s", code, out)
+		}
+		var got api.ActivityResponse
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Items) != 5 {
+			t.Fatalf("%d minutes, want 5: %s", len(got.Items), out)
+		}
+		var sum struct{ ok, failed, dead int }
+		for i, m := range got.Items {
+			sum.ok, sum.failed, sum.dead = sum.ok+m.Succeeded, sum.failed+m.Failed, sum.dead+m.Dead
+			if i > 0 && !m.Minute.Equal(got.Items[i-1].Minute.Add(time.Minute)) {
+				t.Fatalf("minutes not consecutive: %s", out)
+			}
+		}
+		if now := time.Now().UTC().Truncate(time.Minute); got.Items[4].Minute.Before(now.Add(-time.Minute)) || got.Items[4].Minute.After(now) {
+			t.Fatalf("the last minute is %s, want about %s", got.Items[4].Minute, now)
+		}
+		if sum.ok != 2 || sum.failed != 2 || sum.dead != 1 {
+			t.Fatalf("activity: %d succeeded, %d failed, %d dead; want 2, 2, 1: %s", sum.ok, sum.failed, sum.dead, out)
+		}
+		if code, out := b.raw(t, api.RoleViewer, "GET", "/v1/activity", "", ""); code != http.StatusOK || strings.Count(string(out), `"minute"`) != 60 {
+			t.Fatalf("default window: %d %.200s", code, out)
+		}
+		for _, q := range []string{"?minutes=0", "?minutes=x", "?minutes=100000", "?nope=1"} {
+			if code, out := b.raw(t, api.RoleViewer, "GET", "/v1/activity"+q, "", ""); code != http.StatusBadRequest {
+				t.Fatalf("GET /v1/activity%s: %d %s, want 400", q, code, out)
+			}
 		}
 	})
 }

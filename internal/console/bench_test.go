@@ -98,8 +98,8 @@ func consolePages(s consoleSeed) []consolePage {
 		return func(*env, *http.Client, *testing.B) []string { return append([]string{endCall}, paths...) }
 	}
 	return []consolePage{
-		// /v1/queues (counts and oldest pending) and /v1/workers (overview.js).
-		{"overview", fixed("/v1/queues", "/v1/workers?limit=1000")},
+		// /v1/queues (counts and oldest pending), /v1/workers and the charts' /v1/activity (overview.js).
+		{"overview", fixed("/v1/queues", "/v1/workers?limit=1000", "/v1/activity?minutes=60")},
 		// The list and its grouped counts (dlq.js).
 		{"dlq", fixed("/v1/dlq?status=open&limit=50", "/v1/dlq/groups?status=open")},
 		{"dlq-filtered", fixed("/v1/dlq?queue="+s.queues[3]+"&error_contains="+url.QueryEscape(s.errorWord)+"&status=open&limit=50",

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"time"
 	"context"
 	"encoding/json"
 	"errors"
@@ -150,6 +151,46 @@ func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit in
 	store.SortGroups(g.ByError)
 	g.ByError, g.MoreErrors = store.CapGroups(g.ByError, errorLimit)
 	return g, nil
+}
+
+// Activity implements store.APIStore.
+func (s *Store) Activity(ctx context.Context, since time.Time) (map[int64]store.MinuteActivity, error) {
+	const minute = `floor(extract(epoch FROM %s) / 60)::bigint`
+	out := map[int64]store.MinuteActivity{}
+	for _, q := range []struct {
+		sql string
+		add func(a *store.MinuteActivity, n int)
+	}{
+		{`SELECT ` + fmt.Sprintf(minute, "finalized_at") + `, count(*) FROM backstop_tasks
+			WHERE state = 'succeeded' AND finalized_at >= $1 GROUP BY 1`,
+			func(a *store.MinuteActivity, n int) { a.Succeeded += n }},
+		{`SELECT ` + fmt.Sprintf(minute, "finished_at") + `, count(*) FROM backstop_executions
+			WHERE outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired') AND finished_at >= $1 GROUP BY 1`,
+			func(a *store.MinuteActivity, n int) { a.Failed += n }},
+		{`SELECT ` + fmt.Sprintf(minute, "last_seen") + `, count(*) FROM backstop_tasks WHERE state = 'dead' AND last_seen >= $1 GROUP BY 1`,
+			func(a *store.MinuteActivity, n int) { a.Dead += n }},
+	} {
+		rs, err := s.pool.Query(ctx, q.sql, since)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: activity: %w", err)
+		}
+		for rs.Next() {
+			var m int64
+			var n int
+			if err := rs.Scan(&m, &n); err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("pgstore: activity: %w", err)
+			}
+			a := out[m]
+			q.add(&a, n)
+			out[m] = a
+		}
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return nil, fmt.Errorf("pgstore: activity: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // Executions implements store.Store: the task's attempts, oldest first.
