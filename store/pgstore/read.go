@@ -1,13 +1,13 @@
 package pgstore
 
 import (
-	"time"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
