@@ -549,3 +549,51 @@ func TestActivity(t *testing.T) {
 		}
 	})
 }
+
+// GET /v1/tasks filters by error text, idempotency key and creation time;
+// bad times are refused.
+func TestTaskListFilters(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		viewer, op := b.as[api.RoleViewer], b.as[api.RoleOperator]
+		keyed, err := op.Enqueue(ctx, apiclient.Task{Queue: "f", Kind: "k", IdempotencyKey: "order-7"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := kill(t, b, apiclient.Task{Queue: "g", Kind: "k"})
+		ids := func(q url.Values) []string {
+			t.Helper()
+			l, err := viewer.List(ctx, q)
+			if err != nil {
+				t.Fatalf("list %v: %v", q, err)
+			}
+			var out []string
+			for _, it := range l.Items {
+				out = append(out, it.ID)
+			}
+			return out
+		}
+		if got := ids(url.Values{"idempotency_key": {"order-7"}}); !slices.Equal(got, []string{keyed.Task.ID}) {
+			t.Fatalf("by key: %v", got)
+		}
+		if got := ids(url.Values{"error_contains": {"declined"}}); !slices.Equal(got, []string{dead}) {
+			t.Fatalf("by error: %v", got)
+		}
+		hourAgo, inHour := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		if got := ids(url.Values{"created_since": {hourAgo}, "created_until": {inHour}}); len(got) != 2 {
+			t.Fatalf("created within the hours around now: %v", got)
+		}
+		if got := ids(url.Values{"created_until": {hourAgo}}); len(got) != 0 {
+			t.Fatalf("created an hour ago: %v", got)
+		}
+		for _, q := range []url.Values{{"created_since": {"yesterday"}}, {"created_since": {inHour}, "created_until": {hourAgo}},
+			{"idempotency_key": {"a\x00b"}}} {
+			_, err := viewer.List(ctx, q)
+			if c := problemCode(t, err); c != "invalid_input" && c != "invalid_query" {
+				t.Fatalf("list %v: %v, want a 400", q, err)
+			}
+		}
+	})
+}

@@ -7,11 +7,15 @@ import (
 	"github.com/backstophq/backstop/internal/api"
 )
 
-// succeed enqueues a task in queue and completes its attempt as a remote
-// worker.
-func (e *env) succeed(t *testing.T, queue string) string {
+// succeed enqueues a task in queue (with attrs, if given) and completes its
+// attempt as a remote worker.
+func (e *env) succeed(t *testing.T, queue string, attrs ...map[string]string) string {
 	t.Helper()
-	id := e.enqueue(t, map[string]any{"queue": queue, "kind": "k", "payload": map[string]any{}})
+	task := map[string]any{"queue": queue, "kind": "k", "payload": map[string]any{}}
+	if len(attrs) > 0 {
+		task["attributes"] = attrs[0]
+	}
+	id := e.enqueue(t, task)
 	st, out, _ := e.call(t, "POST", "/v1/claim", api.RoleOperator, map[string]any{"queues": []string{queue}, "worker_id": "console-test", "max": 1}, nil)
 	tasks, _ := out["tasks"].([]any)
 	if st != http.StatusOK || len(tasks) != 1 {

@@ -106,6 +106,15 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 	if !f.Until.IsZero() {
 		add("t.last_seen <= %s", f.Until)
 	}
+	if f.IdempotencyKey != "" {
+		add("t.idempotency_key = %s", f.IdempotencyKey)
+	}
+	if !f.CreatedSince.IsZero() {
+		add("t.created_at >= %s", f.CreatedSince)
+	}
+	if !f.CreatedUntil.IsZero() {
+		add("t.created_at <= %s", f.CreatedUntil)
+	}
 	return where, args, nil
 }
 

@@ -1112,6 +1112,15 @@ func listWhere(f store.ListFilter) ([]string, []any) {
 	if !f.Until.IsZero() {
 		add("last_seen <= ?", us(f.Until))
 	}
+	if f.IdempotencyKey != "" {
+		add("idempotency_key = ?", f.IdempotencyKey)
+	}
+	if !f.CreatedSince.IsZero() {
+		add("created_at >= ?", us(f.CreatedSince))
+	}
+	if !f.CreatedUntil.IsZero() {
+		add("created_at <= ?", us(f.CreatedUntil))
+	}
 	return where, args
 }
 

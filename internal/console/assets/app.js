@@ -5,6 +5,7 @@ import { dlqListPage, dlqPage } from './dlq.js';
 import { tasksPage, taskPage } from './tasks.js';
 import { workersPage, workerPage } from './workers.js';
 import { eventsPage } from './events.js';
+import { runsPage, runPage } from './runs.js';
 
 const main = document.getElementById('main');
 
@@ -19,6 +20,8 @@ const routes = [
   [/^\/workers$/, 'workers', (view, m, q) => workersPage(view, q)],
   [/^\/workers\/([^/]+)$/, 'workers', (view, m) => workerPage(view, decodeURIComponent(m[1]))],
   [/^\/events$/, 'events', (view, m, q) => eventsPage(view, q)],
+  [/^\/runs$/, 'runs', (view) => runsPage(view)],
+  [/^\/runs\/([^/]+)$/, 'runs', (view, m, q) => runPage(view, decodeURIComponent(m[1]), q)],
 ];
 
 // Each page renders into a view of its own, shown once it is ready and
