@@ -168,33 +168,67 @@ func (c *Client) List(ctx context.Context, f ListParams) ([]*Task, error) {
 	if f.Limit < 0 || f.Limit > 10000 {
 		return nil, invalid("limit", "must be between 1 and 10000")
 	}
+	if err := checkListFilter(f); err != nil {
+		return nil, err
+	}
+	return c.store.List(ctx, f)
+}
+
+// checkListFilter checks a filter's values (but its limit): nothing is
+// read on bad input.
+func checkListFilter(f ListParams) error {
 	for _, s := range f.States {
 		if !s.Valid() {
-			return nil, invalid("state", "unknown state %q", s)
+			return invalid("state", "unknown state %q", s)
 		}
 	}
 	if f.Reason != "" && !validReason(f.Reason) {
-		return nil, invalid("reason", "unknown dead-letter reason %q", f.Reason)
+		return invalid("reason", "unknown dead-letter reason %q", f.Reason)
 	}
 	for k := range f.Attrs {
 		if !attrKeyRE.MatchString(k) {
-			return nil, invalid("attr", "key %q is not a valid attribute key", k)
+			return invalid("attr", "key %q is not a valid attribute key", k)
 		}
 	}
 	if err := validateDLQFilter(f); err != nil {
-		return nil, err
+		return err
 	}
 	if err := checkTaskCursor(f.AfterID); err != nil {
-		return nil, err
+		return err
 	}
 	// A queue or kind that cannot be a name matches nothing; refusing it
 	// names the typo (and keeps a NUL byte away from Postgres).
 	for _, n := range [...]struct{ field, name string }{{"queue", f.Queue}, {"kind", f.Kind}} {
 		if n.name != "" && validName(n.name) != nil {
-			return nil, invalid(n.field, "%v", validName(n.name))
+			return invalid(n.field, "%v", validName(n.name))
 		}
 	}
-	return c.store.List(ctx, f)
+	return nil
+}
+
+// DeadLetterGroups is the dead letters of a filter counted by reason and by
+// last error (the largest groups first).
+type DeadLetterGroups = store.DLQGroups
+
+// MaxErrorGroups bounds the error groups DeadLetterGroupCounts answers.
+const MaxErrorGroups = 1000
+
+// DeadLetterGroupCounts counts the dead letters f selects (as DeadLetters
+// does; its AfterID and Limit are ignored) by reason and by last error, at
+// most errorLimit errors (default 20, at most MaxErrorGroups), largest
+// first. One grouped read per dimension, on the server.
+func (c *Client) DeadLetterGroupCounts(ctx context.Context, f ListParams, errorLimit int) (*DeadLetterGroups, error) {
+	if errorLimit < 0 || errorLimit > MaxErrorGroups {
+		return nil, invalid("limit", "must be between 1 and %d", MaxErrorGroups)
+	}
+	if errorLimit == 0 {
+		errorLimit = 20
+	}
+	f.States, f.AfterID, f.Limit = []State{StateDead}, "", 0
+	if err := checkListFilter(f); err != nil {
+		return nil, err
+	}
+	return c.store.DLQGroups(ctx, f, errorLimit)
 }
 
 func validReason(r bt.DeadReason) bool {

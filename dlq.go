@@ -394,5 +394,11 @@ func validateDLQFilter(f ListParams) error {
 	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
 		return invalid("until", "is before --since")
 	}
+	if err := checkText("idempotency_key", f.IdempotencyKey); err != nil {
+		return err
+	}
+	if !f.CreatedSince.IsZero() && !f.CreatedUntil.IsZero() && f.CreatedUntil.Before(f.CreatedSince) {
+		return invalid("created_until", "is before created_since")
+	}
 	return nil
 }

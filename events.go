@@ -36,18 +36,25 @@ type ReadEventsParams struct {
 	// (docs/events.md).
 	Stream string
 	// After is a cursor (an event's Cursor, or a page's Next); "" reads
-	// from the beginning of the log.
+	// from the beginning of the log, EventsEnd ("end") from its end: only
+	// events that were not final yet when the read began.
 	After string
 	// Limit: default 100, at most 1000.
 	Limit int
 }
+
+// EventsEnd is the After that starts a read or subscription at the end of
+// the log (from now) instead of its beginning: the store finds the end in
+// one indexed read, so a follower that wants only new events never reads
+// the log's history.
+const EventsEnd = "end"
 
 // ReadEvents reads a stream after a cursor. Only events whose transaction
 // and every earlier one in cursor order have ended are served, so a reader
 // that continues from Next never skips an event. Bad input wraps
 // ErrInvalid.
 func (c *Client) ReadEvents(ctx context.Context, p ReadEventsParams) (EventPage, error) {
-	q, err := eventQuery(p)
+	q, err := c.eventQuery(ctx, p)
 	if err != nil {
 		return EventPage{}, err
 	}
@@ -58,18 +65,27 @@ func (c *Client) ReadEvents(ctx context.Context, p ReadEventsParams) (EventPage,
 	return page, err
 }
 
-func eventQuery(p ReadEventsParams) (store.EventQuery, error) {
+// eventQuery checks p and resolves EventsEnd to the log's end cursor.
+func (c *Client) eventQuery(ctx context.Context, p ReadEventsParams) (store.EventQuery, error) {
 	st, err := store.ParseStream(p.Stream)
 	if err != nil {
 		return store.EventQuery{}, invalid("stream", "%v", err)
 	}
-	if _, err := store.ParseCursor(p.After); err != nil {
-		return store.EventQuery{}, invalid("after", "%v", err)
+	if p.After != EventsEnd {
+		if _, err := store.ParseCursor(p.After); err != nil {
+			return store.EventQuery{}, invalid("after", "%v (or %q: from the end of the log)", err, EventsEnd)
+		}
 	}
 	if p.Limit < 0 || p.Limit > store.MaxEventLimit {
 		return store.EventQuery{}, invalid("limit", "must be 0-%d", store.MaxEventLimit)
 	}
-	return store.EventQuery{Stream: st, After: p.After, Limit: p.Limit}, nil
+	after := p.After
+	if after == EventsEnd {
+		if after, err = c.store.EventsEnd(ctx); err != nil {
+			return store.EventQuery{}, err
+		}
+	}
+	return store.EventQuery{Stream: st, After: after, Limit: p.Limit}, nil
 }
 
 // SubscribeParams configures a subscription.
@@ -117,7 +133,7 @@ func (c *Client) Subscribe(ctx context.Context, p SubscribeParams) (*Subscriptio
 			p.After = saved
 		}
 	}
-	q, err := eventQuery(p.ReadEventsParams)
+	q, err := c.eventQuery(ctx, p.ReadEventsParams)
 	if err != nil {
 		return nil, err
 	}

@@ -62,6 +62,9 @@ type QueueSummary struct {
 	Paused   bool       `json:"paused"`
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 	PausedBy string     `json:"paused_by,omitempty"`
+	// OldestPendingAt is the earliest run_at of the queue's pending tasks:
+	// how long the oldest claimable task has waited (absent: none pending).
+	OldestPendingAt *time.Time `json:"oldest_pending_at,omitempty"`
 }
 
 // Queues lists every queue that holds tasks or is paused, by name.
@@ -79,8 +82,8 @@ func (c *Client) Queues(ctx context.Context) ([]QueueSummary, error) {
 		byName[p.Name] = p
 	}
 	out := make([]QueueSummary, 0, len(qs)+len(paused))
-	add := func(name string, counts map[State]int) {
-		v := QueueSummary{Name: name, Counts: make(map[State]int, len(bt.States))}
+	add := func(name string, counts map[State]int, oldest *time.Time) {
+		v := QueueSummary{Name: name, Counts: make(map[State]int, len(bt.States)), OldestPendingAt: oldest}
 		for _, st := range bt.States {
 			v.Counts[st] = counts[st]
 			v.Total += counts[st]
@@ -93,13 +96,49 @@ func (c *Client) Queues(ctx context.Context) ([]QueueSummary, error) {
 		out = append(out, v)
 	}
 	for _, q := range qs {
-		add(q.Queue, q.Counts)
+		add(q.Queue, q.Counts, q.OldestPending)
 	}
 	for _, p := range paused { // paused queues without tasks
 		if _, ok := byName[p.Name]; ok {
-			add(p.Name, nil)
+			add(p.Name, nil, nil)
 		}
 	}
 	slices.SortFunc(out, func(a, b QueueSummary) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// ActivityMinute is one minute of Client.Activity.
+type ActivityMinute struct {
+	Minute time.Time `json:"minute"`
+	store.MinuteActivity
+}
+
+// MaxActivityMinutes bounds Activity's window.
+const MaxActivityMinutes = 24 * 60
+
+// Activity answers, for each of the last minutes minutes (the current one
+// last; default 60, at most MaxActivityMinutes), how many tasks succeeded,
+// attempts failed and tasks died: the throughput and failure rate of the
+// console's overview. The store counts them per minute on its side, reading
+// only the window's rows through partial indexes; the answer is the
+// minutes, zeros filled in.
+func (c *Client) Activity(ctx context.Context, minutes int) ([]ActivityMinute, error) {
+	if minutes < 0 || minutes > MaxActivityMinutes {
+		return nil, invalid("minutes", "must be between 1 and %d", MaxActivityMinutes)
+	}
+	if minutes == 0 {
+		minutes = 60
+	}
+	now := c.now().UTC()
+	last := now.Unix() / 60
+	first := last - int64(minutes) + 1
+	counts, err := c.store.Activity(ctx, time.Unix(first*60, 0))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ActivityMinute, 0, minutes)
+	for m := first; m <= last; m++ {
+		out = append(out, ActivityMinute{Minute: time.Unix(m*60, 0).UTC(), MinuteActivity: counts[m]})
+	}
 	return out, nil
 }

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"slices"
+	"strings"
+	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 )
@@ -11,12 +13,47 @@ import (
 type QueueCounts struct {
 	Queue  string
 	Counts map[bt.State]int
+	// OldestPending is the earliest run_at of the queue's pending tasks
+	// (nil: none pending).
+	OldestPending *time.Time
 }
 
 // APIStore holds the reads the HTTP API needs beyond the engine's.
 type APIStore interface {
 	// CountByQueue counts tasks by queue and state, queues in name order.
 	CountByQueue(ctx context.Context) ([]QueueCounts, error)
+	// DLQGroups counts the dead letters f selects (its States, AfterID and
+	// Limit are ignored: dead tasks only) by reason and by last error, the
+	// largest groups first, at most errorLimit errors (MoreErrors: there
+	// were more).
+	DLQGroups(ctx context.Context, f ListFilter, errorLimit int) (*DLQGroups, error)
+	// Activity counts, per minute since since (a minute is its Unix
+	// minute: seconds/60), the tasks that succeeded, the attempts that
+	// failed and the tasks that died: three range reads of partial
+	// indexes (finished tasks, failed attempts, dead tasks). Minutes
+	// without any are left out.
+	Activity(ctx context.Context, since time.Time) (map[int64]MinuteActivity, error)
+}
+
+// MinuteActivity is one minute of Activity.
+type MinuteActivity struct {
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	Dead      int `json:"dead"`
+}
+
+// GroupCount is one group of a grouped count.
+type GroupCount struct {
+	Value string `json:"value"`
+	Count int    `json:"count"`
+}
+
+// DLQGroups is the dead letters of a filter counted by reason and by error.
+type DLQGroups struct {
+	Total      int          `json:"total"`
+	ByReason   []GroupCount `json:"by_reason"`
+	ByError    []GroupCount `json:"by_error"`
+	MoreErrors bool         `json:"more_errors"`
 }
 
 // FlattenQueueCounts turns per-queue counts into one row per queue and
@@ -34,4 +71,24 @@ func FlattenQueueCounts(qs []QueueCounts) []QueueStateCount {
 		}
 	}
 	return out
+}
+
+// CapGroups cuts groups read with limit+1 to limit, and tells whether
+// there were more.
+func CapGroups(gs []GroupCount, limit int) ([]GroupCount, bool) {
+	if len(gs) > limit {
+		return gs[:limit], true
+	}
+	return gs, false
+}
+
+// SortGroups orders groups as DLQGroups answers them: the largest first,
+// then by value.
+func SortGroups(gs []GroupCount) {
+	slices.SortFunc(gs, func(a, b GroupCount) int {
+		if a.Count != b.Count {
+			return b.Count - a.Count
+		}
+		return strings.Compare(a.Value, b.Value)
+	})
 }

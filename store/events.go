@@ -26,6 +26,11 @@ type EventLog interface {
 	// it moves past events the stream filtered out, so a reader of a quiet
 	// stream does not rescan them.
 	ReadEvents(ctx context.Context, q EventQuery) (EventPage, error)
+	// EventsEnd returns the cursor of the end of the log's final prefix:
+	// reading any stream after it serves only events that were not final
+	// when it was taken ("" when no event is final yet: the beginning). One
+	// indexed read, whatever the log's length.
+	EventsEnd(ctx context.Context) (string, error)
 	// EventCheckpoint returns a subscriber's saved cursor ("" if none).
 	EventCheckpoint(ctx context.Context, name string) (string, error)
 	// SaveEventCheckpoint stores a subscriber's cursor.

@@ -213,6 +213,10 @@ type ListFilter struct {
 
 	// Dead-letter filters (additive; zero values select everything).
 	DLQStatuses   []bt.DLQStatus // dlq_status is one of these
-	ErrorContains string         // last_error contains this text
+	ErrorContains string         // last_error contains this text (any task)
 	Since, Until  time.Time      // last_seen within [Since, Until]
+
+	// Task filters (additive; zero values select everything).
+	IdempotencyKey             string    // enqueued with this idempotency key
+	CreatedSince, CreatedUntil time.Time // created_at within [CreatedSince, CreatedUntil]
 }

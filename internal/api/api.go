@@ -188,9 +188,11 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/queues", RoleViewer, s.listQueues)
 	s.handle("POST", "/v1/queues/{name}/pause", RoleOperator, s.pauseQueue)
 	s.handle("POST", "/v1/queues/{name}/resume", RoleOperator, s.resumeQueue)
+	s.handle("GET", "/v1/activity", RoleViewer, s.getActivity)
 
 	s.handle("GET", "/v1/dlq", RoleViewer, s.listDLQ)
 	s.handle("GET", "/v1/dlq/export", RoleViewer, s.exportDLQ)
+	s.handle("GET", "/v1/dlq/groups", RoleViewer, s.groupDLQ)
 	s.handle("GET", "/v1/dlq/{id}", RoleViewer, s.getDeadLetter)
 	s.handle("POST", "/v1/dlq/{id}/replay", RoleAdmin, s.replayDeadLetter)
 	s.handle("POST", "/v1/dlq/{id}/replay/preview", RoleAdmin, s.previewReplay)
@@ -198,6 +200,7 @@ func (s *Server) register() {
 	s.handle("POST", "/v1/dlq/{id}/resolve", RoleAdmin, s.resolveDeadLetter)
 	s.handle("POST", "/v1/dlq/redrive", RoleAdmin, s.redriveDLQ)
 	s.handle("GET", "/v1/redrives/{id}", RoleViewer, s.getRedrive)
+	s.handle("POST", "/v1/redrives/{id}/cancel", RoleAdmin, s.cancelRedrive)
 	s.handle("POST", "/v1/dlq/purge", RoleAdmin, s.purgeDLQ)
 
 	s.handle("POST", "/v1/workflows", RoleAdmin, s.applyWorkflow)

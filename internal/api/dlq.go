@@ -136,6 +136,27 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) error {
 	return s.writeList(w, r, f, withPayload, s.c.DeadLetters)
 }
 
+// DLQGroups is GET /v1/dlq/groups.
+type DLQGroups = backstop.DeadLetterGroups
+
+// GET /v1/dlq/groups: the dead letters of GET /v1/dlq's filters counted by
+// reason and by error (limit: how many errors, default 20).
+func (s *Server) groupDLQ(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if q.Has("after") {
+		return fail(codeInvalidQuery, `unknown parameter "after" (groups count the whole filter)`)
+	}
+	f, err := ParseDLQQuery(q, s.now(), 0)
+	if err != nil {
+		return err
+	}
+	g, err := s.c.DeadLetterGroupCounts(r.Context(), f, f.Limit)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, g)
+}
+
 // DeadLetterView is GET /v1/dlq/{id}: the dead letter with its executions
 // and its history (events, oldest first).
 type DeadLetterView struct {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/store"
 )
 
 // kill enqueues a task over the API and fails its only attempt for good:
@@ -379,4 +382,218 @@ func TestRunEndpoints(t *testing.T) {
 
 func backstopRedrive(queue string) backstop.RedriveParams {
 	return backstop.RedriveParams{Filter: backstop.ListParams{Queue: queue}, Actor: "test-admin"}
+}
+
+// GET /v1/dlq/groups counts a filter's dead letters by reason and by
+// error on the server, largest groups first, bounded; bad input is a 400.
+func TestDLQGroups(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		viewer, op := b.as[api.RoleViewer], b.as[api.RoleOperator]
+		// die: a dead letter in queue q whose attempt failed with errText
+		// (permanent_error), or ran out of attempts (attempts_exhausted).
+		die := func(q, errText string, exhausted bool) {
+			t.Helper()
+			if _, err := op.Enqueue(ctx, apiclient.Task{Queue: q, Kind: "k", MaxAttempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+			c := claimOne(t, op, q)
+			outcome := bt.OutcomePermanentError
+			if exhausted {
+				outcome = bt.OutcomeTransientError
+			}
+			if r, err := op.Fail(ctx, c.ID, api.FailRequest{LeaseToken: c.LeaseToken, Outcome: outcome, Error: errText}); err != nil || r.State != bt.StateDead {
+				t.Fatalf("fail: %+v %v", r, err)
+			}
+		}
+		for range 3 {
+			die("pay", "card declined", false)
+		}
+		for range 2 {
+			die("pay", "timeout <b>", true)
+		}
+		die("pay", "no such account", false)
+		die("mail", "card declined", false)
+
+		g, err := viewer.DLQGroups(ctx, url.Values{"queue": {"pay"}, "status": {"open"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := &api.DLQGroups{Total: 6,
+			ByReason: []store.GroupCount{{Value: "permanent_error", Count: 4}, {Value: "attempts_exhausted", Count: 2}},
+			ByError:  []store.GroupCount{{Value: "card declined", Count: 3}, {Value: "timeout <b>", Count: 2}, {Value: "no such account", Count: 1}}}
+		if !reflect.DeepEqual(g, want) {
+			t.Fatalf("groups of pay: %+v, want %+v", g, want)
+		}
+		// Every filter of the list applies; limit bounds the errors.
+		g, err = viewer.DLQGroups(ctx, url.Values{"error_contains": {"declined"}, "limit": {"1"}})
+		if err != nil || g.Total != 4 || len(g.ByError) != 1 || g.ByError[0] != (store.GroupCount{Value: "card declined", Count: 4}) || g.MoreErrors {
+			t.Fatalf("groups of declined: %+v %v", g, err)
+		}
+		g, err = viewer.DLQGroups(ctx, url.Values{"queue": {"pay"}, "limit": {"2"}})
+		if err != nil || g.Total != 6 || len(g.ByError) != 2 || !g.MoreErrors {
+			t.Fatalf("groups of pay, 2 errors: %+v %v", g, err)
+		}
+		g, err = viewer.DLQGroups(ctx, url.Values{"queue": {"none"}})
+		if err != nil || g.Total != 0 || len(g.ByReason) != 0 || len(g.ByError) != 0 {
+			t.Fatalf("groups of nothing: %+v %v", g, err)
+		}
+		for _, q := range []url.Values{{"reason": {"bogus"}}, {"limit": {"0"}}, {"limit": {"5000"}}, {"after": {"x"}}, {"nope": {"1"}}, {"status": {"weird"}}} {
+			_, err := viewer.DLQGroups(ctx, q)
+			if c := problemCode(t, err); c != "invalid_input" && c != "invalid_query" {
+				t.Fatalf("groups of %v: %v, want a 400", q, err)
+			}
+		}
+	})
+}
+
+// POST /v1/redrives/{id}/cancel stops a running redrive (admin only); the
+// same redrive again resumes it and replays the rest, each once.
+func TestRedriveCancel(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		viewer, op, admin := b.as[api.RoleViewer], b.as[api.RoleOperator], b.as[api.RoleAdmin]
+		for range 6 {
+			kill(t, b, apiclient.Task{Queue: "c", Kind: "k"})
+		}
+		st, err := admin.Redrive(ctx, api.RedriveRequest{Queue: "c", Rate: 2})
+		if err != nil || st.Status != "running" {
+			t.Fatalf("redrive: %+v %v", st, err)
+		}
+		_, err = op.CancelRedrive(ctx, st.RedriveID)
+		mustCode(t, err, "forbidden")
+		got, err := admin.CancelRedrive(ctx, st.RedriveID)
+		if err != nil || got.Status != "canceled" || got.FinishedAt == nil || got.Replayed >= 6 {
+			t.Fatalf("cancel: %+v %v", got, err)
+		}
+		if again, err := viewer.RedriveStatus(ctx, st.RedriveID); err != nil || again.Status != "canceled" {
+			t.Fatalf("status after cancel: %+v %v", again, err)
+		}
+		// Canceling a finished redrive answers its status.
+		if again, err := admin.CancelRedrive(ctx, st.RedriveID); err != nil || again.Status != "canceled" {
+			t.Fatalf("cancel again: %+v %v", again, err)
+		}
+		_, err = admin.CancelRedrive(ctx, "no-such-redrive")
+		mustCode(t, err, "not_found")
+		// Resume: the same redrive, the rest replayed.
+		res, err := admin.Redrive(ctx, api.RedriveRequest{Queue: "c", Wait: bt.Duration(20 * time.Second)})
+		if err != nil || !res.Resumed || res.RedriveID != st.RedriveID || res.Status != "done" || res.Replayed != 6 {
+			t.Fatalf("resume: %+v %v", res, err)
+		}
+	})
+}
+
+// GET /v1/activity counts per minute the tasks that succeeded, the
+// attempts that failed and the tasks that died, every minute of the window
+// listed (zeros filled in), the current one last.
+func TestActivity(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		op := b.as[api.RoleOperator]
+		for range 2 {
+			if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "ok", Kind: "k"}); err != nil {
+				t.Fatal(err)
+			}
+			c := claimOne(t, op, "ok")
+			if _, err := op.Complete(ctx, c.ID, api.CompleteRequest{LeaseToken: c.LeaseToken}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kill(t, b, apiclient.Task{Queue: "bad", Kind: "k"})
+		// A retried attempt: failed, not dead.
+		if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "retry", Kind: "k", MaxAttempts: 5}); err != nil {
+			t.Fatal(err)
+		}
+		c := claimOne(t, op, "retry")
+		if _, err := op.Fail(ctx, c.ID, api.FailRequest{LeaseToken: c.LeaseToken, Outcome: bt.OutcomeTransientError, Error: "flaky"}); err != nil {
+			t.Fatal(err)
+		}
+
+		code, out := b.raw(t, api.RoleViewer, "GET", "/v1/activity?minutes=5", "", "")
+		if code != http.StatusOK {
+			t.Fatalf("GET /v1/activity: %d %s", code, out)
+		}
+		var got api.ActivityResponse
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Items) != 5 {
+			t.Fatalf("%d minutes, want 5: %s", len(got.Items), out)
+		}
+		var sum struct{ ok, failed, dead int }
+		for i, m := range got.Items {
+			sum.ok, sum.failed, sum.dead = sum.ok+m.Succeeded, sum.failed+m.Failed, sum.dead+m.Dead
+			if i > 0 && !m.Minute.Equal(got.Items[i-1].Minute.Add(time.Minute)) {
+				t.Fatalf("minutes not consecutive: %s", out)
+			}
+		}
+		if now := time.Now().UTC().Truncate(time.Minute); got.Items[4].Minute.Before(now.Add(-time.Minute)) || got.Items[4].Minute.After(now) {
+			t.Fatalf("the last minute is %s, want about %s", got.Items[4].Minute, now)
+		}
+		if sum.ok != 2 || sum.failed != 2 || sum.dead != 1 {
+			t.Fatalf("activity: %d succeeded, %d failed, %d dead; want 2, 2, 1: %s", sum.ok, sum.failed, sum.dead, out)
+		}
+		if code, out := b.raw(t, api.RoleViewer, "GET", "/v1/activity", "", ""); code != http.StatusOK || strings.Count(string(out), `"minute"`) != 60 {
+			t.Fatalf("default window: %d %.200s", code, out)
+		}
+		for _, q := range []string{"?minutes=0", "?minutes=x", "?minutes=100000", "?nope=1"} {
+			if code, out := b.raw(t, api.RoleViewer, "GET", "/v1/activity"+q, "", ""); code != http.StatusBadRequest {
+				t.Fatalf("GET /v1/activity%s: %d %s, want 400", q, code, out)
+			}
+		}
+	})
+}
+
+// GET /v1/tasks filters by error text, idempotency key and creation time;
+// bad times are refused.
+func TestTaskListFilters(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		viewer, op := b.as[api.RoleViewer], b.as[api.RoleOperator]
+		keyed, err := op.Enqueue(ctx, apiclient.Task{Queue: "f", Kind: "k", IdempotencyKey: "order-7"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := kill(t, b, apiclient.Task{Queue: "g", Kind: "k"})
+		ids := func(q url.Values) []string {
+			t.Helper()
+			l, err := viewer.List(ctx, q)
+			if err != nil {
+				t.Fatalf("list %v: %v", q, err)
+			}
+			var out []string
+			for _, it := range l.Items {
+				out = append(out, it.ID)
+			}
+			return out
+		}
+		if got := ids(url.Values{"idempotency_key": {"order-7"}}); !slices.Equal(got, []string{keyed.Task.ID}) {
+			t.Fatalf("by key: %v", got)
+		}
+		if got := ids(url.Values{"error_contains": {"declined"}}); !slices.Equal(got, []string{dead}) {
+			t.Fatalf("by error: %v", got)
+		}
+		hourAgo, inHour := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		if got := ids(url.Values{"created_since": {hourAgo}, "created_until": {inHour}}); len(got) != 2 {
+			t.Fatalf("created within the hours around now: %v", got)
+		}
+		if got := ids(url.Values{"created_until": {hourAgo}}); len(got) != 0 {
+			t.Fatalf("created an hour ago: %v", got)
+		}
+		for _, q := range []url.Values{{"created_since": {"yesterday"}}, {"created_since": {inHour}, "created_until": {hourAgo}},
+			{"idempotency_key": {"a\x00b"}}} {
+			_, err := viewer.List(ctx, q)
+			if c := problemCode(t, err); c != "invalid_input" && c != "invalid_query" {
+				t.Fatalf("list %v: %v, want a 400", q, err)
+			}
+		}
+	})
 }

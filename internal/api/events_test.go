@@ -143,3 +143,92 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// after=end reads from the end of the log: nothing of its history, a real
+// cursor to go on from, then only what was written after; on a filtered
+// stream and live (Server-Sent Events) too.
+func TestEventsFromEnd(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(t *testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{})
+		enqueue := func(id string) {
+			t.Helper()
+			if code, out := b.raw(t, api.RoleOperator, "POST", "/v1/tasks", "application/json",
+				`{"id":"`+id+`","queue":"q","kind":"k"}`); code != http.StatusCreated {
+				t.Fatalf("enqueue %s: %d %s", id, code, out)
+			}
+		}
+		read := func(query string) backstop.EventPage {
+			t.Helper()
+			code, out := b.raw(t, api.RoleViewer, "GET", "/v1/events"+query, "", "")
+			if code != http.StatusOK {
+				t.Fatalf("GET /v1/events%s: %d %s", query, code, out)
+			}
+			var page backstop.EventPage
+			if err := json.Unmarshal(out, &page); err != nil {
+				t.Fatal(err)
+			}
+			return page
+		}
+		// An empty log's end is its beginning.
+		if p := read("?after=end"); len(p.Events) != 0 {
+			t.Fatalf("empty log from the end: %+v", p)
+		}
+		for _, id := range []string{"a", "b", "c"} {
+			enqueue(id)
+		}
+		waitUntil(t, "three final events", func() bool { return len(read("").Events) == 3 })
+		var end backstop.EventPage
+		waitUntil(t, "the end past c", func() bool {
+			end = read("?after=end")
+			return len(end.Events) == 0 && end.Next != "" && len(read("?after="+end.Next).Events) == 0
+		})
+		if q := read("?stream=queue.q&after=end"); len(q.Events) != 0 || q.Next == "" {
+			t.Fatalf("queue stream from the end: %+v", q)
+		}
+		enqueue("d")
+		var after backstop.EventPage
+		waitUntil(t, "d after the end", func() bool { after = read("?after=" + end.Next); return len(after.Events) > 0 })
+		if len(after.Events) != 1 || after.Events[0].Subject != "d" {
+			t.Fatalf("after the end: %+v, want d's event only", after.Events)
+		}
+		if q := read("?stream=queue.q&after=" + end.Next); len(q.Events) != 1 || q.Events[0].Subject != "d" {
+			t.Fatalf("queue stream after the end: %+v", q.Events)
+		}
+		for _, q := range []string{"?after=END", "?after=end1", "?after=-end"} {
+			if code, out := b.raw(t, api.RoleViewer, "GET", "/v1/events"+q, "", ""); code != http.StatusBadRequest || !strings.Contains(string(out), "end") {
+				t.Fatalf("GET /v1/events%s: %d %s, want 400", q, code, out)
+			}
+		}
+
+		// Live from the end: the first event the stream sends is e's,
+		// written after it opened (a..d stay out).
+		req, _ := http.NewRequest("GET", b.ts.URL+"/v1/events/stream?after=end", nil)
+		req.Header.Set("Authorization", "Bearer "+b.secret[api.RoleViewer])
+		resp, err := b.ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream: %d", resp.StatusCode)
+		}
+		enqueue("e")
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var e backstop.Event
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatal(err)
+			}
+			if e.Subject != "e" {
+				t.Fatalf("live from the end sent %s's %s first, want e's", e.Subject, e.Type)
+			}
+			return
+		}
+		t.Fatalf("stream ended: %v", sc.Err())
+	})
+}

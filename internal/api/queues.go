@@ -2,7 +2,10 @@ package api
 
 import (
 	"net/http"
+	"strconv"
 	"time"
+
+	"github.com/backstophq/backstop"
 )
 
 // Pausing a queue stops every worker, in-process or remote, from claiming
@@ -41,4 +44,32 @@ func (s *Server) resumeQueue(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.log.Info("queue resume", "actor", p.Name, "queue", name, "changed", changed)
 	return writeJSON(w, http.StatusOK, QueuePauseResponse{Name: name, Changed: changed})
+}
+
+// ActivityResponse is GET /v1/activity.
+type ActivityResponse struct {
+	Items []backstop.ActivityMinute `json:"items"`
+}
+
+// GET /v1/activity?minutes=N: per minute, the tasks that succeeded, the
+// attempts that failed and the tasks that died (the overview's charts).
+func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "minutes" {
+			return fail(codeInvalidQuery, "unknown parameter "+strconv.Quote(k)+" (use minutes)")
+		}
+	}
+	n := 0
+	if v := q.Get("minutes"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			return fail(codeInvalidQuery, "minutes "+strconv.Quote(v)+": want a whole number between 1 and "+strconv.Itoa(backstop.MaxActivityMinutes))
+		}
+	}
+	items, err := s.c.Activity(r.Context(), n)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, ActivityResponse{Items: items})
 }

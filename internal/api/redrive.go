@@ -52,8 +52,10 @@ type RedriveRequest struct {
 type RedriveStatus struct {
 	backstop.RedriveProgress
 	// Status: running; done (nothing left); stopped (its limit reached; the
-	// same redrive again continues); interrupted (the server stopped it;
-	// the same redrive again resumes); failed (Error says why).
+	// same redrive again continues); canceled (POST
+	// /v1/redrives/{id}/cancel; the same redrive again resumes);
+	// interrupted (the server stopped it; the same redrive again resumes);
+	// failed (Error says why).
 	Status     string     `json:"status"`
 	Error      string     `json:"error,omitempty"`
 	Actor      string     `json:"actor"`
@@ -62,9 +64,11 @@ type RedriveStatus struct {
 }
 
 type redriveRun struct {
-	mu   sync.Mutex
-	st   RedriveStatus
-	done chan struct{}
+	mu       sync.Mutex
+	st       RedriveStatus
+	done     chan struct{}
+	cancel   context.CancelFunc // stops the run (POST /v1/redrives/{id}/cancel)
+	canceled bool               // by that request
 }
 
 func (r *redriveRun) status() RedriveStatus {
@@ -130,7 +134,7 @@ func (rs *redrives) start(c *backstop.Client, p backstop.RedriveParams, now func
 					}
 				}
 			}
-			run = &redriveRun{done: make(chan struct{}), st: RedriveStatus{RedriveProgress: pr, Status: "running",
+			run = &redriveRun{done: make(chan struct{}), cancel: cancel, st: RedriveStatus{RedriveProgress: pr, Status: "running",
 				Actor: p.Actor, StartedAt: now()}}
 			rs.m[pr.RedriveID] = run
 			firstCh <- first{run: run}
@@ -158,6 +162,8 @@ func (rs *redrives) start(c *backstop.Client, p backstop.RedriveParams, now func
 			run.st.Status = "done"
 		case err == nil:
 			run.st.Status = "stopped"
+		case run.canceled:
+			run.st.Status = "canceled"
 		case errors.Is(err, backstop.ErrInterrupted):
 			run.st.Status, run.st.Error = "interrupted", err.Error()
 		default:
@@ -227,6 +233,33 @@ func (s *Server) getRedrive(w http.ResponseWriter, r *http.Request) error {
 	run := s.redrives.get(r.PathValue("id"))
 	if run == nil {
 		return fail(codeNotFound, fmt.Sprintf("redrive %q is not known to this server (it started elsewhere or before a restart; POST the same redrive again to resume it)", r.PathValue("id")))
+	}
+	return writeJSON(w, http.StatusOK, run.status())
+}
+
+// POST /v1/redrives/{id}/cancel: stops a running redrive after its current
+// batch (what was replayed stays replayed; the same POST /v1/dlq/redrive
+// again resumes it) and answers its status once it stopped.
+func (s *Server) cancelRedrive(w http.ResponseWriter, r *http.Request) error {
+	run := s.redrives.get(r.PathValue("id"))
+	if run == nil {
+		return fail(codeNotFound, fmt.Sprintf("redrive %q is not known to this server", r.PathValue("id")))
+	}
+	run.mu.Lock()
+	running := run.st.Status == "running"
+	if running {
+		run.canceled = true
+	}
+	run.mu.Unlock()
+	if running {
+		run.cancel()
+		select {
+		case <-run.done:
+		case <-r.Context().Done():
+			return r.Context().Err()
+		}
+		p := principalFrom(r.Context())
+		s.log.Info("dead-letter redrive canceled", "actor", p.Name, "redrive_id", r.PathValue("id"))
 	}
 	return writeJSON(w, http.StatusOK, run.status())
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -168,16 +169,31 @@ func ParseListQuery(q url.Values) (backstop.ListParams, error) {
 	}
 	for key, vals := range q {
 		switch key {
-		case "queue", "kind", "limit", "after":
+		case "queue", "kind", "limit", "after", "error_contains", "idempotency_key", "created_since", "created_until":
 			if len(vals) != 1 {
 				return f, bad("%s: give it once", key)
 			}
 		case "state", "attr":
 		default:
-			return f, bad("unknown parameter %q (use queue, kind, state, attr, limit, after)", key)
+			return f, bad("unknown parameter %q (use queue, kind, state, attr, error_contains, idempotency_key, created_since, created_until, limit, after)", key)
 		}
 	}
 	f.Queue, f.Kind, f.AfterID = q.Get("queue"), q.Get("kind"), q.Get("after")
+	f.ErrorContains, f.IdempotencyKey = q.Get("error_contains"), q.Get("idempotency_key")
+	for _, w := range []struct {
+		key string
+		dst *time.Time
+	}{{"created_since", &f.CreatedSince}, {"created_until", &f.CreatedUntil}} {
+		v := q.Get(w.key)
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return f, bad("%s %q: want an RFC 3339 time", w.key, v)
+		}
+		*w.dst = t
+	}
 	for _, v := range q["state"] {
 		for _, st := range strings.Split(v, ",") {
 			f.States = append(f.States, bt.State(strings.TrimSpace(st)))

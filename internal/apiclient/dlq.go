@@ -66,6 +66,19 @@ func (c *Client) RedriveStatus(ctx context.Context, id string) (*api.RedriveStat
 	return &out, c.Do(ctx, "GET", "/v1/redrives/"+esc(id), nil, &out)
 }
 
+// CancelRedrive stops a running redrive (the same Redrive again resumes it).
+func (c *Client) CancelRedrive(ctx context.Context, id string) (*api.RedriveStatus, error) {
+	var out api.RedriveStatus
+	return &out, c.Do(ctx, "POST", "/v1/redrives/"+esc(id)+"/cancel", nil, &out)
+}
+
+// DLQGroups counts dead letters by reason and by error; q takes the
+// filters of GET /v1/dlq and limit (error groups).
+func (c *Client) DLQGroups(ctx context.Context, q url.Values) (*api.DLQGroups, error) {
+	var out api.DLQGroups
+	return &out, c.Do(ctx, "GET", withQuery("/v1/dlq/groups", q), nil, &out)
+}
+
 // PurgeDLQ deletes dead letters for good.
 func (c *Client) PurgeDLQ(ctx context.Context, req api.PurgeRequest) (*api.PurgeResponse, error) {
 	var out api.PurgeResponse

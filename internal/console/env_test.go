@@ -51,7 +51,7 @@ func forStores(t *testing.T, fn func(t *testing.T, dbURL string)) {
 	t.Run("postgres", func(t *testing.T) { t.Parallel(); fn(t, testdb.Postgres(t)) })
 }
 
-func newEnv(t *testing.T, dbURL string, o envOpts) *env {
+func newEnv(t testing.TB, dbURL string, o envOpts) *env {
 	t.Helper()
 	ctx := context.Background()
 	s, err := dburl.Open(ctx, dbURL)

@@ -3,8 +3,13 @@ package console_test
 import (
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/backstophq/backstop/internal/api"
@@ -95,5 +100,89 @@ func TestBrowserEvents(t *testing.T) {
 		if msg := text(t, ctx, "#events-error"); !contains(msg, "400") {
 			t.Fatalf("bad stream: %q", msg)
 		}
+	})
+}
+
+// The live pages subscribe from the end of the log, not its start: each
+// page's event stream names, as its after, a cursor no earlier than the
+// log's end when the page opened (reading after it gives none of the
+// tasks written before), and still updates live.
+func TestBrowserLiveFromEnd(t *testing.T) {
+	t.Parallel()
+	forStores(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, dbURL, envOpts{})
+		var old []string
+		for range 3 {
+			old = append(old, e.enqueue(t, map[string]any{"queue": "email", "kind": "send", "payload": map[string]any{}}))
+		}
+		// The three are final in the log (Postgres: once every earlier
+		// transaction ended).
+		for _, id := range old {
+			e.firstCursor(t, "task."+id)
+		}
+		ctx := browser(t)
+		var (
+			mu   sync.Mutex
+			urls []string
+		)
+		if err := chromedp.Listen(ctx, func(ev any) {
+			if r, ok := ev.(*network.EventRequestWillBeSent); ok && strings.Contains(r.Request.URL, "/v1/events?stream=") {
+				mu.Lock()
+				urls = append(urls, r.Request.URL)
+				mu.Unlock()
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
+			t.Fatal(err)
+		}
+		e.signIn(t, ctx, api.RoleViewer)
+		streamOf := func(page, sel, stream string) string {
+			t.Helper()
+			run(t, ctx, "open "+page, nav(e.url+"/#"+page), visible(sel))
+			var u string
+			for deadline := time.Now().Add(30 * time.Second); u == ""; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s opened no stream %s", page, stream)
+				}
+				mu.Lock()
+				for _, x := range urls {
+					if contains(x, "stream="+url.QueryEscape(stream)) {
+						u = x
+					}
+				}
+				urls = nil
+				mu.Unlock()
+			}
+			pu, err := url.Parse(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := pu.Query().Get("after")
+			if after == "" {
+				t.Fatalf("%s follows %s from the start of the log: %s", page, stream, u)
+			}
+			// Nothing written before the page opened is after its cursor.
+			st, out, _ := e.call(t, "GET", "/v1/events?after="+url.QueryEscape(after), api.RoleViewer, nil, nil)
+			if st != http.StatusOK {
+				t.Fatalf("read after %q: %d %v", after, st, out)
+			}
+			for _, it := range out["items"].([]any) {
+				if s, _ := it.(map[string]any)["subject"].(string); slices.Contains(old, s) {
+					t.Fatalf("%s's stream (after %q) would replay %s's history", page, after, s)
+				}
+			}
+			return after
+		}
+		streamOf("/", "main table", "all")
+		streamOf("/dlq", "main h1", "type.task.dead_lettered")
+		streamOf("/workers", "main h1", "all")
+		streamOf("/tasks/"+old[0], "main h1", "task."+old[0])
+
+		// Live all the same: a task enqueued now shows on the overview.
+		streamOf("/", "main table", "all")
+		e.enqueue(t, map[string]any{"queue": "sms", "kind": "send", "payload": map[string]any{}})
+		waitText(t, ctx, "main table", "sms")
 	})
 }

@@ -347,6 +347,34 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	return page, nil
 }
 
+// EventsEnd implements store.EventLog: the last log row below the horizon
+// (every transaction below it has ended, so no event can still appear
+// before it), read backwards on the primary key. Its cursor has no place
+// in the row: after the whole row.
+func (s *Store) EventsEnd(ctx context.Context) (string, error) {
+	var h string
+	if err := s.pool.QueryRow(ctx, sqlHorizon).Scan(&h); err != nil {
+		return "", fmt.Errorf("pgstore: events end: horizon: %w", err)
+	}
+	var (
+		xid string
+		seq int64
+	)
+	err := s.pool.QueryRow(ctx, `SELECT xid::text, seq FROM backstop_events WHERE xid < $1::text::xid8
+		ORDER BY xid DESC, seq DESC LIMIT 1`, h).Scan(&xid, &seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("pgstore: events end: %w", err)
+	}
+	x, err := strconv.ParseUint(xid, 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("pgstore: events end: xid %q: %w", xid, err)
+	}
+	return store.Cursor{Xid: x, Seq: uint64(seq)}.String(), nil
+}
+
 // queryEvents runs a read of the all stream with plain sorts off: sorting
 // by (xid, seq, i) must be the incremental sort over rows read in log
 // order, which expands rows only until the page is full. With statistics

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -34,6 +36,29 @@ func (s *Store) Get(ctx context.Context, id string) (*bt.Task, error) {
 
 // List implements store.Store.
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error) {
+	where, args, err := listWhere(f)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list: %w", err)
+	}
+	if f.AfterID != "" {
+		args = append(args, f.AfterID)
+		where = append(where, "t.id > $"+strconv.Itoa(len(args)))
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	args = append(args, limit)
+	tasks, err := s.queryTasks(ctx, listQuery(where, len(args), f.WithoutPayload), args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list: %w", err)
+	}
+	return tasks, nil
+}
+
+// listWhere turns a filter (but its cursor and limit) into conditions on
+// backstop_tasks t and their arguments ($1…).
+func listWhere(f store.ListFilter) ([]string, []any, error) {
 	var (
 		where []string
 		args  []any
@@ -61,7 +86,7 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 	if len(f.Attrs) > 0 {
 		attrs, err := json.Marshal(f.Attrs)
 		if err != nil {
-			return nil, fmt.Errorf("pgstore: list: attributes: %w", err)
+			return nil, nil, fmt.Errorf("attributes: %w", err)
 		}
 		add("t.attributes @> %s::jsonb", string(attrs))
 	}
@@ -81,19 +106,100 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 	if !f.Until.IsZero() {
 		add("t.last_seen <= %s", f.Until)
 	}
-	if f.AfterID != "" {
-		add("t.id > %s", f.AfterID)
+	if f.IdempotencyKey != "" {
+		add("t.idempotency_key = %s", f.IdempotencyKey)
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = defaultListLimit
+	if !f.CreatedSince.IsZero() {
+		add("t.created_at >= %s", f.CreatedSince)
 	}
-	args = append(args, limit)
-	tasks, err := s.queryTasks(ctx, listQuery(where, len(args), f.WithoutPayload), args...)
+	if !f.CreatedUntil.IsZero() {
+		add("t.created_at <= %s", f.CreatedUntil)
+	}
+	return where, args, nil
+}
+
+// DLQGroups implements store.APIStore: both counts in one scan of the
+// filter's dead letters (grouping sets; errors by their first 200
+// characters), the error groups cut in Go. (Partial indexes on dead tasks
+// did not help: an index-only scan needs the visibility map, and freshly
+// killed tasks are not all-visible yet.)
+func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit int) (*store.DLQGroups, error) {
+	f.States = []bt.State{bt.StateDead}
+	where, args, err := listWhere(f)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: list: %w", err)
+		return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
 	}
-	return tasks, nil
+	rs, err := s.pool.Query(ctx, `SELECT GROUPING(t.dead_reason), coalesce(t.dead_reason, ''), coalesce(left(t.last_error, 200), ''), count(*)
+		FROM backstop_tasks t WHERE `+strings.Join(where, " AND ")+`
+		GROUP BY GROUPING SETS ((t.dead_reason), (left(t.last_error, 200)))`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
+	}
+	defer rs.Close()
+	g := &store.DLQGroups{ByReason: []store.GroupCount{}, ByError: []store.GroupCount{}}
+	for rs.Next() {
+		var (
+			byError        int
+			reason, errTxt string
+			n              int
+		)
+		if err := rs.Scan(&byError, &reason, &errTxt, &n); err != nil {
+			return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
+		}
+		if byError == 1 { // dead_reason is rolled up: an error's group
+			g.ByError = append(g.ByError, store.GroupCount{Value: errTxt, Count: n})
+		} else {
+			g.ByReason = append(g.ByReason, store.GroupCount{Value: reason, Count: n})
+			g.Total += n
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
+	}
+	store.SortGroups(g.ByReason)
+	store.SortGroups(g.ByError)
+	g.ByError, g.MoreErrors = store.CapGroups(g.ByError, errorLimit)
+	return g, nil
+}
+
+// Activity implements store.APIStore.
+func (s *Store) Activity(ctx context.Context, since time.Time) (map[int64]store.MinuteActivity, error) {
+	const minute = `floor(extract(epoch FROM %s) / 60)::bigint`
+	out := map[int64]store.MinuteActivity{}
+	for _, q := range []struct {
+		sql string
+		add func(a *store.MinuteActivity, n int)
+	}{
+		{`SELECT ` + fmt.Sprintf(minute, "finalized_at") + `, count(*) FROM backstop_tasks
+			WHERE state = 'succeeded' AND finalized_at >= $1 GROUP BY 1`,
+			func(a *store.MinuteActivity, n int) { a.Succeeded += n }},
+		{`SELECT ` + fmt.Sprintf(minute, "finished_at") + `, count(*) FROM backstop_executions
+			WHERE outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired') AND finished_at >= $1 GROUP BY 1`,
+			func(a *store.MinuteActivity, n int) { a.Failed += n }},
+		{`SELECT ` + fmt.Sprintf(minute, "last_seen") + `, count(*) FROM backstop_tasks WHERE state = 'dead' AND last_seen >= $1 GROUP BY 1`,
+			func(a *store.MinuteActivity, n int) { a.Dead += n }},
+	} {
+		rs, err := s.pool.Query(ctx, q.sql, since)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: activity: %w", err)
+		}
+		for rs.Next() {
+			var m int64
+			var n int
+			if err := rs.Scan(&m, &n); err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("pgstore: activity: %w", err)
+			}
+			a := out[m]
+			q.add(&a, n)
+			out[m] = a
+		}
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return nil, fmt.Errorf("pgstore: activity: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // Executions implements store.Store: the task's attempts, oldest first.

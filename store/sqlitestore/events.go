@@ -346,6 +346,16 @@ func (s *Store) readNode(ctx context.Context, host string, cands []bt.Event, win
 	return out, windowNext, nil
 }
 
+// EventsEnd implements store.EventLog: the last row's seq (the single
+// writer commits in seq order, and a reader sees only committed rows).
+func (s *Store) EventsEnd(ctx context.Context) (string, error) {
+	var seq sql.NullInt64
+	if err := s.r.QueryRowContext(ctx, `SELECT max(seq) FROM backstop_events`).Scan(&seq); err != nil {
+		return "", fmt.Errorf("sqlite: events end: %w", err)
+	}
+	return store.Cursor{Seq: uint64(seq.Int64)}.String(), nil
+}
+
 // ReadEvents implements store.EventLog.
 func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.EventPage, error) {
 	cur, err := store.ParseCursor(q.After)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -981,6 +982,94 @@ func (s *Store) PromoteScheduled(ctx context.Context, now time.Time, limit int) 
 	return n, nil
 }
 
+// DLQGroups implements store.APIStore.
+func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit int) (*store.DLQGroups, error) {
+	// Without a queue, the literal state = 'dead' (not a parameter) lets
+	// the planner use the partial indexes on dead tasks (migration 00014),
+	// covering when the filter is the status; with a queue, the queue's
+	// rows are fewer: the parameter leaves the (queue, state) index to it.
+	cond := "state = 'dead'"
+	if f.Queue != "" {
+		cond, f.States = "true", []bt.State{bt.StateDead}
+	} else {
+		f.States = nil
+	}
+	where, args := listWhere(f)
+	cond = strings.Join(append([]string{cond}, where...), " AND ")
+	g := &store.DLQGroups{ByReason: []store.GroupCount{}, ByError: []store.GroupCount{}}
+	read := func(col string, limit int, into *[]store.GroupCount) error {
+		rows, err := s.r.QueryContext(ctx, `SELECT `+col+`, count(*) FROM backstop_tasks WHERE `+cond+`
+			GROUP BY `+col+` ORDER BY 2 DESC, 1 LIMIT ?`, append(slices.Clone(args), limit)...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				v *string // NULL: grouped as ""
+				c store.GroupCount
+			)
+			if err := rows.Scan(&v, &c.Count); err != nil {
+				return err
+			}
+			if v != nil {
+				c.Value = *v
+			}
+			*into = append(*into, c)
+		}
+		return rows.Err()
+	}
+	if err := read("dead_reason", 1000, &g.ByReason); err != nil {
+		return nil, fmt.Errorf("sqlite: dead letters by reason: %w", err)
+	}
+	if err := read("substr(last_error, 1, 200)", errorLimit+1, &g.ByError); err != nil {
+		return nil, fmt.Errorf("sqlite: dead letters by error: %w", err)
+	}
+	g.ByError, g.MoreErrors = store.CapGroups(g.ByError, errorLimit)
+	for _, c := range g.ByReason {
+		g.Total += c.Count
+	}
+	return g, nil
+}
+
+// Activity implements store.APIStore (times are microseconds).
+func (s *Store) Activity(ctx context.Context, since time.Time) (map[int64]store.MinuteActivity, error) {
+	out := map[int64]store.MinuteActivity{}
+	for _, q := range []struct {
+		sql string
+		add func(a *store.MinuteActivity, n int)
+	}{
+		{`SELECT finalized_at / 60000000, count(*) FROM backstop_tasks WHERE state = 'succeeded' AND finalized_at >= ? GROUP BY 1`,
+			func(a *store.MinuteActivity, n int) { a.Succeeded += n }},
+		{`SELECT finished_at / 60000000, count(*) FROM backstop_executions
+			WHERE outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired') AND finished_at >= ? GROUP BY 1`,
+			func(a *store.MinuteActivity, n int) { a.Failed += n }},
+		{`SELECT last_seen / 60000000, count(*) FROM backstop_tasks WHERE state = 'dead' AND last_seen >= ? GROUP BY 1`,
+			func(a *store.MinuteActivity, n int) { a.Dead += n }},
+	} {
+		rows, err := s.r.QueryContext(ctx, q.sql, us(since))
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: activity: %w", err)
+		}
+		for rows.Next() {
+			var m int64
+			var n int
+			if err := rows.Scan(&m, &n); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("sqlite: activity: %w", err)
+			}
+			a := out[m]
+			q.add(&a, n)
+			out[m] = a
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("sqlite: activity: %w", err)
+		}
+	}
+	return out, nil
+}
+
 // listWhere turns a filter (but its cursor) into conditions and arguments.
 func listWhere(f store.ListFilter) ([]string, []any) {
 	var (
@@ -1022,6 +1111,15 @@ func listWhere(f store.ListFilter) ([]string, []any) {
 	}
 	if !f.Until.IsZero() {
 		add("last_seen <= ?", us(f.Until))
+	}
+	if f.IdempotencyKey != "" {
+		add("idempotency_key = ?", f.IdempotencyKey)
+	}
+	if !f.CreatedSince.IsZero() {
+		add("created_at >= ?", us(f.CreatedSince))
+	}
+	if !f.CreatedUntil.IsZero() {
+		add("created_at <= ?", us(f.CreatedUntil))
 	}
 	return where, args
 }

@@ -85,16 +85,26 @@ func (s *suite) testCountByQueue(t *testing.T) {
 	if qs, err := reads.CountByQueue(b.ctx); err != nil || len(qs) != 0 {
 		t.Fatalf("empty store: %+v %v", qs, err)
 	}
+	var runAts []time.Time
 	for _, p := range []backstop.EnqueueParams{
 		{Queue: "b", Kind: "k"}, {Queue: "b", Kind: "k"}, {Queue: "b", Kind: "k", Delay: time.Hour}, {Queue: "a", Kind: "k"},
+		{Queue: "c", Kind: "k", Delay: time.Hour},
 	} {
-		if _, err := b.c.Enqueue(b.ctx, p); err != nil {
+		r, err := b.c.Enqueue(b.ctx, p)
+		if err != nil {
 			t.Fatal(err)
 		}
+		runAts = append(runAts, r.Task.RunAt)
 	}
 	qs, err := reads.CountByQueue(b.ctx)
-	if err != nil || len(qs) != 2 || qs[0].Queue != "a" || qs[1].Queue != "b" ||
+	if err != nil || len(qs) != 3 || qs[0].Queue != "a" || qs[1].Queue != "b" ||
 		qs[0].Counts[bt.StatePending] != 1 || qs[1].Counts[bt.StatePending] != 2 || qs[1].Counts[bt.StateScheduled] != 1 {
 		t.Fatalf("counts: %+v %v", qs, err)
+	}
+	// The oldest pending run_at: b's first task (not its scheduled one);
+	// none in c, whose only task is scheduled.
+	if qs[1].OldestPending == nil || !qs[1].OldestPending.Equal(runAts[0]) || qs[0].OldestPending == nil ||
+		!qs[0].OldestPending.Equal(runAts[3]) || qs[2].OldestPending != nil {
+		t.Fatalf("oldest pending: a %v b %v c %v, want %v %v nil", qs[0].OldestPending, qs[1].OldestPending, qs[2].OldestPending, runAts[3], runAts[0])
 	}
 }

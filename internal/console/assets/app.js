@@ -1,10 +1,11 @@
 // The console's entry: session, sign-in and the hash router.
-import { api, h, clear, flash, errorText, getSession, setSession, whenSignedOut, stopLive, showLive } from './lib.js';
+import { api, h, clear, flash, errorText, getSession, setSession, whenSignedOut, stopLive, showLive, endCursor } from './lib.js';
 import { overviewPage } from './overview.js';
 import { dlqListPage, dlqPage } from './dlq.js';
 import { tasksPage, taskPage } from './tasks.js';
 import { workersPage, workerPage } from './workers.js';
 import { eventsPage } from './events.js';
+import { runsPage, runPage } from './runs.js';
 
 const main = document.getElementById('main');
 
@@ -19,6 +20,8 @@ const routes = [
   [/^\/workers$/, 'workers', (view, m, q) => workersPage(view, q)],
   [/^\/workers\/([^/]+)$/, 'workers', (view, m) => workerPage(view, decodeURIComponent(m[1]))],
   [/^\/events$/, 'events', (view, m, q) => eventsPage(view, q)],
+  [/^\/runs$/, 'runs', (view) => runsPage(view)],
+  [/^\/runs\/([^/]+)$/, 'runs', (view, m, q) => runPage(view, decodeURIComponent(m[1]), q)],
 ];
 
 // Each page renders into a view of its own, shown once it is ready and
@@ -43,6 +46,9 @@ async function route() {
     }
     clear(main, h('p', { class: 'muted' }, 'Loading…'));
     const view = h('div', { class: 'view' });
+    // The page's live stream starts where the log ends now, before the
+    // page reads its data (lib.live).
+    view._end = await endCursor();
     try {
       await fn(view, m, q);
     } catch (e) {

@@ -41,7 +41,10 @@ export async function dlqListPage(main, q) {
   if (st) api_q.set('status', st);
   api_q.set('limit', '50');
   if (q.get('after')) api_q.set('after', q.get('after'));
-  const page = await api('GET', `/v1/dlq?${api_q}`);
+  const gq = new URLSearchParams(api_q);
+  gq.delete('limit');
+  gq.delete('after');
+  const [page, groups] = await Promise.all([api('GET', `/v1/dlq?${api_q}`), api('GET', `/v1/dlq/groups?${gq}`)]);
   const rows = page.items.map((t) => [
     h('a', { href: `#/dlq/${encodeURIComponent(t.id)}`, class: 'mono' }, t.id),
     t.queue, t.kind, badge(t.reason || '', 'reason'), badge(t.dlq_status || '', t.dlq_status),
@@ -50,9 +53,15 @@ export async function dlqListPage(main, q) {
   const next = page.next_cursor;
   const nq = new URLSearchParams(q);
   if (next) nq.set('after', next);
+  // Export: the same filters, as NDJSON (GET /v1/dlq/export), downloaded.
+  const exportLink = h('a', { href: `/v1/dlq/export?${gq}`, download: 'dead-letters.ndjson', id: 'dlq-export' },
+    `Export the ${groups.total} matching as NDJSON`);
   clear(main,
     h('h1', {}, 'Dead letters'),
     form,
+    groupsSection(q, groups),
+    h('p', { class: 'small' }, exportLink),
+    can('admin') && st === 'open' ? bulkSection(q, groups.total) : null,
     h('div', { class: 'scroll', id: 'dlq-list' },
       table('Dead letters', ['Id', 'Queue', 'Kind', 'Reason', 'Status', 'Last error', 'Attempts', 'Last seen'], rows,
         'No dead letter matches.')),
@@ -61,6 +70,126 @@ export async function dlqListPage(main, q) {
       next ? h('a', { href: `#/dlq?${nq}`, rel: 'next' }, 'Next page') : null));
   const refresh = debounce(() => { if (location.hash.startsWith('#/dlq?') || location.hash === '#/dlq') dlqListPage(main, q).catch(() => {}); }, 3000);
   live(main, 'type.task.dead_lettered', refresh);
+}
+
+// groupsSection: the filter's dead letters counted by reason and by error
+// (on the server); each group links to the list narrowed to it.
+function groupsSection(q, g) {
+  const narrowed = (key, value) => {
+    const p = withoutAfter(q);
+    p.set(key, value);
+    if (!p.has('status')) p.set('status', 'open');
+    return `#/dlq?${p}`;
+  };
+  const list = (id, caption, items, key) => h('table', { id, class: 'groups' },
+    h('caption', {}, caption),
+    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, key === 'reason' ? 'Reason' : 'Error'), h('th', { scope: 'col' }, 'Count'))),
+    h('tbody', {}, items.map((x) => h('tr', {},
+      h('td', {}, x.value ? h('a', { href: narrowed(key, x.value), class: key === 'reason' ? '' : 'err' }, x.value) : h('span', { class: 'muted' }, '(none)')),
+      h('td', {}, String(x.count))))));
+  return h('section', { class: 'groups-row', 'aria-label': 'Grouped counts', id: 'dlq-groups', 'data-total': String(g.total) },
+    h('p', { class: 'stat' }, h('span', { class: 'n' }, String(g.total)), ' dead letters match this filter'),
+    list('groups-reason', 'By reason', g.by_reason, 'reason'),
+    list('groups-error', g.more_errors ? `By error (the ${g.by_error.length} largest groups)` : 'By error', g.by_error, 'error_contains'));
+}
+
+// The bulk replay of "all N matching this filter" runs as a redrive in the
+// server (POST /v1/dlq/redrive); its progress is polled from GET
+// /v1/redrives/{id} while the page shows it. Cancel stops it after the
+// current batch; Resume posts the same redrive again, which continues it.
+let bulk = null; // {req, st}
+
+function redriveRequest(q) {
+  const req = {};
+  for (const k of ['queue', 'kind', 'reason', 'error_contains']) if (q.get(k)) req[k] = q.get(k);
+  const attr = q.get('attr');
+  if (attr) {
+    const i = attr.indexOf('=');
+    if (i > 0) req.attributes = { [attr.slice(0, i)]: attr.slice(i + 1) };
+  }
+  const since = q.get('since');
+  if (since) {
+    const m = since.match(/^(\d+)([smhd])$/);
+    const unit = { s: 1e3, m: 6e4, h: 36e5, d: 864e5 };
+    const t = m ? new Date(Date.now() - Number(m[1]) * unit[m[2]]) : new Date(since);
+    if (isNaN(t)) return null;
+    req.since = t.toISOString();
+  }
+  return req;
+}
+
+function bulkSection(q, total) {
+  const req = redriveRequest(q);
+  const bar = h('progress', { id: 'bulk-progress', max: '1', value: '0', 'aria-label': 'Replayed of the selection' });
+  const text = h('span', { id: 'bulk-text', role: 'status', 'aria-live': 'polite' });
+  const start = h('button', { type: 'button', class: 'primary', id: 'bulk-replay', disabled: total === 0 || !req },
+    `Replay all ${total} matching this filter`);
+  const cancel = h('button', { type: 'button', id: 'bulk-cancel', hidden: true }, 'Cancel');
+  const resume = h('button', { type: 'button', id: 'bulk-resume', hidden: true }, 'Resume');
+  const err = h('p', { class: 'error', role: 'alert', id: 'bulk-error' });
+  const rate = h('input', { id: 'bulk-rate', name: 'rate', type: 'number', min: '0', step: 'any', placeholder: 'unthrottled', size: 8 });
+  const sec = h('section', { class: 'card bulk', id: 'bulk', 'aria-label': 'Bulk replay' },
+    field('Replays a second (empty: as fast as it goes)', rate), start, bar, text, cancel, resume, err);
+  const show = () => {
+    const st = bulk && bulk.st;
+    bar.hidden = !st;
+    if (!st) return;
+    bar.max = Math.max(st.total, 1);
+    bar.value = st.replayed + st.failed;
+    clear(text, `${st.replayed} of ${st.total} replayed${st.failed ? `, ${st.failed} failed` : ''} · ${st.status}`);
+    sec.dataset.status = st.status;
+    cancel.hidden = st.status !== 'running';
+    resume.hidden = !['canceled', 'interrupted', 'stopped', 'failed'].includes(st.status);
+    start.disabled = st.status === 'running';
+  };
+  const poll = async () => {
+    while (bulk && bulk.st.status === 'running' && sec.isConnected) {
+      await new Promise((r) => setTimeout(r, 500));
+      try {
+        bulk.st = await api('GET', `/v1/redrives/${encodeURIComponent(bulk.st.redrive_id)}`);
+      } catch (e) {
+        clear(err, errorText(e));
+        return;
+      }
+      show();
+    }
+  };
+  const run = async (r) => {
+    clear(err);
+    try {
+      bulk = { req: r, st: await api('POST', '/v1/dlq/redrive', r) };
+    } catch (e) {
+      clear(err, errorText(e));
+      return;
+    }
+    show();
+    poll();
+  };
+  start.addEventListener('click', () => {
+    const r = { ...req };
+    if (Number(rate.value) > 0) r.rate = Number(rate.value);
+    run(r);
+  });
+  resume.addEventListener('click', () => run(bulk.req));
+  cancel.addEventListener('click', async () => {
+    cancel.disabled = true;
+    try {
+      bulk.st = await api('POST', `/v1/redrives/${encodeURIComponent(bulk.st.redrive_id)}/cancel`);
+    } catch (e) {
+      clear(err, errorText(e));
+    }
+    cancel.disabled = false;
+    show();
+  });
+  if (!req) clear(err, 'Bulk replay needs "Dead since" as an age (24h, 7d) or a time.');
+  // A redrive of this same filter started earlier on this page: show it.
+  if (bulk && req && JSON.stringify({ ...bulk.req, rate: undefined }) === JSON.stringify(req)) {
+    show();
+    poll();
+  } else {
+    bar.hidden = true;
+  }
+  return sec;
 }
 
 function withoutAfter(q) {
@@ -109,15 +238,18 @@ function adminActions(main, t) {
   const confirm = h('button', { type: 'button', class: 'primary', id: 'replay-confirm', hidden: true }, 'Confirm replay');
   const status = h('p', { class: 'error', role: 'alert', id: 'replay-error' });
   let pending = null;
+  const newID = h('input', { type: 'checkbox', id: 'replay-new-id', name: 'new_id' });
   const body = () => {
     const txt = patch.value.trim();
-    if (!txt) return {};
-    return { merge_patch: JSON.parse(txt) };
+    const b = txt ? { merge_patch: JSON.parse(txt) } : {};
+    if (newID.checked) b.new_id = true;
+    return b;
   };
   const replayForm = h('form', { class: 'card', id: 'replay-form', 'aria-labelledby': 'replay-title' },
     h('h3', { id: 'replay-title' }, 'Replay'),
     h('p', { class: 'muted small' }, 'Runs the task again under the same id. Optionally change the payload with a JSON merge patch (RFC 7396); preview the result before you confirm.'),
     field('Merge patch (optional)', patch),
+    h('div', { class: 'check' }, newID, h('label', { for: 'replay-new-id' }, 'Replay as a new task (a new id; this dead letter is kept, marked replayed)')),
     h('button', { type: 'submit', id: 'replay-preview' }, 'Preview replay'),
     status, preview, confirm);
   replayForm.addEventListener('submit', async (ev) => {
@@ -145,6 +277,11 @@ function adminActions(main, t) {
     confirm.disabled = true;
     try {
       const r = await api('POST', `/v1/dlq/${id}/replay`, pending);
+      if (r.replayed && r.new_id) {
+        flash(`Replayed ${t.id} as the new task ${r.new_id}: it is ${r.task ? r.task.state : 'waiting'}.`);
+        location.hash = `#/tasks/${encodeURIComponent(r.new_id)}`;
+        return;
+      }
       flash(r.replayed ? `Replayed ${t.id}: it is ${r.task ? r.task.state : 'waiting'} again.` : `Not replayed: it is ${r.state} (${r.dlq_status}).`);
       location.hash = `#/tasks/${id}`;
     } catch (e) {

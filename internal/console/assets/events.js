@@ -82,7 +82,7 @@ export async function eventsPage(main, q) {
   const pauseBtn = h('button', { type: 'button', id: 'events-pause' }, 'Pause');
   const resumeBtn = h('button', { type: 'submit', id: 'events-resume', class: 'primary' }, 'Resume');
   const resume = h('form', { class: 'filters', id: 'events-resume-form', 'aria-label': 'Pause or resume the stream' },
-    pauseBtn, field('Resume after cursor (empty: from the start of the log)', f.cursor), resumeBtn);
+    pauseBtn, field('Resume after cursor (empty: from the start of the log; end: from now)', f.cursor), resumeBtn);
   const setStatus = (paused) => {
     pauseBtn.disabled = paused;
     resumeBtn.disabled = !paused;

@@ -142,11 +142,16 @@ export function field(label, control) {
 // rendered into view: at most one stream is open, the current page's. A
 // page that is not shown yet gets its stream when the router shows it
 // (showLive); a page re-rendering itself keeps its open stream.
-// after (optional) is the cursor the stream resumes behind.
+// after (optional) is the cursor the stream resumes behind ('' from the
+// start of the log); without it, the page's stream starts where the log
+// ended just before the page read its data (view._end, taken by the
+// router: nothing between the read and the stream is missed, and the
+// log's history is never read), else at the end of the log ('end').
 let current = null; // {view, stream, after, onEvent, es}
 export function live(view, stream, onEvent, after) {
-  view._live = { stream, onEvent, after: after || '' };
-  if (current && current.view === view && current.stream === stream && current.after === (after || '')) {
+  if (after === undefined) after = view._end !== undefined ? view._end : 'end';
+  view._live = { stream, onEvent, after };
+  if (current && current.view === view && current.stream === stream && current.after === after) {
     current.onEvent = onEvent;
     return;
   }
@@ -179,6 +184,18 @@ export const eventTypes = ['task.enqueued', 'task.claimed', 'task.started', 'tas
   'worker.started', 'worker.heartbeat_lost', 'worker.stopped',
   'ordering.buffered', 'ordering.released', 'ordering.gap_reported', 'ordering.stale', 'ordering.timeout',
   'ordering.circuit_breaker'];
+
+// endCursor: the end of the event log now (one indexed read on the
+// server: GET /v1/events?after=end); 'end' when it cannot be read, so the
+// stream itself starts at the end.
+export async function endCursor() {
+  try {
+    const p = await api('GET', '/v1/events?after=end&limit=1');
+    return p.next_cursor;
+  } catch {
+    return 'end';
+  }
+}
 
 // liveOpen: whether view's stream is the open one.
 export function liveOpen(view) { return !!current && current.view === view; }

@@ -6,17 +6,13 @@ const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dea
 
 export async function overviewPage(main) {
   const render = async () => {
-    const [queues, workers] = await Promise.all([
+    const [queues, workers, activity] = await Promise.all([
       api('GET', '/v1/queues'),
       api('GET', '/v1/workers?limit=1000'),
+      api('GET', '/v1/activity?minutes=60'),
     ]);
-    // Oldest pending: lists are in id (creation) order, so the first
-    // pending task of a queue is its oldest.
-    const oldest = await Promise.all(queues.items.map(async (q) => {
-      if (!q.counts.pending) return null;
-      const page = await api('GET', `/v1/tasks?queue=${encodeURIComponent(q.name)}&state=pending&limit=1`);
-      return page.items.length ? page.items[0].created_at : null;
-    }));
+    // Oldest pending: the queue's earliest pending run_at (the counts' scan).
+    const oldest = queues.items.map((q) => q.oldest_pending_at || null);
     const now = Date.now();
     const byState = {};
     for (const w of workers.items) byState[w.state] = (byState[w.state] || 0) + 1;
@@ -58,6 +54,7 @@ export async function overviewPage(main) {
         stat('workers-stale', byState.stale || 0, 'stale worker', 'stale workers'),
         stat('workers-stopping', byState.stopping || 0, 'stopping worker', 'stopping workers'),
         stat('dead-letters', queues.items.reduce((n, q) => n + (q.counts.dead || 0), 0), 'dead letter', 'dead letters')),
+      charts(activity.items),
       h('section', { 'aria-labelledby': 'queues-title' },
         h('h2', { id: 'queues-title' }, 'Queues'),
         h('div', { class: 'scroll' }, table('Queues with their task counts by state', headers, rows, 'No queue holds tasks yet.'))),
@@ -72,4 +69,59 @@ export async function overviewPage(main) {
 
 function stat(id, n, one, many) {
   return h('div', { class: 'card stat' }, h('span', { class: 'n', id }, String(n)), ' ', n === 1 ? one : many);
+}
+
+// charts: throughput (tasks succeeded a minute) and failure rate (failed
+// attempts of all finished ones, a minute) over the last hour, drawn as
+// inline SVG from GET /v1/activity (counted on the server). Each chart is an
+// image with a text summary for screen readers; its numbers are also in
+// the title of each bar or point (text, never markup).
+const svgNS = 'http://www.w3.org/2000/svg';
+function svg(tag, attrs, ...children) {
+  const el = document.createElementNS(svgNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  for (const c of children) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return el;
+}
+
+function charts(items) {
+  const W = 600, H = 120, n = items.length || 1, bw = W / n;
+  const hhmm = (m) => new Date(m).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', hour12: false });
+  const ok = items.map((m) => m.succeeded);
+  const total = ok.reduce((a, b) => a + b, 0);
+  const peak = Math.max(1, ...ok);
+  const bars = svg('svg', { viewBox: `0 0 ${W} ${H + 16}`, class: 'chart', role: 'img', id: 'chart-throughput',
+    'data-total': total, 'aria-label': `Throughput: ${total} tasks succeeded in the last hour, at most ${Math.max(0, ...ok)} in a minute` },
+  svg('line', { x1: 0, y1: H, x2: W, y2: H, class: 'axis' }),
+  ...items.map((m, i) => {
+    const bh = (m.succeeded / peak) * (H - 4);
+    return svg('rect', { x: i * bw + 1, y: H - bh, width: Math.max(bw - 2, 1), height: bh, class: 'bar' },
+      svg('title', {}, `${hhmm(m.minute)}: ${m.succeeded} succeeded`));
+  }),
+  svg('text', { x: 2, y: 12, class: 'label' }, `${peak}/min`),
+  svg('text', { x: 2, y: H + 14, class: 'label' }, items.length ? hhmm(items[0].minute) : ''),
+  svg('text', { x: W - 2, y: H + 14, class: 'label', 'text-anchor': 'end' }, 'now'));
+
+  const failed = items.reduce((a, m) => a + m.failed, 0);
+  const dead = items.reduce((a, m) => a + m.dead, 0);
+  const rate = (m) => (m.succeeded + m.failed ? m.failed / (m.succeeded + m.failed) : null);
+  const pts = items.map((m, i) => [i * bw + bw / 2, rate(m)]).filter(([, r]) => r !== null);
+  const overall = total + failed ? Math.round((failed / (total + failed)) * 1000) / 10 : 0;
+  const line = svg('svg', { viewBox: `0 0 ${W} ${H + 16}`, class: 'chart', role: 'img', id: 'chart-failures',
+    'data-failed': failed, 'data-dead': dead,
+    'aria-label': `Failure rate: ${overall}% of ${total + failed} finished attempts failed in the last hour (${failed} failed, ${dead} dead letters)` },
+  svg('line', { x1: 0, y1: H, x2: W, y2: H, class: 'axis' }),
+  svg('line', { x1: 0, y1: H / 2, x2: W, y2: H / 2, class: 'grid' }),
+  pts.length > 1 ? svg('polyline', { class: 'rate', points: pts.map(([x, r]) => `${x},${H - r * (H - 4)}`).join(' ') }) : '',
+  ...items.map((m, i) => (rate(m) === null ? null : svg('circle', { cx: i * bw + bw / 2, cy: H - rate(m) * (H - 4), r: 2.5, class: 'point' },
+    svg('title', {}, `${hhmm(m.minute)}: ${m.failed} failed of ${m.succeeded + m.failed} (${Math.round(rate(m) * 100)}%), ${m.dead} dead`)))).filter(Boolean),
+  svg('text', { x: 2, y: 12, class: 'label' }, '100%'),
+  svg('text', { x: 2, y: H / 2 - 2, class: 'label' }, '50%'),
+  svg('text', { x: 2, y: H + 14, class: 'label' }, items.length ? hhmm(items[0].minute) : ''),
+  svg('text', { x: W - 2, y: H + 14, class: 'label', 'text-anchor': 'end' }, 'now'));
+  return h('section', { class: 'charts', 'aria-labelledby': 'charts-title' },
+    h('h2', { id: 'charts-title' }, 'Last hour'),
+    h('div', { class: 'chart-row' },
+      h('figure', { class: 'card' }, h('figcaption', {}, `Throughput: ${total} succeeded`), bars),
+      h('figure', { class: 'card' }, h('figcaption', {}, `Failure rate: ${overall}% (${failed} failed attempts, ${dead} dead)`), line)));
 }

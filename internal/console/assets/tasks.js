@@ -13,24 +13,46 @@ export async function tasksPage(main, q) {
     state: h('select', { id: 'f-state', name: 'state' },
       ['', ...states].map((s) => h('option', { value: s, selected: (q.get('state') || '') === s }, s || 'any'))),
     attr: h('input', { id: 'f-attr', name: 'attr', placeholder: 'key=value', value: q.get('attr') || '' }),
+    error_contains: h('input', { id: 'f-error', name: 'error_contains', value: q.get('error_contains') || '' }),
+    // Times in the address are RFC 3339 (the API's); the inputs show them
+    // in local time.
+    created_since: h('input', { id: 'f-since', name: 'created_since', type: 'datetime-local', step: '1', value: toLocalInput(q.get('created_since')) }),
+    created_until: h('input', { id: 'f-until', name: 'created_until', type: 'datetime-local', step: '1', value: toLocalInput(q.get('created_until')) }),
+    key: h('input', { id: 'f-key', name: 'idempotency_key', placeholder: 'idempotency key' }),
+    run: h('input', { id: 'f-run', name: 'run_id', placeholder: 'run id' }),
   };
   const form = h('form', { class: 'filters', id: 'task-filters', role: 'search', 'aria-label': 'Filter tasks' },
     field('Queue', f.queue), field('Kind', f.kind), field('State', f.state), field('Attribute', f.attr),
+    field('Error contains', f.error_contains), field('Created from', f.created_since), field('Created until', f.created_until),
     h('button', { type: 'submit' }, 'Filter'));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
     const p = new URLSearchParams();
-    for (const k of ['queue', 'kind', 'state', 'attr']) if (f[k].value) p.set(k, f[k].value);
+    for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains']) if (f[k].value) p.set(k, f[k].value);
+    for (const k of ['created_since', 'created_until']) if (f[k].value) p.set(k, new Date(f[k].value).toISOString());
     location.hash = `#/tasks?${p}`;
   });
-  const find = h('form', { class: 'filters', role: 'search', 'aria-label': 'Find a task by id' },
+  const find = h('form', { class: 'filters', role: 'search', id: 'task-find', 'aria-label': 'Find a task by id' },
     field('Task id', f.id), h('button', { type: 'submit' }, 'Open'));
   find.addEventListener('submit', (ev) => {
     ev.preventDefault();
     if (f.id.value.trim()) location.hash = `#/tasks/${encodeURIComponent(f.id.value.trim())}`;
   });
+  // By idempotency key: the list narrowed to it (at most one live task).
+  const findKey = h('form', { class: 'filters', role: 'search', id: 'task-find-key', 'aria-label': 'Find a task by idempotency key' },
+    field('Idempotency key', f.key), h('button', { type: 'submit' }, 'Find'));
+  findKey.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    if (f.key.value) location.hash = `#/tasks?${new URLSearchParams({ idempotency_key: f.key.value })}`;
+  });
+  const findRun = h('form', { class: 'filters', role: 'search', id: 'task-find-run', 'aria-label': 'Find a run by its id' },
+    field('Run id', f.run), h('button', { type: 'submit' }, 'Open run'));
+  findRun.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    if (f.run.value.trim()) location.hash = `#/runs/${encodeURIComponent(f.run.value.trim())}`;
+  });
   const aq = new URLSearchParams();
-  for (const k of ['queue', 'kind', 'state', 'attr', 'after']) if (q.get(k)) aq.set(k, q.get(k));
+  for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains', 'idempotency_key', 'created_since', 'created_until', 'after']) if (q.get(k)) aq.set(k, q.get(k));
   aq.set('limit', '50');
   const page = await api('GET', `/v1/tasks?${aq}`);
   const rows = page.items.map((t) => [
@@ -44,12 +66,23 @@ export async function tasksPage(main, q) {
   first.delete('after');
   clear(main,
     h('h1', {}, 'Tasks'),
-    find, form,
+    h('div', { class: 'finders' }, find, findKey, findRun),
+    q.get('idempotency_key') ? h('p', { class: 'muted', id: 'key-filter' }, 'Tasks enqueued with the idempotency key ', h('code', {}, q.get('idempotency_key'))) : null,
+    form,
     h('div', { class: 'scroll', id: 'task-list' },
       table('Tasks', ['Id', 'Queue', 'Kind', 'State', 'Attempts', 'Progress', 'Created', 'Last error'], rows, 'No task matches.')),
     h('nav', { class: 'pager', 'aria-label': 'Pages' },
       q.get('after') ? h('a', { href: `#/tasks?${first}` }, 'First page') : null,
       page.next_cursor ? h('a', { href: `#/tasks?${nq}`, rel: 'next' }, 'Next page') : null));
+}
+
+// toLocalInput: an RFC 3339 time as a datetime-local input's value.
+function toLocalInput(s) {
+  if (!s) return '';
+  const d = new Date(s);
+  if (isNaN(d)) return '';
+  const p = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 
 function progressText(p) {
@@ -121,8 +154,11 @@ export async function taskPage(main, id) {
       const page = await api('GET', logURL(x, after));
       const more = page.next_cursor ? h('button', { type: 'button', onclick: () => showLog(x, page.next_cursor) }, 'Next lines') : null;
       const pre = h('pre', { class: 'log', id: 'log-lines', tabindex: '0', 'aria-live': running ? 'polite' : 'off' }, page.items.map(logLine));
+      const download = h('a', { id: 'log-download', download: `${t.id}-attempt-${x.attempt}.log`,
+        href: `/v1/tasks/${encodeURIComponent(t.id)}/executions/${encodeURIComponent(x.execution_id)}/logs?format=text` }, 'Download the whole log (text)');
       clear(logBox,
         h('h2', { id: 'log-title' }, `Log of attempt ${x.attempt}`),
+        h('p', { class: 'small' }, download),
         page.items.length || running ? pre : h('p', { class: 'muted' }, 'No lines.'),
         more,
         running ? h('p', { class: 'muted small', id: 'log-following' }, 'Following the running attempt: new lines appear as it writes them.') : null);

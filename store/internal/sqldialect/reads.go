@@ -12,12 +12,13 @@ import (
 // This file is the dashboard's counts: store.APIStore's CountByQueue and
 // store.GaugeReader.
 
-// CountByQueue implements store.APIStore. It scans the tasks table (no index
-// serves it: an index on (queue, state) would tax every state change on the
-// hot path to speed up a dashboard read).
+// CountByQueue implements store.APIStore: counts by queue and state (on
+// SQLite a scan of the (queue, state) index, migration 00014; on
+// PostgreSQL a scan of the table, hashed), then each queue's oldest pending
+// run_at through the claim index (pending tasks only, queue first).
 func (p *Procedures) CountByQueue(ctx context.Context) ([]store.QueueCounts, error) {
 	d, q := p.dialect, p.reader
-	rows, err := q.Query(ctx, `SELECT queue, state, count(*) FROM backstop_tasks GROUP BY queue, state ORDER BY queue`)
+	rows, err := q.Query(ctx, `SELECT queue, CAST(state AS TEXT), count(*) FROM backstop_tasks GROUP BY queue, state ORDER BY queue`)
 	if err != nil {
 		return nil, fmt.Errorf("%s: count by queue: %w", d.Prefix, err)
 	}
@@ -33,6 +34,29 @@ func (p *Procedures) CountByQueue(ctx context.Context) ([]store.QueueCounts, err
 			out = append(out, store.QueueCounts{Queue: q, Counts: map[bt.State]int{}})
 		}
 		out[len(out)-1].Counts[bt.State(st)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: count by queue: %w", d.Prefix, err)
+	}
+	rows.Close()
+	rows, err = q.Query(ctx, `SELECT queue, min(run_at) FROM backstop_tasks WHERE state = 'pending' GROUP BY queue`)
+	if err != nil {
+		return nil, fmt.Errorf("%s: oldest pending by queue: %w", d.Prefix, err)
+	}
+	defer rows.Close()
+	at := make(map[string]int, len(out))
+	for i, c := range out {
+		at[c.Queue] = i
+	}
+	for rows.Next() {
+		var q string
+		var oldest time.Time
+		if err := rows.Scan(&q, &oldest); err != nil {
+			return nil, fmt.Errorf("%s: oldest pending by queue: %w", d.Prefix, err)
+		}
+		if i, ok := at[q]; ok { // a queue pending since the counts were read is left out
+			out[i].OldestPending = &oldest
+		}
 	}
 	return out, rows.Err()
 }

@@ -146,12 +146,12 @@ type Procedures struct {
 }
 
 // Interfaces the procedures implement whole; of the others (Workers,
-// Queues, Logs, DLQ, Ops) each driver adds the rest.
+// Queues, Logs, DLQ, Ops, and APIStore's DLQGroups, which reads through the
+// driver's list filter) each driver adds the rest.
 var (
 	_ store.Tokens      = (*Procedures)(nil)
 	_ store.Secrets     = (*Procedures)(nil)
 	_ store.GaugeReader = (*Procedures)(nil)
-	_ store.APIStore    = (*Procedures)(nil)
 )
 
 // New returns the procedures of a store that writes through writer and

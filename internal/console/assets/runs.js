@@ -1,0 +1,75 @@
+// Runs: the tasks that share a run_id attribute, summarised by the server
+// (GET /v1/runs/{id}): progress (tasks total, done, failed, dead), the
+// reported steps, and the run's tasks (GET /v1/runs/{id}/tasks, paged).
+// When the run is a workflow's (issue 16), its workflow, state and steps
+// are shown too.
+import { api, h, clear, fmtTime, badge, table, field, live, debounce } from './lib.js';
+
+const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
+
+export async function runsPage(main) {
+  const input = h('input', { id: 'run-id', name: 'run_id', required: true, spellcheck: 'false', autocomplete: 'off' });
+  const form = h('form', { class: 'filters', id: 'run-find', role: 'search', 'aria-label': 'Open a run by its id' },
+    field('Run id (the run_id attribute)', input), h('button', { type: 'submit' }, 'Open run'));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    if (input.value.trim()) location.hash = `#/runs/${encodeURIComponent(input.value.trim())}`;
+  });
+  clear(main, h('h1', {}, 'Runs'),
+    h('p', { class: 'muted' }, 'A run is the tasks enqueued with the same run_id attribute.'), form);
+}
+
+export async function runPage(main, id, q) {
+  const aq = new URLSearchParams({ limit: '50' });
+  if (q.get('after')) aq.set('after', q.get('after'));
+  const [run, page] = await Promise.all([
+    api('GET', `/v1/runs/${encodeURIComponent(id)}`),
+    api('GET', `/v1/runs/${encodeURIComponent(id)}/tasks?${aq}`),
+  ]);
+  const c = run.counts || {};
+  const done = c.succeeded || 0;
+  const dead = c.dead || 0;
+  const canceled = c.canceled || 0;
+  const waiting = (c.scheduled || 0) + (c.pending || 0) + (c.buffered || 0) + (c.running || 0);
+  const failed = page.items.filter((t) => t.attempt > 1 || t.last_error).length;
+  const rows = page.items.map((t) => [
+    h('a', { href: `#/tasks/${encodeURIComponent(t.id)}`, class: 'mono' }, t.id),
+    t.queue, t.kind, badge(t.state), `${t.attempt}/${t.max_attempts}`, fmtTime(t.created_at), h('span', { class: 'err' }, t.last_error),
+  ]);
+  const nq = new URLSearchParams(q);
+  if (page.next_cursor) nq.set('after', page.next_cursor);
+  const steps = Array.isArray(run.steps) ? run.steps : null;
+  clear(main,
+    h('p', {}, h('a', { href: '#/runs' }, '← Runs')),
+    h('h1', {}, 'Run ', h('span', { class: 'mono' }, run.run_id)),
+    h('section', { 'aria-label': 'Progress', id: 'run-progress', 'data-total': String(run.total), 'data-done': String(done), 'data-dead': String(dead) },
+      h('p', {}, h('progress', { max: String(Math.max(run.total, 1)), value: String(done), 'aria-label': `${done} of ${run.total} tasks done` }),
+        ' ', `${done} of ${run.total} tasks done`, run.finished ? ' · finished' : ' · in progress'),
+      h('dl', { class: 'facts' },
+        run.workflow ? [h('dt', {}, 'Workflow'), h('dd', { id: 'run-workflow' }, String(run.workflow))] : null,
+        run.state ? [h('dt', {}, 'State'), h('dd', { id: 'run-state' }, badge(String(run.state)))] : null,
+        h('dt', {}, 'Tasks'), h('dd', {}, String(run.total)),
+        h('dt', {}, 'Done'), h('dd', {}, String(done)),
+        h('dt', {}, 'Waiting or running'), h('dd', {}, String(waiting)),
+        h('dt', {}, 'Failed (an attempt failed, this page)'), h('dd', {}, String(failed)),
+        h('dt', {}, 'Dead'), h('dd', {}, `${dead} (${run.dead_letters} open dead letters)`),
+        h('dt', {}, 'Canceled'), h('dd', {}, String(canceled)),
+        h('dt', {}, 'Steps reported'), h('dd', {}, run.progress && run.progress.total_steps
+          ? `${run.progress.completed_steps || 0} of ${run.progress.total_steps}` : '—'),
+        h('dt', {}, 'Counts by state'), h('dd', {}, states.filter((s) => c[s]).map((s) => `${s} ${c[s]}`).join(', ') || '—'),
+        h('dt', {}, 'First activity'), h('dd', {}, fmtTime(run.first_activity)),
+        h('dt', {}, 'Last activity'), h('dd', {}, fmtTime(run.last_activity)))),
+    steps ? h('section', { 'aria-labelledby': 'steps-title' }, h('h2', { id: 'steps-title' }, 'Steps'),
+      h('div', { class: 'scroll', id: 'run-steps' }, table(`Steps of run ${run.run_id}`, ['Step', 'State', 'Task'],
+        steps.map((s) => [String(s.id ?? ''), badge(String(s.state ?? '')),
+          s.task_id ? h('a', { href: `#/tasks/${encodeURIComponent(s.task_id)}`, class: 'mono' }, String(s.task_id)) : '—']),
+        'No step yet.'))) : null,
+    h('section', { 'aria-labelledby': 'run-tasks-title' }, h('h2', { id: 'run-tasks-title' }, 'Tasks'),
+      h('div', { class: 'scroll', id: 'run-tasks' },
+        table(`Tasks of run ${run.run_id}`, ['Id', 'Queue', 'Kind', 'State', 'Attempts', 'Created', 'Last error'], rows, 'No task.')),
+      h('nav', { class: 'pager', 'aria-label': 'Pages' },
+        q.get('after') ? h('a', { href: `#/runs/${encodeURIComponent(id)}` }, 'First page') : null,
+        page.next_cursor ? h('a', { href: `#/runs/${encodeURIComponent(id)}?${nq}`, rel: 'next' }, 'Next page') : null)));
+  const refresh = debounce(() => { if (location.hash.startsWith(`#/runs/${encodeURIComponent(id)}`)) runPage(main, id, q).catch(() => {}); }, 1000);
+  live(main, `run.${id}`, refresh);
+}
