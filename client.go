@@ -204,8 +204,9 @@ func (c *Client) DeadLetters(ctx context.Context, f ListParams) ([]*Task, error)
 
 // Cancel cancels a task: at once when it is waiting, cooperatively (within a
 // heartbeat) when it is running. A finished task gives ErrConflict.
+// With Config.RequireReason it is refused: use CancelTask with a Reason.
 func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
-	return c.store.RequestCancel(ctx, id, c.cfg.Clock.Now())
+	return c.CancelTask(ctx, CancelParams{ID: id})
 }
 
 func (c *Client) now() time.Time { return c.cfg.Clock.Now() }

@@ -55,6 +55,7 @@ type Config struct {
 	Retention           Retention        `yaml:"retention" json:"retention"`
 	Redaction           Redaction        `yaml:"redaction" json:"redaction"`
 	Telemetry           Telemetry        `yaml:"telemetry" json:"telemetry"`
+	DLQ                 DLQ              `yaml:"dlq" json:"dlq"`
 	Workers             []Worker         `yaml:"workers" json:"workers"`
 }
 
@@ -120,6 +121,13 @@ type Retention struct {
 	Interval    Duration `yaml:"interval" json:"interval"`
 	// Events of the event log (docs/events.md). Default 7 days.
 	Events Duration `yaml:"events" json:"events"`
+}
+
+// DLQ is the policy of the dead-letter operations (docs/configuration.md).
+type DLQ struct {
+	// RequireReason: every operator action (replay, redrive, discard,
+	// resolve, purge, cancel) must give a reason. Default: false.
+	RequireReason bool `yaml:"require_reason" json:"require_reason"`
 }
 
 // Redaction lists payload keys whose values are masked wherever a payload
@@ -637,6 +645,7 @@ func (c *Config) Library() *backstop.Config {
 		Retry:              c.Retry.Policy(),
 		StrictQueues:       c.Limits.StrictQueues,
 		RedactKeys:         c.Redaction.Keys,
+		RequireReason:      c.DLQ.RequireReason,
 		Retention: backstop.RetentionConfig{Succeeded: c.Retention.Succeeded.D(), Canceled: c.Retention.Canceled.D(),
 			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D(), Events: c.Retention.Events.D()},
 	}
