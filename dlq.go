@@ -281,8 +281,12 @@ func (c *Client) setDLQStatus(ctx context.Context, id string, st DLQStatus, acto
 type PurgeParams struct {
 	// OlderThan: only records whose status last changed this long ago.
 	OlderThan time.Duration
-	// Statuses: default discarded and resolved.
+	// Statuses: default discarded and resolved. Naming DLQOpen also
+	// deletes open dead letters (tasks waiting for an operator): refused
+	// unless ConfirmOpen (a dry run needs no confirmation).
 	Statuses []DLQStatus
+	// ConfirmOpen confirms that open dead letters may be deleted.
+	ConfirmOpen bool
 	// DryRun counts the dead letters that would be deleted and deletes
 	// nothing.
 	DryRun bool
@@ -307,6 +311,10 @@ func (c *Client) PurgeDLQ(ctx context.Context, p PurgeParams) (int, error) {
 		if !validDLQStatus(s) {
 			return 0, invalid("status", "unknown dead-letter status %q", s)
 		}
+	}
+	if slices.Contains(p.Statuses, DLQOpen) && !p.ConfirmOpen && !p.DryRun {
+		return 0, invalid("confirm_open", "purging open dead letters deletes tasks that wait for an operator: "+
+			"confirm it (confirm_open: true in the API, --yes or the terminal's question on the CLI)")
 	}
 	if err := checkText("actor", p.Actor); err != nil {
 		return 0, err

@@ -362,6 +362,9 @@ type PurgeRequest struct {
 	Statuses  []bt.DLQStatus `json:"statuses,omitempty"`
 	// DryRun: count what would be deleted, delete nothing.
 	DryRun bool `json:"dry_run,omitempty"`
+	// ConfirmOpen must be true when Statuses names "open": open dead
+	// letters wait for an operator (400 naming confirm_open without it).
+	ConfirmOpen bool `json:"confirm_open,omitempty"`
 	// Reason: why; a purge that deleted records is recorded as one
 	// dlq.purged event (the records' own history goes with them).
 	Reason string `json:"reason,omitempty"`
@@ -382,7 +385,7 @@ func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	n, err := s.c.PurgeDLQ(r.Context(), backstop.PurgeParams{OlderThan: time.Duration(req.OlderThan), Statuses: req.Statuses,
-		DryRun: req.DryRun, Reason: req.Reason, Actor: principalFrom(r.Context()).Name})
+		DryRun: req.DryRun, ConfirmOpen: req.ConfirmOpen, Reason: req.Reason, Actor: principalFrom(r.Context()).Name})
 	if err != nil {
 		return err
 	}

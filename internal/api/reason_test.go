@@ -178,3 +178,37 @@ func TestRequireReasonEndpoints(t *testing.T) {
 		}
 	})
 }
+
+// TestPurgeOpenNeedsConfirmation: a purge that names the open status is
+// refused (400 naming confirm_open, nothing deleted) unless it confirms;
+// a dry run counts them without confirming; the default statuses never
+// take an open dead letter.
+func TestPurgeOpenNeedsConfirmation(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1})
+		ctx := context.Background()
+		admin := b.as[api.RoleAdmin]
+		for range 2 {
+			kill(t, b, apiclient.Task{Queue: "q", Kind: "k"})
+		}
+		status, body := b.raw(t, api.RoleAdmin, "POST", "/v1/dlq/purge", "application/json", `{"statuses":["open","discarded"]}`)
+		if got := problemField(t, status, body); got != "confirm_open" {
+			t.Fatalf("field %q: %s", got, body)
+		}
+		if pr, err := admin.PurgeDLQ(ctx, api.PurgeRequest{}); err != nil || pr.Purged != 0 {
+			t.Fatalf("default purge: %+v %v", pr, err)
+		}
+		pr, err := admin.PurgeDLQ(ctx, api.PurgeRequest{Statuses: []bt.DLQStatus{bt.DLQOpen}, DryRun: true})
+		if err != nil || pr.WouldPurge != 2 {
+			t.Fatalf("dry run: %+v %v", pr, err)
+		}
+		if l, err := admin.DLQList(ctx, nil); err != nil || len(l.Items) != 2 {
+			t.Fatalf("open after the refused purge: %+v %v", l, err)
+		}
+		pr, err = admin.PurgeDLQ(ctx, api.PurgeRequest{Statuses: []bt.DLQStatus{bt.DLQOpen}, ConfirmOpen: true})
+		if err != nil || pr.Purged != 2 {
+			t.Fatalf("confirmed: %+v %v", pr, err)
+		}
+	})
+}

@@ -460,7 +460,7 @@ func (r *remoteBackend) Resolve(ctx context.Context, p backstop.ResolveParams) (
 
 func (r *remoteBackend) PurgeDLQ(ctx context.Context, p backstop.PurgeParams) (int, error) {
 	res, err := r.cl.PurgeDLQ(ctx, api.PurgeRequest{OlderThan: bt.Duration(p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun,
-		Reason: p.Reason})
+		ConfirmOpen: p.ConfirmOpen, Reason: p.Reason})
 	if err != nil {
 		return 0, remoteErr(err)
 	}

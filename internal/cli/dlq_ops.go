@@ -462,7 +462,11 @@ and history. Archive first with 'dlq export'. Prints how many were deleted.
 
 --dry-run counts what would be deleted and deletes nothing. When stdin is a terminal, purge
 says how many records match and asks before deleting them (--yes skips the question); when
-stdin is not a terminal (a script, cron, a pipe) it deletes without asking, as scripts expect.`,
+stdin is not a terminal (a script, cron, a pipe) it deletes without asking, as scripts expect.
+
+Open dead letters wait for an operator and are never purged unless --status names open;
+then the deletion needs a confirmation: the terminal's question, or --yes. Without a
+terminal and without --yes it exits 2 and deletes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan == "" {
@@ -487,7 +491,14 @@ stdin is not a terminal (a script, cron, a pipe) it deletes without asking, as s
 			}
 			defer c.Close()
 			p := backstop.PurgeParams{OlderThan: age, Statuses: sts, Reason: reason, Actor: actor}
-			if dryRun || (!yes && isTerminal(a.stdin)) {
+			withOpen := slices.Contains(sts, bt.DLQOpen)
+			tty := isTerminal(a.stdin)
+			if withOpen && !dryRun && !yes && !tty {
+				return usageErr("dlq purge --status open: open dead letters wait for an operator; deleting them needs " +
+					"a confirmation and there is no terminal to ask on: pass --yes")
+			}
+			p.ConfirmOpen = withOpen && yes
+			if dryRun || (!yes && tty) {
 				p.DryRun = true
 				n, err := c.PurgeDLQ(cmd.Context(), p)
 				if err != nil {
@@ -502,7 +513,7 @@ stdin is not a terminal (a script, cron, a pipe) it deletes without asking, as s
 				if n > 0 && !a.confirm(fmt.Sprintf("Delete %d dead letters (status %s, last changed more than %s ago) for good?", n, status, olderThan)) {
 					return &exitError{code: ExitFailure, err: errors.New("dlq purge: not confirmed; nothing deleted")}
 				}
-				p.DryRun = false
+				p.DryRun, p.ConfirmOpen = false, withOpen
 			}
 			n, err := c.PurgeDLQ(cmd.Context(), p)
 			if err != nil {

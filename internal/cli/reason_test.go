@@ -178,3 +178,30 @@ func TestRequireReasonCLI(t *testing.T) {
 	e := &cliEnv{t: t, db: testdb.SQLite(t)}
 	e.fails(ExitUsage, "BACKSTOP_DLQ_REQUIRE_REASON", "dlq", "replay", "x", "--reason", "r")
 }
+
+// TestPurgeOpenNeedsYesCLI: without a terminal, `dlq purge --status open`
+// needs --yes (exit 2 naming it, nothing deleted); --dry-run counts
+// without it; the default statuses never take an open dead letter.
+func TestPurgeOpenNeedsYesCLI(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		for _, id := range []string{"a", "b"} {
+			e.ok("enqueue", "--queue", "q", "--kind", "boom", "--id", id)
+		}
+		killAll(t, e, "q", 2)
+		e.fails(ExitUsage, "--yes", "dlq", "purge", "--status", "open", "--older-than", "0s")
+		e.fails(ExitUsage, "--yes", "dlq", "purge", "--status", "discarded,open", "--older-than", "0s")
+		if out := e.ok("dlq", "purge", "--older-than", "0s"); !strings.Contains(out, "purged 0 ") {
+			t.Fatalf("default purge: %s", out)
+		}
+		if out := e.ok("dlq", "purge", "--status", "open", "--older-than", "0s", "--dry-run"); !strings.Contains(out, "would purge 2 ") {
+			t.Fatalf("dry run: %s", out)
+		}
+		if ids := e.dlqIDs("--status", "open"); strings.Join(ids, ",") != "a,b" {
+			t.Fatalf("open after refused purges: %v", ids)
+		}
+		if out := e.ok("dlq", "purge", "--status", "open", "--older-than", "0s", "--yes"); !strings.Contains(out, "purged 2 ") {
+			t.Fatalf("confirmed purge: %s", out)
+		}
+	})
+}
