@@ -152,7 +152,8 @@ func TestAlertAnnotations(t *testing.T) {
 	want := []string{"BackstopDLQGrew", "BackstopDLQNotEmpty", "BackstopStuckLease", "BackstopTooComplexTask",
 		"BackstopTooComplexDeadLetter", "BackstopFailureRatioHigh", "BackstopWorkersStalled", "BackstopNoWorkers",
 		"BackstopWorkerHeartbeatLost", "BackstopQueueWaitSLO", "BackstopOrderingTimeoutRatioHigh",
-		"BackstopOrderingCircuitBreakerFrequent", "BackstopOrderingBacklogGrowing"}
+		"BackstopOrderingCircuitBreakerFrequent", "BackstopOrderingBacklogGrowing", "BackstopDLQOldestOpenAge",
+		"BackstopDLQPurgeBelowFloor"}
 	var got []string
 	for _, g := range readRules(t).Groups {
 		for _, r := range g.Rules {
@@ -168,7 +169,7 @@ func TestAlertAnnotations(t *testing.T) {
 				t.Errorf("%s: wants a link (dlq_url, tasks_url, worker_url or workers_url): %v", r.Alert, a)
 			}
 			switch {
-			case r.Alert == "BackstopNoWorkers": // fleet-wide
+			case r.Alert == "BackstopNoWorkers", r.Alert == "BackstopDLQPurgeBelowFloor": // fleet-wide; a process's configuration
 			case strings.Contains(r.Expr, "worker_id"):
 				if a["worker_id"] == "" {
 					t.Errorf("%s: wants a worker_id annotation: %v", r.Alert, a)

@@ -59,6 +59,7 @@ var topEnv = map[string]setter{
 	},
 	"REDACTION_KEYS":     func(c *Config, v string) error { c.Redaction.Keys = splitList(v); return nil },
 	"DLQ_REQUIRE_REASON": func(c *Config, v string) error { return parseBool(v, &c.DLQ.RequireReason) },
+	"DLQ_PURGE_FLOOR":    func(c *Config, v string) error { return parseDur(v, &c.DLQ.PurgeFloor) },
 }
 
 var queueEnv = map[string]func(q *Queue, v string) error{
