@@ -243,12 +243,9 @@ func (c *Client) DeadLetters(ctx context.Context, f ListParams) ([]*Task, error)
 
 // Cancel cancels a task: at once when it is waiting, cooperatively (within a
 // heartbeat) when it is running. A finished task gives ErrConflict.
+// With Config.RequireReason it is refused: use CancelTask with a Reason.
 func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
-	t, err := c.store.RequestCancel(ctx, id, c.cfg.Clock.Now())
-	if err == nil {
-		c.stepCanceled(ctx, t) // workflows.go: a waiting step's run learns of it
-	}
-	return t, err
+	return c.CancelTask(ctx, CancelParams{ID: id})
 }
 
 func (c *Client) now() time.Time { return c.cfg.Clock.Now() }

@@ -51,6 +51,10 @@ type Config struct {
 	// leaves the store (package redact): added to redact.DefaultKeys; "!k"
 	// removes a default.
 	RedactKeys []string
+	// RequireReason: every operator action (replay, redrive, discard,
+	// resolve, purge, cancel) must give a reason; without one it is refused
+	// (ErrInvalid naming "reason") and nothing is done. Default: false.
+	RequireReason bool
 }
 
 // RetentionConfig: how long finished tasks and closed dead letters are kept

@@ -1,9 +1,11 @@
 package backstop
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,6 +59,10 @@ type ReplayParams struct {
 	// the status the record came from (from_status). The HTTP API allows
 	// it to admin tokens only, like every replay.
 	Reopen bool
+	// Reason: why the operator replays, recorded with the actor in the
+	// dlq.replay_requested and dlq.replayed events (at most 1 KiB of
+	// UTF-8; required when Config.RequireReason).
+	Reason string
 }
 
 // ReplayResult reports a replay. Replayed is false when the id is no longer
@@ -136,6 +142,9 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 	if err := checkText("actor", p.Actor); err != nil {
 		return nil, err
 	}
+	if err := c.checkReason("reason", p.Reason); err != nil {
+		return nil, err
+	}
 	now := c.now()
 	state, runAt, err := c.replaySchedule(p.Delay, p.RunAt, now)
 	if err != nil {
@@ -182,12 +191,13 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 		if len(p.Patch) > 0 {
 			req["patch"] = p.Patch
 		}
-		plan.Events = []Event{c.newEvent(now, "dlq.replay_requested", t, actor, req), c.newEvent(now, "dlq.replayed", t, actor, body)}
+		plan.Events = []Event{c.newEvent(now, "dlq.replay_requested", t, actor, withReason(req, p.Reason)),
+			c.newEvent(now, "dlq.replayed", t, actor, withReason(body, p.Reason))}
 		return plan, nil
 	})
 	if err != nil {
 		if seen != nil {
-			ev := c.newEvent(now, "dlq.replay_failed", seen, actor, map[string]any{"error": err.Error(), "redrive_id": redriveID})
+			ev := c.newEvent(now, "dlq.replay_failed", seen, actor, withReason(map[string]any{"error": err.Error(), "redrive_id": redriveID}, p.Reason))
 			if aerr := c.store.AppendEvents(context.WithoutCancel(ctx), []Event{ev}); aerr != nil {
 				c.cfg.Logger.Warn("recording a refused replay", "task_id", p.ID, "error", aerr)
 			}
@@ -222,10 +232,10 @@ type DiscardParams struct {
 // Discard marks an open dead letter discarded, keeping the record (status,
 // reason, actor, time). Not an open dead letter: ErrNotFound.
 func (c *Client) Discard(ctx context.Context, p DiscardParams) (*Task, error) {
-	if p.Reason == "" {
+	if strings.TrimSpace(p.Reason) == "" {
 		return nil, invalid("reason", "is required to discard a dead letter")
 	}
-	if err := checkText("reason", p.Reason); err != nil {
+	if err := c.checkReason("reason", p.Reason); err != nil {
 		return nil, err
 	}
 	t, err := c.setDLQStatus(ctx, p.ID, DLQDiscarded, p.Actor, "dlq.discarded", map[string]any{"reason": p.Reason})
@@ -235,9 +245,13 @@ func (c *Client) Discard(ctx context.Context, p DiscardParams) (*Task, error) {
 	return t, err
 }
 
-// ResolveParams marks a dead letter handled by hand.
+// ResolveParams marks a dead letter handled by hand. Reason is why (the
+// same as every operator action's); Note, the older name, says how it was
+// handled. Either satisfies Config.RequireReason; a Note without a Reason
+// is also recorded as the reason.
 type ResolveParams struct {
 	ID, Note, Actor string
+	Reason          string
 }
 
 // Resolve marks an open dead letter resolved (handled by hand), keeping the
@@ -246,7 +260,11 @@ func (c *Client) Resolve(ctx context.Context, p ResolveParams) (*Task, error) {
 	if err := checkText("note", p.Note); err != nil {
 		return nil, err
 	}
-	return c.setDLQStatus(ctx, p.ID, DLQResolved, p.Actor, "dlq.resolved", map[string]any{"note": p.Note})
+	reason := cmp.Or(p.Reason, p.Note)
+	if err := c.checkReason("reason", reason); err != nil {
+		return nil, err
+	}
+	return c.setDLQStatus(ctx, p.ID, DLQResolved, p.Actor, "dlq.resolved", withReason(map[string]any{"note": p.Note}, reason))
 }
 
 func (c *Client) setDLQStatus(ctx context.Context, id string, st DLQStatus, actor, typ string, body any) (*Task, error) {
@@ -266,11 +284,21 @@ func (c *Client) setDLQStatus(ctx context.Context, id string, st DLQStatus, acto
 type PurgeParams struct {
 	// OlderThan: only records whose status last changed this long ago.
 	OlderThan time.Duration
-	// Statuses: default discarded and resolved.
+	// Statuses: default discarded and resolved. Naming DLQOpen also
+	// deletes open dead letters (tasks waiting for an operator): refused
+	// unless ConfirmOpen (a dry run needs no confirmation).
 	Statuses []DLQStatus
+	// ConfirmOpen confirms that open dead letters may be deleted.
+	ConfirmOpen bool
 	// DryRun counts the dead letters that would be deleted and deletes
 	// nothing.
 	DryRun bool
+	// Reason: why (required when Config.RequireReason). The purged
+	// records' own history goes with them, so a purge that deleted any is
+	// recorded as one dlq.purged event in the event log (subject "",
+	// body: purged, statuses, older_than, reason) with Actor.
+	Reason string
+	Actor  string
 }
 
 // PurgeDLQ deletes dead letters (task row, executions, spilled payload,
@@ -287,7 +315,28 @@ func (c *Client) PurgeDLQ(ctx context.Context, p PurgeParams) (int, error) {
 			return 0, invalid("status", "unknown dead-letter status %q", s)
 		}
 	}
-	return c.store.PurgeDLQ(ctx, store.PurgeParams{Before: c.now().Add(-p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun})
+	if slices.Contains(p.Statuses, DLQOpen) && !p.ConfirmOpen && !p.DryRun {
+		return 0, invalid("confirm_open", "purging open dead letters deletes tasks that wait for an operator: "+
+			"confirm it (confirm_open: true in the API, --yes or the terminal's question on the CLI)")
+	}
+	if err := checkText("actor", p.Actor); err != nil {
+		return 0, err
+	}
+	if err := c.checkReason("reason", p.Reason); err != nil {
+		return 0, err
+	}
+	now := c.now()
+	n, err := c.store.PurgeDLQ(ctx, store.PurgeParams{Before: now.Add(-p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun})
+	if err != nil || p.DryRun || n == 0 {
+		return n, err
+	}
+	b, _ := json.Marshal(withReason(map[string]any{"purged": n, "statuses": p.Statuses,
+		"older_than": Duration(p.OlderThan)}, p.Reason))
+	ev := store.NewEvent(now, "dlq.purged", "", "", "", c.actor(p.Actor), b)
+	if err := c.store.AppendEvents(context.WithoutCancel(ctx), []Event{ev}); err != nil {
+		c.cfg.Logger.Warn("recording a purge", "purged", n, "error", err)
+	}
+	return n, nil
 }
 
 // Events returns a task's history, oldest first.

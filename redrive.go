@@ -30,6 +30,11 @@ type RedriveParams struct {
 	Delay        time.Duration
 	RunAt        time.Time
 	Actor        string
+	// Reason: why the operator redrives (not Filter.Reason, the dead
+	// letters' reason), recorded with the actor in each replay's events and
+	// on the redrive's record (at most 1 KiB; required when
+	// Config.RequireReason).
+	Reason string
 	// BatchSize: replays per transaction (default 500).
 	BatchSize int
 }
@@ -107,6 +112,9 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err := checkText("actor", p.Actor); err != nil {
 		return out, err
 	}
+	if err := c.checkReason("reason", p.Reason); err != nil {
+		return out, err
+	}
 	for _, op := range p.Patch {
 		if !json.Valid(op.Value) || op.Path == "" {
 			return out, unprocessable("patch %s: invalid", op.Path)
@@ -117,20 +125,31 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err != nil {
 		return out, err
 	}
-	key, err := json.Marshal(redriveKey{Queue: f.Queue, Kind: f.Kind, Reason: string(f.Reason), Attrs: f.Attrs,
+	rk := redriveKey{Queue: f.Queue, Kind: f.Kind, Reason: string(f.Reason), Attrs: f.Attrs,
 		ErrorContains: f.ErrorContains, Since: timePtr(f.Since), Until: timePtr(f.Until),
-		MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts})
+		MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts}
+	key, err := json.Marshal(rk)
+	if err != nil {
+		return out, err
+	}
+	// The record keeps the operator's reason beside the filter; it is not
+	// part of the key, so the same redrive resumes whatever reason a re-run
+	// gives (each replay's events record its own run's).
+	recorded, err := json.Marshal(struct {
+		redriveKey
+		OperatorReason string `json:"operator_reason,omitempty"`
+	}{rk, p.Reason})
 	if err != nil {
 		return out, err
 	}
 	rec, resumed, err := c.store.StartRedrive(ctx, store.Redrive{ID: uuid.Must(uuid.NewV7()).String(),
-		FilterKey: string(key), Filter: key, Snapshot: now, StartedAt: now})
+		FilterKey: string(key), Filter: recorded, Snapshot: now, StartedAt: now})
 	if err != nil {
 		return out, fmt.Errorf("redrive: %w", err)
 	}
 	actor := c.actor(p.Actor)
 	batch := store.RedriveBatch{RedriveID: rec.ID, Filter: f, Snapshot: rec.Snapshot, AfterID: rec.Cursor,
-		State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts, Actor: actor}
+		State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts, Actor: actor, Reason: p.Reason}
 	left, err := c.store.CountRedrive(ctx, batch)
 	if err != nil {
 		return out, fmt.Errorf("redrive: %w", err)
@@ -224,7 +243,7 @@ func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListPara
 			return replayed, failed, last, err
 		}
 		last = t.ID
-		res, err := c.replay(ctx, ReplayParams{ID: t.ID, Actor: p.Actor, MergePatch: p.MergePatch, Patch: p.Patch,
+		res, err := c.replay(ctx, ReplayParams{ID: t.ID, Actor: p.Actor, Reason: p.Reason, MergePatch: p.MergePatch, Patch: p.Patch,
 			KeepAttempts: p.KeepAttempts, Delay: p.Delay, RunAt: p.RunAt}, b.RedriveID, b.Snapshot)
 		if err != nil || res.Replayed {
 			c.telemetry.replayed(ctx, err)

@@ -152,8 +152,8 @@ func TestAlertAnnotations(t *testing.T) {
 	want := []string{"BackstopDLQGrew", "BackstopDLQNotEmpty", "BackstopStuckLease", "BackstopTooComplexTask",
 		"BackstopTooComplexDeadLetter", "BackstopFailureRatioHigh", "BackstopWorkersStalled", "BackstopNoWorkers",
 		"BackstopWorkerHeartbeatLost", "BackstopQueueWaitSLO", "BackstopOrderingTimeoutRatioHigh",
-		"BackstopOrderingCircuitBreakerFrequent", "BackstopOrderingBacklogGrowing", "BackstopWorkflowRunsHalted",
-		"BackstopWorkflowCompensationFailed"}
+		"BackstopOrderingCircuitBreakerFrequent", "BackstopOrderingBacklogGrowing", "BackstopDLQOldestOpenAge",
+		"BackstopDLQPurgeBelowFloor", "BackstopWorkflowRunsHalted", "BackstopWorkflowCompensationFailed"}
 	var got []string
 	for _, g := range readRules(t).Groups {
 		for _, r := range g.Rules {
@@ -169,7 +169,7 @@ func TestAlertAnnotations(t *testing.T) {
 				t.Errorf("%s: wants a link (dlq_url, tasks_url, worker_url, workers_url or runs_url): %v", r.Alert, a)
 			}
 			switch {
-			case r.Alert == "BackstopNoWorkers": // fleet-wide
+			case r.Alert == "BackstopNoWorkers", r.Alert == "BackstopDLQPurgeBelowFloor": // fleet-wide; a process's configuration
 			case strings.Contains(r.Expr, "backstop_workflow_"):
 				if a["workflow"] == "" {
 					t.Errorf("%s: wants a workflow annotation: %v", r.Alert, a)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/telemetry"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/sqlitestore"
@@ -220,7 +221,9 @@ func runWorkload() (string, error) {
 		return "", err
 	}
 	defer idle.Stop(ctx)
-	gr := telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(s, c.WorkerCounts), c.HeartbeatingWorkers)
+	// As serve does (internal/cli startGauges), with the default policy.
+	gr := telemetry.WithDLQPolicy(telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(s, c.WorkerCounts), c.HeartbeatingWorkers),
+		(&config.Config{}).DLQGaugePolicy())
 	g, err := telemetry.StartStoreGauges(ctx, tel.MeterProvider, gr, time.Hour, nil, tel.Logger)
 	if err != nil {
 		return "", err

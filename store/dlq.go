@@ -89,6 +89,8 @@ type RedriveBatch struct {
 	KeepAttempts bool
 	Now          time.Time
 	Actor        string
+	// Reason: the operator's, recorded in each event when not empty.
+	Reason string
 }
 
 // RedriveBatchResult reports one batch.
@@ -150,14 +152,19 @@ type Redriven struct {
 // dlq.replay_failed per conflict.
 func RedriveEvents(b RedriveBatch, done []Redriven, conflicts []string) []bt.Event {
 	events := make([]bt.Event, 0, len(done)+len(conflicts))
+	reason := ""
+	if b.Reason != "" {
+		r, _ := json.Marshal(b.Reason)
+		reason = `,"reason":` + string(r)
+	}
 	for _, d := range done {
-		body := fmt.Appendf(nil, `{"redrive_id":%q,"patched":false,"keep_attempts":%t,"replay_count":%d}`,
-			b.RedriveID, b.KeepAttempts, d.ReplayCount)
+		body := fmt.Appendf(nil, `{"redrive_id":%q,"patched":false,"keep_attempts":%t,"replay_count":%d%s}`,
+			b.RedriveID, b.KeepAttempts, d.ReplayCount, reason)
 		events = append(events, NewEvent(b.Now, "dlq.replayed", d.ID, d.Queue, d.Kind, b.Actor, body))
 	}
 	for _, id := range conflicts {
 		events = append(events, NewEvent(b.Now, "dlq.replay_failed", id, "", "", b.Actor,
-			fmt.Appendf(nil, `{"redrive_id":%q,"error":"conflict"}`, b.RedriveID)))
+			fmt.Appendf(nil, `{"redrive_id":%q,"error":"conflict"%s}`, b.RedriveID, reason)))
 	}
 	return events
 }

@@ -233,6 +233,21 @@ func ActorFrom(ctx context.Context, def string) string {
 	return def
 }
 
+type reasonKey struct{}
+
+// WithReason returns ctx carrying the operator's reason for an operation
+// whose store method has no parameter for it (a cancel); the driver records
+// it in the operation's event body.
+func WithReason(ctx context.Context, reason string) context.Context {
+	return context.WithValue(ctx, reasonKey{}, reason)
+}
+
+// ReasonFrom returns the context's operator reason, or "".
+func ReasonFrom(ctx context.Context) string {
+	r, _ := ctx.Value(reasonKey{}).(string)
+	return r
+}
+
 // DefaultActor is the actor of operations whose context names none.
 const DefaultActor = "library"
 
@@ -373,12 +388,17 @@ func ProgressEvent(t *bt.Task, execID string, p bt.Progress, now time.Time) bt.E
 
 // CancelEvent is the event of an operator's cancel: task.canceled for a
 // waiting task (canceled at once), task.cancel_requested for a running one.
-func CancelEvent(t *bt.Task, from bt.State, now time.Time, actor string) bt.Event {
+// A non-empty reason (the operator's) is recorded in the body.
+func CancelEvent(t *bt.Task, from bt.State, now time.Time, actor, reason string) bt.Event {
 	typ := EventCanceled
 	if from == bt.StateRunning {
 		typ = EventCancelRequest
 	}
-	e := NewEvent(now, typ, t.ID, t.Queue, t.Kind, actor, fmt.Appendf(nil, `{"from":%q}`, from))
+	body := fmt.Appendf(nil, `{"from":%q}`, from)
+	if reason != "" {
+		body, _ = json.Marshal(map[string]string{"from": string(from), "reason": reason})
+	}
+	e := NewEvent(now, typ, t.ID, t.Queue, t.Kind, actor, body)
 	e.Attributes = t.Attributes
 	return e
 }

@@ -33,6 +33,22 @@ type GaugeSnapshot struct {
 	// by the caller from the registry, like WorkersByState), when it was
 	// last seen.
 	WorkerLastSeen []WorkerSeen
+	// OldestOpenDeadLetter is, per queue with open dead letters, the
+	// earliest last_seen (when it last died) of an open dead letter.
+	OldestOpenDeadLetter map[string]time.Time
+	// OpenDeadLetterBytes is, per queue with open dead letters, the sum of
+	// their payload sizes (inline and spilled).
+	OpenDeadLetterBytes map[string]int64
+	// DLQPolicy is the process's dead-letter retention policy (filled by
+	// the caller from its configuration; nil: not exported).
+	DLQPolicy *DLQGaugePolicy
+}
+
+// DLQGaugePolicy is what the policy gauges show: how old a closed dead
+// letter gets before retention deletes it (negative: kept forever), and the
+// floor no purge should go below.
+type DLQGaugePolicy struct {
+	Retention, PurgeFloor time.Duration
 }
 
 // WorkerSeen is one worker's last heartbeat, for the per-worker gauge.
@@ -44,7 +60,21 @@ type WorkerSeen struct {
 // NewGaugeSnapshot returns an empty snapshot.
 func NewGaugeSnapshot() *GaugeSnapshot {
 	return &GaugeSnapshot{Tasks: map[string]map[bt.State]int{}, DeadLetters: map[string]map[bt.DLQStatus]int{},
-		OldestPending: map[string]time.Time{}, OldestLease: map[string]time.Time{}, WorkersByState: map[string]int{}}
+		OldestPending: map[string]time.Time{}, OldestLease: map[string]time.Time{}, WorkersByState: map[string]int{},
+		OldestOpenDeadLetter: map[string]time.Time{}, OpenDeadLetterBytes: map[string]int64{}}
+}
+
+// AddOpenDeadLetters folds one row's open dead letters (the oldest one's
+// last_seen, their payload bytes) into the snapshot; a nil oldest means the
+// row held none.
+func (g *GaugeSnapshot) AddOpenDeadLetters(queue string, oldest *time.Time, bytes int64) {
+	if oldest == nil {
+		return
+	}
+	if t, ok := g.OldestOpenDeadLetter[queue]; !ok || oldest.Before(t) {
+		g.OldestOpenDeadLetter[queue] = oldest.UTC()
+	}
+	g.OpenDeadLetterBytes[queue] += bytes
 }
 
 // AddGaugeRow folds one row of a driver's gauge query (grouped by queue,

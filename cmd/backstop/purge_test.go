@@ -102,10 +102,30 @@ func TestDLQPurgeDryRunAndConfirmation(t *testing.T) {
 	if code != 0 || strings.Contains(errs, "[y/N]") || !strings.Contains(out, "purged 2") || open() != 0 {
 		t.Fatalf("--yes on a terminal: exit %d %q %q, %d left", code, out, errs, open())
 	}
+	// Open dead letters from a pipe: no terminal to confirm on, so --yes is
+	// needed (exit 2 naming it, nothing deleted); with it they go.
 	deadLetters(t, db, "purge-c", 2)
 	out, errs, code = purge(strings.NewReader(""))
+	if code != 2 || !strings.Contains(errs, "--yes") || strings.Contains(errs, "[y/N]") || open() != 2 {
+		t.Fatalf("open from a pipe without --yes: exit %d %q %q, %d left", code, out, errs, open())
+	}
+	out, errs, code = purge(strings.NewReader(""), "--yes")
 	if code != 0 || strings.Contains(errs, "[y/N]") || !strings.Contains(out, "purged 2") || open() != 0 {
-		t.Fatalf("from a pipe: exit %d %q %q, %d left", code, out, errs, open())
+		t.Fatalf("open from a pipe with --yes: exit %d %q %q, %d left", code, out, errs, open())
+	}
+	// Closed records (the default statuses) from a pipe: deleted without
+	// asking, as scripts expect.
+	deadLetters(t, db, "purge-d", 2)
+	for _, d := range []string{"purge-d-00000", "purge-d-00001"} {
+		if _, err := c.Discard(context.Background(), backstop.DiscardParams{ID: d, Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(binary, "--db", db, "dlq", "purge", "--older-than", "0s")
+	cmd.Stdin = strings.NewReader("")
+	b, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "purged 2") {
+		t.Fatalf("closed from a pipe: %v %s", err, b)
 	}
 }
 

@@ -277,6 +277,9 @@ type ReplayRequest struct {
 	// Reopen also replays a discarded or resolved dead letter (undoing a
 	// discard or resolve); the history records the status it came from.
 	Reopen bool `json:"reopen,omitempty"`
+	// Reason: why, recorded with the actor in the history (at most 1 KiB;
+	// required when the server's dlq.require_reason is on).
+	Reason string `json:"reason,omitempty"`
 }
 
 // ReplayResponse reports a replay. Replayed is false (and nothing changed)
@@ -316,7 +319,7 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) error 
 	p := principalFrom(r.Context())
 	res, err := s.c.Replay(r.Context(), backstop.ReplayParams{ID: r.PathValue("id"), Actor: p.Name,
 		MergePatch: req.merge(), Patch: ops, KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay),
-		RunAt: req.runAt(), NewID: req.NewID, Reopen: req.Reopen})
+		RunAt: req.runAt(), NewID: req.NewID, Reopen: req.Reopen, Reason: req.Reason})
 	if err != nil {
 		return err
 	}
@@ -335,8 +338,11 @@ type DiscardRequest struct {
 }
 
 // ResolveRequest is POST /v1/dlq/{id}/resolve; the body is optional.
+// Reason is why (as for every operator action); Note, the older field,
+// says how it was handled and, without a Reason, counts as one.
 type ResolveRequest struct {
-	Note string `json:"note,omitempty"`
+	Note   string `json:"note,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // POST /v1/dlq/{id}/discard
@@ -361,7 +367,7 @@ func (s *Server) resolveDeadLetter(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	p := principalFrom(r.Context())
-	t, err := s.c.Resolve(r.Context(), backstop.ResolveParams{ID: r.PathValue("id"), Note: req.Note, Actor: p.Name})
+	t, err := s.c.Resolve(r.Context(), backstop.ResolveParams{ID: r.PathValue("id"), Note: req.Note, Reason: req.Reason, Actor: p.Name})
 	if err != nil {
 		return err
 	}
@@ -377,6 +383,12 @@ type PurgeRequest struct {
 	Statuses  []bt.DLQStatus `json:"statuses,omitempty"`
 	// DryRun: count what would be deleted, delete nothing.
 	DryRun bool `json:"dry_run,omitempty"`
+	// ConfirmOpen must be true when Statuses names "open": open dead
+	// letters wait for an operator (400 naming confirm_open without it).
+	ConfirmOpen bool `json:"confirm_open,omitempty"`
+	// Reason: why; a purge that deleted records is recorded as one
+	// dlq.purged event (the records' own history goes with them).
+	Reason string `json:"reason,omitempty"`
 }
 
 // PurgeResponse says how many dead letters were deleted or, on a dry run,
@@ -393,7 +405,8 @@ func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeOptional(r, &req); err != nil {
 		return err
 	}
-	n, err := s.c.PurgeDLQ(r.Context(), backstop.PurgeParams{OlderThan: time.Duration(req.OlderThan), Statuses: req.Statuses, DryRun: req.DryRun})
+	n, err := s.c.PurgeDLQ(r.Context(), backstop.PurgeParams{OlderThan: time.Duration(req.OlderThan), Statuses: req.Statuses,
+		DryRun: req.DryRun, ConfirmOpen: req.ConfirmOpen, Reason: req.Reason, Actor: principalFrom(r.Context()).Name})
 	if err != nil {
 		return err
 	}

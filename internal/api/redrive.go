@@ -43,6 +43,11 @@ type RedriveRequest struct {
 	Rate  float64 `json:"rate,omitempty"`
 	Limit int     `json:"limit,omitempty"`
 	PatchRequest
+	// Why: the operator's reason for the redrive, recorded with the actor
+	// in each replay's events and on the redrive's record (Reason above
+	// filters by the dead letters' reason). At most 1 KiB; required when the
+	// server's dlq.require_reason is on.
+	Why string `json:"why,omitempty"`
 	// Wait: answer when the redrive finished or after this long (at most
 	// 30s), whichever comes first. Default 0: answer once it started.
 	Wait bt.Duration `json:"wait,omitempty"`
@@ -59,6 +64,7 @@ type RedriveStatus struct {
 	Status     string     `json:"status"`
 	Error      string     `json:"error,omitempty"`
 	Actor      string     `json:"actor"`
+	Why        string     `json:"why,omitempty"`
 	StartedAt  time.Time  `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
@@ -135,7 +141,7 @@ func (rs *redrives) start(c *backstop.Client, p backstop.RedriveParams, now func
 				}
 			}
 			run = &redriveRun{done: make(chan struct{}), cancel: cancel, st: RedriveStatus{RedriveProgress: pr, Status: "running",
-				Actor: p.Actor, StartedAt: now()}}
+				Actor: p.Actor, Why: p.Reason, StartedAt: now()}}
 			rs.m[pr.RedriveID] = run
 			firstCh <- first{run: run}
 		})
@@ -194,6 +200,9 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.c.CheckReason("why", req.Why); err != nil {
+		return err
+	}
 	p := principalFrom(r.Context())
 	f := backstop.ListParams{Queue: req.Queue, Kind: req.Kind, Reason: req.Reason, ErrorContains: req.ErrorContains,
 		Attrs: req.Attributes}
@@ -205,7 +214,7 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 	}
 	run, err := s.redrives.start(s.c, backstop.RedriveParams{Filter: f, Rate: req.Rate, Limit: req.Limit,
 		MergePatch: req.merge(), Patch: ops, KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay),
-		RunAt: req.runAt(), Actor: p.Name}, s.now)
+		RunAt: req.runAt(), Actor: p.Name, Reason: req.Why}, s.now)
 	if err != nil {
 		return err
 	}
@@ -219,7 +228,7 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 		t.Stop()
 	}
 	st := run.status()
-	s.log.Info("dead-letter redrive", "actor", p.Name, "redrive_id", st.RedriveID, "status", st.Status, "total", st.Total)
+	s.log.Info("dead-letter redrive", "actor", p.Name, "why", req.Why, "redrive_id", st.RedriveID, "status", st.Status, "total", st.Total)
 	status := http.StatusAccepted
 	if st.Status != "running" {
 		status = http.StatusOK

@@ -238,14 +238,26 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
 	return s.writeList(w, r, f, withPayload, s.c.List)
 }
 
+// CancelRequest is POST /v1/tasks/{id}/cancel's optional body.
+type CancelRequest struct {
+	// Reason: why, recorded with the actor in the task.canceled (or
+	// task.cancel_requested) event; required when the server's
+	// dlq.require_reason is on.
+	Reason string `json:"reason,omitempty"`
+}
+
 // POST /v1/tasks/{id}/cancel: at once for a waiting task, cooperatively for
 // a running one; a finished task is a conflict.
 func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request) error {
-	t, err := s.c.Cancel(actorContext(r), r.PathValue("id"))
+	var req CancelRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return err
+	}
+	t, err := s.c.CancelTask(actorContext(r), backstop.CancelParams{ID: r.PathValue("id"), Reason: req.Reason})
 	if err != nil {
 		return err
 	}
 	p := principalFrom(r.Context())
-	s.log.Info("task cancel requested", "actor", p.Name, "task_id", t.ID, "state", t.State)
+	s.log.Info("task cancel requested", "actor", p.Name, "task_id", t.ID, "state", t.State, "reason", req.Reason)
 	return writeJSON(w, http.StatusOK, view(p, t, false))
 }

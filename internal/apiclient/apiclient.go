@@ -150,6 +150,12 @@ func (c *Client) Cancel(ctx context.Context, id string) (*api.TaskView, error) {
 	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/cancel", nil, &out)
 }
 
+// CancelWith cancels a task with the request's reason.
+func (c *Client) CancelWith(ctx context.Context, id string, req api.CancelRequest) (*api.TaskView, error) {
+	var out api.TaskView
+	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/cancel", req, &out)
+}
+
 // Queues counts tasks by queue and state.
 func (c *Client) Queues(ctx context.Context) (*api.QueuesResponse, error) {
 	var out api.QueuesResponse

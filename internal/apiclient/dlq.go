@@ -54,6 +54,12 @@ func (c *Client) Resolve(ctx context.Context, id, note string) (*api.TaskView, e
 	return &out, c.Do(ctx, "POST", "/v1/dlq/"+esc(id)+"/resolve", api.ResolveRequest{Note: note}, &out)
 }
 
+// ResolveWith marks a dead letter handled by hand, with a reason and/or note.
+func (c *Client) ResolveWith(ctx context.Context, id string, req api.ResolveRequest) (*api.TaskView, error) {
+	var out api.TaskView
+	return &out, c.Do(ctx, "POST", "/v1/dlq/"+esc(id)+"/resolve", req, &out)
+}
+
 // Redrive starts a redrive in the server (and waits up to req.Wait for it).
 func (c *Client) Redrive(ctx context.Context, req api.RedriveRequest) (*api.RedriveStatus, error) {
 	var out api.RedriveStatus

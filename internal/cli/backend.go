@@ -32,7 +32,7 @@ type backend interface {
 	DeadLetters(ctx context.Context, f backstop.ListParams) ([]*backstop.Task, error)
 	// Show returns a task with its executions and history.
 	Show(ctx context.Context, id string) (*backstop.Task, []bt.Event, error)
-	Cancel(ctx context.Context, id string) (*backstop.Task, error)
+	Cancel(ctx context.Context, p backstop.CancelParams) (*backstop.Task, error)
 	Replay(ctx context.Context, p backstop.ReplayParams) (*backstop.ReplayResult, error)
 	Discard(ctx context.Context, p backstop.DiscardParams) (*backstop.Task, error)
 	Resolve(ctx context.Context, p backstop.ResolveParams) (*backstop.Task, error)
@@ -54,6 +54,11 @@ func (a *app) backend(ctx context.Context, cfg *backstop.Config) (backend, error
 		cfg = &backstop.Config{}
 	}
 	cfg.RedactKeys = a.redactKeys()
+	req, err := requireReason()
+	if err != nil {
+		return nil, err
+	}
+	cfg.RequireReason = cfg.RequireReason || req
 	s, c, err := a.openDB(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -164,8 +169,8 @@ func (l *localBackend) DeadLetters(ctx context.Context, f backstop.ListParams) (
 	return l.outs(ts), err
 }
 
-func (l *localBackend) Cancel(ctx context.Context, id string) (*backstop.Task, error) {
-	t, err := l.Client.Cancel(ctx, id)
+func (l *localBackend) Cancel(ctx context.Context, p backstop.CancelParams) (*backstop.Task, error) {
+	t, err := l.Client.CancelTask(ctx, p)
 	return l.out(t), err
 }
 
@@ -398,8 +403,8 @@ func (r *remoteBackend) Show(ctx context.Context, id string) (*backstop.Task, []
 	return taskFromView(d.TaskView), d.Events, nil
 }
 
-func (r *remoteBackend) Cancel(ctx context.Context, id string) (*backstop.Task, error) {
-	v, err := r.cl.Cancel(ctx, id)
+func (r *remoteBackend) Cancel(ctx context.Context, p backstop.CancelParams) (*backstop.Task, error) {
+	v, err := r.cl.CancelWith(ctx, p.ID, api.CancelRequest{Reason: p.Reason})
 	if err != nil {
 		return nil, remoteErr(err)
 	}
@@ -426,7 +431,7 @@ func (r *remoteBackend) Replay(ctx context.Context, p backstop.ReplayParams) (*b
 	if err != nil {
 		return nil, err
 	}
-	res, err := r.cl.Replay(ctx, p.ID, api.ReplayRequest{PatchRequest: pr, NewID: p.NewID, Reopen: p.Reopen})
+	res, err := r.cl.Replay(ctx, p.ID, api.ReplayRequest{PatchRequest: pr, NewID: p.NewID, Reopen: p.Reopen, Reason: p.Reason})
 	if err != nil {
 		return nil, remoteErr(err)
 	}
@@ -446,7 +451,7 @@ func (r *remoteBackend) Discard(ctx context.Context, p backstop.DiscardParams) (
 }
 
 func (r *remoteBackend) Resolve(ctx context.Context, p backstop.ResolveParams) (*backstop.Task, error) {
-	v, err := r.cl.Resolve(ctx, p.ID, p.Note)
+	v, err := r.cl.ResolveWith(ctx, p.ID, api.ResolveRequest{Note: p.Note, Reason: p.Reason})
 	if err != nil {
 		return nil, remoteErr(err)
 	}
@@ -454,7 +459,8 @@ func (r *remoteBackend) Resolve(ctx context.Context, p backstop.ResolveParams) (
 }
 
 func (r *remoteBackend) PurgeDLQ(ctx context.Context, p backstop.PurgeParams) (int, error) {
-	res, err := r.cl.PurgeDLQ(ctx, api.PurgeRequest{OlderThan: bt.Duration(p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun})
+	res, err := r.cl.PurgeDLQ(ctx, api.PurgeRequest{OlderThan: bt.Duration(p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun,
+		ConfirmOpen: p.ConfirmOpen, Reason: p.Reason})
 	if err != nil {
 		return 0, remoteErr(err)
 	}
@@ -486,7 +492,7 @@ func (r *remoteBackend) Redrive(ctx context.Context, p backstop.RedriveParams, p
 	}
 	f := p.Filter
 	req := api.RedriveRequest{Queue: f.Queue, Kind: f.Kind, Reason: f.Reason, ErrorContains: f.ErrorContains,
-		Attributes: f.Attrs, Rate: p.Rate, Limit: p.Limit, PatchRequest: pr, Wait: bt.Duration(5 * time.Second)}
+		Attributes: f.Attrs, Rate: p.Rate, Limit: p.Limit, PatchRequest: pr, Why: p.Reason, Wait: bt.Duration(5 * time.Second)}
 	if !f.Since.IsZero() {
 		req.Since = &f.Since
 	}

@@ -48,7 +48,7 @@ func (a *app) demoServe(ctx context.Context, addr string) error {
 		return err
 	}
 	defer s.Close()
-	defer startGauges(ctx, tel, c, log)()
+	defer startGauges(ctx, tel, c, nil, log)()
 	srv, err := api.New(api.Options{Client: c, Logger: log, AnonymousAdmin: true, Metrics: tel.Handler()})
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -188,6 +189,7 @@ func dlqReplayCmd(a *app) *cobra.Command {
 	var (
 		pf     patchFlags
 		actor  string
+		reason string
 		newID  bool
 		reopen bool
 	)
@@ -197,6 +199,9 @@ func dlqReplayCmd(a *app) *cobra.Command {
 		Long:  replayLong,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkReasonFlag("reason", reason); err != nil {
+				return err
+			}
 			merge, ops, runAt, err := pf.read(a)
 			if err != nil {
 				return err
@@ -206,7 +211,7 @@ func dlqReplayCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			res, err := c.Replay(cmd.Context(), backstop.ReplayParams{ID: args[0], Actor: actor, MergePatch: merge,
+			res, err := c.Replay(cmd.Context(), backstop.ReplayParams{ID: args[0], Actor: actor, Reason: reason, MergePatch: merge,
 				Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, NewID: newID, Reopen: reopen})
 			if err != nil {
 				return err
@@ -231,6 +236,7 @@ func dlqReplayCmd(a *app) *cobra.Command {
 	}
 	pf.register(cmd)
 	addActorFlag(cmd, &actor)
+	addReasonFlag(cmd, "reason", &reason)
 	cmd.Flags().BoolVar(&newID, "new-id", false, "replay a copy under a fresh id (replayed_from = ID); the original is marked replayed")
 	cmd.Flags().BoolVar(&reopen, "reopen", false, "also replay a discarded or resolved dead letter (recorded with the status it came from)")
 	return cmd
@@ -249,6 +255,7 @@ func dlqRedriveCmd(a *app) *cobra.Command {
 		df    dlqFilterFlags
 		pf    patchFlags
 		actor string
+		why   string
 		rate  float64
 	)
 	cmd := &cobra.Command{
@@ -263,11 +270,22 @@ The redrive is recorded with its filter and a snapshot time. Running the same
 command again after an interruption or a crash resumes it: only dead letters
 last seen at or before the snapshot are replayed, each once, so a task that
 died again after being redriven is not redriven twice. --limit N replays at
-most N in this run; running again continues.`,
+most N in this run; running again continues.
+
+--why TEXT is the operator's reason, recorded with --actor in each replay's
+history and on the redrive's record (here --reason filters the dead letters
+by their own reason, as in 'dlq list').`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.limit < 0 {
 				return usageErr("--limit %d: must not be negative", f.limit)
+			}
+			if err := checkReasonFlag("why", why); err != nil {
+				return err
+			}
+			if df.reason != "" && !slices.Contains(bt.DeadReasons, bt.DeadReason(df.reason)) {
+				return usageErr("--reason %q is not a dead-letter reason (%s): on redrive --reason filters the dead letters; "+
+					"give your reason for the redrive with --why", df.reason, joinReasons())
 			}
 			attrs, err := parseAttrs(f.attrs)
 			if err != nil {
@@ -288,7 +306,7 @@ most N in this run; running again continues.`,
 			defer c.Close()
 			bar := a.progressBar()
 			final, err := c.Redrive(cmd.Context(), backstop.RedriveParams{Filter: lp, Rate: rate, Limit: f.limit,
-				MergePatch: merge, Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, Actor: actor},
+				MergePatch: merge, Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, Actor: actor, Reason: why},
 				func(p backstop.RedriveProgress) {
 					if a.output == "json" {
 						_ = json.NewEncoder(a.stdout).Encode(p)
@@ -323,6 +341,7 @@ most N in this run; running again continues.`,
 	df.register(cmd, false)
 	pf.register(cmd)
 	addActorFlag(cmd, &actor)
+	addReasonFlag(cmd, "why", &why)
 	return cmd
 }
 
@@ -369,6 +388,9 @@ func dlqDiscardCmd(a *app) *cobra.Command {
 			if strings.TrimSpace(reason) == "" {
 				return usageErr("dlq discard: --reason is required")
 			}
+			if err := checkReasonFlag("reason", reason); err != nil {
+				return err
+			}
 			return a.setDLQStatus(cmd, func(c backend) (*backstop.Task, error) {
 				return c.Discard(cmd.Context(), backstop.DiscardParams{ID: args[0], Reason: reason, Actor: actor})
 			})
@@ -380,19 +402,25 @@ func dlqDiscardCmd(a *app) *cobra.Command {
 }
 
 func dlqResolveCmd(a *app) *cobra.Command {
-	var note, actor string
+	var note, reason, actor string
 	cmd := &cobra.Command{
-		Use:   "resolve ID [--note TEXT]",
+		Use:   "resolve ID [--reason TEXT] [--note TEXT]",
 		Short: "Mark a dead letter resolved (handled by hand; the record is kept)",
-		Long:  "Mark an open dead letter resolved, keeping the record with its status, note, actor and time.\nAn id that is not an open dead letter exits 3.",
-		Args:  cobra.ExactArgs(1),
+		Long: "Mark an open dead letter resolved, keeping the record with its status, reason, note, actor and time.\n" +
+			"--reason says why (as on every operator action); --note, the older flag, says how it was handled\n" +
+			"and, without --reason, is recorded as the reason too. An id that is not an open dead letter exits 3.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkReasonFlag("reason", reason); err != nil {
+				return err
+			}
 			return a.setDLQStatus(cmd, func(c backend) (*backstop.Task, error) {
-				return c.Resolve(cmd.Context(), backstop.ResolveParams{ID: args[0], Note: note, Actor: actor})
+				return c.Resolve(cmd.Context(), backstop.ResolveParams{ID: args[0], Note: note, Reason: reason, Actor: actor})
 			})
 		},
 	}
-	cmd.Flags().StringVar(&note, "note", "", "how it was handled")
+	cmd.Flags().StringVar(&note, "note", "", "how it was handled (without --reason, also recorded as the reason)")
+	addReasonFlag(cmd, "reason", &reason)
 	addActorFlag(cmd, &actor)
 	return cmd
 }
@@ -422,8 +450,8 @@ type purgeJSON struct {
 
 func dlqPurgeCmd(a *app) *cobra.Command {
 	var (
-		olderThan, status string
-		dryRun, yes       bool
+		olderThan, status, reason, actor string
+		dryRun, yes                      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "purge --older-than AGE [--dry-run] [--yes]",
@@ -434,11 +462,18 @@ and history. Archive first with 'dlq export'. Prints how many were deleted.
 
 --dry-run counts what would be deleted and deletes nothing. When stdin is a terminal, purge
 says how many records match and asks before deleting them (--yes skips the question); when
-stdin is not a terminal (a script, cron, a pipe) it deletes without asking, as scripts expect.`,
+stdin is not a terminal (a script, cron, a pipe) it deletes without asking, as scripts expect.
+
+Open dead letters wait for an operator and are never purged unless --status names open;
+then the deletion needs a confirmation: the terminal's question, or --yes. Without a
+terminal and without --yes it exits 2 and deletes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan == "" {
 				return usageErr("dlq purge: --older-than is required (e.g. 30d)")
+			}
+			if err := checkReasonFlag("reason", reason); err != nil {
+				return err
 			}
 			age, err := parseAge(olderThan)
 			if err != nil {
@@ -455,8 +490,15 @@ stdin is not a terminal (a script, cron, a pipe) it deletes without asking, as s
 				return err
 			}
 			defer c.Close()
-			p := backstop.PurgeParams{OlderThan: age, Statuses: sts}
-			if dryRun || (!yes && isTerminal(a.stdin)) {
+			p := backstop.PurgeParams{OlderThan: age, Statuses: sts, Reason: reason, Actor: actor}
+			withOpen := slices.Contains(sts, bt.DLQOpen)
+			tty := isTerminal(a.stdin)
+			if withOpen && !dryRun && !yes && !tty {
+				return usageErr("dlq purge --status open: open dead letters wait for an operator; deleting them needs " +
+					"a confirmation and there is no terminal to ask on: pass --yes")
+			}
+			p.ConfirmOpen = withOpen && yes
+			if dryRun || (!yes && tty) {
 				p.DryRun = true
 				n, err := c.PurgeDLQ(cmd.Context(), p)
 				if err != nil {
@@ -471,7 +513,7 @@ stdin is not a terminal (a script, cron, a pipe) it deletes without asking, as s
 				if n > 0 && !a.confirm(fmt.Sprintf("Delete %d dead letters (status %s, last changed more than %s ago) for good?", n, status, olderThan)) {
 					return &exitError{code: ExitFailure, err: errors.New("dlq purge: not confirmed; nothing deleted")}
 				}
-				p.DryRun = false
+				p.DryRun, p.ConfirmOpen = false, withOpen
 			}
 			n, err := c.PurgeDLQ(cmd.Context(), p)
 			if err != nil {
@@ -487,6 +529,8 @@ stdin is not a terminal (a script, cron, a pipe) it deletes without asking, as s
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation on a terminal")
 	cmd.Flags().StringVar(&olderThan, "older-than", "", "only records last changed longer ago than this (30d, 12h)")
 	cmd.Flags().StringVar(&status, "status", "discarded,resolved", "statuses to purge (comma-separated): open, replayed, discarded, resolved")
+	addReasonFlag(cmd, "reason", &reason)
+	addActorFlag(cmd, &actor)
 	return cmd
 }
 
@@ -609,7 +653,11 @@ func printEvents(w io.Writer, events []bt.Event) error {
 		if json.Compact(&b, body) == nil { // the same text whichever driver stored it
 			body = b.Bytes()
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", fmtTime(e.Time), e.Type, e.Actor, oneLine(string(body), 120))
+		text := oneLine(string(body), 120)
+		if r := operatorReason(e); r != "" { // the reason first, so the cut never hides it
+			text = "reason: " + oneLine(r, 200) + " | " + text
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", fmtTime(e.Time), e.Type, e.Actor, text)
 	}
 	return tw.Flush()
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/store"
 )
 
 func init() { register(eventsCmd) }
@@ -233,6 +235,19 @@ func progressText(p bt.Progress) string {
 	return fmt.Sprintf(", progress %s", fmtProgress(p))
 }
 
+// operatorReason is the reason an operator gave for the action an event
+// records ("" for none; a dead letter's own reason is not one).
+func operatorReason(e bt.Event) string {
+	if e.Type == store.EventDeadLettered {
+		return ""
+	}
+	var b struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(e.Body, &b)
+	return b.Reason
+}
+
 // timelineText says what one event means.
 func timelineText(e bt.Event) string {
 	var b map[string]any
@@ -253,6 +268,10 @@ func timelineText(e bt.Event) string {
 		by = " by " + e.Actor
 	}
 	att := "attempt " + s("attempt")
+	why := "" // the operator's reason, after the actor
+	if r := operatorReason(e); r != "" {
+		why = ": " + oneLine(r, 200)
+	}
 	switch e.Type {
 	case "task.enqueued":
 		switch {
@@ -283,19 +302,22 @@ func timelineText(e bt.Event) string {
 	case "task.dead_lettered":
 		return fmt.Sprintf("dead letter: %s after attempt %s", s("reason"), s("attempt"))
 	case "task.cancel_requested":
-		return "cancel requested" + by
+		return "cancel requested" + by + why
 	case "task.canceled":
-		return "canceled" + by
+		return "canceled" + by + why
 	case "dlq.replay_requested":
-		return "replay requested" + by
+		return "replay requested" + by + why
 	case "dlq.replayed":
-		return "replayed" + by
+		return "replayed" + by + why
 	case "dlq.replay_failed":
-		return fmt.Sprintf("replay refused: %s%s", s("error"), by)
+		return fmt.Sprintf("replay refused: %s%s%s", s("error"), by, why)
 	case "dlq.discarded":
 		return fmt.Sprintf("discarded: %s%s", s("reason"), by)
 	case "dlq.resolved":
-		return fmt.Sprintf("resolved: %s%s", s("note"), by)
+		if n, r := s("note"), s("reason"); n != "" && r != "" && n != r {
+			return fmt.Sprintf("resolved: %s (note: %s)%s", r, n, by)
+		}
+		return fmt.Sprintf("resolved: %s%s", cmp.Or(s("reason"), s("note")), by)
 	}
 	return strings.TrimSpace(e.Type + by + " " + oneLine(string(e.Body), 120))
 }

@@ -150,7 +150,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 		return err
 	}
 	defer s.Close()
-	defer startGauges(ctx, tel, c, log)()
+	defer startGauges(ctx, tel, c, cfg, log)()
 	n, err := liveTokens(ctx, s)
 	if err != nil {
 		return err

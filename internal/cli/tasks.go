@@ -156,20 +156,24 @@ func tasksShowCmd(a *app) *cobra.Command {
 }
 
 func tasksCancelCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var reason string
+	cmd := &cobra.Command{
 		Use:   "cancel ID",
 		Short: "Cancel a task: at once when waiting, within a heartbeat when running",
 		Long: "Cancel a task. A scheduled or pending task is canceled at once; a running one is asked to stop\n" +
 			"and its handler's context ends within one heartbeat interval. A finished task cannot be\n" +
-			"canceled (exit 4); an unknown id exits 3.",
+			"canceled (exit 4); an unknown id exits 3. --reason is recorded with the actor in the history.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkReasonFlag("reason", reason); err != nil {
+				return err
+			}
 			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			t, err := c.Cancel(cliActor(cmd.Context()), args[0])
+			t, err := c.Cancel(cliActor(cmd.Context()), backstop.CancelParams{ID: args[0], Reason: reason})
 			if err != nil {
 				return err
 			}
@@ -183,6 +187,8 @@ func tasksCancelCmd(a *app) *cobra.Command {
 			})
 		},
 	}
+	addReasonFlag(cmd, "reason", &reason)
+	return cmd
 }
 
 // taskJSON is a task as the CLI prints it: the contract's snake_case keys,

@@ -101,12 +101,17 @@ func serveMetrics(ctx context.Context, addr string, t *telemetry.Telemetry, log 
 // metrics are on and the store can read them; stop ends it. The worker
 // registry's counts (workers by state) and the heartbeats of the workers
 // that should be heartbeating join the store's one query.
-func startGauges(ctx context.Context, t *telemetry.Telemetry, c *backstop.Client, log *slog.Logger) func() {
+// cfg (nil: none) adds the dead-letter retention policy's gauges.
+func startGauges(ctx context.Context, t *telemetry.Telemetry, c *backstop.Client, cfg *config.Config, log *slog.Logger) func() {
 	gr, ok := c.Store().(store.GaugeReader)
 	if t.MeterProvider == nil || !ok {
 		return func() {}
 	}
-	g, err := telemetry.StartStoreGauges(ctx, t.MeterProvider, telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(gr, c.WorkerCounts), c.HeartbeatingWorkers), 0, nil, log)
+	gr = telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(gr, c.WorkerCounts), c.HeartbeatingWorkers)
+	if cfg != nil {
+		gr = telemetry.WithDLQPolicy(gr, cfg.DLQGaugePolicy())
+	}
+	g, err := telemetry.StartStoreGauges(ctx, t.MeterProvider, gr, 0, nil, log)
 	if err != nil {
 		log.Warn("store gauges", "error", err)
 		return func() {}

@@ -158,7 +158,7 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 		return err
 	}
 	defer s.Close()
-	defer startGauges(ctx, tel, c, log)()
+	defer startGauges(ctx, tel, c, cfg, log)()
 
 	// One library Worker per distinct lease (a Worker has one lease);
 	// usually there is one.

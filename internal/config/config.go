@@ -27,6 +27,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
 )
 
 // Defaults of the top-level knobs.
@@ -55,6 +56,7 @@ type Config struct {
 	Retention           Retention        `yaml:"retention" json:"retention"`
 	Redaction           Redaction        `yaml:"redaction" json:"redaction"`
 	Telemetry           Telemetry        `yaml:"telemetry" json:"telemetry"`
+	DLQ                 DLQ              `yaml:"dlq" json:"dlq"`
 	Workers             []Worker         `yaml:"workers" json:"workers"`
 }
 
@@ -120,6 +122,28 @@ type Retention struct {
 	Interval    Duration `yaml:"interval" json:"interval"`
 	// Events of the event log (docs/events.md). Default 7 days.
 	Events Duration `yaml:"events" json:"events"`
+}
+
+// DLQ is the policy of the dead-letter operations (docs/configuration.md).
+type DLQ struct {
+	// RequireReason: every operator action (replay, redrive, discard,
+	// resolve, purge, cancel) must give a reason. Default: false.
+	RequireReason bool `yaml:"require_reason" json:"require_reason"`
+	// PurgeFloor: no purge should delete a dead letter younger than this;
+	// exported as backstop_dlq_purge_floor_seconds, and the alert
+	// BackstopDLQPurgeBelowFloor fires when retention.dead_letters is
+	// below it. Default: 168h (7 days).
+	PurgeFloor Duration `yaml:"purge_floor" json:"purge_floor"`
+}
+
+// DefaultPurgeFloor is dlq.purge_floor's default.
+const DefaultPurgeFloor = 7 * 24 * time.Hour
+
+// DLQGaugePolicy is the dead-letter policy the gauges export: the
+// effective retention of closed dead letters and the purge floor.
+func (c *Config) DLQGaugePolicy() store.DLQGaugePolicy {
+	e := c.Effective()
+	return store.DLQGaugePolicy{Retention: e.Retention.DeadLetters.D(), PurgeFloor: e.DLQ.PurgeFloor.D()}
 }
 
 // Redaction lists payload keys whose values are masked wherever a payload
@@ -537,6 +561,9 @@ func (c *Config) Validate() error {
 	if c.Retention.Interval < 0 {
 		bad("retention.interval", "must not be negative")
 	}
+	if c.DLQ.PurgeFloor < 0 {
+		bad("dlq.purge_floor", "must not be negative")
+	}
 	for i, k := range c.Redaction.Keys {
 		if strings.TrimSpace(k) == "" {
 			bad(fmt.Sprintf("redaction.keys[%d]", i), "must not be empty")
@@ -637,6 +664,7 @@ func (c *Config) Library() *backstop.Config {
 		Retry:              c.Retry.Policy(),
 		StrictQueues:       c.Limits.StrictQueues,
 		RedactKeys:         c.Redaction.Keys,
+		RequireReason:      c.DLQ.RequireReason,
 		Retention: backstop.RetentionConfig{Succeeded: c.Retention.Succeeded.D(), Canceled: c.Retention.Canceled.D(),
 			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D(), Events: c.Retention.Events.D()},
 	}
@@ -684,6 +712,7 @@ func (c *Config) Effective() *Config {
 	out.Retention.DeadLetters = orDur(c.Retention.DeadLetters, 30*24*time.Hour)
 	out.Retention.Interval = orDur(c.Retention.Interval, time.Minute)
 	out.Retention.Events = orDur(c.Retention.Events, 7*24*time.Hour)
+	out.DLQ.PurgeFloor = orDur(c.DLQ.PurgeFloor, DefaultPurgeFloor)
 	out.Queues = map[string]Queue{}
 	for n, q := range c.Queues {
 		if q.Concurrency == 0 {

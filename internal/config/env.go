@@ -28,7 +28,7 @@ const EnvPrefix = "BACKSTOP_"
 // of exec workers) are not configuration and are left alone, but an unknown
 // variable under a configuration section (BACKSTOP_QUEUES_*, BACKSTOP_KINDS_*,
 // BACKSTOP_LIMITS_*, BACKSTOP_RETENTION_*, BACKSTOP_REDACTION_*,
-// BACKSTOP_TELEMETRY_*) is an error.
+// BACKSTOP_TELEMETRY_*, BACKSTOP_DLQ_*) is an error.
 
 type setter func(c *Config, v string) error
 
@@ -57,7 +57,9 @@ var topEnv = map[string]setter{
 		c.Telemetry.Metrics = &b
 		return parseBool(v, &b)
 	},
-	"REDACTION_KEYS": func(c *Config, v string) error { c.Redaction.Keys = splitList(v); return nil },
+	"REDACTION_KEYS":     func(c *Config, v string) error { c.Redaction.Keys = splitList(v); return nil },
+	"DLQ_REQUIRE_REASON": func(c *Config, v string) error { return parseBool(v, &c.DLQ.RequireReason) },
+	"DLQ_PURGE_FLOOR":    func(c *Config, v string) error { return parseDur(v, &c.DLQ.PurgeFloor) },
 }
 
 var queueEnv = map[string]func(q *Queue, v string) error{
@@ -108,7 +110,7 @@ var kindEnv = map[string]func(k *Kind, v string) error{
 	"RETRY":        func(k *Kind, v string) error { return parseRetry(v, &k.Retry) },
 }
 
-var strictSections = []string{"QUEUES_", "KINDS_", "LIMITS_", "RETENTION_", "REDACTION_", "TELEMETRY_"}
+var strictSections = []string{"QUEUES_", "KINDS_", "LIMITS_", "RETENTION_", "REDACTION_", "TELEMETRY_", "DLQ_"}
 
 // ApplyEnv applies the BACKSTOP_* variables of environ (os.Environ form) over
 // c. Errors name the variable.

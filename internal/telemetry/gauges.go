@@ -17,7 +17,9 @@ const GaugeInterval = 10 * time.Second
 
 // StoreGauges exposes the store-derived gauges (store.GaugeReader): tasks
 // by queue and state, dead letters by queue and status, the age of the
-// oldest pending task and of the oldest lease per queue, workers by state.
+// oldest pending task and of the oldest lease per queue, the age of the
+// oldest open dead letter and the open dead letters' payload bytes per
+// queue, workers by state, and the dead-letter retention policy.
 // The store is read by one query every interval, in the background; a
 // scrape reads the cached snapshot (ages are computed at scrape time from
 // the cached timestamps, so they keep growing between refreshes).
@@ -75,6 +77,26 @@ func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.Gaug
 	if err != nil {
 		return nil, err
 	}
+	openAge, err := m.Float64ObservableGauge("backstop.dlq.oldest_open_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest open dead letter per queue: now minus when it last died."))
+	if err != nil {
+		return nil, err
+	}
+	openBytes, err := m.Int64ObservableGauge("backstop.dlq.open_payload", metric.WithUnit("By"),
+		metric.WithDescription("Payload bytes of the open dead letters per queue (inline and spilled)."))
+	if err != nil {
+		return nil, err
+	}
+	retention, err := m.Float64ObservableGauge("backstop.dlq.retention", metric.WithUnit("s"),
+		metric.WithDescription("How old a closed dead letter gets before retention deletes it (this process's retention.dead_letters; absent when kept forever)."))
+	if err != nil {
+		return nil, err
+	}
+	floor, err := m.Float64ObservableGauge("backstop.dlq.purge_floor", metric.WithUnit("s"),
+		metric.WithDescription("The age below which no purge should delete a dead letter (dlq.purge_floor); alerts compare the retention to it."))
+	if err != nil {
+		return nil, err
+	}
 	g.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		g.mu.Lock()
 		snap := g.snap
@@ -106,8 +128,20 @@ func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.Gaug
 			o.ObserveFloat64(heartbeat, max(t.Sub(w.LastSeen), 0).Seconds(),
 				metric.WithAttributes(attribute.String("worker_id", w.ID), attribute.String("host", w.Host)))
 		}
+		for q, at := range snap.OldestOpenDeadLetter {
+			o.ObserveFloat64(openAge, max(t.Sub(at), 0).Seconds(), metric.WithAttributes(attribute.String("queue", q)))
+		}
+		for q, n := range snap.OpenDeadLetterBytes {
+			o.ObserveInt64(openBytes, n, metric.WithAttributes(attribute.String("queue", q)))
+		}
+		if p := snap.DLQPolicy; p != nil {
+			if p.Retention >= 0 {
+				o.ObserveFloat64(retention, p.Retention.Seconds())
+			}
+			o.ObserveFloat64(floor, p.PurgeFloor.Seconds())
+		}
 		return nil
-	}, tasks, dlq, pending, lease, workers, heartbeat)
+	}, tasks, dlq, pending, lease, workers, heartbeat, openAge, openBytes, retention, floor)
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +189,28 @@ func (g *StoreGauges) Stop() {
 	g.cancel()
 	<-g.done
 	_ = g.reg.Unregister()
+}
+
+// WithDLQPolicy adds the process's dead-letter retention policy to a
+// store's gauge query: backstop_dlq_retention_seconds and
+// backstop_dlq_purge_floor_seconds (configuration, not a read).
+func WithDLQPolicy(r store.GaugeReader, p store.DLQGaugePolicy) store.GaugeReader {
+	return dlqPolicyGauges{r, p}
+}
+
+type dlqPolicyGauges struct {
+	store.GaugeReader
+	p store.DLQGaugePolicy
+}
+
+func (d dlqPolicyGauges) Gauges(ctx context.Context) (*store.GaugeSnapshot, error) {
+	snap, err := d.GaugeReader.Gauges(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := d.p
+	snap.DLQPolicy = &p
+	return snap, nil
 }
 
 // WithWorkers adds the worker registry's counts by state (the library's

@@ -212,7 +212,7 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	// Event ids: a fresh UUIDv7's first 24 hex digits (with dashes) and the
 	// row number, so a batch's ids are time-ordered and insert together.
 	prefix := uuid.Must(uuid.NewV7()).String()[:24]
-	fastArgs := append(append([]any{}, args...), string(b.State), b.RunAt, b.KeepAttempts, b.Now, b.Actor, b.RedriveID, prefix)
+	fastArgs := append(append([]any{}, args...), string(b.State), b.RunAt, b.KeepAttempts, b.Now, b.Actor, b.RedriveID, prefix, b.Reason)
 	var (
 		last    *string
 		count   int
@@ -234,8 +234,10 @@ upd AS (
 	INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
 	SELECT ARRAY[`+p(7)+` || lpad(to_hex(row_number() OVER ()), 12, '0')], `+p(4)+`, e.type, ARRAY[u.id], ARRAY[u.queue],
 		ARRAY[u.kind], json_build_array(u.attributes), `+p(5)+`,
-		json_build_array(json_build_object('redrive_id', `+p(6)+`::text, 'patched', false, 'keep_attempts', `+p(3)+`::bool,
-			'replay_count', u.replay_count))
+		json_build_array(CASE WHEN `+p(8)+`::text = '' THEN json_build_object('redrive_id', `+p(6)+`::text, 'patched', false,
+			'keep_attempts', `+p(3)+`::bool, 'replay_count', u.replay_count)
+			ELSE json_build_object('redrive_id', `+p(6)+`::text, 'patched', false, 'keep_attempts', `+p(3)+`::bool,
+			'replay_count', u.replay_count, 'reason', `+p(8)+`::text) END)
 	FROM upd u CROSS JOIN (VALUES ('dlq.replayed')) AS e(type)
 	ORDER BY u.id
 ), rec AS (

@@ -122,12 +122,14 @@ var settleEvents = `settle_events AS (
 	GROUP BY e.ord, e.type ORDER BY e.ord, e.type) g
 )`
 
-// cancelEvents: the operator's cancel ($2: now, $3: actor).
+// cancelEvents: the operator's cancel ($2: now, $3: actor, $4: the
+// operator's reason, recorded when not empty).
 var cancelEvents = `cancel_events AS (
 	INSERT INTO backstop_events (type, time, subjects, queues, kinds, attributes, actor, bodies)
 	SELECT CASE WHEN c.state = 'running' THEN 'task.cancel_requested' ELSE 'task.canceled' END, $2,
 		ARRAY[c.id], ARRAY[c.queue], ARRAY[c.kind], json_build_array(c.attributes), $3::text,
-		json_build_array(json_build_object('from', c.from_state))
+		json_build_array(CASE WHEN $4::text = '' THEN json_build_object('from', c.from_state)
+			ELSE json_build_object('from', c.from_state, 'reason', $4::text) END)
 	FROM c
 )`
 

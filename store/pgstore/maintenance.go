@@ -18,7 +18,7 @@ const defaultSweepLimit = 1000
 // buffered) task is canceled at once; a running one is marked, and its
 // worker learns it from its next heartbeat.
 func (s *Store) RequestCancel(ctx context.Context, id string, now time.Time) (*bt.Task, error) {
-	tasks, err := s.queryTasks(ctx, sqlRequestCancel, id, now, store.ActorFrom(ctx, store.DefaultActor))
+	tasks, err := s.queryTasks(ctx, sqlRequestCancel, id, now, store.ActorFrom(ctx, store.DefaultActor), store.ReasonFrom(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: cancel %s: %w", id, err)
 	}

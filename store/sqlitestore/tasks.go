@@ -847,7 +847,7 @@ func (s *Store) RequestCancel(ctx context.Context, id string, now time.Time) (*b
 	if err != nil {
 		return nil, err
 	}
-	if err := insertEvents(ctx, tx, []bt.Event{store.CancelEvent(t, bt.State(state), now, store.ActorFrom(ctx, store.DefaultActor))}); err != nil {
+	if err := insertEvents(ctx, tx, []bt.Event{store.CancelEvent(t, bt.State(state), now, store.ActorFrom(ctx, store.DefaultActor), store.ReasonFrom(ctx))}); err != nil {
 		return nil, err
 	}
 	return t, tx.Commit()

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -72,4 +73,50 @@ func (s *suite) testGauges(t *testing.T) {
 	if _, ok := g.OldestLease["gq-a"]; ok {
 		t.Errorf("gq-a has no running task but an oldest lease %v", g.OldestLease["gq-a"])
 	}
+}
+
+// testGaugesOpenDeadLetters: per queue, the oldest open dead letter's
+// last_seen and the payload bytes of the open dead letters (spilled ones
+// counted by their size), from the same query; closed dead letters and
+// other tasks count for neither.
+func (s *suite) testGaugesOpenDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, &backstop.Config{InlinePayloadLimit: 64})
+	gr := b.store.(store.GaugeReader)
+	big := `{"big":"` + strings.Repeat("x", 300) + `"}`
+	b.dead(backstop.EnqueueParams{ID: "g-old", Queue: "gd-a", Kind: "k", Payload: []byte(`{"n":1}`)})
+	b.clock.Advance(time.Hour)
+	b.dead(backstop.EnqueueParams{ID: "g-big", Queue: "gd-a", Kind: "k", Payload: []byte(big)})
+	b.dead(backstop.EnqueueParams{ID: "g-closed", Queue: "gd-b", Kind: "k", Payload: []byte(big)})
+	b.dead(backstop.EnqueueParams{ID: "g-b", Queue: "gd-b", Kind: "k", Payload: []byte(`{"n":22}`)})
+	if _, err := b.c.Discard(b.ctx, backstop.DiscardParams{ID: "g-closed", Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(backstop.EnqueueParams{Queue: "gd-c", Kind: "k", Payload: []byte(big)}) // pending: not a dead letter
+	if got := b.get("g-big"); !got.PayloadSpilled {
+		t.Fatal("fixture: g-big's payload did not spill")
+	}
+	g, err := gr.Gauges(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "oldest open gd-a", g.OldestOpenDeadLetter["gd-a"], *b.get("g-old").LastSeen)
+	eq(t, "oldest open gd-b", g.OldestOpenDeadLetter["gd-b"], *b.get("g-b").LastSeen)
+	if !g.OldestOpenDeadLetter["gd-a"].Before(g.OldestOpenDeadLetter["gd-b"].Add(-59 * time.Minute)) {
+		t.Fatalf("gd-a's oldest is not an hour before gd-b's: %v", g.OldestOpenDeadLetter)
+	}
+	eq(t, "queues with open dead letters", len(g.OldestOpenDeadLetter), 2)
+	eq(t, "open bytes gd-a", g.OpenDeadLetterBytes["gd-a"], int64(len(`{"n":1}`)+len(big)))
+	eq(t, "open bytes gd-b", g.OpenDeadLetterBytes["gd-b"], int64(len(`{"n":22}`)))
+	eq(t, "queues with open bytes", len(g.OpenDeadLetterBytes), 2)
+
+	// Replayed, it is no longer open: its queue leaves both gauges.
+	b.replay(backstop.ReplayParams{ID: "g-b"})
+	if g, err = gr.Gauges(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := g.OldestOpenDeadLetter["gd-b"]; ok {
+		t.Fatalf("gd-b has no open dead letter but an oldest %v", g.OldestOpenDeadLetter["gd-b"])
+	}
+	eq(t, "open bytes gd-b after the replay", g.OpenDeadLetterBytes["gd-b"], int64(0))
 }

@@ -21,6 +21,7 @@ func (s *suite) testOps(t *testing.T) {
 	t.Run("WorkersElectOneLeader", s.testWorkersElectOneLeader)
 	t.Run("Retention", s.testRetention)
 	t.Run("RetentionKeepsForeverWhenNegative", s.testRetentionKeep)
+	t.Run("RetentionNeverTakesOpenDeadLetters", s.testRetentionNeverTakesOpen)
 	t.Run("Stats", s.testStats)
 	t.Run("Views", s.testViews)
 }

@@ -93,6 +93,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Events", s.testEvents)
 	t.Run("Complexity", s.testComplexity)
 	t.Run("Gauges", s.testGauges)
+	t.Run("GaugesOpenDeadLetters", s.testGaugesOpenDeadLetters)
 	t.Run("Ordering", s.testOrdering)         // ordering.go
 	t.Run("RemoteLeases", s.testRemoteLeases) // remote_leases.go
 	// telemetry.go

@@ -64,10 +64,13 @@ func (p *Procedures) CountByQueue(ctx context.Context) ([]store.QueueCounts, err
 // sqlGauges: one scan, grouped so the result is bounded by queues × states
 // × DLQ statuses (like CountByQueue, no index: one would tax every state
 // change to speed up a read done every few seconds). The casts read
-// PostgreSQL's enums as text.
+// PostgreSQL's enums as text. The open dead letters' oldest last_seen and
+// payload bytes ride on the same scan (no second query).
 const sqlGauges = `SELECT queue, CAST(state AS TEXT), COALESCE(CAST(dlq_status AS TEXT), ''), count(*),
 	min(CASE WHEN state = 'pending' THEN run_at END),
-	min(CASE WHEN state = 'running' THEN attempted_at END)
+	min(CASE WHEN state = 'running' THEN attempted_at END),
+	min(CASE WHEN state = 'dead' AND dlq_status = 'open' THEN last_seen END),
+	COALESCE(sum(CASE WHEN state = 'dead' AND dlq_status = 'open' THEN payload_size END), 0)
 FROM backstop_tasks GROUP BY queue, state, dlq_status`
 
 // Gauges implements store.GaugeReader.
@@ -82,11 +85,13 @@ func (p *Procedures) Gauges(ctx context.Context) (*store.GaugeSnapshot, error) {
 	for rows.Next() {
 		var q, st, dlq string
 		var n int
-		var pending, lease *time.Time
-		if err := rows.Scan(&q, &st, &dlq, &n, &pending, &lease); err != nil {
+		var pending, lease, openDead *time.Time
+		var openBytes int64
+		if err := rows.Scan(&q, &st, &dlq, &n, &pending, &lease, &openDead, &openBytes); err != nil {
 			return nil, fmt.Errorf("%s: gauges: %w", d.Prefix, err)
 		}
 		g.AddGaugeRow(q, bt.State(st), bt.DLQStatus(dlq), n, pending, lease)
+		g.AddOpenDeadLetters(q, openDead, openBytes)
 	}
 	return g, rows.Err()
 }
