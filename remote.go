@@ -25,12 +25,6 @@ import (
 // changes nothing and gets ErrConflict. Each call's events name the
 // caller's actor (WithActor; none: "library").
 
-// ErrLeaseNotCurrent: a remote worker named a lease (its lease token) that is
-// no longer the task's current lease; nothing changed. It wraps ErrConflict.
-// (AppendRemoteLogs returns it; the protocol's own calls live in
-// internal/remote, whose ErrLeaseNotCurrent this is.)
-var ErrLeaseNotCurrent = remote.ErrLeaseNotCurrent
-
 func validateClaim(p *remote.Claim) error {
 	if len(p.Queues) == 0 {
 		return invalid("queues", "name at least one queue")
@@ -152,7 +146,7 @@ func (c *Client) leaseError(ctx context.Context, taskID string) error {
 	if err != nil {
 		return err // ErrNotFound, or the store's failure
 	}
-	return fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", ErrLeaseNotCurrent, taskID, t.State)
+	return fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", remote.ErrLeaseNotCurrent, taskID, t.State)
 }
 
 // settleRemote settles one remote attempt and records its telemetry when
@@ -262,7 +256,7 @@ func (c *Client) failRemote(ctx context.Context, f remote.Failure) (*remote.Resu
 		return nil, err
 	}
 	if t.State != bt.StateRunning || t.ExecutionID != exec {
-		return nil, fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", ErrLeaseNotCurrent, f.TaskID, t.State)
+		return nil, fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", remote.ErrLeaseNotCurrent, f.TaskID, t.State)
 	}
 	s := c.remoteDecide(t, res, cause, f.Progress, c.Masker().Text(f.ErrorDetail))
 	if f.Error != "" && f.Outcome == bt.OutcomeTimeout {

@@ -28,7 +28,7 @@ func (c *Client) completeManyRemote(ctx context.Context, cs []remote.Completion)
 			continue
 		}
 		exec, err := c.leaseOf(ctx, x.TaskID, x.LeaseToken)
-		if errors.Is(err, ErrLeaseNotCurrent) || errors.Is(err, ErrNotFound) {
+		if errors.Is(err, remote.ErrLeaseNotCurrent) || errors.Is(err, ErrNotFound) {
 			out[i].Err = err
 			continue
 		}

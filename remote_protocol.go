@@ -11,7 +11,7 @@ import (
 // library's surface: the HTTP API (and the tests) reach it through
 // internal/remote, whose accessor this installs. remote.Of(c) is c's
 // protocol; the calls are the Client's unexported methods (remote.go,
-// remote_batch.go, release.go).
+// remote_batch.go, release.go, logs.go, workers.go, remote_attempts.go).
 func init() {
 	remote.Install(func(c any) remote.Protocol { return remoteProtocol{c.(*Client)} })
 }
@@ -41,4 +41,28 @@ func (p remoteProtocol) Fail(ctx context.Context, f remote.Failure) (*remote.Res
 
 func (p remoteProtocol) Release(ctx context.Context, taskID, leaseToken string, pr *Progress) (*remote.Result, error) {
 	return p.c.releaseRemote(ctx, taskID, leaseToken, pr)
+}
+
+func (p remoteProtocol) AppendLogs(ctx context.Context, taskID, leaseToken string, lines []remote.LogLine) (remote.LogResult, error) {
+	return p.c.appendRemoteLogs(ctx, taskID, leaseToken, lines)
+}
+
+func (p remoteProtocol) TraceParent(executionID string) string {
+	return p.c.remoteTraceParent(executionID)
+}
+
+func (p remoteProtocol) RegisterWorker(ctx context.Context, w WorkerInfo) (*WorkerInfo, error) {
+	return p.c.registerRemoteWorker(ctx, w)
+}
+
+func (p remoteProtocol) WorkerHeartbeat(ctx context.Context, id string, draining bool) (*WorkerInfo, error) {
+	return p.c.remoteWorkerHeartbeat(ctx, id, draining)
+}
+
+func (p remoteProtocol) StopWorker(ctx context.Context, id string) (*WorkerInfo, error) {
+	return p.c.stopRemoteWorker(ctx, id)
+}
+
+func (p remoteProtocol) SeeWorker(ctx context.Context, id, host string, queues []string) error {
+	return p.c.seeRemoteWorker(ctx, id, host, queues)
 }
