@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/redact"
 	"github.com/backstophq/backstop/store"
 )
@@ -18,7 +19,7 @@ import (
 // MaxLogLines lines and MaxLogBytes bytes, then one truncation marker. The
 // in-process worker buffers the lines and writes them in batches, off the
 // settle path; remote workers send theirs with POST /v1/tasks/{id}/logs
-// (AppendRemoteLogs).
+// (internal/remote: AppendLogs).
 
 // Bounds of one execution's log.
 const (
@@ -253,26 +254,9 @@ func (f *logFlusher) close() {
 	<-f.done
 }
 
-// RemoteLogResult says how many lines were kept (the rest fell beyond the
-// execution's bound).
-type RemoteLogResult struct {
-	Accepted  int  `json:"accepted"`
-	Truncated bool `json:"truncated"`
-}
-
-// RemoteLogLine is a line a remote worker sends.
-type RemoteLogLine struct {
-	Stream string `json:"stream,omitempty"` // default output
-	Line   string `json:"line"`
-}
-
-// AppendRemoteLogs appends a remote worker's lines to the execution its
-// lease token names, within the execution's bound. A token that is not the
-// task's current lease, or not a token at all, is ErrConflict (nothing
-// written). Lines of one
-// execution must come from one sender at a time.
-func (c *Client) AppendRemoteLogs(ctx context.Context, taskID, leaseToken string, lines []RemoteLogLine) (RemoteLogResult, error) {
-	var res RemoteLogResult
+// appendRemoteLogs is remote.Protocol.AppendLogs.
+func (c *Client) appendRemoteLogs(ctx context.Context, taskID, leaseToken string, lines []remote.LogLine) (remote.LogResult, error) {
+	var res remote.LogResult
 	if leaseToken == "" {
 		return res, invalid("lease_token", "is required")
 	}
@@ -297,7 +281,7 @@ func (c *Client) AppendRemoteLogs(ctx context.Context, taskID, leaseToken string
 		return res, err
 	}
 	if !ok { // answered as a lease that is not current
-		return res, fmt.Errorf("%w: the lease token is not the current lease of task %q", ErrLeaseNotCurrent, taskID)
+		return res, fmt.Errorf("%w: the lease token is not the current lease of task %q", remote.ErrLeaseNotCurrent, taskID)
 	}
 	for i := range in {
 		in[i].ExecutionID = exec
@@ -316,7 +300,7 @@ func (c *Client) AppendRemoteLogs(ctx context.Context, taskID, leaseToken string
 		return res, err
 	}
 	if !ok {
-		return res, fmt.Errorf("%w: the lease token is not the current lease of task %q", ErrLeaseNotCurrent, taskID)
+		return res, fmt.Errorf("%w: the lease token is not the current lease of task %q", remote.ErrLeaseNotCurrent, taskID)
 	}
 	for _, l := range kept {
 		if l.Stream != LogStreamTruncated {

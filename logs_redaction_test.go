@@ -92,7 +92,7 @@ func TestExecutionLogsMasked(t *testing.T) {
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("claim %v %v", ts, err)
 	}
-	if _, err := c.AppendRemoteLogs(ctx, r2.Task.ID, ts[0].LeaseToken, []RemoteLogLine{{Line: "db secret=hunter2-F ok"},
+	if _, err := c.appendRemoteLogs(ctx, r2.Task.ID, ts[0].LeaseToken, []remote.LogLine{{Line: "db secret=hunter2-F ok"},
 		{Stream: LogStreamLog, Line: `ts=1 msg="x" {"credential":"hunter2-G"}`}}); err != nil {
 		t.Fatal(err)
 	}

@@ -25,12 +25,6 @@ import (
 // changes nothing and gets ErrConflict. Each call's events name the
 // caller's actor (WithActor; none: "library").
 
-// ErrLeaseNotCurrent: a remote worker named a lease (its lease token) that is
-// no longer the task's current lease; nothing changed. It wraps ErrConflict.
-// (AppendRemoteLogs returns it; the protocol's own calls live in
-// internal/remote, whose ErrLeaseNotCurrent this is.)
-var ErrLeaseNotCurrent = remote.ErrLeaseNotCurrent
-
 func validateClaim(p *remote.Claim) error {
 	if len(p.Queues) == 0 {
 		return invalid("queues", "name at least one queue")
@@ -152,7 +146,7 @@ func (c *Client) leaseError(ctx context.Context, taskID string) error {
 	if err != nil {
 		return err // ErrNotFound, or the store's failure
 	}
-	return fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", ErrLeaseNotCurrent, taskID, t.State)
+	return fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", remote.ErrLeaseNotCurrent, taskID, t.State)
 }
 
 // settleRemote settles one remote attempt and records its telemetry when
@@ -262,7 +256,7 @@ func (c *Client) failRemote(ctx context.Context, f remote.Failure) (*remote.Resu
 		return nil, err
 	}
 	if t.State != bt.StateRunning || t.ExecutionID != exec {
-		return nil, fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", ErrLeaseNotCurrent, f.TaskID, t.State)
+		return nil, fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", remote.ErrLeaseNotCurrent, f.TaskID, t.State)
 	}
 	s := c.remoteDecide(t, res, cause, f.Progress, c.Masker().Text(f.ErrorDetail))
 	if f.Error != "" && f.Outcome == bt.OutcomeTimeout {
@@ -352,4 +346,162 @@ func (b *settleBatcher) flush(ctx context.Context, st settleFunc, batch []*settl
 		r.ok = err == nil && oks[i]
 		close(r.done)
 	}
+}
+
+// releaseRemote is remote.Protocol.Release: the task goes back to pending
+// at once, uncharged, as an in-process worker releases its running tasks
+// when its grace period runs out on a drain (`backstop work --server` on
+// SIGTERM).
+func (c *Client) releaseRemote(ctx context.Context, taskID, leaseToken string, p *Progress) (*remote.Result, error) {
+	if err := checkLease(taskID, leaseToken); err != nil {
+		return nil, err
+	}
+	if err := validProgress(p); err != nil {
+		return nil, err
+	}
+	exec, err := c.leaseOf(ctx, taskID, leaseToken)
+	if err != nil {
+		return nil, err
+	}
+	now := c.now()
+	return c.settleRemote(ctx, store.Settlement{TaskID: taskID, ExecutionID: exec, Outcome: bt.OutcomeReleased,
+		Error: "released on shutdown (not charged)", FinishedAt: now, State: bt.StatePending, RunAt: now,
+		Uncharged: true, Progress: p}, nil)
+}
+
+// completeManyRemote is remote.Protocol.CompleteMany.
+func (c *Client) completeManyRemote(ctx context.Context, cs []remote.Completion) ([]remote.Outcome, error) {
+	out := make([]remote.Outcome, len(cs))
+	var ss []store.Settlement
+	var idx []int
+	for i, x := range cs {
+		if err := checkLease(x.TaskID, x.LeaseToken); err != nil {
+			out[i].Err = err
+			continue
+		}
+		if err := validProgress(x.Progress); err != nil {
+			out[i].Err = err
+			continue
+		}
+		result, err := CheckResult(x.Result)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		exec, err := c.leaseOf(ctx, x.TaskID, x.LeaseToken)
+		if errors.Is(err, remote.ErrLeaseNotCurrent) || errors.Is(err, ErrNotFound) {
+			out[i].Err = err
+			continue
+		}
+		if err != nil {
+			return nil, err // the store failed: the caller retries the batch
+		}
+		t := &Task{ID: x.TaskID, ExecutionID: exec}
+		s := c.remoteDecide(t, nil, nil, x.Progress, "")
+		s.Result = result
+		ss = append(ss, s)
+		idx = append(idx, i)
+	}
+	oks, errs := c.remote.settleMany(ctx, c.settle, ss, ActorFrom(ctx))
+	for j, i := range idx {
+		s := ss[j]
+		switch {
+		case errs[j] != nil:
+			return nil, errs[j] // the store failed: the caller retries the batch
+		case !oks[j]:
+			out[i].Err = c.leaseError(ctx, s.TaskID)
+		default:
+			out[i].Result = &remote.Result{TaskID: s.TaskID, Outcome: s.Outcome, State: s.State, DeadReason: s.DeadReason}
+			out[i].Result.Span = c.remoteSettled(ctx, nil, &ss[j])
+		}
+	}
+	return out, nil
+}
+
+// settleMany queues many settlements at once and waits for all; the
+// batcher writes them (and whatever else is pending) together.
+func (b *settleBatcher) settleMany(ctx context.Context, st settleFunc, ss []store.Settlement, actor string) ([]bool, []error) {
+	reqs := make([]*settleReq, len(ss))
+	b.mu.Lock()
+	for i, s := range ss {
+		reqs[i] = &settleReq{s: s, actor: actor, done: make(chan struct{})}
+		b.pending = append(b.pending, reqs[i])
+	}
+	if !b.flushing {
+		b.flushing = true
+		for len(b.pending) > 0 {
+			batch := b.take()
+			b.mu.Unlock()
+			b.flush(ctx, st, batch)
+			b.mu.Lock()
+		}
+		b.flushing = false
+	}
+	b.mu.Unlock()
+	oks, errs := make([]bool, len(ss)), make([]error, len(ss))
+	for i, r := range reqs {
+		<-r.done
+		oks[i], errs[i] = r.ok, r.err
+	}
+	return oks, errs
+}
+
+// The server side of the remote worker protocol is not part of the
+// library's surface: the HTTP API (and the tests) reach it through
+// internal/remote, whose accessor this installs. remote.Of(c) is c's
+// protocol; the calls are the Client's unexported methods (this file,
+// logs.go, workers.go, remote_attempts.go).
+func init() {
+	remote.Install(func(c any) remote.Protocol { return remoteProtocol{c.(*Client)} })
+}
+
+// remoteProtocol is a Client as remote.Protocol.
+type remoteProtocol struct{ c *Client }
+
+func (p remoteProtocol) Claim(ctx context.Context, q remote.Claim) ([]remote.Lease, error) {
+	return p.c.claimRemote(ctx, q)
+}
+
+func (p remoteProtocol) Heartbeat(ctx context.Context, b remote.Beat) (*remote.BeatResult, error) {
+	return p.c.heartbeatRemote(ctx, b)
+}
+
+func (p remoteProtocol) Complete(ctx context.Context, taskID, leaseToken string, pr *Progress, result json.RawMessage) (*remote.Result, error) {
+	return p.c.completeRemote(ctx, taskID, leaseToken, pr, result)
+}
+
+func (p remoteProtocol) CompleteMany(ctx context.Context, cs []remote.Completion) ([]remote.Outcome, error) {
+	return p.c.completeManyRemote(ctx, cs)
+}
+
+func (p remoteProtocol) Fail(ctx context.Context, f remote.Failure) (*remote.Result, error) {
+	return p.c.failRemote(ctx, f)
+}
+
+func (p remoteProtocol) Release(ctx context.Context, taskID, leaseToken string, pr *Progress) (*remote.Result, error) {
+	return p.c.releaseRemote(ctx, taskID, leaseToken, pr)
+}
+
+func (p remoteProtocol) AppendLogs(ctx context.Context, taskID, leaseToken string, lines []remote.LogLine) (remote.LogResult, error) {
+	return p.c.appendRemoteLogs(ctx, taskID, leaseToken, lines)
+}
+
+func (p remoteProtocol) TraceParent(executionID string) string {
+	return p.c.remoteTraceParent(executionID)
+}
+
+func (p remoteProtocol) RegisterWorker(ctx context.Context, w WorkerInfo) (*WorkerInfo, error) {
+	return p.c.registerRemoteWorker(ctx, w)
+}
+
+func (p remoteProtocol) WorkerHeartbeat(ctx context.Context, id string, draining bool) (*WorkerInfo, error) {
+	return p.c.remoteWorkerHeartbeat(ctx, id, draining)
+}
+
+func (p remoteProtocol) StopWorker(ctx context.Context, id string) (*WorkerInfo, error) {
+	return p.c.stopRemoteWorker(ctx, id)
+}
+
+func (p remoteProtocol) SeeWorker(ctx context.Context, id, host string, queues []string) error {
+	return p.c.seeRemoteWorker(ctx, id, host, queues)
 }

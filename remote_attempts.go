@@ -96,11 +96,8 @@ func (r *remoteAttempts) extend(token string, until time.Time) {
 	r.mu.Unlock()
 }
 
-// RemoteTraceParent is the W3C traceparent of the consumer span of the
-// remote attempt executionID names, for the worker's own spans to take as
-// parent; empty when no trace is recorded (no tracer provider, or the
-// attempt was claimed through another process).
-func (c *Client) RemoteTraceParent(executionID string) string {
+// remoteTraceParent is remote.Protocol.TraceParent.
+func (c *Client) remoteTraceParent(executionID string) string {
 	r := &c.remoteAttempts
 	r.mu.Lock()
 	e := r.m[executionID]

@@ -9,9 +9,9 @@ import (
 // settle applies settlements to the store: the ONE place where the engine
 // settles attempts. Every path goes through it: the in-process worker's
 // batches and its release on shutdown (worker.go), the remote protocol's
-// batcher (remote.go, release.go, remote_batch.go) and the maintenance
-// services that settle (lease expiry, deadlines: through settleVia). A
-// step of a workflow is advanced here, in the settlement's transaction.
+// batcher (remote.go) and the maintenance services that settle (lease
+// expiry, deadlines: through settleVia). Workflow steps are to be advanced
+// here, in the settlement's transaction (WORKFLOWS-CONTRACT's glue).
 func (c *Client) settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
 	if c.settleSeen != nil {
 		c.settleSeen(ss)

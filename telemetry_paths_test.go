@@ -137,11 +137,11 @@ func TestTelemetryLeaseExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The worker wakes up and reports: its lease is gone.
-	if _, err := h.c.completeRemote(ctx, id, first.LeaseToken, nil, nil); !errors.Is(err, ErrLeaseNotCurrent) {
-		t.Fatalf("late complete: %v, want ErrLeaseNotCurrent", err)
+	if _, err := h.c.completeRemote(ctx, id, first.LeaseToken, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+		t.Fatalf("late complete: %v, want remote.ErrLeaseNotCurrent", err)
 	}
-	if _, err := h.c.failRemote(ctx, remote.Failure{TaskID: id, LeaseToken: first.LeaseToken, Outcome: bt.OutcomeTransientError}); !errors.Is(err, ErrLeaseNotCurrent) {
-		t.Fatalf("late fail: %v, want ErrLeaseNotCurrent", err)
+	if _, err := h.c.failRemote(ctx, remote.Failure{TaskID: id, LeaseToken: first.LeaseToken, Outcome: bt.OutcomeTransientError}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+		t.Fatalf("late fail: %v, want remote.ErrLeaseNotCurrent", err)
 	}
 	expect(t, h.metrics(), map[string]map[string]int64{
 		"backstop.attempts":      {"kind=k,outcome=lease_expired,queue=q": 1},
@@ -249,11 +249,11 @@ func TestTelemetryRemoteSettlements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if outs[0].Err != nil || outs[1].Err != nil || !errors.Is(outs[2].Err, ErrLeaseNotCurrent) {
+	if outs[0].Err != nil || outs[1].Err != nil || !errors.Is(outs[2].Err, remote.ErrLeaseNotCurrent) {
 		t.Fatalf("batch outcomes %+v", outs)
 	}
 	// A duplicate of the first completion.
-	if _, err := h.c.completeRemote(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); !errors.Is(err, ErrLeaseNotCurrent) {
+	if _, err := h.c.completeRemote(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 		t.Fatalf("duplicate complete: %v", err)
 	}
 	// A transient failure (retry) and a permanent one (dead letter).

@@ -90,10 +90,8 @@ func (c *Client) WorkerCounts(ctx context.Context) (map[WorkerState]int, error) 
 	return c.store.CountWorkersByState(ctx, c.now(), c.cfg.WorkerStaleAfter)
 }
 
-// SeeRemoteWorker records that a remote worker is alive (its claim or
-// heartbeat reached the server); the first sighting registers it (a
-// worker that did not register itself: RegisterRemoteWorker).
-func (c *Client) SeeRemoteWorker(ctx context.Context, id, host string, queues []string) error {
+// seeRemoteWorker is remote.Protocol.SeeWorker.
+func (c *Client) seeRemoteWorker(ctx context.Context, id, host string, queues []string) error {
 	if err := ValidID(id); err != nil {
 		return invalid("worker_id", "%v", err)
 	}
@@ -107,10 +105,8 @@ const (
 	maxLabels      = 64
 )
 
-// RegisterRemoteWorker registers a remote worker as it starts (the worker
-// protocol's register): its row afresh, state active, started and seen
-// now, and its worker.started event (actor: ctx's). It returns the row.
-func (c *Client) RegisterRemoteWorker(ctx context.Context, w WorkerInfo) (*WorkerInfo, error) {
+// registerRemoteWorker is remote.Protocol.RegisterWorker.
+func (c *Client) registerRemoteWorker(ctx context.Context, w WorkerInfo) (*WorkerInfo, error) {
 	if err := ValidID(w.ID); err != nil {
 		return nil, invalid("id", "%v", err)
 	}
@@ -146,10 +142,8 @@ func (c *Client) RegisterRemoteWorker(ctx context.Context, w WorkerInfo) (*Worke
 	return c.store.GetWorker(ctx, w.ID, c.now(), c.cfg.WorkerStaleAfter)
 }
 
-// RemoteWorkerHeartbeat marks a registered remote worker seen now; with
-// draining, it says stopping. ErrNotFound when it is not registered (the
-// worker registers again).
-func (c *Client) RemoteWorkerHeartbeat(ctx context.Context, id string, draining bool) (*WorkerInfo, error) {
+// remoteWorkerHeartbeat is remote.Protocol.WorkerHeartbeat.
+func (c *Client) remoteWorkerHeartbeat(ctx context.Context, id string, draining bool) (*WorkerInfo, error) {
 	if err := ValidID(id); err != nil {
 		return nil, invalid("id", "%v", err)
 	}
@@ -169,10 +163,8 @@ func (c *Client) RemoteWorkerHeartbeat(ctx context.Context, id string, draining 
 	return c.store.GetWorker(ctx, id, now, c.cfg.WorkerStaleAfter)
 }
 
-// StopRemoteWorker records that a remote worker drained and stopped
-// (state stopped, seen now, worker.stopped). ErrNotFound when it is not
-// registered.
-func (c *Client) StopRemoteWorker(ctx context.Context, id string) (*WorkerInfo, error) {
+// stopRemoteWorker is remote.Protocol.StopWorker.
+func (c *Client) stopRemoteWorker(ctx context.Context, id string) (*WorkerInfo, error) {
 	if err := ValidID(id); err != nil {
 		return nil, invalid("id", "%v", err)
 	}

@@ -225,16 +225,10 @@ func (b *bundle) list(states ...bt.State) []*backstop.Task {
 	}
 }
 
-// waitUntil polls the store until cond holds.
+// waitUntil polls the store until cond holds (waitFor).
 func (b *bundle) waitUntil(what string, cond func() bool) {
 	b.t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(b.t, what, cond)
 }
 
 // stableRunning reads the running tasks until two reads agree: once the

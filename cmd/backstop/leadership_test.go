@@ -176,7 +176,7 @@ func retentionScenario(t *testing.T, owner, serveDB, workerDB string) {
 	}
 	// Only succeeded tasks go after one second (dead letters would stay
 	// a month, failures would stay scheduled).
-	waitLonger(t, "every succeeded task to be deleted by retention", func() bool {
+	waitFor(t, "every succeeded task to be deleted by retention", func() bool {
 		for _, id := range done {
 			if _, err := c.Get(ctx, id); !errors.Is(err, backstop.ErrNotFound) {
 				return false
@@ -184,7 +184,7 @@ func retentionScenario(t *testing.T, owner, serveDB, workerDB string) {
 		}
 		return true
 	})
-	waitLonger(t, "the waiting task's old events to be deleted by retention", func() bool {
+	waitFor(t, "the waiting task's old events to be deleted by retention", func() bool {
 		p, err := c.ReadEvents(ctx, backstop.ReadEventsParams{Stream: "task." + idle.Task.ID})
 		if err != nil {
 			t.Fatal(err)
@@ -205,19 +205,6 @@ func retentionScenario(t *testing.T, owner, serveDB, workerDB string) {
 		if !strings.Contains(string(logs), "retention disabled in this process") {
 			t.Errorf("the least-privilege worker's log does not say it took no retention duty:\n%s", logs)
 		}
-	}
-}
-
-// waitLonger polls cond for a minute: retention runs every 200ms here, so
-// only a process that never retains reaches the bound.
-func waitLonger(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -243,7 +230,7 @@ func TestTwoServesOneMaintainer(t *testing.T) {
 	// names a, and b never took the leadership.
 	first := leaderOf(t, c, backstop.MaintenanceLeadership)
 	renewals, last := 0, first.ExpiresAt
-	waitLonger(t, "three renewals of the first serve's lease", func() bool {
+	waitFor(t, "three renewals of the first serve's lease", func() bool {
 		l := leaderOf(t, c, backstop.MaintenanceLeadership)
 		if !isA(l) {
 			t.Fatalf("leadership %q while the first serve lives; want %s", l.LeaderID, first.LeaderID)
@@ -262,7 +249,7 @@ func TestTwoServesOneMaintainer(t *testing.T) {
 
 	a.kill(t)
 	killedAt := time.Now()
-	waitLonger(t, "the second serve to take the leadership over", func() bool { return isB(leaderOf(t, c, backstop.MaintenanceLeadership)) })
+	waitFor(t, "the second serve to take the leadership over", func() bool { return isB(leaderOf(t, c, backstop.MaintenanceLeadership)) })
 	took := time.Since(killedAt)
 	t.Logf("the second serve took over %s after the kill (TTL %s)", took.Round(time.Millisecond), ttl)
 	if took > ttl+15*time.Second {
@@ -276,7 +263,7 @@ func TestTwoServesOneMaintainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitLonger(t, "the new leader to promote a scheduled task", func() bool {
+	waitFor(t, "the new leader to promote a scheduled task", func() bool {
 		x, err := c.Get(context.Background(), r.Task.ID)
 		if err != nil {
 			t.Fatal(err)

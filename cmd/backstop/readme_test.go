@@ -218,6 +218,9 @@ func storeClient(t *testing.T, url string) (store.Store, *backstop.Client) {
 	return s, c
 }
 
+// waitFor polls cond until it holds, failing the test after waitLong: the
+// one wait of the process tests (the bound is only reached by a broken
+// process, so no test depends on it).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitLong)

@@ -66,7 +66,7 @@ func TestRemoteWorkerRegistry(t *testing.T) {
 				t.Fatalf("last_seen %s: the last task finished at %s, the worker started at %s", info.LastSeen, lastDone, begun)
 			}
 			var types []string
-			waitForCond(t, "the worker's events", func() bool {
+			waitFor(t, "the worker's events", func() bool {
 				page, err := c.ReadEvents(ctx, backstop.ReadEventsParams{Stream: "worker.rw-registry", Limit: 1000})
 				if err != nil {
 					t.Fatal(err)
@@ -83,17 +83,5 @@ func TestRemoteWorkerRegistry(t *testing.T) {
 				t.Fatalf("worker events: %v", types)
 			}
 		})
-	}
-}
-
-// waitForCond polls cond until it holds (or fails the test).
-func waitForCond(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -183,20 +183,10 @@ func TestRemoteReportsSurviveRateLimitAndRestart(t *testing.T) {
 				return len(ts)
 			}
 			terminal := []bt.State{bt.StateSucceeded, bt.StateDead, bt.StateCanceled}
-			waitFor := func(what string, cond func() bool) {
-				t.Helper()
-				deadline := time.Now().Add(waitLong)
-				for !cond() {
-					if time.Now().After(deadline) {
-						t.Fatalf("timed out waiting until %s", what)
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
-			}
 
 			// Restart the server in the middle of the run: SIGKILL, then a
 			// new process on the same address and database.
-			waitFor("a third of the tasks are settled", func() bool { return count(terminal...) >= tasks/3 })
+			waitFor(t, "a third of the tasks are settled", func() bool { return count(terminal...) >= tasks/3 })
 			refused := func() int {
 				b, _ := os.ReadFile(w.stderr)
 				return strings.Count(string(b), "connection refused")
@@ -204,10 +194,10 @@ func TestRemoteReportsSurviveRateLimitAndRestart(t *testing.T) {
 			before := refused()
 			srv.kill(t)
 			// Restart once the worker has met the dead server.
-			waitFor("the worker meets the dead server", func() bool { return refused() > before })
+			waitFor(t, "the worker meets the dead server", func() bool { return refused() > before })
 			startServeAt(t, db, addr, limit...)
 
-			waitFor("every task is enqueued and settled", func() bool { return count() == tasks && count(terminal...) == tasks })
+			waitFor(t, "every task is enqueued and settled", func() bool { return count() == tasks && count(terminal...) == tasks })
 			if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}

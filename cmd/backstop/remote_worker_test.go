@@ -151,16 +151,7 @@ func TestRemoteWorkerSIGKILL(t *testing.T) {
 	base := startServer(t, db)
 	mark := filepath.Join(t.TempDir(), "mark")
 	w1 := startRemoteWorker(t, base, "remote1", []string{"MARK=" + mark}, "--lease", "1s")
-	deadline := time.Now().Add(waitLong)
-	for {
-		if _, err := os.Stat(mark); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the task never started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "the task to start", func() bool { _, err := os.Stat(mark); return err == nil })
 	if err := syscall.Kill(-w1.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // Execution logs: remote workers append with their lease token; readers
@@ -15,13 +16,13 @@ import (
 // LogsRequest is POST /v1/tasks/{id}/logs: lines of the attempt the lease
 // token names (stream output, the default, or log).
 type LogsRequest struct {
-	LeaseToken string                   `json:"lease_token"`
-	Lines      []backstop.RemoteLogLine `json:"lines"`
+	LeaseToken string           `json:"lease_token"`
+	Lines      []remote.LogLine `json:"lines"`
 }
 
 // LogsResponse says how many lines were kept; Truncated: the execution's
 // log reached its bound (later lines are dropped).
-type LogsResponse = backstop.RemoteLogResult
+type LogsResponse = remote.LogResult
 
 // LogPage is a page of an execution's log; NextCursor (the last seq, null
 // on the last page) goes into the next request's `after`.
@@ -35,7 +36,7 @@ func (s *Server) appendLogs(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	res, err := s.c.AppendRemoteLogs(actorContext(r), r.PathValue("id"), req.LeaseToken, req.Lines)
+	res, err := s.rp.AppendLogs(actorContext(r), r.PathValue("id"), req.LeaseToken, req.Lines)
 	if err != nil {
 		return err
 	}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // TestLogEndpoints: a remote worker appends lines with its lease token;
@@ -22,14 +22,14 @@ func TestLogEndpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := claimOne(t, op, "logs")
-		res, err := op.AppendLogs(ctx, c.ID, api.LogsRequest{LeaseToken: c.LeaseToken, Lines: []backstop.RemoteLogLine{
+		res, err := op.AppendLogs(ctx, c.ID, api.LogsRequest{LeaseToken: c.LeaseToken, Lines: []remote.LogLine{
 			{Line: "first"}, {Stream: "log", Line: "second"}, {Line: "third"}}})
 		if err != nil || res.Accepted != 3 || res.Truncated {
 			t.Fatalf("append: %+v %v", res, err)
 		}
-		_, err = op.AppendLogs(ctx, c.ID, api.LogsRequest{LeaseToken: "wrong", Lines: []backstop.RemoteLogLine{{Line: "x"}}})
+		_, err = op.AppendLogs(ctx, c.ID, api.LogsRequest{LeaseToken: "wrong", Lines: []remote.LogLine{{Line: "x"}}})
 		mustCode(t, err, "lease_not_current")
-		_, err = op.AppendLogs(ctx, c.ID, api.LogsRequest{LeaseToken: c.LeaseToken, Lines: []backstop.RemoteLogLine{{Stream: "x", Line: "x"}}})
+		_, err = op.AppendLogs(ctx, c.ID, api.LogsRequest{LeaseToken: c.LeaseToken, Lines: []remote.LogLine{{Stream: "x", Line: "x"}}})
 		mustCode(t, err, "invalid_input")
 
 		p, err := viewer.Logs(ctx, c.ID, c.ExecutionID, 0, 2)
@@ -55,7 +55,7 @@ func TestLogEndpoints(t *testing.T) {
 		if _, err := op.Complete(ctx, c.ID, api.CompleteRequest{LeaseToken: c.LeaseToken}); err != nil {
 			t.Fatal(err)
 		}
-		_, err = op.AppendLogs(ctx, c.ID, api.LogsRequest{LeaseToken: c.LeaseToken, Lines: []backstop.RemoteLogLine{{Line: "late"}}})
+		_, err = op.AppendLogs(ctx, c.ID, api.LogsRequest{LeaseToken: c.LeaseToken, Lines: []remote.LogLine{{Line: "late"}}})
 		mustCode(t, err, "lease_not_current")
 		if p, err := viewer.Logs(ctx, c.ID, c.ExecutionID, 0, 100); err != nil || len(p.Items) != 3 {
 			t.Fatalf("after a stale append: %+v %v", p, err)

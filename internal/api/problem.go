@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // problemCode is one row of the API's error table. Codes are part of the
@@ -117,7 +118,7 @@ func problemFor(err error) (*Problem, bool) {
 		}
 	case errors.Is(err, backstop.ErrNotFound):
 		set(codeNotFound, err.Error())
-	case errors.Is(err, backstop.ErrLeaseNotCurrent):
+	case errors.Is(err, remote.ErrLeaseNotCurrent):
 		set(codeLeaseNotCurrent, err.Error())
 	case errors.Is(err, backstop.ErrConflict):
 		set(codeConflict, err.Error())

@@ -82,7 +82,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	for i, t := range tasks {
 		// Workers get their payloads as stored: they need them to work.
 		v := view(principal{worker: true}, t.Task, false)
-		out.Tasks[i] = ClaimedTask{TaskView: v, LeaseToken: t.LeaseToken, AttemptTraceParent: s.c.RemoteTraceParent(t.ExecutionID)}
+		out.Tasks[i] = ClaimedTask{TaskView: v, LeaseToken: t.LeaseToken, AttemptTraceParent: s.rp.TraceParent(t.ExecutionID)}
 	}
 	if len(tasks) > 0 {
 		s.log.Info("tasks claimed", "actor", who.Name, "worker_id", req.WorkerID, "tasks", len(tasks))

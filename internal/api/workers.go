@@ -106,7 +106,7 @@ func (s *Server) seeWorker(r *http.Request, id string, queues []string) {
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	if err := s.c.SeeRemoteWorker(r.Context(), id, host, queues); err != nil {
+	if err := s.rp.SeeWorker(r.Context(), id, host, queues); err != nil {
 		s.seen.m.Delete(id)
 		s.log.Warn("worker registry: recording a remote worker failed", "worker_id", id, "error", err)
 	}
@@ -150,7 +150,7 @@ func (s *Server) registerWorker(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	info, err := s.c.RegisterRemoteWorker(actorContext(r), backstop.WorkerInfo{ID: req.ID, Host: req.Host, PID: req.PID,
+	info, err := s.rp.RegisterWorker(actorContext(r), backstop.WorkerInfo{ID: req.ID, Host: req.Host, PID: req.PID,
 		Queues: req.Queues, Version: req.Version, Labels: req.Labels})
 	if err != nil {
 		return err
@@ -165,7 +165,7 @@ func (s *Server) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeOptional(r, &req); err != nil {
 		return err
 	}
-	info, err := s.c.RemoteWorkerHeartbeat(actorContext(r), r.PathValue("id"), req.Draining)
+	info, err := s.rp.WorkerHeartbeat(actorContext(r), r.PathValue("id"), req.Draining)
 	if err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func (s *Server) stopWorker(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeOptional(r, &struct{}{}); err != nil {
 		return err
 	}
-	info, err := s.c.StopRemoteWorker(actorContext(r), r.PathValue("id"))
+	info, err := s.rp.StopWorker(actorContext(r), r.PathValue("id"))
 	if err != nil {
 		return err
 	}

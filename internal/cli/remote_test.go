@@ -20,6 +20,7 @@ import (
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store"
 )
 
 // apiServer serves the HTTP API on a loopback port over the database db
@@ -40,11 +41,17 @@ func apiServerWith(t *testing.T, db string, lib *backstop.Config) string {
 // logger and rate limit are set here).
 func apiServerOpts(t *testing.T, db string, lib *backstop.Config, o api.Options) string {
 	t.Helper()
-	ctx := context.Background()
-	s, err := dburl.Open(ctx, db)
+	s, err := dburl.Open(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return apiServerOn(t, s, lib, o)
+}
+
+// apiServerOn is apiServerOpts over a store already open (closed with the
+// server).
+func apiServerOn(t *testing.T, s store.Store, lib *backstop.Config, o api.Options) string {
+	t.Helper()
 	lib.Logger = slog.New(slog.DiscardHandler)
 	c, err := backstop.NewClient(s, lib)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // remoteLogFlushEvery is how often a remote attempt's output lines are
@@ -28,7 +29,7 @@ type remoteLog struct {
 	retry *apiclient.Retry // the last flush's; set before close
 
 	mu      sync.Mutex
-	pending []backstop.RemoteLogLine
+	pending []remote.LogLine
 	full    bool // the execution's log reached its bound: stop sending
 	warned  bool // a failed flush was logged (once per attempt)
 	stop    chan struct{}
@@ -58,11 +59,11 @@ func (l *remoteLog) add(stream, line string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.full && len(l.pending) < backstop.MaxLogLines {
-		l.pending = append(l.pending, backstop.RemoteLogLine{Stream: stream, Line: line})
+		l.pending = append(l.pending, remote.LogLine{Stream: stream, Line: line})
 	}
 }
 
-func (l *remoteLog) take() []backstop.RemoteLogLine {
+func (l *remoteLog) take() []remote.LogLine {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	batch := l.pending

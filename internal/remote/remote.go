@@ -23,8 +23,8 @@ import (
 
 // ErrLeaseNotCurrent: a remote worker named a lease (its lease token) that
 // is no longer the task's current lease; nothing changed. It wraps
-// store.ErrConflict (the root's ErrConflict); the root exports the same
-// value as backstop.ErrLeaseNotCurrent.
+// store.ErrConflict (the root's ErrConflict, which the HTTP API answers
+// with 409).
 var ErrLeaseNotCurrent = fmt.Errorf("lease not current: %w", store.ErrConflict)
 
 // Limits of the remote worker protocol.
@@ -64,6 +64,35 @@ type Protocol interface {
 	// worker releases its running tasks when its grace period runs out on a
 	// drain. A stale token is ErrLeaseNotCurrent and changes nothing.
 	Release(ctx context.Context, taskID, leaseToken string, p *bt.Progress) (*Result, error)
+
+	// AppendLogs appends a remote worker's lines to the execution its lease
+	// token names, within the execution's bound. A token that is not the
+	// task's current lease, or not a token at all, is ErrLeaseNotCurrent
+	// (nothing written). Lines of one execution must come from one sender
+	// at a time.
+	AppendLogs(ctx context.Context, taskID, leaseToken string, lines []LogLine) (LogResult, error)
+	// TraceParent is the W3C traceparent of the consumer span of the remote
+	// attempt executionID names, for the worker's own spans to take as
+	// parent; empty when no trace is recorded (no tracer provider, or the
+	// attempt was claimed through another process).
+	TraceParent(executionID string) string
+
+	// RegisterWorker registers a remote worker as it starts: its row
+	// afresh, state active, started and seen now, and its worker.started
+	// event (actor: ctx's). It returns the row.
+	RegisterWorker(ctx context.Context, w store.WorkerInfo) (*store.WorkerInfo, error)
+	// WorkerHeartbeat marks a registered remote worker seen now; with
+	// draining, it says stopping. ErrNotFound when it is not registered
+	// (the worker registers again).
+	WorkerHeartbeat(ctx context.Context, id string, draining bool) (*store.WorkerInfo, error)
+	// StopWorker records that a remote worker drained and stopped (state
+	// stopped, seen now, worker.stopped). ErrNotFound when it is not
+	// registered.
+	StopWorker(ctx context.Context, id string) (*store.WorkerInfo, error)
+	// SeeWorker records that a remote worker is alive (its claim or
+	// heartbeat reached the server); the first sighting registers it (a
+	// worker that did not register itself: RegisterWorker).
+	SeeWorker(ctx context.Context, id, host string, queues []string) error
 }
 
 var of func(client any) Protocol
@@ -152,4 +181,17 @@ type Completion struct {
 type Outcome struct {
 	Result *Result
 	Err    error
+}
+
+// LogLine is a line a remote worker sends.
+type LogLine struct {
+	Stream string `json:"stream,omitempty"` // default output
+	Line   string `json:"line"`
+}
+
+// LogResult says how many lines were kept (the rest fell beyond the
+// execution's bound).
+type LogResult struct {
+	Accepted  int  `json:"accepted"`
+	Truncated bool `json:"truncated"`
 }

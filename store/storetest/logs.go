@@ -95,26 +95,26 @@ func (s *suite) testLogsRemote(t *testing.T) {
 		t.Fatalf("claim: %v %v", ts, err)
 	}
 	tok, ex := ts[0].LeaseToken, ts[0].ExecutionID
-	res, err := b.c.AppendRemoteLogs(b.ctx, "r", tok, []backstop.RemoteLogLine{{Line: "one"}, {Stream: "log", Line: "two"}})
+	res, err := remote.Of(b.c).AppendLogs(b.ctx, "r", tok, []remote.LogLine{{Line: "one"}, {Stream: "log", Line: "two"}})
 	if err != nil || res.Accepted != 2 || res.Truncated {
 		t.Fatalf("append: %+v %v", res, err)
 	}
-	if _, err := b.c.AppendRemoteLogs(b.ctx, "r", "not-the-lease", []backstop.RemoteLogLine{{Line: "x"}}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+	if _, err := remote.Of(b.c).AppendLogs(b.ctx, "r", "not-the-lease", []remote.LogLine{{Line: "x"}}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 		t.Fatalf("stale token: %v", err)
 	}
-	if _, err := b.c.AppendRemoteLogs(b.ctx, "r", tok, []backstop.RemoteLogLine{{Stream: "bogus", Line: "x"}}); !errors.Is(err, backstop.ErrInvalid) {
+	if _, err := remote.Of(b.c).AppendLogs(b.ctx, "r", tok, []remote.LogLine{{Stream: "bogus", Line: "x"}}); !errors.Is(err, backstop.ErrInvalid) {
 		t.Fatalf("bad stream: %v", err)
 	}
 	// Fill up to the bound across requests: the rest is cut, one marker.
-	many := make([]backstop.RemoteLogLine, backstop.MaxLogLines)
+	many := make([]remote.LogLine, backstop.MaxLogLines)
 	for i := range many {
-		many[i] = backstop.RemoteLogLine{Line: fmt.Sprint(i)}
+		many[i] = remote.LogLine{Line: fmt.Sprint(i)}
 	}
-	res, err = b.c.AppendRemoteLogs(b.ctx, "r", tok, many)
+	res, err = remote.Of(b.c).AppendLogs(b.ctx, "r", tok, many)
 	if err != nil || res.Accepted != backstop.MaxLogLines-2 || !res.Truncated {
 		t.Fatalf("fill: %+v %v", res, err)
 	}
-	res, err = b.c.AppendRemoteLogs(b.ctx, "r", tok, []backstop.RemoteLogLine{{Line: "late"}})
+	res, err = remote.Of(b.c).AppendLogs(b.ctx, "r", tok, []remote.LogLine{{Line: "late"}})
 	if err != nil || res.Accepted != 0 || !res.Truncated {
 		t.Fatalf("after the bound: %+v %v", res, err)
 	}
@@ -127,7 +127,7 @@ func (s *suite) testLogsRemote(t *testing.T) {
 	if _, err := remote.Of(b.c).Complete(b.ctx, "r", tok, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.c.AppendRemoteLogs(b.ctx, "r", tok, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+	if _, err := remote.Of(b.c).AppendLogs(b.ctx, "r", tok, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 		t.Fatalf("after complete: %v", err)
 	}
 }

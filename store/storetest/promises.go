@@ -121,7 +121,7 @@ func (s *suite) testHeartbeatingWorkers(t *testing.T) {
 	b := s.setup(t, nil)
 	b.clock.freeze()
 	see := func(id string) {
-		if err := b.c.SeeRemoteWorker(b.ctx, id, "node-"+id, []string{"q"}); err != nil {
+		if err := remote.Of(b.c).SeeWorker(b.ctx, id, "node-"+id, []string{"q"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -92,19 +92,19 @@ func (s *suite) testLeaseTokensShared(t *testing.T) {
 	tok[len(tok)-3] ^= 1
 	for _, bad := range []string{l.ExecutionID, ls[2].LeaseToken, l.LeaseToken[:len(l.LeaseToken)-1], string(tok),
 		l.ExecutionID + ".", "x." + l.LeaseToken} {
-		if _, err := remote.Of(other).Complete(b.ctx, l.ID, bad, nil, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := remote.Of(other).Complete(b.ctx, l.ID, bad, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("complete with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
-		if _, err := remote.Of(b.c).Fail(b.ctx, remote.Failure{TaskID: l.ID, LeaseToken: bad, Outcome: bt.OutcomePermanentError}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := remote.Of(b.c).Fail(b.ctx, remote.Failure{TaskID: l.ID, LeaseToken: bad, Outcome: bt.OutcomePermanentError}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("fail with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
-		if _, err := remote.Of(b.c).Release(b.ctx, l.ID, bad, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := remote.Of(b.c).Release(b.ctx, l.ID, bad, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("release with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
-		if _, err := b.c.AppendRemoteLogs(b.ctx, l.ID, bad, []backstop.RemoteLogLine{{Line: "x"}}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := remote.Of(b.c).AppendLogs(b.ctx, l.ID, bad, []remote.LogLine{{Line: "x"}}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("logs with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
-		if _, err := remote.Of(b.c).Heartbeat(b.ctx, remote.Beat{TaskID: l.ID, LeaseToken: bad}); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := remote.Of(b.c).Heartbeat(b.ctx, remote.Beat{TaskID: l.ID, LeaseToken: bad}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("heartbeat with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
 	}

@@ -29,7 +29,7 @@ func (s *suite) testTelemetry(t *testing.T) {
 		b.clock.Advance(2 * time.Minute)
 		maintain(t, b)
 		maintain(t, b) // nothing left: counts nothing
-		if _, err := remote.Of(b.c).Complete(b.ctx, "e", first.LeaseToken, nil, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+		if _, err := remote.Of(b.c).Complete(b.ctx, "e", first.LeaseToken, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("late completion: %v", err)
 		}
 		eq(t, "after the first expiry", m.read(t), map[string]int64{
@@ -66,7 +66,7 @@ func (s *suite) testTelemetry(t *testing.T) {
 		}
 		outs, err := remote.Of(b.c).CompleteMany(b.ctx, []remote.Completion{{TaskID: "b", LeaseToken: byID["b"].LeaseToken},
 			{TaskID: "a", LeaseToken: byID["a"].LeaseToken}})
-		if err != nil || outs[0].Err != nil || !errors.Is(outs[1].Err, backstop.ErrLeaseNotCurrent) {
+		if err != nil || outs[0].Err != nil || !errors.Is(outs[1].Err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("batch: %+v %v", outs, err)
 		}
 		if _, err := remote.Of(b.c).Fail(b.ctx, remote.Failure{TaskID: "c", LeaseToken: byID["c"].LeaseToken,

@@ -101,12 +101,12 @@ func (s *suite) testWorkerRegistry(t *testing.T) {
 
 	// A remote worker's first sighting registers it; the next only moves
 	// last_seen (and revives a stale or stopped worker).
-	if err := b.c.SeeRemoteWorker(b.ctx, "r1", "10.0.0.1", []string{"mail"}); err != nil {
+	if err := remote.Of(b.c).SeeWorker(b.ctx, "r1", "10.0.0.1", []string{"mail"}); err != nil {
 		t.Fatal(err)
 	}
 	first, _ := b.c.Worker(b.ctx, "r1")
 	b.clock.Advance(time.Second)
-	if err := b.c.SeeRemoteWorker(b.ctx, "r1", "elsewhere", nil); err != nil {
+	if err := remote.Of(b.c).SeeWorker(b.ctx, "r1", "elsewhere", nil); err != nil {
 		t.Fatal(err)
 	}
 	r1, _ := b.c.Worker(b.ctx, "r1")
@@ -114,7 +114,7 @@ func (s *suite) testWorkerRegistry(t *testing.T) {
 		r1.State != store.WorkerActive || fmt.Sprint(r1.Queues) != "[mail]" {
 		t.Fatalf("remote worker: %+v (first %+v)", r1, first)
 	}
-	if err := b.c.SeeRemoteWorker(b.ctx, "w3", "", nil); err != nil {
+	if err := remote.Of(b.c).SeeWorker(b.ctx, "w3", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if w, _ := b.c.Worker(b.ctx, "w3"); w.State != store.WorkerActive || w.StoppedAt != nil {
@@ -197,7 +197,7 @@ func (s *suite) testRemoteRelease(t *testing.T) {
 		got.Executions[0].Outcome != backstop.OutcomeReleased || got.Progress.Completed != 1 {
 		t.Fatalf("after release: %+v", got)
 	}
-	if _, err := remote.Of(b.c).Release(b.ctx, "rel", ts[0].LeaseToken, nil); !errors.Is(err, backstop.ErrLeaseNotCurrent) {
+	if _, err := remote.Of(b.c).Release(b.ctx, "rel", ts[0].LeaseToken, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 		t.Fatalf("stale release: %v", err)
 	}
 	// Its only attempt is still there to use.
