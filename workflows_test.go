@@ -14,6 +14,8 @@ import (
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/pgstore"
+	"github.com/backstophq/backstop/store/sqlitestore"
 	"github.com/backstophq/backstop/workflow"
 )
 
@@ -407,6 +409,65 @@ steps:
 		case <-consumed:
 			t.Error("consume ran")
 		default:
+		}
+	})
+}
+
+// RunWorkflowTx: a run started in the caller's own transaction (pgx.Tx on
+// Postgres, *sql.Tx on SQLite) exists if and only if the caller commits.
+func TestRunWorkflowTx(t *testing.T) {
+	t.Parallel()
+	forEachWorkflowStore(t, func(t *testing.T, c *Client) {
+		ctx := context.Background()
+		applyYAML(t, c, "name: tx\nqueue: wf\nsteps:\n  - {id: a, kind: a}\n")
+		start := func(runID string, commit bool) {
+			t.Helper()
+			p := RunWorkflowParams{Workflow: "tx", RunID: runID, Input: json.RawMessage(`{"n":1}`)}
+			var err error
+			switch s := c.Store().(type) {
+			case *pgstore.Store:
+				tx, berr := s.Pool().Begin(ctx)
+				if berr != nil {
+					t.Fatal(berr)
+				}
+				_, err = RunWorkflowTx(ctx, c, s.Txs(), tx, p)
+				if err == nil && commit {
+					err = tx.Commit(ctx)
+				} else {
+					_ = tx.Rollback(ctx)
+				}
+			case *sqlitestore.Store:
+				tx, berr := s.DB().BeginTx(ctx, nil)
+				if berr != nil {
+					t.Fatal(berr)
+				}
+				_, err = RunWorkflowTx(ctx, c, s.Txs(), tx, p)
+				if err == nil && commit {
+					err = tx.Commit()
+				} else {
+					_ = tx.Rollback()
+				}
+			default:
+				t.Fatalf("store %T", s)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		start("rolled-back", false)
+		if _, err := c.WorkflowRun(ctx, "rolled-back"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("a rolled-back run exists: %v", err)
+		}
+		if _, err := c.Get(ctx, "rolled-back.a"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("a rolled-back run's step task exists: %v", err)
+		}
+		start("committed", true)
+		r, err := c.WorkflowRun(ctx, "committed")
+		if err != nil || r.State != workflow.RunRunning {
+			t.Fatalf("committed run: %+v %v", r, err)
+		}
+		if tk, err := c.Get(ctx, "committed.a"); err != nil || tk.State != StatePending {
+			t.Errorf("committed run's first step: %+v %v", tk, err)
 		}
 	})
 }

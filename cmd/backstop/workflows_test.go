@@ -147,20 +147,28 @@ func marked(dir, kind string) bool {
 	return err == nil
 }
 
+// startSaga applies the saga with its rollback on db (through the CLI),
+// starts a run whose card is declined, and a worker for its steps.
+func startSaga(t *testing.T, db, rollback string) (_, dir, runID string) {
+	t.Helper()
+	dir = t.TempDir()
+	cliOK(t, "--db", db, "migrate")
+	file := filepath.Join(dir, "order.yaml")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(cliSagaYAML, rollback)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cliOK(t, "--db", db, "workflows", "apply", file)
+	runID = strings.TrimSpace(cliOK(t, "--db", db, "workflows", "run", "order", "--input", `{"card":"bad"}`))
+	startStepWorker(t, db, dir, "worker")
+	return db, dir, runID
+}
+
 func TestWorkflowSagaThroughCLI(t *testing.T) {
 	t.Parallel()
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
-			db, dir := st.url(t), t.TempDir()
-			cliOK(t, "--db", db, "migrate")
-			file := filepath.Join(dir, "order.yaml")
-			if err := os.WriteFile(file, []byte(fmt.Sprintf(cliSagaYAML, "on_fail")), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			cliOK(t, "--db", db, "workflows", "apply", file)
-			runID := strings.TrimSpace(cliOK(t, "--db", db, "workflows", "run", "order", "--input", `{"card":"bad"}`))
-			startStepWorker(t, db, dir, "worker")
+			db, dir, runID := startSaga(t, st.url(t), "on_fail")
 			v := waitRunState(t, db, runID, "compensated", "compensation_failed", "failed")
 			if v.State != "compensated" {
 				t.Fatalf("run ended %s, want compensated: %+v", v.State, v)
@@ -194,15 +202,7 @@ func TestWorkflowHaltedRunResumedThroughCLI(t *testing.T) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
-			db, dir := st.url(t), t.TempDir()
-			cliOK(t, "--db", db, "migrate")
-			file := filepath.Join(dir, "order.yaml")
-			if err := os.WriteFile(file, []byte(fmt.Sprintf(cliSagaYAML, "manual")), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			cliOK(t, "--db", db, "workflows", "apply", file)
-			runID := strings.TrimSpace(cliOK(t, "--db", db, "workflows", "run", "order", "--input", `{"card":"bad"}`))
-			startStepWorker(t, db, dir, "worker")
+			db, dir, runID := startSaga(t, st.url(t), "manual")
 			v := waitRunState(t, db, runID, "failed")
 			_, charge := v.step("charge")
 			if charge == "" {
