@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -79,6 +80,9 @@ type Server struct {
 	limit  *limiters
 	waker  *waker
 	quit   chan struct{} // closed by Close: waiting claims return at once
+	// claimWaiting, set only by tests (export_test.go), is called each
+	// time a long-poll claim found nothing and starts to wait.
+	claimWaiting atomic.Pointer[func()]
 	// redrives runs the DLQ redrives started over the API (redrive.go).
 	redrives *redrives
 	closed   sync.Once

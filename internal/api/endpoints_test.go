@@ -479,11 +479,13 @@ func TestLongPoll(t *testing.T) {
 			at  time.Time
 		}
 		got := make(chan result, 1)
+		waiting := make(chan struct{}, 16)
+		b.srv.OnClaimWaiting(func() { waiting <- struct{}{} })
 		go func() {
 			ts, err := op.Claim(ctx, api.ClaimRequest{Queues: []string{"lp"}, WorkerID: "w", Wait: bt.Duration(20 * time.Second)})
 			got <- result{ts, err, time.Now()}
 		}()
-		time.Sleep(300 * time.Millisecond) // let the claim start waiting
+		<-waiting // the claim found nothing and waits
 		enqueued := time.Now()
 		if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "lp", Kind: "k"}); err != nil {
 			t.Fatal(err)
@@ -501,7 +503,7 @@ func TestLongPoll(t *testing.T) {
 			ts, err := op.Claim(ctx, api.ClaimRequest{Queues: []string{"none"}, WorkerID: "w", Wait: bt.Duration(20 * time.Second)})
 			got <- result{ts, err, time.Now()}
 		}()
-		time.Sleep(200 * time.Millisecond)
+		<-waiting
 		closed := time.Now()
 		b.srv.Close()
 		r = <-got

@@ -113,6 +113,9 @@ func (s *Server) claimWait(ctx context.Context, p remote.Claim, wait time.Durati
 			return nil, nil
 		default:
 		}
+		if f := s.claimWaiting.Load(); f != nil {
+			(*f)()
+		}
 		t := time.NewTimer(min(left, s.opts.PollInterval))
 		select {
 		case <-woken:
