@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -119,8 +120,16 @@ func keys(sel, text string) act { return chromedp.SendKeys(chromedp.CSS(sel), te
 // handler runs; chromedp.Submit would call form.submit(), which skips it).
 func submit(form string) act { return click(form + ` button[type="submit"]`) }
 
-// click clicks the element with the mouse.
-func click(sel string) act { return chromedp.Click(chromedp.CSS(sel)) }
+// click clicks the element once it is shown. It finds and clicks it in
+// one step in the page: a live page re-renders as events arrive, and a
+// node found by one protocol call may be gone by the next ("Could not find
+// node with given id" under load).
+func click(sel string) act {
+	q, _ := json.Marshal(sel)
+	return poll(`(() => { const e = document.querySelector(` + string(q) + `);
+		if (!e || !(e.offsetWidth || e.offsetHeight || e.getClientRects().length)) return false;
+		e.click(); return true })()`)
+}
 func poll(expression string) act {
 	return chromedp.Poll[chromedp.Void](expression, chromedp.WithPollingInterval(50*time.Millisecond))
 }
