@@ -366,7 +366,12 @@ func (s *suite) testDLQOps(t *testing.T) {
 		}
 		eq(t, "open kept", b.get("open1").State, backstop.StateDead)
 		eq(t, "live kept", b.get("live").State, backstop.StatePending)
-		n, err = b.c.PurgeDLQ(b.ctx, backstop.PurgeParams{OlderThan: time.Hour, Statuses: []backstop.DLQStatus{backstop.DLQOpen}})
+		// Open dead letters go only when named and confirmed.
+		if _, err := b.c.PurgeDLQ(b.ctx, backstop.PurgeParams{OlderThan: time.Hour, Statuses: []backstop.DLQStatus{backstop.DLQOpen}}); !errors.Is(err, backstop.ErrInvalid) {
+			t.Fatalf("purge open without confirmation: %v, want ErrInvalid", err)
+		}
+		eq(t, "open kept without confirmation", b.get("open1").State, backstop.StateDead)
+		n, err = b.c.PurgeDLQ(b.ctx, backstop.PurgeParams{OlderThan: time.Hour, Statuses: []backstop.DLQStatus{backstop.DLQOpen}, ConfirmOpen: true})
 		if err != nil || n != 1 {
 			t.Fatalf("purge open: %d, %v", n, err)
 		}
