@@ -23,6 +23,7 @@ type Client struct {
 	telemetry       *telemetry
 	ordering        OrderingStats             // ordering.go: all queues
 	orderingByQueue map[string]*OrderingStats // ordering.go: per ordered queue (read-only)
+	activity        activityCache             // queues.go: Activity's closed minutes
 }
 
 // NewClient makes a client over s. A nil cfg takes every default.
