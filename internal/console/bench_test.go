@@ -141,7 +141,8 @@ func benchGet(b *testing.B, e *env, c *http.Client, path string) []byte {
 }
 
 // seedConsole writes n dead letters (enqueued, claimed and settled dead in
-// the store's batches of 5,000), then n pending tasks (enqueued in batches
+// the store's batches of 5,000, their deaths spread over the last hour),
+// then n pending tasks (enqueued in batches
 // of 5,000), over ten queues, five kinds and 200 customers (an attribute),
 // with ten error texts and two reasons; and registers a worker.
 func seedConsole(b *testing.B, e *env, n int) consoleSeed {
@@ -185,8 +186,11 @@ func seedConsole(b *testing.B, e *env, n int) consoleSeed {
 					if k%3 == 0 {
 						reason = bt.ReasonAttemptsExhausted
 					}
+					// The deaths spread over the last hour, as an hour of
+					// failures would (the overview's charts read them by minute).
+					at := now.Add(-time.Hour + time.Duration(k)*time.Hour/time.Duration(n))
 					ss[i] = store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, Outcome: bt.OutcomePermanentError,
-						Error: errs[k%len(errs)], FinishedAt: now, State: bt.StateDead, DeadReason: reason}
+						Error: errs[k%len(errs)], FinishedAt: at, State: bt.StateDead, DeadReason: reason}
 				}
 				if _, err := s.Settle(ctx, ss); err != nil {
 					b.Fatal(err)
