@@ -222,8 +222,21 @@ export async function dlqPage(main, id) {
     h('section', { 'aria-labelledby': 'attrs-title' }, h('h2', { id: 'attrs-title' }, 'Attributes'), attributesList(t.attributes)),
     executionsSection(t),
     timelineSection(t.events));
-  const refresh = debounce(() => { if (location.hash.startsWith('#/dlq/')) dlqPage(main, id).catch(() => {}); }, 1000);
-  live(main, `task.${id}`, (e) => { if (!seen(t.events, e)) refresh(); });
+  // A re-render would drop an action the admin is filling in (a patch, a
+  // preview waiting for its confirm, a reason or a note): it waits until
+  // the forms are idle. A raw view (task.payload_viewed) changes nothing
+  // shown but the timeline.
+  const busy = () => [...main.querySelectorAll('.actions textarea, .actions input')].some((x) => (x.type === 'checkbox' ? x.checked : x.value))
+    || [...main.querySelectorAll('#replay-confirm, #preview')].some((x) => !x.hidden);
+  const refresh = debounce(() => {
+    if (!location.hash.startsWith('#/dlq/') || !main.isConnected) return;
+    if (busy()) {
+      refresh();
+      return;
+    }
+    dlqPage(main, id).catch(() => {});
+  }, 1000);
+  live(main, `task.${id}`, (e) => { if (e.type !== 'task.payload_viewed' && !seen(t.events, e)) refresh(); });
 }
 
 // seen: the page already shows this event (the stream starts at the
