@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -119,9 +120,13 @@ const MaxActivityMinutes = 24 * 60
 // Activity answers, for each of the last minutes minutes (the current one
 // last; default 60, at most MaxActivityMinutes), how many tasks succeeded,
 // attempts failed and tasks died: the throughput and failure rate of the
-// console's overview. The store counts them per minute on its side, reading
-// only the window's rows through partial indexes; the answer is the
-// minutes, zeros filled in.
+// console's overview. The store counts them per minute on its side,
+// reading only the rows of the minutes asked for through partial indexes.
+// A minute that ended more than activitySettle ago no longer changes (its
+// rows were written with times in it), so the client keeps its counts:
+// once the window was read, a call reads only the minutes since the last
+// one (the current minute and those that closed since), whatever the
+// traffic of the hour.
 func (c *Client) Activity(ctx context.Context, minutes int) ([]ActivityMinute, error) {
 	if minutes < 0 || minutes > MaxActivityMinutes {
 		return nil, invalid("minutes", "must be between 1 and %d", MaxActivityMinutes)
@@ -132,13 +137,70 @@ func (c *Client) Activity(ctx context.Context, minutes int) ([]ActivityMinute, e
 	now := c.now().UTC()
 	last := now.Unix() / 60
 	first := last - int64(minutes) + 1
-	counts, err := c.store.Activity(ctx, time.Unix(first*60, 0))
+	// closed: the last minute whose counts can be kept.
+	closed := now.Add(-activitySettle).Unix()/60 - 1
+	counts := c.activity.read(first, closed)
+	from := first
+	for from <= closed {
+		if _, ok := counts[from]; !ok {
+			break
+		}
+		from++
+	}
+	fresh, err := c.store.Activity(ctx, time.Unix(from*60, 0), time.Unix((last+1)*60, 0))
 	if err != nil {
 		return nil, err
 	}
+	c.activity.keep(fresh, from, closed, first)
 	out := make([]ActivityMinute, 0, minutes)
 	for m := first; m <= last; m++ {
-		out = append(out, ActivityMinute{Minute: time.Unix(m*60, 0).UTC(), MinuteActivity: counts[m]})
+		a, ok := counts[m]
+		if !ok {
+			a = fresh[m]
+		}
+		out = append(out, ActivityMinute{Minute: time.Unix(m*60, 0).UTC(), MinuteActivity: a})
 	}
 	return out, nil
+}
+
+// activitySettle is how long after its end a minute's counts are taken as
+// final (commits in flight, clocks a little apart).
+const activitySettle = 10 * time.Second
+
+// activityCache holds the counts of closed minutes (those without any
+// row are held as zeros), at most MaxActivityMinutes of them.
+type activityCache struct {
+	mu sync.Mutex
+	m  map[int64]store.MinuteActivity
+}
+
+// read copies the cached minutes in [first, closed].
+func (a *activityCache) read(first, closed int64) map[int64]store.MinuteActivity {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[int64]store.MinuteActivity{}
+	for m := first; m <= closed; m++ {
+		if v, ok := a.m[m]; ok {
+			out[m] = v
+		}
+	}
+	return out
+}
+
+// keep caches the closed minutes [from, closed] of fresh and forgets
+// minutes older than the longest window before first.
+func (a *activityCache) keep(fresh map[int64]store.MinuteActivity, from, closed, first int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[int64]store.MinuteActivity{}
+	}
+	for m := from; m <= closed; m++ {
+		a.m[m] = fresh[m]
+	}
+	for m := range a.m {
+		if m < first-MaxActivityMinutes || m > closed {
+			delete(a.m, m)
+		}
+	}
 }

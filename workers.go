@@ -36,8 +36,10 @@ const (
 // WorkerListParams filters Workers: queue, derived state, cursor, limit
 // (1-10000; default 100).
 type WorkerListParams struct {
-	Queue   string
-	State   WorkerState
+	Queue string
+	State WorkerState
+	// Labels: each of these labels has this value.
+	Labels  map[string]string
 	AfterID string
 	Limit   int
 }
@@ -68,7 +70,15 @@ func (c *Client) Workers(ctx context.Context, p WorkerListParams) ([]WorkerInfo,
 	if err := checkWorkerCursor(p.AfterID); err != nil {
 		return nil, err
 	}
-	return c.store.ListWorkers(ctx, store.WorkerFilter{Queue: p.Queue, State: p.State, AfterID: p.AfterID,
+	for k, v := range p.Labels {
+		if !attrKeyRE.MatchString(k) {
+			return nil, invalid("label", "key %q is not a valid label key", k)
+		}
+		if checkText("label", v) != nil {
+			return nil, invalid("label", "value of %q is not valid UTF-8 text (or holds a NUL)", k)
+		}
+	}
+	return c.store.ListWorkers(ctx, store.WorkerFilter{Queue: p.Queue, State: p.State, Labels: p.Labels, AfterID: p.AfterID,
 		Limit: p.Limit, Now: c.now(), StaleAfter: c.cfg.WorkerStaleAfter})
 }
 

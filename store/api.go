@@ -27,12 +27,12 @@ type APIStore interface {
 	// largest groups first, at most errorLimit errors (MoreErrors: there
 	// were more).
 	DLQGroups(ctx context.Context, f ListFilter, errorLimit int) (*DLQGroups, error)
-	// Activity counts, per minute since since (a minute is its Unix
+	// Activity counts, per minute in [since, until) (a minute is its Unix
 	// minute: seconds/60), the tasks that succeeded, the attempts that
 	// failed and the tasks that died: three range reads of partial
 	// indexes (finished tasks, failed attempts, dead tasks). Minutes
 	// without any are left out.
-	Activity(ctx context.Context, since time.Time) (map[int64]MinuteActivity, error)
+	Activity(ctx context.Context, since, until time.Time) (map[int64]MinuteActivity, error)
 }
 
 // MinuteActivity is one minute of Activity.

@@ -52,6 +52,7 @@ type WorkerInfo struct {
 type WorkerFilter struct {
 	Queue      string
 	State      WorkerState
+	Labels     map[string]string // each label key has this value
 	AfterID    string
 	Limit      int
 	Now        time.Time

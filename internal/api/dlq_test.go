@@ -539,6 +539,27 @@ func TestActivity(t *testing.T) {
 		if sum.ok != 2 || sum.failed != 2 || sum.dead != 1 {
 			t.Fatalf("activity: %d succeeded, %d failed, %d dead; want 2, 2, 1: %s", sum.ok, sum.failed, sum.dead, out)
 		}
+		// Read again after one more success: the closed minutes come from
+		// the client's cache, the current one from the store.
+		if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "ok", Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		c = claimOne(t, op, "ok")
+		if _, err := op.Complete(ctx, c.ID, api.CompleteRequest{LeaseToken: c.LeaseToken}); err != nil {
+			t.Fatal(err)
+		}
+		code, out = b.raw(t, api.RoleViewer, "GET", "/v1/activity?minutes=5", "", "")
+		got = api.ActivityResponse{}
+		if err := json.Unmarshal(out, &got); code != http.StatusOK || err != nil {
+			t.Fatalf("GET /v1/activity again: %d %v %s", code, err, out)
+		}
+		ok := 0
+		for _, m := range got.Items {
+			ok += m.Succeeded
+		}
+		if ok != 3 {
+			t.Fatalf("after one more success: %d succeeded, want 3: %s", ok, out)
+		}
 		if code, out := b.raw(t, api.RoleViewer, "GET", "/v1/activity", "", ""); code != http.StatusOK || strings.Count(string(out), `"minute"`) != 60 {
 			t.Fatalf("default window: %d %.200s", code, out)
 		}

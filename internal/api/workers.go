@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,9 +42,23 @@ func ParseWorkerQuery(q url.Values) (backstop.WorkerListParams, error) {
 			if len(vals) != 1 {
 				return p, fail(codeInvalidQuery, key+": give it once")
 			}
+		case "label":
 		default:
-			return p, fail(codeInvalidQuery, fmt.Sprintf("unknown parameter %q (use queue, state, limit, after)", key))
+			return p, fail(codeInvalidQuery, fmt.Sprintf("unknown parameter %q (use queue, state, label, limit, after)", key))
 		}
+	}
+	for _, v := range q["label"] {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return p, fail(codeInvalidQuery, fmt.Sprintf("label %q: want key=value", v))
+		}
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
+		if _, dup := p.Labels[k]; dup {
+			return p, fail(codeInvalidQuery, fmt.Sprintf("label: key %q is given twice", k))
+		}
+		p.Labels[k] = val
 	}
 	p.Queue, p.State, p.AfterID = q.Get("queue"), backstop.WorkerState(q.Get("state")), q.Get("after")
 	p.Limit = defaultListLimit

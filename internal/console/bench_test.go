@@ -108,9 +108,14 @@ func consolePages(s consoleSeed) []consolePage {
 		{"tasks", fixed("/v1/tasks?limit=50")},
 		{"tasks-page2", fixed("/v1/tasks?limit=50&after=" + url.QueryEscape(s.taskCursor))},
 		{"tasks-filtered", fixed("/v1/tasks?queue=" + s.queues[5] + "&state=pending&limit=50")},
+		{"tasks-error", fixed("/v1/tasks?error_contains=" + url.QueryEscape(s.errorWord) + "&limit=50")},
+		{"tasks-key", fixed("/v1/tasks?idempotency_key=order-7&limit=50")},
+		// A run of 2,000 tasks (1,000 dead): its summary and first page (runs.js).
+		{"run", fixed("/v1/runs/run-7", "/v1/runs/run-7/tasks?limit=50")},
 		{"task", fixed("/v1/tasks/"+url.PathEscape(s.deadID),
 			"/v1/tasks/"+url.PathEscape(s.deadID)+"/executions/"+url.PathEscape(s.execID)+"/logs?limit=200")},
 		{"workers", fixed("/v1/workers?limit=50")},
+		{"workers-label", fixed("/v1/workers?label=team%3Dbench&limit=50")},
 		{"worker", fixed("/v1/workers/" + url.PathEscape(s.workerID))},
 		{"events", fixed("/v1/events?stream=all&limit=1", "/v1/events?stream=all")},
 	}
@@ -136,7 +141,8 @@ func benchGet(b *testing.B, e *env, c *http.Client, path string) []byte {
 }
 
 // seedConsole writes n dead letters (enqueued, claimed and settled dead in
-// the store's batches of 5,000), then n pending tasks (enqueued in batches
+// the store's batches of 5,000, their deaths spread over the last hour),
+// then n pending tasks (enqueued in batches
 // of 5,000), over ten queues, five kinds and 200 customers (an attribute),
 // with ten error texts and two reasons; and registers a worker.
 func seedConsole(b *testing.B, e *env, n int) consoleSeed {
@@ -159,7 +165,7 @@ func seedConsole(b *testing.B, e *env, n int) consoleSeed {
 				tasks = append(tasks, &bt.Task{ID: fmt.Sprintf("%s-%07d", prefix, i), Queue: seed.queues[i%10],
 					Kind: fmt.Sprintf("kind-%d", i%5), State: bt.StatePending, MaxAttempts: 1,
 					Payload:    json.RawMessage(`{"order":` + strconv.Itoa(i) + `,"note":"a payload of a usual size, with some text in it"}`),
-					Attributes: map[string]string{"customer": fmt.Sprintf("c%d", i%200)},
+					Attributes: map[string]string{"customer": fmt.Sprintf("c%d", i%200), "run_id": fmt.Sprintf("run-%d", i%100)},
 					RunAt:      now, CreatedAt: now, UpdatedAt: now})
 			}
 			if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
@@ -180,8 +186,11 @@ func seedConsole(b *testing.B, e *env, n int) consoleSeed {
 					if k%3 == 0 {
 						reason = bt.ReasonAttemptsExhausted
 					}
+					// The deaths spread over the last hour, as an hour of
+					// failures would (the overview's charts read them by minute).
+					at := now.Add(-time.Hour + time.Duration(k)*time.Hour/time.Duration(n))
 					ss[i] = store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, Outcome: bt.OutcomePermanentError,
-						Error: errs[k%len(errs)], FinishedAt: now, State: bt.StateDead, DeadReason: reason}
+						Error: errs[k%len(errs)], FinishedAt: at, State: bt.StateDead, DeadReason: reason}
 				}
 				if _, err := s.Settle(ctx, ss); err != nil {
 					b.Fatal(err)

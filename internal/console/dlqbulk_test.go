@@ -47,6 +47,10 @@ func TestBrowserDLQBulk(t *testing.T) {
 		evalJS[bool](t, ctx, "click the declined group", `[...document.querySelectorAll("#groups-error a")].find((a) => a.textContent.startsWith("declined")).click() || true`)
 		run(t, ctx, "narrow to the declined group",
 			poll(`location.hash.includes("error_contains=declined") && document.querySelectorAll("#dlq-list tbody tr").length === 2`))
+		// The time range: dead until an hour ago holds none of them.
+		run(t, ctx, "dead until an hour ago", nav(e.url+"/#/dlq?queue=bulk&status=open&until=1h"),
+			poll(`document.querySelector("#dlq-groups") && document.querySelector("#dlq-groups").dataset.total === "0" &&
+				document.querySelector("#f-until").value === "1h"`))
 		run(t, ctx, "back to the queue", nav(e.url+"/#/dlq?queue=bulk&status=open"), visible("#bulk-replay"))
 		// Export: the link downloads the filter's dead letters as NDJSON.
 		lines := evalJS[string](t, ctx, "export", `fetch(document.querySelector("#dlq-export").href).then((r) => r.text())`)

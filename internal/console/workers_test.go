@@ -148,3 +148,41 @@ func TestBrowserWorkersInProcess(t *testing.T) {
 		waitText(t, ctx, "#log-lines", "rendered page 1")
 	})
 }
+
+// The workers page filters by label (GET /v1/workers?label=k=v); a bad
+// label filter is the API's 400, shown as text.
+func TestBrowserWorkersByLabel(t *testing.T) {
+	t.Parallel()
+	forStores(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, dbURL, envOpts{})
+		const img = `<img src=x onerror="window.__pwned = 2">`
+		for _, w := range []struct{ id, team string }{{"w-pay", "payments " + img}, {"w-mail", "mail"}, {"w-none", ""}} {
+			labels := map[string]string{"zone": "eu"}
+			if w.team != "" {
+				labels["team"] = w.team
+			}
+			if st, out, _ := e.call(t, "POST", "/v1/workers", api.RoleOperator, map[string]any{
+				"id": w.id, "host": "node-" + w.id, "pid": 1, "queues": []string{"q"}, "version": "v1", "labels": labels}, nil); st != http.StatusOK && st != http.StatusCreated {
+				t.Fatalf("register %s: %d %v", w.id, st, out)
+			}
+		}
+		ctx := browser(t)
+		e.signIn(t, ctx, api.RoleViewer)
+		run(t, ctx, "open Workers", click(`#nav a[data-page="workers"]`), visible("#worker-list"))
+		waitText(t, ctx, "#worker-list", "w-none")
+		run(t, ctx, "filter by label", keys("#wf-label", "team=payments "+img), submit("#worker-filters"),
+			poll(`location.hash.includes("label=") && document.querySelectorAll("#worker-list tbody tr").length === 1`))
+		if l := text(t, ctx, "#worker-list"); !contains(l, "w-pay") || contains(l, "w-mail") {
+			t.Fatalf("by label: %q", l)
+		}
+		assertNothingRan(t, ctx, "workers by label")
+		run(t, ctx, "every worker of zone eu", nav(e.url+"/#/workers?label=zone%3Deu"),
+			poll(`document.querySelectorAll("#worker-list tbody tr").length === 3`))
+		if st, out, _ := e.call(t, "GET", "/v1/workers?label=nokey", api.RoleViewer, nil, nil); st != http.StatusBadRequest {
+			t.Fatalf("label without =: %d %v", st, out)
+		}
+		if st, out, _ := e.call(t, "GET", "/v1/workers?label=bad%20key%3Dx", api.RoleViewer, nil, nil); st != http.StatusBadRequest {
+			t.Fatalf("a bad label key: %d %v", st, out)
+		}
+	})
+}

@@ -29,6 +29,8 @@ var dialect = &sqldialect.Dialect{
 	Strpos:      "strpos",
 	OctetLength: func(expr string) string { return "octet_length(" + expr + ")" },
 	InText:      func(p string) string { return "= ANY(" + p + "::text[])" },
+	JSONText:    func(col, p string) string { return "(" + col + " ->> " + p + "::text)" },
+	JSONKey:     func(key string) any { return key },
 	TextList:    func(list []string) any { return textArray(list) },
 	IsUnique:    isUniqueViolation,
 	Err:         permission,

@@ -163,7 +163,7 @@ func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit in
 }
 
 // Activity implements store.APIStore.
-func (s *Store) Activity(ctx context.Context, since time.Time) (map[int64]store.MinuteActivity, error) {
+func (s *Store) Activity(ctx context.Context, since, until time.Time) (map[int64]store.MinuteActivity, error) {
 	const minute = `floor(extract(epoch FROM %s) / 60)::bigint`
 	out := map[int64]store.MinuteActivity{}
 	for _, q := range []struct {
@@ -171,15 +171,15 @@ func (s *Store) Activity(ctx context.Context, since time.Time) (map[int64]store.
 		add func(a *store.MinuteActivity, n int)
 	}{
 		{`SELECT ` + fmt.Sprintf(minute, "finalized_at") + `, count(*) FROM backstop_tasks
-			WHERE state = 'succeeded' AND finalized_at >= $1 GROUP BY 1`,
+			WHERE state = 'succeeded' AND finalized_at >= $1 AND finalized_at < $2 GROUP BY 1`,
 			func(a *store.MinuteActivity, n int) { a.Succeeded += n }},
 		{`SELECT ` + fmt.Sprintf(minute, "finished_at") + `, count(*) FROM backstop_executions
-			WHERE outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired') AND finished_at >= $1 GROUP BY 1`,
+			WHERE outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired') AND finished_at >= $1 AND finished_at < $2 GROUP BY 1`,
 			func(a *store.MinuteActivity, n int) { a.Failed += n }},
-		{`SELECT ` + fmt.Sprintf(minute, "last_seen") + `, count(*) FROM backstop_tasks WHERE state = 'dead' AND last_seen >= $1 GROUP BY 1`,
+		{`SELECT ` + fmt.Sprintf(minute, "last_seen") + `, count(*) FROM backstop_tasks WHERE state = 'dead' AND last_seen >= $1 AND last_seen < $2 GROUP BY 1`,
 			func(a *store.MinuteActivity, n int) { a.Dead += n }},
 	} {
-		rs, err := s.pool.Query(ctx, q.sql, since)
+		rs, err := s.pool.Query(ctx, q.sql, since, until)
 		if err != nil {
 			return nil, fmt.Errorf("pgstore: activity: %w", err)
 		}

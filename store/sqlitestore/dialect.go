@@ -27,6 +27,8 @@ var dialect = &sqldialect.Dialect{
 	Strpos:      "instr",
 	OctetLength: func(expr string) string { return "length(CAST(" + expr + " AS BLOB))" },
 	InText:      func(p string) string { return "IN (SELECT value FROM json_each(" + p + "))" },
+	JSONText:    func(col, p string) string { return "json_extract(" + col + ", " + p + ")" },
+	JSONKey:     func(key string) any { return `$."` + key + `"` },
 	TextList: func(list []string) any {
 		b, _ := json.Marshal(list)
 		return string(b)

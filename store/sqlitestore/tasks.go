@@ -1033,21 +1033,21 @@ func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit in
 }
 
 // Activity implements store.APIStore (times are microseconds).
-func (s *Store) Activity(ctx context.Context, since time.Time) (map[int64]store.MinuteActivity, error) {
+func (s *Store) Activity(ctx context.Context, since, until time.Time) (map[int64]store.MinuteActivity, error) {
 	out := map[int64]store.MinuteActivity{}
 	for _, q := range []struct {
 		sql string
 		add func(a *store.MinuteActivity, n int)
 	}{
-		{`SELECT finalized_at / 60000000, count(*) FROM backstop_tasks WHERE state = 'succeeded' AND finalized_at >= ? GROUP BY 1`,
+		{`SELECT finalized_at / 60000000, count(*) FROM backstop_tasks WHERE state = 'succeeded' AND finalized_at >= ? AND finalized_at < ? GROUP BY 1`,
 			func(a *store.MinuteActivity, n int) { a.Succeeded += n }},
 		{`SELECT finished_at / 60000000, count(*) FROM backstop_executions
-			WHERE outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired') AND finished_at >= ? GROUP BY 1`,
+			WHERE outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired') AND finished_at >= ? AND finished_at < ? GROUP BY 1`,
 			func(a *store.MinuteActivity, n int) { a.Failed += n }},
-		{`SELECT last_seen / 60000000, count(*) FROM backstop_tasks WHERE state = 'dead' AND last_seen >= ? GROUP BY 1`,
+		{`SELECT last_seen / 60000000, count(*) FROM backstop_tasks WHERE state = 'dead' AND last_seen >= ? AND last_seen < ? GROUP BY 1`,
 			func(a *store.MinuteActivity, n int) { a.Dead += n }},
 	} {
-		rows, err := s.r.QueryContext(ctx, q.sql, us(since))
+		rows, err := s.r.QueryContext(ctx, q.sql, us(since), us(until))
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: activity: %w", err)
 		}

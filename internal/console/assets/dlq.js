@@ -18,10 +18,11 @@ export async function dlqListPage(main, q) {
     error: h('input', { id: 'f-error', name: 'error_contains', value: q.get('error_contains') || '' }),
     attr: h('input', { id: 'f-attr', name: 'attr', placeholder: 'key=value', value: q.get('attr') || '' }),
     since: h('input', { id: 'f-since', name: 'since', placeholder: '24h, 7d or a time', value: q.get('since') || '' }),
+    until: h('input', { id: 'f-until', name: 'until', placeholder: '1h, 2d or a time', value: q.get('until') || '' }),
   };
   const form = h('form', { class: 'filters', id: 'dlq-filters', role: 'search', 'aria-label': 'Filter dead letters' },
     field('Queue', f.queue), field('Kind', f.kind), field('Reason', f.reason), field('Status', f.status),
-    field('Error contains', f.error), field('Attribute', f.attr), field('Dead since', f.since),
+    field('Error contains', f.error), field('Attribute', f.attr), field('Dead since', f.since), field('Dead until', f.until),
     h('button', { type: 'submit' }, 'Filter'));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
@@ -33,10 +34,11 @@ export async function dlqListPage(main, q) {
     if (f.error.value) p.set('error_contains', f.error.value);
     if (f.attr.value) p.set('attr', f.attr.value);
     if (f.since.value) p.set('since', f.since.value);
+    if (f.until.value) p.set('until', f.until.value);
     location.hash = `#/dlq?${p}`;
   });
   const api_q = new URLSearchParams();
-  for (const k of ['queue', 'kind', 'reason', 'error_contains', 'attr', 'since']) if (q.get(k)) api_q.set(k, q.get(k));
+  for (const k of ['queue', 'kind', 'reason', 'error_contains', 'attr', 'since', 'until']) if (q.get(k)) api_q.set(k, q.get(k));
   const st = q.get('status') ?? 'open';
   if (st) api_q.set('status', st);
   api_q.set('limit', '50');
@@ -107,13 +109,14 @@ function redriveRequest(q) {
     const i = attr.indexOf('=');
     if (i > 0) req.attributes = { [attr.slice(0, i)]: attr.slice(i + 1) };
   }
-  const since = q.get('since');
-  if (since) {
-    const m = since.match(/^(\d+)([smhd])$/);
+  for (const k of ['since', 'until']) {
+    const v = q.get(k);
+    if (!v) continue;
+    const m = v.match(/^(\d+)([smhd])$/);
     const unit = { s: 1e3, m: 6e4, h: 36e5, d: 864e5 };
-    const t = m ? new Date(Date.now() - Number(m[1]) * unit[m[2]]) : new Date(since);
+    const t = m ? new Date(Date.now() - Number(m[1]) * unit[m[2]]) : new Date(v);
     if (isNaN(t)) return null;
-    req.since = t.toISOString();
+    req[k] = t.toISOString();
   }
   return req;
 }
@@ -181,7 +184,7 @@ function bulkSection(q, total) {
     cancel.disabled = false;
     show();
   });
-  if (!req) clear(err, 'Bulk replay needs "Dead since" as an age (24h, 7d) or a time.');
+  if (!req) clear(err, 'Bulk replay needs "Dead since" and "Dead until" as an age (24h, 7d) or a time.');
   // A redrive of this same filter started earlier on this page: show it.
   if (bulk && req && JSON.stringify({ ...bulk.req, rate: undefined }) === JSON.stringify(req)) {
     show();
@@ -222,8 +225,21 @@ export async function dlqPage(main, id) {
     h('section', { 'aria-labelledby': 'attrs-title' }, h('h2', { id: 'attrs-title' }, 'Attributes'), attributesList(t.attributes)),
     executionsSection(t),
     timelineSection(t.events));
-  const refresh = debounce(() => { if (location.hash.startsWith('#/dlq/')) dlqPage(main, id).catch(() => {}); }, 1000);
-  live(main, `task.${id}`, (e) => { if (!seen(t.events, e)) refresh(); });
+  // A re-render would drop an action the admin is filling in (a patch, a
+  // preview waiting for its confirm, a reason or a note): it waits until
+  // the forms are idle. A raw view (task.payload_viewed) changes nothing
+  // shown but the timeline.
+  const busy = () => [...main.querySelectorAll('.actions textarea, .actions input')].some((x) => (x.type === 'checkbox' ? x.checked : x.value))
+    || [...main.querySelectorAll('#replay-confirm, #preview')].some((x) => !x.hidden);
+  const refresh = debounce(() => {
+    if (!location.hash.startsWith('#/dlq/') || !main.isConnected) return;
+    if (busy()) {
+      refresh();
+      return;
+    }
+    dlqPage(main, id).catch(() => {});
+  }, 1000);
+  live(main, `task.${id}`, (e) => { if (e.type !== 'task.payload_viewed' && !seen(t.events, e)) refresh(); });
 }
 
 // seen: the page already shows this event (the stream starts at the

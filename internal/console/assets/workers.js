@@ -16,18 +16,19 @@ export async function workersPage(main, q) {
     queue: h('input', { id: 'wf-queue', name: 'queue', value: q.get('queue') || '' }),
     state: h('select', { id: 'wf-state', name: 'state' },
       ['', ...workerStates].map((s) => h('option', { value: s, selected: (q.get('state') || '') === s }, s || 'any'))),
+    label: h('input', { id: 'wf-label', name: 'label', placeholder: 'key=value', value: q.get('label') || '' }),
   };
   const form = h('form', { class: 'filters', id: 'worker-filters', role: 'search', 'aria-label': 'Filter workers' },
-    field('Queue', f.queue), field('State', f.state), h('button', { type: 'submit' }, 'Filter'));
+    field('Queue', f.queue), field('State', f.state), field('Label', f.label), h('button', { type: 'submit' }, 'Filter'));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
     const p = new URLSearchParams();
-    for (const k of ['queue', 'state']) if (f[k].value) p.set(k, f[k].value);
+    for (const k of ['queue', 'state', 'label']) if (f[k].value) p.set(k, f[k].value);
     location.hash = `#/workers?${p}`;
   });
   const render = async () => {
     const aq = new URLSearchParams();
-    for (const k of ['queue', 'state', 'after']) if (q.get(k)) aq.set(k, q.get(k));
+    for (const k of ['queue', 'state', 'label', 'after']) if (q.get(k)) aq.set(k, q.get(k));
     aq.set('limit', '50');
     const page = await api('GET', `/v1/workers?${aq}`);
     const now = Date.now();

@@ -99,6 +99,11 @@ type Dialect struct {
 	// json_each(p)) with a JSON array on SQLite.
 	InText   func(p string) string
 	TextList func(list []string) any
+	// JSONText reads the text value of key (parameter p, the value of
+	// JSONKey) in the JSON object column col: json_extract(col, p) with
+	// the path $."key" on SQLite, col->>p on PostgreSQL.
+	JSONText func(col, p string) string
+	JSONKey  func(key string) any
 	// IsUnique says whether err is a uniqueness violation.
 	IsUnique func(err error) bool
 	// Err marks a driver error with the store's sentinels where it has one

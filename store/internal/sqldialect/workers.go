@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -215,6 +217,9 @@ func (p *Procedures) ListWorkers(ctx context.Context, f store.WorkerFilter) ([]s
 		where = append(where, "state = "+a.add(string(f.State))+" AND last_seen >= "+a.add(cutoff))
 	case store.WorkerStopped:
 		where = append(where, "state = 'stopped'")
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Labels)) {
+		where = append(where, d.JSONText("labels", a.add(d.JSONKey(k)))+" = "+a.add(f.Labels[k]))
 	}
 	if f.AfterID != "" {
 		where = append(where, "id > "+a.add(f.AfterID))

@@ -11,12 +11,19 @@
 -- 200 characters): two partial indexes on dead tasks only, so only dying,
 -- replays and status changes pay for them.
 
+-- GET /v1/tasks?idempotency_key= (the console's "find by idempotency
+-- key") finds finished tasks too: the unique index holds live tasks only.
+-- This one holds every task enqueued with a key (only those pay for it;
+-- a state change does not touch it).
+
 -- +goose Up
 CREATE INDEX backstop_tasks_queue_state ON backstop_tasks (queue, state);
 CREATE INDEX backstop_tasks_dead_reason ON backstop_tasks (dlq_status, dead_reason) WHERE state = 'dead';
 CREATE INDEX backstop_tasks_dead_error ON backstop_tasks (dlq_status, substr(last_error, 1, 200)) WHERE state = 'dead';
+CREATE INDEX backstop_tasks_idempotency_any ON backstop_tasks (idempotency_key) WHERE idempotency_key IS NOT NULL;
 
 -- +goose Down
+DROP INDEX backstop_tasks_idempotency_any;
 DROP INDEX backstop_tasks_dead_error;
 DROP INDEX backstop_tasks_dead_reason;
 DROP INDEX backstop_tasks_queue_state;
