@@ -260,10 +260,11 @@ func (c *Client) Resolve(ctx context.Context, p ResolveParams) (*Task, error) {
 	if err := checkText("note", p.Note); err != nil {
 		return nil, err
 	}
-	reason := cmp.Or(p.Reason, p.Note)
-	if err := c.checkReason("reason", reason); err != nil {
+	// A note alone satisfies RequireReason (and is recorded as the reason).
+	if err := CheckReason("reason", p.Reason, c.cfg.RequireReason && strings.TrimSpace(p.Note) == ""); err != nil {
 		return nil, err
 	}
+	reason := cmp.Or(p.Reason, p.Note)
 	return c.setDLQStatus(ctx, p.ID, DLQResolved, p.Actor, "dlq.resolved", withReason(map[string]any{"note": p.Note}, reason))
 }
 

@@ -25,3 +25,19 @@ func BenchmarkRedrive(b *testing.B) {
 	}
 	storetest.BenchRedrive(b, s)
 }
+
+// BenchmarkGauges measures the store gauges' one query:
+//
+//	scripts/with-postgres go test -run '^$' -bench Gauges -benchtime 20x ./store/pgstore/
+func BenchmarkGauges(b *testing.B) {
+	ctx := context.Background()
+	s, err := pgstore.Open(ctx, testdb.Postgres(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	storetest.BenchGauges(b, s)
+}

@@ -21,3 +21,16 @@ func BenchmarkRedrive(b *testing.B) {
 	}
 	storetest.BenchRedrive(b, s)
 }
+
+// BenchmarkGauges: go test -run '^$' -bench Gauges -benchtime 20x ./store/sqlitestore/
+func BenchmarkGauges(b *testing.B) {
+	s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "bench.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	storetest.BenchGauges(b, s)
+}

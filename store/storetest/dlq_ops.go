@@ -366,12 +366,13 @@ func (s *suite) testDLQOps(t *testing.T) {
 		}
 		eq(t, "open kept", b.get("open1").State, backstop.StateDead)
 		eq(t, "live kept", b.get("live").State, backstop.StatePending)
-		// Open dead letters go only when named and confirmed.
-		if _, err := b.c.PurgeDLQ(b.ctx, backstop.PurgeParams{OlderThan: time.Hour, Statuses: []backstop.DLQStatus{backstop.DLQOpen}}); !errors.Is(err, backstop.ErrInvalid) {
-			t.Fatalf("purge open without confirmation: %v, want ErrInvalid", err)
+		// Open dead letters go only when named and confirmed (issue 17).
+		n, err = b.c.PurgeDLQ(b.ctx, backstop.PurgeParams{OlderThan: time.Hour, Statuses: []backstop.DLQStatus{backstop.DLQOpen}})
+		if !errors.Is(err, backstop.ErrInvalid) || n != 0 || b.get("open1").State != backstop.StateDead {
+			t.Fatalf("purge open unconfirmed: %d, %v", n, err)
 		}
-		eq(t, "open kept without confirmation", b.get("open1").State, backstop.StateDead)
-		n, err = b.c.PurgeDLQ(b.ctx, backstop.PurgeParams{OlderThan: time.Hour, Statuses: []backstop.DLQStatus{backstop.DLQOpen}, ConfirmOpen: true})
+		n, err = b.c.PurgeDLQ(b.ctx, backstop.PurgeParams{OlderThan: time.Hour, Statuses: []backstop.DLQStatus{backstop.DLQOpen},
+			ConfirmOpen: true})
 		if err != nil || n != 1 {
 			t.Fatalf("purge open: %d, %v", n, err)
 		}

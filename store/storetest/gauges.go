@@ -1,6 +1,9 @@
 package storetest
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +122,50 @@ func (s *suite) testGaugesOpenDeadLetters(t *testing.T) {
 		t.Fatalf("gd-b has no open dead letter but an oldest %v", g.OldestOpenDeadLetter["gd-b"])
 	}
 	eq(t, "open bytes gd-b after the replay", g.OpenDeadLetterBytes["gd-b"], int64(0))
+}
+
+// BenchGauges measures the store gauges' one query (read every
+// telemetry.GaugeInterval) over BACKSTOP_BENCH_TASKS tasks (default
+// 100,000) in ten queues, a tenth of them open dead letters; it reports
+// milliseconds per read.
+func BenchGauges(b *testing.B, s store.Store) {
+	ctx := context.Background()
+	n := envInt("BACKSTOP_BENCH_TASKS", 100000)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	prefix := fmt.Sprintf("gauges-%d", now.UnixNano())
+	for start := 0; start < n; start += 5000 {
+		chunk := make([]*bt.Task, 0, 5000)
+		for i := start; i < min(start+5000, n); i++ {
+			chunk = append(chunk, &bt.Task{ID: fmt.Sprintf("%s-%09d", prefix, i), Queue: fmt.Sprintf("%s-q%d", prefix, i%10),
+				Kind: "noop", State: bt.StatePending, MaxAttempts: 1, Payload: json.RawMessage(`{"n":1}`), RunAt: now,
+				CreatedAt: now, UpdatedAt: now})
+		}
+		if _, err := s.Enqueue(ctx, chunk, store.EnqueueOpts{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for q := range 10 {
+		got, err := s.Claim(ctx, store.ClaimParams{Queue: fmt.Sprintf("%s-q%d", prefix, q), WorkerID: "bench", Max: n / 100,
+			Now: now, Lease: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ss := make([]store.Settlement, len(got))
+		for i, t := range got {
+			ss[i] = store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, Outcome: bt.OutcomePermanentError, Error: "boom",
+				FinishedAt: now, State: bt.StateDead, DeadReason: bt.ReasonPermanentError}
+		}
+		if _, err := s.Settle(ctx, ss); err != nil {
+			b.Fatal(err)
+		}
+	}
+	gr := s.(store.GaugeReader)
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		if _, err := gr.Gauges(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(time.Since(start).Milliseconds())/float64(b.N), "ms/read")
 }
