@@ -565,7 +565,10 @@ type WorkflowRun struct {
 // per item), with its task's attempts.
 type RunStep struct {
 	ID    string          `json:"id"`
+	Kind  string          `json:"kind"`
 	State store.StepState `json:"state"`
+	// Compensate names the step's compensation step, if it has one.
+	Compensate string `json:"compensate,omitempty"`
 	// Compensation: the step runs only as a compensation (of
 	// CompensationOf, once it ran).
 	Compensation   bool     `json:"compensation,omitempty"`
@@ -616,7 +619,8 @@ func (c *Client) WorkflowRun(ctx context.Context, runID string) (*WorkflowRun, e
 	out := &WorkflowRun{RunRecord: *run}
 	for _, sv := range workflow.View(def, rows) {
 		st := def.Step(sv.ID)
-		v := RunStep{ID: sv.ID, State: sv.State, Needs: st.Needs, Compensation: sv.Compensation}
+		v := RunStep{ID: sv.ID, Kind: sv.Kind, State: sv.State, Needs: st.Needs, Compensation: sv.Compensation,
+			Compensate: st.Compensate}
 		fanOut := st.ForEach != "" || len(sv.Rows) > 1
 		for _, r := range sv.Rows {
 			if v.CompensationOf == "" {

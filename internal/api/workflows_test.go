@@ -84,7 +84,7 @@ func TestWorkflowEndpoints(t *testing.T) {
 		}
 		st, body = b.raw(t, api.RoleViewer, "GET", "/v1/runs/order-1", "", "")
 		if st != http.StatusOK || !strings.Contains(string(body), `"workflow":"order"`) || strings.Contains(string(body), "hunter2") ||
-			!strings.Contains(string(body), `"id":"charge","state":"waiting"`) {
+			!strings.Contains(string(body), `"id":"charge","kind":"charge_card","state":"waiting"`) {
 			t.Fatalf("get run: %d %s", st, body)
 		}
 		if st, body := b.raw(t, api.RoleViewer, "GET", "/v1/runs?workflow=order&state=running", "", ""); st != http.StatusOK ||

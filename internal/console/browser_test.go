@@ -128,7 +128,9 @@ func click(sel string) act {
 	q, _ := json.Marshal(sel)
 	return poll(`(() => { const e = document.querySelector(` + string(q) + `);
 		if (!e || !(e.offsetWidth || e.offsetHeight || e.getClientRects().length)) return false;
-		e.click(); return true })()`)
+		if (typeof e.click === "function") e.click();
+		else e.dispatchEvent(new MouseEvent("click", { bubbles: true, cancelable: true, view: window })); // SVG elements
+		return true })()`)
 }
 func poll(expression string) act {
 	return chromedp.Poll[chromedp.Void](expression, chromedp.WithPollingInterval(50*time.Millisecond))

@@ -4,6 +4,7 @@
 // When the run is a workflow's (issue 16), its workflow, state and steps
 // are shown too.
 import { api, h, clear, fmtTime, badge, table, field, live, debounce } from './lib.js';
+import { stepGraph } from './graph.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
 
@@ -44,7 +45,8 @@ export async function runPage(main, id, q) {
     h('h1', {}, 'Run ', h('span', { class: 'mono' }, run.run_id)),
     h('section', { 'aria-label': 'Progress', id: 'run-progress', 'data-total': String(run.total), 'data-done': String(done), 'data-dead': String(dead) },
       h('p', {}, h('progress', { max: String(Math.max(run.total, 1)), value: String(done), 'aria-label': `${done} of ${run.total} tasks done` }),
-        ' ', `${done} of ${run.total} tasks done`, run.finished ? ' · finished' : ' · in progress'),
+        ' ', `${done} of ${run.total} tasks done`, run.finished ? ' · finished'
+          : (run.state === 'failed' || run.state === 'compensation_failed') ? ' · halted: waits for its dead step to be replayed' : ' · in progress'),
       h('dl', { class: 'facts' },
         run.workflow ? [h('dt', {}, 'Workflow'), h('dd', { id: 'run-workflow' }, String(run.workflow))] : null,
         run.state ? [h('dt', {}, 'State'), h('dd', { id: 'run-state' }, badge(String(run.state)))] : null,
@@ -60,6 +62,7 @@ export async function runPage(main, id, q) {
         h('dt', {}, 'First activity'), h('dd', {}, fmtTime(run.first_activity)),
         h('dt', {}, 'Last activity'), h('dd', {}, fmtTime(run.last_activity)))),
     steps ? h('section', { 'aria-labelledby': 'steps-title' }, h('h2', { id: 'steps-title' }, 'Steps'),
+      h('div', { class: 'scroll' }, stepGraph(run)),
       h('div', { class: 'scroll', id: 'run-steps' }, table(`Steps of run ${run.run_id}`, ['Step', 'State', 'Task'],
         steps.map((s) => [String(s.id ?? ''), badge(String(s.state ?? '')),
           s.task_id ? h('a', { href: `#/tasks/${encodeURIComponent(s.task_id)}`, class: 'mono' }, String(s.task_id)) : '—']),
