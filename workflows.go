@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
@@ -300,6 +301,12 @@ func (c *Client) advanceSettled(ctx context.Context, tx store.Tx, ss []store.Set
 	if len(ids) == 0 {
 		return nil
 	}
+	eff.finished = make(map[string]time.Time, len(ids))
+	for _, s := range ss {
+		if _, ok := byTask[s.TaskID]; ok {
+			eff.finished[s.TaskID] = s.FinishedAt
+		}
+	}
 	return c.advanceTasks(ctx, tx, ids, byTask, eff)
 }
 
@@ -317,6 +324,11 @@ func (c *Client) advanceTasks(ctx context.Context, tx store.Tx, ids []string, by
 	stale := map[string][]string{}
 	for _, r := range rows {
 		byRun[r.RunID] = append(byRun[r.RunID], byTask[r.TaskID])
+		if at, ok := eff.finished[r.TaskID]; ok && r.State == workflow.StepPending && !at.IsZero() {
+			// The row turned pending when its task was enqueued (or
+			// replayed): the step's time from ready to settled.
+			eff.durations = append(eff.durations, stepDuration{runID: r.RunID, step: r.StepID, d: at.Sub(r.UpdatedAt)})
+		}
 		if r.State == workflow.StepFailed && byTask[r.TaskID].Outcome != workflow.Canceled {
 			stale[r.RunID] = append(stale[r.RunID], r.TaskID)
 		}
@@ -473,13 +485,22 @@ func failRunSuccesses(ss []store.Settlement, pe *planError) []store.Settlement {
 type runEffects struct {
 	cancels []string
 	plans   []workflow.Plan
+	// finished: the settled step tasks' finish times; durations: their
+	// steps' time from ready to settled (workflows_telemetry.go).
+	finished  map[string]time.Time
+	durations []stepDuration
+}
+
+type stepDuration struct {
+	runID, step string
+	d           time.Duration
 }
 
 // afterRuns asks the workers of running step tasks to stop (their
 // settlement as canceled then advances the run) and counts the plans
 // (workflows_telemetry.go).
 func (c *Client) afterRuns(ctx context.Context, eff *runEffects) {
-	c.telemetry.workflowPlans(ctx, eff.plans)
+	c.telemetry.workflowPlans(ctx, eff.plans, eff.durations)
 	for _, id := range eff.cancels {
 		if _, err := c.store.RequestCancel(context.WithoutCancel(ctx), id, c.now()); err != nil && !errors.Is(err, store.ErrConflict) {
 			c.cfg.Logger.Warn("canceling a step of a canceled run", "task_id", id, "error", err)

@@ -15,11 +15,12 @@ import (
 // counted from the plans a committed transaction applied, so a rolled-back
 // plan is never counted.
 type workflowTelemetry struct {
-	started       metric.Int64Counter // {workflow}
-	finished      metric.Int64Counter // {workflow, state}
-	steps         metric.Int64Counter // {workflow, step, outcome}
-	fanOut        metric.Int64Counter // {workflow, step}
-	compensations metric.Int64Counter // {workflow, result}
+	started       metric.Int64Counter     // {workflow}
+	finished      metric.Int64Counter     // {workflow, state}
+	steps         metric.Int64Counter     // {workflow, step, outcome}
+	fanOut        metric.Int64Counter     // {workflow, step}
+	compensations metric.Int64Counter     // {workflow, result}
+	stepDuration  metric.Float64Histogram // {workflow, step}
 }
 
 func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
@@ -29,7 +30,12 @@ func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
 		errs = append(errs, err)
 		return c
 	}
+	dur, err := m.Float64Histogram("backstop.workflow.step.duration", metric.WithUnit("s"),
+		metric.WithDescription("A workflow step's time from ready (its task enqueued) to settled, retries included, by workflow and step."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	errs = append(errs, err)
 	return &workflowTelemetry{
+		stepDuration:  dur,
 		started:       counter("backstop.workflow.runs.started", "{run}", "Workflow runs started, by workflow."),
 		finished:      counter("backstop.workflow.runs.finished", "{run}", "Workflow runs that reached a state where they stop (succeeded, partial, failed, compensated, compensation_failed, canceled), by workflow and state."),
 		steps:         counter("backstop.workflow.steps", "{step}", "Workflow steps that finished, by workflow, step and outcome (succeeded, failed, skipped, canceled)."),
@@ -39,10 +45,20 @@ func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
 }
 
 // workflowPlans counts what committed plans did.
-func (t *telemetry) workflowPlans(ctx context.Context, plans []workflow.Plan) {
+func (t *telemetry) workflowPlans(ctx context.Context, plans []workflow.Plan, durations []stepDuration) {
 	w := t.workflows
 	if w == nil {
 		return
+	}
+	names := make(map[string]string, len(plans))
+	for _, p := range plans {
+		names[p.Run.RunID] = p.Run.Workflow
+	}
+	for _, d := range durations {
+		if name, ok := names[d.runID]; ok && d.d >= 0 {
+			w.stepDuration.Record(ctx, d.d.Seconds(), metric.WithAttributes(attribute.String("workflow", name),
+				attribute.String("step", d.step)))
+		}
 	}
 	for _, p := range plans {
 		wf := attribute.String("workflow", p.Run.Workflow)
