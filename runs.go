@@ -63,7 +63,7 @@ func (c *Client) Run(ctx context.Context, runID string) (*Run, error) {
 	for _, s := range bt.States {
 		out.Counts[s] = 0
 	}
-	f := ListParams{Attrs: map[string]string{RunAttribute: runID}, Limit: 10000}
+	f := ListParams{Attrs: map[string]string{RunAttribute: runID}, Limit: 10000, WithoutPayload: true}
 	for {
 		page, err := c.store.List(ctx, f)
 		if err != nil {

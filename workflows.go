@@ -637,6 +637,10 @@ func (c *Client) WorkflowRun(ctx context.Context, runID string) (*WorkflowRun, e
 	if err != nil {
 		return nil, err
 	}
+	attemptsOf, err := c.runAttempts(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
 	out := &WorkflowRun{RunRecord: *run}
 	for _, sv := range workflow.View(def, rows) {
 		st := def.Step(sv.ID)
@@ -647,12 +651,7 @@ func (c *Client) WorkflowRun(ctx context.Context, runID string) (*WorkflowRun, e
 			if v.CompensationOf == "" {
 				v.CompensationOf = r.CompensationOf
 			}
-			attempts := 0
-			if r.TaskID != "" {
-				if t, err := c.store.Get(ctx, r.TaskID); err == nil {
-					attempts = t.Attempt
-				}
-			}
+			attempts := attemptsOf[r.TaskID]
 			if r.Error != "" && v.Error == "" {
 				v.Error = r.Error
 			}
@@ -672,6 +671,27 @@ func (c *Client) WorkflowRun(ctx context.Context, runID string) (*WorkflowRun, e
 		out.Steps = append(out.Steps, v)
 	}
 	return out, nil
+}
+
+// runAttempts reads the attempt counter of every task of the run, a page
+// of summaries (no payload) at a time: one query per 10,000 steps, not one
+// per step.
+func (c *Client) runAttempts(ctx context.Context, runID string) (map[string]int, error) {
+	out := map[string]int{}
+	f := ListParams{Attrs: map[string]string{RunAttribute: runID}, Limit: 10000, WithoutPayload: true}
+	for {
+		page, err := c.store.List(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range page {
+			out[t.ID] = t.Attempt
+		}
+		if len(page) < f.Limit {
+			return out, nil
+		}
+		f.AfterID = page[len(page)-1].ID
+	}
 }
 
 // ListRunsParams filters workflow runs (newest first).
