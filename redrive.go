@@ -37,6 +37,13 @@ type RedriveParams struct {
 	Reason string
 	// BatchSize: replays per transaction (default 500).
 	BatchSize int
+	// DryRun changes nothing (no redrive record, no event): the result's
+	// Preview says how many open dead letters match now and shows a sample
+	// of SampleSize (0: DefaultRedriveSample; negative: none), each with
+	// its payload's diff when the redrive patches. Rate and Limit are not
+	// used.
+	DryRun     bool
+	SampleSize int
 }
 
 // RedriveProgress is reported after every batch and at the end.
@@ -49,6 +56,9 @@ type RedriveProgress struct {
 	Failed    int       `json:"failed"`
 	Rate      float64   `json:"rate"` // replays per second in this run
 	Done      bool      `json:"done"`
+	// DryRun: nothing was changed; Preview holds the count and the sample.
+	DryRun  bool            `json:"dry_run,omitempty"`
+	Preview *RedrivePreview `json:"preview,omitempty"`
 }
 
 // redriveKey is what identifies "the same redrive" for resuming: the
@@ -124,6 +134,9 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	state, runAt, err := c.replaySchedule(p.Delay, p.RunAt, now)
 	if err != nil {
 		return out, err
+	}
+	if p.DryRun {
+		return c.redriveDryRun(ctx, p, f, now)
 	}
 	rk := redriveKey{Queue: f.Queue, Kind: f.Kind, Reason: string(f.Reason), Attrs: f.Attrs,
 		ErrorContains: f.ErrorContains, Since: timePtr(f.Since), Until: timePtr(f.Until),

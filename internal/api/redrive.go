@@ -28,6 +28,9 @@ const MaxRedriveWait = 30 * time.Second
 // finished ones are forgotten.
 const maxRedriveRecords = 1000
 
+// maxRedriveSample bounds a dry run's sample.
+const maxRedriveSample = 100
+
 // RedriveRequest is POST /v1/dlq/redrive: the dead-letter filters (open
 // dead letters only), the pace, and what to do to each, as for a replay.
 type RedriveRequest struct {
@@ -51,6 +54,12 @@ type RedriveRequest struct {
 	// Wait: answer when the redrive finished or after this long (at most
 	// 30s), whichever comes first. Default 0: answer once it started.
 	Wait bt.Duration `json:"wait,omitempty"`
+	// DryRun changes nothing (no redrive record, no event) and answers 200
+	// with status "dry_run" and a preview: how many match now, a sample
+	// (Sample of them, default 5, at most 100) and, with a patch, each
+	// sampled payload's before/after (masked) with the changed paths.
+	DryRun bool `json:"dry_run,omitempty"`
+	Sample int  `json:"sample,omitempty"`
 }
 
 // RedriveStatus is a redrive this server runs or ran.
@@ -60,7 +69,8 @@ type RedriveStatus struct {
 	// same redrive again continues); canceled (POST
 	// /v1/redrives/{id}/cancel; the same redrive again resumes);
 	// interrupted (the server stopped it; the same redrive again resumes);
-	// failed (Error says why).
+	// failed (Error says why); dry_run (RedriveRequest.DryRun: nothing
+	// was changed; Preview holds the count and the sample).
 	Status     string     `json:"status"`
 	Error      string     `json:"error,omitempty"`
 	Actor      string     `json:"actor"`
@@ -211,6 +221,23 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.Until != nil {
 		f.Until = *req.Until
+	}
+	if req.Sample < 0 || req.Sample > maxRedriveSample {
+		return &apiError{code: codeInvalidInput, field: "sample", detail: fmt.Sprintf("sample: must be between 0 and %d", maxRedriveSample)}
+	}
+	if req.DryRun {
+		prog, err := s.c.Redrive(r.Context(), backstop.RedriveParams{Filter: f, MergePatch: req.merge(), Patch: ops,
+			KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay), RunAt: req.runAt(), Actor: p.Name, Reason: req.Why,
+			DryRun: true, SampleSize: req.Sample}, nil)
+		if err != nil {
+			return err
+		}
+		m := p.mask
+		if m == nil {
+			m = defaultMasker
+		}
+		prog.Preview.Mask(m)
+		return writeJSON(w, http.StatusOK, RedriveStatus{RedriveProgress: prog, Status: "dry_run", Actor: p.Name, Why: req.Why, StartedAt: s.now()})
 	}
 	run, err := s.redrives.start(s.c, backstop.RedriveParams{Filter: f, Rate: req.Rate, Limit: req.Limit,
 		MergePatch: req.merge(), Patch: ops, KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay),
