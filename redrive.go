@@ -76,6 +76,14 @@ type redriveKey struct {
 	KeepAttempts  bool              `json:"keep_attempts,omitempty"`
 }
 
+// rk is the key of p's redrive.
+func rk(p RedriveParams) redriveKey {
+	f := p.Filter
+	return redriveKey{Queue: f.Queue, Kind: f.Kind, Reason: string(f.Reason), Attrs: f.Attrs,
+		ErrorContains: f.ErrorContains, Since: timePtr(f.Since), Until: timePtr(f.Until),
+		MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts}
+}
+
 func timePtr(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
@@ -138,9 +146,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if p.DryRun {
 		return c.redriveDryRun(ctx, p, f, now)
 	}
-	rk := redriveKey{Queue: f.Queue, Kind: f.Kind, Reason: string(f.Reason), Attrs: f.Attrs,
-		ErrorContains: f.ErrorContains, Since: timePtr(f.Since), Until: timePtr(f.Until),
-		MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts}
+	rk := rk(RedriveParams{Filter: f, MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts})
 	key, err := json.Marshal(rk)
 	if err != nil {
 		return out, err
@@ -229,6 +235,14 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 			return out, nil
 		}
 		batch.AfterID = last
+		// Canceled from any process (CancelRedrive): stop after this batch.
+		if cur, err := c.store.GetRedrive(ctx, rec.ID); err == nil && cur.Status == RedriveCanceled {
+			out.Replayed += replayed
+			out.Failed += failed
+			report()
+			return out, fmt.Errorf("redrive %s %w: %w after %d replayed; `backstop redrives resume %s` continues it",
+				rec.ID, ErrInterrupted, ErrRedriveCanceled, out.Replayed, rec.ID)
+		}
 		doneThisRun += replayed + failed
 		out.Replayed += replayed
 		out.Failed += failed
@@ -268,14 +282,21 @@ func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListPara
 		case err == nil:
 		case errors.Is(err, ErrConflict) || errors.Is(err, ErrUnprocessable):
 			failed++
-			if aerr := c.store.AdvanceRedrive(ctx, b.RedriveID, t.ID, 0, 1); aerr != nil {
+			outcome := store.OutcomeConflict
+			if errors.Is(err, ErrUnprocessable) {
+				outcome = store.OutcomeUnprocessable
+			}
+			if aerr := c.store.RecordRedriveItem(ctx, store.RedriveItem{RedriveID: b.RedriveID, TaskID: t.ID,
+				Outcome: outcome, Detail: err.Error(), At: c.now()}, 1); aerr != nil {
 				return replayed, failed, last, aerr
 			}
 			continue
 		default:
 			return replayed, failed, last, err
 		}
-		if err := c.store.AdvanceRedrive(ctx, b.RedriveID, t.ID, 0, 0); err != nil {
+		// Not replayed, no error: it was no longer an open dead letter.
+		if err := c.store.RecordRedriveItem(ctx, store.RedriveItem{RedriveID: b.RedriveID, TaskID: t.ID,
+			Outcome: store.OutcomeNotOpen, Detail: "no longer an open dead letter", At: c.now()}, 0); err != nil {
 			return replayed, failed, last, err
 		}
 	}

@@ -152,6 +152,9 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 			WHERE id = ?`, res.LastID, res.Replayed, len(res.Conflicts), b.RedriveID); err != nil {
 			return res, err
 		}
+		if err := redriveItems(ctx, tx, b, replayed, res.Conflicts); err != nil {
+			return res, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return res, err
@@ -221,4 +224,21 @@ func (s *Store) CountRedrive(ctx context.Context, b store.RedriveBatch) (int, er
 	var n int
 	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM backstop_tasks WHERE `+where, args...).Scan(&n)
 	return n, err
+}
+
+// redriveItems records each item's outcome in the batch's transaction.
+func redriveItems(ctx context.Context, tx *sql.Tx, b store.RedriveBatch, done []store.Redriven, conflicts []string) error {
+	q := sqldialect.Rebind(sqldialect.UpsertRedriveItemSQL)
+	for _, d := range done {
+		if _, err := tx.ExecContext(ctx, q, b.RedriveID, d.ID, store.OutcomeReplayed, "", us(b.Now)); err != nil {
+			return err
+		}
+	}
+	for _, id := range conflicts {
+		if _, err := tx.ExecContext(ctx, q, b.RedriveID, id, store.OutcomeConflict,
+			"a live task holds its idempotency key or merge key", us(b.Now)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
