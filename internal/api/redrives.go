@@ -38,9 +38,9 @@ type RedriveItemList struct {
 // ResumeRequest is POST /v1/redrives/{id}/resume: the pace and the
 // operator; the filter and patch are the redrive's own.
 type ResumeRequest struct {
-	Rate  float64 `json:"rate,omitempty"`
-	Limit int     `json:"limit,omitempty"`
-	Why   string  `json:"why,omitempty"`
+	Rate  float64     `json:"rate,omitempty"`
+	Limit int         `json:"limit,omitempty"`
+	Why   string      `json:"why,omitempty"`
 	Wait  bt.Duration `json:"wait,omitempty"`
 }
 
