@@ -226,19 +226,36 @@ func (s *Store) CountRedrive(ctx context.Context, b store.RedriveBatch) (int, er
 	return n, err
 }
 
-// redriveItems records each item's outcome in the batch's transaction.
+// redriveItems records each item's outcome in the batch's transaction,
+// up to 100 rows per statement.
 func redriveItems(ctx context.Context, tx *sql.Tx, b store.RedriveBatch, done []store.Redriven, conflicts []string) error {
-	q := sqldialect.Rebind(sqldialect.UpsertRedriveItemSQL)
+	type row struct{ id, outcome, detail string }
+	rows := make([]row, 0, len(done)+len(conflicts))
 	for _, d := range done {
-		if _, err := tx.ExecContext(ctx, q, b.RedriveID, d.ID, store.OutcomeReplayed, "", us(b.Now)); err != nil {
-			return err
-		}
+		rows = append(rows, row{d.ID, store.OutcomeReplayed, ""})
 	}
 	for _, id := range conflicts {
-		if _, err := tx.ExecContext(ctx, q, b.RedriveID, id, store.OutcomeConflict,
-			"a live task holds its idempotency key or merge key", us(b.Now)); err != nil {
+		rows = append(rows, row{id, store.OutcomeConflict, "a live task holds its idempotency key or merge key"})
+	}
+	at := us(b.Now)
+	for len(rows) > 0 {
+		n := min(len(rows), 100)
+		var q strings.Builder
+		q.WriteString(`INSERT INTO backstop_redrive_items (redrive_id, task_id, outcome, detail, at) VALUES `)
+		args := make([]any, 0, 5*n)
+		for i, r := range rows[:n] {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?)")
+			args = append(args, b.RedriveID, r.id, r.outcome, r.detail, at)
+		}
+		q.WriteString(` ON CONFLICT (redrive_id, task_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail,
+			at = excluded.at WHERE backstop_redrive_items.outcome <> 'replayed'`)
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
 			return err
 		}
+		rows = rows[n:]
 	}
 	return nil
 }
