@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testdb"
 )
 
 // TestDLQRedriveDryRunAndConfirmation: --dry-run reports the count, a
@@ -114,5 +115,49 @@ func TestDLQRedriveDryRunAndConfirmation(t *testing.T) {
 				t.Fatalf("at the threshold: exit %d %q %q, %d dead", code, out, errs, dead())
 			}
 		})
+	}
+}
+
+// TestDLQRedriveDryRunOverServer: --dry-run and the confirmation through
+// --server: the server's dry run (masked diffs, nothing changed), and exit
+// 2 naming --yes without a terminal over the threshold.
+func TestDLQRedriveDryRunOverServer(t *testing.T) {
+	t.Parallel()
+	db := testdb.SQLite(t)
+	c := deadLetters(t, db, "sdry", 3)
+	base := startServer(t, db)
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(binary, append([]string{"--server", base, "dlq", "redrive", "--queue", "sdry", "--rate", "0"}, args...)...)
+		var out, errb bytes.Buffer
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+	dead := func() int {
+		ts, err := c.DeadLetters(context.Background(), backstop.ListParams{Queue: "sdry", Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ts)
+	}
+	out, errs, code := run("--dry-run", "--patch", "api_key=abc123")
+	if code != 0 || !strings.Contains(out, "would redrive 3 dead letters") || !strings.Contains(out, "add /api_key") ||
+		strings.Contains(out, "abc123") || dead() != 3 {
+		t.Fatalf("dry run over the server: exit %d\n%s\n%s", code, out, errs)
+	}
+	out, errs, code = run("--confirm-over", "2")
+	if code != 2 || !strings.Contains(errs, "--yes") || dead() != 3 {
+		t.Fatalf("over the threshold: exit %d %q %q", code, out, errs)
+	}
+	out, errs, code = run("--confirm-over", "2", "--yes")
+	if code != 0 || !strings.Contains(out, "3 replayed") || dead() != 0 {
+		t.Fatalf("--yes: exit %d %q %q", code, out, errs)
 	}
 }
