@@ -37,6 +37,13 @@ type RedriveParams struct {
 	Reason string
 	// BatchSize: replays per transaction (default 500).
 	BatchSize int
+	// DryRun changes nothing (no redrive record, no event): the result's
+	// Preview says how many open dead letters match now and shows a sample
+	// of SampleSize (0: DefaultRedriveSample; negative: none), each with
+	// its payload's diff when the redrive patches. Rate and Limit are not
+	// used.
+	DryRun     bool
+	SampleSize int
 }
 
 // RedriveProgress is reported after every batch and at the end.
@@ -49,6 +56,9 @@ type RedriveProgress struct {
 	Failed    int       `json:"failed"`
 	Rate      float64   `json:"rate"` // replays per second in this run
 	Done      bool      `json:"done"`
+	// DryRun: nothing was changed; Preview holds the count and the sample.
+	DryRun  bool            `json:"dry_run,omitempty"`
+	Preview *RedrivePreview `json:"preview,omitempty"`
 }
 
 // redriveKey is what identifies "the same redrive" for resuming: the
@@ -64,6 +74,14 @@ type redriveKey struct {
 	MergePatch    json.RawMessage   `json:"merge_patch,omitempty"`
 	Patch         []PatchOp         `json:"patch,omitempty"`
 	KeepAttempts  bool              `json:"keep_attempts,omitempty"`
+}
+
+// rk is the key of p's redrive.
+func rk(p RedriveParams) redriveKey {
+	f := p.Filter
+	return redriveKey{Queue: f.Queue, Kind: f.Kind, Reason: string(f.Reason), Attrs: f.Attrs,
+		ErrorContains: f.ErrorContains, Since: timePtr(f.Since), Until: timePtr(f.Until),
+		MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts}
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -125,9 +143,10 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err != nil {
 		return out, err
 	}
-	rk := redriveKey{Queue: f.Queue, Kind: f.Kind, Reason: string(f.Reason), Attrs: f.Attrs,
-		ErrorContains: f.ErrorContains, Since: timePtr(f.Since), Until: timePtr(f.Until),
-		MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts}
+	if p.DryRun {
+		return c.redriveDryRun(ctx, p, f, now)
+	}
+	rk := rk(RedriveParams{Filter: f, MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts})
 	key, err := json.Marshal(rk)
 	if err != nil {
 		return out, err
@@ -216,6 +235,14 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 			return out, nil
 		}
 		batch.AfterID = last
+		// Canceled from any process (CancelRedrive): stop after this batch.
+		if cur, err := c.store.GetRedrive(ctx, rec.ID); err == nil && cur.Status == RedriveCanceled {
+			out.Replayed += replayed
+			out.Failed += failed
+			report()
+			return out, fmt.Errorf("redrive %s %w: %w after %d replayed; `backstop redrives resume %s` continues it",
+				rec.ID, ErrInterrupted, ErrRedriveCanceled, out.Replayed, rec.ID)
+		}
 		doneThisRun += replayed + failed
 		out.Replayed += replayed
 		out.Failed += failed
@@ -255,14 +282,21 @@ func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListPara
 		case err == nil:
 		case errors.Is(err, ErrConflict) || errors.Is(err, ErrUnprocessable):
 			failed++
-			if aerr := c.store.AdvanceRedrive(ctx, b.RedriveID, t.ID, 0, 1); aerr != nil {
+			outcome := store.OutcomeConflict
+			if errors.Is(err, ErrUnprocessable) {
+				outcome = store.OutcomeUnprocessable
+			}
+			if aerr := c.store.RecordRedriveItem(ctx, store.RedriveItem{RedriveID: b.RedriveID, TaskID: t.ID,
+				Outcome: outcome, Detail: err.Error(), At: c.now()}, 1); aerr != nil {
 				return replayed, failed, last, aerr
 			}
 			continue
 		default:
 			return replayed, failed, last, err
 		}
-		if err := c.store.AdvanceRedrive(ctx, b.RedriveID, t.ID, 0, 0); err != nil {
+		// Not replayed, no error: it was no longer an open dead letter.
+		if err := c.store.RecordRedriveItem(ctx, store.RedriveItem{RedriveID: b.RedriveID, TaskID: t.ID,
+			Outcome: store.OutcomeNotOpen, Detail: "no longer an open dead letter", At: c.now()}, 0); err != nil {
 			return replayed, failed, last, err
 		}
 	}

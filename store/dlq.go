@@ -55,6 +55,51 @@ type DLQ interface {
 	AdvanceRedrive(ctx context.Context, id, cursor string, replayed, failed int) error
 	// FinishRedrive sets a redrive's final status.
 	FinishRedrive(ctx context.Context, id, status string, at time.Time) error
+
+	// RecordRedriveItem writes a per-row redrive's outcome for one item
+	// that was not replayed (a replay's own transaction records a replayed
+	// one: ReplayPlan.RedriveID), moves the cursor to it and adds failed to
+	// the failed count, in one transaction.
+	RecordRedriveItem(ctx context.Context, item RedriveItem, failed int) error
+	// GetRedrive reads a redrive record. Unknown id: ErrNotFound.
+	GetRedrive(ctx context.Context, id string) (Redrive, error)
+	// Redrives lists redrive records, newest first, with ids before
+	// Before when it is set.
+	Redrives(ctx context.Context, before string, limit int) ([]Redrive, error)
+	// RedriveItems lists a redrive's item outcomes in task id order, after
+	// AfterID, only Outcomes when given.
+	RedriveItems(ctx context.Context, q RedriveItemsQuery) ([]RedriveItem, error)
+	// RedriveOutcomes counts a redrive's items by outcome.
+	RedriveOutcomes(ctx context.Context, id string) (map[string]int, error)
+	// SetRedriveStatus moves a redrive from one of from to status (running
+	// clears finished_at; any other sets it to at). It reports whether the
+	// record was in one of from. Unknown id: ErrNotFound.
+	SetRedriveStatus(ctx context.Context, id string, from []string, status string, at time.Time) (bool, error)
+}
+
+// Outcomes of a redrive's items.
+const (
+	OutcomeReplayed      = "replayed"
+	OutcomeConflict      = "conflict"      // a uniqueness rule refused the replay
+	OutcomeUnprocessable = "unprocessable" // the patch did not apply
+	OutcomeNotOpen       = "not_open"      // no longer an open dead letter when its turn came
+)
+
+// RedriveItem is what became of one dead letter a redrive took up.
+type RedriveItem struct {
+	RedriveID string    `json:"redrive_id"`
+	TaskID    string    `json:"task_id"`
+	Outcome   string    `json:"outcome"`
+	Detail    string    `json:"detail,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// RedriveItemsQuery selects a redrive's items.
+type RedriveItemsQuery struct {
+	RedriveID string
+	Outcomes  []string
+	AfterID   string
+	Limit     int
 }
 
 // ReplayPlan is the engine's decision about one dead letter.
@@ -129,7 +174,7 @@ type Redrive struct {
 	Cursor     string          `json:"cursor"`
 	Replayed   int             `json:"replayed"`
 	Failed     int             `json:"failed"`
-	Status     string          `json:"status"` // running | done | interrupted
+	Status     string          `json:"status"` // running | done | canceled | interrupted
 	StartedAt  time.Time       `json:"started_at"`
 	FinishedAt *time.Time      `json:"finished_at,omitempty"`
 }

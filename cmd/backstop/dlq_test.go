@@ -122,7 +122,7 @@ func TestDLQRedriveKilledHalfwayThenResumed(t *testing.T) {
 			c := deadLetters(t, url, "redrive", n)
 			// At 1000/s the redrive takes about two seconds; kill it once a
 			// quarter is done.
-			cmd := exec.Command(binary, "--db", url, "dlq", "redrive", "--queue", "redrive", "--rate", "1000", "-o", "json")
+			cmd := exec.Command(binary, "--db", url, "dlq", "redrive", "--queue", "redrive", "--rate", "1000", "--yes", "-o", "json")
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
@@ -166,7 +166,7 @@ func TestDLQRedriveKilledHalfwayThenResumed(t *testing.T) {
 			if left := count(backstop.StateDead); left == 0 || left == n {
 				t.Fatalf("after the kill %d of %d are still dead; want some", left, n)
 			}
-			out, err := exec.Command(binary, "--db", url, "dlq", "redrive", "--queue", "redrive", "--rate", "0").CombinedOutput()
+			out, err := exec.Command(binary, "--db", url, "dlq", "redrive", "--queue", "redrive", "--rate", "0", "--yes").CombinedOutput()
 			if err != nil {
 				t.Fatalf("re-run: %v: %s", err, out)
 			}

@@ -43,7 +43,7 @@ const (
 // command missing here fails the test: decide, then add it. d is a dead
 // letter and p a pending task owned by this run (replay, discard, resolve
 // and cancel change them).
-func serverCases(d []string, p, cfgFile, wfFile, run string) map[string]serverCase {
+func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serverCase {
 	srv := func(want string, args ...string) serverCase {
 		return serverCase{mode: viaServer, args: args, want: want}
 	}
@@ -80,6 +80,11 @@ func serverCases(d []string, p, cfgFile, wfFile, run string) map[string]serverCa
 		"queues list":           srv("srv-pending"),
 		"queues pause":          srv("srv-paused", "srv-paused"),
 		"queues resume":         srv("srv-paused", "srv-paused"),
+		"redrives":              loc(2),
+		"redrives list":         srv(rd),
+		"redrives show":         srv(rd, rd, "--failed"),
+		"redrives cancel":       srv(rd, rd),
+		"redrives resume":       srv("resumed", rd),
 		"runs":                  loc(2),
 		"runs show":             srv("run-1", "run-1"),
 		"runs list":             srv("wfrun-", "--workflow", "srvflow"),
@@ -149,6 +154,19 @@ func TestEveryCommandHonoursServer(t *testing.T) {
 		wfRuns = append(wfRuns, r.RunID)
 	}
 
+	// A redrive per pass, paused at its limit, for redrives show, cancel
+	// and resume.
+	var redrives []string
+	for i := range 2 {
+		q := fmt.Sprintf("srv-rd%d", i)
+		deadLetters(t, db, q, 3)
+		pr, err := c.Redrive(ctx, backstop.RedriveParams{Filter: backstop.ListParams{Queue: q}, Limit: 1}, nil)
+		if err != nil || pr.Done {
+			t.Fatalf("redrive %s: %+v %v", q, pr, err)
+		}
+		redrives = append(redrives, pr.RedriveID)
+	}
+
 	env := []string{}
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); !slices.Contains([]string{"BACKSTOP_DB", "BACKSTOP_SERVER", "BACKSTOP_TOKEN", "HOME"}, k) {
@@ -187,7 +205,7 @@ func TestEveryCommandHonoursServer(t *testing.T) {
 		cases := serverCases([]string{
 			"srv-0000" + string(rune('0'+4*i)), "srv-0000" + string(rune('1'+4*i)),
 			"srv-0000" + string(rune('2'+4*i)), "srv-0000" + string(rune('3'+4*i)),
-		}, pending[i], cfgFile, wfFile, wfRuns[i])
+		}, pending[i], cfgFile, wfFile, wfRuns[i], redrives[i])
 		for name := range cases {
 			if !slices.Contains(paths, name) {
 				t.Errorf("serverCases has %q, which is not a command any more", name)

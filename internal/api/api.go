@@ -205,6 +205,9 @@ func (s *Server) register() {
 	s.handle("POST", "/v1/dlq/redrive", RoleAdmin, s.redriveDLQ)
 	s.handle("GET", "/v1/redrives/{id}", RoleViewer, s.getRedrive)
 	s.handle("POST", "/v1/redrives/{id}/cancel", RoleAdmin, s.cancelRedrive)
+	s.handle("GET", "/v1/redrives", RoleViewer, s.listRedrives)
+	s.handle("GET", "/v1/redrives/{id}/items", RoleViewer, s.redriveItems)
+	s.handle("POST", "/v1/redrives/{id}/resume", RoleAdmin, s.resumeRedrive)
 	s.handle("POST", "/v1/dlq/purge", RoleAdmin, s.purgeDLQ)
 
 	s.handle("POST", "/v1/workflows", RoleAdmin, s.applyWorkflow)

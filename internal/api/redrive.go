@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -28,6 +29,9 @@ const MaxRedriveWait = 30 * time.Second
 // finished ones are forgotten.
 const maxRedriveRecords = 1000
 
+// maxRedriveSample bounds a dry run's sample.
+const maxRedriveSample = 100
+
 // RedriveRequest is POST /v1/dlq/redrive: the dead-letter filters (open
 // dead letters only), the pace, and what to do to each, as for a replay.
 type RedriveRequest struct {
@@ -51,6 +55,12 @@ type RedriveRequest struct {
 	// Wait: answer when the redrive finished or after this long (at most
 	// 30s), whichever comes first. Default 0: answer once it started.
 	Wait bt.Duration `json:"wait,omitempty"`
+	// DryRun changes nothing (no redrive record, no event) and answers 200
+	// with status "dry_run" and a preview: how many match now, a sample
+	// (Sample of them, default 5, at most 100) and, with a patch, each
+	// sampled payload's before/after (masked) with the changed paths.
+	DryRun bool `json:"dry_run,omitempty"`
+	Sample int  `json:"sample,omitempty"`
 }
 
 // RedriveStatus is a redrive this server runs or ran.
@@ -60,13 +70,20 @@ type RedriveStatus struct {
 	// same redrive again continues); canceled (POST
 	// /v1/redrives/{id}/cancel; the same redrive again resumes);
 	// interrupted (the server stopped it; the same redrive again resumes);
-	// failed (Error says why).
+	// failed (Error says why); dry_run (RedriveRequest.DryRun: nothing
+	// was changed; Preview holds the count and the sample).
 	Status     string     `json:"status"`
 	Error      string     `json:"error,omitempty"`
 	Actor      string     `json:"actor"`
 	Why        string     `json:"why,omitempty"`
 	StartedAt  time.Time  `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// From the redrive's durable record (GET /v1/redrives/{id}): its items
+	// counted by outcome (replayed, conflict, unprocessable, not_open), its
+	// filter and patch (masked) and its cursor.
+	Outcomes map[string]int  `json:"outcomes,omitempty"`
+	Filter   json.RawMessage `json:"filter,omitempty"`
+	Cursor   string          `json:"cursor,omitempty"`
 }
 
 type redriveRun struct {
@@ -107,6 +124,14 @@ func (rs *redrives) close() {
 // start runs the redrive in the background and returns it once the library
 // recorded it, or the error that refused it.
 func (rs *redrives) start(c *backstop.Client, p backstop.RedriveParams, now func() time.Time) (*redriveRun, error) {
+	return rs.startWith(func(ctx context.Context, progress func(backstop.RedriveProgress)) (backstop.RedriveProgress, error) {
+		return c.Redrive(ctx, p, progress)
+	}, p, now)
+}
+
+// startWith runs do (a redrive or a resumed one) as start does.
+func (rs *redrives) startWith(do func(context.Context, func(backstop.RedriveProgress)) (backstop.RedriveProgress, error),
+	p backstop.RedriveParams, now func() time.Time) (*redriveRun, error) {
 	ctx, cancel := context.WithCancel(rs.ctx)
 	type first struct {
 		run *redriveRun
@@ -118,7 +143,7 @@ func (rs *redrives) start(c *backstop.Client, p backstop.RedriveParams, now func
 	go func() {
 		defer rs.wg.Done()
 		defer cancel()
-		prog, err := c.Redrive(ctx, p, func(pr backstop.RedriveProgress) {
+		prog, err := do(ctx, func(pr backstop.RedriveProgress) {
 			if run != nil {
 				run.mu.Lock()
 				run.st.RedriveProgress = pr
@@ -168,7 +193,7 @@ func (rs *redrives) start(c *backstop.Client, p backstop.RedriveParams, now func
 			run.st.Status = "done"
 		case err == nil:
 			run.st.Status = "stopped"
-		case run.canceled:
+		case run.canceled || errors.Is(err, backstop.ErrRedriveCanceled):
 			run.st.Status = "canceled"
 		case errors.Is(err, backstop.ErrInterrupted):
 			run.st.Status, run.st.Error = "interrupted", err.Error()
@@ -212,6 +237,23 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 	if req.Until != nil {
 		f.Until = *req.Until
 	}
+	if req.Sample < 0 || req.Sample > maxRedriveSample {
+		return &apiError{code: codeInvalidInput, field: "sample", detail: fmt.Sprintf("sample: must be between 0 and %d", maxRedriveSample)}
+	}
+	if req.DryRun {
+		prog, err := s.c.Redrive(r.Context(), backstop.RedriveParams{Filter: f, MergePatch: req.merge(), Patch: ops,
+			KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay), RunAt: req.runAt(), Actor: p.Name, Reason: req.Why,
+			DryRun: true, SampleSize: req.Sample}, nil)
+		if err != nil {
+			return err
+		}
+		m := p.mask
+		if m == nil {
+			m = defaultMasker
+		}
+		prog.Preview.Mask(m)
+		return writeJSON(w, http.StatusOK, RedriveStatus{RedriveProgress: prog, Status: "dry_run", Actor: p.Name, Why: req.Why, StartedAt: s.now()})
+	}
 	run, err := s.redrives.start(s.c, backstop.RedriveParams{Filter: f, Rate: req.Rate, Limit: req.Limit,
 		MergePatch: req.merge(), Patch: ops, KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay),
 		RunAt: req.runAt(), Actor: p.Name, Reason: req.Why}, s.now)
@@ -237,13 +279,20 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, status, st)
 }
 
-// GET /v1/redrives/{id}: the redrives this server ran since it started.
+// GET /v1/redrives/{id}: a redrive this server runs or ran (its live
+// progress), or else any redrive from its durable record; both with the
+// record's outcome counts, filter and cursor.
 func (s *Server) getRedrive(w http.ResponseWriter, r *http.Request) error {
+	p := principalFrom(r.Context())
 	run := s.redrives.get(r.PathValue("id"))
 	if run == nil {
-		return fail(codeNotFound, fmt.Sprintf("redrive %q is not known to this server (it started elsewhere or before a restart; POST the same redrive again to resume it)", r.PathValue("id")))
+		rec, err := s.c.GetRedrive(r.Context(), r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, s.withRecord(r.Context(), p, recordStatus(rec), rec))
 	}
-	return writeJSON(w, http.StatusOK, run.status())
+	return writeJSON(w, http.StatusOK, s.withRecord(r.Context(), p, run.status(), nil))
 }
 
 // POST /v1/redrives/{id}/cancel: stops a running redrive after its current
@@ -252,7 +301,16 @@ func (s *Server) getRedrive(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) cancelRedrive(w http.ResponseWriter, r *http.Request) error {
 	run := s.redrives.get(r.PathValue("id"))
 	if run == nil {
-		return fail(codeNotFound, fmt.Sprintf("redrive %q is not known to this server", r.PathValue("id")))
+		// Run elsewhere (another server, the CLI): canceled in its record;
+		// its runner stops after its current batch, and POST
+		// /v1/redrives/{id}/resume continues it.
+		rec, err := s.c.CancelRedrive(r.Context(), r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		p := principalFrom(r.Context())
+		s.log.Info("dead-letter redrive canceled", "actor", p.Name, "redrive_id", rec.ID)
+		return writeJSON(w, http.StatusOK, s.withRecord(r.Context(), p, recordStatus(rec), rec))
 	}
 	run.mu.Lock()
 	running := run.st.Status == "running"

@@ -173,3 +173,21 @@ func (c *Client) Events(ctx context.Context, p backstop.ReadEventsParams) (backs
 	var out backstop.EventPage
 	return out, c.Do(ctx, "GET", withQuery("/v1/events", q), nil, &out)
 }
+
+// Redrives lists the redrives, newest first (q: before, limit).
+func (c *Client) Redrives(ctx context.Context, q url.Values) (*api.RedriveList, error) {
+	var out api.RedriveList
+	return &out, c.Do(ctx, "GET", withQuery("/v1/redrives", q), nil, &out)
+}
+
+// RedriveItems lists a redrive's items (q: outcome, failed, after, limit).
+func (c *Client) RedriveItems(ctx context.Context, id string, q url.Values) (*api.RedriveItemList, error) {
+	var out api.RedriveItemList
+	return &out, c.Do(ctx, "GET", withQuery("/v1/redrives/"+esc(id)+"/items", q), nil, &out)
+}
+
+// ResumeRedrive continues an unfinished redrive in the server.
+func (c *Client) ResumeRedrive(ctx context.Context, id string, req api.ResumeRequest) (*api.RedriveStatus, error) {
+	var out api.RedriveStatus
+	return &out, c.Do(ctx, "POST", "/v1/redrives/"+esc(id)+"/resume", req, &out)
+}

@@ -169,6 +169,13 @@ func (l *localBackend) DeadLetters(ctx context.Context, f backstop.ListParams) (
 	return l.outs(ts), err
 }
 
+// Redrive: a dry run's sampled payloads are masked, as payloads are.
+func (l *localBackend) Redrive(ctx context.Context, p backstop.RedriveParams, progress func(backstop.RedriveProgress)) (backstop.RedriveProgress, error) {
+	out, err := l.Client.Redrive(ctx, p, progress)
+	out.Preview.Mask(l.mask)
+	return out, err
+}
+
 func (l *localBackend) Cancel(ctx context.Context, p backstop.CancelParams) (*backstop.Task, error) {
 	t, err := l.Client.CancelTask(ctx, p)
 	return l.out(t), err
@@ -492,7 +499,8 @@ func (r *remoteBackend) Redrive(ctx context.Context, p backstop.RedriveParams, p
 	}
 	f := p.Filter
 	req := api.RedriveRequest{Queue: f.Queue, Kind: f.Kind, Reason: f.Reason, ErrorContains: f.ErrorContains,
-		Attributes: f.Attrs, Rate: p.Rate, Limit: p.Limit, PatchRequest: pr, Why: p.Reason, Wait: bt.Duration(5 * time.Second)}
+		Attributes: f.Attrs, Rate: p.Rate, Limit: p.Limit, PatchRequest: pr, Why: p.Reason, Wait: bt.Duration(5 * time.Second),
+		DryRun: p.DryRun, Sample: max(p.SampleSize, 0)}
 	if !f.Since.IsZero() {
 		req.Since = &f.Since
 	}
@@ -500,6 +508,9 @@ func (r *remoteBackend) Redrive(ctx context.Context, p backstop.RedriveParams, p
 		req.Until = &f.Until
 	}
 	st, err := r.cl.Redrive(ctx, req)
+	if err == nil && p.DryRun {
+		return st.RedriveProgress, nil
+	}
 	for err == nil && st.Status == "running" {
 		progress(st.RedriveProgress)
 		select {

@@ -257,6 +257,10 @@ func dlqRedriveCmd(a *app) *cobra.Command {
 		actor string
 		why   string
 		rate  float64
+
+		dryRun, yes bool
+		confirmOver int
+		sample      int
 	)
 	cmd := &cobra.Command{
 		Use:   "redrive",
@@ -274,7 +278,18 @@ most N in this run; running again continues.
 
 --why TEXT is the operator's reason, recorded with --actor in each replay's
 history and on the redrive's record (here --reason filters the dead letters
-by their own reason, as in 'dlq list').`,
+by their own reason, as in 'dlq list').
+
+--dry-run changes nothing (no redrive record, no event): it prints how many
+open dead letters match now and a sample of --sample of them (id, queue, kind,
+reason, error); with --patch or --merge-patch, each sampled payload before and
+after the patch (masked, as payloads are shown) with the changed places as
+RFC 6902 operations (add, remove, replace) on JSON pointers, or why the patch
+does not apply to it.
+
+A redrive that would replay more than --confirm-over dead letters (default
+100) asks for confirmation when stdin is a terminal; --yes skips the question.
+Without a terminal and without --yes it exits 2 and replays nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.limit < 0 {
@@ -299,14 +314,50 @@ by their own reason, as in 'dlq list').`,
 			if err != nil {
 				return err
 			}
+			if confirmOver < 0 {
+				return usageErr("--confirm-over %d: must not be negative", confirmOver)
+			}
+			if sample < 0 || sample > 100 {
+				return usageErr("--sample %d: must be between 0 and 100", sample)
+			}
 			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			params := backstop.RedriveParams{Filter: lp, Rate: rate, Limit: f.limit,
+				MergePatch: merge, Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, Actor: actor, Reason: why}
+			if dryRun {
+				dp := params
+				dp.DryRun, dp.SampleSize = true, sample
+				if sample == 0 {
+					dp.SampleSize = -1
+				}
+				pre, err := c.Redrive(cmd.Context(), dp, func(backstop.RedriveProgress) {})
+				if err != nil {
+					return err
+				}
+				return a.print(pre, func(w io.Writer) error { return printRedrivePreview(w, pre) })
+			}
+			if !yes {
+				dp := params
+				dp.DryRun, dp.SampleSize = true, -1
+				pre, err := c.Redrive(cmd.Context(), dp, func(backstop.RedriveProgress) {})
+				if err != nil {
+					return err
+				}
+				if pre.Total > confirmOver {
+					if !isTerminal(a.stdin) {
+						return usageErr("dlq redrive: %d dead letters match, more than --confirm-over %d, and there is no terminal to ask on: "+
+							"pass --yes to redrive them (or --dry-run to see them first)", pre.Total, confirmOver)
+					}
+					if !a.confirm(fmt.Sprintf("Redrive %d dead letters?", pre.Total)) {
+						return &exitError{code: ExitFailure, err: errors.New("dlq redrive: not confirmed; nothing replayed")}
+					}
+				}
+			}
 			bar := a.progressBar()
-			final, err := c.Redrive(cmd.Context(), backstop.RedriveParams{Filter: lp, Rate: rate, Limit: f.limit,
-				MergePatch: merge, Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, Actor: actor, Reason: why},
+			final, err := c.Redrive(cmd.Context(), params,
 				func(p backstop.RedriveProgress) {
 					if a.output == "json" {
 						_ = json.NewEncoder(a.stdout).Encode(p)
@@ -338,11 +389,63 @@ by their own reason, as in 'dlq list').`,
 	cmd.Flags().StringArrayVar(&f.attrs, "attr", nil, "only dead letters with this attribute, key=value (repeatable)")
 	cmd.Flags().IntVar(&f.limit, "limit", 0, "replay at most this many in this run (0: all)")
 	cmd.Flags().Float64Var(&rate, "rate", 500, "at most this many replays per second (0: unthrottled)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count and show a sample of what would be replayed (with a patch: its diffs); change nothing")
+	cmd.Flags().IntVar(&sample, "sample", backstop.DefaultRedriveSample, "with --dry-run: show this many of the matching dead letters (0 to 100)")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation, however many match")
+	cmd.Flags().IntVar(&confirmOver, "confirm-over", 100, "ask for confirmation (or need --yes) when more than this many match")
 	df.register(cmd, false)
 	pf.register(cmd)
 	addActorFlag(cmd, &actor)
 	addReasonFlag(cmd, "why", &why)
 	return cmd
+}
+
+// printRedrivePreview prints a dry run: the count, the sample, the diffs.
+func printRedrivePreview(w io.Writer, p backstop.RedriveProgress) error {
+	pv := p.Preview
+	if pv == nil {
+		pv = &backstop.RedrivePreview{Matched: p.Total}
+	}
+	fmt.Fprintf(w, "would redrive %d dead letters (dry run: nothing changed)\n", pv.Matched)
+	if len(pv.Sample) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nsample (%d):\n", len(pv.Sample))
+	tw := newTable(w)
+	fmt.Fprintln(tw, "  ID\tQUEUE\tKIND\tREASON\tERROR")
+	for _, s := range pv.Sample {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", s.ID, s.Queue, s.Kind, s.Reason, oneLine(s.Error, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range pv.Sample {
+		d := s.Diff
+		if d == nil {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s:\n", s.ID)
+		if d.Error != "" {
+			fmt.Fprintf(w, "  patch does not apply: %s\n", d.Error)
+			continue
+		}
+		for _, ch := range d.Changes {
+			fmt.Fprintf(w, "  %s %s\n", ch.Op, ch.Path)
+		}
+		if len(d.Changes) == 0 {
+			fmt.Fprintln(w, "  (no change)")
+		}
+		fmt.Fprintf(w, "  before: %s\n  after:  %s\n", compactOrRaw(d.Before), compactOrRaw(d.After))
+	}
+	return nil
+}
+
+func compactOrRaw(b json.RawMessage) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) == nil {
+		return buf.String()
+	}
+	return string(b)
 }
 
 // progressBar draws redrive progress on stderr when it is a terminal; a

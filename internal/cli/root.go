@@ -175,12 +175,13 @@ var serverModes = map[string]string{
 	"queues list": viaServer, "queues pause": viaServer, "queues resume": viaServer,
 	"events tail": viaServer, "runs show": viaServer, "runs list": viaServer, "runs cancel": viaServer,
 	"workflows apply": viaServer, "workflows list": viaServer, "workflows show": viaServer, "workflows run": viaServer,
+	"redrives list": viaServer, "redrives show": viaServer, "redrives cancel": viaServer, "redrives resume": viaServer,
 
 	"help": noBackend, "completion": noBackend, "version": noBackend,
 	"config check": noBackend, "config show": noBackend, "bench ordering": noBackend,
 	// Command groups: they only name their subcommands.
 	"tasks": noBackend, "dlq": noBackend, "workers": noBackend, "queues": noBackend, "events": noBackend,
-	"runs": noBackend, "workflows": noBackend, "tokens": noBackend, "config": noBackend,
+	"runs": noBackend, "workflows": noBackend, "tokens": noBackend, "config": noBackend, "redrives": noBackend,
 }
 
 // serverMode is how the command treats --server: viaServer, noBackend, or

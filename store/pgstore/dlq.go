@@ -244,6 +244,11 @@ upd AS (
 	UPDATE backstop_redrives SET cursor = coalesce((SELECT max(id) FROM picked), cursor),
 		replayed = replayed + (SELECT count(*) FROM upd)
 	WHERE id = `+p(6)+`
+), items AS ( -- each item's outcome (issue 17)
+	INSERT INTO backstop_redrive_items (redrive_id, task_id, outcome, detail, at)
+	SELECT `+p(6)+`::text, u.id, 'replayed', '', `+p(4)+` FROM upd u WHERE `+p(6)+`::text <> ''
+	ON CONFLICT (redrive_id, task_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, at = excluded.at
+		WHERE backstop_redrive_items.outcome <> 'replayed'
 )
 SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 	(SELECT count(pg_notify('`+wakeupChannel+`', q.queue)) FROM (SELECT DISTINCT queue FROM upd) q WHERE `+p(1)+` = 'pending')`,
@@ -348,6 +353,21 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 	if b.RedriveID != "" {
 		if _, err := tx.Exec(ctx, `UPDATE backstop_redrives SET cursor = $1, replayed = replayed + $2, failed = failed + $3
 			WHERE id = $4`, res.LastID, res.Replayed, len(res.Conflicts), b.RedriveID); err != nil {
+			return res, err
+		}
+		ids, outcomes, details := make([]string, 0, len(done)+len(res.Conflicts)), []string{}, []string{}
+		for _, d := range done {
+			ids, outcomes, details = append(ids, d.ID), append(outcomes, store.OutcomeReplayed), append(details, "")
+		}
+		for _, id := range res.Conflicts {
+			ids, outcomes, details = append(ids, id), append(outcomes, store.OutcomeConflict),
+				append(details, "a live task holds its idempotency key or merge key")
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO backstop_redrive_items (redrive_id, task_id, outcome, detail, at)
+			SELECT $1, i, o, d, $5 FROM unnest($2::text[], $3::text[], $4::text[]) AS x(i, o, d) WHERE true
+			ON CONFLICT (redrive_id, task_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, at = excluded.at
+			WHERE backstop_redrive_items.outcome <> 'replayed'`,
+			b.RedriveID, ids, outcomes, details, b.Now); err != nil {
 			return res, err
 		}
 	}

@@ -152,6 +152,9 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 			WHERE id = ?`, res.LastID, res.Replayed, len(res.Conflicts), b.RedriveID); err != nil {
 			return res, err
 		}
+		if err := redriveItems(ctx, tx, b, replayed, res.Conflicts); err != nil {
+			return res, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return res, err
@@ -221,4 +224,38 @@ func (s *Store) CountRedrive(ctx context.Context, b store.RedriveBatch) (int, er
 	var n int
 	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM backstop_tasks WHERE `+where, args...).Scan(&n)
 	return n, err
+}
+
+// redriveItems records each item's outcome in the batch's transaction,
+// up to 100 rows per statement.
+func redriveItems(ctx context.Context, tx *sql.Tx, b store.RedriveBatch, done []store.Redriven, conflicts []string) error {
+	type row struct{ id, outcome, detail string }
+	rows := make([]row, 0, len(done)+len(conflicts))
+	for _, d := range done {
+		rows = append(rows, row{d.ID, store.OutcomeReplayed, ""})
+	}
+	for _, id := range conflicts {
+		rows = append(rows, row{id, store.OutcomeConflict, "a live task holds its idempotency key or merge key"})
+	}
+	at := us(b.Now)
+	for len(rows) > 0 {
+		n := min(len(rows), 100)
+		var q strings.Builder
+		q.WriteString(`INSERT INTO backstop_redrive_items (redrive_id, task_id, outcome, detail, at) VALUES `)
+		args := make([]any, 0, 5*n)
+		for i, r := range rows[:n] {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?)")
+			args = append(args, b.RedriveID, r.id, r.outcome, r.detail, at)
+		}
+		q.WriteString(` ON CONFLICT (redrive_id, task_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail,
+			at = excluded.at WHERE backstop_redrive_items.outcome <> 'replayed'`)
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+			return err
+		}
+		rows = rows[n:]
+	}
+	return nil
 }

@@ -104,6 +104,9 @@ func (p *Procedures) Replay(ctx context.Context, id string, plan func(*bt.Task) 
 			id, rp.RedriveID); err != nil {
 			return nil, err
 		}
+		if _, err := tx.Exec(ctx, UpsertRedriveItemSQL, rp.RedriveID, id, store.OutcomeReplayed, "", rp.Now); err != nil {
+			return nil, err
+		}
 	}
 	out, err := d.GetTask(ctx, tx, target, false)
 	if err != nil {

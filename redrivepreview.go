@@ -1,0 +1,175 @@
+package backstop
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/backstophq/backstop/redact"
+	"github.com/backstophq/backstop/store"
+)
+
+// DefaultRedriveSample is how many dead letters a dry run shows.
+const DefaultRedriveSample = 5
+
+// RedrivePreview is what a dry run of a redrive reports (RedriveParams.DryRun):
+// how many open dead letters match now, and a sample of them, each with the
+// before/after of its payload when the redrive patches. Nothing is changed:
+// no redrive record, no event.
+type RedrivePreview struct {
+	Matched int             `json:"matched"`
+	Sample  []RedriveSample `json:"sample"`
+}
+
+// RedriveSample is one dead letter a redrive would replay.
+type RedriveSample struct {
+	ID     string     `json:"id"`
+	Queue  string     `json:"queue"`
+	Kind   string     `json:"kind"`
+	Reason DeadReason `json:"reason,omitempty"`
+	Error  string     `json:"error,omitempty"`
+	// Diff: with a patch, the payload before and after it.
+	Diff *PayloadDiff `json:"diff,omitempty"`
+}
+
+// PayloadDiff is a patch's effect on one payload: the payload before and
+// after, and the changed places as RFC 6902 operation names (add, remove,
+// replace) on RFC 6901 JSON pointers; the values are read from Before and
+// After (which a caller masks as it masks payloads). Error, instead of
+// After, says why the patch does not apply to this payload (the replay
+// would fail as "patch did not apply").
+type PayloadDiff struct {
+	Before  json.RawMessage `json:"before"`
+	After   json.RawMessage `json:"after,omitempty"`
+	Changes []PayloadChange `json:"changes"`
+	Error   string          `json:"error,omitempty"`
+}
+
+// PayloadChange is one changed place of a payload.
+type PayloadChange struct {
+	Op   string `json:"op"` // add | remove | replace
+	Path string `json:"path"`
+}
+
+// Mask masks the sample's payloads with m (the diff's paths stay: they
+// name fields, not values).
+func (p *RedrivePreview) Mask(m *redact.Masker) {
+	if p == nil {
+		return
+	}
+	for i := range p.Sample {
+		if d := p.Sample[i].Diff; d != nil {
+			d.Before = m.JSON(d.Before)
+			if len(d.After) > 0 {
+				d.After = m.JSON(d.After)
+			}
+		}
+	}
+}
+
+// redriveDryRun counts and samples what the redrive would select now.
+func (c *Client) redriveDryRun(ctx context.Context, p RedriveParams, f ListParams, now time.Time) (RedriveProgress, error) {
+	out := RedriveProgress{Snapshot: now, DryRun: true}
+	n, err := c.store.CountRedrive(ctx, store.RedriveBatch{Filter: f, Snapshot: now})
+	if err != nil {
+		return out, fmt.Errorf("redrive: %w", err)
+	}
+	size := p.SampleSize
+	if size == 0 {
+		size = DefaultRedriveSample
+	}
+	pv := &RedrivePreview{Matched: n, Sample: []RedriveSample{}}
+	if size > 0 && n > 0 {
+		lf := f
+		lf.States, lf.DLQStatuses, lf.Limit = []State{StateDead}, []DLQStatus{DLQOpen}, size
+		if lf.Until.IsZero() || lf.Until.After(now) {
+			lf.Until = now
+		}
+		page, err := c.store.List(ctx, lf)
+		if err != nil {
+			return out, fmt.Errorf("redrive: %w", err)
+		}
+		patched := len(p.MergePatch) > 0 || len(p.Patch) > 0
+		for _, t := range page {
+			s := RedriveSample{ID: t.ID, Queue: t.Queue, Kind: t.Kind, Reason: t.DeadReason, Error: t.LastError}
+			if patched {
+				full, err := c.Get(ctx, t.ID) // the payload, even when spilled
+				if err != nil {
+					return out, err
+				}
+				s.Diff = c.payloadDiff(full.Payload, p.MergePatch, p.Patch)
+			}
+			pv.Sample = append(pv.Sample, s)
+		}
+	}
+	out.Total, out.Preview, out.Done = n, pv, true
+	return out, nil
+}
+
+// payloadDiff applies the patch as a replay would and compares.
+func (c *Client) payloadDiff(before json.RawMessage, merge json.RawMessage, ops []PatchOp) *PayloadDiff {
+	if len(before) == 0 {
+		before = json.RawMessage(`{}`)
+	}
+	d := &PayloadDiff{Before: before, Changes: []PayloadChange{}}
+	after, err := applyPatch(before, merge, ops)
+	if err == nil && len(after) > c.cfg.MaxPayloadSize {
+		err = unprocessable("patch: the patched payload is %d bytes; the maximum is %d", len(after), c.cfg.MaxPayloadSize)
+	}
+	if err != nil {
+		d.Error = err.Error()
+		return d
+	}
+	d.After = after
+	var a, b any
+	if json.Unmarshal(before, &a) == nil && json.Unmarshal(after, &b) == nil {
+		d.Changes = diffJSON("", a, b, d.Changes)
+	}
+	return d
+}
+
+// diffJSON lists where b differs from a, objects compared key by key
+// (sorted), anything else replaced as a whole.
+func diffJSON(path string, a, b any, out []PayloadChange) []PayloadChange {
+	ao, aok := a.(map[string]any)
+	bo, bok := b.(map[string]any)
+	if !aok || !bok {
+		if !reflect.DeepEqual(a, b) {
+			out = append(out, PayloadChange{Op: "replace", Path: path})
+		}
+		return out
+	}
+	keys := make([]string, 0, len(ao)+len(bo))
+	for k := range ao {
+		keys = append(keys, k)
+	}
+	for k := range bo {
+		if _, ok := ao[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		p := path + "/" + pointerToken(k)
+		av, ina := ao[k]
+		bv, inb := bo[k]
+		switch {
+		case !inb:
+			out = append(out, PayloadChange{Op: "remove", Path: p})
+		case !ina:
+			out = append(out, PayloadChange{Op: "add", Path: p})
+		default:
+			out = diffJSON(p, av, bv, out)
+		}
+	}
+	return out
+}
+
+// pointerToken escapes a key for an RFC 6901 JSON pointer.
+func pointerToken(k string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
+}

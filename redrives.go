@@ -1,0 +1,157 @@
+package backstop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/backstophq/backstop/store"
+)
+
+// A redrive is a durable job of its own (redrive.go runs it): its record
+// (filter, patch, snapshot, cursor, counts, status) and each item's outcome
+// are in the store, so any process can list, show, cancel or resume it.
+
+// Redrive statuses.
+const (
+	RedriveRunning  = "running"
+	RedriveDone     = "done"
+	RedriveCanceled = "canceled"
+)
+
+// ErrRedriveCanceled: the redrive was canceled (CancelRedrive) while it ran.
+var ErrRedriveCanceled = errors.New("canceled")
+
+// Redrive item outcomes (RedriveItem.Outcome).
+const (
+	OutcomeReplayed      = store.OutcomeReplayed
+	OutcomeConflict      = store.OutcomeConflict      // a uniqueness rule refused the replay
+	OutcomeUnprocessable = store.OutcomeUnprocessable // the patch did not apply
+	OutcomeNotOpen       = store.OutcomeNotOpen       // no longer an open dead letter when its turn came
+)
+
+// RedriveItem is what became of one dead letter a redrive took up.
+type RedriveItem = store.RedriveItem
+
+// RedriveRecord is a redrive's durable record with its items counted by
+// outcome.
+type RedriveRecord struct {
+	store.Redrive
+	Outcomes map[string]int `json:"outcomes"`
+}
+
+// Redrives lists redrive records, newest first; before (an id) pages on.
+func (c *Client) Redrives(ctx context.Context, before string, limit int) ([]store.Redrive, error) {
+	if limit < 0 || limit > 1000 {
+		return nil, invalid("limit", "must be between 0 and 1000")
+	}
+	return c.store.Redrives(ctx, before, limit)
+}
+
+// GetRedrive reads a redrive's record and its outcome counts.
+func (c *Client) GetRedrive(ctx context.Context, id string) (*RedriveRecord, error) {
+	rec, err := c.store.GetRedrive(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := c.store.RedriveOutcomes(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &RedriveRecord{Redrive: rec, Outcomes: counts}, nil
+}
+
+// RedriveItemsParams selects a redrive's items.
+type RedriveItemsParams struct {
+	ID string
+	// Outcomes: only these (replayed, conflict, unprocessable, not_open);
+	// Failed: only those that did not replay (every outcome but replayed).
+	Outcomes []string
+	Failed   bool
+	AfterID  string
+	Limit    int // default 100, at most 1000
+}
+
+var outcomes = []string{OutcomeReplayed, OutcomeConflict, OutcomeUnprocessable, OutcomeNotOpen}
+
+// RedriveItems lists a redrive's item outcomes in task id order.
+func (c *Client) RedriveItems(ctx context.Context, p RedriveItemsParams) ([]RedriveItem, error) {
+	if p.Limit < 0 || p.Limit > 1000 {
+		return nil, invalid("limit", "must be between 0 and 1000")
+	}
+	for _, o := range p.Outcomes {
+		if !slices.Contains(outcomes, o) {
+			return nil, invalid("outcome", "unknown outcome %q (want one of %v)", o, outcomes)
+		}
+	}
+	os := p.Outcomes
+	if p.Failed {
+		os = []string{OutcomeConflict, OutcomeUnprocessable, OutcomeNotOpen}
+		if len(p.Outcomes) > 0 {
+			os = slices.DeleteFunc(slices.Clone(p.Outcomes), func(o string) bool { return o == OutcomeReplayed })
+			if len(os) == 0 {
+				return []RedriveItem{}, nil
+			}
+		}
+	}
+	if _, err := c.store.GetRedrive(ctx, p.ID); err != nil {
+		return nil, err
+	}
+	return c.store.RedriveItems(ctx, store.RedriveItemsQuery{RedriveID: p.ID, Outcomes: os, AfterID: p.AfterID, Limit: p.Limit})
+}
+
+// CancelRedrive marks a running redrive canceled: whichever process runs
+// it stops after its current batch (what was replayed stays replayed).
+// ResumeRedrive continues it. A redrive that is not running is answered as
+// it is.
+func (c *Client) CancelRedrive(ctx context.Context, id string) (*RedriveRecord, error) {
+	if _, err := c.store.SetRedriveStatus(ctx, id, []string{RedriveRunning}, RedriveCanceled, c.now()); err != nil {
+		return nil, err
+	}
+	return c.GetRedrive(ctx, id)
+}
+
+// ResumeRedrive continues an unfinished redrive (canceled, or left running
+// by a process that stopped) from its cursor with its original filter and
+// patch, from any process. p gives the pace and the operator (Rate, Limit,
+// BatchSize, Actor, Reason: the record's reason when empty); its Filter,
+// patch and scheduling fields are not used. A finished redrive: ErrConflict.
+func (c *Client) ResumeRedrive(ctx context.Context, id string, p RedriveParams, progress func(RedriveProgress)) (RedriveProgress, error) {
+	rec, err := c.store.GetRedrive(ctx, id)
+	if err != nil {
+		return RedriveProgress{}, err
+	}
+	if rec.Status == RedriveDone {
+		return RedriveProgress{}, fmt.Errorf("%w: redrive %s is done; nothing to resume", ErrConflict, id)
+	}
+	var k struct {
+		redriveKey
+		OperatorReason string `json:"operator_reason,omitempty"`
+	}
+	if err := json.Unmarshal([]byte(rec.FilterKey), &k.redriveKey); err != nil {
+		return RedriveProgress{}, fmt.Errorf("redrive %s: its filter: %w", id, err)
+	}
+	_ = json.Unmarshal(rec.Filter, &k)
+	f := ListParams{Queue: k.Queue, Kind: k.Kind, Reason: DeadReason(k.Reason), Attrs: k.Attrs, ErrorContains: k.ErrorContains}
+	if k.Since != nil {
+		f.Since = *k.Since
+	}
+	if k.Until != nil {
+		f.Until = *k.Until
+	}
+	rp := RedriveParams{Filter: f, Rate: p.Rate, Limit: p.Limit, BatchSize: p.BatchSize, Actor: p.Actor, Reason: p.Reason,
+		MergePatch: k.MergePatch, Patch: k.Patch, KeepAttempts: k.KeepAttempts}
+	if rp.Reason == "" {
+		rp.Reason = k.OperatorReason
+	}
+	if key, err := json.Marshal(rk(rp)); err != nil || string(key) != rec.FilterKey {
+		return RedriveProgress{}, fmt.Errorf("redrive %s: its recorded filter %s cannot be rebuilt by this version", id, rec.FilterKey)
+	}
+	if _, err := c.store.SetRedriveStatus(ctx, id, []string{RedriveRunning, RedriveCanceled, "interrupted"}, RedriveRunning, time.Time{}); err != nil {
+		return RedriveProgress{}, err
+	}
+	return c.Redrive(ctx, rp, progress)
+}
