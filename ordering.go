@@ -256,3 +256,24 @@ func (c *Client) orderingPrepare(p *EnqueueParams, queue string, state bt.State)
 	}
 	return bt.StateBuffered, nil
 }
+
+// OrderingKey is one ordering key's state and waiting tasks, as
+// Client.OrderingKeys lists them.
+type OrderingKey = store.OrderingKeyInfo
+
+// OrderingKeys lists the ordering keys of a queue (those with a state and
+// those with tasks waiting) in key order, those after after, at most limit
+// (default 100, at most 1000); an unknown queue has none. Page on with the
+// last key as after.
+func (c *Client) OrderingKeys(ctx context.Context, queue, after string, limit int) ([]OrderingKey, error) {
+	if limit == 0 {
+		limit = 100
+	}
+	if limit < 1 || limit > store.MaxOrderingKeys {
+		return nil, invalid("limit", "must be between 1 and %d", store.MaxOrderingKeys)
+	}
+	if err := validName(queue); err != nil {
+		return nil, invalid("queue", "%v", err)
+	}
+	return c.store.OrderingKeys(ctx, queue, after, limit)
+}

@@ -33,6 +33,40 @@ type Ordering interface {
 	// admission would forget anyway (retention; a deleted task's ordering
 	// row goes with the task).
 	DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error)
+	// OrderingKeys lists a queue's ordering keys — those with a state and
+	// those with tasks waiting — in key order, the keys after after, at most
+	// limit (1..MaxOrderingKeys). An unknown queue has none.
+	OrderingKeys(ctx context.Context, queue, after string, limit int) ([]OrderingKeyInfo, error)
+}
+
+// MaxOrderingKeys is the most keys one OrderingKeys call returns.
+const MaxOrderingKeys = 1000
+
+// OrderingKeyInfo is what an operator sees of one ordering key: its state
+// as admission left it (a busy task that ended counts as handled, as the
+// next admission will count it) and its waiting tasks by ordering status.
+type OrderingKeyInfo struct {
+	Key string `json:"key"`
+	// LastSequence is the last sequence handled (nil: none, or no state).
+	LastSequence *int64 `json:"last_sequence"`
+	// BusyTaskID is the admitted task still live ("" none), BusySequence its sequence.
+	BusyTaskID   string `json:"busy_task_id,omitempty"`
+	BusySequence *int64 `json:"busy_sequence,omitempty"`
+	// DrainDueAt is when the key's drain runs next (nil: none scheduled);
+	// DrainStep how far along its backoff schedule it is.
+	DrainDueAt *time.Time `json:"drain_due_at"`
+	DrainStep  int        `json:"drain_step"`
+	// ExpiresAt is when the key's state is forgotten without activity (nil:
+	// no state yet, only tasks not examined).
+	ExpiresAt *time.Time `json:"expires_at"`
+	// The key's tasks waiting in state buffered, by ordering status:
+	// Buffered behind a gap (or a first hold), Held not examined yet,
+	// Ready released and waiting their turn, Replay replayed from the
+	// dead-letter queue.
+	Buffered int `json:"buffered"`
+	Held     int `json:"held"`
+	Ready    int `json:"ready"`
+	Replay   int `json:"replay"`
 }
 
 // OrderingSettings are a queue's ordering settings as the store applies them.

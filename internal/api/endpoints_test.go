@@ -200,7 +200,7 @@ func TestRoleMatrix(t *testing.T) {
 	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
 		b := setup(t, dbURL(t), setupOpts{})
 		for _, rt := range b.srv.Routes() {
-			path := strings.NewReplacer("{id}", "no-such-task", "{name}", "no-such-queue", "{run_id}", "no-such-run", "{execution_id}", "no-such-execution").Replace(rt.Path)
+			path := strings.NewReplacer("{id}", "no-such-task", "{name}", "no-such-queue", "{run_id}", "no-such-run", "{execution_id}", "no-such-execution", "{queue}", "no-such-queue").Replace(rt.Path)
 			body := ""
 			if rt.Method == "POST" {
 				body = "{}"

@@ -6,6 +6,7 @@ import { tasksPage, taskPage } from './tasks.js';
 import { workersPage, workerPage } from './workers.js';
 import { eventsPage } from './events.js';
 import { runsPage, runPage } from './runs.js';
+import { orderingPage } from './ordering.js';
 
 const main = document.getElementById('main');
 
@@ -22,6 +23,7 @@ const routes = [
   [/^\/events$/, 'events', (view, m, q) => eventsPage(view, q)],
   [/^\/runs$/, 'runs', (view) => runsPage(view)],
   [/^\/runs\/([^/]+)$/, 'runs', (view, m, q) => runPage(view, decodeURIComponent(m[1]), q)],
+  [/^\/ordering$/, 'ordering', (view, m, q) => orderingPage(view, q)],
 ];
 
 // Each page renders into a view of its own, shown once it is ready and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -71,4 +72,70 @@ func copyOrdering(ctx context.Context, tx Tx, newID, from string) error {
 		SELECT $1, t.queue, o.okey, o.seq, 'held', o.gaps FROM backstop_ordering_tasks o
 		JOIN backstop_tasks t ON t.id = $1 WHERE o.task_id = $2`, newID, from)
 	return err
+}
+
+// OrderingKeys implements store.Ordering: one read of a page of keys (those
+// with a state and those with waiting tasks, by the primary key and the
+// waiting tasks' index), their states, busy tasks and waiting counts.
+func (p *Procedures) OrderingKeys(ctx context.Context, queue, after string, limit int) ([]store.OrderingKeyInfo, error) {
+	if limit < 1 || limit > store.MaxOrderingKeys {
+		return nil, fmt.Errorf("%s: ordering keys: limit %d out of 1..%d", p.dialect.Prefix, limit, store.MaxOrderingKeys)
+	}
+	rows, err := p.reader.Query(ctx, `WITH page AS (
+			SELECT okey FROM backstop_ordering_keys WHERE queue = $1 AND okey > $2
+			UNION
+			SELECT okey FROM backstop_ordering_tasks WHERE queue = $1 AND okey > $2
+				AND status IN ('held', 'gap', 'ready', 'replay')
+			ORDER BY okey LIMIT $3),
+		counts AS (
+			SELECT o.okey,
+				SUM(CASE WHEN o.status = 'gap' THEN 1 ELSE 0 END) AS gap,
+				SUM(CASE WHEN o.status = 'held' THEN 1 ELSE 0 END) AS held,
+				SUM(CASE WHEN o.status = 'ready' THEN 1 ELSE 0 END) AS ready,
+				SUM(CASE WHEN o.status = 'replay' THEN 1 ELSE 0 END) AS replay
+			FROM backstop_ordering_tasks o JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
+			WHERE o.queue = $1 AND o.okey IN (SELECT okey FROM page) AND o.status IN ('held', 'gap', 'ready', 'replay')
+			GROUP BY o.okey)
+		SELECT p.okey, k.last_seq, k.busy_task, COALESCE(k.busy_seq, 0), k.drain_due_at, COALESCE(k.drain_step, 0),
+			k.expires_at, bt.state, bo.status,
+			COALESCE(c.gap, 0), COALESCE(c.held, 0), COALESCE(c.ready, 0), COALESCE(c.replay, 0)
+		FROM page p
+		LEFT JOIN backstop_ordering_keys k ON k.queue = $1 AND k.okey = p.okey
+		LEFT JOIN backstop_tasks bt ON bt.id = k.busy_task
+		LEFT JOIN backstop_ordering_tasks bo ON bo.task_id = k.busy_task
+		LEFT JOIN counts c ON c.okey = p.okey
+		ORDER BY p.okey`, queue, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: ordering keys: %w", p.dialect.Prefix, err)
+	}
+	defer rows.Close()
+	out := []store.OrderingKeyInfo{}
+	for rows.Next() {
+		var (
+			k                         store.OrderingKeyInfo
+			last                      *int64
+			busy, busyState, busyOrd  *string
+			busySeq                   int64
+			gap, held, ready, replays int64
+		)
+		if err := rows.Scan(&k.Key, &last, &busy, &busySeq, &k.DrainDueAt, &k.DrainStep, &k.ExpiresAt,
+			&busyState, &busyOrd, &gap, &held, &ready, &replays); err != nil {
+			return nil, fmt.Errorf("%s: ordering keys: %w", p.dialect.Prefix, err)
+		}
+		k.LastSequence = last
+		if busy != nil && *busy != "" {
+			if busyState != nil && bt.State(*busyState).Live() {
+				k.BusyTaskID, k.BusySequence = *busy, &busySeq
+			} else if busyOrd == nil || *busyOrd != store.OrdReplayed {
+				// The busy task ended: the next admission counts its
+				// sequence as handled (internal/ordering.Decide).
+				if last == nil || busySeq > *last {
+					k.LastSequence = &busySeq
+				}
+			}
+		}
+		k.Buffered, k.Held, k.Ready, k.Replay = int(gap), int(held), int(ready), int(replays)
+		out = append(out, k)
+	}
+	return out, rows.Err()
 }
