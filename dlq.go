@@ -232,10 +232,7 @@ type DiscardParams struct {
 // Discard marks an open dead letter discarded, keeping the record (status,
 // reason, actor, time). Not an open dead letter: ErrNotFound.
 func (c *Client) Discard(ctx context.Context, p DiscardParams) (*Task, error) {
-	if strings.TrimSpace(p.Reason) == "" {
-		return nil, invalid("reason", "is required to discard a dead letter")
-	}
-	if err := c.checkReason("reason", p.Reason); err != nil {
+	if err := c.checkDiscard(p.Reason); err != nil {
 		return nil, err
 	}
 	t, err := c.setDLQStatus(ctx, p.ID, DLQDiscarded, p.Actor, "dlq.discarded", map[string]any{"reason": p.Reason})
@@ -257,15 +254,28 @@ type ResolveParams struct {
 // Resolve marks an open dead letter resolved (handled by hand), keeping the
 // record. Not an open dead letter: ErrNotFound.
 func (c *Client) Resolve(ctx context.Context, p ResolveParams) (*Task, error) {
-	if err := checkText("note", p.Note); err != nil {
-		return nil, err
-	}
-	// A note alone satisfies RequireReason (and is recorded as the reason).
-	if err := CheckReason("reason", p.Reason, c.cfg.RequireReason && strings.TrimSpace(p.Note) == ""); err != nil {
+	if err := c.checkResolve(p.Reason, p.Note); err != nil {
 		return nil, err
 	}
 	reason := cmp.Or(p.Reason, p.Note)
 	return c.setDLQStatus(ctx, p.ID, DLQResolved, p.Actor, "dlq.resolved", withReason(map[string]any{"note": p.Note}, reason))
+}
+
+// checkDiscard: a discard needs a reason (UTF-8, at most MaxReasonBytes).
+func (c *Client) checkDiscard(reason string) error {
+	if strings.TrimSpace(reason) == "" {
+		return invalid("reason", "is required to discard a dead letter")
+	}
+	return c.checkReason("reason", reason)
+}
+
+// checkResolve: a note alone satisfies RequireReason (and is recorded as
+// the reason).
+func (c *Client) checkResolve(reason, note string) error {
+	if err := checkText("note", note); err != nil {
+		return err
+	}
+	return CheckReason("reason", reason, c.cfg.RequireReason && strings.TrimSpace(note) == "")
 }
 
 func (c *Client) setDLQStatus(ctx context.Context, id string, st DLQStatus, actor, typ string, body any) (*Task, error) {

@@ -210,6 +210,7 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/redrives/{id}/items", RoleViewer, s.redriveItems)
 	s.handle("POST", "/v1/redrives/{id}/resume", RoleAdmin, s.resumeRedrive)
 	s.handle("POST", "/v1/dlq/purge", RoleAdmin, s.purgeDLQ)
+	s.handle("POST", "/v1/dlq/close", RoleAdmin, s.closeDLQ)
 
 	s.handle("POST", "/v1/workflows", RoleAdmin, s.applyWorkflow)
 	s.handle("GET", "/v1/workflows", RoleViewer, s.listWorkflows)

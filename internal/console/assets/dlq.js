@@ -185,6 +185,7 @@ function bulkSection(q, total) {
     show();
   });
   if (!req) clear(err, 'Bulk replay needs "Dead since" and "Dead until" as an age (24h, 7d) or a time.');
+  if (req) sec.append(closeSection(req, total));
   // A redrive of this same filter started earlier on this page: show it.
   if (bulk && req && JSON.stringify({ ...bulk.req, rate: undefined }) === JSON.stringify(req)) {
     show();
@@ -193,6 +194,60 @@ function bulkSection(q, total) {
     bar.hidden = true;
   }
   return sec;
+}
+
+// Discard or resolve "all N matching": POST /v1/dlq/close a batch at a time
+// (each dead letter gets its own history event), with the first answer's
+// snapshot, while it says more. Stop cancels after the current batch;
+// running it again resumes (the closed ones no longer match).
+function closeSection(req, total) {
+  const why = h('input', { id: 'close-why', name: 'why', required: true, autocomplete: 'off', size: 40 });
+  const bar = h('progress', { id: 'close-progress', max: String(Math.max(total, 1)), value: '0', hidden: true, 'aria-label': 'Closed of the selection' });
+  const text = h('span', { id: 'close-text', role: 'status', 'aria-live': 'polite' });
+  const err = h('p', { class: 'error', role: 'alert', id: 'close-error' });
+  const discard = h('button', { type: 'button', id: 'close-discard', disabled: total === 0 }, `Discard all ${total} matching`);
+  const resolve = h('button', { type: 'button', id: 'close-resolve', disabled: total === 0 }, `Resolve all ${total} matching`);
+  const stop = h('button', { type: 'button', id: 'close-stop', hidden: true }, 'Stop');
+  let running = false;
+  const run = async (status) => {
+    clear(err);
+    if (!why.value.trim()) {
+      clear(err, status === 'discarded' ? 'Give the reason for discarding them.' : 'Say how they were handled.');
+      why.focus();
+      return;
+    }
+    running = true;
+    stop.hidden = false;
+    discard.disabled = resolve.disabled = true;
+    bar.hidden = false;
+    let done = 0;
+    let snapshot;
+    try {
+      for (;;) {
+        const body = { ...req, status, limit: 200 };
+        if (status === 'discarded') body.why = why.value.trim();
+        else body.note = why.value.trim();
+        if (snapshot) body.snapshot = snapshot;
+        const r = await api('POST', '/v1/dlq/close', body);
+        snapshot = r.snapshot;
+        done += r.closed;
+        bar.value = done;
+        clear(text, `${done} of ${total} ${status}${r.skipped ? `, ${r.skipped} changed by someone else` : ''}${r.more && running ? '…' : ''}`);
+        if (!r.more || !running) break;
+      }
+      if (!running) clear(text, `${done} ${status}; stopped (run it again to go on)`);
+    } catch (e) {
+      clear(err, errorText(e));
+    }
+    running = false;
+    stop.hidden = true;
+    discard.disabled = resolve.disabled = false;
+  };
+  discard.addEventListener('click', () => run('discarded'));
+  resolve.addEventListener('click', () => run('resolved'));
+  stop.addEventListener('click', () => { running = false; });
+  return h('div', { class: 'bulk-close', id: 'close' },
+    field('Reason (discard) or note (resolve), recorded on each', why), discard, resolve, stop, bar, text, err);
 }
 
 function withoutAfter(q) {

@@ -1,0 +1,94 @@
+package backstop
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// CloseMatchingParams discards or resolves, in one call, up to Limit open
+// dead letters matching Filter that died at or before Snapshot. A caller
+// closing "all N matching" calls again while More: each call takes the next
+// ones (the closed ones no longer match), so stopping is cancelling and
+// calling again is resuming.
+type CloseMatchingParams struct {
+	Filter ListParams
+	// Status: DLQDiscarded (Reason required) or DLQResolved (Reason or
+	// Note).
+	Status              DLQStatus
+	Reason, Note, Actor string
+	// Snapshot: only dead letters that died at or before it (default now),
+	// so letters dying meanwhile are not swept up by a long bulk action.
+	Snapshot time.Time
+	// Limit: at most this many in this call (default 500, at most 5,000).
+	Limit int
+}
+
+// CloseMatchingResult is what one call did.
+type CloseMatchingResult struct {
+	Closed int `json:"closed"`
+	// Skipped: matched, but another operator changed it first.
+	Skipped int `json:"skipped"`
+	// More: more may match; call again.
+	More     bool      `json:"more"`
+	Snapshot time.Time `json:"snapshot"`
+}
+
+const maxCloseMatching = 5000
+
+// CloseMatching discards or resolves the open dead letters matching a
+// filter, a batch per call, each with its own history event (actor and
+// reason) like Discard and Resolve one by one.
+func (c *Client) CloseMatching(ctx context.Context, p CloseMatchingParams) (CloseMatchingResult, error) {
+	out := CloseMatchingResult{Snapshot: p.Snapshot}
+	if p.Status != DLQDiscarded && p.Status != DLQResolved {
+		return out, invalid("status", "must be discarded or resolved, not %q", p.Status)
+	}
+	if p.Limit < 0 || p.Limit > maxCloseMatching {
+		return out, invalid("limit", "must be between 1 and %d", maxCloseMatching)
+	}
+	if p.Limit == 0 {
+		p.Limit = 500
+	}
+	if out.Snapshot.IsZero() {
+		out.Snapshot = c.now()
+	}
+	f := p.Filter
+	f.States, f.DLQStatuses, f.AfterID, f.Limit, f.WithoutPayload = []State{StateDead}, []DLQStatus{DLQOpen}, "", p.Limit, true
+	if f.Until.IsZero() || f.Until.After(out.Snapshot) {
+		f.Until = out.Snapshot
+	}
+	// The one-by-one rules, checked once up front: a bad reason or note
+	// refuses the call with nothing closed.
+	check := c.checkDiscard(p.Reason)
+	if p.Status == DLQResolved {
+		check = c.checkResolve(p.Reason, p.Note)
+	}
+	if check != nil {
+		return out, check
+	}
+	page, err := c.List(ctx, f)
+	if err != nil {
+		return out, err
+	}
+	for _, t := range page {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		if p.Status == DLQDiscarded {
+			_, err = c.Discard(ctx, DiscardParams{ID: t.ID, Reason: p.Reason, Actor: p.Actor})
+		} else {
+			_, err = c.Resolve(ctx, ResolveParams{ID: t.ID, Reason: p.Reason, Note: p.Note, Actor: p.Actor})
+		}
+		switch {
+		case err == nil:
+			out.Closed++
+		case errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict):
+			out.Skipped++
+		default:
+			return out, err
+		}
+	}
+	out.More = len(page) == p.Limit
+	return out, nil
+}
