@@ -47,11 +47,18 @@ export async function dlqListPage(main, q) {
   gq.delete('limit');
   gq.delete('after');
   const [page, groups] = await Promise.all([api('GET', `/v1/dlq?${api_q}`), api('GET', `/v1/dlq/groups?${gq}`)]);
+  // An admin looking at open dead letters can pick rows (selectionSection).
+  const picking = can('admin') && st === 'open' && page.items.length > 0;
   const rows = page.items.map((t) => [
+    picking ? h('input', { type: 'checkbox', class: 'pick', 'aria-label': `Select dead letter ${t.id}`, dataset: { id: t.id } }) : null,
     h('a', { href: `#/dlq/${encodeURIComponent(t.id)}`, class: 'mono' }, t.id),
     t.queue, t.kind, badge(t.reason || '', 'reason'), badge(t.dlq_status || '', t.dlq_status),
     h('span', { class: 'err' }, t.last_error), String(t.attempt), fmtTime(t.last_seen),
   ]);
+  const listDiv = h('div', { class: 'scroll', id: 'dlq-list' },
+    table('Dead letters', [picking ? h('input', { type: 'checkbox', id: 'pick-all', 'aria-label': 'Select every dead letter of this page' }) : null,
+      'Id', 'Queue', 'Kind', 'Reason', 'Status', 'Last error', 'Attempts', 'Last seen'].filter((x) => x !== null),
+    rows.map((r) => (picking ? r : r.slice(1))), 'No dead letter matches.'));
   const next = page.next_cursor;
   const nq = new URLSearchParams(q);
   if (next) nq.set('after', next);
@@ -64,9 +71,8 @@ export async function dlqListPage(main, q) {
     groupsSection(q, groups),
     h('p', { class: 'small' }, exportLink),
     can('admin') && st === 'open' ? bulkSection(q, groups.total) : null,
-    h('div', { class: 'scroll', id: 'dlq-list' },
-      table('Dead letters', ['Id', 'Queue', 'Kind', 'Reason', 'Status', 'Last error', 'Attempts', 'Last seen'], rows,
-        'No dead letter matches.')),
+    picking ? selectionSection(listDiv) : null,
+    listDiv,
     h('nav', { class: 'pager', 'aria-label': 'Pages' },
       q.get('after') ? h('a', { href: `#/dlq?${withoutAfter(q)}` }, 'First page') : null,
       next ? h('a', { href: `#/dlq?${nq}`, rel: 'next' }, 'Next page') : null));
@@ -194,6 +200,60 @@ function bulkSection(q, total) {
     bar.hidden = true;
   }
   return sec;
+}
+
+// The rows an admin picked on this page: replay them (same id), discard
+// them with a reason or resolve them with a note, one call each
+// (POST /v1/dlq/{id}/replay|discard|resolve), with the count done.
+function selectionSection(list) {
+  const count = h('span', { id: 'selection-count', role: 'status', 'aria-live': 'polite' }, '0 selected');
+  const why = h('input', { id: 'selection-why', name: 'why', autocomplete: 'off', size: 32 });
+  const text = h('span', { id: 'selection-text', role: 'status', 'aria-live': 'polite' });
+  const err = h('p', { class: 'error', role: 'alert', id: 'selection-error' });
+  const buttons = ['replay', 'discard', 'resolve'].map((a) =>
+    h('button', { type: 'button', id: `selection-${a}`, disabled: true, dataset: { action: a } }, `${a[0].toUpperCase()}${a.slice(1)} selected`));
+  const picked = () => [...list.querySelectorAll('input.pick:checked')].map((c) => c.dataset.id);
+  const update = () => {
+    const n = picked().length;
+    clear(count, `${n} selected`);
+    for (const b of buttons) b.disabled = n === 0;
+  };
+  list.addEventListener('change', (ev) => {
+    if (ev.target.id === 'pick-all') {
+      for (const c of list.querySelectorAll('input.pick')) c.checked = ev.target.checked;
+    }
+    if (ev.target.classList.contains('pick') || ev.target.id === 'pick-all') update();
+  });
+  for (const b of buttons) {
+    b.addEventListener('click', async () => {
+      const action = b.dataset.action;
+      const ids = picked();
+      clear(err);
+      if (action !== 'replay' && !why.value.trim()) {
+        clear(err, action === 'discard' ? 'Give the reason for discarding them.' : 'Say how they were handled.');
+        why.focus();
+        return;
+      }
+      for (const x of buttons) x.disabled = true;
+      let done = 0;
+      const failed = [];
+      for (const id of ids) {
+        const body = action === 'discard' ? { reason: why.value.trim() } : action === 'resolve' ? { note: why.value.trim() }
+          : (why.value.trim() ? { reason: why.value.trim() } : {});
+        try {
+          await api('POST', `/v1/dlq/${encodeURIComponent(id)}/${action}`, body);
+          done++;
+        } catch (e) {
+          failed.push(`${id}: ${errorText(e)}`);
+        }
+        clear(text, `${done} of ${ids.length} ${{ replay: 'replayed', discard: 'discarded', resolve: 'resolved' }[action]}`);
+      }
+      if (failed.length) clear(err, failed.join('; '));
+      update();
+    });
+  }
+  return h('section', { class: 'card selection', id: 'selection', 'aria-label': 'Selected dead letters' },
+    count, field('Reason (discard) or note (resolve); optional for a replay', why), buttons, text, err);
 }
 
 // Discard or resolve "all N matching": POST /v1/dlq/close a batch at a time
