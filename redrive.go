@@ -64,6 +64,7 @@ type redriveKey struct {
 	MergePatch    json.RawMessage   `json:"merge_patch,omitempty"`
 	Patch         []PatchOp         `json:"patch,omitempty"`
 	KeepAttempts  bool              `json:"keep_attempts,omitempty"`
+	Where         string            `json:"where,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -106,6 +107,9 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err := validateDLQFilter(f); err != nil {
 		return out, err
 	}
+	if err := checkWhere(f.Where, true); err != nil {
+		return out, err
+	}
 	if err := checkPatch(p.MergePatch, p.Patch); err != nil {
 		return out, err
 	}
@@ -127,7 +131,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	}
 	rk := redriveKey{Queue: f.Queue, Kind: f.Kind, Reason: string(f.Reason), Attrs: f.Attrs,
 		ErrorContains: f.ErrorContains, Since: timePtr(f.Since), Until: timePtr(f.Until),
-		MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts}
+		MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts, Where: f.Where}
 	key, err := json.Marshal(rk)
 	if err != nil {
 		return out, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/backstophq/backstop/internal/filter"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,15 @@ func (s *Store) Get(ctx context.Context, id string) (*bt.Task, error) {
 
 // List implements store.Store.
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error) {
+	if f.Where != "" {
+		x, err := filter.Compile(f.Where)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: list: where: %w", err)
+		}
+		if !x.InSQL() {
+			return filter.Scan(ctx, x, f, s.List)
+		}
+	}
 	where, args, err := listWhere(f)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list: %w", err)
@@ -115,7 +125,38 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 	if !f.CreatedUntil.IsZero() {
 		add("t.created_at <= %s", f.CreatedUntil)
 	}
+	if f.Where != "" {
+		cond, err := whereCond(f.Where, &args)
+		if err != nil {
+			return nil, nil, err
+		}
+		where = append(where, cond)
+	}
 	return where, args, nil
+}
+
+// whereDocs are the JSON documents a where condition reads: the payload,
+// inline or spilled, and the attributes.
+var whereDocs = filter.Docs{
+	Payload: `COALESCE(t.payload::jsonb, (SELECT convert_from(p.data, 'UTF8')::jsonb FROM backstop_payloads p WHERE p.task_id = t.id))`,
+	Attrs:   `t.attributes`,
+}
+
+// whereCond is a where expression's SQL condition on backstop_tasks t
+// (internal/filter), its parameters appended to args.
+func whereCond(w string, args *[]any) (string, error) {
+	x, err := filter.Compile(w)
+	if err != nil {
+		return "", fmt.Errorf("where: %w", err)
+	}
+	cond, ok := x.SQL(filter.Postgres, whereDocs, func(v any) string {
+		*args = append(*args, v)
+		return "$" + strconv.Itoa(len(*args))
+	})
+	if !ok {
+		return "", filter.ErrNotInSQL
+	}
+	return cond, nil
 }
 
 // DLQGroups implements store.APIStore: both counts in one scan of the
