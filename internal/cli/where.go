@@ -7,10 +7,10 @@ import (
 )
 
 // registerWhere adds --where EXPR: a CEL condition on the payload and
-// attributes (internal/filter; docs/cli.md).
+// attributes (internal/filter; docs/api.md).
 func registerWhere(cmd *cobra.Command, where *string, what string) {
 	cmd.Flags().StringVar(where, "where", "", "only "+what+" whose payload and attributes match this CEL condition, "+
-		`e.g. 'payload.customer.id == 42 && attributes.tenant == "acme"' (docs/cli.md, filtering by payload)`)
+		`e.g. 'payload.customer.id == 42 && attributes.tenant == "acme"' (docs/api.md, Filtering by payload)`)
 }
 
 // checkWhereFlag compiles --where before anything is opened: a bad
