@@ -316,6 +316,9 @@ const (
 type Docs struct {
 	Payload string // the payload as JSON text (SQLite) or jsonb (Postgres), NULL when none
 	Attrs   string // the attributes, likewise
+	// PayloadJSON (Postgres): the payload is of type json, not jsonb (read
+	// with json_typeof and the json operators, not converted per row).
+	PayloadJSON bool
 }
 
 // SQL is the expression's condition in d, reading docs, with arg adding a
@@ -375,10 +378,14 @@ func (g gen) typ(p path) string {
 	if g.d == SQLite {
 		return "json_type(" + g.doc(p) + ", " + sqlitePath(p.keys) + ")"
 	}
-	if len(p.keys) == 0 {
-		return "jsonb_typeof(" + g.doc(p) + ")"
+	fn := "jsonb_typeof("
+	if p.root == "payload" && g.docs.PayloadJSON {
+		fn = "json_typeof("
 	}
-	return "jsonb_typeof(" + g.doc(p) + " #> " + g.arg(p.keys) + "::text[])"
+	if len(p.keys) == 0 {
+		return fn + g.doc(p) + ")"
+	}
+	return fn + g.doc(p) + " #> " + g.arg(p.keys) + "::text[])"
 }
 
 func (g gen) val(p path) string {

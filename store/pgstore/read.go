@@ -138,8 +138,9 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 // whereDocs are the JSON documents a where condition reads: the payload,
 // inline or spilled, and the attributes.
 var whereDocs = filter.Docs{
-	Payload: `COALESCE(t.payload::jsonb, (SELECT convert_from(p.data, 'UTF8')::jsonb FROM backstop_payloads p WHERE p.task_id = t.id))`,
-	Attrs:   `t.attributes`,
+	Payload:     `COALESCE(t.payload, (SELECT convert_from(p.data, 'UTF8')::json FROM backstop_payloads p WHERE p.task_id = t.id))`,
+	Attrs:       `t.attributes`,
+	PayloadJSON: true, // json operators on the stored text: no conversion to jsonb per row
 }
 
 // whereCond is a where expression's SQL condition on backstop_tasks t
