@@ -238,6 +238,9 @@ func litOf(e ast.Expr) (lit, bool) {
 		}
 		return lit{litNum, f}, true
 	case types.String:
+		if strings.ContainsRune(string(v), 0) {
+			return lit{}, false // SQL text holds no U+0000: Go
+		}
 		return lit{litStr, string(v)}, true
 	case types.Bool:
 		return lit{litBool, bool(v)}, true
@@ -319,6 +322,10 @@ type Docs struct {
 	// PayloadJSON (Postgres): the payload is of type json, not jsonb (read
 	// with json_typeof and the json operators, not converted per row).
 	PayloadJSON bool
+	// Unreadable (optional): true for a row whose payload the SQL cannot
+	// read (Postgres: json holding \u0000, which its operators refuse); a
+	// condition that reads the payload is NULL there (no match).
+	Unreadable string
 }
 
 // SQL is the expression's condition in d, reading docs, with arg adding a
@@ -328,7 +335,29 @@ func (x *Expr) SQL(d Dialect, docs Docs, arg func(any) string) (string, bool) {
 		return "", false
 	}
 	g := gen{d: d, docs: docs, arg: arg}
-	return g.node(x.cond), true
+	cond := g.node(x.cond)
+	if docs.Unreadable != "" && readsPayload(x.cond) {
+		cond = "(CASE WHEN " + docs.Unreadable + " THEN NULL ELSE " + cond + " END)"
+	}
+	return cond, true
+}
+
+func readsPayload(n node) bool {
+	switch n := n.(type) {
+	case andNode:
+		return readsPayload(n.l) || readsPayload(n.r)
+	case orNode:
+		return readsPayload(n.l) || readsPayload(n.r)
+	case notNode:
+		return readsPayload(n.x)
+	case cmpNode:
+		return n.p.root == "payload"
+	case inNode:
+		return n.p.root == "payload"
+	case hasNode:
+		return n.p.root == "payload"
+	}
+	return false
 }
 
 type gen struct {

@@ -141,6 +141,10 @@ var whereDocs = filter.Docs{
 	Payload:     `COALESCE(t.payload, (SELECT convert_from(p.data, 'UTF8')::json FROM backstop_payloads p WHERE p.task_id = t.id))`,
 	Attrs:       `t.attributes`,
 	PayloadJSON: true, // json operators on the stored text: no conversion to jsonb per row
+	// Postgres's json operators fail on a \u0000 escape anywhere they
+	// parse: such a payload (its raw text, unparsed) matches no where that
+	// reads the payload (docs/api.md).
+	Unreadable: `strpos(COALESCE(t.payload::text, (SELECT convert_from(p.data, 'UTF8') FROM backstop_payloads p WHERE p.task_id = t.id)), '\u0000') > 0`,
 }
 
 // whereCond is a where expression's SQL condition on backstop_tasks t
