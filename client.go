@@ -9,6 +9,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -197,12 +198,32 @@ func checkListFilter(f ListParams) error {
 	if err := checkTaskCursor(f.AfterID); err != nil {
 		return err
 	}
+	if err := checkWhere(f.Where, false); err != nil {
+		return err
+	}
 	// A queue or kind that cannot be a name matches nothing; refusing it
 	// names the typo (and keeps a NUL byte away from Postgres).
 	for _, n := range [...]struct{ field, name string }{{"queue", f.Queue}, {"kind", f.Kind}} {
 		if n.name != "" && validName(n.name) != nil {
 			return invalid(n.field, "%v", validName(n.name))
 		}
+	}
+	return nil
+}
+
+// checkWhere compiles a where expression (internal/filter); sqlOnly
+// refuses one outside the subset the stores evaluate in SQL (counts and
+// bulk operations take only that subset; List evaluates the rest in Go).
+func checkWhere(w string, sqlOnly bool) error {
+	if w == "" {
+		return nil
+	}
+	x, err := filter.Compile(w)
+	if err != nil {
+		return invalid("where", "%v", err)
+	}
+	if sqlOnly && !x.InSQL() {
+		return invalid("where", "%v: here only comparisons of a payload or attribute path with a literal, in [literals], has() and &&, ||, ! (docs/api.md, filtering by payload)", filter.ErrNotInSQL)
 	}
 	return nil
 }
@@ -227,6 +248,9 @@ func (c *Client) DeadLetterGroupCounts(ctx context.Context, f ListParams, errorL
 	}
 	f.States, f.AfterID, f.Limit = []State{StateDead}, "", 0
 	if err := checkListFilter(f); err != nil {
+		return nil, err
+	}
+	if err := checkWhere(f.Where, true); err != nil {
 		return nil, err
 	}
 	return c.store.DLQGroups(ctx, f, errorLimit)

@@ -74,6 +74,7 @@ type redriveKey struct {
 	MergePatch    json.RawMessage   `json:"merge_patch,omitempty"`
 	Patch         []PatchOp         `json:"patch,omitempty"`
 	KeepAttempts  bool              `json:"keep_attempts,omitempty"`
+	Where         string            `json:"where,omitempty"`
 }
 
 // rk is the key of p's redrive.
@@ -81,7 +82,7 @@ func rk(p RedriveParams) redriveKey {
 	f := p.Filter
 	return redriveKey{Queue: f.Queue, Kind: f.Kind, Reason: string(f.Reason), Attrs: f.Attrs,
 		ErrorContains: f.ErrorContains, Since: timePtr(f.Since), Until: timePtr(f.Until),
-		MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts}
+		MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts, Where: f.Where}
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -122,6 +123,9 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		}
 	}
 	if err := validateDLQFilter(f); err != nil {
+		return out, err
+	}
+	if err := checkWhere(f.Where, true); err != nil {
 		return out, err
 	}
 	if err := checkPatch(p.MergePatch, p.Patch); err != nil {

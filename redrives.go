@@ -135,7 +135,8 @@ func (c *Client) ResumeRedrive(ctx context.Context, id string, p RedriveParams, 
 		return RedriveProgress{}, fmt.Errorf("redrive %s: its filter: %w", id, err)
 	}
 	_ = json.Unmarshal(rec.Filter, &k)
-	f := ListParams{Queue: k.Queue, Kind: k.Kind, Reason: DeadReason(k.Reason), Attrs: k.Attrs, ErrorContains: k.ErrorContains}
+	f := ListParams{Queue: k.Queue, Kind: k.Kind, Reason: DeadReason(k.Reason), Attrs: k.Attrs, ErrorContains: k.ErrorContains,
+		Where: k.Where}
 	if k.Since != nil {
 		f.Since = *k.Since
 	}

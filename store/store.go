@@ -219,4 +219,11 @@ type ListFilter struct {
 	// Task filters (additive; zero values select everything).
 	IdempotencyKey             string    // enqueued with this idempotency key
 	CreatedSince, CreatedUntil time.Time // created_at within [CreatedSince, CreatedUntil]
+
+	// Where is a CEL condition on the payload and attributes
+	// (internal/filter; docs/api.md "Filtering by payload"): a well-defined
+	// subset is evaluated in SQL, the rest in Go over a scan of the other
+	// conditions' tasks (List only: the bulk operations and counts take the
+	// SQL subset).
+	Where string
 }

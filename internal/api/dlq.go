@@ -24,8 +24,8 @@ import (
 // ParseDLQQuery reads the filters of GET /v1/dlq and /v1/dlq/export:
 // queue, kind, reason, status (repeatable or comma-separated),
 // error_contains, attr (repeatable key=value), since and until (RFC 3339,
-// or an age such as 24h or 7d: that long before now), after (the cursor)
-// and limit. Unknown parameters are refused; the library checks values.
+// or an age such as 24h or 7d: that long before now), where (a CEL
+// condition on the payload and attributes), after (the cursor) and limit. Unknown parameters are refused; the library checks values.
 func ParseDLQQuery(q url.Values, now time.Time, defaultLimit int) (backstop.ListParams, error) {
 	var f backstop.ListParams
 	bad := func(format string, args ...any) error {
@@ -33,17 +33,18 @@ func ParseDLQQuery(q url.Values, now time.Time, defaultLimit int) (backstop.List
 	}
 	for key, vals := range q {
 		switch key {
-		case "queue", "kind", "reason", "error_contains", "since", "until", "limit", "after":
+		case "queue", "kind", "reason", "error_contains", "since", "until", "limit", "after", "where":
 			if len(vals) != 1 {
 				return f, bad("%s: give it once", key)
 			}
 		case "status", "attr":
 		default:
-			return f, bad("unknown parameter %q (use queue, kind, reason, status, error_contains, attr, since, until, limit, after)", key)
+			return f, bad("unknown parameter %q (use queue, kind, reason, status, error_contains, attr, since, until, where, limit, after)", key)
 		}
 	}
 	f.Queue, f.Kind, f.AfterID = q.Get("queue"), q.Get("kind"), q.Get("after")
 	f.Reason, f.ErrorContains = bt.DeadReason(q.Get("reason")), q.Get("error_contains")
+	f.Where = q.Get("where")
 	for _, v := range q["status"] {
 		for _, st := range strings.Split(v, ",") {
 			f.DLQStatuses = append(f.DLQStatuses, bt.DLQStatus(strings.TrimSpace(st)))
@@ -148,6 +149,9 @@ func (s *Server) groupDLQ(w http.ResponseWriter, r *http.Request) error {
 	}
 	f, err := ParseDLQQuery(q, s.now(), 0)
 	if err != nil {
+		return err
+	}
+	if err := whereAllowed(principalFrom(r.Context()), f.Where); err != nil {
 		return err
 	}
 	g, err := s.c.DeadLetterGroupCounts(r.Context(), f, f.Limit)
@@ -433,6 +437,9 @@ func (s *Server) exportDLQ(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := principalFrom(r.Context())
+	if err := whereAllowed(p, f.Where); err != nil {
+		return err
+	}
 	rc := http.NewResponseController(w)
 	var enc *json.Encoder
 	n, err := s.c.ExportDLQ(r.Context(), f, func(d backstop.DeadLetterExport) error {

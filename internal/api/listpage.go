@@ -100,6 +100,9 @@ func (s *Server) writeList(w http.ResponseWriter, r *http.Request, f backstop.Li
 	}
 	ctx := r.Context()
 	p := principalFrom(ctx)
+	if err := whereAllowed(p, f.Where); err != nil {
+		return err
+	}
 	budget := s.opts.ListMaxBytes
 	var (
 		bw      *bufio.Writer

@@ -10,6 +10,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/redact"
 )
 
@@ -125,4 +126,34 @@ func maskEvents(p principal, evs []bt.Event) []bt.Event {
 		out[i].Body = backstop.MaskEventBody(m, e.Body)
 	}
 	return out
+}
+
+// whereAllowed: a viewer whose payloads are masked must not filter on a
+// masked field's value (it would learn it by the answer). A where naming a
+// key the masker masks, or indexing the payload by a computed key, is
+// refused with 400 unless the request shows payloads raw (an admin's
+// ?raw=true); a bad expression is the library's 400 (it names where).
+// Redrives are the admin's, who may see payloads raw: not checked.
+func whereAllowed(p principal, where string) error {
+	if where == "" || p.audit != nil || p.worker {
+		return nil
+	}
+	x, err := filter.Compile(where)
+	if err != nil {
+		return &backstop.ValidationError{Field: "where", Message: err.Error()}
+	}
+	m := p.mask
+	if m == nil {
+		m = defaultMasker
+	}
+	key, ok := x.MaskedRef(m.Matches)
+	if !ok {
+		return nil
+	}
+	if key == "*" {
+		return &backstop.ValidationError{Field: "where", Message: "indexes the payload by a computed key, which could read a redacted field: " +
+			"payloads are redacted in this view (an admin may filter on them with raw=true)"}
+	}
+	return &backstop.ValidationError{Field: "where", Message: fmt.Sprintf("reads %q, a key redacted from this view: "+
+		"filtering on it would reveal its value (an admin may with raw=true)", key)}
 }

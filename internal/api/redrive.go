@@ -42,6 +42,9 @@ type RedriveRequest struct {
 	Attributes    map[string]string `json:"attributes,omitempty"`
 	Since         *time.Time        `json:"since,omitempty"`
 	Until         *time.Time        `json:"until,omitempty"`
+	// Where: a CEL condition on the payload and attributes (the subset
+	// evaluated in the database: docs/api.md).
+	Where string `json:"where,omitempty"`
 	// Rate: replays per second (0: unthrottled). Limit: at most this many
 	// in this run (0: all); the same redrive again continues.
 	Rate  float64 `json:"rate,omitempty"`
@@ -230,7 +233,7 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 	}
 	p := principalFrom(r.Context())
 	f := backstop.ListParams{Queue: req.Queue, Kind: req.Kind, Reason: req.Reason, ErrorContains: req.ErrorContains,
-		Attrs: req.Attributes}
+		Attrs: req.Attributes, Where: req.Where}
 	if req.Since != nil {
 		f.Since = *req.Since
 	}

@@ -169,17 +169,18 @@ func ParseListQuery(q url.Values) (backstop.ListParams, error) {
 	}
 	for key, vals := range q {
 		switch key {
-		case "queue", "kind", "limit", "after", "error_contains", "idempotency_key", "created_since", "created_until":
+		case "queue", "kind", "limit", "after", "error_contains", "idempotency_key", "created_since", "created_until", "where":
 			if len(vals) != 1 {
 				return f, bad("%s: give it once", key)
 			}
 		case "state", "attr":
 		default:
-			return f, bad("unknown parameter %q (use queue, kind, state, attr, error_contains, idempotency_key, created_since, created_until, limit, after)", key)
+			return f, bad("unknown parameter %q (use queue, kind, state, attr, error_contains, idempotency_key, created_since, created_until, where, limit, after)", key)
 		}
 	}
 	f.Queue, f.Kind, f.AfterID = q.Get("queue"), q.Get("kind"), q.Get("after")
 	f.ErrorContains, f.IdempotencyKey = q.Get("error_contains"), q.Get("idempotency_key")
+	f.Where = q.Get("where")
 	for _, w := range []struct {
 		key string
 		dst *time.Time

@@ -337,6 +337,7 @@ func listQuery(f backstop.ListParams, dlq bool) url.Values {
 	set("queue", f.Queue)
 	set("kind", f.Kind)
 	set("after", f.AfterID)
+	set("where", f.Where)
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
@@ -499,7 +500,7 @@ func (r *remoteBackend) Redrive(ctx context.Context, p backstop.RedriveParams, p
 	}
 	f := p.Filter
 	req := api.RedriveRequest{Queue: f.Queue, Kind: f.Kind, Reason: f.Reason, ErrorContains: f.ErrorContains,
-		Attributes: f.Attrs, Rate: p.Rate, Limit: p.Limit, PatchRequest: pr, Why: p.Reason, Wait: bt.Duration(5 * time.Second),
+		Attributes: f.Attrs, Where: f.Where, Rate: p.Rate, Limit: p.Limit, PatchRequest: pr, Why: p.Reason, Wait: bt.Duration(5 * time.Second),
 		DryRun: p.DryRun, Sample: max(p.SampleSize, 0)}
 	if !f.Since.IsZero() {
 		req.Since = &f.Since

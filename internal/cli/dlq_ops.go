@@ -41,7 +41,7 @@ func addActorFlag(cmd *cobra.Command, actor *string) {
 
 // dlqFilterFlags are the dead-letter filters of list, redrive and export.
 type dlqFilterFlags struct {
-	reason, status, errorContains, since, until string
+	reason, status, errorContains, since, until, where string
 }
 
 func (f *dlqFilterFlags) register(cmd *cobra.Command, withStatus bool) {
@@ -52,12 +52,16 @@ func (f *dlqFilterFlags) register(cmd *cobra.Command, withStatus bool) {
 	cmd.Flags().StringVar(&f.errorContains, "error-contains", "", "only dead letters whose last error contains this text")
 	cmd.Flags().StringVar(&f.since, "since", "", "only dead letters last seen at or after this time (RFC 3339) or this long ago (24h, 7d)")
 	cmd.Flags().StringVar(&f.until, "until", "", "only dead letters last seen at or before this time (RFC 3339) or this long ago")
+	registerWhere(cmd, &f.where, "dead letters")
 }
 
 func (f *dlqFilterFlags) apply(p *backstop.ListParams, withStatus bool) error {
 	p.Reason = bt.DeadReason(f.reason)
 	p.ErrorContains = f.errorContains
 	var err error
+	if p.Where, err = checkWhereFlag(f.where); err != nil {
+		return err
+	}
 	if p.Since, err = parseWhen("since", f.since); err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ func tasksCmd(a *app) *cobra.Command {
 // listFlags are the filters shared by `tasks list` and `dlq list`.
 type listFlags struct {
 	queue, kind, after string
+	where              string // tasks list only: dlq list has dlqFilterFlags's
 	attrs              []string
 	limit              int
 	withPayload        bool
@@ -85,6 +86,9 @@ func tasksListCmd(a *app) *cobra.Command {
 				return err
 			}
 			p.States = parseStates(state)
+			if p.Where, err = checkWhereFlag(f.where); err != nil {
+				return err
+			}
 			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
@@ -114,6 +118,7 @@ func tasksListCmd(a *app) *cobra.Command {
 	f.registerPayload(cmd)
 	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state, or states (comma-separated): "+joinStates())
 	cmd.Flags().StringVar(&view, "view", "", "an operator view instead of filters: "+joinViews())
+	registerWhere(cmd, &f.where, "tasks")
 	addRawFlag(a, cmd)
 	return cmd
 }

@@ -172,6 +172,15 @@ func openDLQWhere(f store.ListFilter, snapshot time.Time, after string, args *[]
 	if after != "" {
 		add("t.id > %s", after)
 	}
+	if f.Where != "" {
+		// The client refuses a where that does not translate before any
+		// redrive (backstop.Redrive): selecting nothing is the safe side.
+		cond, err := whereCond(f.Where, args)
+		if err != nil {
+			cond = "false"
+		}
+		where = append(where, cond)
+	}
 	return strings.Join(where, " AND ")
 }
 

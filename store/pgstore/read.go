@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -36,6 +37,15 @@ func (s *Store) Get(ctx context.Context, id string) (*bt.Task, error) {
 
 // List implements store.Store.
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error) {
+	if f.Where != "" {
+		x, err := filter.Compile(f.Where)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: list: where: %w", err)
+		}
+		if !x.InSQL() {
+			return filter.Scan(ctx, x, f, s.List)
+		}
+	}
 	where, args, err := listWhere(f)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list: %w", err)
@@ -115,7 +125,43 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 	if !f.CreatedUntil.IsZero() {
 		add("t.created_at <= %s", f.CreatedUntil)
 	}
+	if f.Where != "" {
+		cond, err := whereCond(f.Where, &args)
+		if err != nil {
+			return nil, nil, err
+		}
+		where = append(where, cond)
+	}
 	return where, args, nil
+}
+
+// whereDocs are the JSON documents a where condition reads: the payload,
+// inline or spilled, and the attributes.
+var whereDocs = filter.Docs{
+	Payload:     `COALESCE(t.payload, (SELECT convert_from(p.data, 'UTF8')::json FROM backstop_payloads p WHERE p.task_id = t.id))`,
+	Attrs:       `t.attributes`,
+	PayloadJSON: true, // json operators on the stored text: no conversion to jsonb per row
+	// Postgres's json operators fail on a \u0000 escape anywhere they
+	// parse: such a payload (its raw text, unparsed) matches no where that
+	// reads the payload (docs/api.md).
+	Unreadable: `strpos(COALESCE(t.payload::text, (SELECT convert_from(p.data, 'UTF8') FROM backstop_payloads p WHERE p.task_id = t.id)), '\u0000') > 0`,
+}
+
+// whereCond is a where expression's SQL condition on backstop_tasks t
+// (internal/filter), its parameters appended to args.
+func whereCond(w string, args *[]any) (string, error) {
+	x, err := filter.Compile(w)
+	if err != nil {
+		return "", fmt.Errorf("where: %w", err)
+	}
+	cond, ok := x.SQL(filter.Postgres, whereDocs, func(v any) string {
+		*args = append(*args, v)
+		return "$" + strconv.Itoa(len(*args))
+	})
+	if !ok {
+		return "", filter.ErrNotInSQL
+	}
+	return cond, nil
 }
 
 // DLQGroups implements store.APIStore: both counts in one scan of the

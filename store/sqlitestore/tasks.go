@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -910,6 +911,15 @@ func collectExecutions(rows *sql.Rows) ([]bt.Execution, error) {
 }
 
 func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error) {
+	if f.Where != "" {
+		x, err := filter.Compile(f.Where)
+		if err != nil {
+			return nil, fmt.Errorf("where: %w", err)
+		}
+		if !x.InSQL() {
+			return filter.Scan(ctx, x, f, s.List)
+		}
+	}
 	where, args := listWhere(f)
 	if f.AfterID != "" {
 		where, args = append(where, "id > ?"), append(args, f.AfterID)
@@ -984,6 +994,11 @@ func (s *Store) PromoteScheduled(ctx context.Context, now time.Time, limit int) 
 
 // DLQGroups implements store.APIStore.
 func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit int) (*store.DLQGroups, error) {
+	if f.Where != "" {
+		if _, _, err := whereCond(f.Where); err != nil {
+			return nil, err
+		}
+	}
 	// Without a queue, the literal state = 'dead' (not a parameter) lets
 	// the planner use the partial indexes on dead tasks (migration 00014),
 	// covering when the filter is the status; with a queue, the queue's
@@ -1121,7 +1136,42 @@ func listWhere(f store.ListFilter) ([]string, []any) {
 	if !f.CreatedUntil.IsZero() {
 		add("created_at <= ?", us(f.CreatedUntil))
 	}
+	if f.Where != "" {
+		// List and DLQGroups check the where first; the client refuses one
+		// that does not translate before a redrive: selecting nothing is the
+		// safe side.
+		cond, wargs, err := whereCond(f.Where)
+		if err != nil {
+			cond, wargs = "0", nil
+		}
+		add(cond, wargs...)
+	}
 	return where, args
+}
+
+// whereDocs are the JSON documents a where condition reads: the payload,
+// inline or spilled, and the attributes.
+var whereDocs = filter.Docs{
+	Payload: `COALESCE(CAST(payload AS TEXT), (SELECT CAST(data AS TEXT) FROM backstop_payloads WHERE task_id = backstop_tasks.id))`,
+	Attrs:   `attributes`,
+}
+
+// whereCond is a where expression's SQL condition on backstop_tasks
+// (internal/filter) and its arguments.
+func whereCond(w string) (string, []any, error) {
+	x, err := filter.Compile(w)
+	if err != nil {
+		return "", nil, fmt.Errorf("where: %w", err)
+	}
+	var args []any
+	cond, ok := x.SQL(filter.SQLite, whereDocs, func(v any) string {
+		args = append(args, v)
+		return "?"
+	})
+	if !ok {
+		return "", nil, filter.ErrNotInSQL
+	}
+	return cond, args, nil
 }
 
 // decodeAttrs reads a task's attributes column.

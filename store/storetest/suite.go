@@ -101,8 +101,10 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Telemetry", s.testTelemetry)
 	t.Run("Promises", s.testPromises) // promises.go
 	t.Run("HeartbeatingWorkers", s.testHeartbeatingWorkers)
-	t.Run("Tx", s.testTx)               // tx.go: settle, enqueue and events composed in one transaction
-	t.Run("Workflows", s.testWorkflows) // workflows.go: definitions, runs and steps
+	t.Run("Tx", s.testTx)                       // tx.go: settle, enqueue and events composed in one transaction
+	t.Run("Workflows", s.testWorkflows)         // workflows.go: definitions, runs and steps
+	t.Run("Where", s.testWhere)                 // where.go: filter by payload
+	t.Run("WhereProperty", s.testWhereProperty) // where.go: SQL and Go agree
 }
 
 // clock is real time plus an offset tests can move forward, so lease

@@ -1,0 +1,139 @@
+// Package filter is the where condition of task and dead-letter filters: a
+// CEL expression (cel.dev/cel-go) over a task's payload and attributes,
+// evaluated in the database where the store can (a well-defined subset is
+// translated to SQL: sql.go) and in Go otherwise (Match, Scan).
+//
+// The environment has two variables: payload (dyn: the task's JSON
+// payload, decoded; null when it has none) and attributes (map(string,
+// string)). The expression must be of type bool. A task matches when the
+// expression evaluates to true; an evaluation error (a missing key, a
+// comparison of a string with a number by <) is no match, in Go and in SQL
+// alike (SQL's NULL).
+package filter
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+)
+
+// MaxLen bounds an expression's source, in bytes.
+const MaxLen = 4096
+
+// costLimit bounds one evaluation (CEL cost units).
+const costLimit = 1_000_000
+
+var (
+	envOnce sync.Once
+	celEnv  *cel.Env
+	envErr  error
+)
+
+func env() (*cel.Env, error) {
+	envOnce.Do(func() {
+		celEnv, envErr = cel.NewEnv(
+			cel.Variable("payload", cel.DynType),
+			cel.Variable("attributes", cel.MapType(cel.StringType, cel.StringType)),
+			cel.CrossTypeNumericComparisons(true),
+		)
+	})
+	return celEnv, envErr
+}
+
+// Expr is a compiled where expression.
+type Expr struct {
+	src  string
+	prog cel.Program
+	cond node // the SQL-translatable form; nil when outside the subset
+	refs refs
+}
+
+// refs is what an expression reads: the keys it names (any depth), and
+// whether it could read any key (a computed index).
+type refs struct {
+	keys  []string
+	whole bool
+}
+
+// Compile checks and compiles a where expression. Its errors name the
+// position in the expression (CEL's "<input>:line:column").
+func Compile(src string) (*Expr, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, errors.New("is empty")
+	}
+	if len(src) > MaxLen {
+		return nil, fmt.Errorf("is %d bytes, more than %d", len(src), MaxLen)
+	}
+	e, err := env()
+	if err != nil {
+		return nil, err
+	}
+	a, iss := e.Compile(src)
+	if iss != nil && iss.Err() != nil {
+		return nil, fmt.Errorf("invalid CEL expression: %v", iss.Err())
+	}
+	if a.OutputType() != cel.BoolType {
+		return nil, fmt.Errorf("invalid CEL expression: %q is of type %s, not bool", src, a.OutputType())
+	}
+	p, err := e.Program(a, cel.CostLimit(costLimit))
+	if err != nil {
+		return nil, fmt.Errorf("invalid CEL expression: %v", err)
+	}
+	x := &Expr{src: src, prog: p}
+	root := a.NativeRep().Expr()
+	x.cond = translate(root)
+	collectRefs(root, &x.refs)
+	return x, nil
+}
+
+// String is the expression's source.
+func (x *Expr) String() string { return x.src }
+
+// InSQL reports whether the expression is within the subset the stores
+// evaluate in SQL.
+func (x *Expr) InSQL() bool { return x.cond != nil }
+
+// Match evaluates the expression on a payload and attributes. An
+// evaluation error is no match.
+func (x *Expr) Match(payload json.RawMessage, attrs map[string]string) bool {
+	var p any
+	if len(payload) > 0 {
+		if err := json.Unmarshal(payload, &p); err != nil {
+			return false
+		}
+	}
+	if attrs == nil {
+		attrs = map[string]string{}
+	}
+	out, _, err := x.prog.Eval(map[string]any{"payload": p, "attributes": attrs})
+	if err != nil {
+		return false
+	}
+	b, ok := out.(types.Bool)
+	return ok && bool(b)
+}
+
+// MaskedRef returns a key the expression names that masked reports true
+// for, or "*" when it indexes by a computed key (then it could read any);
+// ok is false when it reads no masked key. A viewer whose payloads are masked must not
+// filter on a masked field's value.
+func (x *Expr) MaskedRef(masked func(key string) bool) (string, bool) {
+	for _, k := range x.refs.keys {
+		if masked(k) {
+			return k, true
+		}
+	}
+	if x.refs.whole {
+		return "*", true
+	}
+	return "", false
+}
+
+// ErrNotInSQL is a store's answer to a where outside the SQL subset where
+// only SQL will do (counts, bulk operations); List evaluates it in Go.
+var ErrNotInSQL = errors.New("the where expression is outside the subset evaluated in the database")

@@ -1,0 +1,51 @@
+package filter
+
+import (
+	"context"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// scanPage is how many tasks one read of a Go-side scan takes.
+const scanPage = 500
+
+// Scan answers a listing whose where is evaluated in Go: it reads the
+// filter's other conditions page by page (list is the store's own List,
+// called without the where and with payloads), keeps the tasks x matches,
+// and stops at f.Limit matches or the end. The result is what the SQL path
+// would give: the first f.Limit matching tasks after f.AfterID, by id.
+func Scan(ctx context.Context, x *Expr, f store.ListFilter, list func(context.Context, store.ListFilter) ([]*bt.Task, error)) ([]*bt.Task, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	sub := f
+	sub.Where, sub.WithoutPayload, sub.Limit = "", false, max(scanPage, limit)
+	var out []*bt.Task
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		page, err := list(ctx, sub)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range page {
+			if !x.Match(t.Payload, t.Attributes) {
+				continue
+			}
+			if f.WithoutPayload {
+				t.Payload = nil
+			}
+			out = append(out, t)
+			if len(out) == limit {
+				return out, nil
+			}
+		}
+		if len(page) < sub.Limit {
+			return out, nil
+		}
+		sub.AfterID = page[len(page)-1].ID
+	}
+}

@@ -1,0 +1,23 @@
+package sqlitestore_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/backstophq/backstop/store/sqlitestore"
+	"github.com/backstophq/backstop/store/storetest"
+)
+
+// BenchmarkWhere: go test -run '^$' -bench Where -benchtime 5x ./store/sqlitestore/
+func BenchmarkWhere(b *testing.B) {
+	s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "bench.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	storetest.BenchWhere(b, s)
+}
