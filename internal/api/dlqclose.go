@@ -22,6 +22,8 @@ type CloseRequest struct {
 	Attributes    map[string]string `json:"attributes,omitempty"`
 	Since         *time.Time        `json:"since,omitempty"`
 	Until         *time.Time        `json:"until,omitempty"`
+	// Where: a CEL condition on the payload and attributes (docs/api.md).
+	Where string `json:"where,omitempty"`
 	// Status: discarded or resolved.
 	Status bt.DLQStatus `json:"status"`
 	// Why: the operator's reason (required to discard); Note: how a
@@ -45,7 +47,7 @@ func (s *Server) closeDLQ(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{code: codeInvalidInput, field: "status", detail: fmt.Sprintf("status: must be discarded or resolved, not %q", req.Status)}
 	}
 	f := backstop.ListParams{Queue: req.Queue, Kind: req.Kind, Reason: req.Reason, ErrorContains: req.ErrorContains,
-		Attrs: req.Attributes}
+		Attrs: req.Attributes, Where: req.Where}
 	if req.Since != nil {
 		f.Since = *req.Since
 	}

@@ -75,5 +75,21 @@ func TestCloseDeadLetters(t *testing.T) {
 		if tk, _ := b.lib.Get(t.Context(), other); tk.DLQStatus != bt.DLQOpen {
 			t.Errorf("another queue's dead letter is %s", tk.DLQStatus)
 		}
+		// A where on the payload narrows what is closed.
+		one := kill(t, b, apiclient.Task{Queue: "w", Kind: "k", Payload: json.RawMessage(`{"n":1}`)})
+		two := kill(t, b, apiclient.Task{Queue: "w", Kind: "k", Payload: json.RawMessage(`{"n":2}`)})
+		if st, body := b.raw(t, api.RoleAdmin, "POST", "/v1/dlq/close", "application/json",
+			`{"queue":"w","where":"payload.n == 2","status":"resolved","note":"refunded"}`); st != http.StatusOK || !strings.Contains(string(body), `"closed":1`) {
+			t.Fatalf("close where: %d %s", st, body)
+		}
+		if st, body := b.raw(t, api.RoleAdmin, "POST", "/v1/dlq/close", "application/json",
+			`{"queue":"w","where":"payload.n ==","status":"resolved","note":"x"}`); st != http.StatusBadRequest || !strings.Contains(string(body), "where") {
+			t.Fatalf("bad where: %d %s", st, body)
+		}
+		for id, want := range map[string]bt.DLQStatus{one: bt.DLQOpen, two: bt.DLQResolved} {
+			if tk, _ := b.lib.Get(t.Context(), id); tk.DLQStatus != want {
+				t.Errorf("%s is %s, want %s", id, tk.DLQStatus, want)
+			}
+		}
 	})
 }

@@ -19,10 +19,13 @@ export async function dlqListPage(main, q) {
     attr: h('input', { id: 'f-attr', name: 'attr', placeholder: 'key=value', value: q.get('attr') || '' }),
     since: h('input', { id: 'f-since', name: 'since', placeholder: '24h, 7d or a time', value: q.get('since') || '' }),
     until: h('input', { id: 'f-until', name: 'until', placeholder: '1h, 2d or a time', value: q.get('until') || '' }),
+    where: h('input', { id: 'f-where', name: 'where', placeholder: 'payload.customer.id == 42', size: 36, spellcheck: 'false',
+      value: q.get('where') || '' }),
   };
   const form = h('form', { class: 'filters', id: 'dlq-filters', role: 'search', 'aria-label': 'Filter dead letters' },
     field('Queue', f.queue), field('Kind', f.kind), field('Reason', f.reason), field('Status', f.status),
     field('Error contains', f.error), field('Attribute', f.attr), field('Dead since', f.since), field('Dead until', f.until),
+    field('Where (a CEL condition on payload and attributes)', f.where),
     h('button', { type: 'submit' }, 'Filter'));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
@@ -35,10 +38,11 @@ export async function dlqListPage(main, q) {
     if (f.attr.value) p.set('attr', f.attr.value);
     if (f.since.value) p.set('since', f.since.value);
     if (f.until.value) p.set('until', f.until.value);
+    if (f.where.value) p.set('where', f.where.value);
     location.hash = `#/dlq?${p}`;
   });
   const api_q = new URLSearchParams();
-  for (const k of ['queue', 'kind', 'reason', 'error_contains', 'attr', 'since', 'until']) if (q.get(k)) api_q.set(k, q.get(k));
+  for (const k of ['queue', 'kind', 'reason', 'error_contains', 'attr', 'since', 'until', 'where']) if (q.get(k)) api_q.set(k, q.get(k));
   const st = q.get('status') ?? 'open';
   if (st) api_q.set('status', st);
   api_q.set('limit', '50');
@@ -109,7 +113,7 @@ let bulk = null; // {req, st}
 
 function redriveRequest(q) {
   const req = {};
-  for (const k of ['queue', 'kind', 'reason', 'error_contains']) if (q.get(k)) req[k] = q.get(k);
+  for (const k of ['queue', 'kind', 'reason', 'error_contains', 'where']) if (q.get(k)) req[k] = q.get(k);
   const attr = q.get('attr');
   if (attr) {
     const i = attr.indexOf('=');
