@@ -69,7 +69,13 @@ steps:
 
 		ctx := browser(t)
 		e.signIn(t, ctx, api.RoleViewer)
-		run(t, ctx, "open the run", nav(e.url+"/#/runs/"+r.RunID),
+		// The Runs page lists the workflow runs, newest first, each a link.
+		run(t, ctx, "the runs list", nav(e.url+"/#/runs"),
+			poll(`!!document.querySelector('#runs-list a[href="#/runs/`+r.RunID+`"]')`))
+		if l := text(t, ctx, "#runs-list"); !contains(l, "order") || !contains(l, "failed") {
+			t.Fatalf("runs list: %q", l)
+		}
+		run(t, ctx, "open the run", click(`#runs-list a[href="#/runs/`+r.RunID+`"]`),
 			poll(`document.querySelectorAll("#run-graph .wf-node").length === 5`))
 		got := evalJS[string](t, ctx, "node states", `[...document.querySelectorAll("#run-graph .wf-node")].map((n) => n.dataset.step + "=" + n.dataset.state).join(" ")`)
 		if want := "reserve=succeeded charge=failed notify=waiting undo_reserve=waiting refund_card=waiting"; got != want {

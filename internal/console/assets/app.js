@@ -21,7 +21,7 @@ const routes = [
   [/^\/workers$/, 'workers', (view, m, q) => workersPage(view, q)],
   [/^\/workers\/([^/]+)$/, 'workers', (view, m) => workerPage(view, decodeURIComponent(m[1]))],
   [/^\/events$/, 'events', (view, m, q) => eventsPage(view, q)],
-  [/^\/runs$/, 'runs', (view) => runsPage(view)],
+  [/^\/runs$/, 'runs', (view, m, q) => runsPage(view, q)],
   [/^\/runs\/([^/]+)$/, 'runs', (view, m, q) => runPage(view, decodeURIComponent(m[1]), q)],
   [/^\/ordering$/, 'ordering', (view, m, q) => orderingPage(view, q)],
 ];

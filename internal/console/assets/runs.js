@@ -8,7 +8,7 @@ import { stepGraph } from './graph.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
 
-export async function runsPage(main) {
+export async function runsPage(main, q) {
   const input = h('input', { id: 'run-id', name: 'run_id', required: true, spellcheck: 'false', autocomplete: 'off' });
   const form = h('form', { class: 'filters', id: 'run-find', role: 'search', 'aria-label': 'Open a run by its id' },
     field('Run id (the run_id attribute)', input), h('button', { type: 'submit' }, 'Open run'));
@@ -16,8 +16,29 @@ export async function runsPage(main) {
     ev.preventDefault();
     if (input.value.trim()) location.hash = `#/runs/${encodeURIComponent(input.value.trim())}`;
   });
+  // The latest workflow runs (GET /v1/runs, newest first), paged.
+  const lq = new URLSearchParams({ limit: '50' });
+  for (const k of ['workflow', 'state', 'before']) if (q.get(k)) lq.set(k, q.get(k));
+  let list;
+  try {
+    const page = await api('GET', `/v1/runs?${lq}`);
+    const rows = page.runs.map((r) => [
+      h('a', { href: `#/runs/${encodeURIComponent(r.run_id)}`, class: 'mono' }, r.run_id),
+      r.workflow, `v${r.version}`, badge(r.state), fmtTime(r.created_at), fmtTime(r.updated_at)]);
+    const nq = new URLSearchParams(q);
+    if (page.next_cursor) nq.set('before', page.next_cursor);
+    list = [h('div', { class: 'scroll', id: 'runs-list' },
+      table('Workflow runs, newest first', ['Run', 'Workflow', 'Version', 'State', 'Started', 'Last change'], rows, 'No workflow run yet.')),
+    h('nav', { class: 'pager', 'aria-label': 'Pages' },
+      q.get('before') ? h('a', { href: '#/runs' }, 'Newest') : null,
+      page.next_cursor ? h('a', { href: `#/runs?${nq}`, rel: 'next' }, 'Older runs') : null)];
+  } catch (e) {
+    list = h('p', { class: 'error', role: 'alert' }, String(e.message || e));
+  }
   clear(main, h('h1', {}, 'Runs'),
-    h('p', { class: 'muted' }, 'A run is the tasks enqueued with the same run_id attribute.'), form);
+    h('p', { class: 'muted' }, 'A run is the tasks enqueued with the same run_id attribute; a workflow run also has a state and steps.'), form,
+    h('section', { 'aria-labelledby': 'runs-title' }, h('h2', { id: 'runs-title' }, 'Workflow runs'), list));
+  live(main, 'type.run.finished', debounce(() => { if (location.hash.startsWith('#/runs') && !location.hash.startsWith('#/runs/')) runsPage(main, q).catch(() => {}); }, 1000));
 }
 
 export async function runPage(main, id, q) {
