@@ -11,8 +11,6 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/dburl"
-	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/workflow"
 )
@@ -37,29 +35,10 @@ type ruleEnv struct {
 }
 
 func forEachRuleStore(t *testing.T, fn func(t *testing.T, e *ruleEnv)) {
-	for _, db := range []struct {
-		name string
-		url  func(testing.TB) string
-	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
-		t.Run(db.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			s, err := dburl.Open(ctx, db.url(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			if err := s.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
-			clk := &frozenClock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
-			c, err := NewClient(s, &Config{Clock: clk})
-			if err != nil {
-				t.Fatal(err)
-			}
-			fn(t, &ruleEnv{t: t, c: c, clock: clk})
-		})
-	}
+	cfg := func() *Config { return &Config{Clock: &frozenClock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}} }
+	forEachStoreClient(t, cfg, func(t *testing.T, c *Client) {
+		fn(t, &ruleEnv{t: t, c: c, clock: c.cfg.Clock.(*frozenClock)})
+	})
 }
 
 // drain claims and settles the queue's tasks until none is claimable:

@@ -24,6 +24,12 @@ import (
 // in-process worker; each settlement advances the run in its transaction.
 
 func forEachWorkflowStore(t *testing.T, fn func(t *testing.T, c *Client)) {
+	forEachStoreClient(t, func() *Config { return nil }, fn)
+}
+
+// forEachStoreClient runs fn as a parallel subtest with a client (of the
+// configuration cfg makes) over a migrated SQLite file and over Postgres.
+func forEachStoreClient(t *testing.T, cfg func() *Config, fn func(t *testing.T, c *Client)) {
 	for _, db := range []struct {
 		name string
 		url  func(testing.TB) string
@@ -39,7 +45,7 @@ func forEachWorkflowStore(t *testing.T, fn func(t *testing.T, c *Client)) {
 			if err := s.Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
-			c, err := NewClient(s, nil)
+			c, err := NewClient(s, cfg())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,7 +29,6 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
 )
 
@@ -95,18 +94,7 @@ type bundle struct {
 func setup(t *testing.T, url string, tasks int) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	s, err := dburl.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c, err := backstop.NewClient(s, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := storeClient(t, url)
 	dir := t.TempDir()
 	b := &bundle{t: t, url: url, dir: dir, runLog: filepath.Join(dir, "runs.log"),
 		pidDir: filepath.Join(dir, "pids"), client: c}

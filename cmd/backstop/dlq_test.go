@@ -18,7 +18,6 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -26,18 +25,7 @@ import (
 func deadLetters(t *testing.T, url, q string, n int) *backstop.Client {
 	t.Helper()
 	ctx := context.Background()
-	s, err := dburl.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c, err := backstop.NewClient(s, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, c := storeClient(t, url)
 	for start := 0; start < n; start += 1000 {
 		params := make([]backstop.EnqueueParams, 0, 1000)
 		for i := start; i < min(n, start+1000); i++ {

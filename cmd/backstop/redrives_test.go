@@ -14,7 +14,6 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -32,18 +31,7 @@ func TestRedrivesKilledHalfwayThenResumedByID(t *testing.T) {
 			const n = 1000
 			url := st.url(t)
 			ctx := context.Background()
-			s, err := dburl.Open(ctx, url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			if err := s.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
-			c, err := backstop.NewClient(s, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, c := storeClient(t, url)
 			params := make([]backstop.EnqueueParams, n)
 			for i := range params {
 				params[i] = backstop.EnqueueParams{ID: fmt.Sprintf("rk-%05d", i), Queue: "rk", Kind: "job",

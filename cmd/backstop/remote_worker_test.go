@@ -20,7 +20,6 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
 )
 
@@ -73,19 +72,7 @@ func startRemoteWorker(t *testing.T, base, name string, env []string, args ...st
 
 func remoteClient(t *testing.T, db string) *backstop.Client {
 	t.Helper()
-	ctx := context.Background()
-	s, err := dburl.Open(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c, err := backstop.NewClient(s, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := storeClient(t, db)
 	return c
 }
 

@@ -16,7 +16,6 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/dburl"
 )
 
 // Workflows through the real binary: definitions applied and runs started
@@ -289,15 +288,7 @@ func TestWorkflowCrash(t *testing.T) {
 			}
 			cliOK(t, "--db", db, "workflows", "apply", file)
 			ctx := context.Background()
-			s, err := dburl.Open(ctx, db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			c, err := backstop.NewClient(s, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, c := storeClient(t, db)
 			const runs = 200
 			ids := make([]string, runs)
 			for i := range ids {
