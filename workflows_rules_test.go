@@ -119,19 +119,32 @@ func states(r *WorkflowRun) string {
 	return strings.Join(out, " ")
 }
 
-func (e *ruleEnv) events(runID string) []string {
+// events is the run's stream once it holds every event in want (the
+// gap-free log serves an event once every earlier transaction settled: a
+// read right after a commit may not see it yet), or after 10 seconds.
+func (e *ruleEnv) events(runID string, want ...string) []string {
 	e.t.Helper()
-	page, err := e.c.ReadEvents(context.Background(), ReadEventsParams{Stream: "run." + runID, Limit: 1000})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out []string
-	for _, ev := range page.Events {
-		if strings.HasPrefix(ev.Type, "run.") || strings.HasPrefix(ev.Type, "step.") {
-			out = append(out, ev.Type)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		page, err := e.c.ReadEvents(context.Background(), ReadEventsParams{Stream: "run." + runID, Limit: 1000})
+		if err != nil {
+			e.t.Fatal(err)
 		}
+		var out []string
+		for _, ev := range page.Events {
+			if strings.HasPrefix(ev.Type, "run.") || strings.HasPrefix(ev.Type, "step.") {
+				out = append(out, ev.Type)
+			}
+		}
+		missing := false
+		for _, w := range want {
+			missing = missing || !slices.Contains(out, w)
+		}
+		if !missing || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return out
 }
 
 func (e *ruleEnv) want(what, got, want string) {
@@ -167,8 +180,9 @@ steps:
 			!strings.Contains(string(j.Payload), `"none":[]`) {
 			t.Errorf("join's payload (fan-in results in item order): %s %v", j.Payload, err)
 		}
-		evs := e.events(id)
-		for _, want := range []string{"run.started", "step.enqueued", "step.succeeded", "step.skipped", "run.finished"} {
+		fanEvents := []string{"run.started", "step.enqueued", "step.succeeded", "step.skipped", "run.finished"}
+		evs := e.events(id, fanEvents...)
+		for _, want := range fanEvents {
 			if !slices.Contains(evs, want) {
 				t.Errorf("fan: no %s on the run's stream: %v", want, evs)
 			}
@@ -230,8 +244,8 @@ steps:
 		r = e.run(id)
 		e.want("saga: run", string(r.State), "compensated")
 		e.want("saga: order", strings.Join(e.order, ","), "s1,s2,s3,s4_fail,u2,u1")
-		if !slices.Contains(e.events(id), "run.compensating") {
-			t.Errorf("saga: no run.compensating: %v", e.events(id))
+		if evs := e.events(id, "run.compensating"); !slices.Contains(evs, "run.compensating") {
+			t.Errorf("saga: no run.compensating: %v", evs)
 		}
 
 		// A dead compensation: compensation_failed; replaying it (same id;
@@ -271,8 +285,8 @@ steps:
 		r = e.run(id)
 		e.want("halt: run after the replay", string(r.State), "succeeded")
 		e.want("halt: steps after the replay", states(r), "a=succeeded b=succeeded c=succeeded")
-		if !slices.Contains(e.events(id), "run.resumed") {
-			t.Errorf("halt: no run.resumed: %v", e.events(id))
+		if evs := e.events(id, "run.resumed"); !slices.Contains(evs, "run.resumed") {
+			t.Errorf("halt: no run.resumed: %v", evs)
 		}
 
 		// Cancel with rollback on_fail: the succeeded step is compensated,

@@ -180,16 +180,24 @@ steps:
 			t.Errorf("total saw results.double = %s, want [2,4,6] (item order)", got)
 		}
 		mu.Unlock()
-		// The run's story is on its stream.
-		page, err := c.ReadEvents(ctx, ReadEventsParams{Stream: "run." + run.RunID, Limit: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The run's story is on its stream (the gap-free log serves an
+		// event once every earlier transaction settled: read until it is).
+		wantTypes := []string{"run.started", "step.enqueued", "step.succeeded", "run.finished"}
 		var types []string
-		for _, e := range page.Events {
-			types = append(types, e.Type)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			page, err := c.ReadEvents(ctx, ReadEventsParams{Stream: "run." + run.RunID, Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			types = types[:0]
+			for _, e := range page.Events {
+				types = append(types, e.Type)
+			}
+			if slices.Contains(types, "run.finished") || time.Now().After(deadline) {
+				break
+			}
 		}
-		for _, want := range []string{"run.started", "step.enqueued", "step.succeeded", "run.finished"} {
+		for _, want := range wantTypes {
 			if !slices.Contains(types, want) {
 				t.Errorf("run stream lacks %s: %v", want, types)
 			}
