@@ -143,6 +143,7 @@ type OrderingKeyState struct {
 	BusySeq      int64
 	BusyDone     bool // the busy task reached a terminal state (or is gone)
 	BusyReplay   bool // the busy task is a replay: its end does not move Last
+	BusyOK       bool // the busy task succeeded (a replay's success closes its gap)
 	DrainDue     time.Time
 	DrainStep    int
 	ExpiresAt    time.Time
@@ -200,6 +201,10 @@ const (
 	EventOrderingGapReported    = "ordering.gap_reported"
 	EventOrderingTimeout        = "ordering.timeout"
 	EventOrderingCircuitBreaker = "ordering.circuit_breaker"
+	// EventOrderingGapClosed: a replayed task of the key succeeded, so the
+	// sequence its dead letter left unhandled is handled (on the replay's
+	// history; body {"key","from","to"}).
+	EventOrderingGapClosed = "ordering.gap_closed"
 )
 
 // EncodeGaps is the stored form of a task's gaps ("" for none).

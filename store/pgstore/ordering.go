@@ -133,6 +133,7 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 			k.BusyTask = *busy
 			k.BusyDone = state == nil || !bt.State(*state).Live()
 			k.BusyReplay = status != nil && *status == store.OrdReplayed
+			k.BusyOK = state != nil && bt.State(*state) == bt.StateSucceeded
 		}
 	}
 	rows.Close()

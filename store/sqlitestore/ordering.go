@@ -139,6 +139,7 @@ func orderKeys(ctx context.Context, tx *sql.Tx, queue string, keys []string, set
 			k.BusyTask = busy.String
 			k.BusyDone = !state.Valid || !bt.State(state.String).Live()
 			k.BusyReplay = status.String == store.OrdReplayed
+			k.BusyOK = state.Valid && bt.State(state.String) == bt.StateSucceeded
 		}
 	}
 	rows.Close()
