@@ -104,6 +104,7 @@ type OrderingDelta struct {
 	Buffered, Released, DrainScheduled, DrainRescheduled, Cleared int64
 	Timeout, CircuitBreaker, Stale, GapsReported, Admitted        int64
 	FirstHeld                                                     int64 // of Buffered: held by FirstHold
+	GapsClosed                                                    int64 // replays that succeeded
 }
 
 // Add accumulates d2 into d.
@@ -119,6 +120,7 @@ func (d *OrderingDelta) Add(d2 OrderingDelta) {
 	d.GapsReported += d2.GapsReported
 	d.Admitted += d2.Admitted
 	d.FirstHeld += d2.FirstHeld
+	d.GapsClosed += d2.GapsClosed
 }
 
 // Statuses of a task in the ordering table.

@@ -39,6 +39,7 @@ func Decide(k *store.OrderingKeyState, tasks []store.OrderingTask, set store.Ord
 			// unhandled is handled now (docs/ordering.md).
 			evs = append(evs, store.NewEvent(now, store.EventOrderingGapClosed, k.BusyTask, k.Queue, "", "backstop",
 				[]byte(fmt.Sprintf(`{"key":%q,"from":%d,"to":%d}`, k.Key, k.BusySeq, k.BusySeq))))
+			d.GapsClosed++
 		}
 		k.BusyTask, k.BusySeq, k.BusyReplay, k.BusyOK = "", 0, false, false
 	}

@@ -182,6 +182,7 @@ func (s *suite) testOrderingOps(t *testing.T) {
 		b.noClaim() // 3 is held while the replay runs
 		b.die(again)
 		b.eventsOfType(store.EventOrderingGapClosed, 0)
+		eq(t, "gaps closed", b.c.OrderingStats().GapsClosed.Load(), int64(0))
 		three, seq := b.claimOne() // the replay settled (dead): 3 proceeds
 		eq(t, "after the replay died", seq, int64(3))
 		b.eventsOfType(store.EventOrderingGapClosed, 0)
@@ -197,6 +198,7 @@ func (s *suite) testOrderingOps(t *testing.T) {
 		b.succeed(again)
 		b.handleNext(4)
 		b.eventsOfType(store.EventOrderingGapClosed, 1)
+		eq(t, "gaps closed", b.c.OrderingStats().GapsClosed.Load(), int64(1))
 		page, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamType, Value: store.EventOrderingGapClosed}, Limit: 10})
 		if err != nil {
 			t.Fatal(err)
