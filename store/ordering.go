@@ -143,9 +143,10 @@ type OrderingKeyState struct {
 	Last         int64
 	BusyTask     string // admitted task still live; "" none
 	BusySeq      int64
-	BusyDone     bool // the busy task reached a terminal state (or is gone)
-	BusyReplay   bool // the busy task is a replay: its end does not move Last
-	BusyOK       bool // the busy task succeeded (a replay's success closes its gap)
+	BusyDone     bool   // the busy task reached a terminal state (or is gone)
+	BusyReplay   bool   // the busy task is a replay: its end does not move Last
+	BusyOK       bool   // the busy task succeeded (a replay's success closes its gap)
+	BusyKind     string // the busy task's kind (for its events)
 	DrainDue     time.Time
 	DrainStep    int
 	ExpiresAt    time.Time

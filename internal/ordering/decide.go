@@ -37,11 +37,11 @@ func Decide(k *store.OrderingKeyState, tasks []store.OrderingTask, set store.Ord
 		if k.BusyReplay && k.BusyOK {
 			// The replay succeeded: the sequence its dead letter left
 			// unhandled is handled now (docs/ordering.md).
-			evs = append(evs, store.NewEvent(now, store.EventOrderingGapClosed, k.BusyTask, k.Queue, "", "backstop",
+			evs = append(evs, store.NewEvent(now, store.EventOrderingGapClosed, k.BusyTask, k.Queue, k.BusyKind, "backstop",
 				[]byte(fmt.Sprintf(`{"key":%q,"from":%d,"to":%d}`, k.Key, k.BusySeq, k.BusySeq))))
 			d.GapsClosed++
 		}
-		k.BusyTask, k.BusySeq, k.BusyReplay, k.BusyOK = "", 0, false, false
+		k.BusyTask, k.BusySeq, k.BusyReplay, k.BusyOK, k.BusyKind = "", 0, false, false, ""
 	}
 	// Replays run out of sequence order, by the operator's decision: they
 	// only wait for the key to be free.

@@ -205,7 +205,19 @@ func (s *suite) testOrderingOps(t *testing.T) {
 		}
 		ev := page.Events[0]
 		eq(t, "gap_closed subject", ev.Subject, one.ID)
+		eq(t, "gap_closed kind", ev.Kind, one.Kind)
 		eq(t, "gap_closed body", string(ev.Body), `{"key":"k","from":1,"to":1}`)
+		hist, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamTask, Value: one.ID}, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var closed int
+		for _, e := range hist.Events {
+			if e.Type == store.EventOrderingGapClosed {
+				closed++
+			}
+		}
+		eq(t, "gap_closed in the replay's history", closed, 1)
 		eq(t, "stale", b.c.OrderingStats().Stale.Load(), int64(0))
 	})
 
