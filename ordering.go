@@ -93,6 +93,7 @@ type OrderingStats struct {
 	Timeouts, CircuitBreaker, Stale, GapsReported, Fallback       atomic.Int64
 	FirstHeld                                                     atomic.Int64 // of Buffered: by FirstHold
 	Admitted                                                      atomic.Int64 // tasks made pending (their key's turn)
+	GapsClosed                                                    atomic.Int64 // replays that succeeded (ordering.gap_closed)
 }
 
 // Counters returns the counters by their metric name.
@@ -103,6 +104,7 @@ func (s *OrderingStats) Counters() map[string]int64 {
 		"cleared": s.Cleared.Load(), "timeouts": s.Timeouts.Load(), "circuit_breaker": s.CircuitBreaker.Load(),
 		"stale": s.Stale.Load(), "gaps_reported": s.GapsReported.Load(), "fallback": s.Fallback.Load(),
 		"first_held": s.FirstHeld.Load(), "admitted": s.Admitted.Load(),
+		"gaps_closed": s.GapsClosed.Load(),
 	}
 }
 
@@ -118,6 +120,7 @@ func (s *OrderingStats) add(d store.OrderingDelta) {
 	s.GapsReported.Add(d.GapsReported)
 	s.FirstHeld.Add(d.FirstHeld)
 	s.Admitted.Add(d.Admitted)
+	s.GapsClosed.Add(d.GapsClosed)
 }
 
 // OrderingStats returns this client's ordering counters, all queues.

@@ -104,6 +104,7 @@ type OrderingDelta struct {
 	Buffered, Released, DrainScheduled, DrainRescheduled, Cleared int64
 	Timeout, CircuitBreaker, Stale, GapsReported, Admitted        int64
 	FirstHeld                                                     int64 // of Buffered: held by FirstHold
+	GapsClosed                                                    int64 // replays that succeeded
 }
 
 // Add accumulates d2 into d.
@@ -119,6 +120,7 @@ func (d *OrderingDelta) Add(d2 OrderingDelta) {
 	d.GapsReported += d2.GapsReported
 	d.Admitted += d2.Admitted
 	d.FirstHeld += d2.FirstHeld
+	d.GapsClosed += d2.GapsClosed
 }
 
 // Statuses of a task in the ordering table.
@@ -141,8 +143,10 @@ type OrderingKeyState struct {
 	Last         int64
 	BusyTask     string // admitted task still live; "" none
 	BusySeq      int64
-	BusyDone     bool // the busy task reached a terminal state (or is gone)
-	BusyReplay   bool // the busy task is a replay: its end does not move Last
+	BusyDone     bool   // the busy task reached a terminal state (or is gone)
+	BusyReplay   bool   // the busy task is a replay: its end does not move Last
+	BusyOK       bool   // the busy task succeeded (a replay's success closes its gap)
+	BusyKind     string // the busy task's kind (for its events)
 	DrainDue     time.Time
 	DrainStep    int
 	ExpiresAt    time.Time
@@ -200,6 +204,10 @@ const (
 	EventOrderingGapReported    = "ordering.gap_reported"
 	EventOrderingTimeout        = "ordering.timeout"
 	EventOrderingCircuitBreaker = "ordering.circuit_breaker"
+	// EventOrderingGapClosed: a replayed task of the key succeeded, so the
+	// sequence its dead letter left unhandled is handled (on the replay's
+	// history; body {"key","from","to"}).
+	EventOrderingGapClosed = "ordering.gap_closed"
 )
 
 // EncodeGaps is the stored form of a task's gaps ("" for none).

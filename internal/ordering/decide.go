@@ -34,7 +34,14 @@ func Decide(k *store.OrderingKeyState, tasks []store.OrderingTask, set store.Ord
 		if !k.BusyReplay && (!k.HasLast || k.BusySeq > k.Last) {
 			k.HasLast, k.Last = true, k.BusySeq
 		}
-		k.BusyTask, k.BusySeq, k.BusyReplay = "", 0, false
+		if k.BusyReplay && k.BusyOK {
+			// The replay succeeded: the sequence its dead letter left
+			// unhandled is handled now (docs/ordering.md).
+			evs = append(evs, store.NewEvent(now, store.EventOrderingGapClosed, k.BusyTask, k.Queue, k.BusyKind, "backstop",
+				[]byte(fmt.Sprintf(`{"key":%q,"from":%d,"to":%d}`, k.Key, k.BusySeq, k.BusySeq))))
+			d.GapsClosed++
+		}
+		k.BusyTask, k.BusySeq, k.BusyReplay, k.BusyOK, k.BusyKind = "", 0, false, false, ""
 	}
 	// Replays run out of sequence order, by the operator's decision: they
 	// only wait for the key to be free.
@@ -54,7 +61,7 @@ func Decide(k *store.OrderingKeyState, tasks []store.OrderingTask, set store.Ord
 		if k.BusyTask == "" && now.After(k.ExpiresAt) {
 			k.NeedsRemoval = true
 		}
-		return nil, nil, d
+		return nil, evs, d
 	}
 	k.ExpiresAt = now.Add(set.KeyTTL)
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Seq < tasks[j].Seq })

@@ -95,7 +95,7 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 		states[key] = &store.OrderingKeyState{Queue: queue, Key: key}
 	}
 	rows, err := tx.Query(ctx, `SELECT k.okey, k.last_seq, k.busy_task, k.busy_seq, k.drain_due_at, k.drain_step, k.expires_at,
-			t.state, o.status
+			t.state, o.status, t.kind
 		FROM unnest($2::text[]) AS u(okey)
 		JOIN backstop_ordering_keys k ON k.queue = $1 AND k.okey = u.okey
 		LEFT JOIN backstop_tasks t ON t.id = k.busy_task
@@ -113,8 +113,9 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 			step          int
 			expires       time.Time
 			state, status *string
+			kind          *string
 		)
-		if err := rows.Scan(&key, &last, &busy, &busySeq, &due, &step, &expires, &state, &status); err != nil {
+		if err := rows.Scan(&key, &last, &busy, &busySeq, &due, &step, &expires, &state, &status, &kind); err != nil {
 			rows.Close()
 			return nil, d, err
 		}
@@ -133,6 +134,10 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 			k.BusyTask = *busy
 			k.BusyDone = state == nil || !bt.State(*state).Live()
 			k.BusyReplay = status != nil && *status == store.OrdReplayed
+			if kind != nil {
+				k.BusyKind = *kind
+			}
+			k.BusyOK = state != nil && bt.State(*state) == bt.StateSucceeded
 		}
 	}
 	rows.Close()

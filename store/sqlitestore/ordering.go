@@ -104,7 +104,7 @@ func orderKeys(ctx context.Context, tx *sql.Tx, queue string, keys []string, set
 		states[key] = &store.OrderingKeyState{Queue: queue, Key: key}
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT k.okey, k.last_seq, k.busy_task, k.busy_seq, k.drain_due_at, k.drain_step,
-			k.expires_at, t.state, o.status
+			k.expires_at, t.state, o.status, t.kind
 		FROM backstop_ordering_keys k
 		LEFT JOIN backstop_tasks t ON t.id = k.busy_task
 		LEFT JOIN backstop_ordering_tasks o ON o.task_id = k.busy_task
@@ -121,8 +121,9 @@ func orderKeys(ctx context.Context, tx *sql.Tx, queue string, keys []string, set
 			step          int
 			expires       int64
 			state, status sql.NullString
+			kind          sql.NullString
 		)
-		if err := rows.Scan(&key, &last, &busy, &busySeq, &due, &step, &expires, &state, &status); err != nil {
+		if err := rows.Scan(&key, &last, &busy, &busySeq, &due, &step, &expires, &state, &status, &kind); err != nil {
 			rows.Close()
 			return nil, d, err
 		}
@@ -139,6 +140,8 @@ func orderKeys(ctx context.Context, tx *sql.Tx, queue string, keys []string, set
 			k.BusyTask = busy.String
 			k.BusyDone = !state.Valid || !bt.State(state.String).Live()
 			k.BusyReplay = status.String == store.OrdReplayed
+			k.BusyKind = kind.String
+			k.BusyOK = state.Valid && bt.State(state.String) == bt.StateSucceeded
 		}
 	}
 	rows.Close()

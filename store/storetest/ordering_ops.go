@@ -155,6 +155,72 @@ func (s *suite) testOrderingOps(t *testing.T) {
 		b.eventsOfType(store.EventOrderingGapReported, 0)
 	})
 
+	// Issue 17 item 4: key k with 1 (dies), 2 and 3 waiting. The dead
+	// letter frees the key (2 runs); the replay of 1 waits for 2, runs
+	// before 3, and holds 3 until it settles; its success closes the hole
+	// its dead letter left (ordering.gap_closed on its history), its
+	// second death closes nothing and frees the key again.
+	t.Run("ReplayHoldsTheKeyAndClosesItsGap", func(t *testing.T) {
+		t.Parallel()
+		b := s.ordBundle(t, backstop.OrderingConfig{Step: 1})
+		b.ordEnqueue("k", 1)
+		b.ordEnqueue("k", 2)
+		b.ordEnqueue("k", 3)
+		one, _ := b.claimOne()
+		b.die(one)
+		two, seq := b.claimOne()
+		eq(t, "next after the dead letter", seq, int64(2))
+		r, err := b.c.Replay(b.ctx, backstop.ReplayParams{ID: one.ID, Actor: "op"})
+		if err != nil || !r.Replayed {
+			t.Fatalf("replay: %+v, %v", r, err)
+		}
+		b.noClaim() // 2 still runs
+		b.succeed(two)
+		again, seq := b.claimOne() // in front of 3
+		eq(t, "the replay", again.ID, one.ID)
+		eq(t, "its sequence", seq, int64(1))
+		b.noClaim() // 3 is held while the replay runs
+		b.die(again)
+		b.eventsOfType(store.EventOrderingGapClosed, 0)
+		eq(t, "gaps closed", b.c.OrderingStats().GapsClosed.Load(), int64(0))
+		three, seq := b.claimOne() // the replay settled (dead): 3 proceeds
+		eq(t, "after the replay died", seq, int64(3))
+		b.eventsOfType(store.EventOrderingGapClosed, 0)
+		// Replayed again while 3 runs; it succeeds this time.
+		if r, err := b.c.Replay(b.ctx, backstop.ReplayParams{ID: one.ID, Actor: "op"}); err != nil || !r.Replayed {
+			t.Fatalf("second replay: %+v, %v", r, err)
+		}
+		b.ordEnqueue("k", 4)
+		b.succeed(three)
+		again, _ = b.claimOne()
+		eq(t, "the second replay, in front of 4", again.ID, one.ID)
+		b.noClaim() // 4 is held
+		b.succeed(again)
+		b.handleNext(4)
+		b.eventsOfType(store.EventOrderingGapClosed, 1)
+		eq(t, "gaps closed", b.c.OrderingStats().GapsClosed.Load(), int64(1))
+		page, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamType, Value: store.EventOrderingGapClosed}, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := page.Events[0]
+		eq(t, "gap_closed subject", ev.Subject, one.ID)
+		eq(t, "gap_closed kind", ev.Kind, one.Kind)
+		eq(t, "gap_closed body", string(ev.Body), `{"key":"k","from":1,"to":1}`)
+		hist, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamTask, Value: one.ID}, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var closed int
+		for _, e := range hist.Events {
+			if e.Type == store.EventOrderingGapClosed {
+				closed++
+			}
+		}
+		eq(t, "gap_closed in the replay's history", closed, 1)
+		eq(t, "stale", b.c.OrderingStats().Stale.Load(), int64(0))
+	})
+
 	t.Run("ReplayNewIDWaitsForItsKey", func(t *testing.T) {
 		t.Parallel()
 		b := s.ordBundle(t, backstop.OrderingConfig{Step: 1})

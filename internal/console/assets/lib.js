@@ -183,7 +183,7 @@ export const eventTypes = ['task.enqueued', 'task.claimed', 'task.started', 'tas
   'dlq.replay_requested', 'dlq.replayed', 'dlq.replay_failed', 'dlq.discarded', 'dlq.resolved',
   'worker.started', 'worker.heartbeat_lost', 'worker.stopped',
   'ordering.buffered', 'ordering.released', 'ordering.gap_reported', 'ordering.stale', 'ordering.timeout',
-  'ordering.circuit_breaker'];
+  'ordering.circuit_breaker', 'ordering.gap_closed'];
 
 // endCursor: the end of the event log now (one indexed read on the
 // server: GET /v1/events?after=end); 'end' when it cannot be read, so the
