@@ -101,21 +101,27 @@ func setup(t *testing.T, url string, tasks int) *bundle {
 	if err := os.Mkdir(b.pidDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	params := make([]backstop.EnqueueParams, tasks)
+	b.enqueue(ctx, tasks)
+	return b
+}
+
+// enqueue adds n tasks of the queue (to b.ids).
+func (b *bundle) enqueue(ctx context.Context, n int) {
+	b.t.Helper()
+	params := make([]backstop.EnqueueParams, n)
 	for i := range params {
 		// Retry at once after a failure (a lease expiry) so the second
 		// worker sees the reruns while it is still busy.
-		params[i] = backstop.EnqueueParams{Queue: queue, Kind: "job", Payload: []byte(fmt.Sprintf(`{"n":%d}`, i)),
+		params[i] = backstop.EnqueueParams{Queue: queue, Kind: "job", Payload: []byte(fmt.Sprintf(`{"n":%d}`, len(b.ids)+i)),
 			Retry: &backstop.RetryPolicy{Schedule: []backstop.Duration{0}}}
 	}
-	res, err := c.EnqueueMany(ctx, params)
+	res, err := b.client.EnqueueMany(ctx, params)
 	if err != nil {
-		t.Fatal(err)
+		b.t.Fatal(err)
 	}
 	for _, r := range res {
 		b.ids = append(b.ids, r.Task.ID)
 	}
-	return b
 }
 
 // worker is one `backstop work` process, in a process group of its own.
@@ -411,23 +417,37 @@ func TestCrashSIGKILL(t *testing.T) {
 			// finish together: killing while the rest of a finishing batch is
 			// still "running" would let their in-flight settles land after
 			// the kill, and leave nothing killed.)
+			// If the worker got through every task without the window
+			// being seen, more tasks are enqueued (at most twice); what
+			// was seen last is logged if the wait fails.
+			seen, refills := "", 0
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("the kill window: last seen %s; tasks added %d times", seen, refills)
+				}
+			})
 			b.waitUntil("some tasks succeeded and others started after them are running", func() bool {
 				var last time.Time
-				for _, x := range b.list(bt.StateSucceeded) {
+				succeeded := b.list(bt.StateSucceeded)
+				for _, x := range succeeded {
 					if x.FinalizedAt != nil && x.FinalizedAt.After(last) {
 						last = *x.FinalizedAt
 					}
 				}
-				if last.IsZero() {
-					return false
-				}
+				running := b.list(bt.StateRunning)
 				fresh := 0
-				for _, x := range b.list(bt.StateRunning) {
+				for _, x := range running {
 					if x.AttemptedAt != nil && x.AttemptedAt.After(last) {
 						fresh++
 					}
 				}
-				return fresh >= 2
+				seen = fmt.Sprintf("%d succeeded (the last at %s), %d running (%d claimed after it)", len(succeeded),
+					last.Format(time.RFC3339Nano), len(running), fresh)
+				if len(running) == 0 && len(succeeded) == len(b.ids) && refills < 2 {
+					refills++
+					b.enqueue(context.Background(), 50)
+				}
+				return !last.IsZero() && fresh >= 2
 			})
 			if err := syscall.Kill(-w1.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)

@@ -196,6 +196,7 @@ func dlqReplayCmd(a *app) *cobra.Command {
 		reason string
 		newID  bool
 		reopen bool
+		hold   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "replay ID",
@@ -205,6 +206,9 @@ func dlqReplayCmd(a *app) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkReasonFlag("reason", reason); err != nil {
 				return err
+			}
+			if !hold {
+				return usageErr("--hold-key=false: a replay on an ordered queue always holds its key's later tasks until it settles (docs/ordering.md); there is no way to let them overtake it")
 			}
 			merge, ops, runAt, err := pf.read(a)
 			if err != nil {
@@ -243,6 +247,7 @@ func dlqReplayCmd(a *app) *cobra.Command {
 	addReasonFlag(cmd, "reason", &reason)
 	cmd.Flags().BoolVar(&newID, "new-id", false, "replay a copy under a fresh id (replayed_from = ID); the original is marked replayed")
 	cmd.Flags().BoolVar(&reopen, "reopen", false, "also replay a discarded or resolved dead letter (recorded with the status it came from)")
+	cmd.Flags().BoolVar(&hold, "hold-key", true, "on an ordered queue, hold the key's later tasks until the replay settles (always so: the flag states it; false is refused)")
 	return cmd
 }
 

@@ -48,9 +48,12 @@ func TestDLQReplayCLI(t *testing.T) {
 		if a.State != backstop.StateDead || a.DLQStatus != backstop.DLQOpen {
 			t.Fatalf("a changed by a refused patch: %+v", a.Task)
 		}
+		// --hold-key states what a replay always does on an ordered queue;
+		// refusing the hold is refused (issue 17's flag).
+		e.fails(ExitUsage, "--hold-key=false", "dlq", "replay", "a", "--hold-key=false")
 		// Patched replay under the same id.
 		var r replayOut
-		e.json(&r, "dlq", "replay", "a", "--patch", "user.email=ok@example.com", "--actor", "alice")
+		e.json(&r, "dlq", "replay", "a", "--patch", "user.email=ok@example.com", "--actor", "alice", "--hold-key")
 		if !r.Replayed || r.Task == nil || r.Task.ID != "a" || r.Task.State != backstop.StatePending {
 			t.Fatalf("replay a: %+v", r)
 		}
