@@ -63,36 +63,30 @@ func (c *Client) Run(ctx context.Context, runID string) (*Run, error) {
 	for _, s := range bt.States {
 		out.Counts[s] = 0
 	}
-	f := ListParams{Attrs: map[string]string{RunAttribute: runID}, Limit: 10000, WithoutPayload: true}
-	for {
-		page, err := c.store.List(ctx, f)
-		if err != nil {
-			return nil, err
+	attempts := map[string]int{} // for a workflow run's steps
+	err := c.eachRunTask(ctx, runID, func(t *Task) {
+		attempts[t.ID] = t.Attempt
+		out.Total++
+		out.Counts[t.State]++
+		out.Progress.Total += t.Progress.Total
+		out.Progress.Completed += t.Progress.Completed
+		if t.State == StateDead && t.DLQStatus == DLQOpen {
+			out.DeadLetters++
 		}
-		for _, t := range page {
-			out.Total++
-			out.Counts[t.State]++
-			out.Progress.Total += t.Progress.Total
-			out.Progress.Completed += t.Progress.Completed
-			if t.State == StateDead && t.DLQStatus == DLQOpen {
-				out.DeadLetters++
-			}
-			if t.State.Live() {
-				out.Finished = false
-			}
-			if out.FirstActivity.IsZero() || t.CreatedAt.Before(out.FirstActivity) {
-				out.FirstActivity = t.CreatedAt
-			}
-			if t.UpdatedAt.After(out.LastActivity) {
-				out.LastActivity = t.UpdatedAt
-			}
+		if t.State.Live() {
+			out.Finished = false
 		}
-		if len(page) < f.Limit {
-			break
+		if out.FirstActivity.IsZero() || t.CreatedAt.Before(out.FirstActivity) {
+			out.FirstActivity = t.CreatedAt
 		}
-		f.AfterID = page[len(page)-1].ID
+		if t.UpdatedAt.After(out.LastActivity) {
+			out.LastActivity = t.UpdatedAt
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
-	wr, err := c.WorkflowRun(ctx, runID)
+	wr, err := c.workflowRun(ctx, runID, attempts)
 	switch {
 	case err == nil:
 		out.Workflow, out.Version, out.PlanHash = wr.Workflow, wr.Version, wr.PlanHash
@@ -125,4 +119,23 @@ func (c *Client) RunTasks(ctx context.Context, runID string, f ListParams) ([]*T
 	attrs[RunAttribute] = runID
 	f.Attrs = attrs
 	return c.List(ctx, f)
+}
+
+// eachRunTask calls fn with the summary (no payload) of every task of the
+// run, a page of 10,000 at a time.
+func (c *Client) eachRunTask(ctx context.Context, runID string, fn func(*Task)) error {
+	f := ListParams{Attrs: map[string]string{RunAttribute: runID}, Limit: 10000, WithoutPayload: true}
+	for {
+		page, err := c.store.List(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, t := range page {
+			fn(t)
+		}
+		if len(page) < f.Limit {
+			return nil
+		}
+		f.AfterID = page[len(page)-1].ID
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -333,12 +334,7 @@ func (c *Client) advanceTasks(ctx context.Context, tx store.Tx, ids []string, by
 			stale[r.RunID] = append(stale[r.RunID], r.TaskID)
 		}
 	}
-	runs := make([]string, 0, len(byRun))
-	for id := range byRun {
-		runs = append(runs, id)
-	}
-	slices.Sort(runs)
-	for _, id := range runs {
+	for _, id := range slices.Sorted(maps.Keys(byRun)) { // run id order: two transactions lock runs alike
 		changes := byRun[id]
 		if tasks := stale[id]; len(tasks) > 0 {
 			if err := c.advanceRun(ctx, tx, id, eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
@@ -534,12 +530,7 @@ func (c *Client) resumeRuns(ctx context.Context, ids []string) {
 		for _, r := range rows {
 			byRun[r.RunID] = append(byRun[r.RunID], r.TaskID)
 		}
-		runs := make([]string, 0, len(byRun))
-		for id := range byRun {
-			runs = append(runs, id)
-		}
-		slices.Sort(runs)
-		for _, id := range runs {
+		for _, id := range slices.Sorted(maps.Keys(byRun)) { // run id order: two transactions lock runs alike
 			tasks := byRun[id]
 			if err := c.advanceRun(ctx, tx, id, &eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
 				return workflow.Resume(def, run, steps, tasks, c.now())
@@ -626,6 +617,16 @@ func (c *Client) WorkflowRun(ctx context.Context, runID string) (*WorkflowRun, e
 	if err := validRunID(runID); err != nil {
 		return nil, err
 	}
+	attempts := map[string]int{}
+	if err := c.eachRunTask(ctx, runID, func(t *Task) { attempts[t.ID] = t.Attempt }); err != nil {
+		return nil, err
+	}
+	return c.workflowRun(ctx, runID, attempts)
+}
+
+// workflowRun is WorkflowRun with the attempt counter of each of the run's
+// tasks already read (Run reads them in its own pass over the tasks).
+func (c *Client) workflowRun(ctx context.Context, runID string, attemptsOf map[string]int) (*WorkflowRun, error) {
 	run, rows, err := c.store.GetRun(ctx, runID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -634,10 +635,6 @@ func (c *Client) WorkflowRun(ctx context.Context, runID string) (*WorkflowRun, e
 		return nil, err
 	}
 	def, err := c.planByHash(ctx, run.PlanHash)
-	if err != nil {
-		return nil, err
-	}
-	attemptsOf, err := c.runAttempts(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -671,27 +668,6 @@ func (c *Client) WorkflowRun(ctx context.Context, runID string) (*WorkflowRun, e
 		out.Steps = append(out.Steps, v)
 	}
 	return out, nil
-}
-
-// runAttempts reads the attempt counter of every task of the run, a page
-// of summaries (no payload) at a time: one query per 10,000 steps, not one
-// per step.
-func (c *Client) runAttempts(ctx context.Context, runID string) (map[string]int, error) {
-	out := map[string]int{}
-	f := ListParams{Attrs: map[string]string{RunAttribute: runID}, Limit: 10000, WithoutPayload: true}
-	for {
-		page, err := c.store.List(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		for _, t := range page {
-			out[t.ID] = t.Attempt
-		}
-		if len(page) < f.Limit {
-			return out, nil
-		}
-		f.AfterID = page[len(page)-1].ID
-	}
 }
 
 // ListRunsParams filters workflow runs (newest first).
