@@ -74,6 +74,11 @@ type RetentionConfig struct {
 	// Events of the event log, from their time (docs/events.md). A task's
 	// events also go when the task is deleted. Default: 7 days.
 	Events time.Duration
+	// Runs: workflow runs that finished for good (succeeded, partial,
+	// compensated, canceled), from their end, with their step rows. A
+	// failed or compensation_failed run is kept: a replay may resume it.
+	// Default: 7 days.
+	Runs time.Duration
 }
 
 // QueueConfig is the policy of one queue.
@@ -130,6 +135,7 @@ func (c *Config) withDefaults() *Config {
 	out.Retention.DeadLetters = cmp.Or(c.Retention.DeadLetters, 30*24*time.Hour)
 	out.Retention.Interval = cmp.Or(c.Retention.Interval, time.Minute)
 	out.Retention.Events = cmp.Or(c.Retention.Events, 7*24*time.Hour)
+	out.Retention.Runs = cmp.Or(c.Retention.Runs, 7*24*time.Hour)
 	out.WorkerStaleAfter = cmp.Or(c.WorkerStaleAfter, time.Minute)
 	if out.Retry == nil {
 		p := bt.DefaultRetryPolicy

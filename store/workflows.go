@@ -104,6 +104,12 @@ type Workflows interface {
 	// StepsOfTasks returns the step rows of those task ids that are steps
 	// (any order; ids that are not steps are left out).
 	StepsOfTasks(ctx context.Context, taskIDs []string) ([]StepRecord, error)
+	// DeleteFinishedRuns deletes up to limit runs in one of states that
+	// finished before before, oldest first, with their step rows, in one
+	// transaction (Postgres skips runs another transaction holds). Their
+	// tasks are not touched (task retention deletes them by their own
+	// rules; a step task whose run is gone settles as a plain task).
+	DeleteFinishedRuns(ctx context.Context, states []RunState, before time.Time, limit int) (int, error)
 }
 
 // WorkflowTx is the workflow writes a transaction composes with Settle,

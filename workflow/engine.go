@@ -54,13 +54,12 @@ const (
 // succeeded, partial, compensated or canceled. A failed or
 // compensation_failed run has stopped but is not finished: a replay
 // resumes it, and it can still be canceled.
-func Finished(s store.RunState) bool {
-	switch s {
-	case RunSucceeded, RunPartial, RunCompensated, RunCanceled:
-		return true
-	}
-	return false
-}
+func Finished(s store.RunState) bool { return slices.Contains(FinishedRunStates, s) }
+
+// FinishedRunStates are the states Finished accepts: retention deletes
+// runs in them (Config.Retention.Runs), never a failed or
+// compensation_failed run, which a replay may still resume.
+var FinishedRunStates = []store.RunState{RunSucceeded, RunPartial, RunCompensated, RunCanceled}
 
 // ValidRunState reports whether s is one of the run states.
 func ValidRunState(s store.RunState) bool {

@@ -122,6 +122,8 @@ type Retention struct {
 	Interval    Duration `yaml:"interval" json:"interval"`
 	// Events of the event log (docs/events.md). Default 7 days.
 	Events Duration `yaml:"events" json:"events"`
+	// Runs: workflow runs finished for good. Default 7 days.
+	Runs Duration `yaml:"runs" json:"runs"`
 }
 
 // DLQ is the policy of the dead-letter operations (docs/configuration.md).
@@ -666,7 +668,7 @@ func (c *Config) Library() *backstop.Config {
 		RedactKeys:         c.Redaction.Keys,
 		RequireReason:      c.DLQ.RequireReason,
 		Retention: backstop.RetentionConfig{Succeeded: c.Retention.Succeeded.D(), Canceled: c.Retention.Canceled.D(),
-			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D(), Events: c.Retention.Events.D()},
+			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D(), Events: c.Retention.Events.D(), Runs: c.Retention.Runs.D()},
 	}
 	if len(c.Queues) > 0 {
 		out.Queues = map[string]backstop.QueueConfig{}
@@ -712,6 +714,7 @@ func (c *Config) Effective() *Config {
 	out.Retention.DeadLetters = orDur(c.Retention.DeadLetters, 30*24*time.Hour)
 	out.Retention.Interval = orDur(c.Retention.Interval, time.Minute)
 	out.Retention.Events = orDur(c.Retention.Events, 7*24*time.Hour)
+	out.Retention.Runs = orDur(c.Retention.Runs, 7*24*time.Hour)
 	out.DLQ.PurgeFloor = orDur(c.DLQ.PurgeFloor, DefaultPurgeFloor)
 	out.Queues = map[string]Queue{}
 	for n, q := range c.Queues {

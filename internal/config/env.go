@@ -50,6 +50,7 @@ var topEnv = map[string]setter{
 	"RETENTION_DEAD_LETTERS":  func(c *Config, v string) error { return parseDur(v, &c.Retention.DeadLetters) },
 	"RETENTION_INTERVAL":      func(c *Config, v string) error { return parseDur(v, &c.Retention.Interval) },
 	"RETENTION_EVENTS":        func(c *Config, v string) error { return parseDur(v, &c.Retention.Events) },
+	"RETENTION_RUNS":          func(c *Config, v string) error { return parseDur(v, &c.Retention.Runs) },
 	"TELEMETRY_OTLP_ENDPOINT": func(c *Config, v string) error { c.Telemetry.OTLPEndpoint = v; return nil },
 	"TELEMETRY_SAMPLE_RATIO":  func(c *Config, v string) error { return parseRatio(v, &c.Telemetry.SampleRatio) },
 	"TELEMETRY_METRICS": func(c *Config, v string) error {

@@ -9,6 +9,7 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/workflow"
 )
 
 // RetentionBatch is how many tasks one retention transaction deletes, so
@@ -21,17 +22,21 @@ type RetentionStore interface {
 	PurgeDLQ(ctx context.Context, p store.PurgeParams) (int, error)
 	DeleteEventsBefore(ctx context.Context, before time.Time, limit int) (int, error)
 	DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error)
+	DeleteFinishedRuns(ctx context.Context, states []store.RunState, before time.Time, limit int) (int, error)
 }
 
 // RetentionPolicy: how long finished work is kept; negative keeps it
 // forever.
 type RetentionPolicy struct {
 	Succeeded, Canceled, DeadLetters, Events time.Duration
+	// Runs: workflow runs that finished for good (workflow.FinishedRunStates),
+	// from their end, with their step rows.
+	Runs time.Duration
 }
 
 // RetentionCounts counts what one round deleted.
 type RetentionCounts struct {
-	Succeeded, Canceled, DeadLetters, Events, OrderingKeys int
+	Succeeded, Canceled, DeadLetters, Events, OrderingKeys, Runs int
 }
 
 // closedDLQ are the dead-letter statuses retention may delete; open dead
@@ -59,9 +64,9 @@ func NewRetention(s RetentionStore, now func() time.Time, every time.Duration, p
 // RunOnce runs one retention round and logs what it deleted.
 func (r *Retention) RunOnce(ctx context.Context) error {
 	res, err := Retain(ctx, r.store, r.now(), r.policy)
-	if res.Succeeded+res.Canceled+res.DeadLetters+res.Events+res.OrderingKeys > 0 {
+	if res.Succeeded+res.Canceled+res.DeadLetters+res.Events+res.OrderingKeys+res.Runs > 0 {
 		r.log.Info("retention deleted finished work", "succeeded", res.Succeeded, "canceled", res.Canceled,
-			"dead_letters", res.DeadLetters, "events", res.Events, "ordering_keys", res.OrderingKeys)
+			"dead_letters", res.DeadLetters, "events", res.Events, "ordering_keys", res.OrderingKeys, "runs", res.Runs)
 	}
 	if errors.Is(err, store.ErrPermissionDenied) {
 		return fmt.Errorf("%w: the database role may not delete (run retention with the admin role): %w", ErrNoDuty, err)
@@ -74,7 +79,8 @@ func (r *Retention) RunOnce(ctx context.Context) error {
 // letters (discarded, resolved, replayed under a new id) last changed
 // longer ago than theirs, each with its executions, payloads and events,
 // in batches of RetentionBatch per transaction; events of the log older
-// than p.Events; and expired, idle ordering key states. It is safe to run
+// than p.Events; workflow runs that finished for good longer ago than
+// p.Runs, with their step rows; and expired, idle ordering key states. It is safe to run
 // anywhere (batches lock with SKIP LOCKED on Postgres).
 func Retain(ctx context.Context, s RetentionStore, now time.Time, p RetentionPolicy) (RetentionCounts, error) {
 	var res RetentionCounts
@@ -110,6 +116,11 @@ func Retain(ctx context.Context, s RetentionStore, now time.Time, p RetentionPol
 	if p.Events >= 0 {
 		errs = append(errs, drain(&res.Events, func() (int, error) {
 			return s.DeleteEventsBefore(ctx, now.Add(-p.Events), RetentionBatch)
+		}))
+	}
+	if p.Runs >= 0 {
+		errs = append(errs, drain(&res.Runs, func() (int, error) {
+			return s.DeleteFinishedRuns(ctx, workflow.FinishedRunStates, now.Add(-p.Runs), RetentionBatch)
 		}))
 	}
 	errs = append(errs, drain(&res.OrderingKeys, func() (int, error) {

@@ -45,6 +45,7 @@ func (s *suite) testWorkflows(t *testing.T) {
 	t.Run("StepsOfTasks", s.wfStepsOfTasks)
 	t.Run("GetRunOrdering", s.wfGetRunOrdering)
 	t.Run("ListRuns", s.wfListRuns)
+	t.Run("DeleteFinishedRuns", s.wfDeleteFinishedRuns)
 	t.Run("InTx", func(t *testing.T) {
 		t.Run("Commit", func(t *testing.T) {
 			t.Parallel()
@@ -515,6 +516,104 @@ func (s *suite) wfUpdateRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRun(t, "resumed", got, want)
+}
+
+// wfDeleteFinishedRuns: retention deletes runs in the given states that
+// finished before the cut, oldest first, at most limit, with their step
+// rows; a run still running, failed (waiting for a replay), or finished
+// after the cut stays with its steps; the tasks are not touched.
+func (s *suite) wfDeleteFinishedRuns(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	start := b.clock.Now()
+	type seed struct {
+		id    string
+		state store.RunState
+		ended time.Duration // after start; 0: not finished
+	}
+	seeds := []seed{
+		{"old-succeeded", "succeeded", time.Minute},
+		{"old-partial", "partial", 2 * time.Minute},
+		{"old-compensated", "compensated", 3 * time.Minute},
+		{"old-canceled", "canceled", 4 * time.Minute},
+		{"old-failed", "failed", time.Minute},
+		{"old-comp-failed", "compensation_failed", time.Minute},
+		{"running", "running", 0},
+		{"young-succeeded", "succeeded", time.Hour},
+	}
+	for _, sd := range seeds {
+		r := wfRun(b, sd.id, "order")
+		r.State = sd.state
+		if sd.ended > 0 {
+			at := start.Add(sd.ended)
+			r.FinishedAt, r.UpdatedAt = &at, at
+		}
+		inTx(t, b, func(tx store.Tx) error {
+			if err := tx.InsertRun(b.ctx, r); err != nil {
+				return err
+			}
+			if err := tx.UpdateRun(b.ctx, r); err != nil {
+				return err
+			}
+			return tx.PutSteps(b.ctx, []store.StepRecord{wfStep(b, sd.id, "a", 0, sd.id+".a", "succeeded")})
+		})
+	}
+	finished := []store.RunState{"succeeded", "partial", "compensated", "canceled"}
+	cut := start.Add(30 * time.Minute)
+	// limit 3: the three that ended first go.
+	n, err := b.store.DeleteFinishedRuns(b.ctx, finished, cut, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "deleted with limit 3", n, 3)
+	n, err = b.store.DeleteFinishedRuns(b.ctx, finished, cut, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "deleted next", n, 1)
+	for _, sd := range seeds {
+		_, steps, err := b.store.GetRun(b.ctx, sd.id)
+		gone := strings.HasPrefix(sd.id, "old-") && sd.state != "failed" && sd.state != "compensation_failed"
+		switch {
+		case gone && !errors.Is(err, store.ErrNotFound):
+			t.Errorf("run %s (%s, ended before the cut): %v, want deleted", sd.id, sd.state, err)
+		case !gone && err != nil:
+			t.Errorf("run %s (%s): %v, want kept", sd.id, sd.state, err)
+		case !gone && len(steps) != 1:
+			t.Errorf("run %s: %d steps, want its one step kept", sd.id, len(steps))
+		}
+		rows, err := b.store.StepsOfTasks(b.ctx, []string{sd.id + ".a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gone != (len(rows) == 0) {
+			t.Errorf("run %s: %d step rows after retention (deleted %v)", sd.id, len(rows), gone)
+		}
+	}
+	// Nothing left to delete; no states: nothing.
+	if n, err := b.store.DeleteFinishedRuns(b.ctx, finished, cut, 100); err != nil || n != 0 {
+		t.Fatalf("again: %d %v, want 0", n, err)
+	}
+	if n, err := b.store.DeleteFinishedRuns(b.ctx, nil, start.Add(48*time.Hour), 100); err != nil || n != 0 {
+		t.Fatalf("no states: %d %v, want 0", n, err)
+	}
+	// Retain applies Config.Retention.Runs (default 7 days): eight days on,
+	// the young succeeded run goes; the failed ones and the running one stay.
+	b.clock.Advance(8 * 24 * time.Hour)
+	res, err := backstop.Retain(b.ctx, b.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "retain runs", res.Runs, 1)
+	left, err := b.store.ListRuns(b.ctx, store.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range left {
+		ids = append(ids, r.RunID)
+	}
+	eq(t, "runs left", ids, []string{"running", "old-failed", "old-comp-failed"})
 }
 
 func (s *suite) wfPutSteps(t *testing.T) {

@@ -339,6 +339,54 @@ func (p *Procedures) ListRuns(ctx context.Context, f store.RunFilter) ([]store.R
 	return out, nil
 }
 
+// DeleteFinishedRuns implements store.Workflows.
+func (p *Procedures) DeleteFinishedRuns(ctx context.Context, states []store.RunState, before time.Time, limit int) (int, error) {
+	d := p.dialect
+	if len(states) == 0 || limit <= 0 {
+		return 0, nil
+	}
+	names := make([]string, len(states))
+	for i, st := range states {
+		names[i] = string(st)
+	}
+	lock := d.ForUpdate
+	if lock != "" {
+		lock += " SKIP LOCKED"
+	}
+	n := 0
+	err := InTx(ctx, p.writer, func(tx Tx) error {
+		rows, err := tx.Query(ctx, `SELECT run_id FROM backstop_runs WHERE finished_at < $1 AND state `+d.InText("$2")+`
+			ORDER BY finished_at LIMIT $3`+lock, before, d.TextList(names), limit)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(ids) == 0 {
+			return err
+		}
+		list := d.TextList(ids)
+		if _, err := tx.Exec(ctx, `DELETE FROM backstop_run_steps WHERE run_id `+d.InText("$1"), list); err != nil {
+			return err
+		}
+		k, err := tx.Exec(ctx, `DELETE FROM backstop_runs WHERE run_id `+d.InText("$1"), list)
+		n = int(k)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%s: delete finished runs: %w", d.Prefix, d.Err(err))
+	}
+	return n, nil
+}
+
 // StepsOfTasks implements store.Workflows.
 func (p *Procedures) StepsOfTasks(ctx context.Context, taskIDs []string) ([]store.StepRecord, error) {
 	return WorkflowStepsOfTasks(ctx, p.dialect, p.reader, taskIDs)
