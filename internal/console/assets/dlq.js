@@ -80,7 +80,19 @@ export async function dlqListPage(main, q) {
     h('nav', { class: 'pager', 'aria-label': 'Pages' },
       q.get('after') ? h('a', { href: `#/dlq?${withoutAfter(q)}` }, 'First page') : null,
       next ? h('a', { href: `#/dlq?${nq}`, rel: 'next' }, 'Next page') : null));
-  const refresh = debounce(() => { if (location.hash.startsWith('#/dlq?') || location.hash === '#/dlq') dlqListPage(main, q).catch(() => {}); }, 3000);
+  // A re-render would drop what an admin is filling in (a patch, a reason,
+  // a preview waiting for its confirm): it waits until the forms are idle.
+  const busy = () => [...main.querySelectorAll('#bulk textarea, #bulk input, #close input, #selection input')]
+    .some((x) => (x.type === 'checkbox' ? x.checked : x.value))
+    || [...main.querySelectorAll('#bulk-confirm')].some((x) => !x.hidden);
+  const refresh = debounce(() => {
+    if (!(location.hash.startsWith('#/dlq?') || location.hash === '#/dlq') || !main.isConnected) return;
+    if (busy()) {
+      refresh();
+      return;
+    }
+    dlqListPage(main, q).catch(() => {});
+  }, 3000);
   live(main, 'type.task.dead_lettered', refresh);
 }
 
@@ -109,7 +121,13 @@ function groupsSection(q, g) {
 // server (POST /v1/dlq/redrive); its progress is polled from GET
 // /v1/redrives/{id} while the page shows it. Cancel stops it after the
 // current batch; Resume posts the same redrive again, which continues it.
+// It may carry a merge patch and the operator's reason (why). Preview is
+// the redrive's dry run: how many match now and a sample, each with its
+// payload's before/after under the patch; nothing changes. A replay with a
+// patch, or of more than confirmOver dead letters, shows that preview first
+// and waits for its confirm.
 let bulk = null; // {req, st}
+const confirmOver = 100;
 
 function redriveRequest(q) {
   const req = {};
@@ -141,8 +159,42 @@ function bulkSection(q, total) {
   const resume = h('button', { type: 'button', id: 'bulk-resume', hidden: true }, 'Resume');
   const err = h('p', { class: 'error', role: 'alert', id: 'bulk-error' });
   const rate = h('input', { id: 'bulk-rate', name: 'rate', type: 'number', min: '0', step: 'any', placeholder: 'unthrottled', size: 8 });
+  const patch = h('textarea', { id: 'bulk-patch', name: 'merge_patch', rows: 3, spellcheck: 'false', placeholder: '{"key": "new value", "remove_me": null}' });
+  const why = h('input', { id: 'bulk-why', name: 'why', autocomplete: 'off', size: 40 });
+  const previewBtn = h('button', { type: 'button', id: 'bulk-preview', disabled: total === 0 || !req }, 'Preview');
+  const preview = h('div', { id: 'bulk-preview-out', class: 'preview', 'aria-live': 'polite', hidden: true });
+  const confirmBtn = h('button', { type: 'button', class: 'primary', id: 'bulk-confirm', hidden: true }, 'Confirm replay');
   const sec = h('section', { class: 'card bulk', id: 'bulk', 'aria-label': 'Bulk replay' },
-    field('Replays a second (empty: as fast as it goes)', rate), start, bar, text, cancel, resume, err);
+    field('Merge patch for each (optional, RFC 7396)', patch), field('Why (recorded on each replay)', why),
+    field('Replays a second (empty: as fast as it goes)', rate), previewBtn, start, preview, confirmBtn, bar, text, cancel, resume, err);
+  // The request from the form: the filter, the patch, the reason, the pace.
+  const request = () => {
+    const r = { ...req };
+    const txt = patch.value.trim();
+    if (txt) {
+      try {
+        r.merge_patch = JSON.parse(txt);
+      } catch (e) {
+        throw new Error(`The merge patch is not JSON: ${e.message}`);
+      }
+    }
+    if (why.value.trim()) r.why = why.value.trim();
+    if (Number(rate.value) > 0) r.rate = Number(rate.value);
+    return r;
+  };
+  // showPreview runs the dry run of r and shows it; it returns how many match.
+  const showPreview = async (r) => {
+    const { rate: _, ...dry } = r;
+    const p = (await api('POST', '/v1/dlq/redrive', { ...dry, dry_run: true, sample: 5 })).preview;
+    const items = (p.sample || []).map((x) => h('li', { class: 'sample', dataset: { id: x.id } },
+      h('a', { href: `#/dlq/${encodeURIComponent(x.id)}`, class: 'mono' }, x.id), ' ', h('span', { class: 'err' }, x.error || ''),
+      x.diff ? diffView(x.diff) : null));
+    clear(preview, h('p', { class: 'stat', id: 'bulk-matched', dataset: { matched: String(p.matched) } },
+      h('span', { class: 'n' }, String(p.matched)), r.merge_patch ? ' would be replayed with this patch; a sample:' : ' would be replayed; a sample:'),
+    h('ul', { class: 'samples' }, items));
+    preview.hidden = false;
+    return p.matched;
+  };
   const show = () => {
     const st = bulk && bulk.st;
     bar.hidden = !st;
@@ -178,10 +230,41 @@ function bulkSection(q, total) {
     show();
     poll();
   };
+  let pending = null; // the request a shown preview waits to confirm
+  const previewThen = async (confirmIt) => {
+    clear(err);
+    confirmBtn.hidden = true;
+    try {
+      pending = request();
+      const n = await showPreview(pending);
+      if (confirmIt) {
+        clear(confirmBtn, `Confirm: replay these ${n}`);
+        confirmBtn.hidden = n === 0;
+        confirmBtn.focus();
+      }
+    } catch (e) {
+      clear(err, errorText(e));
+    }
+  };
+  previewBtn.addEventListener('click', () => previewThen(true));
   start.addEventListener('click', () => {
-    const r = { ...req };
-    if (Number(rate.value) > 0) r.rate = Number(rate.value);
+    let r;
+    try {
+      r = request();
+    } catch (e) {
+      clear(err, errorText(e));
+      return;
+    }
+    if (r.merge_patch !== undefined || total > confirmOver) {
+      previewThen(true);
+      return;
+    }
     run(r);
+  });
+  confirmBtn.addEventListener('click', () => {
+    confirmBtn.hidden = true;
+    preview.hidden = true;
+    run(pending);
   });
   resume.addEventListener('click', () => run(bulk.req));
   cancel.addEventListener('click', async () => {
@@ -204,6 +287,18 @@ function bulkSection(q, total) {
     bar.hidden = true;
   }
   return sec;
+}
+
+// diffView shows a patch's effect on one payload: the changed places, and
+// the payload before and after (or why the patch does not apply).
+function diffView(d) {
+  return h('div', { class: 'diff' },
+    h('ul', { class: 'changes' }, (d.changes || []).map((c) => h('li', { class: `op-${c.op}`, dataset: { op: c.op, path: c.path } },
+      h('span', { class: 'mono' }, `${c.op} ${c.path}`)))),
+    d.error ? h('p', { class: 'error' }, `The patch does not apply: ${d.error}`) : null,
+    h('div', { class: 'before-after' },
+      h('pre', { class: 'json before', 'aria-label': 'Before' }, pretty(d.before)),
+      d.after ? h('pre', { class: 'json after', 'aria-label': 'After' }, pretty(d.after)) : null));
 }
 
 // The rows an admin picked on this page: replay them (same id), discard
@@ -374,16 +469,19 @@ function adminActions(main, t) {
   const status = h('p', { class: 'error', role: 'alert', id: 'replay-error' });
   let pending = null;
   const newID = h('input', { type: 'checkbox', id: 'replay-new-id', name: 'new_id' });
+  const why = h('input', { id: 'replay-why', name: 'reason', autocomplete: 'off', size: 40 });
   const body = () => {
     const txt = patch.value.trim();
     const b = txt ? { merge_patch: JSON.parse(txt) } : {};
     if (newID.checked) b.new_id = true;
+    if (why.value.trim()) b.reason = why.value.trim();
     return b;
   };
   const replayForm = h('form', { class: 'card', id: 'replay-form', 'aria-labelledby': 'replay-title' },
     h('h3', { id: 'replay-title' }, 'Replay'),
     h('p', { class: 'muted small' }, 'Runs the task again under the same id. Optionally change the payload with a JSON merge patch (RFC 7396); preview the result before you confirm.'),
     field('Merge patch (optional)', patch),
+    field('Why (recorded in the history)', why),
     h('div', { class: 'check' }, newID, h('label', { for: 'replay-new-id' }, 'Replay as a new task (a new id; this dead letter is kept, marked replayed)')),
     h('button', { type: 'submit', id: 'replay-preview' }, 'Preview replay'),
     status, preview, confirm);
