@@ -7,6 +7,7 @@ import { workersPage, workerPage } from './workers.js';
 import { eventsPage } from './events.js';
 import { runsPage, runPage } from './runs.js';
 import { orderingPage } from './ordering.js';
+import { redrivesPage, redrivePage } from './redrives.js';
 
 const main = document.getElementById('main');
 
@@ -24,6 +25,8 @@ const routes = [
   [/^\/runs$/, 'runs', (view, m, q) => runsPage(view, q)],
   [/^\/runs\/([^/]+)$/, 'runs', (view, m, q) => runPage(view, decodeURIComponent(m[1]), q)],
   [/^\/ordering$/, 'ordering', (view, m, q) => orderingPage(view, q)],
+  [/^\/redrives$/, 'redrives', (view, m, q) => redrivesPage(view, q)],
+  [/^\/redrives\/([^/]+)$/, 'redrives', (view, m, q) => redrivePage(view, decodeURIComponent(m[1]), q)],
 ];
 
 // Each page renders into a view of its own, shown once it is ready and

@@ -201,7 +201,8 @@ function bulkSection(q, total) {
     if (!st) return;
     bar.max = Math.max(st.total, 1);
     bar.value = st.replayed + st.failed;
-    clear(text, `${st.replayed} of ${st.total} replayed${st.failed ? `, ${st.failed} failed` : ''} · ${st.status}`);
+    clear(text, `${st.replayed} of ${st.total} replayed${st.failed ? `, ${st.failed} failed` : ''} · ${st.status} · `,
+      h('a', { href: `#/redrives/${encodeURIComponent(st.redrive_id)}`, id: 'bulk-details' }, 'each item\'s outcome'));
     sec.dataset.status = st.status;
     cancel.hidden = st.status !== 'running';
     resume.hidden = !['canceled', 'interrupted', 'stopped', 'failed'].includes(st.status);

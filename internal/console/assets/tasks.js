@@ -20,15 +20,18 @@ export async function tasksPage(main, q) {
     created_until: h('input', { id: 'f-until', name: 'created_until', type: 'datetime-local', step: '1', value: toLocalInput(q.get('created_until')) }),
     key: h('input', { id: 'f-key', name: 'idempotency_key', placeholder: 'idempotency key' }),
     run: h('input', { id: 'f-run', name: 'run_id', placeholder: 'run id' }),
+    where: h('input', { id: 'f-where', name: 'where', placeholder: 'payload.customer.id == 42', size: 36, spellcheck: 'false',
+      value: q.get('where') || '' }),
   };
   const form = h('form', { class: 'filters', id: 'task-filters', role: 'search', 'aria-label': 'Filter tasks' },
     field('Queue', f.queue), field('Kind', f.kind), field('State', f.state), field('Attribute', f.attr),
     field('Error contains', f.error_contains), field('Created from', f.created_since), field('Created until', f.created_until),
+    field('Where (a CEL condition on payload and attributes)', f.where),
     h('button', { type: 'submit' }, 'Filter'));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
     const p = new URLSearchParams();
-    for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains']) if (f[k].value) p.set(k, f[k].value);
+    for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains', 'where']) if (f[k].value) p.set(k, f[k].value);
     for (const k of ['created_since', 'created_until']) if (f[k].value) p.set(k, new Date(f[k].value).toISOString());
     location.hash = `#/tasks?${p}`;
   });
@@ -52,7 +55,7 @@ export async function tasksPage(main, q) {
     if (f.run.value.trim()) location.hash = `#/runs/${encodeURIComponent(f.run.value.trim())}`;
   });
   const aq = new URLSearchParams();
-  for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains', 'idempotency_key', 'created_since', 'created_until', 'after']) if (q.get(k)) aq.set(k, q.get(k));
+  for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains', 'where', 'idempotency_key', 'created_since', 'created_until', 'after']) if (q.get(k)) aq.set(k, q.get(k));
   aq.set('limit', '50');
   const page = await api('GET', `/v1/tasks?${aq}`);
   const rows = page.items.map((t) => [
