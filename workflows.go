@@ -334,23 +334,68 @@ func (c *Client) advanceTasks(ctx context.Context, tx store.Tx, ids []string, by
 			stale[r.RunID] = append(stale[r.RunID], r.TaskID)
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(byRun)) { // run id order: two transactions lock runs alike
-		changes := byRun[id]
-		if tasks := stale[id]; len(tasks) > 0 {
-			if err := c.advanceRun(ctx, tx, id, eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
-				return workflow.Resume(def, run, steps, tasks, c.now())
-			}); err != nil {
-				return err
+	// The runs are locked at once, in run id order (two transactions lock
+	// runs alike), decided one by one in memory, and the plans written with
+	// one statement per kind of write (planWriter): a batch advancing many
+	// runs pays a few round trips, not a few per run.
+	runIDs := slices.Sorted(maps.Keys(byRun))
+	locked, err := tx.LockRuns(ctx, runIDs)
+	if err != nil {
+		return err
+	}
+	if len(locked) != len(runIDs) {
+		for _, id := range runIDs {
+			if !slices.ContainsFunc(locked, func(l store.LockedRun) bool { return l.Run.RunID == id }) {
+				return fmt.Errorf("run %q: %w", id, ErrNotFound)
 			}
 		}
-		err := c.advanceRun(ctx, tx, id, eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
-			return workflow.Advance(def, run, steps, changes, c.now())
-		})
+	}
+	var w planWriter
+	for _, l := range locked {
+		id, run, steps := l.Run.RunID, l.Run, l.Steps
+		def, err := c.planByHash(ctx, run.PlanHash)
 		if err != nil {
 			return err
 		}
+		if tasks := stale[id]; len(tasks) > 0 {
+			plan, err := workflow.Resume(def, run, steps, tasks, c.now())
+			if err != nil {
+				return err
+			}
+			if err := c.addPlan(ctx, &w, plan, false, eff); err != nil {
+				return err
+			}
+			run, steps = planned(run, steps, plan)
+		}
+		plan, err := workflow.Advance(def, run, steps, byRun[id], c.now())
+		if err != nil {
+			return err
+		}
+		if err := c.addPlan(ctx, &w, plan, false, eff); err != nil {
+			return err
+		}
 	}
-	return nil
+	return c.writePlans(ctx, tx, &w, eff)
+}
+
+// planned is a run and its steps as a plan leaves them (what LockRun would
+// read once the plan is written).
+func planned(run store.RunRecord, steps []store.StepRecord, plan workflow.Plan) (store.RunRecord, []store.StepRecord) {
+	if plan.Run.RunID == "" {
+		return run, steps
+	}
+	r := plan.Run
+	run.State, run.Error, run.Seq, run.UpdatedAt, run.FinishedAt = r.State, r.Error, r.Seq, r.UpdatedAt, r.FinishedAt
+	out := slices.Clone(steps)
+	for _, ps := range plan.Steps {
+		i := slices.IndexFunc(out, func(s store.StepRecord) bool { return s.StepID == ps.StepID && s.Item == ps.Item })
+		if i >= 0 {
+			out[i] = ps
+		} else {
+			out = append(out, ps)
+		}
+	}
+	return run, out
 }
 
 // advanceRun locks a run in tx, asks the engine what to do, and writes it.
@@ -376,27 +421,34 @@ func (c *Client) advanceRun(ctx context.Context, tx store.Tx, runID string, eff 
 
 // applyPlan writes an engine plan in tx: the run (inserted when insert),
 // the step rows, the tasks, the cancellations of waiting tasks, the events.
-// It returns the tasks to cancel that were running (cooperative
-// cancellation, requested once tx committed).
+// The cancellations of running tasks go in eff (cooperative cancellation,
+// requested once tx committed).
 func (c *Client) applyPlan(ctx context.Context, tx store.Tx, plan workflow.Plan, insert bool, eff *runEffects) error {
-	if plan.Run.RunID == "" { // nothing to do
-		return nil
-	}
-	eff.plans = append(eff.plans, plan)
-	now := c.now()
-	var err error
-	if insert {
-		err = tx.InsertRun(ctx, plan.Run)
-	} else {
-		err = tx.UpdateRun(ctx, plan.Run)
-	}
-	if err != nil {
+	var w planWriter
+	if err := c.addPlan(ctx, &w, plan, insert, eff); err != nil {
 		return err
 	}
-	if len(plan.Steps) > 0 {
-		if err := tx.PutSteps(ctx, plan.Steps); err != nil {
-			return err
-		}
+	return c.writePlans(ctx, tx, &w, eff)
+}
+
+// planWriter gathers the writes of plans: written together (writePlans),
+// a kind of write at a time.
+type planWriter struct {
+	inserts []store.RunRecord
+	updates []store.RunRecord // the last of each run
+	updated map[string]int
+	steps   []store.StepRecord
+	params  []EnqueueParams
+	tasks   []*Task
+	cancels []string
+	events  []bt.Event
+}
+
+// addPlan adds a plan's writes to w. A plan whose tasks would be refused
+// (a payload over the limit) is a planError, before anything is written.
+func (c *Client) addPlan(ctx context.Context, w *planWriter, plan workflow.Plan, insert bool, eff *runEffects) error {
+	if plan.Run.RunID == "" { // nothing to do
+		return nil
 	}
 	if len(plan.Enqueue) > 0 {
 		params := make([]EnqueueParams, len(plan.Enqueue))
@@ -409,29 +461,25 @@ func (c *Client) applyPlan(ctx context.Context, tx store.Tx, plan workflow.Plan,
 		if err != nil {
 			return &planError{runID: plan.Run.RunID, err: err}
 		}
-		if _, err := tx.Enqueue(ctx, tasks, c.enqueueOpts(ctx, params, tasks)); err != nil {
-			return err
-		}
+		w.params, w.tasks = append(w.params, params...), append(w.tasks, tasks...)
 	}
-	if len(plan.Cancel) > 0 {
-		ss := make([]store.Settlement, len(plan.Cancel))
-		for i, id := range plan.Cancel {
-			ss[i] = store.Settlement{TaskID: id, FinishedAt: now, State: bt.StateCanceled, Error: "its run was canceled"}
+	eff.plans = append(eff.plans, plan)
+	if insert {
+		w.inserts = append(w.inserts, plan.Run)
+	} else if i, ok := w.updated[plan.Run.RunID]; ok {
+		w.updates[i] = plan.Run
+	} else {
+		if w.updated == nil {
+			w.updated = map[string]int{}
 		}
-		oks, err := tx.Settle(ctx, ss)
-		if err != nil {
-			return err
-		}
-		for i, ok := range oks {
-			if !ok {
-				eff.cancels = append(eff.cancels, plan.Cancel[i])
-			}
-		}
+		w.updated[plan.Run.RunID] = len(w.updates)
+		w.updates = append(w.updates, plan.Run)
 	}
+	w.steps = append(w.steps, plan.Steps...)
+	w.cancels = append(w.cancels, plan.Cancel...)
 	if len(plan.Events) > 0 {
-		actor := store.ActorFrom(ctx, "")
-		evs := make([]bt.Event, len(plan.Events))
-		for i, e := range plan.Events {
+		now, actor := c.now(), store.ActorFrom(ctx, "")
+		for _, e := range plan.Events {
 			subject := e.TaskID
 			if subject == "" {
 				subject = plan.Run.RunID
@@ -441,9 +489,53 @@ func (c *Client) applyPlan(ctx context.Context, tx store.Tx, plan workflow.Plan,
 			if e.StepID != "" {
 				ev.Attributes["step_id"] = e.StepID
 			}
-			evs[i] = ev
+			w.events = append(w.events, ev)
 		}
-		if err := tx.AppendEvents(ctx, evs); err != nil {
+	}
+	return nil
+}
+
+// writePlans writes w in tx: the runs (one statement each), then every
+// plan's step rows, tasks, cancellations and events in one call each.
+func (c *Client) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff *runEffects) error {
+	for _, r := range w.inserts {
+		if err := tx.InsertRun(ctx, r); err != nil {
+			return err
+		}
+	}
+	for _, r := range w.updates {
+		if err := tx.UpdateRun(ctx, r); err != nil {
+			return err
+		}
+	}
+	if len(w.steps) > 0 {
+		if err := tx.PutSteps(ctx, w.steps); err != nil {
+			return err
+		}
+	}
+	if len(w.tasks) > 0 {
+		if _, err := tx.Enqueue(ctx, w.tasks, c.enqueueOpts(ctx, w.params, w.tasks)); err != nil {
+			return err
+		}
+	}
+	if len(w.cancels) > 0 {
+		now := c.now()
+		ss := make([]store.Settlement, len(w.cancels))
+		for i, id := range w.cancels {
+			ss[i] = store.Settlement{TaskID: id, FinishedAt: now, State: bt.StateCanceled, Error: "its run was canceled"}
+		}
+		oks, err := tx.Settle(ctx, ss)
+		if err != nil {
+			return err
+		}
+		for i, ok := range oks {
+			if !ok {
+				eff.cancels = append(eff.cancels, w.cancels[i])
+			}
+		}
+	}
+	if len(w.events) > 0 {
+		if err := tx.AppendEvents(ctx, w.events); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/workflow"
 )
 
@@ -98,5 +99,77 @@ func BenchmarkWorkflowOverhead(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkWorkflowSettleBatch: one settle transaction that completes the
+// first step of 100 runs of a 2-step workflow (so it enqueues 100 second
+// steps): the cost of advancing many runs in one settle batch, without a
+// worker's scheduling in the measure. ms/batch is reported:
+//
+//	scripts/with-postgres go test -run '^$' -bench WorkflowSettleBatch -benchtime 20x -count 5 .
+func BenchmarkWorkflowSettleBatch(b *testing.B) {
+	const runs = 100
+	for _, db := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
+		b.Run(db.name, func(b *testing.B) {
+			ctx := context.Background()
+			s, err := dburl.Open(ctx, db.url(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Migrate(ctx); err != nil {
+				b.Fatal(err)
+			}
+			c, err := NewClient(s, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bld := workflow.New("pair").Queue("settle-bench")
+			bld.Step("first", "noop")
+			bld.Step("second", "noop").Needs("first")
+			def, err := bld.Build()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := c.ApplyWorkflow(ctx, def); err != nil {
+				b.Fatal(err)
+			}
+			var total time.Duration
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				for r := 0; r < runs; r++ {
+					if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "pair"}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				now := time.Now()
+				got, err := s.Claim(ctx, store.ClaimParams{Queue: "settle-bench", WorkerID: "bench", Max: runs, Now: now, Lease: time.Minute})
+				if err != nil || len(got) != runs {
+					b.Fatalf("claim: %d %v", len(got), err)
+				}
+				ss := make([]store.Settlement, len(got))
+				for j, t := range got {
+					ss[j] = store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, Outcome: OutcomeSucceeded,
+						FinishedAt: now, State: StateSucceeded}
+				}
+				b.StartTimer()
+				start := time.Now()
+				if _, err := c.settle(ctx, ss); err != nil {
+					b.Fatal(err)
+				}
+				total += time.Since(start)
+				b.StopTimer()
+				// The second steps: out of the way of the next claim.
+				if _, err := s.Claim(ctx, store.ClaimParams{Queue: "settle-bench", WorkerID: "bench", Max: runs, Now: now, Lease: time.Hour}); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/batch")
+		})
 	}
 }

@@ -56,6 +56,7 @@ type TxStore[TX any] interface {
 	// The workflow writes (store/workflows.go, WorkflowTx) in tx.
 	InsertRun(ctx context.Context, tx TX, r RunRecord) error
 	LockRun(ctx context.Context, tx TX, runID string) (*RunRecord, []StepRecord, error)
+	LockRuns(ctx context.Context, tx TX, runIDs []string) ([]LockedRun, error)
 	UpdateRun(ctx context.Context, tx TX, r RunRecord) error
 	PutSteps(ctx context.Context, tx TX, steps []StepRecord) error
 	StepsOfTasks(ctx context.Context, tx TX, taskIDs []string) ([]StepRecord, error)
@@ -162,6 +163,14 @@ func (b *boundTx[TX]) LockRun(ctx context.Context, runID string) (*RunRecord, []
 	}
 	r, steps, err := b.ts.LockRun(ctx, b.tx, runID)
 	return r, steps, b.failed(err)
+}
+
+func (b *boundTx[TX]) LockRuns(ctx context.Context, runIDs []string) ([]LockedRun, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	runs, err := b.ts.LockRuns(ctx, b.tx, runIDs)
+	return runs, b.failed(err)
 }
 
 func (b *boundTx[TX]) UpdateRun(ctx context.Context, r RunRecord) error {

@@ -112,6 +112,12 @@ type Workflows interface {
 	DeleteFinishedRuns(ctx context.Context, states []RunState, before time.Time, limit int) (int, error)
 }
 
+// LockedRun is a run LockRuns holds, with its step rows.
+type LockedRun struct {
+	Run   RunRecord
+	Steps []StepRecord
+}
+
 // WorkflowTx is the workflow writes a transaction composes with Settle,
 // Enqueue and AppendEvents (tx.go).
 type WorkflowTx interface {
@@ -121,6 +127,11 @@ type WorkflowTx interface {
 	// transaction ends (Postgres: SELECT ... FOR UPDATE), so that two
 	// transactions advancing the same run take turns. Unknown: ErrNotFound.
 	LockRun(ctx context.Context, runID string) (*RunRecord, []StepRecord, error)
+	// LockRuns is LockRun for many runs in two statements: it locks them
+	// in run id order (as one LockRun after another in that order would)
+	// and returns those that exist, in run id order, each with its step
+	// rows (ordered by StepID, Item).
+	LockRuns(ctx context.Context, runIDs []string) ([]LockedRun, error)
 	// UpdateRun writes r's State, Error, Seq, UpdatedAt and FinishedAt.
 	UpdateRun(ctx context.Context, r RunRecord) error
 	// PutSteps inserts or replaces step rows by (RunID, StepID, Item).

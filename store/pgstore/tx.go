@@ -88,6 +88,12 @@ func (Txs) LockRun(ctx context.Context, tx pgx.Tx, runID string) (*store.RunReco
 	return sqldialect.WorkflowLockRun(ctx, dialect, runner{q: tx}, runID)
 }
 
+// LockRuns is store.WorkflowTx's LockRuns inside tx: SELECT … ORDER BY
+// run_id FOR UPDATE (the rows are locked in that order).
+func (Txs) LockRuns(ctx context.Context, tx pgx.Tx, runIDs []string) ([]store.LockedRun, error) {
+	return sqldialect.WorkflowLockRuns(ctx, dialect, runner{q: tx}, runIDs)
+}
+
 // UpdateRun is store.WorkflowTx's UpdateRun inside tx.
 func (Txs) UpdateRun(ctx context.Context, tx pgx.Tx, r store.RunRecord) error {
 	return sqldialect.WorkflowUpdateRun(ctx, dialect, runner{q: tx}, r)

@@ -104,6 +104,12 @@ func (Txs) LockRun(ctx context.Context, tx *sql.Tx, runID string) (*store.RunRec
 	return sqldialect.WorkflowLockRun(ctx, dialect, runner{q: tx}, runID)
 }
 
+// LockRuns is store.WorkflowTx's LockRuns inside tx (the writer's
+// transaction holds the database).
+func (Txs) LockRuns(ctx context.Context, tx *sql.Tx, runIDs []string) ([]store.LockedRun, error) {
+	return sqldialect.WorkflowLockRuns(ctx, dialect, runner{q: tx}, runIDs)
+}
+
 // UpdateRun is store.WorkflowTx's UpdateRun inside tx.
 func (Txs) UpdateRun(ctx context.Context, tx *sql.Tx, r store.RunRecord) error {
 	return sqldialect.WorkflowUpdateRun(ctx, dialect, runner{q: tx}, r)

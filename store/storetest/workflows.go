@@ -125,7 +125,60 @@ func (s *suite) testWorkflows(t *testing.T) {
 			})
 		})
 	}
-	t.Run("LockRunTakesTurns", s.wfLockTurns)
+	t.Run("LockRunTakesTurns", func(t *testing.T) { s.wfLockTurns(t, lockOne) })
+	t.Run("LockRunsTakesTurns", func(t *testing.T) { s.wfLockTurns(t, lockMany) })
+	t.Run("LockRuns", s.wfLockRuns)
+}
+
+// lockOne and lockMany lock one run in tx, by LockRun and by LockRuns (with
+// an unknown run beside it).
+func lockOne(ctx context.Context, tx store.Tx, id string) (*store.RunRecord, error) {
+	r, _, err := tx.LockRun(ctx, id)
+	return r, err
+}
+
+func lockMany(ctx context.Context, tx store.Tx, id string) (*store.RunRecord, error) {
+	runs, err := tx.LockRuns(ctx, []string{"a-run-that-is-not", id})
+	if err != nil {
+		return nil, err
+	}
+	if len(runs) != 1 {
+		return nil, fmt.Errorf("LockRuns answered %d runs, want 1", len(runs))
+	}
+	return &runs[0].Run, nil
+}
+
+// wfLockRuns: LockRuns answers the runs that exist, in run id order, each
+// with its own steps (ordered by step and item); none asked: none.
+func (s *suite) wfLockRuns(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	for _, id := range []string{"run-b", "run-a", "run-c"} {
+		inTx(t, b, func(tx store.Tx) error { return tx.InsertRun(b.ctx, wfRun(b, id, "order")) })
+	}
+	a2, a1 := wfStep(b, "run-a", "ship", 0, "run-a.ship", "pending"), wfStep(b, "run-a", "charge", 0, "run-a.charge", "succeeded")
+	fan1, fan0 := wfStep(b, "run-b", "mail", 1, "run-b.mail.1", "pending"), wfStep(b, "run-b", "mail", 0, "run-b.mail.0", "pending")
+	inTx(t, b, func(tx store.Tx) error { return tx.PutSteps(b.ctx, []store.StepRecord{a2, fan1, a1, fan0}) })
+	var got []store.LockedRun
+	inTx(t, b, func(tx store.Tx) error {
+		var err error
+		got, err = tx.LockRuns(b.ctx, []string{"run-c", "nope", "run-b", "run-a"})
+		return err
+	})
+	var ids []string
+	for _, l := range got {
+		ids = append(ids, l.Run.RunID)
+	}
+	eq(t, "runs", ids, []string{"run-a", "run-b", "run-c"})
+	checkRun(t, "run-a", &got[0].Run, wfRun(b, "run-a", "order"))
+	checkSteps(t, "run-a's steps", got[0].Steps, []store.StepRecord{a1, a2})
+	checkSteps(t, "run-b's steps", got[1].Steps, []store.StepRecord{fan0, fan1})
+	eq(t, "run-c's steps", got[2].Steps, []store.StepRecord{})
+	inTx(t, b, func(tx store.Tx) error {
+		none, err := tx.LockRuns(b.ctx, nil)
+		eq(t, "none asked", none, []store.LockedRun{})
+		return err
+	})
 }
 
 // wfSetup is setup on a frozen clock.
@@ -1004,7 +1057,7 @@ func wfRollback(t *testing.T, b *bundle, run runTx) {
 // it waiting) and returns from LockRun only after A committed, reading A's
 // Seq and writing Seq 2. Without the lock B would read Seq 0 before A
 // commits, and one increment would be lost.
-func (s *suite) wfLockTurns(t *testing.T) {
+func (s *suite) wfLockTurns(t *testing.T, lock func(context.Context, store.Tx, string) (*store.RunRecord, error)) {
 	if s.lockWait == nil {
 		t.Skip("the driver has no lock-wait probe")
 	}
@@ -1020,7 +1073,7 @@ func (s *suite) wfLockTurns(t *testing.T) {
 		mu.Unlock()
 	}
 	bump := func(name string, tx store.Tx) error {
-		r, _, err := tx.LockRun(b.ctx, "run-turns")
+		r, err := lock(b.ctx, tx, "run-turns")
 		if err != nil {
 			return err
 		}

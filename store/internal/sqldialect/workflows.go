@@ -435,6 +435,53 @@ func WorkflowLockRun(ctx context.Context, d *Dialect, q Querier, runID string) (
 	return rd.run(), steps, nil
 }
 
+// WorkflowLockRuns is store.WorkflowTx's LockRuns in q (a transaction): the
+// runs' rows are locked in run id order (PostgreSQL locks the rows of
+// SELECT … ORDER BY … FOR UPDATE as they come out of the sort) before
+// their steps are read.
+func WorkflowLockRuns(ctx context.Context, d *Dialect, q Querier, runIDs []string) ([]store.LockedRun, error) {
+	if len(runIDs) == 0 {
+		return []store.LockedRun{}, nil
+	}
+	list := d.TextList(runIDs)
+	rows, err := q.Query(ctx, `SELECT `+runCols+` FROM backstop_runs WHERE run_id `+d.InText("$1")+` ORDER BY run_id`+d.ForUpdate, list)
+	if err != nil {
+		return nil, fmt.Errorf("%s: lock runs: %w", d.Prefix, d.Err(err))
+	}
+	out := []store.LockedRun{}
+	at := map[string]int{}
+	for rows.Next() {
+		var rd runDest
+		if err := rows.Scan(rd.dest()...); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("%s: lock runs: %w", d.Prefix, err)
+		}
+		at[rd.run().RunID] = len(out)
+		out = append(out, store.LockedRun{Run: *rd.run(), Steps: []store.StepRecord{}})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: lock runs: %w", d.Prefix, d.Err(err))
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	srows, err := q.Query(ctx, `SELECT `+stepCols+` FROM backstop_run_steps WHERE run_id `+d.InText("$1")+` ORDER BY run_id, step_id, item`, list)
+	if err != nil {
+		return nil, fmt.Errorf("%s: lock runs: %w", d.Prefix, d.Err(err))
+	}
+	steps, err := scanSteps(srows)
+	if err != nil {
+		return nil, fmt.Errorf("%s: lock runs: %w", d.Prefix, err)
+	}
+	for _, s := range steps {
+		if i, ok := at[s.RunID]; ok {
+			out[i].Steps = append(out[i].Steps, s)
+		}
+	}
+	return out, nil
+}
+
 // WorkflowUpdateRun is store.WorkflowTx's UpdateRun in q. An unknown run:
 // store.ErrNotFound.
 func WorkflowUpdateRun(ctx context.Context, d *Dialect, q Querier, r store.RunRecord) error {
