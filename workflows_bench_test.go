@@ -29,18 +29,7 @@ func BenchmarkWorkflowOverhead(b *testing.B) {
 		for _, mode := range []string{"workflow", "plain"} {
 			b.Run(db.name+"/"+mode, func(b *testing.B) {
 				ctx := context.Background()
-				s, err := dburl.Open(ctx, db.url(b))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
-				if err := s.Migrate(ctx); err != nil {
-					b.Fatal(err)
-				}
-				c, err := NewClient(s, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
+				_, c := benchStore(b, db.url(b))
 				bld := workflow.New("linear").Queue("bench")
 				for i := 0; i < steps; i++ {
 					st := bld.Step(fmt.Sprintf("s%d", i), "noop")
@@ -116,18 +105,7 @@ func BenchmarkWorkflowSettleBatch(b *testing.B) {
 	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
 		b.Run(db.name, func(b *testing.B) {
 			ctx := context.Background()
-			s, err := dburl.Open(ctx, db.url(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			if err := s.Migrate(ctx); err != nil {
-				b.Fatal(err)
-			}
-			c, err := NewClient(s, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
+			s, c := benchStore(b, db.url(b))
 			bld := workflow.New("pair").Queue("settle-bench")
 			bld.Step("first", "noop")
 			bld.Step("second", "noop").Needs("first")
@@ -172,4 +150,24 @@ func BenchmarkWorkflowSettleBatch(b *testing.B) {
 			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/batch")
 		})
 	}
+}
+
+// benchStore opens and migrates the store at url (closed at the end of b)
+// and makes a client of it.
+func benchStore(b *testing.B, url string) (store.Store, *Client) {
+	b.Helper()
+	ctx := context.Background()
+	s, err := dburl.Open(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	c, err := NewClient(s, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, c
 }
