@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Lease tokens: the secret with which a remote worker proves it holds a
@@ -19,6 +20,8 @@ import (
 // HMAC-SHA256 of the execution id under a random 32-byte key kept in the
 // database (store.Secrets), so that every process sharing the database,
 // and one restarted mid-lease, verifies the tokens any of them handed out.
+// An operator rotates the key (RotateLeaseKey); the replaced key verifies
+// the tokens it signed until its grace is up.
 // Only the claim's answer carries a token; nothing stored or shown does.
 // A token is checked (in constant time) before any store call, and one
 // that fails is answered exactly as a token whose lease is no longer
@@ -37,37 +40,121 @@ const (
 // leaseDomain separates this MAC from any other use of the key.
 const leaseDomain = "backstop lease token v1\x00"
 
-// leaseKeys caches the key once read: it never changes.
+// LeaseKeyRefresh is how often a process reads the lease key again (by the
+// client's clock): a rotation (RotateLeaseKey, `backstop leases
+// rotate-key`) reaches every process sharing the database within it.
+const LeaseKeyRefresh = 30 * time.Second
+
+// MaxLeaseKeyGrace bounds how long a rotated-out key stays good.
+const MaxLeaseKeyGrace = 7 * 24 * time.Hour
+
+// leaseKeys caches the keys read: the current one, which signs, and the one
+// a rotation replaced, which still verifies until its time is up.
 type leaseKeys struct {
-	mu  sync.Mutex // one store round trip at a time
-	key atomic.Pointer[[]byte]
+	mu   sync.Mutex // one store round trip at a time
+	keys atomic.Pointer[leaseKeySet]
 }
 
-// leaseKey returns the database's lease key, storing a fresh random one if
-// there is none yet.
-func (c *Client) leaseKey(ctx context.Context) ([]byte, error) {
+type leaseKeySet struct {
+	cur, prev []byte
+	prevUntil time.Time
+	read      time.Time // by the client's clock
+}
+
+// leaseKeySet returns the database's lease keys, storing a fresh random
+// current key if there is none yet; they are read again after
+// LeaseKeyRefresh (a failed read keeps the keys known, and tries again at
+// the next refresh).
+func (c *Client) leaseKeySet(ctx context.Context) (*leaseKeySet, error) {
+	return c.leaseKeysNewerThan(ctx, LeaseKeyRefresh)
+}
+
+// leaseKeysNewerThan is leaseKeySet with keys read at most maxAge ago.
+func (c *Client) leaseKeysNewerThan(ctx context.Context, maxAge time.Duration) (*leaseKeySet, error) {
 	lk := &c.lkeys
-	if k := lk.key.Load(); k != nil {
-		return *k, nil
+	now := c.now()
+	fresh := func(k *leaseKeySet) bool { return k != nil && now.Sub(k.read) < maxAge && !now.Before(k.read) }
+	if k := lk.keys.Load(); fresh(k) {
+		return k, nil
 	}
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	if k := lk.key.Load(); k != nil {
-		return *k, nil
+	known := lk.keys.Load()
+	if fresh(known) {
+		return known, nil
 	}
-	candidate := make([]byte, leaseKeyLen)
-	if _, err := rand.Read(candidate); err != nil {
-		return nil, fmt.Errorf("backstop: lease token key: %w", err)
+	ks, err := c.readLeaseKeys(ctx, now)
+	if err != nil {
+		if known == nil {
+			return nil, err
+		}
+		c.cfg.Logger.Warn("reading the lease token key again failed: keeping the one known", "error", err)
+		again := *known
+		again.read = now
+		lk.keys.Store(&again)
+		return &again, nil
 	}
-	k, err := c.store.Secret(ctx, leaseKeyName, candidate, c.now())
+	lk.keys.Store(ks)
+	return ks, nil
+}
+
+func (c *Client) readLeaseKeys(ctx context.Context, now time.Time) (*leaseKeySet, error) {
+	cur, prev, until, err := c.store.SecretVersions(ctx, leaseKeyName)
 	if err != nil {
 		return nil, fmt.Errorf("backstop: lease token key: %w", err)
 	}
-	if len(k) < leaseKeyLen {
-		return nil, fmt.Errorf("backstop: lease token key: the stored key has %d bytes, want %d", len(k), leaseKeyLen)
+	if cur == nil {
+		candidate := make([]byte, leaseKeyLen)
+		if _, err := rand.Read(candidate); err != nil {
+			return nil, fmt.Errorf("backstop: lease token key: %w", err)
+		}
+		if cur, err = c.store.Secret(ctx, leaseKeyName, candidate, now); err != nil {
+			return nil, fmt.Errorf("backstop: lease token key: %w", err)
+		}
 	}
-	lk.key.Store(&k)
-	return k, nil
+	if len(cur) < leaseKeyLen {
+		return nil, fmt.Errorf("backstop: lease token key: the stored key has %d bytes, want %d", len(cur), leaseKeyLen)
+	}
+	ks := &leaseKeySet{cur: cur, read: now}
+	if len(prev) >= leaseKeyLen {
+		ks.prev, ks.prevUntil = prev, until
+	}
+	return ks, nil
+}
+
+// leaseKey returns the key that signs new lease tokens.
+func (c *Client) leaseKey(ctx context.Context) ([]byte, error) {
+	ks, err := c.leaseKeySet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ks.cur, nil
+}
+
+// RotateLeaseKey replaces the key that signs remote workers' lease tokens
+// with a fresh random one; the key it replaces still verifies the tokens it
+// signed for grace (at most MaxLeaseKeyGrace), so the leases held now run
+// on; after that a worker still holding such a token gets
+// lease_not_current, and its attempt is retried when the lease expires.
+// Every process sharing the database picks up the new key within
+// LeaseKeyRefresh (this one at once). It answers the time until which the
+// old key stays good. Rotate when a token or the key may have leaked.
+func (c *Client) RotateLeaseKey(ctx context.Context, grace time.Duration) (time.Time, error) {
+	if grace < 0 || grace > MaxLeaseKeyGrace {
+		return time.Time{}, invalid("grace", "must be between 0s and %s", MaxLeaseKeyGrace)
+	}
+	fresh := make([]byte, leaseKeyLen)
+	if _, err := rand.Read(fresh); err != nil {
+		return time.Time{}, fmt.Errorf("backstop: lease token key: %w", err)
+	}
+	now := c.now()
+	until := now.Add(grace)
+	if err := c.store.RotateSecret(ctx, leaseKeyName, fresh, now, until); err != nil {
+		return time.Time{}, fmt.Errorf("backstop: rotate the lease token key: %w", err)
+	}
+	c.lkeys.keys.Store(nil) // read again at the next use
+	c.cfg.Logger.Info("rotated the lease token key", "previous_good_until", until)
+	return until, nil
 }
 
 func leaseMAC(key []byte, executionID string) []byte {
@@ -135,10 +222,34 @@ func (c *Client) leaseOf(ctx context.Context, taskID, token string) (string, err
 // leaseExecution returns the execution id token names, ok when this
 // database's key signed it.
 func (c *Client) leaseExecution(ctx context.Context, token string) (exec string, ok bool, err error) {
-	key, err := c.leaseKey(ctx)
+	ks, err := c.leaseKeySet(ctx)
 	if err != nil {
 		return "", false, err
 	}
-	exec, ok = verifyLeaseToken(key, token)
+	if exec, ok = ks.verify(token, c.now()); ok {
+		return exec, true, nil
+	}
+	// Signed with a key this process has not read yet (another process
+	// rotated it): read the keys again, at most once a second, and look
+	// again, so that a rotation never refuses a good token.
+	if _, _, ok := parseLeaseToken(token); !ok {
+		return "", false, nil
+	}
+	if ks, err = c.leaseKeysNewerThan(ctx, time.Second); err != nil {
+		return "", false, err
+	}
+	exec, ok = ks.verify(token, c.now())
 	return exec, ok, nil
+}
+
+// verify returns the execution id token names when the current key, or
+// the previous one until its time is up, signed it.
+func (ks *leaseKeySet) verify(token string, now time.Time) (string, bool) {
+	if exec, ok := verifyLeaseToken(ks.cur, token); ok {
+		return exec, true
+	}
+	if ks.prev != nil && now.Before(ks.prevUntil) {
+		return verifyLeaseToken(ks.prev, token)
+	}
+	return "", false
 }

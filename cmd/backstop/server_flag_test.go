@@ -74,6 +74,8 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 		"events":                loc(2),
 		"events tail":           srv("task.enqueued", "--limit", "5"),
 		"help":                  loc(0),
+		"leases":                loc(0),
+		"leases rotate-key":     ref("--grace", "1m"),
 		"migrate":               ref(),
 		"migrate status":        ref(),
 		"queues":                loc(2),

@@ -182,6 +182,7 @@ var serverModes = map[string]string{
 	// Command groups: they only name their subcommands.
 	"tasks": noBackend, "dlq": noBackend, "workers": noBackend, "queues": noBackend, "events": noBackend,
 	"runs": noBackend, "workflows": noBackend, "tokens": noBackend, "config": noBackend, "redrives": noBackend,
+	"leases": noBackend,
 }
 
 // serverMode is how the command treats --server: viaServer, noBackend, or

@@ -22,6 +22,8 @@ import (
 func (s *suite) testRemoteLeases(t *testing.T) {
 	t.Run("Secret", s.testSecret)
 	t.Run("TokensShared", s.testLeaseTokensShared)
+	t.Run("RotateSecret", s.testRotateSecret)
+	t.Run("LeaseKeyRotation", s.testLeaseKeyRotation)
 	t.Run("Actor", s.testRemoteActor)
 }
 
@@ -57,6 +59,114 @@ func (s *suite) testSecret(t *testing.T) {
 		if errs[i] != nil || !bytes.Equal(got[i], got[0]) {
 			t.Fatalf("concurrent secret %d: %q %v, want %q like the others", i, got[i], errs[i], got[0])
 		}
+	}
+}
+
+// testRotateSecret: a rotation replaces the value and keeps the one it
+// replaced, with its end, replacing an earlier kept one; a rotation of a
+// name with no value stores it and keeps nothing.
+func (s *suite) testRotateSecret(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	now := b.clock.Now()
+	versions := func(name string) (string, string, time.Time) {
+		t.Helper()
+		cur, prev, until, err := b.store.SecretVersions(b.ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(cur), string(prev), until
+	}
+	if cur, prev, _ := versions("k"); cur != "" || prev != "" {
+		t.Fatalf("before any: %q %q", cur, prev)
+	}
+	if _, err := b.store.Secret(b.ctx, "k", []byte("one"), now); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.RotateSecret(b.ctx, "k", []byte("two"), now, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	cur, prev, until := versions("k")
+	if cur != "two" || prev != "one" || !until.Equal(now.Add(time.Hour)) {
+		t.Fatalf("after a rotation: %q %q %s, want two, one until %s", cur, prev, until, now.Add(time.Hour))
+	}
+	if got, err := b.store.Secret(b.ctx, "k", []byte("candidate"), now); err != nil || string(got) != "two" {
+		t.Fatalf("Secret after a rotation: %q %v, want two", got, err)
+	}
+	if err := b.store.RotateSecret(b.ctx, "k", []byte("three"), now, now.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if cur, prev, until := versions("k"); cur != "three" || prev != "two" || !until.Equal(now.Add(2*time.Hour)) {
+		t.Fatalf("after a second rotation: %q %q %s", cur, prev, until)
+	}
+	if err := b.store.RotateSecret(b.ctx, "fresh", []byte("only"), now, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if cur, prev, _ := versions("fresh"); cur != "only" || prev != "" {
+		t.Fatalf("rotation of a new name: %q %q, want only and nothing kept", cur, prev)
+	}
+}
+
+// testLeaseKeyRotation: after RotateLeaseKey, new claims' tokens are
+// signed with the new key and every client accepts them (one that has not
+// read the new key yet reads it when a token needs it); the tokens signed
+// before stay good through the grace, in every client, and are refused
+// after it, changing nothing.
+func (s *suite) testLeaseKeyRotation(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	b.clock.freeze()
+	for _, id := range []string{"old", "new"} {
+		b.enqueue(backstop.EnqueueParams{ID: id, Queue: "q", Kind: "k"})
+	}
+	claim := func() remote.Lease {
+		t.Helper()
+		ls, err := remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "remote", Max: 1, Lease: time.Hour})
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("claim: %d %v", len(ls), err)
+		}
+		return ls[0]
+	}
+	beat := func(c *backstop.Client, l remote.Lease) error {
+		_, err := remote.Of(c).Heartbeat(b.ctx, remote.Beat{TaskID: l.ID, LeaseToken: l.LeaseToken, Lease: time.Hour})
+		return err
+	}
+	old := claim()
+	other, err := backstop.NewClient(b.store, &backstop.Config{Clock: b.clock, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := beat(other, old); err != nil { // other reads the key now
+		t.Fatal(err)
+	}
+	if _, err := b.c.RotateLeaseKey(b.ctx, -time.Second); !errors.Is(err, backstop.ErrInvalid) {
+		t.Fatalf("a negative grace: %v, want ErrInvalid", err)
+	}
+	b.clock.Advance(2 * time.Second)
+	until, err := b.c.RotateLeaseKey(b.ctx, 10*time.Minute)
+	if err != nil || !until.Equal(b.clock.Now().Add(10*time.Minute)) {
+		t.Fatalf("rotate: %s %v", until, err)
+	}
+	fresh := claim()
+	for name, c := range map[string]*backstop.Client{"the rotating client": b.c, "another client": other} {
+		if err := beat(c, fresh); err != nil {
+			t.Fatalf("%s: a token signed with the new key: %v", name, err)
+		}
+		if err := beat(c, old); err != nil {
+			t.Fatalf("%s: a token signed before the rotation, within the grace: %v", name, err)
+		}
+	}
+	b.clock.Advance(10*time.Minute + time.Second)
+	for name, c := range map[string]*backstop.Client{"the rotating client": b.c, "another client": other} {
+		if err := beat(c, old); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+			t.Fatalf("%s: a token of the old key after the grace: %v, want ErrLeaseNotCurrent", name, err)
+		}
+		if err := beat(c, fresh); err != nil {
+			t.Fatalf("%s: the new key's token after the grace: %v", name, err)
+		}
+	}
+	if got := b.get(old.ID); got.State != bt.StateRunning || got.ExecutionID != old.ExecutionID {
+		t.Fatalf("the refused token changed its task: %+v", got)
 	}
 }
 
