@@ -126,6 +126,19 @@ func TestWorkflowBulkResumeAfterOutage(t *testing.T) {
 				t.Fatalf("open dead pushes after the bad input: %d %v, want %d", len(dead), err, runs+others)
 			}
 
+			// Looking before acting: the dead letters of a workflow, and a dry
+			// run of two runs' selection (several runs: --where).
+			var otherDead []json.RawMessage
+			out = cliOK(t, "--db", db, "dlq", "list", "--workflow", "other", "--step", "push", "-o", "json")
+			if err := json.Unmarshal([]byte(out), &otherDead); err != nil || len(otherDead) != others {
+				t.Fatalf("dlq list --workflow other: %d (%v), want %d\n%s", len(otherDead), err, others, out)
+			}
+			out = cliOK(t, "--db", db, "dlq", "redrive", "--workflow", "sync", "--dry-run", "--sample", "0",
+				"--where", fmt.Sprintf(`attributes.run_id in [%q, %q]`, syncIDs[0], syncIDs[1]))
+			if !strings.Contains(out, "would redrive 2 dead letters") {
+				t.Fatalf("dry run of two runs: %s", out)
+			}
+
 			// The outage ends; one command resumes the hundred runs.
 			if err := os.WriteFile(up, nil, 0o644); err != nil {
 				t.Fatal(err)
