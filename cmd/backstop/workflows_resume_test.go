@@ -18,7 +18,8 @@ import (
 // Bulk resume of workflows (issue 17 item 7): a hundred runs halted at one
 // step by one outage resume with one command, `dlq redrive --workflow W
 // --step S`, which selects their dead steps by attribute; runs of another
-// workflow halted at a step of the same id are left alone.
+// workflow halted at a step of the same id are left alone; `runs resume`
+// (the same redrive) then resumes them, one run and then the rest.
 
 // outageYAML: push fails permanently while the upstream is down and halts
 // the run; notify runs after it. %s is the workflow's name.
@@ -169,6 +170,22 @@ func TestWorkflowBulkResumeAfterOutage(t *testing.T) {
 					t.Errorf("%s of workflow other: %s %s replayed %d, want an open dead letter never replayed", tk.ID, tk.State, tk.DLQStatus, tk.ReplayCount)
 				}
 			}
+
+			// runs resume: the same redrive under the runs noun.
+			if out, errOut, code := wfCLI(t, nil, "--db", db, "runs", "resume", "--yes"); code != 2 || !strings.Contains(errOut, "name a run") {
+				t.Errorf("runs resume without a selection: exit %d %q %q, want 2", code, out, errOut)
+			}
+			if out, errOut, code := wfCLI(t, nil, "--db", db, "runs", "resume", otherIDs[0], "--workflow", "sync", "--yes"); code != 2 ||
+				!strings.Contains(errOut, `not "sync"`) {
+				t.Errorf("runs resume RUN_ID of another workflow: exit %d %q %q, want 2", code, out, errOut)
+			}
+			if out := cliOK(t, "--db", db, "runs", "resume", otherIDs[0], "--yes"); !strings.Contains(out, "1 replayed, 0 failed") {
+				t.Fatalf("runs resume RUN_ID: %s", out)
+			}
+			if out := cliOK(t, "--db", db, "runs", "resume", "--workflow", "other", "--step", "push", "--yes"); !strings.Contains(out, fmt.Sprintf("%d replayed, 0 failed", others-1)) {
+				t.Fatalf("runs resume --workflow other: %s", out)
+			}
+			waitFor(t, "every other run succeeded", func() bool { return countRuns("other", "succeeded") == others })
 		})
 	}
 }
