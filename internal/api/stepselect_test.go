@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
-	bt "github.com/backstophq/backstop/backstoptype"
 )
 
 // Workflow selection over the API (issue 17 item 7): workflow, run_id and
