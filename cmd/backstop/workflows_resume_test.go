@@ -104,14 +104,14 @@ func TestWorkflowBulkResumeAfterOutage(t *testing.T) {
 				want string
 			}{
 				{[]string{"--workflow", "nope"}, `workflow "nope" is not registered`},
-				{[]string{"--workflow", "bad name"}, "workflow"},
+				{[]string{"--workflow", "bad name"}, `workflow: "bad name" must be`},
 				{[]string{"--workflow", "sync", "--step", "nope"}, `no step "nope"`},
-				{[]string{"--step", "a.b"}, "step"},
-				{[]string{"--run", long}, "run_id"},
+				{[]string{"--step", "a.b"}, `step: step id "a.b" must be`},
+				{[]string{"--run", long}, "run_id: must be 1-1024 bytes"},
 				{[]string{"--workflow", "sync", "--run", otherIDs[0]}, `is a run of workflow "other", not "sync"`},
 				{[]string{"--run", syncIDs[0], "--step", "nope"}, `has no step "nope"`},
 				{[]string{"--workflow", "sync", "--attr", "workflow=other"}, "contradicts"},
-				{[]string{"--workflow", "sync", "--hold-key=false"}, "--hold-key=false"},
+				{[]string{"--workflow", "sync", "--hold-key=false"}, "--hold-key=false: a replay on an ordered queue always holds"},
 			} {
 				args := append([]string{"--db", db, "dlq", "redrive", "--yes"}, bad.args...)
 				out, errOut, code := wfCLI(t, nil, args...)

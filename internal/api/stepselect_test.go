@@ -45,8 +45,8 @@ func TestDLQWorkflowSelectionAndHoldKey(t *testing.T) {
 			t.Fatalf("GET /v1/dlq?workflow=order&step=reserve&run_id=order-1: %+v %v", l, err)
 		}
 		for q, field := range map[string]string{
-			"workflow=order&attr=workflow%3Dother": "workflow",
-			"step=a.b":                             "step",
+			"workflow=order&attr=workflow%3Dother": "contradicts",
+			"step=a.b":                             `step id \"a.b\" must be`,
 			"workflow=order&workflow=order":        "workflow",
 		} {
 			if st, body := b.raw(t, api.RoleViewer, "GET", "/v1/dlq?"+q, "", ""); st != http.StatusBadRequest || !strings.Contains(string(body), field) {
@@ -57,10 +57,10 @@ func TestDLQWorkflowSelectionAndHoldKey(t *testing.T) {
 		for _, bad := range []struct{ body, field string }{
 			{`{"workflow":"nope"}`, `workflow \"nope\" is not registered`},
 			{`{"workflow":"order","step":"nope"}`, `no step \"nope\"`},
-			{`{"workflow":"order","run_id":"nope"}`, "run_id"},
+			{`{"workflow":"order","run_id":"nope"}`, `run_id: run \"nope\" is not a run of workflow`},
 			{`{"run_id":"order-1","step":"nope"}`, `has no step \"nope\"`},
-			{`{"workflow":"bad name"}`, "workflow"},
-			{`{"workflow":"order","hold_key":false}`, "hold_key"},
+			{`{"workflow":"bad name"}`, `\"bad name\" must be`},
+			{`{"workflow":"order","hold_key":false}`, "hold_key: false is refused"},
 		} {
 			st, body := b.raw(t, api.RoleAdmin, "POST", "/v1/dlq/redrive", "application/json", bad.body)
 			if st != http.StatusBadRequest || !strings.Contains(string(body), bad.field) {
