@@ -97,7 +97,9 @@ func TestWorkflowBulkResumeAfterOutage(t *testing.T) {
 				t.Fatalf("runs list --workflow sync --state failed: %d runs (%v), want %d", len(listed), err, runs)
 			}
 
-			// Bad input: exit 2 naming the problem, nothing replayed.
+			// Bad input: exit 2 naming the problem, nothing replayed; the
+			// same through a server (the checks made there).
+			base := startServer(t, db)
 			long := strings.Repeat("r", 1025)
 			for _, bad := range []struct {
 				args []string
@@ -113,10 +115,12 @@ func TestWorkflowBulkResumeAfterOutage(t *testing.T) {
 				{[]string{"--workflow", "sync", "--attr", "workflow=other"}, "contradicts"},
 				{[]string{"--workflow", "sync", "--hold-key=false"}, "--hold-key=false: a replay on an ordered queue always holds"},
 			} {
-				args := append([]string{"--db", db, "dlq", "redrive", "--yes"}, bad.args...)
-				out, errOut, code := wfCLI(t, nil, args...)
-				if code != 2 || !strings.Contains(errOut, bad.want) {
-					t.Errorf("dlq redrive %s: exit %d, stderr %q, want 2 naming %q (stdout %q)", strings.Join(bad.args, " "), code, errOut, bad.want, out)
+				for _, via := range [][]string{{"--db", db}, {"--server", base}} {
+					args := append(append(via, "dlq", "redrive", "--yes"), bad.args...)
+					out, errOut, code := wfCLI(t, nil, args...)
+					if code != 2 || !strings.Contains(errOut, bad.want) {
+						t.Errorf("%s dlq redrive %s: exit %d, stderr %q, want 2 naming %q (stdout %q)", via[0], strings.Join(bad.args, " "), code, errOut, bad.want, out)
+					}
 				}
 			}
 			if rs, err := c.Redrives(ctx, "", 100); err != nil || len(rs) != 0 {
@@ -138,6 +142,10 @@ func TestWorkflowBulkResumeAfterOutage(t *testing.T) {
 				"--where", fmt.Sprintf(`attributes.run_id in [%q, %q]`, syncIDs[0], syncIDs[1]))
 			if !strings.Contains(out, "would redrive 2 dead letters") {
 				t.Fatalf("dry run of two runs: %s", out)
+			}
+			out = cliOK(t, "--server", base, "dlq", "redrive", "--workflow", "sync", "--step", "push", "--dry-run")
+			if !strings.Contains(out, fmt.Sprintf("would redrive %d dead letters", runs)) {
+				t.Fatalf("dry run through the server: %s", out)
 			}
 
 			// The outage ends; one command resumes the hundred runs.
