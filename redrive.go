@@ -18,6 +18,11 @@ type RedriveParams struct {
 	// (States, DLQStatuses, AfterID and Limit are ignored: open dead
 	// letters only).
 	Filter ListParams
+	// Steps selects workflow steps' tasks (stepselect.go): checked against
+	// the workflow registry, then added to Filter.Attrs as the attributes
+	// workflow, run_id and step_id, so that a halted run's dead step is
+	// selected in the database and replaying it resumes the run.
+	Steps StepSelection
 	// Rate: at most this many replays per second; 0 is unthrottled.
 	Rate float64
 	// Limit: replay at most this many in this run (0: all). A later run
@@ -141,6 +146,10 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		if !json.Valid(op.Value) || op.Path == "" {
 			return out, unprocessable("patch %s: invalid", op.Path)
 		}
+	}
+	f, err := c.applySteps(ctx, f, p.Steps) // the registry is read last: bad input is refused first
+	if err != nil {
+		return out, err
 	}
 	now := c.now()
 	state, runAt, err := c.replaySchedule(p.Delay, p.RunAt, now)

@@ -25,7 +25,10 @@ import (
 // queue, kind, reason, status (repeatable or comma-separated),
 // error_contains, attr (repeatable key=value), since and until (RFC 3339,
 // or an age such as 24h or 7d: that long before now), where (a CEL
-// condition on the payload and attributes), after (the cursor) and limit. Unknown parameters are refused; the library checks values.
+// condition on the payload and attributes), workflow, run_id and step (the
+// attributes workflow, run_id and step_id of workflow steps' tasks:
+// backstop.StepSelection), after (the cursor) and limit. Unknown parameters
+// are refused; the library checks values.
 func ParseDLQQuery(q url.Values, now time.Time, defaultLimit int) (backstop.ListParams, error) {
 	var f backstop.ListParams
 	bad := func(format string, args ...any) error {
@@ -33,13 +36,13 @@ func ParseDLQQuery(q url.Values, now time.Time, defaultLimit int) (backstop.List
 	}
 	for key, vals := range q {
 		switch key {
-		case "queue", "kind", "reason", "error_contains", "since", "until", "limit", "after", "where":
+		case "queue", "kind", "reason", "error_contains", "since", "until", "limit", "after", "where", "workflow", "run_id", "step":
 			if len(vals) != 1 {
 				return f, bad("%s: give it once", key)
 			}
 		case "status", "attr":
 		default:
-			return f, bad("unknown parameter %q (use queue, kind, reason, status, error_contains, attr, since, until, where, limit, after)", key)
+			return f, bad("unknown parameter %q (use queue, kind, reason, status, error_contains, attr, since, until, where, workflow, run_id, step, limit, after)", key)
 		}
 	}
 	f.Queue, f.Kind, f.AfterID = q.Get("queue"), q.Get("kind"), q.Get("after")
@@ -55,6 +58,9 @@ func ParseDLQQuery(q url.Values, now time.Time, defaultLimit int) (backstop.List
 		return f, err
 	}
 	f.Attrs = attrs
+	if f, err = (backstop.StepSelection{Workflow: q.Get("workflow"), RunID: q.Get("run_id"), Step: q.Get("step")}).Apply(f); err != nil {
+		return f, err
+	}
 	for _, w := range []struct {
 		key string
 		dst *time.Time
@@ -196,6 +202,10 @@ type PatchRequest struct {
 	// Delay or RunAt (not both) schedule the replay; default: now.
 	Delay bt.Duration `json:"delay,omitempty"`
 	RunAt *time.Time  `json:"run_at,omitempty"`
+	// HoldKey: on an ordered queue a replayed task always holds its key's
+	// later tasks until it settles (docs/ordering.md); true (or absent)
+	// says so, false is refused.
+	HoldKey *bool `json:"hold_key,omitempty"`
 }
 
 func isNull(b json.RawMessage) bool {
@@ -207,6 +217,10 @@ func isNull(b json.RawMessage) bool {
 // keys. It also refuses a run_at that is given but unusable: the zero time
 // ("0001-01-01T00:00:00Z") would otherwise read as "not given" (now).
 func (p PatchRequest) ops() ([]backstop.PatchOp, error) {
+	if p.HoldKey != nil && !*p.HoldKey {
+		return nil, &apiError{code: codeInvalidInput, field: "hold_key", detail: "hold_key: false is refused: a replay on an ordered " +
+			"queue always holds its key's later tasks until it settles (docs/ordering.md); give true or leave it out"}
+	}
 	if p.RunAt != nil {
 		if err := backstop.CheckTime("run_at", *p.RunAt); err != nil {
 			return nil, err

@@ -45,6 +45,13 @@ type RedriveRequest struct {
 	// Where: a CEL condition on the payload and attributes (the subset
 	// evaluated in the database: docs/api.md).
 	Where string `json:"where,omitempty"`
+	// Workflow, RunID, Step select workflow steps' dead tasks (the
+	// attributes workflow, run_id, step_id: backstop.StepSelection),
+	// checked against the workflow registry; redriving a halted run's dead
+	// step resumes the run.
+	Workflow string `json:"workflow,omitempty"`
+	RunID    string `json:"run_id,omitempty"`
+	Step     string `json:"step,omitempty"`
 	// Rate: replays per second (0: unthrottled). Limit: at most this many
 	// in this run (0: all); the same redrive again continues.
 	Rate  float64 `json:"rate,omitempty"`
@@ -240,11 +247,12 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 	if req.Until != nil {
 		f.Until = *req.Until
 	}
+	steps := backstop.StepSelection{Workflow: req.Workflow, RunID: req.RunID, Step: req.Step}
 	if req.Sample < 0 || req.Sample > maxRedriveSample {
 		return &apiError{code: codeInvalidInput, field: "sample", detail: fmt.Sprintf("sample: must be between 0 and %d", maxRedriveSample)}
 	}
 	if req.DryRun {
-		prog, err := s.c.Redrive(r.Context(), backstop.RedriveParams{Filter: f, MergePatch: req.merge(), Patch: ops,
+		prog, err := s.c.Redrive(r.Context(), backstop.RedriveParams{Filter: f, Steps: steps, MergePatch: req.merge(), Patch: ops,
 			KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay), RunAt: req.runAt(), Actor: p.Name, Reason: req.Why,
 			DryRun: true, SampleSize: req.Sample}, nil)
 		if err != nil {
@@ -257,7 +265,7 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 		prog.Preview.Mask(m)
 		return writeJSON(w, http.StatusOK, RedriveStatus{RedriveProgress: prog, Status: "dry_run", Actor: p.Name, Why: req.Why, StartedAt: s.now()})
 	}
-	run, err := s.redrives.start(s.c, backstop.RedriveParams{Filter: f, Rate: req.Rate, Limit: req.Limit,
+	run, err := s.redrives.start(s.c, backstop.RedriveParams{Filter: f, Steps: steps, Rate: req.Rate, Limit: req.Limit,
 		MergePatch: req.merge(), Patch: ops, KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay),
 		RunAt: req.runAt(), Actor: p.Name, Reason: req.Why}, s.now)
 	if err != nil {

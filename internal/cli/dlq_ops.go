@@ -42,6 +42,9 @@ func addActorFlag(cmd *cobra.Command, actor *string) {
 // dlqFilterFlags are the dead-letter filters of list, redrive and export.
 type dlqFilterFlags struct {
 	reason, status, errorContains, since, until, where string
+	// steps: --workflow, --run, --step, the attributes of workflow steps'
+	// tasks (backstop.StepSelection).
+	steps backstop.StepSelection
 }
 
 func (f *dlqFilterFlags) register(cmd *cobra.Command, withStatus bool) {
@@ -53,6 +56,9 @@ func (f *dlqFilterFlags) register(cmd *cobra.Command, withStatus bool) {
 	cmd.Flags().StringVar(&f.since, "since", "", "only dead letters last seen at or after this time (RFC 3339) or this long ago (24h, 7d)")
 	cmd.Flags().StringVar(&f.until, "until", "", "only dead letters last seen at or before this time (RFC 3339) or this long ago")
 	registerWhere(cmd, &f.where, "dead letters")
+	cmd.Flags().StringVar(&f.steps.Workflow, "workflow", "", "only workflow step tasks of this workflow (attribute workflow)")
+	cmd.Flags().StringVar(&f.steps.RunID, "run", "", "only tasks of this run (attribute run_id; several runs: --where 'attributes.run_id in [...]')")
+	cmd.Flags().StringVar(&f.steps.Step, "step", "", "only workflow step tasks of this step id (attribute step_id)")
 }
 
 func (f *dlqFilterFlags) apply(p *backstop.ListParams, withStatus bool) error {
@@ -72,6 +78,9 @@ func (f *dlqFilterFlags) apply(p *backstop.ListParams, withStatus bool) error {
 		for _, s := range strings.Split(f.status, ",") {
 			p.DLQStatuses = append(p.DLQStatuses, bt.DLQStatus(strings.TrimSpace(s)))
 		}
+	}
+	if *p, err = f.steps.Apply(*p); err != nil {
+		return err
 	}
 	return nil
 }
@@ -268,6 +277,7 @@ func dlqRedriveCmd(a *app) *cobra.Command {
 		rate  float64
 
 		dryRun, yes bool
+		hold        bool
 		confirmOver int
 		sample      int
 	)
@@ -298,7 +308,16 @@ does not apply to it.
 
 A redrive that would replay more than --confirm-over dead letters (default
 100) asks for confirmation when stdin is a terminal; --yes skips the question.
-Without a terminal and without --yes it exits 2 and replays nothing.`,
+Without a terminal and without --yes it exits 2 and replays nothing.
+
+Workflows: --workflow W, --run RUN_ID and --step STEP_ID select workflow
+steps' dead tasks by the attributes each step's task carries (workflow,
+run_id, step_id). A run halted at a dead step (on_failure halt) resumes when
+that step is replayed, so 'dlq redrive --workflow W --step S' resumes every
+run of W halted at S with one command. They are checked first (exit 2,
+nothing replayed): W must be a registered workflow, S a step of one of W's
+versions (or of the run's), and RUN_ID, if a workflow run, a run of W.
+'runs list --workflow W --state failed' lists the halted runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.limit < 0 {
@@ -306,6 +325,9 @@ Without a terminal and without --yes it exits 2 and replays nothing.`,
 			}
 			if err := checkReasonFlag("why", why); err != nil {
 				return err
+			}
+			if !hold {
+				return usageErr("--hold-key=false: a replay on an ordered queue always holds its key's later tasks until it settles (docs/ordering.md); there is no way to let them overtake it")
 			}
 			if df.reason != "" && !slices.Contains(bt.DeadReasons, bt.DeadReason(df.reason)) {
 				return usageErr("--reason %q is not a dead-letter reason (%s): on redrive --reason filters the dead letters; "+
@@ -334,7 +356,7 @@ Without a terminal and without --yes it exits 2 and replays nothing.`,
 				return err
 			}
 			defer c.Close()
-			params := backstop.RedriveParams{Filter: lp, Rate: rate, Limit: f.limit,
+			params := backstop.RedriveParams{Filter: lp, Steps: df.steps, Rate: rate, Limit: f.limit,
 				MergePatch: merge, Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, Actor: actor, Reason: why}
 			if dryRun {
 				dp := params
@@ -402,6 +424,7 @@ Without a terminal and without --yes it exits 2 and replays nothing.`,
 	cmd.Flags().IntVar(&sample, "sample", backstop.DefaultRedriveSample, "with --dry-run: show this many of the matching dead letters (0 to 100)")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation, however many match")
 	cmd.Flags().IntVar(&confirmOver, "confirm-over", 100, "ask for confirmation (or need --yes) when more than this many match")
+	cmd.Flags().BoolVar(&hold, "hold-key", true, "on an ordered queue, hold each key's later tasks until its replay settles (always so: the flag states it; false is refused)")
 	df.register(cmd, false)
 	pf.register(cmd)
 	addActorFlag(cmd, &actor)

@@ -20,10 +20,10 @@ func runsCmd(a *app) *cobra.Command {
 		Short: "Runs: workflow runs, and the tasks sharing a run_id attribute",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("runs: name a subcommand: list, show or cancel")
+			return usageErr("runs: name a subcommand: list, show, cancel or resume")
 		},
 	}
-	cmd.AddCommand(runsListCmd(a), runsShowCmd(a), runsCancelCmd(a)) // list and cancel: workflows.go
+	cmd.AddCommand(runsListCmd(a), runsShowCmd(a), runsCancelCmd(a), runsResumeCmd(a)) // list and cancel: workflows.go
 	return cmd
 }
 
@@ -99,4 +99,40 @@ func (a *app) run(ctx context.Context, id string) (*backstop.Run, error) {
 	}
 	defer s.Close()
 	return c.Run(ctx, id)
+}
+
+// runsResumeCmd is 'dlq redrive' selecting a run (RUN_ID) or a workflow's
+// halted runs: the same command, flags and checks, under the runs noun.
+func runsResumeCmd(a *app) *cobra.Command {
+	rd := dlqRedriveCmd(a)
+	cmd := &cobra.Command{
+		Use:   "resume [RUN_ID] [--workflow W] [--step S]",
+		Short: "Resume halted workflow runs: replay their dead steps (dlq redrive --run/--workflow/--step)",
+		Long: `resume replays the dead steps of a halted run (RUN_ID), or of every run of
+--workflow W halted at --step S, and each run goes on (docs/workflows.md). It
+is 'dlq redrive --run RUN_ID' (or '--workflow W --step S'): the same flags
+(--dry-run, --yes, --why, --patch, --rate, ...), checks and output. It needs
+RUN_ID or --workflow (exit 2 without). 'runs list --workflow W --state
+failed' lists the halted runs.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fl := cmd.Flags()
+			if len(args) == 1 {
+				if fl.Changed("run") {
+					return usageErr("runs resume: give the run as RUN_ID or --run, not both")
+				}
+				if err := fl.Set("run", args[0]); err != nil {
+					return err
+				}
+			}
+			if v, _ := fl.GetString("run"); v == "" {
+				if w, _ := fl.GetString("workflow"); w == "" {
+					return usageErr("runs resume: name a run (RUN_ID) or a workflow (--workflow W [--step S])")
+				}
+			}
+			return rd.RunE(cmd, nil)
+		},
+	}
+	cmd.Flags().AddFlagSet(rd.Flags())
+	return cmd
 }

@@ -3,7 +3,7 @@
 // reported steps, and the run's tasks (GET /v1/runs/{id}/tasks, paged).
 // When the run is a workflow's (issue 16), its workflow, state and steps
 // are shown too.
-import { api, h, clear, fmtTime, badge, table, field, live, debounce } from './lib.js';
+import { api, h, clear, fmtTime, badge, table, field, live, debounce, can, errorText } from './lib.js';
 import { stepGraph } from './graph.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
@@ -35,10 +35,81 @@ export async function runsPage(main, q) {
   } catch (e) {
     list = h('p', { class: 'error', role: 'alert' }, String(e.message || e));
   }
+  // Filter the list by workflow and state (the halted runs of a workflow:
+  // state failed).
+  const wfIn = h('input', { id: 'runs-f-workflow', name: 'workflow', value: q.get('workflow') || '', spellcheck: 'false', autocomplete: 'off' });
+  const stIn = h('select', { id: 'runs-f-state', name: 'state' },
+    ['', 'running', 'failed', 'compensating', 'compensated', 'compensation_failed', 'succeeded', 'partial', 'canceled'].map((s) =>
+      h('option', { value: s, selected: (q.get('state') || '') === s }, s || 'any')));
+  const filter = h('form', { class: 'filters', id: 'runs-filter', role: 'search', 'aria-label': 'Filter workflow runs' },
+    field('Workflow', wfIn), field('State', stIn), h('button', { type: 'submit' }, 'Filter'));
+  filter.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const fq = new URLSearchParams();
+    if (wfIn.value.trim()) fq.set('workflow', wfIn.value.trim());
+    if (stIn.value) fq.set('state', stIn.value);
+    location.hash = `#/runs?${fq}`;
+  });
+  const wf = q.get('workflow');
+  const halted = (q.get('state') || '').split(',').some((s) => s === 'failed' || s === 'compensation_failed');
+  const resume = wf && halted && can('admin') ? await resumeSection(wf, q.get('state')) : null;
   clear(main, h('h1', {}, 'Runs'),
     h('p', { class: 'muted' }, 'A run is the tasks enqueued with the same run_id attribute; a workflow run also has a state and steps.'), form,
-    h('section', { 'aria-labelledby': 'runs-title' }, h('h2', { id: 'runs-title' }, 'Workflow runs'), list));
+    h('section', { 'aria-labelledby': 'runs-title' }, h('h2', { id: 'runs-title' }, 'Workflow runs'), filter, resume, list));
   live(main, 'type.run.finished', debounce(() => { if (location.hash.startsWith('#/runs') && !location.hash.startsWith('#/runs/')) runsPage(main, q).catch(() => {}); }, 1000));
+}
+
+// resumeSection resumes the halted runs of a workflow with one redrive of
+// its dead steps (POST /v1/dlq/redrive {workflow}: the command line's
+// `dlq redrive --workflow W`); each is replayed under its own id and its run
+// goes on when it settles. The dry run says how many dead steps that is.
+async function resumeSection(wf, state) {
+  const err = h('p', { class: 'error', role: 'alert', id: 'runs-resume-error' });
+  const sec = h('section', { class: 'card bulk', id: 'runs-resume', 'aria-label': 'Resume halted runs' });
+  let runs;
+  let pre;
+  try {
+    [runs, pre] = await Promise.all([
+      api('GET', `/v1/runs?${new URLSearchParams({ workflow: wf, state, limit: '1000' })}`),
+      api('POST', '/v1/dlq/redrive', { workflow: wf, dry_run: true }),
+    ]);
+  } catch (e) {
+    clear(err, errorText(e));
+    sec.append(err);
+    return sec;
+  }
+  const n = `${runs.runs.length}${runs.next_cursor ? '+' : ''}`;
+  const steps = pre.preview ? pre.preview.matched : pre.total;
+  sec.dataset.steps = String(steps);
+  const why = h('input', { id: 'runs-resume-why', name: 'why', autocomplete: 'off', size: 32 });
+  const start = h('button', { type: 'button', class: 'primary', id: 'runs-resume-start', disabled: steps === 0 },
+    `Resume ${n} halted runs of ${wf}`);
+  const text = h('span', { id: 'runs-resume-text', role: 'status', 'aria-live': 'polite' },
+    `replays the workflow's ${steps} open dead steps, each under its own id; a run goes on when its step settles`);
+  const show = (st) => {
+    sec.dataset.status = st.status;
+    clear(text, `${st.replayed} of ${st.total} dead steps replayed${st.failed ? `, ${st.failed} failed` : ''} · ${st.status}`);
+  };
+  start.addEventListener('click', async () => {
+    start.disabled = true;
+    clear(err);
+    const req = { workflow: wf };
+    if (why.value.trim()) req.why = why.value.trim();
+    try {
+      let st = await api('POST', '/v1/dlq/redrive', req);
+      show(st);
+      while (st.status === 'running' && sec.isConnected) {
+        await new Promise((r) => setTimeout(r, 500));
+        st = await api('GET', `/v1/redrives/${encodeURIComponent(st.redrive_id)}`);
+        show(st);
+      }
+    } catch (e) {
+      clear(err, errorText(e));
+      start.disabled = false;
+    }
+  });
+  sec.append(field('Why (recorded with each replay)', why), start, text, err);
+  return sec;
 }
 
 export async function runPage(main, id, q) {
