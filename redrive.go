@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -100,7 +101,11 @@ func timePtr(t time.Time) *time.Time {
 // after being redriven is not redriven twice. If the run stops (ctx ends,
 // the process dies), calling Redrive again with the same filter and patch
 // resumes the unfinished redrive and replays each dead letter once.
-// Without a patch each batch is one set-based update in one transaction.
+// Without a patch, and with a where (if any) in the subset the stores
+// evaluate in SQL, each batch is one set-based update in one transaction;
+// otherwise the dead letters are replayed one by one (a where outside the
+// subset is evaluated in Go over the other filters' dead letters, streamed
+// page by page, its count too).
 func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(RedriveProgress)) (RedriveProgress, error) {
 	var out RedriveProgress
 	if p.Rate < 0 {
@@ -125,9 +130,10 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err := validateDLQFilter(f); err != nil {
 		return out, err
 	}
-	if err := checkWhere(f.Where, true); err != nil {
+	if err := checkWhere(f.Where, false); err != nil {
 		return out, err
 	}
+	inGo := whereInGo(f.Where)
 	if err := checkPatch(p.MergePatch, p.Patch); err != nil {
 		return out, err
 	}
@@ -148,7 +154,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		return out, err
 	}
 	if p.DryRun {
-		return c.redriveDryRun(ctx, p, f, now)
+		return c.redriveDryRun(ctx, p, f, inGo, now)
 	}
 	rk := rk(RedriveParams{Filter: f, MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts})
 	key, err := json.Marshal(rk)
@@ -173,7 +179,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	actor := c.actor(p.Actor)
 	batch := store.RedriveBatch{RedriveID: rec.ID, Filter: f, Snapshot: rec.Snapshot, AfterID: rec.Cursor,
 		State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts, Actor: actor, Reason: p.Reason}
-	left, err := c.store.CountRedrive(ctx, batch)
+	left, err := c.countRedrive(ctx, batch, inGo)
 	if err != nil {
 		return out, fmt.Errorf("redrive: %w", err)
 	}
@@ -208,7 +214,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		}
 		var replayed, failed int
 		var last string
-		if len(p.MergePatch) == 0 && len(p.Patch) == 0 {
+		if len(p.MergePatch) == 0 && len(p.Patch) == 0 && inGo == nil {
 			batch.Limit, batch.Now = n, c.now()
 			res, err := c.store.RedriveBatch(ctx, batch)
 			if err != nil {
@@ -220,7 +226,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 			replayed, failed, last = res.Replayed, len(res.Conflicts), res.LastID
 			c.telemetry.replayedBatch(ctx, replayed, failed)
 		} else {
-			replayed, failed, last, err = c.redrivePatched(ctx, p, f, batch, n)
+			replayed, failed, last, err = c.redriveOneByOne(ctx, p, f, batch, n)
 			if err != nil {
 				if ctx.Err() != nil {
 					out.Replayed += replayed
@@ -257,14 +263,13 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	}
 }
 
-// redrivePatched replays up to n dead letters one by one (each its own
-// transaction, which also advances the redrive record).
-func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListParams, b store.RedriveBatch, n int) (replayed, failed int, last string, err error) {
-	lf := f
-	lf.States, lf.DLQStatuses, lf.AfterID, lf.Limit = []State{StateDead}, []DLQStatus{DLQOpen}, b.AfterID, n
-	if lf.Until.IsZero() || lf.Until.After(b.Snapshot) {
-		lf.Until = b.Snapshot
-	}
+// redriveOneByOne replays up to n dead letters one by one (each its own
+// transaction, which also advances the redrive record): a patched redrive,
+// or one whose where the stores cannot evaluate in SQL (the listing
+// evaluates it in Go: filter.Scan).
+func (c *Client) redriveOneByOne(ctx context.Context, p RedriveParams, f ListParams, b store.RedriveBatch, n int) (replayed, failed int, last string, err error) {
+	lf := redriveList(f, b.AfterID, b.Snapshot)
+	lf.Limit = n
 	page, err := c.store.List(ctx, lf)
 	if err != nil {
 		return 0, 0, "", fmt.Errorf("redrive: %w", err)
@@ -305,6 +310,32 @@ func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListPara
 		}
 	}
 	return replayed, failed, last, nil
+}
+
+// countRedrive counts the open dead letters the redrive would still
+// select: in the store, or, for a where outside the SQL subset (x), by
+// streaming the other filters' dead letters through Go.
+func (c *Client) countRedrive(ctx context.Context, b store.RedriveBatch, x *filter.Expr) (int, error) {
+	if x == nil {
+		return c.store.CountRedrive(ctx, b)
+	}
+	lf := redriveList(b.Filter, b.AfterID, b.Snapshot)
+	n := 0
+	err := filter.Each(ctx, x, lf, c.store.List, func(*Task) error {
+		n++
+		return nil
+	})
+	return n, err
+}
+
+// redriveList is the listing of the open dead letters a redrive selects,
+// after the cursor, last seen at or before the snapshot.
+func redriveList(f ListParams, after string, snapshot time.Time) ListParams {
+	f.States, f.DLQStatuses, f.AfterID, f.Limit = []State{StateDead}, []DLQStatus{DLQOpen}, after, 0
+	if f.Until.IsZero() || f.Until.After(snapshot) {
+		f.Until = snapshot
+	}
+	return f
 }
 
 // ErrInterrupted: a redrive stopped before it finished; run it again with
