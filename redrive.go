@@ -268,8 +268,11 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 // or one whose where the stores cannot evaluate in SQL (the listing
 // evaluates it in Go: filter.Scan).
 func (c *Client) redriveOneByOne(ctx context.Context, p RedriveParams, f ListParams, b store.RedriveBatch, n int) (replayed, failed int, last string, err error) {
-	lf := redriveList(f, b.AfterID, b.Snapshot)
-	lf.Limit = n
+	lf := f
+	lf.States, lf.DLQStatuses, lf.AfterID, lf.Limit = []State{StateDead}, []DLQStatus{DLQOpen}, b.AfterID, n
+	if lf.Until.IsZero() || lf.Until.After(b.Snapshot) {
+		lf.Until = b.Snapshot
+	}
 	page, err := c.store.List(ctx, lf)
 	if err != nil {
 		return 0, 0, "", fmt.Errorf("redrive: %w", err)

@@ -42,8 +42,9 @@ type RedriveRequest struct {
 	Attributes    map[string]string `json:"attributes,omitempty"`
 	Since         *time.Time        `json:"since,omitempty"`
 	Until         *time.Time        `json:"until,omitempty"`
-	// Where: a CEL condition on the payload and attributes (the subset
-	// evaluated in the database: docs/api.md).
+	// Where: a CEL condition on the payload and attributes (docs/api.md):
+	// in the database for its SQL subset, otherwise in Go (the redrive then
+	// replays one by one).
 	Where string `json:"where,omitempty"`
 	// Rate: replays per second (0: unthrottled). Limit: at most this many
 	// in this run (0: all); the same redrive again continues.

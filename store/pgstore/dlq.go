@@ -173,8 +173,9 @@ func openDLQWhere(f store.ListFilter, snapshot time.Time, after string, args *[]
 		add("t.id > %s", after)
 	}
 	if f.Where != "" {
-		// The client refuses a where that does not translate before any
-		// redrive (backstop.Redrive): selecting nothing is the safe side.
+		// The client takes a where that does not translate through its Go
+		// path (backstop.Redrive: countRedrive, the one-by-one replay),
+		// never here: selecting nothing is the safe side.
 		cond, err := whereCond(f.Where, args)
 		if err != nil {
 			cond = "false"
