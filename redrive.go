@@ -101,11 +101,10 @@ func timePtr(t time.Time) *time.Time {
 // after being redriven is not redriven twice. If the run stops (ctx ends,
 // the process dies), calling Redrive again with the same filter and patch
 // resumes the unfinished redrive and replays each dead letter once.
-// Without a patch, and with a where (if any) in the subset the stores
-// evaluate in SQL, each batch is one set-based update in one transaction;
-// otherwise the dead letters are replayed one by one (a where outside the
-// subset is evaluated in Go over the other filters' dead letters, streamed
-// page by page, its count too).
+// Without a patch each batch is one set-based update in one transaction.
+// A where outside the subset the stores evaluate in SQL is evaluated in Go
+// over the other filters' dead letters, streamed page by page (its count
+// too), each batch's matches then replayed by id.
 func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(RedriveProgress)) (RedriveProgress, error) {
 	var out RedriveProgress
 	if p.Rate < 0 {
@@ -214,9 +213,9 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		}
 		var replayed, failed int
 		var last string
-		if len(p.MergePatch) == 0 && len(p.Patch) == 0 && inGo == nil {
+		if len(p.MergePatch) == 0 && len(p.Patch) == 0 {
 			batch.Limit, batch.Now = n, c.now()
-			res, err := c.store.RedriveBatch(ctx, batch)
+			res, err := c.redriveBatch(ctx, batch, inGo)
 			if err != nil {
 				if ctx.Err() != nil {
 					return out, interrupted(out, ctx.Err())
@@ -226,7 +225,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 			replayed, failed, last = res.Replayed, len(res.Conflicts), res.LastID
 			c.telemetry.replayedBatch(ctx, replayed, failed)
 		} else {
-			replayed, failed, last, err = c.redriveOneByOne(ctx, p, f, batch, n)
+			replayed, failed, last, err = c.redrivePatched(ctx, p, f, batch, n)
 			if err != nil {
 				if ctx.Err() != nil {
 					out.Replayed += replayed
@@ -263,11 +262,10 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	}
 }
 
-// redriveOneByOne replays up to n dead letters one by one (each its own
-// transaction, which also advances the redrive record): a patched redrive,
-// or one whose where the stores cannot evaluate in SQL (the listing
-// evaluates it in Go: filter.Scan).
-func (c *Client) redriveOneByOne(ctx context.Context, p RedriveParams, f ListParams, b store.RedriveBatch, n int) (replayed, failed int, last string, err error) {
+// redrivePatched replays up to n dead letters one by one (each its own
+// transaction, which also advances the redrive record); a where outside
+// the SQL subset is evaluated in Go by the listing (filter.Scan).
+func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListParams, b store.RedriveBatch, n int) (replayed, failed int, last string, err error) {
 	lf := f
 	lf.States, lf.DLQStatuses, lf.AfterID, lf.Limit = []State{StateDead}, []DLQStatus{DLQOpen}, b.AfterID, n
 	if lf.Until.IsZero() || lf.Until.After(b.Snapshot) {
@@ -313,6 +311,32 @@ func (c *Client) redriveOneByOne(ctx context.Context, p RedriveParams, f ListPar
 		}
 	}
 	return replayed, failed, last, nil
+}
+
+// redriveBatch replays the next batch set-based: the store selects it, or,
+// for a where outside the SQL subset (x), the next b.Limit matches are
+// listed and matched in Go (filter.Scan) and the store replays those ids
+// in one transaction. LastID is then the last id listed ("" at the end).
+func (c *Client) redriveBatch(ctx context.Context, b store.RedriveBatch, x *filter.Expr) (store.RedriveBatchResult, error) {
+	if x == nil {
+		return c.store.RedriveBatch(ctx, b)
+	}
+	lf := redriveList(b.Filter, b.AfterID, b.Snapshot)
+	lf.Limit, lf.WithoutPayload = b.Limit, true
+	page, err := c.store.List(ctx, lf)
+	if err != nil || len(page) == 0 {
+		return store.RedriveBatchResult{}, err
+	}
+	b.IDs = make([]string, len(page))
+	for i, t := range page {
+		b.IDs[i] = t.ID
+	}
+	b.Filter.Where = ""
+	res, err := c.store.RedriveBatch(ctx, b)
+	if err == nil {
+		res.LastID = page[len(page)-1].ID
+	}
+	return res, err
 }
 
 // countRedrive counts the open dead letters the redrive would still

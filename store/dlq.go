@@ -139,6 +139,11 @@ type RedriveBatch struct {
 	Actor        string
 	// Reason: the operator's, recorded in each event when not empty.
 	Reason string
+	// IDs, when not nil, narrows RedriveBatch to these ids (still open
+	// dead letters matching Filter): the client lists and matches a page
+	// of a where outside the SQL subset in Go, then replays it set-based
+	// (Filter.Where is then empty). CountRedrive does not use it.
+	IDs []string
 }
 
 // RedriveBatchResult reports one batch.

@@ -207,6 +207,10 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var args []any
 	where := openDLQWhere(b.Filter, b.Snapshot, b.AfterID, &args)
+	if b.IDs != nil { // matched in Go by the client (store.RedriveBatch)
+		args = append(args, b.IDs)
+		where += " AND t.id = ANY($" + strconv.Itoa(len(args)) + "::text[])"
+	}
 	args = append(args, b.Limit)
 	pick := `SELECT t.id FROM backstop_tasks t WHERE ` + where + ` ORDER BY t.id LIMIT $` + strconv.Itoa(len(args)) + ` FOR UPDATE SKIP LOCKED`
 
