@@ -43,8 +43,8 @@ type RedriveRequest struct {
 	Since         *time.Time        `json:"since,omitempty"`
 	Until         *time.Time        `json:"until,omitempty"`
 	// Where: a CEL condition on the payload and attributes (docs/api.md):
-	// in the database for its SQL subset, otherwise in Go (the redrive then
-	// replays one by one).
+	// in the database for its SQL subset, otherwise in Go over the other
+	// filters' dead letters.
 	Where string `json:"where,omitempty"`
 	// Rate: replays per second (0: unthrottled). Limit: at most this many
 	// in this run (0: all); the same redrive again continues.
