@@ -212,8 +212,9 @@ func checkListFilter(f ListParams) error {
 }
 
 // checkWhere compiles a where expression (internal/filter); sqlOnly
-// refuses one outside the subset the stores evaluate in SQL (counts and
-// bulk operations take only that subset; List evaluates the rest in Go).
+// refuses one outside the subset the stores evaluate in SQL (for an
+// operation that has no Go path; List, counts and redrive evaluate the
+// rest in Go: whereInGo).
 func checkWhere(w string, sqlOnly bool) error {
 	if w == "" {
 		return nil
@@ -228,6 +229,21 @@ func checkWhere(w string, sqlOnly bool) error {
 	return nil
 }
 
+// whereInGo is a checked where expression's compiled form when the stores
+// cannot evaluate it in SQL (nil when there is none or it is in the SQL
+// subset): then a count or a bulk operation streams the other filters'
+// tasks through Go (filter.Each).
+func whereInGo(w string) *filter.Expr {
+	if w == "" {
+		return nil
+	}
+	x, err := filter.Compile(w)
+	if err != nil || x.InSQL() {
+		return nil
+	}
+	return x
+}
+
 // DeadLetterGroups is the dead letters of a filter counted by reason and by
 // last error (the largest groups first).
 type DeadLetterGroups = store.DLQGroups
@@ -238,7 +254,9 @@ const MaxErrorGroups = 1000
 // DeadLetterGroupCounts counts the dead letters f selects (as DeadLetters
 // does; its AfterID and Limit are ignored) by reason and by last error, at
 // most errorLimit errors (default 20, at most MaxErrorGroups), largest
-// first. One grouped read per dimension, on the server.
+// first. One grouped read per dimension, on the server; a where outside
+// the SQL subset is evaluated in Go over the other filters' dead letters,
+// read page by page (filter.Each) and counted here, with the same groups.
 func (c *Client) DeadLetterGroupCounts(ctx context.Context, f ListParams, errorLimit int) (*DeadLetterGroups, error) {
 	if errorLimit < 0 || errorLimit > MaxErrorGroups {
 		return nil, invalid("limit", "must be between 1 and %d", MaxErrorGroups)
@@ -250,10 +268,47 @@ func (c *Client) DeadLetterGroupCounts(ctx context.Context, f ListParams, errorL
 	if err := checkListFilter(f); err != nil {
 		return nil, err
 	}
-	if err := checkWhere(f.Where, true); err != nil {
-		return nil, err
+	if x := whereInGo(f.Where); x != nil {
+		return groupsInGo(ctx, x, f, errorLimit, c.store.List)
 	}
 	return c.store.DLQGroups(ctx, f, errorLimit)
+}
+
+// errorGroupLen is how much of a last error names its group: its first 200
+// characters, as the stores' grouped reads (left / substr) cut it.
+const errorGroupLen = 200
+
+// groupsInGo counts by reason and by error the dead letters f selects that
+// x matches, streamed (a page of tasks held at a time; one count per
+// distinct reason and error group).
+func groupsInGo(ctx context.Context, x *filter.Expr, f ListParams, errorLimit int, list func(context.Context, ListParams) ([]*Task, error)) (*DeadLetterGroups, error) {
+	byReason, byError := map[string]int{}, map[string]int{}
+	g := &DeadLetterGroups{ByReason: []store.GroupCount{}, ByError: []store.GroupCount{}}
+	err := filter.Each(ctx, x, f, list, func(t *Task) error {
+		g.Total++
+		byReason[string(t.DeadReason)]++
+		e := t.LastError
+		if len(e) > errorGroupLen { // bytes ≥ characters: cut only a long one
+			if r := []rune(e); len(r) > errorGroupLen {
+				e = string(r[:errorGroupLen])
+			}
+		}
+		byError[e]++
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dead-letter groups: %w", err)
+	}
+	for v, n := range byReason {
+		g.ByReason = append(g.ByReason, store.GroupCount{Value: v, Count: n})
+	}
+	for v, n := range byError {
+		g.ByError = append(g.ByError, store.GroupCount{Value: v, Count: n})
+	}
+	store.SortGroups(g.ByReason)
+	store.SortGroups(g.ByError)
+	g.ByError, g.MoreErrors = store.CapGroups(g.ByError, errorLimit)
+	return g, nil
 }
 
 func validReason(r bt.DeadReason) bool {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -106,6 +107,9 @@ func timePtr(t time.Time) *time.Time {
 // the process dies), calling Redrive again with the same filter and patch
 // resumes the unfinished redrive and replays each dead letter once.
 // Without a patch each batch is one set-based update in one transaction.
+// A where outside the subset the stores evaluate in SQL is evaluated in Go
+// over the other filters' dead letters, streamed page by page (its count
+// too), each batch's matches then replayed by id.
 func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(RedriveProgress)) (RedriveProgress, error) {
 	var out RedriveProgress
 	if p.Rate < 0 {
@@ -130,9 +134,10 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err := validateDLQFilter(f); err != nil {
 		return out, err
 	}
-	if err := checkWhere(f.Where, true); err != nil {
+	if err := checkWhere(f.Where, false); err != nil {
 		return out, err
 	}
+	inGo := whereInGo(f.Where)
 	if err := checkPatch(p.MergePatch, p.Patch); err != nil {
 		return out, err
 	}
@@ -157,7 +162,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		return out, err
 	}
 	if p.DryRun {
-		return c.redriveDryRun(ctx, p, f, now)
+		return c.redriveDryRun(ctx, p, f, inGo, now)
 	}
 	rk := rk(RedriveParams{Filter: f, MergePatch: p.MergePatch, Patch: p.Patch, KeepAttempts: p.KeepAttempts})
 	key, err := json.Marshal(rk)
@@ -182,7 +187,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	actor := c.actor(p.Actor)
 	batch := store.RedriveBatch{RedriveID: rec.ID, Filter: f, Snapshot: rec.Snapshot, AfterID: rec.Cursor,
 		State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts, Actor: actor, Reason: p.Reason}
-	left, err := c.store.CountRedrive(ctx, batch)
+	left, err := c.countRedrive(ctx, batch, inGo)
 	if err != nil {
 		return out, fmt.Errorf("redrive: %w", err)
 	}
@@ -219,7 +224,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		var last string
 		if len(p.MergePatch) == 0 && len(p.Patch) == 0 {
 			batch.Limit, batch.Now = n, c.now()
-			res, err := c.store.RedriveBatch(ctx, batch)
+			res, err := c.redriveBatch(ctx, batch, inGo)
 			if err != nil {
 				if ctx.Err() != nil {
 					return out, interrupted(out, ctx.Err())
@@ -267,7 +272,8 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 }
 
 // redrivePatched replays up to n dead letters one by one (each its own
-// transaction, which also advances the redrive record).
+// transaction, which also advances the redrive record); a where outside
+// the SQL subset is evaluated in Go by the listing (filter.Scan).
 func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListParams, b store.RedriveBatch, n int) (replayed, failed int, last string, err error) {
 	lf := f
 	lf.States, lf.DLQStatuses, lf.AfterID, lf.Limit = []State{StateDead}, []DLQStatus{DLQOpen}, b.AfterID, n
@@ -314,6 +320,58 @@ func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListPara
 		}
 	}
 	return replayed, failed, last, nil
+}
+
+// redriveBatch replays the next batch set-based: the store selects it, or,
+// for a where outside the SQL subset (x), the next b.Limit matches are
+// listed and matched in Go (filter.Scan) and the store replays those ids
+// in one transaction. LastID is then the last id listed ("" at the end).
+func (c *Client) redriveBatch(ctx context.Context, b store.RedriveBatch, x *filter.Expr) (store.RedriveBatchResult, error) {
+	if x == nil {
+		return c.store.RedriveBatch(ctx, b)
+	}
+	lf := redriveList(b.Filter, b.AfterID, b.Snapshot)
+	lf.Limit, lf.WithoutPayload = b.Limit, true
+	page, err := c.store.List(ctx, lf)
+	if err != nil || len(page) == 0 {
+		return store.RedriveBatchResult{}, err
+	}
+	b.IDs = make([]string, len(page))
+	for i, t := range page {
+		b.IDs[i] = t.ID
+	}
+	b.Filter.Where = ""
+	res, err := c.store.RedriveBatch(ctx, b)
+	if err == nil {
+		res.LastID = page[len(page)-1].ID
+	}
+	return res, err
+}
+
+// countRedrive counts the open dead letters the redrive would still
+// select: in the store, or, for a where outside the SQL subset (x), by
+// streaming the other filters' dead letters through Go.
+func (c *Client) countRedrive(ctx context.Context, b store.RedriveBatch, x *filter.Expr) (int, error) {
+	if x == nil {
+		return c.store.CountRedrive(ctx, b)
+	}
+	lf := redriveList(b.Filter, b.AfterID, b.Snapshot)
+	n := 0
+	err := filter.Each(ctx, x, lf, c.store.List, func(*Task) error {
+		n++
+		return nil
+	})
+	return n, err
+}
+
+// redriveList is the listing of the open dead letters a redrive selects,
+// after the cursor, last seen at or before the snapshot.
+func redriveList(f ListParams, after string, snapshot time.Time) ListParams {
+	f.States, f.DLQStatuses, f.AfterID, f.Limit = []State{StateDead}, []DLQStatus{DLQOpen}, after, 0
+	if f.Until.IsZero() || f.Until.After(snapshot) {
+		f.Until = snapshot
+	}
+	return f
 }
 
 // ErrInterrupted: a redrive stopped before it finished; run it again with

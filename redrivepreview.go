@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/redact"
 	"github.com/backstophq/backstop/store"
 )
@@ -72,9 +73,10 @@ func (p *RedrivePreview) Mask(m *redact.Masker) {
 }
 
 // redriveDryRun counts and samples what the redrive would select now.
-func (c *Client) redriveDryRun(ctx context.Context, p RedriveParams, f ListParams, now time.Time) (RedriveProgress, error) {
+// inGo: the where outside the SQL subset, counted in Go (countRedrive).
+func (c *Client) redriveDryRun(ctx context.Context, p RedriveParams, f ListParams, inGo *filter.Expr, now time.Time) (RedriveProgress, error) {
 	out := RedriveProgress{Snapshot: now, DryRun: true}
-	n, err := c.store.CountRedrive(ctx, store.RedriveBatch{Filter: f, Snapshot: now})
+	n, err := c.countRedrive(ctx, store.RedriveBatch{Filter: f, Snapshot: now}, inGo)
 	if err != nil {
 		return out, fmt.Errorf("redrive: %w", err)
 	}
@@ -84,11 +86,8 @@ func (c *Client) redriveDryRun(ctx context.Context, p RedriveParams, f ListParam
 	}
 	pv := &RedrivePreview{Matched: n, Sample: []RedriveSample{}}
 	if size > 0 && n > 0 {
-		lf := f
-		lf.States, lf.DLQStatuses, lf.Limit = []State{StateDead}, []DLQStatus{DLQOpen}, size
-		if lf.Until.IsZero() || lf.Until.After(now) {
-			lf.Until = now
-		}
+		lf := redriveList(f, "", now)
+		lf.Limit = size
 		page, err := c.store.List(ctx, lf)
 		if err != nil {
 			return out, fmt.Errorf("redrive: %w", err)

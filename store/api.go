@@ -25,7 +25,8 @@ type APIStore interface {
 	// DLQGroups counts the dead letters f selects (its States, AfterID and
 	// Limit are ignored: dead tasks only) by reason and by last error, the
 	// largest groups first, at most errorLimit errors (MoreErrors: there
-	// were more).
+	// were more). A where outside the SQL subset is filter.ErrNotInSQL
+	// (the client counts such a where in Go over List).
 	DLQGroups(ctx context.Context, f ListFilter, errorLimit int) (*DLQGroups, error)
 	// Activity counts, per minute in [since, until) (a minute is its Unix
 	// minute: seconds/60), the tasks that succeeded, the attempts that

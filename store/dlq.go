@@ -30,9 +30,12 @@ type DLQ interface {
 	// letters matching the filter with ids after AfterID and last_seen at
 	// or before Snapshot, in id order, with one set-based update; rows a
 	// uniqueness rule refuses are skipped and reported. The redrive record
-	// advances in the same transaction.
+	// advances in the same transaction. The filter's where is in the SQL
+	// subset (the client replays a Go-side where one by one, over List; a
+	// where outside it selects nothing here).
 	RedriveBatch(ctx context.Context, b RedriveBatch) (RedriveBatchResult, error)
-	// CountRedrive counts what RedriveBatch would still select (any limit).
+	// CountRedrive counts what RedriveBatch would still select (any limit;
+	// the client counts a Go-side where itself, over List).
 	CountRedrive(ctx context.Context, b RedriveBatch) (int, error)
 	// SetDLQStatus moves an open dead letter to Status (discarded,
 	// resolved) and writes Event. Not an open dead letter: ErrNotFound.
@@ -136,6 +139,11 @@ type RedriveBatch struct {
 	Actor        string
 	// Reason: the operator's, recorded in each event when not empty.
 	Reason string
+	// IDs, when not nil, narrows RedriveBatch to these ids (still open
+	// dead letters matching Filter): the client lists and matches a page
+	// of a where outside the SQL subset in Go, then replays it set-based
+	// (Filter.Where is then empty). CountRedrive does not use it.
+	IDs []string
 }
 
 // RedriveBatchResult reports one batch.

@@ -223,7 +223,8 @@ type ListFilter struct {
 	// Where is a CEL condition on the payload and attributes
 	// (internal/filter; docs/api.md "Filtering by payload"): a well-defined
 	// subset is evaluated in SQL, the rest in Go over a scan of the other
-	// conditions' tasks (List only: the bulk operations and counts take the
-	// SQL subset).
+	// conditions' tasks (List here: the stores' counts and bulk operations
+	// take the SQL subset, and the client streams the rest through List and
+	// Go: DeadLetterGroupCounts, Redrive).
 	Where string
 }

@@ -42,8 +42,9 @@ type RedriveRequest struct {
 	Attributes    map[string]string `json:"attributes,omitempty"`
 	Since         *time.Time        `json:"since,omitempty"`
 	Until         *time.Time        `json:"until,omitempty"`
-	// Where: a CEL condition on the payload and attributes (the subset
-	// evaluated in the database: docs/api.md).
+	// Where: a CEL condition on the payload and attributes (docs/api.md):
+	// in the database for its SQL subset, otherwise in Go over the other
+	// filters' dead letters.
 	Where string `json:"where,omitempty"`
 	// Workflow, RunID, Step select workflow steps' dead tasks (the
 	// attributes workflow, run_id, step_id: backstop.StepSelection),

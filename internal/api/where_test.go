@@ -18,7 +18,8 @@ import (
 
 // TestWhere: GET /v1/tasks, /v1/dlq, /v1/dlq/export and /v1/dlq/groups
 // take where (a CEL condition on the payload and attributes), in SQL or in
-// Go; POST /v1/dlq/redrive takes it in its body (the SQL subset); a bad
+// Go; POST /v1/dlq/redrive takes it in its body (in SQL or in Go, a dry
+// run too); a bad
 // expression is 400 naming where, nothing done; a key redacted from the
 // caller's view is refused unless raw=true.
 func TestWhere(t *testing.T) {
@@ -128,6 +129,16 @@ func TestWhere(t *testing.T) {
 		if st, body := get(api.RoleViewer, "/v1/dlq/groups?"+w(sqlWhere)); st != 200 || !strings.Contains(string(body), fmt.Sprintf(`"count":%d`, len(acme42))) {
 			t.Errorf("groups by payload: %d %s", st, body)
 		}
+		// Groups by a Go-side where: counted in Go, the same shape.
+		for _, q := range []string{"", "status=open&"} {
+			st, body := get(api.RoleViewer, "/v1/dlq/groups?"+q+w(goWhere))
+			var g api.DLQGroups
+			if st != 200 || json.Unmarshal(body, &g) != nil || g.Total != len(vip) || len(g.ByReason) != 1 ||
+				g.ByReason[0].Value != "permanent_error" || g.ByReason[0].Count != len(vip) ||
+				len(g.ByError) != 1 || g.ByError[0].Value != "x" || g.ByError[0].Count != len(vip) {
+				t.Errorf("groups by a Go-side where (%s): %d %s, want %d", q, st, body, len(vip))
+			}
+		}
 		// Bad expressions: 400 naming where (and CEL's position).
 		for _, bad := range []string{`payload.customer.id ==`, `payload.customer.id`, `attributes.tenant == 42`} {
 			for _, path := range []string{"/v1/tasks?", "/v1/dlq?", "/v1/dlq/export?", "/v1/dlq/groups?"} {
@@ -156,15 +167,19 @@ func TestWhere(t *testing.T) {
 		if got := listIDs(api.RoleAdmin, "/v1/dlq?raw=true&"+w(`payload.password == "pw-4"`)); !slices.Equal(got, dead[4:5]) {
 			t.Errorf("raw filter on a masked key: %v, want %v", got, dead[4:5])
 		}
-		// Redrive by payload: bad and Go-side expressions are 400, nothing replayed.
+		// Redrive by payload: a bad expression is 400, nothing replayed; a
+		// dry run by a Go-side where counts and samples its matches.
 		admin := b.as[api.RoleAdmin]
-		for _, bad := range []string{`payload.customer.id ==`, goWhere} {
-			if _, err := admin.Redrive(ctx, api.RedriveRequest{Where: bad}); err == nil || !strings.Contains(err.Error(), "where") {
-				t.Errorf("redrive where %q: %v, want 400 naming where", bad, err)
-			}
+		if _, err := admin.Redrive(ctx, api.RedriveRequest{Where: `payload.customer.id ==`}); err == nil || !strings.Contains(err.Error(), "where") {
+			t.Errorf("redrive by a bad where: %v, want 400 naming where", err)
+		}
+		pre, err := admin.Redrive(ctx, api.RedriveRequest{Where: goWhere, DryRun: true})
+		if err != nil || pre.Status != "dry_run" || pre.Preview == nil || pre.Preview.Matched != len(vip) || len(pre.Preview.Sample) != len(vip) ||
+			pre.Preview.Sample[0].ID != vip[0] {
+			t.Fatalf("dry run by a Go-side where: %+v %v, want %d matched", pre, err, len(vip))
 		}
 		if got := listIDs(api.RoleViewer, "/v1/dlq?status=open"); len(got) != len(dead) {
-			t.Fatalf("after refused redrives: %d open, want %d", len(got), len(dead))
+			t.Fatalf("after a refused redrive and a dry run: %d open, want %d", len(got), len(dead))
 		}
 		rs, err := admin.Redrive(ctx, api.RedriveRequest{Where: sqlWhere, Wait: backstop.Duration(10e9)})
 		if err != nil {
@@ -178,6 +193,17 @@ func TestWhere(t *testing.T) {
 		}
 		if got := listIDs(api.RoleViewer, "/v1/dlq?status=open"); len(got) != len(dead)-len(acme42) {
 			t.Errorf("open after the redrive: %d, want %d", len(got), len(dead)-len(acme42))
+		}
+		// A redrive by a Go-side where replays exactly its matches.
+		rs, err = admin.Redrive(ctx, api.RedriveRequest{Where: goWhere, Wait: backstop.Duration(10e9)})
+		if err != nil || rs.Replayed != len(vip) || rs.Failed != 0 || rs.Total != len(vip) || rs.Status != "done" {
+			t.Fatalf("redrive by a Go-side where: %+v %v, want %d replayed", rs, err, len(vip))
+		}
+		if got := listIDs(api.RoleViewer, "/v1/dlq?status=open&"+w(goWhere)); len(got) != 0 {
+			t.Errorf("still open after the Go-side redrive: %v", got)
+		}
+		if got := listIDs(api.RoleViewer, "/v1/dlq?status=open"); len(got) != len(dead)-len(acme42)-len(vip) {
+			t.Errorf("open after the Go-side redrive: %d, want %d", len(got), len(dead)-len(acme42)-len(vip))
 		}
 	})
 }

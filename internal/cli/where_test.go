@@ -9,8 +9,9 @@ import (
 )
 
 // TestWhereCLI: --where selects by payload and attributes in tasks list,
-// dlq list, dlq export and dlq redrive, locally and through a server (the
-// same output); a bad expression exits 2 naming --where, nothing done.
+// dlq list, dlq export and dlq redrive (its --dry-run too), in SQL or in
+// Go, locally and through a server (the same output); a bad expression
+// exits 2 naming --where, nothing done.
 func TestWhereCLI(t *testing.T) {
 	t.Parallel()
 	forEachDB(t, func(t *testing.T, e *cliEnv) {
@@ -56,14 +57,25 @@ func TestWhereCLI(t *testing.T) {
 				t.Fatalf("remote %v with a bad where: exit %d %s", args, res.code, res.stderr)
 			}
 		}
-		// A redrive takes the SQL subset: a Go-side where is refused (exit 2), nothing replayed.
-		e.fails(ExitUsage, "where", "dlq", "redrive", "--where", goWhere)
+		// A redrive by a Go-side where: the dry run counts and samples its
+		// matches (the same through a server), nothing replayed.
+		out = r.same("dlq", "redrive", "--where", goWhere, "--dry-run").stdout
+		if !strings.Contains(out, "would redrive 3 dead letters") || !strings.Contains(out, "sample (3)") ||
+			!strings.Contains(out, "w1 ") || !strings.Contains(out, "w5 ") || strings.Contains(out, "w2 ") {
+			t.Fatalf("dlq redrive --where (Go) --dry-run:\n%s", out)
+		}
 		if n := len(e.dlqIDs("--status", "open")); n != 6 {
-			t.Fatalf("open after refused redrives: %d, want 6", n)
+			t.Fatalf("open after dry runs: %d, want 6", n)
 		}
 		e.ok("dlq", "redrive", "--where", sqlWhere)
 		if ids := e.dlqIDs("--status", "open"); strings.Join(ids, ",") != "w0,w1,w3,w4,w5" {
 			t.Fatalf("open after the redrive by payload: %v", ids)
+		}
+		if out := e.ok("dlq", "redrive", "--where", goWhere); !strings.Contains(out, "3 replayed, 0 failed") {
+			t.Fatalf("dlq redrive --where (Go): %s", out)
+		}
+		if ids := e.dlqIDs("--status", "open"); strings.Join(ids, ",") != "w0,w4" {
+			t.Fatalf("open after the redrive by a Go-side where: %v", ids)
 		}
 	})
 }

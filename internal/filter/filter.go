@@ -135,5 +135,6 @@ func (x *Expr) MaskedRef(masked func(key string) bool) (string, bool) {
 }
 
 // ErrNotInSQL is a store's answer to a where outside the SQL subset where
-// only SQL will do (counts, bulk operations); List evaluates it in Go.
+// only SQL will do (its grouped counts); List evaluates it in Go, and the
+// client streams counts and redrives of such a where through Go (Each).
 var ErrNotInSQL = errors.New("the where expression is outside the subset evaluated in the database")

@@ -49,3 +49,34 @@ func Scan(ctx context.Context, x *Expr, f store.ListFilter, list func(context.Co
 		sub.AfterID = page[len(page)-1].ID
 	}
 }
+
+// Each streams a selection whose where is evaluated in Go: it reads the
+// filter's other conditions page by page from f.AfterID (list is the
+// store's own List, called without the where and with payloads; f.Limit is
+// not used) and calls fn, in id order, with each task x matches. Only a
+// page is held at a time. An error from fn stops the walk and is returned.
+// Counts and bulk operations outside the SQL subset stream this way.
+func Each(ctx context.Context, x *Expr, f store.ListFilter, list func(context.Context, store.ListFilter) ([]*bt.Task, error), fn func(*bt.Task) error) error {
+	sub := f
+	sub.Where, sub.WithoutPayload, sub.Limit = "", false, scanPage
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		page, err := list(ctx, sub)
+		if err != nil {
+			return err
+		}
+		for _, t := range page {
+			if x.Match(t.Payload, t.Attributes) {
+				if err := fn(t); err != nil {
+					return err
+				}
+			}
+		}
+		if len(page) < sub.Limit {
+			return nil
+		}
+		sub.AfterID = page[len(page)-1].ID
+	}
+}

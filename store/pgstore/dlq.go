@@ -173,8 +173,9 @@ func openDLQWhere(f store.ListFilter, snapshot time.Time, after string, args *[]
 		add("t.id > %s", after)
 	}
 	if f.Where != "" {
-		// The client refuses a where that does not translate before any
-		// redrive (backstop.Redrive): selecting nothing is the safe side.
+		// The client takes a where that does not translate through its Go
+		// path (backstop.Redrive: countRedrive, the one-by-one replay),
+		// never here: selecting nothing is the safe side.
 		cond, err := whereCond(f.Where, args)
 		if err != nil {
 			cond = "false"
@@ -206,6 +207,10 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var args []any
 	where := openDLQWhere(b.Filter, b.Snapshot, b.AfterID, &args)
+	if b.IDs != nil { // matched in Go by the client (store.RedriveBatch)
+		args = append(args, b.IDs)
+		where += " AND t.id = ANY($" + strconv.Itoa(len(args)) + "::text[])"
+	}
 	args = append(args, b.Limit)
 	pick := `SELECT t.id FROM backstop_tasks t WHERE ` + where + ` ORDER BY t.id LIMIT $` + strconv.Itoa(len(args)) + ` FOR UPDATE SKIP LOCKED`
 

@@ -74,6 +74,11 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	}
 	defer tx.Rollback() //nolint:errcheck
 	where, args := openDLQWhere(b.Filter, b.Snapshot, b.AfterID)
+	if b.IDs != nil { // matched in Go by the client (store.RedriveBatch)
+		where += " AND id IN (SELECT value FROM json_each(?))"
+		ids, _ := json.Marshal(b.IDs)
+		args = append(args, string(ids))
+	}
 	rows, err := tx.QueryContext(ctx, `SELECT id FROM backstop_tasks WHERE `+where+` ORDER BY id LIMIT ?`, append(args, b.Limit)...)
 	if err != nil {
 		return res, err

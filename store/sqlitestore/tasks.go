@@ -1137,9 +1137,9 @@ func listWhere(f store.ListFilter) ([]string, []any) {
 		add("created_at <= ?", us(f.CreatedUntil))
 	}
 	if f.Where != "" {
-		// List and DLQGroups check the where first; the client refuses one
-		// that does not translate before a redrive: selecting nothing is the
-		// safe side.
+		// List and DLQGroups check the where first; the client takes one
+		// that does not translate through its Go path (countRedrive, the
+		// one-by-one replay), never here: selecting nothing is the safe side.
 		cond, wargs, err := whereCond(f.Where)
 		if err != nil {
 			cond, wargs = "0", nil

@@ -21,3 +21,19 @@ func BenchmarkWhere(b *testing.B) {
 	}
 	storetest.BenchWhere(b, s)
 }
+
+// BenchmarkDLQByPayload counts dead letters by group and redrives them by
+// a payload field, SQL path and Go path:
+//
+//	go test -run '^$' -bench DLQByPayload -benchtime 3x ./store/sqlitestore/
+func BenchmarkDLQByPayload(b *testing.B) {
+	s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "bench.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	storetest.BenchDLQByPayload(b, s)
+}

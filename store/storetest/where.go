@@ -17,7 +17,8 @@ import (
 
 // testWhere: a where condition on the payload and attributes (CEL,
 // internal/filter) selects tasks and dead letters in List, DeadLetters,
-// ExportDLQ, DeadLetterGroupCounts and Redrive; in the SQL subset on the
+// ExportDLQ, DeadLetterGroupCounts and Redrive (the last two in Go:
+// where_go.go); in the SQL subset on the
 // database (spilled payloads too), outside it in Go with the same result
 // and a cursor that pages correctly; a bad expression is ErrInvalid naming
 // where, nothing done.
@@ -143,7 +144,7 @@ func (s *suite) testWhere(t *testing.T) {
 		eq(t, "export "+w, got, exp)
 	}
 
-	// Counts by group take the SQL subset.
+	// Counts by group: the SQL subset (a Go-side where: where_go.go).
 	g, err := b.c.DeadLetterGroupCounts(b.ctx, backstop.ListParams{Where: sqlWhere}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -165,14 +166,17 @@ func (s *suite) testWhere(t *testing.T) {
 	if _, err := b.c.List(b.ctx, backstop.ListParams{Where: `payload.x ==`}); err == nil || !strings.Contains(err.Error(), "1:13") {
 		t.Fatalf("a syntax error names no position: %v", err)
 	}
-	// A redrive takes the SQL subset only: a Go-side where is refused, nothing replayed.
-	if _, err := b.c.Redrive(b.ctx, backstop.RedriveParams{Filter: backstop.ListParams{Where: goWhere}}, nil); !errors.Is(err, backstop.ErrInvalid) {
-		t.Fatalf("redrive by a Go-side where: %v, want ErrInvalid", err)
+	// A redrive takes a Go-side where too (where_go.go): its dry run counts
+	// the matches and changes nothing; a bad where is refused, nothing replayed.
+	pre, err := b.c.Redrive(b.ctx, backstop.RedriveParams{Filter: backstop.ListParams{Where: goWhere}, DryRun: true}, nil)
+	if err != nil {
+		t.Fatalf("dry run by a Go-side where: %v", err)
 	}
+	eq(t, "dry run by a Go-side where", pre.Preview.Matched, len(mustDL(t, b, backstop.ListParams{Where: goWhere})))
 	if _, err := b.c.Redrive(b.ctx, backstop.RedriveParams{Filter: backstop.ListParams{Where: `payload.x ==`}}, nil); !errors.Is(err, backstop.ErrInvalid) {
 		t.Fatalf("redrive by a bad where: %v, want ErrInvalid", err)
 	}
-	eq(t, "dead letters after refused redrives", len(mustDL(t, b, backstop.ListParams{DLQStatuses: []backstop.DLQStatus{backstop.DLQOpen}})), 15)
+	eq(t, "dead letters after a dry run and a refused redrive", len(mustDL(t, b, backstop.ListParams{DLQStatuses: []backstop.DLQStatus{backstop.DLQOpen}})), 15)
 
 	// Redrive by payload replays exactly the matching dead letters.
 	res, err := b.c.Redrive(b.ctx, backstop.RedriveParams{Filter: backstop.ListParams{Where: sqlWhere}}, nil)
