@@ -27,7 +27,7 @@ func TestDLQPurgeDryRunAndConfirmation(t *testing.T) {
 	}
 	purge := func(stdin io.Reader, args ...string) (string, string, int) {
 		t.Helper()
-		return runStdin(t, stdin, append([]string{"--db", db, "dlq", "purge", "--status", "open", "--older-than", "0s"}, args...)...)
+		return runStdin(t, stdin, append([]string{"--db", db, "dlq", "purge", "--status", "open", "--older-than", "0s", "--below-floor"}, args...)...)
 	}
 
 	out, errs, code := purge(nil, "--dry-run")
@@ -76,7 +76,7 @@ func TestDLQPurgeDryRunAndConfirmation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(binary, "--db", db, "dlq", "purge", "--older-than", "0s")
+	cmd := exec.Command(binary, "--db", db, "dlq", "purge", "--older-than", "0s", "--below-floor")
 	cmd.Stdin = strings.NewReader("")
 	b, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(b), "purged 2") {
