@@ -349,7 +349,7 @@ func (c *Client) PurgeDLQ(ctx context.Context, p PurgeParams) (int, error) {
 	floor := c.cfg.PurgeFloor
 	if p.OlderThan < floor && !p.BelowFloor {
 		return 0, invalid("older_than", "%s is below dlq.purge_floor %s: the purge would delete dead letters younger than the floor; "+
-			"an admin who means it says so (below_floor: true in the API, --below-floor on the CLI)", Duration(p.OlderThan), Duration(floor))
+			"an admin who means it says so (below_floor: true in the API, --below-floor on the CLI)", shortDuration(p.OlderThan), shortDuration(floor))
 	}
 	now := c.now()
 	sp := store.PurgeParams{Before: now.Add(-p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun}
@@ -378,6 +378,19 @@ func (c *Client) PurgeDLQ(ctx context.Context, p PurgeParams) (int, error) {
 		c.cfg.Logger.Warn("recording a purge", "purged", n, "error", err)
 	}
 	return n, nil
+}
+
+// shortDuration prints d without its zero minutes and seconds: 1h, 168h,
+// 1h30m, 0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 // purgeWhere purges the dead letters sp selects that where matches: the
