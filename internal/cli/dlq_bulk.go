@@ -165,6 +165,14 @@ func (a *app) closeMatching(cmd *cobra.Command, name string, f *bulkCloseFlags, 
 	if err != nil {
 		return err
 	}
+	if st == bt.DLQResolved && a.server == "" && strings.TrimSpace(reason) == "" && strings.TrimSpace(note) == "" {
+		// Refused before the count and the question, not after them.
+		if req, err := requireReason(); err != nil {
+			return err
+		} else if req {
+			return usageErr("%s: reason: is required (dlq.require_reason): pass --reason or --note", name)
+		}
+	}
 	c, err := a.backend(cmd.Context(), nil)
 	if err != nil {
 		return err

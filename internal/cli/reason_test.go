@@ -156,6 +156,7 @@ func TestRequireReasonCLI(t *testing.T) {
 				{"dlq", "replay", "a", "--reason", "   "},
 				{"dlq", "redrive", "--queue", "q"},
 				{"dlq", "resolve", "a"},
+				{"dlq", "resolve", "--queue", "q", "--yes"}, // by filter: refused before the count
 				{"tasks", "cancel", "live"},
 				{"dlq", "purge", "--older-than", "0s", "--status", "discarded", "--yes"},
 			} {
