@@ -55,6 +55,14 @@ type Config struct {
 	// resolve, purge, cancel) must give a reason; without one it is refused
 	// (ErrInvalid naming "reason") and nothing is done. Default: false.
 	RequireReason bool
+	// PurgeFloor: no purge deletes a dead letter whose record changed less
+	// than this long ago. PurgeDLQ refuses a smaller OlderThan unless
+	// BelowFloor (an admin's explicit choice, recorded), and retention keeps
+	// closed dead letters at least this long even when
+	// Retention.DeadLetters is shorter (logged when the maintainer starts).
+	// Default: 0, no floor (the server and CLI default to 7 days:
+	// dlq.purge_floor).
+	PurgeFloor time.Duration
 }
 
 // RetentionConfig: how long finished tasks and closed dead letters are kept
@@ -156,6 +164,9 @@ func (c *Config) validate() error {
 	}
 	if c.Retention.Interval < 0 {
 		return fmt.Errorf("config: Retention.Interval must not be negative")
+	}
+	if c.PurgeFloor < 0 {
+		return fmt.Errorf("config: PurgeFloor must not be negative")
 	}
 	if c.Retry != nil {
 		if err := c.Retry.Validate(); err != nil {

@@ -310,6 +310,13 @@ type PurgeParams struct {
 	// body: purged, statuses, older_than, reason) with Actor.
 	Reason string
 	Actor  string
+	// Where: only dead letters this CEL condition on the payload and
+	// attributes matches (ListParams.Where); an invalid one is refused
+	// (ErrInvalid naming where) and nothing is deleted.
+	Where string
+	// BelowFloor lets OlderThan be below Config.PurgeFloor (refused
+	// otherwise, naming purge_floor); the purge's event records it.
+	BelowFloor bool
 }
 
 // PurgeDLQ deletes dead letters (task row, executions, spilled payload,
@@ -336,18 +343,87 @@ func (c *Client) PurgeDLQ(ctx context.Context, p PurgeParams) (int, error) {
 	if err := c.checkReason("reason", p.Reason); err != nil {
 		return 0, err
 	}
+	if err := checkWhere(p.Where, false); err != nil {
+		return 0, err
+	}
+	floor := c.cfg.PurgeFloor
+	if p.OlderThan < floor && !p.BelowFloor {
+		return 0, invalid("older_than", "%s is below dlq.purge_floor %s: the purge would delete dead letters younger than the floor; "+
+			"an admin who means it says so (below_floor: true in the API, --below-floor on the CLI)", shortDuration(p.OlderThan), shortDuration(floor))
+	}
 	now := c.now()
-	n, err := c.store.PurgeDLQ(ctx, store.PurgeParams{Before: now.Add(-p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun})
+	sp := store.PurgeParams{Before: now.Add(-p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun}
+	var (
+		n   int
+		err error
+	)
+	if p.Where == "" {
+		n, err = c.store.PurgeDLQ(ctx, sp)
+	} else {
+		n, err = c.purgeWhere(ctx, sp, p.Where)
+	}
 	if err != nil || p.DryRun || n == 0 {
 		return n, err
 	}
-	b, _ := json.Marshal(withReason(map[string]any{"purged": n, "statuses": p.Statuses,
-		"older_than": Duration(p.OlderThan)}, p.Reason))
+	body := map[string]any{"purged": n, "statuses": p.Statuses, "older_than": Duration(p.OlderThan)}
+	if p.Where != "" {
+		body["where"] = p.Where
+	}
+	if p.BelowFloor && p.OlderThan < floor {
+		body["below_floor"], body["purge_floor"] = true, Duration(floor)
+	}
+	b, _ := json.Marshal(withReason(body, p.Reason))
 	ev := store.NewEvent(now, "dlq.purged", "", "", "", c.actor(p.Actor), b)
 	if err := c.store.AppendEvents(context.WithoutCancel(ctx), []Event{ev}); err != nil {
 		c.cfg.Logger.Warn("recording a purge", "purged", n, "error", err)
 	}
 	return n, nil
+}
+
+// shortDuration prints d without its zero minutes and seconds: 1h, 168h,
+// 1h30m, 0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// purgeWhere purges the dead letters sp selects that where matches: the
+// listing (which evaluates where in SQL where the store can, in Go
+// otherwise) names a page of them, and the store deletes those of the page
+// that still meet sp's status and age, in one transaction per page.
+func (c *Client) purgeWhere(ctx context.Context, sp store.PurgeParams, where string) (int, error) {
+	const page = 1000
+	f := ListParams{States: []State{StateDead}, DLQStatuses: sp.Statuses, Where: where, WithoutPayload: true, Limit: page}
+	total := 0
+	for {
+		ts, err := c.store.List(ctx, f)
+		if err != nil {
+			return total, err
+		}
+		if len(ts) > 0 {
+			ids := make([]string, len(ts))
+			for i, t := range ts {
+				ids[i] = t.ID
+			}
+			q := sp
+			q.IDs, q.Limit = ids, len(ids)
+			n, err := c.store.PurgeDLQ(ctx, q)
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
+		if len(ts) < page {
+			return total, nil
+		}
+		f.AfterID = ts[len(ts)-1].ID
+	}
 }
 
 // Events returns a task's history, oldest first.

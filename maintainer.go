@@ -99,6 +99,10 @@ func (c *Client) maintenanceServices(every time.Duration) []maintenance.Service 
 }
 
 func (c *Client) retentionService() *maintenance.Retention {
+	if d := c.cfg.Retention.DeadLetters; d >= 0 && d < c.cfg.PurgeFloor {
+		c.cfg.Logger.Warn("retention.dead_letters is below dlq.purge_floor: closed dead letters are kept for the floor instead",
+			"retention", d.String(), "purge_floor", c.cfg.PurgeFloor.String())
+	}
 	return maintenance.NewRetention(c.store, c.now, c.cfg.Retention.Interval, c.retentionPolicy(), c.cfg.Logger)
 }
 

@@ -2,6 +2,7 @@ package backstop
 
 import (
 	"context"
+	"time"
 
 	"github.com/backstophq/backstop/internal/maintenance"
 )
@@ -34,5 +35,16 @@ func Retain(ctx context.Context, c *Client) (RetentionResult, error) {
 
 func (c *Client) retentionPolicy() maintenance.RetentionPolicy {
 	r := c.cfg.Retention
-	return maintenance.RetentionPolicy{Succeeded: r.Succeeded, Canceled: r.Canceled, DeadLetters: r.DeadLetters, Events: r.Events, Runs: r.Runs}
+	return maintenance.RetentionPolicy{Succeeded: r.Succeeded, Canceled: r.Canceled, DeadLetters: c.deadLetterRetention(), Events: r.Events, Runs: r.Runs}
+}
+
+// deadLetterRetention is Retention.DeadLetters raised to the purge floor:
+// retention never deletes a closed dead letter younger than the floor
+// (negative, forever, stays forever).
+func (c *Client) deadLetterRetention() time.Duration {
+	d := c.cfg.Retention.DeadLetters
+	if d >= 0 && d < c.cfg.PurgeFloor {
+		return c.cfg.PurgeFloor
+	}
+	return d
 }

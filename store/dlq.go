@@ -170,6 +170,9 @@ type PurgeParams struct {
 	Limit    int // per transaction; default 1000
 	// DryRun counts what would be deleted and deletes nothing.
 	DryRun bool
+	// IDs, when not nil, narrows the purge to these ids (the library's
+	// purge by a where condition names them a page at a time).
+	IDs []string
 }
 
 // Redrive is the durable record of a bulk redrive, so that a re-run after an

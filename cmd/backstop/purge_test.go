@@ -1,46 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/testdb"
 )
-
-// openPTY opens a pseudo-terminal: what the user types is written to
-// master, and the program reads it from slave (its stdin).
-func openPTY(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("no pseudo-terminal: %v", err)
-	}
-	t.Cleanup(func() { m.Close() })
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	go io.Copy(io.Discard, m) // the terminal's echo
-	return m, s
-}
 
 // TestDLQPurgeDryRunAndConfirmation: --dry-run counts and deletes nothing;
 // on a terminal purge asks first (no: nothing deleted, exit 1; yes:
@@ -58,17 +27,7 @@ func TestDLQPurgeDryRunAndConfirmation(t *testing.T) {
 	}
 	purge := func(stdin io.Reader, args ...string) (string, string, int) {
 		t.Helper()
-		cmd := exec.Command(binary, append([]string{"--db", db, "dlq", "purge", "--status", "open", "--older-than", "0s"}, args...)...)
-		var out, errb bytes.Buffer
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		return runStdin(t, stdin, append([]string{"--db", db, "dlq", "purge", "--status", "open", "--older-than", "0s", "--below-floor"}, args...)...)
 	}
 
 	out, errs, code := purge(nil, "--dry-run")
@@ -81,17 +40,13 @@ func TestDLQPurgeDryRunAndConfirmation(t *testing.T) {
 	}
 
 	m, s := openPTY(t)
-	if _, err := m.WriteString("n\n"); err != nil {
-		t.Fatal(err)
-	}
+	typeAnswer(t, m, "n")
 	out, errs, code = purge(s)
 	if code != 1 || !strings.Contains(errs, "Delete 3 dead letters") || !strings.Contains(errs, "[y/N]") ||
 		!strings.Contains(errs, "nothing deleted") || open() != 3 {
 		t.Fatalf("answered no: exit %d %q %q, %d left", code, out, errs, open())
 	}
-	if _, err := m.WriteString("y\n"); err != nil {
-		t.Fatal(err)
-	}
+	typeAnswer(t, m, "y")
 	out, errs, code = purge(s)
 	if code != 0 || !strings.Contains(out, "purged 3 dead letters") || open() != 0 {
 		t.Fatalf("answered yes: exit %d %q %q, %d left", code, out, errs, open())
@@ -121,7 +76,7 @@ func TestDLQPurgeDryRunAndConfirmation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(binary, "--db", db, "dlq", "purge", "--older-than", "0s")
+	cmd := exec.Command(binary, "--db", db, "dlq", "purge", "--older-than", "0s", "--below-floor")
 	cmd.Stdin = strings.NewReader("")
 	b, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(b), "purged 2") {

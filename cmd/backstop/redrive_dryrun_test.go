@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -42,17 +41,7 @@ func TestDLQRedriveDryRunAndConfirmation(t *testing.T) {
 			}
 			run := func(stdin io.Reader, args ...string) (string, string, int) {
 				t.Helper()
-				cmd := exec.Command(binary, append([]string{"--db", url, "dlq", "redrive", "--queue", "dry", "--rate", "0"}, args...)...)
-				var out, errb bytes.Buffer
-				cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &errb
-				err := cmd.Run()
-				code := 0
-				if ee, ok := err.(*exec.ExitError); ok {
-					code = ee.ExitCode()
-				} else if err != nil {
-					t.Fatal(err)
-				}
-				return out.String(), errb.String(), code
+				return runStdin(t, stdin, append([]string{"--db", url, "dlq", "redrive", "--queue", "dry", "--rate", "0"}, args...)...)
 			}
 			before := history()
 
@@ -94,17 +83,13 @@ func TestDLQRedriveDryRunAndConfirmation(t *testing.T) {
 				t.Fatalf("--confirm-over -1: exit %d %q", code, errs)
 			}
 			m, s := openPTY(t)
-			if _, err := m.WriteString("n\n"); err != nil {
-				t.Fatal(err)
-			}
+			typeAnswer(t, m, "n")
 			out, errs, code = run(s, "--confirm-over", "3")
 			if code != 1 || !strings.Contains(errs, "Redrive 4 dead letters?") || !strings.Contains(errs, "nothing replayed") || dead() != 4 ||
 				history() != before {
 				t.Fatalf("answered no: exit %d %q %q, %d dead", code, out, errs, dead())
 			}
-			if _, err := m.WriteString("y\n"); err != nil {
-				t.Fatal(err)
-			}
+			typeAnswer(t, m, "y")
 			out, errs, code = run(s, "--confirm-over", "3", "--limit", "2")
 			if code != 0 || !strings.Contains(out, "2 replayed") || strings.Contains(out, "resumed") || dead() != 2 {
 				t.Fatalf("answered yes: exit %d %q %q, %d dead", code, out, errs, dead())
@@ -128,17 +113,7 @@ func TestDLQRedriveDryRunOverServer(t *testing.T) {
 	base := startServer(t, db)
 	run := func(args ...string) (string, string, int) {
 		t.Helper()
-		cmd := exec.Command(binary, append([]string{"--server", base, "dlq", "redrive", "--queue", "sdry", "--rate", "0"}, args...)...)
-		var out, errb bytes.Buffer
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		return runStdin(t, strings.NewReader(""), append([]string{"--server", base, "dlq", "redrive", "--queue", "sdry", "--rate", "0"}, args...)...)
 	}
 	dead := func() int {
 		ts, err := c.DeadLetters(context.Background(), backstop.ListParams{Queue: "sdry", Limit: 100})

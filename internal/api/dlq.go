@@ -407,6 +407,14 @@ type PurgeRequest struct {
 	// Reason: why; a purge that deleted records is recorded as one
 	// dlq.purged event (the records' own history goes with them).
 	Reason string `json:"reason,omitempty"`
+	// Where: only records whose payload and attributes match this CEL
+	// condition (docs/api.md); with payloads redacted from the caller's
+	// view it may not read a redacted key (raw=true lifts that).
+	Where string `json:"where,omitempty"`
+	// BelowFloor must be true when OlderThan is below the server's
+	// dlq.purge_floor (400 naming purge_floor without it); the dlq.purged
+	// event records it.
+	BelowFloor bool `json:"below_floor,omitempty"`
 }
 
 // PurgeResponse says how many dead letters were deleted or, on a dry run,
@@ -423,15 +431,19 @@ func (s *Server) purgeDLQ(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeOptional(r, &req); err != nil {
 		return err
 	}
+	p := principalFrom(r.Context())
+	if err := whereAllowed(p, req.Where); err != nil {
+		return err
+	}
 	n, err := s.c.PurgeDLQ(r.Context(), backstop.PurgeParams{OlderThan: time.Duration(req.OlderThan), Statuses: req.Statuses,
-		DryRun: req.DryRun, ConfirmOpen: req.ConfirmOpen, Reason: req.Reason, Actor: principalFrom(r.Context()).Name})
+		DryRun: req.DryRun, ConfirmOpen: req.ConfirmOpen, Reason: req.Reason, Actor: p.Name, Where: req.Where, BelowFloor: req.BelowFloor})
 	if err != nil {
 		return err
 	}
 	if req.DryRun {
 		return writeJSON(w, http.StatusOK, PurgeResponse{WouldPurge: n, DryRun: true})
 	}
-	s.log.Info("dead letters purged", "actor", principalFrom(r.Context()).Name, "purged", n)
+	s.log.Info("dead letters purged", "actor", p.Name, "purged", n, "where", req.Where, "below_floor", req.BelowFloor)
 	return writeJSON(w, http.StatusOK, PurgeResponse{Purged: n})
 }
 

@@ -91,6 +91,14 @@ func (c *Client) PurgeDLQ(ctx context.Context, req api.PurgeRequest) (*api.Purge
 	return &out, c.Do(ctx, "POST", "/v1/dlq/purge", req, &out)
 }
 
+// CloseDLQ discards or resolves a batch of the open dead letters matching
+// a filter (POST /v1/dlq/close); call again with the answer's snapshot
+// while it says more.
+func (c *Client) CloseDLQ(ctx context.Context, req api.CloseRequest) (*backstop.CloseMatchingResult, error) {
+	var out backstop.CloseMatchingResult
+	return &out, c.Do(ctx, "POST", "/v1/dlq/close", req, &out)
+}
+
 // ExportDLQ streams the export (NDJSON) and calls fn for each line.
 func (c *Client) ExportDLQ(ctx context.Context, q url.Values, fn func(api.ExportLine) error) (int, error) {
 	path := withQuery("/v1/dlq/export", q)

@@ -37,6 +37,9 @@ type backend interface {
 	Discard(ctx context.Context, p backstop.DiscardParams) (*backstop.Task, error)
 	Resolve(ctx context.Context, p backstop.ResolveParams) (*backstop.Task, error)
 	PurgeDLQ(ctx context.Context, p backstop.PurgeParams) (int, error)
+	// CloseMatching discards or resolves a batch of the open dead letters
+	// a filter matches (dlq_bulk.go).
+	CloseMatching(ctx context.Context, p backstop.CloseMatchingParams) (backstop.CloseMatchingResult, error)
 	ExportDLQ(ctx context.Context, f backstop.ListParams, fn func(backstop.DeadLetterExport) error) (int, error)
 	Redrive(ctx context.Context, p backstop.RedriveParams, progress func(backstop.RedriveProgress)) (backstop.RedriveProgress, error)
 	// Logs reads an execution's log lines with seq > after (logs.go).
@@ -59,6 +62,9 @@ func (a *app) backend(ctx context.Context, cfg *backstop.Config) (backend, error
 		return nil, err
 	}
 	cfg.RequireReason = cfg.RequireReason || req
+	if cfg.PurgeFloor, err = purgeFloor(); err != nil { // dlq_bulk.go
+		return nil, err
+	}
 	s, c, err := a.openDB(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -468,7 +474,7 @@ func (r *remoteBackend) Resolve(ctx context.Context, p backstop.ResolveParams) (
 
 func (r *remoteBackend) PurgeDLQ(ctx context.Context, p backstop.PurgeParams) (int, error) {
 	res, err := r.cl.PurgeDLQ(ctx, api.PurgeRequest{OlderThan: bt.Duration(p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun,
-		ConfirmOpen: p.ConfirmOpen, Reason: p.Reason})
+		ConfirmOpen: p.ConfirmOpen, Reason: p.Reason, Where: p.Where, BelowFloor: p.BelowFloor})
 	if err != nil {
 		return 0, remoteErr(err)
 	}

@@ -377,14 +377,8 @@ versions (or of the run's), and RUN_ID, if a workflow run, a run of W.
 				if err != nil {
 					return err
 				}
-				if pre.Total > confirmOver {
-					if !isTerminal(a.stdin) {
-						return usageErr("dlq redrive: %d dead letters match, more than --confirm-over %d, and there is no terminal to ask on: "+
-							"pass --yes to redrive them (or --dry-run to see them first)", pre.Total, confirmOver)
-					}
-					if !a.confirm(fmt.Sprintf("Redrive %d dead letters?", pre.Total)) {
-						return &exitError{code: ExitFailure, err: errors.New("dlq redrive: not confirmed; nothing replayed")}
-					}
+				if err := a.confirmMany("dlq redrive", "redrive", "replayed", pre.Total, confirmOver); err != nil { // terminal.go
+					return err
 				}
 			}
 			bar := a.progressBar()
@@ -511,20 +505,51 @@ func (a *app) progressBar() func(backstop.RedriveProgress) {
 	}
 }
 
+// bulkCloseLong is the part of discard's and resolve's help on closing by
+// filter.
+const bulkCloseLong = `
+
+Without an ID, %[1]s every OPEN dead letter a selection matches: --queue, --kind,
+--attr k=v (repeatable), --dead-reason (the dead letters' own reason: here
+--reason is yours), --error-contains, --since, --until, --where EXPR. Only dead
+letters that died before the command started are taken. It goes in batches of
+500, each dead letter with its own history event (actor and reason) as one by
+one, printing progress (with -o json, one JSON line per batch, the last with
+done: true). Interrupted, it can be run again: the %[2]s ones no longer match.
+
+--dry-run prints how many match and a sample of --sample of them, and changes
+nothing. More than --confirm-over (default 100) asks for confirmation on a
+terminal; --yes skips the question; without a terminal and without --yes it
+exits 2 and changes nothing.
+
+An ID with a selection flag is refused (exit 2), and so is neither: to %[3]s every
+open dead letter of every queue, say --all (alone).`
+
 func dlqDiscardCmd(a *app) *cobra.Command {
-	var reason, actor string
+	var (
+		reason, actor string
+		bf            bulkCloseFlags
+	)
 	cmd := &cobra.Command{
-		Use:   "discard ID --reason TEXT",
-		Short: "Discard a dead letter on purpose (the record is kept)",
+		Use:   "discard [ID] --reason TEXT",
+		Short: "Discard a dead letter, or all a filter matches, on purpose (the record is kept)",
 		Long: "Mark an open dead letter discarded, keeping the record with its status, reason, actor and time.\n" +
-			"--reason is required (exit 2 without). An id that is not an open dead letter exits 3.",
-		Args: cobra.ExactArgs(1),
+			"--reason is required (exit 2 without). An id that is not an open dead letter exits 3." +
+			fmt.Sprintf(bulkCloseLong, "discard", "discarded", "discard"),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			bulk, err := bf.bulk(cmd, "dlq discard", args) // dlq_bulk.go
+			if err != nil {
+				return err
+			}
 			if strings.TrimSpace(reason) == "" {
 				return usageErr("dlq discard: --reason is required")
 			}
 			if err := checkReasonFlag("reason", reason); err != nil {
 				return err
+			}
+			if bulk {
+				return a.closeMatching(cmd, "dlq discard", &bf, bt.DLQDiscarded, reason, "", actor)
 			}
 			return a.setDLQStatus(cmd, func(c backend) (*backstop.Task, error) {
 				return c.Discard(cmd.Context(), backstop.DiscardParams{ID: args[0], Reason: reason, Actor: actor})
@@ -533,21 +558,33 @@ func dlqDiscardCmd(a *app) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why it is discarded (required)")
 	addActorFlag(cmd, &actor)
+	bf.register(cmd)
 	return cmd
 }
 
 func dlqResolveCmd(a *app) *cobra.Command {
-	var note, reason, actor string
+	var (
+		note, reason, actor string
+		bf                  bulkCloseFlags
+	)
 	cmd := &cobra.Command{
-		Use:   "resolve ID [--reason TEXT] [--note TEXT]",
-		Short: "Mark a dead letter resolved (handled by hand; the record is kept)",
+		Use:   "resolve [ID] [--reason TEXT] [--note TEXT]",
+		Short: "Mark a dead letter, or all a filter matches, resolved (handled by hand; the record is kept)",
 		Long: "Mark an open dead letter resolved, keeping the record with its status, reason, note, actor and time.\n" +
 			"--reason says why (as on every operator action); --note, the older flag, says how it was handled\n" +
-			"and, without --reason, is recorded as the reason too. An id that is not an open dead letter exits 3.",
-		Args: cobra.ExactArgs(1),
+			"and, without --reason, is recorded as the reason too. An id that is not an open dead letter exits 3." +
+			fmt.Sprintf(bulkCloseLong, "resolve", "resolved", "resolve"),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			bulk, err := bf.bulk(cmd, "dlq resolve", args) // dlq_bulk.go
+			if err != nil {
+				return err
+			}
 			if err := checkReasonFlag("reason", reason); err != nil {
 				return err
+			}
+			if bulk {
+				return a.closeMatching(cmd, "dlq resolve", &bf, bt.DLQResolved, reason, note, actor)
 			}
 			return a.setDLQStatus(cmd, func(c backend) (*backstop.Task, error) {
 				return c.Resolve(cmd.Context(), backstop.ResolveParams{ID: args[0], Note: note, Reason: reason, Actor: actor})
@@ -557,6 +594,7 @@ func dlqResolveCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&note, "note", "", "how it was handled (without --reason, also recorded as the reason)")
 	addReasonFlag(cmd, "reason", &reason)
 	addActorFlag(cmd, &actor)
+	bf.register(cmd)
 	return cmd
 }
 
@@ -585,8 +623,8 @@ type purgeJSON struct {
 
 func dlqPurgeCmd(a *app) *cobra.Command {
 	var (
-		olderThan, status, reason, actor string
-		dryRun, yes                      bool
+		olderThan, status, reason, actor, where string
+		dryRun, yes, belowFloor                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "purge --older-than AGE [--dry-run] [--yes]",
@@ -601,7 +639,15 @@ stdin is not a terminal (a script, cron, a pipe) it deletes without asking, as s
 
 Open dead letters wait for an operator and are never purged unless --status names open;
 then the deletion needs a confirmation: the terminal's question, or --yes. Without a
-terminal and without --yes it exits 2 and deletes nothing.`,
+terminal and without --yes it exits 2 and deletes nothing.
+
+--where EXPR purges only the records whose payload and attributes match the CEL
+condition (as 'dlq list --where'); an invalid one exits 2 and deletes nothing.
+
+dlq.purge_floor (default 7d; BACKSTOP_DLQ_PURGE_FLOOR here, the server's own
+configuration with --server) is the age below which no purge deletes a record: an
+--older-than below it is refused (exit 2 naming both) unless --below-floor, which
+the purge's dlq.purged event records.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan == "" {
@@ -614,6 +660,9 @@ terminal and without --yes it exits 2 and deletes nothing.`,
 			if err != nil {
 				return usageErr("--older-than %q: want a duration such as 30d, 12h or 90m", olderThan)
 			}
+			if where, err = checkWhereFlag(where); err != nil {
+				return err
+			}
 			var sts []bt.DLQStatus
 			for _, s := range strings.Split(status, ",") {
 				if s = strings.TrimSpace(s); s != "" {
@@ -625,7 +674,7 @@ terminal and without --yes it exits 2 and deletes nothing.`,
 				return err
 			}
 			defer c.Close()
-			p := backstop.PurgeParams{OlderThan: age, Statuses: sts, Reason: reason, Actor: actor}
+			p := backstop.PurgeParams{OlderThan: age, Statuses: sts, Reason: reason, Actor: actor, Where: where, BelowFloor: belowFloor}
 			withOpen := slices.Contains(sts, bt.DLQOpen)
 			tty := isTerminal(a.stdin)
 			if withOpen && !dryRun && !yes && !tty {
@@ -645,7 +694,11 @@ terminal and without --yes it exits 2 and deletes nothing.`,
 						return err
 					})
 				}
-				if n > 0 && !a.confirm(fmt.Sprintf("Delete %d dead letters (status %s, last changed more than %s ago) for good?", n, status, olderThan)) {
+				matching := ""
+				if where != "" {
+					matching = ", matching " + where
+				}
+				if n > 0 && !a.confirm(fmt.Sprintf("Delete %d dead letters (status %s, last changed more than %s ago%s) for good?", n, status, olderThan, matching)) {
 					return &exitError{code: ExitFailure, err: errors.New("dlq purge: not confirmed; nothing deleted")}
 				}
 				p.DryRun, p.ConfirmOpen = false, withOpen
@@ -664,6 +717,8 @@ terminal and without --yes it exits 2 and deletes nothing.`,
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation on a terminal")
 	cmd.Flags().StringVar(&olderThan, "older-than", "", "only records last changed longer ago than this (30d, 12h)")
 	cmd.Flags().StringVar(&status, "status", "discarded,resolved", "statuses to purge (comma-separated): open, replayed, discarded, resolved")
+	cmd.Flags().BoolVar(&belowFloor, "below-floor", false, "allow an --older-than below dlq.purge_floor (recorded)")
+	registerWhere(cmd, &where, "records")
 	addReasonFlag(cmd, "reason", &reason)
 	addActorFlag(cmd, &actor)
 	return cmd

@@ -166,11 +166,11 @@ func TestDLQDiscardResolvePurgeExportCLI(t *testing.T) {
 
 		e.fails(ExitUsage, "--older-than", "dlq", "purge")
 		var purged map[string]int
-		e.json(&purged, "dlq", "purge", "--older-than", "1d")
+		e.json(&purged, "dlq", "purge", "--older-than", "1d", "--below-floor")
 		if purged["purged"] != 0 {
 			t.Fatalf("purged too early: %v", purged)
 		}
-		e.json(&purged, "dlq", "purge", "--older-than", "0s")
+		e.json(&purged, "dlq", "purge", "--older-than", "0s", "--below-floor")
 		if purged["purged"] != 2 {
 			t.Fatalf("purged: %v", purged)
 		}

@@ -117,7 +117,7 @@ func TestOperatorReasonCLI(t *testing.T) {
 
 		// Purge: the records' history goes with them; the purge itself is
 		// one dlq.purged event in the log.
-		out := e.ok("dlq", "purge", "--older-than", "0s", "--status", "discarded", "--reason", "gdpr request 42", "--actor", "dora", "--yes")
+		out := e.ok("dlq", "purge", "--older-than", "0s", "--below-floor", "--status", "discarded", "--reason", "gdpr request 42", "--actor", "dora", "--yes")
 		if !strings.Contains(out, "purged 1 ") {
 			t.Fatalf("purge: %s", out)
 		}
@@ -156,6 +156,7 @@ func TestRequireReasonCLI(t *testing.T) {
 				{"dlq", "replay", "a", "--reason", "   "},
 				{"dlq", "redrive", "--queue", "q"},
 				{"dlq", "resolve", "a"},
+				{"dlq", "resolve", "--queue", "q", "--yes"}, // by filter: refused before the count
 				{"tasks", "cancel", "live"},
 				{"dlq", "purge", "--older-than", "0s", "--status", "discarded", "--yes"},
 			} {
@@ -191,16 +192,16 @@ func TestPurgeOpenNeedsYesCLI(t *testing.T) {
 		killAll(t, e, "q", 2)
 		e.fails(ExitUsage, "--yes", "dlq", "purge", "--status", "open", "--older-than", "0s")
 		e.fails(ExitUsage, "--yes", "dlq", "purge", "--status", "discarded,open", "--older-than", "0s")
-		if out := e.ok("dlq", "purge", "--older-than", "0s"); !strings.Contains(out, "purged 0 ") {
+		if out := e.ok("dlq", "purge", "--older-than", "0s", "--below-floor"); !strings.Contains(out, "purged 0 ") {
 			t.Fatalf("default purge: %s", out)
 		}
-		if out := e.ok("dlq", "purge", "--status", "open", "--older-than", "0s", "--dry-run"); !strings.Contains(out, "would purge 2 ") {
+		if out := e.ok("dlq", "purge", "--status", "open", "--older-than", "0s", "--below-floor", "--dry-run"); !strings.Contains(out, "would purge 2 ") {
 			t.Fatalf("dry run: %s", out)
 		}
 		if ids := e.dlqIDs("--status", "open"); strings.Join(ids, ",") != "a,b" {
 			t.Fatalf("open after refused purges: %v", ids)
 		}
-		if out := e.ok("dlq", "purge", "--status", "open", "--older-than", "0s", "--yes"); !strings.Contains(out, "purged 2 ") {
+		if out := e.ok("dlq", "purge", "--status", "open", "--older-than", "0s", "--below-floor", "--yes"); !strings.Contains(out, "purged 2 ") {
 			t.Fatalf("confirmed purge: %s", out)
 		}
 	})

@@ -259,7 +259,7 @@ func TestCLIOverServer(t *testing.T) {
 		r.twin("c-l", "c-r", "dlq", "show", "ID", "-o", "json")
 		r.twin("side-l", "side-r", "dlq", "redrive", "--attr", "redrive=ID", "--rate", "0")
 		r.twin("tw-l", "tw-r", "dlq", "list", "--status", "replayed,discarded,resolved", "--attr", "twin=ID", "-o", "json")
-		r.same("dlq", "purge", "--older-than", "1d")
+		r.same("dlq", "purge", "--older-than", "1d", "--below-floor")
 		if got := r.remote("", "dlq", "purge", "--older-than", "0s", "--status", "discarded", "-o", "json"); got.stdout != "{\n  \"purged\": 2\n}\n" {
 			t.Errorf("purge over --server: %+v", got)
 		}

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,4 +18,22 @@ func isTerminal(r io.Reader) bool {
 	}
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
+}
+
+// confirmMany asks before a bulk action on more than over dead letters
+// (--confirm-over): the question on a terminal (no: exit 1, nothing done),
+// exit 2 naming --yes without one. cmd names the command ("dlq redrive"),
+// verb its action ("redrive"), done what did not happen ("replayed").
+func (a *app) confirmMany(cmd, verb, done string, n, over int) error {
+	if n <= over {
+		return nil
+	}
+	if !isTerminal(a.stdin) {
+		return usageErr("%s: %d dead letters match, more than --confirm-over %d, and there is no terminal to ask on: "+
+			"pass --yes to %s them (or --dry-run to see them first)", cmd, n, over, verb)
+	}
+	if !a.confirm(fmt.Sprintf("%s%s %d dead letters?", strings.ToUpper(verb[:1]), verb[1:], n)) {
+		return &exitError{code: ExitFailure, err: fmt.Errorf("%s: not confirmed; nothing %s", cmd, done)}
+	}
+	return nil
 }

@@ -131,10 +131,14 @@ type DLQ struct {
 	// RequireReason: every operator action (replay, redrive, discard,
 	// resolve, purge, cancel) must give a reason. Default: false.
 	RequireReason bool `yaml:"require_reason" json:"require_reason"`
-	// PurgeFloor: no purge should delete a dead letter younger than this;
-	// exported as backstop_dlq_purge_floor_seconds, and the alert
+	// PurgeFloor: no purge deletes a dead letter younger than this: a
+	// manual purge with a smaller older_than is refused unless the admin
+	// says below_floor (--below-floor), and retention keeps closed dead
+	// letters at least this long even when retention.dead_letters is
+	// shorter. Exported as backstop_dlq_purge_floor_seconds; the alert
 	// BackstopDLQPurgeBelowFloor fires when retention.dead_letters is
-	// below it. Default: 168h (7 days).
+	// below it (a configuration that does not say what it does). Default:
+	// 168h (7 days).
 	PurgeFloor Duration `yaml:"purge_floor" json:"purge_floor"`
 }
 
@@ -667,6 +671,7 @@ func (c *Config) Library() *backstop.Config {
 		StrictQueues:       c.Limits.StrictQueues,
 		RedactKeys:         c.Redaction.Keys,
 		RequireReason:      c.DLQ.RequireReason,
+		PurgeFloor:         orDur(c.DLQ.PurgeFloor, DefaultPurgeFloor).D(),
 		Retention: backstop.RetentionConfig{Succeeded: c.Retention.Succeeded.D(), Canceled: c.Retention.Canceled.D(),
 			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D(), Events: c.Retention.Events.D(), Runs: c.Retention.Runs.D()},
 	}

@@ -401,19 +401,25 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 }
 
 // purgeBatch deletes a batch of dead letters (sqldialect's PurgeDLQ
-// loops over it) in one statement: $1 statuses, $2 before, $3 limit.
-func purgeBatch(ctx context.Context, db sqldialect.DB, statuses []string, before time.Time, limit int) (int, error) {
+// loops over it) in one statement: $1 statuses, $2 before, $3 limit, $4
+// the ids it is narrowed to (NULL: none).
+func purgeBatch(ctx context.Context, db sqldialect.DB, statuses, ids []string, before time.Time, limit int) (int, error) {
+	var only any // NULL
+	if ids != nil {
+		only = textArray(ids)
+	}
 	var n int
 	err := db.QueryRow(ctx, `
 WITH gone AS (
 	DELETE FROM backstop_tasks WHERE id IN (SELECT id FROM backstop_tasks
-		WHERE state = 'dead' AND dlq_status = ANY($1::text[]) AND updated_at < $2 ORDER BY id LIMIT $3
+		WHERE state = 'dead' AND dlq_status = ANY($1::text[]) AND updated_at < $2
+			AND ($4::text[] IS NULL OR id = ANY($4::text[])) ORDER BY id LIMIT $3
 		FOR UPDATE SKIP LOCKED)
 	RETURNING id
 ), e AS (DELETE FROM backstop_executions WHERE task_id IN (SELECT id FROM gone)),
 p AS (DELETE FROM backstop_payloads WHERE task_id IN (SELECT id FROM gone)),
 `+deleteTaskEvents("gone")+`
-SELECT count(*) FROM gone`, textArray(statuses), before, limit).Scan(&n)
+SELECT count(*) FROM gone`, textArray(statuses), before, limit, only).Scan(&n)
 	return n, err
 }
 

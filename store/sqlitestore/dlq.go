@@ -172,23 +172,30 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 
 // purgeBatch deletes a batch of dead letters (sqldialect's PurgeDLQ loops
 // over it) in one transaction.
-func purgeBatch(ctx context.Context, db sqldialect.DB, statuses []string, before time.Time, limit int) (int, error) {
+func purgeBatch(ctx context.Context, db sqldialect.DB, statuses, ids []string, before time.Time, limit int) (int, error) {
 	var n int
 	err := sqldialect.InTx(ctx, db, func(tx sqldialect.Tx) (err error) {
-		n, err = purgeBatchTx(ctx, sqlOf(tx), statuses, before, limit)
+		n, err = purgeBatchTx(ctx, sqlOf(tx), statuses, ids, before, limit)
 		return err
 	})
 	return n, err
 }
 
-func purgeBatchTx(ctx context.Context, tx *sql.Tx, statuses []string, before time.Time, limit int) (int, error) {
-	sts := make([]any, len(statuses))
-	for i, st := range statuses {
-		sts[i] = st
+func purgeBatchTx(ctx context.Context, tx *sql.Tx, statuses, only []string, before time.Time, limit int) (int, error) {
+	args := make([]any, 0, len(statuses)+len(only)+2)
+	for _, st := range statuses {
+		args = append(args, st)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id FROM backstop_tasks
-		WHERE state = 'dead' AND dlq_status IN (`+placeholders(len(sts))+`) AND updated_at < ? ORDER BY id LIMIT ?`,
-		append(append([]any{}, sts...), us(before), limit)...)
+	q := `SELECT id FROM backstop_tasks
+		WHERE state = 'dead' AND dlq_status IN (` + placeholders(len(statuses)) + `) AND updated_at < ?`
+	args = append(args, us(before))
+	if only != nil {
+		q += ` AND id IN (` + placeholders(len(only)) + `)`
+		for _, id := range only {
+			args = append(args, id)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, q+` ORDER BY id LIMIT ?`, append(args, limit)...)
 	if err != nil {
 		return 0, err
 	}

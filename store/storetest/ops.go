@@ -22,6 +22,7 @@ func (s *suite) testOps(t *testing.T) {
 	t.Run("Retention", s.testRetention)
 	t.Run("RetentionKeepsForeverWhenNegative", s.testRetentionKeep)
 	t.Run("RetentionNeverTakesOpenDeadLetters", s.testRetentionNeverTakesOpen)
+	t.Run("PurgeWhereAndFloor", s.testPurgeWhereAndFloor)
 	t.Run("Stats", s.testStats)
 	t.Run("Views", s.testViews)
 }

@@ -213,10 +213,17 @@ func (p *Procedures) PurgeDLQ(ctx context.Context, pp store.PurgeParams) (int, e
 	for i, st := range pp.Statuses {
 		sts[i] = string(st)
 	}
+	if pp.IDs != nil && len(pp.IDs) == 0 {
+		return 0, nil
+	}
 	if pp.DryRun {
 		var n int
-		err := p.reader.QueryRow(ctx, `SELECT count(*) FROM backstop_tasks
-			WHERE state = 'dead' AND dlq_status `+d.InText("$1")+` AND updated_at < $2`, d.TextList(sts), pp.Before).Scan(&n)
+		q, args := `SELECT count(*) FROM backstop_tasks
+			WHERE state = 'dead' AND dlq_status `+d.InText("$1")+` AND updated_at < $2`, []any{d.TextList(sts), pp.Before}
+		if pp.IDs != nil {
+			q, args = q+` AND id `+d.InText("$3"), append(args, d.TextList(pp.IDs))
+		}
+		err := p.reader.QueryRow(ctx, q, args...).Scan(&n)
 		if err != nil {
 			return 0, fmt.Errorf("%s: purge dry run: %w", d.Prefix, err)
 		}
@@ -227,12 +234,12 @@ func (p *Procedures) PurgeDLQ(ctx context.Context, pp store.PurgeParams) (int, e
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		n, err := d.PurgeBatch(ctx, p.writer, sts, pp.Before, limit)
+		n, err := d.PurgeBatch(ctx, p.writer, sts, pp.IDs, pp.Before, limit)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("%s: purge: %w", d.Prefix, err)
 		}
-		if n < limit {
+		if n < limit || pp.IDs != nil { // a list of ids is one batch
 			return total, nil
 		}
 	}
