@@ -55,6 +55,10 @@ type Config struct {
 	// resolve, purge, cancel) must give a reason; without one it is refused
 	// (ErrInvalid naming "reason") and nothing is done. Default: false.
 	RequireReason bool
+	// RedriveHeartbeat: how often a running redrive records that its runner
+	// is alive. ResumeRedrive refuses (ErrConflict) a redrive whose runner
+	// was seen less than 3 heartbeats ago, unless forced. Default: 5s.
+	RedriveHeartbeat time.Duration
 }
 
 // RetentionConfig: how long finished tasks and closed dead letters are kept
@@ -131,6 +135,7 @@ func (c *Config) withDefaults() *Config {
 	out.Retention.Interval = cmp.Or(c.Retention.Interval, time.Minute)
 	out.Retention.Events = cmp.Or(c.Retention.Events, 7*24*time.Hour)
 	out.WorkerStaleAfter = cmp.Or(c.WorkerStaleAfter, time.Minute)
+	out.RedriveHeartbeat = cmp.Or(c.RedriveHeartbeat, DefaultRedriveHeartbeat)
 	if out.Retry == nil {
 		p := bt.DefaultRetryPolicy
 		out.Retry = &p
@@ -150,6 +155,9 @@ func (c *Config) validate() error {
 	}
 	if c.Retention.Interval < 0 {
 		return fmt.Errorf("config: Retention.Interval must not be negative")
+	}
+	if c.RedriveHeartbeat < 0 {
+		return fmt.Errorf("config: RedriveHeartbeat must not be negative")
 	}
 	if c.Retry != nil {
 		if err := c.Retry.Validate(); err != nil {

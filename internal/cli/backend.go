@@ -59,6 +59,11 @@ func (a *app) backend(ctx context.Context, cfg *backstop.Config) (backend, error
 		return nil, err
 	}
 	cfg.RequireReason = cfg.RequireReason || req
+	if cfg.RedriveHeartbeat == 0 {
+		if cfg.RedriveHeartbeat, err = redriveHeartbeat(); err != nil { // redrives.go
+			return nil, err
+		}
+	}
 	s, c, err := a.openDB(ctx, cfg)
 	if err != nil {
 		return nil, err
