@@ -84,8 +84,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("ExportInSlices", s.testExportInSlices) // summary.go
 	t.Run("Migrations", s.testMigrations)
 	t.Run("DLQOps", s.testDLQOps)
-	t.Run("DLQReopen", s.testDLQReopen)       // dlq_reopen.go
-	t.Run("RedriveItems", s.testRedriveItems) // redrive_items.go
+	t.Run("DLQReopen", s.testDLQReopen)         // dlq_reopen.go
+	t.Run("RedriveItems", s.testRedriveItems)   // redrive_items.go
 	t.Run("RedriveRunner", s.testRedriveRunner) // redrive_runner.go
 	t.Run("Ops", s.testOps)
 	t.Run("API", s.testAPI)
