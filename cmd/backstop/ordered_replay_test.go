@@ -18,11 +18,13 @@ import (
 // TestOrderedReplayRunsBeforeTheKeysLaterTasks is issue 17's order-aware
 // replay with real processes, on both stores (the library-level proof is
 // the conformance Ordering/ReplayHoldsTheKeyAndClosesItsGap): on an
-// ordered queue, key k's task 1 died, which let 2 through, and 3 waits;
-// `backstop dlq replay 1 --hold-key` from one process puts 1 back in its
-// key's sequence, and a `backstop work` process with four slots runs 2,
-// then the replay to its end, and only then 3: the replay runs in sequence
-// and the key's later task is held until it settles.
+// ordered queue, key k's task 1 died while 2 and 3 wait behind it, and
+// before any worker saw the death `backstop dlq replay 1 --hold-key` from
+// one process puts 1 back in its key's sequence; a `backstop work` process
+// with four slots then runs the replay to its end before it starts 2, then
+// 3: the replay runs in sequence with the key's later tasks held. (Before
+// the fix of the ordering pass, the key stayed busy with the task it
+// replayed and nothing of k ever ran.)
 func TestOrderedReplayRunsBeforeTheKeysLaterTasks(t *testing.T) {
 	t.Parallel()
 	for _, st := range stores {
@@ -65,13 +67,11 @@ func TestOrderedReplayRunsBeforeTheKeysLaterTasks(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			// A worker's ordering pass (before its next claim) admits 2: the
-			// dead letter freed the key.
-			if err := c.OrderQueue(ctx, "ord"); err != nil {
-				t.Fatal(err)
-			}
-			if task, err := c.Get(ctx, "two"); err != nil || task.State != backstop.StatePending {
-				t.Fatalf("two after the death: %+v %v", task, err)
+			// No worker ran since: 2 and 3 still wait.
+			for _, id := range []string{"two", "three"} {
+				if task, err := c.Get(ctx, id); err != nil || task.State != backstop.StateBuffered {
+					t.Fatalf("%s after the death: %+v %v", id, task, err)
+				}
 			}
 			env := append(os.Environ(), "BACKSTOP_QUEUES_ORD_ORDERING_ENABLED=true", "BACKSTOP_QUEUES_ORD_ORDERING_STEP=1")
 			replay := exec.Command(binary, "--db", url, "dlq", "replay", "one", "--hold-key", "--reason", "card fixed")
@@ -90,9 +90,8 @@ func TestOrderedReplayRunsBeforeTheKeysLaterTasks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// 2 was admitted before the replay: it runs first; the replay runs
-			// to its end before 3 starts.
-			want := "start two|end two|start one|end one|start three|end three"
+			// The replay first, to its end; then 2, then 3.
+			want := "start one|end one|start two|end two|start three|end three"
 			if got := strings.Join(strings.Split(strings.TrimSpace(string(b)), "\n"), "|"); got != want {
 				t.Fatalf("runs: %q, want %q", got, want)
 			}

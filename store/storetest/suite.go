@@ -96,8 +96,9 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Complexity", s.testComplexity)
 	t.Run("Gauges", s.testGauges)
 	t.Run("GaugesOpenDeadLetters", s.testGaugesOpenDeadLetters)
-	t.Run("Ordering", s.testOrdering)         // ordering.go
-	t.Run("RemoteLeases", s.testRemoteLeases) // remote_leases.go
+	t.Run("OrderingReplayFirst", s.testOrderingReplayFirst) // ordering_replay_first.go
+	t.Run("Ordering", s.testOrdering)                       // ordering.go
+	t.Run("RemoteLeases", s.testRemoteLeases)               // remote_leases.go
 	// telemetry.go
 	t.Run("Telemetry", s.testTelemetry)
 	t.Run("Promises", s.testPromises) // promises.go
