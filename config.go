@@ -63,6 +63,10 @@ type Config struct {
 	// Default: 0, no floor (the server and CLI default to 7 days:
 	// dlq.purge_floor).
 	PurgeFloor time.Duration
+	// RedriveHeartbeat: how often a running redrive records that its runner
+	// is alive. ResumeRedrive refuses (ErrConflict) a redrive whose runner
+	// was seen less than 3 heartbeats ago, unless forced. Default: 5s.
+	RedriveHeartbeat time.Duration
 }
 
 // RetentionConfig: how long finished tasks and closed dead letters are kept
@@ -145,6 +149,7 @@ func (c *Config) withDefaults() *Config {
 	out.Retention.Events = cmp.Or(c.Retention.Events, 7*24*time.Hour)
 	out.Retention.Runs = cmp.Or(c.Retention.Runs, 7*24*time.Hour)
 	out.WorkerStaleAfter = cmp.Or(c.WorkerStaleAfter, time.Minute)
+	out.RedriveHeartbeat = cmp.Or(c.RedriveHeartbeat, DefaultRedriveHeartbeat)
 	if out.Retry == nil {
 		p := bt.DefaultRetryPolicy
 		out.Retry = &p
@@ -167,6 +172,9 @@ func (c *Config) validate() error {
 	}
 	if c.PurgeFloor < 0 {
 		return fmt.Errorf("config: PurgeFloor must not be negative")
+	}
+	if c.RedriveHeartbeat < 0 {
+		return fmt.Errorf("config: RedriveHeartbeat must not be negative")
 	}
 	if c.Retry != nil {
 		if err := c.Retry.Validate(); err != nil {

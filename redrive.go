@@ -1,6 +1,7 @@
 package backstop
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,12 @@ type RedriveParams struct {
 	// used.
 	DryRun     bool
 	SampleSize int
+	// Force takes over a redrive whose runner (another process) was seen
+	// recently (ResumeRedrive; redriverunner.go). Without it that is
+	// refused: ErrConflict.
+	Force bool
+	// runner: the name this run records on the redrive (ResumeRedrive's).
+	runner string
 }
 
 // RedriveProgress is reported after every batch and at the end.
@@ -184,6 +191,11 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err != nil {
 		return out, fmt.Errorf("redrive: %w", err)
 	}
+	runner := cmp.Or(p.runner, newRunnerID())
+	if err := c.claimRedrive(ctx, rec.ID, runner, p.Force); err != nil {
+		return out, err
+	}
+	defer c.beatRedrive(ctx, rec.ID, runner)()
 	actor := c.actor(p.Actor)
 	batch := store.RedriveBatch{RedriveID: rec.ID, Filter: f, Snapshot: rec.Snapshot, AfterID: rec.Cursor,
 		State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts, Actor: actor, Reason: p.Reason}
@@ -254,7 +266,14 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		}
 		batch.AfterID = last
 		// Canceled from any process (CancelRedrive): stop after this batch.
-		if cur, err := c.store.GetRedrive(ctx, rec.ID); err == nil && cur.Status == RedriveCanceled {
+		cur, err := c.store.GetRedrive(ctx, rec.ID)
+		if err == nil && cur.Runner != runner {
+			out.Replayed += replayed
+			out.Failed += failed
+			report()
+			return out, fmt.Errorf("redrive %s %w after %d replayed: runner %q took it over", rec.ID, ErrInterrupted, out.Replayed, cur.Runner)
+		}
+		if err == nil && cur.Status == RedriveCanceled {
 			out.Replayed += replayed
 			out.Failed += failed
 			report()

@@ -41,6 +41,11 @@ type RedriveItem = store.RedriveItem
 type RedriveRecord struct {
 	store.Redrive
 	Outcomes map[string]int `json:"outcomes"`
+	// RunnerAlive: its runner (Redrive.Runner) was seen less than
+	// RedriveStaleAfter ago; Resumable: it is not done and no runner is
+	// alive (ResumeRedrive takes it without force).
+	RunnerAlive bool `json:"runner_alive"`
+	Resumable   bool `json:"resumable"`
 }
 
 // Redrives lists redrive records, newest first; before (an id) pages on.
@@ -61,7 +66,8 @@ func (c *Client) GetRedrive(ctx context.Context, id string) (*RedriveRecord, err
 	if err != nil {
 		return nil, err
 	}
-	return &RedriveRecord{Redrive: rec, Outcomes: counts}, nil
+	alive, _ := c.RunnerAlive(rec, c.now())
+	return &RedriveRecord{Redrive: rec, Outcomes: counts, RunnerAlive: alive, Resumable: rec.Status != RedriveDone && !alive}, nil
 }
 
 // RedriveItemsParams selects a redrive's items.
@@ -117,8 +123,10 @@ func (c *Client) CancelRedrive(ctx context.Context, id string) (*RedriveRecord, 
 // ResumeRedrive continues an unfinished redrive (canceled, or left running
 // by a process that stopped) from its cursor with its original filter and
 // patch, from any process. p gives the pace and the operator (Rate, Limit,
-// BatchSize, Actor, Reason: the record's reason when empty); its Filter,
-// patch and scheduling fields are not used. A finished redrive: ErrConflict.
+// BatchSize, Actor, Reason: the record's reason when empty; Force); its
+// Filter, patch and scheduling fields are not used. A finished redrive:
+// ErrConflict; so is one whose runner (another process) was seen less than
+// RedriveStaleAfter ago, unless p.Force.
 func (c *Client) ResumeRedrive(ctx context.Context, id string, p RedriveParams, progress func(RedriveProgress)) (RedriveProgress, error) {
 	rec, err := c.store.GetRedrive(ctx, id)
 	if err != nil {
@@ -151,6 +159,13 @@ func (c *Client) ResumeRedrive(ctx context.Context, id string, p RedriveParams, 
 	if key, err := json.Marshal(rk(rp)); err != nil || string(key) != rec.FilterKey {
 		return RedriveProgress{}, fmt.Errorf("redrive %s: its recorded filter %s cannot be rebuilt by this version", id, rec.FilterKey)
 	}
+	// Refused while another process runs it (its runner was seen
+	// recently), unless p.Force: redriverunner.go.
+	rp.Force, rp.runner = p.Force, newRunnerID()
+	if err := c.claimRedrive(ctx, id, rp.runner, p.Force); err != nil {
+		return RedriveProgress{}, err
+	}
+	defer func() { _ = c.store.ReleaseRedrive(context.WithoutCancel(ctx), id, rp.runner) }()
 	if _, err := c.store.SetRedriveStatus(ctx, id, []string{RedriveRunning, RedriveCanceled, "interrupted"}, RedriveRunning, time.Time{}); err != nil {
 		return RedriveProgress{}, err
 	}

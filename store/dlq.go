@@ -78,6 +78,26 @@ type DLQ interface {
 	// clears finished_at; any other sets it to at). It reports whether the
 	// record was in one of from. Unknown id: ErrNotFound.
 	SetRedriveStatus(ctx context.Context, id string, from []string, status string, at time.Time) (bool, error)
+	// ClaimRedrive records c.Runner as the redrive's runner with a
+	// heartbeat at c.At, when the redrive has no runner, c.Runner already
+	// runs it, its last heartbeat is before c.StaleBefore, or c.Force
+	// (c.Renew: only when c.Runner runs it). It
+	// reports whether it did and returns the record as it is after either
+	// way (who runs it, last seen when). Unknown id: ErrNotFound.
+	ClaimRedrive(ctx context.Context, c RedriveClaim) (Redrive, bool, error)
+	// ReleaseRedrive clears the redrive's runner if it is runner (the
+	// heartbeat time stays: when a runner was last seen).
+	ReleaseRedrive(ctx context.Context, id, runner string) error
+}
+
+// RedriveClaim is a runner's claim on a redrive, and its heartbeat.
+type RedriveClaim struct {
+	ID, Runner  string
+	At          time.Time
+	StaleBefore time.Time
+	Force       bool
+	// Renew: a heartbeat of the current runner, never a claim.
+	Renew bool
 }
 
 // Outcomes of a redrive's items.
@@ -188,6 +208,11 @@ type Redrive struct {
 	Status     string          `json:"status"` // running | done | canceled | interrupted
 	StartedAt  time.Time       `json:"started_at"`
 	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	// Runner is the process running the redrive now ("" when none says so:
+	// it stopped, or was never claimed); HeartbeatAt is when a runner last
+	// recorded it was alive (ClaimRedrive).
+	Runner      string     `json:"runner,omitempty"`
+	HeartbeatAt *time.Time `json:"heartbeat_at,omitempty"`
 }
 
 // NewEvent makes an event with a fresh time-ordered id (drivers use it for

@@ -6,13 +6,11 @@ package main
 // scripts/with-postgres, on PostgreSQL.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os/exec"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,31 +22,46 @@ import (
 // deadLetters makes n dead letters in queue q and returns the client.
 func deadLetters(t *testing.T, url, q string, n int) *backstop.Client {
 	t.Helper()
-	ctx := context.Background()
 	s, c := storeClient(t, url)
-	for start := 0; start < n; start += 1000 {
-		params := make([]backstop.EnqueueParams, 0, 1000)
-		for i := start; i < min(n, start+1000); i++ {
-			params = append(params, backstop.EnqueueParams{ID: fmt.Sprintf("%s-%05d", q, i), Queue: q, Kind: "job"})
-		}
-		if _, err := c.EnqueueMany(ctx, params); err != nil {
+	params := make([]backstop.EnqueueParams, n)
+	for i := range params {
+		params[i] = backstop.EnqueueParams{ID: fmt.Sprintf("%s-%05d", q, i), Queue: q, Kind: "job"}
+	}
+	makeDeadLetters(t, s, c, params, func(string) string { return "boom" })
+	return c
+}
+
+// makeDeadLetters enqueues params (each with its ID and a queue of its
+// own or shared), claims and settles them as permanent errors with the
+// error errOf gives each id: dead letters in bulk, through the store.
+func makeDeadLetters(t *testing.T, s store.Store, c *backstop.Client, params []backstop.EnqueueParams, errOf func(id string) string) {
+	t.Helper()
+	ctx := context.Background()
+	for start := 0; start < len(params); start += 1000 {
+		batch := params[start:min(len(params), start+1000)]
+		if _, err := c.EnqueueMany(ctx, batch); err != nil {
 			t.Fatal(err)
+		}
+		queues := map[string]int{}
+		for _, p := range batch {
+			queues[p.Queue]++
 		}
 		now := time.Now()
-		got, err := s.Claim(ctx, store.ClaimParams{Queue: q, WorkerID: "test", Max: len(params), Now: now, Lease: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ss := make([]store.Settlement, len(got))
-		for i, task := range got {
-			ss[i] = store.Settlement{TaskID: task.ID, ExecutionID: task.ExecutionID, Outcome: bt.OutcomePermanentError,
-				Error: "boom", FinishedAt: now, State: bt.StateDead, DeadReason: bt.ReasonPermanentError}
-		}
-		if _, err := s.Settle(ctx, ss); err != nil {
-			t.Fatal(err)
+		for q, k := range queues {
+			got, err := s.Claim(ctx, store.ClaimParams{Queue: q, WorkerID: "test", Max: k, Now: now, Lease: time.Minute})
+			if err != nil || len(got) != k {
+				t.Fatalf("claim %s: %d of %d: %v", q, len(got), k, err)
+			}
+			ss := make([]store.Settlement, len(got))
+			for i, task := range got {
+				ss[i] = store.Settlement{TaskID: task.ID, ExecutionID: task.ExecutionID, Outcome: bt.OutcomePermanentError,
+					Error: errOf(task.ID), FinishedAt: now, State: bt.StateDead, DeadReason: bt.ReasonPermanentError}
+			}
+			if _, err := s.Settle(ctx, ss); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	return c
 }
 
 func TestDLQReplayFromTwoProcesses(t *testing.T) {
@@ -110,51 +123,20 @@ func TestDLQRedriveKilledHalfwayThenResumed(t *testing.T) {
 			c := deadLetters(t, url, "redrive", n)
 			// At 1000/s the redrive takes about two seconds; kill it once a
 			// quarter is done.
-			cmd := exec.Command(binary, "--db", url, "dlq", "redrive", "--queue", "redrive", "--rate", "1000", "--yes", "-o", "json")
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			killed := false
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				var p backstop.RedriveProgress
-				if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
-					t.Fatalf("progress line %q: %v", sc.Text(), err)
-				}
-				if p.Replayed >= n/4 {
-					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-					killed = true
-					break
-				}
-			}
-			_ = cmd.Wait()
-			if !killed {
-				t.Fatal("the redrive finished before it could be killed")
-			}
-			ctx := context.Background()
+			last := killRedriveWhen(t, redriveCmd("--db", url, "dlq", "redrive", "--queue", "redrive", "--rate", "1000", "--yes", "-o", "json"),
+				func(p backstop.RedriveProgress) bool { return p.Replayed >= n/4 })
 			count := func(state backstop.State) int {
-				total, after := 0, ""
-				for {
-					ts, err := c.List(ctx, backstop.ListParams{Queue: "redrive", States: []backstop.State{state}, AfterID: after, Limit: 1000})
-					if err != nil {
-						t.Fatal(err)
-					}
-					total += len(ts)
-					if len(ts) < 1000 {
-						return total
-					}
-					after = ts[len(ts)-1].ID
-				}
+				total := 0
+				eachTask(t, c, backstop.ListParams{Queue: "redrive", States: []backstop.State{state}}, func(*backstop.Task) { total++ })
+				return total
 			}
 			if left := count(backstop.StateDead); left == 0 || left == n {
 				t.Fatalf("after the kill %d of %d are still dead; want some", left, n)
 			}
-			out, err := exec.Command(binary, "--db", url, "dlq", "redrive", "--queue", "redrive", "--rate", "0", "--yes").CombinedOutput()
+			// The same redrive again is refused while the killed runner's
+			// heartbeat is fresh, and runs once it is stale.
+			waitFor(t, "the killed runner to go stale", func() bool { return redrivesShow(t, url, last.RedriveID).Resumable })
+			out, err := redriveCmd("--db", url, "dlq", "redrive", "--queue", "redrive", "--rate", "0", "--yes").CombinedOutput()
 			if err != nil {
 				t.Fatalf("re-run: %v: %s", err, out)
 			}
@@ -162,22 +144,11 @@ func TestDLQRedriveKilledHalfwayThenResumed(t *testing.T) {
 			if got := count(backstop.StatePending); got != n {
 				t.Fatalf("%d of %d pending after the re-run", got, n)
 			}
-			after := ""
-			for {
-				ts, err := c.List(ctx, backstop.ListParams{Queue: "redrive", AfterID: after, Limit: 1000})
-				if err != nil {
-					t.Fatal(err)
+			eachTask(t, c, backstop.ListParams{Queue: "redrive"}, func(task *backstop.Task) {
+				if task.ReplayCount != 1 {
+					t.Fatalf("%s replayed %d times", task.ID, task.ReplayCount)
 				}
-				for _, task := range ts {
-					if task.ReplayCount != 1 {
-						t.Fatalf("%s replayed %d times", task.ID, task.ReplayCount)
-					}
-				}
-				if len(ts) < 1000 {
-					break
-				}
-				after = ts[len(ts)-1].ID
-			}
+			})
 		})
 	}
 }

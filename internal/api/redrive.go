@@ -95,6 +95,13 @@ type RedriveStatus struct {
 	Outcomes map[string]int  `json:"outcomes,omitempty"`
 	Filter   json.RawMessage `json:"filter,omitempty"`
 	Cursor   string          `json:"cursor,omitempty"`
+	// From the record too: the process running it (runner, "" when none),
+	// when a runner was last seen, whether one is alive (a resume without
+	// force is refused, 409) and whether it can be resumed.
+	Runner      string     `json:"runner,omitempty"`
+	HeartbeatAt *time.Time `json:"heartbeat_at,omitempty"`
+	RunnerAlive bool       `json:"runner_alive"`
+	Resumable   bool       `json:"resumable"`
 }
 
 type redriveRun struct {

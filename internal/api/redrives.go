@@ -42,6 +42,9 @@ type ResumeRequest struct {
 	Limit int         `json:"limit,omitempty"`
 	Why   string      `json:"why,omitempty"`
 	Wait  bt.Duration `json:"wait,omitempty"`
+	// Force takes over a redrive whose runner (another process) was seen
+	// recently; without it that is refused with 409.
+	Force bool `json:"force,omitempty"`
 }
 
 func onlyParams(q url.Values, allowed ...string) error {
@@ -132,6 +135,7 @@ func (s *Server) withRecord(ctx context.Context, p principal, st RedriveStatus, 
 	}
 	maskRecord(p, rec)
 	st.Outcomes, st.Filter, st.Cursor = rec.Outcomes, rec.Filter, rec.Cursor
+	st.Runner, st.HeartbeatAt, st.RunnerAlive, st.Resumable = rec.Runner, rec.HeartbeatAt, rec.RunnerAlive, rec.Resumable
 	return st
 }
 
@@ -186,7 +190,7 @@ func (s *Server) resumeRedrive(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusAccepted, run.status())
 	}
 	p := principalFrom(r.Context())
-	params := backstop.RedriveParams{Rate: req.Rate, Limit: req.Limit, Actor: p.Name, Reason: req.Why}
+	params := backstop.RedriveParams{Rate: req.Rate, Limit: req.Limit, Actor: p.Name, Reason: req.Why, Force: req.Force}
 	run, err := s.redrives.startWith(func(ctx context.Context, progress func(backstop.RedriveProgress)) (backstop.RedriveProgress, error) {
 		return s.c.ResumeRedrive(ctx, id, params, progress)
 	}, params, s.now)

@@ -12,6 +12,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/store"
 )
 
 // GET /v1/redrives, GET /v1/redrives/{id} (any redrive, from its record),
@@ -71,7 +72,25 @@ func TestRedriveRecordsEndpoints(t *testing.T) {
 
 		_, err = op.ResumeRedrive(ctx, id, api.ResumeRequest{})
 		mustCode(t, err, "forbidden")
-		res, err := admin.ResumeRedrive(ctx, id, api.ResumeRequest{Wait: bt.Duration(20 * time.Second)})
+		// Another process runs it (its heartbeat is fresh): the resume is
+		// refused with 409 naming it, and the record says so; force takes
+		// it over.
+		if _, ok, err := b.store.ClaimRedrive(ctx, store.RedriveClaim{ID: id, Runner: "host/7/other", At: b.clock.Now()}); err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		_, err = admin.ResumeRedrive(ctx, id, api.ResumeRequest{})
+		mustCode(t, err, "conflict")
+		if !strings.Contains(err.Error(), "host/7/other") {
+			t.Fatalf("the refusal does not name the runner: %v", err)
+		}
+		st, err = viewer.RedriveStatus(ctx, id)
+		if err != nil || st.Runner != "host/7/other" || !st.RunnerAlive || st.Resumable || st.HeartbeatAt == nil {
+			t.Fatalf("status with a live runner: %+v %v", st, err)
+		}
+		if l, err := viewer.Redrives(ctx, nil); err != nil || l.Items[0].Runner != "host/7/other" || !l.Items[0].RunnerAlive {
+			t.Fatalf("list with a live runner: %+v %v", l, err)
+		}
+		res, err := admin.ResumeRedrive(ctx, id, api.ResumeRequest{Wait: bt.Duration(20 * time.Second), Force: true})
 		if err != nil || res.RedriveID != id || !res.Resumed || res.Status != "done" || res.Replayed != 12 || res.Outcomes["replayed"] != 12 {
 			t.Fatalf("resume: %+v %v", res, err)
 		}

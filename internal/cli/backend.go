@@ -65,6 +65,11 @@ func (a *app) backend(ctx context.Context, cfg *backstop.Config) (backend, error
 	if cfg.PurgeFloor, err = purgeFloor(); err != nil { // dlq_bulk.go
 		return nil, err
 	}
+	if cfg.RedriveHeartbeat == 0 {
+		if cfg.RedriveHeartbeat, err = redriveHeartbeat(); err != nil { // redrives.go
+			return nil, err
+		}
+	}
 	s, c, err := a.openDB(ctx, cfg)
 	if err != nil {
 		return nil, err

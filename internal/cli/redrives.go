@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/config"
 )
 
 // This file is `backstop redrives`: a redrive is a durable job (its record
@@ -36,19 +38,60 @@ func redrivesCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// redriveHeartbeat is dlq.redrive_heartbeat for the commands that work on
+// the database: BACKSTOP_DLQ_REDRIVE_HEARTBEAT (0: the library's default).
+func redriveHeartbeat() (time.Duration, error) {
+	const name = config.EnvPrefix + "DLQ_REDRIVE_HEARTBEAT"
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	var c config.Config
+	if err := c.ApplyEnv([]string{name + "=" + v}); err != nil {
+		return 0, usageErr("%v", err)
+	}
+	if c.DLQ.RedriveHeartbeat < 0 {
+		return 0, usageErr("%s=%s: must not be negative", name, v)
+	}
+	return c.DLQ.RedriveHeartbeat.D(), nil
+}
+
 // redriveJSON is a redrive as the redrives commands print it.
 type redriveJSON struct {
-	ID         string                 `json:"id"`
-	Status     string                 `json:"status"`
-	Filter     json.RawMessage        `json:"filter,omitempty"`
-	Snapshot   time.Time              `json:"snapshot"`
-	Cursor     string                 `json:"cursor"`
-	Replayed   int                    `json:"replayed"`
-	Failed     int                    `json:"failed"`
-	Outcomes   map[string]int         `json:"outcomes"`
-	StartedAt  time.Time              `json:"started_at"`
-	FinishedAt *time.Time             `json:"finished_at,omitempty"`
-	Items      []backstop.RedriveItem `json:"items,omitempty"`
+	ID         string          `json:"id"`
+	Status     string          `json:"status"`
+	Filter     json.RawMessage `json:"filter,omitempty"`
+	Snapshot   time.Time       `json:"snapshot"`
+	Cursor     string          `json:"cursor"`
+	Replayed   int             `json:"replayed"`
+	Failed     int             `json:"failed"`
+	Outcomes   map[string]int  `json:"outcomes"`
+	StartedAt  time.Time       `json:"started_at"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	// The process running it ("" when none), when a runner was last seen,
+	// whether one is alive, whether it can be resumed without --force.
+	Runner      string                 `json:"runner,omitempty"`
+	HeartbeatAt *time.Time             `json:"heartbeat_at,omitempty"`
+	RunnerAlive bool                   `json:"runner_alive"`
+	Resumable   bool                   `json:"resumable"`
+	Items       []backstop.RedriveItem `json:"items,omitempty"`
+}
+
+// liveness says who runs a redrive: "running, last seen 2s ago" or
+// "running, no runner seen for 10m0s: resumable".
+func (r redriveJSON) liveness(now time.Time) string {
+	if r.Status == backstop.RedriveDone {
+		return r.Status
+	}
+	at := r.StartedAt
+	if r.HeartbeatAt != nil {
+		at = *r.HeartbeatAt
+	}
+	ago := max(0, now.Sub(at)).Round(time.Second)
+	if r.RunnerAlive {
+		return fmt.Sprintf("%s, last seen %s ago", r.Status, ago)
+	}
+	return fmt.Sprintf("%s, no runner seen for %s: resumable", r.Status, ago)
 }
 
 func fromRecord(rec *backstop.RedriveRecord, mask func(json.RawMessage) json.RawMessage) redriveJSON {
@@ -57,7 +100,8 @@ func fromRecord(rec *backstop.RedriveRecord, mask func(json.RawMessage) json.Raw
 		o = map[string]int{}
 	}
 	return redriveJSON{ID: rec.ID, Status: rec.Status, Filter: mask(rec.Filter), Snapshot: rec.Snapshot, Cursor: rec.Cursor,
-		Replayed: rec.Replayed, Failed: rec.Failed, Outcomes: o, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt}
+		Replayed: rec.Replayed, Failed: rec.Failed, Outcomes: o, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+		Runner: rec.Runner, HeartbeatAt: rec.HeartbeatAt, RunnerAlive: rec.RunnerAlive, Resumable: rec.Resumable}
 }
 
 func fromStatus(st *api.RedriveStatus) redriveJSON {
@@ -66,7 +110,8 @@ func fromStatus(st *api.RedriveStatus) redriveJSON {
 		o = map[string]int{}
 	}
 	return redriveJSON{ID: st.RedriveID, Status: st.Status, Filter: st.Filter, Snapshot: st.Snapshot, Cursor: st.Cursor,
-		Replayed: st.Replayed, Failed: st.Failed, Outcomes: o, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
+		Replayed: st.Replayed, Failed: st.Failed, Outcomes: o, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt,
+		Runner: st.Runner, HeartbeatAt: st.HeartbeatAt, RunnerAlive: st.RunnerAlive, Resumable: st.Resumable}
 }
 
 // redriveJobs is what the redrives commands need, over the database or a
@@ -196,7 +241,8 @@ func (j remoteJobs) cancel(ctx context.Context, id string) (redriveJSON, error) 
 }
 
 func (j remoteJobs) resume(ctx context.Context, id string, p backstop.RedriveParams, progress func(backstop.RedriveProgress)) (backstop.RedriveProgress, error) {
-	st, err := j.r.cl.ResumeRedrive(ctx, id, api.ResumeRequest{Rate: p.Rate, Limit: p.Limit, Why: p.Reason, Wait: bt.Duration(5 * time.Second)})
+	st, err := j.r.cl.ResumeRedrive(ctx, id, api.ResumeRequest{Rate: p.Rate, Limit: p.Limit, Why: p.Reason, Wait: bt.Duration(5 * time.Second),
+		Force: p.Force})
 	for err == nil && st.Status == "running" {
 		progress(st.RedriveProgress)
 		select {
@@ -221,7 +267,10 @@ func (j remoteJobs) resume(ctx context.Context, id string, p backstop.RedrivePar
 func printRedrive(w io.Writer, r redriveJSON) error {
 	tw := newTable(w)
 	fmt.Fprintf(tw, "redrive\t%s\n", r.ID)
-	fmt.Fprintf(tw, "status\t%s\n", r.Status)
+	fmt.Fprintf(tw, "status\t%s\n", r.liveness(time.Now()))
+	if r.Runner != "" {
+		fmt.Fprintf(tw, "runner\t%s\n", r.Runner)
+	}
 	fmt.Fprintf(tw, "filter\t%s\n", compactOrRaw(r.Filter))
 	fmt.Fprintf(tw, "snapshot\t%s\n", fmtTime(r.Snapshot))
 	fmt.Fprintf(tw, "started\t%s\n", fmtTime(r.StartedAt))
@@ -273,7 +322,7 @@ func redrivesListCmd(a *app) *cobra.Command {
 				tw := newTable(w)
 				fmt.Fprintln(tw, "ID\tSTATUS\tREPLAYED\tFAILED\tSTARTED\tFINISHED\tFILTER")
 				for _, r := range rs {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.ID, r.Status, r.Replayed, r.Failed, fmtTime(r.StartedAt),
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.ID, r.liveness(time.Now()), r.Replayed, r.Failed, fmtTime(r.StartedAt),
 						fmtTimePtr(r.FinishedAt), oneLine(compactOrRaw(r.Filter), 100))
 				}
 				return tw.Flush()
@@ -372,14 +421,21 @@ func redrivesResumeCmd(a *app) *cobra.Command {
 		actor, why string
 		rate       float64
 		limit      int
+		force      bool
 	)
 	cmd := &cobra.Command{
-		Use:   "resume ID",
+		Use:   "resume ID [--force]",
 		Short: "Continue an unfinished redrive from its cursor, with its own filter and patch, from any process",
 		Long: `resume continues a redrive that was canceled or whose process stopped (killed,
 crashed): from its cursor, with the filter and patch it was started with, each
 dead letter replayed once. Progress as for 'dlq redrive'. A finished redrive
-exits 4 (conflict); an unknown one exits 3.`,
+exits 4 (conflict); an unknown one exits 3.
+
+A running redrive's process records a heartbeat on it (every
+dlq.redrive_heartbeat, default 5s; "redrives show" says when it was last seen).
+While its runner was seen less than three heartbeats ago, resume refuses (exit 4,
+naming the runner): two processes would run one redrive at once. --force takes
+it over anyway (the other runner, if alive, stops after its batch).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 0 {
@@ -397,7 +453,7 @@ exits 4 (conflict); an unknown one exits 3.`,
 			}
 			defer closeFn()
 			bar := a.progressBar()
-			final, err := j.resume(cmd.Context(), args[0], backstop.RedriveParams{Rate: rate, Limit: limit, Actor: actor, Reason: why},
+			final, err := j.resume(cmd.Context(), args[0], backstop.RedriveParams{Rate: rate, Limit: limit, Actor: actor, Reason: why, Force: force},
 				func(p backstop.RedriveProgress) {
 					if a.output == "json" {
 						_ = json.NewEncoder(a.stdout).Encode(p)
@@ -422,6 +478,7 @@ exits 4 (conflict); an unknown one exits 3.`,
 	}
 	cmd.Flags().Float64Var(&rate, "rate", 500, "at most this many replays per second (0: unthrottled)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "replay at most this many in this run (0: all)")
+	cmd.Flags().BoolVar(&force, "force", false, "take the redrive over even if its runner (another process) was seen recently")
 	addActorFlag(cmd, &actor)
 	addReasonFlag(cmd, "why", &why)
 	return cmd

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"testing"
+
+	"github.com/backstophq/backstop/internal/testdb"
 )
 
 // Bad input to the redrive commands: exit 2 naming the flag, nothing done.
@@ -23,4 +25,14 @@ func TestRedrivesBadInput(t *testing.T) {
 			t.Fatalf("empty list: %q", out)
 		}
 	})
+}
+
+// A bad BACKSTOP_DLQ_REDRIVE_HEARTBEAT exits 2 naming it, before anything
+// is done (t.Setenv: not parallel).
+func TestRedriveHeartbeatEnvBadInput(t *testing.T) {
+	for _, v := range []string{"soon", "-1s"} {
+		t.Setenv("BACKSTOP_DLQ_REDRIVE_HEARTBEAT", v)
+		e := &cliEnv{t: t, db: testdb.SQLite(t)}
+		e.fails(ExitUsage, "BACKSTOP_DLQ_REDRIVE_HEARTBEAT", "redrives", "resume", "x")
+	}
 }

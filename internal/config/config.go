@@ -140,6 +140,10 @@ type DLQ struct {
 	// below it (a configuration that does not say what it does). Default:
 	// 168h (7 days).
 	PurgeFloor Duration `yaml:"purge_floor" json:"purge_floor"`
+	// RedriveHeartbeat: how often a running redrive records that its
+	// process is alive; `redrives resume` refuses one seen less than 3
+	// heartbeats ago unless --force. Default: 5s.
+	RedriveHeartbeat Duration `yaml:"redrive_heartbeat" json:"redrive_heartbeat"`
 }
 
 // DefaultPurgeFloor is dlq.purge_floor's default.
@@ -570,6 +574,9 @@ func (c *Config) Validate() error {
 	if c.DLQ.PurgeFloor < 0 {
 		bad("dlq.purge_floor", "must not be negative")
 	}
+	if c.DLQ.RedriveHeartbeat < 0 {
+		bad("dlq.redrive_heartbeat", "must not be negative")
+	}
 	for i, k := range c.Redaction.Keys {
 		if strings.TrimSpace(k) == "" {
 			bad(fmt.Sprintf("redaction.keys[%d]", i), "must not be empty")
@@ -672,6 +679,7 @@ func (c *Config) Library() *backstop.Config {
 		RedactKeys:         c.Redaction.Keys,
 		RequireReason:      c.DLQ.RequireReason,
 		PurgeFloor:         orDur(c.DLQ.PurgeFloor, DefaultPurgeFloor).D(),
+		RedriveHeartbeat:   c.DLQ.RedriveHeartbeat.D(),
 		Retention: backstop.RetentionConfig{Succeeded: c.Retention.Succeeded.D(), Canceled: c.Retention.Canceled.D(),
 			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D(), Events: c.Retention.Events.D(), Runs: c.Retention.Runs.D()},
 	}
@@ -721,6 +729,7 @@ func (c *Config) Effective() *Config {
 	out.Retention.Events = orDur(c.Retention.Events, 7*24*time.Hour)
 	out.Retention.Runs = orDur(c.Retention.Runs, 7*24*time.Hour)
 	out.DLQ.PurgeFloor = orDur(c.DLQ.PurgeFloor, DefaultPurgeFloor)
+	out.DLQ.RedriveHeartbeat = orDur(c.DLQ.RedriveHeartbeat, backstop.DefaultRedriveHeartbeat)
 	out.Queues = map[string]Queue{}
 	for n, q := range c.Queues {
 		if q.Concurrency == 0 {

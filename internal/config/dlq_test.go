@@ -30,11 +30,15 @@ func TestDLQSection(t *testing.T) {
 		t.Fatalf("after the environment: %+v", c.DLQ)
 	}
 
+	if err := c.ApplyEnv([]string{"BACKSTOP_DLQ_REDRIVE_HEARTBEAT=250ms"}); err != nil || c.Library().RedriveHeartbeat != 250*time.Millisecond {
+		t.Fatalf("redrive_heartbeat from the environment: %+v %v", c.DLQ, err)
+	}
+
 	var empty Config
 	if p := empty.DLQGaugePolicy(); p.Retention != 30*24*time.Hour || p.PurgeFloor != DefaultPurgeFloor {
 		t.Fatalf("defaults: %+v", p)
 	}
-	if e := empty.Effective(); e.DLQ.PurgeFloor.D() != DefaultPurgeFloor || e.DLQ.RequireReason {
+	if e := empty.Effective(); e.DLQ.PurgeFloor.D() != DefaultPurgeFloor || e.DLQ.RequireReason || e.DLQ.RedriveHeartbeat.D() != 5*time.Second {
 		t.Fatalf("effective: %+v", e.DLQ)
 	}
 	forever := Config{Retention: Retention{DeadLetters: Duration(-1)}}
@@ -44,6 +48,7 @@ func TestDLQSection(t *testing.T) {
 
 	for _, tc := range []struct{ yaml, want string }{
 		{"dlq:\n  purge_floor: -1h\n", "dlq.purge_floor: must not be negative"},
+		{"dlq:\n  redrive_heartbeat: -1s\n", "dlq.redrive_heartbeat: must not be negative"},
 		{"dlq:\n  require_reasons: true\n", `unknown key "require_reasons" in dlq`},
 	} {
 		c, err := Parse([]byte(tc.yaml))
@@ -54,7 +59,7 @@ func TestDLQSection(t *testing.T) {
 			t.Errorf("%q: %v, want %q", tc.yaml, err, tc.want)
 		}
 	}
-	for _, env := range []string{"BACKSTOP_DLQ_REQUIRE_REASON=maybe", "BACKSTOP_DLQ_PURGE_FLOOR=soon", "BACKSTOP_DLQ_BOGUS=1"} {
+	for _, env := range []string{"BACKSTOP_DLQ_REQUIRE_REASON=maybe", "BACKSTOP_DLQ_PURGE_FLOOR=soon", "BACKSTOP_DLQ_REDRIVE_HEARTBEAT=soon", "BACKSTOP_DLQ_BOGUS=1"} {
 		var c Config
 		name, _, _ := strings.Cut(env, "=")
 		if err := c.ApplyEnv([]string{env}); err == nil || !strings.Contains(err.Error(), name) {

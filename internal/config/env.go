@@ -58,9 +58,10 @@ var topEnv = map[string]setter{
 		c.Telemetry.Metrics = &b
 		return parseBool(v, &b)
 	},
-	"REDACTION_KEYS":     func(c *Config, v string) error { c.Redaction.Keys = splitList(v); return nil },
-	"DLQ_REQUIRE_REASON": func(c *Config, v string) error { return parseBool(v, &c.DLQ.RequireReason) },
-	"DLQ_PURGE_FLOOR":    func(c *Config, v string) error { return parseDur(v, &c.DLQ.PurgeFloor) },
+	"REDACTION_KEYS":        func(c *Config, v string) error { c.Redaction.Keys = splitList(v); return nil },
+	"DLQ_REQUIRE_REASON":    func(c *Config, v string) error { return parseBool(v, &c.DLQ.RequireReason) },
+	"DLQ_PURGE_FLOOR":       func(c *Config, v string) error { return parseDur(v, &c.DLQ.PurgeFloor) },
+	"DLQ_REDRIVE_HEARTBEAT": func(c *Config, v string) error { return parseDur(v, &c.DLQ.RedriveHeartbeat) },
 }
 
 var queueEnv = map[string]func(q *Queue, v string) error{

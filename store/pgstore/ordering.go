@@ -132,7 +132,9 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 		}
 		if busy != nil {
 			k.BusyTask = *busy
-			k.BusyDone = state == nil || !bt.State(*state).Live()
+			// Done: terminal, gone, or replayed in place since it died (its
+			// ordering row waits as a replay: the key must not wait for it).
+			k.BusyDone = state == nil || !bt.State(*state).Live() || status != nil && *status == store.OrdReplay
 			k.BusyReplay = status != nil && *status == store.OrdReplayed
 			if kind != nil {
 				k.BusyKind = *kind

@@ -138,7 +138,9 @@ func orderKeys(ctx context.Context, tx *sql.Tx, queue string, keys []string, set
 		}
 		if busy.Valid && busy.String != "" {
 			k.BusyTask = busy.String
-			k.BusyDone = !state.Valid || !bt.State(state.String).Live()
+			// Done: terminal, gone, or replayed in place since it died (its
+			// ordering row waits as a replay: the key must not wait for it).
+			k.BusyDone = !state.Valid || !bt.State(state.String).Live() || status.String == store.OrdReplay
 			k.BusyReplay = status.String == store.OrdReplayed
 			k.BusyKind = kind.String
 			k.BusyOK = state.Valid && bt.State(state.String) == bt.StateSucceeded

@@ -84,8 +84,9 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("ExportInSlices", s.testExportInSlices) // summary.go
 	t.Run("Migrations", s.testMigrations)
 	t.Run("DLQOps", s.testDLQOps)
-	t.Run("DLQReopen", s.testDLQReopen)       // dlq_reopen.go
-	t.Run("RedriveItems", s.testRedriveItems) // redrive_items.go
+	t.Run("DLQReopen", s.testDLQReopen)         // dlq_reopen.go
+	t.Run("RedriveItems", s.testRedriveItems)   // redrive_items.go
+	t.Run("RedriveRunner", s.testRedriveRunner) // redrive_runner.go
 	t.Run("Ops", s.testOps)
 	t.Run("API", s.testAPI)
 	t.Run("Queues", s.testQueues)
@@ -95,8 +96,9 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Complexity", s.testComplexity)
 	t.Run("Gauges", s.testGauges)
 	t.Run("GaugesOpenDeadLetters", s.testGaugesOpenDeadLetters)
-	t.Run("Ordering", s.testOrdering)         // ordering.go
-	t.Run("RemoteLeases", s.testRemoteLeases) // remote_leases.go
+	t.Run("OrderingReplayFirst", s.testOrderingReplayFirst) // ordering_replay_first.go
+	t.Run("Ordering", s.testOrdering)                       // ordering.go
+	t.Run("RemoteLeases", s.testRemoteLeases)               // remote_leases.go
 	// telemetry.go
 	t.Run("Telemetry", s.testTelemetry)
 	t.Run("Promises", s.testPromises) // promises.go

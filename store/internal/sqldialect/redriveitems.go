@@ -32,14 +32,15 @@ func (p *Procedures) RecordRedriveItem(ctx context.Context, it store.RedriveItem
 	})
 }
 
-const redriveCols = `id, filter_key, filter, snapshot, cursor, replayed, failed, status, started_at, finished_at`
+const redriveCols = `id, filter_key, filter, snapshot, cursor, replayed, failed, status, started_at, finished_at, runner, heartbeat_at`
 
 func scanRedrive(r Row) (store.Redrive, error) {
 	var (
 		rec    store.Redrive
 		filter []byte
 	)
-	err := r.Scan(&rec.ID, &rec.FilterKey, &filter, &rec.Snapshot, &rec.Cursor, &rec.Replayed, &rec.Failed, &rec.Status, &rec.StartedAt, &rec.FinishedAt)
+	err := r.Scan(&rec.ID, &rec.FilterKey, &filter, &rec.Snapshot, &rec.Cursor, &rec.Replayed, &rec.Failed, &rec.Status, &rec.StartedAt, &rec.FinishedAt,
+		&rec.Runner, &rec.HeartbeatAt)
 	rec.Filter = filter
 	return rec, err
 }
@@ -148,4 +149,29 @@ func (p *Procedures) SetRedriveStatus(ctx context.Context, id string, from []str
 		return false, err
 	}
 	return false, nil
+}
+
+// ClaimRedrive implements store.DLQ.
+func (p *Procedures) ClaimRedrive(ctx context.Context, c store.RedriveClaim) (store.Redrive, bool, error) {
+	q := `UPDATE backstop_redrives SET runner = $1, heartbeat_at = $2 WHERE id = $3`
+	args := []any{c.Runner, c.At, c.ID}
+	switch {
+	case c.Renew:
+		q += ` AND runner = $1`
+	case !c.Force:
+		q += ` AND (runner = '' OR runner = $1 OR heartbeat_at IS NULL OR heartbeat_at < $4)`
+		args = append(args, c.StaleBefore)
+	}
+	n, err := p.writer.Exec(ctx, q, args...)
+	if err != nil {
+		return store.Redrive{}, false, err
+	}
+	rec, err := p.GetRedrive(ctx, c.ID)
+	return rec, n > 0, err
+}
+
+// ReleaseRedrive implements store.DLQ.
+func (p *Procedures) ReleaseRedrive(ctx context.Context, id, runner string) error {
+	_, err := p.writer.Exec(ctx, `UPDATE backstop_redrives SET runner = '' WHERE id = $1 AND runner = $2`, id, runner)
+	return err
 }
