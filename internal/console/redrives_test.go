@@ -72,6 +72,9 @@ func TestBrowserRedrives(t *testing.T) {
 			poll(`document.querySelector("#redrive") && document.querySelector("#redrive").dataset.status === "running" &&
 				Number(document.querySelector("#redrive-replayed").textContent) > 0`))
 		run(t, ctx, "cancel it", click("#redrive-cancel"), poll(`document.querySelector("#redrive").dataset.status === "canceled"`))
+		// Resume waits until the canceled run's runner is gone.
+		run(t, ctx, "resumable", poll(`document.querySelector("#redrive").dataset.runnerAlive === "false" &&
+			!document.querySelector("#redrive-resume").disabled`))
 		run(t, ctx, "resume it", click("#redrive-resume"),
 			poll(`document.querySelector("#redrive") && document.querySelector("#redrive").dataset.status === "done" &&
 				document.querySelector("#redrive-replayed").textContent === "6"`))

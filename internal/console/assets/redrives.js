@@ -2,8 +2,9 @@
 // /v1/redrives). The list, newest first; one redrive: its filter and patch
 // (masked), its counts by outcome, and its items that did not replay and
 // why (GET /v1/redrives/{id}/items?failed=true), or any one outcome's;
-// cancel a running one, resume one that stopped (admin). A running
-// redrive's page polls its record until it ends.
+// cancel a running one, resume one that stopped or whose runner is gone
+// (admin; refused while its runner is alive). A running redrive's page
+// polls its record until it ends and its runner is gone.
 import { api, h, clear, can, errorText, fmtTime, badge, table, field, pretty } from './lib.js';
 
 const outcomes = ['failed', 'replayed', 'conflict', 'unprocessable', 'not_open', ''];
@@ -53,6 +54,7 @@ export async function redrivePage(main, id, q) {
       h('dt', {}, 'Started'), h('dd', {}, fmtTime(s.started_at)),
       h('dt', {}, 'Finished'), h('dd', {}, fmtTime(s.finished_at) || '—'),
       h('dt', {}, 'Dead letters as of'), h('dd', {}, fmtTime(s.snapshot)),
+      h('dt', {}, 'Runner'), h('dd', { id: 'redrive-runner' }, runnerText(s)),
       h('dt', {}, 'Replayed'), h('dd', { id: 'redrive-replayed' }, String(s.replayed)),
       h('dt', {}, 'Did not replay'), h('dd', { id: 'redrive-failed' }, String(s.failed)),
       s.why || f.operator_reason ? [h('dt', {}, 'Why'), h('dd', { id: 'redrive-why' }, s.why || f.operator_reason)] : null,
@@ -66,7 +68,11 @@ export async function redrivePage(main, id, q) {
     if (tbl) tbl.classList.add('groups');
     clear(counts, t);
     cancel.hidden = s.status !== 'running';
-    resume.hidden = !resumable.includes(s.status);
+    resume.hidden = !(resumable.includes(s.status) || s.resumable);
+    // Its runner is alive (it stops after its current batch): resume
+    // would be refused until it is gone.
+    resume.disabled = !!s.runner_alive;
+    sec.dataset.runnerAlive = String(!!s.runner_alive);
   };
   show(st);
   cancel.addEventListener('click', async () => {
@@ -99,7 +105,7 @@ export async function redrivePage(main, id, q) {
     polling = true;
     try {
       // The page is in the document once its render returned: wait first.
-      while (sec.dataset.status === 'running') {
+      while (sec.dataset.status === 'running' || sec.dataset.runnerAlive === 'true') {
         await new Promise((r) => setTimeout(r, 500));
         if (!sec.isConnected) return;
         try {
@@ -138,6 +144,13 @@ export async function redrivePage(main, id, q) {
         q.get('after') ? h('a', { href: `#/redrives/${eid}?${first}` }, 'First page') : null,
         items.next ? h('a', { href: `#/redrives/${eid}?${nq}`, rel: 'next' }, 'Next page') : null)));
   poll();
+}
+
+// runnerText: who runs the redrive and when it was last seen.
+function runnerText(s) {
+  if (!s.runner) return s.status === 'running' ? 'none seen: resumable' : '—';
+  const seen = s.heartbeat_at ? ` (last seen ${fmtTime(s.heartbeat_at)})` : '';
+  return `${s.runner}${seen}${s.runner_alive ? '' : ': not seen lately, resumable'}`;
 }
 
 // filterText: a redrive's filter on one line (the operator's reason left
