@@ -220,13 +220,24 @@ function bulkSection(q, total) {
       show();
     }
   };
-  const run = async (r) => {
+  // resuming: a canceled redrive's runner stops after its current batch;
+  // until it is gone the same redrive is refused (409), so a resume asks
+  // again for a few seconds.
+  const run = async (r, resuming = false) => {
     clear(err);
-    try {
-      bulk = { req: r, st: await api('POST', '/v1/dlq/redrive', r) };
-    } catch (e) {
-      clear(err, errorText(e));
-      return;
+    for (let tries = 0; ; tries++) {
+      try {
+        bulk = { req: r, st: await api('POST', '/v1/dlq/redrive', r) };
+        break;
+      } catch (e) {
+        if (resuming && e.status === 409 && tries < 20) {
+          clear(text, 'waiting for the stopped run to let go…');
+          await new Promise((res) => setTimeout(res, 500));
+          continue;
+        }
+        clear(err, errorText(e));
+        return;
+      }
     }
     show();
     poll();
@@ -267,7 +278,7 @@ function bulkSection(q, total) {
     preview.hidden = true;
     run(pending);
   });
-  resume.addEventListener('click', () => run(bulk.req));
+  resume.addEventListener('click', () => run(bulk.req, true));
   cancel.addEventListener('click', async () => {
     cancel.disabled = true;
     try {
