@@ -262,15 +262,32 @@ func countOpen(ctx context.Context, c backend, lp backstop.ListParams, snapshot 
 }
 
 func printClosePreview(w io.Writer, verb string, pv closePreviewJSON) error {
-	fmt.Fprintf(w, "would %s %d dead letters (dry run: nothing changed)\n", verb, pv.Matched)
-	if len(pv.Sample) == 0 {
+	rows := make([]sampleRow, len(pv.Sample))
+	for i, s := range pv.Sample {
+		rows[i] = sampleRow{s.ID, s.Queue, s.Kind, s.Reason, s.Error}
+	}
+	return printDryRun(w, verb, pv.Matched, rows)
+}
+
+// sampleRow is one dead letter of a dry run's sample.
+type sampleRow struct {
+	id, queue, kind string
+	reason          bt.DeadReason
+	err             string
+}
+
+// printDryRun prints a bulk action's dry run: how many would be acted on,
+// and its sample as a table.
+func printDryRun(w io.Writer, verb string, matched int, sample []sampleRow) error {
+	fmt.Fprintf(w, "would %s %d dead letters (dry run: nothing changed)\n", verb, matched)
+	if len(sample) == 0 {
 		return nil
 	}
-	fmt.Fprintf(w, "\nsample (%d):\n", len(pv.Sample))
+	fmt.Fprintf(w, "\nsample (%d):\n", len(sample))
 	tw := newTable(w)
 	fmt.Fprintln(tw, "  ID\tQUEUE\tKIND\tREASON\tERROR")
-	for _, s := range pv.Sample {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", s.ID, s.Queue, s.Kind, s.Reason, oneLine(s.Error, 80))
+	for _, s := range sample {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", s.id, s.queue, s.kind, s.reason, oneLine(s.err, 80))
 	}
 	return tw.Flush()
 }

@@ -432,17 +432,11 @@ func printRedrivePreview(w io.Writer, p backstop.RedriveProgress) error {
 	if pv == nil {
 		pv = &backstop.RedrivePreview{Matched: p.Total}
 	}
-	fmt.Fprintf(w, "would redrive %d dead letters (dry run: nothing changed)\n", pv.Matched)
-	if len(pv.Sample) == 0 {
-		return nil
+	rows := make([]sampleRow, len(pv.Sample))
+	for i, s := range pv.Sample {
+		rows[i] = sampleRow{s.ID, s.Queue, s.Kind, s.Reason, s.Error}
 	}
-	fmt.Fprintf(w, "\nsample (%d):\n", len(pv.Sample))
-	tw := newTable(w)
-	fmt.Fprintln(tw, "  ID\tQUEUE\tKIND\tREASON\tERROR")
-	for _, s := range pv.Sample {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", s.ID, s.Queue, s.Kind, s.Reason, oneLine(s.Error, 80))
-	}
-	if err := tw.Flush(); err != nil {
+	if err := printDryRun(w, "redrive", pv.Matched, rows); err != nil {
 		return err
 	}
 	for _, s := range pv.Sample {
