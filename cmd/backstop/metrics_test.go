@@ -98,15 +98,13 @@ func TestMetricsEndpoints(t *testing.T) {
 
 	// Wait for the metrics URL and for both tasks to settle (the test's
 	// deadline bounds the wait).
-	var metricsURL string
-	var records []map[string]any
-	for {
-		records = records[:0]
-		metricsURL = ""
+	readLog := func() (records []map[string]any) {
+		t.Helper()
 		f, err := os.Open(logPath)
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer f.Close()
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			var rec map[string]any
@@ -114,15 +112,28 @@ func TestMetricsEndpoints(t *testing.T) {
 				t.Fatalf("a log line is not JSON: %q", sc.Text())
 			}
 			records = append(records, rec)
-			if rec["msg"] == "serving metrics" {
-				metricsURL, _ = rec["url"].(string)
+		}
+		return records
+	}
+	has := func(records []map[string]any, msg string) map[string]any {
+		for _, rec := range records {
+			if rec["msg"] == msg {
+				return rec
 			}
 		}
-		f.Close()
-		if metricsURL != "" {
+		return nil
+	}
+	var records []map[string]any
+	for {
+		records = readLog()
+		if rec := has(records, "serving metrics"); rec != nil {
+			metricsURL, _ := rec["url"].(string)
 			text = scrapeURL(t, metricsURL)
+			// The counters move before the dead letter's log line is
+			// written: wait for both.
 			if strings.Contains(text, `backstop_attempts_total{kind="ok",outcome="succeeded",queue="m"} 1`) &&
-				strings.Contains(text, `backstop_dead_letters_total{kind="bad",queue="m",reason="permanent_error",too_complex="false"} 1`) {
+				strings.Contains(text, `backstop_dead_letters_total{kind="bad",queue="m",reason="permanent_error",too_complex="false"} 1`) &&
+				has(records, "task dead-lettered") != nil {
 				break
 			}
 		}
