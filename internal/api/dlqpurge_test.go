@@ -16,8 +16,8 @@ import (
 )
 
 // TestPurgeWhereAndFloor: POST /v1/dlq/purge with where deletes only the
-// closed dead letters it matches (in SQL or in Go); an invalid where, or
-// one reading a redacted key, is a 400 naming where with nothing deleted;
+// closed dead letters it matches (in SQL or in Go), also by a redacted key
+// (the admin's); an invalid where is a 400 naming where with nothing deleted;
 // an older_than below the server's purge floor is a 400 naming
 // purge_floor and both ages unless below_floor, which the dlq.purged event
 // records.
@@ -60,8 +60,6 @@ func TestPurgeWhereAndFloor(t *testing.T) {
 			{api.PurgeRequest{}, "older_than", "below dlq.purge_floor 24h"},
 			{api.PurgeRequest{OlderThan: bt.Duration(time.Hour), Where: `payload.cause == "a"`}, "older_than", "1h is below dlq.purge_floor 24h"},
 			{api.PurgeRequest{BelowFloor: true, Where: `payload.cause ==`}, "where", "Syntax error"},
-			{api.PurgeRequest{BelowFloor: true, Where: `payload.token == "ta"`}, "where", `"token"`},
-			{api.PurgeRequest{BelowFloor: true, Where: `payload.token == "ta"`, DryRun: true}, "where", `"token"`},
 		} {
 			_, err := admin.PurgeDLQ(ctx, bad.req)
 			var p *api.Problem
@@ -70,7 +68,13 @@ func TestPurgeWhereAndFloor(t *testing.T) {
 			}
 			same("after a refused purge", all)
 		}
-		pr, err := admin.PurgeDLQ(ctx, api.PurgeRequest{BelowFloor: true, Where: `payload.cause.startsWith("b")`, DryRun: true})
+		// The admin's purge may name a redacted key (as redrive and close
+		// may: an admin may see payloads raw).
+		pr, err := admin.PurgeDLQ(ctx, api.PurgeRequest{BelowFloor: true, Where: `payload.token == "ta"`, DryRun: true})
+		if err != nil || pr.WouldPurge != 3 {
+			t.Fatalf("dry run on a redacted key: %+v %v", pr, err)
+		}
+		pr, err = admin.PurgeDLQ(ctx, api.PurgeRequest{BelowFloor: true, Where: `payload.cause.startsWith("b")`, DryRun: true})
 		if err != nil || pr.WouldPurge != 2 {
 			t.Fatalf("dry run in Go: %+v %v", pr, err)
 		}

@@ -133,7 +133,8 @@ func maskEvents(p principal, evs []bt.Event) []bt.Event {
 // key the masker masks, or indexing the payload by a computed key, is
 // refused with 400 unless the request shows payloads raw (an admin's
 // ?raw=true); a bad expression is the library's 400 (it names where).
-// Redrives are the admin's, who may see payloads raw: not checked.
+// Redrive, close and purge are the admin's, who may see payloads raw: not
+// checked.
 func whereAllowed(p principal, where string) error {
 	if where == "" || p.audit != nil || p.worker {
 		return nil
