@@ -88,7 +88,8 @@ type RetentionConfig struct {
 	Events time.Duration
 	// Runs: workflow runs that finished for good (succeeded, partial,
 	// compensated, canceled), from their end, with their step rows. A
-	// failed or compensation_failed run is kept: a replay may resume it.
+	// failed or compensation_failed run is kept while a replay may resume
+	// it (a step task of it is an open dead letter or still to settle).
 	// Default: 7 days.
 	Runs time.Duration
 }

@@ -104,12 +104,15 @@ type Workflows interface {
 	// StepsOfTasks returns the step rows of those task ids that are steps
 	// (any order; ids that are not steps are left out).
 	StepsOfTasks(ctx context.Context, taskIDs []string) ([]StepRecord, error)
-	// DeleteFinishedRuns deletes up to limit runs in one of states that
-	// finished before before, oldest first, with their step rows, in one
-	// transaction (Postgres skips runs another transaction holds). Their
-	// tasks are not touched (task retention deletes them by their own
-	// rules; a step task whose run is gone settles as a plain task).
-	DeleteFinishedRuns(ctx context.Context, states []RunState, before time.Time, limit int) (int, error)
+	// DeleteFinishedRuns deletes up to limit runs that finished before
+	// before, oldest first, with their step rows, in one transaction
+	// (Postgres skips runs another transaction holds): runs in one of
+	// states, and runs in one of stopped only when none of their step
+	// tasks is still to settle or an open dead letter (an operator closed
+	// what stopped them: nothing can resume them). Their tasks are not
+	// touched (task retention deletes them by their own rules; a step task
+	// whose run is gone settles as a plain task).
+	DeleteFinishedRuns(ctx context.Context, states, stopped []RunState, before time.Time, limit int) (int, error)
 }
 
 // LockedRun is a run LockRuns holds, with its step rows.

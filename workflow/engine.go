@@ -61,6 +61,11 @@ func Finished(s store.RunState) bool { return slices.Contains(FinishedRunStates,
 // compensation_failed run, which a replay may still resume.
 var FinishedRunStates = []store.RunState{RunSucceeded, RunPartial, RunCompensated, RunCanceled}
 
+// StoppedRunStates are the states of a run that waits for an operator (a
+// replay of its dead step resumes it): retention deletes such a run only
+// once none of its step tasks is an open dead letter or still to settle.
+var StoppedRunStates = []store.RunState{RunFailed, RunCompensationFailed}
+
 // ValidRunState reports whether s is one of the run states.
 func ValidRunState(s store.RunState) bool {
 	switch s {

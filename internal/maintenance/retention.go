@@ -22,7 +22,7 @@ type RetentionStore interface {
 	PurgeDLQ(ctx context.Context, p store.PurgeParams) (int, error)
 	DeleteEventsBefore(ctx context.Context, before time.Time, limit int) (int, error)
 	DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error)
-	DeleteFinishedRuns(ctx context.Context, states []store.RunState, before time.Time, limit int) (int, error)
+	DeleteFinishedRuns(ctx context.Context, states, stopped []store.RunState, before time.Time, limit int) (int, error)
 }
 
 // RetentionPolicy: how long finished work is kept; negative keeps it
@@ -120,7 +120,7 @@ func Retain(ctx context.Context, s RetentionStore, now time.Time, p RetentionPol
 	}
 	if p.Runs >= 0 {
 		errs = append(errs, drain(&res.Runs, func() (int, error) {
-			return s.DeleteFinishedRuns(ctx, workflow.FinishedRunStates, now.Add(-p.Runs), RetentionBatch)
+			return s.DeleteFinishedRuns(ctx, workflow.FinishedRunStates, workflow.StoppedRunStates, now.Add(-p.Runs), RetentionBatch)
 		}))
 	}
 	errs = append(errs, drain(&res.OrderingKeys, func() (int, error) {

@@ -573,8 +573,10 @@ func (s *suite) wfUpdateRun(t *testing.T) {
 
 // wfDeleteFinishedRuns: retention deletes runs in the given states that
 // finished before the cut, oldest first, at most limit, with their step
-// rows; a run still running, failed (waiting for a replay), or finished
-// after the cut stays with its steps; the tasks are not touched.
+// rows; a run still running, or finished after the cut stays with its
+// steps; a stopped run (failed, compensation_failed) goes only once none of
+// its step tasks is an open dead letter or still to settle; the tasks are
+// not touched.
 func (s *suite) wfDeleteFinishedRuns(t *testing.T) {
 	t.Parallel()
 	b := s.wfSetup(t)
@@ -591,6 +593,7 @@ func (s *suite) wfDeleteFinishedRuns(t *testing.T) {
 		{"old-canceled", "canceled", 4 * time.Minute},
 		{"old-failed", "failed", time.Minute},
 		{"old-comp-failed", "compensation_failed", time.Minute},
+		{"old-failed-pending", "failed", time.Minute},
 		{"running", "running", 0},
 		{"young-succeeded", "succeeded", time.Hour},
 	}
@@ -611,15 +614,24 @@ func (s *suite) wfDeleteFinishedRuns(t *testing.T) {
 			return tx.PutSteps(b.ctx, []store.StepRecord{wfStep(b, sd.id, "a", 0, sd.id+".a", "succeeded")})
 		})
 	}
+	// The stopped runs' step tasks: an open dead letter (a replay may
+	// resume its run), a discarded one (nothing can), a pending task.
+	b.dead(backstop.EnqueueParams{ID: "old-failed.a", Queue: "wf-open", Kind: "k"})
+	b.dead(backstop.EnqueueParams{ID: "old-comp-failed.a", Queue: "wf-closed", Kind: "k"})
+	if _, err := b.c.Discard(b.ctx, backstop.DiscardParams{ID: "old-comp-failed.a", Reason: "given up"}); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(backstop.EnqueueParams{ID: "old-failed-pending.a", Queue: "wf-pending", Kind: "k"})
 	finished := []store.RunState{"succeeded", "partial", "compensated", "canceled"}
+	stopped := []store.RunState{"failed", "compensation_failed"}
 	cut := start.Add(30 * time.Minute)
 	// limit 3: the three that ended first go.
-	n, err := b.store.DeleteFinishedRuns(b.ctx, finished, cut, 3)
+	n, err := b.store.DeleteFinishedRuns(b.ctx, finished, nil, cut, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "deleted with limit 3", n, 3)
-	n, err = b.store.DeleteFinishedRuns(b.ctx, finished, cut, 100)
+	n, err = b.store.DeleteFinishedRuns(b.ctx, finished, nil, cut, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -644,14 +656,26 @@ func (s *suite) wfDeleteFinishedRuns(t *testing.T) {
 		}
 	}
 	// Nothing left to delete; no states: nothing.
-	if n, err := b.store.DeleteFinishedRuns(b.ctx, finished, cut, 100); err != nil || n != 0 {
+	if n, err := b.store.DeleteFinishedRuns(b.ctx, finished, nil, cut, 100); err != nil || n != 0 {
 		t.Fatalf("again: %d %v, want 0", n, err)
 	}
-	if n, err := b.store.DeleteFinishedRuns(b.ctx, nil, start.Add(48*time.Hour), 100); err != nil || n != 0 {
+	if n, err := b.store.DeleteFinishedRuns(b.ctx, nil, nil, start.Add(48*time.Hour), 100); err != nil || n != 0 {
 		t.Fatalf("no states: %d %v, want 0", n, err)
 	}
+	// A stopped run goes once nothing of it is open: the one whose dead
+	// step was discarded; the one with an open dead letter and the one
+	// with a pending task stay.
+	n, err = b.store.DeleteFinishedRuns(b.ctx, nil, stopped, cut, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "stopped runs deleted", n, 1)
+	if _, _, err := b.store.GetRun(b.ctx, "old-comp-failed"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the stopped run whose dead step was discarded: %v, want deleted", err)
+	}
 	// Retain applies Config.Retention.Runs (default 7 days): eight days on,
-	// the young succeeded run goes; the failed ones and the running one stay.
+	// the young succeeded run goes; the stopped ones still open and the
+	// running one stay.
 	b.clock.Advance(8 * 24 * time.Hour)
 	res, err := backstop.Retain(b.ctx, b.c)
 	if err != nil {
@@ -666,7 +690,7 @@ func (s *suite) wfDeleteFinishedRuns(t *testing.T) {
 	for _, r := range left {
 		ids = append(ids, r.RunID)
 	}
-	eq(t, "runs left", ids, []string{"running", "old-failed", "old-comp-failed"})
+	eq(t, "runs left", ids, []string{"running", "old-failed-pending", "old-failed"})
 }
 
 func (s *suite) wfPutSteps(t *testing.T) {

@@ -340,14 +340,17 @@ func (p *Procedures) ListRuns(ctx context.Context, f store.RunFilter) ([]store.R
 }
 
 // DeleteFinishedRuns implements store.Workflows.
-func (p *Procedures) DeleteFinishedRuns(ctx context.Context, states []store.RunState, before time.Time, limit int) (int, error) {
+func (p *Procedures) DeleteFinishedRuns(ctx context.Context, states, stopped []store.RunState, before time.Time, limit int) (int, error) {
 	d := p.dialect
-	if len(states) == 0 || limit <= 0 {
+	if len(states)+len(stopped) == 0 || limit <= 0 {
 		return 0, nil
 	}
-	names := make([]string, len(states))
-	for i, st := range states {
-		names[i] = string(st)
+	names := func(ss []store.RunState) any {
+		out := make([]string, len(ss))
+		for i, st := range ss {
+			out[i] = string(st)
+		}
+		return d.TextList(out)
 	}
 	lock := d.ForUpdate
 	if lock != "" {
@@ -355,8 +358,12 @@ func (p *Procedures) DeleteFinishedRuns(ctx context.Context, states []store.RunS
 	}
 	n := 0
 	err := InTx(ctx, p.writer, func(tx Tx) error {
-		rows, err := tx.Query(ctx, `SELECT run_id FROM backstop_runs WHERE finished_at < $1 AND state `+d.InText("$2")+`
-			ORDER BY finished_at LIMIT $3`+lock, before, d.TextList(names), limit)
+		// A stopped run goes once nothing of it is open: no step task
+		// still to settle, none an open dead letter.
+		rows, err := tx.Query(ctx, `SELECT r.run_id FROM backstop_runs r WHERE r.finished_at < $1 AND (r.state `+d.InText("$2")+`
+			OR (r.state `+d.InText("$4")+` AND NOT EXISTS (SELECT 1 FROM backstop_run_steps s JOIN backstop_tasks t ON t.id = s.task_id
+				WHERE s.run_id = r.run_id AND (t.state NOT IN ('succeeded', 'canceled', 'dead') OR (t.state = 'dead' AND t.dlq_status = 'open')))))
+			ORDER BY r.finished_at LIMIT $3`+lock, before, names(states), limit, names(stopped))
 		if err != nil {
 			return err
 		}
