@@ -245,6 +245,9 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 			}
 			replayed, failed, last = res.Replayed, len(res.Conflicts), res.LastID
 			c.telemetry.replayedBatch(ctx, replayed, failed)
+			if len(res.Steps) > 0 {
+				c.resumeRuns(ctx, res.Steps) // workflows.go: a replayed step resumes its halted run now
+			}
 		} else {
 			replayed, failed, last, err = c.redrivePatched(ctx, p, f, batch, n)
 			if err != nil {

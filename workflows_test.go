@@ -485,3 +485,57 @@ func TestRunWorkflowTx(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkflowRedriveResumesHaltedRunsAtOnce: a redrive without a patch
+// replays the halted runs' dead steps set-based; their runs are running
+// again as soon as it returns (not only once each step settles): nothing
+// runs in between (the worker is stopped).
+func TestWorkflowRedriveResumesHaltedRunsAtOnce(t *testing.T) {
+	t.Parallel()
+	forEachWorkflowStore(t, func(t *testing.T, c *Client) {
+		ctx := context.Background()
+		applyYAML(t, c, fmt.Sprintf(sagaYAML, "manual"))
+		var ran sync.Map
+		w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"wf": 4}, PollInterval: 10 * time.Millisecond,
+			MaintenanceInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, h := range sagaHandlers(&ran) {
+			w.Handle(k, h)
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var runs []string
+		for range 3 {
+			run, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "order", Input: json.RawMessage(`{"card":"bad"}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs = append(runs, run.RunID)
+		}
+		for _, id := range runs {
+			waitRun(t, c, id, workflow.RunFailed)
+		}
+		if err := w.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Redrive(ctx, RedriveParams{Steps: StepSelection{Workflow: "order", Step: "charge"}, Actor: "ops"}, nil)
+		if err != nil || res.Replayed != 3 {
+			t.Fatalf("redrive: %+v %v", res, err)
+		}
+		for _, id := range runs {
+			r, err := c.WorkflowRun(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.State != workflow.RunRunning {
+				t.Errorf("run %s right after the redrive: %s, want running", id, r.State)
+			}
+			if s := stepOf(r, "charge"); s.State != workflow.StepPending {
+				t.Errorf("run %s: charge is %s after the redrive, want pending", id, s.State)
+			}
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -173,6 +174,9 @@ type RedriveBatchResult struct {
 	Conflicts []string
 	// LastID is the cursor after this batch; empty when nothing was left.
 	LastID string
+	// Steps are the replayed ids that may be workflow steps' tasks (they
+	// hold a '.'): the engine resumes their runs.
+	Steps []string
 }
 
 // DLQStatusChange discards or resolves a dead letter.
@@ -220,6 +224,18 @@ type Redrive struct {
 func NewEvent(at time.Time, typ, subject, queue, kind, actor string, body json.RawMessage) bt.Event {
 	return bt.Event{ID: uuid.Must(uuid.NewV7()).String(), Time: at, Type: typ, Subject: subject,
 		Queue: queue, Kind: kind, Actor: actor, Body: body}
+}
+
+// StepIDs are the ids of rs that may be workflow steps' tasks (they hold a
+// '.'), for RedriveBatchResult.Steps.
+func StepIDs(rs []Redriven) []string {
+	var out []string
+	for _, r := range rs {
+		if strings.IndexByte(r.ID, '.') >= 0 {
+			out = append(out, r.ID)
+		}
+	}
+	return out
 }
 
 // Redriven is one task a redrive batch moved back to its queue.

@@ -231,6 +231,7 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		last    *string
 		count   int
 		notices int64
+		steps   []string // replayed ids that may be workflow steps (store.StepIDs)
 	)
 	err = fast.QueryRow(ctx, `
 WITH picked AS (`+pick+`),
@@ -265,8 +266,9 @@ upd AS (
 		WHERE backstop_redrive_items.outcome <> 'replayed'
 )
 SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
-	(SELECT count(pg_notify('`+wakeupChannel+`', q.queue)) FROM (SELECT DISTINCT queue FROM upd) q WHERE `+p(1)+` = 'pending')`,
-		fastArgs...).Scan(&last, &count, &notices)
+	(SELECT count(pg_notify('`+wakeupChannel+`', q.queue)) FROM (SELECT DISTINCT queue FROM upd) q WHERE `+p(1)+` = 'pending'),
+	(SELECT array_agg(id ORDER BY id) FROM upd WHERE strpos(id, '.') > 0)`,
+		fastArgs...).Scan(&last, &count, &notices, &steps)
 	if err == nil {
 		if err := fast.Commit(ctx); err != nil {
 			return res, err
@@ -277,7 +279,7 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 		if last != nil {
 			res.LastID = *last
 		}
-		res.Replayed = count
+		res.Replayed, res.Steps = count, steps
 		return res, nil
 	}
 	if !isUniqueViolation(err) {
@@ -363,7 +365,7 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 	if err := insertEvents(ctx, tx, events); err != nil {
 		return res, err
 	}
-	res.Replayed = len(done)
+	res.Replayed, res.Steps = len(done), store.StepIDs(done)
 	if b.RedriveID != "" {
 		if _, err := tx.Exec(ctx, `UPDATE backstop_redrives SET cursor = $1, replayed = replayed + $2, failed = failed + $3
 			WHERE id = $4`, res.LastID, res.Replayed, len(res.Conflicts), b.RedriveID); err != nil {

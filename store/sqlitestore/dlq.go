@@ -152,6 +152,7 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		return res, err
 	}
 	res.Replayed = len(replayed)
+	res.Steps = store.StepIDs(replayed)
 	if b.RedriveID != "" {
 		if _, err := tx.ExecContext(ctx, `UPDATE backstop_redrives SET cursor = ?, replayed = replayed + ?, failed = failed + ?
 			WHERE id = ?`, res.LastID, res.Replayed, len(res.Conflicts), b.RedriveID); err != nil {
