@@ -62,7 +62,7 @@ export async function runsPage(main, q) {
 // resumeSection resumes the halted runs of a workflow with one redrive of
 // its dead steps (POST /v1/dlq/redrive {workflow}: the command line's
 // `dlq redrive --workflow W`); each is replayed under its own id and its run
-// goes on when it settles. The dry run says how many dead steps that is.
+// is running again at once. The dry run says how many dead steps that is.
 async function resumeSection(wf, state) {
   const err = h('p', { class: 'error', role: 'alert', id: 'runs-resume-error' });
   const sec = h('section', { class: 'card bulk', id: 'runs-resume', 'aria-label': 'Resume halted runs' });
@@ -85,7 +85,7 @@ async function resumeSection(wf, state) {
   const start = h('button', { type: 'button', class: 'primary', id: 'runs-resume-start', disabled: steps === 0 },
     `Resume ${n} halted runs of ${wf}`);
   const text = h('span', { id: 'runs-resume-text', role: 'status', 'aria-live': 'polite' },
-    `replays the workflow's ${steps} open dead steps, each under its own id; a run goes on when its step settles`);
+    `replays the workflow's ${steps} open dead steps, each under its own id; their runs go on at once`);
   const show = (st) => {
     sec.dataset.status = st.status;
     clear(text, `${st.replayed} of ${st.total} dead steps replayed${st.failed ? `, ${st.failed} failed` : ''} · ${st.status}`);
