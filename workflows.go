@@ -495,18 +495,17 @@ func (c *Client) addPlan(ctx context.Context, w *planWriter, plan workflow.Plan,
 	return nil
 }
 
-// writePlans writes w in tx: the runs (one statement each), then every
-// plan's step rows, tasks, cancellations and events in one call each.
+// writePlans writes w in tx: the new runs (one statement each), then
+// every plan's run updates, step rows, tasks, cancellations and events in
+// one call each.
 func (c *Client) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff *runEffects) error {
 	for _, r := range w.inserts {
 		if err := tx.InsertRun(ctx, r); err != nil {
 			return err
 		}
 	}
-	for _, r := range w.updates {
-		if err := tx.UpdateRun(ctx, r); err != nil {
-			return err
-		}
+	if err := tx.UpdateRuns(ctx, w.updates); err != nil {
+		return err
 	}
 	if len(w.steps) > 0 {
 		if err := tx.PutSteps(ctx, w.steps); err != nil {

@@ -58,6 +58,7 @@ type TxStore[TX any] interface {
 	LockRun(ctx context.Context, tx TX, runID string) (*RunRecord, []StepRecord, error)
 	LockRuns(ctx context.Context, tx TX, runIDs []string) ([]LockedRun, error)
 	UpdateRun(ctx context.Context, tx TX, r RunRecord) error
+	UpdateRuns(ctx context.Context, tx TX, rs []RunRecord) error
 	PutSteps(ctx context.Context, tx TX, steps []StepRecord) error
 	StepsOfTasks(ctx context.Context, tx TX, taskIDs []string) ([]StepRecord, error)
 }
@@ -171,6 +172,13 @@ func (b *boundTx[TX]) LockRuns(ctx context.Context, runIDs []string) ([]LockedRu
 	}
 	runs, err := b.ts.LockRuns(ctx, b.tx, runIDs)
 	return runs, b.failed(err)
+}
+
+func (b *boundTx[TX]) UpdateRuns(ctx context.Context, rs []RunRecord) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	return b.failed(b.ts.UpdateRuns(ctx, b.tx, rs))
 }
 
 func (b *boundTx[TX]) UpdateRun(ctx context.Context, r RunRecord) error {

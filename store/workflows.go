@@ -137,6 +137,10 @@ type WorkflowTx interface {
 	LockRuns(ctx context.Context, runIDs []string) ([]LockedRun, error)
 	// UpdateRun writes r's State, Error, Seq, UpdatedAt and FinishedAt.
 	UpdateRun(ctx context.Context, r RunRecord) error
+	// UpdateRuns is UpdateRun for many runs (each once) in one statement
+	// where the driver can. An unknown run: ErrNotFound (and the
+	// transaction is spoiled).
+	UpdateRuns(ctx context.Context, rs []RunRecord) error
 	// PutSteps inserts or replaces step rows by (RunID, StepID, Item).
 	PutSteps(ctx context.Context, steps []StepRecord) error
 	// StepsOfTasks is Workflows.StepsOfTasks inside the transaction.

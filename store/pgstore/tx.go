@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -92,6 +93,34 @@ func (Txs) LockRun(ctx context.Context, tx pgx.Tx, runID string) (*store.RunReco
 // run_id FOR UPDATE (the rows are locked in that order).
 func (Txs) LockRuns(ctx context.Context, tx pgx.Tx, runIDs []string) ([]store.LockedRun, error) {
 	return sqldialect.WorkflowLockRuns(ctx, dialect, runner{q: tx}, runIDs)
+}
+
+// UpdateRuns is store.WorkflowTx's UpdateRuns inside tx: one UPDATE … FROM
+// unnest(the runs' columns as arrays), one round trip however many runs.
+func (t Txs) UpdateRuns(ctx context.Context, tx pgx.Tx, rs []store.RunRecord) error {
+	switch len(rs) {
+	case 0:
+		return nil
+	case 1:
+		return t.UpdateRun(ctx, tx, rs[0])
+	}
+	ids, states, errs := make([]string, len(rs)), make([]string, len(rs)), make([]string, len(rs))
+	seqs, updated, finished := make([]int64, len(rs)), make([]time.Time, len(rs)), make([]*time.Time, len(rs))
+	for i, r := range rs {
+		ids[i], states[i], errs[i], seqs[i], updated[i], finished[i] = r.RunID, string(r.State), r.Error, r.Seq, r.UpdatedAt, r.FinishedAt
+	}
+	tag, err := tx.Exec(ctx, `UPDATE backstop_runs r SET state = v.state, error = v.error, seq = v.seq,
+		updated_at = v.updated_at, finished_at = v.finished_at
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
+			AS v(run_id, state, error, seq, updated_at, finished_at)
+		WHERE r.run_id = v.run_id`, ids, states, errs, seqs, updated, finished)
+	if err != nil {
+		return fmt.Errorf("pgstore: update runs: %w", permission(err))
+	}
+	if n := tag.RowsAffected(); n != int64(len(rs)) {
+		return fmt.Errorf("%d of %d runs: %w", n, len(rs), store.ErrNotFound)
+	}
+	return nil
 }
 
 // UpdateRun is store.WorkflowTx's UpdateRun inside tx.

@@ -110,6 +110,17 @@ func (Txs) LockRuns(ctx context.Context, tx *sql.Tx, runIDs []string) ([]store.L
 	return sqldialect.WorkflowLockRuns(ctx, dialect, runner{q: tx}, runIDs)
 }
 
+// UpdateRuns is store.WorkflowTx's UpdateRuns inside tx: one UpdateRun
+// after another (the writer's statements are calls in this process).
+func (t Txs) UpdateRuns(ctx context.Context, tx *sql.Tx, rs []store.RunRecord) error {
+	for _, r := range rs {
+		if err := t.UpdateRun(ctx, tx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // UpdateRun is store.WorkflowTx's UpdateRun inside tx.
 func (Txs) UpdateRun(ctx context.Context, tx *sql.Tx, r store.RunRecord) error {
 	return sqldialect.WorkflowUpdateRun(ctx, dialect, runner{q: tx}, r)

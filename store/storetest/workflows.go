@@ -41,6 +41,7 @@ func (s *suite) testWorkflows(t *testing.T) {
 	t.Run("InsertRun", s.wfInsertRun)
 	t.Run("LockRunUnknown", s.wfLockRunUnknown)
 	t.Run("UpdateRun", s.wfUpdateRun)
+	t.Run("UpdateRuns", s.wfUpdateRuns)
 	t.Run("PutSteps", s.wfPutSteps)
 	t.Run("StepsOfTasks", s.wfStepsOfTasks)
 	t.Run("GetRunOrdering", s.wfGetRunOrdering)
@@ -691,6 +692,54 @@ func (s *suite) wfDeleteFinishedRuns(t *testing.T) {
 		ids = append(ids, r.RunID)
 	}
 	eq(t, "runs left", ids, []string{"running", "old-failed-pending", "old-failed"})
+}
+
+// wfUpdateRuns: many runs' state, error, seq, times written at once (a
+// finished one and a resumed one, whose FinishedAt is cleared); a list
+// naming an unknown run is ErrNotFound and writes nothing.
+func (s *suite) wfUpdateRuns(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	var want []store.RunRecord
+	for _, id := range []string{"run-a", "run-b", "run-c"} {
+		r := wfRun(b, id, "order")
+		inTx(t, b, func(tx store.Tx) error { return tx.InsertRun(b.ctx, r) })
+		want = append(want, r)
+	}
+	b.clock.Advance(time.Minute)
+	now := b.clock.Now()
+	want[0].State, want[0].Error, want[0].Seq, want[0].UpdatedAt, want[0].FinishedAt = "failed", "step x: boom", 2, now, &now
+	want[1].State, want[1].Seq, want[1].UpdatedAt = "compensating", 5, now
+	inTx(t, b, func(tx store.Tx) error { return tx.UpdateRuns(b.ctx, want[:2]) })
+	for i, w := range want {
+		got, _, err := b.store.GetRun(b.ctx, w.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRun(t, fmt.Sprintf("run %d", i), got, w)
+	}
+	// Back to running: FinishedAt cleared; with an unknown run beside it,
+	// nothing is written.
+	b.clock.Advance(time.Minute)
+	resumed := want[0]
+	resumed.State, resumed.Error, resumed.UpdatedAt, resumed.FinishedAt = "running", "", b.clock.Now(), nil
+	err := b.store.InTx(b.ctx, func(tx store.Tx) error {
+		return tx.UpdateRuns(b.ctx, []store.RunRecord{resumed, wfRun(b, "nope", "order")})
+	})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("update with an unknown run: %v, want ErrNotFound", err)
+	}
+	got, _, err := b.store.GetRun(b.ctx, "run-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, "after the refused update", got, want[0])
+	inTx(t, b, func(tx store.Tx) error { return tx.UpdateRuns(b.ctx, []store.RunRecord{resumed, want[2]}) })
+	if got, _, err = b.store.GetRun(b.ctx, "run-a"); err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, "resumed", got, resumed)
+	inTx(t, b, func(tx store.Tx) error { return tx.UpdateRuns(b.ctx, nil) })
 }
 
 func (s *suite) wfPutSteps(t *testing.T) {
