@@ -6,11 +6,14 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/backstophq/backstop/store"
 )
 
 // Lease tokens: the secret with which a remote worker proves it holds a
@@ -153,7 +156,14 @@ func (c *Client) RotateLeaseKey(ctx context.Context, grace time.Duration) (time.
 		return time.Time{}, fmt.Errorf("backstop: rotate the lease token key: %w", err)
 	}
 	c.lkeys.keys.Store(nil) // read again at the next use
-	c.cfg.Logger.Info("rotated the lease token key", "previous_good_until", until)
+	actor := store.ActorFrom(ctx, c.actor(""))
+	c.cfg.Logger.Info("rotated the lease token key", "previous_good_until", until, "actor", actor)
+	// The audit trail: who rotated, and until when the old tokens are good
+	// (never a key).
+	body, _ := json.Marshal(map[string]any{"grace": Duration(grace), "previous_good_until": until.UTC()})
+	if err := c.store.AppendEvents(context.WithoutCancel(ctx), []Event{store.NewEvent(now, "lease_key.rotated", "", "", "", actor, body)}); err != nil {
+		c.cfg.Logger.Warn("recording the lease key's rotation", "error", err)
+	}
 	return until, nil
 }
 

@@ -52,7 +52,7 @@ token signed with it reaches it first. Run it against the database (admin), not 
 				return err
 			}
 			defer s.Close()
-			until, err := c.RotateLeaseKey(cmd.Context(), grace)
+			until, err := c.RotateLeaseKey(cliActor(cmd.Context()), grace)
 			if err != nil {
 				return err
 			}

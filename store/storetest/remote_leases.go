@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -143,9 +144,15 @@ func (s *suite) testLeaseKeyRotation(t *testing.T) {
 		t.Fatalf("a negative grace: %v, want ErrInvalid", err)
 	}
 	b.clock.Advance(2 * time.Second)
-	until, err := b.c.RotateLeaseKey(b.ctx, 10*time.Minute)
+	until, err := b.c.RotateLeaseKey(backstop.WithActor(b.ctx, "sec-ops"), 10*time.Minute)
 	if err != nil || !until.Equal(b.clock.Now().Add(10*time.Minute)) {
 		t.Fatalf("rotate: %s %v", until, err)
+	}
+	// The audit trail names who rotated and until when, never a key.
+	evs := b.readStream("type.lease_key.rotated", 1)
+	if len(evs) != 1 || evs[0].Actor != "sec-ops" || !strings.Contains(string(evs[0].Body), `"grace":"10m`) ||
+		!strings.Contains(string(evs[0].Body), "previous_good_until") {
+		t.Fatalf("rotation events: %+v", evs)
 	}
 	fresh := claim()
 	for name, c := range map[string]*backstop.Client{"the rotating client": b.c, "another client": other} {
