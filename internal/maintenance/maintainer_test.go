@@ -105,6 +105,26 @@ func await(t *testing.T, ch <-chan event, want event) []event {
 	}
 }
 
+// awaitAll waits for every one of want, in any order.
+func awaitAll(t *testing.T, ch <-chan event, want ...event) {
+	t.Helper()
+	left := map[event]bool{}
+	for _, w := range want {
+		left[w] = true
+	}
+	var seen []event
+	timeout := time.After(time.Minute)
+	for len(left) > 0 {
+		select {
+		case e := <-ch:
+			delete(left, e)
+			seen = append(seen, e)
+		case <-timeout:
+			t.Fatalf("no signals %v; saw %v", left, seen)
+		}
+	}
+}
+
 func start(t *testing.T, s store.Store, id string, ch chan<- event, reg func(m *maintenance.Maintainer)) *maintenance.Maintainer {
 	t.Helper()
 	m := maintenance.New(maintenance.Config{ID: id, TTL: 30 * time.Second, Store: s, Hooks: signals(id, ch),
@@ -182,9 +202,9 @@ func TestNoDutyHandsTheServiceOver(t *testing.T) {
 		m.Register("m", &probe{name: "maintain", every: 5 * time.Millisecond})
 		m.Register("r", &probe{name: "retention", every: 5 * time.Millisecond, err: refused})
 	})
-	await(t, chA, event{"a", "withdrew", "retention"})
-	// It resigns the retention lease it held.
-	await(t, chA, event{"a", "leading=false", "r"})
+	// It withdraws and resigns the retention lease it held (the election
+	// ends in its own goroutine: the two signals come in either order).
+	awaitAll(t, chA, event{"a", "withdrew", "retention"}, event{"a", "leading=false", "r"})
 	b := start(t, s, "b", chB, func(m *maintenance.Maintainer) {
 		m.Register("m", &probe{name: "maintain", every: 5 * time.Millisecond})
 		m.Register("r", &probe{name: "retention", every: 5 * time.Millisecond})
