@@ -279,6 +279,15 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	st, status := awaitRun(r, run, wait)
+	s.log.Info("dead-letter redrive", "actor", p.Name, "why", req.Why, "redrive_id", st.RedriveID, "status", st.Status, "total", st.Total)
+	w.Header().Set("Location", "/v1/redrives/"+st.RedriveID)
+	return writeJSON(w, status, st)
+}
+
+// awaitRun waits for run to end, at most wait (or until the request
+// ends), and answers its status: 200 once it ended, 202 while it runs.
+func awaitRun(r *http.Request, run *redriveRun, wait time.Duration) (RedriveStatus, int) {
 	if wait > 0 {
 		t := time.NewTimer(wait)
 		select {
@@ -289,13 +298,10 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 		t.Stop()
 	}
 	st := run.status()
-	s.log.Info("dead-letter redrive", "actor", p.Name, "why", req.Why, "redrive_id", st.RedriveID, "status", st.Status, "total", st.Total)
-	status := http.StatusAccepted
 	if st.Status != "running" {
-		status = http.StatusOK
+		return st, http.StatusOK
 	}
-	w.Header().Set("Location", "/v1/redrives/"+st.RedriveID)
-	return writeJSON(w, status, st)
+	return st, http.StatusAccepted
 }
 
 // GET /v1/redrives/{id}: a redrive this server runs or ran (its live

@@ -197,21 +197,8 @@ func (s *Server) resumeRedrive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-run.done:
-		case <-t.C:
-		case <-r.Context().Done():
-		}
-		t.Stop()
-	}
-	st := run.status()
+	st, status := awaitRun(r, run, wait)
 	s.log.Info("dead-letter redrive resumed", "actor", p.Name, "why", req.Why, "redrive_id", st.RedriveID, "status", st.Status)
-	status := http.StatusAccepted
-	if st.Status != "running" {
-		status = http.StatusOK
-	}
 	w.Header().Set("Location", "/v1/redrives/"+st.RedriveID)
 	return writeJSON(w, status, s.withRecord(r.Context(), p, st, nil))
 }

@@ -1,11 +1,8 @@
 package pgstore_test
 
 import (
-	"context"
 	"testing"
 
-	"github.com/backstophq/backstop/internal/testdb"
-	"github.com/backstophq/backstop/store/pgstore"
 	"github.com/backstophq/backstop/store/storetest"
 )
 
@@ -13,16 +10,7 @@ import (
 //
 //	scripts/with-postgres go test -run '^$' -bench Where -benchtime 5x ./store/pgstore/
 func BenchmarkWhere(b *testing.B) {
-	ctx := context.Background()
-	s, err := pgstore.Open(ctx, testdb.Postgres(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
-	storetest.BenchWhere(b, s)
+	storetest.BenchWhere(b, benchStore(b))
 }
 
 // BenchmarkDLQByPayload counts dead letters by group and redrives them by
@@ -30,14 +18,5 @@ func BenchmarkWhere(b *testing.B) {
 //
 //	scripts/with-postgres go test -run '^$' -bench DLQByPayload -benchtime 3x ./store/pgstore/
 func BenchmarkDLQByPayload(b *testing.B) {
-	ctx := context.Background()
-	s, err := pgstore.Open(ctx, testdb.Postgres(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
-	storetest.BenchDLQByPayload(b, s)
+	storetest.BenchDLQByPayload(b, benchStore(b))
 }
