@@ -238,8 +238,10 @@ func (c *Client) failRemote(ctx context.Context, f remote.Failure) (*remote.Resu
 		res = Permanent(errors.New(msg))
 	case bt.OutcomeTimeout:
 		res, cause = errors.New(msg), errTimeout
+	case bt.OutcomeCanceled:
+		res, cause = errors.New(msg), ErrTaskCanceled
 	default:
-		return nil, invalid("outcome", "must be transient_error, permanent_error or timeout, not %q", f.Outcome)
+		return nil, invalid("outcome", "must be transient_error, permanent_error, timeout or canceled, not %q", f.Outcome)
 	}
 	if f.RetryAfter != nil && f.Outcome != bt.OutcomeTransientError {
 		return nil, invalid("retry_after", "only goes with outcome transient_error")
@@ -257,6 +259,12 @@ func (c *Client) failRemote(ctx context.Context, f remote.Failure) (*remote.Resu
 	}
 	if t.State != bt.StateRunning || t.ExecutionID != exec {
 		return nil, fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", remote.ErrLeaseNotCurrent, f.TaskID, t.State)
+	}
+	if t.CancelRequestedAt != nil {
+		// An operator canceled the task (its heartbeat answered
+		// cancel_requested): whatever failure the worker reports, the
+		// attempt ends canceled. A success is still a success.
+		cause = ErrTaskCanceled
 	}
 	s := c.remoteDecide(t, res, cause, f.Progress, c.Masker().Text(f.ErrorDetail))
 	if f.Error != "" && f.Outcome == bt.OutcomeTimeout {

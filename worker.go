@@ -78,13 +78,20 @@ func (c *WorkerConfig) withDefaults() *WorkerConfig {
 var (
 	errTimeout      = errors.New("task timeout")
 	errDeadline     = errors.New("task deadline passed")
-	errCanceled     = errors.New("task canceled by operator")
 	errLeaseLost    = errors.New("lease lost")
 	errShutdown     = errors.New("worker shutting down")
 	errAbandoned    = errors.New("handler did not return after its context ended; attempt settled without it")
 	errPanicPrefix  = "handler panic: "
 	errNoHandlerFmt = "no handler registered for kind %q"
 )
+
+// ErrTaskCanceled is the cause (context.Cause) of a handler's context
+// when the task was canceled while it ran — by an operator, or by the
+// cancel of its workflow run. The handler should stop: whatever error it
+// then returns, the attempt ends canceled; if it returns nil (the work was
+// done), the attempt is a success, and a workflow step is compensated with
+// the rest of its run.
+var ErrTaskCanceled = errors.New("task canceled by operator")
 
 // Worker claims tasks from its queues and runs their handlers.
 type Worker struct {
@@ -553,7 +560,7 @@ func (w *Worker) decide(t *Task, res, cause error, a *attempt) store.Settlement 
 	var ra *retryAfterError
 	var poison *poisonError
 	switch {
-	case errors.Is(cause, errCanceled):
+	case errors.Is(cause, ErrTaskCanceled):
 		s.Outcome, s.State, s.Error = bt.OutcomeCanceled, bt.StateCanceled, "canceled by operator"
 	case errors.Is(cause, errDeadline):
 		s.Outcome, s.State, s.DeadReason = bt.OutcomeTimeout, bt.StateDead, bt.ReasonExpired
@@ -707,7 +714,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		case r.Lost:
 			atts[i].cancel(errLeaseLost)
 		case r.CancelRequested:
-			atts[i].cancel(errCanceled)
+			atts[i].cancel(ErrTaskCanceled)
 		}
 	}
 }

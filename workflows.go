@@ -202,8 +202,8 @@ func (c *Client) CancelRun(ctx context.Context, runID string) (*WorkflowRun, err
 	err := c.store.InTx(ctx, func(tx store.Tx) error {
 		eff = runEffects{}
 		return c.advanceRun(ctx, tx, runID, &eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
-			if workflow.Finished(run.State) {
-				return workflow.Plan{}, fmt.Errorf("run %q is %s: %w", runID, run.State, ErrConflict)
+			if why := workflow.CancelRefused(run.State); why != "" {
+				return workflow.Plan{}, fmt.Errorf("run %q is %s: %s: %w", runID, run.State, why, ErrConflict)
 			}
 			return workflow.Cancel(def, run, steps, c.now())
 		})
@@ -289,7 +289,7 @@ func stepChange(s store.Settlement) (workflow.Change, bool) {
 // runs in the same order).
 func (c *Client) advanceSettled(ctx context.Context, tx store.Tx, ss []store.Settlement, oks []bool, eff *runEffects) error {
 	byTask := map[string]workflow.Change{}
-	var ids []string
+	var ids, retries []string
 	for i, s := range ss {
 		if !oks[i] || strings.IndexByte(s.TaskID, '.') < 0 {
 			continue
@@ -297,6 +297,23 @@ func (c *Client) advanceSettled(ctx context.Context, tx store.Tx, ss []store.Set
 		if ch, ok := stepChange(s); ok {
 			byTask[s.TaskID] = ch
 			ids = append(ids, s.TaskID)
+		} else if s.State == bt.StatePending || s.State == bt.StateScheduled {
+			retries = append(retries, s.TaskID)
+		}
+	}
+	if len(retries) > 0 {
+		// A retry of a task whose cancel was requested (its run was
+		// canceled while the attempt ran) ends it canceled in the store:
+		// its step settled.
+		states, err := tx.TaskStates(ctx, retries)
+		if err != nil {
+			return err
+		}
+		for _, id := range retries {
+			if states[id] == bt.StateCanceled {
+				byTask[id] = workflow.Change{TaskID: id, Outcome: workflow.Canceled, Error: "canceled"}
+				ids = append(ids, id)
+			}
 		}
 	}
 	if len(ids) == 0 {
@@ -517,6 +534,7 @@ func (c *Client) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 			return err
 		}
 	}
+	var canceled []string
 	if len(w.cancels) > 0 {
 		now := c.now()
 		ss := make([]store.Settlement, len(w.cancels))
@@ -528,7 +546,9 @@ func (c *Client) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 			return err
 		}
 		for i, ok := range oks {
-			if !ok {
+			if ok {
+				canceled = append(canceled, w.cancels[i])
+			} else {
 				eff.cancels = append(eff.cancels, w.cancels[i])
 			}
 		}
@@ -538,7 +558,16 @@ func (c *Client) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 			return err
 		}
 	}
-	return nil
+	if len(canceled) == 0 {
+		return nil
+	}
+	// The waiting tasks are canceled: their steps settle now, in this
+	// transaction (the running ones settle when their workers stop).
+	byTask := make(map[string]workflow.Change, len(canceled))
+	for _, id := range canceled {
+		byTask[id] = workflow.Change{TaskID: id, Outcome: workflow.Canceled, Error: workflow.CanceledError}
+	}
+	return c.advanceTasks(ctx, tx, canceled, byTask, eff)
 }
 
 // planError: a plan's next tasks were refused (a payload over the limit).

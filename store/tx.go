@@ -61,6 +61,7 @@ type TxStore[TX any] interface {
 	UpdateRuns(ctx context.Context, tx TX, rs []RunRecord) error
 	PutSteps(ctx context.Context, tx TX, steps []StepRecord) error
 	StepsOfTasks(ctx context.Context, tx TX, taskIDs []string) ([]StepRecord, error)
+	TaskStates(ctx context.Context, tx TX, taskIDs []string) (map[string]bt.State, error)
 }
 
 // ErrTxDone is returned by a Tx's operations once its InTx returned.
@@ -201,6 +202,14 @@ func (b *boundTx[TX]) StepsOfTasks(ctx context.Context, taskIDs []string) ([]Ste
 	}
 	steps, err := b.ts.StepsOfTasks(ctx, b.tx, taskIDs)
 	return steps, b.failed(err)
+}
+
+func (b *boundTx[TX]) TaskStates(ctx context.Context, taskIDs []string) (map[string]bt.State, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	states, err := b.ts.TaskStates(ctx, b.tx, taskIDs)
+	return states, b.failed(err)
 }
 
 // CheckEvents refuses events the log cannot hold, before a driver writes

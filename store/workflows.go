@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
 )
 
 // This file is the seam's workflows (docs/workflows.md): registered
@@ -145,4 +147,8 @@ type WorkflowTx interface {
 	PutSteps(ctx context.Context, steps []StepRecord) error
 	// StepsOfTasks is Workflows.StepsOfTasks inside the transaction.
 	StepsOfTasks(ctx context.Context, taskIDs []string) ([]StepRecord, error)
+	// TaskStates reads the current state of those tasks (ids that are not
+	// tasks are left out): a settlement's outcome as the store applied it
+	// (a retry of a task whose cancel was requested ends it canceled).
+	TaskStates(ctx context.Context, taskIDs []string) (map[string]bt.State, error)
 }

@@ -20,9 +20,16 @@ const (
 	// RunFailed: a step failed under halt with rollback manual; the run
 	// waits, and replaying the dead step's task resumes it (Resume).
 	RunFailed store.RunState = "failed"
-	// RunCompensating: the compensations of the succeeded steps run, one at
-	// a time, in reverse order of completion.
+	// RunCompensating: the rollback is under way: the run's running steps
+	// settle first (those that succeed are undone too), then the
+	// compensations of the succeeded steps run, one at a time, a step
+	// undone only after every succeeded step that needed it was undone
+	// (reverse dependency order, then reverse completion order).
 	RunCompensating store.RunState = "compensating"
+	// RunCanceling: a cancel asked the running steps to stop; the run ends
+	// canceled once none of its step tasks runs (rollback manual, or a run
+	// without compensations to run).
+	RunCanceling store.RunState = "canceling"
 	// RunCompensated: every compensation succeeded.
 	RunCompensated store.RunState = "compensated"
 	// RunCompensationFailed: a compensation dead-lettered; the run waits,
@@ -70,7 +77,7 @@ var StoppedRunStates = []store.RunState{RunFailed, RunCompensationFailed}
 func ValidRunState(s store.RunState) bool {
 	switch s {
 	case RunRunning, RunFailed, RunCompensating, RunCompensated, RunCompensationFailed,
-		RunSucceeded, RunPartial, RunCanceled:
+		RunSucceeded, RunPartial, RunCanceled, RunCanceling:
 		return true
 	}
 	return false
@@ -78,7 +85,9 @@ func ValidRunState(s store.RunState) bool {
 
 // Terminal reports whether no step of a run in state s will run without
 // an operator (failed and compensation_failed wait for a replay).
-func Terminal(s store.RunState) bool { return s != RunRunning && s != RunCompensating }
+func Terminal(s store.RunState) bool {
+	return s != RunRunning && s != RunCompensating && s != RunCanceling
+}
 
 // Event types a Plan carries (stream run.<run id>). A run that ends has
 // one run.finished (body "state": succeeded, partial, compensated,
@@ -268,12 +277,19 @@ func Advance(def *Definition, run store.RunRecord, steps []store.StepRecord, cha
 	return e.result(), nil
 }
 
-// Cancel cancels a run: its pending steps' tasks go in Plan.Cancel, the
-// steps not started are canceled, and the run ends canceled; with
-// rollback on_fail it is compensating first (Error CanceledError) and ends
-// canceled once its succeeded steps are compensated. A run that has ended
-// (succeeded, partial, compensated, canceled) is left alone (an empty
-// plan). A compensation_failed run is given up: canceled.
+// Cancel cancels a run. The tasks of its pending steps go in Plan.Cancel
+// (the caller cancels the waiting ones at once and asks the running ones
+// to stop); their rows stay pending until the tasks settle, as a Change
+// each: canceled, or succeeded when the task finished anyway. The steps
+// not started are canceled. With rollback on_fail the run is compensating
+// (Error CanceledError): once nothing runs, every succeeded step is undone
+// and the run ends canceled. Otherwise it is canceling until none of its
+// step tasks runs, then canceled. A run never finishes while one of its
+// step tasks runs. A run that has ended (succeeded, partial, compensated,
+// canceled) is left alone (an empty plan), and so is a compensation_failed
+// run (CancelRefused): calling it canceled would claim a rollback that did
+// not happen. A run already canceling, or compensating for a cancel, asks
+// its running steps again.
 func Cancel(def *Definition, run store.RunRecord, steps []store.StepRecord, now time.Time) (Plan, error) {
 	prog, err := def.programs()
 	if err != nil {
@@ -282,18 +298,14 @@ func Cancel(def *Definition, run store.RunRecord, steps []store.StepRecord, now 
 	if err := checkRun(def, run); err != nil {
 		return Plan{}, err
 	}
-	switch run.State {
-	case RunSucceeded, RunPartial, RunCompensated, RunCanceled:
+	if CancelRefused(run.State) != "" {
 		return Plan{Run: run}, nil
 	}
 	e := newEngine(def, prog, run, steps, now)
 	var canceled []string
 	for _, k := range e.keys() {
-		r := e.rows[k]
-		if r.State == StepPending && r.CompensationOf == "" {
+		if r := e.rows[k]; r.State == StepPending && r.CompensationOf == "" {
 			canceled = append(canceled, r.TaskID)
-			r.State, r.Error = StepCanceled, CanceledError
-			e.put(r)
 		}
 	}
 	for i := range def.Steps {
@@ -303,21 +315,35 @@ func Cancel(def *Definition, run store.RunRecord, steps []store.StepRecord, now 
 	}
 	e.plan.Cancel = canceled
 	e.event(EventRunCanceled, "", "", map[string]any{"tasks": nonNil(canceled)})
-	if def.Rollback == OnFail && run.State != RunCompensationFailed {
+	switch {
+	case def.Rollback == OnFail:
 		if run.State != RunCompensating {
 			e.setState(RunCompensating, CanceledError)
 			e.event(EventRunCompensating, "", "", map[string]any{"error": CanceledError})
 		} else {
 			e.run.Error = CanceledError
 		}
-	} else {
+	default:
 		e.run.Error = CanceledError
-		e.finish(RunCanceled)
+		e.run.State, e.run.FinishedAt = RunCanceling, nil
 	}
 	if err := e.progress(); err != nil {
 		return Plan{}, err
 	}
 	return e.result(), nil
+}
+
+// CancelRefused says why a run in state s cannot be canceled, or "" when
+// it can.
+func CancelRefused(s store.RunState) string {
+	switch s {
+	case RunSucceeded, RunPartial, RunCompensated, RunCanceled:
+		return "it has ended"
+	case RunCompensationFailed:
+		return "its rollback stopped on a dead compensation: replay the compensation's task to finish the rollback, " +
+			"or discard or resolve it (the run stays compensation_failed, as it is)"
+	}
+	return ""
 }
 
 // Resume is called when dead step tasks of a run were replayed (same
@@ -556,7 +582,10 @@ func (e *engine) apply(c Change) {
 		r.State, r.Error = StepFailed, c.Error
 		if c.Outcome == Canceled {
 			r.State = StepCanceled
-			if r.Error == "" {
+			switch {
+			case e.canceled():
+				r.Error = CanceledError // stopped by its run's cancel
+			case r.Error == "":
 				r.Error = "canceled"
 			}
 		}
@@ -714,8 +743,18 @@ func (e *engine) progress() error {
 		return e.settleRunning()
 	case RunCompensating:
 		return e.compensate()
+	case RunCanceling:
+		if !e.anyPending(true) {
+			e.finish(RunCanceled)
+		}
 	}
 	return nil
+}
+
+// canceled reports whether the run was canceled (it is canceling, or
+// compensating for a cancel).
+func (e *engine) canceled() bool {
+	return e.run.State == RunCanceling || e.run.State == RunCompensating && e.run.Error == CanceledError
 }
 
 // decide starts, skips or fails step s if it can be decided now.
@@ -984,10 +1023,19 @@ func (e *engine) settleRunning() error {
 	return nil
 }
 
-// compensate runs the rollback one compensation at a time: the succeeded
-// step row (with a compensate, and a task) completed last and not yet
-// compensated is next.
+// compensate runs the rollback. It waits while any step of the run (not a
+// compensation) is pending: a running step settles first, and one that
+// succeeds is undone with the rest. Then the compensations run one at a
+// time: next is the succeeded row (of a step with a compensate, that had a
+// task) not yet compensated whose step no succeeded row still to undo
+// depends on (needs it, directly or through other steps), the one that
+// completed last first. So a step is undone only after every succeeded
+// step that needed it was undone; among independent steps, in reverse
+// order of completion.
 func (e *engine) compensate() error {
+	if e.anyPending(false) {
+		return nil // a running step may still succeed, and be undone
+	}
 	var dead *store.StepRecord
 	for _, k := range e.keys() {
 		r := e.rows[k]
@@ -1004,9 +1052,6 @@ func (e *engine) compensate() error {
 		}
 	}
 	if dead != nil {
-		if e.anyPending(true) {
-			return nil
-		}
 		e.run.State = RunCompensationFailed
 		now := e.now
 		e.run.FinishedAt = &now
@@ -1014,31 +1059,12 @@ func (e *engine) compensate() error {
 			"workflow": e.run.Workflow, "error": fmt.Sprintf("compensation %q of step %q: %s", dead.StepID, dead.CompensationOf, dead.Error)})
 		return nil
 	}
-	var next *store.StepRecord
-	for _, r := range e.rows {
-		if r.CompensationOf != "" || r.State != StepSucceeded || r.TaskID == "" {
-			continue
-		}
-		s := e.byID[r.StepID]
-		if s == nil || s.Compensate == "" {
-			continue
-		}
-		if _, done := e.rows[rowKey{s.Compensate, r.Item}]; done {
-			continue
-		}
-		if next == nil || r.CompletedSeq > next.CompletedSeq {
-			next = r
-		}
-	}
-	if next != nil {
+	if next := e.nextToUndo(); next != nil {
 		s := e.byID[next.StepID]
 		c := e.byID[s.Compensate]
 		p := map[string]any{"input": e.run.Input, "compensating": map[string]any{
 			"step": s.ID, "item": next.Item, "result": rowResult(next)}}
 		return e.enqueueAs(c, next.Item, s.ForEach != "", p, s.ID)
-	}
-	if e.anyPending(true) {
-		return nil // a running step may still succeed, and be undone
 	}
 	if e.run.Error == CanceledError {
 		e.finish(RunCanceled)
@@ -1046,6 +1072,65 @@ func (e *engine) compensate() error {
 		e.finish(RunCompensated)
 	}
 	return nil
+}
+
+// toUndo reports whether row r is a succeeded step row whose compensation
+// has not succeeded yet (none, or not run yet).
+func (e *engine) toUndo(r *store.StepRecord) bool {
+	if r.CompensationOf != "" || r.State != StepSucceeded || r.TaskID == "" {
+		return false
+	}
+	s := e.byID[r.StepID]
+	if s == nil || s.Compensate == "" {
+		return false
+	}
+	c, ok := e.rows[rowKey{s.Compensate, r.Item}]
+	return !ok || c.State != StepSucceeded
+}
+
+// nextToUndo is the next row to compensate (compensate's rule), or nil.
+func (e *engine) nextToUndo() *store.StepRecord {
+	// Steps with a row still to undo: a step that depends on one of them
+	// (transitively) holds back the steps it depends on.
+	open := map[string]bool{}
+	for _, r := range e.rows {
+		if e.toUndo(r) {
+			open[r.StepID] = true
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	held := map[string]bool{} // steps some open step depends on
+	var mark func(string)
+	mark = func(id string) {
+		s := e.byID[id]
+		if s == nil {
+			return
+		}
+		for _, n := range s.Needs {
+			if !held[n] {
+				held[n] = true
+				mark(n)
+			}
+		}
+	}
+	for id := range open {
+		mark(id)
+	}
+	var next *store.StepRecord
+	for _, r := range e.rows {
+		if !e.toUndo(r) || held[r.StepID] {
+			continue
+		}
+		if _, done := e.rows[rowKey{e.byID[r.StepID].Compensate, r.Item}]; done {
+			continue // its compensation is pending (or failed): compensate waits for it
+		}
+		if next == nil || r.CompletedSeq > next.CompletedSeq {
+			next = r
+		}
+	}
+	return next
 }
 
 func nonNil(s []string) []string {

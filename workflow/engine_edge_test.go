@@ -54,8 +54,9 @@ steps:
 	h.wantState(RunSucceeded)
 }
 
-// TestHaltedFanOutOnFail: an item dies; the items that succeeded, before
-// or after, are each compensated.
+// TestHaltedFanOutOnFail: an item dies; the rollback waits for the item
+// still running, then the items that succeeded, before or after, are each
+// compensated, the one completed last first.
 func TestHaltedFanOutOnFail(t *testing.T) {
 	h := start(t, mustDef(t, `
 name: fo
@@ -67,14 +68,15 @@ steps:
 	h.succeed("run1.f.0", `"r0"`)
 	h.die("run1.f.1", "x")
 	h.wantState(RunCompensating)
-	h.wantPending("run1.f.2", "run1.u.0")
+	h.wantPending("run1.f.2") // nothing is undone while an item runs
+	h.succeed("run1.f.2", "")
+	h.wantPending("run1.u.2") // the item completed last first
+	h.succeed("run1.u.2", "")
+	h.wantPending("run1.u.0")
 	if got := jsonString(h.payload("run1.u.0")["compensating"]); got != `{"item":0,"result":"r0","step":"f"}` {
 		t.Fatalf("compensating %s", got)
 	}
-	h.succeed("run1.f.2", "")
 	h.succeed("run1.u.0", "")
-	h.wantPending("run1.u.2")
-	h.succeed("run1.u.2", "")
 	h.wantState(RunCompensated)
 	if _, ok := h.tasks["run1.u.1"]; ok {
 		t.Fatal("the dead item was compensated")
@@ -143,7 +145,7 @@ func TestView(t *testing.T) {
 }
 
 func TestStatePredicates(t *testing.T) {
-	all := []store.RunState{RunRunning, RunFailed, RunCompensating, RunCompensated, RunCompensationFailed, RunSucceeded, RunPartial, RunCanceled}
+	all := []store.RunState{RunRunning, RunFailed, RunCompensating, RunCompensated, RunCompensationFailed, RunSucceeded, RunPartial, RunCanceled, RunCanceling}
 	for _, s := range all {
 		if !ValidRunState(s) {
 			t.Errorf("%s not valid", s)
@@ -152,7 +154,7 @@ func TestStatePredicates(t *testing.T) {
 		if Finished(s) != fin {
 			t.Errorf("Finished(%s) = %v", s, Finished(s))
 		}
-		if Terminal(s) != (s != RunRunning && s != RunCompensating) {
+		if Terminal(s) != (s != RunRunning && s != RunCompensating && s != RunCanceling) {
 			t.Errorf("Terminal(%s)", s)
 		}
 	}

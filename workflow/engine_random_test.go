@@ -1,18 +1,25 @@
 package workflow
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/backstophq/backstop/workflow/workflowtest"
 )
 
-// TestRandomRuns drives random definitions with random outcomes (and
-// operators replaying dead tasks) to the end, checking on every plan: no
-// task enqueued twice (the harness), no step started before what it needs
-// allowed it, at most one compensation at a time, and every run ends in a
-// terminal state with nothing pending.
+// TestRandomRuns drives random definitions with random outcomes, settling
+// concurrent steps in random order, with cancels at random moments (while
+// steps run, while the run compensates) and operators replaying dead
+// tasks, to the end, checking on every plan: no task enqueued twice (the
+// harness), no step started before what it needs allowed it, the history
+// rules of workflowtest.Check (no run stopped while a step task runs, no
+// compensation while a step runs, a step undone only after its succeeded
+// dependents, every succeeded step undone exactly once by a rollback), and
+// every run ends in a terminal state with nothing pending.
 func TestRandomRuns(t *testing.T) {
 	for seed := range uint64(1000) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { randomRun(t, seed) })
@@ -77,6 +84,7 @@ func randomRun(t *testing.T, seed uint64) {
 	}
 	input := fmt.Sprintf(`{"xs":%s,"flag":%v}`, []string{`[]`, `[1]`, `[1,2,3]`}[r.IntN(3)], r.IntN(4) != 0)
 	h := start(t, def, input)
+	rules := historyDef(t, def)
 	check := func() {
 		t.Helper()
 		comps := 0
@@ -99,16 +107,41 @@ func randomRun(t *testing.T, seed uint64) {
 				}
 			}
 		}
+		if _, err := workflowtest.Check(rules, h.history()); err != nil {
+			t.Fatalf("%v\nevents %v\n%s", err, h.eventTypes(), src)
+		}
 	}
 	check()
-	cancelAt := -1
-	if r.IntN(5) == 0 {
-		cancelAt = r.IntN(6)
+	// Cancels come at random moments (while steps run, while the run
+	// compensates); a task the cancel finds waiting is canceled at once,
+	// a running one settles later (it stops, or it finished anyway).
+	cancelAt := map[int]bool{}
+	if r.IntN(3) == 0 {
+		cancelAt[r.IntN(8)] = true
+		if r.IntN(3) == 0 {
+			cancelAt[r.IntN(12)] = true
+		}
+	}
+	asked := map[string]bool{}
+	cancel := func() {
+		p := h.cancel()
+		check()
+		var waiting []Change
+		for _, id := range p.Cancel {
+			if r.IntN(2) == 0 {
+				waiting = append(waiting, Change{TaskID: id, Outcome: Canceled, Error: "its run was canceled"})
+			} else {
+				asked[id] = true
+			}
+		}
+		if len(waiting) > 0 {
+			h.advance(waiting...)
+			check()
+		}
 	}
 	for i := 0; i < 500; i++ {
-		if i == cancelAt && !Terminal(h.run.State) {
-			h.cancel()
-			check()
+		if cancelAt[i] && !Terminal(h.run.State) {
+			cancel()
 			continue
 		}
 		pend := h.pending()
@@ -116,6 +149,10 @@ func randomRun(t *testing.T, seed uint64) {
 			if h.run.State == RunFailed || h.run.State == RunCompensationFailed {
 				if r.IntN(3) == 0 {
 					break // left for an operator
+				}
+				if r.IntN(4) == 0 {
+					cancel()
+					continue
 				}
 				var dead []string
 				for _, row := range h.rows {
@@ -133,10 +170,15 @@ func randomRun(t *testing.T, seed uint64) {
 			}
 			break
 		}
+		// Steps run concurrently for random durations: any pending task
+		// may settle next.
 		id := pend[r.IntN(len(pend))]
-		if r.IntN(4) == 0 {
+		switch n := r.IntN(8); {
+		case asked[id] && n < 4:
+			h.advance(Change{TaskID: id, Outcome: Canceled, Error: "canceled by operator"})
+		case n < 2:
 			h.die(id, "boom")
-		} else {
+		default:
 			h.succeed(id, `1`)
 		}
 		check()
@@ -145,9 +187,26 @@ func randomRun(t *testing.T, seed uint64) {
 		t.Fatalf("run %s with pending %v\n%s", h.run.State, h.pending(), src)
 	}
 	failed := h.hasEvent(EventStepFailed, "")
-	if !failed && cancelAt < 0 && h.run.State != RunSucceeded {
+	if !failed && len(cancelAt) == 0 && h.run.State != RunSucceeded {
 		t.Fatalf("no failure, run %s\n%s", h.run.State, src)
 	}
+	if h.run.State == RunCanceling {
+		t.Fatalf("run canceling with nothing pending\n%s", src)
+	}
+}
+
+// historyDef is def as the history checker reads it.
+func historyDef(t *testing.T, def *Definition) workflowtest.Def {
+	t.Helper()
+	b, err := json.Marshal(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := workflowtest.ParseDef(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // needAllows: step s may start while need n is in its current state.

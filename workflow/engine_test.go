@@ -341,10 +341,10 @@ steps:
   - {id: us, kind: k, compensation: true}
 `
 
-// TestCompensationOrder: compensations run one at a time in reverse order
-// of completion, every fan-out item is compensated, a step without
-// compensate is passed over, and a step that succeeds while compensating
-// is compensated too.
+// TestCompensationOrder: no compensation starts while a step of the run
+// still runs (one that succeeds meanwhile is undone too); then they run one
+// at a time in reverse order of completion, every fan-out item is
+// compensated, and a step without compensate is passed over.
 func TestCompensationOrder(t *testing.T) {
 	h := start(t, mustDef(t, sagaParallelYAML), `{"items":[10,20]}`)
 	h.wantPending("run1.a", "run1.b", "run1.f.0", "run1.f.1", "run1.slow", "run1.plain")
@@ -355,26 +355,18 @@ func TestCompensationOrder(t *testing.T) {
 	h.succeed("run1.f.0", "")   // seq 5 -> x enqueued
 	h.die("run1.x", "boom")
 	h.wantState(RunCompensating)
+	h.wantPending("run1.slow") // the rollback waits for it
+	h.succeed("run1.slow", "") // seq 6: it succeeded while the run halted
 	var order []string
 	for len(h.pending()) > 0 {
-		var comp string
-		for _, id := range h.pending() {
-			if id != "run1.slow" {
-				comp = id
-			}
-		}
-		if comp == "" {
-			// Only slow is left: it succeeds while compensating.
-			h.succeed("run1.slow", "")
-			continue
-		}
-		if n := len(h.pending()); n > 2 {
+		if n := len(h.pending()); n > 1 {
 			t.Fatalf("more than one compensation at once: %v", h.pending())
 		}
+		comp := h.pending()[0]
 		order = append(order, comp)
 		h.succeed(comp, "")
 	}
-	want := []string{"run1.uf.0", "run1.ua", "run1.uf.1", "run1.ub", "run1.us"}
+	want := []string{"run1.us", "run1.uf.0", "run1.ua", "run1.uf.1", "run1.ub"}
 	if !slices.Equal(order, want) {
 		t.Fatalf("compensation order %v, want %v", order, want)
 	}
@@ -491,6 +483,8 @@ func TestRouteTargetFails(t *testing.T) {
 	}
 }
 
+// TestCancelManual: a cancel asks the running steps to stop; the run is
+// canceling, not canceled, until every one of its step tasks settled.
 func TestCancelManual(t *testing.T) {
 	h := start(t, mustDef(t, haltYAML), `{}`)
 	h.succeed("run1.a", "")
@@ -498,24 +492,50 @@ func TestCancelManual(t *testing.T) {
 	if !slices.Equal(p.Cancel, []string{"run1.b", "run1.c"}) {
 		t.Fatalf("cancel %v", p.Cancel)
 	}
-	h.wantState(RunCanceled)
-	h.wantRow("b", 0, StepCanceled)
+	h.wantState(RunCanceling)
+	h.wantPending("run1.b", "run1.c")
 	h.wantRow("d", 0, StepCanceled) // never started
-	if !h.hasEvent(EventRunCanceled, "") || h.lastEventBody(EventRunFinished)["state"] != "canceled" {
+	if !h.hasEvent(EventRunCanceled, "") || h.hasEvent(EventRunFinished, "") {
 		t.Fatalf("events %v", h.eventTypes())
 	}
-	// The running task's cooperative cancel settles: nothing changes;
-	// canceling again: nothing.
-	if p := h.advance(Change{TaskID: "run1.c", Outcome: Canceled}); !p.Empty() {
-		t.Fatalf("plan %+v", p)
+	// b was waiting: canceled at once; c runs on.
+	h.advance(Change{TaskID: "run1.b", Outcome: Canceled, Error: "its run was canceled"})
+	h.wantState(RunCanceling)
+	if r := h.wantRow("b", 0, StepCanceled); r.Error != CanceledError {
+		t.Fatalf("b's error %q", r.Error)
+	}
+	// Canceling again asks c again, and changes nothing else.
+	if p := h.cancel(); !slices.Equal(p.Cancel, []string{"run1.c"}) || h.run.State != RunCanceling {
+		t.Fatalf("cancel again: %v, run %s", p.Cancel, h.run.State)
+	}
+	// c's program stops: the run ends.
+	h.advance(Change{TaskID: "run1.c", Outcome: Canceled, Error: "canceled by operator"})
+	h.wantState(RunCanceled)
+	if h.lastEventBody(EventRunFinished)["state"] != "canceled" {
+		t.Fatalf("events %v", h.eventTypes())
 	}
 	if p := h.cancel(); !p.Empty() {
 		t.Fatalf("plan %+v", p)
 	}
 }
 
-// TestCancelOnFail: the succeeded steps are compensated first; a running
-// step that finishes anyway is compensated too; the run ends canceled.
+// TestCancelManualStepFinishes: a step that succeeds after the cancel
+// (its program ignored it) is recorded; the run still ends canceled.
+func TestCancelManualStepFinishes(t *testing.T) {
+	h := start(t, mustDef(t, haltYAML), `{}`)
+	h.cancel()
+	h.wantState(RunCanceling)
+	h.succeed("run1.a", "")
+	h.wantRow("a", 0, StepSucceeded)
+	h.wantState(RunCanceled)
+	if _, ok := h.tasks["run1.b"]; ok {
+		t.Fatal("a step started after the cancel")
+	}
+}
+
+// TestCancelOnFail: nothing is undone while a step runs; the steps that
+// were waiting are canceled, a running step that finishes anyway is undone
+// too, in reverse order of completion; the run ends canceled.
 func TestCancelOnFail(t *testing.T) {
 	h := start(t, mustDef(t, sagaParallelYAML), `{"items":[]}`)
 	h.succeed("run1.a", "")
@@ -525,22 +545,74 @@ func TestCancelOnFail(t *testing.T) {
 		t.Fatalf("cancel %v", p.Cancel)
 	}
 	h.wantState(RunCompensating)
-	h.wantPending("run1.ub")
+	h.wantPending("run1.plain", "run1.slow", "run1.x")
 	// A step canceled with its run is not resumed (the glue calls Resume
 	// for a settlement of a row that is no longer pending).
-	if p := h.resume("run1.slow"); !p.Empty() {
+	h.advance(Change{TaskID: "run1.x", Outcome: Canceled}, Change{TaskID: "run1.plain", Outcome: Canceled})
+	if p := h.resume("run1.x"); !p.Empty() {
 		t.Fatalf("resumed a step canceled with its run: %+v", p)
 	}
+	h.wantPending("run1.slow")
 	h.succeed("run1.slow", "") // it ran to the end before it saw the cancel
 	h.wantRow("slow", 0, StepSucceeded)
-	h.succeed("run1.ub", "")
 	h.wantPending("run1.us")
 	h.succeed("run1.us", "")
+	h.wantPending("run1.ub")
+	h.succeed("run1.ub", "")
 	h.wantPending("run1.ua")
 	h.succeed("run1.ua", "")
 	h.wantState(RunCanceled)
 	if h.run.Error != CanceledError {
 		t.Fatalf("error %q", h.run.Error)
+	}
+}
+
+// TestUndoDependencyOrder: a step is undone only after every succeeded
+// step that needed it, even one that completed earlier (a step replayed
+// after its dependents ran is the case reverse completion alone gets
+// wrong); among independent steps the one completed last goes first.
+func TestUndoDependencyOrder(t *testing.T) {
+	h := start(t, mustDef(t, `
+name: dep
+rollback: on_fail
+steps:
+  - {id: reserve, kind: k, compensate: release}
+  - {id: charge, kind: k, needs: [reserve], compensate: refund}
+  - {id: check, kind: k, needs: [reserve]}
+  - {id: ship, kind: k, needs: [charge], compensate: unship}
+  - {id: release, kind: k, compensation: true}
+  - {id: refund, kind: k, compensation: true}
+  - {id: unship, kind: k, compensation: true}
+`), `{}`)
+	h.succeed("run1.reserve", "")
+	h.wantPending("run1.charge", "run1.check")
+	h.die("run1.check", "no stock")
+	h.wantState(RunCompensating)
+	h.wantPending("run1.charge") // charge (3 s) still runs: release waits
+	if _, ok := h.tasks["run1.release"]; ok {
+		t.Fatal("release started while charge ran")
+	}
+	h.succeed("run1.charge", "")
+	h.wantPending("run1.refund")
+	h.succeed("run1.refund", "")
+	h.wantPending("run1.release")
+	h.succeed("run1.release", "")
+	h.wantState(RunCompensated)
+
+	// The rule itself: rows whose completion order contradicts their
+	// dependencies are still undone dependents first.
+	e := newEngine(h.def, nil, h.run, []store.StepRecord{
+		{RunID: "run1", StepID: "reserve", TaskID: "run1.reserve", State: StepSucceeded, CompletedSeq: 9},
+		{RunID: "run1", StepID: "charge", TaskID: "run1.charge", State: StepSucceeded, CompletedSeq: 2},
+		{RunID: "run1", StepID: "ship", TaskID: "run1.ship", State: StepSucceeded, CompletedSeq: 1},
+	}, frozen)
+	var order []string
+	for r := e.nextToUndo(); r != nil; r = e.nextToUndo() {
+		order = append(order, r.StepID)
+		e.put(&store.StepRecord{StepID: e.byID[r.StepID].Compensate, TaskID: "x." + r.StepID, State: StepSucceeded, CompensationOf: r.StepID})
+	}
+	if want := []string{"ship", "charge", "reserve"}; !slices.Equal(order, want) {
+		t.Fatalf("undo order %v, want %v", order, want)
 	}
 }
 

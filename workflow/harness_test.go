@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/workflow/workflowtest"
 )
 
 // The engine's own harness: it keeps a run and its rows in memory, applies
@@ -189,6 +190,15 @@ func (h *harness) eventTypes() []string {
 	out := make([]string, len(h.events))
 	for i, e := range h.events {
 		out[i] = e.Type
+	}
+	return out
+}
+
+// history is the events so far as workflowtest reads them.
+func (h *harness) history() []workflowtest.Event {
+	out := make([]workflowtest.Event, len(h.events))
+	for i, e := range h.events {
+		out[i] = workflowtest.Event{Type: e.Type, Body: e.Body}
 	}
 	return out
 }

@@ -218,7 +218,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) error {
 // FailRequest is POST /v1/tasks/{id}/fail.
 type FailRequest struct {
 	LeaseToken string `json:"lease_token"`
-	// Outcome: transient_error, permanent_error or timeout.
+	// Outcome: transient_error, permanent_error, timeout or canceled (a
+	// task whose cancel was requested ends canceled whatever the outcome).
 	Outcome bt.Outcome `json:"outcome"`
 	// RetryAfter (transient_error only): run again after this long without
 	// charging the attempt, like a Go handler's RetryAfter.

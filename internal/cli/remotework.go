@@ -43,7 +43,11 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	if o.exitAfterIdle < 0 || o.grace < 0 {
 		return usageErr("work: --exit-after-idle and --grace must not be negative")
 	}
-	h, err := execworker.New(execworker.Config{Command: command, PermanentExitCodes: o.permanentCodes, OutputLimit: o.outputLimit})
+	if o.cancelGrace <= 0 {
+		return usageErr("work: --cancel-grace must be positive")
+	}
+	h, err := execworker.New(execworker.Config{Command: command, PermanentExitCodes: o.permanentCodes, OutputLimit: o.outputLimit,
+		CancelGrace: o.cancelGrace})
 	if err != nil {
 		return usageErr("work: %v", err)
 	}
@@ -188,8 +192,8 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 	}
 	k := r.cl.KeepLease(l, claimed, apiclient.KeepOptions{Lease: lease, WorkerID: r.id,
 		OnCancelRequested: func() {
-			log.Info("task canceled by an operator; killing the program")
-			cancel(errors.New("task canceled by operator"))
+			log.Info("task canceled; stopping the program (SIGTERM, then SIGKILL after the cancel grace)")
+			cancel(backstop.ErrTaskCanceled)
 		},
 		OnLost: func(err error) {
 			// Lost, or (once the program ended) settled by this very
@@ -250,6 +254,8 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 		switch {
 		case timedOut.Load():
 			outcome = bt.OutcomeTimeout
+		case errors.Is(context.Cause(ctx), backstop.ErrTaskCanceled):
+			outcome = bt.OutcomeCanceled
 		case backstop.IsPermanent(res.Err):
 			outcome = bt.OutcomePermanentError
 		}

@@ -25,6 +25,7 @@ type workOptions struct {
 	exitAfterIdle  time.Duration
 	permanentCodes []int
 	grace          time.Duration
+	cancelGrace    time.Duration
 	outputLimit    int
 	id             string
 	leaderTTL      time.Duration
@@ -50,8 +51,12 @@ other characters than letters and digits replaced by _).
 
 Exit code 0 succeeds; 75 (EX_TEMPFAIL) and any code not listed in
 --permanent-exit-codes are transient (retried by policy); listed codes
-dead-letter the task at once. On a timeout, a cancel or a shutdown the whole
-process group is killed. Every line the program writes (stdout and stderr)
+dead-letter the task at once. On a timeout or a shutdown past its grace the
+whole process group is killed (SIGKILL). When the task is canceled while its
+program runs (backstop tasks cancel, or the cancel of its workflow run) the
+process group gets SIGTERM, then SIGKILL after --cancel-grace: a program that
+still exits 0 did its work, and the attempt succeeds (a workflow step is then
+compensated with the rest of its run); any other end is canceled. Every line the program writes (stdout and stderr)
 goes to the execution's log: backstop tasks logs ID. The last --output-limit
 bytes (8 KiB) are also kept with the attempt as its detail: backstop dlq show
 ID, or the executions' error_detail in backstop tasks show ID -o json.
@@ -99,6 +104,7 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 	f.DurationVar(&o.exitAfterIdle, "exit-after-idle", 0, "exit 0 once no task has been claimable for this long (0: never)")
 	f.IntSliceVar(&o.permanentCodes, "permanent-exit-codes", nil, "exit codes that dead-letter the task at once (e.g. 65,100)")
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM/SIGINT, how long running programs may finish before they are killed and released")
+	f.DurationVar(&o.cancelGrace, "cancel-grace", execworker.DefaultCancelGrace, "when a running task is canceled, how long its program has after SIGTERM before SIGKILL")
 	f.IntVar(&o.outputLimit, "output-limit", 8<<10, "bytes of stdout+stderr kept per execution (the tail)")
 	f.StringVar(&o.id, "id", "", "worker id, recorded in leases, executions and the maintenance leadership (default: host-pid-random)")
 	f.DurationVar(&o.leaderTTL, "leader-ttl", 15*time.Second, "maintenance leadership lease: another worker takes over this long after the leader died")
@@ -132,14 +138,14 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	if err := o.checkQueues(); err != nil {
 		return err
 	}
-	if o.exitAfterIdle < 0 || o.grace < 0 {
-		return usageErr("work: --exit-after-idle and --grace must not be negative")
+	if o.exitAfterIdle < 0 || o.grace < 0 || o.cancelGrace <= 0 {
+		return usageErr("work: --exit-after-idle and --grace must not be negative, --cancel-grace must be positive")
 	}
 	if o.outputLimit < 1 {
 		return usageErr("work: --output-limit must be at least 1")
 	}
 	h, err := execworker.New(execworker.Config{
-		Command: command, PermanentExitCodes: o.permanentCodes, OutputLimit: o.outputLimit,
+		Command: command, PermanentExitCodes: o.permanentCodes, OutputLimit: o.outputLimit, CancelGrace: o.cancelGrace,
 	})
 	if err != nil {
 		return usageErr("work: %v", err)
@@ -169,7 +175,11 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 			id = fmt.Sprintf("%s-%d", o.id, i+1)
 		}
 		w, err := backstop.NewWorker(c, &backstop.WorkerConfig{ID: id, Queues: g.queues, Kinds: o.kinds, Lease: g.lease,
-			LeaderTTL: o.leaderTTL})
+			LeaderTTL: o.leaderTTL,
+			// A canceled program's SIGTERM grace, and a little more to
+			// reap it and read its result, before the attempt is
+			// settled without it.
+			TimeoutGrace: max(5*time.Second, o.cancelGrace+2*time.Second)})
 		if err != nil {
 			ws.stop(context.Background())
 			return usageErr("work: %v", err)

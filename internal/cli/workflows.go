@@ -298,7 +298,7 @@ func runsListCmd(a *app) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&wf, "workflow", "", "only this workflow's runs")
-	fl.StringSliceVar(&states, "state", nil, "only runs in these states (running, failed, compensating, compensated, compensation_failed, succeeded, partial, canceled)")
+	fl.StringSliceVar(&states, "state", nil, "only runs in these states (running, failed, compensating, compensated, compensation_failed, succeeded, partial, canceling, canceled)")
 	fl.StringVar(&before, "before", "", "cursor: runs older than this run id")
 	fl.IntVar(&limit, "limit", 100, "at most this many runs (1-1000)")
 	return cmd

@@ -64,7 +64,18 @@ type Config struct {
 	Env []string
 	// Dir is the working directory. Default: this process's.
 	Dir string
+	// CancelGrace is how long a program whose task was canceled while it
+	// ran (backstop.ErrTaskCanceled: an operator, or its workflow run's
+	// cancel) has after SIGTERM to exit before its process group gets
+	// SIGKILL. A program that exits 0 within it succeeded (its work is
+	// recorded, and a workflow step compensated). Other ends of the
+	// attempt (timeout, lost lease, shutdown past its grace) kill at once.
+	// Default: 10s.
+	CancelGrace time.Duration
 }
+
+// DefaultCancelGrace is Config.CancelGrace's default.
+const DefaultCancelGrace = 10 * time.Second
 
 // Handler runs Config.Command for each task.
 type Handler struct {
@@ -87,6 +98,12 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.OutputLimit <= 0 {
 		cfg.OutputLimit = 8 << 10
+	}
+	if cfg.CancelGrace < 0 {
+		return nil, fmt.Errorf("execworker: cancel grace %s is negative", cfg.CancelGrace)
+	}
+	if cfg.CancelGrace == 0 {
+		cfg.CancelGrace = DefaultCancelGrace
 	}
 	perm := map[int]bool{}
 	for _, c := range cfg.PermanentExitCodes {
@@ -276,10 +293,26 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 	waitDone := make(chan error, 1)
 	go func() { waitDone <- cmd.Wait() }()
 	var waitErr error
-	killed := false
+	killed, stopped := false, false
 	select {
 	case waitErr = <-waitDone:
 	case <-ctx.Done():
+		if errors.Is(context.Cause(ctx), backstop.ErrTaskCanceled) {
+			// Canceled: ask the program to stop, and give it the grace
+			// to do so (or to finish what it was doing).
+			stopped = true
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			grace := time.NewTimer(h.cfg.CancelGrace)
+			select {
+			case waitErr = <-waitDone:
+			case <-grace.C:
+				killed = true
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				waitErr = <-waitDone
+			}
+			grace.Stop()
+			break
+		}
 		killed = true
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		waitErr = <-waitDone
@@ -300,7 +333,7 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 		code = cmd.ProcessState.ExitCode()
 	}
 	r := Result{
-		Err:      h.classify(ctx, cmd.ProcessState, waitErr, killed, elapsed),
+		Err:      h.classify(ctx, cmd.ProcessState, waitErr, killed, stopped, elapsed),
 		Output:   tail.String(),
 		ExitCode: code,
 	}
@@ -354,11 +387,19 @@ func readResult(path string) (json.RawMessage, error) {
 }
 
 // classify turns how the program ended into the attempt's result.
-func (h *Handler) classify(ctx context.Context, ps *os.ProcessState, waitErr error, killed bool, elapsed time.Duration) error {
+func (h *Handler) classify(ctx context.Context, ps *os.ProcessState, waitErr error, killed, stopped bool, elapsed time.Duration) error {
 	name := h.cfg.Command[0]
 	if killed {
 		cause := context.Cause(ctx)
+		if stopped {
+			return fmt.Errorf("%s killed (process group, SIGKILL) %s after SIGTERM, %s in all: %w", name, h.cfg.CancelGrace, elapsed, cause)
+		}
 		return fmt.Errorf("%s killed (process group, SIGKILL) after %s: %w", name, elapsed, cause)
+	}
+	if stopped && (ps == nil || !ps.Success()) {
+		// It stopped when asked (SIGTERM): the attempt ends canceled,
+		// whatever it exited with.
+		return fmt.Errorf("%s stopped after SIGTERM (%s): %w", name, elapsed, context.Cause(ctx))
 	}
 	if ps == nil {
 		return fmt.Errorf("%s: %w", name, waitErr)

@@ -133,6 +133,11 @@ func (Txs) PutSteps(ctx context.Context, tx pgx.Tx, steps []store.StepRecord) er
 	return sqldialect.WorkflowPutSteps(ctx, dialect, runner{q: tx}, steps)
 }
 
+// TaskStates is store.WorkflowTx's TaskStates inside tx.
+func (Txs) TaskStates(ctx context.Context, tx pgx.Tx, taskIDs []string) (map[string]bt.State, error) {
+	return sqldialect.TaskStates(ctx, dialect, runner{q: tx}, taskIDs)
+}
+
 // StepsOfTasks is store.WorkflowTx's StepsOfTasks inside tx.
 func (Txs) StepsOfTasks(ctx context.Context, tx pgx.Tx, taskIDs []string) ([]store.StepRecord, error) {
 	return sqldialect.WorkflowStepsOfTasks(ctx, dialect, runner{q: tx}, taskIDs)

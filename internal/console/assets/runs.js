@@ -39,7 +39,7 @@ export async function runsPage(main, q) {
   // state failed).
   const wfIn = h('input', { id: 'runs-f-workflow', name: 'workflow', value: q.get('workflow') || '', spellcheck: 'false', autocomplete: 'off' });
   const stIn = h('select', { id: 'runs-f-state', name: 'state' },
-    ['', 'running', 'failed', 'compensating', 'compensated', 'compensation_failed', 'succeeded', 'partial', 'canceled'].map((s) =>
+    ['', 'running', 'failed', 'compensating', 'compensated', 'compensation_failed', 'succeeded', 'partial', 'canceling', 'canceled'].map((s) =>
       h('option', { value: s, selected: (q.get('state') || '') === s }, s || 'any')));
   const filter = h('form', { class: 'filters', id: 'runs-filter', role: 'search', 'aria-label': 'Filter workflow runs' },
     field('Workflow', wfIn), field('State', stIn), h('button', { type: 'submit' }, 'Filter'));

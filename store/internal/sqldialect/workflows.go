@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -554,6 +555,30 @@ func WorkflowPutSteps(ctx context.Context, d *Dialect, q Querier, steps []store.
 		rows = rows[n:]
 	}
 	return nil
+}
+
+// TaskStates is store.WorkflowTx's TaskStates in q.
+func TaskStates(ctx context.Context, d *Dialect, q Querier, taskIDs []string) (map[string]bt.State, error) {
+	out := make(map[string]bt.State, len(taskIDs))
+	if len(taskIDs) == 0 {
+		return out, nil
+	}
+	rows, err := q.Query(ctx, `SELECT id, state FROM backstop_tasks WHERE id `+d.InText("$1"), d.TextList(taskIDs))
+	if err != nil {
+		return nil, fmt.Errorf("%s: task states: %w", d.Prefix, d.Err(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
+			return nil, fmt.Errorf("%s: task states: %w", d.Prefix, d.Err(err))
+		}
+		out[id] = bt.State(state)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: task states: %w", d.Prefix, d.Err(err))
+	}
+	return out, nil
 }
 
 // WorkflowStepsOfTasks is store.WorkflowTx's StepsOfTasks in q (and
