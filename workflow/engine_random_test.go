@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/backstophq/backstop/workflow/workflowtest"
@@ -26,64 +25,14 @@ func TestRandomRuns(t *testing.T) {
 	}
 }
 
-func randomDef(r *rand.Rand) string {
-	var b strings.Builder
-	b.WriteString("name: rnd\n")
-	if r.IntN(2) == 0 {
-		b.WriteString("rollback: on_fail\n")
-	}
-	b.WriteString("steps:\n")
-	n := 2 + r.IntN(6)
-	var extra []string
-	routed := map[int]bool{}
-	for i := range n {
-		fmt.Fprintf(&b, "  - id: s%d\n    kind: k\n", i)
-		var needs []string
-		for j := range i {
-			if r.IntN(3) == 0 {
-				needs = append(needs, fmt.Sprintf("s%d", j))
-				if routed[j] && r.IntN(2) == 0 {
-					needs = append(needs, fmt.Sprintf("r%d", j))
-				}
-			}
-		}
-		switch r.IntN(5) {
-		case 0:
-			b.WriteString("    for_each: input.xs\n")
-		case 1:
-			b.WriteString("    when: input.flag\n")
-		}
-		switch r.IntN(4) {
-		case 0:
-			b.WriteString("    on_failure: continue\n")
-		case 1:
-			fmt.Fprintf(&b, "    on_failure: 'route:r%d'\n", i)
-			extra = append(extra, fmt.Sprintf("  - {id: r%d, kind: k}\n", i))
-			routed[i] = true
-		}
-		if len(needs) > 0 {
-			fmt.Fprintf(&b, "    needs: [%s]\n", strings.Join(needs, ", "))
-		}
-		if r.IntN(2) == 0 {
-			fmt.Fprintf(&b, "    compensate: u%d\n", i)
-			extra = append(extra, fmt.Sprintf("  - {id: u%d, kind: k, compensation: true}\n", i))
-		}
-	}
-	for _, e := range extra {
-		b.WriteString(e)
-	}
-	return b.String()
-}
-
 func randomRun(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 7))
-	src := randomDef(r)
+	src := workflowtest.RandomDefinition(r, "rnd", "")
 	def, err := Parse([]byte(src))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, src)
 	}
-	input := fmt.Sprintf(`{"xs":%s,"flag":%v}`, []string{`[]`, `[1]`, `[1,2,3]`}[r.IntN(3)], r.IntN(4) != 0)
-	h := start(t, def, input)
+	h := start(t, def, workflowtest.RandomInput(r))
 	rules := historyDef(t, def)
 	check := func() {
 		t.Helper()
