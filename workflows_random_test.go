@@ -99,7 +99,9 @@ func (e *ruleEnv) randomRun(seed uint64) {
 		}
 		if run.State != workflow.RunFailed && run.State != workflow.RunCompensationFailed {
 			var tasks []string
-			_ = e.c.eachRunTask(ctx, runID, func(tk *Task) { tasks = append(tasks, fmt.Sprintf("%s=%s@%s", tk.ID, tk.State, tk.RunAt.Format(time.StampMicro))) })
+			_ = e.c.eachRunTask(ctx, runID, func(tk *Task) {
+				tasks = append(tasks, fmt.Sprintf("%s=%s@%s", tk.ID, tk.State, tk.RunAt.Format(time.StampMicro)))
+			})
 			fail("the run is %s with nothing to run: %s; tasks %v (now %s)", run.State, states(run), tasks, e.clock.t.Format(time.StampMicro))
 		}
 		if r.IntN(3) == 0 {
