@@ -433,28 +433,59 @@ func TestLeaseTokenMisuse(t *testing.T) {
 
 // TestCancelReachesRemoteWorker: an operator's cancel shows on the next
 // heartbeat, and whatever the worker reports then, the task ends canceled.
+// TestCancelReachesRemoteWorker: a heartbeat answers cancel_requested once
+// the task was canceled; any failure the worker then reports ends the task
+// canceled (outcome canceled, or any other: a permanent error is not a dead
+// letter), and a success it reports (the work finished first) is recorded
+// as succeeded.
 func TestCancelReachesRemoteWorker(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testdbSQLite(t), setupOpts{})
 	ctx := context.Background()
 	op := b.as[api.RoleOperator]
+	for _, tc := range []struct {
+		outcome bt.Outcome // "" completes
+		want    bt.State
+	}{
+		{bt.OutcomeTransientError, bt.StateCanceled},
+		{bt.OutcomePermanentError, bt.StateCanceled},
+		{bt.OutcomeCanceled, bt.StateCanceled},
+		{"", bt.StateSucceeded},
+	} {
+		if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "c", Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		c := claimOne(t, op, "c")
+		if _, err := op.Cancel(ctx, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		hb, err := op.Heartbeat(ctx, c.ID, api.HeartbeatRequest{LeaseToken: c.LeaseToken})
+		if err != nil || !hb.CancelRequested {
+			t.Fatalf("heartbeat after cancel: %+v %v", hb, err)
+		}
+		var r *api.SettleResponse
+		if tc.outcome == "" {
+			r, err = op.Complete(ctx, c.ID, api.CompleteRequest{LeaseToken: c.LeaseToken})
+		} else {
+			r, err = op.Fail(ctx, c.ID, api.FailRequest{LeaseToken: c.LeaseToken, Outcome: tc.outcome})
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.outcome, err)
+		}
+		if got, _ := op.Get(ctx, c.ID); got.State != tc.want {
+			t.Errorf("after cancel and %q: %s, want %s (result %+v)", tc.outcome, got.State, tc.want, r)
+		}
+	}
+	// Without a cancel, outcome canceled is still a cancel of the attempt.
 	if _, err := op.Enqueue(ctx, apiclient.Task{Queue: "c", Kind: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	c := claimOne(t, op, "c")
-	if _, err := op.Cancel(ctx, c.ID); err != nil {
-		t.Fatal(err)
-	}
-	hb, err := op.Heartbeat(ctx, c.ID, api.HeartbeatRequest{LeaseToken: c.LeaseToken})
-	if err != nil || !hb.CancelRequested {
-		t.Fatalf("heartbeat after cancel: %+v %v", hb, err)
-	}
-	r, err := op.Fail(ctx, c.ID, api.FailRequest{LeaseToken: c.LeaseToken, Outcome: bt.OutcomeTransientError})
-	if err != nil {
+	if _, err := op.Fail(ctx, c.ID, api.FailRequest{LeaseToken: c.LeaseToken, Outcome: bt.OutcomeCanceled}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := op.Get(ctx, c.ID); got.State != bt.StateCanceled {
-		t.Fatalf("after cancel and fail: %+v (result %+v)", got.Task, r)
+		t.Errorf("outcome canceled without a cancel: %s", got.State)
 	}
 }
 
