@@ -22,8 +22,8 @@ type Budget struct {
 }
 
 const (
-	// DefaultCost is Budget.Cost's default: about a CPU-second of CEL.
-	DefaultCost uint64 = 20_000_000
+	// DefaultCost is Budget.Cost's default: one to two CPU-seconds of CEL.
+	DefaultCost uint64 = 10_000_000
 	// DefaultTime is Budget.Time's default.
 	DefaultTime = 10 * time.Second
 )
