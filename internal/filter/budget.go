@@ -58,7 +58,7 @@ func (e *BudgetError) Error() string {
 	narrow := "narrow the other filters (queue, kind, state, since) or keep the where in the SQL subset"
 	switch {
 	case e.OneTask:
-		return fmt.Sprintf("the where expression's cost budget is spent: evaluating it on one task costs more than %d (the per-task limit); %s", PerTaskCost, narrow)
+		return fmt.Sprintf("the where expression's cost budget (%d per task) is spent: evaluating it on one task costs more than that; %s", PerTaskCost, narrow)
 	case e.Budget == "time":
 		return fmt.Sprintf("the where expression's time budget (%s, limits.where_time) is spent after evaluating it on %d tasks; %s, or raise limits.where_time",
 			e.Limit.Time, e.Evaluated, narrow)
