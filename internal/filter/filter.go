@@ -8,7 +8,10 @@
 // string)). The expression must be of type bool. A task matches when the
 // expression evaluates to true; an evaluation error (a missing key, a
 // comparison of a string with a number by <) is no match, in Go and in SQL
-// alike (SQL's NULL).
+// alike (SQL's NULL). Numbers follow one model on both paths (number.go).
+// The Go path runs under a Budget of cost and time tied to its context
+// (budget.go): it must never burn the server for a caller, nor go on
+// after the caller left.
 package filter
 
 import (
