@@ -13,6 +13,14 @@ import (
 // A spent budget stops the evaluation with ErrWhereBudget; a caller that
 // goes away stops it too.
 
+// WithWhereBudget returns ctx carrying a fresh where budget (the
+// configured one, its time running from now): every call made with it
+// shares it, as the calls of one API request do. A call made without one
+// gets its own.
+func (c *Client) WithWhereBudget(ctx context.Context) context.Context {
+	return filter.WithBudget(ctx, c.whereBudget())
+}
+
 // whereBudget is the configured budget.
 func (c *Client) whereBudget() filter.Budget {
 	return filter.Budget{Cost: c.cfg.WhereCost, Time: c.cfg.WhereTime}
@@ -29,5 +37,5 @@ func (c *Client) callBudget(ctx context.Context) context.Context {
 
 // batchBudget is ctx with a fresh where budget for one batch of a job.
 func (c *Client) batchBudget(ctx context.Context) context.Context {
-	return filter.WithBudget(ctx, c.whereBudget())
+	return c.WithWhereBudget(ctx)
 }
