@@ -1,9 +1,11 @@
 package filter
 
 import (
+	"encoding/json"
 	"math"
 	"math/big"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -85,4 +87,31 @@ func FuzzNumBounds(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, bits uint64) { checkBounds(t, math.Float64frombits(bits)) })
+}
+
+// FuzzDecodePayload: every valid JSON document decodes for the Go path
+// (1e400 included, as +Inf), each number as strconv reads it.
+func FuzzDecodePayload(f *testing.F) {
+	for _, s := range []string{`{"a":1e400}`, `[1e-400,-1e400,1]`, `9007199254740993`, `{"a":{"b":[1.0000000000000001]}}`, `"x"`, `null`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !json.Valid([]byte(s)) {
+			return
+		}
+		v, err := decodePayload(json.RawMessage(s))
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		d := json.NewDecoder(strings.NewReader(s))
+		d.UseNumber()
+		var top any
+		_ = d.Decode(&top)
+		if n, ok := top.(json.Number); ok {
+			want, _ := strconv.ParseFloat(string(n), 64)
+			if got, ok := v.(float64); !ok || got != want {
+				t.Fatalf("%q: %v, want %v", s, v, want)
+			}
+		}
+	})
 }
