@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/testdb"
 )
 
@@ -37,5 +38,29 @@ func TestWhereBudgetExit(t *testing.T) {
 	r := e.run("", "tasks", "list", "--where", `payload.n >= 0`)
 	if r.code != ExitUsage || !strings.Contains(r.stderr, "BACKSTOP_LIMITS_WHERE_COST") {
 		t.Fatalf("bad budget variable: exit %d, %s", r.code, r.stderr)
+	}
+}
+
+// TestRemoteRedriveOverBudget: over --server, a redrive the server ended
+// over_budget exits 2 naming the budget; failed and interrupted exit 1.
+func TestRemoteRedriveOverBudget(t *testing.T) {
+	st := &api.RedriveStatus{Status: "over_budget", Error: "the where expression's time budget (10s, limits.where_time) is spent"}
+	st.RedriveID = "r1"
+	if err := redriveEnd(st); exitCode(err) != ExitUsage || !strings.Contains(err.Error(), "limits.where_time") {
+		t.Fatalf("over_budget: exit %d, %v", exitCode(err), err)
+	}
+	for _, s := range []string{"failed", "interrupted"} {
+		st.Status = s
+		if err := redriveEnd(st); err == nil || exitCode(err) != 1 {
+			t.Fatalf("%s: exit %d, %v", s, exitCode(err), err)
+		}
+	}
+	st.Status = "canceled"
+	if redriveEnd(st) != nil || redriveEnd(st, "canceled") == nil {
+		t.Fatal("canceled is an error only where named")
+	}
+	st.Status = "done"
+	if err := redriveEnd(st); err != nil {
+		t.Fatal(err)
 	}
 }
