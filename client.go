@@ -173,7 +173,8 @@ func (c *Client) List(ctx context.Context, f ListParams) ([]*Task, error) {
 	if err := checkListFilter(f); err != nil {
 		return nil, err
 	}
-	return c.store.List(ctx, f)
+	ts, err := c.store.List(c.callBudget(ctx), f)
+	return ts, whereErr(err)
 }
 
 // checkListFilter checks a filter's values (but its limit): nothing is
@@ -269,7 +270,8 @@ func (c *Client) DeadLetterGroupCounts(ctx context.Context, f ListParams, errorL
 		return nil, err
 	}
 	if x := whereInGo(f.Where); x != nil {
-		return groupsInGo(ctx, x, f, errorLimit, c.store.List)
+		g, err := groupsInGo(c.callBudget(ctx), x, f, errorLimit, c.store.List)
+		return g, whereErr(err)
 	}
 	return c.store.DLQGroups(ctx, f, errorLimit)
 }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/filter"
 )
 
 // Config configures a Client. Zero values take the default named at the end
@@ -67,6 +68,16 @@ type Config struct {
 	// is alive. ResumeRedrive refuses (ErrConflict) a redrive whose runner
 	// was seen less than 3 heartbeats ago, unless forced. Default: 5s.
 	RedriveHeartbeat time.Duration
+	// WhereCost bounds the CEL cost of evaluating a where outside the SQL
+	// subset in Go, summed over the tasks one call evaluates (one batch of
+	// a redrive, a close or a purge): past it the call stops with
+	// ErrWhereBudget (and ErrInvalid naming where); one task's evaluation
+	// is also capped at 1,000,000. Default: 10,000,000 (one to two
+	// CPU-seconds).
+	WhereCost uint64
+	// WhereTime bounds the wall time of the same evaluation, its reads
+	// included. Default: 10s.
+	WhereTime time.Duration
 }
 
 // RetentionConfig: how long finished tasks and closed dead letters are kept
@@ -151,6 +162,8 @@ func (c *Config) withDefaults() *Config {
 	out.Retention.Runs = cmp.Or(c.Retention.Runs, 7*24*time.Hour)
 	out.WorkerStaleAfter = cmp.Or(c.WorkerStaleAfter, time.Minute)
 	out.RedriveHeartbeat = cmp.Or(c.RedriveHeartbeat, DefaultRedriveHeartbeat)
+	b := filter.Budget{Cost: c.WhereCost, Time: c.WhereTime}.WithDefaults()
+	out.WhereCost, out.WhereTime = b.Cost, b.Time
 	if out.Retry == nil {
 		p := bt.DefaultRetryPolicy
 		out.Retry = &p
@@ -176,6 +189,9 @@ func (c *Config) validate() error {
 	}
 	if c.RedriveHeartbeat < 0 {
 		return fmt.Errorf("config: RedriveHeartbeat must not be negative")
+	}
+	if c.WhereTime < 0 {
+		return fmt.Errorf("config: WhereTime must not be negative")
 	}
 	if c.Retry != nil {
 		if err := c.Retry.Validate(); err != nil {

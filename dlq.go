@@ -402,9 +402,9 @@ func (c *Client) purgeWhere(ctx context.Context, sp store.PurgeParams, where str
 	f := ListParams{States: []State{StateDead}, DLQStatuses: sp.Statuses, Where: where, WithoutPayload: true, Limit: page}
 	total := 0
 	for {
-		ts, err := c.store.List(ctx, f)
+		ts, err := c.store.List(c.batchBudget(ctx), f)
 		if err != nil {
-			return total, err
+			return total, whereErr(err)
 		}
 		if len(ts) > 0 {
 			ids := make([]string, len(ts))
@@ -448,6 +448,7 @@ const exportPayloadRead = 1 << 20
 // payloads in slices of about exportPayloadRead bytes, so memory follows
 // that, not the page size times the largest payload.
 func (c *Client) ExportDLQ(ctx context.Context, f ListParams, fn func(DeadLetterExport) error) (int, error) {
+	ctx = c.callBudget(ctx) // one budget for the whole export
 	limit := f.Limit
 	const pageSize = 500
 	n := 0

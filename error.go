@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -27,6 +28,7 @@ type ValidationError struct {
 	Message string
 	// TooLarge: refused for its size; the error then also wraps ErrTooLarge.
 	TooLarge bool
+	cause    error // also wrapped (a spent where budget)
 }
 
 func (e *ValidationError) Error() string {
@@ -37,10 +39,14 @@ func (e *ValidationError) Error() string {
 }
 
 func (e *ValidationError) Unwrap() []error {
+	out := []error{ErrInvalid}
 	if e.TooLarge {
-		return []error{ErrInvalid, ErrTooLarge}
+		out = append(out, ErrTooLarge)
 	}
-	return []error{ErrInvalid}
+	if e.cause != nil {
+		out = append(out, e.cause)
+	}
+	return out
 }
 
 func invalid(field, format string, args ...any) error {
@@ -127,4 +133,30 @@ func ClassifyPostgresError(err error) error {
 		return Permanent(err)
 	}
 	return err
+}
+
+// ErrWhereBudget marks a call whose where, evaluated in Go, spent its
+// budget (Config.WhereCost, Config.WhereTime): the error also wraps
+// ErrInvalid and names where and the budget; for a redrive, the batch
+// that spent it.
+var ErrWhereBudget = filter.ErrBudget
+
+// The defaults of Config.WhereCost and Config.WhereTime.
+const (
+	DefaultWhereCost = filter.DefaultCost
+	DefaultWhereTime = filter.DefaultTime
+)
+
+// whereErr is err, a spent where budget as bad input: ErrInvalid naming
+// where (and ErrWhereBudget).
+func whereErr(err error) error {
+	var be *filter.BudgetError
+	if err == nil || !errors.As(err, &be) {
+		return err
+	}
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		return err
+	}
+	return &ValidationError{Field: "where", Message: be.Error(), cause: be}
 }

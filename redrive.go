@@ -199,9 +199,9 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	actor := c.actor(p.Actor)
 	batch := store.RedriveBatch{RedriveID: rec.ID, Filter: f, Snapshot: rec.Snapshot, AfterID: rec.Cursor,
 		State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts, Actor: actor, Reason: p.Reason}
-	left, err := c.countRedrive(ctx, batch, inGo)
+	left, err := c.countRedrive(c.batchBudget(ctx), batch, inGo)
 	if err != nil {
-		return out, fmt.Errorf("redrive: %w", err)
+		return out, whereErr(fmt.Errorf("redrive: %w", err))
 	}
 	out = RedriveProgress{RedriveID: rec.ID, Resumed: resumed, Snapshot: rec.Snapshot,
 		Total: rec.Replayed + rec.Failed + left, Replayed: rec.Replayed, Failed: rec.Failed}
@@ -236,10 +236,13 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		var last string
 		if len(p.MergePatch) == 0 && len(p.Patch) == 0 {
 			batch.Limit, batch.Now = n, c.now()
-			res, err := c.redriveBatch(ctx, batch, inGo)
+			res, err := c.redriveBatch(c.batchBudget(ctx), batch, inGo)
 			if err != nil {
 				if ctx.Err() != nil {
 					return out, interrupted(out, ctx.Err())
+				}
+				if errors.Is(err, ErrWhereBudget) {
+					return out, overBudget(out, err)
 				}
 				return out, fmt.Errorf("redrive: %w", err)
 			}
@@ -249,12 +252,15 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 				c.resumeRuns(ctx, res.Steps) // workflows.go: a replayed step resumes its halted run now
 			}
 		} else {
-			replayed, failed, last, err = c.redrivePatched(ctx, p, f, batch, n)
+			replayed, failed, last, err = c.redrivePatched(c.batchBudget(ctx), p, f, batch, n)
 			if err != nil {
+				out.Replayed += replayed
+				out.Failed += failed
 				if ctx.Err() != nil {
-					out.Replayed += replayed
-					out.Failed += failed
 					return out, interrupted(out, ctx.Err())
+				}
+				if errors.Is(err, ErrWhereBudget) {
+					return out, overBudget(out, err)
 				}
 				return out, err
 			}
@@ -399,6 +405,17 @@ func redriveList(f ListParams, after string, snapshot time.Time) ListParams {
 // ErrInterrupted: a redrive stopped before it finished; run it again with
 // the same filter to resume.
 var ErrInterrupted = errors.New("interrupted")
+
+// overBudget: a batch's where, evaluated in Go, spent its budget; the
+// redrive stops there (ErrInvalid naming where, ErrWhereBudget) and
+// resumes from its cursor.
+func overBudget(p RedriveProgress, err error) error {
+	var be *filter.BudgetError
+	errors.As(err, &be)
+	return &ValidationError{Field: "where", cause: be, Message: fmt.Sprintf(
+		"redrive %s stopped after %d replayed, one batch over its where budget: %v; `backstop redrives resume %s` continues it",
+		p.RedriveID, p.Replayed, be, p.RedriveID)}
+}
 
 func interrupted(p RedriveProgress, cause error) error {
 	return fmt.Errorf("redrive %s %w after %d replayed (%v); run the same redrive again to resume",

@@ -74,8 +74,10 @@ func (p *RedrivePreview) Mask(m *redact.Masker) {
 
 // redriveDryRun counts and samples what the redrive would select now.
 // inGo: the where outside the SQL subset, counted in Go (countRedrive).
-func (c *Client) redriveDryRun(ctx context.Context, p RedriveParams, f ListParams, inGo *filter.Expr, now time.Time) (RedriveProgress, error) {
-	out := RedriveProgress{Snapshot: now, DryRun: true}
+func (c *Client) redriveDryRun(ctx context.Context, p RedriveParams, f ListParams, inGo *filter.Expr, now time.Time) (out RedriveProgress, err error) {
+	ctx = c.callBudget(ctx) // the count and the sample share one
+	defer func() { err = whereErr(err) }()
+	out = RedriveProgress{Snapshot: now, DryRun: true}
 	n, err := c.countRedrive(ctx, store.RedriveBatch{Filter: f, Snapshot: now}, inGo)
 	if err != nil {
 		return out, fmt.Errorf("redrive: %w", err)

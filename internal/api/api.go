@@ -348,6 +348,8 @@ func (s *Server) wrap(method, path string, role Role, fn apiFunc) http.Handler {
 			who = p
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 		}
+		// One where budget for the whole request (a listing reads in chunks).
+		r = r.WithContext(s.c.WithWhereBudget(r.Context()))
 		if err := fn(w, r); err != nil {
 			if w.status != 0 {
 				s.log.Warn("api: error after the response started", "path", r.URL.Path, "error", err)

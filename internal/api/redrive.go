@@ -81,7 +81,9 @@ type RedriveStatus struct {
 	// same redrive again continues); canceled (POST
 	// /v1/redrives/{id}/cancel; the same redrive again resumes);
 	// interrupted (the server stopped it; the same redrive again resumes);
-	// failed (Error says why); dry_run (RedriveRequest.DryRun: nothing
+	// over_budget (a batch's where, evaluated in Go, spent the server's
+	// limits.where_cost or limits.where_time: Error names it; the same
+	// redrive again resumes); failed (Error says why); dry_run (RedriveRequest.DryRun: nothing
 	// was changed; Preview holds the count and the sample).
 	Status     string     `json:"status"`
 	Error      string     `json:"error,omitempty"`
@@ -215,6 +217,8 @@ func (rs *redrives) startWith(do func(context.Context, func(backstop.RedriveProg
 			run.st.Status = "canceled"
 		case errors.Is(err, backstop.ErrInterrupted):
 			run.st.Status, run.st.Error = "interrupted", err.Error()
+		case errors.Is(err, backstop.ErrWhereBudget):
+			run.st.Status, run.st.Error = "over_budget", err.Error()
 		default:
 			run.st.Status, run.st.Error = "failed", err.Error()
 		}

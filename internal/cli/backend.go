@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +65,11 @@ func (a *app) backend(ctx context.Context, cfg *backstop.Config) (backend, error
 	cfg.RequireReason = cfg.RequireReason || req
 	if cfg.PurgeFloor, err = purgeFloor(); err != nil { // dlq_bulk.go
 		return nil, err
+	}
+	if cfg.WhereCost == 0 && cfg.WhereTime == 0 {
+		if cfg.WhereCost, cfg.WhereTime, err = whereBudget(); err != nil { // dlq_bulk.go
+			return nil, err
+		}
 	}
 	if cfg.RedriveHeartbeat == 0 {
 		if cfg.RedriveHeartbeat, err = redriveHeartbeat(); err != nil { // redrives.go
@@ -537,9 +543,20 @@ func (r *remoteBackend) Redrive(ctx context.Context, p backstop.RedriveParams, p
 		return backstop.RedriveProgress{}, remoteErr(err)
 	}
 	progress(st.RedriveProgress)
-	switch st.Status {
-	case "failed", "interrupted":
-		return st.RedriveProgress, fmt.Errorf("redrive %s %s: %s", st.RedriveID, st.Status, strings.TrimSpace(st.Error))
+	return st.RedriveProgress, redriveEnd(st)
+}
+
+// redriveEnd is the error of a server's redrive that ended as st says: nil
+// when it ended well; over_budget (the server's where budget) is bad
+// input (exit 2); failed, interrupted and the statuses also named in bad
+// are failures.
+func redriveEnd(st *api.RedriveStatus, bad ...string) error {
+	switch {
+	case st.Status == "over_budget":
+		return &backstop.ValidationError{Field: "where",
+			Message: fmt.Sprintf("redrive %s over_budget: %s", st.RedriveID, strings.TrimSpace(st.Error))}
+	case st.Status == "failed" || st.Status == "interrupted" || slices.Contains(bad, st.Status):
+		return fmt.Errorf("redrive %s %s: %s", st.RedriveID, st.Status, strings.TrimSpace(st.Error))
 	}
-	return st.RedriveProgress, nil
+	return nil
 }

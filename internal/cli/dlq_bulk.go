@@ -38,6 +38,26 @@ func purgeFloor() (time.Duration, error) {
 	return c.Effective().DLQ.PurgeFloor.D(), nil
 }
 
+// whereBudget is limits.where_cost and limits.where_time for the commands
+// on the database (--db): BACKSTOP_LIMITS_WHERE_COST and
+// BACKSTOP_LIMITS_WHERE_TIME, read as the configuration reads them. Over
+// --server the server's own configuration decides.
+func whereBudget() (uint64, time.Duration, error) {
+	var c config.Config
+	for _, name := range []string{config.EnvPrefix + "LIMITS_WHERE_COST", config.EnvPrefix + "LIMITS_WHERE_TIME"} {
+		if v := os.Getenv(name); v != "" {
+			if err := c.ApplyEnv([]string{name + "=" + v}); err != nil {
+				return 0, 0, usageErr("%v", err)
+			}
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return 0, 0, usageErr("%v", err)
+	}
+	l := c.Library()
+	return l.WhereCost, l.WhereTime, nil
+}
+
 // closeBatch is how many dead letters one CloseMatching call closes.
 const closeBatch = 500
 

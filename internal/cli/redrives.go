@@ -257,11 +257,7 @@ func (j remoteJobs) resume(ctx context.Context, id string, p backstop.RedrivePar
 		return backstop.RedriveProgress{}, remoteErr(err)
 	}
 	progress(st.RedriveProgress)
-	switch st.Status {
-	case "failed", "interrupted", "canceled":
-		return st.RedriveProgress, fmt.Errorf("redrive %s %s: %s", st.RedriveID, st.Status, strings.TrimSpace(st.Error))
-	}
-	return st.RedriveProgress, nil
+	return st.RedriveProgress, redriveEnd(st, "canceled")
 }
 
 func printRedrive(w io.Writer, r redriveJSON) error {

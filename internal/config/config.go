@@ -112,6 +112,10 @@ type Limits struct {
 	InlinePayloadLimit int  `yaml:"inline_payload_limit" json:"inline_payload_limit"`
 	MaxPayloadSize     int  `yaml:"max_payload_size" json:"max_payload_size"`
 	StrictQueues       bool `yaml:"strict_queues" json:"strict_queues"`
+	// WhereCost and WhereTime: the budget of one request's where
+	// evaluated in Go (one batch of a redrive, close or purge).
+	WhereCost int      `yaml:"where_cost" json:"where_cost"`
+	WhereTime Duration `yaml:"where_time" json:"where_time"`
 }
 
 // Retention says how long finished work is kept (negative: forever).
@@ -568,6 +572,12 @@ func (c *Config) Validate() error {
 	if c.Limits.MaxPayloadSize < 0 {
 		bad("limits.max_payload_size", "must not be negative")
 	}
+	if c.Limits.WhereCost < 0 {
+		bad("limits.where_cost", "must not be negative")
+	}
+	if c.Limits.WhereTime < 0 {
+		bad("limits.where_time", "must not be negative")
+	}
 	if c.Retention.Interval < 0 {
 		bad("retention.interval", "must not be negative")
 	}
@@ -680,6 +690,8 @@ func (c *Config) Library() *backstop.Config {
 		RequireReason:      c.DLQ.RequireReason,
 		PurgeFloor:         orDur(c.DLQ.PurgeFloor, DefaultPurgeFloor).D(),
 		RedriveHeartbeat:   c.DLQ.RedriveHeartbeat.D(),
+		WhereCost:          uint64(max(c.Limits.WhereCost, 0)),
+		WhereTime:          c.Limits.WhereTime.D(),
 		Retention: backstop.RetentionConfig{Succeeded: c.Retention.Succeeded.D(), Canceled: c.Retention.Canceled.D(),
 			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D(), Events: c.Retention.Events.D(), Runs: c.Retention.Runs.D()},
 	}
@@ -722,6 +734,10 @@ func (c *Config) Effective() *Config {
 	if out.Limits.MaxPayloadSize == 0 {
 		out.Limits.MaxPayloadSize = 8 << 20
 	}
+	if out.Limits.WhereCost == 0 {
+		out.Limits.WhereCost = int(backstop.DefaultWhereCost)
+	}
+	out.Limits.WhereTime = orDur(c.Limits.WhereTime, backstop.DefaultWhereTime)
 	out.Retention.Succeeded = orDur(c.Retention.Succeeded, 24*time.Hour)
 	out.Retention.Canceled = orDur(c.Retention.Canceled, 24*time.Hour)
 	out.Retention.DeadLetters = orDur(c.Retention.DeadLetters, 30*24*time.Hour)

@@ -45,6 +45,8 @@ var topEnv = map[string]setter{
 	},
 	"LIMITS_MAX_PAYLOAD_SIZE": func(c *Config, v string) error { return parseInt(v, &c.Limits.MaxPayloadSize) },
 	"LIMITS_STRICT_QUEUES":    func(c *Config, v string) error { return parseBool(v, &c.Limits.StrictQueues) },
+	"LIMITS_WHERE_COST":       func(c *Config, v string) error { return parseInt(v, &c.Limits.WhereCost) },
+	"LIMITS_WHERE_TIME":       func(c *Config, v string) error { return parseDur(v, &c.Limits.WhereTime) },
 	"RETENTION_SUCCEEDED":     func(c *Config, v string) error { return parseDur(v, &c.Retention.Succeeded) },
 	"RETENTION_CANCELED":      func(c *Config, v string) error { return parseDur(v, &c.Retention.Canceled) },
 	"RETENTION_DEAD_LETTERS":  func(c *Config, v string) error { return parseDur(v, &c.Retention.DeadLetters) },

@@ -8,10 +8,14 @@
 // string)). The expression must be of type bool. A task matches when the
 // expression evaluates to true; an evaluation error (a missing key, a
 // comparison of a string with a number by <) is no match, in Go and in SQL
-// alike (SQL's NULL).
+// alike (SQL's NULL). Numbers follow one model on both paths (number.go).
+// The Go path runs under a Budget of cost and time tied to its context
+// (budget.go): it must never burn the server for a caller, nor go on
+// after the caller left.
 package filter
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,13 +24,19 @@ import (
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/interpreter"
 )
 
 // MaxLen bounds an expression's source, in bytes.
 const MaxLen = 4096
 
-// costLimit bounds one evaluation (CEL cost units).
-const costLimit = 1_000_000
+// PerTaskCost bounds one task's evaluation (CEL cost units); the
+// request's Budget bounds them all.
+const PerTaskCost = 1_000_000
+
+// interruptEvery: an evaluation checks its context every this many
+// comprehension iterations.
+const interruptEvery = 100
 
 var (
 	envOnce sync.Once
@@ -80,7 +90,8 @@ func Compile(src string) (*Expr, error) {
 	if a.OutputType() != cel.BoolType {
 		return nil, fmt.Errorf("invalid CEL expression: %q is of type %s, not bool", src, a.OutputType())
 	}
-	p, err := e.Program(a, cel.CostLimit(costLimit))
+	p, err := e.Program(a, cel.CostLimit(PerTaskCost), cel.EvalOptions(cel.OptTrackCost),
+		cel.InterruptCheckFrequency(interruptEvery))
 	if err != nil {
 		return nil, fmt.Errorf("invalid CEL expression: %v", err)
 	}
@@ -98,24 +109,63 @@ func (x *Expr) String() string { return x.src }
 // evaluate in SQL.
 func (x *Expr) InSQL() bool { return x.cond != nil }
 
-// Match evaluates the expression on a payload and attributes. An
-// evaluation error is no match.
+// Match evaluates the expression on a payload and attributes, under a
+// default budget of its own. An evaluation error, or a spent budget, is no
+// match.
 func (x *Expr) Match(payload json.RawMessage, attrs map[string]string) bool {
+	ok, err := x.Eval(context.Background(), payload, attrs)
+	return ok && err == nil
+}
+
+// Eval evaluates the expression on a payload and attributes, drawing on
+// ctx's budget (WithBudget; a default one of its own when ctx has none)
+// and stopping when ctx ends. An evaluation error (a missing key…) is no
+// match; a spent budget is a *BudgetError, an ended ctx its error.
+func (x *Expr) Eval(ctx context.Context, payload json.RawMessage, attrs map[string]string) (bool, error) {
+	m := meterOf(ctx)
+	bctx, cancel := m.bound(ctx)
+	defer cancel()
+	return x.eval(ctx, bctx, m, payload, attrs)
+}
+
+// eval is one evaluation: parent is the caller's context, bctx the same
+// bounded by m's deadline.
+func (x *Expr) eval(parent, bctx context.Context, m *meter, payload json.RawMessage, attrs map[string]string) (bool, error) {
+	if bctx.Err() != nil {
+		return false, m.spentErr(parent)
+	}
 	var p any
 	if len(payload) > 0 {
-		if err := json.Unmarshal(payload, &p); err != nil {
-			return false
+		var err error
+		if p, err = decodePayload(payload); err != nil {
+			return false, m.charge(0)
 		}
 	}
 	if attrs == nil {
 		attrs = map[string]string{}
 	}
-	out, _, err := x.prog.Eval(map[string]any{"payload": p, "attributes": attrs})
+	out, det, err := x.prog.ContextEval(bctx, map[string]any{"payload": p, "attributes": attrs})
+	var cancelled interpreter.EvalCancelledError
+	switch {
+	case bctx.Err() != nil:
+		return false, m.spentErr(parent)
+	case errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded:
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return false, &BudgetError{Budget: "cost", Limit: m.b, Evaluated: m.n, OneTask: true}
+	}
+	var cost uint64
+	if det != nil && det.ActualCost() != nil {
+		cost = *det.ActualCost()
+	}
+	if cerr := m.charge(cost); cerr != nil {
+		return false, cerr
+	}
 	if err != nil {
-		return false
+		return false, nil
 	}
 	b, ok := out.(types.Bool)
-	return ok && bool(b)
+	return ok && bool(b), nil
 }
 
 // MaskedRef returns a key the expression names that masked reports true

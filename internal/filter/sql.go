@@ -20,7 +20,8 @@ import (
 // of mismatched types, is an error in CEL and NULL in SQL; && and || absorb
 // both the same way (false && error is false, true || error is true), ! keeps
 // both, and a task matches only when the whole is true. An equality of
-// mismatched types is false in both.
+// mismatched types is false in both. Numbers follow one model on every
+// path (number.go).
 
 type node interface{ isNode() }
 
@@ -63,7 +64,7 @@ const (
 
 type lit struct {
 	kind litKind
-	v    any // int64, float64, string, bool
+	v    any // float64 (every number: number.go), string, bool
 }
 
 var cmpOps = map[string]string{
@@ -225,12 +226,9 @@ func litOf(e ast.Expr) (lit, bool) {
 	}
 	switch v := e.AsLiteral().(type) {
 	case types.Int:
-		return lit{litNum, int64(v)}, true
+		return lit{litNum, float64(v)}, true // as CEL compares it with a double
 	case types.Uint:
-		if uint64(v) > math.MaxInt64 {
-			return lit{}, false
-		}
-		return lit{litNum, int64(v)}, true
+		return lit{litNum, float64(v)}, true
 	case types.Double:
 		f := float64(v)
 		if math.IsNaN(f) || math.IsInf(f, 0) {
@@ -440,15 +438,55 @@ func sqlitePath(keys []string) string {
 }
 
 func (g gen) lit(l lit) string {
-	if g.d == Postgres {
-		switch l.kind {
-		case litNum:
-			return g.arg(l.v) + "::numeric"
-		case litStr:
-			return g.arg(l.v) + "::text"
-		}
+	if g.d == Postgres && l.kind == litStr {
+		return g.arg(l.v) + "::text"
 	}
 	return g.arg(l.v)
+}
+
+// num is p's number as the numeric model reads it (number.go): SQLite's
+// value as a double; Postgres's exact numeric, compared with the bounds of
+// the literal's double (pgNum).
+func (g gen) num(p path) string {
+	if g.d == SQLite {
+		return "CAST(" + g.val(p) + " AS REAL)"
+	}
+	return g.val(p) + "::numeric"
+}
+
+// pgNum is Postgres's "number at p op the double f": the exact value
+// against the interval of decimals that round to f.
+func (g gen) pgNum(p path, op string, f float64) string {
+	lo, hi, closed := numBounds(f)
+	v := g.num(p)
+	switch op {
+	case "==":
+		r := "(" + lo + "," + hi + ")"
+		if closed {
+			r = "[" + lo + "," + hi + "]"
+		}
+		return v + " <@ " + g.arg(r) + "::numrange"
+	case "<": // below the interval
+		if closed {
+			return v + " < " + g.arg(lo) + "::numeric"
+		}
+		return v + " <= " + g.arg(lo) + "::numeric"
+	case "<=":
+		if closed {
+			return v + " <= " + g.arg(hi) + "::numeric"
+		}
+		return v + " < " + g.arg(hi) + "::numeric"
+	case ">": // above the interval
+		if closed {
+			return v + " > " + g.arg(hi) + "::numeric"
+		}
+		return v + " >= " + g.arg(hi) + "::numeric"
+	default: // >=
+		if closed {
+			return v + " >= " + g.arg(lo) + "::numeric"
+		}
+		return v + " > " + g.arg(lo) + "::numeric"
+	}
 }
 
 // eq is p == l: NULL when p is missing, false when its type differs.
@@ -457,7 +495,7 @@ func (g gen) eq(p path, l lit) string {
 	if g.d == SQLite {
 		switch l.kind {
 		case litNum:
-			return "(CASE WHEN " + t + " IS NULL THEN NULL WHEN " + t + " IN ('integer', 'real') THEN " + g.val(p) + " = " + g.lit(l) + " ELSE 0 END)"
+			return "(CASE WHEN " + t + " IS NULL THEN NULL WHEN " + t + " IN ('integer', 'real') THEN " + g.num(p) + " = " + g.lit(l) + " ELSE 0 END)"
 		case litStr:
 			return "(CASE WHEN " + t + " IS NULL THEN NULL WHEN " + t + " = 'text' THEN " + g.val(p) + " = " + g.lit(l) + " ELSE 0 END)"
 		case litBool:
@@ -472,7 +510,7 @@ func (g gen) eq(p path, l lit) string {
 	}
 	switch l.kind {
 	case litNum:
-		return "(CASE WHEN " + t + " IS NULL THEN NULL WHEN " + t + " = 'number' THEN " + g.val(p) + "::numeric = " + g.lit(l) + " ELSE false END)"
+		return "(CASE WHEN " + t + " IS NULL THEN NULL WHEN " + t + " = 'number' THEN " + g.pgNum(p, "==", l.v.(float64)) + " ELSE false END)"
 	case litStr:
 		return "(CASE WHEN " + t + " IS NULL THEN NULL WHEN " + t + " = 'string' THEN " + g.val(p) + " = " + g.lit(l) + " ELSE false END)"
 	case litBool:
@@ -490,16 +528,15 @@ func (g gen) eq(p path, l lit) string {
 func (g gen) ord(p path, op string, l lit) string {
 	t := g.typ(p)
 	if g.d == SQLite {
-		want := "t IN ('integer', 'real')"
 		if l.kind == litStr {
-			want = "t = 'text'"
+			return "(CASE WHEN " + t + " = 'text' THEN " + g.val(p) + " " + op + " " + g.lit(l) + " ELSE NULL END)"
 		}
-		return "(CASE WHEN " + strings.Replace(want, "t", t, 1) + " THEN " + g.val(p) + " " + op + " " + g.lit(l) + " ELSE NULL END)"
+		return "(CASE WHEN " + t + " IN ('integer', 'real') THEN " + g.num(p) + " " + op + " " + g.lit(l) + " ELSE NULL END)"
 	}
 	if l.kind == litStr {
 		return "(CASE WHEN " + t + " = 'string' THEN " + g.val(p) + ` COLLATE "C" ` + op + " " + g.lit(l) + " ELSE NULL END)"
 	}
-	return "(CASE WHEN " + t + " = 'number' THEN " + g.val(p) + "::numeric " + op + " " + g.lit(l) + " ELSE NULL END)"
+	return "(CASE WHEN " + t + " = 'number' THEN " + g.pgNum(p, op, l.v.(float64)) + " ELSE NULL END)"
 }
 
 // has is has(p): attributes is always a map (a missing key is false). In

@@ -107,6 +107,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Workflows", s.testWorkflows)         // workflows.go: definitions, runs and steps
 	t.Run("Where", s.testWhere)                 // where.go: filter by payload
 	t.Run("WhereProperty", s.testWhereProperty) // where.go: SQL and Go agree
+	t.Run("WhereNumbers", s.testWhereNumbers)   // where_numbers.go: one numeric model
+	t.Run("WhereBudget", s.testWhereBudget)     // where_budget.go: a spent budget refuses, bulk actions change nothing
 	t.Run("WhereGo", s.testWhereGo)             // where_go.go: counts and redrive by a Go-side where
 }
 

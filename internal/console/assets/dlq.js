@@ -205,7 +205,7 @@ function bulkSection(q, total) {
       h('a', { href: `#/redrives/${encodeURIComponent(st.redrive_id)}`, id: 'bulk-details' }, 'each item\'s outcome'));
     sec.dataset.status = st.status;
     cancel.hidden = st.status !== 'running';
-    resume.hidden = !['canceled', 'interrupted', 'stopped', 'failed'].includes(st.status);
+    resume.hidden = !['canceled', 'interrupted', 'stopped', 'over_budget', 'failed'].includes(st.status);
     start.disabled = st.status === 'running';
   };
   const poll = async () => {

@@ -8,7 +8,7 @@
 import { api, h, clear, can, errorText, fmtTime, badge, table, field, pretty } from './lib.js';
 
 const outcomes = ['failed', 'replayed', 'conflict', 'unprocessable', 'not_open', ''];
-const resumable = ['canceled', 'interrupted', 'stopped'];
+const resumable = ['canceled', 'interrupted', 'stopped', 'over_budget'];
 
 export async function redrivesPage(main, q) {
   const aq = new URLSearchParams({ limit: '50' });
