@@ -3,6 +3,7 @@ package backstop
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -22,6 +23,9 @@ type CloseMatchingParams struct {
 	Snapshot time.Time
 	// Limit: at most this many in this call (default 500, at most 5,000).
 	Limit int
+	// All: Filter selects nothing, and every open dead letter is meant
+	// (checkAll). Without it an empty Filter is refused, naming "all".
+	All bool
 }
 
 // CloseMatchingResult is what one call did.
@@ -49,6 +53,9 @@ func (c *Client) CloseMatching(ctx context.Context, p CloseMatchingParams) (Clos
 	}
 	if p.Limit == 0 {
 		p.Limit = 500
+	}
+	if err := checkAll(p.All, p.Filter, StepSelection{}); err != nil {
+		return out, err
 	}
 	if out.Snapshot.IsZero() {
 		out.Snapshot = c.now()
@@ -91,4 +98,44 @@ func (c *Client) CloseMatching(ctx context.Context, p CloseMatchingParams) (Clos
 	}
 	out.More = len(page) == p.Limit
 	return out, nil
+}
+
+// dlqSelection names the filters of f and s that narrow a bulk action on
+// open dead letters (by their API names); none means every one.
+func dlqSelection(f ListParams, s StepSelection) []string {
+	var sel []string
+	add := func(set bool, name string) {
+		if set {
+			sel = append(sel, name)
+		}
+	}
+	add(f.Queue != "", "queue")
+	add(f.Kind != "", "kind")
+	add(f.Reason != "", "reason")
+	add(f.ErrorContains != "", "error_contains")
+	add(len(f.Attrs) > 0, "attributes")
+	add(!f.Since.IsZero(), "since")
+	add(!f.Until.IsZero(), "until")
+	add(f.Where != "", "where")
+	add(s.Workflow != "", "workflow")
+	add(s.RunID != "", "run_id")
+	add(s.Step != "", "step")
+	return sel
+}
+
+// checkAll is the rule of every bulk action on open dead letters (redrive,
+// close): one that selects nothing acts on all of them, so it must say so
+// with all; all beside a selection is a contradiction. Both are refused
+// naming "all", and nothing is changed.
+func checkAll(all bool, f ListParams, s StepSelection) error {
+	sel := dlqSelection(f, s)
+	switch {
+	case all && len(sel) > 0:
+		return invalid("all", "\"all\": true selects every open dead letter; it cannot be narrowed by %s (drop one or the other)",
+			strings.Join(sel, ", "))
+	case !all && len(sel) == 0:
+		return invalid("all", "nothing is selected: send \"all\": true (the CLI's --all) to act on every open dead letter, "+
+			"or select some with queue, kind, reason, error_contains, attributes, since, until, where, workflow, run_id or step")
+	}
+	return nil
 }

@@ -55,6 +55,10 @@ type RedriveParams struct {
 	// recently (ResumeRedrive; redriverunner.go). Without it that is
 	// refused: ErrConflict.
 	Force bool
+	// All: Filter and Steps select nothing, and every open dead letter is
+	// meant (checkAll). Without it an empty selection is refused, naming
+	// "all"; a dry run needs none (it changes nothing).
+	All bool
 	// runner: the name this run records on the redrive (ResumeRedrive's).
 	runner string
 }
@@ -143,6 +147,11 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	}
 	if err := checkWhere(f.Where, false); err != nil {
 		return out, err
+	}
+	if !p.DryRun || p.All { // a dry run changes nothing: it may preview everything without all
+		if err := checkAll(p.All, f, p.Steps); err != nil {
+			return out, err
+		}
 	}
 	inGo := whereInGo(f.Where)
 	if err := checkPatch(p.MergePatch, p.Patch); err != nil {

@@ -153,6 +153,7 @@ func (c *Client) ResumeRedrive(ctx context.Context, id string, p RedriveParams, 
 	}
 	rp := RedriveParams{Filter: f, Rate: p.Rate, Limit: p.Limit, BatchSize: p.BatchSize, Actor: p.Actor, Reason: p.Reason,
 		MergePatch: k.MergePatch, Patch: k.Patch, KeepAttempts: k.KeepAttempts}
+	rp.All = len(dlqSelection(f, StepSelection{})) == 0 // the recorded redrive's own selection, accepted when it started
 	if rp.Reason == "" {
 		rp.Reason = k.OperatorReason
 	}

@@ -64,6 +64,16 @@ type Options struct {
 	// SessionTTL is how long a web console session lasts (session.go).
 	// Default: DefaultSessionTTL.
 	SessionTTL time.Duration
+	// LoopbackOnly: the server listens on loopback addresses only, so a
+	// request's Host must be a loopback name (localhost, 127.0.0.1, [::1],
+	// any port) or one of AllowedHosts; any other is refused with 421
+	// (guard.go: no DNS rebinding). `serve` sets it from its address.
+	// Default: false.
+	LoopbackOnly bool
+	// AllowedHosts are host names (no port) the server answers to besides
+	// loopback ones when LoopbackOnly, and whose origins may write (a proxy
+	// in front of the server). Default: none.
+	AllowedHosts []string
 }
 
 // Server is the HTTP API. It is an http.Handler; Close stops its wake-up
@@ -243,8 +253,14 @@ func (s *Server) register() {
 
 // ServeHTTP implements http.Handler. Requests that match no route get a
 // problem document (404, or 405 with Allow) instead of ServeMux's text.
+// Every request passes the guard first (guard.go: host, origin, content
+// type).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, pat := s.mux.Handler(r); pat != "" {
+	_, pat := s.mux.Handler(r)
+	if !s.admitted(w, r, pat) {
+		return
+	}
+	if pat != "" {
 		s.mux.ServeHTTP(w, r)
 		return
 	}

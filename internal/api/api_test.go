@@ -66,6 +66,9 @@ type setupOpts struct {
 	// wrap, when set, wraps the migrated store the library and the server
 	// use (testdb.RecordSettlements).
 	wrap func(store.Store) store.Store
+	// loopbackOnly, allowedHosts: api.Options.LoopbackOnly, AllowedHosts.
+	loopbackOnly bool
+	allowedHosts []string
 }
 
 // stores runs fn on SQLite and on Postgres.
@@ -103,7 +106,8 @@ func setup(t testing.TB, url string, o setupOpts) *bundle {
 		srvLog = slog.New(slog.DiscardHandler)
 	}
 	srv, err := api.New(api.Options{Client: lib, Logger: srvLog, AnonymousAdmin: o.anonymousAdmin, MaxBodyBytes: o.maxBody,
-		RateLimit: o.rateLimit, PollInterval: 5 * time.Second, ListMaxBytes: o.listMaxBytes})
+		RateLimit: o.rateLimit, PollInterval: 5 * time.Second, ListMaxBytes: o.listMaxBytes,
+		LoopbackOnly: o.loopbackOnly, AllowedHosts: o.allowedHosts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,9 @@ type CloseRequest struct {
 	Snapshot *time.Time `json:"snapshot,omitempty"`
 	// Limit: at most this many in this call (default 500, at most 5,000).
 	Limit int `json:"limit,omitempty"`
+	// All: nothing above selects, and every open dead letter is meant.
+	// Without a selection and without all: 400 naming all.
+	All bool `json:"all,omitempty"`
 }
 
 // POST /v1/dlq/close
@@ -55,7 +58,7 @@ func (s *Server) closeDLQ(w http.ResponseWriter, r *http.Request) error {
 		f.Until = *req.Until
 	}
 	p := backstop.CloseMatchingParams{Filter: f, Status: req.Status, Reason: req.Why, Note: req.Note,
-		Actor: principalFrom(r.Context()).Name, Limit: req.Limit}
+		Actor: principalFrom(r.Context()).Name, Limit: req.Limit, All: req.All}
 	if req.Snapshot != nil {
 		p.Snapshot = *req.Snapshot
 	}

@@ -28,9 +28,11 @@ var (
 	codeInvalidCursor    = problemCode{http.StatusBadRequest, "invalid_cursor", "The cursor (after) is not one a page could have given"}
 	codeUnauthenticated  = problemCode{http.StatusUnauthorized, "unauthenticated", "A valid bearer token is required"}
 	codeForbidden        = problemCode{http.StatusForbidden, "forbidden", "The token's role does not allow this"}
+	codeCrossOrigin      = problemCode{http.StatusForbidden, "cross_origin", "Writes from another origin are refused"}
 	codeNotFound         = problemCode{http.StatusNotFound, "not_found", "Not found"}
 	codeNoRoute          = problemCode{http.StatusNotFound, "no_such_endpoint", "No such endpoint"}
 	codeMethodNotAllowed = problemCode{http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed"}
+	codeHostNotAllowed   = problemCode{http.StatusMisdirectedRequest, "host_not_allowed", "This server does not answer to that host name"}
 	codeConflict         = problemCode{http.StatusConflict, "conflict", "The request conflicts with the task's current state"}
 	codeLeaseNotCurrent  = problemCode{http.StatusConflict, "lease_not_current", "The lease token is not the task's current lease"}
 	codeTooLarge         = problemCode{http.StatusRequestEntityTooLarge, "too_large", "The request or its payload is too large"}
@@ -43,7 +45,8 @@ var (
 // ProblemCodes lists the error table (docs and tests check against it).
 var ProblemCodes = []problemCode{codeInvalidInput, codeInvalidJSON, codeInvalidQuery, codeUnauthenticated,
 	codeForbidden, codeNotFound, codeNoRoute, codeMethodNotAllowed, codeConflict, codeLeaseNotCurrent,
-	codeTooLarge, codeUnsupportedMedia, codeUnprocessable, codeRateLimited, codeInternal}
+	codeTooLarge, codeUnsupportedMedia, codeUnprocessable, codeRateLimited, codeInternal,
+	codeHostNotAllowed, codeCrossOrigin}
 
 // Problem is an RFC 9457 problem document with Backstop's stable code.
 type Problem struct {

@@ -53,6 +53,10 @@ type RedriveRequest struct {
 	Workflow string `json:"workflow,omitempty"`
 	RunID    string `json:"run_id,omitempty"`
 	Step     string `json:"step,omitempty"`
+	// All: nothing above selects, and every open dead letter is meant.
+	// Without a selection and without all: 400 naming all (a dry run needs
+	// none).
+	All bool `json:"all,omitempty"`
 	// Rate: replays per second (0: unthrottled). Limit: at most this many
 	// in this run (0: all); the same redrive again continues.
 	Rate  float64 `json:"rate,omitempty"`
@@ -266,7 +270,7 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 	if req.DryRun {
 		prog, err := s.c.Redrive(r.Context(), backstop.RedriveParams{Filter: f, Steps: steps, MergePatch: req.merge(), Patch: ops,
 			KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay), RunAt: req.runAt(), Actor: p.Name, Reason: req.Why,
-			DryRun: true, SampleSize: req.Sample}, nil)
+			DryRun: true, SampleSize: req.Sample, All: req.All}, nil)
 		if err != nil {
 			return err
 		}
@@ -279,7 +283,7 @@ func (s *Server) redriveDLQ(w http.ResponseWriter, r *http.Request) error {
 	}
 	run, err := s.redrives.start(s.c, backstop.RedriveParams{Filter: f, Steps: steps, Rate: req.Rate, Limit: req.Limit,
 		MergePatch: req.merge(), Patch: ops, KeepAttempts: req.KeepAttempts, Delay: time.Duration(req.Delay),
-		RunAt: req.runAt(), Actor: p.Name, Reason: req.Why}, s.now)
+		RunAt: req.runAt(), Actor: p.Name, Reason: req.Why, All: req.All}, s.now)
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,9 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if err != nil {
 		return err
 	}
-	if in != nil {
+	if in != nil || (method != http.MethodGet && method != http.MethodHead) {
+		// Every write is JSON, a body or not: the server refuses other
+		// content types on writes.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")

@@ -518,7 +518,8 @@ func (r *remoteBackend) Redrive(ctx context.Context, p backstop.RedriveParams, p
 	f := p.Filter
 	req := api.RedriveRequest{Queue: f.Queue, Kind: f.Kind, Reason: f.Reason, ErrorContains: f.ErrorContains,
 		Attributes: f.Attrs, Where: f.Where, Rate: p.Rate, Limit: p.Limit, PatchRequest: pr, Why: p.Reason, Wait: bt.Duration(5 * time.Second),
-		DryRun: p.DryRun, Sample: max(p.SampleSize, 0), Workflow: p.Steps.Workflow, RunID: p.Steps.RunID, Step: p.Steps.Step}
+		DryRun: p.DryRun, Sample: max(p.SampleSize, 0), Workflow: p.Steps.Workflow, RunID: p.Steps.RunID, Step: p.Steps.Step,
+		All: p.All}
 	if !f.Since.IsZero() {
 		req.Since = &f.Since
 	}

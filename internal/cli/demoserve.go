@@ -49,7 +49,7 @@ func (a *app) demoServe(ctx context.Context, addr string) error {
 	}
 	defer s.Close()
 	defer startGauges(ctx, tel, c, nil, log)()
-	srv, err := api.New(api.Options{Client: c, Logger: log, AnonymousAdmin: true, Metrics: tel.Handler()})
+	srv, err := api.New(api.Options{Client: c, Logger: log, AnonymousAdmin: true, Metrics: tel.Handler(), LoopbackOnly: true})
 	if err != nil {
 		return err
 	}

@@ -113,13 +113,23 @@ func (f *bulkCloseFlags) bulk(cmd *cobra.Command, name string, args []string) (b
 		return false, usageErr("%s: give an ID or a selection of dead letters, not both (%s select by filter)", name, strings.Join(append(sel, only...), ", "))
 	case len(args) == 1:
 		return false, nil
-	case f.all && len(sel) > 0:
-		return false, usageErr("%s: --all selects every open dead letter; it cannot be narrowed by %s (drop --all)", name, strings.Join(sel, ", "))
-	case !f.all && len(sel) == 0:
-		return false, usageErr("%s: give an ID, or select dead letters with %s; --all, alone, selects every open dead letter",
-			name, strings.Join(prefixed(selectionFlags), ", "))
 	}
-	return true, nil
+	return true, needAll(name, "give an ID, or ", f.all, sel, selectionFlags)
+}
+
+// needAll is the CLI's side of the bulk rule (backstop's checkAll): a bulk
+// action without a selection needs --all, and --all takes no selection.
+// sel are the selection flags given, selection all of them; orID is what
+// else the command takes ("give an ID, or ").
+func needAll(name, orID string, all bool, sel, selection []string) error {
+	switch {
+	case all && len(sel) > 0:
+		return usageErr("%s: --all selects every open dead letter; it cannot be narrowed by %s (drop --all)", name, strings.Join(sel, ", "))
+	case !all && len(sel) == 0:
+		return usageErr("%s: %sselect dead letters with %s; --all, alone, selects every open dead letter",
+			name, orID, strings.Join(prefixed(selection), ", "))
+	}
+	return nil
 }
 
 func prefixed(names []string) []string {
@@ -218,7 +228,8 @@ func (a *app) closeMatching(cmd *cobra.Command, name string, f *bulkCloseFlags, 
 			return err
 		}
 	}
-	p := backstop.CloseMatchingParams{Filter: lp, Status: st, Reason: reason, Note: note, Actor: actor, Snapshot: snapshot, Limit: closeBatch}
+	p := backstop.CloseMatchingParams{Filter: lp, Status: st, Reason: reason, Note: note, Actor: actor, Snapshot: snapshot, Limit: closeBatch,
+		All: f.all}
 	out := closeProgressJSON{Status: st, Matched: matched}
 	report := func() {
 		if a.output == "json" {
@@ -316,7 +327,7 @@ func printDryRun(w io.Writer, verb string, matched int, sample []sampleRow) erro
 func (r *remoteBackend) CloseMatching(ctx context.Context, p backstop.CloseMatchingParams) (backstop.CloseMatchingResult, error) {
 	f := p.Filter
 	req := api.CloseRequest{Queue: f.Queue, Kind: f.Kind, Reason: f.Reason, ErrorContains: f.ErrorContains, Attributes: f.Attrs,
-		Where: f.Where, Status: p.Status, Why: p.Reason, Note: p.Note, Limit: p.Limit}
+		Where: f.Where, Status: p.Status, Why: p.Reason, Note: p.Note, Limit: p.Limit, All: p.All}
 	if !f.Since.IsZero() {
 		req.Since = &f.Since
 	}

@@ -267,6 +267,10 @@ func statusSuffix(s bt.DLQStatus) string {
 	return " (" + string(s) + ")"
 }
 
+// redriveSelectionFlags are the flags of dlq redrive that select dead
+// letters; without one it needs --all.
+var redriveSelectionFlags = []string{"queue", "kind", "attr", "reason", "error-contains", "since", "until", "where", "workflow", "run", "step"}
+
 func dlqRedriveCmd(a *app) *cobra.Command {
 	var (
 		f     listFlags
@@ -277,6 +281,7 @@ func dlqRedriveCmd(a *app) *cobra.Command {
 		rate  float64
 
 		dryRun, yes bool
+		all         bool
 		hold        bool
 		confirmOver int
 		sample      int
@@ -305,6 +310,9 @@ reason, error); with --patch or --merge-patch, each sampled payload before and
 after the patch (masked, as payloads are shown) with the changed places as
 RFC 6902 operations (add, remove, replace) on JSON pointers, or why the patch
 does not apply to it.
+
+A redrive that selects nothing needs --all (every open dead letter); --all
+takes no selection.
 
 A redrive that would replay more than --confirm-over dead letters (default
 100) asks for confirmation when stdin is a terminal; --yes skips the question.
@@ -351,12 +359,15 @@ versions (or of the run's), and RUN_ID, if a workflow run, a run of W.
 			if sample < 0 || sample > 100 {
 				return usageErr("--sample %d: must be between 0 and 100", sample)
 			}
+			if err := needAll("dlq redrive", "", all, changed(cmd, redriveSelectionFlags), redriveSelectionFlags); err != nil {
+				return err
+			}
 			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			params := backstop.RedriveParams{Filter: lp, Steps: df.steps, Rate: rate, Limit: f.limit,
+			params := backstop.RedriveParams{Filter: lp, Steps: df.steps, Rate: rate, Limit: f.limit, All: all,
 				MergePatch: merge, Patch: ops, KeepAttempts: pf.keepAttempts, Delay: pf.delay, RunAt: runAt, Actor: actor, Reason: why}
 			if dryRun {
 				dp := params
@@ -417,6 +428,7 @@ versions (or of the run's), and RUN_ID, if a workflow run, a run of W.
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count and show a sample of what would be replayed (with a patch: its diffs); change nothing")
 	cmd.Flags().IntVar(&sample, "sample", backstop.DefaultRedriveSample, "with --dry-run: show this many of the matching dead letters (0 to 100)")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation, however many match")
+	cmd.Flags().BoolVar(&all, "all", false, "without a selection: every open dead letter (a redrive that selects nothing needs it)")
 	cmd.Flags().IntVar(&confirmOver, "confirm-over", 100, "ask for confirmation (or need --yes) when more than this many match")
 	cmd.Flags().BoolVar(&hold, "hold-key", true, "on an ordered queue, hold each key's later tasks until its replay settles (always so: the flag states it; false is refused)")
 	df.register(cmd, false)

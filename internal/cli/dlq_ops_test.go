@@ -200,7 +200,35 @@ func TestDLQRedriveCLI(t *testing.T) {
 		if out := e.ok("dlq", "redrive", "--queue", "q"); !strings.Contains(out, "0 replayed") {
 			t.Fatalf("second redrive: %s", out)
 		}
-		e.fails(ExitUsage, "rate", "dlq", "redrive", "--rate", "-1")
+		e.fails(ExitUsage, "rate", "dlq", "redrive", "--all", "--rate", "-1")
+	})
+}
+
+// A redrive that selects nothing needs --all, and --all takes no
+// selection (exit 2, nothing replayed); with --all it redrives every open
+// dead letter, on the database and through a server alike.
+func TestDLQRedriveNeedsAll(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		for _, id := range []string{"a1", "a2"} {
+			e.ok("enqueue", "--queue", "qa", "--kind", "boom", "--id", id)
+		}
+		killAll(t, e, "qa", 2)
+		r := newRemoteEnv(t, e, "admin")
+		e.fails(ExitUsage, "--all, alone, selects every open dead letter", "dlq", "redrive", "--yes")
+		e.fails(ExitUsage, "cannot be narrowed by --queue", "dlq", "redrive", "--yes", "--all", "--queue", "qa")
+		if res := r.remote("", "dlq", "redrive", "--yes"); res.code != ExitUsage || !strings.Contains(res.stderr, "--all") {
+			t.Fatalf("remote dlq redrive without --all: exit %d %s", res.code, res.stderr)
+		}
+		if n := len(e.dlqIDs("--status", "open")); n != 2 {
+			t.Fatalf("open after refused redrives: %d, want 2", n)
+		}
+		if out := r.same("dlq", "redrive", "--all", "--dry-run").stdout; !strings.Contains(out, "would redrive 2 dead letters") {
+			t.Fatalf("dry run --all: %s", out)
+		}
+		if res := r.remote("", "dlq", "redrive", "--all", "--yes"); res.code != 0 || !strings.Contains(res.stdout, "2 replayed") {
+			t.Fatalf("remote dlq redrive --all: exit %d %s %s", res.code, res.stdout, res.stderr)
+		}
 	})
 }
 

@@ -47,6 +47,11 @@ Every API call needs a bearer token (backstop tokens create). On a non-loopback 
 server refuses to start while no token exists. --dev, allowed on loopback only, lets requests
 without a token in as admin. SIGINT/SIGTERM shut down gracefully.
 
+In every mode, writes must send Content-Type: application/json (a write without a body may
+omit it) and are refused when their Origin is another site's; on a loopback address only
+loopback host names (localhost, 127.0.0.1, [::1]) and the configured allowed_hosts are
+answered (docs/api.md, "Browsers, hosts and origins").
+
 --config FILE reads a YAML configuration (queues, kinds, limits, retention, in-process exec
 workers...); BACKSTOP_* variables override it and flags override both (docs/configuration.md).
 Exec workers declared under workers: run inside the server and stop with it.`,
@@ -163,7 +168,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 		log.Warn("no API tokens exist: every request will get 401; create one with `backstop tokens create` or use --dev")
 	}
 	srv, err := api.New(api.Options{Client: c, Logger: log, AnonymousAdmin: f.dev, RateLimit: f.rateLimit, MaxBodyBytes: f.maxBody,
-		ListMaxBytes: f.listBytes, Metrics: tel.Handler()})
+		ListMaxBytes: f.listBytes, Metrics: tel.Handler(), LoopbackOnly: loopback, AllowedHosts: cfg.AllowedHosts})
 	if err != nil {
 		return err
 	}

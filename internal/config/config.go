@@ -40,12 +40,20 @@ const (
 	DefaultLease               = 30 * time.Second
 )
 
+// hostNameRE is a DNS host name: dot-separated labels of letters, digits
+// and '-' (not at either end).
+var hostNameRE = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$`)
+
 // Config is the whole file. Zero values mean "the default" (see
 // docs/configuration.md).
 type Config struct {
-	DB                  string           `yaml:"db" json:"db"`
-	Addr                string           `yaml:"addr" json:"addr"`
-	Dev                 bool             `yaml:"dev" json:"dev"`
+	DB   string `yaml:"db" json:"db"`
+	Addr string `yaml:"addr" json:"addr"`
+	Dev  bool   `yaml:"dev" json:"dev"`
+	// AllowedHosts: host names `serve` answers to besides loopback ones
+	// when it listens on loopback, and whose origins may write (a proxy in
+	// front of it); api.Options.AllowedHosts.
+	AllowedHosts        []string         `yaml:"allowed_hosts" json:"allowed_hosts"`
 	LeaderTTL           Duration         `yaml:"leader_ttl" json:"leader_ttl"`
 	MaintenanceInterval Duration         `yaml:"maintenance_interval" json:"maintenance_interval"`
 	MaxAttempts         int              `yaml:"max_attempts" json:"max_attempts"`
@@ -587,6 +595,11 @@ func (c *Config) Validate() error {
 	if c.DLQ.RedriveHeartbeat < 0 {
 		bad("dlq.redrive_heartbeat", "must not be negative")
 	}
+	for i, h := range c.AllowedHosts {
+		if !hostNameRE.MatchString(h) && net.ParseIP(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")) == nil {
+			bad(fmt.Sprintf("allowed_hosts[%d]", i), "%q: want a host name or an IP address, without scheme or port (backstop.example.com)", h)
+		}
+	}
 	for i, k := range c.Redaction.Keys {
 		if strings.TrimSpace(k) == "" {
 			bad(fmt.Sprintf("redaction.keys[%d]", i), "must not be empty")
@@ -769,6 +782,9 @@ func (c *Config) Effective() *Config {
 	}
 	if out.Redaction.Keys == nil {
 		out.Redaction.Keys = []string{}
+	}
+	if out.AllowedHosts == nil {
+		out.AllowedHosts = []string{}
 	}
 	return &out
 }

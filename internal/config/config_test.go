@@ -67,6 +67,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"leader_ttl: 1ms\n", "leader_ttl: must be at least 100ms"},
 		{"telemetry:\n  otlp_endpoint: nope\n", "telemetry.otlp_endpoint"},
 		{"redaction:\n  keys: ['']\n", "redaction.keys[0]: must not be empty"},
+		{"allowed_hosts: ['http://backstop.example.com']\n", `allowed_hosts[0]: "http://backstop.example.com": want a host name`},
+		{"allowed_hosts: [ok.example.com, 'evil.com:8080']\n", `allowed_hosts[1]: "evil.com:8080"`},
 		{"workers:\n  - queue: q\n", "workers[0].command: is required"},
 		{"workers:\n  - command: [x]\n", "workers[0].queue: is required"},
 		{"workers:\n  - queue: q\n    command: [x]\n    permanent_exit_codes: [75]\n", "workers[0].permanent_exit_codes[0]"},
@@ -119,6 +121,7 @@ func TestEnvOverrides(t *testing.T) {
 		"BACKSTOP_LIMITS_STRICT_QUEUES=1",
 		"BACKSTOP_RETENTION_DEAD_LETTERS=48h",
 		"BACKSTOP_REDACTION_KEYS=password, ssn",
+		"BACKSTOP_ALLOWED_HOSTS=backstop.internal, ::1",
 		"BACKSTOP_SERVER=http://ignored", // not configuration
 		"BACKSTOP_TASK_ID=x",             // not configuration
 		"BACKSTOP_MAX_ATTEMPTS=",         // empty: unset
@@ -142,7 +145,8 @@ func TestEnvOverrides(t *testing.T) {
 	if k.MergeRule != "append" || k.Retry.Factor != 3 || k.Retry.Jitter == nil || *k.Retry.Jitter {
 		t.Fatalf("kind from env: %+v", k)
 	}
-	if !c.Limits.StrictQueues || c.Retention.DeadLetters.D() != 48*time.Hour || len(c.Redaction.Keys) != 2 || c.MaxAttempts != 0 {
+	if !c.Limits.StrictQueues || c.Retention.DeadLetters.D() != 48*time.Hour || len(c.Redaction.Keys) != 2 || c.MaxAttempts != 0 ||
+		strings.Join(c.AllowedHosts, ",") != "backstop.internal,::1" {
 		t.Fatalf("sections: %+v", c)
 	}
 }

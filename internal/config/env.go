@@ -36,6 +36,7 @@ var topEnv = map[string]setter{
 	"DB":                   func(c *Config, v string) error { c.DB = v; return nil },
 	"ADDR":                 func(c *Config, v string) error { c.Addr = v; return nil },
 	"DEV":                  func(c *Config, v string) error { return parseBool(v, &c.Dev) },
+	"ALLOWED_HOSTS":        func(c *Config, v string) error { c.AllowedHosts = splitList(v); return nil },
 	"LEADER_TTL":           func(c *Config, v string) error { return parseDur(v, &c.LeaderTTL) },
 	"MAINTENANCE_INTERVAL": func(c *Config, v string) error { return parseDur(v, &c.MaintenanceInterval) },
 	"MAX_ATTEMPTS":         func(c *Config, v string) error { return parseInt(v, &c.MaxAttempts) },

@@ -55,7 +55,11 @@ func Handler(a *api.Server) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/console/") {
 			if _, pat := mux.Handler(r); pat != "" {
-				mux.ServeHTTP(w, r)
+				// The API's guard (host, origin, content type) covers the
+				// console's own routes too.
+				if a.Admit(w, r) {
+					mux.ServeHTTP(w, r)
+				}
 				return
 			}
 		}

@@ -68,7 +68,7 @@ func newEnv(t testing.TB, dbURL string, o envOpts) *env {
 		t.Fatal(err)
 	}
 	srv, err := api.New(api.Options{Client: lib, Logger: slog.New(slog.DiscardHandler), AnonymousAdmin: o.dev,
-		SessionTTL: o.sessionTTL, PollInterval: 5 * time.Second})
+		SessionTTL: o.sessionTTL, PollInterval: 5 * time.Second, LoopbackOnly: true}) // as serve on loopback
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -155,4 +156,87 @@ func TestConsoleSessionRevokedAndTLS(t *testing.T) {
 	if c := sessionCookie(t, r); !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
 		t.Fatalf("cookie over TLS: %+v", c)
 	}
+}
+
+// A signed-in console session (cookie and CSRF token) is no way in for a
+// page on another site either: its writes are 403 cross_origin, a write
+// that is not JSON is 415, a sign-in from another origin is 403, and a
+// rebound host name gets 421 for the page itself; the console's own
+// same-origin writes go through.
+func TestConsoleSessionRefusesOtherOrigins(t *testing.T) {
+	t.Parallel()
+	forStores(t, func(t *testing.T, dbURL string) {
+		e := newEnv(t, dbURL, envOpts{sessionTTL: time.Hour})
+		foreign := map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
+		if st, out, _ := e.call(t, "POST", "/console/session", api.RoleNone, map[string]string{"token": e.secret[api.RoleAdmin]}, foreign); st != http.StatusForbidden || out["code"] != "cross_origin" {
+			t.Fatalf("sign-in from another origin: %d %v", st, out)
+		}
+		st, se, resp := e.call(t, "POST", "/console/session", api.RoleNone, map[string]string{"token": e.secret[api.RoleAdmin]}, map[string]string{"Origin": e.url})
+		if st != http.StatusOK {
+			t.Fatalf("sign-in: %d %v", st, se)
+		}
+		c := sessionCookie(t, resp)
+		csrf := se["csrf"].(string)
+		for _, tc := range []struct {
+			hdr  map[string]string
+			want int
+			code string
+		}{
+			{map[string]string{api.CSRFHeader: csrf, "Origin": "https://evil.example"}, http.StatusForbidden, "cross_origin"},
+			{map[string]string{api.CSRFHeader: csrf, "Sec-Fetch-Site": "cross-site"}, http.StatusForbidden, "cross_origin"},
+			{map[string]string{api.CSRFHeader: csrf, "Content-Type": "text/plain"}, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+			{map[string]string{api.CSRFHeader: csrf, "Origin": "http://evil.example" + strings.TrimPrefix(e.url, "http://127.0.0.1"),
+				"Host": "evil.example" + strings.TrimPrefix(e.url, "http://127.0.0.1")}, http.StatusMisdirectedRequest, "host_not_allowed"},
+		} {
+			if st, out, _ := e.callHost(t, "POST", "/v1/queues/mail/pause", tc.hdr, c); st != tc.want || out["code"] != tc.code {
+				t.Errorf("pause with %v: %d %v, want %d %s", tc.hdr, st, out, tc.want, tc.code)
+			}
+		}
+		if paused, _ := e.lib.PausedQueues(t.Context()); len(paused) != 0 {
+			t.Fatalf("refused writes paused %v", paused)
+		}
+		if st, _, _ := e.callHost(t, "GET", "/", map[string]string{"Host": "evil.example"}); st != http.StatusMisdirectedRequest {
+			t.Fatalf("the page under a rebound name: %d, want 421", st)
+		}
+		if st, out, _ := e.callHost(t, "POST", "/v1/queues/mail/pause", map[string]string{api.CSRFHeader: csrf, "Origin": e.url,
+			"Content-Type": "application/json"}, c); st != http.StatusOK {
+			t.Fatalf("the console's own pause: %d %v", st, out)
+		}
+	})
+}
+
+// callHost is call without a body and with a Host header among hdr.
+func (e *env) callHost(t *testing.T, method, path string, hdr map[string]string, cookies ...*http.Cookie) (int, map[string]any, *http.Response) {
+	t.Helper()
+	h := map[string]string{}
+	host := ""
+	for k, v := range hdr {
+		if k == "Host" {
+			host = v
+			continue
+		}
+		h[k] = v
+	}
+	if host == "" {
+		return e.call(t, method, path, api.RoleNone, nil, h, cookies...)
+	}
+	req, err := http.NewRequest(method, e.url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	for _, c := range cookies {
+		req.AddCookie(c)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out, resp
 }

@@ -146,6 +146,8 @@ function redriveRequest(q) {
     if (isNaN(t)) return null;
     req[k] = t.toISOString();
   }
+  // No filter means every open dead letter, which the API wants said.
+  if (Object.keys(req).length === 0) req.all = true;
   return req;
 }
 

@@ -24,14 +24,13 @@ export function whenSignedOut(fn) { onUnauthenticated = fn; }
 
 // api calls the /v1 API (or the console's session endpoints) as the
 // signed-in session: the cookie goes along by itself, the CSRF token in a
-// header on anything but GET.
+// header on anything but GET. Every write says Content-Type:
+// application/json, a body or not (the server refuses other types).
 export async function api(method, path, body) {
   const headers = { Accept: 'application/json' };
   const opts = { method, headers, credentials: 'same-origin', cache: 'no-store' };
-  if (body !== undefined) {
-    headers['Content-Type'] = 'application/json';
-    opts.body = JSON.stringify(body);
-  }
+  if (method !== 'GET') headers['Content-Type'] = 'application/json';
+  if (body !== undefined) opts.body = JSON.stringify(body);
   if (method !== 'GET' && session && session.csrf) headers['X-Backstop-CSRF'] = session.csrf;
   const r = await fetch(path, opts);
   if (r.status === 204) return null;
