@@ -3,10 +3,12 @@ package api
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/store"
 )
 
 // Monitoring endpoints are pure methods returning structs (tests and an
@@ -24,16 +26,23 @@ func (s *Server) getHealth(w http.ResponseWriter, _ *http.Request) error {
 	return writeJSON(w, http.StatusOK, s.Health())
 }
 
-// Readiness is GET /readyz: the store answers and its schema is current.
+// Readiness is GET /readyz: the store answers, can write, and its schema
+// is current.
 type Readiness struct {
 	Ready bool `json:"ready"`
-	// Store is "ok" or "unreachable".
+	// Store is "ok", "unreachable" (it does not answer) or "unavailable"
+	// (it answers but cannot write now: Cause says why).
 	Store string `json:"store"`
+	// Cause: why the store cannot write (busy, disk full, connection
+	// lost, ...; store.UnavailableError's causes), when Store is
+	// "unavailable".
+	Cause string `json:"cause,omitempty"`
 	// PendingMigrations counts migrations not applied yet.
 	PendingMigrations int `json:"pending_migrations"`
 }
 
-// Readiness checks the store (within 2s) and its migrations.
+// Readiness checks the store (within 2s): its migrations, and a write
+// (store.Ops.ProbeWrite: written and rolled back, nothing is left).
 func (s *Server) Readiness(ctx context.Context) Readiness {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -48,7 +57,19 @@ func (s *Server) Readiness(ctx context.Context) Readiness {
 			out.PendingMigrations++
 		}
 	}
-	out.Ready = out.PendingMigrations == 0
+	if out.PendingMigrations > 0 {
+		return out // the probe's table may not exist yet
+	}
+	if err := s.c.Store().ProbeWrite(ctx); err != nil {
+		s.log.Warn("readyz: the store cannot write", "error", err)
+		out.Store, out.Cause = "unavailable", "write failed"
+		var ue *store.UnavailableError
+		if errors.As(err, &ue) {
+			out.Cause = ue.Cause
+		}
+		return out
+	}
+	out.Ready = true
 	return out
 }
 
