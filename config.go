@@ -67,6 +67,12 @@ type Config struct {
 	// is alive. ResumeRedrive refuses (ErrConflict) a redrive whose runner
 	// was seen less than 3 heartbeats ago, unless forced. Default: 5s.
 	RedriveHeartbeat time.Duration
+	// StoreRetry: how long a redrive, and each call of a bulk close
+	// (CloseMatching), waits out a store that is temporarily unavailable
+	// (store.ErrUnavailable: busy, disk full, a lost connection), trying
+	// again after 100ms, 200ms, ... (at most 5s apart), before it gives up
+	// with the last error; negative: never retry. Default: 1m.
+	StoreRetry time.Duration
 }
 
 // RetentionConfig: how long finished tasks and closed dead letters are kept
@@ -151,6 +157,7 @@ func (c *Config) withDefaults() *Config {
 	out.Retention.Runs = cmp.Or(c.Retention.Runs, 7*24*time.Hour)
 	out.WorkerStaleAfter = cmp.Or(c.WorkerStaleAfter, time.Minute)
 	out.RedriveHeartbeat = cmp.Or(c.RedriveHeartbeat, DefaultRedriveHeartbeat)
+	out.StoreRetry = cmp.Or(c.StoreRetry, DefaultStoreRetry)
 	if out.Retry == nil {
 		p := bt.DefaultRetryPolicy
 		out.Retry = &p
