@@ -35,8 +35,10 @@ func TerminateWaiters(t testing.TB, url, table string, n int) <-chan int {
 		defer conn.Close(ctx)
 		killed := 0
 		for deadline := time.Now().Add(30 * time.Second); killed < n && time.Now().Before(deadline); {
-			rows, err := conn.Query(ctx, `SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-				WHERE l.relation = to_regclass($1::text) AND NOT l.granted AND a.backend_type = 'client backend'`, table)
+			// pg_locks, not pg_stat_activity: that view is a snapshot
+			// taken once per transaction, and this one stays open.
+			rows, err := conn.Query(ctx, `SELECT pid FROM pg_locks
+				WHERE relation = to_regclass($1::text) AND NOT granted AND pid <> pg_backend_pid()`, table)
 			if err != nil {
 				break
 			}
@@ -52,6 +54,9 @@ func TerminateWaiters(t testing.TB, url, table string, n int) <-chan int {
 				}
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+		if killed < n {
+			t.Logf("testdb: terminated %d of %d waiters on %s in 30s", killed, n, table)
 		}
 		_ = tx.Rollback(ctx)
 		done <- killed
