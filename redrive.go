@@ -69,6 +69,9 @@ type RedriveProgress struct {
 	Failed    int       `json:"failed"`
 	Rate      float64   `json:"rate"` // replays per second in this run
 	Done      bool      `json:"done"`
+	// Empty: nothing matched when the redrive started (Done is true too);
+	// its record's status is RedriveEmpty, not done.
+	Empty bool `json:"empty,omitempty"`
 	// DryRun: nothing was changed; Preview holds the count and the sample.
 	DryRun  bool            `json:"dry_run,omitempty"`
 	Preview *RedrivePreview `json:"preview,omitempty"`
@@ -212,6 +215,16 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		if progress != nil {
 			progress(out)
 		}
+	}
+	if !resumed && left == 0 {
+		out.Done, out.Empty = true, true
+		if err := c.waitOutUnavailable(ctx, "redrive "+rec.ID, func() error {
+			return c.store.FinishRedrive(context.WithoutCancel(ctx), rec.ID, RedriveEmpty, c.now())
+		}, nil); err != nil {
+			return out, fmt.Errorf("redrive: %w", err)
+		}
+		report()
+		return out, nil
 	}
 	report()
 	size := p.BatchSize
