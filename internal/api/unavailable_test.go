@@ -173,3 +173,27 @@ func TestPostgresRedriveSurvivesLostConnection(t *testing.T) {
 		t.Fatalf("redrive after a lost connection: %+v", st)
 	}
 }
+
+// A bulk close whose PostgreSQL connection is terminated mid-batch waits
+// the outage out: every matching dead letter is closed, once.
+func TestPostgresCloseSurvivesLostConnection(t *testing.T) {
+	t.Parallel()
+	url := testdb.Postgres(t)
+	b := setup(t, url, setupOpts{rateLimit: -1, lib: &backstop.Config{StoreRetry: 30 * time.Second}})
+	ctx := context.Background()
+	for range 4 {
+		kill(t, b, apiclient.Task{Queue: "cq", Kind: "k", Payload: json.RawMessage(`{}`)})
+	}
+	killed := testdb.TerminateWaiters(t, url, "backstop_tasks", 1)
+	res, err := b.as[api.RoleAdmin].CloseDLQ(ctx, api.CloseRequest{Queue: "cq", Status: "discarded", Why: "outage test"})
+	if n := <-killed; n != 1 {
+		t.Fatalf("terminated %d backends, want 1", n)
+	}
+	if err != nil || res.Closed != 4 || res.Skipped != 0 || res.More { // the terminated write never ran
+		t.Fatalf("close after a lost connection: %+v %v", res, err)
+	}
+	open, err := b.lib.DeadLetters(ctx, backstop.ListParams{Queue: "cq", DLQStatuses: []backstop.DLQStatus{backstop.DLQOpen}})
+	if err != nil || len(open) != 0 {
+		t.Fatalf("still open: %d %v", len(open), err)
+	}
+}
