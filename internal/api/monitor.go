@@ -44,6 +44,7 @@ type Readiness struct {
 // Readiness checks the store (within 2s): its migrations, and a write
 // (store.Ops.ProbeWrite: written and rolled back, nothing is left).
 func (s *Server) Readiness(ctx context.Context) Readiness {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	ms, err := s.c.Store().MigrationStatus(ctx)
@@ -64,8 +65,11 @@ func (s *Server) Readiness(ctx context.Context) Readiness {
 		s.log.Warn("readyz: the store cannot write", "error", err)
 		out.Store, out.Cause = "unavailable", "write failed"
 		var ue *store.UnavailableError
-		if errors.As(err, &ue) {
+		switch {
+		case errors.As(err, &ue):
 			out.Cause = ue.Cause
+		case errors.Is(err, context.DeadlineExceeded) && parent.Err() == nil:
+			out.Cause = store.CauseBusy // the write waited past the check's 2s
 		}
 		return out
 	}
