@@ -101,7 +101,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return ExitOK
 	}
-	err = store.Classify(err) // a busy database, a full disk, a lost connection: named as such
+	if a.server == "" {
+		// A busy database, a full disk, a lost connection: named as such.
+		// Over --server a failed request is the server's (its 503 is
+		// classified in remoteErr), never taken for the store's.
+		err = store.Classify(err)
+	}
 	code := exitCode(err)
 	var ee *exitError
 	if code == ExitFailure && !errors.As(err, &ee) && isCobraUsage(err) {
