@@ -78,6 +78,12 @@ type Config struct {
 	// WhereTime bounds the wall time of the same evaluation, its reads
 	// included. Default: 10s.
 	WhereTime time.Duration
+	// StoreRetry: how long a redrive, and each call of a bulk close
+	// (CloseMatching), waits out a store that is temporarily unavailable
+	// (store.ErrUnavailable: busy, disk full, a lost connection), trying
+	// again after 100ms, 200ms, ... (at most 5s apart), before it gives up
+	// with the last error; negative: never retry. Default: 1m.
+	StoreRetry time.Duration
 }
 
 // RetentionConfig: how long finished tasks and closed dead letters are kept
@@ -164,6 +170,7 @@ func (c *Config) withDefaults() *Config {
 	out.RedriveHeartbeat = cmp.Or(c.RedriveHeartbeat, DefaultRedriveHeartbeat)
 	b := filter.Budget{Cost: c.WhereCost, Time: c.WhereTime}.WithDefaults()
 	out.WhereCost, out.WhereTime = b.Cost, b.Time
+	out.StoreRetry = cmp.Or(c.StoreRetry, DefaultStoreRetry)
 	if out.Retry == nil {
 		p := bt.DefaultRetryPolicy
 		out.Retry = &p

@@ -42,7 +42,8 @@ const maxCloseMatching = 5000
 
 // CloseMatching discards or resolves the open dead letters matching a
 // filter, a batch per call, each with its own history event (actor and
-// reason) like Discard and Resolve one by one.
+// reason) like Discard and Resolve one by one. A store that is
+// temporarily unavailable is waited out (Config.StoreRetry).
 func (c *Client) CloseMatching(ctx context.Context, p CloseMatchingParams) (CloseMatchingResult, error) {
 	out := CloseMatchingResult{Snapshot: p.Snapshot}
 	if p.Status != DLQDiscarded && p.Status != DLQResolved {
@@ -74,7 +75,14 @@ func (c *Client) CloseMatching(ctx context.Context, p CloseMatchingParams) (Clos
 	if check != nil {
 		return out, check
 	}
-	page, err := c.List(ctx, f)
+	// A store that is unavailable for a moment (busy, a lost connection)
+	// is waited out (Config.StoreRetry): each close is one transaction, and
+	// one that did commit before its answer was lost is then skipped.
+	var page []*Task
+	err := c.waitOutUnavailable(ctx, "close dead letters", func() (err error) {
+		page, err = c.List(ctx, f)
+		return err
+	}, nil)
 	if err != nil {
 		return out, err
 	}
@@ -82,11 +90,14 @@ func (c *Client) CloseMatching(ctx context.Context, p CloseMatchingParams) (Clos
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		if p.Status == DLQDiscarded {
-			_, err = c.Discard(ctx, DiscardParams{ID: t.ID, Reason: p.Reason, Actor: p.Actor})
-		} else {
-			_, err = c.Resolve(ctx, ResolveParams{ID: t.ID, Reason: p.Reason, Note: p.Note, Actor: p.Actor})
-		}
+		err := c.waitOutUnavailable(ctx, "close dead letter "+t.ID, func() (err error) {
+			if p.Status == DLQDiscarded {
+				_, err = c.Discard(ctx, DiscardParams{ID: t.ID, Reason: p.Reason, Actor: p.Actor})
+			} else {
+				_, err = c.Resolve(ctx, ResolveParams{ID: t.ID, Reason: p.Reason, Note: p.Note, Actor: p.Actor})
+			}
+			return err
+		}, nil)
 		switch {
 		case err == nil:
 			out.Closed++

@@ -73,6 +73,9 @@ type RedriveProgress struct {
 	Failed    int       `json:"failed"`
 	Rate      float64   `json:"rate"` // replays per second in this run
 	Done      bool      `json:"done"`
+	// Empty: nothing matched when the redrive started (Done is true too);
+	// its record's status is RedriveEmpty, not done.
+	Empty bool `json:"empty,omitempty"`
 	// DryRun: nothing was changed; Preview holds the count and the sample.
 	DryRun  bool            `json:"dry_run,omitempty"`
 	Preview *RedrivePreview `json:"preview,omitempty"`
@@ -208,8 +211,11 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	actor := c.actor(p.Actor)
 	batch := store.RedriveBatch{RedriveID: rec.ID, Filter: f, Snapshot: rec.Snapshot, AfterID: rec.Cursor,
 		State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts, Actor: actor, Reason: p.Reason}
-	left, err := c.countRedrive(c.batchBudget(ctx), batch, inGo)
-	if err != nil {
+	var left int
+	if err := c.waitOutUnavailable(ctx, "redrive "+rec.ID, func() (err error) {
+		left, err = c.countRedrive(c.batchBudget(ctx), batch, inGo)
+		return err
+	}, nil); err != nil {
 		return out, whereErr(fmt.Errorf("redrive: %w", err))
 	}
 	out = RedriveProgress{RedriveID: rec.ID, Resumed: resumed, Snapshot: rec.Snapshot,
@@ -218,6 +224,16 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		if progress != nil {
 			progress(out)
 		}
+	}
+	if !resumed && left == 0 {
+		out.Done, out.Empty = true, true
+		if err := c.waitOutUnavailable(ctx, "redrive "+rec.ID, func() error {
+			return c.store.FinishRedrive(context.WithoutCancel(ctx), rec.ID, RedriveEmpty, c.now())
+		}, nil); err != nil {
+			return out, fmt.Errorf("redrive: %w", err)
+		}
+		report()
+		return out, nil
 	}
 	report()
 	size := p.BatchSize
@@ -243,40 +259,51 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		}
 		var replayed, failed int
 		var last string
-		if len(p.MergePatch) == 0 && len(p.Patch) == 0 {
-			batch.Limit, batch.Now = n, c.now()
-			res, err := c.redriveBatch(c.batchBudget(ctx), batch, inGo)
+		// A batch the store could not finish (busy, disk full, a lost
+		// connection) is tried again from the record: each replay is
+		// committed with the record's advance, or neither is.
+		resync := func() error {
+			cur, err := c.store.GetRedrive(ctx, rec.ID)
 			if err != nil {
-				if ctx.Err() != nil {
-					return out, interrupted(out, ctx.Err())
-				}
-				if errors.Is(err, ErrWhereBudget) {
-					return out, overBudget(out, err)
-				}
-				return out, fmt.Errorf("redrive: %w", err)
+				return err
 			}
-			replayed, failed, last = res.Replayed, len(res.Conflicts), res.LastID
-			c.telemetry.replayedBatch(ctx, replayed, failed)
-			if len(res.Steps) > 0 {
-				c.resumeRuns(ctx, res.Steps) // workflows.go: a replayed step resumes its halted run now
+			batch.AfterID, out.Replayed, out.Failed = cur.Cursor, cur.Replayed, cur.Failed
+			return nil
+		}
+		err := c.waitOutUnavailable(ctx, "redrive "+rec.ID, func() error {
+			var err error
+			if len(p.MergePatch) == 0 && len(p.Patch) == 0 {
+				batch.Limit, batch.Now = n, c.now()
+				res, err := c.redriveBatch(c.batchBudget(ctx), batch, inGo)
+				if err != nil {
+					return fmt.Errorf("redrive: %w", err)
+				}
+				replayed, failed, last = res.Replayed, len(res.Conflicts), res.LastID
+				c.telemetry.replayedBatch(ctx, replayed, failed)
+				if len(res.Steps) > 0 {
+					c.resumeRuns(ctx, res.Steps) // workflows.go: a replayed step resumes its halted run now
+				}
+				return nil
 			}
-		} else {
 			replayed, failed, last, err = c.redrivePatched(c.batchBudget(ctx), p, f, batch, n)
-			if err != nil {
-				out.Replayed += replayed
-				out.Failed += failed
-				if ctx.Err() != nil {
-					return out, interrupted(out, ctx.Err())
-				}
-				if errors.Is(err, ErrWhereBudget) {
-					return out, overBudget(out, err)
-				}
-				return out, err
+			return err
+		}, resync)
+		if err != nil {
+			out.Replayed += replayed
+			out.Failed += failed
+			if ctx.Err() != nil {
+				return out, interrupted(out, ctx.Err())
 			}
+			if errors.Is(err, ErrWhereBudget) {
+				return out, overBudget(out, err)
+			}
+			return out, err
 		}
 		if last == "" {
 			out.Done = true
-			if err := c.store.FinishRedrive(context.WithoutCancel(ctx), rec.ID, "done", c.now()); err != nil {
+			if err := c.waitOutUnavailable(ctx, "redrive "+rec.ID, func() error {
+				return c.store.FinishRedrive(context.WithoutCancel(ctx), rec.ID, "done", c.now())
+			}, nil); err != nil {
 				return out, fmt.Errorf("redrive: %w", err)
 			}
 			report()

@@ -20,6 +20,10 @@ const (
 	RedriveRunning  = "running"
 	RedriveDone     = "done"
 	RedriveCanceled = "canceled"
+	// RedriveEmpty: nothing matched when the redrive started; nothing was
+	// replayed and there is nothing to resume (not "done": a redrive that
+	// did nothing never reports that it did).
+	RedriveEmpty = "empty"
 )
 
 // ErrRedriveCanceled: the redrive was canceled (CancelRedrive) while it ran.
@@ -67,7 +71,7 @@ func (c *Client) GetRedrive(ctx context.Context, id string) (*RedriveRecord, err
 		return nil, err
 	}
 	alive, _ := c.RunnerAlive(rec, c.now())
-	return &RedriveRecord{Redrive: rec, Outcomes: counts, RunnerAlive: alive, Resumable: rec.Status != RedriveDone && !alive}, nil
+	return &RedriveRecord{Redrive: rec, Outcomes: counts, RunnerAlive: alive, Resumable: rec.Status != RedriveDone && rec.Status != RedriveEmpty && !alive}, nil
 }
 
 // RedriveItemsParams selects a redrive's items.
@@ -132,8 +136,8 @@ func (c *Client) ResumeRedrive(ctx context.Context, id string, p RedriveParams, 
 	if err != nil {
 		return RedriveProgress{}, err
 	}
-	if rec.Status == RedriveDone {
-		return RedriveProgress{}, fmt.Errorf("%w: redrive %s is done; nothing to resume", ErrConflict, id)
+	if rec.Status == RedriveDone || rec.Status == RedriveEmpty {
+		return RedriveProgress{}, fmt.Errorf("%w: redrive %s is %s; nothing to resume", ErrConflict, id, rec.Status)
 	}
 	var k struct {
 		redriveKey

@@ -3,6 +3,7 @@ package backstop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 
 	"github.com/backstophq/backstop/store"
@@ -147,13 +148,35 @@ func (c *Client) CheckStepSelection(ctx context.Context, s StepSelection) error 
 	return nil
 }
 
-// applySteps is a redrive's selection checked and added to its filter.
+// applySteps is a redrive's selection checked and added to its filter. A
+// run it names must exist (a workflow run, or tasks with that run_id):
+// ErrNotFound otherwise; a workflow run that finished (succeeded,
+// partial, compensated, canceled) has nothing to resume: ErrConflict.
+// Nothing is written either way.
 func (c *Client) applySteps(ctx context.Context, f ListParams, s StepSelection) (ListParams, error) {
 	if s.Empty() {
 		return f, nil
 	}
 	if err := c.CheckStepSelection(ctx, s); err != nil {
 		return f, err
+	}
+	if s.RunID != "" {
+		run, _, err := c.store.GetRun(ctx, s.RunID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			page, err := c.store.List(ctx, ListParams{Attrs: map[string]string{RunAttribute: s.RunID}, Limit: 1, WithoutPayload: true})
+			if err != nil {
+				return f, err
+			}
+			if len(page) == 0 {
+				return f, fmt.Errorf("run %q: %w: no workflow run has that id and no task has that run_id", s.RunID, ErrNotFound)
+			}
+		case err != nil:
+			return f, err
+		case workflow.Finished(run.State):
+			return f, fmt.Errorf("%w: run %q is %s: it finished, so it has nothing to resume (a dead letter of it can still be replayed alone: backstop dlq replay ID)",
+				ErrConflict, s.RunID, run.State)
+		}
 	}
 	return s.Apply(f)
 }

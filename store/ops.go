@@ -34,7 +34,23 @@ type Ops interface {
 	Stats(ctx context.Context) (*Stats, error)
 	// View lists the tasks of one operator view (see View), at most limit.
 	View(ctx context.Context, v View, now time.Time, limit int) ([]*bt.Task, error)
+
+	// ProbeWrite checks that the store can write now, cheaply and leaving
+	// nothing behind: a row larger than a page (it needs new pages, as an
+	// enqueue would) written in a transaction that is rolled back; on
+	// SQLite also the free space of the database's file system (at least
+	// MinFreeBytes), since a rolled-back write never reaches the disk. Its
+	// error is classified (Classify): a busy database, a full disk or a
+	// lost connection is ErrUnavailable.
+	ProbeWrite(ctx context.Context) error
 }
+
+// MinFreeBytes: with less free space than this on an embedded database's
+// file system, ProbeWrite reports the disk full.
+const MinFreeBytes = 1 << 20
+
+// ProbeRow is the name of the row ProbeWrite writes and rolls back.
+const ProbeRow = "backstop.write-probe"
 
 // ErrPermissionDenied: the database role may not do this (least-privilege
 // roles, docs/postgres-roles.md). Drivers wrap it.

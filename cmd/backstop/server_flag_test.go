@@ -91,7 +91,7 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 		"runs show":             srv("run-1", "run-1"),
 		"runs list":             srv("wfrun-", "--workflow", "srvflow"),
 		"runs cancel":           srv(run, run),
-		"runs resume":           srv("0 replayed", "run-1", "--yes"),
+		"runs resume":           srv("nothing matched", "run-1", "--yes"),
 		"workflows":             loc(2),
 		"workflows apply":       srv("srvflow", wfFile),
 		"workflows list":        srv("srvflow"),

@@ -8,6 +8,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
+	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/backstophq/backstop/internal/taskjson"
@@ -55,12 +58,63 @@ func decodeStrict(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if field, got := badTimeField(b, v); field != "" {
+			return &apiError{code: codeInvalidJSON, field: field,
+				detail: fmt.Sprintf("%s: want an RFC 3339 time such as 2030-01-02T15:04:05Z, got %s", field, got)}
+		}
 		return fail(codeInvalidJSON, taskjson.DescribeJSONError(err).Error())
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return fail(codeInvalidJSON, "unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// badTimeField names the top-level key of b whose value is not a time
+// though v's field for it is one (time.Time or *time.Time; embedded
+// structs' fields too), and the value: encoding/json's error for it
+// names neither.
+func badTimeField(b []byte, v any) (field, got string) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil {
+		return "", ""
+	}
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return "", ""
+	}
+	timeType := reflect.TypeFor[time.Time]()
+	for _, f := range reflect.VisibleFields(t) {
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft != timeType || !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		raw, ok := m[name]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		var tt time.Time
+		if json.Unmarshal(raw, &tt) != nil {
+			if len(raw) > 64 {
+				raw = append(raw[:64:64], "..."...)
+			}
+			return name, string(raw)
+		}
+	}
+	return "", ""
 }
 
 // writeJSON writes a response body.

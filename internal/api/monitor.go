@@ -3,10 +3,12 @@ package api
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/store"
 )
 
 // Monitoring endpoints are pure methods returning structs (tests and an
@@ -24,17 +26,25 @@ func (s *Server) getHealth(w http.ResponseWriter, _ *http.Request) error {
 	return writeJSON(w, http.StatusOK, s.Health())
 }
 
-// Readiness is GET /readyz: the store answers and its schema is current.
+// Readiness is GET /readyz: the store answers, can write, and its schema
+// is current.
 type Readiness struct {
 	Ready bool `json:"ready"`
-	// Store is "ok" or "unreachable".
+	// Store is "ok", "unreachable" (it does not answer) or "unavailable"
+	// (it answers but cannot write now: Cause says why).
 	Store string `json:"store"`
+	// Cause: why the store cannot write (busy, disk full, connection
+	// lost, ...; store.UnavailableError's causes), when Store is
+	// "unavailable".
+	Cause string `json:"cause,omitempty"`
 	// PendingMigrations counts migrations not applied yet.
 	PendingMigrations int `json:"pending_migrations"`
 }
 
-// Readiness checks the store (within 2s) and its migrations.
+// Readiness checks the store (within 2s): its migrations, and a write
+// (store.Ops.ProbeWrite: written and rolled back, nothing is left).
 func (s *Server) Readiness(ctx context.Context) Readiness {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	ms, err := s.c.Store().MigrationStatus(ctx)
@@ -48,7 +58,22 @@ func (s *Server) Readiness(ctx context.Context) Readiness {
 			out.PendingMigrations++
 		}
 	}
-	out.Ready = out.PendingMigrations == 0
+	if out.PendingMigrations > 0 {
+		return out // the probe's table may not exist yet
+	}
+	if err := s.c.Store().ProbeWrite(ctx); err != nil {
+		s.log.Warn("readyz: the store cannot write", "error", err)
+		out.Store, out.Cause = "unavailable", "write failed"
+		var ue *store.UnavailableError
+		switch {
+		case errors.As(err, &ue):
+			out.Cause = ue.Cause
+		case errors.Is(err, context.DeadlineExceeded) && parent.Err() == nil:
+			out.Cause = store.CauseBusy // the write waited past the check's 2s
+		}
+		return out
+	}
+	out.Ready = true
 	return out
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/remote"
+	"github.com/backstophq/backstop/store"
 )
 
 // problemCode is one row of the API's error table. Codes are part of the
@@ -40,12 +41,16 @@ var (
 	codeUnprocessable    = problemCode{http.StatusUnprocessableEntity, "unprocessable", "The change cannot be applied"}
 	codeRateLimited      = problemCode{http.StatusTooManyRequests, "rate_limited", "Too many requests for this token"}
 	codeInternal         = problemCode{http.StatusInternalServerError, "internal", "Internal error"}
+	codeUnavailable      = problemCode{http.StatusServiceUnavailable, "unavailable", "The store is temporarily unavailable; retry after Retry-After"}
 )
+
+// unavailableRetryAfter is the Retry-After (seconds) of a 503 unavailable.
+const unavailableRetryAfter = "2"
 
 // ProblemCodes lists the error table (docs and tests check against it).
 var ProblemCodes = []problemCode{codeInvalidInput, codeInvalidJSON, codeInvalidQuery, codeUnauthenticated,
 	codeForbidden, codeNotFound, codeNoRoute, codeMethodNotAllowed, codeConflict, codeLeaseNotCurrent,
-	codeTooLarge, codeUnsupportedMedia, codeUnprocessable, codeRateLimited, codeInternal,
+	codeTooLarge, codeUnsupportedMedia, codeUnprocessable, codeRateLimited, codeInternal, codeUnavailable,
 	codeHostNotAllowed, codeCrossOrigin}
 
 // Problem is an RFC 9457 problem document with Backstop's stable code.
@@ -94,6 +99,7 @@ func problemFor(err error) (*Problem, bool) {
 	var ve *backstop.ValidationError
 	var be *backstop.BatchError
 	var mbe *http.MaxBytesError
+	var ue *store.UnavailableError
 	if errors.As(err, &be) {
 		i := be.Index
 		p.Index = &i
@@ -125,6 +131,9 @@ func problemFor(err error) (*Problem, bool) {
 		set(codeLeaseNotCurrent, err.Error())
 	case errors.Is(err, backstop.ErrConflict):
 		set(codeConflict, err.Error())
+	case errors.As(store.Classify(err), &ue):
+		// The cause, not the driver's message: that stays in the log.
+		set(codeUnavailable, "the store is temporarily unavailable ("+ue.Cause+"); retry later")
 	default:
 		set(codeInternal, "")
 		return p, false
@@ -136,6 +145,10 @@ func problemFor(err error) (*Problem, bool) {
 // logged here and not shown to the client.
 func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error) {
 	p, known := problemFor(err)
+	if p.Status == http.StatusServiceUnavailable {
+		s.log.Warn("api: store unavailable", "method", r.Method, "path", r.URL.Path, "error", err)
+		w.Header().Set("Retry-After", unavailableRetryAfter)
+	}
 	if !known {
 		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 			p.Detail = "the request was canceled"

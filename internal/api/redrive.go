@@ -81,7 +81,8 @@ type RedriveRequest struct {
 // RedriveStatus is a redrive this server runs or ran.
 type RedriveStatus struct {
 	backstop.RedriveProgress
-	// Status: running; done (nothing left); stopped (its limit reached; the
+	// Status: running; done (nothing left); empty (nothing matched when
+	// it started: nothing was replayed, nothing to resume); stopped (its limit reached; the
 	// same redrive again continues); canceled (POST
 	// /v1/redrives/{id}/cancel; the same redrive again resumes);
 	// interrupted (the server stopped it; the same redrive again resumes);
@@ -213,6 +214,8 @@ func (rs *redrives) startWith(do func(context.Context, func(backstop.RedriveProg
 		at := now()
 		run.st.FinishedAt = &at
 		switch {
+		case err == nil && prog.Empty:
+			run.st.Status = backstop.RedriveEmpty
 		case err == nil && prog.Done:
 			run.st.Status = "done"
 		case err == nil:

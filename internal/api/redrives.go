@@ -120,7 +120,8 @@ func (s *Server) listRedrives(w http.ResponseWriter, r *http.Request) error {
 // its record.
 func recordStatus(rec *RedriveRecord) RedriveStatus {
 	st := RedriveStatus{RedriveProgress: backstop.RedriveProgress{RedriveID: rec.ID, Snapshot: rec.Snapshot,
-		Total: rec.Replayed + rec.Failed, Replayed: rec.Replayed, Failed: rec.Failed, Done: rec.Status == backstop.RedriveDone},
+		Total: rec.Replayed + rec.Failed, Replayed: rec.Replayed, Failed: rec.Failed,
+		Done: rec.Status == backstop.RedriveDone || rec.Status == backstop.RedriveEmpty, Empty: rec.Status == backstop.RedriveEmpty},
 		Status: rec.Status, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt}
 	return st
 }

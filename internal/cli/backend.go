@@ -17,6 +17,7 @@ import (
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
 	"github.com/backstophq/backstop/redact"
+	"github.com/backstophq/backstop/store"
 )
 
 // backend is what the task and dead-letter commands call: the library on
@@ -263,6 +264,8 @@ func remoteErr(err error) error {
 		code = ExitConflict
 	case http.StatusUnauthorized, http.StatusForbidden:
 		msg = fmt.Sprintf("%s (server %s: %s)", msg, strconv.Itoa(p.Status), p.Code)
+	case http.StatusServiceUnavailable:
+		return &store.UnavailableError{Cause: "server " + strconv.Itoa(p.Status), Err: errors.New(msg)}
 	}
 	e := &exitError{code: code, err: errors.New(msg)}
 	if p.Index != nil {

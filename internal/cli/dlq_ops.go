@@ -186,10 +186,12 @@ payload over the size limit) is refused: exit 2, nothing changes.
 the original stays in the DLQ marked replayed.
 
 Idempotent: an id that is no longer an open dead letter (live again, finished,
-discarded, resolved, replayed with --new-id) prints replayed: false and exits 0.
---reopen also replays a discarded or resolved dead letter (undoing a discard or
-a resolve made by mistake); the history records the actor and the status it
-came from (from_status in dlq.replayed). Over --server it needs an admin token.
+replayed with --new-id) prints replayed: false and exits 0. A discarded or
+resolved dead letter is not replayed either, but that is a conflict with its
+status: exit 4, naming the status and --reopen. --reopen also replays a
+discarded or resolved dead letter (undoing a discard or a resolve made by
+mistake); the history records the actor and the status it came from
+(from_status in dlq.replayed). Over --server it needs an admin token.
 Two concurrent replays of one id move it exactly once. Unknown id: exit 3.
 
 Conflict (exit 4): a task id is one row for its whole life, so no live task can
@@ -233,15 +235,22 @@ func dlqReplayCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !res.Replayed && !reopen && (res.DLQStatus == bt.DLQDiscarded || res.DLQStatus == bt.DLQResolved) {
+				// Closed by an operator: not a no-op to shrug at, a conflict
+				// with its status, and --reopen is the way out.
+				if a.output == "json" {
+					if err := a.printJSON(res); err != nil {
+						return err
+					}
+				}
+				return &exitError{code: ExitConflict, err: fmt.Errorf("dead letter %s is %s, not open: not replayed; --reopen replays it anyway (recording that it was %s)",
+					res.ID, res.DLQStatus, res.DLQStatus)}
+			}
 			return a.print(res, func(w io.Writer) error {
 				switch {
 				case !res.Replayed:
-					hint := ""
-					if !reopen && (res.DLQStatus == bt.DLQDiscarded || res.DLQStatus == bt.DLQResolved) {
-						hint = "; --reopen replays it anyway"
-					}
-					_, err = fmt.Fprintf(w, "%s\tnot replayed: it is %s%s, not an open dead letter (replayed: false%s)\n",
-						res.ID, res.State, statusSuffix(res.DLQStatus), hint)
+					_, err = fmt.Fprintf(w, "%s\tnot replayed: it is %s%s, not an open dead letter (replayed: false)\n",
+						res.ID, res.State, statusSuffix(res.DLQStatus))
 				case res.NewID != "":
 					_, err = fmt.Fprintf(w, "%s\treplayed as %s (%s)\n", res.ID, res.NewID, res.Task.State)
 				default:
@@ -407,6 +416,10 @@ versions (or of the run's), and RUN_ID, if a workflow run, a run of W.
 			}
 			if a.output == "json" {
 				return nil
+			}
+			if final.Empty {
+				_, err = fmt.Fprintf(a.stdout, "redrive %s: nothing matched: no open dead letter matches the selection; nothing was replayed (recorded as empty)\n", final.RedriveID)
+				return err
 			}
 			state := "done"
 			if !final.Done {

@@ -9,8 +9,9 @@ import (
 	"github.com/backstophq/backstop/internal/testdb"
 )
 
-// TestDLQReplayReopen: `dlq replay` after `dlq resolve` (or discard) says
-// replayed: false and points at --reopen; with --reopen the record runs
+// TestDLQReplayReopen: `dlq replay` after `dlq resolve` (or discard) is a
+// conflict (exit 4) naming the status and --reopen, and changes nothing;
+// with --reopen the record runs
 // again and the history names the actor and the status it came from.
 func TestDLQReplayReopen(t *testing.T) {
 	t.Parallel()
@@ -21,8 +22,15 @@ func TestDLQReplayReopen(t *testing.T) {
 		e.ok("dlq", "resolve", "r", "--note", "by mistake")
 		e.ok("dlq", "discard", "d", "--reason", "by mistake")
 		for _, id := range []string{"r", "d"} {
-			if out := e.ok("dlq", "replay", id); !strings.Contains(out, "replayed: false; --reopen replays it anyway") {
-				t.Fatalf("replay %s without --reopen: %q", id, out)
+			status := map[string]string{"r": "resolved", "d": "discarded"}[id]
+			e.fails(ExitConflict, "dead letter "+id+" is "+status+", not open: not replayed; --reopen replays it anyway", "dlq", "replay", id)
+			var before struct {
+				Replayed  bool   `json:"replayed"`
+				DLQStatus string `json:"dlq_status"`
+			}
+			if out := e.run("", "dlq", "replay", id, "-o", "json"); out.code != ExitConflict ||
+				json.Unmarshal([]byte(out.stdout), &before) != nil || before.Replayed || before.DLQStatus != status {
+				t.Fatalf("replay %s -o json without --reopen: exit %d, %s%s", id, out.code, out.stdout, out.stderr)
 			}
 			var r replayOut
 			e.json(&r, "dlq", "replay", id, "--reopen", "--actor", "ann")
@@ -53,7 +61,7 @@ func TestDLQReplayReopenOverServer(t *testing.T) {
 	admin := newRemoteEnv(t, e, "admin")
 	var r replayOut
 	out := admin.remote("", "dlq", "replay", "r", "-o", "json")
-	if out.code != 0 || !strings.Contains(out.stdout, `"replayed": false`) {
+	if out.code != ExitConflict || !strings.Contains(out.stdout, `"replayed": false`) || !strings.Contains(out.stderr, "is resolved, not open") {
 		t.Fatalf("replay without --reopen over --server: exit %d: %s%s", out.code, out.stdout, out.stderr)
 	}
 	out = admin.remote("", "dlq", "replay", "r", "--reopen", "-o", "json")

@@ -54,6 +54,8 @@ func exitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &tooNew): // not bad input: the database is ahead of the binary
 		return ExitFailure
+	case errors.Is(err, store.ErrUnavailable): // temporary: nothing was wrong with the command
+		return ExitFailure
 	case errors.As(err, &ee):
 		return ee.code
 	case errors.Is(err, backstop.ErrInvalid), errors.Is(err, dburl.ErrBadURL):
@@ -99,10 +101,20 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return ExitOK
 	}
+	if a.server == "" {
+		// A busy database, a full disk, a lost connection: named as such.
+		// Over --server a failed request is the server's (its 503 is
+		// classified in remoteErr), never taken for the store's.
+		err = store.Classify(err)
+	}
 	code := exitCode(err)
 	var ee *exitError
 	if code == ExitFailure && !errors.As(err, &ee) && isCobraUsage(err) {
 		code = ExitUsage
+	}
+	if errors.Is(err, store.ErrUnavailable) {
+		fmt.Fprintln(stderr, "backstop:", err, "(temporary: run the command again later)")
+		return code
 	}
 	fmt.Fprintln(stderr, "backstop:", err)
 	return code

@@ -113,7 +113,13 @@ func runsResumeCmd(a *app) *cobra.Command {
 is 'dlq redrive --run RUN_ID' (or '--workflow W --step S'): the same flags
 (--dry-run, --yes, --why, --patch, --rate, ...), checks and output. It needs
 RUN_ID or --workflow (exit 2 without). 'runs list --workflow W --state
-failed' lists the halted runs.`,
+failed' lists the halted runs.
+
+An unknown run (no workflow run and no task with that run_id) exits 3; a
+workflow run that finished (succeeded, partial, compensated, canceled) has
+nothing to resume and exits 4 naming its state; neither writes anything. A
+resume that matches no dead step says "nothing matched" (exit 0) and its
+redrive record is "empty", not "done".`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()

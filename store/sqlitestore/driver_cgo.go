@@ -4,7 +4,10 @@ package sqlitestore
 
 import (
 	"database/sql"
+	"errors"
 	"net/url"
+	"strconv"
+	"time"
 
 	"github.com/mattn/go-sqlite3" // cgo SQLite: chosen by measurement, see docs/benchmarks.md
 )
@@ -25,9 +28,9 @@ func init() {
 	})
 }
 
-func dsn(path string, writer bool) string {
+func dsn(path string, writer bool, busy time.Duration) string {
 	q := url.Values{}
-	q.Set("_busy_timeout", "10000")
+	q.Set("_busy_timeout", strconv.FormatInt(busy.Milliseconds(), 10))
 	// Reuse prepared statements per connection: preparing each statement
 	// anew was a fifth of the ordering simulation's time.
 	q.Set("_stmt_cache_size", "128")
@@ -42,4 +45,13 @@ func dsn(path string, writer bool) string {
 		q.Set("_txlock", "immediate")
 	}
 	return "file:" + path + "?" + q.Encode()
+}
+
+// sqliteCode is the primary result code of a SQLite error (0: not one).
+func sqliteCode(err error) int {
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		return int(se.Code)
+	}
+	return 0
 }

@@ -43,9 +43,24 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Open opens (creating if needed) the SQLite database at path. It does not
-// migrate; call Migrate.
-func Open(path string) (*Store, error) {
+// Options tune a Store; the zero value is the default.
+type Options struct {
+	// BusyTimeout: how long a statement waits for another process's write
+	// lock before it fails with SQLITE_BUSY (store.ErrUnavailable, cause
+	// busy). Default 10s.
+	BusyTimeout time.Duration
+}
+
+// Open opens (creating if needed) the SQLite database at path with the
+// default Options. It does not migrate; call Migrate.
+func Open(path string) (*Store, error) { return OpenOptions(path, Options{}) }
+
+// OpenOptions is Open with Options.
+func OpenOptions(path string, o Options) (*Store, error) {
+	busy := o.BusyTimeout
+	if busy <= 0 {
+		busy = 10 * time.Second
+	}
 	if path == "" {
 		return nil, errors.New("sqlite: empty database path")
 	}
@@ -53,7 +68,7 @@ func Open(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	w, err := sql.Open(DriverName, dsn(abs, true))
+	w, err := sql.Open(DriverName, dsn(abs, true, busy))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
@@ -65,7 +80,7 @@ func Open(path string) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	r, err := sql.Open(DriverName, dsn(abs, false))
+	r, err := sql.Open(DriverName, dsn(abs, false, busy))
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)

@@ -25,6 +25,25 @@ func (s *suite) testOps(t *testing.T) {
 	t.Run("PurgeWhereAndFloor", s.testPurgeWhereAndFloor)
 	t.Run("Stats", s.testStats)
 	t.Run("Views", s.testViews)
+	t.Run("ProbeWrite", s.testProbeWrite)
+}
+
+// testProbeWrite: a healthy store passes the write probe, again and again,
+// and it leaves nothing behind (a write after it works as before).
+func (s *suite) testProbeWrite(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	for range 3 {
+		if err := b.store.ProbeWrite(b.ctx); err != nil {
+			t.Fatalf("ProbeWrite on a healthy store: %v", err)
+		}
+	}
+	if _, err := b.c.Enqueue(b.ctx, backstop.EnqueueParams{Queue: "probe", Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.ProbeWrite(b.ctx); err != nil || store.IsUnavailable(err) {
+		t.Fatalf("ProbeWrite after a write: %v", err)
+	}
 }
 
 // testLeaderExclusive: eight candidates race for a free lease; exactly one
