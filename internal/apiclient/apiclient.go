@@ -101,6 +101,8 @@ type Task struct {
 	MergeKey       string            `json:"merge_key,omitempty"`
 	Progress       *bt.Progress      `json:"progress,omitempty"`
 	Complexity     float64           `json:"complexity,omitempty"`
+	OrderingKey    string            `json:"ordering_key,omitempty"`
+	Sequence       int64             `json:"sequence,omitempty"`
 }
 
 func esc(id string) string { return url.PathEscape(id) }

@@ -281,6 +281,15 @@ func printTaskDetail(w io.Writer, t *bt.Task, details bool) error {
 		field("dlq_status", string(t.DLQStatus))
 	}
 	field("replayed_from", t.ReplayedFrom)
+	if t.OrderingKey != "" {
+		field("ordering_key", t.OrderingKey)
+		field("sequence", strconv.FormatInt(t.Sequence, 10))
+		if len(t.Gaps) > 0 {
+			b, _ := json.Marshal(t.Gaps)
+			field("gaps", string(b))
+		}
+		field("ordering_wait", t.OrderingWait)
+	}
 	field("last_error", oneLine(t.LastError, 200))
 	if err := tw.Flush(); err != nil {
 		return err
