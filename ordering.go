@@ -178,6 +178,16 @@ type implicitQueue struct {
 	next   time.Time // no look before this (wall clock: a throttle, not a policy)
 }
 
+// lookNow makes the next look at an undeclared queue happen at once.
+func (o *implicitOrdering) lookNow(queue string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if q, ok := o.queues[queue]; ok {
+		q.next = time.Time{}
+		o.queues[queue] = q
+	}
+}
+
 // implicitRecheck is how long an undeclared queue without ordered tasks
 // goes unexamined.
 const implicitRecheck = time.Second
@@ -367,6 +377,9 @@ func (c *Client) orderingPrepare(p *EnqueueParams, queue string, state bt.State)
 	}
 	if p.IdempotencyKey != "" || p.MergeKey != "" {
 		return state, invalid("ordering_key", "cannot be combined with an idempotency or merge key")
+	}
+	if _, declared := c.queueOrdering(queue); !declared {
+		c.implicit.lookNow(queue) // this client's workers admit it at their next claim
 	}
 	return bt.StateBuffered, nil
 }
