@@ -154,6 +154,11 @@ func (s *suite) testOrdering(t *testing.T) {
 			b.clock.Now().Add(10*time.Second).UTC().Format(time.RFC3339))
 		eq(t, "a task behind a gap", got.OrderingWait, want)
 		eq(t, "its key and sequence", []any{got.OrderingKey, got.Sequence}, []any{"k", int64(3)})
+		// In order, behind the key's admitted task.
+		r1, r2 := b.ordEnqueue("r", 1), b.ordEnqueue("r", 2)
+		b.order()
+		eq(t, "a released task", b.get(r2.ID).OrderingWait,
+			fmt.Sprintf(`released: waiting for task %s (sequence 1) of key "r" to end`, r1.ID))
 	})
 
 	t.Run("UndeclaredQueueIsOrdered", func(t *testing.T) {
