@@ -25,6 +25,7 @@ type Client struct {
 	telemetry       *telemetry
 	ordering        OrderingStats             // ordering.go: all queues
 	orderingByQueue map[string]*OrderingStats // ordering.go: per ordered queue (read-only)
+	implicit        implicitOrdering          // ordering.go: undeclared queues with ordered tasks
 	activity        activityCache             // queues.go: Activity's closed minutes
 	plans           sync.Map                  // workflows.go: plan hash -> *workflow.Definition
 	// settleSeen, set only by tests, sees every batch Client.settle

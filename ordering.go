@@ -3,6 +3,8 @@ package backstop
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -155,10 +157,84 @@ func (c *Client) countOrdering(queue string, d store.OrderingDelta, fallback int
 	}
 }
 
-// ordered reports whether queue has ordering enabled.
+// A queue's ordering is one rule for every path (a worker on the database,
+// a server, a remote worker through it): a queue declared in Config.Queues
+// is ordered as its Ordering says (a producer is refused keys on a queue
+// declared without it); a queue not declared is ordered with the default
+// settings (OrderingConfig{Enabled: true}) as soon as it has ordered tasks,
+// as a producer that does not know the queue accepts keys for it. An
+// undeclared queue is looked at (one small read) at most once a second
+// while it has none, so plain queues pay next to nothing.
+
+// implicitOrdering remembers, per undeclared queue, whether it has ordered
+// tasks and when to look again.
+type implicitOrdering struct {
+	mu     sync.Mutex
+	queues map[string]implicitQueue
+}
+
+type implicitQueue struct {
+	active bool      // the last look found ordering keys
+	next   time.Time // no look before this (wall clock: a throttle, not a policy)
+}
+
+// lookNow makes the next look at an undeclared queue happen at once.
+func (o *implicitOrdering) lookNow(queue string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if q, ok := o.queues[queue]; ok {
+		q.next = time.Time{}
+		o.queues[queue] = q
+	}
+}
+
+// implicitRecheck is how long an undeclared queue without ordered tasks
+// goes unexamined.
+const implicitRecheck = time.Second
+
+// queueOrdering returns a queue's ordering settings and whether the queue
+// is declared in the configuration.
+func (c *Client) queueOrdering(queue string) (OrderingConfig, bool) {
+	if q, ok := c.cfg.Queues[queue]; ok {
+		return q.Ordering, true
+	}
+	return OrderingConfig{Enabled: true}, false
+}
+
+// ordered reports whether queue is ordered now: declared with ordering, or
+// undeclared and found with ordered tasks at the last look.
 func (c *Client) ordered(queue string) bool {
-	q, ok := c.cfg.Queues[queue]
-	return ok && q.Ordering.Enabled
+	o, declared := c.queueOrdering(queue)
+	if declared {
+		return o.Enabled
+	}
+	c.implicit.mu.Lock()
+	defer c.implicit.mu.Unlock()
+	return c.implicit.queues[queue].active
+}
+
+// lookForOrdering tells whether an undeclared queue has ordered tasks (a
+// key with a state or waiting tasks), looking again at most once per
+// implicitRecheck while it has none.
+func (c *Client) lookForOrdering(ctx context.Context, queue string) (bool, error) {
+	c.implicit.mu.Lock()
+	q := c.implicit.queues[queue]
+	c.implicit.mu.Unlock()
+	if !q.active && time.Now().Before(q.next) {
+		return false, nil
+	}
+	ks, err := c.store.OrderingKeys(ctx, queue, "", 1)
+	if err != nil {
+		return false, err
+	}
+	q = implicitQueue{active: len(ks) > 0, next: time.Now().Add(implicitRecheck)}
+	c.implicit.mu.Lock()
+	if c.implicit.queues == nil {
+		c.implicit.queues = map[string]implicitQueue{}
+	}
+	c.implicit.queues[queue] = q
+	c.implicit.mu.Unlock()
+	return q.active, nil
 }
 
 // OrderQueue runs ordering admission and due drains for one queue now (the
@@ -166,10 +242,16 @@ func (c *Client) ordered(queue string) bool {
 // ordering state cannot be read or written, the queue's ordered tasks are
 // handed to normal processing (counted as fallback).
 func (c *Client) OrderQueue(ctx context.Context, queue string) error {
-	if !c.ordered(queue) {
+	o, declared := c.queueOrdering(queue)
+	if declared && !o.Enabled {
 		return nil
 	}
-	d, err := c.store.Order(ctx, queue, c.cfg.Queues[queue].Ordering.settings(), c.now())
+	if !declared {
+		if active, err := c.lookForOrdering(ctx, queue); err != nil || !active {
+			return err
+		}
+	}
+	d, err := c.store.Order(ctx, queue, o.settings(), c.now())
 	if err == nil {
 		c.countOrdering(queue, d, 0)
 		return nil
@@ -197,9 +279,48 @@ func (c *Client) withOrdering(ctx context.Context, tasks []*Task) error {
 	for _, t := range tasks {
 		if in, ok := info[t.ID]; ok {
 			t.OrderingKey, t.Sequence, t.Gaps = in.Key, in.Sequence, in.Gaps
+			t.OrderingWait = c.orderingWait(t, in)
 		}
 	}
 	return nil
+}
+
+// orderingWait says why a buffered task of an ordering key waits, from its
+// ordering status and its key's state ("" for a task that does not wait).
+func (c *Client) orderingWait(t *Task, in store.OrderingInfo) string {
+	if t.State != bt.StateBuffered {
+		return ""
+	}
+	key := strconv.Quote(in.Key)
+	turn := "its key's next admission"
+	if in.BusyTaskID != "" {
+		turn = fmt.Sprintf("task %s (sequence %d) of key %s to end", in.BusyTaskID, in.BusySequence, key)
+	}
+	switch in.Status {
+	case store.OrdHeld:
+		return fmt.Sprintf("held: waiting for ordering admission of key %s, which a worker of queue %q runs before each claim",
+			key, t.Queue)
+	case store.OrdReady:
+		return "released: waiting for " + turn
+	case store.OrdReplay:
+		return "replay: waiting for " + turn
+	case store.OrdGap:
+		var why string
+		o, _ := c.queueOrdering(t.Queue)
+		switch {
+		case in.LastSequence == nil:
+			why = fmt.Sprintf("buffered: key %s's first tasks are held until its drain", key)
+		case o.Step > 0 && *in.LastSequence+o.Step < in.Sequence:
+			why = fmt.Sprintf("buffered: waiting for sequence %d of key %s (last handled %d)", *in.LastSequence+o.Step, key, *in.LastSequence)
+		default:
+			why = fmt.Sprintf("buffered: key %s has a gap after sequence %d; its drain releases the buffer in order", key, *in.LastSequence)
+		}
+		if in.DrainDueAt != nil {
+			why += ", next drain at " + in.DrainDueAt.UTC().Format(time.RFC3339)
+		}
+		return why
+	}
+	return ""
 }
 
 // attachOrdering fills the ordering key, sequence and gaps of claimed tasks
@@ -256,6 +377,9 @@ func (c *Client) orderingPrepare(p *EnqueueParams, queue string, state bt.State)
 	}
 	if p.IdempotencyKey != "" || p.MergeKey != "" {
 		return state, invalid("ordering_key", "cannot be combined with an idempotency or merge key")
+	}
+	if _, declared := c.queueOrdering(queue); !declared {
+		c.implicit.lookNow(queue) // this client's workers admit it at their next claim
 	}
 	return bt.StateBuffered, nil
 }

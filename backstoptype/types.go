@@ -140,6 +140,9 @@ type Task struct {
 	OrderingKey string `json:"ordering_key,omitempty"`
 	Sequence    int64  `json:"sequence,omitempty"`
 	Gaps        []Gap  `json:"gaps,omitempty"`
+	// OrderingWait says why a buffered task waits (its ordering status and
+	// what its key waits for); empty for a task that does not wait.
+	OrderingWait string `json:"ordering_wait,omitempty"`
 
 	Executions []Execution `json:"executions,omitempty"`
 }

@@ -92,11 +92,23 @@ type OrderingPolicy func(k *OrderingKeyState, tasks []OrderingTask, set Ordering
 // ErrNoOrderingPolicy: Order was called with settings that carry no Decide.
 var ErrNoOrderingPolicy = errors.New("store: ordering settings carry no Decide (the engine's ordering policy)")
 
-// OrderingInfo is one task's ordering data.
+// OrderingInfo is one task's ordering data, with what its key's state says
+// about why it waits (read in the same query; no lock is taken).
 type OrderingInfo struct {
 	Key      string
 	Sequence int64
 	Gaps     []bt.Gap
+	// Status is the task's ordering status (OrdHeld, OrdGap, OrdReady,
+	// OrdReplay, OrdDone, OrdReplayed).
+	Status string
+	// LastSequence is the key's last handled sequence (nil: none yet).
+	LastSequence *int64
+	// BusyTaskID is the key's admitted task while it is live ("" none),
+	// BusySequence its sequence.
+	BusyTaskID   string
+	BusySequence int64
+	// DrainDueAt is when the key's drain runs next (nil: none scheduled).
+	DrainDueAt *time.Time
 }
 
 // OrderingDelta counts what one Order call did.

@@ -172,23 +172,21 @@ func (s *Server) groupDLQ(w http.ResponseWriter, r *http.Request) error {
 type DeadLetterView struct {
 	TaskView
 	Events []bt.Event `json:"events"`
+	// ExecutionsTotal counts all the task's executions; the answer holds
+	// the newest ?executions_limit (default 100) of them, oldest first, and
+	// ExecutionsNext (null when none are left) goes into
+	// ?executions_before for the older ones.
+	ExecutionsTotal int     `json:"executions_total"`
+	ExecutionsNext  *string `json:"executions_next"`
 }
 
 // GET /v1/dlq/{id}: a task that is not dead is not found here.
 func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) error {
-	t, err := s.c.Get(r.Context(), r.PathValue("id"))
+	v, err := s.taskDetail(r, true)
 	if err != nil {
 		return err
 	}
-	if t.State != bt.StateDead {
-		return fail(codeNotFound, fmt.Sprintf("task %q is %s, not a dead letter (see GET /v1/tasks/%s)", t.ID, t.State, t.ID))
-	}
-	evs, err := s.c.Events(r.Context(), t.ID)
-	if err != nil {
-		return err
-	}
-	p := principalFrom(r.Context())
-	return writeJSON(w, http.StatusOK, DeadLetterView{TaskView: view(p, t, true), Events: maskEvents(p, evs)})
+	return writeJSON(w, http.StatusOK, v)
 }
 
 // PatchRequest is how a replay or redrive changes the payload: Patch is a

@@ -97,7 +97,7 @@ func TestOperatorReasonEndpoints(t *testing.T) {
 		if _, err := admin.ResolveWith(ctx, r, api.ResolveRequest{Reason: "refunded", Note: "by hand"}); err != nil {
 			t.Fatal(err)
 		}
-		dv, err := admin.Show(ctx, r, false)
+		dv, err := admin.Show(ctx, r, false, backstop.ExecutionWindow{})
 		if err != nil {
 			t.Fatal(err)
 		}

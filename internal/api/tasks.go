@@ -135,17 +135,45 @@ func (s *Server) postTaskBatch(w http.ResponseWriter, r *http.Request) error {
 type TaskDetail = DeadLetterView
 
 // GET /v1/tasks/{id}: the task with its executions and history.
+// ?executions_limit (1..1000, default 100) and ?executions_before (an
+// executions_next) choose the window of executions.
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
-	t, err := s.c.Get(r.Context(), r.PathValue("id"))
+	v, err := s.taskDetail(r, false)
 	if err != nil {
 		return err
+	}
+	return writeJSON(w, http.StatusOK, v)
+}
+
+// taskDetail reads the task of r's {id} with one window of its executions
+// and its history; deadOnly: a task that is not dead is not found.
+func (s *Server) taskDetail(r *http.Request, deadOnly bool) (*TaskDetail, error) {
+	q := r.URL.Query()
+	win := backstop.ExecutionWindow{Before: q.Get("executions_before")}
+	if v := q.Get("executions_limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > backstop.MaxExecutionsLimit {
+			return nil, fail(codeInvalidQuery, fmt.Sprintf("executions_limit %q: want a whole number from 1 to %d", v, backstop.MaxExecutionsLimit))
+		}
+		win.Limit = n
+	}
+	t, page, err := s.c.GetWindow(r.Context(), r.PathValue("id"), win)
+	if err != nil {
+		return nil, err
+	}
+	if deadOnly && t.State != bt.StateDead {
+		return nil, fail(codeNotFound, fmt.Sprintf("task %q is %s, not a dead letter (see GET /v1/tasks/%s)", t.ID, t.State, t.ID))
 	}
 	evs, err := s.c.Events(r.Context(), t.ID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p := principalFrom(r.Context())
-	return writeJSON(w, http.StatusOK, TaskDetail{TaskView: view(p, t, true), Events: maskEvents(p, evs)})
+	v := &TaskDetail{TaskView: view(p, t, true), Events: maskEvents(p, evs), ExecutionsTotal: page.Total}
+	if page.Next != "" {
+		v.ExecutionsNext = &page.Next
+	}
+	return v, nil
 }
 
 // ListResponse is a page of a listing; NextCursor (null on the last page)

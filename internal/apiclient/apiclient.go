@@ -13,9 +13,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 )
@@ -103,6 +105,8 @@ type Task struct {
 	MergeKey       string            `json:"merge_key,omitempty"`
 	Progress       *bt.Progress      `json:"progress,omitempty"`
 	Complexity     float64           `json:"complexity,omitempty"`
+	OrderingKey    string            `json:"ordering_key,omitempty"`
+	Sequence       int64             `json:"sequence,omitempty"`
 }
 
 func esc(id string) string { return url.PathEscape(id) }
@@ -197,13 +201,24 @@ func (c *Client) Fail(ctx context.Context, id string, req api.FailRequest) (*api
 	return &out, c.Do(ctx, "POST", "/v1/tasks/"+esc(id)+"/fail", req, &out)
 }
 
-// Show returns a task with its executions and its history (events);
-// raw asks for the payload as stored (admin only, audited).
-func (c *Client) Show(ctx context.Context, id string, raw bool) (*api.TaskDetail, error) {
+// Show returns a task with one window of its executions (win: the newest
+// win.Limit before win.Before; zero: the server's default) and its history
+// (events); raw asks for the payload as stored (admin only, audited).
+func (c *Client) Show(ctx context.Context, id string, raw bool, win backstop.ExecutionWindow) (*api.TaskDetail, error) {
 	var out api.TaskDetail
-	path := "/v1/tasks/" + esc(id)
+	q := url.Values{}
 	if raw {
-		path += "?raw=true"
+		q.Set("raw", "true")
+	}
+	if win.Limit != 0 {
+		q.Set("executions_limit", strconv.Itoa(win.Limit))
+	}
+	if win.Before != "" {
+		q.Set("executions_before", win.Before)
+	}
+	path := "/v1/tasks/" + esc(id)
+	if len(q) > 0 {
+		path += "?" + q.Encode()
 	}
 	return &out, c.Do(ctx, "GET", path, nil, &out)
 }

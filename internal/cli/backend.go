@@ -33,7 +33,9 @@ type backend interface {
 	List(ctx context.Context, f backstop.ListParams) ([]*backstop.Task, error)
 	DeadLetters(ctx context.Context, f backstop.ListParams) ([]*backstop.Task, error)
 	// Show returns a task with its executions and history.
-	Show(ctx context.Context, id string) (*backstop.Task, []bt.Event, error)
+	// Show returns a task with one window of its executions, what the
+	// window left out, and the task's history.
+	Show(ctx context.Context, id string, win backstop.ExecutionWindow) (*backstop.Task, backstop.ExecutionsPage, []bt.Event, error)
 	Cancel(ctx context.Context, p backstop.CancelParams) (*backstop.Task, error)
 	Replay(ctx context.Context, p backstop.ReplayParams) (*backstop.ReplayResult, error)
 	Discard(ctx context.Context, p backstop.DiscardParams) (*backstop.Task, error)
@@ -152,13 +154,13 @@ func (l *localBackend) events(evs []bt.Event) []bt.Event {
 	return backstop.MaskEvents(l.mask, evs)
 }
 
-func (l *localBackend) Show(ctx context.Context, id string) (*backstop.Task, []bt.Event, error) {
-	t, err := l.Get(ctx, id)
+func (l *localBackend) Show(ctx context.Context, id string, win backstop.ExecutionWindow) (*backstop.Task, backstop.ExecutionsPage, []bt.Event, error) {
+	t, page, err := l.GetWindow(ctx, id, win)
 	if err != nil {
-		return nil, nil, err
+		return nil, page, nil, err
 	}
 	evs, err := l.Events(ctx, t.ID)
-	return l.out(t), l.events(evs), err
+	return l.out(t), page, l.events(evs), err
 }
 
 func (l *localBackend) Enqueue(ctx context.Context, p backstop.EnqueueParams) (*backstop.EnqueueResult, error) {
@@ -289,7 +291,8 @@ func taskFromView(v api.TaskView) *backstop.Task {
 func enqueueBody(p backstop.EnqueueParams) apiclient.Task {
 	t := apiclient.Task{ID: p.ID, Queue: p.Queue, Kind: p.Kind, Payload: p.Payload, Priority: p.Priority,
 		Delay: bt.Duration(p.Delay), MaxAttempts: p.MaxAttempts, Timeout: bt.Duration(p.Timeout), Retry: p.Retry,
-		Attributes: p.Attributes, IdempotencyKey: p.IdempotencyKey, MergeKey: p.MergeKey, Complexity: p.Complexity}
+		Attributes: p.Attributes, IdempotencyKey: p.IdempotencyKey, MergeKey: p.MergeKey, Complexity: p.Complexity,
+		OrderingKey: p.OrderingKey, Sequence: p.Sequence}
 	if !p.RunAt.IsZero() {
 		at := p.RunAt
 		t.RunAt = &at
@@ -423,12 +426,16 @@ func (r *remoteBackend) DeadLetters(ctx context.Context, f backstop.ListParams) 
 	return r.listPages(ctx, f, true, r.cl.DLQList)
 }
 
-func (r *remoteBackend) Show(ctx context.Context, id string) (*backstop.Task, []bt.Event, error) {
-	d, err := r.cl.Show(ctx, id, r.raw)
+func (r *remoteBackend) Show(ctx context.Context, id string, win backstop.ExecutionWindow) (*backstop.Task, backstop.ExecutionsPage, []bt.Event, error) {
+	d, err := r.cl.Show(ctx, id, r.raw, win)
 	if err != nil {
-		return nil, nil, remoteErr(err)
+		return nil, backstop.ExecutionsPage{}, nil, remoteErr(err)
 	}
-	return taskFromView(d.TaskView), d.Events, nil
+	page := backstop.ExecutionsPage{Total: d.ExecutionsTotal}
+	if d.ExecutionsNext != nil {
+		page.Next = *d.ExecutionsNext
+	}
+	return taskFromView(d.TaskView), page, d.Events, nil
 }
 
 func (r *remoteBackend) Cancel(ctx context.Context, p backstop.CancelParams) (*backstop.Task, error) {

@@ -20,8 +20,8 @@ import (
 // demoServe is `backstop demo --serve`: the product tour. The server runs
 // in dev mode on loopback over the demo database while producers enqueue
 // continuously, the demo's handlers (flaky, permanently failing, slow) work
-// in-process, and a replayer now and then replays a dead letter, so
-// retries, dead letters and replays happen live. It runs until Ctrl-C.
+// in-process, and a replayer replays each dead letter once, so retries,
+// dead letters and replays happen live. It runs until Ctrl-C.
 func (a *app) demoServe(ctx context.Context, addr string) error {
 	loopback, err := isLoopback(addr)
 	if err != nil {
@@ -75,7 +75,7 @@ func (a *app) demoServe(ctx context.Context, addr string) error {
 	var wg sync.WaitGroup
 	runID := fmt.Sprintf("live%06x", rand.Uint32()&0xffffff)
 	wg.Go(func() { demoProduce(bg, c, runID, log) })
-	wg.Go(func() { demoReplay(bg, c, log) })
+	wg.Go(func() { demoReplay(bg, c, log, demoReplayEvery) })
 
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(a.stdout, `backstop demo: console %s/ (open it in a browser) · serving %s on %s (dev mode: no token needed, loopback only)
@@ -88,7 +88,8 @@ func (a *app) demoServe(ctx context.Context, addr string) error {
 
 Producers enqueue tasks into queue %q every few hundred milliseconds; some fail
 transiently and are retried, some fail for good and dead-letter, some are slow,
-and now and then a dead letter is replayed. Try:
+and every 5 s a dead letter is replayed — each one once: one that fails again
+stays in the DLQ for you to replay, patch or discard. Try:
 
   curl -s '%s/v1/tasks?limit=5'
   curl -s %s/v1/queues
@@ -143,23 +144,50 @@ func demoProduce(ctx context.Context, c *backstop.Client, runID string, log *slo
 	}
 }
 
-// demoReplay replays one open dead letter every few seconds.
-func demoReplay(ctx context.Context, c *backstop.Client, log *slog.Logger) {
-	tick := time.NewTicker(5 * time.Second)
+// demoReplayEvery is how often the demo's replayer looks for a dead
+// letter to replay.
+const demoReplayEvery = 5 * time.Second
+
+// demoReplay replays, every few seconds, the next open dead letter that was
+// never replayed, in id order. Each dead letter is replayed at most once: one
+// that fails for good dies again and stays in the DLQ, instead of being
+// replayed (and its history growing) for as long as the demo runs.
+func demoReplay(ctx context.Context, c *backstop.Client, log *slog.Logger, every time.Duration) {
+	tick := time.NewTicker(every)
 	defer tick.Stop()
+	after := "" // dead letters up to this id were replayed or passed over
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		dead, err := c.List(ctx, backstop.ListParams{Queue: demoQueue, States: []bt.State{bt.StateDead}, Limit: 1})
-		if err != nil || len(dead) == 0 {
+		id, err := demoNextReplay(ctx, c, after)
+		if err != nil || id == "" {
 			continue
 		}
-		if err := demoReplayOne(ctx, c, dead[0].ID); err != nil && ctx.Err() == nil {
-			log.Warn("demo replay", "task_id", dead[0].ID, "error", err)
+		after = id
+		if err := demoReplayOne(ctx, c, id); err != nil && ctx.Err() == nil {
+			log.Warn("demo replay", "task_id", id, "error", err)
 		}
+	}
+}
+
+// demoNextReplay is the first open dead letter of the demo queue after
+// after that was never replayed ("" none).
+func demoNextReplay(ctx context.Context, c *backstop.Client, after string) (string, error) {
+	for {
+		page, err := c.List(ctx, backstop.ListParams{Queue: demoQueue, States: []bt.State{bt.StateDead},
+			DLQStatuses: []bt.DLQStatus{bt.DLQOpen}, AfterID: after, Limit: 100})
+		if err != nil || len(page) == 0 {
+			return "", err
+		}
+		for _, t := range page {
+			if t.ReplayCount == 0 {
+				return t.ID, nil
+			}
+		}
+		after = page[len(page)-1].ID
 	}
 }
 

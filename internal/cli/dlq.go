@@ -98,18 +98,23 @@ func dlqListCmd(a *app) *cobra.Command {
 }
 
 func dlqShowCmd(a *app) *cobra.Command {
+	var win backstop.ExecutionWindow
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a dead letter with its full attempt history",
-		Long:  "Show a dead letter with its full attempt history. An id that is not a dead letter exits 3.",
-		Args:  cobra.ExactArgs(1),
+		Long: "Show a dead letter with its attempt history (the newest --executions, as tasks show). An id that\n" +
+			"is not a dead letter exits 3.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			t, events, err := c.Show(cmd.Context(), args[0])
+			if err := checkExecutionWindow(win); err != nil {
+				return err
+			}
+			t, page, events, err := c.Show(cmd.Context(), args[0], win)
 			if err != nil {
 				return err
 			}
@@ -118,9 +123,10 @@ func dlqShowCmd(a *app) *cobra.Command {
 					err: fmt.Errorf("task %q is %s, not a dead letter (see: backstop tasks show %s)", t.ID, t.State, t.ID)}
 			}
 			v := newDeadLetterJSON(t, true)
+			v.setPage(page)
 			v.Events = &events
 			return a.print(v, func(w io.Writer) error {
-				if err := printTaskDetail(w, t, true); err != nil {
+				if err := printTaskDetail(w, t, page, true); err != nil {
 					return err
 				}
 				return printEvents(w, events)
@@ -128,6 +134,7 @@ func dlqShowCmd(a *app) *cobra.Command {
 		},
 	}
 	addRawFlag(a, cmd)
+	addExecutionWindowFlags(cmd, &win)
 	return cmd
 }
 

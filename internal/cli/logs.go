@@ -29,7 +29,7 @@ func (r *remoteBackend) Logs(ctx context.Context, taskID, executionID string, af
 
 // logReader is the part of a backend `tasks logs` needs.
 type logReader interface {
-	Show(ctx context.Context, id string) (*backstop.Task, []bt.Event, error)
+	Show(ctx context.Context, id string, win backstop.ExecutionWindow) (*backstop.Task, backstop.ExecutionsPage, []bt.Event, error)
 	Logs(ctx context.Context, taskID, executionID string, after, limit int) ([]backstop.LogLine, error)
 }
 
@@ -63,7 +63,7 @@ lines until the attempt ends (or Ctrl-C). With -o json each line is one JSON obj
 				return err
 			}
 			defer c.Close()
-			t, _, err := c.Show(ctx, args[0])
+			t, _, _, err := c.Show(ctx, args[0], backstop.ExecutionWindow{Limit: 1})
 			if err != nil {
 				return err
 			}
@@ -112,7 +112,7 @@ func (a *app) printLogs(ctx context.Context, c logReader, taskID, executionID st
 		if !follow {
 			return nil
 		}
-		t, _, err := c.Show(ctx, taskID)
+		t, _, _, err := c.Show(ctx, taskID, backstop.ExecutionWindow{Limit: 1})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -18,8 +18,10 @@ func statsCmd(a *app) *cobra.Command {
 each state, the dead letters by status and reason, how long the oldest
 claimable task has waited and the oldest running attempt has held its lease,
 the size of each Backstop table (Postgres: pg_total_relation_size, with
-indexes and TOAST; SQLite: from the dbstat table when the build has it, else
-n/a, and the whole file) and who leads maintenance.`,
+indexes and TOAST; SQLite: from the dbstat table when the build has it) and
+of the whole database, and who leads maintenance. A SQLite build without
+dbstat cannot measure a table alone: the table leaves those rows out and says
+so in one line (JSON keeps them with "bytes": -1); the file's size is exact.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, c, err := a.open(cmd.Context(), nil)
@@ -54,8 +56,16 @@ n/a, and the whole file) and who leads maintenance.`,
 				}
 				fmt.Fprintln(tw)
 				fmt.Fprintln(tw, "TABLE\tBYTES")
+				unmeasured := 0
 				for _, t := range st.Tables {
+					if t.Bytes < 0 { // this driver cannot measure the table alone
+						unmeasured++
+						continue
+					}
 					fmt.Fprintf(tw, "%s\t%s\n", t.Table, fmtBytes(t.Bytes))
+				}
+				if unmeasured > 0 {
+					fmt.Fprintf(tw, "(%d tables)\tnot measured one by one: this SQLite build has no dbstat table\n", unmeasured)
 				}
 				fmt.Fprintf(tw, "database (%s)\t%s\n", st.Driver, fmtBytes(st.DatabaseBytes))
 				return tw.Flush()

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -47,10 +49,29 @@ func TestStatsAndViews(t *testing.T) {
 			t.Fatalf("stats tables %v", st.Tables)
 		}
 		out := e.ok("stats")
-		for _, want := range []string{"QUEUE", "mail", "pending", "DLQ_STATUS", "oldest pending", "backstop_tasks", "database (" + st.Driver + ")"} {
+		for _, want := range []string{"QUEUE", "mail", "pending", "DLQ_STATUS", "oldest pending", "database (" + st.Driver + ")"} {
 			if !strings.Contains(out, want) {
 				t.Fatalf("stats table lacks %q:\n%s", want, out)
 			}
+		}
+		// A table measured is a row with its size; one that is not is no
+		// row at all (one line says why), never a row of n/a.
+		unmeasured := 0
+		for _, x := range st.Tables {
+			switch row := regexp.MustCompile(`(?m)^` + x.Table + `\s+\S`); {
+			case x.Bytes >= 0 && !row.MatchString(out):
+				t.Errorf("stats table lacks the row of %s (%d bytes):\n%s", x.Table, x.Bytes, out)
+			case x.Bytes < 0 && row.MatchString(out):
+				t.Errorf("stats table has a row for %s, which it could not measure:\n%s", x.Table, out)
+			case x.Bytes < 0:
+				unmeasured++
+			}
+		}
+		if strings.Contains(out, "n/a") {
+			t.Errorf("stats prints n/a:\n%s", out)
+		}
+		if unmeasured > 0 && !regexp.MustCompile(fmt.Sprintf(`\(%d tables\)\s+not measured one by one`, unmeasured)).MatchString(out) {
+			t.Errorf("stats does not say why %d tables have no row:\n%s", unmeasured, out)
 		}
 
 		for _, v := range []string{"pending-retries", "retry-exhausted", "recent-failures"} {

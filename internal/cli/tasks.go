@@ -132,24 +132,33 @@ func (a *app) morePages(tasks []*backstop.Task, limit int) {
 }
 
 func tasksShowCmd(a *app) *cobra.Command {
+	var win backstop.ExecutionWindow
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a task with its executions (attempts) and its timeline (events)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show a task with its executions (attempts) and its timeline (events). The executions come a
+window at a time: the newest --executions (default 100, at most 1000), oldest first; when older
+ones are left out, the header says how many there are and the --executions-before value that
+shows them (-o json: executions_total and executions_next).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkExecutionWindow(win); err != nil {
+				return err
+			}
 			c, err := a.backend(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			t, events, err := c.Show(cmd.Context(), args[0])
+			t, page, events, err := c.Show(cmd.Context(), args[0], win)
 			if err != nil {
 				return err
 			}
 			v := newTaskJSON(t, true)
+			v.setPage(page)
 			v.Events = &events
 			return a.print(v, func(w io.Writer) error {
-				if err := printTaskDetail(w, t, false); err != nil {
+				if err := printTaskDetail(w, t, page, false); err != nil {
 					return err
 				}
 				return printTimeline(w, t, events)
@@ -157,7 +166,23 @@ func tasksShowCmd(a *app) *cobra.Command {
 		},
 	}
 	addRawFlag(a, cmd)
+	addExecutionWindowFlags(cmd, &win)
 	return cmd
+}
+
+// addExecutionWindowFlags adds --executions and --executions-before, the
+// window of executions a show command prints.
+func addExecutionWindowFlags(cmd *cobra.Command, win *backstop.ExecutionWindow) {
+	cmd.Flags().IntVar(&win.Limit, "executions", backstop.DefaultExecutionsLimit,
+		fmt.Sprintf("how many executions to show: the newest (1-%d)", backstop.MaxExecutionsLimit))
+	cmd.Flags().StringVar(&win.Before, "executions-before", "", "show the executions older than this one (the id the header names)")
+}
+
+func checkExecutionWindow(win backstop.ExecutionWindow) error {
+	if win.Limit < 1 || win.Limit > backstop.MaxExecutionsLimit {
+		return usageErr("--executions %d: want 1 to %d", win.Limit, backstop.MaxExecutionsLimit)
+	}
+	return nil
 }
 
 func tasksCancelCmd(a *app) *cobra.Command {
@@ -208,6 +233,15 @@ type taskJSON struct {
 	Executions *[]bt.Execution `json:"executions,omitempty"`
 	// Events (the task's history) is set by show commands.
 	Events *[]bt.Event `json:"events,omitempty"`
+	// ExecutionsTotal and ExecutionsNext are set by show commands: all the
+	// task's executions, and the --executions-before value of the older
+	// ones the window left out (absent when none are).
+	ExecutionsTotal *int   `json:"executions_total,omitempty"`
+	ExecutionsNext  string `json:"executions_next,omitempty"`
+}
+
+func (v *taskJSON) setPage(p backstop.ExecutionsPage) {
+	v.ExecutionsTotal, v.ExecutionsNext = &p.Total, p.Next
 }
 
 func newTaskJSON(t *bt.Task, withExecutions bool) taskJSON {
@@ -227,9 +261,10 @@ func newTaskJSON(t *bt.Task, withExecutions bool) taskJSON {
 	return v
 }
 
-// printTaskDetail prints a task's fields, then its executions. With
-// details, each execution's error detail (stack, output tail) follows.
-func printTaskDetail(w io.Writer, t *bt.Task, details bool) error {
+// printTaskDetail prints a task's fields, then its window of executions
+// (page: what the window left out). With details, each execution's error
+// detail (stack, output tail) follows.
+func printTaskDetail(w io.Writer, t *bt.Task, page backstop.ExecutionsPage, details bool) error {
 	tw := newTable(w)
 	field := func(name, value string) {
 		if value != "" {
@@ -281,12 +316,25 @@ func printTaskDetail(w io.Writer, t *bt.Task, details bool) error {
 		field("dlq_status", string(t.DLQStatus))
 	}
 	field("replayed_from", t.ReplayedFrom)
+	if t.OrderingKey != "" {
+		field("ordering_key", t.OrderingKey)
+		field("sequence", strconv.FormatInt(t.Sequence, 10))
+		if len(t.Gaps) > 0 {
+			b, _ := json.Marshal(t.Gaps)
+			field("gaps", string(b))
+		}
+		field("ordering_wait", t.OrderingWait)
+	}
 	field("last_error", oneLine(t.LastError, 200))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 
-	fmt.Fprintf(w, "\nexecutions (%d):\n", len(t.Executions))
+	if page.Next != "" {
+		fmt.Fprintf(w, "\nexecutions (the newest %d of %d; older: --executions-before %s):\n", len(t.Executions), page.Total, page.Next)
+	} else {
+		fmt.Fprintf(w, "\nexecutions (%d):\n", len(t.Executions))
+	}
 	if len(t.Executions) == 0 {
 		_, err := fmt.Fprintln(w, "  none yet")
 		return err

@@ -139,6 +139,56 @@ func (s *suite) testOrdering(t *testing.T) {
 		b.handleNext(5)
 	})
 
+	t.Run("WaitSaysWhy", func(t *testing.T) {
+		t.Parallel()
+		b := s.ordBundle(t, backstop.OrderingConfig{Step: 1})
+		one := b.ordEnqueue("k", 1)
+		eq(t, "a task not yet examined", b.get(one.ID).OrderingWait,
+			`held: waiting for ordering admission of key "k", which a worker of queue "ordered" runs before each claim`)
+		b.handleNext(1)
+		eq(t, "a task that runs does not wait", b.get(one.ID).OrderingWait, "")
+		three := b.ordEnqueue("k", 3)
+		b.noClaim()
+		got := b.get(three.ID)
+		want := fmt.Sprintf(`buffered: waiting for sequence 2 of key "k" (last handled 1), next drain at %s`,
+			b.clock.Now().Add(10*time.Second).UTC().Format(time.RFC3339))
+		eq(t, "a task behind a gap", got.OrderingWait, want)
+		eq(t, "its key and sequence", []any{got.OrderingKey, got.Sequence}, []any{"k", int64(3)})
+		// In order, behind the key's admitted task.
+		r1, r2 := b.ordEnqueue("r", 1), b.ordEnqueue("r", 2)
+		b.order()
+		eq(t, "a released task", b.get(r2.ID).OrderingWait,
+			fmt.Sprintf(`released: waiting for task %s (sequence 1) of key "r" to end`, r1.ID))
+	})
+
+	t.Run("UndeclaredQueueIsOrdered", func(t *testing.T) {
+		// A client that does not declare a queue (the CLI's database path,
+		// a server without a configuration) orders it with the default
+		// settings: the keyed tasks a producer wrote are admitted one at a
+		// time per key, in sequence order.
+		t.Parallel()
+		b := s.setup(t, &backstop.Config{})
+		b.clock.freeze()
+		const q = "undeclared"
+		var ids []string
+		for _, seq := range []int64{20, 10} {
+			ids = append(ids, b.enqueue(backstop.EnqueueParams{Queue: q, Kind: "result", OrderingKey: "k", Sequence: seq}).ID)
+		}
+		if err := b.c.OrderQueue(b.ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		ts := claim(t, b, q, 10)
+		eq(t, "claimed (one per key)", len(ts), 1)
+		eq(t, "the lower sequence first", ts[0].ID, ids[1])
+		b.succeed(ts[0])
+		if err := b.c.OrderQueue(b.ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		ts = claim(t, b, q, 10)
+		eq(t, "then the next", len(ts), 1)
+		eq(t, "the next", ts[0].ID, ids[0])
+	})
+
 	t.Run("StaleDropped", func(t *testing.T) {
 		t.Parallel()
 		b := s.ordBundle(t, backstop.OrderingConfig{Step: 1})

@@ -2,7 +2,7 @@
 // history and the admin's actions (replay with a previewed merge patch,
 // discard with a reason, resolve with a note).
 import { api, h, clear, can, flash, errorText, fmtTime, badge, table, field, pretty, live, debounce } from './lib.js';
-import { executionsSection, timelineSection, attributesList, payloadSection } from './tasks.js';
+import { executionsSection, timelineSection, attributesList, payloadSection, EXECUTIONS_WINDOW } from './tasks.js';
 
 const reasons = ['', 'attempts_exhausted', 'permanent_error', 'expired', 'poison'];
 const statuses = ['open', 'replayed', 'discarded', 'resolved'];
@@ -430,7 +430,8 @@ function withoutAfter(q) {
 }
 
 export async function dlqPage(main, id) {
-  const t = await api('GET', `/v1/dlq/${encodeURIComponent(id)}`);
+  const path = `/v1/dlq/${encodeURIComponent(id)}`;
+  const t = await api('GET', `${path}?executions_limit=${EXECUTIONS_WINDOW}`);
   const actions = h('section', { class: 'actions', 'aria-labelledby': 'actions-title' });
   if (can('admin') && t.dlq_status === 'open') actions.append(...adminActions(main, t));
   else if (can('admin')) actions.append(h('p', { class: 'muted' }, `This dead letter is ${t.dlq_status}: nothing to do.`));
@@ -451,7 +452,7 @@ export async function dlqPage(main, id) {
       can('admin') ? actions : h('p', { class: 'muted', id: 'no-actions' }, 'Replay, discard and resolve need the admin role.')),
     payloadSection(t),
     h('section', { 'aria-labelledby': 'attrs-title' }, h('h2', { id: 'attrs-title' }, 'Attributes'), attributesList(t.attributes)),
-    executionsSection(t),
+    executionsSection(t, path),
     timelineSection(t.events));
   // A re-render would drop an action the admin is filling in (a patch, a
   // preview waiting for its confirm, a reason or a note): it waits until

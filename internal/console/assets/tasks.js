@@ -109,24 +109,66 @@ export function timelineSection(events) {
     items.length ? h('ol', { class: 'timeline', id: 'timeline' }, items) : h('p', { class: 'muted' }, 'No events.'));
 }
 
-export function executionsSection(t) {
-  const ex = t.executions || [];
-  const rows = ex.map((x) => [
+// EXECUTIONS_WINDOW is how many executions a task page asks for at a time
+// (the API answers the newest first window, oldest first, and a cursor for
+// the older ones): a task replayed a thousand times stays a page long.
+export const EXECUTIONS_WINDOW = 25;
+
+// executionsSection shows the window of executions the page fetched from
+// path (the task's or the dead letter's GET) and, while older ones are left
+// out, a button that fetches the next older window and puts it on top.
+export function executionsSection(t, path) {
+  const row = (x) => h('tr', {}, [
     String(x.attempt), x.outcome ? badge(x.outcome, 'outcome') : badge('running'),
     fmtTime(x.started_at), fmtDuration(x.started_at, x.finished_at),
     x.worker_id ? h('a', { href: `#/workers/${encodeURIComponent(x.worker_id)}`, class: 'mono' }, x.worker_id) : '',
     h('span', { class: 'err' }, x.error, x.error_detail ? h('details', {}, h('summary', {}, 'detail'), h('pre', {}, x.error_detail)) : null),
     h('a', { href: `#/tasks/${encodeURIComponent(t.id)}?log=${encodeURIComponent(x.execution_id)}`,
       'aria-label': `Log of attempt ${x.attempt}` }, 'log'),
-  ]);
+  ].map((c) => h('td', {}, c)));
+  const ex = t.executions || [];
+  const total = t.executions_total ?? ex.length;
+  let shown = ex.length;
+  let next = t.executions_next || null;
+  const note = h('p', { class: 'muted small', id: 'executions-count', 'aria-live': 'polite' });
+  const tbody = h('tbody', {}, ex.map(row));
+  const older = h('button', { type: 'button', id: 'executions-older', class: 'small' });
+  const say = () => {
+    note.textContent = shown < total ? `The newest ${shown} of ${total} executions.` : `${total} executions.`;
+    older.textContent = `Show ${Math.min(EXECUTIONS_WINDOW, total - shown)} older`;
+    older.hidden = !next;
+  };
+  older.addEventListener('click', async () => {
+    older.disabled = true;
+    try {
+      const qs = new URLSearchParams({ executions_limit: String(EXECUTIONS_WINDOW), executions_before: next });
+      const page = await api('GET', `${path}?${qs}`);
+      tbody.prepend(...(page.executions || []).map(row));
+      shown += (page.executions || []).length;
+      next = page.executions_next || null;
+      say();
+    } catch (e) {
+      flash(errorText(e), 'error');
+    } finally {
+      older.disabled = false;
+    }
+  });
+  say();
+  const body = ex.length === 0 ? h('p', { class: 'muted' }, 'It has not run yet.')
+    : h('table', {},
+      h('caption', { class: 'sr-only' }, 'Executions of this task'),
+      h('thead', {}, h('tr', {}, ['Attempt', 'Outcome', 'Started', 'Duration', 'Worker', 'Error', 'Log'].map((x) => h('th', { scope: 'col' }, x)))),
+      tbody);
   return h('section', { 'aria-labelledby': 'exec-title' },
     h('h2', { id: 'exec-title' }, 'Executions'),
-    h('div', { class: 'scroll', id: 'executions' },
-      table('Executions of this task', ['Attempt', 'Outcome', 'Started', 'Duration', 'Worker', 'Error', 'Log'], rows, 'It has not run yet.')));
+    ex.length ? note : null,
+    h('div', { class: 'scroll', id: 'executions' }, body),
+    ex.length ? h('p', {}, older) : null);
 }
 
 export async function taskPage(main, id) {
-  const t = await api('GET', `/v1/tasks/${encodeURIComponent(id)}`);
+  const path = `/v1/tasks/${encodeURIComponent(id)}`;
+  const t = await api('GET', `${path}?executions_limit=${EXECUTIONS_WINDOW}`);
   const logBox = h('section', { id: 'log', 'aria-labelledby': 'log-title', hidden: true });
   const logURL = (x, after) => {
     const qs = new URLSearchParams({ limit: '200' });
@@ -203,7 +245,7 @@ export async function taskPage(main, id) {
     cancel ? h('p', {}, cancel) : null,
     payloadSection(t),
     h('section', { 'aria-labelledby': 'attrs-title' }, h('h2', { id: 'attrs-title' }, 'Attributes'), attributesList(t.attributes)),
-    executionsSection(t),
+    executionsSection(t, path),
     logBox,
     timelineSection(t.events));
   const want = new URLSearchParams(location.hash.split('?')[1] || '').get('log');

@@ -22,25 +22,36 @@ func (p *Procedures) OrderingInfo(ctx context.Context, ids []string) (map[string
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := p.reader.Query(ctx, `SELECT task_id, okey, seq, CAST(gaps AS TEXT) FROM backstop_ordering_tasks
-		WHERE task_id `+d.InText("$1"), d.TextList(ids))
+	rows, err := p.reader.Query(ctx, `SELECT o.task_id, o.okey, o.seq, CAST(o.gaps AS TEXT), o.status,
+			k.last_seq, k.busy_task, COALESCE(k.busy_seq, 0), k.drain_due_at, bt.state
+		FROM backstop_ordering_tasks o
+		LEFT JOIN backstop_ordering_keys k ON k.queue = o.queue AND k.okey = o.okey
+		LEFT JOIN backstop_tasks bt ON bt.id = k.busy_task
+		WHERE o.task_id `+d.InText("$1"), d.TextList(ids))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			id   string
-			info store.OrderingInfo
-			gaps *string
+			id              string
+			info            store.OrderingInfo
+			gaps            *string
+			busy, busyState *string
 		)
-		if err := rows.Scan(&id, &info.Key, &info.Sequence, &gaps); err != nil {
+		if err := rows.Scan(&id, &info.Key, &info.Sequence, &gaps, &info.Status,
+			&info.LastSequence, &busy, &info.BusySequence, &info.DrainDueAt, &busyState); err != nil {
 			return nil, err
 		}
 		if gaps != nil && *gaps != "" {
 			if err := json.Unmarshal([]byte(*gaps), &info.Gaps); err != nil {
 				return nil, fmt.Errorf("task %s: gaps: %w", id, err)
 			}
+		}
+		if busy != nil && busyState != nil && bt.State(*busyState).Live() {
+			info.BusyTaskID = *busy
+		} else {
+			info.BusySequence = 0
 		}
 		out[id] = info
 	}
