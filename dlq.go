@@ -156,6 +156,12 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 		newID = uuid.Must(uuid.NewV7()).String()
 	}
 	res := &ReplayResult{ID: p.ID, NewID: newID}
+	var inputs map[string]json.RawMessage // a fan-out item's run input, read before the transaction
+	if p.patched() && strings.IndexByte(p.ID, '.') >= 0 {
+		if inputs, err = c.store.RunInputsOfTasks(ctx, []string{p.ID}); err != nil {
+			return nil, err
+		}
+	}
 	var seen *Task
 	t, err := c.store.Replay(ctx, p.ID, func(t *Task) (*store.ReplayPlan, error) {
 		seen = t
@@ -166,7 +172,11 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 		plan := &store.ReplayPlan{NewID: newID, State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts,
 			Now: now, InlineLimit: c.cfg.InlinePayloadLimit, RedriveID: redriveID}
 		if p.patched() {
-			payload, err := applyPatch(t.Payload, p.MergePatch, p.Patch)
+			base, err := patchInput(t, inputs) // steppayload.go
+			if err != nil {
+				return nil, err
+			}
+			payload, err := applyPatch(base, p.MergePatch, p.Patch)
 			if err != nil {
 				return nil, err
 			}

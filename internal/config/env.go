@@ -44,6 +44,7 @@ var topEnv = map[string]setter{
 		return parseInt(v, &c.Limits.InlinePayloadLimit)
 	},
 	"LIMITS_MAX_PAYLOAD_SIZE": func(c *Config, v string) error { return parseInt(v, &c.Limits.MaxPayloadSize) },
+	"LIMITS_MAX_FANOUT_BYTES": func(c *Config, v string) error { return parseInt(v, &c.Limits.MaxFanOutBytes) },
 	"LIMITS_STRICT_QUEUES":    func(c *Config, v string) error { return parseBool(v, &c.Limits.StrictQueues) },
 	"RETENTION_SUCCEEDED":     func(c *Config, v string) error { return parseDur(v, &c.Retention.Succeeded) },
 	"RETENTION_CANCELED":      func(c *Config, v string) error { return parseDur(v, &c.Retention.Canceled) },
