@@ -295,3 +295,42 @@ func TestWorkflowFanOutReplayPatchesTheInput(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkflowRunKeptWhileAStepIsADeadLetter: retention keeps a finished
+// run while one of its fan-out items is an open dead letter (a replay needs
+// the run's input), and deletes it once the dead letter is closed.
+func TestWorkflowRunKeptWhileAStepIsADeadLetter(t *testing.T) {
+	t.Parallel()
+	forEachStoreClient(t, func() *Config { return &Config{Retention: RetentionConfig{Runs: time.Nanosecond}} }, func(t *testing.T, c *Client) {
+		ctx := context.Background()
+		applyYAML(t, c, "name: cont\nqueue: wf\nsteps:\n  - {id: each, kind: each, for_each: input.items, on_failure: continue}\n")
+		startWorker(t, c, map[string]Handler{"each": Step(func(ctx context.Context, s StepInput[json.RawMessage]) (int, error) {
+			if s.Index == 1 {
+				return 0, Permanent(errors.New("no"))
+			}
+			return s.Index, nil
+		})})
+		input, _ := fanInput(3)
+		run, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "cont", Input: input})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitRun(t, c, run.RunID, workflow.RunPartial)
+		time.Sleep(time.Millisecond)
+		if err := c.retentionService().RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WorkflowRun(ctx, run.RunID); err != nil {
+			t.Fatalf("the run with an open dead item: %v", err)
+		}
+		if _, err := c.Discard(ctx, DiscardParams{ID: run.RunID + ".each.1", Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.retentionService().RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WorkflowRun(ctx, run.RunID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("the run once its dead letter is closed: %v", err)
+		}
+	})
+}

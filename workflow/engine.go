@@ -146,9 +146,9 @@ type Change struct {
 //
 // (a fan-out step's result is the list of its items' results; a step that
 // did not succeed: null), except that a fan-out item's stores InputRef in
-// place of input (WithInput puts it back); its attributes are run_id, workflow, step_id,
-// plan_hash, and step_item on a fan-out item, compensation_of on a
-// compensation. Zero MaxAttempts, Retry and Timeout mean the kind's or
+// place of input (WithInput puts it back); its attributes are run_id,
+// workflow, step_id, plan_hash, and step_item on a fan-out item,
+// compensation_of on a compensation. Zero MaxAttempts, Retry and Timeout mean the kind's or
 // queue's configuration.
 type StepTask struct {
 	TaskID      string
