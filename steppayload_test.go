@@ -249,6 +249,19 @@ func TestStepInputGone(t *testing.T) {
 		if called["ghost.each.0"] {
 			t.Fatal("the handler ran a task whose input is gone")
 		}
+		// A remote claim dead-letters it too, and hands out nothing.
+		if _, err := c.Enqueue(ctx, EnqueueParams{ID: "ghost2.each.0", Queue: "wfr", Kind: "each",
+			Attributes: map[string]string{workflow.AttrRunID: "ghost2"},
+			Payload:    json.RawMessage(`{"index":0,"input_of_run":"ghost2","item":1,"results":{}}`)}); err != nil {
+			t.Fatal(err)
+		}
+		ls, err := remote.Of(c).Claim(ctx, remote.Claim{Queues: []string{"wfr"}, WorkerID: "rw", Max: 5})
+		if err != nil || len(ls) != 0 {
+			t.Fatalf("remote claim: %d leases, %v", len(ls), err)
+		}
+		if tk, err := c.Get(ctx, "ghost2.each.0"); err != nil || tk.State != StateDead || !strings.Contains(tk.LastError, "input is gone") {
+			t.Fatalf("after the remote claim: %+v %v", tk, err)
+		}
 	})
 }
 
