@@ -306,6 +306,20 @@ func TestWorkflowFanOutReplayPatchesTheInput(t *testing.T) {
 		if r.State != workflow.RunSucceeded || sum != "[0,3,4]" {
 			t.Fatalf("run %s, each's results %s", r.State, sum)
 		}
+		// A copy under a new id is no step of the run: it stores its
+		// payload whole.
+		run2, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "fan", Input: input})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitRun(t, c, run2.RunID, workflow.RunFailed)
+		cp, err := c.Replay(ctx, ReplayParams{ID: run2.RunID + ".each.1", NewID: true, Delay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk, err := c.Get(ctx, cp.NewID); err != nil || !bytes.Contains(tk.Payload, []byte(big)) || bytes.Contains(tk.Payload, []byte(workflow.InputRef)) {
+			t.Fatalf("the copy: %v %.100s", err, tk.Payload)
+		}
 	})
 }
 
