@@ -26,6 +26,13 @@ type Config struct {
 	InlinePayloadLimit int
 	// MaxPayloadSize: larger payloads are refused. Default: 8 MiB.
 	MaxPayloadSize int
+	// MaxFanOutBytes bounds the payload bytes of one workflow fan-out
+	// (for_each) step, its items together (workflow.FanOutSize: each item
+	// holds its element, its index and the results the step needs, never
+	// the run's input). A run whose first steps pass it is refused
+	// (ErrInvalid naming the bound, nothing written); a step that passes
+	// it when it becomes ready later fails permanently. Default: 64 MiB.
+	MaxFanOutBytes int64
 	// MaxAttempts when neither task, kind nor queue says. Default: 25.
 	MaxAttempts int
 	// Retry when neither task, kind nor queue says. Default: exponential,
@@ -151,6 +158,9 @@ type KindConfig struct {
 	Merge func(existing json.RawMessage, mergeCount int, incoming json.RawMessage) (json.RawMessage, error)
 }
 
+// DefaultMaxFanOutBytes is Config.MaxFanOutBytes's default: 64 MiB.
+const DefaultMaxFanOutBytes = 64 << 20
+
 func (c *Config) withDefaults() *Config {
 	out := *c
 	out.Clock = cmp.Or[Clock](c.Clock, RealClock)
@@ -159,6 +169,7 @@ func (c *Config) withDefaults() *Config {
 	}
 	out.InlinePayloadLimit = cmp.Or(c.InlinePayloadLimit, 64<<10)
 	out.MaxPayloadSize = cmp.Or(c.MaxPayloadSize, 8<<20)
+	out.MaxFanOutBytes = cmp.Or(c.MaxFanOutBytes, DefaultMaxFanOutBytes)
 	out.MaxAttempts = cmp.Or(c.MaxAttempts, 25)
 	out.Retention.Succeeded = cmp.Or(c.Retention.Succeeded, 24*time.Hour)
 	out.Retention.Canceled = cmp.Or(c.Retention.Canceled, 24*time.Hour)
@@ -184,6 +195,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxPayloadSize < 0 {
 		return fmt.Errorf("config: MaxPayloadSize must not be negative")
+	}
+	if c.MaxFanOutBytes < 0 {
+		return fmt.Errorf("config: MaxFanOutBytes must not be negative")
 	}
 	if c.MaxAttempts < 0 || c.MaxAttempts > MaxAttemptsLimit {
 		return fmt.Errorf("config: MaxAttempts must be between 0 (the default) and %d", MaxAttemptsLimit)

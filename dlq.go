@@ -156,6 +156,15 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 		newID = uuid.Must(uuid.NewV7()).String()
 	}
 	res := &ReplayResult{ID: p.ID, NewID: newID}
+	// A fan-out item's run input, read before the transaction: a patch
+	// applies to the payload with it, and a copy (NewID) is no step of the
+	// run, so it stores its payload whole.
+	var inputs map[string]json.RawMessage
+	if (p.patched() || p.NewID) && strings.IndexByte(p.ID, '.') >= 0 {
+		if inputs, err = c.store.RunInputsOfTasks(ctx, []string{p.ID}); err != nil {
+			return nil, err
+		}
+	}
 	var seen *Task
 	t, err := c.store.Replay(ctx, p.ID, func(t *Task) (*store.ReplayPlan, error) {
 		seen = t
@@ -165,8 +174,19 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 		}
 		plan := &store.ReplayPlan{NewID: newID, State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts,
 			Now: now, InlineLimit: c.cfg.InlinePayloadLimit, RedriveID: redriveID}
+		if p.NewID && !p.patched() && inputRef(t) != "" {
+			whole, err := patchInput(t, inputs) // steppayload.go
+			if err != nil {
+				return nil, err
+			}
+			plan.Payload = whole
+		}
 		if p.patched() {
-			payload, err := applyPatch(t.Payload, p.MergePatch, p.Patch)
+			base, err := patchInput(t, inputs) // steppayload.go
+			if err != nil {
+				return nil, err
+			}
+			payload, err := applyPatch(base, p.MergePatch, p.Patch)
 			if err != nil {
 				return nil, err
 			}

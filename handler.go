@@ -103,6 +103,9 @@ type attempt struct {
 	started time.Time
 	result  error      // what the handler returned (Worker.execute)
 	ctx     attemptCtx // the handler's context (Worker.execute)
+	// inputErr: the payload could not be completed with its run's input
+	// (stepInputs); the attempt fails with it, no handler runs.
+	inputErr error
 }
 
 // attemptCtx is a context carrying its attempt under attemptKey, as

@@ -3,6 +3,7 @@ package backstop
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -102,7 +103,15 @@ func (c *Client) redriveDryRun(ctx context.Context, p RedriveParams, f ListParam
 				if err != nil {
 					return out, err
 				}
-				s.Diff = c.payloadDiff(full.Payload, p.MergePatch, p.Patch)
+				base, err := c.patchBase(ctx, full) // steppayload.go
+				switch {
+				case errors.Is(err, ErrUnprocessable):
+					s.Diff = &PayloadDiff{Before: full.Payload, Changes: []PayloadChange{}, Error: err.Error()}
+				case err != nil:
+					return out, err
+				default:
+					s.Diff = c.payloadDiff(base, p.MergePatch, p.Patch)
+				}
 			}
 			pv.Sample = append(pv.Sample, s)
 		}

@@ -81,7 +81,15 @@ func (c *Client) claimRemote(ctx context.Context, p remote.Claim) ([]remote.Leas
 		}
 		c.attachOrdering(ctx, q, ts)
 		c.rememberClaims(ctx, ts, lease) // remote_attempts.go
+		bad := c.stepInputs(ctx, ts)     // steppayload.go
 		for _, t := range ts {
+			if err := bad[t]; err != nil {
+				// Settled here, as the worker would: never handed out.
+				if _, serr := c.settleRemote(ctx, c.remoteDecide(t, err, nil, nil, ""), t); serr != nil {
+					c.cfg.Logger.Error("settling a step whose input could not be read", "task_id", t.ID, "error", serr)
+				}
+				continue
+			}
 			out = append(out, remote.Lease{Task: t, LeaseToken: mintLeaseToken(key, t.ExecutionID)})
 		}
 	}

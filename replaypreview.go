@@ -28,7 +28,11 @@ func (c *Client) PreviewReplay(ctx context.Context, id string, merge json.RawMes
 	if len(merge) == 0 && len(ops) == 0 {
 		return t.Payload, nil
 	}
-	payload, err := applyPatch(t.Payload, merge, ops)
+	base, err := c.patchBase(ctx, t) // steppayload.go
+	if err != nil {
+		return nil, err
+	}
+	payload, err := applyPatch(base, merge, ops)
 	if err != nil {
 		return nil, err
 	}

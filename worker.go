@@ -371,6 +371,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 				Now: w.c.now(), Lease: w.cfg.Lease,
 			})
 			w.c.attachOrdering(claimCtx, q.name, tasks)
+			bad := w.c.stepInputs(claimCtx, tasks) // steppayload.go
 			cancelClaim()
 			w.c.telemetry.claimed(ctx, &q.attrs, tasks, err, w.c.now())
 			if err != nil {
@@ -385,7 +386,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			backoff = 0
 			for _, t := range tasks {
 				q.inflight.Add(1)
-				w.start(base, q, t)
+				w.start(base, q, t, bad[t])
 			}
 			if len(tasks) > 0 {
 				w.touch()
@@ -427,10 +428,11 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 
 // start registers the attempt (so heartbeats cover it) and runs it. base
 // is the fetch context without its cancellation: attempts outlive it, and
-// shutdown ends them by cause.
-func (w *Worker) start(base context.Context, q *queueRunner, t *Task) {
+// shutdown ends them by cause. inputErr: the task's payload could not be
+// completed (stepInputs); it fails without reaching a handler.
+func (w *Worker) start(base context.Context, q *queueRunner, t *Task, inputErr error) {
 	actx, cancel := context.WithCancelCause(base)
-	wa := &workerAttempt{attempt: attempt{task: t, cancel: cancel, wlog: w.log},
+	wa := &workerAttempt{attempt: attempt{task: t, cancel: cancel, wlog: w.log, inputErr: inputErr},
 		elog: execLog{task: t, sink: w.logs, now: w.now}}
 	a := &wa.attempt
 	a.elog = &wa.elog
@@ -465,6 +467,10 @@ func taskLogger(l *slog.Logger, t *Task) *slog.Logger {
 
 func (w *Worker) execute(ctx context.Context, a *attempt) {
 	t := a.task
+	if a.inputErr != nil {
+		w.settle(a, w.decide(t, a.inputErr, nil, a))
+		return
+	}
 	h := w.handlerFor(t.Kind)
 	if h == nil {
 		w.settle(a, w.noHandler(t))

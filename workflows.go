@@ -37,7 +37,7 @@ func (c *Client) ApplyWorkflow(ctx context.Context, def *workflow.Definition) (W
 	}
 	d, created, err := c.store.PutWorkflow(ctx, store.WorkflowDef{Name: def.Name, PlanHash: def.Hash(), Definition: def.Canonical()})
 	if err == nil {
-		c.plans.Store(d.PlanHash, def)
+		c.plans.Store(d.PlanHash, c.limited(def))
 	}
 	return d, created, err
 }
@@ -79,8 +79,14 @@ func (c *Client) plan(d *store.WorkflowDef) (*workflow.Definition, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backstop: workflow %s version %d (plan %s) no longer parses: %w", d.Name, d.Version, d.PlanHash, err)
 	}
+	def = c.limited(def)
 	c.plans.Store(d.PlanHash, def)
 	return def, nil
+}
+
+// limited is def bound by the client's limits (Config.MaxFanOutBytes).
+func (c *Client) limited(def *workflow.Definition) *workflow.Definition {
+	return def.WithLimits(workflow.Limits{FanOutBytes: c.cfg.MaxFanOutBytes})
 }
 
 // planByHash is plan for a run's plan hash.
@@ -185,6 +191,9 @@ func (c *Client) startPlan(ctx context.Context, p RunWorkflowParams) (workflow.P
 		return workflow.Plan{}, nil, err
 	}
 	plan, err := workflow.Start(def, *d, runID, input, c.now())
+	if fe := (*workflow.FanOutError)(nil); errors.As(err, &fe) {
+		return workflow.Plan{}, nil, invalid("input", "%v (limits.max_fanout_bytes)", fe)
+	}
 	if err != nil {
 		return workflow.Plan{}, nil, invalid("input", "%v", err)
 	}

@@ -106,6 +106,11 @@ type Workflows interface {
 	// StepsOfTasks returns the step rows of those task ids that are steps
 	// (any order; ids that are not steps are left out).
 	StepsOfTasks(ctx context.Context, taskIDs []string) ([]StepRecord, error)
+	// RunInputsOfTasks returns the run's input of each of those task ids
+	// that is a step row's task (ids that are not, or whose run is gone,
+	// are left out). Each run's input is read once: the tasks of one run
+	// share it.
+	RunInputsOfTasks(ctx context.Context, taskIDs []string) (map[string]json.RawMessage, error)
 	// DeleteFinishedRuns deletes up to limit runs that finished before
 	// before, oldest first, with their step rows, in one transaction
 	// (Postgres skips runs another transaction holds): runs in one of

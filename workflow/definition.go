@@ -80,6 +80,8 @@ type Definition struct {
 
 	// prog holds the compiled expressions once Validate succeeded.
 	prog *compiled
+	// limits bound its runs (WithLimits).
+	limits Limits
 }
 
 // Step is one node of the graph: a task kind and when it runs.

@@ -154,9 +154,10 @@ type Change struct {
 //	 "compensating": {"step": "charge", "item": 0, "result": <result>}} // compensations
 //
 // (a fan-out step's result is the list of its items' results; a step that
-// did not succeed: null); its attributes are run_id, workflow, step_id,
-// plan_hash, and step_item on a fan-out item, compensation_of on a
-// compensation. Zero MaxAttempts, Retry and Timeout mean the kind's or
+// did not succeed: null), except that a fan-out item's stores InputRef in
+// place of input (WithInput puts it back); its attributes are run_id,
+// workflow, step_id, plan_hash, and step_item on a fan-out item,
+// compensation_of on a compensation. Zero MaxAttempts, Retry and Timeout mean the kind's or
 // queue's configuration.
 type StepTask struct {
 	TaskID      string
@@ -248,6 +249,7 @@ func Start(def *Definition, d store.WorkflowDef, runID string, input json.RawMes
 	run := store.RunRecord{RunID: runID, Workflow: def.Name, Version: d.Version, PlanHash: hash,
 		State: RunRunning, Input: input, CreatedAt: now, UpdatedAt: now}
 	e := newEngine(def, prog, run, nil, now)
+	e.refuseFanOut = true
 	e.event(EventRunStarted, "", "", map[string]any{"workflow": def.Name, "version": d.Version, "plan_hash": hash})
 	if err := e.progress(); err != nil {
 		return Plan{}, err
@@ -432,6 +434,10 @@ type engine struct {
 
 	touched []rowKey // rows written, in order
 	plan    Plan
+
+	// refuseFanOut: a fan-out past the bound is Start's error (the run is
+	// refused), not a failed step.
+	refuseFanOut bool
 }
 
 func newEngine(def *Definition, prog *compiled, run store.RunRecord, steps []store.StepRecord, now time.Time) *engine {
@@ -895,10 +901,35 @@ func (e *engine) startStep(s *Step) error {
 		e.event(EventStepSucceeded, s.ID, "", body)
 		return nil
 	}
-	for i, it := range items {
-		if err := e.enqueue(s, i, true, e.payload(results, it, i)); err != nil {
+	// The items refer to the run's input (InputRef) rather than copy it.
+	if err := e.checkFanOut(s, items, results); err != nil {
+		if e.refuseFanOut {
 			return err
 		}
+		e.fail(s, err)
+		return nil
+	}
+	for i, it := range items {
+		p := map[string]any{InputRef: e.run.RunID, "results": results, "item": it, "index": i}
+		if err := e.enqueue(s, i, true, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkFanOut holds a fan-out to the definition's Limits.FanOutBytes.
+func (e *engine) checkFanOut(s *Step, items []json.RawMessage, results map[string]json.RawMessage) error {
+	bound := e.def.limits.FanOutBytes
+	if bound <= 0 {
+		return nil
+	}
+	res, err := json.Marshal(results)
+	if err != nil {
+		return fmt.Errorf("step %q: results: %v", s.ID, err)
+	}
+	if n := FanOutSize(e.run.RunID, items, res); n > bound {
+		return &FanOutError{Step: s.ID, Items: len(items), Bytes: n, Bound: bound}
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/store"
 )
@@ -278,6 +279,13 @@ func (a *app) openDB(ctx context.Context, cfg *backstop.Config) (store.Store, *b
 		// the slog default's text.
 		cfg.Logger = slog.New(slog.NewJSONHandler(a.stderr, nil))
 	}
+	if cfg.MaxFanOutBytes == 0 {
+		n, err := maxFanOutBytes()
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.MaxFanOutBytes = n
+	}
 	s, err := dburl.Open(ctx, a.dbURL)
 	if err != nil {
 		return nil, nil, err // exitCode tells a bad URL (2) from a failure (1)
@@ -307,4 +315,24 @@ func (a *app) print(v any, table func(w io.Writer) error) error {
 		return a.printJSON(v)
 	}
 	return table(a.stdout)
+}
+
+// maxFanOutBytes is limits.max_fanout_bytes for the commands that work on
+// the database (--db): BACKSTOP_LIMITS_MAX_FANOUT_BYTES, read as the
+// configuration reads it (0: the library's default). A run started or
+// advanced by any of them is bound as serve and work bind it.
+func maxFanOutBytes() (int64, error) {
+	const name = config.EnvPrefix + "LIMITS_MAX_FANOUT_BYTES"
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	var c config.Config
+	if err := c.ApplyEnv([]string{name + "=" + v}); err != nil {
+		return 0, usageErr("%v", err)
+	}
+	if c.Limits.MaxFanOutBytes < 0 {
+		return 0, usageErr("%s: must not be negative", name)
+	}
+	return int64(c.Limits.MaxFanOutBytes), nil
 }

@@ -117,9 +117,12 @@ type Retry struct {
 
 // Limits bound payloads and queue names.
 type Limits struct {
-	InlinePayloadLimit int  `yaml:"inline_payload_limit" json:"inline_payload_limit"`
-	MaxPayloadSize     int  `yaml:"max_payload_size" json:"max_payload_size"`
-	StrictQueues       bool `yaml:"strict_queues" json:"strict_queues"`
+	InlinePayloadLimit int `yaml:"inline_payload_limit" json:"inline_payload_limit"`
+	MaxPayloadSize     int `yaml:"max_payload_size" json:"max_payload_size"`
+	// MaxFanOutBytes bounds one workflow fan-out's item payloads, all
+	// items together. Default 64 MiB.
+	MaxFanOutBytes int  `yaml:"max_fanout_bytes" json:"max_fanout_bytes"`
+	StrictQueues   bool `yaml:"strict_queues" json:"strict_queues"`
 	// WhereCost and WhereTime: the budget of one request's where
 	// evaluated in Go (one batch of a redrive, close or purge).
 	WhereCost int      `yaml:"where_cost" json:"where_cost"`
@@ -586,6 +589,9 @@ func (c *Config) Validate() error {
 	if c.Limits.WhereTime < 0 {
 		bad("limits.where_time", "must not be negative")
 	}
+	if c.Limits.MaxFanOutBytes < 0 {
+		bad("limits.max_fanout_bytes", "must not be negative")
+	}
 	if c.Retention.Interval < 0 {
 		bad("retention.interval", "must not be negative")
 	}
@@ -696,6 +702,7 @@ func (c *Config) Library() *backstop.Config {
 	out := &backstop.Config{
 		InlinePayloadLimit: c.Limits.InlinePayloadLimit,
 		MaxPayloadSize:     c.Limits.MaxPayloadSize,
+		MaxFanOutBytes:     int64(c.Limits.MaxFanOutBytes),
 		MaxAttempts:        c.MaxAttempts,
 		Retry:              c.Retry.Policy(),
 		StrictQueues:       c.Limits.StrictQueues,
@@ -751,6 +758,9 @@ func (c *Config) Effective() *Config {
 		out.Limits.WhereCost = int(backstop.DefaultWhereCost)
 	}
 	out.Limits.WhereTime = orDur(c.Limits.WhereTime, backstop.DefaultWhereTime)
+	if out.Limits.MaxFanOutBytes == 0 {
+		out.Limits.MaxFanOutBytes = backstop.DefaultMaxFanOutBytes
+	}
 	out.Retention.Succeeded = orDur(c.Retention.Succeeded, 24*time.Hour)
 	out.Retention.Canceled = orDur(c.Retention.Canceled, 24*time.Hour)
 	out.Retention.DeadLetters = orDur(c.Retention.DeadLetters, 30*24*time.Hour)

@@ -61,6 +61,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"queues:\n  q:\n    retry: {base: 1h, max: 1m}\n", "queues.q.retry.base: 1h0m0s is greater than max 1m0s"},
 		{"retry: {base: 2h}\n", "retry.base: 2h0m0s is greater than max 1h0m0s"},
 		{"limits:\n  max_payload_size: -1\n", "limits.max_payload_size: must not be negative"},
+		{"limits:\n  max_fanout_bytes: -1\n", "limits.max_fanout_bytes: must not be negative"},
 		{"limits:\n  strict_queues: maybe\n", `limits.strict_queues: "maybe" is not true or false`},
 		{"addr: nowhere\n", `addr: "nowhere": want host:port`},
 		{"db: mysql://x\n", `db: "mysql://x"`},

@@ -45,6 +45,7 @@ var topEnv = map[string]setter{
 		return parseInt(v, &c.Limits.InlinePayloadLimit)
 	},
 	"LIMITS_MAX_PAYLOAD_SIZE": func(c *Config, v string) error { return parseInt(v, &c.Limits.MaxPayloadSize) },
+	"LIMITS_MAX_FANOUT_BYTES": func(c *Config, v string) error { return parseInt(v, &c.Limits.MaxFanOutBytes) },
 	"LIMITS_STRICT_QUEUES":    func(c *Config, v string) error { return parseBool(v, &c.Limits.StrictQueues) },
 	"LIMITS_WHERE_COST":       func(c *Config, v string) error { return parseInt(v, &c.Limits.WhereCost) },
 	"LIMITS_WHERE_TIME":       func(c *Config, v string) error { return parseDur(v, &c.Limits.WhereTime) },

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -29,10 +30,15 @@ type RetentionStore interface {
 // forever.
 type RetentionPolicy struct {
 	Succeeded, Canceled, DeadLetters, Events time.Duration
-	// Runs: workflow runs that finished for good (workflow.FinishedRunStates),
-	// from their end, with their step rows.
+	// Runs: workflow runs that finished for good (workflow.FinishedRunStates)
+	// or stopped (workflow.StoppedRunStates), from their end, with their
+	// step rows, once none of their step tasks is an open dead letter or
+	// still to settle.
 	Runs time.Duration
 }
+
+// runStates are the states of the runs retention deletes.
+var runStates = slices.Concat(workflow.FinishedRunStates, workflow.StoppedRunStates)
 
 // RetentionCounts counts what one round deleted.
 type RetentionCounts struct {
@@ -120,7 +126,10 @@ func Retain(ctx context.Context, s RetentionStore, now time.Time, p RetentionPol
 	}
 	if p.Runs >= 0 {
 		errs = append(errs, drain(&res.Runs, func() (int, error) {
-			return s.DeleteFinishedRuns(ctx, workflow.FinishedRunStates, workflow.StoppedRunStates, now.Add(-p.Runs), RetentionBatch)
+			// Every run is kept while one of its step tasks is an open
+			// dead letter or still to settle: a replay needs the run (a
+			// fan-out item's payload refers to the run's input).
+			return s.DeleteFinishedRuns(ctx, nil, runStates, now.Add(-p.Runs), RetentionBatch)
 		}))
 	}
 	errs = append(errs, drain(&res.OrderingKeys, func() (int, error) {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,6 +45,7 @@ func (s *suite) testWorkflows(t *testing.T) {
 	t.Run("UpdateRuns", s.wfUpdateRuns)
 	t.Run("PutSteps", s.wfPutSteps)
 	t.Run("StepsOfTasks", s.wfStepsOfTasks)
+	t.Run("RunInputsOfTasks", s.wfRunInputsOfTasks)
 	t.Run("GetRunOrdering", s.wfGetRunOrdering)
 	t.Run("ListRuns", s.wfListRuns)
 	t.Run("DeleteFinishedRuns", s.wfDeleteFinishedRuns)
@@ -806,6 +808,50 @@ func (s *suite) wfPutSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	eq(t, "rows after the fan-out", len(steps), 4+1201)
+}
+
+// wfRunInputsOfTasks: the run's input of each step task, read once per
+// run; plain tasks, steps without a task and unknown ids are left out.
+func (s *suite) wfRunInputsOfTasks(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	r1, r2 := wfRun(b, "in-1", "order"), wfRun(b, "in-2", "order")
+	r2.Input = json.RawMessage(`{"other":"\u00e9 <x>"}`)
+	inTx(t, b, func(tx store.Tx) error {
+		for _, r := range []store.RunRecord{r1, r2} {
+			if err := tx.InsertRun(b.ctx, r); err != nil {
+				return err
+			}
+		}
+		return tx.PutSteps(b.ctx, []store.StepRecord{
+			wfStep(b, "in-1", "each", 0, "in-1.each.0", "pending"),
+			wfStep(b, "in-1", "each", 1, "in-1.each.1", "pending"),
+			wfStep(b, "in-1", "skip", 0, "", "skipped"),
+			wfStep(b, "in-2", "a", 0, "in-2.a", "succeeded"),
+		})
+	})
+	got, err := b.store.RunInputsOfTasks(b.ctx, []string{"in-1.each.0", "in-1.each.1", "in-2.a", "plain", "in-1.each.9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"in-1.each.0": string(r1.Input), "in-1.each.1": string(r1.Input), "in-2.a": string(r2.Input)}
+	gotS := map[string]string{}
+	for k, v := range got {
+		var c bytes.Buffer
+		if err := json.Compact(&c, v); err != nil {
+			t.Fatalf("%s: %s: %v", k, v, err)
+		}
+		gotS[k] = c.String()
+	}
+	eq(t, "inputs of tasks", gotS, want)
+	got, err = b.store.RunInputsOfTasks(b.ctx, nil)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("no ids: %v %v", got, err)
+	}
+	got, err = b.store.RunInputsOfTasks(b.ctx, []string{"plain"})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("no steps: %v %v", got, err)
+	}
 }
 
 func (s *suite) wfStepsOfTasks(t *testing.T) {

@@ -273,6 +273,13 @@ export function payloadSection(t) {
       flash(errorText(e), 'error');
     }
   } }, 'Show raw (audited)') : null;
+  // A workflow fan-out item stores a reference to its run's input
+  // (input_of_run); its handler receives the input in its place.
+  const run = t.payload && typeof t.payload === 'object' && t.payload.input_of_run;
+  const ref = typeof run === 'string' && run === (t.attributes || {}).run_id
+    ? h('p', { class: 'muted small', id: 'payload-input' }, 'A fan-out item: its handler receives the run\'s input in place of input_of_run (',
+      h('a', { href: `#/runs/${encodeURIComponent(run)}` }, 'the run'), ').')
+    : null;
   return h('section', { 'aria-labelledby': 'payload-title' },
-    h('h2', { id: 'payload-title' }, 'Payload ', note, ' ', raw), pre);
+    h('h2', { id: 'payload-title' }, 'Payload ', note, ' ', raw), ref, pre);
 }

@@ -400,6 +400,62 @@ func (p *Procedures) StepsOfTasks(ctx context.Context, taskIDs []string) ([]stor
 	return WorkflowStepsOfTasks(ctx, p.dialect, p.reader, taskIDs)
 }
 
+// RunInputsOfTasks implements store.Workflows: the step rows of the tasks,
+// then the inputs of their runs (once per run).
+func (p *Procedures) RunInputsOfTasks(ctx context.Context, taskIDs []string) (map[string]json.RawMessage, error) {
+	d, q := p.dialect, p.reader
+	out := map[string]json.RawMessage{}
+	if len(taskIDs) == 0 {
+		return out, nil
+	}
+	rows, err := q.Query(ctx, `SELECT task_id, run_id FROM backstop_run_steps WHERE task_id `+d.InText("$1"), d.TextList(taskIDs))
+	if err != nil {
+		return nil, fmt.Errorf("%s: run inputs of tasks: %w", d.Prefix, d.Err(err))
+	}
+	byRun := map[string][]string{}
+	for rows.Next() {
+		var task, run string
+		if err := rows.Scan(&task, &run); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("%s: run inputs of tasks: %w", d.Prefix, err)
+		}
+		byRun[run] = append(byRun[run], task)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: run inputs of tasks: %w", d.Prefix, d.Err(err))
+	}
+	if len(byRun) == 0 {
+		return out, nil
+	}
+	runs := make([]string, 0, len(byRun))
+	for r := range byRun {
+		runs = append(runs, r)
+	}
+	rows, err = q.Query(ctx, `SELECT run_id, input FROM backstop_runs WHERE run_id `+d.InText("$1"), d.TextList(runs))
+	if err != nil {
+		return nil, fmt.Errorf("%s: run inputs of tasks: %w", d.Prefix, d.Err(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			run string
+			raw []byte
+		)
+		if err := rows.Scan(&run, &raw); err != nil {
+			return nil, fmt.Errorf("%s: run inputs of tasks: %w", d.Prefix, err)
+		}
+		in := rawJSON(raw)
+		for _, task := range byRun[run] {
+			out[task] = in
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: run inputs of tasks: %w", d.Prefix, d.Err(err))
+	}
+	return out, nil
+}
+
 // WorkflowInsertRun is store.WorkflowTx's InsertRun in q (a transaction).
 // It leaves the transaction usable when the run exists (ON CONFLICT DO
 // NOTHING), though the Tx handle then only rolls back.
