@@ -16,9 +16,9 @@ import (
 // ±1073741823 or more. Such a document stored in a json column breaks every
 // SQL condition that reads it, so it is refused on every store alike.
 const (
-	jsonbMaxWeight   = 131072         // the leading digit's decimal exponent must be below this
-	jsonbMaxScale    = 16383          // digits after the decimal point
-	jsonbMaxExponent = 1<<31/2 - 1    // INT_MAX/2: an exponent this large or larger is refused outright
+	jsonbMaxWeight   = 131072      // the leading digit's decimal exponent must be below this
+	jsonbMaxScale    = 16383       // digits after the decimal point
+	jsonbMaxExponent = 1<<31/2 - 1 // INT_MAX/2: an exponent this large or larger is refused outright
 	jsonbLimitsText  = "a magnitude below 1e131072 and at most 16383 digits after the decimal point"
 	jsonbNotHeld     = "PostgreSQL's jsonb cannot hold it"
 	jsonbMaxLiteral  = 40 // a number quoted in an error is cut to this many bytes
