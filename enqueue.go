@@ -21,7 +21,10 @@ type EnqueueParams struct {
 	ID      string
 	Queue   string
 	Kind    string
-	Payload json.RawMessage // JSON; default {}
+	// Payload: JSON, default {}; valid UTF-8 holding nothing PostgreSQL's
+	// jsonb cannot (a \u0000 or lone surrogate escape, a number outside
+	// numeric), on every store, else a ValidationError naming its path.
+	Payload json.RawMessage
 	// Priority: higher runs first. Default 0.
 	Priority int
 	// RunAt or Delay postpone the first attempt (not both).

@@ -100,7 +100,8 @@ type RunWorkflowParams struct {
 	Workflow string
 	// Version: 0 runs the latest.
 	Version int
-	// Input is the run's input (JSON; default {}).
+	// Input is the run's input (JSON; default {}), held to the payload rule
+	// (EnqueueParams.Payload).
 	Input json.RawMessage
 	// RunID: default a new UUIDv7. Starting a run whose id exists is
 	// ErrConflict, so a caller's own id makes a start idempotent.
