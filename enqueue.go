@@ -18,9 +18,9 @@ import (
 type EnqueueParams struct {
 	// ID is the task id; default a new UUIDv7. Use your outbox or
 	// correlation id to make the task addressable from your own records.
-	ID      string
-	Queue   string
-	Kind    string
+	ID    string
+	Queue string
+	Kind  string
 	// Payload: JSON, default {}; valid UTF-8 holding nothing PostgreSQL's
 	// jsonb cannot (a \u0000 or lone surrogate escape, a number outside
 	// numeric), on every store, else a ValidationError naming its path.
