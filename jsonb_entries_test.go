@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/pgstore"
 	"github.com/backstophq/backstop/store/sqlitestore"
 	"github.com/backstophq/backstop/workflow"
@@ -86,8 +87,21 @@ func TestJSONBRefusedAtEveryEntry(t *testing.T) {
 		}
 		_, err := c.Enqueue(ctx, EnqueueParams{Queue: "q", Kind: "fn", MergeKey: "m", Payload: json.RawMessage(`{"n":2}`)})
 		wantRefused(t, "merge function", err, "payload", "payload.n[1]")
-		if n := count(); n != 3 {
-			t.Errorf("%d tasks after the refusals, want the 3 merge targets", n)
+		// An append merge into a waiting payload stored before the rule
+		// (written through the store) would carry it on: refused.
+		now := c.now()
+		old := &Task{ID: "m-old", Queue: "q", Kind: "app", State: StatePending, MaxAttempts: 3, MergeKey: "old",
+			Payload: json.RawMessage(`{"a":"\udc00"}`), PayloadSize: 14, RunAt: now, CreatedAt: now, UpdatedAt: now}
+		if _, err := c.Store().Enqueue(ctx, []*Task{old}, store.EnqueueOpts{Merge: c.cfg.merge}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Enqueue(ctx, EnqueueParams{Queue: "q", Kind: "app", MergeKey: "old", Payload: json.RawMessage(`{"n":1}`)})
+		wantRefused(t, "append merge into an old payload", err, "payload", "payload[0].a")
+		if tk, err := c.Get(ctx, "m-old"); err != nil || string(tk.Payload) != `{"a":"\udc00"}` {
+			t.Errorf("m-old after the refused merge: %s %v", tk.Payload, err)
+		}
+		if n := count(); n != 4 {
+			t.Errorf("%d tasks after the refusals, want the 4 merge targets", n)
 		}
 		for _, k := range []string{"app", "rep", "fn"} {
 			if tk, err := c.Get(ctx, "m-"+k); err != nil || string(tk.Payload) != `{"n":1}` {
