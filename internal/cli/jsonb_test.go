@@ -1,12 +1,17 @@
 package cli
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/dburl"
+	"github.com/backstophq/backstop/internal/testdb"
 )
 
 // TestJSONBRefusedExitsTwo: a payload (flag, file, batch line), a run's
@@ -84,4 +89,40 @@ func TestJSONBRefusedExitsTwo(t *testing.T) {
 				r1.State, r1.DeadReason, r1.Attempt, r1.LastError)
 		}
 	})
+}
+
+// TestJSONBRefusedOverServer: over --server the server's 400 is exit 2
+// with its message, naming the path; nothing is written.
+func TestJSONBRefusedOverServer(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{t: t, db: testdb.SQLite(t)}
+	var tok struct{ Secret string }
+	e.json(&tok, "tokens", "create", "--name", "admin", "--role", "admin")
+	s, err := dburl.Open(context.Background(), e.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := apiServerOn(t, s, &backstop.Config{}, api.Options{})
+	server := []string{"--server", url, "--token", tok.Secret}
+	file := filepath.Join(t.TempDir(), "wf.yaml")
+	if err := os.WriteFile(file, []byte("name: jb\nqueue: jq\nsteps:\n  - {id: a, kind: a}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.ok("workflows", "apply", file)
+	for _, c := range []struct {
+		want string
+		args []string
+	}{
+		{"payload.a", []string{"enqueue", "--queue", "q", "--kind", "k", "--payload", `{"a":"\udc00"}`}},
+		{"payload.n", []string{"enqueue", "--queue", "q", "--kind", "k", "--payload", `{"n":1e-16384}`}},
+		{"input.a", []string{"workflows", "run", "jb", "--input", `{"a":"\u0000"}`}},
+	} {
+		r := e.run("", append(server, c.args...)...)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "jsonb") {
+			t.Errorf("%q over --server: exit %d, stderr %q; want exit 2 naming %s and jsonb", c.args, r.code, r.stderr, c.want)
+		}
+	}
+	if ids := e.listIDs(); len(ids) != 0 {
+		t.Errorf("refused input wrote tasks: %v", ids)
+	}
 }
