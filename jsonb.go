@@ -31,7 +31,13 @@ const (
 // (payload.items[2].amount, payload["a-b"]); "" when it can. b must be
 // valid JSON (json.Valid), which also bounds its nesting.
 func jsonbProblem(root string, b []byte) string {
-	s := jsonbScan{b: b, root: root}
+	// The first pass keeps no path (nothing to allocate on the common
+	// path); a document with a problem is scanned again, keeping it.
+	s := jsonbScan{b: b}
+	if s.value(); s.problem == "" {
+		return ""
+	}
+	s = jsonbScan{b: b, root: root, track: true}
 	s.value()
 	return s.problem
 }
@@ -44,20 +50,18 @@ type jsonbSeg struct {
 type jsonbScan struct {
 	b       []byte
 	i       int
+	track   bool // keep path, and say where in problem
 	root    string
 	path    []jsonbSeg
 	problem string
 }
 
 func (s *jsonbScan) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
+	b, i := s.b, s.i
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
+	s.i = i
 }
 
 // value scans one value at s.i; it stops at the first problem.
@@ -78,13 +82,17 @@ func (s *jsonbScan) value() {
 				s.fail("a key in", why)
 				return
 			}
-			s.path = append(s.path, jsonbSeg{key: s.b[start:s.i]})
+			if s.track {
+				s.path = append(s.path, jsonbSeg{key: s.b[start:s.i]})
+			}
 			s.ws()
 			s.i++ // ':'
 			if s.value(); s.problem != "" {
 				return
 			}
-			s.path = s.path[:len(s.path)-1]
+			if s.track {
+				s.path = s.path[:len(s.path)-1]
+			}
 			s.ws()
 			s.i++ // ',' or '}'
 			if s.b[s.i-1] == '}' {
@@ -99,11 +107,15 @@ func (s *jsonbScan) value() {
 			return
 		}
 		for n := 0; ; n++ {
-			s.path = append(s.path, jsonbSeg{idx: n})
+			if s.track {
+				s.path = append(s.path, jsonbSeg{idx: n})
+			}
 			if s.value(); s.problem != "" {
 				return
 			}
-			s.path = s.path[:len(s.path)-1]
+			if s.track {
+				s.path = s.path[:len(s.path)-1]
+			}
 			s.ws()
 			s.i++ // ',' or ']'
 			if s.b[s.i-1] == ']' {
@@ -127,6 +139,12 @@ func (s *jsonbScan) value() {
 func (s *jsonbScan) str() string {
 	s.i++ // '"'
 	for {
+		// Most bytes are plain: skip them with locals, not through s.
+		b, i := s.b, s.i
+		for i < len(b) && b[i] != '"' && b[i] != '\\' {
+			i++
+		}
+		s.i = i
 		switch s.b[s.i] {
 		case '"':
 			s.i++
@@ -152,8 +170,6 @@ func (s *jsonbScan) str() string {
 			case u >= 0xDC00 && u <= 0xDFFF:
 				return fmt.Sprintf(`holds \u%04x, a UTF-16 low surrogate without a high one before it (not a character; `+jsonbNotHeld+`)`, u)
 			}
-		default:
-			s.i++
 		}
 	}
 }
@@ -200,14 +216,18 @@ func (s *jsonbScan) number() {
 		if s.b[s.i] == '-' || s.b[s.i] == '+' {
 			s.i++
 		}
+		for s.i < len(s.b) && s.b[s.i] == '0' {
+			s.i++
+		}
 		es := s.i
 		s.digits()
-		ed := strings.TrimLeft(string(s.b[es:s.i]), "0")
-		if len(ed) > len(strconv.Itoa(jsonbMaxExponent)) {
+		if s.i-es > 10 { // above INT_MAX/2, whose 10 digits fit an int64
 			s.failNumber(start)
 			return
 		}
-		exp, _ = strconv.ParseInt("0"+ed, 10, 64)
+		for _, c := range s.b[es:s.i] {
+			exp = exp*10 + int64(c-'0')
+		}
 		if neg {
 			exp = -exp
 		}
@@ -245,12 +265,18 @@ func (s *jsonbScan) number() {
 }
 
 func (s *jsonbScan) digits() {
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-		s.i++
+	b, i := s.b, s.i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
 	}
+	s.i = i
 }
 
 func (s *jsonbScan) failNumber(start int) {
+	if !s.track {
+		s.problem = "number"
+		return
+	}
 	end := start
 	for end < len(s.b) && strings.IndexByte("+-.0123456789eE", s.b[end]) >= 0 {
 		end++
@@ -263,6 +289,10 @@ func (s *jsonbScan) failNumber(start int) {
 }
 
 func (s *jsonbScan) fail(what, why string) {
+	if !s.track {
+		s.problem = why
+		return
+	}
 	s.problem = what + " " + s.pathString() + " " + why
 }
 
