@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // What PostgreSQL's jsonb (and its json operators, which a where condition
@@ -14,22 +15,27 @@ import (
 // decimal weight of 131072 digits), more than 16383 digits after the
 // decimal point once the exponent is applied, or an exponent of
 // ±1073741823 or more. Such a document stored in a json column breaks every
-// SQL condition that reads it, so it is refused on every store alike.
+// SQL condition that reads it, so it is refused on every store alike. So is
+// nesting deeper than SQLite's JSON functions read (1000 arrays and objects
+// one inside another), which breaks them the same way on SQLite.
 const (
+	jsonMaxDepth     = 1000        // SQLite's JSON_MAX_DEPTH
 	jsonbMaxWeight   = 131072      // the leading digit's decimal exponent must be below this
 	jsonbMaxScale    = 16383       // digits after the decimal point
 	jsonbMaxExponent = 1<<31/2 - 1 // INT_MAX/2: an exponent this large or larger is refused outright
 	jsonbLimitsText  = "a magnitude below 1e131072 and at most 16383 digits after the decimal point"
 	jsonbNotHeld     = "PostgreSQL's jsonb cannot hold it"
 	jsonbMaxLiteral  = 40 // a number quoted in an error is cut to this many bytes
+	jsonbPathKept    = 80 // a path in an error keeps this many bytes at each end
 	jsonbIdentFirst  = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"
 	jsonbIdentOthers = jsonbIdentFirst + "0123456789"
 )
 
-// jsonbProblem is why the valid JSON document b cannot be held by jsonb,
-// naming the value's path under root in the where syntax
+// jsonbProblem is why the valid JSON document b cannot be held by jsonb
+// (or is nested deeper than SQLite's JSON functions read), naming the
+// value's path under root in the where syntax
 // (payload.items[2].amount, payload["a-b"]); "" when it can. b must be
-// valid JSON (json.Valid), which also bounds its nesting.
+// valid JSON (json.Valid, which also bounds its nesting to 10000).
 func jsonbProblem(root string, b []byte) string {
 	// The first pass keeps no path (nothing to allocate on the common
 	// path); a document with a problem is scanned again, keeping it.
@@ -50,6 +56,7 @@ type jsonbSeg struct {
 type jsonbScan struct {
 	b       []byte
 	i       int
+	depth   int  // arrays and objects open around s.i
 	track   bool // keep path, and say where in problem
 	root    string
 	path    []jsonbSeg
@@ -67,61 +74,18 @@ func (s *jsonbScan) ws() {
 // value scans one value at s.i; it stops at the first problem.
 func (s *jsonbScan) value() {
 	s.ws()
-	switch s.b[s.i] {
-	case '{':
-		s.i++
-		s.ws()
-		if s.b[s.i] == '}' {
-			s.i++
+	switch c := s.b[s.i]; c {
+	case '{', '[':
+		if s.depth++; s.depth > jsonMaxDepth {
+			s.fail("the value at", fmt.Sprintf("is nested more than %d arrays and objects deep (SQLite's JSON functions read no deeper)", jsonMaxDepth))
 			return
 		}
-		for {
-			s.ws()
-			start := s.i
-			if why := s.str(); why != "" {
-				s.fail("a key in", why)
-				return
-			}
-			if s.track {
-				s.path = append(s.path, jsonbSeg{key: s.b[start:s.i]})
-			}
-			s.ws()
-			s.i++ // ':'
-			if s.value(); s.problem != "" {
-				return
-			}
-			if s.track {
-				s.path = s.path[:len(s.path)-1]
-			}
-			s.ws()
-			s.i++ // ',' or '}'
-			if s.b[s.i-1] == '}' {
-				return
-			}
+		if c == '{' {
+			s.object()
+		} else {
+			s.array()
 		}
-	case '[':
-		s.i++
-		s.ws()
-		if s.b[s.i] == ']' {
-			s.i++
-			return
-		}
-		for n := 0; ; n++ {
-			if s.track {
-				s.path = append(s.path, jsonbSeg{idx: n})
-			}
-			if s.value(); s.problem != "" {
-				return
-			}
-			if s.track {
-				s.path = s.path[:len(s.path)-1]
-			}
-			s.ws()
-			s.i++ // ',' or ']'
-			if s.b[s.i-1] == ']' {
-				return
-			}
-		}
+		s.depth--
 	case '"':
 		if why := s.str(); why != "" {
 			s.fail("the string at", why)
@@ -132,6 +96,64 @@ func (s *jsonbScan) value() {
 		s.i += 5
 	default:
 		s.number()
+	}
+}
+
+func (s *jsonbScan) object() {
+	s.i++ // '{'
+	s.ws()
+	if s.b[s.i] == '}' {
+		s.i++
+		return
+	}
+	for {
+		s.ws()
+		start := s.i
+		if why := s.str(); why != "" {
+			s.fail("a key in", why)
+			return
+		}
+		if s.track {
+			s.path = append(s.path, jsonbSeg{key: s.b[start:s.i]})
+		}
+		s.ws()
+		s.i++ // ':'
+		if s.value(); s.problem != "" {
+			return
+		}
+		if s.track {
+			s.path = s.path[:len(s.path)-1]
+		}
+		s.ws()
+		s.i++ // ',' or '}'
+		if s.b[s.i-1] == '}' {
+			return
+		}
+	}
+}
+
+func (s *jsonbScan) array() {
+	s.i++ // '['
+	s.ws()
+	if s.b[s.i] == ']' {
+		s.i++
+		return
+	}
+	for n := 0; ; n++ {
+		if s.track {
+			s.path = append(s.path, jsonbSeg{idx: n})
+		}
+		if s.value(); s.problem != "" {
+			return
+		}
+		if s.track {
+			s.path = s.path[:len(s.path)-1]
+		}
+		s.ws()
+		s.i++ // ',' or ']'
+		if s.b[s.i-1] == ']' {
+			return
+		}
 	}
 }
 
@@ -296,8 +318,24 @@ func (s *jsonbScan) fail(what, why string) {
 	s.problem = what + " " + s.pathString() + " " + why
 }
 
-// pathString is the path of the value being scanned, in the where syntax.
+// pathString is the path of the value being scanned, in the where syntax,
+// its middle cut out when it is long (a deeply nested value).
 func (s *jsonbScan) pathString() string {
+	p := s.fullPath()
+	if len(p) <= 2*jsonbPathKept {
+		return p
+	}
+	head, tail := jsonbPathKept, len(p)-jsonbPathKept
+	for head > 0 && !utf8.RuneStart(p[head]) {
+		head--
+	}
+	for tail < len(p) && !utf8.RuneStart(p[tail]) {
+		tail++
+	}
+	return p[:head] + "…" + p[tail:]
+}
+
+func (s *jsonbScan) fullPath() string {
 	var b strings.Builder
 	b.WriteString(s.root)
 	for _, seg := range s.path {

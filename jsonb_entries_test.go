@@ -100,8 +100,18 @@ func TestJSONBRefusedAtEveryEntry(t *testing.T) {
 		if tk, err := c.Get(ctx, "m-old"); err != nil || string(tk.Payload) != `{"a":"\udc00"}` {
 			t.Errorf("m-old after the refused merge: %s %v", tk.Payload, err)
 		}
-		if n := count(); n != 4 {
-			t.Errorf("%d tasks after the refusals, want the 4 merge targets", n)
+		// Nesting: 1000 deep is read by both stores' JSON functions; 1001 is
+		// refused on both (SQLite reads no deeper).
+		_, err = c.Enqueue(ctx, EnqueueParams{Queue: "deep", Kind: "k", Payload: json.RawMessage(nested(1001))})
+		wantRefused(t, "1001 deep", err, "payload", "is nested more than 1000")
+		if _, err := c.Enqueue(ctx, EnqueueParams{ID: "deep-1000", Queue: "deep", Kind: "k", Payload: json.RawMessage(nested(1000))}); err != nil {
+			t.Fatal(err)
+		}
+		if ts, err := c.List(ctx, ListParams{Queue: "deep", Where: `has(payload.a)`}); err != nil || len(ts) != 1 {
+			t.Errorf("a where in SQL over a 1000-deep payload: %d tasks, %v", len(ts), err)
+		}
+		if n := count(); n != 5 {
+			t.Errorf("%d tasks after the refusals, want the 4 merge targets and deep-1000", n)
 		}
 		for _, k := range []string{"app", "rep", "fn"} {
 			if tk, err := c.Get(ctx, "m-"+k); err != nil || string(tk.Payload) != `{"n":1}` {
