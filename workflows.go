@@ -826,7 +826,8 @@ type stepEnvelope struct {
 
 // Step adapts a typed function to a workflow step's Handler: the payload's
 // envelope is decoded (the run's input into In), and fn's returned value is
-// the step's result (SetResult). A payload that does not decode is poison.
+// the step's result (SetResult: a value that cannot be recorded fails the
+// attempt permanently). A payload that does not decode is poison.
 func Step[In, Out any](fn func(ctx context.Context, s StepInput[In]) (Out, error)) Handler {
 	return HandlerFunc(func(ctx context.Context, t *Task) error {
 		var env stepEnvelope
