@@ -322,5 +322,14 @@ func (c *Config) merge(kind string, existing json.RawMessage, count int, incomin
 		return nil, fmt.Errorf("append merge: existing payload is not a list: %w", err)
 	}
 	list = append(list, incoming)
-	return json.Marshal(list)
+	out, err := json.Marshal(list)
+	if err != nil {
+		return nil, err
+	}
+	// incoming was checked; a waiting payload stored before the payload
+	// rule must not be carried into a new one.
+	if err := checkJSON("payload", out); err != nil {
+		return nil, fmt.Errorf("kind %q: append merge: %w", kind, err)
+	}
+	return out, nil
 }

@@ -18,10 +18,13 @@ import (
 type EnqueueParams struct {
 	// ID is the task id; default a new UUIDv7. Use your outbox or
 	// correlation id to make the task addressable from your own records.
-	ID      string
-	Queue   string
-	Kind    string
-	Payload json.RawMessage // JSON; default {}
+	ID    string
+	Queue string
+	Kind  string
+	// Payload: JSON, default {}; valid UTF-8 holding nothing PostgreSQL's
+	// jsonb cannot (a \u0000 or lone surrogate escape, a number outside
+	// numeric), on every store, else a ValidationError naming its path.
+	Payload json.RawMessage
 	// Priority: higher runs first. Default 0.
 	Priority int
 	// RunAt or Delay postpone the first attempt (not both).
@@ -127,15 +130,26 @@ func checkText(field, s string) error {
 }
 
 // checkJSON is the one rule for a JSON document a caller hands in (a
-// payload, a merge patch, a patch value): valid JSON and valid UTF-8.
-// encoding/json's Valid accepts invalid UTF-8 inside strings, and stored
-// as is it would be served back as raw bytes no strict client can read.
+// payload, a run's input, a result, a merge patch, a patch value): valid
+// JSON, valid UTF-8, and nothing PostgreSQL's jsonb cannot hold (jsonb.go),
+// on every store. encoding/json's Valid accepts invalid UTF-8 inside
+// strings, and stored as is it would be served back as raw bytes no strict
+// client can read. The message names the value's path under field.
 func checkJSON(field string, b []byte) error {
+	return checkJSONAt(field, field, b)
+}
+
+// checkJSONAt is checkJSON with the paths in messages rooted at root (a
+// patch's value: the path it sets).
+func checkJSONAt(field, root string, b []byte) error {
 	if !utf8.Valid(b) {
 		return invalid(field, "is not valid UTF-8 (JSON text must be UTF-8)")
 	}
 	if !json.Valid(b) {
 		return invalid(field, "is not valid JSON")
+	}
+	if why := jsonbProblem(root, b); why != "" {
+		return invalid(field, "%s", why)
 	}
 	return nil
 }

@@ -97,6 +97,8 @@ type attempt struct {
 	detail   string
 	released bool            // given back on shutdown: its result is ignored
 	output   json.RawMessage // SetResult's JSON (result.go), kept on success
+	// outputErr: the last SetResult was refused; the attempt fails with it.
+	outputErr error
 
 	elog    *execLog   // the execution's log (logs.go); nil outside a Worker
 	span    trace.Span // the attempt's consumer span (nil before it runs)

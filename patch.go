@@ -54,8 +54,10 @@ func ParsePatch(s string) (PatchOp, error) {
 // checkPatch refuses what a replay or redrive patch must never carry into
 // a payload: invalid UTF-8 in a merge patch, a path or a value
 // (encoding/json would decode it as U+FFFD and store a payload other than
-// the one asked for), or a merge patch that is not JSON. A path or value
-// that does not fit the payload is applyPatch's to refuse.
+// the one asked for), a merge patch that is not JSON, or a value a payload
+// must not hold (checkJSON: a \u0000 or lone surrogate escape, a number
+// outside PostgreSQL's numeric). A path or value that does not fit the
+// payload is applyPatch's to refuse.
 func checkPatch(merge json.RawMessage, ops []PatchOp) error {
 	if len(merge) > 0 {
 		if !utf8.Valid(merge) {
@@ -64,10 +66,18 @@ func checkPatch(merge json.RawMessage, ops []PatchOp) error {
 		if !json.Valid(merge) {
 			return unprocessable("merge patch: invalid JSON")
 		}
+		if why := jsonbProblem("merge_patch", merge); why != "" {
+			return invalid("merge_patch", "%s", why)
+		}
 	}
 	for _, op := range ops {
 		if !utf8.ValidString(op.Path) || !utf8.Valid(op.Value) {
 			return invalid("patch", "%q is not valid UTF-8 (JSON text must be UTF-8)", op.Path)
+		}
+		if json.Valid(op.Value) {
+			if why := jsonbProblem("payload."+op.Path, op.Value); why != "" {
+				return invalid("patch", "%s", why)
+			}
 		}
 	}
 	return nil
@@ -115,6 +125,11 @@ func applyPatch(payload json.RawMessage, merge json.RawMessage, ops []PatchOp) (
 	out, err := json.Marshal(doc)
 	if err != nil {
 		return nil, unprocessable("patch: %v", err)
+	}
+	// The patch itself was checked (checkPatch); what it leaves of a
+	// payload stored before the rule is checked here.
+	if why := jsonbProblem("payload", out); why != "" {
+		return nil, unprocessable("patch: the patched payload cannot be stored: %s", why)
 	}
 	return out, nil
 }

@@ -18,10 +18,17 @@ var ErrNotInHandler = errors.New("backstop: SetResult: the context is not a hand
 
 // SetResult records the JSON result of the attempt ctx belongs to: v is
 // marshalled (a json.RawMessage is taken as is, but must be valid JSON), at
-// most MaxResultBytes. It is kept with the attempt's settlement when the
-// attempt succeeds (a workflow step's result, which its successors
-// receive); a later call replaces an earlier one. Outside a handler's
-// context it returns ErrNotInHandler.
+// most MaxResultBytes, holding nothing a payload may not (CheckResult). It
+// is kept with the attempt's settlement when the attempt succeeds (a
+// workflow step's result, which its successors receive); a later call
+// replaces an earlier one. Outside a handler's context it returns
+// ErrNotInHandler.
+//
+// A result that cannot be recorded is the handler's bug, which no retry
+// fixes: SetResult returns a Permanent error naming the value's path and
+// why (and wrapping ErrInvalid), and unless a later call records a result,
+// the attempt fails permanently with that error even if the handler
+// returns nil; it never succeeds without the result it tried to record.
 func SetResult(ctx context.Context, v any) error {
 	a := attemptFrom(ctx)
 	if a == nil {
@@ -29,12 +36,12 @@ func SetResult(ctx context.Context, v any) error {
 	}
 	b, err := marshalResult(v)
 	if err != nil {
-		return err
+		err = Permanent(err)
 	}
 	a.mu.Lock()
-	a.output = b
+	a.output, a.outputErr = b, err
 	a.mu.Unlock()
-	return nil
+	return err
 }
 
 func marshalResult(v any) (json.RawMessage, error) {
@@ -60,9 +67,13 @@ func marshalResult(v any) (json.RawMessage, error) {
 }
 
 // CheckResult checks an attempt's JSON result as every path that takes one
-// does: valid UTF-8 JSON of at most MaxResultBytes, else a ValidationError
-// naming the field "result". Empty or the JSON null means no result
-// (nil). The bytes are copied: the caller may reuse its buffer.
+// does (SetResult, an exec worker's result file, a remote worker's
+// completion): valid UTF-8 JSON of at most MaxResultBytes holding nothing
+// PostgreSQL's jsonb cannot hold (a \u0000 or lone surrogate escape, a
+// number outside its numeric type), as for a payload, else a
+// ValidationError naming the field "result" and the value's path. Empty or
+// the JSON null means no result (nil). The bytes are copied: the caller may
+// reuse its buffer.
 func CheckResult(b []byte) (json.RawMessage, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
@@ -81,9 +92,9 @@ func CheckResult(b []byte) (json.RawMessage, error) {
 }
 
 // resultOf is the result the handler recorded (SetResult), for the
-// success settlement.
-func (a *attempt) resultOf() json.RawMessage {
+// success settlement, or why its last SetResult was refused.
+func (a *attempt) resultOf() (json.RawMessage, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.output
+	return a.output, a.outputErr
 }

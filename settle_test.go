@@ -155,8 +155,9 @@ func firstResult(ss []store.Settlement) string {
 }
 
 // TestSetResultRefuses: outside a handler SetResult says so; a result that
-// is not JSON, not UTF-8 or over 1 MiB is refused with an error naming
-// "result", and the attempt keeps what it had.
+// is not JSON, not UTF-8, over 1 MiB or not storable in jsonb is refused
+// with a permanent error naming "result", which the attempt keeps (it fails
+// with it) until a later call records a result.
 func TestSetResultRefuses(t *testing.T) {
 	if err := SetResult(context.Background(), 1); !errors.Is(err, ErrNotInHandler) {
 		t.Fatalf("outside a handler: %v, want ErrNotInHandler", err)
@@ -168,16 +169,25 @@ func TestSetResultRefuses(t *testing.T) {
 	}
 	big := `"` + strings.Repeat("x", MaxResultBytes) + `"`
 	for name, v := range map[string]any{
-		"not JSON":   json.RawMessage(`{"a":`),
-		"not UTF-8":  json.RawMessage("\"\xff\""),
-		"too large":  json.RawMessage(big),
-		"too large2": strings.Repeat("x", MaxResultBytes),
-		"no marshal": make(chan int),
+		"not JSON":       json.RawMessage(`{"a":`),
+		"not UTF-8":      json.RawMessage("\"\xff\""),
+		"too large":      json.RawMessage(big),
+		"too large2":     strings.Repeat("x", MaxResultBytes),
+		"no marshal":     make(chan int),
+		"lone surrogate": json.RawMessage(`{"a":"\udc00"}`),
+		"NUL":            map[string]string{"a": "\x00"},
+		"number":         json.RawMessage(`[1e200000]`),
 	} {
 		err := SetResult(ctx, v)
 		if err == nil {
 			t.Errorf("%s: accepted", name)
 			continue
+		}
+		if !IsPermanent(err) {
+			t.Errorf("%s: %v is not permanent", name, err)
+		}
+		if got, kept := a.resultOf(); got != nil || !errors.Is(kept, err) {
+			t.Errorf("%s: the attempt holds %q and %v, want no result and the refusal", name, got, kept)
 		}
 		if name != "no marshal" {
 			var ve *ValidationError
@@ -186,16 +196,24 @@ func TestSetResultRefuses(t *testing.T) {
 			}
 		}
 	}
-	if got := string(a.resultOf()); got != `{"ok":1}` {
-		t.Errorf("after refusals the result is %q, want the last accepted one", got)
+	// A later call replaces the refusal.
+	if err := SetResult(ctx, json.RawMessage(`{"ok":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got, kept := a.resultOf(); string(got) != `{"ok":1}` || kept != nil {
+		t.Errorf("after a refusal and a good call the result is %q (%v), want the good one", got, kept)
 	}
 	// null is no result; exactly 1 MiB is allowed.
-	if err := SetResult(ctx, nil); err != nil || a.resultOf() != nil {
-		t.Errorf("SetResult(nil): %v, result %q; want no result", err, a.resultOf())
+	if err := SetResult(ctx, nil); err != nil {
+		t.Errorf("SetResult(nil): %v", err)
+	} else if got, _ := a.resultOf(); got != nil {
+		t.Errorf("SetResult(nil): result %q; want no result", got)
 	}
 	exact := `"` + strings.Repeat("x", MaxResultBytes-2) + `"`
-	if err := SetResult(ctx, json.RawMessage(exact)); err != nil || len(a.resultOf()) != MaxResultBytes {
+	if err := SetResult(ctx, json.RawMessage(exact)); err != nil {
 		t.Errorf("1 MiB exactly: %v", err)
+	} else if got, _ := a.resultOf(); len(got) != MaxResultBytes {
+		t.Errorf("1 MiB exactly: %d bytes kept", len(got))
 	}
 }
 

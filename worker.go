@@ -557,9 +557,12 @@ func (w *Worker) decide(t *Task, res, cause error, a *attempt) store.Settlement 
 	prog, detail := a.snapshot()
 	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Progress: prog, ErrorDetail: detail}
 	if res == nil && !errors.Is(cause, errAbandoned) {
-		s.Outcome, s.State = bt.OutcomeSucceeded, bt.StateSucceeded
-		s.Result = a.resultOf() // result.go
-		return s
+		var refused error
+		if s.Result, refused = a.resultOf(); refused == nil { // result.go
+			s.Outcome, s.State = bt.OutcomeSucceeded, bt.StateSucceeded
+			return s
+		}
+		s.Result, res = nil, refused // a Permanent error: the attempt fails below
 	}
 	// Declared after the success return: errors.As makes them escape, and
 	// most attempts succeed.

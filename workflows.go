@@ -106,7 +106,8 @@ type RunWorkflowParams struct {
 	Workflow string
 	// Version: 0 runs the latest.
 	Version int
-	// Input is the run's input (JSON; default {}).
+	// Input is the run's input (JSON; default {}), held to the payload rule
+	// (EnqueueParams.Payload).
 	Input json.RawMessage
 	// RunID: default a new UUIDv7. Starting a run whose id exists is
 	// ErrConflict, so a caller's own id makes a start idempotent.
@@ -863,7 +864,8 @@ type stepEnvelope struct {
 
 // Step adapts a typed function to a workflow step's Handler: the payload's
 // envelope is decoded (the run's input into In), and fn's returned value is
-// the step's result (SetResult). A payload that does not decode is poison.
+// the step's result (SetResult: a value that cannot be recorded fails the
+// attempt permanently). A payload that does not decode is poison.
 func Step[In, Out any](fn func(ctx context.Context, s StepInput[In]) (Out, error)) Handler {
 	return HandlerFunc(func(ctx context.Context, t *Task) error {
 		var env stepEnvelope

@@ -17,6 +17,7 @@ import (
 
 // TestResultFile: the program's JSON in $BACKSTOP_RESULT_FILE is the
 // attempt's result; none or an empty file is none; a file that is not JSON,
+// holds what PostgreSQL's jsonb cannot (checked as every result is), is
 // too large or not a regular file fails the attempt permanently, naming
 // the problem; the file lives in a private directory removed afterwards;
 // an inherited BACKSTOP_RESULT_FILE is not passed on.
@@ -28,6 +29,10 @@ func TestResultFile(t *testing.T) {
 	if err := os.WriteFile(big, []byte(`"`+strings.Repeat("x", backstop.MaxResultBytes)+`"`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	unholdable := filepath.Join(dir, "unholdable.json")
+	if err := os.WriteFile(unholdable, []byte(`{"a":["\udc00"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name, script, want, wantErr string
 	}{
@@ -35,6 +40,7 @@ func TestResultFile(t *testing.T) {
 		{name: "none", script: `true`},
 		{name: "empty", script: `: > "$BACKSTOP_RESULT_FILE"`},
 		{name: "not JSON", script: `echo '{"n":' > "$BACKSTOP_RESULT_FILE"`, wantErr: "is not valid JSON"},
+		{name: "not for jsonb", script: `cp ` + unholdable + ` "$BACKSTOP_RESULT_FILE"`, wantErr: "result.a[0] holds \\udc00"},
 		{name: "too large", script: `cp ` + big + ` "$BACKSTOP_RESULT_FILE"`, wantErr: "at most 1048576"},
 		{name: "not a file", script: `mkdir "$BACKSTOP_RESULT_FILE"`, wantErr: "not a regular file"},
 		{name: "symlink", script: `ln -s /etc/passwd "$BACKSTOP_RESULT_FILE"`, wantErr: "cannot be read"},
