@@ -134,8 +134,7 @@ func (e *ruleEnv) randomRun(seed uint64) {
 	}
 	run := e.run(runID)
 	history := e.history(runID, run.State)
-	b, _ := json.Marshal(def)
-	hd, err := workflowtest.ParseDef(b)
+	hd, err := workflowtest.DefOf(def)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package workflow
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -147,11 +146,7 @@ func randomRun(t *testing.T, seed uint64) {
 // historyDef is def as the history checker reads it.
 func historyDef(t *testing.T, def *Definition) workflowtest.Def {
 	t.Helper()
-	b, err := json.Marshal(def)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := workflowtest.ParseDef(b)
+	d, err := workflowtest.DefOf(def)
 	if err != nil {
 		t.Fatal(err)
 	}

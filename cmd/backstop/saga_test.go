@@ -116,11 +116,7 @@ func sagaRulesDef(t *testing.T, c *backstop.Client) workflowtest.Def {
 
 func historyDef(t *testing.T, def any) workflowtest.Def {
 	t.Helper()
-	b, err := json.Marshal(def)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := workflowtest.ParseDef(b)
+	d, err := workflowtest.DefOf(def)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
-	"github.com/backstophq/backstop/internal/config"
 )
 
 // This file holds `dlq discard` and `dlq resolve` by filter (no ID: every
@@ -24,35 +22,21 @@ import (
 // the commands on the database run with.
 
 // purgeFloor is dlq.purge_floor for the commands that work on the
-// database (--db): BACKSTOP_DLQ_PURGE_FLOOR, read as the configuration
-// reads it, default 7 days. Over --server the server's own configuration
-// decides.
+// database (envSettings), default 7 days.
 func purgeFloor() (time.Duration, error) {
-	const name = config.EnvPrefix + "DLQ_PURGE_FLOOR"
-	var c config.Config
-	if v := os.Getenv(name); v != "" {
-		if err := c.ApplyEnv([]string{name + "=" + v}); err != nil {
-			return 0, usageErr("%v", err)
-		}
+	c, err := envSettings("DLQ_PURGE_FLOOR")
+	if err != nil {
+		return 0, err
 	}
 	return c.Effective().DLQ.PurgeFloor.D(), nil
 }
 
 // whereBudget is limits.where_cost and limits.where_time for the commands
-// on the database (--db): BACKSTOP_LIMITS_WHERE_COST and
-// BACKSTOP_LIMITS_WHERE_TIME, read as the configuration reads them. Over
-// --server the server's own configuration decides.
+// on the database (envSettings).
 func whereBudget() (uint64, time.Duration, error) {
-	var c config.Config
-	for _, name := range []string{config.EnvPrefix + "LIMITS_WHERE_COST", config.EnvPrefix + "LIMITS_WHERE_TIME"} {
-		if v := os.Getenv(name); v != "" {
-			if err := c.ApplyEnv([]string{name + "=" + v}); err != nil {
-				return 0, 0, usageErr("%v", err)
-			}
-		}
-	}
-	if err := c.Validate(); err != nil {
-		return 0, 0, usageErr("%v", err)
+	c, err := envSettings("LIMITS_WHERE_COST", "LIMITS_WHERE_TIME")
+	if err != nil {
+		return 0, 0, err
 	}
 	l := c.Library()
 	return l.WhereCost, l.WhereTime, nil

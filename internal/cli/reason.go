@@ -2,26 +2,18 @@ package cli
 
 import (
 	"errors"
-	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/backstophq/backstop"
-	"github.com/backstophq/backstop/internal/config"
 )
 
 // requireReason is dlq.require_reason for the commands that work on the
-// database (--db): BACKSTOP_DLQ_REQUIRE_REASON, read as the configuration
-// reads it. Over --server the server's own configuration decides.
+// database (envSettings).
 func requireReason() (bool, error) {
-	const name = config.EnvPrefix + "DLQ_REQUIRE_REASON"
-	v := os.Getenv(name)
-	if v == "" {
-		return false, nil
-	}
-	var c config.Config
-	if err := c.ApplyEnv([]string{name + "=" + v}); err != nil {
-		return false, usageErr("%v", err)
+	c, err := envSettings("DLQ_REQUIRE_REASON")
+	if err != nil {
+		return false, err
 	}
 	return c.DLQ.RequireReason, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
-	"github.com/backstophq/backstop/internal/config"
 )
 
 // This file is `backstop redrives`: a redrive is a durable job (its record
@@ -39,19 +37,11 @@ func redrivesCmd(a *app) *cobra.Command {
 }
 
 // redriveHeartbeat is dlq.redrive_heartbeat for the commands that work on
-// the database: BACKSTOP_DLQ_REDRIVE_HEARTBEAT (0: the library's default).
+// the database (envSettings; 0: the library's default).
 func redriveHeartbeat() (time.Duration, error) {
-	const name = config.EnvPrefix + "DLQ_REDRIVE_HEARTBEAT"
-	v := os.Getenv(name)
-	if v == "" {
-		return 0, nil
-	}
-	var c config.Config
-	if err := c.ApplyEnv([]string{name + "=" + v}); err != nil {
-		return 0, usageErr("%v", err)
-	}
-	if c.DLQ.RedriveHeartbeat < 0 {
-		return 0, usageErr("%s=%s: must not be negative", name, v)
+	c, err := envSettings("DLQ_REDRIVE_HEARTBEAT")
+	if err != nil {
+		return 0, err
 	}
 	return c.DLQ.RedriveHeartbeat.D(), nil
 }

@@ -317,22 +317,35 @@ func (a *app) print(v any, table func(w io.Writer) error) error {
 	return table(a.stdout)
 }
 
-// maxFanOutBytes is limits.max_fanout_bytes for the commands that work on
-// the database (--db): BACKSTOP_LIMITS_MAX_FANOUT_BYTES, read as the
-// configuration reads it (0: the library's default). A run started or
-// advanced by any of them is bound as serve and work bind it.
-func maxFanOutBytes() (int64, error) {
-	const name = config.EnvPrefix + "LIMITS_MAX_FANOUT_BYTES"
-	v := os.Getenv(name)
-	if v == "" {
-		return 0, nil
-	}
+// envSettings reads the named BACKSTOP_* variables (suffixes after the
+// prefix) as the configuration reads them, for the commands that work on
+// the database (--db): over --server the server's own configuration
+// decides. A bad value is a usage error naming the variable or its key.
+func envSettings(names ...string) (*config.Config, error) {
 	var c config.Config
-	if err := c.ApplyEnv([]string{name + "=" + v}); err != nil {
-		return 0, usageErr("%v", err)
+	var set []string
+	for _, n := range names {
+		name := config.EnvPrefix + n
+		if v := os.Getenv(name); v != "" {
+			set = append(set, name+"="+v)
+		}
 	}
-	if c.Limits.MaxFanOutBytes < 0 {
-		return 0, usageErr("%s: must not be negative", name)
+	if err := c.ApplyEnv(set); err != nil {
+		return nil, usageErr("%v", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, usageErr("%s: %v", strings.Join(set, " "), err)
+	}
+	return &c, nil
+}
+
+// maxFanOutBytes is limits.max_fanout_bytes (0: the library's default). A
+// run started or advanced by a command on the database is bound as serve
+// and work bind it.
+func maxFanOutBytes() (int64, error) {
+	c, err := envSettings("LIMITS_MAX_FANOUT_BYTES")
+	if err != nil {
+		return 0, err
 	}
 	return int64(c.Limits.MaxFanOutBytes), nil
 }

@@ -37,6 +37,16 @@ func ParseDef(definition []byte) (Def, error) {
 	return d, nil
 }
 
+// DefOf is ParseDef of a definition value (a *workflow.Definition): its
+// JSON.
+func DefOf(definition any) (Def, error) {
+	b, err := json.Marshal(definition)
+	if err != nil {
+		return Def{}, fmt.Errorf("workflowtest: definition: %v", err)
+	}
+	return ParseDef(b)
+}
+
 // OnFail reports whether a halt or a cancel rolls back.
 func (d Def) OnFail() bool { return d.Rollback == "on_fail" }
 
