@@ -6,28 +6,15 @@ import (
 	"github.com/backstophq/backstop/store"
 )
 
-// settleParallelism is what a store may implement to say how many settle
-// batches it applies well at once. Postgres (pgstore) answers 2: two
-// settle statements on disjoint tasks run side by side on the server, so a
-// finished attempt waits for at most about one batch instead of queueing
-// behind a full one (the follower's lag of task.succeeded) and the server
-// overlaps one batch's commit with the next one's work. A store without it
-// (SQLite: one writer at a time) gets one completer, whose batches are as
-// big as the backlog.
-type settleParallelism interface {
-	SettleParallelism() int
-}
-
 // maxCompleterBatch bounds one settle statement.
 const maxCompleterBatch = 1000
 
 // startCompleters starts the completers; completersDone is closed once all of
 // them have drained settleCh after it was closed.
 func (w *Worker) startCompleters() {
-	n := 1
-	if p, ok := w.c.store.(settleParallelism); ok && p.SettleParallelism() > 1 {
-		n = p.SettleParallelism()
-	}
+	// As many completers as the store applies settle batches well at
+	// once (store.Features).
+	n := max(1, w.c.store.Features().SettleParallelism)
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)

@@ -24,10 +24,27 @@ var (
 	ErrConflict = errors.New("conflict")
 )
 
+// Features are a driver's honest differences, declared: the engine and
+// the conformance suite read them instead of asserting on driver types or
+// names.
+type Features struct {
+	// ConcurrentWriters: write transactions run side by side (Postgres);
+	// false: one writer at a time, a second waits for the first's commit
+	// (SQLite).
+	ConcurrentWriters bool
+	// SettleParallelism is how many settle batches a worker applies well
+	// at once: Postgres 2 (statements on disjoint tasks run side by side,
+	// so a finished attempt waits for about one batch, not a full queue),
+	// SQLite 1 (one writer; its batches are as big as the backlog).
+	SettleParallelism int
+}
+
 // Store is what the engine needs from a database.
 type Store interface {
 	// Driver is "sqlite" or "postgres".
 	Driver() string
+	// Features declares how the driver differs.
+	Features() Features
 	Migrate(ctx context.Context) error
 	MigrationStatus(ctx context.Context) ([]Migration, error)
 	// CheckSchema refuses (*SchemaTooNewError) a database whose schema

@@ -37,14 +37,6 @@ func (r *SettleRecorder) Settle(ctx context.Context, ss []store.Settlement) ([]b
 	return r.Store.Settle(ctx, ss)
 }
 
-// SettleParallelism forwards the store's hint (the worker's completers).
-func (r *SettleRecorder) SettleParallelism() int {
-	if p, ok := r.Store.(interface{ SettleParallelism() int }); ok {
-		return p.SettleParallelism()
-	}
-	return 1
-}
-
 // Batches is every batch Settle received, in order.
 func (r *SettleRecorder) Batches() [][]store.Settlement {
 	r.mu.Lock()

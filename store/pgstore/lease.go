@@ -221,7 +221,9 @@ func (s *Store) queryTasks(ctx context.Context, sql string, args ...any) ([]*bt.
 	return tasks, rs.Err()
 }
 
-// SettleParallelism tells the worker how many settle batches to apply at
-// once (backstop's worker_completer.go): two, since batches of disjoint
-// tasks run side by side without waiting on each other's locks.
-func (s *Store) SettleParallelism() int { return 2 }
+// Features implements store.Store: concurrent writers, and two settle
+// batches at once, since batches of disjoint tasks run side by side
+// without waiting on each other's locks.
+func (s *Store) Features() store.Features {
+	return store.Features{ConcurrentWriters: true, SettleParallelism: 2}
+}

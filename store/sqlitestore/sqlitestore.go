@@ -102,6 +102,9 @@ func (s *Store) Path() string { return s.path }
 
 func (s *Store) Driver() string { return "sqlite" }
 
+// Features implements store.Store: one writer at a time.
+func (s *Store) Features() store.Features { return store.Features{SettleParallelism: 1} }
+
 func (s *Store) Close() error {
 	return errors.Join(s.r.Close(), s.w.Close())
 }

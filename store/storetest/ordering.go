@@ -462,7 +462,7 @@ func (s *suite) testOrdering(t *testing.T) {
 			t.Fatal(err)
 		}
 		four := res[0]
-		if b.store.Driver() == "postgres" {
+		if b.store.Features().ConcurrentWriters {
 			// The drain runs and commits while the arrival is uncommitted.
 			b.order()
 			eq(t, "the drain ended buffering before the arrival committed", b.c.OrderingStats().Cleared.Load(), int64(1))

@@ -72,6 +72,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	for _, o := range opts {
 		o(s)
 	}
+	t.Run("Features", s.testFeatures) // features.go
 	t.Run("Enqueue", s.testEnqueue)
 	t.Run("Inputs", s.testInputs) // inputs.go
 	t.Run("Claim", s.testClaim)
