@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/pgstore"
 	"github.com/backstophq/backstop/store/sqlitestore"
@@ -153,7 +154,7 @@ func TestJSONBRefusedAtEveryEntry(t *testing.T) {
 		state := func(id string, want State) *Task {
 			t.Helper()
 			var tk *Task
-			poll(t, id+" "+string(want), func() bool {
+			testwait.For(t, id+" "+string(want), func() bool {
 				var err error
 				tk, err = c.Get(ctx, id)
 				return err == nil && tk.State == want

@@ -10,6 +10,7 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/remote"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
 
@@ -49,7 +50,7 @@ func TestExecutionLogsMasked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the task to be dead", func() bool {
+	testwait.For(t, "the task to be dead", func() bool {
 		tk, err := c.Get(ctx, r.Task.ID)
 		if err != nil {
 			t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/testlog"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
 
@@ -80,7 +81,7 @@ func TestHandlerLogsCarrySpan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the task to succeed", func() bool {
+	testwait.For(t, "the task to succeed", func() bool {
 		tk, err := c.Get(context.Background(), r.Task.ID)
 		if err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
 
@@ -63,15 +64,15 @@ func TestMaintainerRetainsAndMaintains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the maintainer to lead both elections", func() bool { return m.IsLeader() && m.IsRetentionLeader() })
+	testwait.For(t, "the maintainer to lead both elections", func() bool { return m.IsLeader() && m.IsRetentionLeader() })
 	if w.IsLeader() {
 		t.Fatal("a worker out of the election leads")
 	}
-	poll(t, "the finished task to be deleted by retention", func() bool {
+	testwait.For(t, "the finished task to be deleted by retention", func() bool {
 		_, err := c.Get(ctx, done.Task.ID)
 		return errors.Is(err, ErrNotFound)
 	})
-	poll(t, "the scheduled task to be promoted", func() bool {
+	testwait.For(t, "the scheduled task to be promoted", func() bool {
 		x, err := c.Get(ctx, later.Task.ID)
 		return err == nil && x.State == StatePending
 	})
@@ -81,17 +82,5 @@ func TestMaintainerRetainsAndMaintains(t *testing.T) {
 		if l, err := s.Leader(ctx, name); !errors.Is(err, ErrNotFound) {
 			t.Errorf("%s lease after Stop: %+v %v, want resigned", name, l, err)
 		}
-	}
-}
-
-// poll waits for cond under a bound only a broken maintainer reaches.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

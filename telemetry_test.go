@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
 
@@ -67,7 +68,7 @@ func newTelHarness(t *testing.T, kind string, h HandlerFunc) *telHarness {
 func (h *telHarness) waitFor(id string, state bt.State) *Task {
 	h.t.Helper()
 	var tk *Task
-	poll(h.t, "task "+id+" to be "+string(state), func() bool {
+	testwait.For(h.t, "task "+id+" to be "+string(state), func() bool {
 		var err error
 		if tk, err = h.c.Get(context.Background(), id); err != nil {
 			h.t.Fatal(err)

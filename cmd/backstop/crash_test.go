@@ -30,6 +30,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // binary is the backstop binary built for these tests.
@@ -222,7 +223,7 @@ func (b *bundle) list(states ...bt.State) []*backstop.Task {
 // waitUntil polls the store until cond holds (waitFor).
 func (b *bundle) waitUntil(what string, cond func() bool) {
 	b.t.Helper()
-	waitFor(b.t, what, cond)
+	testwait.For(b.t, what, cond)
 }
 
 // stableRunning reads the running tasks until two reads agree: once the

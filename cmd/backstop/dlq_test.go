@@ -16,6 +16,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -135,7 +136,7 @@ func TestDLQRedriveKilledHalfwayThenResumed(t *testing.T) {
 			}
 			// The same redrive again is refused while the killed runner's
 			// heartbeat is fresh, and runs once it is stale.
-			waitFor(t, "the killed runner to go stale", func() bool { return redrivesShow(t, url, last.RedriveID).Resumable })
+			testwait.For(t, "the killed runner to go stale", func() bool { return redrivesShow(t, url, last.RedriveID).Resumable })
 			out, err := redriveCmd("--db", url, "dlq", "redrive", "--queue", "redrive", "--rate", "0", "--yes").CombinedOutput()
 			if err != nil {
 				t.Fatalf("re-run: %v: %s", err, out)

@@ -19,6 +19,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -149,7 +150,7 @@ func retentionScenario(t *testing.T, owner, serveDB, workerDB string) {
 	var local *worker
 	if workerDB != "" {
 		local = startDBWorker(t, workerDB, "least-privilege", "local", retentionEnv)
-		waitFor(t, "the least-privilege worker to lead maintenance", func() bool {
+		testwait.For(t, "the least-privilege worker to lead maintenance", func() bool {
 			return leaderOf(t, c, backstop.MaintenanceLeadership).LeaderID == "least-privilege"
 		})
 	}
@@ -176,7 +177,7 @@ func retentionScenario(t *testing.T, owner, serveDB, workerDB string) {
 	}
 	// Only succeeded tasks go after one second (dead letters would stay
 	// a month, failures would stay scheduled).
-	waitFor(t, "every succeeded task to be deleted by retention", func() bool {
+	testwait.For(t, "every succeeded task to be deleted by retention", func() bool {
 		for _, id := range done {
 			if _, err := c.Get(ctx, id); !errors.Is(err, backstop.ErrNotFound) {
 				return false
@@ -184,7 +185,7 @@ func retentionScenario(t *testing.T, owner, serveDB, workerDB string) {
 		}
 		return true
 	})
-	waitFor(t, "the waiting task's old events to be deleted by retention", func() bool {
+	testwait.For(t, "the waiting task's old events to be deleted by retention", func() bool {
 		p, err := c.ReadEvents(ctx, backstop.ReadEventsParams{Stream: "task." + idle.Task.ID})
 		if err != nil {
 			t.Fatal(err)
@@ -223,14 +224,14 @@ func TestTwoServesOneMaintainer(t *testing.T) {
 	a := startServeEnv(t, db, addrA, env)
 	isA := func(l *store.Leader) bool { return strings.HasSuffix(l.LeaderID, "-"+addrA) }
 	isB := func(l *store.Leader) bool { return strings.HasSuffix(l.LeaderID, "-"+addrB) }
-	waitFor(t, "the first serve to lead maintenance", func() bool { return isA(leaderOf(t, c, backstop.MaintenanceLeadership)) })
+	testwait.For(t, "the first serve to lead maintenance", func() bool { return isA(leaderOf(t, c, backstop.MaintenanceLeadership)) })
 	b := startServeEnv(t, db, addrB, env)
 
 	// Three renewals by a (every TTL/3) with b standing: the row always
 	// names a, and b never took the leadership.
 	first := leaderOf(t, c, backstop.MaintenanceLeadership)
 	renewals, last := 0, first.ExpiresAt
-	waitFor(t, "three renewals of the first serve's lease", func() bool {
+	testwait.For(t, "three renewals of the first serve's lease", func() bool {
 		l := leaderOf(t, c, backstop.MaintenanceLeadership)
 		if !isA(l) {
 			t.Fatalf("leadership %q while the first serve lives; want %s", l.LeaderID, first.LeaderID)
@@ -249,7 +250,7 @@ func TestTwoServesOneMaintainer(t *testing.T) {
 
 	a.kill(t)
 	killedAt := time.Now()
-	waitFor(t, "the second serve to take the leadership over", func() bool { return isB(leaderOf(t, c, backstop.MaintenanceLeadership)) })
+	testwait.For(t, "the second serve to take the leadership over", func() bool { return isB(leaderOf(t, c, backstop.MaintenanceLeadership)) })
 	took := time.Since(killedAt)
 	t.Logf("the second serve took over %s after the kill (TTL %s)", took.Round(time.Millisecond), ttl)
 	if took > ttl+15*time.Second {
@@ -263,7 +264,7 @@ func TestTwoServesOneMaintainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new leader to promote a scheduled task", func() bool {
+	testwait.For(t, "the new leader to promote a scheduled task", func() bool {
 		x, err := c.Get(context.Background(), r.Task.ID)
 		if err != nil {
 			t.Fatal(err)

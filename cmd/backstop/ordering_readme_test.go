@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // TestREADMEOrderingExample runs the README's ordered enqueue as written,
@@ -84,7 +85,7 @@ func TestREADMEOrderingExample(t *testing.T) {
 			// A worker of the queue, with no configuration, runs it.
 			_, errb, stop := background(t, dir, env, "backstop work --queue results"+server+" -- true")
 			_, c := storeClient(t, "sqlite://"+filepath.Join(dir, "backstop.db"))
-			waitFor(t, "the ordered task to succeed", func() bool {
+			testwait.For(t, "the ordered task to succeed", func() bool {
 				tk, err := c.Get(context.Background(), id)
 				return err == nil && tk.State == backstop.StateSucceeded
 			})

@@ -27,6 +27,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testlog"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -218,20 +219,6 @@ func storeClient(t *testing.T, url string) (store.Store, *backstop.Client) {
 	return s, c
 }
 
-// waitFor polls cond until it holds, failing the test after waitLong: the
-// one wait of the process tests (the bound is only reached by a broken
-// process, so no test depends on it).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // farm is a directory that looks like the checkout (a symlink per entry)
 // so `go run ./cmd/backstop` works in it without writing into the checkout.
 func farm(t *testing.T) string {
@@ -419,7 +406,7 @@ func TestREADMEBinaryCommands(t *testing.T) {
 		case verb == "work --queue":
 			// Runs until SIGTERM, then drains and exits 0.
 			_, errb, stop := background(t, dir, env, line)
-			waitFor(t, "the enqueued task to succeed", func() bool {
+			testwait.For(t, "the enqueued task to succeed", func() bool {
 				tk, err := c.Get(ctx, enqueued)
 				return err == nil && tk.State == backstop.StateSucceeded
 			})
@@ -492,7 +479,7 @@ func TestREADMELibraryProgram(t *testing.T) {
 	go func() { exitErr = cmd.Wait(); close(done) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
 	// The program migrates its database: open it only once it works.
-	waitFor(t, "the README program to send its three emails", func() bool {
+	testwait.For(t, "the README program to send its three emails", func() bool {
 		select {
 		case <-done:
 			t.Fatalf("the README program exited early: %v\n%s", exitErr, log.String())
@@ -503,7 +490,7 @@ func TestREADMELibraryProgram(t *testing.T) {
 			strings.Contains(l, "sending to c@example.com")
 	})
 	_, c := storeClient(t, "sqlite://"+filepath.Join(dir, "backstop.db"))
-	waitFor(t, "the README program's three tasks to succeed", func() bool {
+	testwait.For(t, "the README program's three tasks to succeed", func() bool {
 		ts, err := c.List(context.Background(), backstop.ListParams{Queue: "emails", States: []bt.State{bt.StateSucceeded}, Limit: 10})
 		return err == nil && len(ts) == 3
 	})
@@ -538,7 +525,7 @@ func TestDemoServePrintedCommands(t *testing.T) {
 		t.Fatalf("demo --serve printed %q", cmds)
 	}
 	_, c := storeClient(t, "sqlite://"+filepath.Join(dir, "backstop-demo.db"))
-	waitFor(t, "a dead letter", func() bool {
+	testwait.For(t, "a dead letter", func() bool {
 		ts, err := c.DeadLetters(context.Background(), backstop.ListParams{Limit: 1})
 		return err == nil && len(ts) > 0
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/filter"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // The three causes of the end-to-end test's dead letters, by id (i % 10):
@@ -155,7 +156,7 @@ func TestRedrivesKilledHalfwayThenResumedByID(t *testing.T) {
 
 			// The killed runner's heartbeat goes stale: then the redrive reads
 			// as resumable and another process resumes it.
-			waitFor(t, "the killed runner to go stale", func() bool { return redrivesShow(t, url, id).Resumable })
+			testwait.For(t, "the killed runner to go stale", func() bool { return redrivesShow(t, url, id).Resumable })
 			text, err := redriveCmd("--db", url, "redrives", "list").Output()
 			if err != nil || !strings.Contains(string(text), id) || !strings.Contains(string(text), "no runner seen for") {
 				t.Fatalf("list after the kill: %v %s", err, text)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 func TestRemoteWorkerRegistry(t *testing.T) {
@@ -66,7 +67,7 @@ func TestRemoteWorkerRegistry(t *testing.T) {
 				t.Fatalf("last_seen %s: the last task finished at %s, the worker started at %s", info.LastSeen, lastDone, begun)
 			}
 			var types []string
-			waitFor(t, "the worker's events", func() bool {
+			testwait.For(t, "the worker's events", func() bool {
 				page, err := c.ReadEvents(ctx, backstop.ReadEventsParams{Stream: "worker.rw-registry", Limit: 1000})
 				if err != nil {
 					t.Fatal(err)

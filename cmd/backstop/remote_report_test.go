@@ -27,6 +27,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/apiclient"
 	"github.com/backstophq/backstop/internal/testlog"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // reportScript prints a line (sent to the execution's log before the
@@ -186,7 +187,7 @@ func TestRemoteReportsSurviveRateLimitAndRestart(t *testing.T) {
 
 			// Restart the server in the middle of the run: SIGKILL, then a
 			// new process on the same address and database.
-			waitFor(t, "a third of the tasks are settled", func() bool { return count(terminal...) >= tasks/3 })
+			testwait.For(t, "a third of the tasks are settled", func() bool { return count(terminal...) >= tasks/3 })
 			refused := func() int {
 				b, _ := os.ReadFile(w.stderr)
 				return strings.Count(string(b), "connection refused")
@@ -194,10 +195,10 @@ func TestRemoteReportsSurviveRateLimitAndRestart(t *testing.T) {
 			before := refused()
 			srv.kill(t)
 			// Restart once the worker has met the dead server.
-			waitFor(t, "the worker meets the dead server", func() bool { return refused() > before })
+			testwait.For(t, "the worker meets the dead server", func() bool { return refused() > before })
 			startServeAt(t, db, addr, limit...)
 
-			waitFor(t, "every task is enqueued and settled", func() bool { return count() == tasks && count(terminal...) == tasks })
+			testwait.For(t, "every task is enqueued and settled", func() bool { return count() == tasks && count(terminal...) == tasks })
 			if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}

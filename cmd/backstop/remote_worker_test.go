@@ -8,7 +8,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"github.com/backstophq/backstop/internal/testlog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,8 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testlog"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // remoteScript: "ok" succeeds, "perm" exits 65 (listed permanent), "flaky"
@@ -138,7 +139,7 @@ func TestRemoteWorkerSIGKILL(t *testing.T) {
 	base := startServer(t, db)
 	mark := filepath.Join(t.TempDir(), "mark")
 	w1 := startRemoteWorker(t, base, "remote1", []string{"MARK=" + mark}, "--lease", "1s")
-	waitFor(t, "the task to start", func() bool { _, err := os.Stat(mark); return err == nil })
+	testwait.For(t, "the task to start", func() bool { _, err := os.Stat(mark); return err == nil })
 	if err := syscall.Kill(-w1.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

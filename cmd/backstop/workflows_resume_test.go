@@ -12,6 +12,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -87,7 +88,7 @@ func TestWorkflowBulkResumeAfterOutage(t *testing.T) {
 				}
 				return len(rs)
 			}
-			waitFor(t, "every run halted at push", func() bool {
+			testwait.For(t, "every run halted at push", func() bool {
 				return countRuns("sync", "failed") == runs && countRuns("other", "failed") == others
 			})
 			// The halted runs, as an operator finds them.
@@ -156,7 +157,7 @@ func TestWorkflowBulkResumeAfterOutage(t *testing.T) {
 			if !strings.Contains(out, fmt.Sprintf("%d replayed, 0 failed", runs)) {
 				t.Fatalf("redrive: %s", out)
 			}
-			waitFor(t, "every sync run succeeded", func() bool { return countRuns("sync", "succeeded") == runs })
+			testwait.For(t, "every sync run succeeded", func() bool { return countRuns("sync", "succeeded") == runs })
 			for _, id := range syncIDs {
 				tk, err := c.Get(ctx, id+".push")
 				if err != nil {
@@ -193,7 +194,7 @@ func TestWorkflowBulkResumeAfterOutage(t *testing.T) {
 			if out := cliOK(t, "--db", db, "runs", "resume", "--workflow", "other", "--step", "push", "--yes"); !strings.Contains(out, fmt.Sprintf("%d replayed, 0 failed", others-1)) {
 				t.Fatalf("runs resume --workflow other: %s", out)
 			}
-			waitFor(t, "every other run succeeded", func() bool { return countRuns("other", "succeeded") == others })
+			testwait.For(t, "every other run succeeded", func() bool { return countRuns("other", "succeeded") == others })
 		})
 	}
 }

@@ -12,18 +12,8 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/testwait"
 )
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // TestKeeperKeepsTheLease: heartbeats push the lease's expiry on, so the
 // report context outlives the claim's lease; an operator's cancel is passed
@@ -46,7 +36,7 @@ func TestKeeperKeepsTheLease(t *testing.T) {
 	}
 	ctx, cancel := k.ReportContext(0)
 	defer cancel()
-	waitUntil(t, "the claim's lease has run out by the clock", func() bool { return time.Now().After(first.Add(100 * time.Millisecond)) })
+	testwait.For(t, "the claim's lease has run out by the clock", func() bool { return time.Now().After(first.Add(100 * time.Millisecond)) })
 	if ctx.Err() != nil || !k.Until().After(first) {
 		t.Fatalf("heartbeats did not keep the lease: until %s, report context %v", k.Until(), context.Cause(ctx))
 	}
@@ -54,7 +44,7 @@ func TestKeeperKeepsTheLease(t *testing.T) {
 	if _, err := e.cl.Cancel(context.Background(), l.TaskID); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the cancel reaches the keeper", func() bool { return canceled.Load() > 0 })
+	testwait.For(t, "the cancel reaches the keeper", func() bool { return canceled.Load() > 0 })
 
 	// Settled elsewhere: the heartbeat's 409 is the lease lost.
 	if _, err := e.cl.Fail(context.Background(), l.TaskID, api.FailRequest{LeaseToken: l.Token, Outcome: bt.OutcomeTransientError}); err != nil {

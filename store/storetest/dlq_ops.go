@@ -13,6 +13,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -276,7 +277,7 @@ func (s *suite) testDLQOps(t *testing.T) {
 		b.enqueue(backstop.EnqueueParams{ID: "d", Queue: "default", Kind: "fail"})
 		first := b.waitState("d", backstop.StateDead)
 		b.replay(backstop.ReplayParams{ID: "d"})
-		waitFor(t, "second death", func() bool { t := b.get("d"); return t.State == backstop.StateDead && t.DeadCount == 2 })
+		testwait.For(t, "second death", func() bool { t := b.get("d"); return t.State == backstop.StateDead && t.DeadCount == 2 })
 		got := b.get("d")
 		eq(t, "dead_count", got.DeadCount, 2)
 		eq(t, "replay_count", got.ReplayCount, 1)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -101,7 +102,7 @@ func (b *bundle) types(id string) []string {
 	// order, once they are final (on Postgres a read waits for every
 	// transaction that began before them to end).
 	var streamed []string
-	waitFor(b.t, "the task stream of "+id, func() bool {
+	testwait.For(b.t, "the task stream of "+id, func() bool {
 		page, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamTask, Value: id}, Limit: 1000})
 		if err != nil {
 			b.t.Fatal(err)
@@ -120,7 +121,7 @@ func (b *bundle) types(id string) []string {
 func (b *bundle) waitTypes(id string, n int) []string {
 	b.t.Helper()
 	var got []string
-	waitFor(b.t, fmt.Sprintf("%d events of %s", n, id), func() bool {
+	testwait.For(b.t, fmt.Sprintf("%d events of %s", n, id), func() bool {
 		got = b.types(id)
 		return len(got) >= n
 	})
@@ -385,7 +386,7 @@ func (s *suite) testEventStreams(t *testing.T) {
 	// On Postgres events are served once every transaction that began
 	// before them (in any test sharing the cluster) has ended.
 	var all store.EventPage
-	waitFor(t, "nine final events", func() bool { all = read("all", "", 100); return len(all.Events) >= 9 })
+	testwait.For(t, "nine final events", func() bool { all = read("all", "", 100); return len(all.Events) >= 9 })
 	eq(t, "all", len(all.Events), 9)
 	ids := map[string]bool{}
 	for _, e := range all.Events {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -46,7 +47,7 @@ func (s *suite) testEventSharedRows(t *testing.T) {
 	all := store.Stream{Kind: store.StreamAll}
 	const total = 3 + 3 + 2 + 2 // enqueued, claimed, then started and succeeded of two
 	var whole store.EventPage
-	waitFor(t, "the final events", func() bool { whole = read(all, "", 100); return len(whole.Events) >= total })
+	testwait.For(t, "the final events", func() bool { whole = read(all, "", 100); return len(whole.Events) >= total })
 	eq(t, "events", len(whole.Events), total)
 
 	// One event at a time, the cursor moving inside rows.
@@ -94,7 +95,7 @@ func (s *suite) testEventSharedRows(t *testing.T) {
 	eq(t, "history of a deleted task", b.types("drop"), []string{})
 	eq(t, "history of the kept task", b.types("keep"), []string{"task.enqueued", "task.claimed"})
 	var left store.EventPage
-	waitFor(t, "the kept events", func() bool { left = read(all, "", 100); return len(left.Events) >= 2 })
+	testwait.For(t, "the kept events", func() bool { left = read(all, "", 100); return len(left.Events) >= 2 })
 	eq(t, "events left", len(left.Events), 2)
 	for _, e := range left.Events {
 		eq(t, "subject left", e.Subject, "keep")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -48,7 +49,7 @@ func (s *suite) testEventStreamsCrossXid(t *testing.T) {
 
 	var all []bt.Event
 	want := 12 + 8*3 // task.enqueued each; task.claimed, task.started, task.succeeded each worked
-	waitFor(t, fmt.Sprintf("%d final events", want), func() bool {
+	testwait.For(t, fmt.Sprintf("%d final events", want), func() bool {
 		p, err := b.store.ReadEvents(b.ctx, store.EventQuery{Limit: 1000})
 		if err != nil {
 			t.Fatal(err)

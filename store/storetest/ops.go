@@ -10,6 +10,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -176,7 +177,7 @@ func (s *suite) testWorkersElectOneLeader(t *testing.T) {
 	w1 := b.worker(cfg("w1"), nil)
 	w2 := b.worker(cfg("w2"), nil)
 	var leader, other *backstop.Worker
-	waitFor(t, "a leader", func() bool {
+	testwait.For(t, "a leader", func() bool {
 		switch {
 		case w1.IsLeader():
 			leader, other = w1, w2
@@ -201,7 +202,7 @@ func (s *suite) testWorkersElectOneLeader(t *testing.T) {
 		t.Fatal("a stopped worker still leads")
 	}
 	// The TTL is 30s: only the resign lets the other take over this fast.
-	waitFor(t, "the other worker to take over", other.IsLeader)
+	testwait.For(t, "the other worker to take over", other.IsLeader)
 	l, err = b.store.Leader(b.ctx, backstop.MaintenanceLeadership)
 	if err != nil {
 		t.Fatal(err)

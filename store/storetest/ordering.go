@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -99,7 +100,7 @@ func (b *bundle) eventsOfType(typ string, n int) {
 		}
 		return len(page.Events)
 	}
-	waitFor(b.t, fmt.Sprintf("%d %s events", n, typ), func() bool { return count() >= n })
+	testwait.For(b.t, fmt.Sprintf("%d %s events", n, typ), func() bool { return count() >= n })
 	eq(b.t, typ+" events", count(), n)
 }
 
@@ -506,7 +507,7 @@ func (s *suite) testOrdering(t *testing.T) {
 		b.waitState(one.ID, backstop.StateSucceeded)
 		three := b.ordEnqueue("k", 3)
 		b.waitState(three.ID, backstop.StateBuffered)
-		waitFor(t, "the drain scheduled", func() bool { return b.c.OrderingStats().DrainScheduled.Load() == 1 })
+		testwait.For(t, "the drain scheduled", func() bool { return b.c.OrderingStats().DrainScheduled.Load() == 1 })
 		b.clock.Advance(2 * time.Second) // the one-step schedule is used up at the next poll
 		b.waitState(three.ID, backstop.StateSucceeded)
 		mu.Lock()

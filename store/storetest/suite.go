@@ -248,18 +248,6 @@ func (b *bundle) waitState(id string, state backstop.State) *backstop.Task {
 	return nil
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 func outcomes(task *backstop.Task) []backstop.Outcome {
 	out := make([]backstop.Outcome, len(task.Executions))
 	for i, e := range task.Executions {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -367,7 +368,7 @@ func endOfLog(t *testing.T, b *bundle) string {
 func follow(t *testing.T, b *bundle, after string, until func(bt.Event) bool) []bt.Event {
 	t.Helper()
 	var got []bt.Event
-	waitFor(t, "the log to reach the awaited event", func() bool {
+	testwait.For(t, "the log to reach the awaited event", func() bool {
 		p, err := b.store.ReadEvents(b.ctx, store.EventQuery{After: after, Limit: store.MaxEventLimit})
 		if err != nil {
 			t.Fatal(err)
@@ -477,7 +478,7 @@ func (s *suite) txFollower(t *testing.T) {
 		}
 		return got
 	}
-	waitFor(t, "the follower to read both transactions' events", func() bool {
+	testwait.For(t, "the follower to read both transactions' events", func() bool {
 		p, err := b.store.ReadEvents(b.ctx, store.EventQuery{After: after, Limit: store.MaxEventLimit})
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/remote"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -162,7 +163,7 @@ func (s *suite) testWorkerLifecycle(t *testing.T) {
 		t.Fatalf("registered: %+v", info)
 	}
 	b.clock.Advance(30 * time.Second)
-	waitFor(t, "a registry heartbeat", func() bool {
+	testwait.For(t, "a registry heartbeat", func() bool {
 		cur, err := b.c.Worker(b.ctx, "life")
 		return err == nil && cur.LastSeen.After(info.LastSeen)
 	})

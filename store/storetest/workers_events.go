@@ -11,6 +11,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/remote"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -34,7 +35,7 @@ func (b *bundle) readStream(name string, n int) []bt.Event {
 		b.t.Fatal(err)
 	}
 	var out []bt.Event
-	waitFor(b.t, fmt.Sprintf("%d events in %s", n, name), func() bool {
+	testwait.For(b.t, fmt.Sprintf("%d events in %s", n, name), func() bool {
 		out = out[:0]
 		after := ""
 		for {
@@ -228,7 +229,7 @@ func (s *suite) testNodeExecutionStreams(t *testing.T) {
 	}
 
 	var all []bt.Event
-	waitFor(t, "the log", func() bool {
+	testwait.For(t, "the log", func() bool {
 		p, err := b.store.ReadEvents(b.ctx, store.EventQuery{Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
