@@ -190,7 +190,11 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 		timer := time.AfterFunc(time.Duration(t.Timeout), func() { timedOut.Store(true); cancel(errors.New("task timeout")) })
 		defer timer.Stop()
 	}
-	k := r.cl.KeepLease(l, claimed, apiclient.KeepOptions{Lease: lease, WorkerID: r.id,
+	// The program's progress (BACKSTOP_PROGRESS_FILE) goes with the
+	// heartbeats and the report.
+	var progress atomic.Pointer[bt.Progress]
+	ctx = backstop.ContextWithProgressSink(ctx, func(p backstop.Progress) { progress.Store(&p) })
+	k := r.cl.KeepLease(l, claimed, apiclient.KeepOptions{Lease: lease, WorkerID: r.id, Progress: progress.Load,
 		OnCancelRequested: func() {
 			log.Info("task canceled; stopping the program (SIGTERM, then SIGKILL after the cancel grace)")
 			cancel(backstop.ErrTaskCanceled)
@@ -239,13 +243,13 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 		// Killed because the drain's grace ran out: give the task back
 		// uncharged, as an in-process worker does.
 		what = "released"
-		rep, err = r.cl.ReportRelease(rctx, l, api.ReleaseRequest{}, retry)
+		rep, err = r.cl.ReportRelease(rctx, l, api.ReleaseRequest{Progress: res.Progress}, retry)
 		if err == nil {
 			log.Info("task released on shutdown (not charged)", reportArgs(rep)...)
 		}
 	case res.Err == nil:
 		what = string(bt.OutcomeSucceeded)
-		rep, err = r.cl.ReportComplete(rctx, l, api.CompleteRequest{Result: res.Value}, retry)
+		rep, err = r.cl.ReportComplete(rctx, l, api.CompleteRequest{Result: res.Value, Progress: res.Progress}, retry)
 		if err == nil {
 			log.Info("task succeeded", reportArgs(rep)...)
 		}
@@ -260,7 +264,7 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 			outcome = bt.OutcomePermanentError
 		}
 		what = string(outcome)
-		rep, err = r.cl.ReportFail(rctx, l, api.FailRequest{Outcome: outcome, Error: res.Err.Error(), ErrorDetail: res.Output}, retry)
+		rep, err = r.cl.ReportFail(rctx, l, api.FailRequest{Outcome: outcome, Error: res.Err.Error(), ErrorDetail: res.Output, Progress: res.Progress}, retry)
 		if err == nil {
 			log.Info("task attempt failed", append([]any{"outcome", outcome, "state", rep.State, "error", res.Err.Error()}, reportArgs(rep)...)...)
 		}

@@ -47,7 +47,11 @@ func workCmd(a *app) *cobra.Command {
 process group of its own. The payload arrives on stdin; the environment carries
 BACKSTOP_TASK_ID, BACKSTOP_ATTEMPT, BACKSTOP_QUEUE, BACKSTOP_KIND,
 BACKSTOP_EXECUTION_ID and each attribute as BACKSTOP_ATTR_<KEY> (upper-cased,
-other characters than letters and digits replaced by _).
+other characters than letters and digits replaced by _). A program that exits
+0 may write its JSON result to the file named by BACKSTOP_RESULT_FILE; to say
+how far it got it appends lines N/M (steps completed of total) to the file
+named by BACKSTOP_PROGRESS_FILE: the last line is the task's progress, sent
+with the next heartbeat and kept when the attempt ends.
 
 Exit code 0 succeeds; 75 (EX_TEMPFAIL) and any code not listed in
 --permanent-exit-codes are transient (retried by policy); listed codes
