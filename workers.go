@@ -107,7 +107,7 @@ type WorkerExecutionParams struct {
 }
 
 // WorkerExecutionsPage is one page of a worker's executions and the cursor
-// of the next ("" when this page is the last).
+// of the next ("" when no older execution is left).
 type WorkerExecutionsPage struct {
 	Items []Execution `json:"items"`
 	Next  string      `json:"-"`
@@ -128,7 +128,8 @@ func (c *Client) WorkerExecutions(ctx context.Context, id string, p WorkerExecut
 	if p.Outcome != "" && !slices.Contains(workerOutcomes, p.Outcome) {
 		return nil, invalid("outcome", "unknown outcome %q (want one of %v)", p.Outcome, workerOutcomes)
 	}
-	f := store.WorkerExecutionFilter{WorkerID: id, Outcome: p.Outcome, Limit: limit}
+	// One more than asked tells whether a next page exists.
+	f := store.WorkerExecutionFilter{WorkerID: id, Outcome: p.Outcome, Limit: limit + 1}
 	if p.After != "" {
 		k, err := parseExecutionCursor(p.After)
 		if err != nil {
@@ -144,8 +145,9 @@ func (c *Client) WorkerExecutions(ctx context.Context, id string, p WorkerExecut
 		return nil, err
 	}
 	page := &WorkerExecutionsPage{Items: ex}
-	if len(ex) == limit {
-		last := ex[len(ex)-1]
+	if len(ex) > limit {
+		page.Items = ex[:limit:limit]
+		last := ex[limit-1]
 		page.Next = strconv.FormatInt(last.StartedAt.UnixMicro(), 10) + "_" + last.ExecutionID
 	}
 	return page, nil
