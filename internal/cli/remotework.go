@@ -21,6 +21,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/execworker"
 )
 
@@ -51,7 +52,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	if err != nil {
 		return usageErr("work: %v", err)
 	}
-	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, nil, o.metricsAddr)
+	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, &config.Config{Log: o.logConfig}, o.metricsAddr)
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	cl := apiclient.New(o.server, o.token)
 	r := &remoteWorker{cl: cl, h: h, log: log, id: id, o: o}
 	r.lastActive.Store(time.Now().UnixNano())
-	reg := startRemoteRegistry(cl, id, o.queues, log) // remoteregistry.go
+	reg := startRemoteRegistry(cl, api.RegisterWorkerRequest{ID: id, Queues: o.queues, Labels: o.labels, Version: o.version}, log) // remoteregistry.go
 
 	// claimCtx ends claiming; killCtx kills running programs.
 	claimCtx, stopClaims := context.WithCancel(context.WithoutCancel(ctx))
