@@ -51,7 +51,7 @@ func TestWorkProgressFile(t *testing.T) {
 			release := filepath.Join(t.TempDir(), "release")
 			// 2/5 is reported while the program waits for the test; the
 			// last line, 3/5 with no newline, is read when it exits.
-			prog := []string{"work", "--queue", queue, "--lease", "1500ms", "--exit-after-idle", "300ms", "--", "sh", "-c",
+			prog := []string{"work", "--queue", queue, "--id", "w-" + mode, "--lease", "1500ms", "--exit-after-idle", "300ms", "--", "sh", "-c",
 				`echo 1/5 >> "$BACKSTOP_PROGRESS_FILE"; echo nonsense >> "$BACKSTOP_PROGRESS_FILE"; echo 2/5 >> "$BACKSTOP_PROGRESS_FILE"
 				while [ ! -e "` + release + `" ]; do sleep 0.05; done; printf 3/5 >> "$BACKSTOP_PROGRESS_FILE"`}
 			done := make(chan cliResult, 1)
@@ -69,6 +69,15 @@ func TestWorkProgressFile(t *testing.T) {
 					t.Fatal(err)
 				}
 				if task.State == bt.StateRunning && task.Progress == (bt.Progress{Completed: 2, Total: 5}) {
+					// The registry names what the worker runs now.
+					var w backstop.WorkerInfo
+					e.json(&w, "workers", "show", "w-"+mode)
+					if len(w.CurrentExecutionIDs) != 1 || w.CurrentExecutionIDs[0] != task.ExecutionID {
+						t.Errorf("%s: worker runs %v, want [%s]", mode, w.CurrentExecutionIDs, task.ExecutionID)
+					}
+					if l := e.ok("workers", "list", "--queue", queue); !strings.Contains(l, "RUNNING") {
+						t.Errorf("%s: workers list has no RUNNING column:\n%s", mode, l)
+					}
 					break
 				}
 				if time.Now().After(deadline) {

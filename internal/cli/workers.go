@@ -112,7 +112,8 @@ func workersListCmd(a *app) *cobra.Command {
 		Short: "List registered workers, ordered by id",
 		Long: "List the workers that registered: in-process workers when they start, remote workers\n" +
 			"(backstop work --server) on their first claim. STATE is active, stopping, stopped, or stale\n" +
-			"(not seen for the stale TTL, 1m by default: its leases expire and its tasks are retried).",
+			"(not seen for workers.stale_after, 1m by default: its leases expire and its tasks are retried).\n" +
+			"RUNNING counts the executions it runs now (their ids: workers show, -o json: current_execution_ids).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if p.Limit < 1 || p.Limit > 10000 {
@@ -128,10 +129,10 @@ func workersListCmd(a *app) *cobra.Command {
 			}
 			return a.print(ws, func(w io.Writer) error {
 				tw := newTable(w)
-				fmt.Fprintln(tw, "ID\tSTATE\tHOST\tPID\tQUEUES\tREMOTE\tSTARTED\tLAST_SEEN")
+				fmt.Fprintln(tw, "ID\tSTATE\tHOST\tPID\tQUEUES\tREMOTE\tRUNNING\tSTARTED\tLAST_SEEN")
 				for _, x := range ws {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%t\t%s\t%s\n", x.ID, x.State, x.Host, x.PID, strings.Join(x.Queues, ","),
-						x.Remote, fmtTime(x.StartedAt), fmtTime(x.LastSeen))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%t\t%d\t%s\t%s\n", x.ID, x.State, x.Host, x.PID, strings.Join(x.Queues, ","),
+						x.Remote, len(x.CurrentExecutionIDs), fmtTime(x.StartedAt), fmtTime(x.LastSeen))
 				}
 				return tw.Flush()
 			})
