@@ -78,9 +78,11 @@ func (p *progressReader) poll(final bool) {
 	if st.Size() < p.offset {
 		p.offset, p.part = 0, nil
 	}
+	skipped := false
 	if st.Size()-p.offset > maxProgressRead {
-		// Skip to the tail: the lines before it are stale.
-		p.offset, p.part = st.Size()-maxProgressRead, nil
+		// Skip to the tail: the lines before it are stale, and so is the
+		// piece of one the tail starts with.
+		p.offset, p.part, skipped = st.Size()-maxProgressRead, nil, true
 	}
 	b, err := io.ReadAll(io.NewSectionReader(f, p.offset, maxProgressRead))
 	if err != nil {
@@ -88,6 +90,14 @@ func (p *progressReader) poll(final bool) {
 		return
 	}
 	p.offset += int64(len(b))
+	if skipped {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			p.part = []byte("x") // still inside the skipped line
+			return
+		}
+		b = b[i+1:]
+	}
 	b = append(p.part, b...)
 	if final && len(b) > 0 && b[len(b)-1] != '\n' {
 		b = append(b, '\n')
@@ -117,7 +127,8 @@ func (p *progressReader) poll(final bool) {
 }
 
 // clipPart keeps an unfinished line, unless it is already too long to be
-// a progress line (it is then dropped, and so is the line it ends).
+// a progress line: it then becomes "x", so that the line it ends is
+// noted as not N/M rather than read from its tail.
 func clipPart(b []byte) []byte {
 	if len(b) > 64 {
 		return []byte("x") // not N/M whatever follows
