@@ -137,6 +137,10 @@ func (c *Client) WorkerExecutions(ctx context.Context, id string, p WorkerExecut
 		}
 		f.Before = k
 	}
+	if checkWorkerCursor(id) != nil {
+		// No worker can have it (and a NUL cannot even reach Postgres).
+		return nil, fmt.Errorf("worker %q: %w", id, ErrNotFound)
+	}
 	if _, err := c.store.GetWorker(ctx, id, c.now(), c.cfg.WorkerStaleAfter); err != nil {
 		return nil, err
 	}

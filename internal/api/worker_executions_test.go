@@ -115,7 +115,9 @@ func TestWorkerExecutionsPaged(t *testing.T) {
 				t.Errorf("%v: %v, want a 400", bad, err)
 			}
 		}
-		_, err = viewer.WorkerExecutions(ctx, "nope", nil)
-		mustCode(t, err, "not_found")
+		for _, id := range []string{"nope", "bad\x00id", "bad\x01id"} {
+			_, err = viewer.WorkerExecutions(ctx, id, nil)
+			mustCode(t, err, "not_found")
+		}
 	})
 }
