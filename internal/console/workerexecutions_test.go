@@ -38,6 +38,12 @@ func TestBrowserWorkerExecutionsPaged(t *testing.T) {
 
 		ctx := browser(t)
 		e.signIn(t, ctx, api.RoleViewer)
+		run(t, ctx, "the workers list", nav(e.url+"/#/workers"), visible("#worker-list"))
+		waitText(t, ctx, "#worker-list", "console-test")
+		if n := evalJS[string](t, ctx, "the running cell", `(() => { const th = [...document.querySelectorAll("#worker-list th")].findIndex((x) => x.textContent === "Running"); `+
+			`return document.querySelector("#worker-list tbody tr").children[th].textContent })()`); n != "1" {
+			t.Fatalf("workers list: running %q, want 1", n)
+		}
 		run(t, ctx, "the worker, two executions a page", nav(e.url+"/#/workers/console-test?limit=2"), visible("#worker-executions"))
 		waitText(t, ctx, "#worker-running", runningExec)
 		waitText(t, ctx, "#worker-executions", ok)

@@ -37,7 +37,7 @@ export async function workersPage(main, q) {
     const rows = page.items.map((w) => [
       h('a', { href: `#/workers/${encodeURIComponent(w.id)}`, class: 'mono' }, w.id),
       w.host, String(w.pid || ''), (w.queues || []).join(', '), w.version, labelsText(w.labels),
-      w.remote ? 'remote' : 'in-process', badge(w.state),
+      w.remote ? 'remote' : 'in-process', badge(w.state), String((w.current_execution_ids || []).length),
       h('time', { datetime: w.last_seen, title: fmtTime(w.last_seen) }, `${fmtAge(now - new Date(w.last_seen))} ago`),
     ]);
     const nq = new URLSearchParams(q);
@@ -48,7 +48,7 @@ export async function workersPage(main, q) {
       h('h1', {}, 'Workers'),
       form,
       h('div', { class: 'scroll', id: 'worker-list' },
-        table('Registered workers', ['Id', 'Host', 'PID', 'Queues', 'Version', 'Labels', 'Kind', 'State', 'Last seen'], rows,
+        table('Registered workers', ['Id', 'Host', 'PID', 'Queues', 'Version', 'Labels', 'Kind', 'State', 'Running', 'Last seen'], rows,
           'No worker is registered.')),
       h('nav', { class: 'pager', 'aria-label': 'Pages' },
         q.get('after') ? h('a', { href: `#/workers?${first}` }, 'First page') : null,
