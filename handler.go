@@ -142,15 +142,28 @@ func TaskFromContext(ctx context.Context) (*Task, bool) {
 
 // ReportProgress records how far the task got. It is stored with the next
 // heartbeat and at the end of the attempt, and carried across retries and
-// replays. Outside a handler it does nothing.
+// replays. Outside a handler it goes to the sink of ContextWithProgressSink,
+// if any, and otherwise does nothing.
 func ReportProgress(ctx context.Context, completed, total int) {
 	a := attemptFrom(ctx)
 	if a == nil {
+		if sink, ok := ctx.Value(progressSinkKey{}).(func(Progress)); ok {
+			sink(Progress{Total: total, Completed: completed})
+		}
 		return
 	}
 	a.mu.Lock()
 	a.progress = &Progress{Total: total, Completed: completed}
 	a.mu.Unlock()
+}
+
+type progressSinkKey struct{}
+
+// ContextWithProgressSink makes ReportProgress outside an in-process
+// attempt hand the progress to sink (the remote worker sends it with its
+// heartbeats and its report).
+func ContextWithProgressSink(ctx context.Context, sink func(Progress)) context.Context {
+	return context.WithValue(ctx, progressSinkKey{}, sink)
 }
 
 // RecordDetail keeps text with the execution (an output tail, a stack): it

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/backstophq/backstop/store"
@@ -88,11 +90,81 @@ func (c *Client) Worker(ctx context.Context, id string) (*WorkerDetail, error) {
 	if err != nil {
 		return nil, err
 	}
-	ex, err := c.store.WorkerExecutions(ctx, id, recentExecutions)
+	ex, err := c.store.WorkerExecutions(ctx, store.WorkerExecutionFilter{WorkerID: id, Limit: recentExecutions})
 	if err != nil {
 		return nil, err
 	}
 	return &WorkerDetail{WorkerInfo: *w, Executions: ex}, nil
+}
+
+// WorkerExecutionParams selects a worker's executions, newest first: at
+// most Limit (default recentExecutions, at most MaxExecutionsLimit) of
+// Outcome ("": any), after the cursor After (a WorkerExecutionsPage.Next).
+type WorkerExecutionParams struct {
+	Limit   int
+	After   string
+	Outcome Outcome
+}
+
+// WorkerExecutionsPage is one page of a worker's executions and the cursor
+// of the next ("" when no older execution is left).
+type WorkerExecutionsPage struct {
+	Items []Execution `json:"items"`
+	Next  string      `json:"-"`
+}
+
+// workerOutcomes are the outcomes an execution can be recorded with.
+var workerOutcomes = []Outcome{OutcomeSucceeded, OutcomeTransientError, OutcomePermanentError, OutcomeTimeout,
+	OutcomeCanceled, OutcomeLeaseExpired, OutcomeSnoozed, OutcomeReleased}
+
+// WorkerExecutions pages one worker's executions, newest first (unknown
+// worker: ErrNotFound). The cursor is the last execution's start time (Unix
+// microseconds) and id: "1732700000123456_<execution id>".
+func (c *Client) WorkerExecutions(ctx context.Context, id string, p WorkerExecutionParams) (*WorkerExecutionsPage, error) {
+	limit := cmp.Or(p.Limit, recentExecutions)
+	if limit < 1 || limit > MaxExecutionsLimit {
+		return nil, invalid("limit", "must be between 1 and %d", MaxExecutionsLimit)
+	}
+	if p.Outcome != "" && !slices.Contains(workerOutcomes, p.Outcome) {
+		return nil, invalid("outcome", "unknown outcome %q (want one of %v)", p.Outcome, workerOutcomes)
+	}
+	// One more than asked tells whether a next page exists.
+	f := store.WorkerExecutionFilter{WorkerID: id, Outcome: p.Outcome, Limit: limit + 1}
+	if p.After != "" {
+		k, err := parseExecutionCursor(p.After)
+		if err != nil {
+			return nil, err
+		}
+		f.Before = k
+	}
+	if checkWorkerCursor(id) != nil {
+		// No worker can have it (and a NUL cannot even reach Postgres).
+		return nil, fmt.Errorf("worker %q: %w", id, ErrNotFound)
+	}
+	if _, err := c.store.GetWorker(ctx, id, c.now(), c.cfg.WorkerStaleAfter); err != nil {
+		return nil, err
+	}
+	ex, err := c.store.WorkerExecutions(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	page := &WorkerExecutionsPage{Items: ex}
+	if len(ex) > limit {
+		page.Items = ex[:limit:limit]
+		last := ex[limit-1]
+		page.Next = strconv.FormatInt(last.StartedAt.UnixMicro(), 10) + "_" + last.ExecutionID
+	}
+	return page, nil
+}
+
+// parseExecutionCursor reads a WorkerExecutionsPage.Next.
+func parseExecutionCursor(s string) (*store.ExecutionKey, error) {
+	at, id, ok := strings.Cut(s, "_")
+	us, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || us < 0 || ValidID(id) != nil {
+		return nil, invalid("after", "bad cursor %q: a cursor is the next_cursor of the previous page", s)
+	}
+	return &store.ExecutionKey{StartedAt: time.UnixMicro(us).UTC(), ExecutionID: id}, nil
 }
 
 // WorkerCounts counts registered workers by state (every state present).

@@ -45,6 +45,26 @@ type WorkerInfo struct {
 	StartedAt time.Time         `json:"started_at"`
 	LastSeen  time.Time         `json:"last_seen"`
 	StoppedAt *time.Time        `json:"stopped_at,omitempty"`
+	// CurrentExecutionIDs are the executions the worker runs now: those
+	// of the tasks whose live lease it holds (read from the leases, never
+	// written), in id order; empty when it runs none.
+	CurrentExecutionIDs []string `json:"current_execution_ids"`
+}
+
+// WorkerExecutionFilter selects a worker's executions, newest first
+// (started_at, then execution id, both descending): those of Outcome
+// ("": any) older than Before (nil: from the newest), at most Limit.
+type WorkerExecutionFilter struct {
+	WorkerID string
+	Outcome  bt.Outcome
+	Before   *ExecutionKey
+	Limit    int
+}
+
+// ExecutionKey is an execution's place in the newest-first order.
+type ExecutionKey struct {
+	StartedAt   time.Time
+	ExecutionID string
 }
 
 // WorkerFilter selects workers: by queue and derived state, after a cursor
@@ -86,9 +106,9 @@ type Workers interface {
 	ListWorkers(ctx context.Context, f WorkerFilter) ([]WorkerInfo, error)
 	// GetWorker returns one worker; ErrNotFound if unknown.
 	GetWorker(ctx context.Context, id string, now time.Time, staleAfter time.Duration) (*WorkerInfo, error)
-	// WorkerExecutions lists a worker's most recent executions, newest
-	// first, at most limit.
-	WorkerExecutions(ctx context.Context, workerID string, limit int) ([]bt.Execution, error)
+	// WorkerExecutions lists a worker's executions, newest first, as f
+	// selects them.
+	WorkerExecutions(ctx context.Context, f WorkerExecutionFilter) ([]bt.Execution, error)
 	// CountWorkersByState counts workers by derived state (every state
 	// present, zero included).
 	CountWorkersByState(ctx context.Context, now time.Time, staleAfter time.Duration) (map[WorkerState]int, error)

@@ -233,6 +233,7 @@ func (s *Server) register() {
 
 	s.handle("GET", "/v1/workers", RoleViewer, s.listWorkers)
 	s.handle("GET", "/v1/workers/{id}", RoleViewer, s.getWorker)
+	s.handle("GET", "/v1/workers/{id}/executions", RoleViewer, s.workerExecutions)
 	s.handle("POST", "/v1/workers", RoleOperator, s.registerWorker)
 	s.handle("POST", "/v1/workers/{id}/heartbeat", RoleOperator, s.workerHeartbeat)
 	s.handle("POST", "/v1/workers/{id}/stop", RoleOperator, s.stopWorker)

@@ -102,6 +102,56 @@ func (s *Server) getWorker(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, d)
 }
 
+// WorkerExecutionList is GET /v1/workers/{id}/executions: a page of the
+// worker's executions, newest first, and the cursor of the next page (null
+// on the last).
+type WorkerExecutionList struct {
+	Items      []bt.Execution `json:"items"`
+	NextCursor *string        `json:"next_cursor"`
+}
+
+// ParseWorkerExecutionsQuery reads GET /v1/workers/{id}/executions's
+// query: limit, after, outcome.
+func ParseWorkerExecutionsQuery(q url.Values) (backstop.WorkerExecutionParams, error) {
+	var p backstop.WorkerExecutionParams
+	for key, vals := range q {
+		switch key {
+		case "limit", "after", "outcome":
+			if len(vals) != 1 {
+				return p, fail(codeInvalidQuery, key+": give it once")
+			}
+		default:
+			return p, fail(codeInvalidQuery, fmt.Sprintf("unknown parameter %q (use limit, after, outcome)", key))
+		}
+	}
+	p.After, p.Outcome = q.Get("after"), bt.Outcome(q.Get("outcome"))
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return p, fail(codeInvalidQuery, fmt.Sprintf("limit %q: want a positive whole number", v))
+		}
+		p.Limit = n
+	}
+	return p, nil
+}
+
+// GET /v1/workers/{id}/executions
+func (s *Server) workerExecutions(w http.ResponseWriter, r *http.Request) error {
+	p, err := ParseWorkerExecutionsQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	page, err := s.c.WorkerExecutions(r.Context(), r.PathValue("id"), p)
+	if err != nil {
+		return err
+	}
+	out := WorkerExecutionList{Items: page.Items}
+	if page.Next != "" {
+		out.NextCursor = &page.Next
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
 // seenWorkers remembers when each remote worker's sighting was last
 // written.
 type seenWorkers struct{ m sync.Map } // worker id → time.Time

@@ -239,6 +239,16 @@ func (c *Client) Worker(ctx context.Context, id string) (*api.WorkerDetail, erro
 	return &out, c.Do(ctx, "GET", "/v1/workers/"+esc(id), nil, &out)
 }
 
+// WorkerExecutions reads a page of a worker's executions (newest first).
+func (c *Client) WorkerExecutions(ctx context.Context, id string, q url.Values) (*api.WorkerExecutionList, error) {
+	var out api.WorkerExecutionList
+	path := "/v1/workers/" + esc(id) + "/executions"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return &out, c.Do(ctx, "GET", path, nil, &out)
+}
+
 // AppendLogs sends lines of the attempt the lease token names.
 func (c *Client) AppendLogs(ctx context.Context, id string, req api.LogsRequest) (*api.LogsResponse, error) {
 	var out api.LogsResponse

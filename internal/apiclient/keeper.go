@@ -22,6 +22,9 @@ type KeepOptions struct {
 	// WorkerID, when set, goes with each heartbeat (the registry's
 	// last seen).
 	WorkerID string
+	// Progress, when set, is asked before each heartbeat for the
+	// progress to send with it (nil: none).
+	Progress func() *bt.Progress
 	// OnCancelRequested is called once when a heartbeat says an operator
 	// canceled the task: stop the work and report.
 	OnCancelRequested func()
@@ -124,7 +127,11 @@ func (k *Keeper) beat() {
 		sent := time.Now()
 		// A slow answer is still worth waiting for while the lease holds.
 		ctx, cancel := context.WithTimeout(context.Background(), max(every, time.Until(k.Until())))
-		res, err := k.c.Heartbeat(ctx, k.l.TaskID, api.HeartbeatRequest{LeaseToken: k.l.Token, Lease: bt.Duration(k.o.Lease), WorkerID: k.o.WorkerID})
+		req := api.HeartbeatRequest{LeaseToken: k.l.Token, Lease: bt.Duration(k.o.Lease), WorkerID: k.o.WorkerID}
+		if k.o.Progress != nil {
+			req.Progress = k.o.Progress()
+		}
+		res, err := k.c.Heartbeat(ctx, k.l.TaskID, req)
 		cancel()
 		switch s := StatusOf(err); {
 		case err == nil:

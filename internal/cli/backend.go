@@ -374,6 +374,12 @@ func listQuery(f backstop.ListParams, dlq bool) url.Values {
 		for _, s := range f.States {
 			q.Add("state", string(s))
 		}
+		if !f.CreatedSince.IsZero() {
+			q.Set("created_since", f.CreatedSince.UTC().Format(time.RFC3339Nano))
+		}
+		if !f.CreatedUntil.IsZero() {
+			q.Set("created_until", f.CreatedUntil.UTC().Format(time.RFC3339Nano))
+		}
 		return q
 	}
 	set("reason", string(f.Reason))

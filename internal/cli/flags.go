@@ -14,36 +14,43 @@ import (
 
 // parseAttr reads one --attr k=v. The key must be a valid attribute key; the
 // value may contain anything, '=' included.
-func parseAttr(s string) (key, value string, err error) {
+func parseAttr(s string) (key, value string, err error) { return parseKeyValue("--attr", s) }
+
+// parseKeyValue reads one k=v of flag: an attribute's rules (a worker's
+// labels follow them too).
+func parseKeyValue(flag, s string) (key, value string, err error) {
 	key, value, ok := strings.Cut(s, "=")
 	if !ok {
-		return "", "", usageErr("--attr %q: want key=value", s)
+		return "", "", usageErr("%s %q: want key=value", flag, s)
 	}
 	if err := backstop.ValidateAttributes(map[string]string{key: value}); err != nil {
-		return "", "", usageErr("--attr %q: %v", s, err)
+		return "", "", usageErr("%s %q: %v", flag, s, err)
 	}
 	return key, value, nil
 }
 
 // parseAttrs reads repeated --attr flags into a map (nil when none). A key
 // given twice is an error rather than a silent overwrite.
-func parseAttrs(list []string) (map[string]string, error) {
+func parseAttrs(list []string) (map[string]string, error) { return parseKeyValues("--attr", list) }
+
+// parseKeyValues reads a repeated k=v flag into a map (nil when none).
+func parseKeyValues(flag string, list []string) (map[string]string, error) {
 	if len(list) == 0 {
 		return nil, nil
 	}
 	m := make(map[string]string, len(list))
 	for _, s := range list {
-		k, v, err := parseAttr(s)
+		k, v, err := parseKeyValue(flag, s)
 		if err != nil {
 			return nil, err
 		}
 		if _, dup := m[k]; dup {
-			return nil, usageErr("--attr: key %q is given twice", k)
+			return nil, usageErr("%s: key %q is given twice", flag, k)
 		}
 		m[k] = v
 	}
 	if err := backstop.ValidateAttributes(m); err != nil {
-		return nil, usageErr("--attr: %v", err)
+		return nil, usageErr("%s: %v", flag, err)
 	}
 	return m, nil
 }

@@ -33,10 +33,13 @@ type remoteRegistry struct {
 // registryCallTimeout bounds one registry call.
 const registryCallTimeout = 10 * time.Second
 
-func startRemoteRegistry(cl *apiclient.Client, id string, queues []string, log *slog.Logger) *remoteRegistry {
-	host, _ := os.Hostname()
+// startRemoteRegistry registers req (its id, queues, labels and version;
+// the host and pid are this process's).
+func startRemoteRegistry(cl *apiclient.Client, req api.RegisterWorkerRequest, log *slog.Logger) *remoteRegistry {
+	req.Host, _ = os.Hostname()
+	req.PID = os.Getpid()
 	r := &remoteRegistry{cl: cl, log: log, every: 15 * time.Second, wake: make(chan struct{}, 1), quit: make(chan struct{}),
-		req: api.RegisterWorkerRequest{ID: id, Host: host, PID: os.Getpid(), Queues: queues}}
+		req: req}
 	registered := r.register()
 	r.wg.Go(func() { r.loop(registered) })
 	return r

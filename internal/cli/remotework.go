@@ -21,6 +21,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/execworker"
 )
 
@@ -51,7 +52,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	if err != nil {
 		return usageErr("work: %v", err)
 	}
-	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, nil, o.metricsAddr)
+	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, &config.Config{Log: o.logConfig}, o.metricsAddr)
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	cl := apiclient.New(o.server, o.token)
 	r := &remoteWorker{cl: cl, h: h, log: log, id: id, o: o}
 	r.lastActive.Store(time.Now().UnixNano())
-	reg := startRemoteRegistry(cl, id, o.queues, log) // remoteregistry.go
+	reg := startRemoteRegistry(cl, api.RegisterWorkerRequest{ID: id, Queues: o.queues, Labels: o.labels, Version: o.version}, log) // remoteregistry.go
 
 	// claimCtx ends claiming; killCtx kills running programs.
 	claimCtx, stopClaims := context.WithCancel(context.WithoutCancel(ctx))
@@ -190,7 +191,11 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 		timer := time.AfterFunc(time.Duration(t.Timeout), func() { timedOut.Store(true); cancel(errors.New("task timeout")) })
 		defer timer.Stop()
 	}
-	k := r.cl.KeepLease(l, claimed, apiclient.KeepOptions{Lease: lease, WorkerID: r.id,
+	// The program's progress (BACKSTOP_PROGRESS_FILE) goes with the
+	// heartbeats and the report.
+	var progress atomic.Pointer[bt.Progress]
+	ctx = backstop.ContextWithProgressSink(ctx, func(p backstop.Progress) { progress.Store(&p) })
+	k := r.cl.KeepLease(l, claimed, apiclient.KeepOptions{Lease: lease, WorkerID: r.id, Progress: progress.Load,
 		OnCancelRequested: func() {
 			log.Info("task canceled; stopping the program (SIGTERM, then SIGKILL after the cancel grace)")
 			cancel(backstop.ErrTaskCanceled)
@@ -239,13 +244,13 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 		// Killed because the drain's grace ran out: give the task back
 		// uncharged, as an in-process worker does.
 		what = "released"
-		rep, err = r.cl.ReportRelease(rctx, l, api.ReleaseRequest{}, retry)
+		rep, err = r.cl.ReportRelease(rctx, l, api.ReleaseRequest{Progress: res.Progress}, retry)
 		if err == nil {
 			log.Info("task released on shutdown (not charged)", reportArgs(rep)...)
 		}
 	case res.Err == nil:
 		what = string(bt.OutcomeSucceeded)
-		rep, err = r.cl.ReportComplete(rctx, l, api.CompleteRequest{Result: res.Value}, retry)
+		rep, err = r.cl.ReportComplete(rctx, l, api.CompleteRequest{Result: res.Value, Progress: res.Progress}, retry)
 		if err == nil {
 			log.Info("task succeeded", reportArgs(rep)...)
 		}
@@ -260,7 +265,7 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 			outcome = bt.OutcomePermanentError
 		}
 		what = string(outcome)
-		rep, err = r.cl.ReportFail(rctx, l, api.FailRequest{Outcome: outcome, Error: res.Err.Error(), ErrorDetail: res.Output}, retry)
+		rep, err = r.cl.ReportFail(rctx, l, api.FailRequest{Outcome: outcome, Error: res.Err.Error(), ErrorDetail: res.Output, Progress: res.Progress}, retry)
 		if err == nil {
 			log.Info("task attempt failed", append([]any{"outcome", outcome, "state", rep.State, "error", res.Err.Error()}, reportArgs(rep)...)...)
 		}

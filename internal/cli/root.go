@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -81,11 +82,14 @@ type app struct {
 	serverFlag    bool // --server given on the command line
 	// raw: show payloads as stored (--raw; audited); via names the
 	// command in the audit event.
-	raw    bool
-	via    string
-	stdin  io.Reader
-	stdout io.Writer
-	stderr io.Writer
+	raw bool
+	via string
+	// logLevel: --log-level, else BACKSTOP_LOG_LEVEL ("": neither; serve
+	// and work then read log.level from their --config).
+	logLevel string
+	stdin    io.Reader
+	stdout   io.Writer
+	stderr   io.Writer
 }
 
 // Main runs the CLI and returns the process exit code.
@@ -138,6 +142,9 @@ func (a *app) rootCmd() *cobra.Command {
 			if err := a.checkServerMode(cmd); err != nil {
 				return err
 			}
+			if err := a.resolveLogLevel(cmd); err != nil {
+				return err
+			}
 			if fl := cmd.Flags().Lookup("actor"); fl != nil && fl.Changed && a.server != "" {
 				return usageErr("--actor cannot be used with --server: the server records the token's name as the actor")
 			}
@@ -156,6 +163,7 @@ func (a *app) rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.server, "server", os.Getenv("BACKSTOP_SERVER"), "talk to this Backstop server's HTTP API instead of the database (enqueue, tasks, dlq, workers, work, queues, events, runs; the other commands refuse it; env BACKSTOP_SERVER)")
 	root.PersistentFlags().StringVar(&a.token, "token", os.Getenv("BACKSTOP_TOKEN"), "API token for --server (env BACKSTOP_TOKEN)")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: debug, info, warn or error (env BACKSTOP_LOG_LEVEL; serve and work also read log.level from --config; default info)")
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: ExitUsage, err: err}
@@ -277,7 +285,7 @@ func (a *app) openDB(ctx context.Context, cfg *backstop.Config) (store.Store, *b
 	if cfg.Logger == nil {
 		// JSON lines on stderr, like serve's and work's (telemetry), not
 		// the slog default's text.
-		cfg.Logger = slog.New(slog.NewJSONHandler(a.stderr, nil))
+		cfg.Logger = slog.New(slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: a.level(nil)}))
 	}
 	if cfg.MaxFanOutBytes == 0 {
 		n, err := maxFanOutBytes()
@@ -285,6 +293,13 @@ func (a *app) openDB(ctx context.Context, cfg *backstop.Config) (store.Store, *b
 			return nil, nil, err
 		}
 		cfg.MaxFanOutBytes = n
+	}
+	if cfg.WorkerStaleAfter == 0 {
+		d, err := workerStaleAfter()
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.WorkerStaleAfter = d
 	}
 	s, err := dburl.Open(ctx, a.dbURL)
 	if err != nil {
@@ -315,6 +330,44 @@ func (a *app) print(v any, table func(w io.Writer) error) error {
 		return a.printJSON(v)
 	}
 	return table(a.stdout)
+}
+
+// resolveLogLevel checks --log-level, or BACKSTOP_LOG_LEVEL when the flag
+// is not given, and keeps the one that applies.
+func (a *app) resolveLogLevel(cmd *cobra.Command) error {
+	if cmd.Flags().Changed("log-level") {
+		if _, err := config.ParseLogLevel(a.logLevel); err != nil {
+			return usageErr("--log-level %v", err)
+		}
+		return nil
+	}
+	const name = config.EnvPrefix + "LOG_LEVEL"
+	a.logLevel = os.Getenv(name)
+	if _, err := config.ParseLogLevel(a.logLevel); err != nil {
+		return usageErr("%s: %v", name, err)
+	}
+	return nil
+}
+
+// level is the log level of a command: --log-level or BACKSTOP_LOG_LEVEL,
+// else cfg's log.level (nil: none), else info. Both were checked.
+func (a *app) level(cfg *config.Config) slog.Level {
+	s := a.logLevel
+	if s == "" && cfg != nil {
+		s = cfg.Log.Level
+	}
+	l, _ := config.ParseLogLevel(s)
+	return l
+}
+
+// workerStaleAfter is workers.stale_after for the commands on --db that
+// read the registry (envSettings; 0: the default).
+func workerStaleAfter() (time.Duration, error) {
+	c, err := envSettings("WORKERS_STALE_AFTER")
+	if err != nil {
+		return 0, err
+	}
+	return c.Workers.StaleAfter.D(), nil
 }
 
 // envSettings reads the named BACKSTOP_* variables (suffixes after the

@@ -242,7 +242,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 // stands for this process.
 func startConfigWorkers(ctx context.Context, c *backstop.Client, cfg *config.Config, log *slog.Logger) ([]*backstop.Worker, error) {
 	var started []*backstop.Worker
-	for i, wc := range cfg.Workers {
+	for i, wc := range cfg.Workers.Run {
 		h, err := execworker.New(execworker.Config{Command: wc.Command, PermanentExitCodes: wc.PermanentExitCodes})
 		if err != nil {
 			return started, usageErr("workers[%d]: %v", i, err)

@@ -35,6 +35,7 @@ func tasksCmd(a *app) *cobra.Command {
 type listFlags struct {
 	queue, kind, after string
 	where              string // tasks list only: dlq list has dlqFilterFlags's
+	since, until       string // tasks list only (creation time): dlq list has dlqFilterFlags's (last seen)
 	attrs              []string
 	limit              int
 	withPayload        bool
@@ -86,6 +87,15 @@ func tasksListCmd(a *app) *cobra.Command {
 				return err
 			}
 			p.States = parseStates(state)
+			if p.CreatedSince, err = parseWhen("since", f.since); err != nil {
+				return err
+			}
+			if p.CreatedUntil, err = parseWhen("until", f.until); err != nil {
+				return err
+			}
+			if !p.CreatedSince.IsZero() && !p.CreatedUntil.IsZero() && p.CreatedUntil.Before(p.CreatedSince) {
+				return usageErr("--until %s is before --since %s", f.until, f.since)
+			}
 			if p.Where, err = checkWhereFlag(f.where); err != nil {
 				return err
 			}
@@ -118,6 +128,8 @@ func tasksListCmd(a *app) *cobra.Command {
 	f.registerPayload(cmd)
 	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state, or states (comma-separated): "+joinStates())
 	cmd.Flags().StringVar(&view, "view", "", "an operator view instead of filters: "+joinViews())
+	cmd.Flags().StringVar(&f.since, "since", "", "only tasks created at or after this time (RFC 3339) or this long ago (24h, 7d)")
+	cmd.Flags().StringVar(&f.until, "until", "", "only tasks created at or before this time (RFC 3339) or this long ago")
 	registerWhere(cmd, &f.where, "tasks")
 	addRawFlag(a, cmd)
 	return cmd

@@ -20,7 +20,7 @@ import (
 // defaults) and the OTEL_* environment, and installs them as the otel and
 // slog defaults. stop flushes the exporters.
 func (a *app) startTelemetry(ctx context.Context, cfg *config.Config, service string) (*telemetry.Telemetry, func(), error) {
-	o := telemetry.Options{Service: service, LogOutput: a.stderr}
+	o := telemetry.Options{Service: service, LogOutput: a.stderr, LogLevel: a.level(cfg)}
 	if cfg != nil {
 		o.OTLPEndpoint = cfg.Telemetry.OTLPEndpoint
 		o.SampleRatio = cfg.Telemetry.SampleRatio

@@ -36,6 +36,39 @@ type workOptions struct {
 	// queue's section of --config > defaults); see workqueues.go.
 	perQueue    map[string]queueSettings
 	metricsAddr string
+	// labels and version describe the worker in the registry.
+	labelFlags []string
+	labels     map[string]string
+	version    string
+	// logConfig: the log section of --config (remote mode reads no other).
+	logConfig config.Log
+}
+
+// Bounds of a worker's labels and version (the registry's).
+const (
+	maxWorkerLabels = 64
+	maxWorkerField  = 255
+)
+
+// parseIdentity reads --label and --version.
+func (o *workOptions) parseIdentity() error {
+	m, err := parseKeyValues("--label", o.labelFlags)
+	if err != nil {
+		return err
+	}
+	if len(m) > maxWorkerLabels {
+		return usageErr("--label: at most %d labels", maxWorkerLabels)
+	}
+	for k, v := range m {
+		if len(v) > maxWorkerField {
+			return usageErr("--label %s: a value is at most %d bytes", k, maxWorkerField)
+		}
+	}
+	if len(o.version) > maxWorkerField {
+		return usageErr("--version: at most %d bytes", maxWorkerField)
+	}
+	o.labels = m
+	return nil
 }
 
 func workCmd(a *app) *cobra.Command {
@@ -47,7 +80,11 @@ func workCmd(a *app) *cobra.Command {
 process group of its own. The payload arrives on stdin; the environment carries
 BACKSTOP_TASK_ID, BACKSTOP_ATTEMPT, BACKSTOP_QUEUE, BACKSTOP_KIND,
 BACKSTOP_EXECUTION_ID and each attribute as BACKSTOP_ATTR_<KEY> (upper-cased,
-other characters than letters and digits replaced by _).
+other characters than letters and digits replaced by _). A program that exits
+0 may write its JSON result to the file named by BACKSTOP_RESULT_FILE; to say
+how far it got it appends lines N/M (steps completed of total) to the file
+named by BACKSTOP_PROGRESS_FILE: the last line is the task's progress, sent
+with the next heartbeat and kept when the attempt ends.
 
 Exit code 0 succeeds; 75 (EX_TEMPFAIL) and any code not listed in
 --permanent-exit-codes are transient (retried by policy); listed codes
@@ -86,6 +123,10 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 			if err != nil {
 				return err
 			}
+			if err := o.parseIdentity(); err != nil {
+				return err
+			}
+			o.logConfig = cfg.Log
 			o.server, o.token = a.server, a.token
 			if o.server != "" {
 				return a.remoteWork(cmd.Context(), &o, args)
@@ -109,6 +150,8 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 	f.StringVar(&o.id, "id", "", "worker id, recorded in leases, executions and the maintenance leadership (default: host-pid-random)")
 	f.DurationVar(&o.leaderTTL, "leader-ttl", 15*time.Second, "maintenance leadership lease: another worker takes over this long after the leader died")
 	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md); flags > BACKSTOP_* env > file > defaults")
+	f.StringArrayVar(&o.labelFlags, "label", nil, "a label of this worker in the registry, key=value (repeatable)")
+	f.StringVar(&o.version, "version", "", "this worker's version in the registry (e.g. of the program it runs)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; default: off)")
 	return cmd
 }
@@ -175,7 +218,7 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 			id = fmt.Sprintf("%s-%d", o.id, i+1)
 		}
 		w, err := backstop.NewWorker(c, &backstop.WorkerConfig{ID: id, Queues: g.queues, Kinds: o.kinds, Lease: g.lease,
-			LeaderTTL: o.leaderTTL,
+			LeaderTTL: o.leaderTTL, Labels: o.labels, Version: o.version,
 			// A canceled program's SIGTERM grace, and a little more to
 			// reap it and read its result, before the attempt is
 			// settled without it.

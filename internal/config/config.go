@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -65,7 +66,66 @@ type Config struct {
 	Redaction           Redaction        `yaml:"redaction" json:"redaction"`
 	Telemetry           Telemetry        `yaml:"telemetry" json:"telemetry"`
 	DLQ                 DLQ              `yaml:"dlq" json:"dlq"`
-	Workers             []Worker         `yaml:"workers" json:"workers"`
+	Workers             Workers          `yaml:"workers" json:"workers"`
+	Log                 Log              `yaml:"log" json:"log"`
+}
+
+// Workers is the worker registry's setting and the exec workers `serve`
+// runs. The list form, `workers: [...]`, is Run alone.
+type Workers struct {
+	// StaleAfter: a registered worker not seen for this long reads as
+	// stale (backstop.Config.WorkerStaleAfter). Default 1m.
+	StaleAfter Duration `yaml:"stale_after" json:"stale_after"`
+	Run        []Worker `yaml:"run" json:"run"`
+	// list: the file used the list form (errors then name workers[i]).
+	list bool
+}
+
+// runPath is the key path of Run's entry i, in the form the file used.
+func (w *Workers) runPath(i int) string {
+	if w.list {
+		return fmt.Sprintf("workers[%d]", i)
+	}
+	return fmt.Sprintf("workers.run[%d]", i)
+}
+
+// DefaultWorkerStaleAfter is workers.stale_after's default.
+const DefaultWorkerStaleAfter = time.Minute
+
+// UnmarshalYAML reads the mapping or the list form (yaml.v3's strict
+// check; decode reads the same forms with key paths in its errors).
+func (w *Workers) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.SequenceNode {
+		w.list = true
+		return n.Decode(&w.Run)
+	}
+	type plain Workers
+	return n.Decode((*plain)(w))
+}
+
+// Log is the logging of `serve`, `work` and the CLI.
+type Log struct {
+	// Level: debug, info, warn or error. Default info.
+	Level string `yaml:"level" json:"level"`
+}
+
+// LogLevels are log.level's values.
+var LogLevels = []string{"debug", "info", "warn", "error"}
+
+// ParseLogLevel reads a log level (debug, info, warn, error; any case); ""
+// is info.
+func ParseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "info":
+		return slog.LevelInfo, nil
+	case "debug":
+		return slog.LevelDebug, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("%q: want one of %s", s, strings.Join(LogLevels, ", "))
 }
 
 // Queue is the policy of one queue.
@@ -307,6 +367,15 @@ func decode(n *yaml.Node, v reflect.Value, path string, depth int) error {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil // key: (empty) keeps the default
 	}
+	if v.Type() == reflect.TypeFor[Workers]() {
+		// Not its UnmarshalYAML: the fields are walked here, for the key
+		// paths in errors.
+		if n.Kind == yaml.SequenceNode {
+			v.Addr().Interface().(*Workers).list = true
+			return decode(n, v.FieldByName("Run"), path, depth+1)
+		}
+		return decodeStruct(n, v, path, depth)
+	}
 	if v.CanAddr() && v.Addr().Type().Implements(unmarshalerType) {
 		if err := n.Decode(v.Addr().Interface()); err != nil {
 			return fmt.Errorf("%s: %v", where(path), err)
@@ -322,29 +391,7 @@ func decode(n *yaml.Node, v reflect.Value, path string, depth int) error {
 		v.Set(p)
 		return nil
 	case reflect.Struct:
-		if n.Kind != yaml.MappingNode {
-			return fmt.Errorf("%s: want a mapping (key: value lines), got %s", where(path), describe(n))
-		}
-		t := v.Type()
-		seen := map[string]bool{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode {
-				return fmt.Errorf("%s: keys must be plain names (line %d)", where(path), k.Line)
-			}
-			if seen[k.Value] {
-				return fmt.Errorf("%s: key %q is given twice (line %d)", where(path), k.Value, k.Line)
-			}
-			seen[k.Value] = true
-			f, ok := fieldByTag(t, k.Value)
-			if !ok {
-				return fmt.Errorf("unknown key %q in %s (line %d)%s", k.Value, where(path), k.Line, suggest(t, k.Value))
-			}
-			if err := decode(val, v.FieldByIndex(f.Index), join(path, k.Value), depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
+		return decodeStruct(n, v, path, depth)
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
 			return fmt.Errorf("%s: want a mapping of names, got %s", where(path), describe(n))
@@ -385,6 +432,33 @@ func decode(n *yaml.Node, v reflect.Value, path string, depth int) error {
 	}
 	if err := n.Decode(v.Addr().Interface()); err != nil {
 		return fmt.Errorf("%s: %q is not %s (line %d)", where(path), n.Value, kindName(v.Kind()), n.Line)
+	}
+	return nil
+}
+
+// decodeStruct decodes a mapping into the struct v, key by key.
+func decodeStruct(n *yaml.Node, v reflect.Value, path string, depth int) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("%s: want a mapping (key: value lines), got %s", where(path), describe(n))
+	}
+	t := v.Type()
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return fmt.Errorf("%s: keys must be plain names (line %d)", where(path), k.Line)
+		}
+		if seen[k.Value] {
+			return fmt.Errorf("%s: key %q is given twice (line %d)", where(path), k.Value, k.Line)
+		}
+		seen[k.Value] = true
+		f, ok := fieldByTag(t, k.Value)
+		if !ok {
+			return fmt.Errorf("unknown key %q in %s (line %d)%s", k.Value, where(path), k.Line, suggest(t, k.Value))
+		}
+		if err := decode(val, v.FieldByIndex(f.Index), join(path, k.Value), depth+1); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -619,8 +693,14 @@ func (c *Config) Validate() error {
 			bad("telemetry.otlp_endpoint", "%q: want a URL such as http://collector:4318", e)
 		}
 	}
-	for i, w := range c.Workers {
-		p := fmt.Sprintf("workers[%d]", i)
+	if w := c.Workers.StaleAfter; w != 0 && w.D() < time.Second {
+		bad("workers.stale_after", "%s: must be at least 1s", w)
+	}
+	if _, err := ParseLogLevel(c.Log.Level); err != nil {
+		bad("log.level", "%v", err)
+	}
+	for i, w := range c.Workers.Run {
+		p := c.Workers.runPath(i)
 		if w.Queue == "" {
 			bad(p+".queue", "is required")
 		} else if err := backstop.ValidID(w.Queue); err != nil {
@@ -712,6 +792,7 @@ func (c *Config) Library() *backstop.Config {
 		RedriveHeartbeat:   c.DLQ.RedriveHeartbeat.D(),
 		WhereCost:          uint64(max(c.Limits.WhereCost, 0)),
 		WhereTime:          c.Limits.WhereTime.D(),
+		WorkerStaleAfter:   c.Workers.StaleAfter.D(),
 		Retention: backstop.RetentionConfig{Succeeded: c.Retention.Succeeded.D(), Canceled: c.Retention.Canceled.D(),
 			DeadLetters: c.Retention.DeadLetters.D(), Interval: c.Retention.Interval.D(), Events: c.Retention.Events.D(), Runs: c.Retention.Runs.D()},
 	}
@@ -782,13 +863,15 @@ func (c *Config) Effective() *Config {
 		k.MergeRule = orStr(k.MergeRule, "replace")
 		out.Kinds[n] = k
 	}
-	out.Workers = nil
-	for _, w := range c.Workers {
+	out.Workers.StaleAfter = orDur(c.Workers.StaleAfter, DefaultWorkerStaleAfter)
+	out.Workers.Run = nil
+	out.Log.Level = orStr(strings.ToLower(c.Log.Level), "info")
+	for _, w := range c.Workers.Run {
 		if w.Concurrency == 0 {
 			w.Concurrency = DefaultWorkerConcurrency
 		}
 		w.Lease = orDur(w.Lease, c.QueueLease(w.Queue))
-		out.Workers = append(out.Workers, w)
+		out.Workers.Run = append(out.Workers.Run, w)
 	}
 	if out.Redaction.Keys == nil {
 		out.Redaction.Keys = []string{}

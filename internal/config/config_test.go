@@ -23,7 +23,7 @@ func TestExampleFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Queues["emails"].Concurrency != 20 || len(c.Queues["emails"].Retry.Schedule) != 3 || c.Kinds["send_digest"].MergeRule != "append" ||
-		len(c.Workers) != 1 || c.Workers[0].Command[0] != "sh" || c.Retention.DeadLetters.D() != 720*time.Hour {
+		len(c.Workers.Run) != 1 || c.Workers.Run[0].Command[0] != "sh" || c.Retention.DeadLetters.D() != 720*time.Hour {
 		t.Fatalf("example decoded wrongly: %+v", c)
 	}
 	lib := c.Library()

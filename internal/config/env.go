@@ -28,7 +28,7 @@ const EnvPrefix = "BACKSTOP_"
 // of exec workers) are not configuration and are left alone, but an unknown
 // variable under a configuration section (BACKSTOP_QUEUES_*, BACKSTOP_KINDS_*,
 // BACKSTOP_LIMITS_*, BACKSTOP_RETENTION_*, BACKSTOP_REDACTION_*,
-// BACKSTOP_TELEMETRY_*, BACKSTOP_DLQ_*) is an error.
+// BACKSTOP_TELEMETRY_*, BACKSTOP_DLQ_*, BACKSTOP_WORKERS_*, BACKSTOP_LOG_*) is an error.
 
 type setter func(c *Config, v string) error
 
@@ -66,6 +66,14 @@ var topEnv = map[string]setter{
 	"DLQ_REQUIRE_REASON":    func(c *Config, v string) error { return parseBool(v, &c.DLQ.RequireReason) },
 	"DLQ_PURGE_FLOOR":       func(c *Config, v string) error { return parseDur(v, &c.DLQ.PurgeFloor) },
 	"DLQ_REDRIVE_HEARTBEAT": func(c *Config, v string) error { return parseDur(v, &c.DLQ.RedriveHeartbeat) },
+	"WORKERS_STALE_AFTER":   func(c *Config, v string) error { return parseDur(v, &c.Workers.StaleAfter) },
+	"LOG_LEVEL": func(c *Config, v string) error {
+		if _, err := ParseLogLevel(v); err != nil {
+			return err
+		}
+		c.Log.Level = v
+		return nil
+	},
 }
 
 var queueEnv = map[string]func(q *Queue, v string) error{
@@ -116,7 +124,7 @@ var kindEnv = map[string]func(k *Kind, v string) error{
 	"RETRY":        func(k *Kind, v string) error { return parseRetry(v, &k.Retry) },
 }
 
-var strictSections = []string{"QUEUES_", "KINDS_", "LIMITS_", "RETENTION_", "REDACTION_", "TELEMETRY_", "DLQ_"}
+var strictSections = []string{"QUEUES_", "KINDS_", "LIMITS_", "RETENTION_", "REDACTION_", "TELEMETRY_", "DLQ_", "WORKERS_", "LOG_"}
 
 // ApplyEnv applies the BACKSTOP_* variables of environ (os.Environ form) over
 // c. Errors name the variable.

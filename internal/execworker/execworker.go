@@ -21,10 +21,15 @@
 // is no result. A file that is not valid JSON or too large fails the
 // attempt permanently, with an error naming the problem.
 //
+// BACKSTOP_PROGRESS_FILE names another file there, which the program may
+// append "N/M" lines to (steps completed of total): the task's progress
+// (progress.go).
+//
 // It must never leave a process or a goroutine behind after Work returns.
 package execworker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,6 +77,9 @@ type Config struct {
 	// attempt (timeout, lost lease, shutdown past its grace) kill at once.
 	// Default: 10s.
 	CancelGrace time.Duration
+	// ProgressInterval is how often the program's progress file is read
+	// while it runs. Default: 250ms.
+	ProgressInterval time.Duration
 }
 
 // DefaultCancelGrace is Config.CancelGrace's default.
@@ -105,6 +113,10 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.CancelGrace == 0 {
 		cfg.CancelGrace = DefaultCancelGrace
 	}
+	if cfg.ProgressInterval < 0 {
+		return nil, fmt.Errorf("execworker: progress interval %s is negative", cfg.ProgressInterval)
+	}
+	cfg.ProgressInterval = cmp.Or(cfg.ProgressInterval, DefaultProgressInterval)
 	perm := map[int]bool{}
 	for _, c := range cfg.PermanentExitCodes {
 		if c <= 0 || c > 255 {
@@ -127,7 +139,8 @@ func New(cfg Config) (*Handler, error) {
 			strings.HasPrefix(kv, "BACKSTOP_KIND=") || strings.HasPrefix(kv, "BACKSTOP_EXECUTION_ID=") ||
 			strings.HasPrefix(kv, "BACKSTOP_ORDERING_KEY=") || strings.HasPrefix(kv, "BACKSTOP_SEQUENCE=") ||
 			strings.HasPrefix(kv, "BACKSTOP_GAPS=") || strings.HasPrefix(kv, "TRACEPARENT=") ||
-			strings.HasPrefix(kv, "TRACESTATE=") || strings.HasPrefix(kv, ResultFileEnv+"=")
+			strings.HasPrefix(kv, "TRACESTATE=") || strings.HasPrefix(kv, ResultFileEnv+"=") ||
+			strings.HasPrefix(kv, ProgressFileEnv+"=")
 	})
 	return &Handler{cfg: cfg, path: path, perm: perm, env: env}, nil
 }
@@ -224,6 +237,9 @@ type Result struct {
 	// Value is the JSON result the program wrote to $BACKSTOP_RESULT_FILE
 	// (nil: none), when it succeeded.
 	Value json.RawMessage
+	// Progress is the last progress the program wrote to
+	// $BACKSTOP_PROGRESS_FILE (nil: none).
+	Progress *backstop.Progress
 }
 
 // ResultFileEnv names the file a program may write its JSON result to.
@@ -242,7 +258,8 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 	resultFile := filepath.Join(resultDir, "result.json")
 	cmd := exec.Command(h.path, h.cfg.Command[1:]...)
 	cmd.Args[0] = h.cfg.Command[0]
-	cmd.Env = append(append(h.Environ(t), TraceEnv(ctx)...), ResultFileEnv+"="+resultFile)
+	progressFile := filepath.Join(resultDir, "progress")
+	cmd.Env = append(append(h.Environ(t), TraceEnv(ctx)...), ResultFileEnv+"="+resultFile, ProgressFileEnv+"="+progressFile)
 	cmd.Dir = h.cfg.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
@@ -290,6 +307,10 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 		lines.close()
 	}()
 
+	prog := &progressReader{ctx: ctx, path: progressFile}
+	stopProgress, progressDone := make(chan struct{}), make(chan struct{})
+	go prog.follow(h.cfg.ProgressInterval, stopProgress, progressDone)
+
 	waitDone := make(chan error, 1)
 	go func() { waitDone <- cmd.Wait() }()
 	var waitErr error
@@ -326,6 +347,8 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 	outR.Close()
 	inW.Close() // unblocks a payload write nobody reads
 	wg.Wait()
+	close(stopProgress)
+	<-progressDone
 
 	elapsed := time.Since(start).Round(time.Millisecond)
 	code := -1
@@ -336,6 +359,7 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 		Err:      h.classify(ctx, cmd.ProcessState, waitErr, killed, stopped, elapsed),
 		Output:   tail.String(),
 		ExitCode: code,
+		Progress: prog.last,
 	}
 	if r.Err == nil {
 		r.Value, r.Err = readResult(resultFile)

@@ -153,7 +153,7 @@ func Setup(ctx context.Context, o Options) (*Telemetry, error) {
 		if !autoexport.IsNoneLogExporter(exp) {
 			lp := sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(exp)))
 			t.shutdown = append(t.shutdown, lp.Shutdown)
-			h = slog.NewMultiHandler(h, otelslog.NewHandler("github.com/backstophq/backstop", otelslog.WithLoggerProvider(lp)))
+			h = slog.NewMultiHandler(h, minLevel{otelslog.NewHandler("github.com/backstophq/backstop", otelslog.WithLoggerProvider(lp)), o.LogLevel})
 			t.OTLP.Logs = true
 		}
 	}
@@ -251,4 +251,23 @@ type sampledView struct{ sdktrace.ReadOnlySpan }
 func (v sampledView) SpanContext() trace.SpanContext {
 	sc := v.ReadOnlySpan.SpanContext()
 	return sc.WithTraceFlags(sc.TraceFlags().WithSampled(true))
+}
+
+// minLevel drops the records under its level (the JSON handler has its
+// own; the OpenTelemetry bridge has none).
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.level && m.Handler.Enabled(ctx, l)
+}
+
+func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(as), m.level}
+}
+
+func (m minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{m.Handler.WithGroup(name), m.level}
 }

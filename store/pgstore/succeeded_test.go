@@ -75,7 +75,7 @@ func TestSucceededExecutionLivesInTaskRow(t *testing.T) {
 	}
 
 	// The worker's recent executions: the four attempts, once each.
-	ex, err := s.WorkerExecutions(ctx, tasks[0].WorkerID, 10)
+	ex, err := s.WorkerExecutions(ctx, store.WorkerExecutionFilter{WorkerID: tasks[0].WorkerID, Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestSucceededExecutionLivesInTaskRow(t *testing.T) {
 	if len(ex) != 4 || len(seen) != 4 {
 		t.Fatalf("worker executions %+v, want the 4 attempts once each", ex)
 	}
-	if ex, err := s.WorkerExecutions(ctx, tasks[0].WorkerID, 2); err != nil || len(ex) != 2 {
+	if ex, err := s.WorkerExecutions(ctx, store.WorkerExecutionFilter{WorkerID: tasks[0].WorkerID, Limit: 2}); err != nil || len(ex) != 2 {
 		t.Fatalf("limit 2: %+v %v", ex, err)
 	}
 }

@@ -13,10 +13,21 @@ var _ store.Workers = (*Store)(nil)
 // The registry is written once, in store/internal/sqldialect.
 
 // WorkerExecutions implements store.Workers.
-func (s *Store) WorkerExecutions(ctx context.Context, workerID string, limit int) ([]bt.Execution, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at,
-		outcome, COALESCE(error, ''), COALESCE(error_detail, '') FROM backstop_executions WHERE worker_id = ?
-		ORDER BY started_at DESC, execution_id DESC LIMIT ?`, workerID, limit)
+func (s *Store) WorkerExecutions(ctx context.Context, f store.WorkerExecutionFilter) ([]bt.Execution, error) {
+	q := `SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at,
+		outcome, COALESCE(error, ''), COALESCE(error_detail, '') FROM backstop_executions WHERE worker_id = ?`
+	args := []any{f.WorkerID}
+	if f.Outcome != "" {
+		q += ` AND outcome = ?`
+		args = append(args, string(f.Outcome))
+	}
+	if f.Before != nil {
+		q += ` AND (started_at < ? OR (started_at = ? AND execution_id < ?))`
+		at := us(f.Before.StartedAt)
+		args = append(args, at, at, f.Before.ExecutionID)
+	}
+	q += ` ORDER BY started_at DESC, execution_id DESC LIMIT ?`
+	rows, err := s.r.QueryContext(ctx, q, append(args, f.Limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: worker executions: %w", err)
 	}

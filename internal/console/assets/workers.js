@@ -1,10 +1,12 @@
 // Workers: the registry (host, pid, queues, version, labels, state, last
-// seen), and one worker with its recent executions, each linking to the
-// attempt's log on the task page (seed 004's path: task → instances →
-// executions → logs).
+// seen), and one worker with what it runs now and its executions (paged,
+// newest first, filtered by outcome), each linking to the attempt's log on
+// the task page (seed 004's path: task → instances → executions → logs).
 import { api, h, clear, fmtTime, fmtAge, fmtDuration, badge, table, field, live, debounce } from './lib.js';
 
 const workerStates = ['active', 'stale', 'stopping', 'stopped'];
+const outcomes = ['succeeded', 'transient_error', 'permanent_error', 'timeout', 'canceled', 'lease_expired', 'snoozed', 'released'];
+const executionsPage = 50;
 
 function labelsText(labels) {
   const keys = Object.keys(labels || {}).sort();
@@ -35,7 +37,7 @@ export async function workersPage(main, q) {
     const rows = page.items.map((w) => [
       h('a', { href: `#/workers/${encodeURIComponent(w.id)}`, class: 'mono' }, w.id),
       w.host, String(w.pid || ''), (w.queues || []).join(', '), w.version, labelsText(w.labels),
-      w.remote ? 'remote' : 'in-process', badge(w.state),
+      w.remote ? 'remote' : 'in-process', badge(w.state), String((w.current_execution_ids || []).length),
       h('time', { datetime: w.last_seen, title: fmtTime(w.last_seen) }, `${fmtAge(now - new Date(w.last_seen))} ago`),
     ]);
     const nq = new URLSearchParams(q);
@@ -46,7 +48,7 @@ export async function workersPage(main, q) {
       h('h1', {}, 'Workers'),
       form,
       h('div', { class: 'scroll', id: 'worker-list' },
-        table('Registered workers', ['Id', 'Host', 'PID', 'Queues', 'Version', 'Labels', 'Kind', 'State', 'Last seen'], rows,
+        table('Registered workers', ['Id', 'Host', 'PID', 'Queues', 'Version', 'Labels', 'Kind', 'State', 'Running', 'Last seen'], rows,
           'No worker is registered.')),
       h('nav', { class: 'pager', 'aria-label': 'Pages' },
         q.get('after') ? h('a', { href: `#/workers?${first}` }, 'First page') : null,
@@ -59,10 +61,28 @@ export async function workersPage(main, q) {
   live(main, 'all', (e) => { if (e.type && e.type.startsWith('worker.')) refresh(); });
 }
 
-export async function workerPage(main, id) {
+export async function workerPage(main, id, q = new URLSearchParams()) {
+  const base = `#/workers/${encodeURIComponent(id)}`;
+  const outcome = h('select', { id: 'wexec-outcome', name: 'outcome' },
+    ['', ...outcomes].map((o) => h('option', { value: o, selected: (q.get('outcome') || '') === o }, o || 'any')));
+  const form = h('form', { class: 'filters', id: 'wexec-filters', role: 'search', 'aria-label': 'Filter executions' },
+    field('Outcome', outcome), h('button', { type: 'submit' }, 'Filter'));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const p = new URLSearchParams();
+    if (q.get('limit')) p.set('limit', q.get('limit'));
+    if (outcome.value) p.set('outcome', outcome.value);
+    location.hash = p.toString() ? `${base}?${p}` : base;
+  });
   const render = async () => {
-    const w = await api('GET', `/v1/workers/${encodeURIComponent(id)}`);
-    const rows = (w.executions || []).map((x) => [
+    const eq = new URLSearchParams();
+    for (const k of ['outcome', 'after']) if (q.get(k)) eq.set(k, q.get(k));
+    eq.set('limit', q.get('limit') || String(executionsPage)); // ?limit= in the address: another page size
+    const [w, page] = await Promise.all([
+      api('GET', `/v1/workers/${encodeURIComponent(id)}`),
+      api('GET', `/v1/workers/${encodeURIComponent(id)}/executions?${eq}`),
+    ]);
+    const rows = (page.items || []).map((x) => [
       h('a', { href: `#/tasks/${encodeURIComponent(x.task_id)}`, class: 'mono' }, x.task_id),
       String(x.attempt), x.outcome ? badge(x.outcome, 'outcome') : badge('running'),
       fmtTime(x.started_at), fmtDuration(x.started_at, x.finished_at),
@@ -70,6 +90,11 @@ export async function workerPage(main, id) {
       h('a', { href: `#/tasks/${encodeURIComponent(x.task_id)}?log=${encodeURIComponent(x.execution_id)}`,
         class: 'exec-log', 'aria-label': `Log of ${x.task_id} attempt ${x.attempt}` }, 'log'),
     ]);
+    const running = w.current_execution_ids || [];
+    const nq = new URLSearchParams(q);
+    if (page.next_cursor) nq.set('after', page.next_cursor);
+    const first = new URLSearchParams(q);
+    first.delete('after');
     clear(main,
       h('p', {}, h('a', { href: '#/workers' }, '← Workers')),
       h('h1', {}, 'Worker ', h('span', { class: 'mono' }, w.id)),
@@ -78,20 +103,27 @@ export async function workerPage(main, id) {
         h('dt', {}, 'Host'), h('dd', { id: 'worker-host' }, w.host),
         h('dt', {}, 'PID'), h('dd', {}, String(w.pid || '')),
         h('dt', {}, 'Queues'), h('dd', {}, (w.queues || []).join(', ')),
-        h('dt', {}, 'Version'), h('dd', {}, w.version || '—'),
+        h('dt', {}, 'Version'), h('dd', { id: 'worker-version' }, w.version || '—'),
         h('dt', {}, 'Labels'), h('dd', { id: 'worker-labels' }, labelsText(w.labels) || '—'),
         h('dt', {}, 'Kind'), h('dd', {}, w.remote ? 'remote' : 'in-process'),
+        h('dt', {}, 'Running now'), h('dd', { id: 'worker-running', class: 'mono' }, running.length ? running.join(', ') : '—'),
         h('dt', {}, 'Started'), h('dd', {}, fmtTime(w.started_at)),
         h('dt', {}, 'Last seen'), h('dd', {}, fmtTime(w.last_seen)),
         w.stopped_at ? [h('dt', {}, 'Stopped'), h('dd', {}, fmtTime(w.stopped_at))] : null),
       h('p', {}, h('a', { href: `#/events?stream=${encodeURIComponent(`worker.${w.id}`)}` }, 'Follow this worker\'s events')),
       h('section', { 'aria-labelledby': 'wexec-title' },
-        h('h2', { id: 'wexec-title' }, 'Recent executions'),
+        h('h2', { id: 'wexec-title' }, 'Executions'),
+        form,
         h('div', { class: 'scroll', id: 'worker-executions' },
-          table('Recent executions of this worker, newest first', ['Task', 'Attempt', 'Outcome', 'Started', 'Duration', 'Error', 'Log'],
-            rows, 'No execution yet.'))));
+          table('Executions of this worker, newest first', ['Task', 'Attempt', 'Outcome', 'Started', 'Duration', 'Error', 'Log'],
+            rows, q.get('outcome') ? 'No execution with this outcome.' : 'No execution yet.')),
+        h('nav', { class: 'pager', id: 'wexec-pager', 'aria-label': 'Pages of executions' },
+          q.get('after') ? h('a', { href: first.toString() ? `${base}?${first}` : base, id: 'wexec-first' }, 'Newest') : null,
+          page.next_cursor ? h('a', { href: `${base}?${nq}`, rel: 'next', id: 'wexec-next' }, 'Older') : null)));
   };
   await render();
-  const refresh = debounce(() => { if (location.hash === `#/workers/${encodeURIComponent(id)}`) render().catch(() => {}); }, 1000);
+  const here = () => location.hash === base || location.hash.startsWith(`${base}?`);
+  // Live updates refresh the first page only: an older page stays put.
+  const refresh = debounce(() => { if (here() && !q.get('after')) render().catch(() => {}); }, 1000);
   live(main, `worker.${id}`, refresh);
 }

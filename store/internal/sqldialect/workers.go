@@ -245,7 +245,48 @@ func (p *Procedures) ListWorkers(ctx context.Context, f store.WorkerFilter) ([]s
 		}
 		out = append(out, w)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: list workers: %w", d.Prefix, err)
+	}
+	rows.Close()
+	if err := p.currentExecutions(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// currentExecutions fills each worker's CurrentExecutionIDs: the
+// executions of the running tasks whose lease it holds.
+func (p *Procedures) currentExecutions(ctx context.Context, ws []store.WorkerInfo) error {
+	d, q := p.dialect, p.reader
+	idx := make(map[string]int, len(ws))
+	var a args
+	ph := make([]string, 0, len(ws))
+	for i := range ws {
+		ws[i].CurrentExecutionIDs = []string{}
+		idx[ws[i].ID] = i
+		ph = append(ph, a.add(ws[i].ID))
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	rows, err := q.Query(ctx, `SELECT worker_id, execution_id FROM backstop_tasks
+		WHERE state = 'running' AND execution_id IS NOT NULL AND worker_id IN (`+strings.Join(ph, ", ")+`)
+		ORDER BY execution_id`, a...)
+	if err != nil {
+		return fmt.Errorf("%s: current executions: %w", d.Prefix, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var w, ex string
+		if err := rows.Scan(&w, &ex); err != nil {
+			return fmt.Errorf("%s: current executions: %w", d.Prefix, err)
+		}
+		if i, ok := idx[w]; ok {
+			ws[i].CurrentExecutionIDs = append(ws[i].CurrentExecutionIDs, ex)
+		}
+	}
+	return rows.Err()
 }
 
 // GetWorker implements store.Workers.
@@ -258,7 +299,11 @@ func (p *Procedures) GetWorker(ctx context.Context, id string, now time.Time, st
 	if err != nil {
 		return nil, fmt.Errorf("%s: worker %s: %w", d.Prefix, id, err)
 	}
-	return &w, nil
+	ws := []store.WorkerInfo{w}
+	if err := p.currentExecutions(ctx, ws); err != nil {
+		return nil, err
+	}
+	return &ws[0], nil
 }
 
 // CountWorkersByState implements store.Workers.
