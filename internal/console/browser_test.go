@@ -181,7 +181,14 @@ func (e *env) signIn(t *testing.T, ctx context.Context, role api.Role) {
 	run(t, ctx, "type the token", keys("#token", e.secret[role]))
 	run(t, ctx, "submit the token", submit("#signin"))
 	run(t, ctx, "wait for the session of "+role.String(), poll(`document.querySelector("#who").dataset.role === "`+role.String()+`"`))
+	// The lists' panels (filters, counts, bulk actions) start closed; the
+	// browser remembers the ones an operator opened. The tests work as
+	// one who opened them all (TestBrowserListDensity as one who did not).
+	run(t, ctx, "open the lists' panels", poll(`(() => { for (const p of `+panelIDs+`) localStorage.setItem("backstop.panel." + p, "open"); return true })()`))
 }
+
+// panelIDs are the lists' collapsible panels (lib.js panel), as a JS array.
+const panelIDs = `["task-filters-panel", "dlq-filters-panel", "dlq-groups-panel", "dlq-bulk-panel"]`
 
 // text reads an element's textContent.
 func text(t *testing.T, ctx context.Context, sel string) string {

@@ -64,7 +64,7 @@ export async function workerPage(main, id) {
     const w = await api('GET', `/v1/workers/${encodeURIComponent(id)}`);
     const rows = (w.executions || []).map((x) => [
       h('a', { href: `#/tasks/${encodeURIComponent(x.task_id)}`, class: 'mono' }, x.task_id),
-      String(x.attempt), x.outcome ? badge(x.outcome, 'outcome') : badge('running'),
+      String(x.attempt), x.outcome ? badge(x.outcome, `outcome ${x.outcome}`) : badge('running'),
       fmtTime(x.started_at), fmtDuration(x.started_at, x.finished_at),
       h('span', { class: 'err' }, x.error),
       h('a', { href: `#/tasks/${encodeURIComponent(x.task_id)}?log=${encodeURIComponent(x.execution_id)}`,
