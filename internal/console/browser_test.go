@@ -208,6 +208,21 @@ func waitText(t *testing.T, ctx context.Context, sel, want string) {
 	run(t, ctx, fmt.Sprintf("wait for %q in %s", want, sel), poll(js))
 }
 
+// listIDs reads the ids a list shows (each shortened id's data-id),
+// space-separated.
+func listIDs(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	run(t, ctx, "wait for "+sel, visible(sel))
+	return evalJS[string](t, ctx, "ids of "+sel, fmt.Sprintf(`[...document.querySelectorAll(%q)].map((e) => e.dataset.id).join(" ")`, sel+" [data-id]"))
+}
+
+// waitID waits until the list sel shows the id.
+func waitID(t *testing.T, ctx context.Context, sel, id string) {
+	t.Helper()
+	js := fmt.Sprintf(`[...document.querySelectorAll(%q)].some((e) => e.dataset.id === %q)`, sel+" [data-id]", id)
+	run(t, ctx, fmt.Sprintf("wait for %s in %s", id, sel), poll(js))
+}
+
 func count(t *testing.T, ctx context.Context, sel string) int {
 	t.Helper()
 	return evalJS[int](t, ctx, "count "+sel, fmt.Sprintf(`document.querySelectorAll(%q).length`, sel))

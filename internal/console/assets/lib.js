@@ -233,7 +233,7 @@ export function clearFlash() {
 // (the whole id in its title and aria-label), with a copy button.
 export function shortId(id, href, cls = '') {
   id = String(id ?? '');
-  const shown = id.length > 14 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id;
+  const shown = id.length > 14 ? `${id.slice(0, 4)}…${id.slice(-8)}` : id; // a UUIDv7 differs at its end
   const label = h(href ? 'a' : 'span', { href, class: `mono ${cls}`.trim(), title: id, 'aria-label': id, dataset: { id } }, shown);
   return h('span', { class: 'id' }, label, copyButton(id, `Copy ${id}`));
 }
