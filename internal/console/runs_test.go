@@ -56,7 +56,7 @@ func TestBrowserRunsAndFinders(t *testing.T) {
 		if prog != "3/1/1" {
 			t.Fatalf("run progress total/done/dead: %s, want 3/1/1", prog)
 		}
-		l := text(t, ctx, "#run-tasks")
+		l := listIDs(t, ctx, "#run-tasks")
 		for _, id := range []string{keyed, dead, done} {
 			if !contains(l, id) {
 				t.Fatalf("run tasks lack %s: %q", id, l)
