@@ -36,7 +36,8 @@ const registryCallTimeout = 10 * time.Second
 func startRemoteRegistry(cl *apiclient.Client, id string, queues []string, log *slog.Logger) *remoteRegistry {
 	host, _ := os.Hostname()
 	r := &remoteRegistry{cl: cl, log: log, every: 15 * time.Second, wake: make(chan struct{}, 1), quit: make(chan struct{}),
-		req: api.RegisterWorkerRequest{ID: id, Host: host, PID: os.Getpid(), Queues: queues}}
+		req: api.RegisterWorkerRequest{ID: id, Host: host, PID: os.Getpid(), Queues: queues,
+			Version: readBuildVersion().short(), Labels: runnerLabels(runnerExec)}}
 	registered := r.register()
 	r.wg.Go(func() { r.loop(registered) })
 	return r

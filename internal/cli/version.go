@@ -58,6 +58,19 @@ func (v buildVersion) String() string {
 	return fmt.Sprintf("backstop %s revision %s%s (committed %s), %s", v.Version, v.Revision, mod, v.Time, v.Go)
 }
 
+// short is the version a worker registers: the module version and the
+// revision's first 12 characters ("+dirty" with uncommitted changes).
+func (v buildVersion) short() string {
+	if v.Revision == "" {
+		return v.Version
+	}
+	dirty := ""
+	if v.Modified {
+		dirty = "+dirty"
+	}
+	return fmt.Sprintf("%s %.12s%s", v.Version, v.Revision, dirty)
+}
+
 func versionCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
@@ -72,3 +85,15 @@ func versionCmd(a *app) *cobra.Command {
 		},
 	}
 }
+
+// The runner label a worker the CLI starts carries in the registry (the
+// console's Workers page tells them apart by it): exec for `backstop work`
+// (a program per task, over the database or --server), serve for the
+// in-process workers of `backstop serve`.
+const (
+	runnerLabel = "runner"
+	runnerExec  = "exec"
+	runnerServe = "serve"
+)
+
+func runnerLabels(runner string) map[string]string { return map[string]string{runnerLabel: runner} }

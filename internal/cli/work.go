@@ -175,7 +175,7 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 			id = fmt.Sprintf("%s-%d", o.id, i+1)
 		}
 		w, err := backstop.NewWorker(c, &backstop.WorkerConfig{ID: id, Queues: g.queues, Kinds: o.kinds, Lease: g.lease,
-			LeaderTTL: o.leaderTTL,
+			LeaderTTL: o.leaderTTL, Version: readBuildVersion().short(), Labels: runnerLabels(runnerExec),
 			// A canceled program's SIGTERM grace, and a little more to
 			// reap it and read its result, before the attempt is
 			// settled without it.

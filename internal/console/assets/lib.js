@@ -233,7 +233,10 @@ export function clearFlash() {
 // (the whole id in its title and aria-label), with a copy button.
 export function shortId(id, href, cls = '') {
   id = String(id ?? '');
-  const shown = id.length > 14 ? `${id.slice(0, 4)}…${id.slice(-8)}` : id; // a UUIDv7 differs at its end
+  // A UUIDv7 differs at its end; a workflow step's task id keeps its step.
+  const cut = (x) => (x.length > 14 ? `${x.slice(0, 4)}…${x.slice(-8)}` : x);
+  const dot = id.indexOf('.');
+  const shown = dot > 14 ? `${cut(id.slice(0, dot))}${id.slice(dot)}` : cut(id);
   const label = h(href ? 'a' : 'span', { href, class: `mono ${cls}`.trim(), title: id, 'aria-label': id, dataset: { id } }, shown);
   return h('span', { class: 'id' }, label, copyButton(id, `Copy ${id}`));
 }
@@ -242,7 +245,7 @@ export function shortId(id, href, cls = '') {
 // (data-copied); where the Clipboard API is refused it selects the text in
 // a scratch box and copies that.
 export function copyButton(text, label = 'Copy') {
-  const b = h('button', { type: 'button', class: 'copy', title: label, 'aria-label': label }, '⧉');
+  const b = h('button', { type: 'button', class: 'copy', title: label, 'aria-label': label }, 'copy');
   b.addEventListener('click', async (ev) => {
     ev.preventDefault();
     ev.stopPropagation();
@@ -260,9 +263,8 @@ export function copyButton(text, label = 'Copy') {
       ta.remove();
     }
     b.dataset.copied = ok ? 'true' : 'false';
-    b.textContent = ok ? '✓' : '!';
-    b.title = ok ? 'Copied' : 'Could not copy';
-    setTimeout(() => { b.textContent = '⧉'; b.title = label; }, 1500);
+    b.textContent = ok ? 'copied' : 'not copied';
+    setTimeout(() => { b.textContent = 'copy'; }, 1500);
   });
   return b;
 }

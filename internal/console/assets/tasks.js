@@ -204,7 +204,9 @@ export async function taskPage(main, id) {
     if (after !== undefined && after !== null) qs.set('after', String(after));
     return `/v1/tasks/${encodeURIComponent(t.id)}/executions/${encodeURIComponent(x.execution_id)}/logs?${qs}`;
   };
-  const logLine = (l) => `${fmtTime(l.at)} ${l.stream} ${l.line}\n`;
+  // Each line says its stream (stdout, stderr, log, output); stderr's
+  // lines stand out.
+  const logLine = (l) => h('span', { class: `line ${l.stream}`, dataset: { stream: l.stream } }, `${fmtTime(l.at)} ${l.stream} ${l.line}\n`);
   // follow appends the lines a running attempt writes, one read a second
   // after the last line shown, while the log is on screen.
   const follow = (x, pre, last) => {
@@ -213,7 +215,7 @@ export async function taskPage(main, id) {
       try {
         const page = await api('GET', logURL(x, last));
         for (const l of page.items) {
-          pre.append(document.createTextNode(logLine(l)));
+          pre.append(logLine(l));
           last = l.seq;
         }
       } catch { /* the next tick tries again */ }

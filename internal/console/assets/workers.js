@@ -6,6 +6,17 @@ import { api, h, clear, fmtTime, fmtAge, fmtDuration, badge, table, field, live,
 
 const workerStates = ['active', 'stale', 'stopping', 'stopped'];
 
+// kindText: how the worker runs, from the registry: remote workers talk
+// HTTP to the server; the CLI labels its workers runner=exec (`backstop
+// work`: a program per task) or runner=serve (in-process in `backstop
+// serve`); any other is a Go program's library worker on the database.
+export function kindText(w) {
+  const runner = (w.labels || {}).runner;
+  if (runner === 'exec') return w.remote ? 'exec (backstop work --server)' : 'exec (backstop work)';
+  if (runner === 'serve' && !w.remote) return 'in-process (backstop serve)';
+  return w.remote ? 'remote (HTTP)' : 'library (Go, database)';
+}
+
 function labelsText(labels) {
   const keys = Object.keys(labels || {}).sort();
   return keys.map((k) => `${k}=${labels[k]}`).join(', ');
@@ -34,8 +45,8 @@ export async function workersPage(main, q) {
     const now = Date.now();
     const rows = page.items.map((w) => [
       h('a', { href: `#/workers/${encodeURIComponent(w.id)}`, class: 'mono' }, w.id),
-      w.host, String(w.pid || ''), (w.queues || []).join(', '), w.version, labelsText(w.labels),
-      w.remote ? 'remote' : 'in-process', badge(w.state),
+      w.host, String(w.pid || ''), (w.queues || []).join(', '), w.version || '—', labelsText(w.labels),
+      kindText(w), badge(w.state),
       h('time', { datetime: w.last_seen, title: fmtTime(w.last_seen) }, `${fmtAge(now - new Date(w.last_seen))} ago`),
     ]);
     const nq = new URLSearchParams(q);
@@ -80,7 +91,7 @@ export async function workerPage(main, id) {
         h('dt', {}, 'Queues'), h('dd', {}, (w.queues || []).join(', ')),
         h('dt', {}, 'Version'), h('dd', {}, w.version || '—'),
         h('dt', {}, 'Labels'), h('dd', { id: 'worker-labels' }, labelsText(w.labels) || '—'),
-        h('dt', {}, 'Kind'), h('dd', {}, w.remote ? 'remote' : 'in-process'),
+        h('dt', {}, 'Kind'), h('dd', { id: 'worker-kind' }, kindText(w)),
         h('dt', {}, 'Started'), h('dd', {}, fmtTime(w.started_at)),
         h('dt', {}, 'Last seen'), h('dd', {}, fmtTime(w.last_seen)),
         w.stopped_at ? [h('dt', {}, 'Stopped'), h('dd', {}, fmtTime(w.stopped_at))] : null),
