@@ -95,7 +95,8 @@ export async function workerPage(main, id) {
         h('dt', {}, 'Started'), h('dd', {}, fmtTime(w.started_at)),
         h('dt', {}, 'Last seen'), h('dd', {}, fmtTime(w.last_seen)),
         w.stopped_at ? [h('dt', {}, 'Stopped'), h('dd', {}, fmtTime(w.stopped_at))] : null),
-      h('p', {}, h('a', { href: `#/events?stream=${encodeURIComponent(`worker.${w.id}`)}` }, 'Follow this worker\'s events')),
+      // A worker's own stream is short: its events from the start.
+      h('p', {}, h('a', { href: `#/events?${new URLSearchParams({ stream: `worker.${w.id}`, after: '' })}` }, 'Follow this worker\'s events')),
       h('section', { 'aria-labelledby': 'wexec-title' },
         h('h2', { id: 'wexec-title' }, 'Recent executions'),
         h('div', { class: 'scroll', id: 'worker-executions' },
