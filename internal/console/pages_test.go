@@ -302,7 +302,7 @@ func TestBrowserXSS(t *testing.T) {
 			}
 		}
 		run(t, ctx, "the DLQ list", nav(e.url+"/#/dlq"), visible("#dlq-list table"))
-		waitID(t, ctx, "#dlq-list", img)
+		waitText(t, ctx, "#dlq-list", img)
 		pwned("DLQ list")
 
 		run(t, ctx, "the dead letter", nav(e.url+"/#/dlq/"+id), visible("#payload"))

@@ -332,8 +332,10 @@ function bulkSection(main, q, total) {
   });
   if (!req) clear(err, 'Bulk replay needs "Dead since" and "Dead until" as an age (24h, 7d) or a time.');
   if (req) sec.append(closeSection(main, q, req, total));
-  // A redrive of this same filter started earlier on this page: show it.
-  if (bulk && req && JSON.stringify({ ...bulk.req, rate: undefined }) === JSON.stringify(req)) {
+  // A redrive of this same filter started earlier on this page (with any
+  // patch, reason or pace): show it.
+  const filterOf = (r) => JSON.stringify({ ...r, rate: undefined, merge_patch: undefined, why: undefined });
+  if (bulk && req && filterOf(bulk.req) === filterOf(req)) {
     show();
     poll();
   } else {
