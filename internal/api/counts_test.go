@@ -58,6 +58,9 @@ func TestCountsAndOrder(t *testing.T) {
 		if c := counts("?queue=a"); c.Queue != "a" || c.Tasks["pending"] != 3 || c.Tasks["dead"] != 0 || c.DeadLetters["open"] != 0 {
 			t.Fatalf("queue a: %+v", c)
 		}
+		if c := counts("?queue=d"); c.Tasks["dead"] != 2 || c.DeadLetters["open"] != 2 || c.TasksTotal != 2 {
+			t.Fatalf("queue d: %+v", c)
+		}
 		if c := counts("?queue=nothing-here"); c.TasksTotal != 0 {
 			t.Fatalf("an empty queue: %+v", c)
 		}

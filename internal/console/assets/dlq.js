@@ -279,9 +279,15 @@ function bulkSection(main, q, total) {
         return;
       }
     }
-    show();
-    if (bulk.st.status === 'running') poll();
-    else rerender(main, q);
+    // The page may have been read again while the request was out (a
+    // redrive that just stopped re-reads it): the section shown now
+    // follows the redrive then.
+    if (bulk.st.status === 'running' && sec.isConnected) {
+      show();
+      poll();
+    } else {
+      rerender(main, q);
+    }
   };
   let pending = null; // the request a shown preview waits to confirm
   const previewThen = async (confirmIt) => {
