@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
 )
@@ -116,6 +117,27 @@ func TestCountsAndOrder(t *testing.T) {
 			if st, body := b.raw(t, api.RoleViewer, "GET", p, "", ""); st != http.StatusBadRequest || !strings.Contains(string(body), "order") {
 				t.Fatalf("%s: %d %s, want a 400 naming order", p, st, body)
 			}
+		}
+	})
+}
+
+// GET /v1/ordering lists a queue the configuration orders even while it
+// holds nothing; a parameter is a 400.
+func TestOrderedQueues(t *testing.T) {
+	t.Parallel()
+	stores(t, func(t *testing.T, dbURL func(*testing.T) string) {
+		b := setup(t, dbURL(t), setupOpts{rateLimit: -1, lib: &backstop.Config{Queues: map[string]backstop.QueueConfig{
+			"ordered": {Ordering: backstop.OrderingConfig{Enabled: true}}, "plain": {}}}})
+		st, body := b.raw(t, api.RoleViewer, "GET", "/v1/ordering", "", "")
+		var out api.OrderedQueues
+		if st != http.StatusOK || json.Unmarshal(body, &out) != nil {
+			t.Fatalf("ordering: %d %s", st, body)
+		}
+		if len(out.Items) != 1 || out.Items[0] != (api.OrderedQueue{Queue: "ordered", Declared: true}) {
+			t.Fatalf("ordered queues: %+v", out.Items)
+		}
+		if st, body := b.raw(t, api.RoleViewer, "GET", "/v1/ordering?queue=x", "", ""); st != http.StatusBadRequest {
+			t.Fatalf("a parameter: %d %s", st, body)
 		}
 	})
 }
