@@ -150,7 +150,10 @@ function stepResult(s) {
       h('summary', {}, text.length > 40 ? `${text.replace(/\s+/g, ' ').slice(0, 40)}…` : text.replace(/\s+/g, ' '), ' ',
         copyButton(() => pre.textContent, `Copy the result of step ${s.id}`)), pre);
   }
-  if (s.result_bytes) return h('span', { class: 'muted small' }, `${s.result_bytes} bytes (read it from the next steps' payloads)`);
+  // Left out of the run's answer past 1 KiB (a null result is just null).
+  if (s.result === undefined && s.result_bytes > 1024) {
+    return h('span', { class: 'muted small' }, `${s.result_bytes} bytes (read it from the next steps' payloads)`);
+  }
   return '—';
 }
 
