@@ -32,7 +32,9 @@ const (
 // Log streams.
 const (
 	LogStreamLog       = "log"       // the handler's logger
-	LogStreamOutput    = "output"    // a program's stdout and stderr (backstop work)
+	LogStreamOutput    = "output"    // a program's output, its streams not told apart
+	LogStreamStdout    = "stdout"    // a program's standard output (backstop work)
+	LogStreamStderr    = "stderr"    // a program's standard error (backstop work)
 	LogStreamTruncated = "truncated" // the marker after the bound
 )
 
@@ -270,9 +272,9 @@ func (c *Client) appendRemoteLogs(ctx context.Context, taskID, leaseToken string
 		switch l.Stream {
 		case "":
 			l.Stream = LogStreamOutput
-		case LogStreamOutput, LogStreamLog:
+		case LogStreamOutput, LogStreamStdout, LogStreamStderr, LogStreamLog:
 		default:
-			return res, invalid("stream", "unknown stream %q (use output or log)", l.Stream)
+			return res, invalid("stream", "unknown stream %q (use output, stdout, stderr or log)", l.Stream)
 		}
 		in[i] = LogLine{TaskID: taskID, At: now, Stream: l.Stream, Line: mask.Line(l.Line)}
 	}

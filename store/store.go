@@ -220,8 +220,12 @@ type ListFilter struct {
 	States  []bt.State
 	Reason  bt.DeadReason
 	Attrs   map[string]string
-	AfterID string // cursor: ids greater than this
+	AfterID string // cursor: ids after this one in the listing's order
 	Limit   int    // default 100
+
+	// Newest lists by id descending (the newest first: ids are UUIDv7 by
+	// default) instead of ascending; AfterID then selects smaller ids.
+	Newest bool
 
 	// WithoutPayload lists summaries: each task's Payload is left nil
 	// (PayloadSize still gives its length in bytes) and no payload, inline
@@ -244,4 +248,22 @@ type ListFilter struct {
 	// take the SQL subset, and the client streams the rest through List and
 	// Go: DeadLetterGroupCounts, Redrive).
 	Where string
+}
+
+// CursorOp is the comparison a list's cursor makes on ids: past AfterID
+// in ListFilter.Newest's order.
+func CursorOp(newest bool) string {
+	if newest {
+		return "<"
+	}
+	return ">"
+}
+
+// OrderDir is the SQL direction of a list's ids in ListFilter.Newest's
+// order.
+func OrderDir(newest bool) string {
+	if newest {
+		return "DESC"
+	}
+	return "ASC"
 }

@@ -203,6 +203,8 @@ func (s *Server) register() {
 	s.handle("POST", "/v1/queues/{name}/pause", RoleOperator, s.pauseQueue)
 	s.handle("POST", "/v1/queues/{name}/resume", RoleOperator, s.resumeQueue)
 	s.handle("GET", "/v1/activity", RoleViewer, s.getActivity)
+	s.handle("GET", "/v1/counts", RoleViewer, s.getCounts)
+	s.handle("GET", "/v1/ordering", RoleViewer, s.listOrderedQueues)
 	s.handle("GET", "/v1/ordering/{queue}/keys", RoleViewer, s.listOrderingKeys)
 
 	s.handle("GET", "/v1/dlq", RoleViewer, s.listDLQ)

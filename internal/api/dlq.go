@@ -25,7 +25,8 @@ import (
 // queue, kind, reason, status (repeatable or comma-separated),
 // error_contains, attr (repeatable key=value), since and until (RFC 3339,
 // or an age such as 24h or 7d: that long before now), where (a CEL
-// condition on the payload and attributes), workflow, run_id and step (the
+// condition on the payload and attributes), order (oldest, the default, or
+// newest), workflow, run_id and step (the
 // attributes workflow, run_id and step_id of workflow steps' tasks:
 // backstop.StepSelection), after (the cursor) and limit. Unknown parameters
 // are refused; the library checks values.
@@ -36,14 +37,18 @@ func ParseDLQQuery(q url.Values, now time.Time, defaultLimit int) (backstop.List
 	}
 	for key, vals := range q {
 		switch key {
-		case "queue", "kind", "reason", "error_contains", "since", "until", "limit", "after", "where", "workflow", "run_id", "step":
+		case "queue", "kind", "reason", "error_contains", "since", "until", "limit", "after", "where", "workflow", "run_id", "step", "order":
 			if len(vals) != 1 {
 				return f, bad("%s: give it once", key)
 			}
 		case "status", "attr":
 		default:
-			return f, bad("unknown parameter %q (use queue, kind, reason, status, error_contains, attr, since, until, where, workflow, run_id, step, limit, after)", key)
+			return f, bad("unknown parameter %q (use queue, kind, reason, status, error_contains, attr, since, until, where, workflow, run_id, step, order, limit, after)", key)
 		}
+	}
+	var err error
+	if f.Newest, err = parseOrder(q.Get("order")); err != nil {
+		return f, err
 	}
 	f.Queue, f.Kind, f.AfterID = q.Get("queue"), q.Get("kind"), q.Get("after")
 	f.Reason, f.ErrorContains = bt.DeadReason(q.Get("reason")), q.Get("error_contains")
@@ -53,11 +58,9 @@ func ParseDLQQuery(q url.Values, now time.Time, defaultLimit int) (backstop.List
 			f.DLQStatuses = append(f.DLQStatuses, bt.DLQStatus(strings.TrimSpace(st)))
 		}
 	}
-	attrs, err := parseAttrs(q["attr"])
-	if err != nil {
+	if f.Attrs, err = parseAttrs(q["attr"]); err != nil {
 		return f, err
 	}
-	f.Attrs = attrs
 	if f, err = (backstop.StepSelection{Workflow: q.Get("workflow"), RunID: q.Get("run_id"), Step: q.Get("step")}).Apply(f); err != nil {
 		return f, err
 	}
@@ -84,6 +87,18 @@ func ParseDLQQuery(q url.Values, now time.Time, defaultLimit int) (backstop.List
 		f.Limit = n
 	}
 	return f, nil
+}
+
+// parseOrder reads a list's order: oldest (the default: ids ascending) or
+// newest (ids descending; the cursor pages on toward older ids).
+func parseOrder(v string) (newest bool, err error) {
+	switch v {
+	case "", "oldest":
+		return false, nil
+	case "newest":
+		return true, nil
+	}
+	return false, fail(codeInvalidQuery, fmt.Sprintf("order %q: want newest or oldest", v))
 }
 
 func parseAttrs(vals []string) (map[string]string, error) {

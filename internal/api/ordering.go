@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/backstophq/backstop"
@@ -47,6 +48,65 @@ func (s *Server) listOrderingKeys(w http.ResponseWriter, r *http.Request) error 
 	if len(ks) == limit {
 		last := ks[len(ks)-1].Key
 		out.NextCursor = &last
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// OrderedQueue is one queue of GET /v1/ordering.
+type OrderedQueue struct {
+	Queue string `json:"queue"`
+	// Declared: the server's configuration orders the queue.
+	Declared bool `json:"declared"`
+	// HasKeys: the queue holds ordering keys now (an undeclared queue is
+	// ordered once its tasks carry ordering keys).
+	HasKeys bool `json:"has_keys"`
+}
+
+// OrderedQueues is GET /v1/ordering.
+type OrderedQueues struct {
+	Items []OrderedQueue `json:"items"`
+}
+
+// GET /v1/ordering: the ordered queues, by name: those the configuration
+// orders (with or without tasks) and those holding ordering keys (one
+// indexed read of a key per queue that holds tasks).
+func (s *Server) listOrderedQueues(w http.ResponseWriter, r *http.Request) error {
+	if len(r.URL.Query()) > 0 {
+		return fail(codeInvalidQuery, "GET /v1/ordering takes no parameters")
+	}
+	byName := map[string]*OrderedQueue{}
+	for name, qc := range s.c.Config().Queues {
+		if qc.Ordering.Enabled {
+			byName[name] = &OrderedQueue{Queue: name, Declared: true}
+		}
+	}
+	qs, err := s.c.Queues(r.Context())
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(qs)+len(byName))
+	for _, q := range qs {
+		names = append(names, q.Name)
+	}
+	for name := range byName {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	out := OrderedQueues{Items: []OrderedQueue{}}
+	for _, name := range slices.Compact(names) {
+		ks, err := s.c.OrderingKeys(r.Context(), name, "", 1)
+		if err != nil {
+			return err
+		}
+		q := byName[name]
+		if q == nil && len(ks) == 0 {
+			continue
+		}
+		if q == nil {
+			q = &OrderedQueue{Queue: name}
+		}
+		q.HasKeys = len(ks) > 0
+		out.Items = append(out.Items, *q)
 	}
 	return writeJSON(w, http.StatusOK, out)
 }

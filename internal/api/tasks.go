@@ -187,8 +187,8 @@ type ListResponse struct {
 }
 
 // ParseListQuery reads GET /v1/tasks's query: queue, kind, state
-// (repeatable or comma-separated), attr (repeatable key=value), limit and
-// after (the cursor). Unknown parameters are refused; the library checks
+// (repeatable or comma-separated), attr (repeatable key=value), order
+// (oldest or newest), limit and after (the cursor). Unknown parameters are refused; the library checks
 // the values.
 func ParseListQuery(q url.Values) (backstop.ListParams, error) {
 	var f backstop.ListParams
@@ -197,14 +197,18 @@ func ParseListQuery(q url.Values) (backstop.ListParams, error) {
 	}
 	for key, vals := range q {
 		switch key {
-		case "queue", "kind", "limit", "after", "error_contains", "idempotency_key", "created_since", "created_until", "where":
+		case "queue", "kind", "limit", "after", "error_contains", "idempotency_key", "created_since", "created_until", "where", "order":
 			if len(vals) != 1 {
 				return f, bad("%s: give it once", key)
 			}
 		case "state", "attr":
 		default:
-			return f, bad("unknown parameter %q (use queue, kind, state, attr, error_contains, idempotency_key, created_since, created_until, where, limit, after)", key)
+			return f, bad("unknown parameter %q (use queue, kind, state, attr, error_contains, idempotency_key, created_since, created_until, where, order, limit, after)", key)
 		}
+	}
+	var err error
+	if f.Newest, err = parseOrder(q.Get("order")); err != nil {
+		return f, err
 	}
 	f.Queue, f.Kind, f.AfterID = q.Get("queue"), q.Get("kind"), q.Get("after")
 	f.ErrorContains, f.IdempotencyKey = q.Get("error_contains"), q.Get("idempotency_key")

@@ -66,7 +66,8 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	cl := apiclient.New(o.server, o.token)
 	r := &remoteWorker{cl: cl, h: h, log: log, id: id, o: o}
 	r.lastActive.Store(time.Now().UnixNano())
-	reg := startRemoteRegistry(cl, api.RegisterWorkerRequest{ID: id, Queues: o.queues, Labels: o.labels, Version: o.version}, log) // remoteregistry.go
+	reg := startRemoteRegistry(cl, api.RegisterWorkerRequest{ID: id, Queues: o.queues,
+		Labels: o.registryLabels(), Version: o.registryVersion()}, log) // remoteregistry.go
 
 	// claimCtx ends claiming; killCtx kills running programs.
 	claimCtx, stopClaims := context.WithCancel(context.WithoutCancel(ctx))

@@ -254,7 +254,7 @@ func startConfigWorkers(ctx context.Context, c *backstop.Client, cfg *config.Con
 		w, err := backstop.NewWorker(c, &backstop.WorkerConfig{
 			ID:     fmt.Sprintf("serve-%s-%d", wc.Queue, i),
 			Queues: map[string]int{wc.Queue: wc.Concurrency}, Kinds: wc.Kinds, Lease: lease,
-			MaintenanceInterval: -1,
+			MaintenanceInterval: -1, Version: readBuildVersion().short(), Labels: runnerLabels(runnerServe),
 		})
 		if err != nil {
 			return started, usageErr("workers[%d]: %v", i, err)

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
@@ -58,6 +60,19 @@ func (v buildVersion) String() string {
 	return fmt.Sprintf("backstop %s revision %s%s (committed %s), %s", v.Version, v.Revision, mod, v.Time, v.Go)
 }
 
+// short is the version a worker registers: the module version and the
+// revision's first 12 characters ("+dirty" with uncommitted changes).
+func (v buildVersion) short() string {
+	if v.Revision == "" {
+		return v.Version
+	}
+	dirty := ""
+	if v.Modified {
+		dirty = "+dirty"
+	}
+	return fmt.Sprintf("%s %.12s%s", v.Version, v.Revision, dirty)
+}
+
 func versionCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
@@ -71,4 +86,29 @@ func versionCmd(a *app) *cobra.Command {
 			})
 		},
 	}
+}
+
+// The runner label a worker the CLI starts carries in the registry (the
+// console's Workers page tells them apart by it): exec for `backstop work`
+// (a program per task, over the database or --server), serve for the
+// in-process workers of `backstop serve`.
+const (
+	runnerLabel = "runner"
+	runnerExec  = "exec"
+	runnerServe = "serve"
+)
+
+func runnerLabels(runner string) map[string]string { return map[string]string{runnerLabel: runner} }
+
+// registryLabels are a work process's labels in the worker registry: the
+// runner (exec), then --label's (which may replace it).
+func (o *workOptions) registryLabels() map[string]string {
+	l := runnerLabels(runnerExec)
+	maps.Copy(l, o.labels)
+	return l
+}
+
+// registryVersion is --version, else this binary's.
+func (o *workOptions) registryVersion() string {
+	return cmp.Or(o.version, readBuildVersion().short())
 }

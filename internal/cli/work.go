@@ -218,7 +218,7 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 			id = fmt.Sprintf("%s-%d", o.id, i+1)
 		}
 		w, err := backstop.NewWorker(c, &backstop.WorkerConfig{ID: id, Queues: g.queues, Kinds: o.kinds, Lease: g.lease,
-			LeaderTTL: o.leaderTTL, Labels: o.labels, Version: o.version,
+			LeaderTTL: o.leaderTTL, Labels: o.registryLabels(), Version: o.registryVersion(),
 			// A canceled program's SIGTERM grace, and a little more to
 			// reap it and read its result, before the attempt is
 			// settled without it.

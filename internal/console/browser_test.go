@@ -181,7 +181,14 @@ func (e *env) signIn(t *testing.T, ctx context.Context, role api.Role) {
 	run(t, ctx, "type the token", keys("#token", e.secret[role]))
 	run(t, ctx, "submit the token", submit("#signin"))
 	run(t, ctx, "wait for the session of "+role.String(), poll(`document.querySelector("#who").dataset.role === "`+role.String()+`"`))
+	// The lists' panels (filters, counts, bulk actions) start closed; the
+	// browser remembers the ones an operator opened. The tests work as
+	// one who opened them all (TestBrowserListDensity as one who did not).
+	run(t, ctx, "open the lists' panels", poll(`(() => { for (const p of `+panelIDs+`) localStorage.setItem("backstop.panel." + p, "open"); return true })()`))
 }
+
+// panelIDs are the lists' collapsible panels (lib.js panel), as a JS array.
+const panelIDs = `["task-filters-panel", "dlq-filters-panel", "dlq-groups-panel", "dlq-bulk-panel"]`
 
 // text reads an element's textContent.
 func text(t *testing.T, ctx context.Context, sel string) string {
@@ -199,6 +206,21 @@ func waitText(t *testing.T, ctx context.Context, sel, want string) {
 	t.Helper()
 	js := fmt.Sprintf(`(() => { const el = document.querySelector(%q); return !!el && el.textContent.includes(%q); })()`, sel, want)
 	run(t, ctx, fmt.Sprintf("wait for %q in %s", want, sel), poll(js))
+}
+
+// listIDs reads the ids a list shows (each shortened id's data-id),
+// space-separated.
+func listIDs(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	run(t, ctx, "wait for "+sel, visible(sel))
+	return evalJS[string](t, ctx, "ids of "+sel, fmt.Sprintf(`[...document.querySelectorAll(%q)].map((e) => e.dataset.id).join(" ")`, sel+" [data-id]"))
+}
+
+// waitID waits until the list sel shows the id.
+func waitID(t *testing.T, ctx context.Context, sel, id string) {
+	t.Helper()
+	js := fmt.Sprintf(`[...document.querySelectorAll(%q)].some((e) => e.dataset.id === %q)`, sel+" [data-id]", id)
+	run(t, ctx, fmt.Sprintf("wait for %s in %s", id, sel), poll(js))
 }
 
 func count(t *testing.T, ctx context.Context, sel string) int {

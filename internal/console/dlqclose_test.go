@@ -31,8 +31,16 @@ func TestBrowserDLQCloseAll(t *testing.T) {
 		if tk := e.task(t, ids[0]); tk.DLQStatus != bt.DLQOpen {
 			t.Fatalf("discarded without a reason: %s", tk.DLQStatus)
 		}
-		run(t, ctx, "discard all 5", keys("#close-why", "customer deleted"), click("#close-discard"),
-			poll(`document.querySelector("#close-text").textContent.startsWith("5 of 5 discarded")`))
+		// A discard shows how many and a sample first, and waits for its
+		// confirm.
+		run(t, ctx, "discard all 5: the preview", keys("#close-why", "customer deleted"), click("#close-discard"),
+			poll(`document.querySelector("#close-matched") && document.querySelector("#close-matched").dataset.matched === "5" &&
+				document.querySelectorAll("#close-preview li.sample").length === 5`))
+		if tk := e.task(t, ids[0]); tk.DLQStatus != bt.DLQOpen {
+			t.Fatalf("discarded before the confirm: %s", tk.DLQStatus)
+		}
+		run(t, ctx, "discard all 5: confirm", click("#close-confirm"),
+			poll(`document.querySelector("#flash").textContent.startsWith("5 of 5 discarded")`))
 		for _, id := range ids {
 			tk := e.task(t, id)
 			if tk.DLQStatus != bt.DLQDiscarded {
@@ -52,7 +60,7 @@ func TestBrowserDLQCloseAll(t *testing.T) {
 		// the page asks for with "all": true.
 		run(t, ctx, "open every open dead letter", nav(e.url+"/#/dlq?status=open"), visible("#close-resolve"))
 		run(t, ctx, "resolve all 2", keys("#close-why", "refunded by hand"), click("#close-resolve"),
-			poll(`document.querySelector("#close-text").textContent.startsWith("2 of 2 resolved")`))
+			poll(`document.querySelector("#flash").textContent.startsWith("2 of 2 resolved")`))
 		for _, id := range res {
 			if tk := e.task(t, id); tk.DLQStatus != bt.DLQResolved {
 				t.Fatalf("%s is %s, want resolved", id, tk.DLQStatus)

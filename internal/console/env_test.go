@@ -43,6 +43,7 @@ type env struct {
 type envOpts struct {
 	dev        bool
 	sessionTTL time.Duration
+	queues     map[string]backstop.QueueConfig // the server's declared queues
 }
 
 // forStores runs fn on SQLite and on Postgres, in parallel.
@@ -63,7 +64,7 @@ func newEnv(t testing.TB, dbURL string, o envOpts) *env {
 		t.Fatal(err)
 	}
 	clk := &testClock{}
-	lib, err := backstop.NewClient(s, &backstop.Config{Clock: clk})
+	lib, err := backstop.NewClient(s, &backstop.Config{Clock: clk, Queues: o.queues})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,14 @@ func TestBrowserEvents(t *testing.T) {
 		run(t, ctx, "choose the stream queue.email",
 			chromedp.SetValue(chromedp.CSS("#ev-kind"), "queue"), keys("#ev-name", "email"), submit("#events-stream"))
 		run(t, ctx, "the stream is in the address", poll(`location.hash.includes("stream=queue.email")`))
+		// The page starts at the end of the log: a0, enqueued before, is
+		// not shown until the operator asks for the log from its start.
+		run(t, ctx, "following from now on", poll(`!!document.querySelector("main .view") && document.querySelector("main .view").dataset.from === "end"`))
+		evalJS[bool](t, ctx, "wait 1s", `new Promise((r) => setTimeout(() => r(true), 1000))`)
+		if n := count(t, ctx, "#events-rows tr"); n != 0 {
+			t.Fatalf("the events page opened at the end of the log shows %d earlier events", n)
+		}
+		run(t, ctx, "from the start", click("#events-from-start"), poll(`location.hash.includes("after=")`))
 		waitText(t, ctx, "#events-list", a0)
 		evalJS[bool](t, ctx, "mark the page", `window.__mark = true`)
 

@@ -89,7 +89,7 @@ func TestBrowserDeadLetters(t *testing.T) {
 		e.signIn(t, ctx, api.RoleAdmin)
 
 		run(t, ctx, "open the DLQ", nav(e.url+"/#/dlq"), visible("#dlq-list table"))
-		waitText(t, ctx, "#dlq-list", c)
+		waitID(t, ctx, "#dlq-list", c)
 		if n := count(t, ctx, "#dlq-list tbody tr"); n != 3 {
 			t.Fatalf("DLQ rows: %d, want 3", n)
 		}
@@ -97,7 +97,7 @@ func TestBrowserDeadLetters(t *testing.T) {
 			keys("#f-error", "declined"),
 			submit("#dlq-filters"),
 			poll(`document.querySelectorAll("#dlq-list tbody tr").length === 1`))
-		if l := text(t, ctx, "#dlq-list"); !contains(l, a) || contains(l, b) {
+		if l := listIDs(t, ctx, "#dlq-list"); !contains(l, a) || contains(l, b) {
 			t.Fatalf("filtered list: %q", l)
 		}
 		screenshot(t, ctx, "dlq")
@@ -105,7 +105,7 @@ func TestBrowserDeadLetters(t *testing.T) {
 		run(t, ctx, "filter by attribute and age", nav(e.url+"/#/dlq?attr=tenant%3Dacme&since=1h"),
 			poll(`document.querySelector("#f-attr") && document.querySelector("#f-attr").value === "tenant=acme" &&
 				document.querySelectorAll("#dlq-list tbody tr").length === 1`))
-		if l := text(t, ctx, "#dlq-list"); !contains(l, a) {
+		if l := listIDs(t, ctx, "#dlq-list"); !contains(l, a) {
 			t.Fatalf("attribute filter: %q", l)
 		}
 		run(t, ctx, "a filter nothing matches", nav(e.url+"/#/dlq?attr=tenant%3Dnone"),
@@ -353,7 +353,7 @@ func TestBrowserTasks(t *testing.T) {
 			keys("#f-queue", "reports"),
 			submit("#task-filters"),
 			poll(`location.hash.includes("queue=reports") && document.querySelectorAll("#task-list tbody tr").length === 50`))
-		if l := text(t, ctx, "#task-list"); contains(l, other) {
+		if l := listIDs(t, ctx, "#task-list"); contains(l, other) {
 			t.Fatal("the filter let another queue's task through")
 		}
 		run(t, ctx, "next page", click(`a[rel="next"]`),
@@ -361,7 +361,7 @@ func TestBrowserTasks(t *testing.T) {
 		if n := count(t, ctx, `a[rel="next"]`); n != 0 {
 			t.Fatal("the last page offers a next page")
 		}
-		first := evalJS[string](t, ctx, "the first task", `document.querySelector("#task-list tbody a").textContent`)
+		first := evalJS[string](t, ctx, "the first task", `document.querySelector("#task-list tbody a").dataset.id`)
 		run(t, ctx, "open a task", click("#task-list tbody a"), visible("#cancel"))
 		screenshot(t, ctx, "task-pending")
 		run(t, ctx, "cancel it", click("#cancel"))

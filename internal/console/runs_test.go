@@ -31,13 +31,13 @@ func TestBrowserRunsAndFinders(t *testing.T) {
 		run(t, ctx, "open Tasks", click(`#nav a[data-page="tasks"]`), visible("#task-find-key"))
 		run(t, ctx, "find by key", keys("#f-key", "key-"+img), submit("#task-find-key"),
 			poll(`location.hash.includes("idempotency_key=") && document.querySelectorAll("#task-list tbody tr").length === 1`))
-		if l := text(t, ctx, "#task-list"); !contains(l, keyed) {
+		if l := listIDs(t, ctx, "#task-list"); !contains(l, keyed) {
 			t.Fatalf("by key: %q", l)
 		}
 		// Error text and creation time.
 		run(t, ctx, "filter by error", nav(e.url+"/#/tasks?error_contains=exploded"),
 			poll(`document.querySelectorAll("#task-list tbody tr").length === 1`))
-		if l := text(t, ctx, "#task-list"); !contains(l, dead) || !contains(l, "exploded "+img) {
+		if l := listIDs(t, ctx, "#task-list") + text(t, ctx, "#task-list"); !contains(l, dead) || !contains(l, "exploded "+img) {
 			t.Fatalf("by error: %q", l)
 		}
 		past := url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
@@ -56,7 +56,7 @@ func TestBrowserRunsAndFinders(t *testing.T) {
 		if prog != "3/1/1" {
 			t.Fatalf("run progress total/done/dead: %s, want 3/1/1", prog)
 		}
-		l := text(t, ctx, "#run-tasks")
+		l := listIDs(t, ctx, "#run-tasks")
 		for _, id := range []string{keyed, dead, done} {
 			if !contains(l, id) {
 				t.Fatalf("run tasks lack %s: %q", id, l)

@@ -82,7 +82,7 @@ func TestBrowserWorkers(t *testing.T) {
 
 		// Back from the task page to its worker, and on to the worker's events.
 		run(t, ctx, "the task's worker", click(`#executions a[href="#/workers/console-test"]`), visible("#worker-executions"))
-		run(t, ctx, "the worker's events", click(`a[href="#/events?stream=worker.console-test"]`), visible("#events-list"))
+		run(t, ctx, "the worker's events", click(`a[href="#/events?stream=worker.console-test&after="]`), visible("#events-list"))
 		waitText(t, ctx, "#events-list", "worker.started")
 		if l := text(t, ctx, "#events-list"); !contains(l, "node-a") {
 			t.Fatalf("worker events: %q", l)
@@ -127,7 +127,7 @@ func TestBrowserWorkersInProcess(t *testing.T) {
 		e.signIn(t, ctx, api.RoleViewer)
 		run(t, ctx, "the workers page", nav(e.url+"/#/workers"), visible("#worker-list"))
 		waitText(t, ctx, "#worker-list", "inproc-1")
-		if l := text(t, ctx, "#worker-list"); !contains(l, "in-process") || !contains(l, "active") || !contains(l, "reports") {
+		if l := text(t, ctx, "#worker-list"); !contains(l, "library (Go, database)") || !contains(l, "active") || !contains(l, "reports") {
 			t.Fatalf("worker list: %q", l)
 		}
 		run(t, ctx, "the worker", click(`#worker-list a[href="#/workers/inproc-1"]`), visible("#worker-executions"))

@@ -11,7 +11,7 @@
 // transient, configured codes are permanent. It runs in a process group of
 // its own, killed whole when the attempt's context ends (timeout, cancel,
 // shutdown) and when the program exits, so no grandchild outlives its task.
-// A bounded tail of its combined stdout and stderr is kept with the execution.
+// A bounded tail of its stdout and then its stderr is kept with the execution.
 //
 // BACKSTOP_RESULT_FILE names a file in a private temporary directory made
 // for the attempt (removed after it): a program that exits 0 may write its
@@ -230,7 +230,7 @@ type Result struct {
 	// Err is the attempt's result: nil, a transient error, or
 	// backstop.Permanent.
 	Err error
-	// Output is the bounded tail of stdout and stderr.
+	// Output is the bounded tail of stdout, then of stderr (joinTails).
 	Output string
 	// ExitCode is the program's exit code, or -1 when it was killed.
 	ExitCode int
@@ -266,30 +266,41 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 	// Our own pipes rather than exec's copying goroutines: Wait then
 	// returns when the program exits, even if a grandchild still holds
 	// stdout, and we decide how long to keep reading.
+	// stdout and stderr each have a pipe, so the log tells them apart.
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return Result{Err: fmt.Errorf("execworker: output pipe: %w", err), ExitCode: -1}
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return Result{Err: fmt.Errorf("execworker: error pipe: %w", err), ExitCode: -1}
 	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
+		errR.Close()
+		errW.Close()
 		return Result{Err: fmt.Errorf("execworker: input pipe: %w", err), ExitCode: -1}
 	}
-	cmd.Stdout, cmd.Stderr, cmd.Stdin = outW, outW, inR
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = outW, errW, inR
 	start := time.Now()
 	err = cmd.Start()
 	outW.Close()
+	errW.Close()
 	inR.Close()
 	if err != nil {
 		outR.Close()
+		errR.Close()
 		inW.Close()
 		return Result{Err: fmt.Errorf("execworker: start %s: %w", h.cfg.Command[0], err), ExitCode: -1}
 	}
 	pgid := cmd.Process.Pid
 
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		// A program that does not read its stdin makes this fail (EPIPE)
@@ -297,14 +308,29 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 		_, _ = inW.Write(t.Payload)
 		inW.Close()
 	}()
-	tail := newTail(h.cfg.OutputLimit)
-	lines := &lineLog{ctx: ctx}
+	// Each stream keeps its tail; the failure's detail is stdout's then
+	// stderr's (joinTails): the two are read side by side, so their
+	// relative order is not known.
+	outTail, errTail := newTail(h.cfg.OutputLimit), newTail(h.cfg.OutputLimit)
+	var reads sync.WaitGroup
+	reads.Add(2)
+	for _, p := range []struct {
+		r      *os.File
+		tail   *tail
+		stream string
+	}{{outR, outTail, backstop.LogStreamStdout}, {errR, errTail, backstop.LogStreamStderr}} {
+		go func() {
+			defer wg.Done()
+			defer reads.Done()
+			lines := &lineLog{ctx: ctx, stream: p.stream}
+			_, _ = io.Copy(io.MultiWriter(p.tail, lines), p.r)
+			lines.close()
+		}()
+	}
 	readDone := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		defer close(readDone)
-		_, _ = io.Copy(io.MultiWriter(tail, lines), outR)
-		lines.close()
+		reads.Wait()
+		close(readDone)
 	}()
 
 	prog := &progressReader{ctx: ctx, path: progressFile}
@@ -345,6 +371,7 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 	case <-time.After(outputDrain):
 	}
 	outR.Close()
+	errR.Close()
 	inW.Close() // unblocks a payload write nobody reads
 	wg.Wait()
 	close(stopProgress)
@@ -357,7 +384,7 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 	}
 	r := Result{
 		Err:      h.classify(ctx, cmd.ProcessState, waitErr, killed, stopped, elapsed),
-		Output:   tail.String(),
+		Output:   joinTails(h.cfg.OutputLimit, outTail, errTail),
 		ExitCode: code,
 		Progress: prog.last,
 	}

@@ -7,12 +7,14 @@ import (
 	"github.com/backstophq/backstop"
 )
 
-// lineLog writes a program's output, line by line, into the attempt's
-// execution log (backstop.WriteLog: the in-process attempt, or the remote
-// worker's sink). The execution's bound applies there.
+// lineLog writes one of a program's streams (stdout or stderr), line by
+// line, into the attempt's execution log under that stream's name
+// (backstop.WriteLog: the in-process attempt, or the remote worker's
+// sink). The execution's bound applies there.
 type lineLog struct {
-	ctx  context.Context
-	part []byte
+	ctx    context.Context
+	stream string
+	part   []byte
 }
 
 // maxPartial flushes a line that never ends.
@@ -37,7 +39,7 @@ func (l *lineLog) Write(p []byte) (int, error) {
 }
 
 func (l *lineLog) emit() {
-	backstop.WriteLog(l.ctx, backstop.LogStreamOutput, string(l.part))
+	backstop.WriteLog(l.ctx, l.stream, string(l.part))
 	l.part = l.part[:0]
 }
 

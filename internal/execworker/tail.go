@@ -58,3 +58,23 @@ func (t *tail) String() string {
 	}
 	return s
 }
+
+// joinTails is the end of a program's output read from several streams
+// (stdout, then stderr: its error last, where a reader looks), within
+// limit bytes, the marker counting every stream's omitted bytes.
+func joinTails(limit int, ts ...*tail) string {
+	j := newTail(limit)
+	var total int64
+	for _, t := range ts {
+		t.mu.Lock()
+		b := t.buf
+		if len(b) > t.limit {
+			b = b[len(b)-t.limit:]
+		}
+		_, _ = j.Write(b)
+		total += t.total
+		t.mu.Unlock()
+	}
+	j.total = total
+	return j.String()
+}

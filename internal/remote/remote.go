@@ -185,7 +185,7 @@ type Outcome struct {
 
 // LogLine is a line a remote worker sends.
 type LogLine struct {
-	Stream string `json:"stream,omitempty"` // default output
+	Stream string `json:"stream,omitempty"` // stdout, stderr, log, or output (the default)
 	Line   string `json:"line"`
 }
 

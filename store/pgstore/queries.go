@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/backstophq/backstop/store"
 )
 
 // This file is the store's query layer: every SQL statement of the engine's
@@ -295,7 +297,7 @@ SELECT q.n FROM per_queue q CROSS JOIN LATERAL pg_notify('` + wakeupChannel + `'
 
 // listQuery builds a List statement from the filters that are set; args
 // receives the parameters. withoutPayload reads summaries.
-func listQuery(where []string, limitArg int, withoutPayload bool) string {
+func listQuery(where []string, limitArg int, withoutPayload, newest bool) string {
 	q := selectTasks
 	if withoutPayload {
 		q = selectSummaries
@@ -303,7 +305,7 @@ func listQuery(where []string, limitArg int, withoutPayload bool) string {
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	return q + " ORDER BY t.id LIMIT $" + strconv.Itoa(limitArg)
+	return q + " ORDER BY t.id " + store.OrderDir(newest) + " LIMIT $" + strconv.Itoa(limitArg)
 }
 
 // Enqueue statements use scalar parameters only (no arrays), so that they

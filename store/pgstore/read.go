@@ -52,14 +52,14 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 	}
 	if f.AfterID != "" {
 		args = append(args, f.AfterID)
-		where = append(where, "t.id > $"+strconv.Itoa(len(args)))
+		where = append(where, "t.id "+store.CursorOp(f.Newest)+" $"+strconv.Itoa(len(args)))
 	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
 	args = append(args, limit)
-	tasks, err := s.queryTasks(ctx, listQuery(where, len(args), f.WithoutPayload), args...)
+	tasks, err := s.queryTasks(ctx, listQuery(where, len(args), f.WithoutPayload, f.Newest), args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list: %w", err)
 	}

@@ -922,7 +922,7 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 	}
 	where, args := listWhere(f)
 	if f.AfterID != "" {
-		where, args = append(where, "id > ?"), append(args, f.AfterID)
+		where, args = append(where, "id "+store.CursorOp(f.Newest)+" ?"), append(args, f.AfterID)
 	}
 	limit := f.Limit
 	if limit <= 0 {
@@ -936,7 +936,7 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY id LIMIT ?"
+	q += " ORDER BY id " + store.OrderDir(f.Newest) + " LIMIT ?"
 	args = append(args, limit)
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,6 +95,25 @@ func (s *suite) testSummaryList(t *testing.T) {
 		after = page[len(page)-1].ID
 	}
 	eq(t, "paged ids", seen, ids)
+	// Newest first: the same ids in reverse, paged toward older ones.
+	seen = nil
+	after = ""
+	for {
+		page, err := b.c.List(b.ctx, backstop.ListParams{Queue: "sum", Limit: 3, AfterID: after, WithoutPayload: true, Newest: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range page {
+			seen = append(seen, task.ID)
+		}
+		if len(page) < 3 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	rev := slices.Clone(ids)
+	slices.Reverse(rev)
+	eq(t, "paged ids newest first", seen, rev)
 }
 
 // testExportInSlices: ExportDLQ reads each page's payloads in slices of

@@ -1,5 +1,5 @@
 // The console's entry: session, sign-in and the hash router.
-import { api, h, clear, flash, errorText, getSession, setSession, whenSignedOut, stopLive, showLive, endCursor } from './lib.js';
+import { api, h, clear, flash, clearFlash, errorText, getSession, setSession, whenSignedOut, stopLive, showLive, endCursor } from './lib.js';
 import { overviewPage } from './overview.js';
 import { dlqListPage, dlqPage } from './dlq.js';
 import { tasksPage, taskPage } from './tasks.js';
@@ -41,7 +41,7 @@ async function route() {
   const [path, qs] = raw.split('?');
   const q = new URLSearchParams(qs || '');
   if (!getSession()) return;
-  clear(document.getElementById('flash'));
+  clearFlash(); // but a message set for this navigation (flashNext)
   for (const [re, name, fn] of routes) {
     const m = path.match(re);
     if (!m) continue;

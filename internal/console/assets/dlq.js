@@ -1,7 +1,8 @@
 // Dead letters: the filtered list, and one dead letter with its attempts,
 // history and the admin's actions (replay with a previewed merge patch,
 // discard with a reason, resolve with a note).
-import { api, h, clear, can, flash, errorText, fmtTime, badge, table, field, pretty, live, debounce } from './lib.js';
+import { api, h, clear, can, flash, flashNext, errorText, fmtTime, badge, table, field, pretty, live, debounce,
+  shortId, panel, stateTabs, countsURL, sortSelect } from './lib.js';
 import { executionsSection, timelineSection, attributesList, payloadSection, EXECUTIONS_WINDOW } from './tasks.js';
 
 const reasons = ['', 'attempts_exhausted', 'permanent_error', 'expired', 'poison'];
@@ -22,14 +23,20 @@ export async function dlqListPage(main, q) {
     where: h('input', { id: 'f-where', name: 'where', placeholder: 'payload.customer.id == 42', size: 36, spellcheck: 'false',
       value: q.get('where') || '' }),
   };
+  // A filter the server refuses (a typo in the where box) is said beside
+  // the box; the form keeps what was typed.
+  const whereErr = h('p', { class: 'error', role: 'alert', id: 'where-error' });
   const form = h('form', { class: 'filters', id: 'dlq-filters', role: 'search', 'aria-label': 'Filter dead letters' },
     field('Queue', f.queue), field('Kind', f.kind), field('Reason', f.reason), field('Status', f.status),
     field('Error contains', f.error), field('Attribute', f.attr), field('Dead since', f.since), field('Dead until', f.until),
-    field('Where (a CEL condition on payload and attributes)', f.where),
+    h('div', { class: 'where' }, field('Where (a CEL condition on payload and attributes)', f.where), whereErr),
     h('button', { type: 'submit' }, 'Filter'));
+  // Newest first unless the address says otherwise.
+  const order = q.get('order') || 'newest';
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
     const p = new URLSearchParams();
+    if (order !== 'newest') p.set('order', order);
     if (f.queue.value) p.set('queue', f.queue.value);
     if (f.kind.value) p.set('kind', f.kind.value);
     if (f.reason.value) p.set('reason', f.reason.value);
@@ -46,35 +53,61 @@ export async function dlqListPage(main, q) {
   const st = q.get('status') ?? 'open';
   if (st) api_q.set('status', st);
   api_q.set('limit', '50');
+  api_q.set('order', order);
   if (q.get('after')) api_q.set('after', q.get('after'));
   const gq = new URLSearchParams(api_q);
   gq.delete('limit');
   gq.delete('after');
-  const [page, groups] = await Promise.all([api('GET', `/v1/dlq?${api_q}`), api('GET', `/v1/dlq/groups?${gq}`)]);
+  gq.delete('order');
+  let page;
+  let groups;
+  let counts;
+  try {
+    [page, groups, counts] = await Promise.all([api('GET', `/v1/dlq?${api_q}`), api('GET', `/v1/dlq/groups?${gq}`),
+      api('GET', countsURL(q.get('queue')))]);
+  } catch (e) {
+    if (e.status !== 400) throw e;
+    clear(whereErr, errorText(e));
+    clear(main, h('h1', {}, 'Dead letters'), panel('dlq-filters-panel', 'Filters', form, { open: true }),
+      h('p', { class: 'muted', id: 'dlq-refused' }, 'The filter was refused: see beside the where box.'));
+    return;
+  }
   // An admin looking at open dead letters can pick rows (selectionSection).
   const picking = can('admin') && st === 'open' && page.items.length > 0;
   const rows = page.items.map((t) => [
     picking ? h('input', { type: 'checkbox', class: 'pick', 'aria-label': `Select dead letter ${t.id}`, dataset: { id: t.id } }) : null,
-    h('a', { href: `#/dlq/${encodeURIComponent(t.id)}`, class: 'mono' }, t.id),
+    shortId(t.id, `#/dlq/${encodeURIComponent(t.id)}`),
     t.queue, t.kind, badge(t.reason || '', 'reason'), badge(t.dlq_status || '', t.dlq_status),
-    h('span', { class: 'err' }, t.last_error), String(t.attempt), fmtTime(t.last_seen),
+    h('span', { class: 'err', title: t.last_error || '' }, t.last_error), String(t.attempt), fmtTime(t.last_seen),
   ]);
   const listDiv = h('div', { class: 'scroll', id: 'dlq-list' },
     table('Dead letters', [picking ? h('input', { type: 'checkbox', id: 'pick-all', 'aria-label': 'Select every dead letter of this page' }) : null,
       'Id', 'Queue', 'Kind', 'Reason', 'Status', 'Last error', 'Attempts', 'Last seen'].filter((x) => x !== null),
-    rows.map((r) => (picking ? r : r.slice(1))), 'No dead letter matches.'));
+    rows.map((r) => (picking ? r : r.slice(1))), 'No dead letter matches.', 'list'));
   const next = page.next_cursor;
   const nq = new URLSearchParams(q);
   if (next) nq.set('after', next);
   // Export: the same filters, as NDJSON (GET /v1/dlq/export), downloaded.
   const exportLink = h('a', { href: `/v1/dlq/export?${gq}`, download: 'dead-letters.ndjson', id: 'dlq-export' },
     `Export the ${groups.total} matching as NDJSON`);
+  // The tabs and the sort keep the other filters and start at the first page.
+  const withParam = (k, v) => {
+    const p = withoutAfter(q);
+    p.set(k, v);
+    return `#/dlq?${p}`;
+  };
+  const tabs = stateTabs('dlq-tabs', [...statuses, ''], st, (s) => withParam('status', s),
+    (c) => ({ ...c.dead_letters, '': Object.values(c.dead_letters).reduce((a, b) => a + b, 0) }), q.get('queue'), counts);
+  const sort = sortSelect('dlq-order', order, (v) => { location.hash = withParam('order', v); });
+  const active = ['queue', 'kind', 'reason', 'error_contains', 'attr', 'since', 'until', 'where']
+    .filter((k) => q.get(k)).map((k) => `${k}=${q.get(k)}`);
   clear(main,
     h('h1', {}, 'Dead letters'),
-    form,
-    groupsSection(q, groups),
-    h('p', { class: 'small' }, exportLink),
-    can('admin') && st === 'open' ? bulkSection(q, groups.total) : null,
+    h('div', { class: 'toolbar' }, tabs, h('label', { class: 'sort' }, 'Sort ', sort)),
+    panel('dlq-filters-panel', ['Filters', active.length ? h('span', { class: 'muted small', id: 'dlq-active' }, ` · ${active.join(' · ')}`) : null], form),
+    panel('dlq-groups-panel', [h('span', { id: 'dlq-total' }, `${groups.total} match`), h('span', { class: 'muted small' }, ' · by reason and by error, export')],
+      [groupsSection(q, groups), h('p', { class: 'small' }, exportLink)]),
+    can('admin') && st === 'open' ? panel('dlq-bulk-panel', `Bulk: replay, discard or resolve all ${groups.total} matching`, bulkSection(main, q, groups.total)) : null,
     picking ? selectionSection(listDiv) : null,
     listDiv,
     h('nav', { class: 'pager', 'aria-label': 'Pages' },
@@ -84,7 +117,7 @@ export async function dlqListPage(main, q) {
   // a preview waiting for its confirm): it waits until the forms are idle.
   const busy = () => [...main.querySelectorAll('#bulk textarea, #bulk input, #close input, #selection input')]
     .some((x) => (x.type === 'checkbox' ? x.checked : x.value))
-    || [...main.querySelectorAll('#bulk-confirm')].some((x) => !x.hidden);
+    || [...main.querySelectorAll('#bulk-confirm, #close-confirm')].some((x) => !x.hidden);
   const refresh = debounce(() => {
     if (!(location.hash.startsWith('#/dlq?') || location.hash === '#/dlq') || !main.isConnected) return;
     if (busy()) {
@@ -151,7 +184,7 @@ function redriveRequest(q) {
   return req;
 }
 
-function bulkSection(q, total) {
+function bulkSection(main, q, total) {
   const req = redriveRequest(q);
   const bar = h('progress', { id: 'bulk-progress', max: '1', value: '0', 'aria-label': 'Replayed of the selection' });
   const text = h('span', { id: 'bulk-text', role: 'status', 'aria-live': 'polite' });
@@ -210,7 +243,10 @@ function bulkSection(q, total) {
     resume.hidden = !['canceled', 'interrupted', 'stopped', 'over_budget', 'failed'].includes(st.status);
     start.disabled = st.status === 'running';
   };
+  // When the redrive ends, the page is read again: the counts, the tabs
+  // and the list say what it left (this section shows the redrive still).
   const poll = async () => {
+    let polled = false;
     while (bulk && bulk.st.status === 'running' && sec.isConnected) {
       await new Promise((r) => setTimeout(r, 500));
       try {
@@ -219,8 +255,10 @@ function bulkSection(q, total) {
         clear(err, errorText(e));
         return;
       }
+      polled = true;
       show();
     }
+    if (polled && sec.isConnected) rerender(main, q);
   };
   // resuming: a canceled redrive's runner stops after its current batch;
   // until it is gone the same redrive is refused (409), so a resume asks
@@ -241,8 +279,15 @@ function bulkSection(q, total) {
         return;
       }
     }
-    show();
-    poll();
+    // The page may have been read again while the request was out (a
+    // redrive that just stopped re-reads it): the section shown now
+    // follows the redrive then.
+    if (bulk.st.status === 'running' && sec.isConnected) {
+      show();
+      poll();
+    } else {
+      rerender(main, q);
+    }
   };
   let pending = null; // the request a shown preview waits to confirm
   const previewThen = async (confirmIt) => {
@@ -292,9 +337,11 @@ function bulkSection(q, total) {
     show();
   });
   if (!req) clear(err, 'Bulk replay needs "Dead since" and "Dead until" as an age (24h, 7d) or a time.');
-  if (req) sec.append(closeSection(req, total));
-  // A redrive of this same filter started earlier on this page: show it.
-  if (bulk && req && JSON.stringify({ ...bulk.req, rate: undefined }) === JSON.stringify(req)) {
+  if (req) sec.append(closeSection(main, q, req, total));
+  // A redrive of this same filter started earlier on this page (with any
+  // patch, reason or pace): show it.
+  const filterOf = (r) => JSON.stringify({ ...r, rate: undefined, merge_patch: undefined, why: undefined });
+  if (bulk && req && filterOf(bulk.req) === filterOf(req)) {
     show();
     poll();
   } else {
@@ -372,8 +419,13 @@ function selectionSection(list) {
 // Discard or resolve "all N matching": POST /v1/dlq/close a batch at a time
 // (each dead letter gets its own history event), with the first answer's
 // snapshot, while it says more. Stop cancels after the current batch;
-// running it again resumes (the closed ones no longer match).
-function closeSection(req, total) {
+// running it again resumes (the closed ones no longer match). A discard
+// (retention deletes discarded dead letters), or a resolve of more than
+// confirmOver, shows first how many match and a sample (the redrive's dry
+// run selects the same open dead letters) and waits for its confirm. When
+// it ends the page is read again (its counts), the outcome kept in the
+// flash.
+function closeSection(main, q, req, total) {
   const why = h('input', { id: 'close-why', name: 'why', required: true, autocomplete: 'off', size: 40 });
   const bar = h('progress', { id: 'close-progress', max: String(Math.max(total, 1)), value: '0', hidden: true, 'aria-label': 'Closed of the selection' });
   const text = h('span', { id: 'close-text', role: 'status', 'aria-live': 'polite' });
@@ -381,14 +433,45 @@ function closeSection(req, total) {
   const discard = h('button', { type: 'button', id: 'close-discard', disabled: total === 0 }, `Discard all ${total} matching`);
   const resolve = h('button', { type: 'button', id: 'close-resolve', disabled: total === 0 }, `Resolve all ${total} matching`);
   const stop = h('button', { type: 'button', id: 'close-stop', hidden: true }, 'Stop');
+  const preview = h('div', { id: 'close-preview', class: 'preview', 'aria-live': 'polite', hidden: true });
+  const confirmBtn = h('button', { type: 'button', class: 'danger', id: 'close-confirm', hidden: true });
+  const cancelBtn = h('button', { type: 'button', id: 'close-cancel', hidden: true }, 'Cancel');
   let running = false;
-  const run = async (status) => {
+  let pending = null; // the status a shown preview waits to confirm
+  const hidePreview = () => {
+    preview.hidden = confirmBtn.hidden = cancelBtn.hidden = true;
+    pending = null;
+  };
+  const ask = async (status) => {
     clear(err);
     if (!why.value.trim()) {
       clear(err, status === 'discarded' ? 'Give the reason for discarding them.' : 'Say how they were handled.');
       why.focus();
       return;
     }
+    if (status === 'resolved' && total <= confirmOver) {
+      run(status);
+      return;
+    }
+    try {
+      const p = (await api('POST', '/v1/dlq/redrive', { ...req, dry_run: true, sample: 5 })).preview;
+      const verb = status === 'discarded' ? 'discarded' : 'resolved';
+      clear(preview, h('p', { class: 'stat', id: 'close-matched', dataset: { matched: String(p.matched) } },
+        h('span', { class: 'n' }, String(p.matched)), ` would be ${verb}; a sample:`),
+      h('ul', { class: 'samples' }, (p.sample || []).map((x) => h('li', { class: 'sample', dataset: { id: x.id } },
+        shortId(x.id, `#/dlq/${encodeURIComponent(x.id)}`), ' ', h('span', { class: 'err' }, x.error || '')))));
+      clear(confirmBtn, `Confirm: ${status === 'discarded' ? 'discard' : 'resolve'} these ${p.matched}`);
+      preview.hidden = false;
+      confirmBtn.hidden = p.matched === 0;
+      cancelBtn.hidden = false;
+      pending = status;
+      confirmBtn.focus();
+    } catch (e) {
+      clear(err, errorText(e));
+    }
+  };
+  const run = async (status) => {
+    hidePreview();
     running = true;
     stop.hidden = false;
     discard.disabled = resolve.disabled = true;
@@ -409,6 +492,10 @@ function closeSection(req, total) {
         if (!r.more || !running) break;
       }
       if (!running) clear(text, `${done} ${status}; stopped (run it again to go on)`);
+      flash(text.textContent);
+      running = false;
+      rerender(main, q);
+      return;
     } catch (e) {
       clear(err, errorText(e));
     }
@@ -416,11 +503,19 @@ function closeSection(req, total) {
     stop.hidden = true;
     discard.disabled = resolve.disabled = false;
   };
-  discard.addEventListener('click', () => run('discarded'));
-  resolve.addEventListener('click', () => run('resolved'));
+  discard.addEventListener('click', () => ask('discarded'));
+  resolve.addEventListener('click', () => ask('resolved'));
+  confirmBtn.addEventListener('click', () => { if (pending) run(pending); });
+  cancelBtn.addEventListener('click', hidePreview);
   stop.addEventListener('click', () => { running = false; });
   return h('div', { class: 'bulk-close', id: 'close' },
-    field('Reason (discard) or note (resolve), recorded on each', why), discard, resolve, stop, bar, text, err);
+    field('Reason (discard) or note (resolve), recorded on each', why), discard, resolve, stop, preview, confirmBtn, cancelBtn, bar, text, err);
+}
+
+// rerender reads the list page again now (after a bulk action ended),
+// whatever is typed in its forms.
+function rerender(main, q) {
+  if (main.isConnected && (location.hash.startsWith('#/dlq?') || location.hash === '#/dlq')) dlqListPage(main, q).catch(() => {});
 }
 
 function withoutAfter(q) {
@@ -526,11 +621,11 @@ function adminActions(main, t) {
     try {
       const r = await api('POST', `/v1/dlq/${id}/replay`, pending);
       if (r.replayed && r.new_id) {
-        flash(`Replayed ${t.id} as the new task ${r.new_id}: it is ${r.task ? r.task.state : 'waiting'}.`);
+        flashNext(`Replayed ${t.id} as the new task ${r.new_id}: it is ${r.task ? r.task.state : 'waiting'}.`);
         location.hash = `#/tasks/${encodeURIComponent(r.new_id)}`;
         return;
       }
-      flash(r.replayed ? `Replayed ${t.id}: it is ${r.task ? r.task.state : 'waiting'} again.` : `Not replayed: it is ${r.state} (${r.dlq_status}).`);
+      flashNext(r.replayed ? `Replayed ${t.id}: it is ${r.task ? r.task.state : 'waiting'} again.` : `Not replayed: it is ${r.state} (${r.dlq_status}).`);
       location.hash = `#/tasks/${id}`;
     } catch (e) {
       clear(status, errorText(e));

@@ -30,6 +30,9 @@ function attrsText(a) {
 
 export async function eventsPage(main, q) {
   const stream = q.get('stream') || 'all';
+  // The page follows the log from its end (what happens from now on);
+  // "from the start" (after= empty) replays the whole log first.
+  const fromStart = q.has('after') && q.get('after') === '';
   const after = q.get('after') || '';
   const [kind, name] = splitStream(stream);
   // Check the stream and cursor first: a bad one is a problem document,
@@ -83,12 +86,23 @@ export async function eventsPage(main, q) {
   const resumeBtn = h('button', { type: 'submit', id: 'events-resume', class: 'primary' }, 'Resume');
   const resume = h('form', { class: 'filters', id: 'events-resume-form', 'aria-label': 'Pause or resume the stream' },
     pauseBtn, field('Resume after cursor (empty: from the start of the log; end: from now)', f.cursor), resumeBtn);
+  const startLink = h('a', { id: 'events-from-start', href: `#/events?${new URLSearchParams({ stream, after: '' })}` }, 'from the start of the log');
+  const endLink = h('a', { id: 'events-from-end', href: `#/events?${new URLSearchParams({ stream })}` }, 'from now on');
+  let following = fromStart ? 'start' : after ? 'cursor' : 'end';
   const setStatus = (paused) => {
     pauseBtn.disabled = paused;
     resumeBtn.disabled = !paused;
     main.dataset.paused = paused ? 'true' : 'false';
-    clear(status, paused ? `Paused${last ? ` after ${last}` : ''}: nothing new is shown until you resume.`
-      : `Live: following ${stream}${after || last ? '' : ' from the start of the log'}.`);
+    main.dataset.from = following;
+    if (paused) {
+      clear(status, `Paused${last ? ` after ${last}` : ''}: nothing new is shown until you resume.`);
+    } else if (following === 'end') {
+      clear(status, `Live: following ${stream} from now on. Show the events `, startLink, '.');
+    } else if (following === 'start') {
+      clear(status, `Live: following ${stream} from the start of the log. Follow `, endLink, ' instead.');
+    } else {
+      clear(status, `Live: following ${stream} after a cursor. Follow `, endLink, ' instead.');
+    }
   };
   pauseBtn.addEventListener('click', () => {
     stopLive();
@@ -112,6 +126,8 @@ export async function eventsPage(main, q) {
     n = 0;
     list.dataset.count = '0';
     last = cursor;
+    following = cursor === '' ? 'start' : cursor === 'end' ? 'end' : 'cursor';
+    if (cursor === '') qs.set('after', '');
     history.replaceState(null, '', `#/events?${qs}`);
     setStatus(false);
     live(main, stream, onEvent, cursor);
@@ -122,5 +138,7 @@ export async function eventsPage(main, q) {
     problem ? h('p', { class: 'error', role: 'alert', id: 'events-error' }, problem) : [resume, status, h('div', { class: 'scroll' }, list)]);
   if (problem) return;
   setStatus(false);
-  live(main, stream, onEvent, after);
+  // Without a cursor the stream starts where the log ended when the page
+  // was opened (the router's view._end).
+  live(main, stream, onEvent, fromStart ? '' : after || undefined);
 }

@@ -24,10 +24,22 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
-// clip shortens a label to fit a box.
-function clip(s, n) {
+// fit shortens a label (with an ellipsis) to what fits in max pixels of
+// the box's font, measured on a canvas (the box's title holds it whole).
+const measure = document.createElement('canvas').getContext('2d');
+const FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif';
+export function fit(s, px, weight, max) {
   s = String(s ?? '');
-  return s.length > n ? `${s.slice(0, n - 1)}…` : s;
+  measure.font = `${weight} ${px}px ${FONT}`;
+  if (measure.measureText(s).width <= max) return s;
+  let lo = 0;
+  let hi = s.length;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (measure.measureText(`${s.slice(0, mid)}…`).width <= max) lo = mid;
+    else hi = mid - 1;
+  }
+  return `${s.slice(0, lo)}…`;
 }
 
 // layout gives each step a column (its depth: 0 without needs, else one
@@ -117,11 +129,11 @@ export function stepGraph(run) {
     const task = s.task_id || (items[0] && items[0].task_id) || '';
     const detail = items.length ? `${state} · ${items.length} items` : state;
     const label = `step ${s.id}${s.compensation ? ' (compensation)' : ''}: ${detail}${s.attempts ? `, ${s.attempts} attempts` : ''}`;
-    const box = el('g', { class: `wf-node wf-${state}${s.compensation ? ' wf-comp' : ''}`, 'data-step': s.id, 'data-state': state },
+    const box = el('g', { class: `wf-node wf-${state.replace(/\s+/g, '-')}${s.compensation ? ' wf-comp' : ''}`, 'data-step': s.id, 'data-state': state },
       el('title', {}, s.error ? `${label} — ${s.error}` : label),
       el('rect', { x: px(p), y: py(p), width: W, height: H, rx: 8, ry: 8 }),
-      el('text', { x: px(p) + 10, y: py(p) + 20, class: 'wf-id' }, clip(s.id, 20)),
-      el('text', { x: px(p) + 10, y: py(p) + 40, class: 'wf-state' }, clip(`${detail} · ${s.kind || ''}`, 26)));
+      el('text', { x: px(p) + 10, y: py(p) + 20, class: 'wf-id' }, fit(s.id, 13, 600, W - 20)),
+      el('text', { x: px(p) + 10, y: py(p) + 40, class: 'wf-state' }, fit(`${detail} · ${s.kind || ''}`, 12, 400, W - 20)));
     if (task) {
       svg.append(el('a', { href: `#/tasks/${encodeURIComponent(task)}`, 'aria-label': label, class: 'wf-link' }, box));
     } else {

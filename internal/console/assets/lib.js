@@ -121,10 +121,11 @@ export function badge(text, cls) {
   return h('span', { class: `badge ${cls || text}` }, text);
 }
 
-// table: a labelled table from column headers and rows of cells.
-export function table(caption, headers, rows, empty = 'Nothing here.') {
+// table: a labelled table from column headers and rows of cells (cls: the
+// table's class; 'list' keeps each row to one line).
+export function table(caption, headers, rows, empty = 'Nothing here.', cls) {
   if (rows.length === 0) return h('p', { class: 'muted' }, empty);
-  return h('table', {},
+  return h('table', { class: cls },
     h('caption', { class: 'sr-only' }, caption),
     h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col' }, x)))),
     h('tbody', {}, rows.map((r) => h('tr', {}, r.map((c) => h('td', {}, c))))));
@@ -211,4 +212,126 @@ export function debounce(fn, wait) {
     if (t) return;
     t = setTimeout(() => { t = null; fn(...a); }, wait);
   };
+}
+
+// A flash set just before a navigation (flashNext) survives the router's
+// clearing of the old page's message once (clearFlash).
+let keepFlash = false;
+export function flashNext(msg, kind = 'ok') {
+  flash(msg, kind);
+  keepFlash = true;
+}
+export function clearFlash() {
+  if (keepFlash) {
+    keepFlash = false;
+    return;
+  }
+  clear(document.getElementById('flash'));
+}
+
+// shortId: an id as a link (href) or text, shortened past 14 characters
+// (the whole id in its title and aria-label), with a copy button.
+export function shortId(id, href, cls = '') {
+  id = String(id ?? '');
+  // A UUIDv7 differs at its end; a workflow step's task id keeps its step.
+  const cut = (x) => (x.length > 14 ? `${x.slice(0, 4)}…${x.slice(-8)}` : x);
+  const dot = id.indexOf('.');
+  const shown = dot > 14 ? `${cut(id.slice(0, dot))}${id.slice(dot)}` : cut(id);
+  const label = h(href ? 'a' : 'span', { href, class: `mono ${cls}`.trim(), title: id, 'aria-label': id, dataset: { id } }, shown);
+  return h('span', { class: 'id' }, label, copyButton(id, `Copy ${id}`));
+}
+
+// copyButton copies text to the clipboard and says so on the button
+// (data-copied); where the Clipboard API is refused it selects the text in
+// a scratch box and copies that.
+export function copyButton(text, label = 'Copy') {
+  const b = h('button', { type: 'button', class: 'copy', title: label, 'aria-label': label }, 'copy');
+  b.addEventListener('click', async (ev) => {
+    ev.preventDefault();
+    ev.stopPropagation();
+    const value = typeof text === 'function' ? text() : text;
+    let ok = false;
+    try {
+      await navigator.clipboard.writeText(value);
+      ok = true;
+    } catch {
+      const ta = h('textarea', { class: 'sr-only', readonly: true });
+      ta.value = value;
+      document.body.append(ta);
+      ta.select();
+      try { ok = document.execCommand('copy'); } catch { ok = false; }
+      ta.remove();
+    }
+    b.dataset.copied = ok ? 'true' : 'false';
+    b.textContent = ok ? 'copied' : 'not copied';
+    setTimeout(() => { b.textContent = 'copy'; }, 1500);
+  });
+  return b;
+}
+
+// jsonBlock: a JSON value in a collapsible block (open unless it is longer
+// than openUnder characters) with a copy button; text only.
+export function jsonBlock(value, { id, title, note, openUnder = 2000, extra } = {}) {
+  const text = pretty(value);
+  const pre = h('pre', { class: 'json', id, tabindex: '0' }, text);
+  const d = h('details', { class: 'json-block', open: text.length <= openUnder, dataset: { bytes: String(text.length) } },
+    h('summary', {}, h('span', { class: 'json-title' }, title || 'JSON'), note ? [' ', note] : null,
+      h('span', { class: 'muted small' }, ` ${text.length} characters`), ' ', copyButton(() => pre.textContent, `Copy ${title || 'JSON'}`), extra ? [' ', extra] : null),
+    pre);
+  return d;
+}
+
+// panel: a collapsible section whose open state the browser remembers
+// (localStorage, per id); closed unless remembered open or forced.
+export function panel(id, summary, content, { open = false } = {}) {
+  const key = `backstop.panel.${id}`;
+  let saved = null;
+  try { saved = localStorage.getItem(key); } catch { /* no storage */ }
+  const d = h('details', { class: 'panel', id, open: open || saved === 'open' }, h('summary', {}, summary), content);
+  d.addEventListener('toggle', () => {
+    try { localStorage.setItem(key, d.open ? 'open' : 'closed'); } catch { /* no storage */ }
+  });
+  return d;
+}
+
+// stateTabs: links to the list narrowed to each state, with the count
+// the server gives (GET /v1/counts: countsURL(queue)); the tab of the
+// current state is marked. pick(c) picks the numbers from the answer;
+// initial is the answer the page read with its list. The counts are read
+// again every few seconds while the tabs are shown.
+export function countsURL(queue) { return `/v1/counts${queue ? `?${new URLSearchParams({ queue })}` : ''}`; }
+
+export function stateTabs(id, tabs, current, link, pick, queue, initial) {
+  const nav = h('nav', { class: 'tabs', id, 'aria-label': 'States' },
+    tabs.map((s) => h('a', { href: link(s), 'aria-current': s === current ? 'page' : null, dataset: { state: s } },
+      s || 'all', ' ', h('span', { class: 'count', dataset: { state: s } }))));
+  const show = (c) => {
+    const n = pick(c);
+    for (const el of nav.querySelectorAll('.count')) {
+      const v = n[el.dataset.state];
+      el.textContent = v === undefined ? '' : String(v);
+    }
+  };
+  show(initial);
+  let waits = 0; // rounds before the page was shown
+  const loop = () => setTimeout(async () => {
+    if (!nav.isConnected) {
+      if (!nav.dataset.shown && waits++ < 10) loop();
+      return;
+    }
+    nav.dataset.shown = 'true';
+    try { show(await api('GET', countsURL(queue))); } catch { /* the next round tries again */ }
+    loop();
+  }, 3000);
+  loop();
+  return nav;
+}
+
+// sortSelect: newest or oldest first, as the list's order parameter.
+export function sortSelect(id, order, onChange) {
+  const s = h('select', { id, name: 'order', 'aria-label': 'Sort' },
+    h('option', { value: 'newest', selected: order === 'newest' }, 'Newest first'),
+    h('option', { value: 'oldest', selected: order === 'oldest' }, 'Oldest first'));
+  s.addEventListener('change', () => onChange(s.value));
+  return s;
 }

@@ -2,7 +2,7 @@
 // handled, the busy task, the tasks buffered behind a gap and the others
 // waiting, the drain's next run and when the key's state expires — 50 a
 // page with the server's cursor, live on the queue's event stream.
-import { api, h, clear, fmtTime, field, live, debounce } from './lib.js';
+import { api, h, clear, fmtTime, field, live, debounce, table } from './lib.js';
 
 const columns = ['Key', 'Last sequence', 'Busy task', 'Buffered', 'Waiting (held, ready, replay)', 'Drain due', 'Expires'];
 
@@ -49,7 +49,15 @@ export async function orderingPage(main, q) {
     'the tasks buffered behind a gap (or a first hold) and the others waiting, when the drain runs next and when the key\'s state expires. ',
     'Gaps reported are in the events (ordering.gap_reported) and on the tasks that carry them.');
   if (!queue) {
-    clear(main, h('h1', {}, 'Ordering'), intro, form);
+    // The ordered queues (GET /v1/ordering): declared in the server's
+    // configuration, or holding ordering keys.
+    const ordered = await api('GET', '/v1/ordering');
+    const list = ordered.items.length === 0
+      ? h('p', { class: 'muted', id: 'ordered-queues' }, 'No queue is ordered: none is declared with ordering and none holds ordering keys.')
+      : h('div', { class: 'scroll', id: 'ordered-queues' }, table('Ordered queues', ['Queue', 'Ordered by', 'Keys'],
+        ordered.items.map((x) => [h('a', { href: `#/ordering?${new URLSearchParams({ queue: x.queue })}`, dataset: { queue: x.queue } }, x.queue),
+          x.declared ? 'the configuration' : 'its tasks\' ordering keys', x.has_keys ? 'yes' : 'none yet'])));
+    clear(main, h('h1', {}, 'Ordering'), intro, form, h('h2', {}, 'Ordered queues'), list);
     return;
   }
   const here = location.hash;

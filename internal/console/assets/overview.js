@@ -3,6 +3,9 @@
 import { api, h, clear, can, flash, errorText, fmtAge, badge, table, live, debounce } from './lib.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
+// stuckAfter: how long the oldest pending task of a queue no active worker
+// takes may wait before the overview warns.
+const stuckAfter = 60 * 1000;
 
 export async function overviewPage(main) {
   const render = async () => {
@@ -16,10 +19,22 @@ export async function overviewPage(main) {
     const now = Date.now();
     const byState = {};
     for (const w of workers.items) byState[w.state] = (byState[w.state] || 0) + 1;
+    // A queue whose oldest pending task waited past stuckAfter while no
+    // active worker takes it is not "running": it is warned about.
+    const served = new Set(workers.items.filter((w) => w.state === 'active').flatMap((w) => w.queues || []));
+    const status = (q, i) => {
+      if (q.paused) return badge('paused');
+      const age = oldest[i] ? now - new Date(oldest[i]) : 0;
+      if (age > stuckAfter && !served.has(q.name)) {
+        return h('span', { class: 'badge warn', id: `stuck-${q.name}`, title: `pending work ${fmtAge(age)} old and no active worker takes this queue` },
+          `no worker · waiting ${fmtAge(age)}`);
+      }
+      return badge('running', 'active');
+    };
     const rows = queues.items.map((q, i) => {
       const cells = [
         h('a', { href: `#/tasks?queue=${encodeURIComponent(q.name)}` }, q.name),
-        q.paused ? badge('paused') : badge('running', 'active'),
+        status(q, i),
         // The dead column is the queue's DLQ (open, discarded and resolved
         // dead letters are kept): it links to the queue's open ones.
         ...states.map((s) => (s === 'dead'

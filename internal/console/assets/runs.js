@@ -3,7 +3,7 @@
 // reported steps, and the run's tasks (GET /v1/runs/{id}/tasks, paged).
 // When the run is a workflow's (issue 16), its workflow, state and steps
 // are shown too.
-import { api, h, clear, fmtTime, badge, table, field, live, debounce, can, errorText } from './lib.js';
+import { api, h, clear, fmtTime, badge, table, field, live, debounce, can, errorText, shortId, copyButton, pretty, flash } from './lib.js';
 import { stepGraph } from './graph.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
@@ -64,28 +64,37 @@ export async function runsPage(main, q) {
 // `dlq redrive --workflow W`); each is replayed under its own id and its run
 // is running again at once. The dry run says how many dead steps that is.
 async function resumeSection(wf, state) {
-  const err = h('p', { class: 'error', role: 'alert', id: 'runs-resume-error' });
-  const sec = h('section', { class: 'card bulk', id: 'runs-resume', 'aria-label': 'Resume halted runs' });
   let runs;
+  try {
+    runs = await api('GET', `/v1/runs?${new URLSearchParams({ workflow: wf, state, limit: '1000' })}`);
+  } catch (e) {
+    return h('section', { class: 'card bulk', id: 'runs-resume' }, h('p', { class: 'error', role: 'alert', id: 'runs-resume-error' }, errorText(e)));
+  }
+  const n = `${runs.runs.length}${runs.next_cursor ? '+' : ''}`;
+  return redriveSteps({ workflow: wf }, 'runs-resume', 'Resume halted runs', `Resume ${n} halted runs of ${wf}`,
+    (steps) => `replays the workflow's ${steps} open dead steps, each under its own id; their runs go on at once`);
+}
+
+// redriveSteps: a section that replays the open dead steps sel selects
+// (POST /v1/dlq/redrive with workflow or run_id), the dry run's count of
+// them first, an optional reason, the progress polled until done; onDone
+// runs when it is.
+async function redriveSteps(sel, prefix, label, button, intro, onDone) {
+  const err = h('p', { class: 'error', role: 'alert', id: `${prefix}-error` });
+  const sec = h('section', { class: 'card bulk', id: prefix, 'aria-label': label });
   let pre;
   try {
-    [runs, pre] = await Promise.all([
-      api('GET', `/v1/runs?${new URLSearchParams({ workflow: wf, state, limit: '1000' })}`),
-      api('POST', '/v1/dlq/redrive', { workflow: wf, dry_run: true }),
-    ]);
+    pre = await api('POST', '/v1/dlq/redrive', { ...sel, dry_run: true });
   } catch (e) {
     clear(err, errorText(e));
     sec.append(err);
     return sec;
   }
-  const n = `${runs.runs.length}${runs.next_cursor ? '+' : ''}`;
   const steps = pre.preview ? pre.preview.matched : pre.total;
   sec.dataset.steps = String(steps);
-  const why = h('input', { id: 'runs-resume-why', name: 'why', autocomplete: 'off', size: 32 });
-  const start = h('button', { type: 'button', class: 'primary', id: 'runs-resume-start', disabled: steps === 0 },
-    `Resume ${n} halted runs of ${wf}`);
-  const text = h('span', { id: 'runs-resume-text', role: 'status', 'aria-live': 'polite' },
-    `replays the workflow's ${steps} open dead steps, each under its own id; their runs go on at once`);
+  const why = h('input', { id: `${prefix}-why`, name: 'why', autocomplete: 'off', size: 32 });
+  const start = h('button', { type: 'button', class: 'primary', id: `${prefix}-start`, disabled: steps === 0 }, button);
+  const text = h('span', { id: `${prefix}-text`, role: 'status', 'aria-live': 'polite' }, intro(steps));
   const show = (st) => {
     sec.dataset.status = st.status;
     clear(text, `${st.replayed} of ${st.total} dead steps replayed${st.failed ? `, ${st.failed} failed` : ''} · ${st.status}`);
@@ -93,7 +102,7 @@ async function resumeSection(wf, state) {
   start.addEventListener('click', async () => {
     start.disabled = true;
     clear(err);
-    const req = { workflow: wf };
+    const req = { ...sel };
     if (why.value.trim()) req.why = why.value.trim();
     try {
       let st = await api('POST', '/v1/dlq/redrive', req);
@@ -103,6 +112,7 @@ async function resumeSection(wf, state) {
         st = await api('GET', `/v1/redrives/${encodeURIComponent(st.redrive_id)}`);
         show(st);
       }
+      if (onDone) onDone(st);
     } catch (e) {
       clear(err, errorText(e));
       start.disabled = false;
@@ -110,6 +120,41 @@ async function resumeSection(wf, state) {
   });
   sec.append(field('Why (recorded with each replay)', why), start, text, err);
   return sec;
+}
+
+// Run states: those a cancel applies to, those halted on a dead step
+// (resumable), and those in which a step still waiting will never run.
+const cancelable = ['running', 'failed', 'compensating', 'compensation_failed'];
+const halted = ['failed', 'compensation_failed'];
+const over = ['succeeded', 'partial', 'compensated', 'canceled'];
+const unwinding = ['compensating', 'compensation_failed', 'canceling'];
+
+// shownState: a step's state as the run page says it: a waiting step of a
+// run that is over (or unwinding, for a step that is no compensation)
+// was never run and never will be.
+function shownState(run, s) {
+  const st = String(s.state || 'waiting');
+  if (st !== 'waiting') return st;
+  if (over.includes(run.state) || (unwinding.includes(run.state) && !s.compensation)) return 'not run';
+  return st;
+}
+
+// stepResult: a step's result (masked by the server as every payload is),
+// collapsed, with a copy button; a result too large for the run's answer
+// says its size.
+function stepResult(s) {
+  if (s.result !== undefined && s.result !== null) {
+    const text = pretty(s.result);
+    const pre = h('pre', { class: 'json' }, text);
+    return h('details', { class: 'json-block result', dataset: { step: s.id } },
+      h('summary', {}, text.length > 40 ? `${text.replace(/\s+/g, ' ').slice(0, 40)}…` : text.replace(/\s+/g, ' '), ' ',
+        copyButton(() => pre.textContent, `Copy the result of step ${s.id}`)), pre);
+  }
+  // Left out of the run's answer past 1 KiB (a null result is just null).
+  if (s.result === undefined && s.result_bytes > 1024) {
+    return h('span', { class: 'muted small' }, `${s.result_bytes} bytes (read it from the next steps' payloads)`);
+  }
+  return '—';
 }
 
 export async function runPage(main, id, q) {
@@ -126,22 +171,34 @@ export async function runPage(main, id, q) {
   const waiting = (c.scheduled || 0) + (c.pending || 0) + (c.buffered || 0) + (c.running || 0);
   const failed = page.items.filter((t) => t.attempt > 1 || t.last_error).length;
   const rows = page.items.map((t) => [
-    h('a', { href: `#/tasks/${encodeURIComponent(t.id)}`, class: 'mono' }, t.id),
-    t.queue, t.kind, badge(t.state), `${t.attempt}/${t.max_attempts}`, fmtTime(t.created_at), h('span', { class: 'err' }, t.last_error),
+    shortId(t.id, `#/tasks/${encodeURIComponent(t.id)}`),
+    t.queue, t.kind, badge(t.state), `${t.attempt}/${t.max_attempts}`, fmtTime(t.created_at), h('span', { class: 'err', title: t.last_error || '' }, t.last_error),
   ]);
   const nq = new URLSearchParams(q);
   if (page.next_cursor) nq.set('after', page.next_cursor);
-  const steps = Array.isArray(run.steps) ? run.steps : null;
+  const steps = Array.isArray(run.steps) ? run.steps.map((s) => ({ ...s, state: shownState(run, s) })) : null;
+  // A workflow run's progress counts its steps (compensations apart): a
+  // step is done once it succeeded or was skipped. Other runs count tasks.
+  const work = steps ? steps.filter((s) => !s.compensation) : null;
+  const total = work ? work.length : run.total;
+  const finished = work ? work.filter((s) => s.state === 'succeeded' || s.state === 'skipped').length : done;
+  const unit = work ? 'steps' : 'tasks';
+  const isHalted = halted.includes(run.state);
+  const actions = run.workflow ? await runActions(main, id, q, run) : null;
   clear(main,
     h('p', {}, h('a', { href: '#/runs' }, '← Runs')),
-    h('h1', {}, 'Run ', h('span', { class: 'mono' }, run.run_id)),
-    h('section', { 'aria-label': 'Progress', id: 'run-progress', 'data-total': String(run.total), 'data-done': String(done), 'data-dead': String(dead) },
-      h('p', {}, h('progress', { max: String(Math.max(run.total, 1)), value: String(done), 'aria-label': `${done} of ${run.total} tasks done` }),
-        ' ', `${done} of ${run.total} tasks done`, run.finished ? ' · finished'
-          : (run.state === 'failed' || run.state === 'compensation_failed') ? ' · halted: waits for its dead step to be replayed' : ' · in progress'),
+    h('h1', {}, 'Run ', h('span', { class: 'mono' }, run.run_id), ' ', copyButton(run.run_id, 'Copy the run id')),
+    h('section', { 'aria-label': 'Progress', id: 'run-progress', 'data-total': String(run.total), 'data-done': String(done), 'data-dead': String(dead),
+      'data-steps-total': work ? String(total) : null, 'data-steps-done': work ? String(finished) : null },
+      h('p', {}, h('progress', { max: String(Math.max(total, 1)), value: String(finished), 'aria-label': `${finished} of ${total} ${unit} done` }),
+        ' ', h('span', { id: 'run-progress-text' }, `${finished} of ${total} ${unit} done`), run.finished ? ' · finished'
+          : isHalted ? ' · halted: waits for its dead step to be replayed'
+            : run.state === 'canceling' ? ' · canceling: its running steps are asked to stop' : ' · in progress'),
+      actions,
       h('dl', { class: 'facts' },
         run.workflow ? [h('dt', {}, 'Workflow'), h('dd', { id: 'run-workflow' }, String(run.workflow))] : null,
         run.state ? [h('dt', {}, 'State'), h('dd', { id: 'run-state' }, badge(String(run.state)))] : null,
+        run.error ? [h('dt', {}, 'Error'), h('dd', { class: 'err', id: 'run-error' }, run.error)] : null,
         h('dt', {}, 'Tasks'), h('dd', {}, String(run.total)),
         h('dt', {}, 'Done'), h('dd', {}, String(done)),
         h('dt', {}, 'Waiting or running'), h('dd', {}, String(waiting)),
@@ -154,17 +211,59 @@ export async function runPage(main, id, q) {
         h('dt', {}, 'First activity'), h('dd', {}, fmtTime(run.first_activity)),
         h('dt', {}, 'Last activity'), h('dd', {}, fmtTime(run.last_activity)))),
     steps ? h('section', { 'aria-labelledby': 'steps-title' }, h('h2', { id: 'steps-title' }, 'Steps'),
-      h('div', { class: 'scroll' }, stepGraph(run)),
-      h('div', { class: 'scroll', id: 'run-steps' }, table(`Steps of run ${run.run_id}`, ['Step', 'State', 'Task'],
-        steps.map((s) => [String(s.id ?? ''), badge(String(s.state ?? '')),
-          s.task_id ? h('a', { href: `#/tasks/${encodeURIComponent(s.task_id)}`, class: 'mono' }, String(s.task_id)) : '—']),
+      h('div', { class: 'scroll' }, stepGraph({ ...run, steps })),
+      h('div', { class: 'scroll', id: 'run-steps' }, table(`Steps of run ${run.run_id}`, ['Step', 'State', 'Task', 'Result'],
+        steps.map((s) => [String(s.id ?? ''), badge(s.state, s.state === 'not run' ? 'not-run' : s.state),
+          s.task_id ? shortId(s.task_id, `#/tasks/${encodeURIComponent(s.task_id)}`) : '—', stepResult(s)]),
         'No step yet.'))) : null,
     h('section', { 'aria-labelledby': 'run-tasks-title' }, h('h2', { id: 'run-tasks-title' }, 'Tasks'),
       h('div', { class: 'scroll', id: 'run-tasks' },
-        table(`Tasks of run ${run.run_id}`, ['Id', 'Queue', 'Kind', 'State', 'Attempts', 'Created', 'Last error'], rows, 'No task.')),
+        table(`Tasks of run ${run.run_id}`, ['Id', 'Queue', 'Kind', 'State', 'Attempts', 'Created', 'Last error'], rows, 'No task.', 'list')),
       h('nav', { class: 'pager', 'aria-label': 'Pages' },
         q.get('after') ? h('a', { href: `#/runs/${encodeURIComponent(id)}` }, 'First page') : null,
         page.next_cursor ? h('a', { href: `#/runs/${encodeURIComponent(id)}?${nq}`, rel: 'next' }, 'Next page') : null)));
-  const refresh = debounce(() => { if (location.hash.startsWith(`#/runs/${encodeURIComponent(id)}`)) runPage(main, id, q).catch(() => {}); }, 1000);
+  // A re-render would drop a reason being typed or a resume under way.
+  const busy = () => [...main.querySelectorAll('#run-actions input')].some((x) => x.value)
+    || main.querySelector('#run-resume[data-status="running"]');
+  const refresh = debounce(() => {
+    if (!location.hash.startsWith(`#/runs/${encodeURIComponent(id)}`) || !main.isConnected) return;
+    if (busy()) {
+      refresh();
+      return;
+    }
+    runPage(main, id, q).catch(() => {});
+  }, 1000);
   live(main, `run.${id}`, refresh);
+}
+
+// runActions: an operator cancels the run (POST /v1/runs/{id}/cancel: its
+// waiting steps at once, its running ones asked to stop, compensations
+// run); an admin resumes a halted run by replaying its dead steps
+// (POST /v1/dlq/redrive {run_id}). A refusal (409: a run whose
+// compensation failed cannot be canceled) is said beside the button.
+async function runActions(main, id, q, run) {
+  const err = h('p', { class: 'error', role: 'alert', id: 'run-cancel-error' });
+  const cancel = can('operator') && cancelable.includes(run.state)
+    ? h('button', { type: 'button', class: 'danger', id: 'run-cancel' }, 'Cancel run') : null;
+  if (cancel) {
+    cancel.addEventListener('click', async () => {
+      cancel.disabled = true;
+      clear(err);
+      try {
+        const r = await api('POST', `/v1/runs/${encodeURIComponent(id)}/cancel`);
+        flash(`Run ${id} is ${r.state}.`);
+        await runPage(main, id, q);
+      } catch (e) {
+        clear(err, errorText(e));
+        cancel.disabled = false;
+      }
+    });
+  }
+  const resume = can('admin') && halted.includes(run.state)
+    ? await redriveSteps({ run_id: id }, 'run-resume', 'Resume this run', 'Resume this run',
+      (n) => `replays its ${n} open dead steps, each under its own id; the run goes on at once`,
+      () => runPage(main, id, q).catch(() => {}))
+    : null;
+  if (!cancel && !resume) return null;
+  return h('div', { class: 'run-actions', id: 'run-actions' }, cancel ? h('p', {}, cancel) : null, err, resume);
 }

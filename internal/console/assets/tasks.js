@@ -1,7 +1,8 @@
 // Tasks: the filtered list, and one task: did it run, how far did it get,
 // why did it stop. State, progress, payload, attributes, the event
 // timeline, every execution and its log; cancel (operator).
-import { api, h, clear, can, flash, errorText, fmtTime, fmtDuration, badge, table, field, pretty, live, debounce } from './lib.js';
+import { api, h, clear, can, flash, errorText, fmtTime, fmtDuration, badge, table, field, live, debounce,
+  shortId, copyButton, jsonBlock, panel, stateTabs, countsURL, sortSelect } from './lib.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
 
@@ -23,16 +24,21 @@ export async function tasksPage(main, q) {
     where: h('input', { id: 'f-where', name: 'where', placeholder: 'payload.customer.id == 42', size: 36, spellcheck: 'false',
       value: q.get('where') || '' }),
   };
+  // A filter the server refuses (a typo in the where box) is said beside
+  // the box; the form keeps what was typed.
+  const whereErr = h('p', { class: 'error', role: 'alert', id: 'where-error' });
   const form = h('form', { class: 'filters', id: 'task-filters', role: 'search', 'aria-label': 'Filter tasks' },
     field('Queue', f.queue), field('Kind', f.kind), field('State', f.state), field('Attribute', f.attr),
     field('Error contains', f.error_contains), field('Created from', f.created_since), field('Created until', f.created_until),
-    field('Where (a CEL condition on payload and attributes)', f.where),
+    h('div', { class: 'where' }, field('Where (a CEL condition on payload and attributes)', f.where), whereErr),
     h('button', { type: 'submit' }, 'Filter'));
+  const order = q.get('order') || 'oldest';
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
     const p = new URLSearchParams();
     for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains', 'where']) if (f[k].value) p.set(k, f[k].value);
     for (const k of ['created_since', 'created_until']) if (f[k].value) p.set(k, new Date(f[k].value).toISOString());
+    if (order !== 'oldest') p.set('order', order);
     location.hash = `#/tasks?${p}`;
   });
   const find = h('form', { class: 'filters', role: 'search', id: 'task-find', 'aria-label': 'Find a task by id' },
@@ -55,25 +61,48 @@ export async function tasksPage(main, q) {
     if (f.run.value.trim()) location.hash = `#/runs/${encodeURIComponent(f.run.value.trim())}`;
   });
   const aq = new URLSearchParams();
-  for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains', 'where', 'idempotency_key', 'created_since', 'created_until', 'after']) if (q.get(k)) aq.set(k, q.get(k));
+  for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains', 'where', 'idempotency_key', 'created_since', 'created_until', 'order', 'after']) if (q.get(k)) aq.set(k, q.get(k));
   aq.set('limit', '50');
-  const page = await api('GET', `/v1/tasks?${aq}`);
+  let page;
+  let counts;
+  try {
+    [page, counts] = await Promise.all([api('GET', `/v1/tasks?${aq}`), api('GET', countsURL(q.get('queue')))]);
+  } catch (e) {
+    if (e.status !== 400) throw e;
+    clear(whereErr, errorText(e));
+    page = { items: [], next_cursor: null, refused: true };
+  }
   const rows = page.items.map((t) => [
-    h('a', { href: `#/tasks/${encodeURIComponent(t.id)}`, class: 'mono' }, t.id),
+    shortId(t.id, `#/tasks/${encodeURIComponent(t.id)}`),
     t.queue, t.kind, badge(t.state), `${t.attempt}/${t.max_attempts}`, progressText(t.progress),
-    fmtTime(t.created_at), h('span', { class: 'err' }, t.last_error),
+    fmtTime(t.created_at), h('span', { class: 'err', title: t.last_error || '' }, t.last_error),
   ]);
   const nq = new URLSearchParams(q);
   if (page.next_cursor) nq.set('after', page.next_cursor);
   const first = new URLSearchParams(q);
   first.delete('after');
+  // The tabs and the sort keep the other filters; they start again at the
+  // first page.
+  const withParam = (k, v) => {
+    const p = new URLSearchParams(first);
+    if (v) p.set(k, v);
+    else p.delete(k);
+    return `#/tasks?${p}`;
+  };
+  const tabs = counts ? stateTabs('task-tabs', ['', 'pending', 'scheduled', 'running', 'buffered', 'succeeded', 'canceled', 'dead'],
+    q.get('state') || '', (s) => withParam('state', s), (c) => ({ ...c.tasks, '': c.tasks_total }), q.get('queue'), counts) : null;
+  const sort = sortSelect('task-order', order, (v) => { location.hash = withParam('order', v === 'oldest' ? '' : v); });
+  const active = ['queue', 'kind', 'attr', 'error_contains', 'created_since', 'created_until', 'where', 'idempotency_key']
+    .filter((k) => q.get(k)).map((k) => `${k}=${q.get(k)}`);
   clear(main,
     h('h1', {}, 'Tasks'),
-    h('div', { class: 'finders' }, find, findKey, findRun),
+    h('div', { class: 'toolbar' }, tabs, h('label', { class: 'sort' }, 'Sort ', sort)),
+    panel('task-filters-panel', ['Filters', active.length ? h('span', { class: 'muted small', id: 'task-active' }, ` · ${active.join(' · ')}`) : null],
+      [h('div', { class: 'finders' }, find, findKey, findRun), form], { open: !!page.refused }),
     q.get('idempotency_key') ? h('p', { class: 'muted', id: 'key-filter' }, 'Tasks enqueued with the idempotency key ', h('code', {}, q.get('idempotency_key'))) : null,
-    form,
     h('div', { class: 'scroll', id: 'task-list' },
-      table('Tasks', ['Id', 'Queue', 'Kind', 'State', 'Attempts', 'Progress', 'Created', 'Last error'], rows, 'No task matches.')),
+      table('Tasks', ['Id', 'Queue', 'Kind', 'State', 'Attempts', 'Progress', 'Created', 'Last error'], rows,
+        page.refused ? 'The filter was refused: see beside the where box.' : 'No task matches.', 'list')),
     h('nav', { class: 'pager', 'aria-label': 'Pages' },
       q.get('after') ? h('a', { href: `#/tasks?${first}` }, 'First page') : null,
       page.next_cursor ? h('a', { href: `#/tasks?${nq}`, rel: 'next' }, 'Next page') : null));
@@ -119,7 +148,7 @@ export const EXECUTIONS_WINDOW = 25;
 // out, a button that fetches the next older window and puts it on top.
 export function executionsSection(t, path) {
   const row = (x) => h('tr', {}, [
-    String(x.attempt), x.outcome ? badge(x.outcome, 'outcome') : badge('running'),
+    String(x.attempt), x.outcome ? badge(x.outcome, `outcome ${x.outcome}`) : badge('running'),
     fmtTime(x.started_at), fmtDuration(x.started_at, x.finished_at),
     x.worker_id ? h('a', { href: `#/workers/${encodeURIComponent(x.worker_id)}`, class: 'mono' }, x.worker_id) : '',
     h('span', { class: 'err' }, x.error, x.error_detail ? h('details', {}, h('summary', {}, 'detail'), h('pre', {}, x.error_detail)) : null),
@@ -175,7 +204,9 @@ export async function taskPage(main, id) {
     if (after !== undefined && after !== null) qs.set('after', String(after));
     return `/v1/tasks/${encodeURIComponent(t.id)}/executions/${encodeURIComponent(x.execution_id)}/logs?${qs}`;
   };
-  const logLine = (l) => `${fmtTime(l.at)} ${l.stream} ${l.line}\n`;
+  // Each line says its stream (stdout, stderr, log, output); stderr's
+  // lines stand out.
+  const logLine = (l) => h('span', { class: `line ${l.stream}`, dataset: { stream: l.stream } }, `${fmtTime(l.at)} ${l.stream} ${l.line}\n`);
   // follow appends the lines a running attempt writes, one read a second
   // after the last line shown, while the log is on screen.
   const follow = (x, pre, last) => {
@@ -184,7 +215,7 @@ export async function taskPage(main, id) {
       try {
         const page = await api('GET', logURL(x, last));
         for (const l of page.items) {
-          pre.append(document.createTextNode(logLine(l)));
+          pre.append(logLine(l));
           last = l.seq;
         }
       } catch { /* the next tick tries again */ }
@@ -227,7 +258,7 @@ export async function taskPage(main, id) {
     : null;
   clear(main,
     h('p', {}, h('a', { href: '#/tasks' }, '← Tasks')),
-    h('h1', {}, 'Task ', h('span', { class: 'mono' }, t.id)),
+    h('h1', {}, 'Task ', h('span', { class: 'mono' }, t.id), ' ', copyButton(t.id, 'Copy the task id')),
     h('dl', { class: 'facts' },
       h('dt', {}, 'State'), h('dd', { id: 'task-state' }, badge(t.state), t.cancel_requested_at ? ' (cancel requested)' : ''),
       h('dt', {}, 'Queue'), h('dd', {}, h('a', { href: `#/tasks?queue=${encodeURIComponent(t.queue)}` }, t.queue)),
@@ -261,13 +292,15 @@ export async function taskPage(main, id) {
 // may ask for it raw, which the API records in the task's history
 // (task.payload_viewed, with the admin's token name).
 export function payloadSection(t) {
-  const pre = h('pre', { class: 'json', id: 'payload', tabindex: '0' }, pretty(t.payload));
   const note = h('span', { class: 'muted small', id: 'payload-mode' }, '(secrets masked)');
+  const block = jsonBlock(t.payload, { id: 'payload', title: 'Payload' });
+  const pre = block.querySelector('pre');
   const raw = can('admin') ? h('button', { type: 'button', class: 'small', id: 'show-raw', onclick: async () => {
     try {
       const full = await api('GET', `/v1/tasks/${encodeURIComponent(t.id)}?raw=true`);
-      clear(pre, pretty(full.payload));
+      clear(pre, JSON.stringify(full.payload, null, 2));
       clear(note, '(raw: this view is recorded in the task\'s history)');
+      block.open = true;
       raw.remove();
     } catch (e) {
       flash(errorText(e), 'error');
@@ -281,5 +314,5 @@ export function payloadSection(t) {
       h('a', { href: `#/runs/${encodeURIComponent(run)}` }, 'the run'), ').')
     : null;
   return h('section', { 'aria-labelledby': 'payload-title' },
-    h('h2', { id: 'payload-title' }, 'Payload ', note, ' ', raw), ref, pre);
+    h('h2', { id: 'payload-title' }, 'Payload ', note, ' ', raw), ref, block);
 }

@@ -8,6 +8,17 @@ const workerStates = ['active', 'stale', 'stopping', 'stopped'];
 const outcomes = ['succeeded', 'transient_error', 'permanent_error', 'timeout', 'canceled', 'lease_expired', 'snoozed', 'released'];
 const executionsPage = 50;
 
+// kindText: how the worker runs, from the registry: remote workers talk
+// HTTP to the server; the CLI labels its workers runner=exec (`backstop
+// work`: a program per task) or runner=serve (in-process in `backstop
+// serve`); any other is a Go program's library worker on the database.
+export function kindText(w) {
+  const runner = (w.labels || {}).runner;
+  if (runner === 'exec') return w.remote ? 'exec (backstop work --server)' : 'exec (backstop work)';
+  if (runner === 'serve' && !w.remote) return 'in-process (backstop serve)';
+  return w.remote ? 'remote (HTTP)' : 'library (Go, database)';
+}
+
 function labelsText(labels) {
   const keys = Object.keys(labels || {}).sort();
   return keys.map((k) => `${k}=${labels[k]}`).join(', ');
@@ -36,8 +47,8 @@ export async function workersPage(main, q) {
     const now = Date.now();
     const rows = page.items.map((w) => [
       h('a', { href: `#/workers/${encodeURIComponent(w.id)}`, class: 'mono' }, w.id),
-      w.host, String(w.pid || ''), (w.queues || []).join(', '), w.version, labelsText(w.labels),
-      w.remote ? 'remote' : 'in-process', badge(w.state), String((w.current_execution_ids || []).length),
+      w.host, String(w.pid || ''), (w.queues || []).join(', '), w.version || '—', labelsText(w.labels),
+      kindText(w), badge(w.state), String((w.current_execution_ids || []).length),
       h('time', { datetime: w.last_seen, title: fmtTime(w.last_seen) }, `${fmtAge(now - new Date(w.last_seen))} ago`),
     ]);
     const nq = new URLSearchParams(q);
@@ -84,7 +95,7 @@ export async function workerPage(main, id, q = new URLSearchParams()) {
     ]);
     const rows = (page.items || []).map((x) => [
       h('a', { href: `#/tasks/${encodeURIComponent(x.task_id)}`, class: 'mono' }, x.task_id),
-      String(x.attempt), x.outcome ? badge(x.outcome, 'outcome') : badge('running'),
+      String(x.attempt), x.outcome ? badge(x.outcome, `outcome ${x.outcome}`) : badge('running'),
       fmtTime(x.started_at), fmtDuration(x.started_at, x.finished_at),
       h('span', { class: 'err' }, x.error),
       h('a', { href: `#/tasks/${encodeURIComponent(x.task_id)}?log=${encodeURIComponent(x.execution_id)}`,
@@ -105,12 +116,13 @@ export async function workerPage(main, id, q = new URLSearchParams()) {
         h('dt', {}, 'Queues'), h('dd', {}, (w.queues || []).join(', ')),
         h('dt', {}, 'Version'), h('dd', { id: 'worker-version' }, w.version || '—'),
         h('dt', {}, 'Labels'), h('dd', { id: 'worker-labels' }, labelsText(w.labels) || '—'),
-        h('dt', {}, 'Kind'), h('dd', {}, w.remote ? 'remote' : 'in-process'),
+        h('dt', {}, 'Kind'), h('dd', { id: 'worker-kind' }, kindText(w)),
         h('dt', {}, 'Running now'), h('dd', { id: 'worker-running', class: 'mono' }, running.length ? running.join(', ') : '—'),
         h('dt', {}, 'Started'), h('dd', {}, fmtTime(w.started_at)),
         h('dt', {}, 'Last seen'), h('dd', {}, fmtTime(w.last_seen)),
         w.stopped_at ? [h('dt', {}, 'Stopped'), h('dd', {}, fmtTime(w.stopped_at))] : null),
-      h('p', {}, h('a', { href: `#/events?stream=${encodeURIComponent(`worker.${w.id}`)}` }, 'Follow this worker\'s events')),
+      // A worker's own stream is short: its events from the start.
+      h('p', {}, h('a', { href: `#/events?${new URLSearchParams({ stream: `worker.${w.id}`, after: '' })}` }, 'Follow this worker\'s events')),
       h('section', { 'aria-labelledby': 'wexec-title' },
         h('h2', { id: 'wexec-title' }, 'Executions'),
         form,
