@@ -38,6 +38,7 @@ func (c *Client) ApplyWorkflow(ctx context.Context, def *workflow.Definition) (W
 	d, created, err := c.store.PutWorkflow(ctx, store.WorkflowDef{Name: def.Name, PlanHash: def.Hash(), Definition: def.Canonical()})
 	if err == nil {
 		c.plans.Store(d.PlanHash, c.limited(def))
+		c.audit(ctx, store.EventWorkflowApplied, d.Name, "", map[string]any{"version": d.Version, "plan_hash": d.PlanHash, "created": created})
 	}
 	return d, created, err
 }

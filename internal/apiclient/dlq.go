@@ -12,6 +12,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/audit"
 )
 
 // The dead-letter, queue and run endpoints.
@@ -198,4 +199,11 @@ func (c *Client) RedriveItems(ctx context.Context, id string, q url.Values) (*ap
 func (c *Client) ResumeRedrive(ctx context.Context, id string, req api.ResumeRequest) (*api.RedriveStatus, error) {
 	var out api.RedriveStatus
 	return &out, c.Do(ctx, "POST", "/v1/redrives/"+esc(id)+"/resume", req, &out)
+}
+
+// Audit reads one page of the operators' actions (GET /v1/audit; q: actor,
+// type, since, until, target, after, limit).
+func (c *Client) Audit(ctx context.Context, q url.Values) (audit.Page, error) {
+	var out audit.Page
+	return out, c.Do(ctx, "GET", withQuery("/v1/audit", q), nil, &out)
 }
