@@ -32,7 +32,12 @@ func TestAuditAPI(t *testing.T) {
 			return out
 		}
 		before := time.Now().UTC().Add(-time.Minute)
-		call(api.RoleOperator, "POST", "/v1/queues/billing/pause", "")
+		// A reason past 1 KiB is refused, nothing paused or recorded.
+		if code, out := b.raw(t, api.RoleOperator, "POST", "/v1/queues/billing/pause", "application/json",
+			`{"reason":"`+strings.Repeat("x", 1025)+`"}`); code != http.StatusBadRequest {
+			t.Fatalf("pause with a long reason: %d %s, want 400", code, out)
+		}
+		call(api.RoleOperator, "POST", "/v1/queues/billing/pause", `{"reason":"card processor maintenance"}`)
 		call(api.RoleOperator, "POST", "/v1/queues/billing/resume", "")
 		call(api.RoleOperator, "POST", "/v1/tasks", `{"id":"t1","queue":"mail","kind":"k"}`)
 		call(api.RoleOperator, "POST", "/v1/tasks/t1/cancel", `{"reason":"wrong tenant"}`)
@@ -51,7 +56,7 @@ func TestAuditAPI(t *testing.T) {
 		for _, e := range all.Items {
 			got = append(got, e.Type+" "+e.Actor+" "+e.Target+" "+e.Reason)
 		}
-		want := []string{"queue.paused test-operator billing ", "queue.resumed test-operator billing ",
+		want := []string{"queue.paused test-operator billing card processor maintenance", "queue.resumed test-operator billing ",
 			"task.canceled test-operator t1 wrong tenant"}
 		if strings.Join(got, "|") != strings.Join(want, "|") || !all.Complete {
 			t.Fatalf("audit: %q (complete %v), want %q", got, all.Complete, want)

@@ -145,14 +145,27 @@ func (c *Client) ExportDLQ(ctx context.Context, q url.Values, fn func(api.Export
 
 // PauseQueue stops workers from claiming the queue.
 func (c *Client) PauseQueue(ctx context.Context, name string) (*api.QueuePauseResponse, error) {
-	var out api.QueuePauseResponse
-	return &out, c.Do(ctx, "POST", "/v1/queues/"+esc(name)+"/pause", nil, &out)
+	return c.SetQueuePaused(ctx, name, true, "")
 }
 
 // ResumeQueue lets workers claim the queue again.
 func (c *Client) ResumeQueue(ctx context.Context, name string) (*api.QueuePauseResponse, error) {
+	return c.SetQueuePaused(ctx, name, false, "")
+}
+
+// SetQueuePaused pauses or resumes a queue with the operator's reason (""
+// for none), recorded in the audit stream.
+func (c *Client) SetQueuePaused(ctx context.Context, name string, pause bool, reason string) (*api.QueuePauseResponse, error) {
+	path := "/v1/queues/" + esc(name) + "/resume"
+	if pause {
+		path = "/v1/queues/" + esc(name) + "/pause"
+	}
+	var body any
+	if reason != "" {
+		body = api.QueuePauseRequest{Reason: reason}
+	}
 	var out api.QueuePauseResponse
-	return &out, c.Do(ctx, "POST", "/v1/queues/"+esc(name)+"/resume", nil, &out)
+	return &out, c.Do(ctx, "POST", path, body, &out)
 }
 
 // Run summarises the tasks sharing a run_id.

@@ -16,8 +16,9 @@ func TestAuditListCLI(t *testing.T) {
 	t.Parallel()
 	forEachDB(t, func(t *testing.T, e *cliEnv) {
 		r := newRemoteEnv(t, e, "admin")
-		e.ok("queues", "pause", "billing")
-		if res := r.remote("", "queues", "resume", "billing"); res.code != 0 {
+		e.fails(ExitUsage, "reason", "queues", "pause", "billing", "--reason", "bad\x00")
+		e.ok("queues", "pause", "billing", "--reason", "card processor maintenance")
+		if res := r.remote("", "queues", "resume", "billing", "--reason", "maintenance over"); res.code != 0 {
 			t.Fatalf("resume over the server: exit %d: %s", res.code, res.stderr)
 		}
 		var tok struct{ ID string }
@@ -40,9 +41,9 @@ func TestAuditListCLI(t *testing.T) {
 			if strings.HasPrefix(actor, "cli:") {
 				actor = "cli"
 			}
-			got = append(got, it.Type+" "+actor+" "+it.Target)
+			got = append(got, strings.TrimSpace(it.Type+" "+actor+" "+it.Target+" "+it.Reason))
 		}
-		want := []string{"token.created cli " + all.Items[0].Target, "queue.paused cli billing", "queue.resumed admin-token billing",
+		want := []string{"token.created cli " + all.Items[0].Target, "queue.paused cli billing card processor maintenance", "queue.resumed admin-token billing maintenance over",
 			"token.created cli " + tok.ID, "token.revoked cli " + tok.ID}
 		if strings.Join(got, "|") != strings.Join(want, "|") || !all.Complete {
 			t.Fatalf("audit list: %q, want %q", got, want)
