@@ -208,6 +208,9 @@ func (c *Client) CancelRun(ctx context.Context, runID string) (*WorkflowRun, err
 	if err := validRunID(runID); err != nil {
 		return nil, err
 	}
+	// A cancel is an operator's action: its events name the actor (the
+	// audit stream serves only those that do).
+	ctx = store.WithActor(ctx, store.ActorFrom(ctx, store.DefaultActor))
 	var eff runEffects
 	err := c.store.InTx(ctx, func(tx store.Tx) error {
 		eff = runEffects{}

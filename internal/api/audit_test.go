@@ -89,5 +89,21 @@ func TestAuditAPI(t *testing.T) {
 		if code, _ := b.raw(t, api.RoleNone, "GET", "/v1/audit", "", ""); code != http.StatusUnauthorized {
 			t.Errorf("GET /v1/audit without a token: %d, want 401", code)
 		}
+		// A workflow applied and a run canceled: both audited (the run's
+		// other events, and the run's start, are not).
+		if code, out := b.raw(t, api.RoleAdmin, "POST", "/v1/workflows", "application/yaml", apiWorkflowYAML); code != http.StatusCreated {
+			t.Fatalf("apply: %d %s", code, out)
+		}
+		call(api.RoleOperator, "POST", "/v1/workflows/order/runs", `{"input":{"card":"4242"},"run_id":"order-9"}`)
+		call(api.RoleOperator, "POST", "/v1/runs/order-9/cancel", "")
+		var flow audit.Page
+		waitUntil(t, "the workflow's actions", func() bool {
+			flow = list("?type=workflow.applied,run.canceled")
+			return len(flow.Items) == 2
+		})
+		if a, c := flow.Items[0], flow.Items[1]; a.Target != "order" || a.Actor != "test-admin" || c.Target != "order-9" || c.Actor != "test-operator" {
+			t.Fatalf("workflow actions: %+v", flow.Items)
+		}
+
 	})
 }

@@ -88,7 +88,7 @@ func (a *app) applyWorkflow(ctx context.Context, def *workflow.Definition) (back
 		return backstop.WorkflowVersion{}, false, err
 	}
 	defer s.Close()
-	return c.ApplyWorkflow(ctx, def)
+	return c.ApplyWorkflow(cliActor(ctx), def)
 }
 
 func workflowsListCmd(a *app) *cobra.Command {
@@ -348,5 +348,5 @@ func (a *app) cancelRun(ctx context.Context, id string) (*backstop.WorkflowRun, 
 		return nil, err
 	}
 	defer s.Close()
-	return c.CancelRun(ctx, id)
+	return c.CancelRun(cliActor(ctx), id)
 }
