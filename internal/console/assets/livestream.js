@@ -34,6 +34,7 @@ function startHub() {
       w.port.onmessage = () => wakeAll();
       w.port.start();
       window.addEventListener('pagehide', () => w.port.postMessage('bye'));
+      window.addEventListener('pageshow', (ev) => { if (ev.persisted) { w.port.postMessage('hello'); wakeAll(); } });
       return;
     } catch {
       // Fall through.

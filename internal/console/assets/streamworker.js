@@ -12,6 +12,12 @@ self.onconnect = (ev) => {
   const port = ev.ports[0];
   ports.add(port);
   port.onmessage = (m) => {
+    if (m.data === 'hello') {
+      // A tab back from the back/forward cache.
+      ports.add(port);
+      start();
+      return;
+    }
     if (m.data !== 'bye') return;
     ports.delete(port);
     if (ports.size === 0 && stop) {
@@ -20,9 +26,12 @@ self.onconnect = (ev) => {
     }
   };
   port.start();
-  if (!stop) {
-    stop = follow(() => {
-      for (const p of ports) p.postMessage('tick');
-    });
-  }
+  start();
 };
+
+function start() {
+  if (stop) return;
+  stop = follow(() => {
+    for (const p of ports) p.postMessage('tick');
+  });
+}
