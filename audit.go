@@ -2,8 +2,10 @@ package backstop
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/workflow"
 )
 
 // WithReason returns a context carrying the operator's reason for an action
@@ -25,5 +27,25 @@ func (c *Client) audit(ctx context.Context, typ, target, actor string, extra map
 	ev := store.AuditEvent(c.now(), typ, target, actor, store.ReasonFrom(ctx), extra)
 	if err := c.store.AppendEvents(context.WithoutCancel(ctx), []Event{ev}); err != nil {
 		c.cfg.Logger.Warn("recording an operator action", "type", typ, "target", target, "error", err)
+	}
+}
+
+// reasonOnEvent adds the operator's reason (when there is one) to the
+// plan's events of type typ: a run's cancel carries it in run.canceled.
+func reasonOnEvent(plan *workflow.Plan, typ, reason string) {
+	if reason == "" {
+		return
+	}
+	for i, e := range plan.Events {
+		if e.Type != typ {
+			continue
+		}
+		body := map[string]any{}
+		if err := json.Unmarshal(e.Body, &body); err != nil {
+			continue
+		}
+		if b, err := json.Marshal(withReason(body, reason)); err == nil {
+			plan.Events[i].Body = b
+		}
 	}
 }

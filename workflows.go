@@ -218,7 +218,9 @@ func (c *Client) CancelRun(ctx context.Context, runID string) (*WorkflowRun, err
 			if why := workflow.CancelRefused(run.State); why != "" {
 				return workflow.Plan{}, fmt.Errorf("run %q is %s: %s: %w", runID, run.State, why, ErrConflict)
 			}
-			return workflow.Cancel(def, run, steps, c.now())
+			plan, err := workflow.Cancel(def, run, steps, c.now())
+			reasonOnEvent(&plan, workflow.EventRunCanceled, store.ReasonFrom(ctx))
+			return plan, err
 		})
 	})
 	if err != nil {

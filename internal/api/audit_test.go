@@ -95,13 +95,16 @@ func TestAuditAPI(t *testing.T) {
 			t.Fatalf("apply: %d %s", code, out)
 		}
 		call(api.RoleOperator, "POST", "/v1/workflows/order/runs", `{"input":{"card":"4242"},"run_id":"order-9"}`)
-		call(api.RoleOperator, "POST", "/v1/runs/order-9/cancel", "")
+		if code, out := b.raw(t, api.RoleOperator, "POST", "/v1/runs/order-9/cancel", "application/json", `{"reason":"a\u0000b"}`); code != http.StatusBadRequest {
+			t.Fatalf("run cancel with a NUL in its reason: %d %s, want 400", code, out)
+		}
+		call(api.RoleOperator, "POST", "/v1/runs/order-9/cancel", `{"reason":"customer withdrew"}`)
 		var flow audit.Page
 		waitUntil(t, "the workflow's actions", func() bool {
 			flow = list("?type=workflow.applied,run.canceled")
 			return len(flow.Items) == 2
 		})
-		if a, c := flow.Items[0], flow.Items[1]; a.Target != "order" || a.Actor != "test-admin" || c.Target != "order-9" || c.Actor != "test-operator" {
+		if a, c := flow.Items[0], flow.Items[1]; a.Target != "order" || a.Actor != "test-admin" || c.Target != "order-9" || c.Actor != "test-operator" || c.Reason != "customer withdrew" {
 			t.Fatalf("workflow actions: %+v", flow.Items)
 		}
 
