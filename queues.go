@@ -30,6 +30,7 @@ func (c *Client) PauseQueue(ctx context.Context, queue, actor string) (st QueueS
 	st, changed, err = c.store.PauseQueue(ctx, queue, actor, c.now())
 	if err == nil && changed {
 		c.cfg.Logger.Info("queue paused", slog.String("queue", queue), slog.String("actor", actor))
+		c.audit(ctx, store.EventQueuePaused, queue, actor, nil)
 	}
 	return st, changed, err
 }
@@ -43,6 +44,7 @@ func (c *Client) ResumeQueue(ctx context.Context, queue, actor string) (changed 
 	changed, err = c.store.ResumeQueue(ctx, queue)
 	if err == nil && changed {
 		c.cfg.Logger.Info("queue resumed", slog.String("queue", queue), slog.String("actor", c.actor(actor)))
+		c.audit(ctx, store.EventQueueResumed, queue, actor, nil)
 	}
 	return changed, err
 }

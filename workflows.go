@@ -38,6 +38,7 @@ func (c *Client) ApplyWorkflow(ctx context.Context, def *workflow.Definition) (W
 	d, created, err := c.store.PutWorkflow(ctx, store.WorkflowDef{Name: def.Name, PlanHash: def.Hash(), Definition: def.Canonical()})
 	if err == nil {
 		c.plans.Store(d.PlanHash, c.limited(def))
+		c.audit(ctx, store.EventWorkflowApplied, d.Name, "", map[string]any{"version": d.Version, "plan_hash": d.PlanHash, "created": created})
 	}
 	return d, created, err
 }
@@ -208,6 +209,9 @@ func (c *Client) CancelRun(ctx context.Context, runID string) (*WorkflowRun, err
 	if err := validRunID(runID); err != nil {
 		return nil, err
 	}
+	// A cancel is an operator's action: its events name the actor (the
+	// audit stream serves only those that do).
+	ctx = store.WithActor(ctx, store.ActorFrom(ctx, store.DefaultActor))
 	var eff runEffects
 	err := c.store.InTx(ctx, func(tx store.Tx) error {
 		eff = runEffects{}
@@ -215,7 +219,9 @@ func (c *Client) CancelRun(ctx context.Context, runID string) (*WorkflowRun, err
 			if why := workflow.CancelRefused(run.State); why != "" {
 				return workflow.Plan{}, fmt.Errorf("run %q is %s: %s: %w", runID, run.State, why, ErrConflict)
 			}
-			return workflow.Cancel(def, run, steps, c.now())
+			plan, err := workflow.Cancel(def, run, steps, c.now())
+			reasonOnEvent(&plan, workflow.EventRunCanceled, store.ReasonFrom(ctx))
+			return plan, err
 		})
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -85,7 +86,52 @@ const (
 	// StreamExecution is execution.<id>: the events of one attempt (those
 	// whose body's execution_id is the id).
 	StreamExecution StreamKind = "execution"
+	// StreamAudit is audit: the operators' actions, the events whose type
+	// is one of AuditTypes and whose actor is not empty (docs/events.md,
+	// "The audit stream"). It takes no value.
+	StreamAudit StreamKind = "audit"
 )
+
+// AuditTypes are the event types of operator actions: each names its actor
+// (who), its time, its target (the subject; the body's "target" when it has
+// no subject of its own) and the operator's reason when one was given. The
+// audit stream serves the ones with an actor (an engine transition of the
+// same type, a run canceled by its own failure, has none).
+var AuditTypes = []string{
+	"dlq.replay_requested", "dlq.discarded", "dlq.resolved", "dlq.purged",
+	EventCancelRequest, EventCanceled, "task.payload_viewed",
+	"lease_key.rotated",
+	EventQueuePaused, EventQueueResumed,
+	EventTokenCreated, EventTokenRevoked,
+	EventWorkflowApplied, "run.canceled", "run.resumed",
+}
+
+// The audit events written for operator actions that change no task.
+const (
+	EventQueuePaused     = "queue.paused"
+	EventQueueResumed    = "queue.resumed"
+	EventTokenCreated    = "token.created"
+	EventTokenRevoked    = "token.revoked"
+	EventWorkflowApplied = "workflow.applied"
+)
+
+// IsAuditType tells whether typ is one of AuditTypes.
+func IsAuditType(typ string) bool { return slices.Contains(AuditTypes, typ) }
+
+// AuditEvent builds the audit event of an operator action on target:
+// subject and body's "target" both name it, "reason" is there when given,
+// extra fields follow.
+func AuditEvent(now time.Time, typ, target, actor, reason string, extra map[string]any) bt.Event {
+	body := map[string]any{"target": target}
+	for k, v := range extra {
+		body[k] = v
+	}
+	if reason != "" {
+		body["reason"] = reason
+	}
+	b, _ := json.Marshal(body)
+	return NewEvent(now, typ, target, "", "", actor, b)
+}
 
 // Stream is a parsed stream name: all, type.<type>, task.<id>,
 // queue.<name>, run.<run_id>, worker.<id>, node.<host>, execution.<id>.
@@ -97,6 +143,9 @@ type Stream struct {
 func (s Stream) String() string {
 	if s.Kind == StreamAll || s.Kind == "" {
 		return string(StreamAll)
+	}
+	if s.Kind == StreamAudit {
+		return string(StreamAudit)
 	}
 	return string(s.Kind) + "." + s.Value
 }
@@ -115,9 +164,12 @@ func ParseStream(s string) (Stream, error) {
 	if s == "" || s == string(StreamAll) {
 		return Stream{Kind: StreamAll}, nil
 	}
+	if s == string(StreamAudit) {
+		return Stream{Kind: StreamAudit}, nil
+	}
 	prefix, value, ok := strings.Cut(s, ".")
 	if !ok {
-		return Stream{}, fmt.Errorf("%w %q: want all, type.<type>, task.<id>, queue.<name>, run.<run_id>, worker.<id>, node.<host> or execution.<id>", ErrBadStream, s)
+		return Stream{}, fmt.Errorf("%w %q: want all, audit, type.<type>, task.<id>, queue.<name>, run.<run_id>, worker.<id>, node.<host> or execution.<id>", ErrBadStream, s)
 	}
 	k := StreamKind(prefix)
 	switch k {

@@ -50,6 +50,8 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 	ref := func(args ...string) serverCase { return serverCase{mode: refuses, args: args} }
 	loc := func(code int, args ...string) serverCase { return serverCase{mode: local, args: args, code: code} }
 	return map[string]serverCase{
+		"audit":                 loc(2),
+		"audit list":            srv("", "--since", "1h", "--limit", "5"),
 		"bench":                 ref("-n", "10"),
 		"bench ordering":        loc(0, "--keys", "3", "--minutes", "2", "--workers", "1"),
 		"completion":            loc(0),

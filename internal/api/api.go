@@ -242,6 +242,7 @@ func (s *Server) register() {
 
 	s.handle("GET", "/v1/events", RoleViewer, s.listEvents)
 	s.handle("GET", "/v1/events/stream", RoleViewer, s.streamEvents)
+	s.handle("GET", "/v1/audit", RoleViewer, s.listAudit)
 
 	s.handle("POST", "/v1/claim", RoleOperator, s.claim)
 	s.handle("POST", "/v1/tasks/{id}/heartbeat", RoleOperator, s.heartbeat)

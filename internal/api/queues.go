@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -22,10 +23,34 @@ type QueuePauseResponse struct {
 	Changed  bool       `json:"changed"`
 }
 
+// QueuePauseRequest is the optional body of POST /v1/queues/{name}/pause
+// and /resume.
+type QueuePauseRequest struct {
+	// Reason: why, recorded with the actor in the queue.paused or
+	// queue.resumed event of the audit stream.
+	Reason string `json:"reason,omitempty"`
+}
+
+// pauseContext reads the optional body and carries its reason.
+func pauseContext(r *http.Request) (context.Context, error) {
+	var req QueuePauseRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return nil, err
+	}
+	if err := backstop.CheckReason("reason", req.Reason, false); err != nil {
+		return nil, err
+	}
+	return backstop.WithReason(r.Context(), req.Reason), nil
+}
+
 // POST /v1/queues/{name}/pause
 func (s *Server) pauseQueue(w http.ResponseWriter, r *http.Request) error {
 	p := principalFrom(r.Context())
-	st, changed, err := s.c.PauseQueue(r.Context(), r.PathValue("name"), p.Name)
+	ctx, err := pauseContext(r)
+	if err != nil {
+		return err
+	}
+	st, changed, err := s.c.PauseQueue(ctx, r.PathValue("name"), p.Name)
 	if err != nil {
 		return err
 	}
@@ -38,7 +63,11 @@ func (s *Server) pauseQueue(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) resumeQueue(w http.ResponseWriter, r *http.Request) error {
 	p := principalFrom(r.Context())
 	name := r.PathValue("name")
-	changed, err := s.c.ResumeQueue(r.Context(), name, p.Name)
+	ctx, err := pauseContext(r)
+	if err != nil {
+		return err
+	}
+	changed, err := s.c.ResumeQueue(ctx, name, p.Name)
 	if err != nil {
 		return err
 	}

@@ -169,7 +169,14 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 
 // POST /v1/runs/{run_id}/cancel
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
-	run, err := s.c.CancelRun(actorContext(r), r.PathValue("run_id"))
+	var req CancelRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return err
+	}
+	if err := backstop.CheckReason("reason", req.Reason, false); err != nil {
+		return err
+	}
+	run, err := s.c.CancelRun(backstop.WithReason(actorContext(r), req.Reason), r.PathValue("run_id"))
 	if err != nil {
 		return err
 	}

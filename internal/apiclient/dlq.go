@@ -12,6 +12,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/audit"
 )
 
 // The dead-letter, queue and run endpoints.
@@ -144,14 +145,27 @@ func (c *Client) ExportDLQ(ctx context.Context, q url.Values, fn func(api.Export
 
 // PauseQueue stops workers from claiming the queue.
 func (c *Client) PauseQueue(ctx context.Context, name string) (*api.QueuePauseResponse, error) {
-	var out api.QueuePauseResponse
-	return &out, c.Do(ctx, "POST", "/v1/queues/"+esc(name)+"/pause", nil, &out)
+	return c.SetQueuePaused(ctx, name, true, "")
 }
 
 // ResumeQueue lets workers claim the queue again.
 func (c *Client) ResumeQueue(ctx context.Context, name string) (*api.QueuePauseResponse, error) {
+	return c.SetQueuePaused(ctx, name, false, "")
+}
+
+// SetQueuePaused pauses or resumes a queue with the operator's reason (""
+// for none), recorded in the audit stream.
+func (c *Client) SetQueuePaused(ctx context.Context, name string, pause bool, reason string) (*api.QueuePauseResponse, error) {
+	path := "/v1/queues/" + esc(name) + "/resume"
+	if pause {
+		path = "/v1/queues/" + esc(name) + "/pause"
+	}
+	var body any
+	if reason != "" {
+		body = api.QueuePauseRequest{Reason: reason}
+	}
 	var out api.QueuePauseResponse
-	return &out, c.Do(ctx, "POST", "/v1/queues/"+esc(name)+"/resume", nil, &out)
+	return &out, c.Do(ctx, "POST", path, body, &out)
 }
 
 // Run summarises the tasks sharing a run_id.
@@ -198,4 +212,11 @@ func (c *Client) RedriveItems(ctx context.Context, id string, q url.Values) (*ap
 func (c *Client) ResumeRedrive(ctx context.Context, id string, req api.ResumeRequest) (*api.RedriveStatus, error) {
 	var out api.RedriveStatus
 	return &out, c.Do(ctx, "POST", "/v1/redrives/"+esc(id)+"/resume", req, &out)
+}
+
+// Audit reads one page of the operators' actions (GET /v1/audit; q: actor,
+// type, since, until, target, after, limit).
+func (c *Client) Audit(ctx context.Context, q url.Values) (audit.Page, error) {
+	var out audit.Page
+	return out, c.Do(ctx, "GET", withQuery("/v1/audit", q), nil, &out)
 }

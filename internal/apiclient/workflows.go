@@ -74,6 +74,16 @@ func (c *Client) Runs(ctx context.Context, f backstop.ListRunsParams) (*RunsPage
 
 // CancelRun cancels a workflow run.
 func (c *Client) CancelRun(ctx context.Context, runID string) (*backstop.WorkflowRun, error) {
+	return c.CancelRunWhy(ctx, runID, "")
+}
+
+// CancelRunWhy cancels a run with the operator's reason ("" for none),
+// recorded in its run.canceled event.
+func (c *Client) CancelRunWhy(ctx context.Context, runID, reason string) (*backstop.WorkflowRun, error) {
+	var body any
+	if reason != "" {
+		body = api.CancelRequest{Reason: reason}
+	}
 	var out backstop.WorkflowRun
-	return &out, c.Do(ctx, "POST", "/v1/runs/"+esc(runID)+"/cancel", nil, &out)
+	return &out, c.Do(ctx, "POST", "/v1/runs/"+esc(runID)+"/cancel", body, &out)
 }

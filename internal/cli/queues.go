@@ -11,6 +11,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/store"
 )
 
 func init() { register(queuesCmd) }
@@ -91,11 +92,7 @@ func (a *app) pauseQueue(ctx context.Context, name string, pause bool, actor str
 		cl := apiclient.New(a.server, a.token)
 		var r *api.QueuePauseResponse
 		var err error
-		if pause {
-			r, err = cl.PauseQueue(ctx, name)
-		} else {
-			r, err = cl.ResumeQueue(ctx, name)
-		}
+		r, err = cl.SetQueuePaused(ctx, name, pause, store.ReasonFrom(ctx))
 		if err != nil {
 			return out, remoteErr(err)
 		}
@@ -141,7 +138,7 @@ type queuePauseJSON struct {
 }
 
 func queuesPauseCmd(a *app, pause bool) *cobra.Command {
-	var actor string
+	var actor, reason string
 	use, short := "resume QUEUE", "Let workers claim from a paused queue again"
 	if pause {
 		use, short = "pause QUEUE", "Stop every worker (in-process or remote) from claiming the queue's tasks"
@@ -154,7 +151,10 @@ store's claim skips a paused queue, so it holds for every worker of every
 process at once; running tasks finish, enqueues still land.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			out, err := a.pauseQueue(cmd.Context(), args[0], pause, actor)
+			if err := backstop.CheckReason("--reason", reason, false); err != nil {
+				return err
+			}
+			out, err := a.pauseQueue(backstop.WithReason(cmd.Context(), reason), args[0], pause, actor)
 			if err != nil {
 				return err
 			}
@@ -174,5 +174,6 @@ process at once; running tasks finish, enqueues still land.`,
 		},
 	}
 	addActorFlag(cmd, &actor)
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded with the actor in the audit stream: backstop audit list)")
 	return cmd
 }

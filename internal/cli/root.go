@@ -197,13 +197,14 @@ var serverModes = map[string]string{
 	"events tail": viaServer, "runs show": viaServer, "runs list": viaServer, "runs cancel": viaServer, "runs resume": viaServer,
 	"workflows apply": viaServer, "workflows list": viaServer, "workflows show": viaServer, "workflows run": viaServer,
 	"redrives list": viaServer, "redrives show": viaServer, "redrives cancel": viaServer, "redrives resume": viaServer,
+	"audit list": viaServer,
 
 	"help": noBackend, "completion": noBackend, "version": noBackend,
 	"config check": noBackend, "config show": noBackend, "bench ordering": noBackend,
 	// Command groups: they only name their subcommands.
 	"tasks": noBackend, "dlq": noBackend, "workers": noBackend, "queues": noBackend, "events": noBackend,
 	"runs": noBackend, "workflows": noBackend, "tokens": noBackend, "config": noBackend, "redrives": noBackend,
-	"leases": noBackend,
+	"leases": noBackend, "audit": noBackend,
 }
 
 // serverMode is how the command treats --server: viaServer, noBackend, or

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/store"
 )
@@ -62,6 +63,9 @@ func tokensCreateCmd(a *app) *cobra.Command {
 			defer s.Close()
 			secret, t, err := api.CreateToken(cmd.Context(), ts, name, r, time.Now())
 			if err != nil {
+				return err
+			}
+			if err := auditToken(cmd.Context(), s, store.EventTokenCreated, t); err != nil {
 				return err
 			}
 			return a.print(tokenJSON{Token: t, Secret: secret}, func(w io.Writer) error {
@@ -119,10 +123,25 @@ func tokensRevokeCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := auditToken(cmd.Context(), s, store.EventTokenRevoked, *t); err != nil {
+				return err
+			}
 			return a.print(t, func(w io.Writer) error {
 				fmt.Fprintf(w, "revoked %s (%s)\n", t.ID, t.Name)
 				return nil
 			})
 		},
 	}
+}
+
+// auditToken records a token's creation or revocation in the audit stream
+// (docs/events.md): the target is the token's id, the body names it and its
+// role (never its secret); the actor is the CLI's operator.
+func auditToken(ctx context.Context, s store.Store, typ string, t store.Token) error {
+	actor := store.ActorFrom(cliActor(ctx), store.DefaultActor)
+	ev := store.AuditEvent(time.Now().UTC(), typ, t.ID, actor, "", map[string]any{"name": t.Name, "role": t.Role})
+	if err := s.AppendEvents(ctx, []bt.Event{ev}); err != nil {
+		return fmt.Errorf("token %s: recording it in the audit stream: %w", t.ID, err)
+	}
+	return nil
 }

@@ -88,7 +88,7 @@ func (a *app) applyWorkflow(ctx context.Context, def *workflow.Definition) (back
 		return backstop.WorkflowVersion{}, false, err
 	}
 	defer s.Close()
-	return c.ApplyWorkflow(ctx, def)
+	return c.ApplyWorkflow(cliActor(ctx), def)
 }
 
 func workflowsListCmd(a *app) *cobra.Command {
@@ -321,12 +321,16 @@ func (a *app) runs(ctx context.Context, f backstop.ListRunsParams) ([]store.RunR
 }
 
 func runsCancelCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var reason string
+	cmd := &cobra.Command{
 		Use:   "cancel RUN_ID",
 		Short: "Cancel a workflow run: waiting steps now, running ones cooperatively (rollback on_fail: compensate first)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := a.cancelRun(cmd.Context(), args[0])
+			if err := backstop.CheckReason("--reason", reason, false); err != nil {
+				return err
+			}
+			r, err := a.cancelRun(backstop.WithReason(cmd.Context(), reason), args[0])
 			if err != nil {
 				return err
 			}
@@ -336,11 +340,13 @@ func runsCancelCmd(a *app) *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded with the actor in run.canceled: backstop audit list)")
+	return cmd
 }
 
 func (a *app) cancelRun(ctx context.Context, id string) (*backstop.WorkflowRun, error) {
 	if a.server != "" {
-		r, err := apiclient.New(a.server, a.token).CancelRun(ctx, id)
+		r, err := apiclient.New(a.server, a.token).CancelRunWhy(ctx, id, store.ReasonFrom(ctx))
 		return r, remoteErr(err)
 	}
 	s, c, err := a.openDB(ctx, nil)
@@ -348,5 +354,5 @@ func (a *app) cancelRun(ctx context.Context, id string) (*backstop.WorkflowRun, 
 		return nil, err
 	}
 	defer s.Close()
-	return c.CancelRun(ctx, id)
+	return c.CancelRun(cliActor(ctx), id)
 }

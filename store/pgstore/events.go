@@ -224,6 +224,10 @@ func afterCursor(n int) string {
 	AND e.xid < $` + strconv.Itoa(n) + `::text::xid8 AND u.subject IS NOT NULL`
 }
 
+// auditTypesSQL lists store.AuditTypes as SQL literals (constants of
+// lower-case letters, dots and underscores).
+var auditTypesSQL = "'" + strings.Join(store.AuditTypes, "', '") + "'"
+
 // streamFilter is the SQL condition of a filtered stream on parameter $4.
 func streamFilter(s store.Stream) string {
 	switch s.Kind {
@@ -237,6 +241,9 @@ func streamFilter(s store.Stream) string {
 		return "(subject = $4 OR body->>'worker_id' = $4)"
 	case store.StreamExecution:
 		return "body->>'execution_id' = $4"
+	case store.StreamAudit:
+		// $4 is the stream's value, always empty for audit.
+		return "$4::text = '' AND actor <> '' AND type IN (" + auditTypesSQL + ")"
 	case store.StreamNode:
 		// A worker's own events name its host; an attempt's events name
 		// its execution, whose worker is in the body (claimed, started,

@@ -228,6 +228,10 @@ func matcher(s store.Stream) func(r *logRow, i int, e *bt.Event) (bool, error) {
 			b, err := attemptOf(e)
 			return b.ExecutionID == s.Value, err
 		}
+	case store.StreamAudit:
+		return func(r *logRow, _ int, e *bt.Event) (bool, error) {
+			return e.Actor != "" && store.IsAuditType(e.Type), nil
+		}
 	case store.StreamNode:
 		// The candidates: a worker's events naming the host, and every
 		// attempt's events (readNode looks up whose they are).
@@ -476,7 +480,7 @@ func readWindow(rows *sql.Rows, after position, limit int, st store.Stream) ([]b
 		if err != nil {
 			return nil, "", err
 		}
-		skip := st.Kind == store.StreamType && r.typ != st.Value // no need to decode the rest
+		skip := st.Kind == store.StreamType && r.typ != st.Value || st.Kind == store.StreamAudit && !store.IsAuditType(r.typ) // no need to decode the rest
 		for i := 1; i <= n && examined < store.EventScanWindow && len(out) < limit; i++ {
 			if !after.before(r.seq, i) {
 				continue

@@ -94,6 +94,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Workers", s.testWorkers)
 	t.Run("Logs", s.testLogs)
 	t.Run("Events", s.testEvents)
+	t.Run("AuditStream", s.testAuditStream) // audit.go
 	t.Run("Complexity", s.testComplexity)
 	t.Run("Gauges", s.testGauges)
 	t.Run("GaugesOpenDeadLetters", s.testGaugesOpenDeadLetters)

@@ -8,6 +8,7 @@ import { eventsPage } from './events.js';
 import { runsPage, runPage } from './runs.js';
 import { orderingPage } from './ordering.js';
 import { redrivesPage, redrivePage } from './redrives.js';
+import { auditPage } from './audit.js';
 
 const main = document.getElementById('main');
 
@@ -27,6 +28,7 @@ const routes = [
   [/^\/ordering$/, 'ordering', (view, m, q) => orderingPage(view, q)],
   [/^\/redrives$/, 'redrives', (view, m, q) => redrivesPage(view, q)],
   [/^\/redrives\/([^/]+)$/, 'redrives', (view, m, q) => redrivePage(view, decodeURIComponent(m[1]), q)],
+  [/^\/audit$/, 'audit', (view, m, q) => auditPage(view, q)],
 ];
 
 // Each page renders into a view of its own, shown once it is ready and

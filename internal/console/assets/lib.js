@@ -1,3 +1,5 @@
+import { subscribe } from './livestream.js';
+
 // Shared helpers: the API client (session cookie + CSRF header), DOM
 // building that only ever makes text nodes from data, and formatting.
 
@@ -138,7 +140,8 @@ export function field(label, control) {
   return h('div', { class: 'field' }, h('label', { for: id }, label), control);
 }
 
-// live follows an event stream with Server-Sent Events for the page
+// live follows an event stream (livestream.js: one connection per
+// browser, shared by its tabs) for the page
 // rendered into view: at most one stream is open, the current page's. A
 // page that is not shown yet gets its stream when the router shows it
 // (showLive); a page re-rendering itself keeps its open stream.
@@ -147,7 +150,7 @@ export function field(label, control) {
 // ended just before the page read its data (view._end, taken by the
 // router: nothing between the read and the stream is missed, and the
 // log's history is never read), else at the end of the log ('end').
-let current = null; // {view, stream, after, onEvent, es}
+let current = null; // {view, stream, after, onEvent, close}
 export function live(view, stream, onEvent, after) {
   if (after === undefined) after = view._end !== undefined ? view._end : 'end';
   view._live = { stream, onEvent, after };
@@ -161,29 +164,10 @@ export function live(view, stream, onEvent, after) {
 export function showLive(view) {
   stopLive();
   if (!view._live) return;
-  const qs = new URLSearchParams({ stream: view._live.stream });
-  if (view._live.after) qs.set('after', view._live.after);
-  const es = new EventSource(`/v1/events?${qs}`);
-  const cur = { view, stream: view._live.stream, after: view._live.after, onEvent: view._live.onEvent, es };
-  const handler = (ev) => {
-    let data = null;
-    try { data = JSON.parse(ev.data); } catch { return; }
-    if (current === cur) cur.onEvent(data);
-  };
-  es.onmessage = handler;
-  // Named events (event: task.failed …) need their own listeners.
-  for (const t of eventTypes) es.addEventListener(t, handler);
+  const cur = { view, stream: view._live.stream, after: view._live.after, onEvent: view._live.onEvent, close: null };
+  cur.close = subscribe(cur.stream, cur.after, (data) => { if (current === cur) cur.onEvent(data); });
   current = cur;
 }
-
-// eventTypes: every event type the log holds (docs/events.md).
-export const eventTypes = ['task.enqueued', 'task.claimed', 'task.started', 'task.progress', 'task.succeeded', 'task.failed',
-  'task.retry_scheduled', 'task.dead_lettered', 'task.canceled', 'task.cancel_requested', 'task.snoozed',
-  'task.released', 'task.lease_expired', 'task.too_complex', 'task.payload_viewed', 'task.dlq_resolved',
-  'dlq.replay_requested', 'dlq.replayed', 'dlq.replay_failed', 'dlq.discarded', 'dlq.resolved',
-  'worker.started', 'worker.heartbeat_lost', 'worker.stopped',
-  'ordering.buffered', 'ordering.released', 'ordering.gap_reported', 'ordering.stale', 'ordering.timeout',
-  'ordering.circuit_breaker', 'ordering.gap_closed'];
 
 // endCursor: the end of the event log now (one indexed read on the
 // server: GET /v1/events?after=end); 'end' when it cannot be read, so the
@@ -201,7 +185,7 @@ export async function endCursor() {
 export function liveOpen(view) { return !!current && current.view === view; }
 
 export function stopLive() {
-  if (current) current.es.close();
+  if (current) current.close();
   current = null;
 }
 
