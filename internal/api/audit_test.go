@@ -10,6 +10,7 @@ import (
 
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/audit"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // GET /v1/audit answers the operators' actions (queue pause and resume, a
@@ -51,7 +52,7 @@ func TestAuditAPI(t *testing.T) {
 			return p
 		}
 		var all audit.Page
-		waitUntil(t, "three actions", func() bool { all = list(""); return len(all.Items) == 3 })
+		testwait.For(t, "three actions", func() bool { all = list(""); return len(all.Items) == 3 })
 		got := []string{}
 		for _, e := range all.Items {
 			got = append(got, e.Type+" "+e.Actor+" "+e.Target+" "+e.Reason)
@@ -100,7 +101,7 @@ func TestAuditAPI(t *testing.T) {
 		}
 		call(api.RoleOperator, "POST", "/v1/runs/order-9/cancel", `{"reason":"customer withdrew"}`)
 		var flow audit.Page
-		waitUntil(t, "the workflow's actions", func() bool {
+		testwait.For(t, "the workflow's actions", func() bool {
 			flow = list("?type=workflow.applied,run.canceled")
 			return len(flow.Items) == 2
 		})

@@ -16,6 +16,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -242,7 +243,7 @@ func TestRedriveEndpoints(t *testing.T) {
 		if err != nil || st.Status != "running" || st.RedriveID == "" || st.Total != 3 {
 			t.Fatalf("paced redrive: %+v %v", st, err)
 		}
-		waitUntil(t, "the paced redrive to finish", func() bool {
+		testwait.For(t, "the paced redrive to finish", func() bool {
 			got, err = viewer.RedriveStatus(ctx, st.RedriveID)
 			if err != nil {
 				t.Fatal(err)

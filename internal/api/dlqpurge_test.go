@@ -13,6 +13,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // TestPurgeWhereAndFloor: POST /v1/dlq/purge with where deletes only the
@@ -85,7 +86,7 @@ func TestPurgeWhereAndFloor(t *testing.T) {
 		}
 		same("after the purge where", map[string]int{"b": 2})
 		var page backstop.EventPage
-		waitUntil(t, "the dlq.purged event to be served", func() bool {
+		testwait.For(t, "the dlq.purged event to be served", func() bool {
 			page, err = b.lib.ReadEvents(ctx, backstop.ReadEventsParams{Stream: "type.dlq.purged"})
 			return err != nil || len(page.Events) > 0
 		})

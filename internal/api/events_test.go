@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 func TestEventsAPI(t *testing.T) {
@@ -40,7 +40,7 @@ func TestEventsAPI(t *testing.T) {
 		}
 		// The events are final once every transaction before them ended;
 		// on Postgres that may take a moment after the calls returned.
-		waitUntil(t, "three events", func() bool { read(""); return len(page.Events) == 3 })
+		testwait.For(t, "three events", func() bool { read(""); return len(page.Events) == 3 })
 		if page.Events[0].Actor != "test-operator" || page.Events[2].Type != "task.canceled" || page.Events[2].Actor != "test-operator" {
 			t.Fatalf("events: %+v", page.Events)
 		}
@@ -132,18 +132,6 @@ func TestEventsAPI(t *testing.T) {
 	})
 }
 
-// waitUntil polls cond (no timing assertion: it only bounds the wait).
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // after=end reads from the end of the log: nothing of its history, a real
 // cursor to go on from, then only what was written after; on a filtered
 // stream and live (Server-Sent Events) too.
@@ -177,9 +165,9 @@ func TestEventsFromEnd(t *testing.T) {
 		for _, id := range []string{"a", "b", "c"} {
 			enqueue(id)
 		}
-		waitUntil(t, "three final events", func() bool { return len(read("").Events) == 3 })
+		testwait.For(t, "three final events", func() bool { return len(read("").Events) == 3 })
 		var end backstop.EventPage
-		waitUntil(t, "the end past c", func() bool {
+		testwait.For(t, "the end past c", func() bool {
 			end = read("?after=end")
 			return len(end.Events) == 0 && end.Next != "" && len(read("?after="+end.Next).Events) == 0
 		})
@@ -188,7 +176,7 @@ func TestEventsFromEnd(t *testing.T) {
 		}
 		enqueue("d")
 		var after backstop.EventPage
-		waitUntil(t, "d after the end", func() bool { after = read("?after=" + end.Next); return len(after.Events) > 0 })
+		testwait.For(t, "d after the end", func() bool { after = read("?after=" + end.Next); return len(after.Events) > 0 })
 		if len(after.Events) != 1 || after.Events[0].Subject != "d" {
 			t.Fatalf("after the end: %+v, want d's event only", after.Events)
 		}

@@ -12,6 +12,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // lastReason is the operator's reason and the actor of the task's last
@@ -130,7 +131,7 @@ func TestOperatorReasonEndpoints(t *testing.T) {
 			t.Fatalf("purge: %+v %v", pr, err)
 		}
 		var page backstop.EventPage
-		waitUntil(t, "the dlq.purged event to be served", func() bool {
+		testwait.For(t, "the dlq.purged event to be served", func() bool {
 			page, err = b.lib.ReadEvents(ctx, backstop.ReadEventsParams{Stream: "type.dlq.purged"})
 			return err != nil || len(page.Events) > 0
 		})

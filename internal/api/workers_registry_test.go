@@ -10,6 +10,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // TestRemoteWorkerRegistryAPI: the worker protocol's register, heartbeat
@@ -58,7 +59,7 @@ func TestRemoteWorkerRegistryAPI(t *testing.T) {
 			t.Fatalf("a refused registration wrote: %v", err)
 		}
 		var types []string
-		waitUntil(t, "the worker's events", func() bool {
+		testwait.For(t, "the worker's events", func() bool {
 			page, err := op.Events(ctx, backstop.ReadEventsParams{Stream: "worker.rw-api", Limit: 100})
 			if err != nil {
 				t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // TestDemoReplayerReplaysEachDeadLetterOnce: the demo's background replayer
@@ -65,7 +66,7 @@ func TestDemoReplayerReplaysEachDeadLetterOnce(t *testing.T) {
 		}
 		return tk
 	}
-	eventually(t, "both dead", func() bool {
+	testwait.For(t, "both dead", func() bool {
 		return get(ids[0]).State == backstop.StateDead && get(ids[1]).State == backstop.StateDead
 	})
 
@@ -73,10 +74,10 @@ func TestDemoReplayerReplaysEachDeadLetterOnce(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); demoReplay(rctx, c, slog.New(slog.DiscardHandler), 10*time.Millisecond) }()
 	defer func() { stop(); <-done }()
-	eventually(t, "the second dead letter replayed and run", func() bool {
+	testwait.For(t, "the second dead letter replayed and run", func() bool {
 		return get(ids[1]).State == backstop.StateSucceeded
 	})
-	eventually(t, "the always-failing one dead again", func() bool {
+	testwait.For(t, "the always-failing one dead again", func() bool {
 		tk := get(ids[0])
 		return tk.State == backstop.StateDead && tk.ReplayCount == 1
 	})
@@ -87,17 +88,5 @@ func TestDemoReplayerReplaysEachDeadLetterOnce(t *testing.T) {
 	}
 	if n := len(get(ids[0]).Executions); n != 2 {
 		t.Errorf("the always-failing dead letter ran %d times, want 2 (its first run and one replay)", n)
-	}
-}
-
-// eventually polls cond every 10ms for up to 30s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
