@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -125,22 +124,11 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t.UTC(), nil
 	}
-	rest, days := s, 0
-	if i := strings.IndexByte(rest, 'd'); i > 0 {
-		n, err := strconv.Atoi(rest[:i])
-		if err != nil || n < 0 || n > 100000 {
-			return time.Time{}, errors.New("bad age")
-		}
-		days, rest = n, rest[i+1:]
+	d, err := bt.ParseAge(s)
+	if err != nil {
+		return time.Time{}, err
 	}
-	var d time.Duration
-	if rest != "" {
-		var err error
-		if d, err = time.ParseDuration(rest); err != nil || d < 0 {
-			return time.Time{}, errors.New("bad age")
-		}
-	}
-	return now.Add(-(time.Duration(days)*24*time.Hour + d)), nil
+	return now.Add(-d), nil
 }
 
 // GET /v1/dlq: summaries, or payloads with ?include=payload, within the

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -235,28 +236,9 @@ func when(field, s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t.UTC(), nil
 	}
-	d, err := age(s)
+	d, err := bt.ParseAge(s)
 	if err != nil {
 		return time.Time{}, bad(field, "%q is neither an RFC 3339 time nor an age (90m, 24h, 7d, 1d12h)", s)
 	}
 	return now.Add(-d).UTC(), nil
-}
-
-func age(s string) (time.Duration, error) {
-	days := 0
-	if i := strings.IndexByte(s, 'd'); i > 0 {
-		n, err := strconv.Atoi(s[:i])
-		if err != nil || n < 0 || n > 100000 {
-			return 0, errAge
-		}
-		days, s = n, s[i+1:]
-	}
-	var d time.Duration
-	if s != "" {
-		var err error
-		if d, err = time.ParseDuration(s); err != nil || d < 0 {
-			return 0, errAge
-		}
-	}
-	return time.Duration(days)*24*time.Hour + d, nil
 }

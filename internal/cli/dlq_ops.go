@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -96,29 +95,8 @@ func parseWhen(flag, s string) (time.Time, error) {
 	return parseTime(flag, s)
 }
 
-// parseAge reads a duration with a day unit added: "30d", "12h", "1d12h".
-func parseAge(s string) (time.Duration, error) {
-	var days int
-	if i := strings.IndexByte(s, 'd'); i > 0 {
-		n, err := strconv.Atoi(s[:i])
-		if err != nil {
-			return 0, err
-		}
-		days, s = n, s[i+1:]
-	}
-	var d time.Duration
-	if s != "" {
-		var err error
-		if d, err = time.ParseDuration(s); err != nil {
-			return 0, err
-		}
-	}
-	total := time.Duration(days)*24*time.Hour + d
-	if total < 0 {
-		return 0, errors.New("negative duration")
-	}
-	return total, nil
-}
+// parseAge reads an age (backstoptype.ParseAge: "30d", "12h", "1d12h").
+func parseAge(s string) (time.Duration, error) { return bt.ParseAge(s) }
 
 // patchFlags are the payload-patch and scheduling flags of replay and redrive.
 type patchFlags struct {
