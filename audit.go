@@ -16,15 +16,22 @@ func WithReason(ctx context.Context, reason string) context.Context {
 	return store.WithReason(ctx, reason)
 }
 
-// audit records an operator action on target as an event of the audit
+// auditEvent is an operator action on target as an event of the audit
 // stream: the actor (given, else the context's, else "library"), the time,
-// the context's reason (WithReason) and extra fields. The action has
-// happened already, so a failure to record it is logged, not returned.
-func (c *Client) audit(ctx context.Context, typ, target, actor string, extra map[string]any) {
+// the context's reason (WithReason) and extra fields. The store writes it
+// with the action, in its transaction.
+func (c *Client) auditEvent(ctx context.Context, typ, target, actor string, extra map[string]any) Event {
 	if actor == "" {
 		actor = store.ActorFrom(ctx, store.DefaultActor)
 	}
-	ev := store.AuditEvent(c.now(), typ, target, actor, store.ReasonFrom(ctx), extra)
+	return store.AuditEvent(c.now(), typ, target, actor, store.ReasonFrom(ctx), extra)
+}
+
+// audit records an operator action that already happened (its store
+// write cannot carry the event yet): a failure to record it is logged,
+// not returned.
+func (c *Client) audit(ctx context.Context, typ, target, actor string, extra map[string]any) {
+	ev := c.auditEvent(ctx, typ, target, actor, extra)
 	if err := c.store.AppendEvents(context.WithoutCancel(ctx), []Event{ev}); err != nil {
 		c.cfg.Logger.Warn("recording an operator action", "type", typ, "target", target, "error", err)
 	}

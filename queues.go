@@ -27,10 +27,9 @@ func (c *Client) PauseQueue(ctx context.Context, queue, actor string) (st QueueS
 		return st, false, err
 	}
 	actor = c.actor(actor)
-	st, changed, err = c.store.PauseQueue(ctx, queue, actor, c.now())
+	st, changed, err = c.store.PauseQueue(ctx, queue, actor, c.now(), c.auditEvent(ctx, store.EventQueuePaused, queue, actor, nil))
 	if err == nil && changed {
 		c.cfg.Logger.Info("queue paused", slog.String("queue", queue), slog.String("actor", actor))
-		c.audit(ctx, store.EventQueuePaused, queue, actor, nil)
 	}
 	return st, changed, err
 }
@@ -41,10 +40,9 @@ func (c *Client) ResumeQueue(ctx context.Context, queue, actor string) (changed 
 	if err := validName(queue); err != nil {
 		return false, invalid("queue", "%v", err)
 	}
-	changed, err = c.store.ResumeQueue(ctx, queue)
+	changed, err = c.store.ResumeQueue(ctx, queue, c.auditEvent(ctx, store.EventQueueResumed, queue, actor, nil))
 	if err == nil && changed {
 		c.cfg.Logger.Info("queue resumed", slog.String("queue", queue), slog.String("actor", c.actor(actor)))
-		c.audit(ctx, store.EventQueueResumed, queue, actor, nil)
 	}
 	return changed, err
 }

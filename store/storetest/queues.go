@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -14,6 +16,7 @@ import (
 // the queue claimable again; runs summarise tasks sharing a run_id.
 func (s *suite) testQueues(t *testing.T) {
 	t.Run("PauseResume", s.testPauseResume)
+	t.Run("PauseWritesItsEvent", s.testPauseWritesItsEvent)
 	t.Run("Runs", s.testRuns)
 }
 
@@ -91,5 +94,45 @@ func (s *suite) testRuns(t *testing.T) {
 	}
 	if _, err := b.c.Run(b.ctx, "nope"); !errors.Is(err, backstop.ErrNotFound) {
 		t.Fatalf("unknown run: %v, want ErrNotFound", err)
+	}
+}
+
+// testPauseWritesItsEvent: a pause or resume and its audit event commit
+// together: an event the log refuses rolls the pause back, and a pause or
+// resume that changes nothing writes none.
+func (s *suite) testPauseWritesItsEvent(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	now := b.clock.Now()
+	if _, _, err := b.store.PauseQueue(b.ctx, "atomic", "ops", now, bt.Event{Type: store.EventQueuePaused}); err == nil {
+		t.Fatal("a pause whose event has no time (refused by the log) succeeded")
+	}
+	if ps, err := b.store.PausedQueues(b.ctx); err != nil || len(ps) != 0 {
+		t.Fatalf("the refused event's pause is there: %+v %v", ps, err)
+	}
+	ev := func(typ string) bt.Event { return store.AuditEvent(now, typ, "atomic", "ops", "", nil) }
+	count := func(typ string) int {
+		t.Helper()
+		p, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamType, Value: typ}, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(p.Events)
+	}
+	for range 2 {
+		if _, _, err := b.store.PauseQueue(b.ctx, "atomic", "ops", now, ev(store.EventQueuePaused)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if _, err := b.store.ResumeQueue(b.ctx, "atomic", ev(store.EventQueueResumed)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.For(t, "the pause's and the resume's events", func() bool {
+		return count(store.EventQueuePaused) == 1 && count(store.EventQueueResumed) == 1
+	})
+	if p, r := count(store.EventQueuePaused), count(store.EventQueueResumed); p != 1 || r != 1 {
+		t.Fatalf("%d queue.paused and %d queue.resumed events, want one each", p, r)
 	}
 }
