@@ -36,8 +36,10 @@ func TestWorkLabelsAndVersion(t *testing.T) {
 			}
 			var w backstop.WorkerInfo
 			e.json(&w, "workers", "show", id)
-			if w.Version != "v1.2.3" || len(w.Labels) != 2 || w.Labels["team"] != "billing" || w.Labels["region"] != "eu-1" {
-				t.Errorf("%s: worker %+v, want labels team=billing, region=eu-1 and version v1.2.3", mode, w)
+			// The CLI adds runner=exec (the console's Workers page reads it).
+			if w.Version != "v1.2.3" || len(w.Labels) != 3 || w.Labels["team"] != "billing" || w.Labels["region"] != "eu-1" ||
+				w.Labels["runner"] != "exec" {
+				t.Errorf("%s: worker %+v, want labels team=billing, region=eu-1, runner=exec and version v1.2.3", mode, w)
 			}
 		}
 		for _, bad := range [][]string{{"--label", "nokey"}, {"--label", "a=1", "--label", "a=2"}, {"--label", "bad key=1"},

@@ -46,7 +46,9 @@ func tenTabs(t *testing.T, setup string) {
 	if setup != "" && evalJS[bool](t, ctx, "SharedWorker gone", `typeof SharedWorker === "function"`) {
 		t.Fatal("the page still has SharedWorker")
 	}
-	url := e.url + "/#/events?stream=queue.tabs"
+	// From the start of the log (the page's default is its end): the event
+	// written before the tabs opened shows in each.
+	url := e.url + "/#/events?stream=queue.tabs&after="
 	tabs := []context.Context{ctx}
 	for i := 1; i < 10; i++ {
 		tab, cancel := chromedp.NewContext(ctx) // a new tab in the same browser context (same cookies)
