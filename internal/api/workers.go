@@ -61,15 +61,23 @@ func ParseWorkerQuery(q url.Values) (backstop.WorkerListParams, error) {
 		p.Labels[k] = val
 	}
 	p.Queue, p.State, p.AfterID = q.Get("queue"), backstop.WorkerState(q.Get("state")), q.Get("after")
-	p.Limit = defaultListLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return p, fail(codeInvalidQuery, fmt.Sprintf("limit %q: want a positive whole number", v))
-		}
-		p.Limit = n
+	var err error
+	p.Limit, err = positiveLimit(q, defaultListLimit)
+	return p, err
+}
+
+// positiveLimit is the query's limit: def when absent, else a positive
+// whole number (400 naming it).
+func positiveLimit(q url.Values, def int) (int, error) {
+	v := q.Get("limit")
+	if v == "" {
+		return def, nil
 	}
-	return p, nil
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fail(codeInvalidQuery, fmt.Sprintf("limit %q: want a positive whole number", v))
+	}
+	return n, nil
 }
 
 // GET /v1/workers
@@ -125,14 +133,9 @@ func ParseWorkerExecutionsQuery(q url.Values) (backstop.WorkerExecutionParams, e
 		}
 	}
 	p.After, p.Outcome = q.Get("after"), bt.Outcome(q.Get("outcome"))
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return p, fail(codeInvalidQuery, fmt.Sprintf("limit %q: want a positive whole number", v))
-		}
-		p.Limit = n
-	}
-	return p, nil
+	var err error
+	p.Limit, err = positiveLimit(q, p.Limit)
+	return p, err
 }
 
 // GET /v1/workers/{id}/executions
