@@ -2,93 +2,45 @@ package backstop
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/store"
 )
 
 // Client enqueues and inspects tasks. It is safe for concurrent use.
 type Client struct {
+	e     *engine.Engine
 	store store.Store
 	cfg   *Config
-	// remote coalesces concurrent settlements of the remote worker
-	// protocol (remote.go) into batches.
-	remote          settleBatcher
-	remoteAttempts  remoteAttempts // remote attempts' telemetry (remote_attempts.go)
-	lkeys           leaseKeys      // the lease tokens' key (leasetoken.go)
-	telemetry       *telemetry
-	ordering        OrderingStats             // ordering.go: all queues
-	orderingByQueue map[string]*OrderingStats // ordering.go: per ordered queue (read-only)
-	implicit        implicitOrdering          // ordering.go: undeclared queues with ordered tasks
-	activity        activityCache             // queues.go: Activity's closed minutes
-	plans           sync.Map                  // workflows.go: plan hash -> *workflow.Definition
-	// settleSeen, set only by tests, sees every batch Client.settle
-	// applies (settle.go).
-	settleSeen func([]store.Settlement)
+	// telemetry is the engine's instruments.
+	telemetry *engine.Telemetry
+	activity  activityCache // queues.go: Activity's closed minutes
 }
 
 // NewClient makes a client over s. A nil cfg takes every default.
 func NewClient(s store.Store, cfg *Config) (*Client, error) {
-	if s == nil {
-		return nil, errors.New("backstop: nil store")
-	}
-	if cfg == nil {
-		cfg = &Config{}
-	}
-	c := cfg.withDefaults()
-	if err := c.validate(); err != nil {
+	e, err := engine.New(s, cfg)
+	if err != nil {
 		return nil, err
 	}
-	cl := &Client{store: s, cfg: c, orderingByQueue: newQueueOrderingStats(c)}
-	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider, cl.orderingByQueue)
-	if err != nil {
-		return nil, fmt.Errorf("backstop: telemetry: %w", err)
-	}
-	cl.telemetry = tel
-	return cl, nil
+	return &Client{e: e, store: s, cfg: e.Config(), telemetry: e.Telemetry}, nil
 }
+
+// Engine is the engine under the client, for Backstop's own packages (the
+// remote worker protocol's server, the maintenance services); its type is
+// internal.
+func (c *Client) Engine() *engine.Engine { return c.e }
 
 // Store is the store the client works on.
 func (c *Client) Store() store.Store { return c.store }
 
 // Config is the client's effective configuration (defaults filled in).
 func (c *Client) Config() *Config { return c.cfg }
-
-func (c *Client) enqueueOpts(ctx context.Context, params []EnqueueParams, tasks []*Task) store.EnqueueOpts {
-	return store.EnqueueOpts{InlineLimit: c.cfg.InlinePayloadLimit, Merge: c.cfg.merge,
-		Events: c.tooComplexEvents(ctx, params, tasks)}
-}
-
-func (c *Client) prepareAll(params []EnqueueParams) ([]*Task, error) {
-	now := c.cfg.Clock.Now()
-	tasks := make([]*Task, len(params))
-	for i := range params {
-		t, err := c.prepare(&params[i], now)
-		if err != nil {
-			if len(params) > 1 {
-				return nil, &BatchError{Index: i, Err: err}
-			}
-			return nil, err
-		}
-		tasks[i] = t
-	}
-	return tasks, nil
-}
-
-// BatchError says which task of a batch was refused; nothing was written.
-type BatchError struct {
-	Index int // 0-based position in the batch
-	Err   error
-}
-
-func (e *BatchError) Error() string { return fmt.Sprintf("task %d of the batch: %v", e.Index+1, e.Err) }
-func (e *BatchError) Unwrap() error { return e.Err }
 
 func convertResults(rs []store.EnqueueResult) []EnqueueResult {
 	out := make([]EnqueueResult, len(rs))
@@ -112,19 +64,19 @@ func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) ([]Enq
 	if len(params) == 0 {
 		return nil, nil
 	}
-	params, spans := c.telemetry.startSend(ctx, params)
-	tasks, err := c.prepareAll(params)
+	params, spans := c.telemetry.StartSend(ctx, params)
+	tasks, err := c.e.PrepareAll(params)
 	if err != nil {
-		c.telemetry.endSend(ctx, spans, nil, err)
+		c.telemetry.EndSend(ctx, spans, nil, err)
 		return nil, err
 	}
-	rs, err := c.store.Enqueue(ctx, tasks, c.enqueueOpts(ctx, params, tasks))
+	rs, err := c.store.Enqueue(ctx, tasks, c.e.EnqueueOpts(ctx, params, tasks))
 	var out []EnqueueResult
 	if err == nil {
 		out = convertResults(rs)
-		c.countTooComplexTasks(ctx, tasks)
+		c.e.CountTooComplexTasks(ctx, tasks)
 	}
-	c.telemetry.endSend(ctx, spans, out, err)
+	c.telemetry.EndSend(ctx, spans, out, err)
 	return out, err
 }
 
@@ -135,21 +87,21 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, params ...EnqueueParams)
 	if len(params) == 0 {
 		return nil, nil
 	}
-	params, spans := c.telemetry.startSend(ctx, params)
-	tasks, err := c.prepareAll(params)
+	params, spans := c.telemetry.StartSend(ctx, params)
+	tasks, err := c.e.PrepareAll(params)
 	if err != nil {
-		c.telemetry.endSend(ctx, spans, nil, err)
+		c.telemetry.EndSend(ctx, spans, nil, err)
 		return nil, err
 	}
-	rs, err := c.store.EnqueueTx(ctx, tx, tasks, c.enqueueOpts(ctx, params, tasks))
+	rs, err := c.store.EnqueueTx(ctx, tx, tasks, c.e.EnqueueOpts(ctx, params, tasks))
 	var out []EnqueueResult
 	if err == nil {
 		out = convertResults(rs)
-		c.countTooComplexTasks(ctx, tasks)
+		c.e.CountTooComplexTasks(ctx, tasks)
 	}
 	// Counted when the caller's transaction is handed back: a rollback
 	// after this still counts (the library cannot see the commit).
-	c.telemetry.endSend(ctx, spans, out, err)
+	c.telemetry.EndSend(ctx, spans, out, err)
 	return out, err
 }
 
@@ -157,7 +109,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, params ...EnqueueParams)
 func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
 	t, err := c.store.Get(ctx, id)
 	if err == nil {
-		err = c.withOrdering(ctx, []*Task{t}) // ordering.go
+		err = c.e.WithOrdering(ctx, []*Task{t}) // ordering.go
 	}
 	return t, err
 }
@@ -175,7 +127,7 @@ func (c *Client) List(ctx context.Context, f ListParams) ([]*Task, error) {
 		return nil, err
 	}
 	ts, err := c.store.List(c.callBudget(ctx), f)
-	return ts, whereErr(err)
+	return ts, engine.WhereErr(err)
 }
 
 // checkListFilter checks a filter's values (but its limit): nothing is
@@ -190,7 +142,7 @@ func checkListFilter(f ListParams) error {
 		return invalid("reason", "unknown dead-letter reason %q", f.Reason)
 	}
 	for k := range f.Attrs {
-		if !attrKeyRE.MatchString(k) {
+		if !engine.ValidAttrKey(k) {
 			return invalid("attr", "key %q is not a valid attribute key", k)
 		}
 	}
@@ -206,8 +158,8 @@ func checkListFilter(f ListParams) error {
 	// A queue or kind that cannot be a name matches nothing; refusing it
 	// names the typo (and keeps a NUL byte away from Postgres).
 	for _, n := range [...]struct{ field, name string }{{"queue", f.Queue}, {"kind", f.Kind}} {
-		if n.name != "" && validName(n.name) != nil {
-			return invalid(n.field, "%v", validName(n.name))
+		if n.name != "" && engine.ValidName(n.name) != nil {
+			return invalid(n.field, "%v", engine.ValidName(n.name))
 		}
 	}
 	return nil
@@ -272,7 +224,7 @@ func (c *Client) DeadLetterGroupCounts(ctx context.Context, f ListParams, errorL
 	}
 	if x := whereInGo(f.Where); x != nil {
 		g, err := groupsInGo(c.callBudget(ctx), x, f, errorLimit, c.store.List)
-		return g, whereErr(err)
+		return g, engine.WhereErr(err)
 	}
 	return c.store.DLQGroups(ctx, f, errorLimit)
 }

@@ -3,6 +3,8 @@ package backstop
 import (
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/backstophq/backstop/internal/engine"
 )
 
 // A listing of tasks, dead letters or workers pages by id: its cursor
@@ -15,7 +17,7 @@ func checkTaskCursor(after string) error {
 	if after == "" {
 		return nil
 	}
-	if validName(after) != nil {
+	if engine.ValidName(after) != nil {
 		return invalid("after", "bad cursor %q: a cursor is the last id of the previous page (1-128 letters, digits, '_', '.', ':' or '-')", after)
 	}
 	return nil

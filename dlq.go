@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -127,7 +128,7 @@ func (c *Client) replaySchedule(delay time.Duration, runAt time.Time, now time.T
 func (c *Client) Replay(ctx context.Context, p ReplayParams) (*ReplayResult, error) {
 	r, err := c.replay(ctx, p, "", time.Time{})
 	if err != nil || r.Replayed {
-		c.telemetry.replayed(ctx, err)
+		c.telemetry.Replayed(ctx, err)
 	}
 	return r, err
 }
@@ -139,7 +140,7 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 	if err := checkPatch(p.MergePatch, p.Patch); err != nil {
 		return nil, err
 	}
-	if err := checkText("actor", p.Actor); err != nil {
+	if err := engine.CheckText("actor", p.Actor); err != nil {
 		return nil, err
 	}
 	if err := c.checkReason("reason", p.Reason); err != nil {
@@ -174,7 +175,7 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 		}
 		plan := &store.ReplayPlan{NewID: newID, State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts,
 			Now: now, InlineLimit: c.cfg.InlinePayloadLimit, RedriveID: redriveID}
-		if p.NewID && !p.patched() && inputRef(t) != "" {
+		if p.NewID && !p.patched() && engine.InputRef(t) != "" {
 			whole, err := patchInput(t, inputs) // steppayload.go
 			if err != nil {
 				return nil, err
@@ -233,7 +234,7 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 	}
 	res.Replayed, res.Task = true, t
 	if newID == "" {
-		c.resumeRuns(ctx, []string{p.ID}) // workflows.go: a replayed step resumes its run
+		c.e.ResumeRuns(ctx, []string{p.ID}) // workflows.go: a replayed step resumes its run
 	}
 	return res, nil
 }
@@ -257,7 +258,7 @@ func (c *Client) Discard(ctx context.Context, p DiscardParams) (*Task, error) {
 	}
 	t, err := c.setDLQStatus(ctx, p.ID, DLQDiscarded, p.Actor, "dlq.discarded", map[string]any{"reason": p.Reason})
 	if err == nil {
-		c.telemetry.discarded(ctx, t)
+		c.telemetry.Discarded(ctx, t)
 	}
 	return t, err
 }
@@ -292,7 +293,7 @@ func (c *Client) checkDiscard(reason string) error {
 // checkResolve: a note alone satisfies RequireReason (and is recorded as
 // the reason).
 func (c *Client) checkResolve(reason, note string) error {
-	if err := checkText("note", note); err != nil {
+	if err := engine.CheckText("note", note); err != nil {
 		return err
 	}
 	return CheckReason("reason", reason, c.cfg.RequireReason && strings.TrimSpace(note) == "")
@@ -302,7 +303,7 @@ func (c *Client) setDLQStatus(ctx context.Context, id string, st DLQStatus, acto
 	if err := ValidID(id); err != nil {
 		return nil, invalid("id", "%v", err)
 	}
-	if err := checkText("actor", actor); err != nil {
+	if err := engine.CheckText("actor", actor); err != nil {
 		return nil, err
 	}
 	now := c.now()
@@ -357,7 +358,7 @@ func (c *Client) PurgeDLQ(ctx context.Context, p PurgeParams) (int, error) {
 		return 0, invalid("confirm_open", "purging open dead letters deletes tasks that wait for an operator: "+
 			"confirm it (confirm_open: true in the API, --yes or the terminal's question on the CLI)")
 	}
-	if err := checkText("actor", p.Actor); err != nil {
+	if err := engine.CheckText("actor", p.Actor); err != nil {
 		return 0, err
 	}
 	if err := c.checkReason("reason", p.Reason); err != nil {
@@ -424,7 +425,7 @@ func (c *Client) purgeWhere(ctx context.Context, sp store.PurgeParams, where str
 	for {
 		ts, err := c.store.List(c.batchBudget(ctx), f)
 		if err != nil {
-			return total, whereErr(err)
+			return total, engine.WhereErr(err)
 		}
 		if len(ts) > 0 {
 			ids := make([]string, len(ts))
@@ -535,11 +536,11 @@ func (c *Client) exportOne(ctx context.Context, t *Task, fn func(DeadLetterExpor
 
 // validateDLQFilter checks the dead-letter fields of a listing filter.
 func validateDLQFilter(f ListParams) error {
-	if err := checkText("error_contains", f.ErrorContains); err != nil {
+	if err := engine.CheckText("error_contains", f.ErrorContains); err != nil {
 		return err
 	}
 	for k, v := range f.Attrs {
-		if checkText("attr", v) != nil {
+		if engine.CheckText("attr", v) != nil {
 			return invalid("attr", "value of %q is not valid UTF-8 text (or holds a NUL)", k)
 		}
 	}
@@ -551,7 +552,7 @@ func validateDLQFilter(f ListParams) error {
 	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
 		return invalid("until", "is before --since")
 	}
-	if err := checkText("idempotency_key", f.IdempotencyKey); err != nil {
+	if err := engine.CheckText("idempotency_key", f.IdempotencyKey); err != nil {
 		return err
 	}
 	if !f.CreatedSince.IsZero() && !f.CreatedUntil.IsZero() && f.CreatedUntil.Before(f.CreatedSince) {

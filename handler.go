@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backstophq/backstop/internal/engine"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -36,7 +37,7 @@ func Typed[T any](fn func(ctx context.Context, t *Task, payload T) error) Handle
 	return HandlerFunc(func(ctx context.Context, t *Task) error {
 		var v T
 		if err := json.Unmarshal(t.Payload, &v); err != nil {
-			return &poisonError{err: payloadError(t.Kind, err)}
+			return engine.Poison(payloadError(t.Kind, err))
 		}
 		return fn(ctx, t, v)
 	})
@@ -195,7 +196,7 @@ func Logger(ctx context.Context) *slog.Logger {
 // and the span's ids, teeing into the execution's log.
 func (a *attempt) log() *slog.Logger {
 	a.logOnce.Do(func() {
-		l := withSpan(taskLogger(a.wlog, a.task), a.span) // trace_id, span_id (logtrace.go)
+		l := engine.WithSpan(taskLogger(a.wlog, a.task), a.span) // trace_id, span_id (logtrace.go)
 		a.logger = slog.New(teeHandler{Handler: l.Handler(), log: a.elog})
 	})
 	return a.logger
@@ -217,4 +218,14 @@ func (a *attempt) snapshot() (*Progress, string) {
 		p = &cp
 	}
 	return p, a.detail
+}
+
+// Gaps returns the gaps reported with the task a handler runs: sequences of
+// its ordering key that never arrived before the drain gave up, so the
+// handler can backfill what it would otherwise record as missed.
+func Gaps(ctx context.Context) []Gap {
+	if t, ok := TaskFromContext(ctx); ok {
+		return t.Gaps
+	}
+	return nil
 }

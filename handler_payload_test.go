@@ -3,9 +3,10 @@ package backstop
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
+
+	"github.com/backstophq/backstop/internal/engine"
 )
 
 // TestTypedPayloadErrorNamesThePayload: a payload that does not fit a
@@ -24,8 +25,7 @@ func TestTypedPayloadErrorNamesThePayload(t *testing.T) {
 		{`{"width":`, `payload is not valid JSON`},
 	} {
 		err := h.Work(context.Background(), &Task{Kind: "resize_image", Payload: json.RawMessage(tc.payload)})
-		var pe *poisonError
-		if !errors.As(err, &pe) {
+		if !engine.IsPoison(err) {
 			t.Fatalf("%s: %v, want poison", tc.payload, err)
 		}
 		if msg := err.Error(); !strings.Contains(msg, tc.want) || strings.Contains(msg, "imagePayload") || strings.Contains(msg, "backstop.") {

@@ -78,7 +78,7 @@ func FuzzCursor(f *testing.F) {
 					t.Fatalf("%s cursor %q with a control character accepted", name, s)
 				}
 			}
-			if name == "task" && s != "" && validName(s) != nil {
+			if name == "task" && s != "" && ValidID(s) != nil {
 				t.Fatalf("task cursor %q that is not an id accepted", s)
 			}
 		}

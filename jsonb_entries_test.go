@@ -93,7 +93,7 @@ func TestJSONBRefusedAtEveryEntry(t *testing.T) {
 		now := c.now()
 		old := &Task{ID: "m-old", Queue: "q", Kind: "app", State: StatePending, MaxAttempts: 3, MergeKey: "old",
 			Payload: json.RawMessage(`{"a":"\udc00"}`), PayloadSize: 14, RunAt: now, CreatedAt: now, UpdatedAt: now}
-		if _, err := c.Store().Enqueue(ctx, []*Task{old}, store.EnqueueOpts{Merge: c.cfg.merge}); err != nil {
+		if _, err := c.Store().Enqueue(ctx, []*Task{old}, store.EnqueueOpts{Merge: c.e.EnqueueOpts(ctx, nil, nil).Merge}); err != nil {
 			t.Fatal(err)
 		}
 		_, err = c.Enqueue(ctx, EnqueueParams{Queue: "q", Kind: "app", MergeKey: "old", Payload: json.RawMessage(`{"n":1}`)})
@@ -239,4 +239,10 @@ func TestPatchedPayloadChecked(t *testing.T) {
 	if !errors.Is(err, ErrUnprocessable) || !strings.Contains(err.Error(), "payload.amount") {
 		t.Errorf("got %v, want unprocessable naming payload.amount", err)
 	}
+}
+
+// nested is a document with depth arrays and objects one inside another.
+func nested(depth int) string {
+	return strings.Repeat(`{"a":[`, depth/2) + strings.Repeat("[", depth%2) + "1" +
+		strings.Repeat("]", depth%2) + strings.Repeat("]}", depth/2)
 }

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
-	"github.com/backstophq/backstop/internal/remote"
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/redact"
 	"github.com/backstophq/backstop/store"
 )
@@ -23,72 +22,26 @@ import (
 
 // Bounds of one execution's log.
 const (
-	MaxLogLines = 1000
-	MaxLogBytes = 256 << 10
-	// maxLogLine cuts a single line.
-	maxLogLine = 8 << 10
+	MaxLogLines = engine.MaxLogLines
+	MaxLogBytes = engine.MaxLogBytes
 )
 
 // Log streams.
 const (
-	LogStreamLog       = "log"       // the handler's logger
-	LogStreamOutput    = "output"    // a program's output, its streams not told apart
-	LogStreamStdout    = "stdout"    // a program's standard output (backstop work)
-	LogStreamStderr    = "stderr"    // a program's standard error (backstop work)
-	LogStreamTruncated = "truncated" // the marker after the bound
+	LogStreamLog       = engine.LogStreamLog
+	LogStreamOutput    = engine.LogStreamOutput
+	LogStreamStdout    = engine.LogStreamStdout
+	LogStreamStderr    = engine.LogStreamStderr
+	LogStreamTruncated = engine.LogStreamTruncated
 )
 
 // LogLine is one line of an execution's log.
 type LogLine = store.LogLine
 
-// logBound numbers lines and applies the bounds for one execution.
-type logBound struct {
-	lines, bytes, seq int
-	truncated         bool
-}
-
-// take returns the lines to keep from in (numbered), with the marker when
-// the bound is reached.
-func (b *logBound) take(in []LogLine, now time.Time) []LogLine {
-	var out []LogLine
-	for _, l := range in {
-		if b.truncated {
-			break
-		}
-		l.Line = cutLine(l.Line)
-		if b.lines >= MaxLogLines || b.bytes+len(l.Line) > MaxLogBytes {
-			b.truncated = true
-			b.seq++
-			out = append(out, LogLine{TaskID: l.TaskID, ExecutionID: l.ExecutionID, Seq: b.seq, At: now, Stream: LogStreamTruncated,
-				Line: fmt.Sprintf("…log truncated: an execution keeps at most %d lines or %d KiB…", MaxLogLines, MaxLogBytes>>10)})
-			break
-		}
-		b.lines++
-		b.bytes += len(l.Line)
-		b.seq++
-		l.Seq = b.seq
-		out = append(out, l)
-	}
-	return out
-}
-
-func cutLine(s string) string {
-	s = strings.TrimRight(s, "\r\n")
-	if len(s) > maxLogLine {
-		s = s[:maxLogLine]
-		for len(s) > 0 && !utf8.ValidString(s) {
-			s = s[:len(s)-1]
-		}
-		s += "…"
-	}
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.ReplaceAll(s, "\x00", "\uFFFD")
-}
-
 // execLog is one in-process attempt's log.
 type execLog struct {
 	mu    sync.Mutex
-	bound logBound
+	bound engine.LogBound
 	task  *Task
 	sink  *logFlusher
 	now   func() time.Time
@@ -99,7 +52,7 @@ func (l *execLog) write(stream, line string) {
 		return
 	}
 	l.mu.Lock()
-	kept := l.bound.take([]LogLine{{TaskID: l.task.ID, ExecutionID: l.task.ExecutionID, At: l.now(), Stream: stream, Line: line}}, l.now())
+	kept := l.bound.Take([]LogLine{{TaskID: l.task.ID, ExecutionID: l.task.ExecutionID, At: l.now(), Stream: stream, Line: line}}, l.now())
 	l.mu.Unlock()
 	l.sink.add(kept)
 }
@@ -254,63 +207,6 @@ func (f *logFlusher) flush() {
 func (f *logFlusher) close() {
 	close(f.stop)
 	<-f.done
-}
-
-// appendRemoteLogs is remote.Protocol.AppendLogs.
-func (c *Client) appendRemoteLogs(ctx context.Context, taskID, leaseToken string, lines []remote.LogLine) (remote.LogResult, error) {
-	var res remote.LogResult
-	if leaseToken == "" {
-		return res, invalid("lease_token", "is required")
-	}
-	if len(lines) > MaxLogLines {
-		return res, invalid("lines", "at most %d per request", MaxLogLines)
-	}
-	now := c.now()
-	mask := c.Masker()
-	in := make([]LogLine, len(lines))
-	for i, l := range lines {
-		switch l.Stream {
-		case "":
-			l.Stream = LogStreamOutput
-		case LogStreamOutput, LogStreamStdout, LogStreamStderr, LogStreamLog:
-		default:
-			return res, invalid("stream", "unknown stream %q (use output, stdout, stderr or log)", l.Stream)
-		}
-		in[i] = LogLine{TaskID: taskID, At: now, Stream: l.Stream, Line: mask.Line(l.Line)}
-	}
-	exec, ok, err := c.leaseExecution(ctx, leaseToken) // leasetoken.go
-	if err != nil {
-		return res, err
-	}
-	if !ok { // answered as a lease that is not current
-		return res, fmt.Errorf("%w: the lease token is not the current lease of task %q", remote.ErrLeaseNotCurrent, taskID)
-	}
-	for i := range in {
-		in[i].ExecutionID = exec
-	}
-	u, err := c.store.ExecutionLogUsage(ctx, exec)
-	if err != nil {
-		return res, err
-	}
-	b := logBound{lines: u.Lines, bytes: u.Bytes, seq: u.LastSeq, truncated: u.Lines > MaxLogLines || u.Bytes > MaxLogBytes}
-	if u.LastSeq > u.Lines { // a marker is there
-		b.truncated = true
-	}
-	kept := b.take(in, now)
-	ok, err = c.store.AppendLeasedLogs(ctx, taskID, exec, kept)
-	if err != nil {
-		return res, err
-	}
-	if !ok {
-		return res, fmt.Errorf("%w: the lease token is not the current lease of task %q", remote.ErrLeaseNotCurrent, taskID)
-	}
-	for _, l := range kept {
-		if l.Stream != LogStreamTruncated {
-			res.Accepted++
-		}
-	}
-	res.Truncated = b.truncated
-	return res, nil
 }
 
 // ReadLogs returns lines of a task's execution with seq > after, at most

@@ -89,15 +89,15 @@ func TestExecutionLogsMasked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts, err := c.claimRemote(ctx, remote.Claim{Queues: []string{"rq"}, WorkerID: "w"})
+	ts, err := remote.New(c.e).Claim(ctx, remote.Claim{Queues: []string{"rq"}, WorkerID: "w"})
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("claim %v %v", ts, err)
 	}
-	if _, err := c.appendRemoteLogs(ctx, r2.Task.ID, ts[0].LeaseToken, []remote.LogLine{{Line: "db secret=hunter2-F ok"},
+	if _, err := remote.New(c.e).AppendLogs(ctx, r2.Task.ID, ts[0].LeaseToken, []remote.LogLine{{Line: "db secret=hunter2-F ok"},
 		{Stream: LogStreamLog, Line: `ts=1 msg="x" {"credential":"hunter2-G"}`}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.failRemote(ctx, remote.Failure{TaskID: r2.Task.ID, LeaseToken: ts[0].LeaseToken, Outcome: bt.OutcomePermanentError,
+	if _, err := remote.New(c.e).Fail(ctx, remote.Failure{TaskID: r2.Task.ID, LeaseToken: ts[0].LeaseToken, Outcome: bt.OutcomePermanentError,
 		ErrorDetail: "password: hunter2-H"}); err != nil {
 		t.Fatal(err)
 	}

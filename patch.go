@@ -2,12 +2,15 @@ package backstop
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/backstophq/backstop/internal/engine"
 )
 
 // ErrUnprocessable marks a request that is well formed but cannot be applied
@@ -66,7 +69,7 @@ func checkPatch(merge json.RawMessage, ops []PatchOp) error {
 		if !json.Valid(merge) {
 			return unprocessable("merge patch: invalid JSON")
 		}
-		if why := jsonbProblem("merge_patch", merge); why != "" {
+		if why := engine.JSONBProblem("merge_patch", merge); why != "" {
 			return invalid("merge_patch", "%s", why)
 		}
 	}
@@ -75,7 +78,7 @@ func checkPatch(merge json.RawMessage, ops []PatchOp) error {
 			return invalid("patch", "%q is not valid UTF-8 (JSON text must be UTF-8)", op.Path)
 		}
 		if json.Valid(op.Value) {
-			if why := jsonbProblem("payload."+op.Path, op.Value); why != "" {
+			if why := engine.JSONBProblem("payload."+op.Path, op.Value); why != "" {
 				return invalid("patch", "%s", why)
 			}
 		}
@@ -128,7 +131,7 @@ func applyPatch(payload json.RawMessage, merge json.RawMessage, ops []PatchOp) (
 	}
 	// The patch itself was checked (checkPatch); what it leaves of a
 	// payload stored before the rule is checked here.
-	if why := jsonbProblem("payload", out); why != "" {
+	if why := engine.JSONBProblem("payload", out); why != "" {
 		return nil, unprocessable("patch: the patched payload cannot be stored: %s", why)
 	}
 	return out, nil
@@ -203,4 +206,28 @@ func jsonType(v any) string {
 		return "number"
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+// patchBase is the payload a replay's patch applies to: a fan-out item's
+// with its run's input put back (so a patch of input.x changes what the
+// handler receives, and the patched task stores its payload whole), any
+// other task's as stored.
+func (c *Client) patchBase(ctx context.Context, t *Task) (json.RawMessage, error) {
+	if engine.InputRef(t) == "" {
+		return t.Payload, nil
+	}
+	inputs, err := c.store.RunInputsOfTasks(ctx, []string{t.ID})
+	if err != nil {
+		return nil, err
+	}
+	return patchInput(t, inputs)
+}
+
+// patchInput is patchBase's rule with the inputs read (RunInputsOfTasks).
+func patchInput(t *Task, inputs map[string]json.RawMessage) (json.RawMessage, error) {
+	p, err := engine.WithStepInput(t, inputs)
+	if err != nil {
+		return nil, unprocessable("patch: %v", err)
+	}
+	return p, nil
 }

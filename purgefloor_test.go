@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstophq/backstop/internal/maintenance"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
 
@@ -43,8 +44,8 @@ func TestMaintainerWarnsRetentionBelowFloor(t *testing.T) {
 			strings.Contains(got, "purge_floor=72h0m0s"); warned != tc.warned {
 			t.Errorf("retention %v: log %q", tc.retention, got)
 		}
-		if c.deadLetterRetention() != max(tc.retention, 72*time.Hour) && tc.retention >= 0 {
-			t.Errorf("retention %v held at %v", tc.retention, c.deadLetterRetention())
+		if got := maintenance.PolicyOf(c.cfg).DeadLetters; got != max(tc.retention, 72*time.Hour) && tc.retention >= 0 {
+			t.Errorf("retention %v held at %v", tc.retention, got)
 		}
 	}
 	if _, err := NewClient(s, &Config{PurgeFloor: -time.Hour}); err == nil {

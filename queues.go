@@ -9,6 +9,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -20,10 +21,10 @@ type QueueState = store.QueueState
 // usual and enqueues still land. Pausing a paused queue changes nothing and
 // returns the first pause; changed says whether this call paused it.
 func (c *Client) PauseQueue(ctx context.Context, queue, actor string) (st QueueState, changed bool, err error) {
-	if err := validName(queue); err != nil {
+	if err := engine.ValidName(queue); err != nil {
 		return st, false, invalid("queue", "%v", err)
 	}
-	if err := checkText("actor", actor); err != nil {
+	if err := engine.CheckText("actor", actor); err != nil {
 		return st, false, err
 	}
 	actor = c.actor(actor)
@@ -37,7 +38,7 @@ func (c *Client) PauseQueue(ctx context.Context, queue, actor string) (st QueueS
 // ResumeQueue lets workers claim the queue again (and wakes them);
 // changed is false when it was not paused.
 func (c *Client) ResumeQueue(ctx context.Context, queue, actor string) (changed bool, err error) {
-	if err := validName(queue); err != nil {
+	if err := engine.ValidName(queue); err != nil {
 		return false, invalid("queue", "%v", err)
 	}
 	changed, err = c.store.ResumeQueue(ctx, queue, c.auditEvent(ctx, store.EventQueueResumed, queue, actor, nil))
@@ -203,4 +204,41 @@ func (a *activityCache) keep(fresh map[int64]store.MinuteActivity, from, closed,
 			delete(a.m, m)
 		}
 	}
+}
+
+// OrderQueue runs ordering admission and due drains for one queue now (the
+// worker does it before each claim, maintenance for due drains). When the
+// ordering state cannot be read or written, the queue's ordered tasks are
+// handed to normal processing (counted as fallback).
+func (c *Client) OrderQueue(ctx context.Context, queue string) error {
+	return c.e.OrderQueue(ctx, queue)
+}
+
+// OrderingStats returns this client's ordering counters, all queues.
+func (c *Client) OrderingStats() *OrderingStats { return c.e.OrderingStats() }
+
+// QueueOrderingStats returns the ordering counters of one queue (nil when
+// the queue does not have ordering enabled in this client's Config).
+func (c *Client) QueueOrderingStats(queue string) *OrderingStats {
+	return c.e.QueueOrderingStats(queue)
+}
+
+// OrderingKeys lists the ordering keys of a queue (those with a state and
+// those with tasks waiting) in key order, those after after, at most limit
+// (default 100, at most 1000); an unknown queue has none. Page on with the
+// last key as after.
+func (c *Client) OrderingKeys(ctx context.Context, queue, after string, limit int) ([]OrderingKey, error) {
+	return c.e.OrderingKeys(ctx, queue, after, limit)
+}
+
+// RotateLeaseKey replaces the key that signs remote workers' lease tokens
+// with a fresh random one; the key it replaces still verifies the tokens it
+// signed for grace (at most MaxLeaseKeyGrace), so the leases held now run
+// on; after that a worker still holding such a token gets
+// lease_not_current, and its attempt is retried when the lease expires.
+// Every process sharing the database picks up the new key within
+// LeaseKeyRefresh (this one at once). It answers the time until which the
+// old key stays good. Rotate when a token or the key may have leaked.
+func (c *Client) RotateLeaseKey(ctx context.Context, grace time.Duration) (time.Time, error) {
+	return c.e.RotateLeaseKey(ctx, grace)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -17,7 +18,7 @@ const MaxReasonBytes = 1024
 // in errors (the API and CLI of a redrive call it "why": their "reason"
 // filters dead letters by theirs).
 func CheckReason(field, reason string, required bool) error {
-	if err := checkText(field, reason); err != nil {
+	if err := engine.CheckText(field, reason); err != nil {
 		return err
 	}
 	if len(reason) > MaxReasonBytes {
@@ -59,7 +60,7 @@ func (c *Client) CancelTask(ctx context.Context, p CancelParams) (*Task, error) 
 	if err := c.checkReason("reason", p.Reason); err != nil {
 		return nil, err
 	}
-	if err := checkText("actor", p.Actor); err != nil {
+	if err := engine.CheckText("actor", p.Actor); err != nil {
 		return nil, err
 	}
 	if p.Actor != "" {
@@ -70,7 +71,7 @@ func (c *Client) CancelTask(ctx context.Context, p CancelParams) (*Task, error) 
 	}
 	t, err := c.store.RequestCancel(ctx, p.ID, c.cfg.Clock.Now())
 	if err == nil {
-		c.stepCanceled(ctx, t) // workflows.go: a waiting step's run learns of it
+		c.e.StepCanceled(ctx, t) // workflows.go: a waiting step's run learns of it
 	}
 	return t, err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/store"
 )
@@ -141,7 +142,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		return out, invalid("reason", "unknown dead-letter reason %q", f.Reason)
 	}
 	for k := range f.Attrs {
-		if !attrKeyRE.MatchString(k) {
+		if !engine.ValidAttrKey(k) {
 			return out, invalid("attr", "key %q is not a valid attribute key", k)
 		}
 	}
@@ -160,7 +161,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err := checkPatch(p.MergePatch, p.Patch); err != nil {
 		return out, err
 	}
-	if err := checkText("actor", p.Actor); err != nil {
+	if err := engine.CheckText("actor", p.Actor); err != nil {
 		return out, err
 	}
 	if err := c.checkReason("reason", p.Reason); err != nil {
@@ -216,7 +217,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 		left, err = c.countRedrive(c.batchBudget(ctx), batch, inGo)
 		return err
 	}, nil); err != nil {
-		return out, whereErr(fmt.Errorf("redrive: %w", err))
+		return out, engine.WhereErr(fmt.Errorf("redrive: %w", err))
 	}
 	out = RedriveProgress{RedriveID: rec.ID, Resumed: resumed, Snapshot: rec.Snapshot,
 		Total: rec.Replayed + rec.Failed + left, Replayed: rec.Replayed, Failed: rec.Failed}
@@ -279,9 +280,9 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 					return fmt.Errorf("redrive: %w", err)
 				}
 				replayed, failed, last = res.Replayed, len(res.Conflicts), res.LastID
-				c.telemetry.replayedBatch(ctx, replayed, failed)
+				c.telemetry.ReplayedBatch(ctx, replayed, failed)
 				if len(res.Steps) > 0 {
-					c.resumeRuns(ctx, res.Steps) // workflows.go: a replayed step resumes its halted run now
+					c.e.ResumeRuns(ctx, res.Steps) // workflows.go: a replayed step resumes its halted run now
 				}
 				return nil
 			}
@@ -356,7 +357,7 @@ func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListPara
 		res, err := c.replay(ctx, ReplayParams{ID: t.ID, Actor: p.Actor, Reason: p.Reason, MergePatch: p.MergePatch, Patch: p.Patch,
 			KeepAttempts: p.KeepAttempts, Delay: p.Delay, RunAt: p.RunAt}, b.RedriveID, b.Snapshot)
 		if err != nil || res.Replayed {
-			c.telemetry.replayed(ctx, err)
+			c.telemetry.Replayed(ctx, err)
 		}
 		switch {
 		case err == nil && res.Replayed:
@@ -448,7 +449,7 @@ var ErrInterrupted = errors.New("interrupted")
 func overBudget(p RedriveProgress, err error) error {
 	var be *filter.BudgetError
 	errors.As(err, &be)
-	return &ValidationError{Field: "where", cause: be, Message: fmt.Sprintf(
+	return &ValidationError{Field: "where", Cause: be, Message: fmt.Sprintf(
 		"redrive %s stopped after %d replayed, one batch over its where budget: %v; `backstop redrives resume %s` continues it",
 		p.RedriveID, p.Replayed, be, p.RedriveID)}
 }

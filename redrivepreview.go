@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/redact"
 	"github.com/backstophq/backstop/store"
@@ -77,7 +78,7 @@ func (p *RedrivePreview) Mask(m *redact.Masker) {
 // inGo: the where outside the SQL subset, counted in Go (countRedrive).
 func (c *Client) redriveDryRun(ctx context.Context, p RedriveParams, f ListParams, inGo *filter.Expr, now time.Time) (out RedriveProgress, err error) {
 	ctx = c.callBudget(ctx) // the count and the sample share one
-	defer func() { err = whereErr(err) }()
+	defer func() { err = engine.WhereErr(err) }()
 	out = RedriveProgress{Snapshot: now, DryRun: true}
 	n, err := c.countRedrive(ctx, store.RedriveBatch{Filter: f, Snapshot: now}, inGo)
 	if err != nil {

@@ -20,9 +20,6 @@ import (
 // redrive at once by mistake. A runner that finds another took its
 // redrive over (a forced resume) stops after its batch.
 
-// DefaultRedriveHeartbeat is Config.RedriveHeartbeat's default.
-const DefaultRedriveHeartbeat = 5 * time.Second
-
 // RedriveStaleAfter: a runner not seen for this long is presumed gone
 // (three heartbeats).
 func (c *Client) RedriveStaleAfter() time.Duration { return 3 * c.cfg.RedriveHeartbeat }

@@ -1,17 +1,14 @@
 package backstop
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
+
+	"github.com/backstophq/backstop/internal/engine"
 )
 
 // MaxResultBytes bounds an attempt's JSON result (SetResult, a remote
-// worker's completion, an exec worker's $BACKSTOP_RESULT_FILE): 1 MiB.
-const MaxResultBytes = 1 << 20
-
 // ErrNotInHandler: SetResult was called with a context that is not a
 // handler's.
 var ErrNotInHandler = errors.New("backstop: SetResult: the context is not a handler's (call it with the context the handler was given)")
@@ -34,7 +31,7 @@ func SetResult(ctx context.Context, v any) error {
 	if a == nil {
 		return ErrNotInHandler
 	}
-	b, err := marshalResult(v)
+	b, err := engine.MarshalResult(v)
 	if err != nil {
 		err = Permanent(err)
 	}
@@ -42,53 +39,6 @@ func SetResult(ctx context.Context, v any) error {
 	a.output, a.outputErr = b, err
 	a.mu.Unlock()
 	return err
-}
-
-func marshalResult(v any) (json.RawMessage, error) {
-	var b []byte
-	switch r := v.(type) {
-	case json.RawMessage:
-		b = r
-	case *json.RawMessage:
-		if r != nil {
-			b = *r
-		}
-	default:
-		var err error
-		if b, err = json.Marshal(v); err != nil {
-			return nil, fmt.Errorf("backstop: SetResult: %w", err)
-		}
-	}
-	b, err := CheckResult(b)
-	if err != nil {
-		return nil, fmt.Errorf("backstop: SetResult: %w", err)
-	}
-	return b, nil
-}
-
-// CheckResult checks an attempt's JSON result as every path that takes one
-// does (SetResult, an exec worker's result file, a remote worker's
-// completion): valid UTF-8 JSON of at most MaxResultBytes holding nothing
-// PostgreSQL's jsonb cannot hold (a \u0000 or lone surrogate escape, a
-// number outside its numeric type), as for a payload, else a
-// ValidationError naming the field "result" and the value's path. Empty or
-// the JSON null means no result (nil). The bytes are copied: the caller may
-// reuse its buffer.
-func CheckResult(b []byte) (json.RawMessage, error) {
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
-		return nil, nil
-	}
-	if len(b) > MaxResultBytes {
-		return nil, invalid("result", "is %d bytes; at most %d (1 MiB) are allowed", len(b), MaxResultBytes)
-	}
-	if err := checkJSON("result", b); err != nil {
-		return nil, err
-	}
-	if string(b) == "null" {
-		return nil, nil
-	}
-	return bytes.Clone(b), nil
 }
 
 // resultOf is the result the handler recorded (SetResult), for the

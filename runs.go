@@ -12,10 +12,6 @@ import (
 	"github.com/backstophq/backstop/workflow"
 )
 
-// RunAttribute is the attribute that groups tasks into a run (a batch of
-// related tasks a producer enqueued together).
-const RunAttribute = "run_id"
-
 // Run summarises the tasks whose run_id attribute is RunID.
 type Run struct {
 	RunID string `json:"run_id"`

@@ -28,7 +28,7 @@ func TestSettleSeam(t *testing.T) {
 	h, clk := newClockHarnessOn(t, func(s store.Store) store.Store { rec = testdb.RecordSettlements(s); return rec })
 	var mu sync.Mutex
 	var seen [][]store.Settlement
-	h.c.settleSeen = func(ss []store.Settlement) {
+	h.c.e.SettleSeen = func(ss []store.Settlement) {
 		mu.Lock()
 		seen = append(seen, slices.Clone(ss))
 		mu.Unlock()
@@ -86,17 +86,17 @@ func TestSettleSeam(t *testing.T) {
 		h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
 	}
 	ls := h.claimRemote(4)
-	if _, err := h.c.completeRemote(ctx, ls[0].ID, ls[0].LeaseToken, nil, json.RawMessage(`{"remote":true}`)); err != nil {
+	if _, err := remote.New(h.c.e).Complete(ctx, ls[0].ID, ls[0].LeaseToken, nil, json.RawMessage(`{"remote":true}`)); err != nil {
 		t.Fatal(err)
 	}
-	outs, err := h.c.completeManyRemote(ctx, []remote.Completion{{TaskID: ls[1].ID, LeaseToken: ls[1].LeaseToken, Result: json.RawMessage(`"batched"`)}})
+	outs, err := remote.New(h.c.e).CompleteMany(ctx, []remote.Completion{{TaskID: ls[1].ID, LeaseToken: ls[1].LeaseToken, Result: json.RawMessage(`"batched"`)}})
 	if err != nil || outs[0].Err != nil {
 		t.Fatal(err, outs)
 	}
-	if _, err := h.c.failRemote(ctx, remote.Failure{TaskID: ls[2].ID, LeaseToken: ls[2].LeaseToken, Outcome: bt.OutcomePermanentError}); err != nil {
+	if _, err := remote.New(h.c.e).Fail(ctx, remote.Failure{TaskID: ls[2].ID, LeaseToken: ls[2].LeaseToken, Outcome: bt.OutcomePermanentError}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.c.releaseRemote(ctx, ls[3].ID, ls[3].LeaseToken, nil); err != nil {
+	if _, err := remote.New(h.c.e).Release(ctx, ls[3].ID, ls[3].LeaseToken, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -225,12 +225,12 @@ func TestCompleteRefusesBadResult(t *testing.T) {
 	id := h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
 	l := h.claimRemote(1)[0]
 	for _, r := range []json.RawMessage{json.RawMessage(`{`), json.RawMessage(`"` + strings.Repeat("y", MaxResultBytes) + `"`)} {
-		_, err := h.c.completeRemote(ctx, id, l.LeaseToken, nil, r)
+		_, err := remote.New(h.c.e).Complete(ctx, id, l.LeaseToken, nil, r)
 		var ve *ValidationError
 		if !errors.As(err, &ve) || ve.Field != "result" {
 			t.Errorf("complete with a bad result: %v, want a ValidationError on result", err)
 		}
-		outs, err := h.c.completeManyRemote(ctx, []remote.Completion{{TaskID: id, LeaseToken: l.LeaseToken, Result: r}})
+		outs, err := remote.New(h.c.e).CompleteMany(ctx, []remote.Completion{{TaskID: id, LeaseToken: l.LeaseToken, Result: r}})
 		if err != nil || !errors.As(outs[0].Err, &ve) || ve.Field != "result" {
 			t.Errorf("complete many with a bad result: %v %v", outs, err)
 		}

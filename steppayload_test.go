@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstophq/backstop/internal/maintenance"
 	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/workflow"
 )
@@ -97,14 +98,14 @@ func TestWorkflowFanOutItemsReferTheRunInput(t *testing.T) {
 			}
 		}
 		// Three items through the remote protocol.
-		ls, err := remote.Of(c).Claim(ctx, remote.Claim{Queues: []string{"wf"}, WorkerID: "rw", Max: 3})
+		ls, err := remote.New(c.Engine()).Claim(ctx, remote.Claim{Queues: []string{"wf"}, WorkerID: "rw", Max: 3})
 		if err != nil || len(ls) != 3 {
 			t.Fatalf("claim: %d leases, %v", len(ls), err)
 		}
 		for _, l := range ls {
 			i := indexOf(t, l.Task.ID)
 			checkItemPayload(t, "remote claim of "+l.Task.ID, l.Task.Payload, input, i)
-			if _, err := remote.Of(c).Complete(ctx, l.Task.ID, l.LeaseToken, nil, json.RawMessage(fmt.Sprint(i))); err != nil {
+			if _, err := remote.New(c.Engine()).Complete(ctx, l.Task.ID, l.LeaseToken, nil, json.RawMessage(fmt.Sprint(i))); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -255,7 +256,7 @@ func TestStepInputGone(t *testing.T) {
 			Payload:    json.RawMessage(`{"index":0,"input_of_run":"ghost2","item":1,"results":{}}`)}); err != nil {
 			t.Fatal(err)
 		}
-		ls, err := remote.Of(c).Claim(ctx, remote.Claim{Queues: []string{"wfr"}, WorkerID: "rw", Max: 5})
+		ls, err := remote.New(c.Engine()).Claim(ctx, remote.Claim{Queues: []string{"wfr"}, WorkerID: "rw", Max: 5})
 		if err != nil || len(ls) != 0 {
 			t.Fatalf("remote claim: %d leases, %v", len(ls), err)
 		}
@@ -344,7 +345,7 @@ func TestWorkflowRunKeptWhileAStepIsADeadLetter(t *testing.T) {
 		}
 		waitRun(t, c, run.RunID, workflow.RunPartial)
 		time.Sleep(time.Millisecond)
-		if err := c.retentionService().RunOnce(ctx); err != nil {
+		if err := maintenance.RetentionOf(c.e).RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.WorkflowRun(ctx, run.RunID); err != nil {
@@ -353,7 +354,7 @@ func TestWorkflowRunKeptWhileAStepIsADeadLetter(t *testing.T) {
 		if _, err := c.Discard(ctx, DiscardParams{ID: run.RunID + ".each.1", Reason: "test"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.retentionService().RunOnce(ctx); err != nil {
+		if err := maintenance.RetentionOf(c.e).RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.WorkflowRun(ctx, run.RunID); !errors.Is(err, ErrNotFound) {

@@ -108,7 +108,7 @@ func (c *Client) CheckStepSelection(ctx context.Context, s StepSelection) error 
 		case s.Workflow != "" && run.Workflow != s.Workflow:
 			return invalid("run_id", "run %q is a run of workflow %q, not %q", s.RunID, run.Workflow, s.Workflow)
 		default:
-			def, err := c.planByHash(ctx, run.PlanHash)
+			def, err := c.e.PlanByHash(ctx, run.PlanHash)
 			if err != nil {
 				return err
 			}

@@ -8,9 +8,6 @@ import (
 	"github.com/backstophq/backstop/store"
 )
 
-// DefaultStoreRetry is Config.StoreRetry's default.
-const DefaultStoreRetry = time.Minute
-
 // The backoff between tries while the store is unavailable.
 const (
 	storeRetryFirst = 100 * time.Millisecond

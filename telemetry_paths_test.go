@@ -84,7 +84,7 @@ func newClockHarnessOn(t *testing.T, wrap func(store.Store) store.Store) (*telHa
 
 func (h *telHarness) claimRemote(n int) []remote.Lease {
 	h.t.Helper()
-	ts, err := h.c.claimRemote(context.Background(), remote.Claim{Queues: []string{"q"}, WorkerID: "remote-1", Max: n, Lease: 10 * time.Second})
+	ts, err := remote.New(h.c.e).Claim(context.Background(), remote.Claim{Queues: []string{"q"}, WorkerID: "remote-1", Max: n, Lease: 10 * time.Second})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -137,10 +137,10 @@ func TestTelemetryLeaseExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The worker wakes up and reports: its lease is gone.
-	if _, err := h.c.completeRemote(ctx, id, first.LeaseToken, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+	if _, err := remote.New(h.c.e).Complete(ctx, id, first.LeaseToken, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 		t.Fatalf("late complete: %v, want remote.ErrLeaseNotCurrent", err)
 	}
-	if _, err := h.c.failRemote(ctx, remote.Failure{TaskID: id, LeaseToken: first.LeaseToken, Outcome: bt.OutcomeTransientError}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+	if _, err := remote.New(h.c.e).Fail(ctx, remote.Failure{TaskID: id, LeaseToken: first.LeaseToken, Outcome: bt.OutcomeTransientError}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 		t.Fatalf("late fail: %v, want remote.ErrLeaseNotCurrent", err)
 	}
 	expect(t, h.metrics(), map[string]map[string]int64{
@@ -241,10 +241,10 @@ func TestTelemetryRemoteSettlements(t *testing.T) {
 	ts := h.claimRemote(5)
 	clk.Advance(3 * time.Second)
 	// One completion alone, two in a batch (plus one stale item).
-	if _, err := h.c.completeRemote(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); err != nil {
+	if _, err := remote.New(h.c.e).Complete(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	outs, err := h.c.completeManyRemote(ctx, []remote.Completion{{TaskID: ts[1].ID, LeaseToken: ts[1].LeaseToken},
+	outs, err := remote.New(h.c.e).CompleteMany(ctx, []remote.Completion{{TaskID: ts[1].ID, LeaseToken: ts[1].LeaseToken},
 		{TaskID: ts[2].ID, LeaseToken: ts[2].LeaseToken}, {TaskID: ts[0].ID, LeaseToken: ts[0].LeaseToken}})
 	if err != nil {
 		t.Fatal(err)
@@ -253,14 +253,14 @@ func TestTelemetryRemoteSettlements(t *testing.T) {
 		t.Fatalf("batch outcomes %+v", outs)
 	}
 	// A duplicate of the first completion.
-	if _, err := h.c.completeRemote(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+	if _, err := remote.New(h.c.e).Complete(ctx, ts[0].ID, ts[0].LeaseToken, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 		t.Fatalf("duplicate complete: %v", err)
 	}
 	// A transient failure (retry) and a permanent one (dead letter).
-	if _, err := h.c.failRemote(ctx, remote.Failure{TaskID: ts[3].ID, LeaseToken: ts[3].LeaseToken, Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
+	if _, err := remote.New(h.c.e).Fail(ctx, remote.Failure{TaskID: ts[3].ID, LeaseToken: ts[3].LeaseToken, Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.c.failRemote(ctx, remote.Failure{TaskID: ts[4].ID, LeaseToken: ts[4].LeaseToken, Outcome: bt.OutcomePermanentError, Error: "bad"}); err != nil {
+	if _, err := remote.New(h.c.e).Fail(ctx, remote.Failure{TaskID: ts[4].ID, LeaseToken: ts[4].LeaseToken, Outcome: bt.OutcomePermanentError, Error: "bad"}); err != nil {
 		t.Fatal(err)
 	}
 	m := h.metrics()
@@ -317,11 +317,18 @@ func TestTelemetryRemoteSettlements(t *testing.T) {
 func TestTelemetryRemoteCompletionClaimedElsewhere(t *testing.T) {
 	h, clk := newClockHarness(t)
 	ctx := context.Background()
+	other, err := NewClient(h.c.store, &Config{Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
-	tk := h.claimRemote(1)[0]
-	h.c.remoteAttempts.take(tk.ExecutionID) // as if claimed through another process
+	ls, err := remote.New(other.e).Claim(ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "remote-1", Max: 1, Lease: 10 * time.Second})
+	if err != nil || len(ls) != 1 {
+		t.Fatal(err, ls)
+	}
+	tk := ls[0] // claimed through another process
 	clk.Advance(4 * time.Second)
-	if _, err := h.c.completeRemote(ctx, tk.ID, tk.LeaseToken, nil, nil); err != nil {
+	if _, err := remote.New(h.c.e).Complete(ctx, tk.ID, tk.LeaseToken, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, h.metrics(), map[string]map[string]int64{
@@ -450,7 +457,7 @@ func TestTelemetryRemoteSettledElsewhere(t *testing.T) {
 	h.enqueue(EnqueueParams{Queue: "q", Kind: "k"})
 	tk := h.claimRemote(1)[0]
 	clk.Advance(5 * time.Second)
-	if _, err := other.completeRemote(ctx, tk.ID, tk.LeaseToken, nil, nil); err != nil {
+	if _, err := remote.New(other.e).Complete(ctx, tk.ID, tk.LeaseToken, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	settledAt := clk.Now()
@@ -460,7 +467,7 @@ func TestTelemetryRemoteSettledElsewhere(t *testing.T) {
 	if len(h.processSpans()) != 0 {
 		t.Fatal("span ended before the sweep")
 	}
-	clk.Advance(remoteSweepEvery + remoteSweepGrace + 10*time.Second)
+	clk.Advance(2 * time.Minute) // past the sweep's period and grace
 	if err := Maintain(ctx, h.c); err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +479,7 @@ func TestTelemetryRemoteSettledElsewhere(t *testing.T) {
 		t.Errorf("swept span: outcome %q end %v (want %v) status %v", spanAttr(s, "backstop.outcome"), s.EndTime(), settledAt, s.Status())
 	}
 	expect(t, h.metrics(), map[string]map[string]int64{"backstop.attempts": {}})
-	if n := len(h.c.remoteAttempts.m); n != 0 {
+	if n := h.c.e.RemoteAttempts(); n != 0 {
 		t.Errorf("%d attempts still remembered", n)
 	}
 }

@@ -6,14 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/store"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // WorkerConfig configures a Worker. Zero values take the default named at the
@@ -74,24 +75,13 @@ func (c *WorkerConfig) withDefaults() *WorkerConfig {
 	return &out
 }
 
-// Causes that end an attempt's context; the worker classifies by them.
+// Causes that end an attempt's context, beside the engine's (ErrTimeout,
+// ErrDeadline, ErrTaskCanceled, ErrAbandoned).
 var (
-	errTimeout      = errors.New("task timeout")
-	errDeadline     = errors.New("task deadline passed")
-	errLeaseLost    = errors.New("lease lost")
-	errShutdown     = errors.New("worker shutting down")
-	errAbandoned    = errors.New("handler did not return after its context ended; attempt settled without it")
-	errPanicPrefix  = "handler panic: "
-	errNoHandlerFmt = "no handler registered for kind %q"
+	errLeaseLost   = errors.New("lease lost")
+	errShutdown    = errors.New("worker shutting down")
+	errPanicPrefix = "handler panic: "
 )
-
-// ErrTaskCanceled is the cause (context.Cause) of a handler's context
-// when the task was canceled while it ran — by an operator, or by the
-// cancel of its workflow run. The handler should stop: whatever error it
-// then returns, the attempt ends canceled; if it returns nil (the work was
-// done), the attempt is a success, and a workflow step is compensated with
-// the rest of its run.
-var ErrTaskCanceled = errors.New("task canceled by operator")
 
 // Worker claims tasks from its queues and runs their handlers.
 type Worker struct {
@@ -128,7 +118,6 @@ type queueRunner struct {
 	inflight    atomic.Int32
 	wake        chan struct{}
 	freed       chan struct{}
-	attrs       queueAttrs // pre-built metric labels
 }
 
 // NewWorker makes a worker; register handlers with Handle, then Start.
@@ -160,7 +149,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		w.maint = m
 	}
 	for name, conc := range wc.Queues {
-		if err := validName(name); err != nil {
+		if err := engine.ValidName(name); err != nil {
 			return nil, fmt.Errorf("backstop: queue %q: %w", name, err)
 		}
 		if conc < 0 {
@@ -170,7 +159,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 			conc = cmp.Or(c.cfg.Queues[name].Concurrency, 10)
 		}
 		w.queues = append(w.queues, &queueRunner{name: name, concurrency: conc,
-			wake: make(chan struct{}, 1), freed: make(chan struct{}, 1), attrs: c.telemetry.forQueue(name)})
+			wake: make(chan struct{}, 1), freed: make(chan struct{}, 1)})
 	}
 	return w, nil
 }
@@ -333,7 +322,7 @@ func (w *Worker) releaseRunning() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := w.c.settle(ctx, rel); err != nil {
+	if _, err := w.c.e.Settle(ctx, rel); err != nil {
 		w.log.Error("release on shutdown failed; leases will expire instead", "error", err, "tasks", len(rel))
 	} else {
 		w.log.Info("released running tasks on shutdown", "tasks", len(rel))
@@ -363,17 +352,10 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			// until their leases expire (charged as lease_expired). Claimed
 			// tasks are started and drained like the others.
 			claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			if err := w.c.OrderQueue(claimCtx, q.name); err != nil { // ordering.go
-				w.log.Error("ordering failed", "queue", q.name, "error", err)
-			}
-			tasks, err := w.c.store.Claim(claimCtx, store.ClaimParams{
-				Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: avail,
-				Now: w.c.now(), Lease: w.cfg.Lease,
+			tasks, bad, err := w.c.e.Claim(claimCtx, engine.ClaimParams{
+				Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: avail, Lease: w.cfg.Lease,
 			})
-			w.c.attachOrdering(claimCtx, q.name, tasks)
-			bad := w.c.stepInputs(claimCtx, tasks) // steppayload.go
 			cancelClaim()
-			w.c.telemetry.claimed(ctx, &q.attrs, tasks, err, w.c.now())
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -405,7 +387,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			empty = false
 			poll.Reset(w.cfg.PollInterval)
 		case <-q.freed:
-			if empty && !w.c.ordered(q.name) { // a finished ordered task may free its key
+			if empty && !w.c.e.Ordered(q.name) { // a finished ordered task may free its key
 				continue
 			}
 			empty = false
@@ -468,26 +450,26 @@ func taskLogger(l *slog.Logger, t *Task) *slog.Logger {
 func (w *Worker) execute(ctx context.Context, a *attempt) {
 	t := a.task
 	if a.inputErr != nil {
-		w.settle(a, w.decide(t, a.inputErr, nil, a))
+		w.settle(a, w.decide(a.inputErr, nil, a))
 		return
 	}
 	h := w.handlerFor(t.Kind)
 	if h == nil {
-		w.settle(a, w.noHandler(t))
+		w.settle(a, w.c.e.NoHandler(t, w.cfg.NoHandlerGrace))
 		return
 	}
-	ctx, a.span = w.c.telemetry.startProcess(ctx, t)
+	ctx, a.span = w.c.telemetry.StartProcess(ctx, t)
 	a.started = w.c.now()
 	a.ctx = attemptCtx{Context: ctx, a: a} // context.WithValue(ctx, attemptKey{}, a), allocated with a (handler.go)
 	ctx = &a.ctx
 	if t.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(t.Timeout), errTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(t.Timeout), engine.ErrTimeout)
 		defer cancel()
 	}
 	if t.Deadline != nil {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadlineCause(ctx, *t.Deadline, errDeadline)
+		ctx, cancel = context.WithDeadlineCause(ctx, *t.Deadline, engine.ErrDeadline)
 		defer cancel()
 	}
 	// The handler's result is in a.result once done is closed (a channel
@@ -513,7 +495,7 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 		case <-done:
 			res = a.result
 		case <-grace.C:
-			res = errAbandoned
+			res = engine.ErrAbandoned
 		}
 		grace.Stop()
 	}
@@ -523,10 +505,10 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 	}
 	if errors.Is(cause, errLeaseLost) {
 		a.log().Warn("lease lost; attempt result dropped", "result", errString(res))
-		w.c.telemetry.leaseLost(a.span)
+		w.c.telemetry.LeaseLost(a.span)
 		return
 	}
-	w.settle(a, w.decide(t, res, cause, a))
+	w.settle(a, w.decide(res, cause, a))
 }
 
 func errString(err error) string {
@@ -536,92 +518,12 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func (w *Worker) noHandler(t *Task) store.Settlement {
-	now := w.c.now()
-	msg := fmt.Sprintf(errNoHandlerFmt, t.Kind)
-	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Error: msg}
-	if now.Sub(t.CreatedAt) >= w.cfg.NoHandlerGrace {
-		s.Outcome, s.State, s.DeadReason = bt.OutcomePermanentError, bt.StateDead, bt.ReasonPoison
-		return s
-	}
-	// Wait for a worker that knows the kind, without charging an attempt.
-	s.Outcome, s.Uncharged = bt.OutcomeSnoozed, true
-	s.RunAt = now.Add(min(w.cfg.NoHandlerGrace/10+time.Second, 30*time.Second))
-	s.State = bt.StateScheduled
-	return s
-}
-
-// decide turns a handler result into the next state of the task.
-func (w *Worker) decide(t *Task, res, cause error, a *attempt) store.Settlement {
-	now := w.c.now()
+// decide is the engine's decision on an in-process attempt.
+func (w *Worker) decide(res, cause error, a *attempt) store.Settlement {
 	prog, detail := a.snapshot()
-	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Progress: prog, ErrorDetail: detail}
-	if res == nil && !errors.Is(cause, errAbandoned) {
-		var refused error
-		if s.Result, refused = a.resultOf(); refused == nil { // result.go
-			s.Outcome, s.State = bt.OutcomeSucceeded, bt.StateSucceeded
-			return s
-		}
-		s.Result, res = nil, refused // a Permanent error: the attempt fails below
-	}
-	// Declared after the success return: errors.As makes them escape, and
-	// most attempts succeed.
-	var ra *retryAfterError
-	var poison *poisonError
-	switch {
-	case errors.Is(cause, ErrTaskCanceled):
-		s.Outcome, s.State, s.Error = bt.OutcomeCanceled, bt.StateCanceled, "canceled by operator"
-	case errors.Is(cause, errDeadline):
-		s.Outcome, s.State, s.DeadReason = bt.OutcomeTimeout, bt.StateDead, bt.ReasonExpired
-		s.Error = "deadline passed during the attempt"
-	case errors.Is(cause, errTimeout):
-		s.Outcome = bt.OutcomeTimeout
-		s.Error = fmt.Sprintf("attempt timed out after %s", time.Duration(t.Timeout))
-		if errors.Is(res, errAbandoned) {
-			s.ErrorDetail = errAbandoned.Error()
-		}
-		w.retryOrDie(&s, t, now)
-	case errors.As(res, &ra):
-		s.Outcome, s.Uncharged, s.Error = bt.OutcomeSnoozed, true, res.Error()
-		s.RunAt, s.State = now.Add(ra.d), bt.StateScheduled
-		if ra.d == 0 {
-			s.State = bt.StatePending
-		}
-		if t.Deadline != nil && s.RunAt.After(*t.Deadline) {
-			s.State, s.DeadReason = bt.StateDead, bt.ReasonExpired
-		}
-	case errors.As(res, &poison):
-		s.Outcome, s.State, s.DeadReason, s.Error = bt.OutcomePermanentError, bt.StateDead, bt.ReasonPoison, res.Error()
-	case IsPermanent(res):
-		s.Outcome, s.State, s.DeadReason, s.Error = bt.OutcomePermanentError, bt.StateDead, bt.ReasonPermanentError, res.Error()
-	default:
-		s.Outcome, s.Error = bt.OutcomeTransientError, res.Error()
-		w.retryOrDie(&s, t, now)
-	}
-	return s
-}
-
-// retryOrDie schedules the next attempt by policy, or dead-letters the task
-// when its attempts are used up or its deadline would pass.
-func (w *Worker) retryOrDie(s *store.Settlement, t *Task, now time.Time) {
-	retryOrDie(w.c.cfg, s, t, now)
-}
-
-func retryOrDie(cfg *Config, s *store.Settlement, t *Task, now time.Time) {
-	if t.Attempt >= t.MaxAttempts {
-		s.State, s.DeadReason = bt.StateDead, bt.ReasonAttemptsExhausted
-		return
-	}
-	delay := cfg.retryFor(t).Delay(t.Attempt, rand.Float64())
-	s.RunAt = now.Add(delay).Truncate(time.Microsecond)
-	if t.Deadline != nil && s.RunAt.After(*t.Deadline) {
-		s.State, s.DeadReason = bt.StateDead, bt.ReasonExpired
-		return
-	}
-	s.State = bt.StateScheduled
-	if delay <= 0 {
-		s.State = bt.StatePending
-	}
+	result, refused := a.resultOf()
+	return w.c.e.Decide(engine.Report{Task: a.task, Err: res, Cause: cause, Result: result, ResultErr: refused,
+		Progress: prog, Detail: detail})
 }
 
 func (w *Worker) settle(a *attempt, s store.Settlement) {
@@ -632,7 +534,7 @@ func (w *Worker) settle(a *attempt, s store.Settlement) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.released {
-		w.c.telemetry.leaseLost(a.span)
+		w.c.telemetry.LeaseLost(a.span)
 		return
 	}
 	if a.started.IsZero() {
@@ -661,14 +563,14 @@ func (w *Worker) flush(items []settleItem, scratch *[]store.Settlement) {
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		oks, err := w.c.settle(ctx, batch)
+		oks, err := w.c.e.Settle(ctx, batch)
 		cancel()
 		if err == nil {
-			w.c.telemetry.settledBatch(items, oks) // worker_telemetry.go
+			w.settledBatch(items, oks)
 			return
 		}
 		if try == 5 {
-			w.c.telemetry.settledBatch(items, nil)
+			w.settledBatch(items, nil)
 			w.log.Error("settling attempts failed; their leases will expire and be settled as lease_expired",
 				"error", err, "tasks", len(batch))
 			return
@@ -726,4 +628,12 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			atts[i].cancel(ErrTaskCanceled)
 		}
 	}
+}
+
+// settledBatch records a settled batch's telemetry.
+func (w *Worker) settledBatch(items []settleItem, oks []bool) {
+	w.c.telemetry.SettledBatch(len(items), func(i int) (*Task, trace.Span, time.Time, *store.Settlement) {
+		it := &items[i]
+		return it.a.task, it.a.span, it.a.started, &it.s
+	}, oks)
 }

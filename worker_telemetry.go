@@ -16,28 +16,6 @@ func settlements(items []settleItem, scratch *[]store.Settlement) []store.Settle
 	return *scratch
 }
 
-// settledBatch records the in-process attempts of one settle batch once
-// the store answered: an attempt whose settlement applied is counted (by
-// queue, kind, outcome, with its duration, retry or dead letter) and its
-// span ends with the outcome; one that did not apply (its lease was no
-// longer current: maintenance settled it as lease_expired, and counted it)
-// or could not be written is not counted, and its span ends abandoned.
-func (t *telemetry) settledBatch(items []settleItem, oks []bool) {
-	// The attempts counter is added to once per run of equal labels.
-	var run labelRun[[3]string]
-	add := func(k [3]string, n int64) { t.attempts.Add(context.Background(), n, t.outcomeSet(k).add...) }
-	for i := range items {
-		it := &items[i]
-		if i < len(oks) && oks[i] {
-			run.add([3]string{it.a.task.Queue, it.a.task.Kind, string(it.s.Outcome)}, add)
-			t.settledUncounted(it.a.span, it.a.task, it.a.started, &it.s)
-		} else {
-			t.leaseLost(it.a.span)
-		}
-	}
-	run.flush(add)
-}
-
 // WorkerHeartbeatHorizon bounds HeartbeatingWorkers: a worker not seen for
 // longer is left out (it is gone; BackstopNoWorkers and the stale count
 // cover a fleet that is gone), so a per-worker heartbeat alert resolves

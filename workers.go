@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -65,7 +66,7 @@ func (c *Client) Workers(ctx context.Context, p WorkerListParams) ([]WorkerInfo,
 		return nil, invalid("state", "unknown worker state %q (use active, stopping, stopped or stale)", p.State)
 	}
 	if p.Queue != "" {
-		if err := validName(p.Queue); err != nil {
+		if err := engine.ValidName(p.Queue); err != nil {
 			return nil, invalid("queue", "%v", err)
 		}
 	}
@@ -73,10 +74,10 @@ func (c *Client) Workers(ctx context.Context, p WorkerListParams) ([]WorkerInfo,
 		return nil, err
 	}
 	for k, v := range p.Labels {
-		if !attrKeyRE.MatchString(k) {
+		if !engine.ValidAttrKey(k) {
 			return nil, invalid("label", "key %q is not a valid label key", k)
 		}
-		if checkText("label", v) != nil {
+		if engine.CheckText("label", v) != nil {
 			return nil, invalid("label", "value of %q is not valid UTF-8 text (or holds a NUL)", k)
 		}
 	}
@@ -170,90 +171,6 @@ func parseExecutionCursor(s string) (*store.ExecutionKey, error) {
 // WorkerCounts counts registered workers by state (every state present).
 func (c *Client) WorkerCounts(ctx context.Context) (map[WorkerState]int, error) {
 	return c.store.CountWorkersByState(ctx, c.now(), c.cfg.WorkerStaleAfter)
-}
-
-// seeRemoteWorker is remote.Protocol.SeeWorker.
-func (c *Client) seeRemoteWorker(ctx context.Context, id, host string, queues []string) error {
-	if err := ValidID(id); err != nil {
-		return invalid("worker_id", "%v", err)
-	}
-	return c.store.SeeWorker(ctx, WorkerInfo{ID: id, Host: host, Queues: queues, Remote: true}, c.now())
-}
-
-// maxWorkerField bounds a remote worker's host and version; maxLabels its
-// labels.
-const (
-	maxWorkerField = 255
-	maxLabels      = 64
-)
-
-// registerRemoteWorker is remote.Protocol.RegisterWorker.
-func (c *Client) registerRemoteWorker(ctx context.Context, w WorkerInfo) (*WorkerInfo, error) {
-	if err := ValidID(w.ID); err != nil {
-		return nil, invalid("id", "%v", err)
-	}
-	if len(w.Host) > maxWorkerField || len(w.Version) > maxWorkerField {
-		return nil, invalid("host", "host and version are at most %d bytes", maxWorkerField)
-	}
-	if w.PID < 0 {
-		return nil, invalid("pid", "must not be negative")
-	}
-	if len(w.Queues) == 0 {
-		return nil, invalid("queues", "name at least one queue")
-	}
-	for _, q := range w.Queues {
-		if err := validName(q); err != nil {
-			return nil, invalid("queues", "%v", err)
-		}
-	}
-	if len(w.Labels) > maxLabels {
-		return nil, invalid("labels", "at most %d", maxLabels)
-	}
-	for k, v := range w.Labels {
-		if len(k) == 0 || len(k) > maxWorkerField || len(v) > maxWorkerField {
-			return nil, invalid("labels", "a label's key is 1-%d bytes and its value at most %d", maxWorkerField, maxWorkerField)
-		}
-	}
-	queues := slices.Clone(w.Queues)
-	slices.Sort(queues)
-	info := WorkerInfo{ID: w.ID, Host: w.Host, PID: w.PID, Queues: slices.Compact(queues), Version: w.Version,
-		Labels: w.Labels, Remote: true, StartedAt: c.now()}
-	if err := c.store.RegisterWorker(ctx, info); err != nil {
-		return nil, err
-	}
-	return c.store.GetWorker(ctx, w.ID, c.now(), c.cfg.WorkerStaleAfter)
-}
-
-// remoteWorkerHeartbeat is remote.Protocol.WorkerHeartbeat.
-func (c *Client) remoteWorkerHeartbeat(ctx context.Context, id string, draining bool) (*WorkerInfo, error) {
-	if err := ValidID(id); err != nil {
-		return nil, invalid("id", "%v", err)
-	}
-	now := c.now()
-	if draining {
-		if err := c.store.SetWorkerState(ctx, id, WorkerStopping, now); err != nil {
-			return nil, err
-		}
-	} else {
-		if _, err := c.store.GetWorker(ctx, id, now, c.cfg.WorkerStaleAfter); err != nil {
-			return nil, err
-		}
-		if err := c.store.SeeWorker(ctx, WorkerInfo{ID: id, Remote: true}, now); err != nil {
-			return nil, err
-		}
-	}
-	return c.store.GetWorker(ctx, id, now, c.cfg.WorkerStaleAfter)
-}
-
-// stopRemoteWorker is remote.Protocol.StopWorker.
-func (c *Client) stopRemoteWorker(ctx context.Context, id string) (*WorkerInfo, error) {
-	if err := ValidID(id); err != nil {
-		return nil, invalid("id", "%v", err)
-	}
-	if err := c.store.SetWorkerState(ctx, id, WorkerStopped, c.now()); err != nil {
-		return nil, err
-	}
-	return c.store.GetWorker(ctx, id, c.now(), c.cfg.WorkerStaleAfter)
 }
 
 // WorkerHeartbeatInterval is how often a remote worker should say it is

@@ -136,7 +136,7 @@ func BenchmarkWorkflowSettleBatch(b *testing.B) {
 				}
 				b.StartTimer()
 				start := time.Now()
-				if _, err := c.settle(ctx, ss); err != nil {
+				if _, err := c.e.Settle(ctx, ss); err != nil {
 					b.Fatal(err)
 				}
 				total += time.Since(start)

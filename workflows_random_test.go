@@ -176,7 +176,7 @@ func (e *ruleEnv) settleRandom(r *rand.Rand, tk *Task, fail func(string, ...any)
 	default:
 		s.Outcome, s.State, s.Result = bt.OutcomeSucceeded, bt.StateSucceeded, json.RawMessage(`1`)
 	}
-	oks, err := e.c.settle(ctx, []store.Settlement{s})
+	oks, err := e.c.e.Settle(ctx, []store.Settlement{s})
 	if err != nil || !oks[0] {
 		fail("settle %s as %s: %v %v", tk.ID, s.State, oks, err)
 	}

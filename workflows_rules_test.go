@@ -76,7 +76,7 @@ func (e *ruleEnv) drain() {
 				res, _ := json.Marshal(map[string]any{"kind": tk.Kind, "item": env.Item})
 				s.Outcome, s.State, s.Result = bt.OutcomeSucceeded, bt.StateSucceeded, res
 			}
-			oks, err := e.c.settle(ctx, []store.Settlement{s})
+			oks, err := e.c.e.Settle(ctx, []store.Settlement{s})
 			if err != nil || !oks[0] {
 				e.t.Fatalf("settling %s: %v %v", tk.ID, oks, err)
 			}
@@ -305,7 +305,7 @@ steps:
 		if err != nil || len(tasks) != 1 {
 			t.Fatalf("claim a: %v %v", tasks, err)
 		}
-		if oks, err := e.c.settle(ctx, []store.Settlement{{TaskID: tasks[0].ID, ExecutionID: tasks[0].ExecutionID,
+		if oks, err := e.c.e.Settle(ctx, []store.Settlement{{TaskID: tasks[0].ID, ExecutionID: tasks[0].ExecutionID,
 			Outcome: bt.OutcomeSucceeded, State: bt.StateSucceeded, FinishedAt: e.clock.t}}); err != nil || !oks[0] {
 			t.Fatalf("settle a: %v %v", oks, err)
 		}
@@ -368,7 +368,7 @@ func (e *ruleEnv) replayAndSucceed(taskID string) {
 		if tk.ID != taskID {
 			e.t.Fatalf("claimed %s, want only the replayed %s", tk.ID, taskID)
 		}
-		if oks, err := e.c.settle(ctx, []store.Settlement{{TaskID: tk.ID, ExecutionID: tk.ExecutionID,
+		if oks, err := e.c.e.Settle(ctx, []store.Settlement{{TaskID: tk.ID, ExecutionID: tk.ExecutionID,
 			Outcome: bt.OutcomeSucceeded, State: bt.StateSucceeded, FinishedAt: e.clock.t, Result: json.RawMessage(`"fixed"`)}}); err != nil || !oks[0] {
 			e.t.Fatalf("settle the replayed %s: %v %v", tk.ID, oks, err)
 		}

@@ -81,7 +81,7 @@ type Options struct {
 type Server struct {
 	opts   Options
 	c      *backstop.Client
-	rp     remote.Protocol // the remote worker protocol over c (internal/remote)
+	rp     *remote.Server // the remote worker protocol over c's engine
 	log    *slog.Logger
 	tokens store.Tokens
 	reads  store.APIStore
@@ -132,7 +132,7 @@ func New(opts Options) (*Server, error) {
 	opts.PollInterval = cmp.Or(opts.PollInterval, time.Second)
 	opts.SessionTTL = cmp.Or(opts.SessionTTL, DefaultSessionTTL)
 	s := &Server{
-		opts: opts, c: opts.Client, rp: remote.Of(opts.Client), log: opts.Logger, tokens: tokens, reads: reads,
+		opts: opts, c: opts.Client, rp: remote.New(opts.Client.Engine()), log: opts.Logger, tokens: tokens, reads: reads,
 		mux:   http.NewServeMux(),
 		limit: &limiters{limit: rate.Limit(opts.RateLimit), burst: opts.RateBurst, m: map[string]*rate.Limiter{}},
 		waker: newWaker(st),

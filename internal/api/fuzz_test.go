@@ -48,7 +48,7 @@ func fuzzServer(f *testing.F) (*api.Server, string) {
 	if _, err := lib.Enqueue(ctx, backstop.EnqueueParams{ID: "t1", Queue: "q", Kind: "k"}); err != nil {
 		f.Fatal(err)
 	}
-	if _, err := remote.Of(lib).Claim(ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "w"}); err != nil {
+	if _, err := remote.New(lib.Engine()).Claim(ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "w"}); err != nil {
 		f.Fatal(err)
 	}
 	return srv, sec

@@ -173,7 +173,7 @@ func TestRemoteWorkReportRetries(t *testing.T) {
 		name: "lease lost",
 		decide: func(f *reportFront, r *http.Request, lease string) (int, bool) {
 			if strings.HasSuffix(r.URL.Path, "/complete") && f.count("complete") == 1 {
-				if _, err := remote.Of(f.lib).Fail(context.Background(), remote.Failure{TaskID: "t1", LeaseToken: lease,
+				if _, err := remote.New(f.lib.Engine()).Fail(context.Background(), remote.Failure{TaskID: "t1", LeaseToken: lease,
 					Outcome: bt.OutcomePermanentError, Error: "settled elsewhere"}); err != nil {
 					panic(err)
 				}

@@ -3,20 +3,31 @@ package maintenance
 import (
 	"context"
 	"time"
+
+	"github.com/backstophq/backstop/internal/engine"
 )
 
 // LostWorkers writes worker.heartbeat_lost, once, for each registered
-// worker that went stale. The marking (and its log line) is the root
-// package's (workers.go); this service runs it under the leadership.
+// worker that went stale (not seen for workers.stale_after).
 type LostWorkers struct {
 	base
-	mark func(ctx context.Context) error
+	e *engine.Engine
 }
 
 // NewLostWorkers makes the "lost_workers" service.
-func NewLostWorkers(mark func(ctx context.Context) error, every time.Duration) *LostWorkers {
-	return &LostWorkers{base: base{"lost_workers", every}, mark: mark}
+func NewLostWorkers(e *engine.Engine, every time.Duration) *LostWorkers {
+	return &LostWorkers{base: base{"lost_workers", every}, e: e}
 }
 
-// RunOnce marks the workers that went stale.
-func (l *LostWorkers) RunOnce(ctx context.Context) error { return l.mark(ctx) }
+// RunOnce marks the workers that went stale since the last round.
+func (l *LostWorkers) RunOnce(ctx context.Context) error {
+	cfg := l.e.Config()
+	ids, err := l.e.Store().MarkLostWorkers(ctx, l.e.Now(), cfg.WorkerStaleAfter)
+	if err != nil {
+		return err
+	}
+	if len(ids) > 0 {
+		cfg.Logger.Warn("workers stopped heartbeating", "workers", ids, "stale_after", cfg.WorkerStaleAfter.String())
+	}
+	return nil
+}

@@ -3,24 +3,26 @@ package maintenance
 import (
 	"context"
 	"time"
+
+	"github.com/backstophq/backstop/internal/engine"
 )
 
-// RemoteSpans ends the trace spans of remote attempts this process handed
-// out and another process settled (remote_attempts.go in the root
-// package). The spans live in this process's memory, so the service runs
-// in every process, under no leadership.
+// RemoteSpans ends the spans of the remote attempts this process handed
+// out whose lease ran out without a settlement here (Engine.SweepRemote).
+// It is this process's memory: it runs in every process, without an
+// election.
 type RemoteSpans struct {
 	base
-	sweep func(ctx context.Context)
+	e *engine.Engine
 }
 
 // NewRemoteSpans makes the "remote_spans" service.
-func NewRemoteSpans(sweep func(ctx context.Context), every time.Duration) *RemoteSpans {
-	return &RemoteSpans{base: base{"remote_spans", every}, sweep: sweep}
+func NewRemoteSpans(e *engine.Engine, every time.Duration) *RemoteSpans {
+	return &RemoteSpans{base: base{"remote_spans", every}, e: e}
 }
 
 // RunOnce sweeps once.
 func (r *RemoteSpans) RunOnce(ctx context.Context) error {
-	r.sweep(ctx)
+	r.e.SweepRemote(ctx)
 	return nil
 }

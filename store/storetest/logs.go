@@ -90,19 +90,19 @@ func (s *suite) testLogsRemote(t *testing.T) {
 	t.Parallel()
 	b := s.setup(t, nil)
 	b.enqueue(backstop.EnqueueParams{ID: "r", Queue: "q", Kind: "k"})
-	ts, err := remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "rw"})
+	ts, err := remote.New(b.c.Engine()).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "rw"})
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("claim: %v %v", ts, err)
 	}
 	tok, ex := ts[0].LeaseToken, ts[0].ExecutionID
-	res, err := remote.Of(b.c).AppendLogs(b.ctx, "r", tok, []remote.LogLine{{Line: "one"}, {Stream: "log", Line: "two"}})
+	res, err := remote.New(b.c.Engine()).AppendLogs(b.ctx, "r", tok, []remote.LogLine{{Line: "one"}, {Stream: "log", Line: "two"}})
 	if err != nil || res.Accepted != 2 || res.Truncated {
 		t.Fatalf("append: %+v %v", res, err)
 	}
-	if _, err := remote.Of(b.c).AppendLogs(b.ctx, "r", "not-the-lease", []remote.LogLine{{Line: "x"}}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+	if _, err := remote.New(b.c.Engine()).AppendLogs(b.ctx, "r", "not-the-lease", []remote.LogLine{{Line: "x"}}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 		t.Fatalf("stale token: %v", err)
 	}
-	if _, err := remote.Of(b.c).AppendLogs(b.ctx, "r", tok, []remote.LogLine{{Stream: "bogus", Line: "x"}}); !errors.Is(err, backstop.ErrInvalid) {
+	if _, err := remote.New(b.c.Engine()).AppendLogs(b.ctx, "r", tok, []remote.LogLine{{Stream: "bogus", Line: "x"}}); !errors.Is(err, backstop.ErrInvalid) {
 		t.Fatalf("bad stream: %v", err)
 	}
 	// Fill up to the bound across requests: the rest is cut, one marker.
@@ -110,11 +110,11 @@ func (s *suite) testLogsRemote(t *testing.T) {
 	for i := range many {
 		many[i] = remote.LogLine{Line: fmt.Sprint(i)}
 	}
-	res, err = remote.Of(b.c).AppendLogs(b.ctx, "r", tok, many)
+	res, err = remote.New(b.c.Engine()).AppendLogs(b.ctx, "r", tok, many)
 	if err != nil || res.Accepted != backstop.MaxLogLines-2 || !res.Truncated {
 		t.Fatalf("fill: %+v %v", res, err)
 	}
-	res, err = remote.Of(b.c).AppendLogs(b.ctx, "r", tok, []remote.LogLine{{Line: "late"}})
+	res, err = remote.New(b.c.Engine()).AppendLogs(b.ctx, "r", tok, []remote.LogLine{{Line: "late"}})
 	if err != nil || res.Accepted != 0 || !res.Truncated {
 		t.Fatalf("after the bound: %+v %v", res, err)
 	}
@@ -124,10 +124,10 @@ func (s *suite) testLogsRemote(t *testing.T) {
 		t.Fatalf("read: %d lines %v", len(ls), err)
 	}
 	// Once the attempt is settled its token is stale: 409, nothing written.
-	if _, err := remote.Of(b.c).Complete(b.ctx, "r", tok, nil, nil); err != nil {
+	if _, err := remote.New(b.c.Engine()).Complete(b.ctx, "r", tok, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := remote.Of(b.c).AppendLogs(b.ctx, "r", tok, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+	if _, err := remote.New(b.c.Engine()).AppendLogs(b.ctx, "r", tok, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 		t.Fatalf("after complete: %v", err)
 	}
 }

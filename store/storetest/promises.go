@@ -57,7 +57,7 @@ func (s *suite) testPromises(t *testing.T) {
 		for n := 1; n < attempts; n++ {
 			tk := remoteClaim(t, b, 1)[0]
 			failedAt := b.clock.Now()
-			if _, err := remote.Of(b.c).Fail(b.ctx, remote.Failure{TaskID: tk.ID, LeaseToken: tk.LeaseToken,
+			if _, err := remote.New(b.c.Engine()).Fail(b.ctx, remote.Failure{TaskID: tk.ID, LeaseToken: tk.LeaseToken,
 				Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +121,7 @@ func (s *suite) testHeartbeatingWorkers(t *testing.T) {
 	b := s.setup(t, nil)
 	b.clock.freeze()
 	see := func(id string) {
-		if err := remote.Of(b.c).SeeWorker(b.ctx, id, "node-"+id, []string{"q"}); err != nil {
+		if err := remote.New(b.c.Engine()).SeeWorker(b.ctx, id, "node-"+id, []string{"q"}); err != nil {
 			t.Fatal(err)
 		}
 	}

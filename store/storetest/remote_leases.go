@@ -122,14 +122,14 @@ func (s *suite) testLeaseKeyRotation(t *testing.T) {
 	}
 	claim := func() remote.Lease {
 		t.Helper()
-		ls, err := remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "remote", Max: 1, Lease: time.Hour})
+		ls, err := remote.New(b.c.Engine()).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "remote", Max: 1, Lease: time.Hour})
 		if err != nil || len(ls) != 1 {
 			t.Fatalf("claim: %d %v", len(ls), err)
 		}
 		return ls[0]
 	}
 	beat := func(c *backstop.Client, l remote.Lease) error {
-		_, err := remote.Of(c).Heartbeat(b.ctx, remote.Beat{TaskID: l.ID, LeaseToken: l.LeaseToken, Lease: time.Hour})
+		_, err := remote.New(c.Engine()).Heartbeat(b.ctx, remote.Beat{TaskID: l.ID, LeaseToken: l.LeaseToken, Lease: time.Hour})
 		return err
 	}
 	old := claim()
@@ -195,10 +195,10 @@ func (s *suite) testLeaseTokensShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := remote.Of(other).Heartbeat(b.ctx, remote.Beat{TaskID: ls[0].ID, LeaseToken: ls[0].LeaseToken}); err != nil {
+	if _, err := remote.New(other.Engine()).Heartbeat(b.ctx, remote.Beat{TaskID: ls[0].ID, LeaseToken: ls[0].LeaseToken}); err != nil {
 		t.Fatalf("heartbeat through another client: %v", err)
 	}
-	if r, err := remote.Of(other).Complete(b.ctx, ls[0].ID, ls[0].LeaseToken, nil, nil); err != nil || r.State != bt.StateSucceeded {
+	if r, err := remote.New(other.Engine()).Complete(b.ctx, ls[0].ID, ls[0].LeaseToken, nil, nil); err != nil || r.State != bt.StateSucceeded {
 		t.Fatalf("complete through another client: %+v %v", r, err)
 	}
 	// The public execution id, a token for another task, a token cut
@@ -209,19 +209,19 @@ func (s *suite) testLeaseTokensShared(t *testing.T) {
 	tok[len(tok)-3] ^= 1
 	for _, bad := range []string{l.ExecutionID, ls[2].LeaseToken, l.LeaseToken[:len(l.LeaseToken)-1], string(tok),
 		l.ExecutionID + ".", "x." + l.LeaseToken} {
-		if _, err := remote.Of(other).Complete(b.ctx, l.ID, bad, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+		if _, err := remote.New(other.Engine()).Complete(b.ctx, l.ID, bad, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("complete with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
-		if _, err := remote.Of(b.c).Fail(b.ctx, remote.Failure{TaskID: l.ID, LeaseToken: bad, Outcome: bt.OutcomePermanentError}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+		if _, err := remote.New(b.c.Engine()).Fail(b.ctx, remote.Failure{TaskID: l.ID, LeaseToken: bad, Outcome: bt.OutcomePermanentError}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("fail with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
-		if _, err := remote.Of(b.c).Release(b.ctx, l.ID, bad, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+		if _, err := remote.New(b.c.Engine()).Release(b.ctx, l.ID, bad, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("release with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
-		if _, err := remote.Of(b.c).AppendLogs(b.ctx, l.ID, bad, []remote.LogLine{{Line: "x"}}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+		if _, err := remote.New(b.c.Engine()).AppendLogs(b.ctx, l.ID, bad, []remote.LogLine{{Line: "x"}}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("logs with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
-		if _, err := remote.Of(b.c).Heartbeat(b.ctx, remote.Beat{TaskID: l.ID, LeaseToken: bad}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+		if _, err := remote.New(b.c.Engine()).Heartbeat(b.ctx, remote.Beat{TaskID: l.ID, LeaseToken: bad}); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("heartbeat with %q: %v, want ErrLeaseNotCurrent", bad, err)
 		}
 	}
@@ -231,7 +231,7 @@ func (s *suite) testLeaseTokensShared(t *testing.T) {
 	if lines, err := b.c.ReadLogs(b.ctx, l.ID, l.ExecutionID, 0, 10); err != nil || len(lines) != 0 {
 		t.Fatalf("refused tokens wrote logs: %v %v", lines, err)
 	}
-	if r, err := remote.Of(b.c).Complete(b.ctx, l.ID, l.LeaseToken, nil, nil); err != nil || r.State != bt.StateSucceeded {
+	if r, err := remote.New(b.c.Engine()).Complete(b.ctx, l.ID, l.LeaseToken, nil, nil); err != nil || r.State != bt.StateSucceeded {
 		t.Fatalf("complete with the real token: %+v %v", r, err)
 	}
 }
@@ -249,7 +249,7 @@ func (s *suite) testRemoteActor(t *testing.T) {
 		byID[l.ID] = l
 	}
 	as := func(actor string) context.Context { return backstop.WithActor(b.ctx, actor) }
-	if _, err := remote.Of(b.c).Heartbeat(as("alice"), remote.Beat{TaskID: "t0", LeaseToken: byID["t0"].LeaseToken,
+	if _, err := remote.New(b.c.Engine()).Heartbeat(as("alice"), remote.Beat{TaskID: "t0", LeaseToken: byID["t0"].LeaseToken,
 		Progress: &bt.Progress{Total: 2, Completed: 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func (s *suite) testRemoteActor(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("t%d", i)
-			_, err := remote.Of(b.c).Complete(as(actor), id, byID[id].LeaseToken, nil, nil)
+			_, err := remote.New(b.c.Engine()).Complete(as(actor), id, byID[id].LeaseToken, nil, nil)
 			errs <- err
 		}()
 		go func() {
@@ -271,12 +271,12 @@ func (s *suite) testRemoteActor(t *testing.T) {
 			var err error
 			if i == 2 {
 				var outs []remote.Outcome
-				outs, err = remote.Of(b.c).CompleteMany(as(actor), []remote.Completion{{TaskID: id, LeaseToken: byID[id].LeaseToken}})
+				outs, err = remote.New(b.c.Engine()).CompleteMany(as(actor), []remote.Completion{{TaskID: id, LeaseToken: byID[id].LeaseToken}})
 				if err == nil {
 					err = outs[0].Err
 				}
 			} else {
-				_, err = remote.Of(b.c).Fail(as(actor), remote.Failure{TaskID: id, LeaseToken: byID[id].LeaseToken,
+				_, err = remote.New(b.c.Engine()).Fail(as(actor), remote.Failure{TaskID: id, LeaseToken: byID[id].LeaseToken,
 					Outcome: bt.OutcomeTransientError, Error: "boom"})
 			}
 			errs <- err
@@ -311,11 +311,11 @@ func (s *suite) testRemoteActor(t *testing.T) {
 	}
 	// Unnamed callers are the library, as for enqueues and cancels.
 	b.enqueue(backstop.EnqueueParams{ID: "lib", Queue: "q2", Kind: "k"})
-	l, err := remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q2"}, WorkerID: "w", Lease: 10 * time.Second})
+	l, err := remote.New(b.c.Engine()).Claim(b.ctx, remote.Claim{Queues: []string{"q2"}, WorkerID: "w", Lease: 10 * time.Second})
 	if err != nil || len(l) != 1 {
 		t.Fatalf("claim: %v %v", l, err)
 	}
-	if _, err := remote.Of(b.c).Release(b.ctx, "lib", l[0].LeaseToken, nil); err != nil {
+	if _, err := remote.New(b.c.Engine()).Release(b.ctx, "lib", l[0].LeaseToken, nil); err != nil {
 		t.Fatal(err)
 	}
 	evs, _ := b.c.Events(b.ctx, "lib")

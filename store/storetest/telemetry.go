@@ -29,7 +29,7 @@ func (s *suite) testTelemetry(t *testing.T) {
 		b.clock.Advance(2 * time.Minute)
 		maintain(t, b)
 		maintain(t, b) // nothing left: counts nothing
-		if _, err := remote.Of(b.c).Complete(b.ctx, "e", first.LeaseToken, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+		if _, err := remote.New(b.c.Engine()).Complete(b.ctx, "e", first.LeaseToken, nil, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("late completion: %v", err)
 		}
 		eq(t, "after the first expiry", m.read(t), map[string]int64{
@@ -61,15 +61,15 @@ func (s *suite) testTelemetry(t *testing.T) {
 		for _, tk := range remoteClaim(t, b, 3) {
 			byID[tk.ID] = tk
 		}
-		if _, err := remote.Of(b.c).Complete(b.ctx, "a", byID["a"].LeaseToken, nil, nil); err != nil {
+		if _, err := remote.New(b.c.Engine()).Complete(b.ctx, "a", byID["a"].LeaseToken, nil, nil); err != nil {
 			t.Fatal(err)
 		}
-		outs, err := remote.Of(b.c).CompleteMany(b.ctx, []remote.Completion{{TaskID: "b", LeaseToken: byID["b"].LeaseToken},
+		outs, err := remote.New(b.c.Engine()).CompleteMany(b.ctx, []remote.Completion{{TaskID: "b", LeaseToken: byID["b"].LeaseToken},
 			{TaskID: "a", LeaseToken: byID["a"].LeaseToken}})
 		if err != nil || outs[0].Err != nil || !errors.Is(outs[1].Err, remote.ErrLeaseNotCurrent) {
 			t.Fatalf("batch: %+v %v", outs, err)
 		}
-		if _, err := remote.Of(b.c).Fail(b.ctx, remote.Failure{TaskID: "c", LeaseToken: byID["c"].LeaseToken,
+		if _, err := remote.New(b.c.Engine()).Fail(b.ctx, remote.Failure{TaskID: "c", LeaseToken: byID["c"].LeaseToken,
 			Outcome: bt.OutcomeTransientError, Error: "503"}); err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func (m *meter) read(t *testing.T) map[string]int64 {
 
 func remoteClaim(t *testing.T, b *bundle, n int) []remote.Lease {
 	t.Helper()
-	ts, err := remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "remote", Max: n, Lease: 10 * time.Second})
+	ts, err := remote.New(b.c.Engine()).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "remote", Max: n, Lease: 10 * time.Second})
 	if err != nil || len(ts) != n {
 		t.Fatalf("claimed %d, want %d: %v", len(ts), n, err)
 	}

@@ -102,12 +102,12 @@ func (s *suite) testWorkerRegistry(t *testing.T) {
 
 	// A remote worker's first sighting registers it; the next only moves
 	// last_seen (and revives a stale or stopped worker).
-	if err := remote.Of(b.c).SeeWorker(b.ctx, "r1", "10.0.0.1", []string{"mail"}); err != nil {
+	if err := remote.New(b.c.Engine()).SeeWorker(b.ctx, "r1", "10.0.0.1", []string{"mail"}); err != nil {
 		t.Fatal(err)
 	}
 	first, _ := b.c.Worker(b.ctx, "r1")
 	b.clock.Advance(time.Second)
-	if err := remote.Of(b.c).SeeWorker(b.ctx, "r1", "elsewhere", nil); err != nil {
+	if err := remote.New(b.c.Engine()).SeeWorker(b.ctx, "r1", "elsewhere", nil); err != nil {
 		t.Fatal(err)
 	}
 	r1, _ := b.c.Worker(b.ctx, "r1")
@@ -115,7 +115,7 @@ func (s *suite) testWorkerRegistry(t *testing.T) {
 		r1.State != store.WorkerActive || fmt.Sprint(r1.Queues) != "[mail]" {
 		t.Fatalf("remote worker: %+v (first %+v)", r1, first)
 	}
-	if err := remote.Of(b.c).SeeWorker(b.ctx, "w3", "", nil); err != nil {
+	if err := remote.New(b.c.Engine()).SeeWorker(b.ctx, "w3", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if w, _ := b.c.Worker(b.ctx, "w3"); w.State != store.WorkerActive || w.StoppedAt != nil {
@@ -185,11 +185,11 @@ func (s *suite) testRemoteRelease(t *testing.T) {
 	t.Parallel()
 	b := s.setup(t, nil)
 	b.enqueue(backstop.EnqueueParams{ID: "rel", Queue: "q", Kind: "k", MaxAttempts: 1})
-	ts, err := remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "rw"})
+	ts, err := remote.New(b.c.Engine()).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "rw"})
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("claim: %v %v", ts, err)
 	}
-	res, err := remote.Of(b.c).Release(b.ctx, "rel", ts[0].LeaseToken, &backstop.Progress{Total: 3, Completed: 1})
+	res, err := remote.New(b.c.Engine()).Release(b.ctx, "rel", ts[0].LeaseToken, &backstop.Progress{Total: 3, Completed: 1})
 	if err != nil || res.State != backstop.StatePending || res.Outcome != backstop.OutcomeReleased {
 		t.Fatalf("release: %+v %v", res, err)
 	}
@@ -198,11 +198,11 @@ func (s *suite) testRemoteRelease(t *testing.T) {
 		got.Executions[0].Outcome != backstop.OutcomeReleased || got.Progress.Completed != 1 {
 		t.Fatalf("after release: %+v", got)
 	}
-	if _, err := remote.Of(b.c).Release(b.ctx, "rel", ts[0].LeaseToken, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
+	if _, err := remote.New(b.c.Engine()).Release(b.ctx, "rel", ts[0].LeaseToken, nil); !errors.Is(err, remote.ErrLeaseNotCurrent) {
 		t.Fatalf("stale release: %v", err)
 	}
 	// Its only attempt is still there to use.
-	ts, err = remote.Of(b.c).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "rw"})
+	ts, err = remote.New(b.c.Engine()).Claim(b.ctx, remote.Claim{Queues: []string{"q"}, WorkerID: "rw"})
 	if err != nil || len(ts) != 1 || ts[0].Attempt != 1 {
 		t.Fatalf("claim again: %+v %v", ts, err)
 	}

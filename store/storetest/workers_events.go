@@ -97,7 +97,7 @@ func (s *suite) testWorkerEventsRemote(t *testing.T) {
 	t.Parallel()
 	b := s.setup(t, &backstop.Config{WorkerStaleAfter: time.Minute})
 	ctx := backstop.WithActor(b.ctx, "tok-worker")
-	info, err := remote.Of(b.c).RegisterWorker(ctx, backstop.WorkerInfo{ID: "rw-ev", Host: "node-a", PID: 77, Queues: []string{"q2", "q1"}})
+	info, err := remote.New(b.c.Engine()).RegisterWorker(ctx, backstop.WorkerInfo{ID: "rw-ev", Host: "node-a", PID: 77, Queues: []string{"q2", "q1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,30 +105,30 @@ func (s *suite) testWorkerEventsRemote(t *testing.T) {
 		t.Fatalf("registered: %+v", info)
 	}
 	b.clock.Advance(10 * time.Second)
-	beat, err := remote.Of(b.c).WorkerHeartbeat(ctx, "rw-ev", false)
+	beat, err := remote.New(b.c.Engine()).WorkerHeartbeat(ctx, "rw-ev", false)
 	if err != nil || !beat.LastSeen.After(info.LastSeen) || beat.State != store.WorkerActive {
 		t.Fatalf("heartbeat: %+v %v", beat, err)
 	}
 	b.clock.Advance(10 * time.Second)
-	if d, err := remote.Of(b.c).WorkerHeartbeat(ctx, "rw-ev", true); err != nil || d.State != store.WorkerStopping {
+	if d, err := remote.New(b.c.Engine()).WorkerHeartbeat(ctx, "rw-ev", true); err != nil || d.State != store.WorkerStopping {
 		t.Fatalf("draining heartbeat: %+v %v", d, err)
 	}
 	b.clock.Advance(10 * time.Second)
-	stopped, err := remote.Of(b.c).StopWorker(ctx, "rw-ev")
+	stopped, err := remote.New(b.c.Engine()).StopWorker(ctx, "rw-ev")
 	if err != nil || stopped.State != store.WorkerStopped || stopped.StoppedAt == nil || !stopped.LastSeen.After(beat.LastSeen) {
 		t.Fatalf("stop: %+v %v", stopped, err)
 	}
-	if _, err := remote.Of(b.c).StopWorker(ctx, "rw-ev"); err != nil { // again: no second event
+	if _, err := remote.New(b.c.Engine()).StopWorker(ctx, "rw-ev"); err != nil { // again: no second event
 		t.Fatal(err)
 	}
 	b.clock.Advance(5 * time.Minute) // a stopped worker is never lost
 	if err := backstop.Maintain(b.ctx, b.c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := remote.Of(b.c).WorkerHeartbeat(ctx, "nobody", false); !isNotFound(err) {
+	if _, err := remote.New(b.c.Engine()).WorkerHeartbeat(ctx, "nobody", false); !isNotFound(err) {
 		t.Fatalf("heartbeat of an unknown worker: %v", err)
 	}
-	if _, err := remote.Of(b.c).RegisterWorker(ctx, backstop.WorkerInfo{ID: "x", Queues: nil}); !isInvalid(err) {
+	if _, err := remote.New(b.c.Engine()).RegisterWorker(ctx, backstop.WorkerInfo{ID: "x", Queues: nil}); !isInvalid(err) {
 		t.Fatalf("register without queues: %v", err)
 	}
 	evs := b.readStream("worker.rw-ev", 2)

@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func (p ComplexityPolicy) validate(queue string) error {
 		return fmt.Errorf("queue %q: complexity.max_payload_bytes must not be negative", queue)
 	}
 	if p.RouteTo != "" {
-		if err := validName(p.RouteTo); err != nil {
+		if err := ValidName(p.RouteTo); err != nil {
 			return fmt.Errorf("queue %q: complexity.route_to: %v", queue, err)
 		}
 		if p.RouteTo == queue {
@@ -67,32 +67,32 @@ func (c *Config) tooComplex(queue string, complexity float64, payloadSize int) (
 
 // tooComplexEvents are the task.too_complex events of a prepared batch
 // (written by the store in the enqueue's transaction).
-func (c *Client) tooComplexEvents(ctx context.Context, params []EnqueueParams, tasks []*Task) []bt.Event {
+func (e *Engine) tooComplexEvents(ctx context.Context, params []EnqueueParams, tasks []*Task) []bt.Event {
 	var out []bt.Event
 	for i, t := range tasks {
 		if t.Attributes[TooComplexAttribute] != "true" {
 			continue
 		}
 		from := params[i].Queue
-		p := c.cfg.Queues[from].Complexity
+		p := e.cfg.Queues[from].Complexity
 		body, _ := json.Marshal(map[string]any{
 			"complexity": t.Complexity, "payload_size": t.PayloadSize,
 			"max_complexity": p.MaxComplexity, "max_payload_bytes": p.MaxPayloadBytes,
 			"queue": from, "routed_to": p.RouteTo,
 		})
-		ev := store.NewEvent(t.CreatedAt, "task.too_complex", t.ID, t.Queue, t.Kind, ActorFrom(ctx), body)
+		ev := store.NewEvent(t.CreatedAt, "task.too_complex", t.ID, t.Queue, t.Kind, store.ActorFrom(ctx, store.DefaultActor), body)
 		ev.Attributes = t.Attributes
 		out = append(out, ev)
 	}
 	return out
 }
 
-// countTooComplexTasks counts the too-complex tasks of an enqueue that
+// CountTooComplexTasks counts the too-complex tasks of an enqueue that
 // went through (backstop_tasks_too_complex_total).
-func (c *Client) countTooComplexTasks(ctx context.Context, tasks []*Task) {
+func (e *Engine) CountTooComplexTasks(ctx context.Context, tasks []*Task) {
 	for _, t := range tasks {
 		if t.Attributes[TooComplexAttribute] == "true" {
-			c.countTooComplex(ctx, t)
+			e.countTooComplex(ctx, t)
 		}
 	}
 }

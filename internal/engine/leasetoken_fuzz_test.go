@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"bytes"
@@ -21,8 +21,8 @@ func FuzzLeaseToken(f *testing.F) {
 	f.Fuzz(func(t *testing.T, exec, token string, at int) {
 		// Any input: no panic, and only a MAC the key made verifies.
 		if got, ok := verifyLeaseToken(key, token); ok {
-			if token != mintLeaseToken(key, got) {
-				t.Fatalf("verified %q as execution %q, but that execution's token is %q", token, got, mintLeaseToken(key, got))
+			if token != MintLeaseToken(key, got) {
+				t.Fatalf("verified %q as execution %q, but that execution's token is %q", token, got, MintLeaseToken(key, got))
 			}
 		}
 		if e, mac, ok := parseLeaseToken(token); ok && (len(mac) != 32 || e == "" || len(token) > maxLeaseToken) {
@@ -32,7 +32,7 @@ func FuzzLeaseToken(f *testing.F) {
 			return
 		}
 		// A minted token round-trips.
-		tok := mintLeaseToken(key, exec)
+		tok := MintLeaseToken(key, exec)
 		got, ok := verifyLeaseToken(key, tok)
 		if !ok || got != exec {
 			t.Fatalf("minted token %q for %q verifies as %q, %v", tok, exec, got, ok)
@@ -48,7 +48,7 @@ func FuzzLeaseToken(f *testing.F) {
 		flipped := []byte(tok)
 		flipped[i] ^= 1
 		for _, bad := range []string{string(flipped), tok[:len(tok)-1], tok + "A", tok[:i] + tok[i+1:], exec} {
-			if e, ok := verifyLeaseToken(key, bad); ok && bad != mintLeaseToken(key, e) {
+			if e, ok := verifyLeaseToken(key, bad); ok && bad != MintLeaseToken(key, e) {
 				t.Fatalf("altered token %q (from %q) verifies as %q", bad, tok, e)
 			} else if ok && e == exec {
 				t.Fatalf("altered token %q verifies as the original execution %q", bad, exec)
@@ -62,11 +62,11 @@ func FuzzLeaseToken(f *testing.F) {
 func BenchmarkLeaseToken(b *testing.B) {
 	key := bytes.Repeat([]byte{7}, leaseKeyLen)
 	const exec = "01a20f36-25f6-7899-8d4f-b2b3c52e3f8a"
-	tok := mintLeaseToken(key, exec)
+	tok := MintLeaseToken(key, exec)
 	b.Run("mint", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = mintLeaseToken(key, exec)
+			_ = MintLeaseToken(key, exec)
 		}
 	})
 	b.Run("verify", func(b *testing.B) {

@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"encoding/json"
@@ -31,12 +31,12 @@ const (
 	jsonbIdentOthers = jsonbIdentFirst + "0123456789"
 )
 
-// jsonbProblem is why the valid JSON document b cannot be held by jsonb
+// JSONBProblem is why the valid JSON document b cannot be held by jsonb
 // (or is nested deeper than SQLite's JSON functions read), naming the
 // value's path under root in the where syntax
 // (payload.items[2].amount, payload["a-b"]); "" when it can. b must be
 // valid JSON (json.Valid, which also bounds its nesting to 10000).
-func jsonbProblem(root string, b []byte) string {
+func JSONBProblem(root string, b []byte) string {
 	// The first pass keeps no path (nothing to allocate on the common
 	// path); a document with a problem is scanned again, keeping it.
 	s := jsonbScan{b: b}

@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"context"
@@ -7,12 +7,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// withSpan makes every record written through l name the attempt's span:
+// WithSpan makes every record written through l name the attempt's span:
 // trace_id and span_id attributes (JSON logs), and the span in the record's
 // context when the caller passed none, so a handler bridged to
 // OpenTelemetry logs (otelslog) puts the record in the attempt's trace.
 // A nil or invalid span leaves l as it is.
-func withSpan(l *slog.Logger, span trace.Span) *slog.Logger {
+func WithSpan(l *slog.Logger, span trace.Span) *slog.Logger {
 	if span == nil || !span.SpanContext().IsValid() {
 		return l
 	}

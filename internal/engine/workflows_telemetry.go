@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
 }
 
 // workflowPlans counts what committed plans did.
-func (t *telemetry) workflowPlans(ctx context.Context, plans []workflow.Plan, durations []stepDuration) {
+func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, durations []stepDuration) {
 	w := t.workflows
 	if w == nil {
 		return

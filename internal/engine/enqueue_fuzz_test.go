@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ func FuzzPrepare(f *testing.F) {
 	f.Add("a b", "q/x", "ü", []byte(`{nope`), "bad key", "\xff", 0, int64(1e18), "\xff", int64(253402300800), []byte(`{"base":"2h"}`))
 	f.Add("x", "q", "k", []byte(`"`+string(make([]byte, 100))+`"`), "_k", "v", 1, int64(time.Second), "k", int64(1), []byte(`{"factor":0.5}`))
 	f.Add("x", "q", "k", []byte("{\"a\":\"\xff\xfe\"}"), "k", "v", 1000000000000, int64(0), "", int64(0), []byte(`{"schedule":["1s"]}`))
-	c := &Client{cfg: (&Config{MaxPayloadSize: 4096}).withDefaults()}
+	c := &Engine{cfg: (&Config{MaxPayloadSize: 4096}).withDefaults()}
 	now := time.Now().UTC()
 	f.Fuzz(func(t *testing.T, id, queue, kind string, payload []byte, ak, av string, attempts int, delay int64,
 		idem string, runAtUnix int64, retry []byte) {
@@ -35,7 +35,7 @@ func FuzzPrepare(f *testing.F) {
 		if json.Unmarshal(retry, &rp) == nil && !bytes.Equal(bytes.TrimSpace(retry), []byte("null")) {
 			p.Retry = &rp
 		}
-		task, err := c.prepare(p, now)
+		task, err := c.Prepare(p, now)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("non-validation error: %v", err)
@@ -45,7 +45,7 @@ func FuzzPrepare(f *testing.F) {
 		if !json.Valid(task.Payload) || !utf8.Valid(task.Payload) || len(task.Payload) > 4096 {
 			t.Fatalf("accepted bad payload %q", task.Payload)
 		}
-		if validName(task.ID) != nil || validName(task.Queue) != nil || validName(task.Kind) != nil {
+		if ValidName(task.ID) != nil || ValidName(task.Queue) != nil || ValidName(task.Kind) != nil {
 			t.Fatalf("accepted bad name: %q %q %q", task.ID, task.Queue, task.Kind)
 		}
 		if !utf8.ValidString(task.IdempotencyKey) {

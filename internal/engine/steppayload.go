@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"context"
@@ -21,10 +21,10 @@ import (
 // (the run was deleted by retention, or the task is not a step of it).
 var errRunInputGone = errors.New("its workflow run's input is gone")
 
-// inputRef is the run whose input t's payload refers to, or "" when t is
+// InputRef is the run whose input t's payload refers to, or "" when t is
 // not a fan-out item that refers to one (a plain task is never touched,
 // whatever its payload holds).
-func inputRef(t *Task) string {
+func InputRef(t *Task) string {
 	run := t.Attributes[workflow.AttrRunID]
 	if run == "" || !strings.HasPrefix(t.ID, run+".") {
 		return ""
@@ -39,27 +39,27 @@ func inputRef(t *Task) string {
 // among tasks (workflow.WithInput). The tasks it could not complete are
 // returned with why: a store error (to be retried), or Permanent when the
 // input is gone; they must not reach a handler.
-func (c *Client) stepInputs(ctx context.Context, tasks []*Task) map[*Task]error {
+func (e *Engine) stepInputs(ctx context.Context, tasks []*Task) map[*Task]error {
 	var ids []string
 	for _, t := range tasks {
-		if inputRef(t) != "" {
+		if InputRef(t) != "" {
 			ids = append(ids, t.ID)
 		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	inputs, err := c.store.RunInputsOfTasks(ctx, ids)
+	inputs, err := e.store.RunInputsOfTasks(ctx, ids)
 	bad := map[*Task]error{}
 	for _, t := range tasks {
-		if inputRef(t) == "" {
+		if InputRef(t) == "" {
 			continue
 		}
 		if err != nil {
-			bad[t] = fmt.Errorf("reading the input of workflow run %s: %w", inputRef(t), err)
+			bad[t] = fmt.Errorf("reading the input of workflow run %s: %w", InputRef(t), err)
 			continue
 		}
-		p, err := withStepInput(t, inputs)
+		p, err := WithStepInput(t, inputs)
 		if err != nil {
 			bad[t] = Permanent(err)
 			continue
@@ -69,11 +69,11 @@ func (c *Client) stepInputs(ctx context.Context, tasks []*Task) map[*Task]error 
 	return bad
 }
 
-// withStepInput is t's payload with its run's input (inputs: by task id,
+// WithStepInput is t's payload with its run's input (inputs: by task id,
 // RunInputsOfTasks's) in place of the reference; t's payload as it is when
 // it refers to none.
-func withStepInput(t *Task, inputs map[string]json.RawMessage) (json.RawMessage, error) {
-	run := inputRef(t)
+func WithStepInput(t *Task, inputs map[string]json.RawMessage) (json.RawMessage, error) {
+	run := InputRef(t)
 	if run == "" {
 		return t.Payload, nil
 	}
@@ -84,30 +84,6 @@ func withStepInput(t *Task, inputs map[string]json.RawMessage) (json.RawMessage,
 	p, err := workflow.WithInput(t.Payload, in)
 	if err != nil {
 		return nil, fmt.Errorf("task %s: its payload: %v", t.ID, err)
-	}
-	return p, nil
-}
-
-// patchBase is the payload a replay's patch applies to: a fan-out item's
-// with its run's input put back (so a patch of input.x changes what the
-// handler receives, and the patched task stores its payload whole), any
-// other task's as stored.
-func (c *Client) patchBase(ctx context.Context, t *Task) (json.RawMessage, error) {
-	if inputRef(t) == "" {
-		return t.Payload, nil
-	}
-	inputs, err := c.store.RunInputsOfTasks(ctx, []string{t.ID})
-	if err != nil {
-		return nil, err
-	}
-	return patchInput(t, inputs)
-}
-
-// patchInput is patchBase's rule with the inputs read (RunInputsOfTasks).
-func patchInput(t *Task, inputs map[string]json.RawMessage) (json.RawMessage, error) {
-	p, err := withStepInput(t, inputs)
-	if err != nil {
-		return nil, unprocessable("patch: %v", err)
 	}
 	return p, nil
 }

@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"errors"
@@ -28,7 +28,8 @@ type ValidationError struct {
 	Message string
 	// TooLarge: refused for its size; the error then also wraps ErrTooLarge.
 	TooLarge bool
-	cause    error // also wrapped (a spent where budget)
+	// Cause, when set, is wrapped too (a spent where budget).
+	Cause error
 }
 
 func (e *ValidationError) Error() string {
@@ -43,13 +44,13 @@ func (e *ValidationError) Unwrap() []error {
 	if e.TooLarge {
 		out = append(out, ErrTooLarge)
 	}
-	if e.cause != nil {
-		out = append(out, e.cause)
+	if e.Cause != nil {
+		out = append(out, e.Cause)
 	}
 	return out
 }
 
-func invalid(field, format string, args ...any) error {
+func Invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
@@ -147,9 +148,9 @@ const (
 	DefaultWhereTime = filter.DefaultTime
 )
 
-// whereErr is err, a spent where budget as bad input: ErrInvalid naming
+// WhereErr is err, a spent where budget as bad input: ErrInvalid naming
 // where (and ErrWhereBudget).
-func whereErr(err error) error {
+func WhereErr(err error) error {
 	var be *filter.BudgetError
 	if err == nil || !errors.As(err, &be) {
 		return err
@@ -158,5 +159,15 @@ func whereErr(err error) error {
 	if errors.As(err, &ve) {
 		return err
 	}
-	return &ValidationError{Field: "where", Message: be.Error(), cause: be}
+	return &ValidationError{Field: "where", Message: be.Error(), Cause: be}
+}
+
+// Poison marks err as a task that can never be handled (its payload does
+// not decode): it is dead-lettered at once, reason poison.
+func Poison(err error) error { return &poisonError{err: err} }
+
+// IsPoison reports whether err was marked Poison.
+func IsPoison(err error) bool {
+	var p *poisonError
+	return errors.As(err, &p)
 }

@@ -1,6 +1,7 @@
-package backstop
+package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,16 +69,16 @@ func nestedTooDeep(err error) bool {
 
 func TestJSONBProblem(t *testing.T) {
 	t.Parallel()
-	if err := checkJSON("payload", []byte(nested(1000))); err != nil {
+	if err := CheckJSON("payload", []byte(nested(1000))); err != nil {
 		t.Errorf("1000 deep: %v", err)
 	}
-	err := checkJSON("payload", []byte(nested(1001)))
+	err := CheckJSON("payload", []byte(nested(1001)))
 	if want := ".a[0].a[0] is nested more than 1000"; !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) ||
 		!strings.HasPrefix(err.Error(), "payload: the value at payload.a[0]") || !strings.Contains(err.Error(), "…") || len(err.Error()) > 300 {
 		t.Errorf("1001 deep: %v, want %q, briefly", err, want)
 	}
 	for _, c := range jsonbCases {
-		err := checkJSON("payload", []byte(c.doc))
+		err := CheckJSON("payload", []byte(c.doc))
 		short := c.doc[:min(len(c.doc), 60)]
 		if c.path == "" {
 			if err != nil {
@@ -113,7 +114,7 @@ func FuzzJSONB(f *testing.F) {
 	}
 	pg := jsonbServer(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		err := checkJSON("payload", b)
+		err := CheckJSON("payload", b)
 		if !utf8.Valid(b) || !json.Valid(b) {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("%q: not valid JSON, got %v", b, err)
@@ -195,7 +196,7 @@ func TestJSONBMatchesPostgres(t *testing.T) {
 	docs = append(docs, nested(1000), nested(1001)) // jsonb holds both; the second is SQLite's refusal
 	held := pg(t, docs)
 	for i, d := range docs {
-		err := checkJSON("payload", []byte(d))
+		err := CheckJSON("payload", []byte(d))
 		if held[i] != (err == nil) && !(held[i] && nestedTooDeep(err)) {
 			t.Errorf("%.80s: PostgreSQL's jsonb holds it: %t; the check: %v", d, held[i], err)
 		}
@@ -233,4 +234,13 @@ func jsonbServer(tb testing.TB) func(testing.TB, []string) []bool {
 		}
 		return held
 	}
+}
+
+// decodeJSON decodes b with numbers as json.Number.
+func decodeJSON(b []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	err := d.Decode(&v)
+	return v, err
 }

@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"context"
@@ -34,7 +34,7 @@ var (
 // telemetry holds the library's instruments. Every instrument is built
 // once per Client; call sites pass pre-built attribute options where the
 // label set is fixed so the hot path does not allocate per task.
-type telemetry struct {
+type Telemetry struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
 
@@ -67,6 +67,7 @@ type telemetry struct {
 	sentSets    attrCache[string]    // queue
 	recvSets    attrCache[string]    // queue
 	procSets    attrCache[[2]string] // queue, error.type
+	claimSets   sync.Map             // queue -> *queueAttrs
 }
 
 // attrCache maps a label key to its pre-built measurement options. It is
@@ -115,7 +116,7 @@ func (c *attrCache[K]) get(k K, build func() attribute.Set) attrOpts {
 	return v
 }
 
-func (t *telemetry) qk(q, k string) attrOpts {
+func (t *Telemetry) qk(q, k string) attrOpts {
 	return t.qkSets.get([2]string{q, k}, func() attribute.Set {
 		return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k))
 	})
@@ -123,7 +124,7 @@ func (t *telemetry) qk(q, k string) attrOpts {
 
 var attrSystem = attribute.String("messaging.system", "backstop")
 
-func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, orderingByQueue map[string]*OrderingStats) (*telemetry, error) {
+func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, orderingByQueue map[string]*OrderingStats) (*Telemetry, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -132,7 +133,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, orderingByQu
 	}
 	m := mp.Meter(instrumentationName)
 	_, off := tp.(noop.TracerProvider)
-	t := &telemetry{tracer: tp.Tracer(instrumentationName), prop: propagation.TraceContext{}, tracesOff: off}
+	t := &Telemetry{tracer: tp.Tracer(instrumentationName), prop: propagation.TraceContext{}, tracesOff: off}
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -169,7 +170,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, orderingByQu
 		insts := map[string]metric.Int64ObservableCounter{}
 		for name := range (&OrderingStats{}).Counters() {
 			c, err := m.Int64ObservableCounter("backstop.ordering."+name, metric.WithUnit("{event}"),
-				metric.WithDescription("Ordered processing: "+strings.ReplaceAll(name, "_", " ")+", by queue (docs/ordering.md)."))
+				metric.WithDescription("ordered processing: "+strings.ReplaceAll(name, "_", " ")+", by queue (docs/ordering.md)."))
 			errs = append(errs, err)
 			if err == nil {
 				insts[name] = c
@@ -200,20 +201,26 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, orderingByQu
 	return t, nil
 }
 
-// queueAttrs are a queue runner's pre-built label sets.
+// queueAttrs are a queue's pre-built claim label sets.
 type queueAttrs struct {
 	claimOK, claimEmpty, claimError []metric.AddOption
 }
 
-func (t *telemetry) forQueue(q string) queueAttrs {
+// forQueue is q's claim label sets, built once per queue.
+func (t *Telemetry) forQueue(q string) *queueAttrs {
+	if qa, ok := t.claimSets.Load(q); ok {
+		return qa.(*queueAttrs)
+	}
 	mk := func(r string) []metric.AddOption {
 		return newAttrOpts(attribute.NewSet(attribute.String("queue", q), attribute.String("result", r))).add
 	}
-	return queueAttrs{claimOK: mk("ok"), claimEmpty: mk("empty"), claimError: mk("error")}
+	qa, _ := t.claimSets.LoadOrStore(q, &queueAttrs{claimOK: mk("ok"), claimEmpty: mk("empty"), claimError: mk("error")})
+	return qa.(*queueAttrs)
 }
 
 // claimed records one claim round.
-func (t *telemetry) claimed(ctx context.Context, qa *queueAttrs, tasks []*Task, err error, now time.Time) {
+func (t *Telemetry) claimed(ctx context.Context, queue string, tasks []*Task, err error, now time.Time) {
+	qa := t.forQueue(queue)
 	switch {
 	case err != nil:
 		t.claims.Add(ctx, 1, qa.claimError...)
@@ -235,7 +242,7 @@ func (t *telemetry) claimed(ctx context.Context, qa *queueAttrs, tasks []*Task, 
 	consumed.flush(add)
 }
 
-func (t *telemetry) recv(q string) attrOpts {
+func (t *Telemetry) recv(q string) attrOpts {
 	return t.recvSets.get(q, func() attribute.Set {
 		return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "receive"))
 	})
@@ -267,7 +274,7 @@ func (r *labelRun[K]) flush(report func(K, int64)) {
 // startSend opens one producer span per task and stores its context as the
 // task's W3C traceparent (unless the caller brought one). It returns the
 // params to enqueue (a copy when any was changed) and the spans to end.
-func (t *telemetry) startSend(ctx context.Context, params []EnqueueParams) ([]EnqueueParams, []trace.Span) {
+func (t *Telemetry) StartSend(ctx context.Context, params []EnqueueParams) ([]EnqueueParams, []trace.Span) {
 	if t.tracesOff {
 		return params, nil
 	}
@@ -294,7 +301,7 @@ func (t *telemetry) startSend(ctx context.Context, params []EnqueueParams) ([]En
 }
 
 // endSend closes the producer spans and counts what was enqueued.
-func (t *telemetry) endSend(ctx context.Context, spans []trace.Span, rs []EnqueueResult, err error) {
+func (t *Telemetry) EndSend(ctx context.Context, spans []trace.Span, rs []EnqueueResult, err error) {
 	for i, s := range spans {
 		if err != nil {
 			s.RecordError(err)
@@ -338,7 +345,7 @@ func (t *telemetry) endSend(ctx context.Context, spans []trace.Span, rs []Enqueu
 }
 
 // creationContext is the producer's span context stored with the task.
-func (t *telemetry) creationContext(tk *Task) trace.SpanContext {
+func (t *Telemetry) creationContext(tk *Task) trace.SpanContext {
 	if tk.TraceParent == "" {
 		return trace.SpanContext{}
 	}
@@ -348,7 +355,7 @@ func (t *telemetry) creationContext(tk *Task) trace.SpanContext {
 
 // startProcess opens the consumer span of one attempt: a child of the
 // creation context (a new root when the task has none) and linked to it.
-func (t *telemetry) startProcess(ctx context.Context, tk *Task, extra ...trace.SpanStartOption) (context.Context, trace.Span) {
+func (t *Telemetry) StartProcess(ctx context.Context, tk *Task, extra ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if t.tracesOff {
 		return ctx, nil
 	}
@@ -374,13 +381,13 @@ func (t *telemetry) startProcess(ctx context.Context, tk *Task, extra ...trace.S
 
 // settled records one finished attempt: its outcome, duration, and what
 // the settlement did to the task (retry, dead letter); it ends the span.
-func (t *telemetry) settled(span trace.Span, tk *Task, started time.Time, s *store.Settlement) {
+func (t *Telemetry) Settled(span trace.Span, tk *Task, started time.Time, s *store.Settlement) {
 	t.attempts.Add(context.Background(), 1, t.outcomeSet([3]string{tk.Queue, tk.Kind, string(s.Outcome)}).add...)
-	t.settledUncounted(span, tk, started, s)
+	t.SettledUncounted(span, tk, started, s)
 }
 
 // outcomeSet is the label set queue, kind, outcome.
-func (t *telemetry) outcomeSet(key [3]string) attrOpts {
+func (t *Telemetry) outcomeSet(key [3]string) attrOpts {
 	return t.outcomeSets.get(key, func() attribute.Set {
 		return attribute.NewSet(attribute.String("queue", key[0]), attribute.String("kind", key[1]), attribute.String("outcome", key[2]))
 	})
@@ -388,7 +395,7 @@ func (t *telemetry) outcomeSet(key [3]string) attrOpts {
 
 // settledUncounted is settled but for the attempts counter (the caller
 // adds to it).
-func (t *telemetry) settledUncounted(span trace.Span, tk *Task, started time.Time, s *store.Settlement) {
+func (t *Telemetry) SettledUncounted(span trace.Span, tk *Task, started time.Time, s *store.Settlement) {
 	ctx := context.Background()
 	d := max(s.FinishedAt.Sub(started), 0).Seconds()
 	outcome := string(s.Outcome)
@@ -406,7 +413,7 @@ func (t *telemetry) settledUncounted(span trace.Span, tk *Task, started time.Tim
 	}).rec...)
 	switch {
 	case s.State == bt.StateDead:
-		t.deadLettered(ctx, tk, string(s.DeadReason))
+		t.DeadLettered(ctx, tk, string(s.DeadReason))
 	case !s.Uncharged && (s.State == bt.StateScheduled || s.State == bt.StatePending) && s.Outcome != bt.OutcomeSucceeded:
 		t.retries.Add(ctx, 1, t.qk(q, k).add...)
 	}
@@ -422,7 +429,7 @@ func (t *telemetry) settledUncounted(span trace.Span, tk *Task, started time.Tim
 }
 
 // deadLettered counts one dead letter.
-func (t *telemetry) deadLettered(ctx context.Context, tk *Task, reason string) {
+func (t *Telemetry) DeadLettered(ctx context.Context, tk *Task, reason string) {
 	q, k, tc := tk.Queue, tk.Kind, taskTooComplex(tk)
 	t.dead.Add(ctx, 1, t.deadSets.get([4]string{q, k, reason, strconv.FormatBool(tc)}, func() attribute.Set {
 		return attribute.NewSet(attribute.String("queue", q), attribute.String("kind", k),
@@ -444,7 +451,7 @@ func errorType(s *store.Settlement) string {
 }
 
 // replayed counts one replay by result: ok, conflict or error.
-func (t *telemetry) replayed(ctx context.Context, err error) {
+func (t *Telemetry) Replayed(ctx context.Context, err error) {
 	r := "ok"
 	switch {
 	case err == nil:
@@ -457,7 +464,7 @@ func (t *telemetry) replayed(ctx context.Context, err error) {
 }
 
 // replayedBatch counts a redrive batch: ok replays and conflicts.
-func (t *telemetry) replayedBatch(ctx context.Context, ok, conflicts int) {
+func (t *Telemetry) ReplayedBatch(ctx context.Context, ok, conflicts int) {
 	if ok > 0 {
 		t.replays.Add(ctx, int64(ok), replayOK)
 	}
@@ -472,19 +479,19 @@ var (
 )
 
 // discarded counts one discard.
-func (t *telemetry) discarded(ctx context.Context, tk *Task) {
+func (t *Telemetry) Discarded(ctx context.Context, tk *Task) {
 	t.discards.Add(ctx, 1, t.qk(tk.Queue, tk.Kind).add...)
 }
 
 // TooComplex counts a task found over its queue's complexity thresholds
 // (the complexity policy calls it).
-func (c *Client) countTooComplex(ctx context.Context, tk *Task) {
-	c.telemetry.tooComplex.Add(ctx, 1, c.telemetry.qk(tk.Queue, tk.Kind).add...)
+func (e *Engine) countTooComplex(ctx context.Context, tk *Task) {
+	e.Telemetry.tooComplex.Add(ctx, 1, e.Telemetry.qk(tk.Queue, tk.Kind).add...)
 }
 
 // leaseLost ends an attempt's span whose result is not settled by this
 // worker (its lease was lost, or it was released at shutdown).
-func (t *telemetry) leaseLost(span trace.Span) {
+func (t *Telemetry) LeaseLost(span trace.Span) {
 	if span == nil {
 		return
 	}
@@ -494,7 +501,7 @@ func (t *telemetry) leaseLost(span trace.Span) {
 }
 
 // released ends the span of a remote attempt given back uncharged.
-func (t *telemetry) released(span trace.Span) {
+func (t *Telemetry) Released(span trace.Span) {
 	if span == nil {
 		return
 	}
@@ -504,9 +511,9 @@ func (t *telemetry) released(span trace.Span) {
 
 // endElsewhere ends the span of a remote attempt that another process
 // settled, with the outcome the store recorded (ex nil: unknown).
-func (t *telemetry) endElsewhere(span trace.Span, ex *bt.Execution) {
+func (t *Telemetry) endElsewhere(span trace.Span, ex *bt.Execution) {
 	if ex == nil || ex.FinishedAt == nil {
-		t.leaseLost(span)
+		t.LeaseLost(span)
 		return
 	}
 	span.SetAttributes(attribute.String("backstop.outcome", string(ex.Outcome)))
@@ -517,16 +524,33 @@ func (t *telemetry) endElsewhere(span trace.Span, ex *bt.Execution) {
 	span.End(trace.WithTimestamp(*ex.FinishedAt))
 }
 
-// claimedRemote records a claim by the remote worker protocol.
-func (t *telemetry) claimedRemote(ctx context.Context, queue string, tasks []*Task, err error, now time.Time) {
-	qa := t.forQueue(queue)
-	t.claimed(ctx, &qa, tasks, err, now)
-}
-
 // attemptStart is when t's current attempt began (when known).
 func attemptStart(t *Task, fallback time.Time) time.Time {
 	if t.AttemptedAt != nil {
 		return *t.AttemptedAt
 	}
 	return fallback
+}
+
+// SettledBatch records the in-process attempts of one settle batch once
+// the store answered (oks; nil: it could not be written): an attempt whose
+// settlement applied is counted (by queue, kind, outcome, with its
+// duration, retry or dead letter) and its span ends with the outcome; one
+// that did not apply (its lease was no longer current: maintenance settled
+// it as lease_expired, and counted it) or could not be written is not
+// counted, and its span ends abandoned. at(i) is the i-th attempt of n.
+func (t *Telemetry) SettledBatch(n int, at func(i int) (tk *Task, span trace.Span, started time.Time, s *store.Settlement), oks []bool) {
+	// The attempts counter is added to once per run of equal labels.
+	var run labelRun[[3]string]
+	add := func(k [3]string, n int64) { t.attempts.Add(context.Background(), n, t.outcomeSet(k).add...) }
+	for i := range n {
+		tk, span, started, s := at(i)
+		if i < len(oks) && oks[i] {
+			run.add([3]string{tk.Queue, tk.Kind, string(s.Outcome)}, add)
+			t.SettledUncounted(span, tk, started, s)
+		} else {
+			t.LeaseLost(span)
+		}
+	}
+	run.flush(add)
 }

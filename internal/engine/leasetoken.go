@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
 
 	"github.com/backstophq/backstop/store"
 )
@@ -68,14 +70,14 @@ type leaseKeySet struct {
 // current key if there is none yet; they are read again after
 // LeaseKeyRefresh (a failed read keeps the keys known, and tries again at
 // the next refresh).
-func (c *Client) leaseKeySet(ctx context.Context) (*leaseKeySet, error) {
-	return c.leaseKeysNewerThan(ctx, LeaseKeyRefresh)
+func (e *Engine) leaseKeySet(ctx context.Context) (*leaseKeySet, error) {
+	return e.leaseKeysNewerThan(ctx, LeaseKeyRefresh)
 }
 
 // leaseKeysNewerThan is leaseKeySet with keys read at most maxAge ago.
-func (c *Client) leaseKeysNewerThan(ctx context.Context, maxAge time.Duration) (*leaseKeySet, error) {
-	lk := &c.lkeys
-	now := c.now()
+func (e *Engine) leaseKeysNewerThan(ctx context.Context, maxAge time.Duration) (*leaseKeySet, error) {
+	lk := &e.lkeys
+	now := e.Now()
 	fresh := func(k *leaseKeySet) bool { return k != nil && now.Sub(k.read) < maxAge && !now.Before(k.read) }
 	if k := lk.keys.Load(); fresh(k) {
 		return k, nil
@@ -86,12 +88,12 @@ func (c *Client) leaseKeysNewerThan(ctx context.Context, maxAge time.Duration) (
 	if fresh(known) {
 		return known, nil
 	}
-	ks, err := c.readLeaseKeys(ctx, now)
+	ks, err := e.readLeaseKeys(ctx, now)
 	if err != nil {
 		if known == nil {
 			return nil, err
 		}
-		c.cfg.Logger.Warn("reading the lease token key again failed: keeping the one known", "error", err)
+		e.cfg.Logger.Warn("reading the lease token key again failed: keeping the one known", "error", err)
 		again := *known
 		again.read = now
 		lk.keys.Store(&again)
@@ -101,8 +103,8 @@ func (c *Client) leaseKeysNewerThan(ctx context.Context, maxAge time.Duration) (
 	return ks, nil
 }
 
-func (c *Client) readLeaseKeys(ctx context.Context, now time.Time) (*leaseKeySet, error) {
-	cur, prev, until, err := c.store.SecretVersions(ctx, leaseKeyName)
+func (e *Engine) readLeaseKeys(ctx context.Context, now time.Time) (*leaseKeySet, error) {
+	cur, prev, until, err := e.store.SecretVersions(ctx, leaseKeyName)
 	if err != nil {
 		return nil, fmt.Errorf("backstop: lease token key: %w", err)
 	}
@@ -111,7 +113,7 @@ func (c *Client) readLeaseKeys(ctx context.Context, now time.Time) (*leaseKeySet
 		if _, err := rand.Read(candidate); err != nil {
 			return nil, fmt.Errorf("backstop: lease token key: %w", err)
 		}
-		if cur, err = c.store.Secret(ctx, leaseKeyName, candidate, now); err != nil {
+		if cur, err = e.store.Secret(ctx, leaseKeyName, candidate, now); err != nil {
 			return nil, fmt.Errorf("backstop: lease token key: %w", err)
 		}
 	}
@@ -125,9 +127,9 @@ func (c *Client) readLeaseKeys(ctx context.Context, now time.Time) (*leaseKeySet
 	return ks, nil
 }
 
-// leaseKey returns the key that signs new lease tokens.
-func (c *Client) leaseKey(ctx context.Context) ([]byte, error) {
-	ks, err := c.leaseKeySet(ctx)
+// LeaseKey returns the key that signs new lease tokens.
+func (e *Engine) LeaseKey(ctx context.Context) ([]byte, error) {
+	ks, err := e.leaseKeySet(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -142,27 +144,27 @@ func (c *Client) leaseKey(ctx context.Context) ([]byte, error) {
 // Every process sharing the database picks up the new key within
 // LeaseKeyRefresh (this one at once). It answers the time until which the
 // old key stays good. Rotate when a token or the key may have leaked.
-func (c *Client) RotateLeaseKey(ctx context.Context, grace time.Duration) (time.Time, error) {
+func (e *Engine) RotateLeaseKey(ctx context.Context, grace time.Duration) (time.Time, error) {
 	if grace < 0 || grace > MaxLeaseKeyGrace {
-		return time.Time{}, invalid("grace", "must be between 0s and %s", MaxLeaseKeyGrace)
+		return time.Time{}, Invalid("grace", "must be between 0s and %s", MaxLeaseKeyGrace)
 	}
 	fresh := make([]byte, leaseKeyLen)
 	if _, err := rand.Read(fresh); err != nil {
 		return time.Time{}, fmt.Errorf("backstop: lease token key: %w", err)
 	}
-	now := c.now()
+	now := e.Now()
 	until := now.Add(grace)
-	if err := c.store.RotateSecret(ctx, leaseKeyName, fresh, now, until); err != nil {
+	if err := e.store.RotateSecret(ctx, leaseKeyName, fresh, now, until); err != nil {
 		return time.Time{}, fmt.Errorf("backstop: rotate the lease token key: %w", err)
 	}
-	c.lkeys.keys.Store(nil) // read again at the next use
-	actor := store.ActorFrom(ctx, c.actor(""))
-	c.cfg.Logger.Info("rotated the lease token key", "previous_good_until", until, "actor", actor)
+	e.lkeys.keys.Store(nil) // read again at the next use
+	actor := store.ActorFrom(ctx, store.DefaultActor)
+	e.cfg.Logger.Info("rotated the lease token key", "previous_good_until", until, "actor", actor)
 	// The audit trail: who rotated, and until when the old tokens are good
 	// (never a key).
-	body, _ := json.Marshal(map[string]any{"grace": Duration(grace), "previous_good_until": until.UTC()})
-	if err := c.store.AppendEvents(context.WithoutCancel(ctx), []Event{store.NewEvent(now, "lease_key.rotated", "", "", "", actor, body)}); err != nil {
-		c.cfg.Logger.Warn("recording the lease key's rotation", "error", err)
+	body, _ := json.Marshal(map[string]any{"grace": bt.Duration(grace), "previous_good_until": until.UTC()})
+	if err := e.store.AppendEvents(context.WithoutCancel(ctx), []Event{store.NewEvent(now, "lease_key.rotated", "", "", "", actor, body)}); err != nil {
+		e.cfg.Logger.Warn("recording the lease key's rotation", "error", err)
 	}
 	return until, nil
 }
@@ -174,8 +176,8 @@ func leaseMAC(key []byte, executionID string) []byte {
 	return h.Sum(nil)
 }
 
-// mintLeaseToken is the token of the lease executionID names.
-func mintLeaseToken(key []byte, executionID string) string {
+// MintLeaseToken is the token of the lease executionID names.
+func MintLeaseToken(key []byte, executionID string) string {
 	return executionID + "." + base64.RawURLEncoding.EncodeToString(leaseMAC(key, executionID))
 }
 
@@ -211,32 +213,32 @@ func verifyLeaseToken(key []byte, token string) (string, bool) {
 	return exec, true
 }
 
-// leaseOf checks a remote call's task id and lease token and returns the
+// LeaseOf checks a remote call's task id and lease token and returns the
 // execution the token names. A token this database's key did not sign gets
 // the answer of a lease that is no longer current (leaseError), so a
 // guess learns nothing a stale token would not.
-func (c *Client) leaseOf(ctx context.Context, taskID, token string) (string, error) {
-	if err := checkLease(taskID, token); err != nil {
+func (e *Engine) LeaseOf(ctx context.Context, taskID, token string) (string, error) {
+	if err := CheckLease(taskID, token); err != nil {
 		return "", err
 	}
-	exec, ok, err := c.leaseExecution(ctx, token)
+	exec, ok, err := e.LeaseExecution(ctx, token)
 	if err != nil {
 		return "", err
 	}
 	if !ok {
-		return "", c.leaseError(ctx, taskID)
+		return "", e.LeaseError(ctx, taskID)
 	}
 	return exec, nil
 }
 
-// leaseExecution returns the execution id token names, ok when this
+// LeaseExecution returns the execution id token names, ok when this
 // database's key signed it.
-func (c *Client) leaseExecution(ctx context.Context, token string) (exec string, ok bool, err error) {
-	ks, err := c.leaseKeySet(ctx)
+func (e *Engine) LeaseExecution(ctx context.Context, token string) (exec string, ok bool, err error) {
+	ks, err := e.leaseKeySet(ctx)
 	if err != nil {
 		return "", false, err
 	}
-	if exec, ok = ks.verify(token, c.now()); ok {
+	if exec, ok = ks.verify(token, e.Now()); ok {
 		return exec, true, nil
 	}
 	// Signed with a key this process has not read yet (another process
@@ -245,10 +247,10 @@ func (c *Client) leaseExecution(ctx context.Context, token string) (exec string,
 	if _, _, ok := parseLeaseToken(token); !ok {
 		return "", false, nil
 	}
-	if ks, err = c.leaseKeysNewerThan(ctx, time.Second); err != nil {
+	if ks, err = e.leaseKeysNewerThan(ctx, time.Second); err != nil {
 		return "", false, err
 	}
-	exec, ok = ks.verify(token, c.now())
+	exec, ok = ks.verify(token, e.Now())
 	return exec, ok, nil
 }
 
@@ -262,4 +264,29 @@ func (ks *leaseKeySet) verify(token string, now time.Time) (string, bool) {
 		return verifyLeaseToken(ks.prev, token)
 	}
 	return "", false
+}
+
+// ErrLeaseNotCurrent: a call named a lease (its lease token) that is no
+// longer the task's current lease; nothing changed. It wraps
+// store.ErrConflict.
+var ErrLeaseNotCurrent = fmt.Errorf("lease not current: %w", store.ErrConflict)
+
+// checkLease checks that a call names a task and a lease token.
+func CheckLease(taskID, token string) error {
+	if taskID == "" {
+		return Invalid("id", "task id is required")
+	}
+	if token == "" {
+		return Invalid("lease_token", "is required")
+	}
+	return nil
+}
+
+// LeaseError explains a settlement or heartbeat that did not apply.
+func (e *Engine) LeaseError(ctx context.Context, taskID string) error {
+	t, err := e.store.Get(ctx, taskID)
+	if err != nil {
+		return err // ErrNotFound, or the store's failure
+	}
+	return fmt.Errorf("%w: the lease token is not the current lease of task %q (it is %s)", ErrLeaseNotCurrent, taskID, t.State)
 }

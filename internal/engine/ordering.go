@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"context"
@@ -87,7 +87,7 @@ func (o OrderingConfig) settings() store.OrderingSettings {
 }
 
 // OrderingStats counts what ordered processing did in this client: all
-// queues (Client.OrderingStats) or one (Client.QueueOrderingStats).
+// queues (OrderingStats) or one (QueueOrderingStats).
 // Prometheus names are backstop_ordering_<name>_total with the names of
 // Counters, one series per ordered queue (label queue).
 type OrderingStats struct {
@@ -126,13 +126,13 @@ func (s *OrderingStats) add(d store.OrderingDelta) {
 }
 
 // OrderingStats returns this client's ordering counters, all queues.
-func (c *Client) OrderingStats() *OrderingStats { return c.ordStats() }
+func (e *Engine) OrderingStats() *OrderingStats { return e.ordStats() }
 
-func (c *Client) ordStats() *OrderingStats { return &c.ordering }
+func (e *Engine) ordStats() *OrderingStats { return &e.ordering }
 
 // QueueOrderingStats returns the ordering counters of one queue (nil when
 // the queue does not have ordering enabled in this client's Config).
-func (c *Client) QueueOrderingStats(queue string) *OrderingStats { return c.orderingByQueue[queue] }
+func (e *Engine) QueueOrderingStats(queue string) *OrderingStats { return e.orderingByQueue[queue] }
 
 // newQueueOrderingStats makes the per-queue counters of every ordered
 // queue of cfg (fixed at NewClient: the map is only read afterwards).
@@ -148,8 +148,8 @@ func newQueueOrderingStats(cfg *Config) map[string]*OrderingStats {
 
 // countOrdering adds a queue's ordering delta to the queue's and the
 // client's counters.
-func (c *Client) countOrdering(queue string, d store.OrderingDelta, fallback int64) {
-	for _, st := range []*OrderingStats{c.ordStats(), c.orderingByQueue[queue]} {
+func (e *Engine) countOrdering(queue string, d store.OrderingDelta, fallback int64) {
+	for _, st := range []*OrderingStats{e.ordStats(), e.orderingByQueue[queue]} {
 		if st != nil {
 			st.add(d)
 			st.Fallback.Add(fallback)
@@ -194,46 +194,46 @@ const implicitRecheck = time.Second
 
 // queueOrdering returns a queue's ordering settings and whether the queue
 // is declared in the configuration.
-func (c *Client) queueOrdering(queue string) (OrderingConfig, bool) {
-	if q, ok := c.cfg.Queues[queue]; ok {
+func (e *Engine) queueOrdering(queue string) (OrderingConfig, bool) {
+	if q, ok := e.cfg.Queues[queue]; ok {
 		return q.Ordering, true
 	}
 	return OrderingConfig{Enabled: true}, false
 }
 
-// ordered reports whether queue is ordered now: declared with ordering, or
+// Ordered reports whether queue is ordered now: declared with ordering, or
 // undeclared and found with ordered tasks at the last look.
-func (c *Client) ordered(queue string) bool {
-	o, declared := c.queueOrdering(queue)
+func (e *Engine) Ordered(queue string) bool {
+	o, declared := e.queueOrdering(queue)
 	if declared {
 		return o.Enabled
 	}
-	c.implicit.mu.Lock()
-	defer c.implicit.mu.Unlock()
-	return c.implicit.queues[queue].active
+	e.implicit.mu.Lock()
+	defer e.implicit.mu.Unlock()
+	return e.implicit.queues[queue].active
 }
 
 // lookForOrdering tells whether an undeclared queue has ordered tasks (a
 // key with a state or waiting tasks), looking again at most once per
 // implicitRecheck while it has none.
-func (c *Client) lookForOrdering(ctx context.Context, queue string) (bool, error) {
-	c.implicit.mu.Lock()
-	q := c.implicit.queues[queue]
-	c.implicit.mu.Unlock()
+func (e *Engine) lookForOrdering(ctx context.Context, queue string) (bool, error) {
+	e.implicit.mu.Lock()
+	q := e.implicit.queues[queue]
+	e.implicit.mu.Unlock()
 	if !q.active && time.Now().Before(q.next) {
 		return false, nil
 	}
-	ks, err := c.store.OrderingKeys(ctx, queue, "", 1)
+	ks, err := e.store.OrderingKeys(ctx, queue, "", 1)
 	if err != nil {
 		return false, err
 	}
 	q = implicitQueue{active: len(ks) > 0, next: time.Now().Add(implicitRecheck)}
-	c.implicit.mu.Lock()
-	if c.implicit.queues == nil {
-		c.implicit.queues = map[string]implicitQueue{}
+	e.implicit.mu.Lock()
+	if e.implicit.queues == nil {
+		e.implicit.queues = map[string]implicitQueue{}
 	}
-	c.implicit.queues[queue] = q
-	c.implicit.mu.Unlock()
+	e.implicit.queues[queue] = q
+	e.implicit.mu.Unlock()
 	return q.active, nil
 }
 
@@ -241,45 +241,45 @@ func (c *Client) lookForOrdering(ctx context.Context, queue string) (bool, error
 // worker does it before each claim, maintenance for due drains). When the
 // ordering state cannot be read or written, the queue's ordered tasks are
 // handed to normal processing (counted as fallback).
-func (c *Client) OrderQueue(ctx context.Context, queue string) error {
-	o, declared := c.queueOrdering(queue)
+func (e *Engine) OrderQueue(ctx context.Context, queue string) error {
+	o, declared := e.queueOrdering(queue)
 	if declared && !o.Enabled {
 		return nil
 	}
 	if !declared {
-		if active, err := c.lookForOrdering(ctx, queue); err != nil || !active {
+		if active, err := e.lookForOrdering(ctx, queue); err != nil || !active {
 			return err
 		}
 	}
-	d, err := c.store.Order(ctx, queue, o.settings(), c.now())
+	d, err := e.store.Order(ctx, queue, o.settings(), e.Now())
 	if err == nil {
-		c.countOrdering(queue, d, 0)
+		e.countOrdering(queue, d, 0)
 		return nil
 	}
-	c.cfg.Logger.Error("ordering state unusable: falling back to unordered handling", "queue", queue, "error", err)
-	n, ferr := c.store.OrderingFallback(ctx, queue, c.now())
-	c.countOrdering(queue, store.OrderingDelta{}, int64(n))
+	e.cfg.Logger.Error("ordering state unusable: falling back to unordered handling", "queue", queue, "error", err)
+	n, ferr := e.store.OrderingFallback(ctx, queue, e.Now())
+	e.countOrdering(queue, store.OrderingDelta{}, int64(n))
 	if ferr != nil {
 		return fmt.Errorf("ordering: %w; fallback: %w", err, ferr)
 	}
 	return nil
 }
 
-// withOrdering fills the ordering key, sequence and gaps of tasks of any
+// WithOrdering fills the ordering key, sequence and gaps of tasks of any
 // queue (a producer need not know which queues are ordered).
-func (c *Client) withOrdering(ctx context.Context, tasks []*Task) error {
+func (e *Engine) WithOrdering(ctx context.Context, tasks []*Task) error {
 	ids := make([]string, len(tasks))
 	for i, t := range tasks {
 		ids[i] = t.ID
 	}
-	info, err := c.store.OrderingInfo(ctx, ids)
+	info, err := e.store.OrderingInfo(ctx, ids)
 	if err != nil {
 		return err
 	}
 	for _, t := range tasks {
 		if in, ok := info[t.ID]; ok {
 			t.OrderingKey, t.Sequence, t.Gaps = in.Key, in.Sequence, in.Gaps
-			t.OrderingWait = c.orderingWait(t, in)
+			t.OrderingWait = e.orderingWait(t, in)
 		}
 	}
 	return nil
@@ -287,7 +287,7 @@ func (c *Client) withOrdering(ctx context.Context, tasks []*Task) error {
 
 // orderingWait says why a buffered task of an ordering key waits, from its
 // ordering status and its key's state ("" for a task that does not wait).
-func (c *Client) orderingWait(t *Task, in store.OrderingInfo) string {
+func (e *Engine) orderingWait(t *Task, in store.OrderingInfo) string {
 	if t.State != bt.StateBuffered {
 		return ""
 	}
@@ -306,7 +306,7 @@ func (c *Client) orderingWait(t *Task, in store.OrderingInfo) string {
 		return "replay: waiting for " + turn
 	case store.OrdGap:
 		var why string
-		o, _ := c.queueOrdering(t.Queue)
+		o, _ := e.queueOrdering(t.Queue)
 		switch {
 		case in.LastSequence == nil:
 			why = fmt.Sprintf("buffered: key %s's first tasks are held until its drain", key)
@@ -325,17 +325,17 @@ func (c *Client) orderingWait(t *Task, in store.OrderingInfo) string {
 
 // attachOrdering fills the ordering key, sequence and gaps of claimed tasks
 // of an ordered queue.
-func (c *Client) attachOrdering(ctx context.Context, queue string, tasks []*Task) {
-	if !c.ordered(queue) || len(tasks) == 0 {
+func (e *Engine) attachOrdering(ctx context.Context, queue string, tasks []*Task) {
+	if !e.Ordered(queue) || len(tasks) == 0 {
 		return
 	}
 	ids := make([]string, len(tasks))
 	for i, t := range tasks {
 		ids[i] = t.ID
 	}
-	info, err := c.store.OrderingInfo(ctx, ids)
+	info, err := e.store.OrderingInfo(ctx, ids)
 	if err != nil {
-		c.cfg.Logger.Warn("ordering info unavailable", "queue", queue, "error", err)
+		e.cfg.Logger.Warn("ordering info unavailable", "queue", queue, "error", err)
 		return
 	}
 	for _, t := range tasks {
@@ -345,41 +345,31 @@ func (c *Client) attachOrdering(ctx context.Context, queue string, tasks []*Task
 	}
 }
 
-// Gaps returns the gaps reported with the task a handler runs: sequences of
-// its ordering key that never arrived before the drain gave up, so the
-// handler can backfill what it would otherwise record as missed.
-func Gaps(ctx context.Context) []Gap {
-	if t, ok := TaskFromContext(ctx); ok {
-		return t.Gaps
-	}
-	return nil
-}
-
 // orderingPrepare validates the ordering fields of an enqueue and returns
 // the state the task starts in.
-func (c *Client) orderingPrepare(p *EnqueueParams, queue string, state bt.State) (bt.State, error) {
+func (e *Engine) orderingPrepare(p *EnqueueParams, queue string, state bt.State) (bt.State, error) {
 	if p.OrderingKey == "" {
 		if p.Sequence != 0 {
-			return state, invalid("sequence", "needs an ordering key")
+			return state, Invalid("sequence", "needs an ordering key")
 		}
 		return state, nil
 	}
 	if p.Sequence < 0 {
-		return state, invalid("sequence", "must not be negative")
+		return state, Invalid("sequence", "must not be negative")
 	}
 	if len(p.OrderingKey) > 256 {
-		return state, invalid("ordering_key", "is longer than 256 bytes")
+		return state, Invalid("ordering_key", "is longer than 256 bytes")
 	}
 	// A queue this client knows without ordering refuses keys; one it does
 	// not know is trusted to be ordered by the workers that run it.
-	if q, known := c.cfg.Queues[queue]; known && !q.Ordering.Enabled {
-		return state, invalid("ordering_key", "queue %q does not have ordering enabled", queue)
+	if q, known := e.cfg.Queues[queue]; known && !q.Ordering.Enabled {
+		return state, Invalid("ordering_key", "queue %q does not have ordering enabled", queue)
 	}
 	if p.IdempotencyKey != "" || p.MergeKey != "" {
-		return state, invalid("ordering_key", "cannot be combined with an idempotency or merge key")
+		return state, Invalid("ordering_key", "cannot be combined with an idempotency or merge key")
 	}
-	if _, declared := c.queueOrdering(queue); !declared {
-		c.implicit.lookNow(queue) // this client's workers admit it at their next claim
+	if _, declared := e.queueOrdering(queue); !declared {
+		e.implicit.lookNow(queue) // this client's workers admit it at their next claim
 	}
 	return bt.StateBuffered, nil
 }
@@ -392,15 +382,15 @@ type OrderingKey = store.OrderingKeyInfo
 // those with tasks waiting) in key order, those after after, at most limit
 // (default 100, at most 1000); an unknown queue has none. Page on with the
 // last key as after.
-func (c *Client) OrderingKeys(ctx context.Context, queue, after string, limit int) ([]OrderingKey, error) {
+func (e *Engine) OrderingKeys(ctx context.Context, queue, after string, limit int) ([]OrderingKey, error) {
 	if limit == 0 {
 		limit = 100
 	}
 	if limit < 1 || limit > store.MaxOrderingKeys {
-		return nil, invalid("limit", "must be between 1 and %d", store.MaxOrderingKeys)
+		return nil, Invalid("limit", "must be between 1 and %d", store.MaxOrderingKeys)
 	}
-	if err := validName(queue); err != nil {
-		return nil, invalid("queue", "%v", err)
+	if err := ValidName(queue); err != nil {
+		return nil, Invalid("queue", "%v", err)
 	}
-	return c.store.OrderingKeys(ctx, queue, after, limit)
+	return e.store.OrderingKeys(ctx, queue, after, limit)
 }

@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 // asciiMatcher matches strings of 1 to max ASCII characters: the first
 // from one set, the others from another (what `^[first][rest]{0,max-1}$`

@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"regexp"

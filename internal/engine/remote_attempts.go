@@ -1,4 +1,4 @@
-package backstop
+package engine
 
 import (
 	"context"
@@ -53,12 +53,12 @@ type remoteAttempts struct {
 }
 
 // add remembers claimed tasks and starts their spans.
-func (c *Client) rememberClaims(ctx context.Context, ts []*Task, lease time.Duration) {
+func (e *Engine) RememberClaims(ctx context.Context, ts []*Task, lease time.Duration) {
 	if len(ts) == 0 {
 		return
 	}
-	now := c.now()
-	r := &c.remoteAttempts
+	now := e.Now()
+	r := &e.remoteAttempts
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
@@ -70,9 +70,9 @@ func (c *Client) rememberClaims(ctx context.Context, ts []*Task, lease time.Dura
 		}
 		slim := &Task{ID: t.ID, Queue: t.Queue, Kind: t.Kind, Attempt: t.Attempt, ExecutionID: t.ExecutionID,
 			Attributes: t.Attributes, AttemptedAt: t.AttemptedAt, TraceParent: t.TraceParent, MaxAttempts: t.MaxAttempts}
-		e := &remoteAttempt{task: slim, until: now.Add(lease)}
-		_, e.span = c.telemetry.startProcess(ctx, slim, trace.WithTimestamp(attemptStart(t, now)))
-		r.m[t.ExecutionID] = e
+		ra := &remoteAttempt{task: slim, until: now.Add(lease)}
+		_, ra.span = e.Telemetry.StartProcess(ctx, slim, trace.WithTimestamp(attemptStart(t, now)))
+		r.m[t.ExecutionID] = ra
 	}
 }
 
@@ -80,47 +80,47 @@ func (c *Client) rememberClaims(ctx context.Context, ts []*Task, lease time.Dura
 func (r *remoteAttempts) take(token string) *remoteAttempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e := r.m[token]
-	if e != nil {
+	ra := r.m[token]
+	if ra != nil {
 		delete(r.m, token)
 	}
-	return e
+	return ra
 }
 
 // extend records a heartbeat's new lease expiry.
 func (r *remoteAttempts) extend(token string, until time.Time) {
 	r.mu.Lock()
-	if e := r.m[token]; e != nil {
-		e.until = until
+	if ra := r.m[token]; ra != nil {
+		ra.until = until
 	}
 	r.mu.Unlock()
 }
 
-// remoteTraceParent is remote.Protocol.TraceParent.
-func (c *Client) remoteTraceParent(executionID string) string {
-	r := &c.remoteAttempts
+// RemoteTraceParent is remote.Protocol.TraceParent.
+func (e *Engine) RemoteTraceParent(executionID string) string {
+	r := &e.remoteAttempts
 	r.mu.Lock()
-	e := r.m[executionID]
+	ra := r.m[executionID]
 	r.mu.Unlock()
-	if e == nil || e.span == nil || !e.span.SpanContext().IsValid() {
+	if ra == nil || ra.span == nil || !ra.span.SpanContext().IsValid() {
 		return ""
 	}
 	carrier := propagation.MapCarrier{}
-	c.telemetry.prop.Inject(trace.ContextWithSpanContext(context.Background(), e.span.SpanContext()), carrier)
+	e.Telemetry.prop.Inject(trace.ContextWithSpanContext(context.Background(), ra.span.SpanContext()), carrier)
 	return carrier["traceparent"]
 }
 
-// remoteSettled records a remote attempt whose settlement applied: its
+// RemoteSettled records a remote attempt whose settlement applied: its
 // count, duration, retry or dead letter, and the end of its span. t is the
 // task when the caller read it (Fail), else nil.
-func (c *Client) remoteSettled(ctx context.Context, t *Task, s *store.Settlement) trace.SpanContext {
-	e := c.remoteAttempts.take(s.ExecutionID)
+func (e *Engine) RemoteSettled(ctx context.Context, t *Task, s *store.Settlement) trace.SpanContext {
+	ra := e.remoteAttempts.take(s.ExecutionID)
 	var span trace.Span
 	start := time.Time{}
-	if e != nil {
-		span = e.span
+	if ra != nil {
+		span = ra.span
 		if t == nil {
-			t = e.task
+			t = ra.task
 		}
 	}
 	if t != nil {
@@ -128,7 +128,7 @@ func (c *Client) remoteSettled(ctx context.Context, t *Task, s *store.Settlement
 	}
 	if t == nil || start.IsZero() {
 		// Claimed through another process: read what counting needs.
-		lt, ls := c.loadAttempt(ctx, s.TaskID, s.ExecutionID)
+		lt, ls := e.loadAttempt(ctx, s.TaskID, s.ExecutionID)
 		if t == nil {
 			t = lt
 		}
@@ -142,29 +142,29 @@ func (c *Client) remoteSettled(ctx context.Context, t *Task, s *store.Settlement
 		sc = span.SpanContext()
 	}
 	if s.Outcome == bt.OutcomeReleased { // not an attempt that counts (as in-process)
-		c.telemetry.released(span)
+		e.Telemetry.Released(span)
 		return sc
 	}
 	if t == nil {
-		c.cfg.Logger.Warn("remote attempt settled but its task could not be read: not counted", "task_id", s.TaskID)
+		e.cfg.Logger.Warn("remote attempt settled but its task could not be read: not counted", "task_id", s.TaskID)
 		if span != nil {
 			span.End()
 		}
 		return sc
 	}
-	c.telemetry.settled(span, t, start, s)
+	e.Telemetry.Settled(span, t, start, s)
 	return sc
 }
 
 // loadAttempt reads a task and the start of its execution id (the fallback
 // of remoteSettled). Errors leave the zero values.
-func (c *Client) loadAttempt(ctx context.Context, taskID, executionID string) (*Task, time.Time) {
+func (e *Engine) loadAttempt(ctx context.Context, taskID, executionID string) (*Task, time.Time) {
 	ctx = context.WithoutCancel(ctx)
-	t, err := c.store.Get(ctx, taskID)
+	t, err := e.store.Get(ctx, taskID)
 	if err != nil {
 		return nil, time.Time{}
 	}
-	exs, err := c.store.Executions(ctx, taskID)
+	exs, err := e.store.Executions(ctx, taskID)
 	if err == nil {
 		for i := len(exs) - 1; i >= 0; i-- {
 			if exs[i].ExecutionID == executionID {
@@ -175,14 +175,14 @@ func (c *Client) loadAttempt(ctx context.Context, taskID, executionID string) (*
 	return t, time.Time{}
 }
 
-// sweepRemote ends the spans of remembered attempts whose lease ran out
+// SweepRemote ends the spans of remembered attempts whose lease ran out
 // more than remoteSweepGrace ago without a settlement here (another
 // process settled them, most often its maintenance as lease_expired), with
 // the outcome the store recorded. It counts nothing: whoever settled them
 // did. At most one sweep per remoteSweepEvery.
-func (c *Client) sweepRemote(ctx context.Context) {
-	now := c.now()
-	r := &c.remoteAttempts
+func (e *Engine) SweepRemote(ctx context.Context) {
+	now := e.Now()
+	r := &e.remoteAttempts
 	r.mu.Lock()
 	if now.Sub(r.lastSweep) < remoteSweepEvery {
 		r.mu.Unlock()
@@ -190,28 +190,41 @@ func (c *Client) sweepRemote(ctx context.Context) {
 	}
 	r.lastSweep = now
 	var old []*remoteAttempt
-	for tok, e := range r.m {
+	for tok, ra := range r.m {
 		if len(old) >= remoteSweepMax {
 			break
 		}
-		if now.Sub(e.until) > remoteSweepGrace {
-			old = append(old, e)
+		if now.Sub(ra.until) > remoteSweepGrace {
+			old = append(old, ra)
 			delete(r.m, tok)
 		}
 	}
 	r.mu.Unlock()
-	for _, e := range old {
-		if e.span == nil {
+	for _, ra := range old {
+		if ra.span == nil {
 			continue
 		}
 		var ex *bt.Execution
-		if exs, err := c.store.Executions(ctx, e.task.ID); err == nil {
+		if exs, err := e.store.Executions(ctx, ra.task.ID); err == nil {
 			for i := range exs {
-				if exs[i].ExecutionID == e.task.ExecutionID {
+				if exs[i].ExecutionID == ra.task.ExecutionID {
 					ex = &exs[i]
 				}
 			}
 		}
-		c.telemetry.endElsewhere(e.span, ex)
+		e.Telemetry.endElsewhere(ra.span, ex)
 	}
+}
+
+// ExtendRemote records a remote attempt's new lease expiry (a heartbeat).
+func (e *Engine) ExtendRemote(executionID string, until time.Time) {
+	e.remoteAttempts.extend(executionID, until)
+}
+
+// RemoteAttempts is how many remote attempts this process remembers (their
+// spans still open).
+func (e *Engine) RemoteAttempts() int {
+	e.remoteAttempts.mu.Lock()
+	defer e.remoteAttempts.mu.Unlock()
+	return len(e.remoteAttempts.m)
 }
