@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/engine"
@@ -284,3 +286,77 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Task, error) {
 }
 
 func (c *Client) now() time.Time { return c.cfg.Clock.Now() }
+
+// Validate checks params exactly as EnqueueMany would, and writes nothing:
+// a dry run for callers that must refuse a whole input before any of it is
+// written (the CLI's --batch-file). With several params, the error is a
+// *BatchError naming the first bad one.
+func (c *Client) Validate(params ...EnqueueParams) error {
+	_, err := c.e.PrepareAll(params)
+	return err
+}
+
+// A listing of tasks, dead letters or workers pages by id: its cursor
+// (`after`, the API's next_cursor) is the last id of the previous page, so a
+// cursor stays valid when the task it names is deleted. A cursor that no
+// page could have handed out is refused, not read as "nothing after it".
+
+// checkTaskCursor: a task cursor is a task id (ValidID), nothing else.
+func checkTaskCursor(after string) error {
+	if after == "" {
+		return nil
+	}
+	if engine.ValidName(after) != nil {
+		return invalid("after", "bad cursor %q: a cursor is the last id of the previous page (1-128 letters, digits, '_', '.', ':' or '-')", after)
+	}
+	return nil
+}
+
+// checkWorkerCursor: a worker id is chosen by its worker, so the cursor is
+// only held to what any id can be: valid UTF-8, no control characters (a
+// NUL cannot even reach Postgres), at most 255 bytes.
+func checkWorkerCursor(after string) error {
+	if len(after) > 255 || !utf8.ValidString(after) {
+		return invalid("after", "bad cursor %q: a cursor is the last id of the previous page", after)
+	}
+	for _, r := range after {
+		if unicode.IsControl(r) {
+			return invalid("after", "bad cursor %q: a cursor is the last id of the previous page", after)
+		}
+	}
+	return nil
+}
+
+// A where outside the SQL subset is evaluated in Go under a budget of cost
+// and time (Config.WhereCost, Config.WhereTime) tied to the caller's
+// context: one per call (a listing, an export, a count, a dry run), one
+// per batch of a bulk job (redrive, purge; a close is a batch per call).
+// A spent budget stops the evaluation with ErrWhereBudget; a caller that
+// goes away stops it too.
+
+// WithWhereBudget returns ctx carrying a fresh where budget (the
+// configured one, its time running from now): every call made with it
+// shares it, as the calls of one API request do. A call made without one
+// gets its own.
+func (c *Client) WithWhereBudget(ctx context.Context) context.Context {
+	return filter.WithBudget(ctx, c.whereBudget())
+}
+
+// whereBudget is the configured budget.
+func (c *Client) whereBudget() filter.Budget {
+	return filter.Budget{Cost: c.cfg.WhereCost, Time: c.cfg.WhereTime}
+}
+
+// callBudget is ctx with a fresh where budget, unless it carries one
+// already (a call made within another call shares its budget).
+func (c *Client) callBudget(ctx context.Context) context.Context {
+	if filter.HasBudget(ctx) {
+		return ctx
+	}
+	return filter.WithBudget(ctx, c.whereBudget())
+}
+
+// batchBudget is ctx with a fresh where budget for one batch of a job.
+func (c *Client) batchBudget(ctx context.Context) context.Context {
+	return c.WithWhereBudget(ctx)
+}

@@ -176,14 +176,14 @@ func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, s
 		plan := &store.ReplayPlan{NewID: newID, State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts,
 			Now: now, InlineLimit: c.cfg.InlinePayloadLimit, RedriveID: redriveID}
 		if p.NewID && !p.patched() && engine.InputRef(t) != "" {
-			whole, err := patchInput(t, inputs) // steppayload.go
+			whole, err := patchInput(t, inputs)
 			if err != nil {
 				return nil, err
 			}
 			plan.Payload = whole
 		}
 		if p.patched() {
-			base, err := patchInput(t, inputs) // steppayload.go
+			base, err := patchInput(t, inputs)
 			if err != nil {
 				return nil, err
 			}

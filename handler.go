@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -228,4 +230,87 @@ func Gaps(ctx context.Context) []Gap {
 		return t.Gaps
 	}
 	return nil
+}
+
+// MaxResultBytes bounds an attempt's JSON result (SetResult, a remote
+// ErrNotInHandler: SetResult was called with a context that is not a
+// handler's.
+var ErrNotInHandler = errors.New("backstop: SetResult: the context is not a handler's (call it with the context the handler was given)")
+
+// SetResult records the JSON result of the attempt ctx belongs to: v is
+// marshalled (a json.RawMessage is taken as is, but must be valid JSON), at
+// most MaxResultBytes, holding nothing a payload may not (CheckResult). It
+// is kept with the attempt's settlement when the attempt succeeds (a
+// workflow step's result, which its successors receive); a later call
+// replaces an earlier one. Outside a handler's context it returns
+// ErrNotInHandler.
+//
+// A result that cannot be recorded is the handler's bug, which no retry
+// fixes: SetResult returns a Permanent error naming the value's path and
+// why (and wrapping ErrInvalid), and unless a later call records a result,
+// the attempt fails permanently with that error even if the handler
+// returns nil; it never succeeds without the result it tried to record.
+func SetResult(ctx context.Context, v any) error {
+	a := attemptFrom(ctx)
+	if a == nil {
+		return ErrNotInHandler
+	}
+	b, err := engine.MarshalResult(v)
+	if err != nil {
+		err = Permanent(err)
+	}
+	a.mu.Lock()
+	a.output, a.outputErr = b, err
+	a.mu.Unlock()
+	return err
+}
+
+// resultOf is the result the handler recorded (SetResult), for the
+// success settlement, or why its last SetResult was refused.
+func (a *attempt) resultOf() (json.RawMessage, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.output, a.outputErr
+}
+
+// handlerSet is what Handle, HandleDefault and Use registered. It is
+// copied on each registration and read without a lock by every attempt
+// (handlerFor), so thousands of attempts do not queue on the worker's
+// mutex for it.
+type handlerSet struct {
+	byKind   map[string]Handler
+	fallback Handler // runs kinds without a handler of their own
+	mw       []Middleware
+}
+
+// updateHandlers applies f to a copy of the handler set and publishes it.
+func (w *Worker) updateHandlers(f func(*handlerSet)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	next := handlerSet{byKind: map[string]Handler{}}
+	if old := w.handlers.Load(); old != nil {
+		next = handlerSet{byKind: maps.Clone(old.byKind), fallback: old.fallback, mw: slices.Clone(old.mw)}
+	}
+	f(&next)
+	w.handlers.Store(&next)
+}
+
+// handlerFor is the handler of kind (the default handler when it has none
+// of its own) wrapped in the middleware, or nil.
+func (w *Worker) handlerFor(kind string) Handler {
+	hs := w.handlers.Load()
+	if hs == nil {
+		return nil
+	}
+	h := hs.byKind[kind]
+	if h == nil {
+		h = hs.fallback
+	}
+	if h == nil {
+		return nil
+	}
+	for i := len(hs.mw) - 1; i >= 0; i-- {
+		h = hs.mw[i](h)
+	}
+	return h
 }

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/backstophq/backstop/store"
+	"github.com/google/uuid"
 )
 
 // A redrive is a durable job of its own (redrive.go runs it): its record
@@ -175,4 +178,125 @@ func (c *Client) ResumeRedrive(ctx context.Context, id string, p RedriveParams, 
 		return RedriveProgress{}, err
 	}
 	return c.Redrive(ctx, rp, progress)
+}
+
+// A running redrive has a runner: the process running it records its name
+// and a heartbeat on the redrive's record every Config.RedriveHeartbeat,
+// and clears its name when it stops. ResumeRedrive (and a Redrive that
+// would resume the same redrive) refuses one whose runner was seen less
+// than RedriveStaleAfter ago, unless forced: two processes never run one
+// redrive at once by mistake. A runner that finds another took its
+// redrive over (a forced resume) stops after its batch.
+
+// RedriveStaleAfter: a runner not seen for this long is presumed gone
+// (three heartbeats).
+func (c *Client) RedriveStaleAfter() time.Duration { return 3 * c.cfg.RedriveHeartbeat }
+
+// RunnerAlive reports whether rec's runner was seen within
+// RedriveStaleAfter of now, and how long ago a runner was last seen (since
+// the redrive started when none ever was).
+func (c *Client) RunnerAlive(rec store.Redrive, now time.Time) (alive bool, lastSeen time.Duration) {
+	at := rec.StartedAt
+	if rec.HeartbeatAt != nil {
+		at = *rec.HeartbeatAt
+	}
+	lastSeen = max(0, now.Sub(at))
+	return rec.Runner != "" && rec.HeartbeatAt != nil && lastSeen < c.RedriveStaleAfter(), lastSeen
+}
+
+func newRunnerID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8])
+}
+
+// claimRedrive makes runner the redrive's runner, or says who runs it.
+func (c *Client) claimRedrive(ctx context.Context, id, runner string, force bool) error {
+	now := c.now()
+	rec, ok, err := c.store.ClaimRedrive(ctx, store.RedriveClaim{ID: id, Runner: runner, At: now,
+		StaleBefore: now.Add(-c.RedriveStaleAfter()), Force: force})
+	if err != nil {
+		return fmt.Errorf("redrive %s: %w", id, err)
+	}
+	if ok {
+		return nil
+	}
+	_, seen := c.RunnerAlive(rec, now)
+	return fmt.Errorf("%w: redrive %s is running in another process (runner %s, last seen %s ago; a runner not seen for %s is presumed gone): "+
+		"wait for it, cancel it (backstop redrives cancel %s), or once sure its process is gone take it over (backstop redrives resume %s --force)",
+		ErrConflict, id, rec.Runner, seen.Round(time.Millisecond), c.RedriveStaleAfter(), id, id)
+}
+
+// beatRedrive records runner's heartbeat on the redrive every
+// Config.RedriveHeartbeat until the returned stop is called; stop also
+// clears the runner's name from the record.
+func (c *Client) beatRedrive(ctx context.Context, id, runner string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(c.cfg.RedriveHeartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			now := c.now()
+			_, ok, err := c.store.ClaimRedrive(ctx, store.RedriveClaim{ID: id, Runner: runner, At: now, Renew: true})
+			if err == nil && !ok {
+				return // taken over: the run sees it after its batch
+			}
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+		rctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+		defer done()
+		_ = c.store.ReleaseRedrive(rctx, id, runner)
+	}
+}
+
+// The backoff between tries while the store is unavailable.
+const (
+	storeRetryFirst = 100 * time.Millisecond
+	storeRetryMax   = 5 * time.Second
+)
+
+// waitOutUnavailable runs op, and runs it again while it fails because
+// the store is temporarily unavailable (store.Classify), with a doubling
+// backoff, for at most Config.StoreRetry in all. Before each new try it
+// calls resync (if not nil), which re-reads what the failed try may or
+// may not have committed; resync failing for the same reason counts as a
+// failed try. Any other error, and ctx's end, return at once. op must be
+// safe to run again: each of its writes is a transaction that either
+// committed (resync sees it) or did not.
+func (c *Client) waitOutUnavailable(ctx context.Context, what string, op, resync func() error) error {
+	err := op()
+	if c.cfg.StoreRetry < 0 {
+		return err
+	}
+	deadline := time.Now().Add(c.cfg.StoreRetry)
+	wait := storeRetryFirst
+	for tries := 1; err != nil && store.IsUnavailable(err) && ctx.Err() == nil; tries++ {
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("%s: the store stayed unavailable for %s (%d tries): %w", what, c.cfg.StoreRetry, tries, store.Classify(err))
+		}
+		c.cfg.Logger.Warn("store unavailable; trying again", "what", what, "in", wait, "try", tries, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, storeRetryMax)
+		if resync != nil {
+			if err = resync(); err != nil {
+				continue
+			}
+		}
+		err = op()
+	}
+	return err
 }

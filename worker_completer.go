@@ -62,3 +62,12 @@ func (w *Worker) completer() {
 // several, while a full batch is still always ready when a completer is
 // free (slots blocked on the hand-over feed the next batch directly).
 const settleQueue = maxCompleterBatch
+
+// settlements lists the items' settlements in a completer's scratch.
+func settlements(items []settleItem, scratch *[]store.Settlement) []store.Settlement {
+	*scratch = (*scratch)[:0]
+	for i := range items {
+		*scratch = append(*scratch, items[i].s)
+	}
+	return *scratch
+}

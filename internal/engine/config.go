@@ -14,7 +14,7 @@ import (
 	"github.com/backstophq/backstop/internal/filter"
 )
 
-// Config configures a Client. Zero values take the default named at the end
+// Config configures the engine (and the library's Client). Zero values take the default named at the end
 // of each field's comment.
 type Config struct {
 	// Clock tells the time. Default: RealClock.

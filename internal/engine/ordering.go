@@ -135,7 +135,7 @@ func (e *Engine) ordStats() *OrderingStats { return &e.ordering }
 func (e *Engine) QueueOrderingStats(queue string) *OrderingStats { return e.orderingByQueue[queue] }
 
 // newQueueOrderingStats makes the per-queue counters of every ordered
-// queue of cfg (fixed at NewClient: the map is only read afterwards).
+// queue of cfg (fixed at New: the map is only read afterwards).
 func newQueueOrderingStats(cfg *Config) map[string]*OrderingStats {
 	m := map[string]*OrderingStats{}
 	for name, q := range cfg.Queues {
@@ -375,7 +375,7 @@ func (e *Engine) orderingPrepare(p *EnqueueParams, queue string, state bt.State)
 }
 
 // OrderingKey is one ordering key's state and waiting tasks, as
-// Client.OrderingKeys lists them.
+// OrderingKeys lists them.
 type OrderingKey = store.OrderingKeyInfo
 
 // OrderingKeys lists the ordering keys of a queue (those with a state and

@@ -96,7 +96,8 @@ func (r *remoteAttempts) extend(token string, until time.Time) {
 	r.mu.Unlock()
 }
 
-// RemoteTraceParent is remote.Protocol.TraceParent.
+// RemoteTraceParent is the W3C traceparent of the consumer span of the
+// remote attempt executionID names ("": none recorded here).
 func (e *Engine) RemoteTraceParent(executionID string) string {
 	r := &e.remoteAttempts
 	r.mu.Lock()

@@ -32,7 +32,7 @@ var (
 )
 
 // telemetry holds the library's instruments. Every instrument is built
-// once per Client; call sites pass pre-built attribute options where the
+// once per Engine; call sites pass pre-built attribute options where the
 // label set is fixed so the hot path does not allocate per task.
 type Telemetry struct {
 	tracer trace.Tracer

@@ -14,14 +14,13 @@ import (
 	"github.com/backstophq/backstop/workflow"
 )
 
-// Workflows (docs/workflows.md): the facade over package workflow (the
-// definitions and the engine's pure rules) and the store's workflow seam
-// (store/workflows.go). Nothing is orchestrated in memory: a run starts in
-// one transaction (its run row, its first steps' rows and tasks, its
-// events), and a step's settlement advances its run in the transaction that
-// settles it (settleSteps), so any process may die at any point.
+// Workflow runs (docs/workflows.md) are advanced here, by the pure rules
+// of package workflow, through the store's workflow seam. Nothing is
+// orchestrated in memory: a run starts in one transaction (ApplyPlan: its
+// run row, its first steps' rows and tasks, its events), and a step's
+// settlement advances its run in the transaction that settles it
+// (settleSteps), so any process may die at any point.
 
-// WorkflowVersion is one registered version of a workflow.
 // PlanOf is the parsed definition of a registered version, cached by plan
 // hash (a hash names one definition for ever).
 func (e *Engine) PlanOf(d *store.WorkflowDef) (*workflow.Definition, error) {

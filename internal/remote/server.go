@@ -348,7 +348,7 @@ func (srv *Server) AppendLogs(ctx context.Context, taskID, leaseToken string, li
 		}
 		in[i] = store.LogLine{TaskID: taskID, At: now, Stream: l.Stream, Line: mask.Line(l.Line)}
 	}
-	exec, ok, err := srv.e.LeaseExecution(ctx, leaseToken) // leasetoken.go
+	exec, ok, err := srv.e.LeaseExecution(ctx, leaseToken)
 	if err != nil {
 		return res, err
 	}
