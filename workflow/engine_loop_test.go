@@ -274,3 +274,38 @@ func TestForEachBudgetPolicies(t *testing.T) {
 	h2.succeed("run1.r", ``)
 	h2.wantState(RunSucceeded)
 }
+
+// TestWakeAtEarliestBudget: WakeAt is the earliest deadline among the steps
+// whose items wait; none once the run halted (nothing will start).
+func TestWakeAtEarliestBudget(t *testing.T) {
+	def := mustDef(t, `
+name: w
+steps:
+  - {id: a, kind: k, for_each: input.xs, concurrency: 1, budget: 10m}
+  - {id: b, kind: k, for_each: input.xs, concurrency: 1, budget: 5m}
+  - {id: c, kind: k}
+`)
+	h := start(t, def, `{"xs":[1,2]}`)
+	if want := frozen.Add(5 * time.Minute); !h.last.WakeAt.Equal(want) {
+		t.Fatalf("WakeAt = %s, want b's deadline %s", h.last.WakeAt, want)
+	}
+	h.now = frozen.Add(time.Minute)
+	h.succeed("run1.b.0", `0`)
+	h.succeed("run1.b.1", `1`)
+	if want := frozen.Add(10 * time.Minute); !h.last.WakeAt.Equal(want) {
+		t.Fatalf("WakeAt = %s, want a's deadline %s", h.last.WakeAt, want)
+	}
+	h.die("run1.c", "boom") // halt: a's waiting item will not start
+	if !h.last.WakeAt.IsZero() {
+		t.Fatalf("WakeAt %s in a halted run", h.last.WakeAt)
+	}
+	h.wantRow("a", 1, StepWaiting)
+	h.succeed("run1.a.0", `0`)
+	h.wantState(RunFailed)
+	h.wantRow("a", 1, StepWaiting)
+	h.resume("run1.c")
+	h.succeed("run1.c", ``)
+	h.wantPending("run1.a.1")
+	h.succeed("run1.a.1", `1`)
+	h.wantState(RunSucceeded)
+}
