@@ -95,6 +95,24 @@ func (s *StepBuilder) ForEach(expr string) *StepBuilder { s.step().ForEach = exp
 // When sets the step's condition (CEL, a bool).
 func (s *StepBuilder) When(expr string) *StepBuilder { s.step().When = expr; return s }
 
+// OnWhenError sets what an error evaluating the step's when does:
+// WhenErrorFail (default) or WhenErrorFalse.
+func (s *StepBuilder) OnWhenError(policy string) *StepBuilder {
+	s.step().OnWhenError = policy
+	return s
+}
+
+// Concurrency bounds the items of the step's for_each running at once (1:
+// one after the other, in item order).
+func (s *StepBuilder) Concurrency(n int) *StepBuilder { s.step().Concurrency = n; return s }
+
+// Budget bounds the time, from the step's start, in which its for_each
+// items may start (with a Concurrency).
+func (s *StepBuilder) Budget(d time.Duration) *StepBuilder {
+	s.step().Budget = bt.Duration(d)
+	return s
+}
+
 // Priority sets the priority of the step's tasks.
 func (s *StepBuilder) Priority(p int) *StepBuilder { s.step().Priority = p; return s }
 

@@ -54,6 +54,19 @@ const (
 	RoutePrefix = "route:"
 )
 
+// The on_when_error policies of a step: what an error while evaluating
+// its when does.
+const (
+	// WhenErrorFail (the default): the step fails permanently, under its
+	// on_failure.
+	WhenErrorFail = "fail"
+	// WhenErrorFalse ("treat_as_false"): the step is skipped as a false
+	// when would skip it; the error is kept on the step's row and in its
+	// step.skipped event (when_error), and the plan lists the step in
+	// Plan.SkippedOnWhenError.
+	WhenErrorFalse = "treat_as_false"
+)
+
 // Limits of a definition and of a run.
 const (
 	// MaxSteps bounds the steps of one definition.
@@ -109,8 +122,20 @@ type Step struct {
 	ForEach string `json:"for_each,omitempty"`
 	// When is a CEL expression over input and results that evaluates to
 	// a bool: false skips the step (and the steps that need it).
-	When     string `json:"when,omitempty"`
-	Priority int    `json:"priority,omitempty"`
+	When string `json:"when,omitempty"`
+	// OnWhenError: WhenErrorFail (default, also "") or WhenErrorFalse;
+	// only on a step with a when.
+	OnWhenError string `json:"on_when_error,omitempty"`
+	// Concurrency bounds the items of a for_each step enqueued and not
+	// settled at once: the next item (in item order) starts when one
+	// settles; 1 runs them one after the other. 0: every item at once.
+	Concurrency int `json:"concurrency,omitempty"`
+	// Budget bounds the time, from the step's start, in which its items
+	// may start (a for_each step with a concurrency): the items not
+	// started by then fail, naming the budget, and the step follows its
+	// on_failure. 0: no bound.
+	Budget   bt.Duration `json:"budget,omitempty"`
+	Priority int         `json:"priority,omitempty"`
 }
 
 // Retry is a step's retry policy: how many attempts, and the delays
@@ -149,7 +174,7 @@ func defErr(step, field, format string, args ...any) *DefinitionError {
 // Known keys, for Parse's refusal of unknown ones.
 var (
 	defKeys   = []string{"name", "queue", "rollback", "steps"}
-	stepKeys  = []string{"id", "kind", "queue", "needs", "compensate", "compensation", "on_failure", "retry", "timeout", "for_each", "when", "priority"}
+	stepKeys  = []string{"id", "kind", "queue", "needs", "compensate", "compensation", "on_failure", "retry", "timeout", "for_each", "when", "on_when_error", "concurrency", "budget", "priority"}
 	retryKeys = []string{"max_attempts", "schedule"}
 )
 
@@ -271,6 +296,9 @@ func checkKeys(doc any) error {
 		if isNumber(sm["timeout"]) {
 			return defErr(id, "timeout", "write a duration with its unit, like \"30s\"")
 		}
+		if isNumber(sm["budget"]) {
+			return defErr(id, "budget", "write a duration with its unit, like \"10m\"")
+		}
 		if r, ok := sm["retry"].(map[string]any); ok {
 			if err := unknownKey(r, retryKeys, id); err != nil {
 				err.Field = "retry: " + err.Field
@@ -309,7 +337,8 @@ func unknownKey(m map[string]any, known []string, step string) *DefinitionError 
 }
 
 // Canonical is the definition as JSON with the defaults filled in (queue,
-// rollback, each step's queue and on_failure), needs sorted, and the keys
+// rollback, each step's queue and on_failure; on_when_error's default
+// left out), needs sorted, and the keys
 // in a fixed order: two definitions that mean the same have the same
 // canonical form. Parse reads it back.
 func (d *Definition) Canonical() []byte {
@@ -327,6 +356,11 @@ func (d *Definition) Canonical() []byte {
 		}
 		if s.OnFailure == "" && !s.Compensation {
 			s.OnFailure = Halt
+		}
+		if s.OnWhenError == WhenErrorFail {
+			// The default stays out of the form, so that the definitions
+			// written before the key existed keep their plan hash.
+			s.OnWhenError = ""
 		}
 		if len(s.Needs) > 0 {
 			s.Needs = slices.Clone(s.Needs)

@@ -159,6 +159,20 @@ func TestParseRefusals(t *testing.T) {
 		{"schedule without unit", head + "- {id: a, kind: k, retry: {schedule: [1s, 5]}}\n", "a", "retry: write each schedule entry"},
 		{"negative timeout", head + "- {id: a, kind: k, timeout: -5s}\n", "a", "timeout: -5s is negative"},
 		{"bad priority", head + "- {id: a, kind: k, priority: 100000}\n", "a", "priority:"},
+		{"bad on_when_error", head + "- {id: a, kind: k, when: 'true', on_when_error: skip}\n", "a", `on_when_error: "skip" must be "fail" (the default) or "treat_as_false"`},
+		{"seed's on_when_error name", head + "- {id: a, kind: k, when: 'true', on_when_error: fail_step}\n", "a", `on_when_error: "fail_step" must be`},
+		{"on_when_error without when", head + "- {id: a, kind: k, on_when_error: treat_as_false}\n", "a", "on_when_error: the step has no when"},
+		{"on_when_error not a string", head + "- {id: a, kind: k, when: 'true', on_when_error: [x]}\n", "a", "on_when_error: must be a string"},
+		{"concurrency without for_each", head + "- {id: a, kind: k, concurrency: 2}\n", "a", "concurrency: only a for_each step"},
+		{"negative concurrency", head + "- {id: a, kind: k, for_each: input.xs, concurrency: -1}\n", "a", "concurrency: -1 is negative"},
+		{"huge concurrency", head + "- {id: a, kind: k, for_each: input.xs, concurrency: 10001}\n", "a", "concurrency: 10001 is more than 10000"},
+		{"concurrency not a number", head + "- {id: a, kind: k, for_each: input.xs, concurrency: two}\n", "a", "concurrency: must be a int"},
+		{"fractional concurrency", head + "- {id: a, kind: k, for_each: input.xs, concurrency: 1.5}\n", "a", "concurrency: must be a int"},
+		{"budget without for_each", head + "- {id: a, kind: k, budget: 10m}\n", "a", "budget: only a for_each step"},
+		{"budget without concurrency", head + "- {id: a, kind: k, for_each: input.xs, budget: 10m}\n", "a", "budget: needs a concurrency"},
+		{"bad budget", head + "- {id: a, kind: k, for_each: input.xs, concurrency: 1, budget: soon}\n", "a", `invalid duration "soon"`},
+		{"budget without unit", head + "- {id: a, kind: k, for_each: input.xs, concurrency: 1, budget: 600}\n", "a", "budget: write a duration"},
+		{"negative budget", head + "- {id: a, kind: k, for_each: input.xs, concurrency: 1, budget: -1m}\n", "a", "budget: -1m0s is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := Parse([]byte(tc.doc))
@@ -179,6 +193,46 @@ func TestParseRefusals(t *testing.T) {
 				t.Errorf("error %q does not contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestLoopOptions: on_when_error, concurrency and budget parse, survive the
+// canonical form, and on_when_error: fail is the default (the same hash as
+// none, so definitions written before it keep theirs).
+func TestLoopOptions(t *testing.T) {
+	d := mustParse(t, `
+name: w
+steps:
+  - {id: a, kind: k, when: input.go, on_when_error: treat_as_false}
+  - {id: b, kind: k, for_each: input.xs, concurrency: 3, budget: 10m}
+`)
+	a, b := d.Step("a"), d.Step("b")
+	if a.OnWhenError != WhenErrorFalse || b.Concurrency != 3 || time.Duration(b.Budget) != 10*time.Minute {
+		t.Fatalf("parsed %+v %+v", a, b)
+	}
+	j := mustParse(t, string(d.Canonical()))
+	if j.Hash() != d.Hash() {
+		t.Fatalf("hash changed through the canonical form:\n%s\n%s", d.Canonical(), j.Canonical())
+	}
+	built, err := New("w").Step("a", "k").When("input.go").OnWhenError(WhenErrorFalse).
+		Step("b", "k").ForEach("input.xs").Concurrency(3).Budget(10 * time.Minute).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if built.Hash() != d.Hash() {
+		t.Fatalf("builder's hash differs:\n%s\n%s", built.Canonical(), d.Canonical())
+	}
+	plain := mustParse(t, "name: w\nsteps:\n- {id: a, kind: k, when: input.go}\n")
+	failing := mustParse(t, "name: w\nsteps:\n- {id: a, kind: k, when: input.go, on_when_error: fail}\n")
+	if plain.Hash() != failing.Hash() {
+		t.Fatalf("on_when_error: fail changed the hash:\n%s\n%s", plain.Canonical(), failing.Canonical())
+	}
+	if got := string(plain.Canonical()); strings.Contains(got, "on_when_error") || strings.Contains(got, "concurrency") || strings.Contains(got, "budget") {
+		t.Fatalf("defaults written out: %s", got)
+	}
+	if _, err := New("w").Step("a", "k").ForEach("input.xs").Budget(time.Minute).Build(); err == nil ||
+		!strings.Contains(err.Error(), "budget: needs a concurrency") {
+		t.Fatalf("builder: %v", err)
 	}
 }
 
@@ -232,6 +286,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"name":"w","steps":[{"id":"a","kind":"k","when":"input.x > 1"},{"id":"b","kind":"k","needs":["a"],"for_each":"input.items","on_failure":"route:r"},{"id":"r","kind":"k"}]}`))
 	f.Add([]byte("name: w\nsteps:\n- {id: a, kind: k, needs: [a]}\n"))
 	f.Add([]byte("name: w\nsteps:\n- {id: a, kind: k, retry: {max_attempts: 2, schedule: [1s]}, timeout: 1m, priority: -3}\n"))
+	f.Add([]byte("name: w\nsteps:\n- {id: a, kind: k, when: input.go, on_when_error: treat_as_false}\n- {id: b, kind: k, for_each: input.xs, concurrency: 2, budget: 90s}\n"))
+	f.Add([]byte("name: w\nsteps:\n- {id: a, kind: k, when: input.go, on_when_error: fail}\n- {id: b, kind: k, for_each: input.xs, concurrency: 0, budget: 0s}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := Parse(data)
 		if err != nil {

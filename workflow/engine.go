@@ -46,8 +46,13 @@ const (
 	RunCanceled store.RunState = "canceled"
 )
 
-// Step row states. A step with no row is waiting (StepWaiting: shown, never
-// stored).
+// Step row states. A step with no row is waiting (StepWaiting, shown). The
+// one waiting row stored is a fan-out item held back by its step's
+// concurrency: it has no task yet, and it is written once, when its step
+// starts, so its UpdatedAt is the step's start (the budget counts from
+// it); it becomes pending when a slot frees, failed when the budget ran
+// out, skipped when another item failed (a policy other than halt), or
+// canceled with its run or its run's rollback.
 const (
 	StepPending   store.StepState = "pending" // its task is enqueued or running
 	StepSucceeded store.StepState = "succeeded"
@@ -193,6 +198,18 @@ type Plan struct {
 	Enqueue []StepTask
 	Cancel  []string
 	Events  []Event
+
+	// SkippedOnWhenError lists the steps this plan skipped because their
+	// when failed to evaluate under on_when_error: treat_as_false (each
+	// has a step.skipped event whose body holds when_error): what a
+	// counter of when errors counts.
+	SkippedOnWhenError []string
+	// WakeAt, when not zero, is when the run must be planned again even
+	// if none of its tasks settles by then (Advance with no changes): the
+	// earliest deadline of a for_each budget whose items wait for a slot.
+	// Each plan of a run replaces the previous one's WakeAt (zero: no
+	// wake-up needed); an Advance earlier than WakeAt changes nothing.
+	WakeAt time.Time
 }
 
 // Empty reports whether the plan writes nothing (the run is unchanged).
@@ -315,6 +332,7 @@ func Cancel(def *Definition, run store.RunRecord, steps []store.StepRecord, now 
 			e.put(&store.StepRecord{StepID: s.ID, State: StepCanceled, Error: CanceledError})
 		}
 	}
+	e.dropWaiting(CanceledError)
 	e.plan.Cancel = canceled
 	e.event(EventRunCanceled, "", "", map[string]any{"tasks": nonNil(canceled)})
 	switch {
@@ -521,6 +539,7 @@ func (e *engine) result() Plan {
 		e.run.UpdatedAt = e.now
 	}
 	p.Run = e.run
+	p.WakeAt = e.wakeAt()
 	return p
 }
 
@@ -637,7 +656,7 @@ func (e *engine) status(step string) (status, *store.StepRecord) {
 		switch r.State {
 		case StepFailed, StepCanceled:
 			return stFailed, r
-		case StepPending:
+		case StepPending, StepWaiting:
 			pending = true
 		case StepSkipped:
 			skipped = true
@@ -728,10 +747,16 @@ func (e *engine) progress() error {
 		halted := e.haltRow() != nil
 		for i := range e.def.Steps {
 			s := &e.def.Steps[i]
-			if s.Compensation || len(e.byStep[s.ID]) > 0 {
+			if s.Compensation {
 				continue
 			}
-			did, err := e.decide(s, halted)
+			var did bool
+			var err error
+			if len(e.byStep[s.ID]) > 0 {
+				did, err = e.feed(s, halted)
+			} else {
+				did, err = e.decide(s, halted)
+			}
 			if err != nil {
 				return err
 			}
@@ -807,6 +832,21 @@ func (e *engine) skip(s *Step, why string) {
 
 const whenFalse = "when is false"
 
+// skipOnWhenError skips s whose when failed to evaluate (on_when_error:
+// treat_as_false), keeping the error on its row and event.
+func (e *engine) skipOnWhenError(s *Step, err error) {
+	why := fmt.Sprintf("%v (on_when_error: %s)", err, WhenErrorFalse)
+	e.put(&store.StepRecord{StepID: s.ID, State: StepSkipped, Error: why})
+	e.event(EventStepSkipped, s.ID, "", map[string]any{"reason": why, "when_error": err.Error()})
+	e.plan.SkippedOnWhenError = append(e.plan.SkippedOnWhenError, s.ID)
+}
+
+// whenError is an error evaluating a step's when (not its for_each).
+type whenError struct{ err error }
+
+func (w *whenError) Error() string { return w.err.Error() }
+func (w *whenError) Unwrap() error { return w.err }
+
 // fail records a step that failed before it had a task (an expression's
 // error): a permanent failure, under the step's policy.
 func (e *engine) fail(s *Step, err error) {
@@ -863,8 +903,11 @@ func (e *engine) items(s *Step, results map[string]json.RawMessage) (run bool, i
 	}
 	if p := e.prog.when[s.ID]; p != nil {
 		ok, err := evalWhen(p, vars)
-		if err != nil || !ok {
-			return false, nil, err
+		if err != nil {
+			return false, nil, &whenError{err}
+		}
+		if !ok {
+			return false, nil, nil
 		}
 	}
 	if p := e.prog.forEach[s.ID]; p != nil {
@@ -882,7 +925,11 @@ func (e *engine) items(s *Step, results map[string]json.RawMessage) (run bool, i
 func (e *engine) startStep(s *Step) error {
 	results := e.neededResults(s)
 	run, items, err := e.items(s, results)
+	var we *whenError
 	switch {
+	case errors.As(err, &we) && s.OnWhenError == WhenErrorFalse:
+		e.skipOnWhenError(s, we.err)
+		return nil
 	case err != nil:
 		e.fail(s, err)
 		return nil
@@ -910,12 +957,154 @@ func (e *engine) startStep(s *Step) error {
 		return nil
 	}
 	for i, it := range items {
-		p := map[string]any{InputRef: e.run.RunID, "results": results, "item": it, "index": i}
-		if err := e.enqueue(s, i, true, p); err != nil {
+		if s.Concurrency > 0 && i >= s.Concurrency {
+			// Held back by the concurrency: feed starts it.
+			e.put(&store.StepRecord{StepID: s.ID, Item: i, State: StepWaiting})
+			continue
+		}
+		if err := e.startItem(s, i, it, results); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// startItem enqueues item i of fan-out step s.
+func (e *engine) startItem(s *Step, i int, item json.RawMessage, results map[string]json.RawMessage) error {
+	p := map[string]any{InputRef: e.run.RunID, "results": results, "item": item, "index": i}
+	return e.enqueue(s, i, true, p)
+}
+
+// feed decides the waiting items of a started fan-out step (its
+// concurrency held them back): once the step failed, under a policy other
+// than halt, they are skipped (under halt they wait: a replay of the dead
+// item may resume the step); while the run is halted they wait; once the
+// budget ran out they fail; else they start, in item order, while fewer
+// than the concurrency are pending.
+func (e *engine) feed(s *Step, halted bool) (bool, error) {
+	if s.ForEach == "" || s.Concurrency <= 0 {
+		return false, nil
+	}
+	var waiting []*store.StepRecord
+	var failed *store.StepRecord
+	running := 0
+	for _, r := range e.rowsOf(s.ID) {
+		switch r.State {
+		case StepWaiting:
+			waiting = append(waiting, r)
+		case StepPending:
+			running++
+		case StepFailed, StepCanceled:
+			if failed == nil {
+				failed = r
+			}
+		}
+	}
+	if len(waiting) == 0 {
+		return false, nil
+	}
+	if failed != nil {
+		if policyOf(s) == Halt {
+			return false, nil
+		}
+		why := fmt.Sprintf("not started: item %d failed", failed.Item)
+		for _, r := range waiting {
+			r.State, r.Error = StepSkipped, why
+			e.put(r)
+			e.event(EventStepSkipped, s.ID, "", map[string]any{"item": r.Item, "reason": why})
+		}
+		return true, nil
+	}
+	if halted {
+		return false, nil
+	}
+	if deadline, ok := budgetDeadline(s, waiting); ok && !e.now.Before(deadline) {
+		why := fmt.Sprintf("not started within the step's for_each budget of %s (it ran out at %s): %d items were not started",
+			time.Duration(s.Budget), deadline.UTC().Format(time.RFC3339), len(waiting))
+		for _, r := range waiting {
+			r.State, r.Error = StepFailed, why
+			e.put(r)
+			e.event(EventStepFailed, s.ID, "", map[string]any{"item": r.Item, "state": StepFailed, "error": why,
+				"budget": time.Duration(s.Budget).String()})
+		}
+		return true, nil
+	}
+	free := min(s.Concurrency-running, len(waiting))
+	if free <= 0 {
+		return false, nil
+	}
+	results := e.neededResults(s)
+	_, items, err := e.items(s, results)
+	if err == nil && len(items) <= waiting[len(waiting)-1].Item {
+		err = fmt.Errorf("for_each: %d items now, and item %d waits", len(items), waiting[len(waiting)-1].Item)
+	}
+	if err != nil {
+		// The expression read the same input and results when the step
+		// started: it cannot fail now unless the definition changed.
+		for _, r := range waiting {
+			r.State, r.Error = StepFailed, err.Error()
+			e.put(r)
+			e.event(EventStepFailed, s.ID, "", map[string]any{"item": r.Item, "state": StepFailed, "error": r.Error})
+		}
+		return true, nil
+	}
+	for _, r := range waiting[:free] {
+		if err := e.startItem(s, r.Item, items[r.Item], results); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// budgetDeadline is when the budget of s runs out for its waiting rows
+// (written when the step started), and whether it has one.
+func budgetDeadline(s *Step, waiting []*store.StepRecord) (time.Time, bool) {
+	if s.Budget <= 0 || len(waiting) == 0 {
+		return time.Time{}, false
+	}
+	started := waiting[0].UpdatedAt
+	for _, r := range waiting[1:] {
+		if r.UpdatedAt.Before(started) {
+			started = r.UpdatedAt
+		}
+	}
+	return started.Add(time.Duration(s.Budget)), true
+}
+
+// wakeAt is the earliest budget deadline of the fan-out steps whose items
+// wait for a slot while the run runs (zero: none).
+func (e *engine) wakeAt() time.Time {
+	if e.run.State != RunRunning || e.haltRow() != nil {
+		return time.Time{}
+	}
+	var at time.Time
+	for i := range e.def.Steps {
+		s := &e.def.Steps[i]
+		if s.Budget <= 0 {
+			continue
+		}
+		var waiting []*store.StepRecord
+		for _, r := range e.rowsOf(s.ID) {
+			if r.State == StepWaiting {
+				waiting = append(waiting, r)
+			}
+		}
+		if d, ok := budgetDeadline(s, waiting); ok && (at.IsZero() || d.Before(at)) {
+			at = d
+		}
+	}
+	return at
+}
+
+// dropWaiting cancels the waiting items of the run's fan-out steps (the
+// run was canceled, or rolls back): they will never start.
+func (e *engine) dropWaiting(why string) {
+	for _, k := range e.keys() {
+		if r := e.rows[k]; r.State == StepWaiting {
+			r.State, r.Error = StepCanceled, why
+			e.put(r)
+		}
+	}
 }
 
 // checkFanOut holds a fan-out to the definition's Limits.FanOutBytes.
@@ -1016,6 +1205,7 @@ func (e *engine) settleRunning() error {
 	if r := e.haltRow(); r != nil {
 		cause := fmt.Sprintf("step %q: %s", r.StepID, r.Error)
 		if e.def.Rollback == OnFail {
+			e.dropWaiting("not started: the run rolls back")
 			e.setState(RunCompensating, cause)
 			e.event(EventRunCompensating, r.StepID, r.TaskID, map[string]any{"error": cause})
 			return e.compensate()

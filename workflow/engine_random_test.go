@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/backstophq/backstop/workflow/workflowtest"
 )
@@ -12,19 +13,37 @@ import (
 // TestRandomRuns drives random definitions with random outcomes, settling
 // concurrent steps in random order, with cancels at random moments (while
 // steps run, while the run compensates) and operators replaying dead
-// tasks, to the end, checking on every plan: no task enqueued twice (the
-// harness), no step started before what it needs allowed it, the history
+// tasks, the clock moving on at random (for_each budgets run out, and the
+// run is woken at its Plan.WakeAt now and then), to the end, checking on
+// every plan: no task enqueued twice (the harness), no step started before
+// what it needs allowed it, a plan's WakeAt is in the future, the history
 // rules of workflowtest.Check (no run stopped while a step task runs, no
 // compensation while a step runs, a step undone only after its succeeded
-// dependents, every succeeded step undone exactly once by a rollback), and
-// every run ends in a terminal state with nothing pending.
+// dependents, every succeeded step undone exactly once by a rollback,
+// items in order, within their concurrency and budget), and every run ends
+// in a terminal state with nothing pending and no item left waiting
+// unless the run waits for an operator.
 func TestRandomRuns(t *testing.T) {
+	var seen randomSeen
 	for seed := range uint64(1000) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { randomRun(t, seed) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { randomRun(t, seed, &seen) })
+	}
+	t.Logf("loop options seen: %+v", seen)
+	// The runs went through the loop options, not around them.
+	if seen.waiting == 0 || seen.budgetFailed == 0 || seen.woken == 0 || seen.whenErrorSkips == 0 {
+		t.Fatalf("the random runs missed an option: %+v", seen)
 	}
 }
 
-func randomRun(t *testing.T, seed uint64) {
+// randomSeen counts the random runs that went through the loop options.
+type randomSeen struct {
+	waiting        int // an item waited for a slot
+	budgetFailed   int // a budget failed items
+	woken          int // a wake-up changed the run
+	whenErrorSkips int // a when error skipped a step
+}
+
+func randomRun(t *testing.T, seed uint64, seen *randomSeen) {
 	r := rand.New(rand.NewPCG(seed, 7))
 	src := workflowtest.RandomDefinition(r, "rnd", "")
 	def, err := Parse([]byte(src))
@@ -58,6 +77,20 @@ func randomRun(t *testing.T, seed uint64) {
 		if _, err := workflowtest.Check(rules, h.history()); err != nil {
 			t.Fatalf("%v\nevents %v\n%s", err, h.eventTypes(), src)
 		}
+		if w := h.last.WakeAt; !w.IsZero() && !w.After(h.now) {
+			t.Fatalf("wake at %s, not after now %s\n%s", w, h.now, src)
+		}
+		seen.whenErrorSkips += len(h.last.SkippedOnWhenError)
+		for _, r := range h.last.Steps {
+			if r.State == StepWaiting {
+				seen.waiting++
+			}
+		}
+		for _, id := range h.last.SkippedOnWhenError {
+			if s := def.Step(id); s.OnWhenError != WhenErrorFalse || h.rows[rowKey{id, 0}].State != StepSkipped {
+				t.Fatalf("step %s listed as skipped on a when error: %+v\n%s", id, h.rows[rowKey{id, 0}], src)
+			}
+		}
 	}
 	check()
 	// Cancels come at random moments (while steps run, while the run
@@ -88,6 +121,16 @@ func randomRun(t *testing.T, seed uint64) {
 		}
 	}
 	for i := 0; i < 500; i++ {
+		h.now = h.now.Add(time.Duration(r.IntN(90)) * time.Second)
+		if w := h.last.WakeAt; !w.IsZero() && r.IntN(4) == 0 {
+			// The caller's wake-up: no task settled by the deadline.
+			h.now = w
+			if p := h.advance(); !p.Empty() {
+				seen.woken++
+			}
+			check()
+			continue
+		}
 		if cancelAt[i] && !Terminal(h.run.State) {
 			cancel()
 			continue
@@ -140,6 +183,19 @@ func randomRun(t *testing.T, seed uint64) {
 	}
 	if h.run.State == RunCanceling {
 		t.Fatalf("run canceling with nothing pending\n%s", src)
+	}
+	for _, row := range h.rows {
+		if row.State == StepFailed && row.TaskID == "" && contains(row.Error, "budget") {
+			seen.budgetFailed++
+			break
+		}
+	}
+	if Finished(h.run.State) {
+		for _, row := range h.rows {
+			if row.State == StepWaiting {
+				t.Fatalf("run %s with item %s.%d waiting\n%s", h.run.State, row.StepID, row.Item, src)
+			}
+		}
 	}
 }
 

@@ -15,7 +15,8 @@ import (
 // The engine's own harness: it keeps a run and its rows in memory, applies
 // each Plan the way the store's transaction would (insert/update the run,
 // upsert the rows, enqueue the tasks, append the events), and feeds
-// settled tasks back as Changes. The clock is frozen.
+// settled tasks back as Changes. The clock is frozen unless a test moves
+// it (now).
 
 var frozen = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
@@ -29,6 +30,10 @@ type harness struct {
 	canceled []string
 	events   []Event
 	last     Plan
+	// now is the time the harness passes to the engine (frozen at start)
+	// and, with each event, to the history checker.
+	now     time.Time
+	eventAt []time.Time
 }
 
 func mustDef(t *testing.T, yaml string) *Definition {
@@ -42,8 +47,8 @@ func mustDef(t *testing.T, yaml string) *Definition {
 
 func start(t *testing.T, def *Definition, input string) *harness {
 	t.Helper()
-	h := &harness{t: t, def: def, rows: map[rowKey]store.StepRecord{}, tasks: map[string]StepTask{}}
-	p, err := Start(def, store.WorkflowDef{Name: def.Name, Version: 1, PlanHash: def.Hash()}, "run1", json.RawMessage(input), frozen)
+	h := &harness{t: t, def: def, rows: map[rowKey]store.StepRecord{}, tasks: map[string]StepTask{}, now: frozen}
+	p, err := Start(def, store.WorkflowDef{Name: def.Name, Version: 1, PlanHash: def.Hash()}, "run1", json.RawMessage(input), h.now)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -70,6 +75,9 @@ func (h *harness) apply(p Plan) {
 	}
 	h.canceled = append(h.canceled, p.Cancel...)
 	h.events = append(h.events, p.Events...)
+	for range p.Events {
+		h.eventAt = append(h.eventAt, h.now)
+	}
 }
 
 func (h *harness) stepRows() []store.StepRecord {
@@ -88,7 +96,7 @@ func (h *harness) stepRows() []store.StepRecord {
 
 func (h *harness) advance(changes ...Change) Plan {
 	h.t.Helper()
-	p, err := Advance(h.def, h.run, h.stepRows(), changes, frozen)
+	p, err := Advance(h.def, h.run, h.stepRows(), changes, h.now)
 	if err != nil {
 		h.t.Fatalf("Advance: %v", err)
 	}
@@ -108,7 +116,7 @@ func (h *harness) die(taskID, errText string) Plan {
 
 func (h *harness) cancel() Plan {
 	h.t.Helper()
-	p, err := Cancel(h.def, h.run, h.stepRows(), frozen)
+	p, err := Cancel(h.def, h.run, h.stepRows(), h.now)
 	if err != nil {
 		h.t.Fatalf("Cancel: %v", err)
 	}
@@ -118,7 +126,7 @@ func (h *harness) cancel() Plan {
 
 func (h *harness) resume(ids ...string) Plan {
 	h.t.Helper()
-	p, err := Resume(h.def, h.run, h.stepRows(), ids, frozen)
+	p, err := Resume(h.def, h.run, h.stepRows(), ids, h.now)
 	if err != nil {
 		h.t.Fatalf("Resume: %v", err)
 	}
@@ -198,7 +206,7 @@ func (h *harness) eventTypes() []string {
 func (h *harness) history() []workflowtest.Event {
 	out := make([]workflowtest.Event, len(h.events))
 	for i, e := range h.events {
-		out[i] = workflowtest.Event{Type: e.Type, Body: e.Body}
+		out[i] = workflowtest.Event{Type: e.Type, Body: e.Body, At: h.eventAt[i]}
 	}
 	return out
 }

@@ -73,7 +73,10 @@ func ValidRunID(s string) error {
 // none, or needed by a step, a bad on_failure, a route target that is
 // unknown, a compensation, the step itself, the target of two steps, or
 // has needs, for_each or when, a bad CEL expression (or one that is not a
-// bool for when, a list for for_each), a bad retry, timeout or priority.
+// bool for when, a list for for_each), a bad retry, timeout or priority,
+// a bad on_when_error or one without a when, a concurrency or budget that
+// is negative or on a step without for_each, a budget without a
+// concurrency.
 //
 // Validate writes the compiled expressions into d: do not call it while
 // another goroutine uses d (Parse and Build return validated definitions,
@@ -223,10 +226,42 @@ func (s *Step) checkFields() error {
 	if s.Priority < math.MinInt16 || s.Priority > math.MaxInt16 {
 		return defErr(s.ID, "priority", "%d must be between %d and %d", s.Priority, math.MinInt16, math.MaxInt16)
 	}
+	if err := s.checkLoop(); err != nil {
+		return err
+	}
 	for _, e := range [][2]string{{"when", s.When}, {"for_each", s.ForEach}} {
 		if len(e[1]) > MaxExprLen {
 			return defErr(s.ID, e[0], "expression of %d bytes, more than %d", len(e[1]), MaxExprLen)
 		}
+	}
+	return nil
+}
+
+// checkLoop checks on_when_error, concurrency and budget.
+func (s *Step) checkLoop() error {
+	switch s.OnWhenError {
+	case "", WhenErrorFail, WhenErrorFalse:
+	default:
+		return defErr(s.ID, "on_when_error", "%q must be %q (the default) or %q", s.OnWhenError, WhenErrorFail, WhenErrorFalse)
+	}
+	if s.OnWhenError != "" && s.When == "" {
+		return defErr(s.ID, "on_when_error", "the step has no when to evaluate")
+	}
+	switch {
+	case s.Concurrency < 0:
+		return defErr(s.ID, "concurrency", "%d is negative (leave it out to start every item at once)", s.Concurrency)
+	case s.Concurrency > MaxItems:
+		return defErr(s.ID, "concurrency", "%d is more than %d, the most items a for_each has", s.Concurrency, MaxItems)
+	case s.Concurrency > 0 && s.ForEach == "":
+		return defErr(s.ID, "concurrency", "only a for_each step has items to run at once")
+	}
+	switch {
+	case s.Budget < 0:
+		return defErr(s.ID, "budget", "%s is negative", s.Budget)
+	case s.Budget > 0 && s.ForEach == "":
+		return defErr(s.ID, "budget", "only a for_each step has items to start within a budget")
+	case s.Budget > 0 && s.Concurrency == 0:
+		return defErr(s.ID, "budget", "needs a concurrency: without one every item starts with the step, and the budget would never fail one")
 	}
 	return nil
 }

@@ -808,6 +808,23 @@ func (s *suite) wfPutSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	eq(t, "rows after the fan-out", len(steps), 4+1201)
+
+	// Rows without a task (a fan-out's items waiting for a slot) are no
+	// clash, and each keeps its updated_at while another row of its step
+	// is rewritten (a for_each budget counts from it).
+	inTx(t, b, func(tx store.Tx) error { return tx.InsertRun(b.ctx, wfRun(b, "run-2", "order")) })
+	w0, w1, w2 := wfStep(b, "run-2", "each", 0, "run-2.each.0", "pending"),
+		wfStep(b, "run-2", "each", 1, "", "waiting"), wfStep(b, "run-2", "each", 2, "", "waiting")
+	inTx(t, b, func(tx store.Tx) error { return tx.PutSteps(b.ctx, []store.StepRecord{w0, w1, w2}) })
+	b.clock.Advance(time.Minute)
+	w0.State, w0.Result, w0.CompletedSeq, w0.UpdatedAt = "succeeded", json.RawMessage(`1`), 1, b.clock.Now()
+	w1.TaskID, w1.State, w1.UpdatedAt = "run-2.each.1", "pending", b.clock.Now()
+	inTx(t, b, func(tx store.Tx) error { return tx.PutSteps(b.ctx, []store.StepRecord{w0, w1}) })
+	_, steps, err = b.store.GetRun(b.ctx, "run-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSteps(t, "waiting items", steps, []store.StepRecord{w0, w1, w2})
 }
 
 // wfRunInputsOfTasks: the run's input of each step task, read once per

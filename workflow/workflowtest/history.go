@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Step is what the checker needs of a definition's step.
@@ -18,6 +19,10 @@ type Step struct {
 	Needs        []string `json:"needs"`
 	Compensate   string   `json:"compensate"`
 	Compensation bool     `json:"compensation"`
+	// Concurrency and Budget: a for_each step's bound on its items at
+	// once, and on the time in which they start (a Go duration; "" none).
+	Concurrency int    `json:"concurrency"`
+	Budget      string `json:"budget"`
 }
 
 // Def is what the checker needs of a definition: its steps and whether a
@@ -34,7 +39,20 @@ func ParseDef(definition []byte) (Def, error) {
 	if err := json.Unmarshal(definition, &d); err != nil {
 		return Def{}, fmt.Errorf("workflowtest: definition: %v", err)
 	}
+	for _, s := range d.Steps {
+		if s.Budget != "" {
+			if _, err := time.ParseDuration(s.Budget); err != nil {
+				return Def{}, fmt.Errorf("workflowtest: definition: step %s: budget: %v", s.ID, err)
+			}
+		}
+	}
 	return d, nil
+}
+
+// budget is the step's budget (0: none; ParseDef checked it).
+func (s *Step) budget() time.Duration {
+	d, _ := time.ParseDuration(s.Budget)
+	return d
 }
 
 // DefOf is ParseDef of a definition value (a *workflow.Definition): its
@@ -52,10 +70,12 @@ func (d Def) OnFail() bool { return d.Rollback == "on_fail" }
 
 // Event is one event of the run's stream: its type and its JSON body (the
 // engine's bodies carry step_id, task_id, item, compensation_of, state,
-// tasks).
+// tasks), and when it was planned (zero: unknown; the budget rule then
+// passes it over).
 type Event struct {
 	Type string
 	Body json.RawMessage
+	At   time.Time
 }
 
 type body struct {
@@ -84,7 +104,11 @@ type row struct {
 //   - a run that ended compensated, or canceled with on_fail, undid every
 //     succeeded row of every step with a compensate exactly once; a run
 //     that ended otherwise (succeeded, partial, failed, canceled without
-//     on_fail) ran no compensation.
+//     on_fail) ran no compensation;
+//   - a step's items are enqueued in item order, each once; a step with a
+//     concurrency never has more of its items unsettled at once; a step
+//     with a budget enqueues no item once the budget, counted from its
+//     first item's enqueue, ran out (when the events' times are known).
 //
 // Finished reports the run's last final state ("" when it has not
 // stopped).
@@ -118,6 +142,18 @@ func Check(def Def, events []Event) (finished string, err error) {
 	succeeded := map[row]bool{}   // rows (not compensations) that succeeded, with a task
 	undone := map[row]int{}       // undone rows: compensations succeeded, by the row they undo
 	compEnqueued := map[row]int{} // compensations enqueued, by the row they undo
+	stepOf := map[string]string{} // task id -> its step (not a compensation)
+	nextItem := map[string]int{}  // step -> the next item to enqueue
+	started := map[string]time.Time{}
+	openOf := func(step string) int {
+		n := 0
+		for id := range open {
+			if stepOf[id] == step {
+				n++
+			}
+		}
+		return n
+	}
 	for i, ev := range events {
 		var b body
 		if len(ev.Body) > 0 {
@@ -153,8 +189,29 @@ func Check(def Def, events []Event) (finished string, err error) {
 				}
 				compEnqueued[undo]++
 				compTask[b.TaskID] = true
+			} else {
+				if b.Item != nextItem[b.StepID] {
+					return "", at("item %d enqueued, the next in item order is %d", b.Item, nextItem[b.StepID])
+				}
+				nextItem[b.StepID]++
+				stepOf[b.TaskID] = b.StepID
+				if s := steps[b.StepID]; s != nil && !ev.At.IsZero() {
+					first, ok := started[b.StepID]
+					if !ok {
+						started[b.StepID], first = ev.At, ev.At
+					}
+					if d := s.budget(); d > 0 && !ev.At.Before(first.Add(d)) {
+						return "", at("item %d enqueued at %s, after the budget %s of its step ran out (started %s)",
+							b.Item, ev.At.Format(time.RFC3339), d, first.Format(time.RFC3339))
+					}
+				}
 			}
 			open[b.TaskID] = true
+			if s := steps[b.StepID]; s != nil && s.Concurrency > 0 && b.CompensationOf == "" {
+				if n := openOf(b.StepID); n > s.Concurrency {
+					return "", at("%d items of the step unsettled at once, more than its concurrency %d", n, s.Concurrency)
+				}
+			}
 		case "step.succeeded":
 			if b.TaskID == "" {
 				continue // an empty fan-out: no task
@@ -172,6 +229,13 @@ func Check(def Def, events []Event) (finished string, err error) {
 		case "run.resumed":
 			for _, id := range b.Tasks {
 				open[id] = true
+			}
+			for _, id := range b.Tasks {
+				if s := steps[stepOf[id]]; s != nil && s.Concurrency > 0 {
+					if n := openOf(s.ID); n > s.Concurrency {
+						return "", at("a replay left %d items of step %s unsettled at once, more than its concurrency %d", n, s.ID, s.Concurrency)
+					}
+				}
 			}
 			finished = ""
 		case "run.finished", "run.halted":

@@ -8,8 +8,11 @@ import (
 
 // RandomDefinition writes a random definition (YAML) named name, with
 // queue q when not empty: 2 to 7 steps s<i> of kind k, random needs on
-// earlier steps, some fanning out over input.xs, some with when:
-// input.flag, failure policies halt, continue or route:r<i> (the target
+// earlier steps, some fanning out over input.xs (some of those with a
+// concurrency of 1 or 2, and a budget of RandomBudget), some with when:
+// input.flag, some with a when that fails to evaluate (half of those with
+// on_when_error: treat_as_false), failure policies halt, continue or
+// route:r<i> (the target
 // r<i> needed by some later steps), compensations u<i>, and rollback
 // on_fail half the time. Its input is RandomInput's.
 func RandomDefinition(r *rand.Rand, name, q string) string {
@@ -39,8 +42,22 @@ func RandomDefinition(r *rand.Rand, name, q string) string {
 		switch r.IntN(5) {
 		case 0:
 			b.WriteString("    for_each: input.xs\n")
+			if c := r.IntN(3); c > 0 {
+				fmt.Fprintf(&b, "    concurrency: %d\n", c)
+				if r.IntN(2) == 0 {
+					fmt.Fprintf(&b, "    budget: %s\n", RandomBudget)
+				}
+			}
 		case 1:
-			b.WriteString("    when: input.flag\n")
+			if r.IntN(4) == 0 {
+				// input has no key nope: the when fails to evaluate.
+				b.WriteString("    when: input.nope == 1\n")
+				if r.IntN(2) == 0 {
+					b.WriteString("    on_when_error: treat_as_false\n")
+				}
+			} else {
+				b.WriteString("    when: input.flag\n")
+			}
 		}
 		switch r.IntN(4) {
 		case 0:
@@ -63,6 +80,10 @@ func RandomDefinition(r *rand.Rand, name, q string) string {
 	}
 	return b.String()
 }
+
+// RandomBudget is the budget of RandomDefinition's for_each steps that
+// have one.
+const RandomBudget = "5m"
 
 // RandomInput is an input for RandomDefinition's runs: xs of 0, 1 or 3
 // items, flag mostly true.
