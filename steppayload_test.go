@@ -14,6 +14,7 @@ import (
 
 	"github.com/backstophq/backstop/internal/maintenance"
 	"github.com/backstophq/backstop/internal/remote"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/workflow"
 )
 
@@ -230,20 +231,16 @@ func TestStepInputGone(t *testing.T) {
 			t.Fatal(err)
 		}
 		ran.Wait()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			tk, err := c.Get(ctx, "ghost.each.0")
-			if err != nil {
+		var tk *Task
+		testwait.For(t, "ghost.each.0 to be dead", func() bool {
+			var err error
+			if tk, err = c.Get(ctx, "ghost.each.0"); err != nil {
 				t.Fatal(err)
 			}
-			if tk.State == StateDead {
-				if !strings.Contains(tk.LastError, "input is gone") || tk.Attempt != 1 {
-					t.Fatalf("dead after %d attempts with %q", tk.Attempt, tk.LastError)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("ghost.each.0 is %s", tk.State)
-			}
+			return tk.State == StateDead
+		})
+		if !strings.Contains(tk.LastError, "input is gone") || tk.Attempt != 1 {
+			t.Fatalf("dead after %d attempts with %q", tk.Attempt, tk.LastError)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -344,8 +341,9 @@ func TestWorkflowRunKeptWhileAStepIsADeadLetter(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitRun(t, c, run.RunID, workflow.RunPartial)
-		time.Sleep(time.Millisecond)
-		if err := maintenance.RetentionOf(c.e).RunOnce(ctx); err != nil {
+		// Retention a second on: the run finished longer ago than Runs.
+		later := c.e.Now().Add(time.Second)
+		if _, err := maintenance.Retain(ctx, c.store, later, maintenance.PolicyOf(c.cfg)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.WorkflowRun(ctx, run.RunID); err != nil {
@@ -354,7 +352,7 @@ func TestWorkflowRunKeptWhileAStepIsADeadLetter(t *testing.T) {
 		if _, err := c.Discard(ctx, DiscardParams{ID: run.RunID + ".each.1", Reason: "test"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := maintenance.RetentionOf(c.e).RunOnce(ctx); err != nil {
+		if _, err := maintenance.Retain(ctx, c.store, later, maintenance.PolicyOf(c.cfg)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.WorkflowRun(ctx, run.RunID); !errors.Is(err, ErrNotFound) {

@@ -362,7 +362,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 				}
 				backoff = min(max(backoff*2, 50*time.Millisecond), 5*time.Second)
 				w.log.Error("claim failed", "queue", q.name, "error", err, "retry_in", backoff)
-				sleepCtx(ctx, backoff)
+				w.c.e.Sleep(ctx, backoff)
 				continue
 			}
 			backoff = 0
@@ -393,20 +393,12 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			empty = false
 			// Let a few more slots free up so claims come in batches.
 			if q.concurrency-int(q.inflight.Load()) < max(q.concurrency/2, 1) {
-				sleepCtx(ctx, w.cfg.FetchCooldown)
+				w.c.e.Sleep(ctx, w.cfg.FetchCooldown)
 			}
 		}
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
 
 // start registers the attempt (so heartbeats cover it) and runs it. base
 // is the fetch context without its cancellation: attempts outlive it, and
@@ -576,7 +568,7 @@ func (w *Worker) flush(items []settleItem, scratch *[]store.Settlement) {
 			return
 		}
 		w.log.Warn("settling attempts failed; retrying", "error", err, "tasks", len(batch), "try", try)
-		time.Sleep(backoff)
+		w.c.e.Sleep(context.Background(), backoff)
 		backoff *= 2
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/workflow"
 )
@@ -88,21 +89,15 @@ func TestWorkflowCancelReachesHandlers(t *testing.T) {
 				}
 				// The handler's context ends (its cause says why), and the
 				// run waits for it.
-				deadline := time.Now().Add(30 * time.Second)
-				for {
+				var got error
+				testwait.For(t, "the cancel to reach the handler", func() bool {
 					mu.Lock()
-					got := cause
+					got = cause
 					mu.Unlock()
-					if got != nil {
-						if got != ErrTaskCanceled {
-							t.Errorf("the handler's context cause: %v, want ErrTaskCanceled", got)
-						}
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatal("the cancel never reached the handler")
-					}
-					time.Sleep(10 * time.Millisecond)
+					return got != nil
+				})
+				if got != ErrTaskCanceled {
+					t.Errorf("the handler's context cause: %v, want ErrTaskCanceled", got)
 				}
 				if r, _ := c.WorkflowRun(ctx, run.RunID); r.State != workflow.RunCompensating || stepOf(r, "charge").State != workflow.StepPending {
 					t.Fatalf("while charge's handler runs: run %s, charge %s", r.State, stepOf(r, "charge").State)

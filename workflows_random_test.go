@@ -11,6 +11,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/workflow"
 	"github.com/backstophq/backstop/workflow/workflowtest"
@@ -187,9 +188,9 @@ func (e *ruleEnv) settleRandom(r *rand.Rand, tk *Task, fail func(string, ...any)
 // every earlier transaction settled).
 func (e *ruleEnv) history(runID string, state store.RunState) []workflowtest.Event {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var out []workflowtest.Event
+	var out []workflowtest.Event
+	testwait.For(e.t, fmt.Sprintf("run %s's stream to reach %s", runID, state), func() bool {
+		out = out[:0]
 		last := ""
 		after := ""
 		for {
@@ -215,9 +216,7 @@ func (e *ruleEnv) history(runID string, state store.RunState) []workflowtest.Eve
 			}
 			after = page.Next
 		}
-		if !workflow.Terminal(state) || last == string(state) || time.Now().After(deadline) {
-			return out
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return !workflow.Terminal(state) || last == string(state)
+	})
+	return out
 }

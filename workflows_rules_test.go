@@ -11,6 +11,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/workflow"
 )
@@ -124,27 +125,26 @@ func states(r *WorkflowRun) string {
 // read right after a commit may not see it yet), or after 10 seconds.
 func (e *ruleEnv) events(runID string, want ...string) []string {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var out []string
+	testwait.For(e.t, fmt.Sprintf("events %v on run %s", want, runID), func() bool {
 		page, err := e.c.ReadEvents(context.Background(), ReadEventsParams{Stream: "run." + runID, Limit: 1000})
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		var out []string
+		out = out[:0]
 		for _, ev := range page.Events {
 			if strings.HasPrefix(ev.Type, "run.") || strings.HasPrefix(ev.Type, "step.") {
 				out = append(out, ev.Type)
 			}
 		}
-		missing := false
 		for _, w := range want {
-			missing = missing || !slices.Contains(out, w)
+			if !slices.Contains(out, w) {
+				return false
+			}
 		}
-		if !missing || time.Now().After(deadline) {
-			return out
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return true
+	})
+	return out
 }
 
 func (e *ruleEnv) want(what, got, want string) {

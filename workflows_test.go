@@ -13,6 +13,7 @@ import (
 
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/pgstore"
 	"github.com/backstophq/backstop/store/sqlitestore"
@@ -87,21 +88,15 @@ func applyYAML(t *testing.T, c *Client, src string) WorkflowVersion {
 // waitRun polls the run until its state is one of want (or the deadline).
 func waitRun(t *testing.T, c *Client, runID string, want ...store.RunState) *WorkflowRun {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r, err := c.WorkflowRun(context.Background(), runID)
-		if err != nil {
+	var r *WorkflowRun
+	testwait.For(t, fmt.Sprintf("run %s to be %v", runID, want), func() bool {
+		var err error
+		if r, err = c.WorkflowRun(context.Background(), runID); err != nil {
 			t.Fatal(err)
 		}
-		if slices.Contains(want, r.State) {
-			return r
-		}
-		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(r, "", "  ")
-			t.Fatalf("run %s is %s, want %v:\n%s", runID, r.State, want, b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return slices.Contains(want, r.State)
+	})
+	return r
 }
 
 func stepOf(r *WorkflowRun, id string) RunStep {
@@ -184,7 +179,7 @@ steps:
 		// event once every earlier transaction settled: read until it is).
 		wantTypes := []string{"run.started", "step.enqueued", "step.succeeded", "run.finished"}
 		var types []string
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		testwait.For(t, "run.finished on the run's stream", func() bool {
 			page, err := c.ReadEvents(ctx, ReadEventsParams{Stream: "run." + run.RunID, Limit: 1000})
 			if err != nil {
 				t.Fatal(err)
@@ -193,10 +188,8 @@ steps:
 			for _, e := range page.Events {
 				types = append(types, e.Type)
 			}
-			if slices.Contains(types, "run.finished") || time.Now().After(deadline) {
-				break
-			}
-		}
+			return slices.Contains(types, "run.finished")
+		})
 		for _, want := range wantTypes {
 			if !slices.Contains(types, want) {
 				t.Errorf("run stream lacks %s: %v", want, types)
