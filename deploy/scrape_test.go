@@ -18,6 +18,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/telemetry"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/sqlitestore"
 	"github.com/backstophq/backstop/workflow"
@@ -34,14 +35,19 @@ var (
 // telemetry setup, and returns the Prometheus exposition of its /metrics.
 func scrape(t *testing.T) string {
 	t.Helper()
-	scrapeOnce.Do(func() { scrapeText, scrapeErr = runWorkload() })
+	scrapeOnce.Do(func() {
+		// A wait that times out ends the first scraping test (runtime.Goexit
+		// skips the assignment below), so the others fail with this error.
+		scrapeErr = errors.New("the workload failed in the first test that scraped")
+		scrapeText, scrapeErr = runWorkload(t)
+	})
 	if scrapeErr != nil {
 		t.Fatal(scrapeErr)
 	}
 	return scrapeText
 }
 
-func runWorkload() (string, error) {
+func runWorkload(t testing.TB) (string, error) {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "backstop-deploy-test")
 	if err != nil {
@@ -157,16 +163,12 @@ func runWorkload() (string, error) {
 		return "", err
 	}
 	ids[slow.Task.ID] = bt.StateCanceled
-	if err := waitStates(ctx, c, ids); err != nil {
-		return "", err
-	}
+	waitStates(ctx, t, c, ids)
 	// k2's sequence 3 waits behind its gap (ordered after k2's 1 ran).
 	if _, err := enqueue(backstop.EnqueueParams{Queue: "ord", Kind: "result", OrderingKey: "k2", Sequence: 3}, bt.StateBuffered); err != nil {
 		return "", err
 	}
-	if err := waitStates(ctx, c, ids); err != nil {
-		return "", err
-	}
+	waitStates(ctx, t, c, ids)
 	var dead []string // the two permanent failures of queue q
 	for id, want := range ids {
 		if want == bt.StateDead && id != idem {
@@ -194,7 +196,7 @@ func runWorkload() (string, error) {
 	// Workflows: one succeeds (with a fan-out), one halts (rollback
 	// manual: failed), one compensates, one's compensation dead-letters
 	// (compensation_failed).
-	if err := workflowRuns(ctx, c); err != nil {
+	if err := workflowRuns(ctx, t, c); err != nil {
 		return "", err
 	}
 	if err := w.Stop(ctx); err != nil {
@@ -246,7 +248,7 @@ func runWorkload() (string, error) {
 // workflowRuns runs four workflows on queue q (kinds ok and bad, as the
 // workload's handler treats them) to the end states the workflow metrics
 // and alerts label.
-func workflowRuns(ctx context.Context, c *backstop.Client) error {
+func workflowRuns(ctx context.Context, t testing.TB, c *backstop.Client) error {
 	want := map[string]store.RunState{}
 	for name, src := range map[string]string{
 		"wf_ok":     "name: wf_ok\nqueue: q\nsteps:\n  - {id: a, kind: ok}\n  - {id: b, kind: ok, needs: [a], for_each: input.items}\n",
@@ -268,44 +270,30 @@ func workflowRuns(ctx context.Context, c *backstop.Client) error {
 		want[r.RunID] = map[string]store.RunState{"wf_ok": workflow.RunSucceeded, "wf_halt": workflow.RunFailed,
 			"wf_saga": workflow.RunCompensated, "wf_undone": workflow.RunCompensationFailed}[name]
 	}
-	deadline := time.Now().Add(time.Minute)
 	for id, st := range want {
-		for {
+		testwait.For(t, fmt.Sprintf("workflow run %s to end %s", id, st), func() bool {
 			r, err := c.WorkflowRun(ctx, id)
 			if err != nil {
-				return err
+				t.Fatal(err)
 			}
-			if r.State == st {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("run %s of %s is %s, want %s", id, r.Workflow, r.State, st)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return r.State == st
+		})
 	}
 	return nil
 }
 
 // waitStates waits until every task of ids is in its state.
-func waitStates(ctx context.Context, c *backstop.Client, ids map[string]bt.State) error {
-	deadline := time.Now().Add(time.Minute)
+func waitStates(ctx context.Context, t testing.TB, c *backstop.Client, ids map[string]bt.State) {
+	t.Helper()
 	for id, want := range ids {
-		for {
+		testwait.For(t, fmt.Sprintf("task %s to be %s", id, want), func() bool {
 			tk, err := c.Get(ctx, id)
 			if err != nil {
-				return err
+				t.Fatal(err)
 			}
-			if tk.State == want {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("task %s (%s %s) is %s, want %s", id, tk.Queue, tk.Kind, tk.State, want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return tk.State == want
+		})
 	}
-	return nil
 }
 
 // promtool finds promtool; tests that need it fail when

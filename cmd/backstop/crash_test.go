@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +33,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testwait"
+	"github.com/jackc/pgx/v5"
 )
 
 // binary is the backstop binary built for these tests.
@@ -131,15 +134,35 @@ type worker struct {
 	stderr string
 	done   chan struct{}
 	err    error
+	// app is the application_name of its PostgreSQL connections ("" on
+	// SQLite), unique to the process.
+	app string
 }
+
+// apps numbers the workers' PostgreSQL application names.
+var apps atomic.Int64
 
 func (b *bundle) startWorker(name, taskSleep string, args ...string) *worker {
 	b.t.Helper()
-	full := append([]string{"--db", b.url, "work", "--queue", queue, "--concurrency", "4"}, args...)
+	db, app := b.url, ""
+	if !strings.HasPrefix(db, "sqlite://") {
+		u, err := url.Parse(db)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		app = fmt.Sprintf("backstop-test-%d-%d", os.Getpid(), apps.Add(1))
+		q := u.Query()
+		q.Set("application_name", app)
+		u.RawQuery = q.Encode()
+		db = u.String()
+	}
+	full := append([]string{"--db", db, "work", "--queue", queue, "--concurrency", "4"}, args...)
 	full = append(full, "--", "sh", "-c", taskScript)
 	cmd := exec.Command(binary, full...)
 	cmd.Env = append(os.Environ(), "TASK_SLEEP="+taskSleep, "RUN_LOG="+b.runLog, "PID_DIR="+b.pidDir)
-	return startProc(b.t, cmd, filepath.Join(b.dir, name+".stderr"), name, 0)
+	w := startProc(b.t, cmd, filepath.Join(b.dir, name+".stderr"), name, 0)
+	w.app = app
+	return w
 }
 
 // startProc starts cmd in a process group of its own with its output in
@@ -226,32 +249,40 @@ func (b *bundle) waitUntil(what string, cond func() bool) {
 	testwait.For(b.t, what, cond)
 }
 
-// stableRunning reads the running tasks until two reads agree: once the
-// worker is dead nothing changes them, but on Postgres a commit it sent just
-// before dying may still land.
-func (b *bundle) stableRunning() map[string]*backstop.Task {
+// waitSettled returns once the killed worker w (its process exited) can
+// change nothing more. On PostgreSQL a commit it sent just before dying may
+// still be running on the server: it waits until the server ended w's
+// backends, and with them every transaction of w (committed or rolled
+// back). On SQLite a transaction ends with the process.
+func (b *bundle) waitSettled(w *worker) {
 	b.t.Helper()
-	key := func(ts []*backstop.Task) string {
-		var ids []string
-		for _, t := range ts {
-			ids = append(ids, t.ID+"/"+t.ExecutionID)
-		}
-		return strings.Join(ids, ",")
+	<-w.done
+	if w.app == "" {
+		return
 	}
-	prev := key(b.list(bt.StateRunning))
-	for {
-		time.Sleep(200 * time.Millisecond)
-		ts := b.list(bt.StateRunning)
-		if k := key(ts); k != prev {
-			prev = k
-			continue
-		}
-		m := map[string]*backstop.Task{}
-		for _, t := range ts {
-			m[t.ID] = t
-		}
-		return m
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.url)
+	if err != nil {
+		b.t.Fatal(err)
 	}
+	defer conn.Close(ctx)
+	b.waitUntil("the server to end the killed worker's connections", func() bool {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", w.app).Scan(&n); err != nil {
+			b.t.Fatal(err)
+		}
+		return n == 0
+	})
+}
+
+// running reads the running tasks.
+func (b *bundle) running() map[string]*backstop.Task {
+	b.t.Helper()
+	m := map[string]*backstop.Task{}
+	for _, t := range b.list(bt.StateRunning) {
+		m[t.ID] = t
+	}
+	return m
 }
 
 func (b *bundle) get(id string) *backstop.Task {
@@ -452,7 +483,8 @@ func TestCrashSIGKILL(t *testing.T) {
 					t.Fatal(err)
 				}
 				w1.wait(t, "worker1")
-				killed = b.stableRunning()
+				b.waitSettled(w1)
+				killed = b.running()
 			}
 			if len(killed) == 0 {
 				t.Fatal("no task was running when the worker was killed, three times")

@@ -10,7 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // TestWorkflowFanOutThroughExecWorker: a fan-out item's program reads the
@@ -45,18 +46,13 @@ func TestWorkflowFanOutThroughExecWorker(t *testing.T) {
 
 			ctx := context.Background()
 			_, c := storeClient(t, db)
-			for deadline := time.Now().Add(waitLong); ; time.Sleep(50 * time.Millisecond) {
+			testwait.For(t, "run "+runID+" to succeed", func() bool {
 				r, err := c.WorkflowRun(ctx, runID)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if r.State == "succeeded" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("run %s is %s", runID, r.State)
-				}
-			}
+				return r.State == "succeeded"
+			})
 			for i := range 5 {
 				id := fmt.Sprintf("%s.each.%d", runID, i)
 				stored, err := c.Get(ctx, id)

@@ -7,7 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // TestLogLevel: `serve` logs at the level --log-level names (over
@@ -29,12 +30,9 @@ func TestLogLevel(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			for deadline := time.Now().Add(waitLong); !strings.Contains(s.log.String(), `"level":"DEBUG","msg":"api call"`); {
-				if time.Now().After(deadline) {
-					t.Fatalf("--log-level debug: no debug line for the API call:\n%s", s.log.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			testwait.For(t, "--log-level debug: a debug line for the API call", func() bool {
+				return strings.Contains(s.log.String(), `"level":"DEBUG","msg":"api call"`)
+			})
 
 			cfg := filepath.Join(t.TempDir(), "backstop.yaml")
 			if err := os.WriteFile(cfg, []byte("log:\n  level: warn\n"), 0o600); err != nil {

@@ -77,28 +77,14 @@ func TestManyWorkersLeaderFailover(t *testing.T) {
 			}
 			killedAt := time.Now()
 			procs[first].wait(t, first)
-			// The dead leader's attempts, read until two reads agree (a
-			// commit it sent just before dying may still land); the other
-			// workers keep changing the rest.
-			running := func() (map[string]*backstop.Task, string) {
-				m := map[string]*backstop.Task{}
-				var keys []string
-				for _, x := range b.list(bt.StateRunning) {
-					if x.WorkerID == first {
-						m[x.ID] = x
-						keys = append(keys, x.ID+"/"+x.ExecutionID)
-					}
+			// The dead leader's attempts, once it can change nothing more;
+			// the other workers keep changing the rest.
+			b.waitSettled(procs[first])
+			killed := map[string]*backstop.Task{}
+			for id, x := range b.running() {
+				if x.WorkerID == first {
+					killed[id] = x
 				}
-				return m, strings.Join(keys, ",")
-			}
-			killed, prev := running()
-			for {
-				time.Sleep(200 * time.Millisecond)
-				var key string
-				if killed, key = running(); key == prev {
-					break
-				}
-				prev = key
 			}
 			if len(killed) == 0 {
 				t.Fatal("the leader had no task running when it was killed")
@@ -108,11 +94,12 @@ func TestManyWorkersLeaderFailover(t *testing.T) {
 			// Takeover: the row names a survivor within the TTL and a margin
 			// (the margin absorbs a slow machine, not a broken election).
 			var next string
-			for next = leader(); next == first || next == ""; next = leader() {
-				if time.Since(killedAt) > ttl+15*time.Second {
-					t.Fatalf("leader row still %q %s after the kill; want a survivor within the TTL %s", next, time.Since(killedAt), ttl)
-				}
-				time.Sleep(50 * time.Millisecond)
+			b.waitUntil("a survivor to take the leadership over", func() bool {
+				next = leader()
+				return next != first && next != ""
+			})
+			if took := time.Since(killedAt); took > ttl+15*time.Second {
+				t.Fatalf("a survivor took the leadership %s after the kill; want within the TTL %s", took, ttl)
 			}
 			t.Logf("%s took over %s after the kill", next, time.Since(killedAt).Round(time.Millisecond))
 

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"github.com/backstophq/backstop/internal/testlog"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -12,6 +11,8 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/testlog"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // TestRemoteDrainReleases: a real `backstop work --server` process whose
@@ -61,20 +62,13 @@ func TestRemoteDrainReleases(t *testing.T) {
 			go func() { workExited <- work.Wait() }()
 			t.Cleanup(func() { _ = work.Process.Kill(); <-workExited })
 
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				// The program printed its marker: the worker holds the task
-				// (the server's running state alone can come before the
-				// claim's answer reaches the worker).
+			// The program printed its marker: the worker holds the task (the
+			// server's running state alone can come before the claim's
+			// answer reaches the worker).
+			testwait.For(t, "the task to run", func() bool {
 				v, err := cl.Get(ctx, id)
-				if err == nil && v.State == bt.StateRunning && strings.Contains(workLog.String(), "program-began") {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the task never ran: %+v %v; worker log: %s", v, err, workLog.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return err == nil && v.State == bt.StateRunning && strings.Contains(workLog.String(), "program-began")
+			})
 			if err := work.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}

@@ -189,8 +189,7 @@ func TestDemoServe(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	deadline := time.Now().Add(waitLong)
-	for {
+	testwait.For(t, "the producers to enqueue", func() bool {
 		var list struct {
 			Items []json.RawMessage `json:"items"`
 		}
@@ -203,14 +202,8 @@ func TestDemoServe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list.Items) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the producers enqueued nothing")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(list.Items) > 0
+	})
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/workflow"
 	"github.com/backstophq/backstop/workflow/workflowtest"
 )
@@ -82,13 +83,9 @@ func (r *sagaRig) lines() []string {
 
 func (r *sagaRig) waitLine(line string) {
 	r.t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !slices.Contains(r.lines(), strings.ReplaceAll(line, " ", "_")) {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("no %q in the programs' log: %v", line, r.lines())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(r.t, fmt.Sprintf("%q in the programs' log", line), func() bool {
+		return slices.Contains(r.lines(), strings.ReplaceAll(line, " ", "_"))
+	})
 }
 
 // before reports whether line a comes before line b in the log.
@@ -129,14 +126,14 @@ func historyDef(t *testing.T, def any) workflowtest.Def {
 func checkRunHistory(t *testing.T, c *backstop.Client, runID string, def workflowtest.Def) []string {
 	t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(waitLong)
-	for {
+	var types []string
+	testwait.For(t, "run "+runID+"'s stream to hold its last stop", func() bool {
 		run, err := c.WorkflowRun(ctx, runID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var evs []workflowtest.Event
-		var types []string
+		types = nil
 		after := ""
 		for {
 			page, err := c.ReadEvents(ctx, backstop.ReadEventsParams{Stream: "run." + runID, After: after, Limit: 1000})
@@ -156,11 +153,9 @@ func checkRunHistory(t *testing.T, c *backstop.Client, runID string, def workflo
 		if err != nil {
 			t.Fatalf("run %s: %v\nevents %v", runID, err, types)
 		}
-		if finished == string(run.State) || time.Now().After(deadline) {
-			return types
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return finished == string(run.State)
+	})
+	return types
 }
 
 // TestSagaCancelWhileStepRuns: reserve → charge (3 s), canceled while
@@ -327,6 +322,10 @@ func TestWorkflowSagaCrash(t *testing.T) {
 			for n := 0; !stopped(); n++ {
 				w := start(fmt.Sprintf("victim-%d", n))
 				for range 3 {
+					// Wall time, not a signal: cancels and the kill are paced
+					// over the runs' lives so that runs also fail, compensate
+					// and succeed on their own, and a cancel or the kill lands
+					// at an arbitrary moment of a victim's work.
 					time.Sleep(300 * time.Millisecond)
 					if _, err := c.CancelRun(ctx, ids[r.IntN(runs)]); err == nil {
 						cancels++

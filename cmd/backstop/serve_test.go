@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/backstophq/backstop/internal/testlog"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -15,6 +14,8 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/testlog"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 func runCLI(t *testing.T, db string, args ...string) (string, string, int) {
@@ -116,10 +117,14 @@ func TestServe(t *testing.T) {
 			// SIGTERM while a claim long-polls: the server ends promptly and cleanly.
 			waiting := make(chan error, 1)
 			go func() {
-				_, err := op.Claim(ctx, api.ClaimRequest{Queues: []string{"empty"}, WorkerID: "remote", Wait: bt.Duration(25 * time.Second)})
+				_, err := op.Claim(ctx, api.ClaimRequest{Queues: []string{"empty"}, WorkerID: "long-poller", Wait: bt.Duration(25 * time.Second)})
 				waiting <- err
 			}()
-			time.Sleep(200 * time.Millisecond)
+			// The claim's worker in the registry: the server is handling it.
+			testwait.For(t, "the server to see the long-polling claim", func() bool {
+				_, err := op.Worker(ctx, "long-poller")
+				return err == nil
+			})
 			// The claim waits 25s; the server must end it (and itself) well
 			// before that.
 			if err := srv.Process.Signal(syscall.SIGTERM); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // Workflows through the real binary: definitions applied and runs started
@@ -76,17 +77,12 @@ func showRun(t *testing.T, db, runID string) runView {
 
 func waitRunState(t *testing.T, db, runID string, want ...string) runView {
 	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for {
-		v := showRun(t, db, runID)
-		if slices.Contains(want, v.State) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run %s is %s, want %v: %+v", runID, v.State, want, v)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var v runView
+	testwait.For(t, fmt.Sprintf("run %s to be one of %v", runID, want), func() bool {
+		v = showRun(t, db, runID)
+		return slices.Contains(want, v.State)
+	})
+	return v
 }
 
 func (v runView) step(id string) (state, taskID string) {
@@ -321,6 +317,10 @@ func TestWorkflowCrash(t *testing.T) {
 			kills := 0
 			for n := 0; !done(); n++ {
 				w := start(fmt.Sprintf("victim-%d", n))
+				// Wall time, not a signal: the victim must claim, run, settle
+				// and advance runs for a while so that the kill lands at an
+				// arbitrary point of that work (a settle, an advance, a
+				// claim), not only while a step runs.
 				time.Sleep(time.Second)
 				_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
 				<-w.done

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -309,16 +310,14 @@ func TestRemoteSettlementActor(t *testing.T) {
 			// The log serves an event once no earlier transaction can still
 			// commit (on Postgres, cluster-wide): poll until all are there.
 			got := map[string]string{}
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			testwait.For(t, "the events of task "+name, func() bool {
 				page.Events, page.Items = nil, nil
 				b.must(t, b.secret[api.RoleViewer], "GET", "/v1/events?stream="+url.QueryEscape("task."+ids[name]), nil, &page)
 				for _, e := range append(page.Events, page.Items...) {
 					got[e.Type] = e.Actor
 				}
-				if len(got) >= len(types)+2 || time.Now().After(deadline) { // + enqueued, claimed
-					break
-				}
-			}
+				return len(got) >= len(types)+2 // + enqueued, claimed
+			})
 			for _, typ := range types {
 				if a, found := got[typ]; !found || a != "test-operator" {
 					t.Errorf("%s: %s actor %q (present %v), want test-operator; events %s", name, typ, a, found, fmt.Sprint(got))

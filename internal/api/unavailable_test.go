@@ -15,6 +15,7 @@ import (
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
@@ -162,13 +163,12 @@ func TestPostgresRedriveSurvivesLostConnection(t *testing.T) {
 	if n := <-killed; n != 1 {
 		t.Fatalf("terminated %d backends, want 1", n)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for st.Status == "running" && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	testwait.For(t, "the redrive to end", func() bool {
 		if st, err = b.as[api.RoleViewer].RedriveStatus(ctx, st.RedriveID); err != nil {
 			t.Fatal(err)
 		}
-	}
+		return st.Status != "running"
+	})
 	if st.Status != "done" || st.Replayed != 6 || st.Failed != 0 || st.Outcomes["replayed"] != 6 {
 		t.Fatalf("redrive after a lost connection: %+v", st)
 	}

@@ -3,9 +3,9 @@ package cli
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/backstophq/backstop/internal/audit"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // backstop audit list reads the operators' actions on the database and
@@ -27,14 +27,11 @@ func TestAuditListCLI(t *testing.T) {
 		e.ok("enqueue", "--queue", "q", "--kind", "k") // not an operator action
 
 		var all audit.Page
-		for deadline := time.Now().Add(20 * time.Second); ; {
+		testwait.For(t, "the five audit records", func() bool {
 			all = audit.Page{}
 			e.json(&all, "audit", "list")
-			if len(all.Items) >= 5 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return len(all.Items) >= 5
+		})
 		got := []string{}
 		for _, it := range all.Items {
 			actor := it.Actor

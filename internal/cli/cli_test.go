@@ -16,6 +16,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // cliEnv runs the CLI in-process against one database.
@@ -435,12 +436,7 @@ func runUntil(t *testing.T, url, queue string, h backstop.HandlerFunc, cond func
 			t.Error(err)
 		}
 	}()
-	for deadline := time.Now().Add(30 * time.Second); !cond(c); {
-		if time.Now().After(deadline) {
-			t.Fatal("worker did not reach the expected state in 30s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, "the worker to reach the expected state", func() bool { return cond(c) })
 }
 
 func TestDeadLetters(t *testing.T) {

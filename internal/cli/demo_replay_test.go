@@ -81,8 +81,17 @@ func TestDemoReplayerReplaysEachDeadLetterOnce(t *testing.T) {
 		tk := get(ids[0])
 		return tk.State == backstop.StateDead && tk.ReplayCount == 1
 	})
-	// Many more rounds: nothing is left to replay.
-	time.Sleep(50 * 10 * time.Millisecond)
+	// A later dead letter replayed proves a round passed over the first one:
+	// a round replays the lowest open dead letter it may, and the first is
+	// lower.
+	later, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: demoQueue, Kind: "always_fails"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "a later dead letter replayed and dead again", func() bool {
+		tk := get(later.Task.ID)
+		return tk.State == backstop.StateDead && tk.ReplayCount == 1
+	})
 	if tk := get(ids[0]); tk.ReplayCount != 1 || tk.State != backstop.StateDead {
 		t.Errorf("the always-failing dead letter: state %s, replayed %d times; want dead, replayed once", tk.State, tk.ReplayCount)
 	}

@@ -3,9 +3,9 @@ package cli
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 func TestEventsTailCLI(t *testing.T) {
@@ -19,14 +19,11 @@ func TestEventsTailCLI(t *testing.T) {
 		// ended (gap-free reads), and parallel tests hold transactions of
 		// their own: wait until the three are final, then read as a user.
 		var page backstop.EventPage
-		for deadline := time.Now().Add(20 * time.Second); ; {
+		testwait.For(t, "the three events", func() bool {
 			page = backstop.EventPage{}
 			e.json(&page, "events", "tail")
-			if len(page.Events) >= 3 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return len(page.Events) >= 3
+		})
 		if len(page.Events) != 3 || page.Events[2].Type != "task.canceled" || !strings.HasPrefix(page.Events[2].Actor, "cli:") {
 			t.Fatalf("all: %+v", page)
 		}

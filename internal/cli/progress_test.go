@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/dburl"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // client opens a library client on the env's database (closed with the
@@ -62,28 +62,22 @@ func TestWorkProgressFile(t *testing.T) {
 					done <- r.remote("", prog...)
 				}
 			}()
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				task, err := c.Get(ctx, id)
-				if err != nil {
+			var task *backstop.Task
+			testwait.For(t, mode+": the task running at 2/5", func() bool {
+				var err error
+				if task, err = c.Get(ctx, id); err != nil {
 					t.Fatal(err)
 				}
-				if task.State == bt.StateRunning && task.Progress == (bt.Progress{Completed: 2, Total: 5}) {
-					// The registry names what the worker runs now.
-					var w backstop.WorkerInfo
-					e.json(&w, "workers", "show", "w-"+mode)
-					if len(w.CurrentExecutionIDs) != 1 || w.CurrentExecutionIDs[0] != task.ExecutionID {
-						t.Errorf("%s: worker runs %v, want [%s]", mode, w.CurrentExecutionIDs, task.ExecutionID)
-					}
-					if l := e.ok("workers", "list", "--queue", queue); !strings.Contains(l, "RUNNING") {
-						t.Errorf("%s: workers list has no RUNNING column:\n%s", mode, l)
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: task %s with progress %+v, want running at 2/5", mode, task.State, task.Progress)
-				}
-				time.Sleep(50 * time.Millisecond)
+				return task.State == bt.StateRunning && task.Progress == (bt.Progress{Completed: 2, Total: 5})
+			})
+			// The registry names what the worker runs now.
+			var w backstop.WorkerInfo
+			e.json(&w, "workers", "show", "w-"+mode)
+			if len(w.CurrentExecutionIDs) != 1 || w.CurrentExecutionIDs[0] != task.ExecutionID {
+				t.Errorf("%s: worker runs %v, want [%s]", mode, w.CurrentExecutionIDs, task.ExecutionID)
+			}
+			if l := e.ok("workers", "list", "--queue", queue); !strings.Contains(l, "RUNNING") {
+				t.Errorf("%s: workers list has no RUNNING column:\n%s", mode, l)
 			}
 			if err := os.WriteFile(release, nil, 0o600); err != nil {
 				t.Fatal(err)

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // reasonOf is the operator's reason in the body of the task's last event of
@@ -126,12 +126,10 @@ func TestOperatorReasonCLI(t *testing.T) {
 		}
 		// The log serves an event once every earlier transaction ended:
 		// poll until it does.
-		for deadline := time.Now().Add(30 * time.Second); len(page.Events) == 0 && time.Now().Before(deadline); {
+		testwait.For(t, "the dlq.purged event", func() bool {
 			e.json(&page, "events", "tail", "--stream", "type.dlq.purged")
-			if len(page.Events) == 0 {
-				time.Sleep(50 * time.Millisecond)
-			}
-		}
+			return len(page.Events) > 0
+		})
 		if len(page.Events) != 1 || page.Events[0].Actor != "dora" || !strings.Contains(string(page.Events[0].Body), `"gdpr request 42"`) {
 			t.Fatalf("dlq.purged events: %+v", page.Events)
 		}

@@ -7,12 +7,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/chromedp"
 
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/testwait"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
 )
 
 // firstCursor answers the cursor of the first event of stream (read
@@ -21,18 +20,20 @@ import (
 // is gap-free: docs/events.md), so it polls until the stream has one.
 func (e *env) firstCursor(t *testing.T, stream string) string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var cursor string
+	testwait.For(t, "an event in stream "+stream, func() bool {
 		st, out, _ := e.call(t, "GET", "/v1/events?stream="+url.QueryEscape(stream), api.RoleViewer, nil, nil)
-		items, _ := out["items"].([]any)
-		if st == http.StatusOK && len(items) > 0 {
-			return items[0].(map[string]any)["cursor"].(string)
-		}
-		if st != http.StatusOK || time.Now().After(deadline) {
+		if st != http.StatusOK {
 			t.Fatalf("events of %s: %d %v", stream, st, out)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		items, _ := out["items"].([]any)
+		if len(items) == 0 {
+			return false
+		}
+		cursor = items[0].(map[string]any)["cursor"].(string)
+		return true
+	})
+	return cursor
 }
 
 // The events page follows a chosen stream live as tasks are enqueued
@@ -158,19 +159,17 @@ func TestBrowserLiveFromEnd(t *testing.T) {
 			t.Helper()
 			run(t, ctx, "open "+page, nav(e.url+"/#"+page), visible(sel))
 			var u string
-			for deadline := time.Now().Add(30 * time.Second); u == ""; time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s opened no stream %s", page, stream)
-				}
+			testwait.For(t, page+" to open stream "+stream, func() bool {
 				mu.Lock()
+				defer mu.Unlock()
 				for _, x := range urls {
 					if contains(x, "stream="+url.QueryEscape(stream)) {
 						u = x
 					}
 				}
 				urls = nil
-				mu.Unlock()
-			}
+				return u != ""
+			})
 			pu, err := url.Parse(u)
 			if err != nil {
 				t.Fatal(err)

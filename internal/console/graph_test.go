@@ -8,6 +8,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/workflow"
 )
 
@@ -52,20 +53,13 @@ steps:
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testwait.For(t, "the run to fail", func() bool {
 			wr, err := e.lib.WorkflowRun(ctx0, r.RunID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if wr.State == workflow.RunFailed {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("run is %s, want failed", wr.State)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return wr.State == workflow.RunFailed
+		})
 
 		ctx := browser(t)
 		e.signIn(t, ctx, api.RoleViewer)

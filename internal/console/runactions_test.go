@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/workflow"
 )
@@ -78,18 +80,13 @@ steps:
 		}
 		waitRun := func(id string, want store.RunState) {
 			t.Helper()
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			testwait.For(t, fmt.Sprintf("run %s to be %s", id, want), func() bool {
 				wr, err := e.lib.WorkflowRun(ctx0, id)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if wr.State == want {
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("run %s is %s, want %s", id, wr.State, want)
-				}
-			}
+				return wr.State == want
+			})
 		}
 		a, b := start("ship"), start("ship")
 		c := start("ship_auto")

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-	"github.com/chromedp/chromedp/kb"
-
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/testwait"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 )
 
 // assertNothingRan fails when markup from task or worker data ran or
@@ -117,12 +117,7 @@ func TestBrowserWorkersInProcess(t *testing.T) {
 			}
 		})
 		id := e.enqueue(t, map[string]any{"queue": "reports", "kind": "render", "payload": map[string]any{}})
-		for deadline := time.Now().Add(30 * time.Second); e.task(t, id).State != bt.StateSucceeded; {
-			if time.Now().After(deadline) {
-				t.Fatalf("task %s never succeeded", id)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testwait.For(t, "task "+id+" to succeed", func() bool { return e.task(t, id).State == bt.StateSucceeded })
 		ctx := browser(t)
 		e.signIn(t, ctx, api.RoleViewer)
 		run(t, ctx, "the workers page", nav(e.url+"/#/workers"), visible("#worker-list"))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/execworker"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // TestCancelSendsSIGTERMThenSIGKILL: a task canceled while its program
@@ -87,14 +88,8 @@ func TestTimeoutKillsAtOnce(t *testing.T) {
 
 func waitFile(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never appeared", path)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, path+" to appear", func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/execworker"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
 
@@ -155,21 +157,19 @@ func TestEnvName(t *testing.T) {
 	}
 }
 
-// waitFile waits for a file to hold a number, and returns it.
+// waitPID waits for a file to hold a number, and returns it.
 func waitPID(t *testing.T, path string) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var pid int
+	testwait.For(t, path+" to hold a pid", func() bool {
 		b, err := os.ReadFile(path)
-		if err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-				return pid
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s never got a pid", path)
-	return 0
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	return pid
 }
 
 // alive reports whether pid is a live (not zombie) process.
@@ -189,14 +189,8 @@ func alive(pid int) bool {
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("process %d survived its task", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	defer syscall.Kill(pid, syscall.SIGKILL) // a survivor must not outlive the test
+	testwait.For(t, fmt.Sprintf("process %d to end with its task", pid), func() bool { return !alive(pid) })
 }
 
 func TestContextEndKillsProcessGroup(t *testing.T) {
@@ -326,17 +320,13 @@ func TestWithWorker(t *testing.T) {
 	want := map[string]bt.Outcome{res[0].Task.ID: bt.OutcomeTransientError, res[1].Task.ID: bt.OutcomeTimeout}
 	for id, outcome := range want {
 		var task *backstop.Task
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		testwait.For(t, "task "+id+" to be dead", func() bool {
 			task, err = c.Get(ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if task.State == bt.StateDead || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return task.State == bt.StateDead
+		})
 		if task.State != bt.StateDead || len(task.Executions) != 1 {
 			t.Fatalf("task %s: state %s with %d executions, want dead after 1", task.Kind, task.State, len(task.Executions))
 		}

@@ -12,6 +12,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/execworker"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
 
@@ -119,13 +120,7 @@ func TestResultFileWithWorker(t *testing.T) {
 		w.Stop(stop)
 	}()
 	good, bad := res[0].Task.ID, res[1].Task.ID
-	deadline := time.Now().Add(60 * time.Second)
-	for len(rec.Of(good)) == 0 || len(rec.Of(bad)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for both settlements")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, "both settlements", func() bool { return len(rec.Of(good)) > 0 && len(rec.Of(bad)) > 0 })
 	if g := rec.Of(good); g[0].Outcome != bt.OutcomeSucceeded || string(g[0].Result) != `["ok", 2]` {
 		t.Errorf("good: %+v, want a success with the file's JSON", g[0])
 	}
