@@ -25,6 +25,7 @@ import (
 	"github.com/backstophq/backstop/internal/apiclient"
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -132,6 +133,27 @@ func setup(t testing.TB, url string, o setupOpts) *bundle {
 		b.as[r] = c
 	}
 	return b
+}
+
+// setupTokens returns the token.created events of the three tokens setup
+// created (one per role), in log order, once they are final: a test that
+// reads the whole log reads behind the last one's cursor, or expects them
+// first.
+func (b *bundle) setupTokens(t *testing.T) []backstop.Event {
+	t.Helper()
+	var p backstop.EventPage
+	testwait.For(t, "the setup's three token.created events", func() bool {
+		var err error
+		p, err = b.lib.ReadEvents(context.Background(), backstop.ReadEventsParams{Stream: "type." + store.EventTokenCreated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(p.Events) >= 3
+	})
+	if len(p.Events) != 3 {
+		t.Fatalf("setup wrote %d token.created events, want 3: %+v", len(p.Events), p.Events)
+	}
+	return p.Events
 }
 
 // raw sends a request with an arbitrary body and returns status and body;

@@ -13,8 +13,8 @@ import (
 	"github.com/backstophq/backstop/internal/testwait"
 )
 
-// GET /v1/audit answers the operators' actions (queue pause and resume, a
-// task cancel with its reason), not the engine's or the producers' events,
+// GET /v1/audit answers the operators' actions (token creations, queue
+// pause and resume, a task cancel with its reason), not the engine's or the producers' events,
 // filtered by actor, type, target and time; bad filters are 400s.
 func TestAuditAPI(t *testing.T) {
 	t.Parallel()
@@ -32,6 +32,42 @@ func TestAuditAPI(t *testing.T) {
 			}
 			return out
 		}
+		// list reads behind start (unless the query says where), once set.
+		start := ""
+		list := func(query string) audit.Page {
+			t.Helper()
+			if start != "" && !strings.Contains(query, "after=") {
+				sep := "?"
+				if query != "" {
+					sep = "&"
+				}
+				query += sep + "after=" + url.QueryEscape(start)
+			}
+			var p audit.Page
+			if err := json.Unmarshal(call(api.RoleViewer, "GET", "/v1/audit"+query, ""), &p); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		// The setup's three token creations are audited (actor: the
+		// library, target: the token, its name and role in the body); the
+		// actions below are read behind them.
+		tokens := b.setupTokens(t)
+		created := list("?type=token.created")
+		if len(created.Items) != 3 {
+			t.Fatalf("token creations: %+v, want the setup's three", created.Items)
+		}
+		for i, e := range created.Items {
+			var body struct{ Name, Role string }
+			if err := json.Unmarshal(e.Body, &body); err != nil {
+				t.Fatal(err)
+			}
+			if e.Cursor != tokens[i].Cursor || e.Target != tokens[i].Subject || e.Actor != "library" ||
+				body.Name != "test-"+body.Role || body.Role == "" {
+				t.Fatalf("token creation %d: %+v %s, want the setup's %+v", i, e, e.Body, tokens[i])
+			}
+		}
+		start = tokens[len(tokens)-1].Cursor
 		before := time.Now().UTC().Add(-time.Minute)
 		// A reason past 1 KiB is refused, nothing paused or recorded.
 		if code, out := b.raw(t, api.RoleOperator, "POST", "/v1/queues/billing/pause", "application/json",
@@ -43,14 +79,6 @@ func TestAuditAPI(t *testing.T) {
 		call(api.RoleOperator, "POST", "/v1/tasks", `{"id":"t1","queue":"mail","kind":"k"}`)
 		call(api.RoleOperator, "POST", "/v1/tasks/t1/cancel", `{"reason":"wrong tenant"}`)
 
-		list := func(query string) audit.Page {
-			t.Helper()
-			var p audit.Page
-			if err := json.Unmarshal(call(api.RoleViewer, "GET", "/v1/audit"+query, ""), &p); err != nil {
-				t.Fatal(err)
-			}
-			return p
-		}
 		var all audit.Page
 		testwait.For(t, "three actions", func() bool { all = list(""); return len(all.Items) == 3 })
 		got := []string{}

@@ -69,8 +69,10 @@ func HashSecret(secret string) []byte {
 }
 
 // CreateToken makes a token with a new random secret (32 bytes, base64url,
-// prefixed "bst_") and stores only its hash. The secret is returned once and
-// cannot be recovered.
+// prefixed "bst_") and stores only its hash, with its token.created audit
+// event (actor and reason from ctx: store.WithActor, store.WithReason) in
+// the same transaction. The secret is returned once and cannot be
+// recovered.
 func CreateToken(ctx context.Context, s store.Tokens, name string, role Role, now time.Time) (secret string, t store.Token, err error) {
 	if !tokenNameRE.MatchString(name) {
 		return "", t, fmt.Errorf("%w: token name %q must be 1-64 letters, digits, '_', '.', ':', '@' or '-'", backstop.ErrInvalid, name)
@@ -89,7 +91,7 @@ func CreateToken(ctx context.Context, s store.Tokens, name string, role Role, no
 	}
 	t = store.Token{ID: id.String(), Name: name, Role: role.String(), Hash: HashSecret(secret),
 		CreatedAt: now.UTC().Truncate(time.Microsecond)}
-	if err := s.CreateToken(ctx, t); err != nil {
+	if err := s.CreateToken(ctx, t, store.TokenEvent(ctx, t.CreatedAt, store.EventTokenCreated, t)); err != nil {
 		return "", store.Token{}, err
 	}
 	return secret, t, nil

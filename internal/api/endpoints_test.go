@@ -235,7 +235,7 @@ func TestRoleMatrix(t *testing.T) {
 		if st, _ := b.rawToken(t, "Basic abc", "GET", "/v1/queues"); st != 401 {
 			t.Errorf("malformed token: %d", st)
 		}
-		if _, err := b.store.(store.Tokens).RevokeToken(context.Background(), "test-viewer", time.Now()); err != nil {
+		if _, err := b.store.(store.Tokens).RevokeToken(context.Background(), "test-viewer", time.Now(), nil); err != nil {
 			t.Fatal(err)
 		}
 		b.clock.Advance(api.TokenCacheTTL) // a token looked up is reused that long

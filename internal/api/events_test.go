@@ -16,6 +16,10 @@ func TestEventsAPI(t *testing.T) {
 	t.Parallel()
 	stores(t, func(t *testing.T, dbURL func(t *testing.T) string) {
 		b := setup(t, dbURL(t), setupOpts{})
+		// The log begins with the setup's token creations; this test's
+		// events come behind them.
+		tokens := b.setupTokens(t)
+		start := tokens[len(tokens)-1].Cursor
 		for _, id := range []string{"a", "b"} {
 			if code, out := b.raw(t, api.RoleOperator, "POST", "/v1/tasks", "application/json",
 				`{"id":"`+id+`","queue":"q-`+id+`","kind":"k","attributes":{"run_id":"r1"}}`); code != http.StatusCreated && code != http.StatusOK {
@@ -40,7 +44,7 @@ func TestEventsAPI(t *testing.T) {
 		}
 		// The events are final once every transaction before them ended;
 		// on Postgres that may take a moment after the calls returned.
-		testwait.For(t, "three events", func() bool { read(""); return len(page.Events) == 3 })
+		testwait.For(t, "three events", func() bool { read("?after=" + start); return len(page.Events) == 3 })
 		if page.Events[0].Actor != "test-operator" || page.Events[2].Type != "task.canceled" || page.Events[2].Actor != "test-operator" {
 			t.Fatalf("events: %+v", page.Events)
 		}
@@ -71,8 +75,9 @@ func TestEventsAPI(t *testing.T) {
 			t.Fatalf("anonymous read: %d", code)
 		}
 
-		// Server-Sent Events: from the beginning, then resumed after the
-		// first event with Last-Event-ID.
+		// Server-Sent Events: from the beginning (the setup's token
+		// creations, then this test's events), then resumed after the
+		// first of this test's events with Last-Event-ID.
 		sse := func(path, lastID string, n int) []backstop.Event {
 			t.Helper()
 			req, _ := http.NewRequest("GET", b.ts.URL+path, nil)
@@ -112,8 +117,17 @@ func TestEventsAPI(t *testing.T) {
 			}
 			return out
 		}
-		got := sse("/v1/events/stream", "", 3)
-		if len(got) != 3 || got[0].Subject != "a" {
+		got := sse("/v1/events/stream", "", 6)
+		if len(got) != 6 {
+			t.Fatalf("sse: %+v", got)
+		}
+		for i, tok := range tokens {
+			if got[i].Type != "token.created" || got[i].Cursor != tok.Cursor {
+				t.Fatalf("sse event %d: %+v, want the setup's %+v", i, got[i], tok)
+			}
+		}
+		got = got[3:]
+		if got[0].Subject != "a" {
 			t.Fatalf("sse: %+v", got)
 		}
 		resumed := sse("/v1/events", got[0].Cursor, 2)
@@ -158,14 +172,18 @@ func TestEventsFromEnd(t *testing.T) {
 			}
 			return page
 		}
-		// An empty log's end is its beginning.
-		if p := read("?after=end"); len(p.Events) != 0 {
-			t.Fatalf("empty log from the end: %+v", p)
-		}
+		// The log holds the setup's token creations only: its end is
+		// behind them, and nothing is read from it.
+		tokens := b.setupTokens(t)
+		start := tokens[len(tokens)-1].Cursor
+		testwait.For(t, "the end behind the setup's tokens", func() bool {
+			p := read("?after=end")
+			return len(p.Events) == 0 && p.Next != "" && len(read("?after="+p.Next).Events) == 0
+		})
 		for _, id := range []string{"a", "b", "c"} {
 			enqueue(id)
 		}
-		testwait.For(t, "three final events", func() bool { return len(read("").Events) == 3 })
+		testwait.For(t, "three final events", func() bool { return len(read("?after="+start).Events) == 3 })
 		var end backstop.EventPage
 		testwait.For(t, "the end past c", func() bool {
 			end = read("?after=end")

@@ -61,11 +61,8 @@ func tokensCreateCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer s.Close()
-			secret, t, err := api.CreateToken(cmd.Context(), ts, name, r, time.Now())
+			secret, t, err := api.CreateToken(cliActor(cmd.Context()), ts, name, r, time.Now())
 			if err != nil {
-				return err
-			}
-			if err := auditToken(cmd.Context(), s, store.EventTokenCreated, t); err != nil {
 				return err
 			}
 			return a.print(tokenJSON{Token: t, Secret: secret}, func(w io.Writer) error {
@@ -119,11 +116,11 @@ func tokensRevokeCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer s.Close()
-			t, err := ts.RevokeToken(cmd.Context(), args[0], time.Now())
+			ctx, now := cliActor(cmd.Context()), time.Now()
+			t, err := ts.RevokeToken(ctx, args[0], now, func(t store.Token) bt.Event {
+				return store.TokenEvent(ctx, now.UTC(), store.EventTokenRevoked, t)
+			})
 			if err != nil {
-				return err
-			}
-			if err := auditToken(cmd.Context(), s, store.EventTokenRevoked, *t); err != nil {
 				return err
 			}
 			return a.print(t, func(w io.Writer) error {
@@ -132,16 +129,4 @@ func tokensRevokeCmd(a *app) *cobra.Command {
 			})
 		},
 	}
-}
-
-// auditToken records a token's creation or revocation in the audit stream
-// (docs/events.md): the target is the token's id, the body names it and its
-// role (never its secret); the actor is the CLI's operator.
-func auditToken(ctx context.Context, s store.Store, typ string, t store.Token) error {
-	actor := store.ActorFrom(cliActor(ctx), store.DefaultActor)
-	ev := store.AuditEvent(time.Now().UTC(), typ, t.ID, actor, "", map[string]any{"name": t.Name, "role": t.Role})
-	if err := s.AppendEvents(ctx, []bt.Event{ev}); err != nil {
-		return fmt.Errorf("token %s: recording it in the audit stream: %w", t.ID, err)
-	}
-	return nil
 }

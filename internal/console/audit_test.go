@@ -9,7 +9,8 @@ import (
 	"github.com/backstophq/backstop/internal/api"
 )
 
-// The Audit page lists the operators' actions newest first, filters them
+// The Audit page lists the operators' actions (the setup's token creations
+// too) newest first, filters them
 // by actor, type and target (the filters in the address), shows a bad
 // filter's 400 beside the form, and follows the audit stream live.
 func TestBrowserAudit(t *testing.T) {
@@ -28,13 +29,16 @@ func TestBrowserAudit(t *testing.T) {
 		ctx := browser(t)
 		e.signIn(t, ctx, api.RoleViewer)
 		run(t, ctx, "open Audit from the nav", click(`#nav a[data-page="audit"]`), visible("#audit-filters"))
-		run(t, ctx, "three actions", poll(`document.querySelector("#audit-list")?.dataset.count === "3"`))
+		// These three actions, behind the setup's three token creations.
+		run(t, ctx, "six actions", poll(`document.querySelector("#audit-list")?.dataset.count === "6"`))
 		rows := evalJS[[]string](t, ctx, "rows", `[...document.querySelectorAll("#audit-rows tr")].map(r => r.dataset.type)`)
-		if len(rows) != 3 || rows[0] != "task.canceled" || rows[2] != "queue.paused" {
+		if len(rows) != 6 || rows[0] != "task.canceled" || rows[1] != "queue.paused" || rows[2] != "queue.paused" ||
+			rows[3] != "token.created" || rows[4] != "token.created" || rows[5] != "token.created" {
 			t.Fatalf("rows, newest first: %v", rows)
 		}
 		list := text(t, ctx, "#audit-list")
-		if !contains(list, "<b>wrong</b> tenant") || !contains(list, "console-operator") || !contains(list, id) {
+		if !contains(list, "<b>wrong</b> tenant") || !contains(list, "console-operator") || !contains(list, id) ||
+			!contains(list, `"name":"console-viewer"`) || !contains(list, `"role":"admin"`) {
 			t.Fatalf("audit list: %q", list)
 		}
 		screenshot(t, ctx, "audit")

@@ -135,7 +135,7 @@ func TestConsoleSessionRevokedAndTLS(t *testing.T) {
 	if st, _, _ := e.call(t, "GET", "/v1/queues", api.RoleNone, nil, nil, c); st != http.StatusOK {
 		t.Fatalf("session: %d", st)
 	}
-	if _, err := e.store.(store.Tokens).RevokeToken(context.Background(), "console-admin", e.clock.Now()); err != nil {
+	if _, err := e.store.(store.Tokens).RevokeToken(context.Background(), "console-admin", e.clock.Now(), nil); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(api.TokenCacheTTL + time.Millisecond)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -16,6 +17,7 @@ import (
 // store/api.go).
 func (s *suite) testAPI(t *testing.T) {
 	t.Run("Tokens", s.testTokens)
+	t.Run("TokenWritesItsEvent", s.testTokenWritesItsEvent)
 	t.Run("CountByQueue", s.testCountByQueue)
 }
 
@@ -30,10 +32,10 @@ func (s *suite) testTokens(t *testing.T) {
 	ts := b.store.(store.Tokens)
 	now := b.clock.Now()
 	ops := store.Token{ID: "tok-1", Name: "ops", Role: "operator", Hash: hashOf("s1"), CreatedAt: now}
-	if err := ts.CreateToken(b.ctx, ops); err != nil {
+	if err := ts.CreateToken(b.ctx, ops, bt.Event{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.CreateToken(b.ctx, store.Token{ID: "tok-2", Name: "ops", Role: "viewer", Hash: hashOf("s2"), CreatedAt: now}); !errors.Is(err, store.ErrConflict) {
+	if err := ts.CreateToken(b.ctx, store.Token{ID: "tok-2", Name: "ops", Role: "viewer", Hash: hashOf("s2"), CreatedAt: now}, bt.Event{}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("a second live token named ops: %v, want ErrConflict", err)
 	}
 	got, err := ts.TokenByHash(b.ctx, hashOf("s1"))
@@ -53,28 +55,97 @@ func (s *suite) testTokens(t *testing.T) {
 	}
 
 	// Revoke by name, then the name is free again; revoke twice conflicts.
-	rv, err := ts.RevokeToken(b.ctx, "ops", now)
+	rv, err := ts.RevokeToken(b.ctx, "ops", now, nil)
 	if err != nil || rv.ID != "tok-1" || rv.RevokedAt == nil {
 		t.Fatalf("revoke: %+v %v", rv, err)
 	}
 	if got, _ := ts.TokenByHash(b.ctx, hashOf("s1")); got.RevokedAt == nil {
 		t.Fatal("revoked token has no revoked_at")
 	}
-	if _, err := ts.RevokeToken(b.ctx, "tok-1", now); !errors.Is(err, store.ErrConflict) {
+	if _, err := ts.RevokeToken(b.ctx, "tok-1", now, nil); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("revoke twice: %v", err)
 	}
-	if _, err := ts.RevokeToken(b.ctx, "nobody", now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := ts.RevokeToken(b.ctx, "nobody", now, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("revoke unknown: %v", err)
 	}
-	if err := ts.CreateToken(b.ctx, store.Token{ID: "tok-3", Name: "ops", Role: "admin", Hash: hashOf("s3"), CreatedAt: now.Add(time.Second)}); err != nil {
+	if err := ts.CreateToken(b.ctx, store.Token{ID: "tok-3", Name: "ops", Role: "admin", Hash: hashOf("s3"), CreatedAt: now.Add(time.Second)}, bt.Event{}); err != nil {
 		t.Fatalf("reuse a revoked token's name: %v", err)
 	}
-	if err := ts.CreateToken(b.ctx, store.Token{ID: "tok-4", Name: "other", Role: "admin", Hash: hashOf("s3"), CreatedAt: now}); err == nil {
+	if err := ts.CreateToken(b.ctx, store.Token{ID: "tok-4", Name: "other", Role: "admin", Hash: hashOf("s3"), CreatedAt: now}, bt.Event{}); err == nil {
 		t.Fatal("two tokens with one hash")
 	}
 	list, err := ts.ListTokens(b.ctx)
 	if err != nil || len(list) != 2 || list[0].ID != "tok-1" || list[1].ID != "tok-3" {
 		t.Fatalf("list: %+v %v", list, err)
+	}
+}
+
+// testTokenWritesItsEvent: a token's creation or revocation and its audit
+// event commit together: an event the log refuses leaves no token (or the
+// token live), a refused change (a duplicate name, a second revoke) writes
+// no event, and the events are in the audit stream.
+func (s *suite) testTokenWritesItsEvent(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	ts := b.store.(store.Tokens)
+	now := b.clock.Now()
+	ctx := store.WithReason(store.WithActor(b.ctx, "cli:ops"), "rotation")
+	refused := func(store.Token) bt.Event { return bt.Event{Type: store.EventTokenRevoked} } // no time
+	count := func(typ string) int {
+		t.Helper()
+		p, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamType, Value: typ}, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(p.Events)
+	}
+
+	ci := store.Token{ID: "tok-ci", Name: "ci", Role: "operator", Hash: hashOf("ci"), CreatedAt: now}
+	if err := ts.CreateToken(ctx, ci, bt.Event{Type: store.EventTokenCreated}); err == nil {
+		t.Fatal("a token whose event has no time (refused by the log) was created")
+	}
+	if _, err := ts.TokenByHash(b.ctx, ci.Hash); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused event's token is there: %v", err)
+	}
+	if err := ts.CreateToken(ctx, ci, store.TokenEvent(ctx, now, store.EventTokenCreated, ci)); err != nil {
+		t.Fatal(err)
+	}
+	dup := store.Token{ID: "tok-ci2", Name: "ci", Role: "admin", Hash: hashOf("ci2"), CreatedAt: now}
+	if err := ts.CreateToken(ctx, dup, store.TokenEvent(ctx, now, store.EventTokenCreated, dup)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a second live token named ci: %v, want ErrConflict", err)
+	}
+
+	if _, err := ts.RevokeToken(ctx, "ci", now, refused); err == nil {
+		t.Fatal("a revoke whose event has no time (refused by the log) succeeded")
+	}
+	if got, err := ts.TokenByHash(b.ctx, ci.Hash); err != nil || got.RevokedAt != nil {
+		t.Fatalf("the refused event's revoke is there: %+v %v", got, err)
+	}
+	audit := func(tok store.Token) bt.Event {
+		if tok.ID != ci.ID || tok.Name != "ci" || tok.RevokedAt == nil {
+			t.Errorf("audit is given %+v, want the revoked token", tok)
+		}
+		return store.TokenEvent(ctx, now, store.EventTokenRevoked, tok)
+	}
+	if _, err := ts.RevokeToken(ctx, "ci", now, audit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.RevokeToken(ctx, "tok-ci", now, audit); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("revoke twice: %v, want ErrConflict", err)
+	}
+
+	testwait.For(t, "the creation's and the revocation's events", func() bool {
+		return count(store.EventTokenCreated) == 1 && count(store.EventTokenRevoked) == 1
+	})
+	if c, r := count(store.EventTokenCreated), count(store.EventTokenRevoked); c != 1 || r != 1 {
+		t.Fatalf("%d token.created and %d token.revoked events, want one each", c, r)
+	}
+	got := b.readStream("audit", 2)
+	want := `{"name":"ci","reason":"rotation","role":"operator","target":"tok-ci"}`
+	for i, typ := range []string{store.EventTokenCreated, store.EventTokenRevoked} {
+		if got[i].Type != typ || got[i].Subject != "tok-ci" || got[i].Actor != "cli:ops" || string(got[i].Body) != want {
+			t.Fatalf("audit event %d: %+v %s, want %s of tok-ci by cli:ops with %s", i, got[i], got[i].Body, typ, want)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -22,10 +23,15 @@ func scanToken(row Row) (*store.Token, error) {
 }
 
 // CreateToken implements store.Tokens.
-func (p *Procedures) CreateToken(ctx context.Context, t store.Token) error {
-	d, q := p.dialect, p.writer
-	_, err := q.Exec(ctx, `INSERT INTO backstop_tokens (id, name, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		t.ID, t.Name, t.Role, t.Hash, t.CreatedAt)
+func (p *Procedures) CreateToken(ctx context.Context, t store.Token, ev bt.Event) error {
+	d := p.dialect
+	err := InTx(ctx, p.writer, func(tx Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO backstop_tokens (id, name, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)`,
+			t.ID, t.Name, t.Role, t.Hash, t.CreatedAt); err != nil {
+			return err
+		}
+		return p.appendAudit(ctx, tx, ev)
+	})
 	if d.IsUnique(err) {
 		return fmt.Errorf("%w: a live token named %q already exists", store.ErrConflict, t.Name)
 	}
@@ -33,6 +39,19 @@ func (p *Procedures) CreateToken(ctx context.Context, t store.Token) error {
 		return fmt.Errorf("%s: create token: %w", d.Prefix, err)
 	}
 	return nil
+}
+
+// appendAudit appends ev, an operator action's audit event, in tx (none
+// when ev.Type is empty); an event the log refuses fails tx.
+func (p *Procedures) appendAudit(ctx context.Context, tx Tx, ev bt.Event) error {
+	if ev.Type == "" {
+		return nil
+	}
+	evs := []bt.Event{ev}
+	if err := store.CheckEvents(evs); err != nil {
+		return err
+	}
+	return p.dialect.TaskEvents(ctx, tx, evs)
 }
 
 // TokenByHash implements store.Tokens.
@@ -68,7 +87,7 @@ func (p *Procedures) ListTokens(ctx context.Context) ([]store.Token, error) {
 }
 
 // RevokeToken implements store.Tokens.
-func (p *Procedures) RevokeToken(ctx context.Context, idOrName string, now time.Time) (*store.Token, error) {
+func (p *Procedures) RevokeToken(ctx context.Context, idOrName string, now time.Time, audit func(store.Token) bt.Event) (*store.Token, error) {
 	d, db := p.dialect, p.writer
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -89,11 +108,16 @@ func (p *Procedures) RevokeToken(ctx context.Context, idOrName string, now time.
 	if _, err := tx.Exec(ctx, `UPDATE backstop_tokens SET revoked_at = $1 WHERE id = $2`, now, t.ID); err != nil {
 		return nil, fmt.Errorf("%s: revoke token: %w", d.Prefix, err)
 	}
+	n := now.UTC().Truncate(time.Microsecond)
+	t.RevokedAt = &n
+	if audit != nil {
+		if err := p.appendAudit(ctx, tx, audit(*t)); err != nil {
+			return nil, fmt.Errorf("%s: revoke token %s: %w", d.Prefix, t.ID, err)
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("%s: revoke token: %w", d.Prefix, err)
 	}
-	n := now.UTC().Truncate(time.Microsecond)
-	t.RevokedAt = &n
 	return t, nil
 }
 
