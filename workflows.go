@@ -32,10 +32,14 @@ func (c *Client) ApplyWorkflow(ctx context.Context, def *workflow.Definition) (W
 	if err := def.Validate(); err != nil {
 		return WorkflowVersion{}, false, invalid("definition", "%v", err)
 	}
-	d, created, err := c.store.PutWorkflow(ctx, store.WorkflowDef{Name: def.Name, PlanHash: def.Hash(), Definition: def.Canonical()})
+	// The workflow.applied event is written in the registration's
+	// transaction, also when the definition was the latest version already.
+	d, created, err := c.store.PutWorkflow(ctx, store.WorkflowDef{Name: def.Name, PlanHash: def.Hash(), Definition: def.Canonical()},
+		func(d store.WorkflowDef, created bool) Event {
+			return c.auditEvent(ctx, store.EventWorkflowApplied, d.Name, "", map[string]any{"version": d.Version, "plan_hash": d.PlanHash, "created": created})
+		})
 	if err == nil {
 		c.e.RememberPlan(d.PlanHash, def)
-		c.audit(ctx, store.EventWorkflowApplied, d.Name, "", map[string]any{"version": d.Version, "plan_hash": d.PlanHash, "created": created})
 	}
 	return d, created, err
 }

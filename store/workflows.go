@@ -88,8 +88,10 @@ type Workflows interface {
 	// otherwise d is stored as the latest version + 1 (Version is set by
 	// the store; CreatedAt is d's when set, else the store's current time)
 	// and created is true. Registering an earlier definition again makes
-	// it the latest: a new version with the old hash.
-	PutWorkflow(ctx context.Context, d WorkflowDef) (out WorkflowDef, created bool, err error)
+	// it the latest: a new version with the old hash. audit, when not nil,
+	// makes the event of the registration (the version returned), written
+	// in its transaction: an event the log refuses stores nothing.
+	PutWorkflow(ctx context.Context, d WorkflowDef, audit func(d WorkflowDef, created bool) bt.Event) (out WorkflowDef, created bool, err error)
 	// GetWorkflow reads one version (0: the latest). Unknown: ErrNotFound.
 	GetWorkflow(ctx context.Context, name string, version int) (*WorkflowDef, error)
 	// WorkflowByHash reads the version with that plan hash (the latest of

@@ -161,7 +161,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	// Workflows: the producer registers a definition and starts a run in
 	// its own transaction.
 	_, _, err = producer.PutWorkflow(ctx, store.WorkflowDef{Name: "order", PlanHash: "h1", CreatedAt: now,
-		Definition: json.RawMessage(`{"name":"order"}`)})
+		Definition: json.RawMessage(`{"name":"order"}`)}, nil)
 	must("producer put workflow", err)
 	must("producer start run", producer.InTx(ctx, func(tx store.Tx) error {
 		if err := tx.InsertRun(ctx, store.RunRecord{RunID: "run-1", Workflow: "order", Version: 1, PlanHash: "h1",
@@ -267,7 +267,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		}
 		return tx.UpdateRun(ctx, *run)
 	}))
-	_, _, err = worker.PutWorkflow(ctx, store.WorkflowDef{Name: "order", PlanHash: "h2", Definition: json.RawMessage(`{}`)})
+	_, _, err = worker.PutWorkflow(ctx, store.WorkflowDef{Name: "order", PlanHash: "h2", Definition: json.RawMessage(`{}`)}, nil)
 	denied("worker put workflow", err)
 	denied("worker insert run", worker.InTx(ctx, func(tx store.Tx) error {
 		return tx.InsertRun(ctx, store.RunRecord{RunID: "run-2", Workflow: "order", Version: 1, PlanHash: "h1",

@@ -37,6 +37,7 @@ func WithLockWaitProbe(f LockWaitProbe) Option {
 func (s *suite) testWorkflows(t *testing.T) {
 	t.Run("PutWorkflowVersions", s.wfPutVersions)
 	t.Run("PutWorkflowConcurrent", s.wfPutConcurrent)
+	t.Run("PutWorkflowWritesItsEvent", s.wfPutWritesItsEvent)
 	t.Run("GetWorkflow", s.wfGet)
 	t.Run("ListWorkflows", s.wfList)
 	t.Run("InsertRun", s.wfInsertRun)
@@ -192,6 +193,49 @@ func (s *suite) wfSetup(t *testing.T) *bundle {
 }
 
 // wfDef is a definition as package workflow registers it.
+// wfPutWritesItsEvent: a registration and its audit event commit
+// together: an event the log refuses registers nothing; each registration,
+// a new version or the latest again, writes one event naming the version
+// it returned.
+func (s *suite) wfPutWritesItsEvent(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	now := b.clock.Now()
+	refused := func(store.WorkflowDef, bool) bt.Event { return bt.Event{Type: store.EventWorkflowApplied} } // no time
+	if _, _, err := b.store.PutWorkflow(b.ctx, wfDef(b, "audited", "h1"), refused); err == nil {
+		t.Fatal("a registration whose event the log refuses was stored")
+	}
+	if _, err := b.store.GetWorkflow(b.ctx, "audited", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after a refused event: %v, want no workflow", err)
+	}
+	var bodies []string
+	audit := func(d store.WorkflowDef, created bool) bt.Event {
+		body := fmt.Sprintf(`{"version":%d,"created":%t}`, d.Version, created)
+		bodies = append(bodies, body)
+		return store.NewEvent(now, store.EventWorkflowApplied, d.Name, "", "", "cli:ops", json.RawMessage(body))
+	}
+	for _, h := range []string{"h1", "h1", "h2"} {
+		if _, _, err := b.store.PutWorkflow(b.ctx, wfDef(b, "audited", h), audit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamType, Value: store.EventWorkflowApplied}, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range p.Events {
+		got = append(got, string(e.Body))
+	}
+	want := []string{`{"version":1,"created":true}`, `{"version":1,"created":false}`, `{"version":2,"created":true}`}
+	if len(got) != len(want) {
+		t.Fatalf("events %v, want %v (made: %v)", got, want, bodies)
+	}
+	for i := range want {
+		jsonEq(t, fmt.Sprintf("event %d", i), json.RawMessage(got[i]), json.RawMessage(want[i]))
+	}
+}
+
 func wfDef(b *bundle, name, hash string) store.WorkflowDef {
 	return store.WorkflowDef{Name: name, PlanHash: hash, CreatedAt: b.clock.Now(),
 		Definition: json.RawMessage(fmt.Sprintf(`{"name":%q,"steps":[{"id":"a","kind":%q}]}`, name, hash))}
@@ -199,7 +243,7 @@ func wfDef(b *bundle, name, hash string) store.WorkflowDef {
 
 func wfPut(t *testing.T, b *bundle, d store.WorkflowDef) (store.WorkflowDef, bool) {
 	t.Helper()
-	out, created, err := b.store.PutWorkflow(b.ctx, d)
+	out, created, err := b.store.PutWorkflow(b.ctx, d, nil)
 	if err != nil {
 		t.Fatalf("put workflow %s %s: %v", d.Name, d.PlanHash, err)
 	}
@@ -289,7 +333,7 @@ func (s *suite) wfPutVersions(t *testing.T) {
 	}
 	for _, bad := range []store.WorkflowDef{{PlanHash: "h", Definition: json.RawMessage(`{}`)},
 		{Name: "x", Definition: json.RawMessage(`{}`)}, {Name: "x", PlanHash: "h"}} {
-		if _, _, err := b.store.PutWorkflow(b.ctx, bad); err == nil {
+		if _, _, err := b.store.PutWorkflow(b.ctx, bad, nil); err == nil {
 			t.Fatalf("put %+v: accepted", bad)
 		}
 	}
@@ -316,7 +360,7 @@ func (s *suite) wfPutConcurrent(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r, created, err := b.store.PutWorkflow(b.ctx, d)
+				r, created, err := b.store.PutWorkflow(b.ctx, d, nil)
 				out[i] = res{r, created, err}
 			}()
 		}

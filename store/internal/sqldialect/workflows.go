@@ -64,7 +64,7 @@ const putWorkflowAttempts = 16
 
 // PutWorkflow implements store.Workflows. The new version's CreatedAt is
 // d.CreatedAt when set (the engine's clock), else the current time.
-func (p *Procedures) PutWorkflow(ctx context.Context, d store.WorkflowDef) (store.WorkflowDef, bool, error) {
+func (p *Procedures) PutWorkflow(ctx context.Context, d store.WorkflowDef, audit func(store.WorkflowDef, bool) bt.Event) (store.WorkflowDef, bool, error) {
 	dl := p.dialect
 	switch {
 	case d.Name == "":
@@ -79,7 +79,7 @@ func (p *Procedures) PutWorkflow(ctx context.Context, d store.WorkflowDef) (stor
 	}
 	d.CreatedAt = d.CreatedAt.UTC().Truncate(time.Microsecond)
 	for attempt := 1; ; attempt++ {
-		out, created, err := p.putWorkflow(ctx, d)
+		out, created, err := p.putWorkflow(ctx, d, audit)
 		if err != nil && dl.IsUnique(err) && attempt < putWorkflowAttempts {
 			continue // a concurrent registration took that version: read the latest again
 		}
@@ -90,7 +90,7 @@ func (p *Procedures) PutWorkflow(ctx context.Context, d store.WorkflowDef) (stor
 	}
 }
 
-func (p *Procedures) putWorkflow(ctx context.Context, d store.WorkflowDef) (out store.WorkflowDef, created bool, err error) {
+func (p *Procedures) putWorkflow(ctx context.Context, d store.WorkflowDef, audit func(store.WorkflowDef, bool) bt.Event) (out store.WorkflowDef, created bool, err error) {
 	err = InTx(ctx, p.writer, func(tx Tx) error {
 		latest, err := scanWorkflow(tx.QueryRow(ctx, `SELECT `+workflowCols+` FROM backstop_workflows
 			WHERE name = $1 ORDER BY version DESC LIMIT 1`, d.Name))
@@ -101,7 +101,7 @@ func (p *Procedures) putWorkflow(ctx context.Context, d store.WorkflowDef) (out 
 			return err
 		case latest.PlanHash == d.PlanHash:
 			out = *latest
-			return nil
+			return p.auditWorkflow(ctx, tx, audit, out, false)
 		default:
 			d.Version = latest.Version + 1
 		}
@@ -110,9 +110,17 @@ func (p *Procedures) putWorkflow(ctx context.Context, d store.WorkflowDef) (out 
 			return err
 		}
 		out, created = d, true
-		return nil
+		return p.auditWorkflow(ctx, tx, audit, out, true)
 	})
 	return out, created, err
+}
+
+// auditWorkflow appends the event audit makes of a registration (nil: none).
+func (p *Procedures) auditWorkflow(ctx context.Context, tx Tx, audit func(store.WorkflowDef, bool) bt.Event, d store.WorkflowDef, created bool) error {
+	if audit == nil {
+		return nil
+	}
+	return p.appendAudit(ctx, tx, audit(d, created))
 }
 
 // GetWorkflow implements store.Workflows.
