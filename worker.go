@@ -399,7 +399,6 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	}
 }
 
-
 // start registers the attempt (so heartbeats cover it) and runs it. base
 // is the fetch context without its cancellation: attempts outlive it, and
 // shutdown ends them by cause. inputErr: the task's payload could not be
