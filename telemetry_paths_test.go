@@ -2,6 +2,7 @@ package backstop
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -482,4 +483,19 @@ func TestTelemetryRemoteSettledElsewhere(t *testing.T) {
 	if n := h.c.e.RemoteAttempts(); n != 0 {
 		t.Errorf("%d attempts still remembered", n)
 	}
+}
+
+// A step skipped because its when could not be evaluated (on_when_error:
+// treat_as_false) is counted by workflow and step.
+func TestTelemetryWhenErrors(t *testing.T) {
+	h, _ := newClockHarness(t)
+	applyYAML(t, h.c, "name: w\nqueue: wf\nsteps:\n  - {id: maybe, kind: k, when: input.nope == 1, on_when_error: treat_as_false}\n  - {id: sure, kind: k, when: 'true'}\n")
+	for range 2 {
+		if _, err := h.c.RunWorkflow(context.Background(), RunWorkflowParams{Workflow: "w", Input: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect(t, h.metrics(), map[string]map[string]int64{
+		"backstop.workflow.when.errors": {"step=maybe,workflow=w": 2},
+	})
 }

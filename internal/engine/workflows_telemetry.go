@@ -21,6 +21,7 @@ type workflowTelemetry struct {
 	fanOut        metric.Int64Counter     // {workflow, step}
 	compensations metric.Int64Counter     // {workflow, result}
 	stepDuration  metric.Float64Histogram // {workflow, step}
+	whenErrors    metric.Int64Counter     // {workflow, step}
 }
 
 func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
@@ -41,10 +42,11 @@ func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
 		steps:         counter("backstop.workflow.steps", "{step}", "Workflow steps that finished, by workflow, step and outcome (succeeded, failed, skipped, canceled)."),
 		fanOut:        counter("backstop.workflow.fanout.items", "{item}", "Tasks enqueued for the items of for_each steps, by workflow and step."),
 		compensations: counter("backstop.workflow.compensations", "{step}", "Compensations that finished, by workflow and result (succeeded, failed)."),
+		whenErrors:    counter("backstop.workflow.when.errors", "{step}", "Steps skipped because their when could not be evaluated (on_when_error: treat_as_false), by workflow and step."),
 	}, errs
 }
 
-// workflowPlans counts what committed plans did.
+// WorkflowPlans counts what committed plans did.
 func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, durations []stepDuration) {
 	w := t.workflows
 	if w == nil {
@@ -84,6 +86,9 @@ func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, du
 			if _, ok := st.Attributes["step_item"]; ok {
 				w.fanOut.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", st.StepID)))
 			}
+		}
+		for _, step := range p.SkippedOnWhenError {
+			w.whenErrors.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", step)))
 		}
 		for _, r := range p.Steps {
 			if r.CompensationOf == "" || (r.State != workflow.StepSucceeded && r.State != workflow.StepFailed) {
