@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 )
@@ -60,6 +61,7 @@ type TxStore[TX any] interface {
 	UpdateRun(ctx context.Context, tx TX, r RunRecord) error
 	UpdateRuns(ctx context.Context, tx TX, rs []RunRecord) error
 	PutSteps(ctx context.Context, tx TX, steps []StepRecord) error
+	SetRunWake(ctx context.Context, tx TX, runID string, at time.Time) error
 	StepsOfTasks(ctx context.Context, tx TX, taskIDs []string) ([]StepRecord, error)
 	TaskStates(ctx context.Context, tx TX, taskIDs []string) (map[string]bt.State, error)
 }
@@ -180,6 +182,13 @@ func (b *boundTx[TX]) UpdateRuns(ctx context.Context, rs []RunRecord) error {
 		return err
 	}
 	return b.failed(b.ts.UpdateRuns(ctx, b.tx, rs))
+}
+
+func (b *boundTx[TX]) SetRunWake(ctx context.Context, runID string, at time.Time) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	return b.failed(b.ts.SetRunWake(ctx, b.tx, runID, at))
 }
 
 func (b *boundTx[TX]) UpdateRun(ctx context.Context, r RunRecord) error {

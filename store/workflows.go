@@ -122,6 +122,9 @@ type Workflows interface {
 	// touched (task retention deletes them by their own rules; a step task
 	// whose run is gone settles as a plain task).
 	DeleteFinishedRuns(ctx context.Context, states, stopped []RunState, before time.Time, limit int) (int, error)
+	// RunsToWake lists up to limit runs whose wake-up (WorkflowTx.SetRunWake)
+	// is at or before now, earliest first.
+	RunsToWake(ctx context.Context, now time.Time, limit int) ([]string, error)
 }
 
 // LockedRun is a run LockRuns holds, with its step rows.
@@ -152,6 +155,10 @@ type WorkflowTx interface {
 	UpdateRuns(ctx context.Context, rs []RunRecord) error
 	// PutSteps inserts or replaces step rows by (RunID, StepID, Item).
 	PutSteps(ctx context.Context, steps []StepRecord) error
+	// SetRunWake records that the run must be planned again at at, even if
+	// nothing of it settles (it replaces an earlier wake-up of the run); a
+	// zero at removes the run's wake-up.
+	SetRunWake(ctx context.Context, runID string, at time.Time) error
 	// StepsOfTasks is Workflows.StepsOfTasks inside the transaction.
 	StepsOfTasks(ctx context.Context, taskIDs []string) ([]StepRecord, error)
 	// TaskStates reads the current state of those tasks (ids that are not

@@ -297,6 +297,7 @@ type planWriter struct {
 	tasks   []*Task
 	cancels []string
 	events  []bt.Event
+	wakes   map[string]time.Time // run -> when it must be planned again
 }
 
 // addPlan adds a plan's writes to w. A plan whose tasks would be refused
@@ -332,6 +333,12 @@ func (e *Engine) addPlan(ctx context.Context, w *planWriter, plan workflow.Plan,
 	}
 	w.steps = append(w.steps, plan.Steps...)
 	w.cancels = append(w.cancels, plan.Cancel...)
+	if !plan.WakeAt.IsZero() {
+		if w.wakes == nil {
+			w.wakes = map[string]time.Time{}
+		}
+		w.wakes[plan.Run.RunID] = plan.WakeAt
+	}
 	if len(plan.Events) > 0 {
 		now, actor := e.Now(), store.ActorFrom(ctx, "")
 		for _, e := range plan.Events {
@@ -369,6 +376,11 @@ func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 	}
 	if len(w.tasks) > 0 {
 		if _, err := tx.Enqueue(ctx, w.tasks, e.EnqueueOpts(ctx, w.params, w.tasks)); err != nil {
+			return err
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(w.wakes)) {
+		if err := tx.SetRunWake(ctx, id, w.wakes[id]); err != nil {
 			return err
 		}
 	}
@@ -527,4 +539,37 @@ func (e *Engine) StepCanceled(ctx context.Context, t *Task) {
 // RememberPlan caches def, just registered under hash.
 func (e *Engine) RememberPlan(hash string, def *workflow.Definition) {
 	e.plans.Store(hash, e.Limited(def))
+}
+
+// WakeRuns plans again, each in its own transaction, up to limit workflow
+// runs whose wake-up came (a for_each budget ran out while its items
+// waited for a slot, and nothing of the run settled since), and removes
+// their wake-ups; a plan that needs another wake-up sets it again. A run
+// that is gone only loses its wake-up. It answers how many runs it woke.
+func (e *Engine) WakeRuns(ctx context.Context, limit int) (int, error) {
+	ids, err := e.store.RunsToWake(ctx, e.Now(), limit)
+	if err != nil {
+		return 0, err
+	}
+	for i, id := range ids {
+		var eff RunEffects
+		err := e.store.InTx(ctx, func(tx store.Tx) error {
+			eff = RunEffects{}
+			if err := tx.SetRunWake(ctx, id, time.Time{}); err != nil {
+				return err
+			}
+			err := e.AdvanceRun(ctx, tx, id, &eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
+				return workflow.Advance(def, run, steps, nil, e.Now())
+			})
+			if errors.Is(err, ErrNotFound) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return i, fmt.Errorf("waking run %s: %w", id, err)
+		}
+		e.AfterRuns(ctx, &eff)
+	}
+	return len(ids), nil
 }

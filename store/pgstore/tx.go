@@ -138,6 +138,11 @@ func (Txs) TaskStates(ctx context.Context, tx pgx.Tx, taskIDs []string) (map[str
 	return sqldialect.TaskStates(ctx, dialect, runner{q: tx}, taskIDs)
 }
 
+// SetRunWake is store.WorkflowTx's SetRunWake inside tx.
+func (Txs) SetRunWake(ctx context.Context, tx pgx.Tx, runID string, at time.Time) error {
+	return sqldialect.WorkflowSetRunWake(ctx, dialect, runner{q: tx}, runID, at)
+}
+
 // StepsOfTasks is store.WorkflowTx's StepsOfTasks inside tx.
 func (Txs) StepsOfTasks(ctx context.Context, tx pgx.Tx, taskIDs []string) ([]store.StepRecord, error) {
 	return sqldialect.WorkflowStepsOfTasks(ctx, dialect, runner{q: tx}, taskIDs)

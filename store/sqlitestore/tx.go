@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
@@ -134,6 +135,11 @@ func (Txs) PutSteps(ctx context.Context, tx *sql.Tx, steps []store.StepRecord) e
 // TaskStates is store.WorkflowTx's TaskStates inside tx.
 func (Txs) TaskStates(ctx context.Context, tx *sql.Tx, taskIDs []string) (map[string]bt.State, error) {
 	return sqldialect.TaskStates(ctx, dialect, runner{q: tx}, taskIDs)
+}
+
+// SetRunWake is store.WorkflowTx's SetRunWake inside tx.
+func (Txs) SetRunWake(ctx context.Context, tx *sql.Tx, runID string, at time.Time) error {
+	return sqldialect.WorkflowSetRunWake(ctx, dialect, runner{q: tx}, runID, at)
 }
 
 // StepsOfTasks is store.WorkflowTx's StepsOfTasks inside tx.

@@ -403,6 +403,41 @@ func (p *Procedures) DeleteFinishedRuns(ctx context.Context, states, stopped []s
 	return n, nil
 }
 
+// WorkflowSetRunWake is store.WorkflowTx's SetRunWake in q.
+func WorkflowSetRunWake(ctx context.Context, d *Dialect, q Querier, runID string, at time.Time) error {
+	var err error
+	if at.IsZero() {
+		_, err = q.Exec(ctx, `DELETE FROM backstop_run_wakeups WHERE run_id = $1`, runID)
+	} else {
+		_, err = q.Exec(ctx, `INSERT INTO backstop_run_wakeups (run_id, wake_at) VALUES ($1, $2)
+			ON CONFLICT (run_id) DO UPDATE SET wake_at = excluded.wake_at`, runID, at.UTC().Truncate(time.Microsecond))
+	}
+	if err != nil {
+		return fmt.Errorf("%s: set the wake-up of run %s: %w", d.Prefix, runID, d.Err(err))
+	}
+	return nil
+}
+
+// RunsToWake implements store.Workflows: the runs whose wake-up time came,
+// earliest first.
+func (p *Procedures) RunsToWake(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	d, q := p.dialect, p.reader
+	rows, err := q.Query(ctx, `SELECT run_id FROM backstop_run_wakeups WHERE wake_at <= $1 ORDER BY wake_at, run_id LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: runs to wake: %w", d.Prefix, d.Err(err))
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("%s: runs to wake: %w", d.Prefix, err)
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
 // StepsOfTasks implements store.Workflows.
 func (p *Procedures) StepsOfTasks(ctx context.Context, taskIDs []string) ([]store.StepRecord, error) {
 	return WorkflowStepsOfTasks(ctx, p.dialect, p.reader, taskIDs)
