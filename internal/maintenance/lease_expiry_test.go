@@ -13,15 +13,16 @@ import (
 // TestLeaseExpiry: an attempt whose lease ran out is settled with outcome
 // lease_expired — retried on its policy's schedule while attempts remain,
 // a dead letter (attempts_exhausted) when none do, canceled when
-// cancellation was requested — and an attempt whose lease is current is
-// left running.
+// cancellation was requested (even on its last attempt) — and an attempt
+// whose lease is current is left running.
 func TestLeaseExpiry(t *testing.T) {
 	eachStore(t, func(t *testing.T, db string) {
 		b := setup(t, db, &engine.Config{Retry: &bt.RetryPolicy{Schedule: []bt.Duration{bt.Duration(time.Minute)}}})
 		b.enqueue(
 			engine.EnqueueParams{ID: "retry", Queue: "q", Kind: "k", MaxAttempts: 3},
 			engine.EnqueueParams{ID: "last", Queue: "q", Kind: "k", MaxAttempts: 1},
-			engine.EnqueueParams{ID: "cancel", Queue: "q", Kind: "k", MaxAttempts: 3},
+			// Its last attempt: canceled, not a dead letter.
+			engine.EnqueueParams{ID: "cancel", Queue: "q", Kind: "k", MaxAttempts: 1},
 		)
 		if got := b.claim("q", 10, 10*time.Second); len(got) != 3 {
 			t.Fatalf("claimed %d, want 3", len(got))
