@@ -1,18 +1,19 @@
 // Package maintenance runs Backstop's background services: small pieces of
 // work that run again and again on an interval — promote scheduled tasks,
 // settle expired leases, expire deadlines, drain ordering buffers, mark
-// lost workers, retention. Each service is one file here with its own test;
-// a Maintainer runs the registered services, each on its own interval,
-// while this process holds the leadership the service runs under
-// (internal/leadership), and stops them all on Stop.
+// lost workers, end remote attempts' spans, retention. Each service is one
+// file here with its own test; it takes the engine (internal/engine) or the
+// narrow store interface it needs, and owns its rule. A Maintainer runs the
+// registered services, each on its own interval by its clock, while this
+// process holds the leadership the service runs under
+// (internal/leadership), and stops them all on Stop; Default registers the
+// engine's services.
 //
-// The package imports store, backstoptype and internal/leadership, never
-// the root package: what a service needs from the engine (a policy, a
-// telemetry hook) is a func value the root package supplies.
+// The package never imports the root package: the library calls it.
 //
 // Adding a service (a periodic scheduler, a relay) is one new file with a
-// type that implements Service, and one Register call in the root
-// package's maintainer.go.
+// type that implements Service, its test, and one Register call in
+// Default.
 package maintenance
 
 import (
@@ -52,7 +53,10 @@ type Config struct {
 	TTL time.Duration
 	// Store holds the leases.
 	Store leadership.Store
-	// Now is the store's clock (leadership.Config.Now). Default: time.Now.
+	// Now is the clock: the leases' times in the store
+	// (leadership.Config.Now) and whether a service is due (its interval
+	// since its last run) are read from it; the wait between checks is
+	// real time. Default: time.Now.
 	Now func() time.Time
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
@@ -233,8 +237,8 @@ func (m *Maintainer) run(ctx context.Context, e *election, r *runner, period tim
 	every := r.Interval()
 	var last time.Time
 	for {
-		if e.leading() && time.Since(last) >= every {
-			last = time.Now()
+		if now := m.cfg.Now(); e.leading() && now.Sub(last) >= every {
+			last = now
 			err := r.RunOnce(ctx)
 			if ctx.Err() != nil {
 				return

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/backstophq/backstop/internal/maintenance"
+	"github.com/backstophq/backstop/internal/testclock"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
@@ -243,4 +244,34 @@ func TestStopEndsARunningRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	await(t, ch, event{"a", "leading=true", "m"})
+}
+
+// TestServicesDueByTheClock: whether a service is due is read from the
+// maintainer's clock, not the wall's. On a stopped clock every service
+// runs when the leadership is taken; moved half an hour, the clock makes
+// the minutely service run again within a check period, not the hourly
+// one; moved another half hour, the hourly one runs again too.
+func TestServicesDueByTheClock(t *testing.T) {
+	s := open(t)
+	clock := testclock.New()
+	ch := make(chan event, 1000)
+	// TTL 300ms: the services check whether they are due every 100ms.
+	m := maintenance.New(maintenance.Config{ID: "a", TTL: 300 * time.Millisecond, Store: s, Now: clock.Now,
+		Hooks: signals("a", ch), Logger: slog.New(slog.DiscardHandler)})
+	m.Register("m", &probe{name: "hourly", every: time.Hour})
+	m.Register("m", &probe{name: "minutely", every: time.Minute})
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	awaitAll(t, ch, event{"a", "ran", "hourly"}, event{"a", "ran", "minutely"})
+
+	clock.Advance(30 * time.Minute)
+	for _, e := range await(t, ch, event{"a", "ran", "minutely"}) {
+		if e.name == "hourly" {
+			t.Fatalf("the hourly service ran after half an hour: %v", e)
+		}
+	}
+	clock.Advance(30 * time.Minute)
+	await(t, ch, event{"a", "ran", "hourly"})
 }
