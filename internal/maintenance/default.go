@@ -10,7 +10,7 @@ import (
 // among every process on the store.
 const (
 	// MaintenanceLeadership runs promotion, lease expiry, deadlines, lost
-	// workers and ordering drains.
+	// workers, ordering drains and the workflow runs' wake-ups.
 	MaintenanceLeadership = "maintenance"
 	// RetentionLeadership runs retention, only in processes whose database
 	// role may delete.
@@ -38,6 +38,7 @@ func Services(e *engine.Engine, every time.Duration) []Service {
 		NewDeadlines(e, every),
 		NewLostWorkers(e, every),
 		NewOrderingDrains(e, every),
+		NewRunWakeups(e, every),
 	}
 }
 

@@ -2,8 +2,9 @@ package maintenance
 
 import (
 	"context"
-	"github.com/backstophq/backstop/internal/engine"
 	"time"
+
+	"github.com/backstophq/backstop/internal/engine"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"

@@ -38,6 +38,7 @@ func (s *suite) testWorkflows(t *testing.T) {
 	t.Run("PutWorkflowVersions", s.wfPutVersions)
 	t.Run("PutWorkflowConcurrent", s.wfPutConcurrent)
 	t.Run("PutWorkflowWritesItsEvent", s.wfPutWritesItsEvent)
+	t.Run("RunWakeups", s.wfRunWakeups)
 	t.Run("GetWorkflow", s.wfGet)
 	t.Run("ListWorkflows", s.wfList)
 	t.Run("InsertRun", s.wfInsertRun)
@@ -233,6 +234,57 @@ func (s *suite) wfPutWritesItsEvent(t *testing.T) {
 	}
 	for i := range want {
 		jsonEq(t, fmt.Sprintf("event %d", i), json.RawMessage(got[i]), json.RawMessage(want[i]))
+	}
+}
+
+// wfRunWakeups: a run's wake-up is set, replaced and removed in a
+// transaction (nothing of a rolled-back one remains), and RunsToWake lists
+// the runs whose time came, earliest first, at most limit.
+func (s *suite) wfRunWakeups(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	now := b.clock.Now()
+	set := func(run string, at time.Time) {
+		t.Helper()
+		if err := b.store.InTx(b.ctx, func(tx store.Tx) error { return tx.SetRunWake(b.ctx, run, at) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	due := func(at time.Time, limit int) []string {
+		t.Helper()
+		ids, err := b.store.RunsToWake(b.ctx, at, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	set("a", now.Add(time.Minute))
+	set("b", now.Add(2*time.Minute))
+	set("a", now.Add(3*time.Minute)) // replaces a's
+	set("c", now.Add(4*time.Minute))
+	set("c", time.Time{}) // removes c's
+	errRollback := errors.New("roll back")
+	if err := b.store.InTx(b.ctx, func(tx store.Tx) error {
+		if err := tx.SetRunWake(b.ctx, "d", now); err != nil {
+			return err
+		}
+		return errRollback
+	}); !errors.Is(err, errRollback) {
+		t.Fatalf("rolled back: %v", err)
+	}
+	for _, tc := range []struct {
+		at    time.Time
+		limit int
+		want  []string
+	}{
+		{now.Add(time.Minute), 10, nil},
+		{now.Add(2 * time.Minute), 10, []string{"b"}},
+		{now.Add(time.Hour), 10, []string{"b", "a"}},
+		{now.Add(time.Hour), 1, []string{"b"}},
+	} {
+		if got := due(tc.at, tc.limit); !slices.Equal(got, tc.want) {
+			t.Errorf("due at +%s (limit %d): %v, want %v", tc.at.Sub(now), tc.limit, got, tc.want)
+		}
 	}
 }
 
