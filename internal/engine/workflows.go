@@ -65,6 +65,19 @@ func mayBeSteps(ss []store.Settlement) bool {
 	return false
 }
 
+// runsOf are the runs the step task ids among ss can belong to (a step
+// task's id is <run id>.<step id>..., and a run id has no '.'), sorted.
+func runsOf(ss []store.Settlement) []string {
+	var out []string
+	for i := range ss {
+		if run, _, ok := strings.Cut(ss[i].TaskID, "."); ok && run != "" {
+			out = append(out, run)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // settleSteps applies settlements and, for those that finished a workflow
 // step, advances its run in the same transaction: the step's successors are
 // enqueued (or its run halts, compensates, finishes) atomically with it.
@@ -81,6 +94,14 @@ func (e *Engine) settleSteps(ctx context.Context, ss []store.Settlement) ([]bool
 		err = e.store.InTx(ctx, func(tx store.Tx) error {
 			var err error
 			eff = RunEffects{}
+			// The runs first: a transaction takes its place in the event
+			// log (Postgres: its xid) when it first locks or writes, so
+			// taking the runs' locks before anything else puts the
+			// transactions that advance one run in the log in the order
+			// they held it: a run's history reads in the order it happened.
+			if _, err := tx.LockRuns(ctx, runsOf(ss)); err != nil {
+				return err
+			}
 			if oks, err = tx.Settle(ctx, ss); err != nil {
 				return err
 			}
@@ -555,6 +576,9 @@ func (e *Engine) WakeRuns(ctx context.Context, limit int) (int, error) {
 		var eff RunEffects
 		err := e.store.InTx(ctx, func(tx store.Tx) error {
 			eff = RunEffects{}
+			if _, err := tx.LockRuns(ctx, []string{id}); err != nil { // the run first (settleSteps says why)
+				return err
+			}
 			if err := tx.SetRunWake(ctx, id, time.Time{}); err != nil {
 				return err
 			}
