@@ -145,6 +145,10 @@ var whereDocs = filter.Docs{
 	// parse: such a payload (its raw text, unparsed) matches no where that
 	// reads the payload (docs/api.md).
 	Unreadable: `strpos(COALESCE(t.payload::text, (SELECT convert_from(p.data, 'UTF8') FROM backstop_payloads p WHERE p.task_id = t.id)), '\u0000') > 0`,
+	// The GIN index of migration 00026: equality and in on payload
+	// fields read it.
+	PayloadIndex:      `backstop_payload_index(t.payload)`,
+	PayloadIndexOther: `{"":1e400}`,
 }
 
 // whereCond is a where expression's SQL condition on backstop_tasks t
