@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/store"
 )
@@ -27,6 +28,7 @@ var whereIndexPayloads = []string{
 	`{"o":{"v":1}}`, `{"o":{"v":"x"}}`, `{"o":{"v":true}}`, `{"o":{"v":null}}`, `{"o":[{"v":1}]}`, `{"o":1}`,
 	`[{"v":1}]`, `[1]`, `"x"`, `1`, `null`, `true`,
 	`{"a b":1}`, `{"\u00e9":1}`, `{"é":2}`, `{"o":{"v":1e400}, "v":1}`, `{"v":1, "o":{"v":5e-324}}`,
+	`{"v":1.0000000000000001}`, `{"v":9007199254740993}`, `{"v":1e-400}`, `{"v":1E+0}`,
 }
 
 // whereIndexLits are the literals the corpus compares them with.
@@ -34,9 +36,10 @@ var whereIndexLits = []string{`1`, `2`, `100`, `1.5`, `0.1`, `0`, `-0.0`, `12345
 	`"é"`, `"a😀"`, `"x"`, `"1"`, `true`, `false`, `null`}
 
 // testWhereIndex: the conditions a store may answer through an index of
-// the payload (== and in on payload paths, and && or || of them) select
-// what the Go path selects, on payloads chosen to trip an index of the
-// payload as JSON (docs/api.md: the payload index).
+// the dead letters' payloads (== and in on payload paths, and && or || of
+// them) select what the Go path selects, on dead letters whose payloads
+// are chosen to trip an index of the payload as JSON (docs/api.md,
+// "Indexed on Postgres").
 func (s *suite) testWhereIndex(t *testing.T) {
 	t.Parallel()
 	b := s.setup(t, &backstop.Config{InlinePayloadLimit: 64})
@@ -47,6 +50,7 @@ func (s *suite) testWhereIndex(t *testing.T) {
 	pad := strings.Repeat("p", 80)
 	b.enqueue(backstop.EnqueueParams{ID: "x-spilled-1", Queue: "wix", Kind: "k", Payload: json.RawMessage(`{"v":1,"o":{"v":"x"},"pad":"` + pad + `"}`)})
 	b.enqueue(backstop.EnqueueParams{ID: "x-spilled-2", Queue: "wix", Kind: "k", Payload: json.RawMessage(`{"v":2,"o":{"v":true},"pad":"` + pad + `"}`)})
+	b.kill("wix", "boom")
 	var corpus []string
 	for _, l := range whereIndexLits {
 		for _, p := range []string{`payload.v`, `payload.o.v`, `payload["a b"]`, `payload["é"]`} {
@@ -64,7 +68,7 @@ func (s *suite) testWhereIndex(t *testing.T) {
 		if err != nil || !x.InSQL() {
 			t.Fatalf("%q: %v, in SQL %v", w, err, err == nil && x.InSQL())
 		}
-		f := store.ListFilter{Queue: "wix", Where: w, Limit: 1000, WithoutPayload: true}
+		f := store.ListFilter{Queue: "wix", States: []bt.State{bt.StateDead}, Where: w, Limit: 1000, WithoutPayload: true}
 		got, err := b.store.List(b.ctx, f)
 		if err != nil {
 			t.Fatalf("where %q in SQL: %v", w, err)
@@ -107,7 +111,7 @@ func (s *suite) testWhereIndex(t *testing.T) {
 			wantIDs = append(wantIDs, fmt.Sprintf("x-%02d", slices.Index(whereIndexPayloads, p)))
 		}
 		slices.Sort(wantIDs)
-		got, err := b.store.List(b.ctx, store.ListFilter{Queue: "wix", Where: w, Limit: 1000, WithoutPayload: true})
+		got, err := b.store.List(b.ctx, store.ListFilter{Queue: "wix", States: []bt.State{bt.StateDead}, Where: w, Limit: 1000, WithoutPayload: true})
 		if err != nil {
 			t.Fatal(err)
 		}
