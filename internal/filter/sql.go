@@ -336,7 +336,9 @@ type Docs struct {
 	// SQL adds a containment (@>) the index answers to a condition that
 	// has one: == of a payload path with a literal, a payload path in
 	// [literals], && with one of those, || of two of those. The condition
-	// itself still decides, so no answer changes.
+	// itself still decides, so no answer changes. Set it only where the
+	// index holds every row the query reads (the planner uses the index
+	// then; elsewhere each row would pay for the expression).
 	PayloadIndex string
 	// PayloadIndexOther is the JSON document PayloadIndex is for the
 	// payloads it does not hold: one with a number outside the model
