@@ -51,7 +51,13 @@ func chromiumPath() string {
 
 // browser answers a fresh browser context (a tab in a new, isolated
 // browser context) with a deadline, closed when the test ends.
-func browser(t *testing.T) context.Context {
+func browser(t testing.TB) context.Context {
+	t.Helper()
+	return browserWithin(t, 90*time.Second)
+}
+
+// browserWithin is browser with a deadline of d.
+func browserWithin(t testing.TB, d time.Duration) context.Context {
 	t.Helper()
 	path := chromiumPath()
 	if path == "" {
@@ -90,7 +96,7 @@ func browser(t *testing.T) context.Context {
 		t.Fatalf("starting chromium: %v", browserErr)
 	}
 	ctx, cancel := chromedp.NewContext(browserCtx, chromedp.WithNewBrowserContext())
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, d)
 	t.Cleanup(func() { cancelT(); cancel() })
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("opening a browser context: %v", err)
@@ -102,7 +108,7 @@ type act = chromedp.Action[chromedp.Void]
 
 // run runs actions, each step within 30 seconds; on failure it reports
 // the page's address and text.
-func run(t *testing.T, ctx context.Context, what string, actions ...act) {
+func run(t testing.TB, ctx context.Context, what string, actions ...act) {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -175,7 +181,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 }
 
 // signIn opens the console and signs in with role's token.
-func (e *env) signIn(t *testing.T, ctx context.Context, role api.Role) {
+func (e *env) signIn(t testing.TB, ctx context.Context, role api.Role) {
 	t.Helper()
 	run(t, ctx, "open the console", nav(e.url+"/"), visible("#token"))
 	run(t, ctx, "type the token", keys("#token", e.secret[role]))

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -85,7 +86,8 @@ func TestMaskedRef(t *testing.T) {
 // evaluation; the SQL of both dialects is produced for the subset.
 func FuzzCompile(f *testing.F) {
 	for _, s := range []string{`payload.a == 1`, `has(payload.a.b) || !(payload["x"] in [1, "a", null])`,
-		`attributes.t == "x" && payload.a.b < 2.5`, `payload.a.exists(x, x > 1)`, `payload`, `payload.a[0]`, `-1 < payload.q`} {
+		`attributes.t == "x" && payload.a.b < 2.5`, `payload.a.exists(x, x > 1)`, `payload`, `payload.a[0]`, `-1 < payload.q`,
+		`payload.a == 1 || payload.b > 2`, `payload.a in [1, "x"] && !(payload.b == null)`} {
 		f.Add(s, []byte(`{"a":{"b":1},"x":"a","q":[1]}`))
 	}
 	f.Fuzz(func(t *testing.T, src string, payload []byte) {
@@ -95,11 +97,20 @@ func FuzzCompile(f *testing.F) {
 		}
 		x.Match(payload, map[string]string{"t": "x"})
 		x.MaskedRef(func(string) bool { return false })
-		n := 0
 		for _, d := range []Dialect{SQLite, Postgres} {
-			sql, ok := x.SQL(d, Docs{Payload: "p", Attrs: "a"}, func(any) string { n++; return "?" })
-			if ok != x.InSQL() || (ok && sql == "") {
-				t.Fatalf("%q: SQL ok=%v InSQL=%v sql=%q", src, ok, x.InSQL(), sql)
+			for _, docs := range []Docs{{Payload: "p", Attrs: "a"}, {Payload: "p", Attrs: "a", PayloadIndex: "ix(p)", PayloadIndexOther: "{}"}} {
+				// Each parameter is used in the SQL (\x01 is no character
+				// of a path).
+				n := 0
+				sql, ok := x.SQL(d, docs, func(any) string { n++; return "\x01" + strconv.Itoa(n) + "\x01" })
+				if ok != x.InSQL() || (ok && sql == "") {
+					t.Fatalf("%q: SQL ok=%v InSQL=%v sql=%q", src, ok, x.InSQL(), sql)
+				}
+				for i := 1; i <= n; i++ {
+					if !strings.Contains(sql, "\x01"+strconv.Itoa(i)+"\x01") {
+						t.Fatalf("%q: parameter %d is not in the SQL %q", src, i, sql)
+					}
+				}
 			}
 		}
 	})

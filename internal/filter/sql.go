@@ -1,8 +1,10 @@
 package filter
 
 import (
+	"encoding/json"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"cel.dev/cel-go/common/ast"
@@ -324,6 +326,24 @@ type Docs struct {
 	// read (Postgres: json holding \u0000, which its operators refuse); a
 	// condition that reads the payload is NULL there (no match).
 	Unreadable string
+	// PayloadIndex (Postgres, optional): the jsonb expression of the
+	// payload that a GIN index (jsonb_path_ops) holds. It must be the
+	// payload itself wherever every number in it has at most 15
+	// significant digits (so is the one decimal of its double that
+	// FormatFloat(f, 'g', 15) writes) and within the range of normal
+	// doubles, and PayloadIndexOther wherever not (a spilled payload, one
+	// that does not convert to jsonb, one with other numbers). With it,
+	// SQL adds a containment (@>) the index answers to a condition that
+	// has one: == of a payload path with a literal, a payload path in
+	// [literals], && with one of those, || of two of those. The condition
+	// itself still decides, so no answer changes. Set it only where the
+	// index holds every row the query reads (the planner uses the index
+	// then; elsewhere each row would pay for the expression).
+	PayloadIndex string
+	// PayloadIndexOther is the JSON document PayloadIndex is for the
+	// payloads it does not hold: one with a number outside the model
+	// above, which no payload the index holds contains.
+	PayloadIndexOther string
 }
 
 // SQL is the expression's condition in d, reading docs, with arg adding a
@@ -337,7 +357,78 @@ func (x *Expr) SQL(d Dialect, docs Docs, arg func(any) string) (string, bool) {
 	if docs.Unreadable != "" && readsPayload(x.cond) {
 		cond = "(CASE WHEN " + docs.Unreadable + " THEN NULL ELSE " + cond + " END)"
 	}
+	if d == Postgres && docs.PayloadIndex != "" {
+		if indexed(x.cond) {
+			// True wherever cond is: a payload the index holds contains
+			// the literal where cond is true; the others hold the marker.
+			cond = "((" + g.contains(x.cond) + " OR " + docs.PayloadIndex + " @> " + g.arg(docs.PayloadIndexOther) + "::jsonb) AND " + cond + ")"
+		}
+	}
 	return cond, true
+}
+
+// indexed says whether n has a containment (contains).
+func indexed(n node) bool {
+	switch n := n.(type) {
+	case andNode:
+		return indexed(n.l) || indexed(n.r)
+	case orNode:
+		return indexed(n.l) && indexed(n.r)
+	case cmpNode:
+		return n.op == "==" && n.p.root == "payload"
+	case inNode:
+		return n.p.root == "payload"
+	}
+	return false
+}
+
+// contains is a containment on the payload index that is true for each
+// payload the index holds (Docs.PayloadIndex) where n is true; n must be
+// indexed.
+func (g gen) contains(n node) string {
+	switch n := n.(type) {
+	case andNode:
+		switch {
+		case indexed(n.l) && indexed(n.r):
+			return "(" + g.contains(n.l) + " AND " + g.contains(n.r) + ")"
+		case indexed(n.l):
+			return g.contains(n.l)
+		default:
+			return g.contains(n.r)
+		}
+	case orNode:
+		return "(" + g.contains(n.l) + " OR " + g.contains(n.r) + ")"
+	case cmpNode:
+		return g.docs.PayloadIndex + " @> " + g.arg(containDoc(n.p, n.lit)) + "::jsonb"
+	case inNode:
+		parts := make([]string, len(n.lits))
+		for i, l := range n.lits {
+			parts[i] = g.docs.PayloadIndex + " @> " + g.arg(containDoc(n.p, l)) + "::jsonb"
+		}
+		return "(" + strings.Join(parts, " OR ") + ")"
+	}
+	panic("filter: contains of a condition without one")
+}
+
+// containDoc is the JSON document holding l at p: a number as the decimal
+// of its double to 15 significant digits, which is the payload's own
+// number wherever the index holds the payload and the number rounds to l.
+func containDoc(p path, l lit) string {
+	var v any
+	switch l.kind {
+	case litNum:
+		v = json.Number(strconv.FormatFloat(l.v.(float64), 'g', 15, 64))
+	default:
+		v = l.v // string, bool, nil
+	}
+	for i := len(p.keys) - 1; i >= 0; i-- {
+		v = map[string]any{p.keys[i]: v}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("filter: " + err.Error()) // strings, bools, finite numbers and maps of them always marshal
+	}
+	return string(b)
 }
 
 func readsPayload(n node) bool {

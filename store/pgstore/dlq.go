@@ -176,7 +176,7 @@ func openDLQWhere(f store.ListFilter, snapshot time.Time, after string, args *[]
 		// The client takes a where that does not translate through its Go
 		// path (backstop.Redrive: countRedrive, the one-by-one replay),
 		// never here: selecting nothing is the safe side.
-		cond, err := whereCond(f.Where, args)
+		cond, err := whereCond(f.Where, args, true)
 		if err != nil {
 			cond = "false"
 		}

@@ -83,7 +83,12 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 	if f.Kind != "" {
 		add("t.kind = %s", f.Kind)
 	}
-	if len(f.States) > 0 {
+	// Dead letters only: a constant, so that the planner proves the
+	// payload index's predicate (state = 'dead') in every plan.
+	dead := len(f.States) == 1 && f.States[0] == bt.StateDead
+	if dead {
+		where = append(where, "t.state = 'dead'")
+	} else if len(f.States) > 0 {
 		states := make([]string, len(f.States))
 		for i, st := range f.States {
 			states[i] = string(st)
@@ -126,7 +131,7 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 		add("t.created_at <= %s", f.CreatedUntil)
 	}
 	if f.Where != "" {
-		cond, err := whereCond(f.Where, &args)
+		cond, err := whereCond(f.Where, &args, dead)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -147,14 +152,25 @@ var whereDocs = filter.Docs{
 	Unreadable: `strpos(COALESCE(t.payload::text, (SELECT convert_from(p.data, 'UTF8') FROM backstop_payloads p WHERE p.task_id = t.id)), '\u0000') > 0`,
 }
 
+// payloadIndex is the GIN index of dead letters' payloads (migration
+// 00026), which equality and in on payload fields read.
+const payloadIndex, payloadIndexOther = `backstop_payload_index(t.payload)`, `{"":1e400}`
+
 // whereCond is a where expression's SQL condition on backstop_tasks t
-// (internal/filter), its parameters appended to args.
-func whereCond(w string, args *[]any) (string, error) {
+// (internal/filter), its parameters appended to args. dead: the query
+// selects dead letters only (t.state = 'dead', as a constant), which the
+// payload index holds; elsewhere a containment would cost each row the
+// index's expression for nothing.
+func whereCond(w string, args *[]any, dead bool) (string, error) {
 	x, err := filter.Compile(w)
 	if err != nil {
 		return "", fmt.Errorf("where: %w", err)
 	}
-	cond, ok := x.SQL(filter.Postgres, whereDocs, func(v any) string {
+	docs := whereDocs
+	if dead {
+		docs.PayloadIndex, docs.PayloadIndexOther = payloadIndex, payloadIndexOther
+	}
+	cond, ok := x.SQL(filter.Postgres, docs, func(v any) string {
 		*args = append(*args, v)
 		return "$" + strconv.Itoa(len(*args))
 	})

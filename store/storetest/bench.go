@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,19 +21,21 @@ import (
 // are inserted in batches, then claimers claim a batch, settle it as
 // succeeded (recording the execution) and repeat until the queue is empty.
 // Only the drain is timed. BACKSTOP_BENCH_BATCH (default 100) and
-// BACKSTOP_BENCH_CLAIMERS (default 4) change the load.
+// BACKSTOP_BENCH_CLAIMERS (default 4) change the load, BACKSTOP_BENCH_PAYLOAD
+// the tasks' payload (default {}).
 func BenchDrain(b *testing.B, s store.Store) {
 	ctx := context.Background()
 	batch, claimers := envInt("BACKSTOP_BENCH_BATCH", 100), envInt("BACKSTOP_BENCH_CLAIMERS", 4)
 	queue := "bench-" + uuid.NewString()[:8]
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	n := b.N
+	payload := json.RawMessage(cmp.Or(os.Getenv("BACKSTOP_BENCH_PAYLOAD"), `{}`))
 	for start := 0; start < n; start += 5000 {
 		chunk := make([]*bt.Task, 0, 5000)
 		for i := start; i < min(start+5000, n); i++ {
 			id, _ := uuid.NewV7()
 			chunk = append(chunk, &bt.Task{ID: id.String(), Queue: queue, Kind: "noop", State: bt.StatePending,
-				MaxAttempts: 25, Payload: json.RawMessage(`{}`), RunAt: now, CreatedAt: now, UpdatedAt: now})
+				MaxAttempts: 25, Payload: payload, RunAt: now, CreatedAt: now, UpdatedAt: now})
 		}
 		if _, err := s.Enqueue(ctx, chunk, store.EnqueueOpts{}); err != nil {
 			b.Fatal(err)

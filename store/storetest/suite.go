@@ -110,6 +110,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Where", s.testWhere)                 // where.go: filter by payload
 	t.Run("WhereProperty", s.testWhereProperty) // where.go: SQL and Go agree
 	t.Run("WhereNumbers", s.testWhereNumbers)   // where_numbers.go: one numeric model
+	t.Run("WhereIndex", s.testWhereIndex)       // where_index.go: the conditions a payload index answers
 	t.Run("WhereBudget", s.testWhereBudget)     // where_budget.go: a spent budget refuses, bulk actions change nothing
 	t.Run("WhereGo", s.testWhereGo)             // where_go.go: counts and redrive by a Go-side where
 }

@@ -1,0 +1,123 @@
+package console_test
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/testdb"
+)
+
+// contentObserver runs in every document the browser loads: it notes when
+// the router first shows a page's view (app.js: #main gets the .view once
+// the page has read its data and rendered it), in milliseconds since the
+// navigation started (performance.now()).
+const contentObserver = `(() => {
+  const seen = () => {
+    const v = document.querySelector('#main > .view');
+    if (v && window.__contentAt === undefined) {
+      window.__contentAt = performance.now();
+      window.__contentError = !!v.querySelector('h1') && v.querySelector('h1').textContent === 'Something went wrong';
+      obs.disconnect();
+    }
+  };
+  const obs = new MutationObserver(seen);
+  obs.observe(document, { childList: true, subtree: true });
+})()`
+
+// BenchmarkConsolePageLoads loads each console page in a real headless
+// Chromium, a full navigation each time (from about:blank: the HTML, the
+// scripts, the session, the page's API calls and its rendering), on
+// PostgreSQL with 100,000 pending tasks and 100,000 dead letters
+// (BACKSTOP_BENCH_TASKS=N changes both; 10000 for a quick run), and reports
+// per page the median time from the navigation's start to the page's
+// content in the document (ms/page) and the slowest load (max-ms). It
+// skips without chromium or without a Postgres server
+// (BACKSTOP_TEST_POSTGRES_URL); docs/benchmarks.md has the command and the
+// figures:
+//
+//	scripts/with-postgres go test -run '^$' -bench ConsolePageLoads -benchtime 7x -timeout 30m ./internal/console/
+func BenchmarkConsolePageLoads(b *testing.B) {
+	n := 100_000
+	if v := os.Getenv("BACKSTOP_BENCH_TASKS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1000 {
+			b.Fatalf("BACKSTOP_BENCH_TASKS=%q: want a number of at least 1000", v)
+		}
+	}
+	if chromiumPath() == "" {
+		b.Skip("chromium is not installed")
+	}
+	e := newEnv(b, testdb.Postgres(b), envOpts{})
+	seed := seedConsole(b, e, n)
+	ctx := browserWithin(b, 30*time.Minute)
+	e.signIn(b, ctx, api.RoleViewer)
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: contentObserver}); err != nil {
+		b.Fatal(err)
+	}
+	where := func(w string) string { return url.QueryEscape(w) }
+	for _, p := range []struct{ name, hash string }{
+		{"overview", "/"},
+		{"dlq", "/dlq"},
+		{"dlq-filtered", "/dlq?queue=" + seed.queues[3] + "&error_contains=" + url.QueryEscape(seed.errorWord)},
+		{"dlq-where", "/dlq?where=" + where(`payload.order == 4242`)},
+		{"dlq-item", "/dlq/" + url.PathEscape(seed.deadID)},
+		{"tasks", "/tasks"},
+		{"tasks-newest", "/tasks?order=newest"},
+		{"tasks-filtered", "/tasks?queue=" + seed.queues[5] + "&state=pending"},
+		{"tasks-where", "/tasks?where=" + where(`payload.order == 4242`)},
+		{"task", "/tasks/" + url.PathEscape(seed.deadID)},
+		{"runs", "/runs"},
+		{"run", "/runs/run-7"},
+		{"workers", "/workers"},
+		{"worker", "/workers/" + url.PathEscape(seed.workerID)},
+		{"events", "/events"},
+		{"ordering", "/ordering"},
+		{"redrives", "/redrives"},
+		{"audit", "/audit"},
+	} {
+		b.Run(p.name, func(b *testing.B) {
+			var times []float64
+			for b.Loop() {
+				times = append(times, loadPage(b, ctx, e.url+"/#"+p.hash))
+			}
+			// The last load's requests, as the browser timed them: where a
+			// page's time goes.
+			waterfall, err := chromedp.Run(ctx, chromedp.Evaluate[string](`performance.getEntriesByType('resource')
+				.filter((r) => r.startTime < window.__contentAt)
+				.map((r) => Math.round(r.startTime) + '–' + Math.round(r.responseEnd) + ' ' + new URL(r.name).pathname + new URL(r.name).search)
+				.join('\n')`))
+			if err == nil {
+				b.Logf("%s: content at %.0f ms; requests (ms from the navigation's start):\n%s", p.name, times[len(times)-1], waterfall)
+			}
+			slices.Sort(times)
+			b.ReportMetric(times[len(times)/2], "ms/page")
+			b.ReportMetric(times[len(times)-1], "max-ms")
+		})
+	}
+}
+
+// loadPage navigates to u from about:blank (a full load) and answers the
+// milliseconds from the navigation's start to the page's content.
+func loadPage(b *testing.B, ctx context.Context, u string) float64 {
+	b.Helper()
+	run(b, ctx, "blank", nav("about:blank"))
+	run(b, ctx, "open "+u, nav(u), poll(`window.__contentAt !== undefined`))
+	res, err := chromedp.Run(ctx, chromedp.Evaluate[[]any](`[window.__contentAt, window.__contentError]`))
+	if err != nil {
+		b.Fatalf("%s: %v", u, err)
+	}
+	if res[1] == true {
+		page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		b.Fatalf("%s: the page failed: %s", u, page)
+	}
+	return res[0].(float64)
+}
