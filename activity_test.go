@@ -7,6 +7,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testclock"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
@@ -25,7 +26,7 @@ func TestActivityKeepsClosedMinutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Date(2026, 11, 24, 12, 0, 5, 0, time.UTC)
-	clk := &stepClock{t: start}
+	clk := testclock.At(start)
 	c, err := NewClient(s, &Config{Clock: clk})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/remote"
+	"github.com/backstophq/backstop/internal/testclock"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
@@ -30,30 +30,13 @@ import (
 // batched completions, and stale reports that must not count.
 
 // stepClock is a clock tests move by hand.
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stepClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // newClockHarness is a client (no worker) on a real SQLite file with a
 // hand-moved clock, a manual metric reader and an in-memory span recorder.
-func newClockHarness(t *testing.T) (*telHarness, *stepClock) {
+func newClockHarness(t *testing.T) (*telHarness, *testclock.Clock) {
 	return newClockHarnessOn(t, nil)
 }
 
-func newClockHarnessOn(t *testing.T, wrap func(store.Store) store.Store) (*telHarness, *stepClock) {
+func newClockHarnessOn(t *testing.T, wrap func(store.Store) store.Store) (*telHarness, *testclock.Clock) {
 	t.Helper()
 	var s store.Store
 	s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "backstop.db"))
@@ -67,7 +50,7 @@ func newClockHarnessOn(t *testing.T, wrap func(store.Store) store.Store) (*telHa
 	if wrap != nil {
 		s = wrap(s)
 	}
-	clk := &stepClock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
+	clk := testclock.At(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
 	reader := sdkmetric.NewManualReader()
 	sr := tracetest.NewSpanRecorder()
 	c, err := NewClient(s, &Config{

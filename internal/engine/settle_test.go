@@ -14,6 +14,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/remote"
+	"github.com/backstophq/backstop/internal/testclock"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
@@ -165,24 +166,7 @@ type seamHarness struct {
 	c *backstop.Client
 }
 
-type handClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *handClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *handClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func newSeamHarness(t *testing.T, wrap func(store.Store) store.Store) (*seamHarness, *handClock) {
+func newSeamHarness(t *testing.T, wrap func(store.Store) store.Store) (*seamHarness, *testclock.Clock) {
 	t.Helper()
 	s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "backstop.db"))
 	if err != nil {
@@ -192,7 +176,7 @@ func newSeamHarness(t *testing.T, wrap func(store.Store) store.Store) (*seamHarn
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	clk := &handClock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
+	clk := testclock.At(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
 	c, err := backstop.NewClient(wrap(s), &backstop.Config{Clock: clk, Logger: slog.New(slog.DiscardHandler),
 		Retry: &bt.RetryPolicy{Schedule: []bt.Duration{0}}})
 	if err != nil {
