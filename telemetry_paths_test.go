@@ -21,6 +21,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/remote"
 	"github.com/backstophq/backstop/internal/testclock"
+	"github.com/backstophq/backstop/internal/testmetric"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
@@ -193,7 +194,7 @@ func (h *telHarness) histograms(name string) map[string]float64 {
 		for _, m := range sm.Metrics {
 			if d, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == name {
 				for _, p := range d.DataPoints {
-					out[labels(p.Attributes)] += p.Sum
+					out[testmetric.Labels(p.Attributes)] += p.Sum
 				}
 			}
 		}

@@ -7,15 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testmetric"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/sqlitestore"
 )
@@ -89,61 +88,16 @@ func (h *telHarness) enqueue(p EnqueueParams) string {
 	return r.Task.ID
 }
 
-// metrics collects the current values: sums by name and label set
-// (rendered "k=v,k=v"), histogram counts likewise.
+// metrics collects the current values (testmetric.Collect).
 func (h *telHarness) metrics() map[string]map[string]int64 {
 	h.t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := h.reader.Collect(context.Background(), &rm); err != nil {
-		h.t.Fatal(err)
-	}
-	out := map[string]map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			vals := map[string]int64{}
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					vals[labels(p.Attributes)] += p.Value
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					vals[labels(p.Attributes)] += int64(p.Count)
-				}
-			}
-			out[m.Name] = vals
-		}
-	}
-	return out
+	return testmetric.Collect(h.t, h.reader)
 }
 
-func labels(s attribute.Set) string {
-	out := ""
-	for _, kv := range s.ToSlice() {
-		if out != "" {
-			out += ","
-		}
-		out += string(kv.Key) + "=" + kv.Value.Emit()
-	}
-	return out
-}
-
-// expect checks exact metric values (what the workload must have
-// recorded from zero).
+// expect checks exact metric values (testmetric.Expect).
 func expect(t *testing.T, got map[string]map[string]int64, want map[string]map[string]int64) {
 	t.Helper()
-	for name, series := range want {
-		for l, v := range series {
-			if g := got[name][l]; g != v {
-				t.Errorf("%s{%s} = %d, want %d (all: %v)", name, l, g, v, got[name])
-			}
-		}
-		for l, g := range got[name] {
-			if _, ok := series[l]; !ok {
-				t.Errorf("%s{%s} = %d, not expected", name, l, g)
-			}
-		}
-	}
+	testmetric.Expect(t, got, want)
 }
 
 const qk = "kind=k,queue=q"

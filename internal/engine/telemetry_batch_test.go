@@ -2,17 +2,15 @@ package engine
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testmetric"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -52,7 +50,7 @@ func TestTelemetryBatchCountsPerLabelRun(t *testing.T) {
 		return items[i].tk, nil, now, &items[i].s
 	}, []bool{true, true, true, true, false, true})
 
-	expect(t, collect(t, reader), map[string]map[string]int64{
+	testmetric.Expect(t, testmetric.Collect(t, reader), map[string]map[string]int64{
 		"backstop.tasks.enqueued": {"kind=k,merged=false,queue=q": 3, "kind=k2,merged=false,queue=q": 1,
 			"kind=k,merged=false,queue=q2": 1, "kind=k,merged=true,queue=q": 1},
 		"messaging.client.sent.messages": {
@@ -67,56 +65,4 @@ func TestTelemetryBatchCountsPerLabelRun(t *testing.T) {
 			"kind=k2,outcome=succeeded,queue=q": 1},
 		"backstop.retries": {"kind=k,queue=q": 1},
 	})
-}
-
-// collect sums reader's data points per metric and label set (a
-// histogram's: its count).
-func collect(t *testing.T, reader *sdkmetric.ManualReader) map[string]map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			vals := map[string]int64{}
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					vals[labels(p.Attributes)] += p.Value
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					vals[labels(p.Attributes)] += int64(p.Count)
-				}
-			}
-			out[m.Name] = vals
-		}
-	}
-	return out
-}
-
-func labels(s attribute.Set) string {
-	var parts []string
-	for _, kv := range s.ToSlice() {
-		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
-	}
-	return strings.Join(parts, ",")
-}
-
-func expect(t *testing.T, got map[string]map[string]int64, want map[string]map[string]int64) {
-	t.Helper()
-	for name, series := range want {
-		for l, v := range series {
-			if g := got[name][l]; g != v {
-				t.Errorf("%s{%s} = %d, want %d (all: %v)", name, l, g, v, got[name])
-			}
-		}
-		for l, g := range got[name] {
-			if _, ok := series[l]; !ok {
-				t.Errorf("%s{%s} = %d, not expected", name, l, g)
-			}
-		}
-	}
 }
