@@ -50,6 +50,7 @@ func (e *ValidationError) Unwrap() []error {
 	return out
 }
 
+// Invalid is a ValidationError naming field.
 func Invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
 }

@@ -271,7 +271,7 @@ func (ks *leaseKeySet) verify(token string, now time.Time) (string, bool) {
 // store.ErrConflict.
 var ErrLeaseNotCurrent = fmt.Errorf("lease not current: %w", store.ErrConflict)
 
-// checkLease checks that a call names a task and a lease token.
+// CheckLease checks that a call names a task and a lease token.
 func CheckLease(taskID, token string) error {
 	if taskID == "" {
 		return Invalid("id", "task id is required")

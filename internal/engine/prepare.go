@@ -92,6 +92,8 @@ func ValidProgress(p *Progress) error {
 	return nil
 }
 
+// ValidName checks a name (queue, kind, task id, worker id): 1 to 128 of
+// letters, digits, '_', '.', ':' and '-', starting with a letter or digit.
 func ValidName(s string) error {
 	if !nameRE.MatchString(s) {
 		return fmt.Errorf("%q must be 1-128 characters of letters, digits, '_', '.', ':' or '-', starting with a letter or digit", s)

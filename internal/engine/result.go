@@ -10,6 +10,8 @@ import (
 // worker's completion, an exec worker's $BACKSTOP_RESULT_FILE): 1 MiB.
 const MaxResultBytes = 1 << 20
 
+// MarshalResult marshals a handler's result (a json.RawMessage as is) and
+// checks it as CheckResult does.
 func MarshalResult(v any) (json.RawMessage, error) {
 	var b []byte
 	switch r := v.(type) {

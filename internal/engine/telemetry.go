@@ -271,7 +271,7 @@ func (r *labelRun[K]) flush(report func(K, int64)) {
 	}
 }
 
-// startSend opens one producer span per task and stores its context as the
+// StartSend opens one producer span per task and stores its context as the
 // task's W3C traceparent (unless the caller brought one). It returns the
 // params to enqueue (a copy when any was changed) and the spans to end.
 func (t *Telemetry) StartSend(ctx context.Context, params []EnqueueParams) ([]EnqueueParams, []trace.Span) {
@@ -300,7 +300,7 @@ func (t *Telemetry) StartSend(ctx context.Context, params []EnqueueParams) ([]En
 	return params, spans
 }
 
-// endSend closes the producer spans and counts what was enqueued.
+// EndSend closes the producer spans and counts what was enqueued.
 func (t *Telemetry) EndSend(ctx context.Context, spans []trace.Span, rs []EnqueueResult, err error) {
 	for i, s := range spans {
 		if err != nil {
@@ -353,7 +353,7 @@ func (t *Telemetry) creationContext(tk *Task) trace.SpanContext {
 	return trace.SpanContextFromContext(ctx)
 }
 
-// startProcess opens the consumer span of one attempt: a child of the
+// StartProcess opens the consumer span of one attempt: a child of the
 // creation context (a new root when the task has none) and linked to it.
 func (t *Telemetry) StartProcess(ctx context.Context, tk *Task, extra ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if t.tracesOff {
@@ -379,7 +379,7 @@ func (t *Telemetry) StartProcess(ctx context.Context, tk *Task, extra ...trace.S
 	return t.tracer.Start(ctx, "process "+tk.Queue, opts...)
 }
 
-// settled records one finished attempt: its outcome, duration, and what
+// Settled records one finished attempt: its outcome, duration, and what
 // the settlement did to the task (retry, dead letter); it ends the span.
 func (t *Telemetry) Settled(span trace.Span, tk *Task, started time.Time, s *store.Settlement) {
 	t.attempts.Add(context.Background(), 1, t.outcomeSet([3]string{tk.Queue, tk.Kind, string(s.Outcome)}).add...)
@@ -393,7 +393,7 @@ func (t *Telemetry) outcomeSet(key [3]string) attrOpts {
 	})
 }
 
-// settledUncounted is settled but for the attempts counter (the caller
+// SettledUncounted is settled but for the attempts counter (the caller
 // adds to it).
 func (t *Telemetry) SettledUncounted(span trace.Span, tk *Task, started time.Time, s *store.Settlement) {
 	ctx := context.Background()
@@ -428,7 +428,7 @@ func (t *Telemetry) SettledUncounted(span trace.Span, tk *Task, started time.Tim
 	span.End(trace.WithTimestamp(s.FinishedAt))
 }
 
-// deadLettered counts one dead letter.
+// DeadLettered counts one dead letter.
 func (t *Telemetry) DeadLettered(ctx context.Context, tk *Task, reason string) {
 	q, k, tc := tk.Queue, tk.Kind, taskTooComplex(tk)
 	t.dead.Add(ctx, 1, t.deadSets.get([4]string{q, k, reason, strconv.FormatBool(tc)}, func() attribute.Set {
@@ -450,7 +450,7 @@ func errorType(s *store.Settlement) string {
 	return string(s.Outcome)
 }
 
-// replayed counts one replay by result: ok, conflict or error.
+// Replayed counts one replay by result: ok, conflict or error.
 func (t *Telemetry) Replayed(ctx context.Context, err error) {
 	r := "ok"
 	switch {
@@ -463,7 +463,7 @@ func (t *Telemetry) Replayed(ctx context.Context, err error) {
 	t.replays.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attribute.String("result", r))))
 }
 
-// replayedBatch counts a redrive batch: ok replays and conflicts.
+// ReplayedBatch counts a redrive batch: ok replays and conflicts.
 func (t *Telemetry) ReplayedBatch(ctx context.Context, ok, conflicts int) {
 	if ok > 0 {
 		t.replays.Add(ctx, int64(ok), replayOK)
@@ -478,7 +478,7 @@ var (
 	replayConflict = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "conflict")))
 )
 
-// discarded counts one discard.
+// Discarded counts one discard.
 func (t *Telemetry) Discarded(ctx context.Context, tk *Task) {
 	t.discards.Add(ctx, 1, t.qk(tk.Queue, tk.Kind).add...)
 }
@@ -489,7 +489,7 @@ func (e *Engine) countTooComplex(ctx context.Context, tk *Task) {
 	e.Telemetry.tooComplex.Add(ctx, 1, e.Telemetry.qk(tk.Queue, tk.Kind).add...)
 }
 
-// leaseLost ends an attempt's span whose result is not settled by this
+// LeaseLost ends an attempt's span whose result is not settled by this
 // worker (its lease was lost, or it was released at shutdown).
 func (t *Telemetry) LeaseLost(span trace.Span) {
 	if span == nil {
@@ -500,7 +500,7 @@ func (t *Telemetry) LeaseLost(span trace.Span) {
 	span.End()
 }
 
-// released ends the span of a remote attempt given back uncharged.
+// Released ends the span of a remote attempt given back uncharged.
 func (t *Telemetry) Released(span trace.Span) {
 	if span == nil {
 		return
@@ -510,7 +510,7 @@ func (t *Telemetry) Released(span trace.Span) {
 }
 
 // endElsewhere ends the span of a remote attempt that another process
-// settled, with the outcome the store recorded (ex nil: unknown).
+// Settled, with the outcome the store recorded (ex nil: unknown).
 func (t *Telemetry) endElsewhere(span trace.Span, ex *bt.Execution) {
 	if ex == nil || ex.FinishedAt == nil {
 		t.LeaseLost(span)
