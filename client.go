@@ -76,7 +76,7 @@ func (c *Client) EnqueueMany(ctx context.Context, params []EnqueueParams) ([]Enq
 	var out []EnqueueResult
 	if err == nil {
 		out = convertResults(rs)
-		c.e.CountTooComplexTasks(ctx, tasks)
+		c.e.Enqueued(ctx, tasks)
 	}
 	c.telemetry.EndSend(ctx, spans, out, err)
 	return out, err
@@ -99,7 +99,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx any, params ...EnqueueParams)
 	var out []EnqueueResult
 	if err == nil {
 		out = convertResults(rs)
-		c.e.CountTooComplexTasks(ctx, tasks)
+		c.e.Enqueued(ctx, tasks)
 	}
 	// Counted when the caller's transaction is handed back: a rollback
 	// after this still counts (the library cannot see the commit).

@@ -26,6 +26,9 @@ type (
 	ComplexityPolicy = engine.ComplexityPolicy
 	// OrderingConfig turns on ordered processing for a queue.
 	OrderingConfig = engine.OrderingConfig
+	// OrderingRollout selects the ordered tasks while ordering is rolled
+	// out on a queue (OrderingConfig.EnabledFor).
+	OrderingRollout = engine.OrderingRollout
 	// OrderingStats counts ordered processing.
 	OrderingStats = engine.OrderingStats
 	// OrderingKey is one ordering key's state.
@@ -65,6 +68,9 @@ const (
 	MaxLeaseKeyGrace        = engine.MaxLeaseKeyGrace
 	TooComplexAttribute     = engine.TooComplexAttribute
 	RunAttribute            = engine.RunAttribute
+	// OrderingRolloutAttribute marks a task a queue's rollout of ordering
+	// left unordered (value "out").
+	OrderingRolloutAttribute = engine.OrderingRolloutAttribute
 )
 
 var (

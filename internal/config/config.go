@@ -149,6 +149,16 @@ type Ordering struct {
 	CircuitBreaker int        `yaml:"circuit_breaker" json:"circuit_breaker,omitempty"`
 	KeyTTL         Duration   `yaml:"key_ttl" json:"key_ttl,omitempty"`
 	FirstHold      Duration   `yaml:"first_hold" json:"first_hold,omitempty"`
+	// EnabledFor rolls ordering out gradually (backstop.OrderingRollout).
+	EnabledFor *OrderingRollout `yaml:"enabled_for" json:"enabled_for,omitempty"`
+}
+
+// OrderingRollout selects the tasks that are ordered while ordering is
+// rolled out: an attribute's values, a percentage of keys, or both.
+type OrderingRollout struct {
+	Attribute string   `yaml:"attribute" json:"attribute,omitempty"`
+	Values    []string `yaml:"values" json:"values,omitempty"`
+	Percent   float64  `yaml:"percent" json:"percent,omitempty"`
 }
 
 // Complexity is a queue's complexity policy (backstop.ComplexityPolicy).
@@ -622,6 +632,18 @@ func (c *Config) Validate() error {
 		if q.Ordering.FirstHold < 0 {
 			bad(p+".ordering.first_hold", "must not be negative")
 		}
+		if r := q.Ordering.EnabledFor; r != nil {
+			switch {
+			case !q.Ordering.Enabled:
+				bad(p+".ordering.enabled_for", "needs ordering.enabled: true")
+			case r.Percent < 0 || r.Percent > 100:
+				bad(p+".ordering.enabled_for.percent", "must be between 0 and 100")
+			case (r.Attribute == "") != (len(r.Values) == 0):
+				bad(p+".ordering.enabled_for", "attribute and values go together")
+			case r.Attribute == "" && r.Percent == 0:
+				bad(p+".ordering.enabled_for", "selects nothing: give attribute and values, or percent")
+			}
+		}
 		if r := q.Complexity.RouteTo; r != "" {
 			if err := backstop.ValidID(r); err != nil {
 				bad(p+".complexity.route_to", "bad queue name: %v", err)
@@ -918,6 +940,9 @@ func (o Ordering) library() backstop.OrderingConfig {
 		FirstHold: o.FirstHold.D()}
 	for _, d := range o.Backoff {
 		out.Backoff = append(out.Backoff, d.D())
+	}
+	if r := o.EnabledFor; r != nil {
+		out.EnabledFor = &backstop.OrderingRollout{Attribute: r.Attribute, Values: r.Values, Percent: r.Percent}
 	}
 	return out
 }

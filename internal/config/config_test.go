@@ -52,6 +52,10 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"queues:\n  q:\n    ordering: {circuit_breaker: -1}\n", "queues.q.ordering.circuit_breaker: must not be negative"},
 		{"queues:\n  q:\n    ordering: {key_ttl: -1m}\n", "queues.q.ordering.key_ttl: must not be negative"},
 		{"queues:\n  q:\n    ordering: {first_hold: -1s}\n", "queues.q.ordering.first_hold: must not be negative"},
+		{"queues:\n  q:\n    ordering: {enabled_for: {percent: 10}}\n", "queues.q.ordering.enabled_for: needs ordering.enabled: true"},
+		{"queues:\n  q:\n    ordering: {enabled: true, enabled_for: {percent: 101}}\n", "queues.q.ordering.enabled_for.percent: must be between 0 and 100"},
+		{"queues:\n  q:\n    ordering: {enabled: true, enabled_for: {attribute: org_id}}\n", "queues.q.ordering.enabled_for: attribute and values go together"},
+		{"queues:\n  q:\n    ordering: {enabled: true, enabled_for: {}}\n", "queues.q.ordering.enabled_for: selects nothing"},
 		{"queues:\n  q:\n    ordering: {enable: true}\n", `unknown key "enable" in queues.q.ordering`},
 		{"kinds:\n  k:\n    merge_rule: sum\n", `kinds.k.merge_rule: "sum": want replace or append`},
 		{"kinds:\n  k:\n    max_attempts: -2\n", "kinds.k.max_attempts: must be positive"},
@@ -217,5 +221,22 @@ func TestOrderingSettings(t *testing.T) {
 		CircuitBreaker: 3, KeyTTL: time.Minute, FirstHold: 2 * time.Minute}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("ordering after env: got %+v, want %+v", got, want)
+	}
+	// The rollout: in the file, then the environment's keys.
+	c, err = Parse([]byte("queues:\n  results:\n    ordering:\n      enabled: true\n      enabled_for: {attribute: org_id, values: [acme], percent: 5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Library().Queues["results"].Ordering.EnabledFor; r == nil || r.Attribute != "org_id" || !reflect.DeepEqual(r.Values, []string{"acme"}) || r.Percent != 5 {
+		t.Fatalf("enabled_for from the file: %+v", r)
+	}
+	if err := c.ApplyEnv([]string{"BACKSTOP_QUEUES_RESULTS_ORDERING_ENABLED_FOR_VALUES=acme, globex", "BACKSTOP_QUEUES_RESULTS_ORDERING_ENABLED_FOR_PERCENT=12.5"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Library().Queues["results"].Ordering.EnabledFor; r == nil || r.Attribute != "org_id" || !reflect.DeepEqual(r.Values, []string{"acme", "globex"}) || r.Percent != 12.5 {
+		t.Fatalf("enabled_for after env: %+v", r)
+	}
+	if err := c.ApplyEnv([]string{"BACKSTOP_QUEUES_RESULTS_ORDERING_ENABLED_FOR_PERCENT=lots"}); err == nil {
+		t.Fatal("a percent that is not a number was accepted")
 	}
 }

@@ -115,6 +115,37 @@ var queueEnv = map[string]func(q *Queue, v string) error{
 	"ORDERING_CIRCUIT_BREAKER": func(q *Queue, v string) error { return parseInt(v, &q.Ordering.CircuitBreaker) },
 	"ORDERING_KEY_TTL":         func(q *Queue, v string) error { return parseDur(v, &q.Ordering.KeyTTL) },
 	"ORDERING_FIRST_HOLD":      func(q *Queue, v string) error { return parseDur(v, &q.Ordering.FirstHold) },
+	"ORDERING_ENABLED_FOR_ATTRIBUTE": func(q *Queue, v string) error {
+		rolloutOf(q).Attribute = v
+		return nil
+	},
+	"ORDERING_ENABLED_FOR_VALUES": func(q *Queue, v string) error {
+		r := rolloutOf(q)
+		r.Values = nil
+		for _, part := range strings.Split(v, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				r.Values = append(r.Values, part)
+			}
+		}
+		return nil
+	},
+	"ORDERING_ENABLED_FOR_PERCENT": func(q *Queue, v string) error {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", v)
+		}
+		rolloutOf(q).Percent = f
+		return nil
+	},
+}
+
+// rolloutOf is q's ordering rollout, made when the environment sets one
+// of its keys.
+func rolloutOf(q *Queue) *OrderingRollout {
+	if q.Ordering.EnabledFor == nil {
+		q.Ordering.EnabledFor = &OrderingRollout{}
+	}
+	return q.Ordering.EnabledFor
 }
 
 var kindEnv = map[string]func(k *Kind, v string) error{

@@ -87,12 +87,27 @@ func (e *Engine) tooComplexEvents(ctx context.Context, params []EnqueueParams, t
 	return out
 }
 
-// CountTooComplexTasks counts the too-complex tasks of an enqueue that
-// went through (backstop_tasks_too_complex_total).
-func (e *Engine) CountTooComplexTasks(ctx context.Context, tasks []*Task) {
+// Enqueued counts what an enqueue that committed wrote: its too-complex
+// tasks, and on queues rolling ordering out, the tasks ordered and left
+// unordered (backstop_tasks_too_complex_total,
+// backstop_ordering_rollout_{ordered,unordered}_total).
+func (e *Engine) Enqueued(ctx context.Context, tasks []*Task) {
 	for _, t := range tasks {
 		if t.Attributes[TooComplexAttribute] == "true" {
 			e.countTooComplex(ctx, t)
+		}
+		if o, ok := e.queueOrdering(t.Queue); ok && o.EnabledFor != nil {
+			st := e.orderingByQueue[t.Queue]
+			for _, s := range []*OrderingStats{&e.ordering, st} {
+				if s == nil {
+					continue
+				}
+				if t.OrderingKey != "" {
+					s.RolloutOrdered.Add(1)
+				} else if t.Attributes[OrderingRolloutAttribute] == "out" {
+					s.RolloutUnordered.Add(1)
+				}
+			}
 		}
 	}
 }

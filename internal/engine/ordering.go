@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -41,6 +43,54 @@ type OrderingConfig struct {
 	// the first task are not gaps. It delays every key's first task by the
 	// hold. Default 0: a fresh key's first task is admitted at once.
 	FirstHold time.Duration
+	// EnabledFor, when set, rolls ordering out gradually: only the tasks
+	// it selects are ordered; the queue's other tasks run unordered, as on
+	// a queue without ordering (their key and sequence dropped, the
+	// attribute ordering_rollout=out on the task), and both are counted.
+	EnabledFor *OrderingRollout
+}
+
+// OrderingRollout selects the tasks of a queue that are ordered while
+// ordering is rolled out: those whose Attribute has one of Values (the
+// organisations that turned it on), and those whose ordering key falls in
+// Percent of all keys by a stable hash (the same key is always in or
+// out). Either or both.
+type OrderingRollout struct {
+	Attribute string
+	Values    []string
+	Percent   float64 // 0 to 100
+}
+
+// OrderingRolloutAttribute marks a task of a queue rolling ordering out
+// that its rollout left unordered (value "out").
+const OrderingRolloutAttribute = "ordering_rollout"
+
+func (r *OrderingRollout) validate(queue string) error {
+	if r.Percent < 0 || r.Percent > 100 {
+		return fmt.Errorf("queue %q: ordering: enabled_for.percent must be between 0 and 100", queue)
+	}
+	if (r.Attribute == "") != (len(r.Values) == 0) {
+		return fmt.Errorf("queue %q: ordering: enabled_for.attribute and enabled_for.values go together", queue)
+	}
+	if r.Attribute == "" && r.Percent == 0 {
+		return fmt.Errorf("queue %q: ordering: enabled_for selects nothing (give attribute and values, or percent)", queue)
+	}
+	return nil
+}
+
+// Selects reports whether the rollout orders an enqueue with key and attrs.
+func (r *OrderingRollout) Selects(key string, attrs map[string]string) bool {
+	if r.Attribute != "" {
+		if v, ok := attrs[r.Attribute]; ok && slices.Contains(r.Values, v) {
+			return true
+		}
+	}
+	if r.Percent > 0 {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		return float64(h.Sum64()%10000) < r.Percent*100
+	}
+	return false
 }
 
 // DefaultOrderingBackoff is the drain schedule when none is configured.
@@ -52,6 +102,11 @@ func (o OrderingConfig) validate(queue string) error {
 	}
 	if o.Step < 0 {
 		return fmt.Errorf("queue %q: ordering: step must not be negative", queue)
+	}
+	if o.EnabledFor != nil {
+		if err := o.EnabledFor.validate(queue); err != nil {
+			return err
+		}
 	}
 	for i, d := range o.Backoff {
 		if d <= 0 {
@@ -95,7 +150,10 @@ type OrderingStats struct {
 	Timeouts, CircuitBreaker, Stale, GapsReported, Fallback       atomic.Int64
 	FirstHeld                                                     atomic.Int64 // of Buffered: by FirstHold
 	Admitted                                                      atomic.Int64 // tasks made pending (their key's turn)
-	GapsClosed                                                    atomic.Int64 // replays that succeeded (ordering.gap_closed)
+	// While ordering is rolled out (EnabledFor): the enqueued tasks the
+	// rollout ordered, and those it left unordered.
+	RolloutOrdered, RolloutUnordered atomic.Int64
+	GapsClosed                       atomic.Int64 // replays that succeeded (ordering.gap_closed)
 }
 
 // Counters returns the counters by their metric name.
@@ -106,7 +164,8 @@ func (s *OrderingStats) Counters() map[string]int64 {
 		"cleared": s.Cleared.Load(), "timeouts": s.Timeouts.Load(), "circuit_breaker": s.CircuitBreaker.Load(),
 		"stale": s.Stale.Load(), "gaps_reported": s.GapsReported.Load(), "fallback": s.Fallback.Load(),
 		"first_held": s.FirstHeld.Load(), "admitted": s.Admitted.Load(),
-		"gaps_closed": s.GapsClosed.Load(),
+		"gaps_closed":     s.GapsClosed.Load(),
+		"rollout_ordered": s.RolloutOrdered.Load(), "rollout_unordered": s.RolloutUnordered.Load(),
 	}
 }
 
@@ -346,32 +405,37 @@ func (e *Engine) attachOrdering(ctx context.Context, queue string, tasks []*Task
 }
 
 // orderingPrepare validates the ordering fields of an enqueue and returns
-// the state the task starts in.
-func (e *Engine) orderingPrepare(p *EnqueueParams, queue string, state bt.State) (bt.State, error) {
+// the state the task starts in; unordered: the queue's rollout of ordering
+// leaves this task out (it runs unordered, its key and sequence dropped).
+func (e *Engine) orderingPrepare(p *EnqueueParams, queue string, state bt.State) (_ bt.State, unordered bool, err error) {
 	if p.OrderingKey == "" {
 		if p.Sequence != 0 {
-			return state, Invalid("sequence", "needs an ordering key")
+			return state, false, Invalid("sequence", "needs an ordering key")
 		}
-		return state, nil
+		return state, false, nil
 	}
 	if p.Sequence < 0 {
-		return state, Invalid("sequence", "must not be negative")
+		return state, false, Invalid("sequence", "must not be negative")
 	}
 	if len(p.OrderingKey) > 256 {
-		return state, Invalid("ordering_key", "is longer than 256 bytes")
+		return state, false, Invalid("ordering_key", "is longer than 256 bytes")
 	}
 	// A queue this client knows without ordering refuses keys; one it does
 	// not know is trusted to be ordered by the workers that run it.
 	if q, known := e.cfg.Queues[queue]; known && !q.Ordering.Enabled {
-		return state, Invalid("ordering_key", "queue %q does not have ordering enabled", queue)
+		return state, false, Invalid("ordering_key", "queue %q does not have ordering enabled", queue)
 	}
 	if p.IdempotencyKey != "" || p.MergeKey != "" {
-		return state, Invalid("ordering_key", "cannot be combined with an idempotency or merge key")
+		return state, false, Invalid("ordering_key", "cannot be combined with an idempotency or merge key")
 	}
-	if _, declared := e.queueOrdering(queue); !declared {
+	o, declared := e.queueOrdering(queue)
+	if !declared {
 		e.implicit.lookNow(queue) // this client's workers admit it at their next claim
 	}
-	return bt.StateBuffered, nil
+	if r := o.EnabledFor; declared && r != nil && !r.Selects(p.OrderingKey, p.Attributes) {
+		return state, true, nil
+	}
+	return bt.StateBuffered, false, nil
 }
 
 // OrderingKey is one ordering key's state and waiting tasks, as

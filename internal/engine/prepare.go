@@ -310,12 +310,13 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	if runAt.After(now) {
 		state = bt.StateScheduled
 	}
-	state, err := e.orderingPrepare(p, queue, state)
+	state, unordered, err := e.orderingPrepare(p, queue, state)
 	if err != nil {
 		return nil, err
 	}
+	key, seq := p.OrderingKey, p.Sequence
 	attrs := p.Attributes
-	if len(attrs) > 0 || tooComplex {
+	if len(attrs) > 0 || tooComplex || unordered {
 		attrs = make(map[string]string, len(p.Attributes)+1)
 		for k, v := range p.Attributes {
 			attrs[k] = v
@@ -323,6 +324,10 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	}
 	if tooComplex {
 		attrs[TooComplexAttribute] = "true"
+	}
+	if unordered {
+		attrs[OrderingRolloutAttribute] = "out"
+		key, seq = "", 0
 	}
 	return &Task{
 		ID:             id,
@@ -345,8 +350,8 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 		Complexity:     p.Complexity,
 		TraceParent:    p.TraceParent,
 		PayloadSize:    len(payload),
-		OrderingKey:    p.OrderingKey,
-		Sequence:       p.Sequence,
+		OrderingKey:    key,
+		Sequence:       seq,
 	}, nil
 }
 
