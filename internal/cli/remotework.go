@@ -97,7 +97,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 		case <-ctx.Done():
 			reason = "signal"
 		case <-idle:
-			if r.running.Load() == 0 && time.Since(time.Unix(0, r.lastActive.Load())) >= o.exitAfterIdle {
+			if r.idle(o.exitAfterIdle) {
 				reason = "idle"
 			}
 		}
@@ -134,7 +134,8 @@ type remoteWorker struct {
 	id         string
 	o          *workOptions
 	running    atomic.Int32
-	lastActive atomic.Int64
+	lastActive atomic.Int64 // unix nanos: the start, a claim that returned tasks, a task's end
+	lastEmpty  atomic.Int64 // unix nanos: the last claim that came back empty
 }
 
 // slot claims and runs one task at a time until claimCtx ends.
@@ -142,7 +143,7 @@ func (r *remoteWorker) slot(claimCtx, killCtx context.Context, queue string, lea
 	backoff := 100 * time.Millisecond
 	for claimCtx.Err() == nil {
 		ts, err := r.cl.Claim(claimCtx, api.ClaimRequest{Queues: []string{queue}, Kinds: r.o.kinds, WorkerID: r.id, Max: 1,
-			Wait: bt.Duration(remoteClaimWait), Lease: bt.Duration(lease)})
+			Wait: bt.Duration(r.claimWait()), Lease: bt.Duration(lease)})
 		if err != nil {
 			if claimCtx.Err() != nil {
 				return
@@ -159,10 +160,35 @@ func (r *remoteWorker) slot(claimCtx, killCtx context.Context, queue string, lea
 			continue
 		}
 		backoff = 100 * time.Millisecond
+		if len(ts) == 0 {
+			r.lastEmpty.Store(time.Now().UnixNano())
+		} else {
+			r.running.Add(int32(len(ts))) // run gives each back
+			r.lastActive.Store(time.Now().UnixNano())
+		}
 		for _, t := range ts {
 			r.run(killCtx, t, lease)
 		}
 	}
+}
+
+// claimWait is each claim's long-poll wait: remoteClaimWait, or
+// --exit-after-idle when shorter, so that an empty claim is the proof that
+// nothing was claimable for that long.
+func (r *remoteWorker) claimWait() time.Duration {
+	if d := r.o.exitAfterIdle; d > 0 {
+		return min(remoteClaimWait, d)
+	}
+	return remoteClaimWait
+}
+
+// idle says whether the worker may exit for --exit-after-idle d: nothing
+// runs, nothing was claimed or finished for d, and a claim came back empty
+// since (a claim still in flight may yet bring a task: the server may be
+// slow to answer).
+func (r *remoteWorker) idle(d time.Duration) bool {
+	last := r.lastActive.Load()
+	return r.running.Load() == 0 && r.lastEmpty.Load() > last && time.Since(time.Unix(0, last)) >= d
 }
 
 // remoteReportFloor is how long a report is tried even when the lease's
@@ -174,8 +200,7 @@ const remoteReportFloor = 5 * time.Second
 // heartbeats go on while the report is retried (a settled outcome is data:
 // it is retried until the server takes it or the lease is truly lost).
 func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease time.Duration) {
-	r.running.Add(1)
-	defer func() { r.running.Add(-1); r.lastActive.Store(time.Now().UnixNano()) }()
+	defer func() { r.running.Add(-1); r.lastActive.Store(time.Now().UnixNano()) }() // slot counted it
 	claimed := time.Now()
 	t := ct.Task
 	l := apiclient.LeaseOf(ct)
