@@ -77,6 +77,7 @@ func CompleteStep(def *Definition, run store.RunRecord, steps []store.StepRecord
 	before := r.State
 	if r.State == StepPending {
 		e.plan.Cancel = append(e.plan.Cancel, r.TaskID)
+		e.plan.CancelError = "its step was force-completed: " + f.Reason
 	}
 	e.run.Seq++
 	r.State, r.Error, r.CompletedSeq = StepSucceeded, "", e.run.Seq
