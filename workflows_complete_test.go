@@ -112,7 +112,13 @@ func TestWorkflowCompleteStepHalted(t *testing.T) {
 		if e, b, ok := eventOf(hist, "dlq.resolved"); !ok || e.Actor != "ops" || !strings.Contains(fmt.Sprint(b["note"]), "force-completed") {
 			t.Errorf("dlq.resolved: %+v %v", e, b)
 		}
-		evs := runEvents(t, c, "run."+run.RunID)
+		// The streams serve an event once every earlier transaction ended.
+		var evs []Event
+		testwait.For(t, "the run's stream to serve step.force_completed", func() bool {
+			evs = runEvents(t, c, "run."+run.RunID)
+			_, _, ok := eventOf(evs, workflow.EventStepForceCompleted)
+			return ok
+		})
 		e, b, ok := eventOf(evs, workflow.EventStepForceCompleted)
 		if !ok || e.Actor != "ops" || b["reason"] != "charged by phone" || b["step_id"] != "charge" || b["run_id"] != run.RunID || b["item"] != 0.0 {
 			t.Errorf("step.force_completed: %+v %v", e, b)
@@ -126,9 +132,10 @@ func TestWorkflowCompleteStepHalted(t *testing.T) {
 		if !forced {
 			t.Error("no step.succeeded with forced: true and the reason")
 		}
-		if _, _, ok := eventOf(runEvents(t, c, "audit"), workflow.EventStepForceCompleted); !ok {
-			t.Error("the audit stream does not serve step.force_completed")
-		}
+		testwait.For(t, "the audit stream to serve step.force_completed", func() bool {
+			_, _, ok := eventOf(runEvents(t, c, "audit"), workflow.EventStepForceCompleted)
+			return ok
+		})
 		// Forcing it again: it succeeded already (the run has ended).
 		if _, err := c.CompleteStep(ctx, CompleteStepParams{RunID: run.RunID, Step: "charge", Reason: "again"}); !errors.Is(err, ErrConflict) {
 			t.Errorf("forcing a finished run: %v", err)
