@@ -221,3 +221,34 @@ steps:
 		})
 	}
 }
+
+// FuzzCompleteStep: whatever names a step, an item and a result, the
+// planner answers an error or a plan whose forced row succeeded with a
+// JSON result, and never panics.
+func FuzzCompleteStep(f *testing.F) {
+	f.Add("b", 0, `{"paid":true}`, "why")
+	f.Add("d", 0, ``, "")
+	f.Add("zz", -1, `{`, "x")
+	f.Add("b", 7, "\xff", "\x00")
+	f.Fuzz(func(t *testing.T, step string, item int, result, reason string) {
+		h := start(t, mustDef(t, haltYAML), `{}`)
+		h.succeed("run1.a", "")
+		h.die("run1.b", "card declined")
+		p, err := CompleteStep(h.def, h.run, h.stepRows(), Force{Step: step, Item: item, Result: json.RawMessage(result), Reason: reason}, h.now)
+		if err != nil {
+			if !p.Empty() {
+				t.Fatalf("an error with a plan: %v %+v", err, p)
+			}
+			return
+		}
+		var forced *store.StepRecord
+		for i := range p.Steps {
+			if r := &p.Steps[i]; r.StepID == step && r.Item == item {
+				forced = r
+			}
+		}
+		if forced == nil || forced.State != StepSucceeded || !json.Valid(forced.Result) {
+			t.Fatalf("forced row %+v in plan %+v", forced, p.Steps)
+		}
+	})
+}
