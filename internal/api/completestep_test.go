@@ -54,6 +54,11 @@ func TestCompleteStepEndpoint(t *testing.T) {
 			!strings.Contains(string(body), `"id":"charge","kind":"charge_card","state":"pending"`) {
 			t.Fatalf("complete: %d %s", st, body)
 		}
+		// The step's waiting task was canceled, saying why.
+		if st, body := b.raw(t, api.RoleViewer, "GET", "/v1/tasks/order-1.reserve", "", ""); st != http.StatusOK ||
+			!strings.Contains(string(body), `"state":"canceled"`) || !strings.Contains(string(body), "its step was force-completed: reserved by hand") {
+			t.Errorf("the forced step's task: %d %s", st, body)
+		}
 		if st, body := b.raw(t, api.RoleAdmin, "POST", path, "application/json", `{"reason":"again"}`); st != http.StatusConflict ||
 			!strings.Contains(string(body), "succeeded already") {
 			t.Errorf("again: %d %s, want 409", st, body)
