@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/store"
@@ -198,6 +199,91 @@ func (c *Client) CancelRun(ctx context.Context, runID string) (*WorkflowRun, err
 	}
 	c.e.AfterRuns(ctx, &eff)
 	return c.WorkflowRun(ctx, runID)
+}
+
+// CompleteStepParams names a step row an operator settles as succeeded.
+type CompleteStepParams struct {
+	RunID string
+	// Step is the step's id (a dead compensation: the compensation step's).
+	Step string
+	// Item is the fan-out item (0 for a step without for_each).
+	Item int
+	// Result is the step's result (JSON, held to the handlers' result
+	// rule; empty: null).
+	Result json.RawMessage
+	// Reason is why (required): recorded in step.force_completed and
+	// step.succeeded.
+	Reason string
+	// Actor: who. Default: the context's actor (WithActor), else
+	// "library".
+	Actor string
+}
+
+// CompleteStep settles a dead or stuck step of a run as succeeded with
+// p.Result, and the run goes on (workflow.CompleteStep says which rows may
+// be forced and what follows): a halted run runs again, a
+// compensation_failed one compensates again, the step's successors start.
+// A pending step's task is canceled (asked to stop when it runs); its
+// later settlement changes nothing. The step's task, when it is an open
+// dead letter, is resolved once the run's transaction committed (the
+// dead-letter status has no seam in the run's transaction), with a note
+// naming the forced completion. Bad input: ErrInvalid; an unknown run,
+// step or item: ErrNotFound; a run or row that cannot be forced:
+// ErrConflict; nothing is written.
+func (c *Client) CompleteStep(ctx context.Context, p CompleteStepParams) (*WorkflowRun, error) {
+	if err := validRunID(p.RunID); err != nil {
+		return nil, err
+	}
+	if p.Step == "" || !utf8.ValidString(p.Step) || len(p.Step) > 1024 {
+		return nil, invalid("step", "must be a step id (1-1024 bytes of UTF-8)")
+	}
+	if p.Item < 0 {
+		return nil, invalid("item", "must not be negative")
+	}
+	if strings.TrimSpace(p.Reason) == "" {
+		return nil, invalid("reason", "is required to force-complete a step")
+	}
+	if err := c.checkReason("reason", p.Reason); err != nil {
+		return nil, err
+	}
+	if err := engine.CheckText("actor", p.Actor); err != nil {
+		return nil, err
+	}
+	result, err := engine.CheckResult(p.Result)
+	if err != nil {
+		return nil, err
+	}
+	actor := c.actor(store.ActorFrom(ctx, p.Actor))
+	if p.Actor != "" {
+		actor = p.Actor
+	}
+	ctx = store.WithActor(ctx, actor)
+	var eff engine.RunEffects
+	var forced store.StepRecord // the row as it was
+	err = c.store.InTx(ctx, func(tx store.Tx) error {
+		eff = engine.RunEffects{}
+		return c.e.AdvanceRun(ctx, tx, p.RunID, &eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
+			for _, r := range steps {
+				if r.StepID == p.Step && r.Item == p.Item {
+					forced = r
+				}
+			}
+			return workflow.CompleteStep(def, run, steps, workflow.Force{Step: p.Step, Item: p.Item, Result: result, Reason: p.Reason}, c.now())
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.e.AfterRuns(ctx, &eff)
+	if forced.TaskID != "" && forced.State == workflow.StepFailed {
+		note := fmt.Sprintf("step %q item %d of run %s was force-completed", p.Step, p.Item, p.RunID)
+		_, err := c.setDLQStatus(ctx, forced.TaskID, DLQResolved, actor, "dlq.resolved",
+			map[string]any{"note": note, "reason": p.Reason, "run_id": p.RunID, "step_id": p.Step, "item": p.Item})
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			c.cfg.Logger.Warn("resolving the dead letter of a force-completed step", "task_id", forced.TaskID, "run_id", p.RunID, "error", err)
+		}
+	}
+	return c.WorkflowRun(ctx, p.RunID)
 }
 
 // WorkflowRun is a run as the surfaces show it: the run, and every step of

@@ -103,7 +103,7 @@ var AuditTypes = []string{
 	"lease_key.rotated",
 	EventQueuePaused, EventQueueResumed,
 	EventTokenCreated, EventTokenRevoked,
-	EventWorkflowApplied, "run.canceled", "run.resumed",
+	EventWorkflowApplied, "run.canceled", "run.resumed", "step.force_completed",
 }
 
 // The audit events written for operator actions that change no task.

@@ -198,6 +198,9 @@ type Plan struct {
 	Enqueue []StepTask
 	Cancel  []string
 	Events  []Event
+	// CancelError is the error the tasks in Cancel settle with (empty:
+	// their run was canceled).
+	CancelError string
 
 	// SkippedOnWhenError lists the steps this plan skipped because their
 	// when failed to evaluate under on_when_error: treat_as_false (each

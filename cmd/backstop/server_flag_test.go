@@ -94,6 +94,7 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 		"runs list":             srv("wfrun-", "--workflow", "srvflow"),
 		"runs cancel":           srv(run, run),
 		"runs resume":           srv("nothing matched", "run-1", "--yes"),
+		"runs complete-step":    srv("run succeeded", strings.Replace(run, "wfrun-", "wfstep-", 1), "a", "--reason", "test"),
 		"workflows":             loc(2),
 		"workflows apply":       srv("srvflow", wfFile),
 		"workflows list":        srv("srvflow"),
@@ -157,6 +158,10 @@ func TestEveryCommandHonoursServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		wfRuns = append(wfRuns, r.RunID)
+		// And one per pass for runs complete-step.
+		if _, err := c.RunWorkflow(ctx, backstop.RunWorkflowParams{Workflow: "srvflow", RunID: fmt.Sprintf("wfstep-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// A redrive per pass, paused at its limit, for redrives show, cancel

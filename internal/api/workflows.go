@@ -186,6 +186,35 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, run)
 }
 
+// CompleteStepRequest forces a dead or stuck step row to succeeded.
+type CompleteStepRequest struct {
+	// Item: the fan-out item (0 for a step without for_each).
+	Item int `json:"item"`
+	// Result: the step's result (any JSON; absent or null: null).
+	Result json.RawMessage `json:"result,omitempty"`
+	// Reason: why (required), recorded with the actor.
+	Reason string `json:"reason"`
+}
+
+// POST /v1/runs/{run_id}/steps/{step}/complete (admin): the run goes on
+// from the forced step (Client.CompleteStep).
+func (s *Server) completeStep(w http.ResponseWriter, r *http.Request) error {
+	var req CompleteStepRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	run, err := s.c.CompleteStep(actorContext(r), backstop.CompleteStepParams{RunID: r.PathValue("run_id"),
+		Step: r.PathValue("step"), Item: req.Item, Result: req.Result, Reason: req.Reason})
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	s.log.Info("workflow step force-completed", "actor", p.Name, "run_id", run.RunID, "step_id", r.PathValue("step"),
+		"item", req.Item, "state", run.State)
+	maskRun(p, run)
+	return writeJSON(w, http.StatusOK, run)
+}
+
 // maskRun masks a run's input and its steps' results as payloads are.
 func maskRun(p principal, run *backstop.WorkflowRun) {
 	run.Input = p.maskJSON(run.Input)

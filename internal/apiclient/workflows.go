@@ -87,3 +87,11 @@ func (c *Client) CancelRunWhy(ctx context.Context, runID, reason string) (*backs
 	var out backstop.WorkflowRun
 	return &out, c.Do(ctx, "POST", "/v1/runs/"+esc(runID)+"/cancel", body, &out)
 }
+
+// CompleteStep forces a run's step (item of a fan-out step) to succeeded
+// with result (empty: null) and the operator's reason.
+func (c *Client) CompleteStep(ctx context.Context, runID, step string, item int, result json.RawMessage, reason string) (*backstop.WorkflowRun, error) {
+	var out backstop.WorkflowRun
+	body := api.CompleteStepRequest{Item: item, Result: result, Reason: reason}
+	return &out, c.Do(ctx, "POST", "/v1/runs/"+esc(runID)+"/steps/"+esc(step)+"/complete", body, &out)
+}

@@ -199,6 +199,8 @@ var serverModes = map[string]string{
 	"redrives list": viaServer, "redrives show": viaServer, "redrives cancel": viaServer, "redrives resume": viaServer,
 	"audit list": viaServer,
 
+	"runs complete-step": viaServer,
+
 	"help": noBackend, "completion": noBackend, "version": noBackend,
 	"config check": noBackend, "config show": noBackend, "bench ordering": noBackend,
 	// Command groups: they only name their subcommands.

@@ -2,14 +2,17 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/taskjson"
 )
 
 func init() { register(runsCmd) }
@@ -20,10 +23,10 @@ func runsCmd(a *app) *cobra.Command {
 		Short: "Runs: workflow runs, and the tasks sharing a run_id attribute",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("runs: name a subcommand: list, show, cancel or resume")
+			return usageErr("runs: name a subcommand: list, show, cancel, resume or complete-step")
 		},
 	}
-	cmd.AddCommand(runsListCmd(a), runsShowCmd(a), runsCancelCmd(a), runsResumeCmd(a)) // list and cancel: workflows.go
+	cmd.AddCommand(runsListCmd(a), runsShowCmd(a), runsCancelCmd(a), runsResumeCmd(a), runsCompleteStepCmd(a)) // list and cancel: workflows.go
 	return cmd
 }
 
@@ -141,4 +144,73 @@ redrive record is "empty", not "done".`,
 	}
 	cmd.Flags().AddFlagSet(rd.Flags())
 	return cmd
+}
+
+func runsCompleteStepCmd(a *app) *cobra.Command {
+	var (
+		reason, result string
+		item           int
+	)
+	cmd := &cobra.Command{
+		Use:   "complete-step RUN_ID STEP --reason TEXT [--item N] [--result JSON]",
+		Short: "Force a dead or stuck step of a workflow run to succeeded (admin); the run goes on",
+		Long: `complete-step settles step STEP of run RUN_ID (item N of a fan-out step)
+as succeeded with --result (JSON, default null), and the run goes on
+(docs/workflows.md, "Forcing a step"): a halted run runs again, a
+compensation_failed run compensates again, the step's successors start. The
+step may be dead (failed under halt, or a dead compensation) or stuck
+(pending: its task is canceled, or asked to stop when it runs, and its later
+result changes nothing). The step's dead letter, if open, is resolved.
+Recorded as step.force_completed with the actor and --reason (required):
+backstop audit list.
+
+Bad input (no --reason, a --result that is not JSON) exits 2; an unknown run,
+step or item exits 3; a finished run, or a step that succeeded, was skipped or
+was canceled with its run exits 4; none writes anything. With --server it
+needs an admin token.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return usageErr("runs complete-step: --reason is required: say why the step is forced")
+			}
+			if err := checkReasonFlag("reason", reason); err != nil {
+				return err
+			}
+			if item < 0 {
+				return usageErr("--item must not be negative")
+			}
+			var res json.RawMessage
+			if cmd.Flags().Changed("result") {
+				if !json.Valid([]byte(result)) {
+					return usageErr("--result is not valid JSON: %s", taskjson.DescribeJSONError(json.Unmarshal([]byte(result), new(any))))
+				}
+				res = json.RawMessage(result)
+			}
+			r, err := a.completeStep(cmd.Context(), args[0], args[1], item, res, reason)
+			if err != nil {
+				return err
+			}
+			return a.print(r, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "run %s: step %s completed by hand; run %s\n", r.RunID, args[1], r.State)
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required; recorded with the actor in step.force_completed: backstop audit list)")
+	cmd.Flags().StringVar(&result, "result", "", "the step's result, JSON (default null)")
+	cmd.Flags().IntVar(&item, "item", 0, "the fan-out item (0 for a step without for_each)")
+	return cmd
+}
+
+func (a *app) completeStep(ctx context.Context, runID, step string, item int, result json.RawMessage, reason string) (*backstop.WorkflowRun, error) {
+	if a.server != "" {
+		r, err := apiclient.New(a.server, a.token).CompleteStep(ctx, runID, step, item, result, reason)
+		return r, remoteErr(err)
+	}
+	s, c, err := a.openDB(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return c.CompleteStep(cliActor(ctx), backstop.CompleteStepParams{RunID: runID, Step: step, Item: item, Result: result, Reason: reason})
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -317,6 +318,7 @@ type planWriter struct {
 	params  []EnqueueParams
 	tasks   []*Task
 	cancels []string
+	why     map[string]string // a cancel's error, when not its run's cancel
 	events  []bt.Event
 	wakes   map[string]time.Time // run -> when it must be planned again
 }
@@ -354,6 +356,14 @@ func (e *Engine) addPlan(ctx context.Context, w *planWriter, plan workflow.Plan,
 	}
 	w.steps = append(w.steps, plan.Steps...)
 	w.cancels = append(w.cancels, plan.Cancel...)
+	if plan.CancelError != "" {
+		if w.why == nil {
+			w.why = map[string]string{}
+		}
+		for _, id := range plan.Cancel {
+			w.why[id] = plan.CancelError
+		}
+	}
 	if !plan.WakeAt.IsZero() {
 		if w.wakes == nil {
 			w.wakes = map[string]time.Time{}
@@ -410,7 +420,7 @@ func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 		now := e.Now()
 		ss := make([]store.Settlement, len(w.cancels))
 		for i, id := range w.cancels {
-			ss[i] = store.Settlement{TaskID: id, FinishedAt: now, State: bt.StateCanceled, Error: "its run was canceled"}
+			ss[i] = store.Settlement{TaskID: id, FinishedAt: now, State: bt.StateCanceled, Error: cmp.Or(w.why[id], "its run was canceled")}
 		}
 		oks, err := tx.Settle(ctx, ss)
 		if err != nil {

@@ -7,7 +7,7 @@ import { api, h, clear, fmtTime, field, errorText, live, debounce } from './lib.
 // types: the audited actions offered in the type box (the server refuses
 // any other and names the valid ones).
 const types = ['queue.paused', 'queue.resumed', 'token.created', 'token.revoked', 'workflow.applied',
-  'run.canceled', 'run.resumed', 'task.canceled', 'task.cancel_requested', 'task.payload_viewed',
+  'run.canceled', 'run.resumed', 'step.force_completed', 'task.canceled', 'task.cancel_requested', 'task.payload_viewed',
   'dlq.replay_requested', 'dlq.discarded', 'dlq.resolved', 'dlq.purged', 'lease_key.rotated'];
 const filters = ['actor', 'type', 'target', 'since', 'until'];
 // maxShown: the newest actions kept on screen.
@@ -17,6 +17,8 @@ function targetLink(e) {
   if (!e.target) return '';
   const fam = e.type.split('.')[0];
   if (fam === 'task' || fam === 'dlq') return h('a', { href: `#/tasks/${encodeURIComponent(e.target)}`, class: 'mono' }, e.target);
+  // A forced step's target is its task; the run page shows it.
+  if (fam === 'step' && e.body && e.body.run_id) return h('a', { href: `#/runs/${encodeURIComponent(e.body.run_id)}`, class: 'mono' }, e.target);
   if (fam === 'run') return h('a', { href: `#/runs/${encodeURIComponent(e.target)}`, class: 'mono' }, e.target);
   return h('span', { class: 'mono' }, e.target);
 }

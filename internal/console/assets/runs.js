@@ -264,6 +264,71 @@ async function runActions(main, id, q, run) {
       (n) => `replays its ${n} open dead steps, each under its own id; the run goes on at once`,
       () => runPage(main, id, q).catch(() => {}))
     : null;
-  if (!cancel && !resume) return null;
-  return h('div', { class: 'run-actions', id: 'run-actions' }, cancel ? h('p', {}, cancel) : null, err, resume);
+  const force = can('admin') && !over.includes(run.state) ? forceStep(main, id, q, run) : null;
+  if (!cancel && !resume && !force) return null;
+  return h('div', { class: 'run-actions', id: 'run-actions' }, cancel ? h('p', {}, cancel) : null, err, resume, force);
+}
+
+// forceable: the step rows an admin may force to succeeded (dead: failed
+// or canceled; stuck: pending), as [step, item, state]; the server says
+// why when one cannot be (409).
+function forceable(run) {
+  const out = [];
+  for (const s of run.steps || []) {
+    const rows = Array.isArray(s.items) && s.items.length ? s.items : [{ item: 0, state: s.state }];
+    for (const r of rows) {
+      if (['failed', 'canceled', 'pending'].includes(r.state)) out.push([String(s.id), r.item || 0, r.state, Array.isArray(s.items) && s.items.length > 0]);
+    }
+  }
+  return out;
+}
+
+// forceStep: an admin settles a dead or stuck step as succeeded with a
+// result and a reason (POST /v1/runs/{id}/steps/{step}/complete); the run
+// goes on. Audited as step.force_completed.
+function forceStep(main, id, q, run) {
+  const rows = forceable(run);
+  if (!rows.length) return null;
+  const pick = h('select', { id: 'run-force-step' },
+    rows.map(([step, item, state, fan]) => h('option', { value: `${item}:${step}` }, fan ? `${step} item ${item} (${state})` : `${step} (${state})`)));
+  const result = h('input', { type: 'text', id: 'run-force-result', placeholder: 'null', spellcheck: 'false', autocomplete: 'off' });
+  const reason = h('input', { type: 'text', id: 'run-force-reason', maxlength: '1024', autocomplete: 'off' });
+  const go = h('button', { type: 'submit', class: 'danger', id: 'run-force-start' }, 'Complete step');
+  const err = h('p', { class: 'error', role: 'alert', id: 'run-force-error' });
+  const form = h('form', { class: 'filters', id: 'run-force', 'aria-label': 'Force a step to succeeded' },
+    field('Step', pick), field('Result (JSON)', result), field('Why (required, recorded)', reason), go);
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    clear(err);
+    const [item, ...rest] = pick.value.split(':');
+    const step = rest.join(':');
+    const body = { item: Number(item), reason: reason.value };
+    if (result.value.trim()) {
+      try {
+        body.result = JSON.parse(result.value);
+      } catch (e) {
+        clear(err, `The result is not JSON: ${e.message}`);
+        return;
+      }
+    }
+    if (!reason.value.trim()) {
+      clear(err, 'Say why the step is forced.');
+      return;
+    }
+    go.disabled = true;
+    try {
+      const r = await api('POST', `/v1/runs/${encodeURIComponent(id)}/steps/${encodeURIComponent(step)}/complete`, body);
+      flash(`Step ${step} of run ${id} completed by hand; the run is ${r.state}.`);
+      result.value = '';
+      reason.value = '';
+      await runPage(main, id, q);
+    } catch (e) {
+      clear(err, errorText(e));
+      go.disabled = false;
+    }
+  });
+  return h('section', { class: 'card', id: 'run-force-section' },
+    h('h2', {}, 'Complete a step by hand'),
+    h('p', { class: 'muted small' }, 'Settles a dead or stuck step as succeeded with this result; a running task is asked to stop and its later result is ignored. The run goes on.'),
+    form, err);
 }
