@@ -15,6 +15,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -220,15 +221,21 @@ func (s *suite) wfPutWritesItsEvent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamType, Value: store.EventWorkflowApplied}, Limit: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range p.Events {
-		got = append(got, string(e.Body))
-	}
 	want := []string{`{"version":1,"created":true}`, `{"version":1,"created":false}`, `{"version":2,"created":true}`}
+	var got []string
+	// The log serves an event once every earlier transaction ended (other
+	// tests' run alongside): read until the three are there.
+	testwait.For(t, "the registrations' events", func() bool {
+		p, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamType, Value: store.EventWorkflowApplied}, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for _, e := range p.Events {
+			got = append(got, string(e.Body))
+		}
+		return len(got) >= len(want)
+	})
 	if len(got) != len(want) {
 		t.Fatalf("events %v, want %v (made: %v)", got, want, bodies)
 	}
