@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/workflow"
 )
 
@@ -68,15 +69,8 @@ func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, du
 			switch {
 			case e.Type == "run.started":
 				w.started.Add(ctx, 1, metric.WithAttributes(wf))
-			case e.Type == "run.finished" || e.Type == "run.halted":
-				var body struct {
-					State string `json:"state"`
-				}
-				_ = json.Unmarshal(e.Body, &body)
-				if body.State == "" {
-					body.State = string(p.Run.State)
-				}
-				w.finished.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("state", body.State)))
+			case e.Type == workflow.EventRunFinished || e.Type == workflow.EventRunHalted:
+				w.finished.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("state", eventState(e, p.Run))))
 			case strings.HasPrefix(e.Type, "step.") && e.Type != "step.enqueued":
 				w.steps.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID),
 					attribute.String("outcome", strings.TrimPrefix(e.Type, "step."))))
@@ -97,4 +91,17 @@ func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, du
 			w.compensations.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("result", string(r.State))))
 		}
 	}
+}
+
+// eventState is the state a run.finished or run.halted event names (the
+// run's, when the body has none).
+func eventState(e workflow.Event, run store.RunRecord) string {
+	var body struct {
+		State string `json:"state"`
+	}
+	_ = json.Unmarshal(e.Body, &body)
+	if body.State == "" {
+		return string(run.State)
+	}
+	return body.State
 }
