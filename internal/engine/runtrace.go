@@ -228,8 +228,8 @@ func stoppedState(p workflow.Plan) (string, bool) {
 // that routes its failures to it ("" for a step no route targets).
 func (e *Engine) routeFrom(ctx context.Context, hash string) func(string) string {
 	return func(step string) string {
-		def, err := e.PlanByHash(ctx, hash)
-		if err != nil {
+		def := e.defOf(ctx)(hash)
+		if def == nil {
 			return ""
 		}
 		for i := range def.Steps {
@@ -238,5 +238,16 @@ func (e *Engine) routeFrom(ctx context.Context, hash string) func(string) string
 			}
 		}
 		return ""
+	}
+}
+
+// defOf reads a plan hash's definition for telemetry (nil: unreadable).
+func (e *Engine) defOf(ctx context.Context) func(string) *workflow.Definition {
+	return func(hash string) *workflow.Definition {
+		def, err := e.PlanByHash(ctx, hash)
+		if err != nil {
+			return nil
+		}
+		return def
 	}
 }

@@ -490,7 +490,7 @@ type stepDuration struct {
 // settlement as canceled then advances the run) and counts the plans
 // (workflows_telemetry.go).
 func (e *Engine) AfterRuns(ctx context.Context, eff *RunEffects) {
-	e.Telemetry.WorkflowPlans(ctx, eff.plans, eff.durations)
+	e.Telemetry.WorkflowPlans(ctx, eff.plans, eff.durations, e.defOf(ctx))
 	e.Telemetry.runsTraced(ctx, &eff.trace, eff.plans)
 	for _, id := range eff.cancels {
 		if _, err := e.store.RequestCancel(context.WithoutCancel(ctx), id, e.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
