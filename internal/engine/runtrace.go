@@ -39,7 +39,7 @@ import (
 // the steps' spans then name a parent that is never recorded.
 
 // ForceAttribute on a span forces its sampling (the binary's sampler).
-const ForceAttribute = "backstop.trace"
+const ForceAttribute = traceids.ForceAttribute
 
 type forceKey struct{}
 

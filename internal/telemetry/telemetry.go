@@ -221,7 +221,7 @@ func Sampler(ratio float64) sdktrace.Sampler {
 type recordAll struct{ sdktrace.Sampler }
 
 // ForceAttribute forces sampling of the span that carries it.
-const ForceAttribute = "backstop.trace"
+const ForceAttribute = traceids.ForceAttribute
 
 func (s recordAll) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
 	for _, kv := range p.Attributes {

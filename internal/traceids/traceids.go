@@ -17,6 +17,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// ForceAttribute, true on a span, forces its sampling (the binary's
+// sampler): a task enqueued or a run started with trace forced.
+const ForceAttribute = "backstop.trace"
+
 type wantKey struct{}
 
 type want struct {
