@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/telemetry"
 )
 
@@ -46,6 +48,25 @@ func TestTraceField(t *testing.T) {
 		}
 		if len(got) != 2 || !got["dispatch a loud.a"] || !got["send tq loud-task"] {
 			t.Errorf("sampled spans %v, want only the forced run's dispatch and the forced task's send", got)
+		}
+		// A remote worker's attempt of the forced run's step is in the run's
+		// trace (its attempt_traceparent), sampled.
+		claimed, err := b.as[api.RoleOperator].Claim(context.Background(), api.ClaimRequest{Queues: []string{"tq"}, WorkerID: "w", Max: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runTrace := engine.RunSpanContext("loud").TraceID().String()
+		seen := false
+		for _, c := range claimed {
+			if c.ID == "loud.a" {
+				seen = true
+				if want := "00-" + runTrace + "-"; !strings.HasPrefix(c.AttemptTraceParent, want) || !strings.HasSuffix(c.AttemptTraceParent, "-01") {
+					t.Errorf("attempt_traceparent %q, want a sampled span of trace %s", c.AttemptTraceParent, runTrace)
+				}
+			}
+		}
+		if !seen {
+			t.Fatalf("loud.a not claimed: %+v", claimed)
 		}
 		for path, body := range map[string]string{"/v1/workflows/t/runs": `{"trace":"yes"}`, "/v1/tasks": `{"queue":"tq","kind":"k","trace":"yes"}`} {
 			st, out := b.raw(t, api.RoleOperator, "POST", path, "application/json", body)
