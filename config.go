@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/backstophq/backstop/internal/engine"
+	"github.com/backstophq/backstop/internal/traceids"
 )
 
 // The configuration, the error model and the enqueue rules are the
@@ -137,3 +140,10 @@ func ValidateAttributes(attrs map[string]string) error { return engine.ValidateA
 func CheckResult(b []byte) (json.RawMessage, error) { return engine.CheckResult(b) }
 
 func invalid(field, format string, args ...any) error { return engine.Invalid(field, format, args...) }
+
+// TraceIDGenerator is the OpenTelemetry SDK IDGenerator to build the
+// Config's TracerProvider with (sdktrace.WithIDGenerator) so that a workflow
+// run is one trace: the run's root span, recorded when the run stops, gets
+// the ids its steps' spans already named as their parent (derived from the
+// run id). Other spans get random ids.
+func TraceIDGenerator() sdktrace.IDGenerator { return traceids.Generator() }

@@ -83,6 +83,9 @@ type RunWorkflowParams struct {
 	// RunID: default a new UUIDv7. Starting a run whose id exists is
 	// ErrConflict, so a caller's own id makes a start idempotent.
 	RunID string
+	// Trace forces the run's trace to be sampled whatever the sampling
+	// ratio (docs/observability.md, "Traces").
+	Trace bool
 }
 
 // RunStarted is a started run.
@@ -100,6 +103,9 @@ func (c *Client) RunWorkflow(ctx context.Context, p RunWorkflowParams) (*RunStar
 	plan, d, err := c.startPlan(ctx, p)
 	if err != nil {
 		return nil, err
+	}
+	if p.Trace {
+		ctx = engine.ForceTrace(ctx)
 	}
 	var eff engine.RunEffects
 	err = c.store.InTx(ctx, func(tx store.Tx) error {
@@ -122,6 +128,9 @@ func RunWorkflowTx[TX any](ctx context.Context, c *Client, ts store.TxStore[TX],
 	plan, d, err := c.startPlan(ctx, p)
 	if err != nil {
 		return nil, err
+	}
+	if p.Trace {
+		ctx = engine.ForceTrace(ctx)
 	}
 	// Counted when the caller's transaction is handed back: a rollback
 	// after this still counts (the library cannot see the commit).

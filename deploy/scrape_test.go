@@ -251,7 +251,13 @@ func runWorkload(t testing.TB) (string, error) {
 func workflowRuns(ctx context.Context, t testing.TB, c *backstop.Client) error {
 	want := map[string]store.RunState{}
 	for name, src := range map[string]string{
-		"wf_ok":     "name: wf_ok\nqueue: q\nsteps:\n  - {id: a, kind: ok}\n  - {id: b, kind: ok, needs: [a], for_each: input.items}\n",
+		// wf_ok also evaluates whens (true, false, error), decides
+		// routes (taken, not taken) and parks steps (needs, concurrency).
+		"wf_ok": "name: wf_ok\nqueue: q\nsteps:\n  - {id: a, kind: ok}\n  - {id: b, kind: ok, needs: [a], for_each: input.items, concurrency: 1}\n" +
+			"  - {id: w, kind: ok, needs: [a], when: size(input.items) == 2}\n  - {id: n, kind: ok, when: size(input.items) > 5}\n" +
+			"  - {id: e, kind: ok, when: input.nope == 1, on_when_error: treat_as_false}\n" +
+			"  - {id: x, kind: bad, on_failure: \"route:y\"}\n  - {id: y, kind: ok}\n" +
+			"  - {id: z, kind: ok, needs: [a], on_failure: \"route:zr\"}\n  - {id: zr, kind: ok}\n",
 		"wf_halt":   "name: wf_halt\nqueue: q\nsteps:\n  - {id: a, kind: ok}\n  - {id: b, kind: bad, needs: [a]}\n",
 		"wf_saga":   "name: wf_saga\nqueue: q\nrollback: on_fail\nsteps:\n  - {id: a, kind: ok, compensate: undo}\n  - {id: b, kind: bad, needs: [a]}\n  - {id: undo, kind: ok, compensation: true}\n",
 		"wf_undone": "name: wf_undone\nqueue: q\nrollback: on_fail\nsteps:\n  - {id: a, kind: ok, compensate: undo}\n  - {id: b, kind: bad, needs: [a]}\n  - {id: undo, kind: bad, compensation: true}\n",

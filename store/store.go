@@ -211,6 +211,9 @@ type Settlement struct {
 	// store/workflows.go). Drivers do not write it: the engine records it
 	// on the step in the same transaction.
 	Result json.RawMessage
+	// TraceParent is the settled task's W3C traceparent (not written): a
+	// workflow step's successors are traced as it was (sampled or not).
+	TraceParent string
 }
 
 // ListFilter selects tasks. Results are ordered by id (UUIDv7: by creation).

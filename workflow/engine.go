@@ -178,6 +178,12 @@ type StepTask struct {
 	Priority    int
 }
 
+// Evaluation is one decision a plan took (Plan.When, Plan.Routes): the step
+// it is about and its result.
+type Evaluation struct {
+	Step, Result string
+}
+
 // Event is an event to append to the run's stream, run.<run id>. Body is a
 // JSON object with run_id and, by type, step_id, item, task_id, state,
 // error.
@@ -207,6 +213,14 @@ type Plan struct {
 	// has a step.skipped event whose body holds when_error): what a
 	// counter of when errors counts.
 	SkippedOnWhenError []string
+	// When lists the when conditions this plan evaluated to decide a step
+	// (once per step started or skipped by it), with their result:
+	// "true", "false" or "error".
+	When []Evaluation
+	// Routes lists the routes this plan decided: a step with a route
+	// target (From) either failed, its failure routed to the target
+	// (Result "taken"), or did not (the target skipped: "not_taken").
+	Routes []Evaluation
 	// WakeAt, when not zero, is when the run must be planned again even
 	// if none of its tasks settles by then (Advance with no changes): the
 	// earliest deadline of a for_each budget whose items wait for a slot.
@@ -798,11 +812,13 @@ func (e *engine) decide(s *Step, halted bool) (bool, error) {
 		switch st {
 		case stSucceeded, stSkipped:
 			e.skip(s, fmt.Sprintf("not routed to: step %q did not fail", from))
+			e.plan.Routes = append(e.plan.Routes, Evaluation{Step: from, Result: "not_taken"})
 			return true, nil
 		case stFailed:
 			if halted {
 				return false, nil
 			}
+			e.plan.Routes = append(e.plan.Routes, Evaluation{Step: from, Result: "taken"})
 			return true, e.startRoute(s, from, failed)
 		}
 		return false, nil
@@ -929,6 +945,16 @@ func (e *engine) startStep(s *Step) error {
 	results := e.neededResults(s)
 	run, items, err := e.items(s, results)
 	var we *whenError
+	if s.When != "" {
+		res := "true"
+		switch {
+		case errors.As(err, &we):
+			res = "error"
+		case err == nil && !run:
+			res = "false"
+		}
+		e.plan.When = append(e.plan.When, Evaluation{Step: s.ID, Result: res})
+	}
 	switch {
 	case errors.As(err, &we) && s.OnWhenError == WhenErrorFalse:
 		e.skipOnWhenError(s, we.err)

@@ -104,6 +104,8 @@ type RunRequest struct {
 	Input   json.RawMessage `json:"input,omitempty"`
 	RunID   string          `json:"run_id,omitempty"`
 	Version int             `json:"version,omitempty"`
+	// Trace samples the run's trace whatever the sampling ratio.
+	Trace bool `json:"trace,omitempty"`
 }
 
 // POST /v1/workflows/{name}/runs
@@ -116,7 +118,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) error {
 		return &backstop.ValidationError{Field: "version", Message: "must not be negative"}
 	}
 	run, err := s.c.RunWorkflow(actorContext(r), backstop.RunWorkflowParams{Workflow: r.PathValue("name"),
-		Version: req.Version, Input: req.Input, RunID: req.RunID})
+		Version: req.Version, Input: req.Input, RunID: req.RunID, Trace: req.Trace})
 	if err != nil {
 		return err
 	}

@@ -107,6 +107,7 @@ type Task struct {
 	Complexity     float64           `json:"complexity,omitempty"`
 	OrderingKey    string            `json:"ordering_key,omitempty"`
 	Sequence       int64             `json:"sequence,omitempty"`
+	Trace          bool              `json:"trace,omitempty"`
 }
 
 func esc(id string) string { return url.PathEscape(id) }

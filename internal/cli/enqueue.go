@@ -40,6 +40,7 @@ type enqueueFlags struct {
 	orderingKey                           string
 	sequence                              int64
 	batchFile                             string
+	trace                                 bool
 }
 
 func enqueueCmd(a *app) *cobra.Command {
@@ -51,7 +52,7 @@ func enqueueCmd(a *app) *cobra.Command {
 per line, with the task's JSON keys: id, queue, kind, payload, priority, run_at, delay,
 max_attempts, timeout, deadline, retry {schedule, base, factor, max}, attributes,
 idempotency_key, merge_key, progress {total_steps, completed_steps}, complexity, ordering_key,
-sequence).
+sequence, trace).
 
 A batch file is checked completely before anything is written; a bad record names its line
 and exits 2. Tasks are then written in transactions of 1000, each all or nothing.
@@ -67,7 +68,7 @@ waiting one or an idempotency key returned an existing one. JSON output is the t
 			if f.batchFile != "" {
 				for _, name := range []string{"queue", "kind", "payload", "payload-file", "id", "max-attempts",
 					"retry-schedule", "timeout", "deadline", "delay", "run-at", "attr", "idempotency-key",
-					"merge-key", "priority", "total-steps", "complexity", "ordering-key", "sequence"} {
+					"merge-key", "priority", "total-steps", "complexity", "ordering-key", "sequence", "trace"} {
 					if cmd.Flags().Changed(name) {
 						return usageErr("--%s cannot be combined with --batch-file: put it in each record", name)
 					}
@@ -98,6 +99,7 @@ waiting one or an idempotency key returned an existing one. JSON output is the t
 	fl.Float64Var(&f.complexity, "complexity", 0, "producer's estimate of the task's complexity")
 	fl.StringVar(&f.orderingKey, "ordering-key", "", "ordering key: on a queue with ordering, its tasks run one at a time in sequence order")
 	fl.Int64Var(&f.sequence, "sequence", 0, "the task's sequence within its ordering key")
+	fl.BoolVar(&f.trace, "trace", false, "trace the task whatever the sampling ratio (its send and attempt spans are sampled)")
 	fl.StringVar(&f.batchFile, "batch-file", "", "enqueue the NDJSON records of this file (- for stdin)")
 	return cmd
 }
@@ -109,7 +111,7 @@ func (a *app) enqueueParams(cmd *cobra.Command, f *enqueueFlags) (backstop.Enque
 		ID: f.id, Queue: f.queue, Kind: f.kind, Priority: f.priority, MaxAttempts: f.maxAttempts,
 		Timeout: f.timeout, Delay: f.delay, IdempotencyKey: f.idempotencyKey, MergeKey: f.mergeKey,
 		Progress: backstop.Progress{Total: f.totalSteps}, Complexity: f.complexity,
-		OrderingKey: f.orderingKey, Sequence: f.sequence,
+		OrderingKey: f.orderingKey, Sequence: f.sequence, Trace: f.trace,
 	}
 	if f.queue == "" {
 		return p, usageErr("--queue is required")
@@ -229,6 +231,13 @@ func (a *app) enqueueOne(cmd *cobra.Command, f *enqueueFlags) error {
 	}
 	if err := a.refuseOverServer(map[string]bool{"merge-rule": f.mergeRule != ""}, "the server's configuration decides how payloads merge"); err != nil {
 		return err
+	}
+	if a.server == "" {
+		var stop func()
+		if cfg, stop, err = a.traced(cmd.Context(), cfg); err != nil {
+			return err
+		}
+		defer stop()
 	}
 	c, err := a.backend(cmd.Context(), cfg)
 	if err != nil {

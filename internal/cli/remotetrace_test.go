@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -102,4 +104,45 @@ func TestWorkLogsMasked(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestTraceFlags: `enqueue --trace` and `workflows run --trace` over
+// --server force the sampling of the task's and the run's spans (the
+// server's spans carry backstop.trace=true).
+func TestTraceFlags(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		sr := tracetest.NewSpanRecorder()
+		var tok struct{ Secret string }
+		e.json(&tok, "tokens", "create", "--name", "w", "--role", "admin")
+		r := &remoteEnv{cliEnv: e, url: tracedAPIServer(t, e.db, sr), token: tok.Secret}
+		file := filepath.Join(t.TempDir(), "t.yaml")
+		if err := os.WriteFile(file, []byte("name: t\nqueue: tq\nsteps:\n  - {id: a, kind: k}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e.ok("workflows", "apply", file)
+		r.remote("", "enqueue", "--queue", "tq", "--kind", "k", "--id", "forced", "--trace")
+		r.remote("", "enqueue", "--queue", "tq", "--kind", "k", "--id", "plain")
+		r.remote("", "workflows", "run", "t", "--run-id", "forced-run", "--trace")
+		forced := map[string]bool{}
+		for _, s := range sr.Ended() {
+			for _, kv := range s.Attributes() {
+				if kv.Key == "backstop.trace" && kv.Value.AsBool() {
+					forced[s.Name()+" "+spanAttrOf(s, "messaging.message.id")] = true
+				}
+			}
+		}
+		if len(forced) != 2 || !forced["send tq forced"] || !forced["dispatch a forced-run.a"] {
+			t.Errorf("forced spans %v, want the forced task's send and the forced run's dispatch", forced)
+		}
+	})
+}
+
+func spanAttrOf(s sdktrace.ReadOnlySpan, key string) string {
+	for _, kv := range s.Attributes() {
+		if string(kv.Key) == key {
+			return kv.Value.Emit()
+		}
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -64,6 +65,26 @@ func (a *app) startWorkTelemetry(ctx context.Context, cfg *config.Config, metric
 		return nil, nil, err
 	}
 	return tel, func() { stopMetrics(); stopTelemetry() }, nil
+}
+
+// traced is cfg (nil: a new one) with the tracer provider the OTEL_*
+// environment asks for, for a command that starts work on the database
+// (`workflows run`, `enqueue`): its spans start the trace the workers
+// continue (the steps' and tasks' traceparents). stop flushes it.
+func (a *app) traced(ctx context.Context, cfg *backstop.Config) (*backstop.Config, func(), error) {
+	if cfg == nil {
+		cfg = &backstop.Config{}
+	}
+	t, err := telemetry.Setup(ctx, telemetry.Options{Service: "backstop", LogOutput: io.Discard, MetricsDisabled: true})
+	if err != nil {
+		return nil, nil, usageErr("telemetry: %v", err)
+	}
+	cfg.TracerProvider = t.TracerProvider
+	return cfg, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = t.Shutdown(sctx)
+	}, nil
 }
 
 // withTelemetry points the library's configuration at t's providers.

@@ -198,6 +198,7 @@ func workflowsRunCmd(a *app) *cobra.Command {
 	var (
 		input, inputFile, runID string
 		version                 int
+		traced                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run NAME",
@@ -205,7 +206,9 @@ func workflowsRunCmd(a *app) *cobra.Command {
 		Long: `run starts a run of NAME's latest version (or --version N) with --input
 (JSON; default {}). It prints the run id; follow it with
 backstop runs show RUN_ID, or backstop events tail --stream run.RUN_ID.
---run-id makes the start idempotent: a run with that id exists → exit 4.`,
+--run-id makes the start idempotent: a run with that id exists → exit 4.
+--trace samples the run's trace (one trace: the run, its steps, their
+attempts) whatever telemetry.sample_ratio says.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if input != "" && inputFile != "" {
@@ -225,7 +228,7 @@ backstop runs show RUN_ID, or backstop events tail --stream run.RUN_ID.
 			if version < 0 {
 				return usageErr("--version: must be 1 or more")
 			}
-			r, err := a.startRun(cmd.Context(), backstop.RunWorkflowParams{Workflow: args[0], Version: version, Input: raw, RunID: runID})
+			r, err := a.startRun(cmd.Context(), backstop.RunWorkflowParams{Workflow: args[0], Version: version, Input: raw, RunID: runID, Trace: traced})
 			if err != nil {
 				return err
 			}
@@ -240,15 +243,21 @@ backstop runs show RUN_ID, or backstop events tail --stream run.RUN_ID.
 	fl.StringVar(&inputFile, "input-file", "", "read the run's input from this file (- for stdin)")
 	fl.StringVar(&runID, "run-id", "", "the run's id (default: a new UUIDv7)")
 	fl.IntVar(&version, "version", 0, "the workflow version to run (default: the latest)")
+	fl.BoolVar(&traced, "trace", false, "trace the run whatever the sampling ratio")
 	return cmd
 }
 
 func (a *app) startRun(ctx context.Context, p backstop.RunWorkflowParams) (*backstop.RunStarted, error) {
 	if a.server != "" {
-		r, err := apiclient.New(a.server, a.token).RunWorkflow(ctx, p.Workflow, api.RunRequest{Input: p.Input, RunID: p.RunID, Version: p.Version})
+		r, err := apiclient.New(a.server, a.token).RunWorkflow(ctx, p.Workflow, api.RunRequest{Input: p.Input, RunID: p.RunID, Version: p.Version, Trace: p.Trace})
 		return r, remoteErr(err)
 	}
-	s, c, err := a.openDB(ctx, nil)
+	cfg, stop, err := a.traced(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	s, c, err := a.openDB(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

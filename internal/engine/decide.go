@@ -48,7 +48,8 @@ type Report struct {
 func (e *Engine) Decide(r Report) store.Settlement {
 	t, res, cause := r.Task, r.Err, r.Cause
 	now := e.Now()
-	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Progress: r.Progress, ErrorDetail: r.Detail}
+	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Progress: r.Progress, ErrorDetail: r.Detail,
+		TraceParent: t.TraceParent}
 	if res == nil && !errors.Is(cause, ErrAbandoned) {
 		if r.ResultErr == nil {
 			s.Outcome, s.State, s.Result = bt.OutcomeSucceeded, bt.StateSucceeded, r.Result
@@ -118,7 +119,7 @@ func (e *Engine) RetryOrDie(s *store.Settlement, t *Task, now time.Time) {
 func (e *Engine) NoHandler(t *Task, grace time.Duration) store.Settlement {
 	now := e.Now()
 	msg := fmt.Sprintf("no handler registered for kind %q", t.Kind)
-	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Error: msg}
+	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Error: msg, TraceParent: t.TraceParent}
 	if now.Sub(t.CreatedAt) >= grace {
 		s.Outcome, s.State, s.DeadReason = bt.OutcomePermanentError, bt.StateDead, bt.ReasonPoison
 		return s

@@ -53,6 +53,10 @@ type EnqueueParams struct {
 	Complexity float64
 	// TraceParent is the W3C traceparent of the producer's span.
 	TraceParent string
+	// Trace forces the task's trace to be sampled whatever the sampling
+	// ratio: its send span carries backstop.trace=true (the binary's
+	// sampler keeps it), and its attempts are children of it.
+	Trace bool
 	// OrderingKey and Sequence: on a queue with ordering enabled, tasks of
 	// one key run one at a time in sequence order (ordering.go).
 	OrderingKey string

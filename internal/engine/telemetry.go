@@ -282,10 +282,14 @@ func (t *Telemetry) StartSend(ctx context.Context, params []EnqueueParams) ([]En
 	copied := false
 	for i := range params {
 		p := &params[i]
-		sctx, span := t.tracer.Start(ctx, "send "+p.Queue, trace.WithSpanKind(trace.SpanKindProducer),
+		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(attrSystem, attribute.String("messaging.destination.name", p.Queue),
 				attribute.String("messaging.operation.type", "send"), attribute.String("messaging.operation.name", "send"),
-				attribute.String("backstop.kind", p.Kind)))
+				attribute.String("backstop.kind", p.Kind))}
+		if p.Trace || traceForced(ctx) {
+			opts = append(opts, trace.WithAttributes(attribute.Bool(ForceAttribute, true)))
+		}
+		sctx, span := t.tracer.Start(ctx, "send "+p.Queue, opts...)
 		spans[i] = span
 		if p.TraceParent == "" && span.SpanContext().IsValid() {
 			if !copied {

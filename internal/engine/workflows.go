@@ -95,6 +95,7 @@ func (e *Engine) settleSteps(ctx context.Context, ss []store.Settlement) ([]bool
 		err = e.store.InTx(ctx, func(tx store.Tx) error {
 			var err error
 			eff = RunEffects{}
+			e.Telemetry.noteSettled(&eff.trace, ss)
 			// The runs first: a transaction takes its place in the event
 			// log (Postgres: its xid) when it first locks or writes, so
 			// taking the runs' locks before anything else puts the
@@ -336,6 +337,7 @@ func (e *Engine) addPlan(ctx context.Context, w *planWriter, plan workflow.Plan,
 				Priority: st.Priority, MaxAttempts: st.MaxAttempts, Timeout: st.Timeout, Retry: st.Retry,
 				Attributes: st.Attributes}
 		}
+		e.Telemetry.dispatchPlan(ctx, &eff.trace, plan, params, insert, e.routeFrom(ctx, plan.Run.PlanHash))
 		tasks, err := e.PrepareAll(params)
 		if err != nil {
 			return &planError{runID: plan.Run.RunID, err: err}
@@ -486,6 +488,7 @@ type RunEffects struct {
 	// steps' time from ready to settled (workflows_telemetry.go).
 	finished  map[string]time.Time
 	durations []stepDuration
+	trace     runTrace // runtrace.go
 }
 
 type stepDuration struct {
@@ -497,7 +500,8 @@ type stepDuration struct {
 // settlement as canceled then advances the run) and counts the plans
 // (workflows_telemetry.go).
 func (e *Engine) AfterRuns(ctx context.Context, eff *RunEffects) {
-	e.Telemetry.WorkflowPlans(ctx, eff.plans, eff.durations)
+	e.Telemetry.WorkflowPlans(ctx, eff.plans, eff.durations, e.defOf(ctx))
+	e.Telemetry.runsTraced(ctx, &eff.trace, eff.plans)
 	for _, id := range eff.cancels {
 		if _, err := e.store.RequestCancel(context.WithoutCancel(ctx), id, e.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
 			e.cfg.Logger.Warn("canceling a step of a canceled run", "task_id", id, "error", err)

@@ -39,6 +39,7 @@ type enqueueRecord struct {
 	Complexity     float64           `json:"complexity"`
 	OrderingKey    string            `json:"ordering_key"`
 	Sequence       int64             `json:"sequence"`
+	Trace          bool              `json:"trace"`
 }
 
 // DecodeEnqueue decodes one task object (an NDJSON line of `enqueue
@@ -79,6 +80,7 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 		Complexity:     r.Complexity,
 		OrderingKey:    r.OrderingKey,
 		Sequence:       r.Sequence,
+		Trace:          r.Trace,
 	}
 	if r.Progress != nil {
 		p.Progress = *r.Progress

@@ -29,6 +29,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/backstophq/backstop/internal/traceids"
 )
 
 // Options says what to set up. The zero value: metrics on (Prometheus
@@ -132,6 +134,7 @@ func Setup(ctx context.Context, o Options) (*Telemetry, error) {
 		}
 		if !autoexport.IsNoneSpanExporter(exp) {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSampler(Sampler(ratio)),
+				sdktrace.WithIDGenerator(traceids.Generator()),
 				sdktrace.WithSpanProcessor(ErrorKeeping(sdktrace.NewBatchSpanProcessor(exp))))
 			t.TracerProvider = tp
 			t.shutdown = append(t.shutdown, tp.Shutdown)
@@ -207,14 +210,26 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 
 // Sampler is a parent-based ratio sampler that never drops a span
 // outright: what the ratio would drop is recorded but not sampled, so
-// ErrorKeeping can still export it when it ends in error.
+// ErrorKeeping can still export it when it ends in error. A span started
+// with the attribute backstop.trace=true (a task enqueued or a run started
+// with trace forced: `--trace`) is always sampled, and so are its
+// children through its sampled context.
 func Sampler(ratio float64) sdktrace.Sampler {
 	return recordAll{sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))}
 }
 
 type recordAll struct{ sdktrace.Sampler }
 
+// ForceAttribute forces sampling of the span that carries it.
+const ForceAttribute = traceids.ForceAttribute
+
 func (s recordAll) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	for _, kv := range p.Attributes {
+		if string(kv.Key) == ForceAttribute && kv.Value.AsBool() {
+			return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample,
+				Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}
+		}
+	}
 	r := s.Sampler.ShouldSample(p)
 	if r.Decision == sdktrace.Drop {
 		r.Decision = sdktrace.RecordOnly

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -161,5 +162,22 @@ func TestOTLPExport(t *testing.T) {
 	var rec map[string]any
 	if err := json.Unmarshal([]byte(strings.TrimSpace(logs.String())), &rec); err != nil || rec["task_id"] != "t1" || rec["msg"] != "task settled" {
 		t.Errorf("JSON log line %q (%v)", logs.String(), err)
+	}
+}
+
+// TestSamplerForce: at ratio 0 a span is recorded but not sampled, unless
+// it carries backstop.trace=true (a forced task or run); its children are
+// then sampled through its context.
+func TestSamplerForce(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(Sampler(0)))
+	tr := tp.Tracer("t")
+	_, plain := tr.Start(context.Background(), "plain")
+	ctx, forced := tr.Start(context.Background(), "forced", trace.WithAttributes(attribute.Bool(ForceAttribute, true)))
+	_, child := tr.Start(ctx, "child")
+	if plain.SpanContext().IsSampled() || !plain.IsRecording() {
+		t.Error("a plain span at ratio 0: want recorded, not sampled")
+	}
+	if !forced.SpanContext().IsSampled() || !child.SpanContext().IsSampled() {
+		t.Error("a forced span and its child: want sampled")
 	}
 }
