@@ -200,23 +200,28 @@ func TestRedrivesKilledHalfwayThenResumedByID(t *testing.T) {
 
 			// Each selected dead letter but the conflicts was replayed once,
 			// with its patch; the other 7,000 are untouched.
-			// The history: every dlq.replayed event of the log, by task (a
-			// filtered read may come back empty with the cursor moved on: the
-			// end is a page that does not move it).
+			// The history: every dlq.replayed event of the log, by task. The
+			// log serves an event once every earlier transaction of the
+			// cluster ended (other tests' too): follow it from the cursor
+			// until every replay's event is there (a filtered read may come
+			// back empty with the cursor moved on).
 			replayedEvents := map[string]int{}
-			for after := ""; ; {
-				page, err := c.ReadEvents(ctx, backstop.ReadEventsParams{Stream: "type.dlq.replayed", After: after, Limit: 1000})
-				if err != nil {
-					t.Fatal(err)
+			after := ""
+			testwait.For(t, fmt.Sprintf("%d dlq.replayed events", selected-10), func() bool {
+				for {
+					page, err := c.ReadEvents(ctx, backstop.ReadEventsParams{Stream: "type.dlq.replayed", After: after, Limit: 1000})
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, ev := range page.Events {
+						replayedEvents[ev.Subject]++
+					}
+					if page.Next == after {
+						return len(replayedEvents) >= selected-10
+					}
+					after = page.Next
 				}
-				for _, ev := range page.Events {
-					replayedEvents[ev.Subject]++
-				}
-				if page.Next == after {
-					break
-				}
-				after = page.Next
-			}
+			})
 			if len(replayedEvents) != selected-10 {
 				t.Fatalf("%d tasks have a dlq.replayed event, want %d", len(replayedEvents), selected-10)
 			}
