@@ -89,6 +89,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("RedriveItems", s.testRedriveItems)   // redrive_items.go
 	t.Run("RedriveRunner", s.testRedriveRunner) // redrive_runner.go
 	t.Run("TaskActions", s.testTaskActions)     // task_actions.go
+	t.Run("TaskJobs", s.testTaskJobs)           // task_jobs.go
 	t.Run("Ops", s.testOps)
 	t.Run("API", s.testAPI)
 	t.Run("Queues", s.testQueues)
