@@ -67,7 +67,8 @@ type TaskJobParams struct {
 	// 32767); no other action takes one.
 	Priority *int
 	// Reason is recorded with the actor in each task's event (required by
-	// TaskDelete, and by every action with Config.RequireReason).
+	// TaskDelete, and by every action with Config.RequireReason). Actor:
+	// who acts; default the context's (WithActor), else "library".
 	Reason, Actor string
 	// All: the filter selects nothing and every task the action can change
 	// is meant. Without it an empty selection is refused, naming "all"; a
@@ -243,7 +244,7 @@ func (c *Client) TaskJob(ctx context.Context, p TaskJobParams, progress func(Red
 		return RedriveProgress{}, fmt.Errorf("%s: %w", p.Action, err)
 	}
 	lf := taskJobList(f, rec.Snapshot)
-	b := store.TaskActionBatch{Action: p.Action, Actor: c.actor(p.Actor), Reason: p.Reason, JobID: rec.ID}
+	b := store.TaskActionBatch{Action: p.Action, Actor: cmp.Or(p.Actor, store.ActorFrom(ctx, "library")), Reason: p.Reason, JobID: rec.ID}
 	if p.Priority != nil {
 		b.Priority = *p.Priority
 	}

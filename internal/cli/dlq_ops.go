@@ -497,8 +497,12 @@ func (a *app) progressBar() func(backstop.RedriveProgress) {
 		}
 		const width = 30
 		n := int(frac * width)
-		fmt.Fprintf(f, "\r[%s%s] %d/%d replayed %d failed %d  %.0f/s ", strings.Repeat("#", n), strings.Repeat(".", width-n),
-			done, p.Total, p.Replayed, p.Failed, p.Rate)
+		did, not := "replayed", "failed"
+		if p.Kind != "" && p.Kind != "redrive" { // a task action's job
+			did, not = "changed", "skipped"
+		}
+		fmt.Fprintf(f, "\r[%s%s] %d/%d %s %d %s %d  %.0f/s ", strings.Repeat("#", n), strings.Repeat(".", width-n),
+			done, p.Total, did, p.Replayed, not, p.Failed, p.Rate)
 	}
 }
 
