@@ -111,12 +111,8 @@ type taskJobKey struct {
 // taskSelection names the filters of f that narrow a task job (by their
 // API names).
 func taskSelection(f ListParams) []string {
-	var sel []string
-	add := func(set bool, name string) {
-		if set {
-			sel = append(sel, name)
-		}
-	}
+	var sel selection // dlqbulk.go
+	add := sel.add
 	add(len(f.States) > 0, "states")
 	add(f.Queue != "", "queue")
 	add(f.Kind != "", "kind")

@@ -199,15 +199,9 @@ func (a *app) taskAction(cmd *cobra.Command, name, action string, f *taskActionF
 			return err
 		}
 	}
-	bar := a.progressBar()
-	final, err := c.TaskJob(ctx, p, func(pr backstop.RedriveProgress) {
-		if a.output == "json" {
-			_ = json.NewEncoder(a.stdout).Encode(pr)
-			return
-		}
-		bar(pr)
-	})
-	bar(backstop.RedriveProgress{})
+	report, end := a.jobProgress() // dlq_ops.go
+	final, err := c.TaskJob(ctx, p, report)
+	end()
 	if err != nil {
 		return err
 	}
@@ -245,22 +239,15 @@ func (a *app) skippedOne(cmd *cobra.Command, c backend, action, id string) error
 }
 
 func printTaskDryRun(w io.Writer, verb string, pre backstop.RedriveProgress) error {
+	var rows [][]string
 	matched := 0
-	var sample []backstop.RedriveSample
 	if pre.Preview != nil {
-		matched, sample = pre.Preview.Matched, pre.Preview.Sample
+		matched = pre.Preview.Matched
+		for _, s := range pre.Preview.Sample {
+			rows = append(rows, []string{s.ID, s.Queue, s.Kind, string(s.State)})
+		}
 	}
-	fmt.Fprintf(w, "would %s %d tasks (dry run: nothing changed)\n", verb, matched)
-	if len(sample) == 0 {
-		return nil
-	}
-	fmt.Fprintf(w, "\nsample (%d):\n", len(sample))
-	tw := newTable(w)
-	fmt.Fprintln(tw, "  ID\tQUEUE\tKIND\tSTATE")
-	for _, s := range sample {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", s.ID, s.Queue, s.Kind, s.State)
-	}
-	return tw.Flush()
+	return printSample(w, fmt.Sprintf("would %s %d tasks", verb, matched), []string{"ID", "QUEUE", "KIND", "STATE"}, rows) // dlq_bulk.go
 }
 
 // TaskJob is POST /v1/tasks/bulk, followed until the job ends.
