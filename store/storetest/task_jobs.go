@@ -127,4 +127,18 @@ func (s *suite) testTaskJobs(t *testing.T) {
 	if _, err := b.c.Get(b.ctx, "tj-10"); !errors.Is(err, backstop.ErrNotFound) {
 		t.Fatalf("tj-10 not deleted: %v", err)
 	}
+	// Stopped by its limit, the job resumes from its record (any process:
+	// ResumeRedrive), with its own selection and reason.
+	out, err = job(backstop.TaskJobParams{Action: backstop.TaskRunNow, All: true, Limit: 3, BatchSize: 2, Reason: "go"})
+	if err != nil || out.Done || out.Replayed != 3 {
+		t.Fatalf("run now, stopped by its limit: %+v %v", out, err)
+	}
+	again, err := b.c.ResumeRedrive(b.ctx, out.RedriveID, backstop.RedriveParams{}, nil)
+	if err != nil || !again.Done || !again.Resumed || again.RedriveID != out.RedriveID || again.Kind != backstop.TaskRunNow {
+		t.Fatalf("resumed: %+v %v", again, err)
+	}
+	rec, err = b.c.GetRedrive(b.ctx, out.RedriveID)
+	if err != nil || rec.Status != backstop.RedriveDone || rec.Replayed != again.Replayed || rec.Replayed < 4 {
+		t.Fatalf("the resumed job's record: %+v %v", rec, err)
+	}
 }
