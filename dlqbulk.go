@@ -114,12 +114,8 @@ func (c *Client) CloseMatching(ctx context.Context, p CloseMatchingParams) (Clos
 // dlqSelection names the filters of f and s that narrow a bulk action on
 // open dead letters (by their API names); none means every one.
 func dlqSelection(f ListParams, s StepSelection) []string {
-	var sel []string
-	add := func(set bool, name string) {
-		if set {
-			sel = append(sel, name)
-		}
-	}
+	var sel selection
+	add := sel.add
 	add(f.Queue != "", "queue")
 	add(f.Kind != "", "kind")
 	add(f.Reason != "", "reason")
@@ -132,6 +128,15 @@ func dlqSelection(f ListParams, s StepSelection) []string {
 	add(s.RunID != "", "run_id")
 	add(s.Step != "", "step")
 	return sel
+}
+
+// selection names the filters a bulk action's selection sets.
+type selection []string
+
+func (s *selection) add(set bool, name string) {
+	if set {
+		*s = append(*s, name)
+	}
 }
 
 // checkAll is the rule of every bulk action on open dead letters (redrive,

@@ -34,7 +34,9 @@ type RedriveSample struct {
 	Queue  string     `json:"queue"`
 	Kind   string     `json:"kind"`
 	Reason DeadReason `json:"reason,omitempty"`
-	Error  string     `json:"error,omitempty"`
+	// State: a task action's sampled task's state.
+	State State  `json:"state,omitempty"`
+	Error string `json:"error,omitempty"`
 	// Diff: with a patch, the payload before and after it.
 	Diff *PayloadDiff `json:"diff,omitempty"`
 }

@@ -66,14 +66,18 @@ type RedriveParams struct {
 
 // RedriveProgress is reported after every batch and at the end.
 type RedriveProgress struct {
-	RedriveID string    `json:"redrive_id"`
-	Resumed   bool      `json:"resumed"`
-	Snapshot  time.Time `json:"snapshot"`
-	Total     int       `json:"total"`    // replayed + failed + still to do, estimated at start
-	Replayed  int       `json:"replayed"` // over the whole redrive, earlier runs included
-	Failed    int       `json:"failed"`
-	Rate      float64   `json:"rate"` // replays per second in this run
-	Done      bool      `json:"done"`
+	RedriveID string `json:"redrive_id"`
+	// Kind: the job's (store.JobRedrive, or a task action's: TaskAction).
+	// For a task action Replayed counts the tasks changed and Failed those
+	// skipped.
+	Kind     string    `json:"kind,omitempty"`
+	Resumed  bool      `json:"resumed"`
+	Snapshot time.Time `json:"snapshot"`
+	Total    int       `json:"total"`    // replayed + failed + still to do, estimated at start
+	Replayed int       `json:"replayed"` // over the whole redrive, earlier runs included
+	Failed   int       `json:"failed"`
+	Rate     float64   `json:"rate"` // replays per second in this run
+	Done     bool      `json:"done"`
 	// Empty: nothing matched when the redrive started (Done is true too);
 	// its record's status is RedriveEmpty, not done.
 	Empty bool `json:"empty,omitempty"`
@@ -199,141 +203,36 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err != nil {
 		return out, err
 	}
-	rec, resumed, err := c.store.StartRedrive(ctx, store.Redrive{ID: uuid.Must(uuid.NewV7()).String(),
+	rec, resumed, err := c.store.StartRedrive(ctx, store.Redrive{ID: uuid.Must(uuid.NewV7()).String(), Kind: store.JobRedrive,
 		FilterKey: string(key), Filter: recorded, Snapshot: now, StartedAt: now})
 	if err != nil {
 		return out, fmt.Errorf("redrive: %w", err)
 	}
-	runner := cmp.Or(p.runner, newRunnerID())
-	if err := c.claimRedrive(ctx, rec.ID, runner, p.Force); err != nil {
-		return out, err
-	}
-	defer c.beatRedrive(ctx, rec.ID, runner)()
-	actor := c.actor(p.Actor)
-	batch := store.RedriveBatch{RedriveID: rec.ID, Filter: f, Snapshot: rec.Snapshot, AfterID: rec.Cursor,
-		State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts, Actor: actor, Reason: p.Reason}
-	var left int
-	if err := c.waitOutUnavailable(ctx, "redrive "+rec.ID, func() (err error) {
-		left, err = c.countRedrive(c.batchBudget(ctx), batch, inGo)
-		return err
-	}, nil); err != nil {
-		return out, engine.WhereErr(fmt.Errorf("redrive: %w", err))
-	}
-	out = RedriveProgress{RedriveID: rec.ID, Resumed: resumed, Snapshot: rec.Snapshot,
-		Total: rec.Replayed + rec.Failed + left, Replayed: rec.Replayed, Failed: rec.Failed}
-	report := func() {
-		if progress != nil {
-			progress(out)
-		}
-	}
-	if !resumed && left == 0 {
-		out.Done, out.Empty = true, true
-		if err := c.waitOutUnavailable(ctx, "redrive "+rec.ID, func() error {
-			return c.store.FinishRedrive(context.WithoutCancel(ctx), rec.ID, RedriveEmpty, c.now())
-		}, nil); err != nil {
-			return out, fmt.Errorf("redrive: %w", err)
-		}
-		report()
-		return out, nil
-	}
-	report()
-	size := p.BatchSize
-	if p.Rate > 0 {
-		size = min(size, max(1, int(p.Rate/10)))
-	}
-	bucket := newTokenBucket(p.Rate, size)
-	start := time.Now()
-	doneThisRun := 0
-	for {
-		n := size
-		if p.Limit > 0 {
-			n = min(n, p.Limit-doneThisRun)
-			if n <= 0 {
-				return out, nil // the record stays running: the next run continues
+	batch := store.RedriveBatch{RedriveID: rec.ID, Filter: f, Snapshot: rec.Snapshot,
+		State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts, Actor: c.actor(p.Actor), Reason: p.Reason}
+	return c.runJob(ctx, jobRun{rec: rec, resumed: resumed, runner: cmp.Or(p.runner, newRunnerID()), force: p.Force,
+		rate: p.Rate, limit: p.Limit, batchSize: p.BatchSize,
+		count: func(ctx context.Context, after string) (int, error) {
+			b := batch
+			b.AfterID = after
+			return c.countRedrive(ctx, b, inGo)
+		},
+		batch: func(ctx context.Context, after string, n int) (replayed, failed int, last string, err error) {
+			batch.AfterID = after
+			if len(p.MergePatch) > 0 || len(p.Patch) > 0 {
+				return c.redrivePatched(ctx, p, f, batch, n)
 			}
-		}
-		if err := bucket.wait(ctx, n); err != nil {
-			return out, interrupted(out, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return out, interrupted(out, err)
-		}
-		var replayed, failed int
-		var last string
-		// A batch the store could not finish (busy, disk full, a lost
-		// connection) is tried again from the record: each replay is
-		// committed with the record's advance, or neither is.
-		resync := func() error {
-			cur, err := c.store.GetRedrive(ctx, rec.ID)
+			batch.Limit, batch.Now = n, c.now()
+			res, err := c.redriveBatch(ctx, batch, inGo)
 			if err != nil {
-				return err
+				return 0, 0, "", fmt.Errorf("redrive: %w", err)
 			}
-			batch.AfterID, out.Replayed, out.Failed = cur.Cursor, cur.Replayed, cur.Failed
-			return nil
-		}
-		err := c.waitOutUnavailable(ctx, "redrive "+rec.ID, func() error {
-			var err error
-			if len(p.MergePatch) == 0 && len(p.Patch) == 0 {
-				batch.Limit, batch.Now = n, c.now()
-				res, err := c.redriveBatch(c.batchBudget(ctx), batch, inGo)
-				if err != nil {
-					return fmt.Errorf("redrive: %w", err)
-				}
-				replayed, failed, last = res.Replayed, len(res.Conflicts), res.LastID
-				c.telemetry.ReplayedBatch(ctx, replayed, failed)
-				if len(res.Steps) > 0 {
-					c.e.ResumeRuns(ctx, res.Steps) // workflows.go: a replayed step resumes its halted run now
-				}
-				return nil
+			c.telemetry.ReplayedBatch(ctx, res.Replayed, len(res.Conflicts))
+			if len(res.Steps) > 0 {
+				c.e.ResumeRuns(ctx, res.Steps) // workflows.go: a replayed step resumes its halted run now
 			}
-			replayed, failed, last, err = c.redrivePatched(c.batchBudget(ctx), p, f, batch, n)
-			return err
-		}, resync)
-		if err != nil {
-			out.Replayed += replayed
-			out.Failed += failed
-			if ctx.Err() != nil {
-				return out, interrupted(out, ctx.Err())
-			}
-			if errors.Is(err, ErrWhereBudget) {
-				return out, overBudget(out, err)
-			}
-			return out, err
-		}
-		if last == "" {
-			out.Done = true
-			if err := c.waitOutUnavailable(ctx, "redrive "+rec.ID, func() error {
-				return c.store.FinishRedrive(context.WithoutCancel(ctx), rec.ID, "done", c.now())
-			}, nil); err != nil {
-				return out, fmt.Errorf("redrive: %w", err)
-			}
-			report()
-			return out, nil
-		}
-		batch.AfterID = last
-		// Canceled from any process (CancelRedrive): stop after this batch.
-		cur, err := c.store.GetRedrive(ctx, rec.ID)
-		if err == nil && cur.Runner != runner {
-			out.Replayed += replayed
-			out.Failed += failed
-			report()
-			return out, fmt.Errorf("redrive %s %w after %d replayed: runner %q took it over", rec.ID, ErrInterrupted, out.Replayed, cur.Runner)
-		}
-		if err == nil && cur.Status == RedriveCanceled {
-			out.Replayed += replayed
-			out.Failed += failed
-			report()
-			return out, fmt.Errorf("redrive %s %w: %w after %d replayed; `backstop redrives resume %s` continues it",
-				rec.ID, ErrInterrupted, ErrRedriveCanceled, out.Replayed, rec.ID)
-		}
-		doneThisRun += replayed + failed
-		out.Replayed += replayed
-		out.Failed += failed
-		if el := time.Since(start).Seconds(); el > 0 {
-			out.Rate = float64(doneThisRun) / el
-		}
-		report()
-	}
+			return res.Replayed, len(res.Conflicts), res.LastID, nil
+		}}, progress)
 }
 
 // redrivePatched replays up to n dead letters one by one (each its own

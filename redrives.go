@@ -80,15 +80,18 @@ func (c *Client) GetRedrive(ctx context.Context, id string) (*RedriveRecord, err
 // RedriveItemsParams selects a redrive's items.
 type RedriveItemsParams struct {
 	ID string
-	// Outcomes: only these (replayed, conflict, unprocessable, not_open);
-	// Failed: only those that did not replay (every outcome but replayed).
+	// Outcomes: only these (replayed, conflict, unprocessable, not_open;
+	// a task job's: canceled, cancel_requested, run_now, deleted,
+	// reprioritized, skipped); Failed: only those that failed (conflict,
+	// unprocessable, not_open, skipped).
 	Outcomes []string
 	Failed   bool
 	AfterID  string
 	Limit    int // default 100, at most 1000
 }
 
-var outcomes = []string{OutcomeReplayed, OutcomeConflict, OutcomeUnprocessable, OutcomeNotOpen}
+var outcomes = []string{OutcomeReplayed, OutcomeConflict, OutcomeUnprocessable, OutcomeNotOpen,
+	store.OutcomeCanceled, OutcomeCancelRequested, OutcomeRunNow, OutcomeDeleted, OutcomeReprioritized, OutcomeSkipped}
 
 // RedriveItems lists a redrive's item outcomes in task id order.
 func (c *Client) RedriveItems(ctx context.Context, p RedriveItemsParams) ([]RedriveItem, error) {
@@ -102,7 +105,7 @@ func (c *Client) RedriveItems(ctx context.Context, p RedriveItemsParams) ([]Redr
 	}
 	os := p.Outcomes
 	if p.Failed {
-		os = []string{OutcomeConflict, OutcomeUnprocessable, OutcomeNotOpen}
+		os = []string{OutcomeConflict, OutcomeUnprocessable, OutcomeNotOpen, OutcomeSkipped}
 		if len(p.Outcomes) > 0 {
 			os = slices.DeleteFunc(slices.Clone(p.Outcomes), func(o string) bool { return o == OutcomeReplayed })
 			if len(os) == 0 {
@@ -141,6 +144,19 @@ func (c *Client) ResumeRedrive(ctx context.Context, id string, p RedriveParams, 
 	}
 	if rec.Status == RedriveDone || rec.Status == RedriveEmpty {
 		return RedriveProgress{}, fmt.Errorf("%w: redrive %s is %s; nothing to resume", ErrConflict, id, rec.Status)
+	}
+	if rec.Kind != "" && rec.Kind != store.JobRedrive {
+		// A task action's job (taskjobs.go): its selection is rebuilt from
+		// its record the same way.
+		p.runner = newRunnerID()
+		if err := c.claimRedrive(ctx, id, p.runner, p.Force); err != nil {
+			return RedriveProgress{}, err
+		}
+		defer func() { _ = c.store.ReleaseRedrive(context.WithoutCancel(ctx), id, p.runner) }()
+		if _, err := c.store.SetRedriveStatus(ctx, id, []string{RedriveRunning, RedriveCanceled, "interrupted"}, RedriveRunning, time.Time{}); err != nil {
+			return RedriveProgress{}, err
+		}
+		return c.resumeTaskJob(ctx, rec, p, progress)
 	}
 	var k struct {
 		redriveKey

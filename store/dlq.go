@@ -202,7 +202,10 @@ type PurgeParams struct {
 // Redrive is the durable record of a bulk redrive, so that a re-run after an
 // interruption resumes it instead of starting over.
 type Redrive struct {
-	ID         string          `json:"id"`
+	ID string `json:"id"`
+	// Kind: JobRedrive (dead letters replayed) or a task action's job
+	// (JobTaskCancel, …): one record, cursor and runner for every bulk job.
+	Kind       string          `json:"kind"`
 	FilterKey  string          `json:"-"`
 	Filter     json.RawMessage `json:"filter"`
 	Snapshot   time.Time       `json:"snapshot"`

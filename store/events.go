@@ -104,6 +104,7 @@ var AuditTypes = []string{
 	EventQueuePaused, EventQueueResumed,
 	EventTokenCreated, EventTokenRevoked,
 	EventWorkflowApplied, "run.canceled", "run.resumed", "step.force_completed",
+	EventTaskRunNow, EventTaskDeleted, EventTaskReprioritized,
 }
 
 // The audit events written for operator actions that change no task.

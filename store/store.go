@@ -104,6 +104,8 @@ type Store interface {
 	// beyond the hot path (store/ops.go).
 	DLQ
 	Ops
+	// Operator actions on live tasks, in bulk (store/taskactions.go).
+	TaskActions
 
 	// API tokens (store/tokens.go) and the reads only the HTTP API needs
 	// (store/api.go).

@@ -199,6 +199,7 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/tasks", RoleViewer, s.listTasks)
 	s.handle("GET", "/v1/tasks/{id}", RoleViewer, s.getTask)
 	s.handle("POST", "/v1/tasks/{id}/cancel", RoleOperator, s.cancelTask)
+	s.handle("POST", "/v1/tasks/bulk", RoleAdmin, s.taskJob) // taskjobs.go
 	s.handle("GET", "/v1/queues", RoleViewer, s.listQueues)
 	s.handle("POST", "/v1/queues/{name}/pause", RoleOperator, s.pauseQueue)
 	s.handle("POST", "/v1/queues/{name}/resume", RoleOperator, s.resumeQueue)

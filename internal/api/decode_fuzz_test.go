@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// FuzzBodyTimes: decoding a redrive or close request never panics; a
+// FuzzBodyTimes: decoding a redrive, close or task action request never panics; a
 // refusal that names a field names a time field whose value is not a time,
 // and the detail starts with that field.
 func FuzzBodyTimes(f *testing.F) {
@@ -21,7 +21,7 @@ func FuzzBodyTimes(f *testing.F) {
 	}
 	times := map[string]bool{"since": true, "until": true, "snapshot": true, "run_at": true}
 	f.Fuzz(func(t *testing.T, body string) {
-		for _, v := range []any{&RedriveRequest{}, &CloseRequest{}} {
+		for _, v := range []any{&RedriveRequest{}, &CloseRequest{}, &TaskJobRequest{}} {
 			err := decodeStrict([]byte(body), v)
 			var ae *apiError
 			if err == nil || !errors.As(err, &ae) || ae.field == "" {

@@ -119,7 +119,7 @@ func (s *Server) listRedrives(w http.ResponseWriter, r *http.Request) error {
 // recordStatus is the status of a redrive this server does not run, from
 // its record.
 func recordStatus(rec *RedriveRecord) RedriveStatus {
-	st := RedriveStatus{RedriveProgress: backstop.RedriveProgress{RedriveID: rec.ID, Snapshot: rec.Snapshot,
+	st := RedriveStatus{RedriveProgress: backstop.RedriveProgress{RedriveID: rec.ID, Kind: rec.Kind, Snapshot: rec.Snapshot,
 		Total: rec.Replayed + rec.Failed, Replayed: rec.Replayed, Failed: rec.Failed,
 		Done: rec.Status == backstop.RedriveDone || rec.Status == backstop.RedriveEmpty, Empty: rec.Status == backstop.RedriveEmpty},
 		Status: rec.Status, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt}

@@ -67,6 +67,13 @@ func (c *Client) Redrive(ctx context.Context, req api.RedriveRequest) (*api.Redr
 	return &out, c.Do(ctx, "POST", "/v1/dlq/redrive", req, &out)
 }
 
+// TaskJob starts an action on live tasks (POST /v1/tasks/bulk): a bulk
+// job polled, canceled and resumed as a redrive.
+func (c *Client) TaskJob(ctx context.Context, req api.TaskJobRequest) (*api.RedriveStatus, error) {
+	var out api.RedriveStatus
+	return &out, c.Do(ctx, "POST", "/v1/tasks/bulk", req, &out)
+}
+
 // RedriveStatus reports a redrive the server runs or ran.
 func (c *Client) RedriveStatus(ctx context.Context, id string) (*api.RedriveStatus, error) {
 	var out api.RedriveStatus

@@ -46,6 +46,8 @@ type backend interface {
 	CloseMatching(ctx context.Context, p backstop.CloseMatchingParams) (backstop.CloseMatchingResult, error)
 	ExportDLQ(ctx context.Context, f backstop.ListParams, fn func(backstop.DeadLetterExport) error) (int, error)
 	Redrive(ctx context.Context, p backstop.RedriveParams, progress func(backstop.RedriveProgress)) (backstop.RedriveProgress, error)
+	// TaskJob runs an action on live tasks as a bulk job (tasks_bulk.go).
+	TaskJob(ctx context.Context, p backstop.TaskJobParams, progress func(backstop.RedriveProgress)) (backstop.RedriveProgress, error)
 	// Logs reads an execution's log lines with seq > after (logs.go).
 	Logs(ctx context.Context, taskID, executionID string, after, limit int) ([]backstop.LogLine, error)
 	Close() error
@@ -543,7 +545,15 @@ func (r *remoteBackend) Redrive(ctx context.Context, p backstop.RedriveParams, p
 		req.Until = &f.Until
 	}
 	st, err := r.cl.Redrive(ctx, req)
-	if err == nil && p.DryRun {
+	return r.awaitJob(ctx, st, err, p.DryRun, progress)
+}
+
+// awaitJob follows a bulk job the server runs (a redrive, a task action)
+// until it ends, reporting its progress: st and err are the answer that
+// started it.
+func (r *remoteBackend) awaitJob(ctx context.Context, st *api.RedriveStatus, err error, dryRun bool,
+	progress func(backstop.RedriveProgress)) (backstop.RedriveProgress, error) {
+	if err == nil && dryRun {
 		return st.RedriveProgress, nil
 	}
 	for err == nil && st.Status == "running" {

@@ -291,18 +291,27 @@ type sampleRow struct {
 	err             string
 }
 
-// printDryRun prints a bulk action's dry run: how many would be acted on,
-// and its sample as a table.
+// printDryRun prints a bulk action's dry run on dead letters: how many
+// would be acted on, and its sample as a table.
 func printDryRun(w io.Writer, verb string, matched int, sample []sampleRow) error {
-	fmt.Fprintf(w, "would %s %d dead letters (dry run: nothing changed)\n", verb, matched)
-	if len(sample) == 0 {
+	rows := make([][]string, len(sample))
+	for i, s := range sample {
+		rows[i] = []string{s.id, s.queue, s.kind, string(s.reason), oneLine(s.err, 80)}
+	}
+	return printSample(w, fmt.Sprintf("would %s %d dead letters", verb, matched), []string{"ID", "QUEUE", "KIND", "REASON", "ERROR"}, rows)
+}
+
+// printSample prints a dry run's headline and its sample as a table.
+func printSample(w io.Writer, headline string, header []string, rows [][]string) error {
+	fmt.Fprintf(w, "%s (dry run: nothing changed)\n", headline)
+	if len(rows) == 0 {
 		return nil
 	}
-	fmt.Fprintf(w, "\nsample (%d):\n", len(sample))
+	fmt.Fprintf(w, "\nsample (%d):\n", len(rows))
 	tw := newTable(w)
-	fmt.Fprintln(tw, "  ID\tQUEUE\tKIND\tREASON\tERROR")
-	for _, s := range sample {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", s.id, s.queue, s.kind, s.reason, oneLine(s.err, 80))
+	fmt.Fprintf(tw, "  %s\n", strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintf(tw, "  %s\n", strings.Join(r, "\t"))
 	}
 	return tw.Flush()
 }

@@ -379,16 +379,9 @@ versions (or of the run's), and RUN_ID, if a workflow run, a run of W.
 					return err
 				}
 			}
-			bar := a.progressBar()
-			final, err := c.Redrive(cmd.Context(), params,
-				func(p backstop.RedriveProgress) {
-					if a.output == "json" {
-						_ = json.NewEncoder(a.stdout).Encode(p)
-						return
-					}
-					bar(p)
-				})
-			bar(backstop.RedriveProgress{}) // end the bar's line
+			report, end := a.jobProgress()
+			final, err := c.Redrive(cmd.Context(), params, report)
+			end()
 			if err != nil {
 				return err
 			}
@@ -473,6 +466,20 @@ func compactOrRaw(b json.RawMessage) string {
 
 // progressBar draws redrive progress on stderr when it is a terminal; a
 // zero progress ends the line.
+// jobProgress reports a bulk job's progress (a redrive, a task action): a
+// JSON line each with -o json, else the progress bar; end ends the bar's
+// line.
+func (a *app) jobProgress() (report func(backstop.RedriveProgress), end func()) {
+	bar := a.progressBar()
+	return func(p backstop.RedriveProgress) {
+		if a.output == "json" {
+			_ = json.NewEncoder(a.stdout).Encode(p)
+			return
+		}
+		bar(p)
+	}, func() { bar(backstop.RedriveProgress{}) }
+}
+
 func (a *app) progressBar() func(backstop.RedriveProgress) {
 	f, ok := a.stderr.(*os.File)
 	if !ok || a.output == "json" {
@@ -497,8 +504,12 @@ func (a *app) progressBar() func(backstop.RedriveProgress) {
 		}
 		const width = 30
 		n := int(frac * width)
-		fmt.Fprintf(f, "\r[%s%s] %d/%d replayed %d failed %d  %.0f/s ", strings.Repeat("#", n), strings.Repeat(".", width-n),
-			done, p.Total, p.Replayed, p.Failed, p.Rate)
+		did, not := "replayed", "failed"
+		if p.Kind != "" && p.Kind != "redrive" { // a task action's job
+			did, not = "changed", "skipped"
+		}
+		fmt.Fprintf(f, "\r[%s%s] %d/%d %s %d %s %d  %.0f/s ", strings.Repeat("#", n), strings.Repeat(".", width-n),
+			done, p.Total, did, p.Replayed, not, p.Failed, p.Rate)
 	}
 }
 

@@ -438,16 +438,10 @@ it over anyway (the other runner, if alive, stops after its batch).`,
 				return err
 			}
 			defer closeFn()
-			bar := a.progressBar()
+			report, end := a.jobProgress()
 			final, err := j.resume(cmd.Context(), args[0], backstop.RedriveParams{Rate: rate, Limit: limit, Actor: actor, Reason: why, Force: force},
-				func(p backstop.RedriveProgress) {
-					if a.output == "json" {
-						_ = json.NewEncoder(a.stdout).Encode(p)
-						return
-					}
-					bar(p)
-				})
-			bar(backstop.RedriveProgress{})
+				report)
+			end()
 			if err != nil {
 				return err
 			}

@@ -189,7 +189,8 @@ const (
 
 var serverModes = map[string]string{
 	"enqueue": viaServer, "work": viaServer,
-	"tasks list": viaServer, "tasks show": viaServer, "tasks cancel": viaServer, "tasks logs": viaServer,
+	"tasks list": viaServer, "tasks show": viaServer, "tasks cancel": viaServer, "tasks run-now": viaServer, "tasks delete": viaServer,
+	"tasks reprioritize": viaServer, "tasks logs": viaServer,
 	"dlq list": viaServer, "dlq show": viaServer, "dlq replay": viaServer, "dlq discard": viaServer,
 	"dlq resolve": viaServer, "dlq redrive": viaServer, "dlq export": viaServer, "dlq purge": viaServer,
 	"workers list": viaServer, "workers show": viaServer,

@@ -21,13 +21,14 @@ func init() { register(tasksCmd) }
 func tasksCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tasks",
-		Short: "List, show and cancel tasks",
+		Short: "List, show, cancel, run now, delete and reprioritize tasks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("tasks: name a subcommand: list, show, cancel or logs")
+			return usageErr("tasks: name a subcommand: list, show, cancel, run-now, delete, reprioritize or logs")
 		},
 	}
-	cmd.AddCommand(tasksListCmd(a), tasksShowCmd(a), tasksCancelCmd(a), tasksLogsCmd(a))
+	cmd.AddCommand(tasksListCmd(a), tasksShowCmd(a), tasksCancelCmd(a), tasksRunNowCmd(a), tasksDeleteCmd(a),
+		tasksReprioritizeCmd(a), tasksLogsCmd(a))
 	return cmd
 }
 
@@ -198,15 +199,18 @@ func checkExecutionWindow(win backstop.ExecutionWindow) error {
 }
 
 func tasksCancelCmd(a *app) *cobra.Command {
-	var reason string
+	var f taskActionFlags
 	cmd := &cobra.Command{
-		Use:   "cancel ID",
-		Short: "Cancel a task: at once when waiting, within a heartbeat when running",
+		Use:   "cancel [ID...]",
+		Short: "Cancel tasks: at once when waiting, within a heartbeat when running",
 		Long: "Cancel a task. A scheduled or pending task is canceled at once; a running one is asked to stop\n" +
 			"and its handler's context ends within one heartbeat interval. A finished task cannot be\n" +
-			"canceled (exit 4); an unknown id exits 3. --reason is recorded with the actor in the history.",
-		Args: cobra.ExactArgs(1),
+			"canceled (exit 4); an unknown id exits 3. --reason is recorded with the actor in the history." + taskActionLong,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 || len(changed(cmd, append(taskSelectionFlags, taskBulkOnlyFlags...))) > 0 {
+				return a.taskAction(cmd, "tasks cancel", backstop.TaskCancel, &f, args) // tasks_bulk.go
+			}
+			reason := f.reason
 			if err := checkReasonFlag("reason", reason); err != nil {
 				return err
 			}
@@ -229,8 +233,27 @@ func tasksCancelCmd(a *app) *cobra.Command {
 			})
 		},
 	}
-	addReasonFlag(cmd, "reason", &reason)
+	f.register(cmd, backstop.TaskCancel)
 	return cmd
+}
+
+func tasksRunNowCmd(a *app) *cobra.Command {
+	return taskActionCmd(a, "run-now", backstop.TaskRunNow, "Make scheduled (retrying included) and pending tasks claimable now",
+		"Make tasks claimable now: a scheduled task (waiting for its run_at or a retry's backoff) becomes\n"+
+			"pending with run_at now; a pending one keeps its place with run_at now.")
+}
+
+func tasksDeleteCmd(a *app) *cobra.Command {
+	return taskActionCmd(a, "delete", backstop.TaskDelete, "Delete scheduled and pending tasks, with a reason",
+		"Delete tasks that have not run yet (scheduled or pending), with their payloads and attempts; their\n"+
+			"history stays, task.deleted last with the actor and --reason (required). Workflow steps and\n"+
+			"ordered tasks are skipped: cancel them instead.")
+}
+
+func tasksReprioritizeCmd(a *app) *cobra.Command {
+	return taskActionCmd(a, "reprioritize", backstop.TaskReprioritize, "Change the priority of waiting tasks",
+		"Set the priority (--priority, required; higher runs first) of waiting tasks (scheduled, pending,\n"+
+			"buffered).")
 }
 
 // taskJSON is a task as the CLI prints it: the contract's snake_case keys,

@@ -25,14 +25,20 @@ func isTerminal(r io.Reader) bool {
 // exit 2 naming --yes without one. cmd names the command ("dlq redrive"),
 // verb its action ("redrive"), done what did not happen ("replayed").
 func (a *app) confirmMany(cmd, verb, done string, n, over int) error {
+	return a.confirmManyOf(cmd, verb, done, "dead letters", n, over)
+}
+
+// confirmManyOf is confirmMany's rule for any bulk action: what names
+// what it acts on ("tasks").
+func (a *app) confirmManyOf(cmd, verb, done, what string, n, over int) error {
 	if n <= over {
 		return nil
 	}
 	if !isTerminal(a.stdin) {
-		return usageErr("%s: %d dead letters match, more than --confirm-over %d, and there is no terminal to ask on: "+
-			"pass --yes to %s them (or --dry-run to see them first)", cmd, n, over, verb)
+		return usageErr("%s: %d %s match, more than --confirm-over %d, and there is no terminal to ask on: "+
+			"pass --yes to %s them (or --dry-run to see them first)", cmd, n, what, over, verb)
 	}
-	if !a.confirm(fmt.Sprintf("%s%s %d dead letters?", strings.ToUpper(verb[:1]), verb[1:], n)) {
+	if !a.confirm(fmt.Sprintf("%s%s %d %s?", strings.ToUpper(verb[:1]), verb[1:], n, what)) {
 		return &exitError{code: ExitFailure, err: fmt.Errorf("%s: not confirmed; nothing %s", cmd, done)}
 	}
 	return nil

@@ -88,6 +88,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("DLQReopen", s.testDLQReopen)         // dlq_reopen.go
 	t.Run("RedriveItems", s.testRedriveItems)   // redrive_items.go
 	t.Run("RedriveRunner", s.testRedriveRunner) // redrive_runner.go
+	t.Run("TaskActions", s.testTaskActions)     // task_actions.go
+	t.Run("TaskJobs", s.testTaskJobs)           // task_jobs.go
 	t.Run("Ops", s.testOps)
 	t.Run("API", s.testAPI)
 	t.Run("Queues", s.testQueues)

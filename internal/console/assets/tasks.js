@@ -3,6 +3,7 @@
 // timeline, every execution and its log; cancel (operator).
 import { api, h, clear, can, flash, errorText, fmtTime, fmtDuration, badge, table, field, live, debounce,
   shortId, copyButton, jsonBlock, panel, stateTabs, countsURL, sortSelect } from './lib.js';
+import { taskActionsSection } from './taskactions.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
 
@@ -72,7 +73,11 @@ export async function tasksPage(main, q) {
     clear(whereErr, errorText(e));
     page = { items: [], next_cursor: null, refused: true };
   }
+  // An admin can pick rows and act on them, or on all matching
+  // (taskactions.js).
+  const picking = can('admin') && !page.refused;
   const rows = page.items.map((t) => [
+    ...(picking ? [h('input', { type: 'checkbox', class: 'pick', 'aria-label': `Select task ${t.id}`, dataset: { id: t.id } })] : []),
     shortId(t.id, `#/tasks/${encodeURIComponent(t.id)}`),
     t.queue, t.kind, badge(t.state), `${t.attempt}/${t.max_attempts}`, progressText(t.progress),
     fmtTime(t.created_at), h('span', { class: 'err', title: t.last_error || '' }, t.last_error),
@@ -94,15 +99,19 @@ export async function tasksPage(main, q) {
   const sort = sortSelect('task-order', order, (v) => { location.hash = withParam('order', v === 'oldest' ? '' : v); });
   const active = ['queue', 'kind', 'attr', 'error_contains', 'created_since', 'created_until', 'where', 'idempotency_key']
     .filter((k) => q.get(k)).map((k) => `${k}=${q.get(k)}`);
+  const listDiv = h('div', { class: 'scroll', id: 'task-list' },
+    table('Tasks', [...(picking ? [h('input', { type: 'checkbox', id: 'pick-all', 'aria-label': 'Select every task of this page' })] : []),
+      'Id', 'Queue', 'Kind', 'State', 'Attempts', 'Progress', 'Created', 'Last error'], rows,
+    page.refused ? 'The filter was refused: see beside the where box.' : 'No task matches.', 'list'));
   clear(main,
     h('h1', {}, 'Tasks'),
     h('div', { class: 'toolbar' }, tabs, h('label', { class: 'sort' }, 'Sort ', sort)),
     panel('task-filters-panel', ['Filters', active.length ? h('span', { class: 'muted small', id: 'task-active' }, ` · ${active.join(' · ')}`) : null],
       [h('div', { class: 'finders' }, find, findKey, findRun), form], { open: !!page.refused }),
+    picking ? panel('task-actions-panel', 'Act on tasks: cancel, run now, delete, change priority',
+      taskActionsSection(listDiv, q, () => { if (main.isConnected && location.hash.startsWith('#/tasks')) tasksPage(main, q).catch(() => {}); })) : null,
     q.get('idempotency_key') ? h('p', { class: 'muted', id: 'key-filter' }, 'Tasks enqueued with the idempotency key ', h('code', {}, q.get('idempotency_key'))) : null,
-    h('div', { class: 'scroll', id: 'task-list' },
-      table('Tasks', ['Id', 'Queue', 'Kind', 'State', 'Attempts', 'Progress', 'Created', 'Last error'], rows,
-        page.refused ? 'The filter was refused: see beside the where box.' : 'No task matches.', 'list')),
+    listDiv,
     h('nav', { class: 'pager', 'aria-label': 'Pages' },
       q.get('after') ? h('a', { href: `#/tasks?${first}` }, 'First page') : null,
       page.next_cursor ? h('a', { href: `#/tasks?${nq}`, rel: 'next' }, 'Next page') : null));

@@ -1,6 +1,7 @@
 package sqldialect
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -166,9 +167,9 @@ func (p *Procedures) StartRedrive(ctx context.Context, r store.Redrive) (store.R
 	}
 	var got store.Redrive
 	var filter []byte
-	err = tx.QueryRow(ctx, `SELECT id, filter, snapshot, cursor, replayed, failed, status, started_at
+	err = tx.QueryRow(ctx, `SELECT id, filter, snapshot, cursor, replayed, failed, status, started_at, kind
 		FROM backstop_redrives WHERE filter_key = $1 AND status = 'running' ORDER BY started_at LIMIT 1`, r.FilterKey).
-		Scan(&got.ID, &filter, &got.Snapshot, &got.Cursor, &got.Replayed, &got.Failed, &got.Status, &got.StartedAt)
+		Scan(&got.ID, &filter, &got.Snapshot, &got.Cursor, &got.Replayed, &got.Failed, &got.Status, &got.StartedAt, &got.Kind)
 	if err == nil {
 		got.FilterKey, got.Filter = r.FilterKey, filter
 		return got, true, tx.Commit(ctx)
@@ -176,8 +177,9 @@ func (p *Procedures) StartRedrive(ctx context.Context, r store.Redrive) (store.R
 	if !errors.Is(err, ErrNoRows) {
 		return r, false, err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO backstop_redrives (id, filter_key, filter, snapshot, cursor, status, started_at)
-		VALUES ($1, $2, $3, $4, '', 'running', $5)`, r.ID, r.FilterKey, string(r.Filter), r.Snapshot, r.StartedAt); err != nil {
+	r.Kind = cmp.Or(r.Kind, store.JobRedrive)
+	if _, err := tx.Exec(ctx, `INSERT INTO backstop_redrives (id, filter_key, filter, snapshot, cursor, status, started_at, kind)
+		VALUES ($1, $2, $3, $4, '', 'running', $5, $6)`, r.ID, r.FilterKey, string(r.Filter), r.Snapshot, r.StartedAt, r.Kind); err != nil {
 		return r, false, err
 	}
 	r.Status = "running"

@@ -32,7 +32,7 @@ func (p *Procedures) RecordRedriveItem(ctx context.Context, it store.RedriveItem
 	})
 }
 
-const redriveCols = `id, filter_key, filter, snapshot, cursor, replayed, failed, status, started_at, finished_at, runner, heartbeat_at`
+const redriveCols = `id, filter_key, filter, snapshot, cursor, replayed, failed, status, started_at, finished_at, runner, heartbeat_at, kind`
 
 func scanRedrive(r Row) (store.Redrive, error) {
 	var (
@@ -40,7 +40,7 @@ func scanRedrive(r Row) (store.Redrive, error) {
 		filter []byte
 	)
 	err := r.Scan(&rec.ID, &rec.FilterKey, &filter, &rec.Snapshot, &rec.Cursor, &rec.Replayed, &rec.Failed, &rec.Status, &rec.StartedAt, &rec.FinishedAt,
-		&rec.Runner, &rec.HeartbeatAt)
+		&rec.Runner, &rec.HeartbeatAt, &rec.Kind)
 	rec.Filter = filter
 	return rec, err
 }
