@@ -168,4 +168,3 @@ func waitState(t *testing.T, c *backstop.Client, id string, st backstop.State) *
 	})
 	return task
 }
-

@@ -53,7 +53,6 @@ func publishTx(t *testing.T, c *backstop.Client, commit bool, msgs ...backstop.M
 	return ids
 }
 
-
 func end(t *testing.T, commit bool, c, r func() error) {
 	t.Helper()
 	f := r
