@@ -54,7 +54,7 @@ type Message struct {
 	// Headers travel as broker headers (NATS and Kafka headers, HTTP
 	// headers of a webhook).
 	Headers map[string]string `json:"headers,omitempty"`
-	// Payload is the message body: JSON. Required.
+	// Payload is the message body: JSON other than null. Required.
 	Payload json.RawMessage `json:"payload"`
 	// Attributes are the message task's correlation attributes; they
 	// travel as Backstop-Attr-<key> headers.
@@ -117,8 +117,8 @@ func (m *Message) validate() error {
 			return invalid("headers", "the value of %q holds a line break or NUL", k)
 		}
 	}
-	if len(bytes.TrimSpace(m.Payload)) == 0 {
-		return invalid("payload", "required (JSON)")
+	if b := bytes.TrimSpace(m.Payload); len(b) == 0 || string(b) == "null" {
+		return invalid("payload", "required: a JSON value other than null")
 	}
 	if !json.Valid(m.Payload) {
 		return invalid("payload", "not valid JSON")
