@@ -64,7 +64,12 @@ func client(t *testing.T, db string, cfg *backstop.Config) *backstop.Client {
 // startRelay runs a relay of sinks over c until the test ends.
 func startRelay(t *testing.T, c *backstop.Client, sinks map[string]relay.Sink) *relay.Relay {
 	t.Helper()
-	r, err := relay.New(c, relay.Config{Sinks: sinks, Logger: slog.New(slog.DiscardHandler),
+	return startRelayWith(t, c, relay.Config{Sinks: sinks})
+}
+
+func startRelayWith(t *testing.T, c *backstop.Client, cfg relay.Config) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(c, relay.Config{Sinks: cfg.Sinks, MeterProvider: cfg.MeterProvider, Logger: slog.New(slog.DiscardHandler),
 		Worker: backstop.WorkerConfig{PollInterval: 20 * time.Millisecond, MaintenanceInterval: 20 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
