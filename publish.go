@@ -68,7 +68,7 @@ type Message struct {
 func messageParams(msgs []Message) ([]EnqueueParams, error) {
 	out := make([]EnqueueParams, len(msgs))
 	for i, m := range msgs {
-		if err := m.validate(); err != nil {
+		if err := m.Validate(); err != nil {
 			return nil, err
 		}
 		id, err := uuid.NewV7()
@@ -96,7 +96,9 @@ func MessageSequence(id uuid.UUID) int64 {
 	return ms<<12 | int64(id[6]&0x0f)<<8 | int64(id[7])
 }
 
-func (m *Message) validate() error {
+// Validate checks a message as PublishTx does: a ValidationError names
+// the field (sink, topic, key, headers, payload).
+func (m *Message) Validate() error {
 	if _, err := SinkQueueName(m.Sink); err != nil {
 		return invalid("sink", "%v", err)
 	}

@@ -104,6 +104,11 @@ func (l *localBackend) Publish(ctx context.Context, m backstop.Message) (*backst
 }
 
 func (r *remoteBackend) Publish(ctx context.Context, m backstop.Message) (*backstop.EnqueueResult, error) {
+	// Checked here as on the database: a body that is not JSON cannot
+	// even be sent.
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
 	res, err := r.cl.Publish(ctx, api.MessageRequest{Sink: m.Sink, Topic: m.Topic, Key: m.Key, Headers: m.Headers,
 		Payload: m.Payload, Attributes: m.Attributes})
 	if err != nil {
