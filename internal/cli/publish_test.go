@@ -3,10 +3,12 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testdb"
 )
 
 // backstop publish writes one message task on the sink's queue, on the
@@ -52,4 +54,29 @@ func TestPublishCLI(t *testing.T) {
 			}
 		}
 	})
+}
+
+// backstop relay refuses bad sinks with exit 2, naming the problem, before
+// it connects to anything.
+func TestRelayFlags(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{t: t, db: testdb.SQLite(t)}
+	cfg := t.TempDir() + "/c.yaml"
+	if err := os.WriteFile(cfg, []byte("sinks:\n  bus:\n    url: ftp://h\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		want string
+		args []string
+	}{
+		{"no sink", []string{"relay"}},
+		{"want NAME=URL", []string{"relay", "--sink", "bus"}},
+		{"scheme must be one of", []string{"relay", "--sink", "bus=amqp://h:1"}},
+		{"missing host", []string{"relay", "--sink", "bus=nats://"}},
+		{"given twice", []string{"relay", "--sink", "bus=nats://h:1", "--sink", "bus=nats://h:2"}},
+		{"sinks.bus.url", []string{"relay", "--config", cfg}},
+		{"--concurrency", []string{"relay", "--sink", "bus=nats://h:1", "--concurrency", "0"}},
+	} {
+		e.fails(ExitUsage, tc.want, tc.args...)
+	}
 }
