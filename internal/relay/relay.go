@@ -19,6 +19,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -99,24 +100,17 @@ func New(c *backstop.Client, cfg Config) (*Relay, error) {
 
 func (m *instruments) init(mp metric.MeterProvider) error {
 	meter := mp.Meter("github.com/backstophq/backstop/internal/relay")
-	var err error
+	var errs []error
 	counter := func(name, desc string) metric.Int64Counter {
-		c, e := meter.Int64Counter(name, metric.WithUnit("{message}"), metric.WithDescription(desc))
-		err = cmpErr(err, e)
+		c, err := meter.Int64Counter(name, metric.WithUnit("{message}"), metric.WithDescription(desc))
+		errs = append(errs, err)
 		return c
 	}
 	m.published = counter("backstop.sink.messages.published", "Messages a sink acknowledged, by sink.")
 	m.failed = counter("backstop.sink.messages.failed", "Delivery attempts a sink failed or refused, by sink.")
 	m.dead = counter("backstop.sink.messages.dead_lettered", "Messages dead-lettered by a refused or last delivery attempt, by sink.")
 	m.sets = map[string]metric.MeasurementOption{}
-	return err
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+	return errors.Join(errs...)
 }
 
 // Start starts delivering; Stop ends it.
