@@ -73,6 +73,8 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 		"dlq resolve":           srv(d[2], d[2], "--note", "test"),
 		"dlq show":              srv(d[3], d[3]),
 		"enqueue":               srv("", "--queue", "srv-enqueued", "--kind", "job"),
+		"publish":               srv("", "--sink", "srv", "--topic", "t", "--payload", "{}"),
+		"relay":                 ref("--sink", "bus=nats://127.0.0.1:1"),
 		"events":                loc(2),
 		"events tail":           srv("task.enqueued", "--limit", "5"),
 		"help":                  loc(0),

@@ -196,6 +196,7 @@ func (s *Server) register() {
 
 	s.handle("POST", "/v1/tasks", RoleOperator, s.postTask)
 	s.handle("POST", "/v1/tasks/batch", RoleOperator, s.postTaskBatch)
+	s.handle("POST", "/v1/messages", RoleOperator, s.postMessage)
 	s.handle("GET", "/v1/tasks", RoleViewer, s.listTasks)
 	s.handle("GET", "/v1/tasks/{id}", RoleViewer, s.getTask)
 	s.handle("POST", "/v1/tasks/{id}/cancel", RoleOperator, s.cancelTask)

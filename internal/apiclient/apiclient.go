@@ -274,3 +274,9 @@ func (c *Client) CompleteMany(ctx context.Context, items []api.CompletionItem) (
 	var out api.CompleteBatchResponse
 	return &out, c.Do(ctx, "POST", "/v1/tasks/complete", api.CompleteBatchRequest{Completions: items}, &out)
 }
+
+// Publish writes one outbox message (POST /v1/messages).
+func (c *Client) Publish(ctx context.Context, m api.MessageRequest) (*api.MessageResponse, error) {
+	var out api.MessageResponse
+	return &out, c.Do(ctx, "POST", "/v1/messages", m, &out)
+}

@@ -27,6 +27,8 @@ import (
 type backend interface {
 	Enqueue(ctx context.Context, p backstop.EnqueueParams) (*backstop.EnqueueResult, error)
 	EnqueueMany(ctx context.Context, ps []backstop.EnqueueParams) ([]backstop.EnqueueResult, error)
+	// Publish writes one outbox message (publish.go).
+	Publish(ctx context.Context, m backstop.Message) (*backstop.EnqueueResult, error)
 	// Validate checks records before any is written; over HTTP it is the
 	// server's job (each batch request is all or nothing) and returns nil.
 	Validate(ps ...backstop.EnqueueParams) error

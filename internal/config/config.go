@@ -28,6 +28,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -68,6 +69,34 @@ type Config struct {
 	DLQ                 DLQ              `yaml:"dlq" json:"dlq"`
 	Workers             Workers          `yaml:"workers" json:"workers"`
 	Log                 Log              `yaml:"log" json:"log"`
+	// Sinks: the destinations of outbox messages, by name
+	// (docs/brokers.md).
+	Sinks map[string]Sink `yaml:"sinks" json:"sinks,omitempty"`
+}
+
+// Sink is a destination of outbox messages: its URL and the policy of its
+// queue, sink.<name> (an ordered queue: its messages' keys are ordering
+// keys).
+type Sink struct {
+	// URL: nats://HOST:PORT (JetStream), kafka://HOST:PORT or
+	// http(s)://... (a webhook). Required.
+	URL string `yaml:"url" json:"url"`
+	// Retry and MaxAttempts: the sink queue's retry policy. Default: the
+	// top-level ones.
+	Retry       *Retry `yaml:"retry" json:"retry,omitempty"`
+	MaxAttempts int    `yaml:"max_attempts" json:"max_attempts,omitempty"`
+	// Timeout bounds one delivery. Default 10s.
+	Timeout Duration `yaml:"timeout" json:"timeout,omitempty"`
+	// Secret signs webhook bodies (Backstop-Signature); never shown.
+	Secret string `yaml:"secret" json:"-"`
+	// Stream: the JetStream stream the relay creates when no stream
+	// covers a subject. Default BACKSTOP_<NAME>.
+	Stream string `yaml:"stream" json:"stream,omitempty"`
+}
+
+// RelayOptions are the relay's options of a sink.
+func (s Sink) RelayOptions() relay.Options {
+	return relay.Options{Timeout: s.Timeout.D(), Secret: s.Secret, Stream: s.Stream}
 }
 
 // Workers is the worker registry's setting and the exec workers `serve`
@@ -588,6 +617,7 @@ func (c *Config) Validate() error {
 		bad("max_attempts", "%d: at most %d", c.MaxAttempts, backstop.MaxAttemptsLimit)
 	}
 	c.Retry.validate("retry", bad)
+	c.validateSinks(bad)
 	for _, name := range sortedKeys(c.Queues) {
 		q, p := c.Queues[name], "queues."+name
 		if err := backstop.ValidID(name); err != nil {
@@ -828,6 +858,13 @@ func (c *Config) Library() *backstop.Config {
 				Ordering: q.Ordering.library()}
 		}
 	}
+	for name, sk := range c.Sinks {
+		if out.Queues == nil {
+			out.Queues = map[string]backstop.QueueConfig{}
+		}
+		out.Queues[backstop.SinkQueue(name)] = backstop.QueueConfig{MaxAttempts: sk.MaxAttempts, Retry: sk.Retry.Policy(),
+			Ordering: backstop.OrderingConfig{Enabled: true}}
+	}
 	if len(c.Kinds) > 0 {
 		out.Kinds = map[string]backstop.KindConfig{}
 		for n, k := range c.Kinds {
@@ -945,4 +982,29 @@ func (o Ordering) library() backstop.OrderingConfig {
 		out.EnabledFor = &backstop.OrderingRollout{Attribute: r.Attribute, Values: r.Values, Percent: r.Percent}
 	}
 	return out
+}
+
+// validateSinks names the bad sink settings.
+func (c *Config) validateSinks(bad func(string, string, ...any)) {
+	for _, name := range sortedKeys(c.Sinks) {
+		sk, p := c.Sinks[name], "sinks."+name
+		if err := relay.ValidName(name); err != nil {
+			bad(p, "bad sink name: %v", err)
+		}
+		if sk.URL == "" {
+			bad(p+".url", "required: nats://HOST:PORT, kafka://HOST:PORT or http(s)://...")
+		} else if _, err := relay.ParseURL(sk.URL); err != nil {
+			bad(p+".url", "%v", err)
+		}
+		if sk.MaxAttempts < 0 || sk.MaxAttempts > backstop.MaxAttemptsLimit {
+			bad(p+".max_attempts", "must be between 1 and %d", backstop.MaxAttemptsLimit)
+		}
+		if sk.Timeout < 0 {
+			bad(p+".timeout", "must not be negative")
+		}
+		sk.Retry.validate(p+".retry", bad)
+		if _, ok := c.Queues[backstop.SinkQueue(name)]; ok {
+			bad(p, "queue %s is also declared under queues; set its policy here", backstop.SinkQueue(name))
+		}
+	}
 }

@@ -21,6 +21,7 @@ const EnvPrefix = "BACKSTOP_"
 //	BACKSTOP_LIMITS_MAX_PAYLOAD_SIZE, BACKSTOP_RETENTION_DEAD_LETTERS, ...
 //	BACKSTOP_QUEUES_<NAME>_CONCURRENCY|MAX_ATTEMPTS|TIMEOUT|LEASE|RETRY|COMPLEXITY_*
 //	BACKSTOP_KINDS_<NAME>_MERGE_RULE|MAX_ATTEMPTS|TIMEOUT|RETRY
+//	BACKSTOP_SINKS_<NAME>_URL|MAX_ATTEMPTS|TIMEOUT|RETRY|SECRET|STREAM
 //
 // A retry value is a schedule ("1s,5s,30s") or "base=1s,factor=2,max=1h"
 // (optionally ",jitter=false"). Empty variables count as unset. Other
@@ -155,7 +156,28 @@ var kindEnv = map[string]func(k *Kind, v string) error{
 	"RETRY":        func(k *Kind, v string) error { return parseRetry(v, &k.Retry) },
 }
 
-var strictSections = []string{"QUEUES_", "KINDS_", "LIMITS_", "RETENTION_", "REDACTION_", "TELEMETRY_", "DLQ_", "WORKERS_", "LOG_"}
+var sinkEnv = map[string]func(s *Sink, v string) error{
+	"URL":          func(s *Sink, v string) error { s.URL = v; return nil },
+	"MAX_ATTEMPTS": func(s *Sink, v string) error { return parseInt(v, &s.MaxAttempts) },
+	"TIMEOUT":      func(s *Sink, v string) error { return parseDur(v, &s.Timeout) },
+	"RETRY":        func(s *Sink, v string) error { return parseRetry(v, &s.Retry) },
+	"SECRET":       func(s *Sink, v string) error { s.Secret = v; return nil },
+	"STREAM":       func(s *Sink, v string) error { s.Stream = v; return nil },
+}
+
+func sinkEnvApply(c *Config) namedApply {
+	return namedApply{fields: keys(sinkEnv), names: keys(c.Sinks), set: func(name, field, v string) error {
+		if c.Sinks == nil {
+			c.Sinks = map[string]Sink{}
+		}
+		s := c.Sinks[name]
+		err := sinkEnv[field](&s, v)
+		c.Sinks[name] = s
+		return err
+	}}
+}
+
+var strictSections = []string{"SINKS_", "QUEUES_", "KINDS_", "LIMITS_", "RETENTION_", "REDACTION_", "TELEMETRY_", "DLQ_", "WORKERS_", "LOG_"}
 
 // ApplyEnv applies the BACKSTOP_* variables of environ (os.Environ form) over
 // c. Errors name the variable.
@@ -178,6 +200,8 @@ func (c *Config) ApplyEnv(environ []string) error {
 			err = topEnv[rest](c, val)
 		case strings.HasPrefix(rest, "QUEUES_"):
 			err = c.applyNamed(strings.TrimPrefix(rest, "QUEUES_"), val, "queue", queueEnvApply(c))
+		case strings.HasPrefix(rest, "SINKS_"):
+			err = c.applyNamed(strings.TrimPrefix(rest, "SINKS_"), val, "sink", sinkEnvApply(c))
 		case strings.HasPrefix(rest, "KINDS_"):
 			err = c.applyNamed(strings.TrimPrefix(rest, "KINDS_"), val, "kind", kindEnvApply(c))
 		default:

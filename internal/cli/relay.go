@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/config"
+	"github.com/backstophq/backstop/internal/relay"
+)
+
+func init() { register(relayCmd) }
+
+type relayOptions struct {
+	sinks       []string
+	config      string
+	concurrency int
+	lease       time.Duration
+	grace       time.Duration
+	id          string
+	metricsAddr string
+}
+
+func relayCmd(a *app) *cobra.Command {
+	var o relayOptions
+	cmd := &cobra.Command{
+		Use:   "relay --sink NAME=URL...",
+		Short: "Deliver outbox messages to NATS JetStream, Kafka and webhooks",
+		Long: `relay delivers the messages of its sinks (written by PublishTx, backstop publish or
+POST /v1/messages) and settles each through the engine: delivered, retried by the sink's
+policy, or dead-lettered with the broker's error (docs/brokers.md).
+
+--sink NAME=URL (repeatable) names a sink: nats://HOST:PORT (JetStream: topic = subject,
+Nats-Msg-Id = message id; a stream BACKSTOP_<NAME> is created for a subject no stream
+covers), kafka://HOST:PORT (topic = Kafka topic, key = record key, idempotent producer),
+http(s)://... (a webhook: POST, Backstop-Signature when the sink has a secret). Without
+--sink, every sink of the configuration's sinks: section; a --sink of a configured name
+keeps that entry's timeout, secret, stream and retry policy.
+
+Messages with one key are delivered one at a time in publish order. On SIGTERM or SIGINT
+the relay stops claiming and lets deliveries in flight finish within --grace.`,
+		Example: `  backstop relay --sink bus=nats://127.0.0.1:4222
+  backstop relay --sink log=kafka://127.0.0.1:9092 --sink hook=https://example.test/in --config backstop.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.relay(cmd, &o) },
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&o.sinks, "sink", nil, "a sink to deliver, NAME=URL (repeatable; default: the configuration's sinks)")
+	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md): sinks, their retry policies, db")
+	f.IntVar(&o.concurrency, "concurrency", 16, "messages in flight per sink (of distinct keys)")
+	f.DurationVar(&o.lease, "lease", 30*time.Second, "lease of a claimed message, renewed by heartbeats every lease/3")
+	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGTERM/SIGINT, how long deliveries in flight may finish")
+	f.StringVar(&o.id, "id", "", "relay worker id (default: host-pid-random)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (default: off)")
+	return cmd
+}
+
+func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
+	ctx := cmd.Context()
+	cfg, err := a.loadConfig(o.config)
+	if err != nil {
+		return err
+	}
+	if !cmd.Flags().Changed("db") && cfg.DB != "" {
+		a.dbURL = cfg.DB
+	}
+	if o.concurrency < 1 || o.grace < 0 || o.lease < time.Second {
+		return usageErr("relay: --concurrency must be positive, --grace not negative, --lease at least 1s")
+	}
+	if cfg.Sinks == nil {
+		cfg.Sinks = map[string]config.Sink{}
+	}
+	named := map[string]bool{}
+	for _, spec := range o.sinks {
+		name, url, err := relay.ParseSpec(spec)
+		if err != nil {
+			return usageErr("relay: %v", err)
+		}
+		if named[name] {
+			return usageErr("relay: --sink %s is given twice", name)
+		}
+		named[name] = true
+		sk := cfg.Sinks[name]
+		sk.URL = url
+		cfg.Sinks[name] = sk
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageErr("relay: %v", err)
+	}
+	names := slices.Sorted(maps.Keys(cfg.Sinks))
+	if len(o.sinks) > 0 {
+		names = slices.Sorted(maps.Keys(named))
+	}
+	if len(names) == 0 {
+		return usageErr("relay: no sink: give --sink NAME=URL or a sinks: section in --config")
+	}
+
+	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, cfg, o.metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
+	log := tel.Logger
+	lib := cfg.Library()
+	withTelemetry(lib, tel)
+	s, c, err := a.open(ctx, lib)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+
+	sinks := map[string]relay.Sink{}
+	defer func() {
+		for _, sk := range sinks {
+			sk.Close()
+		}
+	}()
+	for _, name := range names {
+		sk, err := relay.Open(ctx, name, cfg.Sinks[name].URL, cfg.Sinks[name].RelayOptions())
+		if err != nil {
+			return fmt.Errorf("relay: sink %s: %w", name, err)
+		}
+		sinks[name] = sk
+	}
+	r, err := relay.New(c, relay.Config{Sinks: sinks, Concurrency: o.concurrency, Logger: log, MeterProvider: lib.MeterProvider,
+		Worker: backstop.WorkerConfig{ID: o.id, Lease: o.lease, LeaderTTL: cfg.LeaderTTL.D()}})
+	if err != nil {
+		return usageErr("relay: %v", err)
+	}
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	log.Info("relay started", "worker_id", r.ID(), "sinks", names)
+	<-ctx.Done()
+
+	log.Info("relay draining", "worker_id", r.ID(), "grace", o.grace.String())
+	stopCtx, cancel := context.WithTimeout(context.Background(), o.grace)
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-stopCtx.Done():
+		}
+	}()
+	if err := r.Stop(stopCtx); err != nil {
+		return fmt.Errorf("relay: stop: %w", err)
+	}
+	log.Info("relay stopped", "worker_id", r.ID())
+	return nil
+}

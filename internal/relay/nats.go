@@ -1,0 +1,133 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/backstophq/backstop"
+)
+
+// natsSink publishes to NATS JetStream: topic = subject, the message id as
+// Nats-Msg-Id (the stream's de-duplication within its duplicate window),
+// the key as the Backstop-Key header.
+type natsSink struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream string
+	o      Options
+
+	mu sync.Mutex // serializes the stream's creation and subject additions
+}
+
+var streamNameBad = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// NatsStreamName is the JetStream stream the relay creates for sink name
+// when no stream covers a message's subject: BACKSTOP_<NAME>, upper-cased,
+// characters other than letters, digits, '_' and '-' replaced by '_'.
+func NatsStreamName(name string) string {
+	return "BACKSTOP_" + strings.ToUpper(streamNameBad.ReplaceAllString(name, "_"))
+}
+
+func openNATS(u *url.URL, name string, o Options) (Sink, error) {
+	server := *u
+	server.RawQuery = ""
+	nc, err := nats.Connect(server.String(), nats.Name("backstop relay "+name),
+		nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
+		// A publish while disconnected fails at once (and is retried by
+		// the sink's policy) instead of waiting in a buffer.
+		nats.ReconnectBufSize(-1))
+	if err != nil {
+		return nil, fmt.Errorf("nats %s: %w", server.Redacted(), err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	stream := o.Stream
+	if s := u.Query().Get("stream"); s != "" {
+		stream = s
+	}
+	return &natsSink{nc: nc, js: js, stream: cmpOr(stream, NatsStreamName(name)), o: o}, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func (s *natsSink) Deliver(ctx context.Context, d *Delivery) error {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	m := &nats.Msg{Subject: d.Topic, Data: d.Payload, Header: nats.Header{}}
+	for k, v := range d.Headers {
+		m.Header.Set(k, v)
+	}
+	if d.Key != "" {
+		m.Header.Set("Backstop-Key", d.Key)
+	}
+	_, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(1))
+	if errors.Is(err, jetstream.ErrNoStreamResponse) && s.nc.IsConnected() {
+		// No stream covers the subject: cover it, then publish again.
+		if err = s.cover(ctx, d.Topic); err == nil {
+			_, err = s.js.PublishMsg(ctx, m, jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(1))
+		}
+	}
+	return classifyNATS(err)
+}
+
+// cover adds subject to the relay's stream, creating it when it does not
+// exist.
+func (s *natsSink) cover(ctx context.Context, subject string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, err := s.js.Stream(ctx, s.stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = s.js.CreateStream(ctx, jetstream.StreamConfig{Name: s.stream, Subjects: []string{subject}})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	if slices.Contains(cfg.Subjects, subject) {
+		return nil
+	}
+	cfg.Subjects = append(cfg.Subjects, subject)
+	_, err = s.js.UpdateStream(ctx, cfg)
+	return err
+}
+
+// classifyNATS: what the server or client refuses for good (too large, a
+// bad subject, a JetStream API error in the 4xx class) is permanent;
+// timeouts, disconnections and the rest are retried.
+func classifyNATS(err error) error {
+	if err == nil {
+		return nil
+	}
+	var api *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject),
+		errors.Is(err, nats.ErrInvalidMsg), errors.Is(err, nats.ErrHeadersNotSupported):
+		return backstop.Permanent(err)
+	case errors.As(err, &api) && api.Code >= 400 && api.Code < 500 && api.Code != 408 && api.Code != 429:
+		return backstop.Permanent(err)
+	}
+	return err
+}
+
+func (s *natsSink) Close() error {
+	s.nc.Close()
+	return nil
+}
