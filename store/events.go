@@ -104,6 +104,7 @@ var AuditTypes = []string{
 	EventQueuePaused, EventQueueResumed,
 	EventTokenCreated, EventTokenRevoked,
 	EventWorkflowApplied, "run.canceled", "run.resumed",
+	EventScheduleSaved, EventSchedulePaused, EventScheduleResumed, EventScheduleRemoved,
 }
 
 // The audit events written for operator actions that change no task.

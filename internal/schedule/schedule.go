@@ -97,8 +97,8 @@ func Parse(s Spec) (sch *Schedule, err error) {
 		if s.Every < MinEvery {
 			return nil, &FieldError{"every", fmt.Sprintf("%s is shorter than %s", s.Every, MinEvery)}
 		}
-		if s.Every%time.Millisecond != 0 {
-			return nil, &FieldError{"every", fmt.Sprintf("%s is not a whole number of milliseconds", s.Every)}
+		if s.Every%time.Second != 0 {
+			return nil, &FieldError{"every", fmt.Sprintf("%s is not a whole number of seconds", s.Every)}
 		}
 		return &Schedule{spec: s, every: s.Every}, nil
 	}
@@ -156,9 +156,15 @@ func (s *Schedule) String() string {
 	return "cron " + s.spec.Cron + " " + tz
 }
 
-// First is the first tick after now: now plus the interval, or the cron
-// expression's next time after now.
-func (s *Schedule) First(now time.Time) time.Time { return s.Next(now) }
+// First is the first tick after now: the cron expression's next time, or
+// the next multiple of the interval (counted from the zero time, so an
+// interval that divides a day ticks on the clock: every 1m at each minute).
+func (s *Schedule) First(now time.Time) time.Time {
+	if s.every > 0 {
+		return now.Truncate(s.every).Add(s.every).UTC()
+	}
+	return s.Next(now)
+}
 
 // Next is the first tick strictly after t (zero if a cron expression has
 // none within five years). Interval ticks are anchored on t.
@@ -177,6 +183,8 @@ type Plan struct {
 	// Skipped counts them all.
 	Skip    []time.Time
 	Skipped int
+	// LastSkipped is the newest tick skipped (zero: none).
+	LastSkipped time.Time
 	// Next is the schedule's next tick after the plan: after now.
 	Next time.Time
 }
@@ -253,6 +261,11 @@ func (s *Schedule) Plan(next, now time.Time, missed Missed) Plan {
 	p.Fire = onTime
 	p.Skipped = skippedCount + len(skip)
 	p.Skip = skippedEarly
+	if len(skip) > 0 {
+		p.LastSkipped = skip[len(skip)-1]
+	} else if len(skippedEarly) > 0 {
+		p.LastSkipped = skippedEarly[len(skippedEarly)-1]
+	}
 	for _, t := range skip {
 		if len(p.Skip) >= MaxCatchUp {
 			break

@@ -26,6 +26,7 @@ func TestParseRefuses(t *testing.T) {
 		{Spec{}, "every"},
 		{Spec{Every: time.Minute, Cron: "* * * * *"}, "every"},
 		{Spec{Every: time.Millisecond}, "every"},
+		{Spec{Every: 1500 * time.Millisecond}, "every"},
 		{Spec{Every: time.Minute, TZ: "Europe/Paris"}, "tz"},
 		{Spec{Cron: "* * * * *", TZ: "Mars/Olympus"}, "tz"},
 		{Spec{Cron: "* * * * *", TZ: "Local"}, "tz"},
@@ -75,6 +76,9 @@ func TestPlan(t *testing.T) {
 	t.Parallel()
 	s := mustParse(t, Spec{Every: time.Minute})
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if f := s.First(t0.Add(90 * time.Second)); !f.Equal(t0.Add(2 * time.Minute)) {
+		t.Errorf("first tick of every 1m at 00:01:30: %s", f)
+	}
 	if p := s.Plan(t0, t0.Add(-time.Second), MissedSkip); len(p.Fire) != 0 || !p.Next.Equal(t0) {
 		t.Errorf("not due: %+v", p)
 	}
