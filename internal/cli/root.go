@@ -198,13 +198,15 @@ var serverModes = map[string]string{
 	"workflows apply": viaServer, "workflows list": viaServer, "workflows show": viaServer, "workflows run": viaServer,
 	"redrives list": viaServer, "redrives show": viaServer, "redrives cancel": viaServer, "redrives resume": viaServer,
 	"audit list": viaServer,
+	"periodic add": viaServer, "periodic list": viaServer, "periodic pause": viaServer, "periodic resume": viaServer,
+	"periodic remove": viaServer,
 
 	"help": noBackend, "completion": noBackend, "version": noBackend,
 	"config check": noBackend, "config show": noBackend, "bench ordering": noBackend,
 	// Command groups: they only name their subcommands.
 	"tasks": noBackend, "dlq": noBackend, "workers": noBackend, "queues": noBackend, "events": noBackend,
 	"runs": noBackend, "workflows": noBackend, "tokens": noBackend, "config": noBackend, "redrives": noBackend,
-	"leases": noBackend, "audit": noBackend,
+	"leases": noBackend, "audit": noBackend, "periodic": noBackend,
 }
 
 // serverMode is how the command treats --server: viaServer, noBackend, or
