@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/schedule"
 )
 
@@ -271,4 +273,17 @@ func periodicRemoveCmd(a *app) *cobra.Command {
 			})
 		},
 	}
+}
+
+// putConfigSchedules stores the configuration's schedules at the start of
+// serve and work, each replacing a stored one of its name (its next tick
+// kept when its timing is unchanged).
+func putConfigSchedules(ctx context.Context, c *backstop.Client, cfg *config.Config, log *slog.Logger) error {
+	for _, p := range cfg.ScheduleParams() {
+		if _, err := c.AddSchedule(ctx, p); err != nil {
+			return fmt.Errorf("schedules.%s: %w", p.Name, err)
+		}
+		log.Debug("schedule from the configuration", "schedule", p.Name)
+	}
+	return nil
 }
