@@ -198,6 +198,7 @@ var serverModes = map[string]string{
 	"workflows apply": viaServer, "workflows list": viaServer, "workflows show": viaServer, "workflows run": viaServer,
 	"redrives list": viaServer, "redrives show": viaServer, "redrives cancel": viaServer, "redrives resume": viaServer,
 	"audit list": viaServer,
+	// Periodic schedules (periodic.go).
 	"periodic add": viaServer, "periodic list": viaServer, "periodic pause": viaServer, "periodic resume": viaServer,
 	"periodic remove": viaServer,
 

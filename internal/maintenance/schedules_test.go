@@ -3,6 +3,7 @@ package maintenance_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/maintenance"
 	"github.com/backstophq/backstop/internal/schedule"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -48,8 +50,16 @@ func (b *bundle) scheduled() map[string]int {
 	return out
 }
 
-// eventCount counts the events of type typ.
-func (b *bundle) eventCount(typ string) int {
+// eventCount counts the events of type typ, once at least min are final
+// (on PostgreSQL, once no older transaction runs).
+func (b *bundle) eventCount(typ string, min int) int {
+	b.t.Helper()
+	var n int
+	testwait.For(b.t, fmt.Sprintf("%d %s events", min, typ), func() bool { n = b.readEventCount(typ); return n >= min })
+	return n
+}
+
+func (b *bundle) readEventCount(typ string) int {
 	b.t.Helper()
 	p, err := b.s.ReadEvents(b.ctx, store.EventQuery{Stream: store.Stream{Kind: store.StreamType, Value: typ}, Limit: 1000})
 	if err != nil {
@@ -115,8 +125,8 @@ func TestSchedulesExactlyOncePerTick(t *testing.T) {
 				t.Errorf("tick %s: %d tasks, want 1", k, got[k])
 			}
 		}
-		eq(t, "schedule.ticked events", b.eventCount(store.EventScheduleTicked), len(want))
-		eq(t, "schedule.skipped events", b.eventCount(store.EventScheduleSkipped), 0)
+		eq(t, "schedule.ticked events", b.eventCount(store.EventScheduleTicked, len(want)), len(want))
+		eq(t, "schedule.skipped events", b.eventCount(store.EventScheduleSkipped, 0), 0)
 		sc, err := b.s.GetSchedule(b.ctx, "every10s")
 		if err != nil {
 			t.Fatal(err)
@@ -146,7 +156,7 @@ func TestSchedulesMissedAndPaused(t *testing.T) {
 		if len(got) != 1 || got[maintenance.IdempotencyKey("m", first.Add(10*time.Minute))] != 1 {
 			t.Errorf("skip after downtime enqueued %v, want the tick on time alone", got)
 		}
-		eq(t, "schedule.skipped events", b.eventCount(store.EventScheduleSkipped), 10)
+		eq(t, "schedule.skipped events", b.eventCount(store.EventScheduleSkipped, 10), 10)
 		b.run(svc)
 		eq(t, "tasks after a second round", len(b.scheduled()), 1)
 
