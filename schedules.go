@@ -15,7 +15,8 @@ import (
 // ScheduleParams declares a periodic task: a name, a schedule (Every, or
 // Cron with an optional TZ), what to do with ticks missed while no leader
 // ran (Missed), and the task each tick enqueues. The elected maintenance
-// leader enqueues it, exactly one task per tick (docs/schedules.md).
+// leader enqueues it, exactly one task per tick (docs/api.md, "Periodic
+// schedules").
 type ScheduleParams struct {
 	Name string `json:"name"`
 	// Every is a fixed interval (whole seconds, at least 1s), ticking on
