@@ -108,6 +108,16 @@ func (j *JSONValue) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// MarshalYAML implements yaml.Marshaler: the value as YAML (config show).
+func (j JSONValue) MarshalYAML() (any, error) {
+	if len(j) == 0 {
+		return nil, nil
+	}
+	var v any
+	err := json.Unmarshal(j, &v)
+	return v, err
+}
+
 // MarshalJSON implements json.Marshaler.
 func (j JSONValue) MarshalJSON() ([]byte, error) {
 	if len(j) == 0 {

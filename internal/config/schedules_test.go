@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // TestSchedules: schedules decode from YAML (a payload of any YAML kept as
@@ -35,6 +37,10 @@ func TestSchedules(t *testing.T) {
 		ps[1].Cron != "0 3 * * *" || ps[1].TZ != "Europe/Paris" || ps[1].Missed != "once" ||
 		string(ps[1].Payload) != `{"days":[1,2],"region":"eu"}` || ps[1].Attributes["team"] != "ops" {
 		t.Fatalf("params: %+v", ps)
+	}
+	out, err := yaml.Marshal(c.Effective())
+	if err != nil || !strings.Contains(string(out), "region: eu") {
+		t.Fatalf("the effective configuration as YAML: %v\n%s", err, out)
 	}
 	for _, tc := range []struct{ yaml, want string }{
 		{"schedules:\n  s: {cron: '* * * * *', tz: Mars/Olympus, queue: q, kind: k}\n", "schedules.s.tz: unknown time zone"},
