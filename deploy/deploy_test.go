@@ -153,7 +153,8 @@ func TestAlertAnnotations(t *testing.T) {
 		"BackstopTooComplexDeadLetter", "BackstopFailureRatioHigh", "BackstopWorkersStalled", "BackstopNoWorkers",
 		"BackstopWorkerHeartbeatLost", "BackstopQueueWaitSLO", "BackstopOrderingTimeoutRatioHigh",
 		"BackstopOrderingCircuitBreakerFrequent", "BackstopOrderingBacklogGrowing", "BackstopDLQOldestOpenAge",
-		"BackstopDLQPurgeBelowFloor", "BackstopWorkflowRunsHalted", "BackstopWorkflowCompensationFailed"}
+		"BackstopDLQPurgeBelowFloor", "BackstopWorkflowRunsHalted", "BackstopWorkflowCompensationFailed",
+		"BackstopScheduleNotEnqueuing"}
 	var got []string
 	for _, g := range readRules(t).Groups {
 		for _, r := range g.Rules {
@@ -165,14 +166,19 @@ func TestAlertAnnotations(t *testing.T) {
 			if a["runbook"] != "docs/runbooks.md#"+strings.ToLower(r.Alert) || !strings.Contains(string(runbooks), "\n## "+r.Alert+"\n") {
 				t.Errorf("%s: runbook %q: want its own section \"## %s\" in docs/runbooks.md", r.Alert, a["runbook"], r.Alert)
 			}
-			if a["dlq_url"] == "" && a["tasks_url"] == "" && a["worker_url"] == "" && a["workers_url"] == "" && a["runs_url"] == "" {
-				t.Errorf("%s: wants a link (dlq_url, tasks_url, worker_url, workers_url or runs_url): %v", r.Alert, a)
+			if a["dlq_url"] == "" && a["tasks_url"] == "" && a["worker_url"] == "" && a["workers_url"] == "" && a["runs_url"] == "" &&
+				a["schedule_url"] == "" {
+				t.Errorf("%s: wants a link (dlq_url, tasks_url, worker_url, workers_url, runs_url or schedule_url): %v", r.Alert, a)
 			}
 			switch {
 			case r.Alert == "BackstopNoWorkers", r.Alert == "BackstopDLQPurgeBelowFloor": // fleet-wide; a process's configuration
 			case strings.Contains(r.Expr, "backstop_workflow_"):
 				if a["workflow"] == "" {
 					t.Errorf("%s: wants a workflow annotation: %v", r.Alert, a)
+				}
+			case strings.Contains(r.Expr, "backstop_schedule_"):
+				if a["schedule"] == "" {
+					t.Errorf("%s: wants a schedule annotation: %v", r.Alert, a)
 				}
 			case strings.Contains(r.Expr, "worker_id"):
 				if a["worker_id"] == "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/config"
+	"github.com/backstophq/backstop/internal/maintenance"
 	"github.com/backstophq/backstop/internal/telemetry"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
@@ -223,9 +224,19 @@ func runWorkload(t testing.TB) (string, error) {
 		return "", err
 	}
 	defer idle.Stop(ctx)
+	// A periodic schedule whose first tick a schedules round enqueues
+	// (backstop_schedule_ticks_total and the schedule gauges).
+	if _, err := c.AddSchedule(ctx, backstop.ScheduleParams{Name: "hb", Every: time.Second, Queue: "sched", Kind: "ping"}); err != nil {
+		return "", err
+	}
+	rounds := maintenance.NewSchedules(c.Engine(), time.Second)
+	testwait.For(t, "schedule hb to enqueue its first tick", func() bool {
+		in, err := c.Schedule(ctx, "hb")
+		return rounds.RunOnce(ctx) == nil && err == nil && in.LastOutcome == "enqueued"
+	})
 	// As serve does (internal/cli startGauges), with the default policy.
-	gr := telemetry.WithDLQPolicy(telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(s, c.WorkerCounts), c.HeartbeatingWorkers),
-		(&config.Config{}).DLQGaugePolicy())
+	gr := telemetry.WithDLQPolicy(telemetry.WithSchedules(telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(s, c.WorkerCounts),
+		c.HeartbeatingWorkers), s.ListSchedules), (&config.Config{}).DLQGaugePolicy())
 	g, err := telemetry.StartStoreGauges(ctx, tel.MeterProvider, gr, time.Hour, nil, tel.Logger)
 	if err != nil {
 		return "", err

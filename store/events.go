@@ -105,6 +105,7 @@ var AuditTypes = []string{
 	EventTokenCreated, EventTokenRevoked,
 	EventWorkflowApplied, "run.canceled", "run.resumed", "step.force_completed",
 	EventTaskRunNow, EventTaskDeleted, EventTaskReprioritized,
+	EventScheduleSaved, EventSchedulePaused, EventScheduleResumed, EventScheduleRemoved,
 }
 
 // The audit events written for operator actions that change no task.

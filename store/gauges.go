@@ -42,6 +42,20 @@ type GaugeSnapshot struct {
 	// DLQPolicy is the process's dead-letter retention policy (filled by
 	// the caller from its configuration; nil: not exported).
 	DLQPolicy *DLQGaugePolicy
+	// Schedules are the periodic schedules (filled by the caller from
+	// ListSchedules, like WorkersByState).
+	Schedules []ScheduleGauge
+}
+
+// ScheduleGauge is what the schedule gauges show of one schedule: its next
+// tick, the last tick that enqueued, its period (the interval, or the gap
+// between a cron expression's next two ticks) and whether it is paused.
+type ScheduleGauge struct {
+	Name           string
+	NextRunAt      time.Time
+	LastEnqueuedAt *time.Time
+	Period         time.Duration
+	Paused         bool
 }
 
 // DLQGaugePolicy is what the policy gauges show: how old a closed dead

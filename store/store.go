@@ -120,6 +120,7 @@ type Store interface {
 	// Workflows: definitions, runs and their steps (store/workflows.go);
 	// their transactional writes are the Tx's (WorkflowTx).
 	Workflows
+	Schedules // periodic tasks (store/schedules.go)
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers

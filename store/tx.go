@@ -40,6 +40,8 @@ type Tx interface {
 	// WorkflowTx: a workflow run's and its steps' writes and the run's
 	// lock (store/workflows.go).
 	WorkflowTx
+	// ScheduleTx: a schedule's advance past its ticks (store/schedules.go).
+	ScheduleTx
 }
 
 // TxStore is a driver's composable writes on its own transaction type TX.
@@ -64,6 +66,8 @@ type TxStore[TX any] interface {
 	SetRunWake(ctx context.Context, tx TX, runID string, at time.Time) error
 	StepsOfTasks(ctx context.Context, tx TX, taskIDs []string) ([]StepRecord, error)
 	TaskStates(ctx context.Context, tx TX, taskIDs []string) (map[string]bt.State, error)
+	// The schedules' write (store/schedules.go, ScheduleTx) in tx.
+	AdvanceSchedule(ctx context.Context, tx TX, a ScheduleAdvance) (bool, error)
 }
 
 // ErrTxDone is returned by a Tx's operations once its InTx returned.
@@ -219,6 +223,14 @@ func (b *boundTx[TX]) TaskStates(ctx context.Context, taskIDs []string) (map[str
 	}
 	states, err := b.ts.TaskStates(ctx, b.tx, taskIDs)
 	return states, b.failed(err)
+}
+
+func (b *boundTx[TX]) AdvanceSchedule(ctx context.Context, a ScheduleAdvance) (bool, error) {
+	if err := b.check(); err != nil {
+		return false, err
+	}
+	ok, err := b.ts.AdvanceSchedule(ctx, b.tx, a)
+	return ok, b.failed(err)
 }
 
 // CheckEvents refuses events the log cannot hold, before a driver writes

@@ -53,6 +53,8 @@ func TestAlertLinksAndCommands(t *testing.T) {
 	for _, args := range [][]string{
 		{"enqueue", "--queue", "alerts", "--kind", "ok", "--payload", "{}"},
 		{"enqueue", "--queue", "alerts", "--kind", "bad", "--max-attempts", "1", "--payload", "{}"},
+		// A schedule, for the schedule alert's label.
+		{"periodic", "add", "alerts_tick", "--every", "1m", "--queue", "alerts", "--kind", "ok"},
 	} {
 		if _, stderr, code := runCLI(t, db, args...); code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, stderr)
@@ -110,7 +112,8 @@ func TestAlertLinksAndCommands(t *testing.T) {
 			serveText := scrapeURL(t, base+"/metrics")
 			if strings.Contains(workText, `backstop_dead_letters_total{kind="bad"`) &&
 				strings.Contains(workText, `backstop_workflow_runs_finished_total{`) &&
-				strings.Contains(serveText+workText, "backstop_worker_heartbeat_age_seconds{") {
+				strings.Contains(serveText+workText, "backstop_worker_heartbeat_age_seconds{") &&
+				strings.Contains(serveText+workText, "backstop_schedule_next_run_timestamp_seconds{") {
 				series = append(parseExposition(serveText), parseExposition(workText)...)
 				break
 			}

@@ -82,6 +82,12 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 		"leases rotate-key":     ref("--grace", "1m"),
 		"migrate":               ref(),
 		"migrate status":        ref(),
+		"periodic":              loc(2),
+		"periodic add":          srv("every 1m0s", "s-"+p, "--every", "1m", "--queue", "srv-q", "--kind", "k"),
+		"periodic list":         srv("NEXT RUN"),
+		"periodic pause":        srv("paused", "s-"+p),
+		"periodic resume":       srv("resumed", "s-"+p),
+		"periodic remove":       srv("removed", "rm-"+p),
 		"queues":                loc(2),
 		"queues list":           srv("srv-pending"),
 		"queues pause":          srv("srv-paused", "srv-paused"),
@@ -134,6 +140,10 @@ func TestEveryCommandHonoursServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		pending = append(pending, r.Task.ID)
+		// A schedule per pass for periodic remove.
+		if _, err := c.AddSchedule(ctx, backstop.ScheduleParams{Name: "rm-" + r.Task.ID, Every: time.Hour, Queue: "srv-q", Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	base := startServer(t, db)
 	cfgFile := filepath.Join(t.TempDir(), "backstop.yaml")

@@ -84,6 +84,12 @@ GRANT SELECT, UPDATE ON :"schema".backstop_runs TO backstop_worker;
 -- by whichever role writes the plan, and removed by the maintenance leader
 -- when it has planned the run again.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_run_wakeups TO backstop_producer, backstop_worker;
+-- Periodic schedules (store/schedules.go): `serve` and `work` store the
+-- configuration's schedules at start, and the maintenance leader advances
+-- them as it enqueues their ticks (which takes the producer role's INSERT on
+-- backstop_tasks too). Adding and removing them through the API is the
+-- admin role's.
+GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_schedules TO backstop_worker;
 
 -- admin: everything on Backstop's tables, views and sequences: dead-letter
 -- replay, redrive, discard, resolve, purge and export, retention, tokens.

@@ -199,6 +199,9 @@ var serverModes = map[string]string{
 	"workflows apply": viaServer, "workflows list": viaServer, "workflows show": viaServer, "workflows run": viaServer,
 	"redrives list": viaServer, "redrives show": viaServer, "redrives cancel": viaServer, "redrives resume": viaServer,
 	"audit list": viaServer,
+	// Periodic schedules (periodic.go).
+	"periodic add": viaServer, "periodic list": viaServer, "periodic pause": viaServer, "periodic resume": viaServer,
+	"periodic remove": viaServer,
 
 	"runs complete-step": viaServer,
 
@@ -207,7 +210,7 @@ var serverModes = map[string]string{
 	// Command groups: they only name their subcommands.
 	"tasks": noBackend, "dlq": noBackend, "workers": noBackend, "queues": noBackend, "events": noBackend,
 	"runs": noBackend, "workflows": noBackend, "tokens": noBackend, "config": noBackend, "redrives": noBackend,
-	"leases": noBackend, "audit": noBackend,
+	"leases": noBackend, "audit": noBackend, "periodic": noBackend,
 }
 
 // serverMode is how the command treats --server: viaServer, noBackend, or

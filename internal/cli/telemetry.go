@@ -129,6 +129,7 @@ func startGauges(ctx context.Context, t *telemetry.Telemetry, c *backstop.Client
 		return func() {}
 	}
 	gr = telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(gr, c.WorkerCounts), c.HeartbeatingWorkers)
+	gr = telemetry.WithSchedules(gr, c.Store().ListSchedules)
 	if cfg != nil {
 		gr = telemetry.WithDLQPolicy(gr, cfg.DLQGaugePolicy())
 	}

@@ -11,6 +11,7 @@ package config
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/relay"
+	"github.com/backstophq/backstop/internal/schedule"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -72,6 +74,10 @@ type Config struct {
 	// Sinks: the destinations of outbox messages, by name
 	// (docs/brokers.md).
 	Sinks map[string]Sink `yaml:"sinks" json:"sinks,omitempty"`
+	// Schedules are periodic tasks by name (docs/configuration.md,
+	// "schedules"): serve and work store them at start (a changed one
+	// replaced), and the maintenance leader enqueues their ticks.
+	Schedules map[string]Schedule `yaml:"schedules" json:"schedules,omitempty"`
 }
 
 // Sink is a destination of outbox messages: its URL and the policy of its
@@ -97,6 +103,69 @@ type Sink struct {
 // RelayOptions are the relay's options of a sink.
 func (s Sink) RelayOptions() relay.Options {
 	return relay.Options{Timeout: s.Timeout.D(), Secret: s.Secret, Stream: s.Stream}
+}
+
+// Schedule is one periodic task: every or cron (with tz), the missed-tick
+// policy, and the task each tick enqueues (backstop.ScheduleParams).
+type Schedule struct {
+	Every       Duration          `yaml:"every" json:"every,omitempty"`
+	Cron        string            `yaml:"cron" json:"cron,omitempty"`
+	TZ          string            `yaml:"tz" json:"tz,omitempty"`
+	Missed      string            `yaml:"missed" json:"missed,omitempty"`
+	Queue       string            `yaml:"queue" json:"queue"`
+	Kind        string            `yaml:"kind" json:"kind"`
+	Payload     JSONValue         `yaml:"payload" json:"payload,omitempty"`
+	Attributes  map[string]string `yaml:"attributes" json:"attributes,omitempty"`
+	Priority    int               `yaml:"priority" json:"priority,omitempty"`
+	MaxAttempts int               `yaml:"max_attempts" json:"max_attempts,omitempty"`
+}
+
+// JSONValue is any YAML value, kept as its JSON (a task's payload).
+type JSONValue json.RawMessage
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (j *JSONValue) UnmarshalYAML(n *yaml.Node) error {
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("not representable as JSON: %v", err)
+	}
+	*j = b
+	return nil
+}
+
+// MarshalYAML implements yaml.Marshaler: the value as YAML (config show).
+func (j JSONValue) MarshalYAML() (any, error) {
+	if len(j) == 0 {
+		return nil, nil
+	}
+	var v any
+	err := json.Unmarshal(j, &v)
+	return v, err
+}
+
+// MarshalJSON implements json.Marshaler.
+func (j JSONValue) MarshalJSON() ([]byte, error) {
+	if len(j) == 0 {
+		return []byte("null"), nil
+	}
+	return j, nil
+}
+
+// ScheduleParams are the configured schedules as the library takes them,
+// by name, each replacing a stored one of its name.
+func (c *Config) ScheduleParams() []backstop.ScheduleParams {
+	var out []backstop.ScheduleParams
+	for _, name := range sortedKeys(c.Schedules) {
+		s := c.Schedules[name]
+		out = append(out, backstop.ScheduleParams{Name: name, Every: s.Every.D(), Cron: s.Cron, TZ: s.TZ, Missed: s.Missed,
+			Queue: s.Queue, Kind: s.Kind, Payload: json.RawMessage(s.Payload), Attributes: s.Attributes, Priority: s.Priority,
+			MaxAttempts: s.MaxAttempts, Replace: true})
+	}
+	return out
 }
 
 // Workers is the worker registry's setting and the exec workers `serve`
@@ -750,6 +819,26 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseLogLevel(c.Log.Level); err != nil {
 		bad("log.level", "%v", err)
+	}
+	for _, name := range sortedKeys(c.Schedules) {
+		sc, p := c.Schedules[name], "schedules."+name
+		if err := backstop.ValidID(name); err != nil {
+			bad(p, "bad schedule name: %v", err)
+		}
+		var fe *schedule.FieldError
+		if _, err := schedule.Parse(schedule.Spec{Every: sc.Every.D(), Cron: sc.Cron, TZ: sc.TZ}); errors.As(err, &fe) {
+			bad(p+"."+fe.Field, "%s", fe.Msg)
+		}
+		if _, err := schedule.ParseMissed(sc.Missed); err != nil {
+			bad(p+".missed", "%q: want skip, once or all", sc.Missed)
+		}
+		for _, f := range []struct{ key, v string }{{"queue", sc.Queue}, {"kind", sc.Kind}} {
+			if f.v == "" {
+				bad(p+"."+f.key, "is required")
+			} else if err := backstop.ValidID(f.v); err != nil {
+				bad(p+"."+f.key, "%v", err)
+			}
+		}
 	}
 	for i, w := range c.Workers.Run {
 		p := c.Workers.runPath(i)

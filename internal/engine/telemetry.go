@@ -55,6 +55,8 @@ type Telemetry struct {
 	msgConsumed metric.Int64Counter
 
 	workflows *workflowTelemetry // workflows_telemetry.go
+	// scheduleTicks: schedule_telemetry.go
+	scheduleTicks metric.Int64Counter
 
 	// tracesOff: the tracer provider is a no-op one; span work is skipped.
 	tracesOff bool
@@ -162,6 +164,9 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, orderingByQu
 	wf, wfErrs := newWorkflowTelemetry(m)
 	t.workflows = wf
 	errs = append(errs, wfErrs...)
+	var schedErr error
+	t.scheduleTicks, schedErr = newScheduleTicks(m)
+	errs = append(errs, schedErr)
 	// The ordering counters (ordering.go) are kept by the engine as atomics,
 	// per ordered queue, and observed at collection:
 	// backstop_ordering_<name>_total{queue}.

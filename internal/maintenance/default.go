@@ -10,7 +10,8 @@ import (
 // among every process on the store.
 const (
 	// MaintenanceLeadership runs promotion, lease expiry, deadlines, lost
-	// workers, ordering drains and the workflow runs' wake-ups.
+	// workers, ordering drains, the workflow runs' wake-ups and the periodic
+	// schedules.
 	MaintenanceLeadership = "maintenance"
 	// RetentionLeadership runs retention, only in processes whose database
 	// role may delete.
@@ -39,6 +40,7 @@ func Services(e *engine.Engine, every time.Duration) []Service {
 		NewLostWorkers(e, every),
 		NewOrderingDrains(e, every),
 		NewRunWakeups(e, every),
+		NewSchedules(e, every),
 	}
 }
 

@@ -97,6 +97,10 @@ func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.Gaug
 	if err != nil {
 		return nil, err
 	}
+	sched, err := newScheduleGauges(m)
+	if err != nil {
+		return nil, err
+	}
 	g.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		g.mu.Lock()
 		snap := g.snap
@@ -140,8 +144,9 @@ func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.Gaug
 			}
 			o.ObserveFloat64(floor, p.PurgeFloor.Seconds())
 		}
+		sched.observe(o, snap.Schedules)
 		return nil
-	}, tasks, dlq, pending, lease, workers, heartbeat, openAge, openBytes, retention, floor)
+	}, append([]metric.Observable{tasks, dlq, pending, lease, workers, heartbeat, openAge, openBytes, retention, floor}, sched.instruments()...)...)
 	if err != nil {
 		return nil, err
 	}

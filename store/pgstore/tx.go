@@ -138,6 +138,11 @@ func (Txs) TaskStates(ctx context.Context, tx pgx.Tx, taskIDs []string) (map[str
 	return sqldialect.TaskStates(ctx, dialect, runner{q: tx}, taskIDs)
 }
 
+// AdvanceSchedule is store.ScheduleTx's AdvanceSchedule inside tx.
+func (Txs) AdvanceSchedule(ctx context.Context, tx pgx.Tx, a store.ScheduleAdvance) (bool, error) {
+	return sqldialect.AdvanceSchedule(ctx, dialect, runner{q: tx}, a)
+}
+
 // SetRunWake is store.WorkflowTx's SetRunWake inside tx.
 func (Txs) SetRunWake(ctx context.Context, tx pgx.Tx, runID string, at time.Time) error {
 	return sqldialect.WorkflowSetRunWake(ctx, dialect, runner{q: tx}, runID, at)

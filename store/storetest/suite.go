@@ -109,6 +109,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("HeartbeatingWorkers", s.testHeartbeatingWorkers)
 	t.Run("Tx", s.testTx)                       // tx.go: settle, enqueue and events composed in one transaction
 	t.Run("Workflows", s.testWorkflows)         // workflows.go: definitions, runs and steps
+	t.Run("Schedules", s.testSchedules)         // schedules.go: periodic tasks on a frozen clock
 	t.Run("Where", s.testWhere)                 // where.go: filter by payload
 	t.Run("WhereProperty", s.testWhereProperty) // where.go: SQL and Go agree
 	t.Run("WhereNumbers", s.testWhereNumbers)   // where_numbers.go: one numeric model
