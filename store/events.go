@@ -102,6 +102,7 @@ var AuditTypes = []string{
 	EventCancelRequest, EventCanceled, "task.payload_viewed",
 	"lease_key.rotated",
 	EventQueuePaused, EventQueueResumed,
+	EventLimitSet, EventLimitRemoved,
 	EventTokenCreated, EventTokenRevoked,
 	EventWorkflowApplied, "run.canceled", "run.resumed",
 }
@@ -110,6 +111,8 @@ var AuditTypes = []string{
 const (
 	EventQueuePaused     = "queue.paused"
 	EventQueueResumed    = "queue.resumed"
+	EventLimitSet        = "limit.set"
+	EventLimitRemoved    = "limit.removed"
 	EventTokenCreated    = "token.created"
 	EventTokenRevoked    = "token.revoked"
 	EventWorkflowApplied = "workflow.applied"
