@@ -121,7 +121,7 @@ var (
 // sqlLimitCandidates: the limited claim's candidates, in claim order,
 // locked: the claimable tasks ($4: kinds, empty for any) outside the
 // budgets that are full (a row of $5, $6, $7 per full budget: the limit's
-// kind, '' for any; its per attribute, '' for none; the value).
+// kind, ” for any; its per attribute, ” for none; the value).
 const sqlLimitCandidates = `
 SELECT id, kind, coalesce(attributes, '{}'::jsonb) FROM backstop_tasks t
 WHERE state = 'pending' AND queue = $1 AND run_at <= $2

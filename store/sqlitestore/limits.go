@@ -14,7 +14,7 @@ var _ store.Limits = (*Store)(nil)
 
 // sqlLimitCandidates: the limited claim's candidates in claim order, the
 // claimable tasks outside the full budgets (a JSON array of [kind, per,
-// value]: the limit's kind, '' for any; its per attribute, '' for none;
+// value]: the limit's kind, ” for any; its per attribute, ” for none;
 // the value). %s: the kind filter.
 const sqlLimitCandidates = `SELECT id, kind, coalesce(attributes, '{}') FROM backstop_tasks t
 WHERE state = 'pending' AND queue = ? AND run_at <= ? AND (deadline IS NULL OR deadline > ?)%s
