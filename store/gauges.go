@@ -42,6 +42,9 @@ type GaugeSnapshot struct {
 	// DLQPolicy is the process's dead-letter retention policy (filled by
 	// the caller from its configuration; nil: not exported).
 	DLQPolicy *DLQGaugePolicy
+	// LimitWaiting is, per limit (store/limits.go), how many pending tasks
+	// its full budgets hold back (every limit, 0 included).
+	LimitWaiting map[string]int
 }
 
 // DLQGaugePolicy is what the policy gauges show: how old a closed dead
@@ -61,7 +64,7 @@ type WorkerSeen struct {
 func NewGaugeSnapshot() *GaugeSnapshot {
 	return &GaugeSnapshot{Tasks: map[string]map[bt.State]int{}, DeadLetters: map[string]map[bt.DLQStatus]int{},
 		OldestPending: map[string]time.Time{}, OldestLease: map[string]time.Time{}, WorkersByState: map[string]int{},
-		OldestOpenDeadLetter: map[string]time.Time{}, OpenDeadLetterBytes: map[string]int64{}}
+		OldestOpenDeadLetter: map[string]time.Time{}, OpenDeadLetterBytes: map[string]int64{}, LimitWaiting: map[string]int{}}
 }
 
 // AddOpenDeadLetters folds one row's open dead letters (the oldest one's

@@ -37,11 +37,14 @@ func (l Limit) Value(attrs map[string]string) string {
 }
 
 // LimitUse is how much of one budget of a limit is taken: Running tasks
-// of its scope and value, Waiting ready (pending) tasks of it.
+// of its scope and value, Pending ones, and of those Waiting: held back by
+// this budget, which is full (Pending when Running has reached the limit,
+// else 0).
 type LimitUse struct {
 	Limit   string `json:"limit"`
 	Value   string `json:"value"`
 	Running int    `json:"running"`
+	Pending int    `json:"pending"`
 	Waiting int    `json:"waiting"`
 }
 
@@ -57,9 +60,8 @@ type Limits interface {
 	// ListLimits lists every limit by name.
 	ListLimits(ctx context.Context) ([]Limit, error)
 	// LimitUses counts, for every limit and each of its values that has
-	// running or ready pending tasks, both (pending tasks whose run_at has
-	// come by now), by limit name then value.
-	LimitUses(ctx context.Context, now time.Time) ([]LimitUse, error)
+	// running or pending tasks, both, by limit name then value.
+	LimitUses(ctx context.Context) ([]LimitUse, error)
 }
 
 // LimitCandidate is a claimable task as the limited claim sees it.

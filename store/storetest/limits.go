@@ -131,15 +131,20 @@ func (s *suite) testLimitPerAttribute(t *testing.T) {
 	for _, task := range pending {
 		eq(t, "attempts of a held-back task", task.Attempt, 0)
 	}
-	uses, err := b.store.LimitUses(b.ctx, b.clock.Now())
+	uses, err := b.store.LimitUses(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eq(t, "uses", uses, []store.LimitUse{
 		{Limit: "one-per-tenant", Value: "", Running: 1},
-		{Limit: "one-per-tenant", Value: "a", Running: 1, Waiting: 2},
-		{Limit: "one-per-tenant", Value: "b", Running: 1, Waiting: 1},
+		{Limit: "one-per-tenant", Value: "a", Running: 1, Pending: 2, Waiting: 2},
+		{Limit: "one-per-tenant", Value: "b", Running: 1, Pending: 1, Waiting: 1},
 	})
+	g, err := b.store.(store.GaugeReader).Gauges(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "gauge: waiting on the limit", g.LimitWaiting, map[string]int{"one-per-tenant": 3})
 	// One tenant's slot freed admits that tenant only.
 	for _, task := range got {
 		if task.Attributes["tenant"] == "a" {

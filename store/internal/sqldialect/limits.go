@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
@@ -94,17 +93,17 @@ func (p *Procedures) limitValue(l store.Limit, param string, args ...any) (strin
 }
 
 // LimitUses implements store.Limits.
-func (p *Procedures) LimitUses(ctx context.Context, now time.Time) ([]store.LimitUse, error) {
+func (p *Procedures) LimitUses(ctx context.Context) ([]store.LimitUse, error) {
 	limits, err := p.ListLimits(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := []store.LimitUse{}
 	for _, l := range limits {
-		value, args := p.limitValue(l, "$4", l.Queue, l.Kind, now)
+		value, args := p.limitValue(l, "$3", l.Queue, l.Kind)
 		rows, err := p.reader.Query(ctx, `SELECT `+value+` AS v,
 	sum(CASE WHEN t.state = 'running' THEN 1 ELSE 0 END),
-	sum(CASE WHEN t.state = 'pending' AND t.run_at <= $3 THEN 1 ELSE 0 END)
+	sum(CASE WHEN t.state = 'pending' THEN 1 ELSE 0 END)
 FROM backstop_tasks t
 WHERE t.state IN ('running', 'pending') AND t.queue = $1 AND ($2 = '' OR t.kind = $2)
 GROUP BY 1 ORDER BY 1`, args...)
@@ -113,11 +112,14 @@ GROUP BY 1 ORDER BY 1`, args...)
 		}
 		for rows.Next() {
 			u := store.LimitUse{Limit: l.Name}
-			if err := rows.Scan(&u.Value, &u.Running, &u.Waiting); err != nil {
+			if err := rows.Scan(&u.Value, &u.Running, &u.Pending); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("%s: limit uses: %w", p.dialect.Prefix, err)
 			}
-			if u.Running > 0 || u.Waiting > 0 {
+			if u.Running >= l.Concurrency {
+				u.Waiting = u.Pending
+			}
+			if u.Running > 0 || u.Pending > 0 {
 				out = append(out, u)
 			}
 		}
