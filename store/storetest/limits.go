@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -22,6 +24,7 @@ func (s *suite) testLimits(t *testing.T) {
 	t.Run("PerAttributeBudgets", s.testLimitPerAttribute)
 	t.Run("KindScope", s.testLimitKind)
 	t.Run("ExpiredLeaseGivesSlotBack", s.testLimitExpiredLease)
+	t.Run("Workers", s.testLimitWorkers)
 }
 
 func (b *bundle) setLimit(l store.Limit) {
@@ -201,4 +204,73 @@ func (s *suite) testLimitExpiredLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	eq(t, "after the lease expired", len(b.claimLimited("q", 10)), 1)
+}
+
+// testLimitWorkers: through the engine (Client.SetLimit, two workers of
+// ten slots each), a tenant's limit of 2 holds however many slots are
+// free, the other tenant runs beside it, and a held-back task says why.
+func (s *suite) testLimitWorkers(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	if _, err := b.c.SetLimit(b.ctx, backstop.Limit{Name: "two-per-tenant", Queue: "lim", Kind: "job", Per: "tenant", Concurrency: 2}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		running = map[string]int{}
+		most    = map[string]int{}
+		release = make(chan struct{})
+		ids     []string
+	)
+	for i := 0; i < 6; i++ {
+		for _, tenant := range []string{"acme", "zed"} {
+			ids = append(ids, b.enqueue(backstop.EnqueueParams{Queue: "lim", Kind: "job", Attributes: map[string]string{"tenant": tenant}}).ID)
+		}
+	}
+	h := backstop.HandlerFunc(func(ctx context.Context, task *backstop.Task) error {
+		tenant := task.Attributes["tenant"]
+		mu.Lock()
+		running[tenant]++
+		most[tenant] = max(most[tenant], running[tenant])
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running[tenant]--
+		mu.Unlock()
+		return nil
+	})
+	for i := 0; i < 2; i++ {
+		b.worker(&backstop.WorkerConfig{Queues: map[string]int{"lim": 10}, PollInterval: 20 * time.Millisecond}, map[string]backstop.Handler{"job": h})
+	}
+	testwait.For(t, "two tasks of each tenant running", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return running["acme"] == 2 && running["zed"] == 2
+	})
+	waiting := 0
+	for _, id := range ids {
+		task := b.get(id)
+		if task.State != backstop.StatePending {
+			continue
+		}
+		waiting++
+		want := "concurrency limit two-per-tenant tenant=" + task.Attributes["tenant"] + " 2/2"
+		eq(t, "why "+id+" waits", task.Waiting, want)
+		eq(t, "attempts of a waiting task", task.Attempt, 0)
+	}
+	eq(t, "waiting tasks", waiting, 8)
+	ls, err := b.c.Limits(b.ctx)
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("limits: %+v %v", ls, err)
+	}
+	eq(t, "in use", ls[0].InUse, 4)
+	eq(t, "waiting", ls[0].Waiting, 8)
+	eq(t, "scope", ls[0].Scope, "queue=lim kind=job per=tenant")
+	close(release)
+	for _, id := range ids {
+		b.waitState(id, backstop.StateSucceeded)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	eq(t, "most running at once per tenant", most, map[string]int{"acme": 2, "zed": 2})
 }
