@@ -202,6 +202,9 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/queues", RoleViewer, s.listQueues)
 	s.handle("POST", "/v1/queues/{name}/pause", RoleOperator, s.pauseQueue)
 	s.handle("POST", "/v1/queues/{name}/resume", RoleOperator, s.resumeQueue)
+	s.handle("GET", "/v1/limits", RoleViewer, s.listLimits)              // limits.go
+	s.handle("PUT", "/v1/limits/{name}", RoleOperator, s.setLimit)       // limits.go
+	s.handle("DELETE", "/v1/limits/{name}", RoleOperator, s.removeLimit) // limits.go
 	s.handle("GET", "/v1/activity", RoleViewer, s.getActivity)
 	s.handle("GET", "/v1/counts", RoleViewer, s.getCounts)
 	s.handle("GET", "/v1/ordering", RoleViewer, s.listOrderedQueues)

@@ -198,6 +198,7 @@ var serverModes = map[string]string{
 	"workflows apply": viaServer, "workflows list": viaServer, "workflows show": viaServer, "workflows run": viaServer,
 	"redrives list": viaServer, "redrives show": viaServer, "redrives cancel": viaServer, "redrives resume": viaServer,
 	"audit list": viaServer,
+	"limits set": viaServer, "limits list": viaServer, "limits remove": viaServer, "limits": noBackend,
 
 	"help": noBackend, "completion": noBackend, "version": noBackend,
 	"config check": noBackend, "config show": noBackend, "bench ordering": noBackend,
