@@ -18,6 +18,10 @@ type Limit = engine.Limit
 // wait on it.
 type LimitStatus = engine.LimitStatus
 
+// ValidateLimit checks a limit as SetLimit does; a *ValidationError names
+// the bad field.
+func ValidateLimit(l Limit) error { return engine.ValidateLimit(l) }
+
 // SetLimit creates the limit or replaces the one of that name; it binds
 // this client's claims at once and other processes' within a second.
 // Tasks already running are not stopped when a limit is lowered: new

@@ -194,3 +194,14 @@ func (a *app) removeLimit(ctx context.Context, name, actor string) error {
 	}
 	return err
 }
+
+// applyLimits sets the limits the configuration's queues declare (limits
+// set otherwise, by the CLI or the API, are left as they are).
+func applyLimits(ctx context.Context, c *backstop.Client, limits []backstop.Limit) error {
+	for _, l := range limits {
+		if _, err := c.SetLimit(ctx, l, "config"); err != nil {
+			return fmt.Errorf("limit %s of queue %s: %w", l.Name, l.Queue, err)
+		}
+	}
+	return nil
+}

@@ -156,6 +156,9 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 	}
 	defer s.Close()
 	defer startGauges(ctx, tel, c, cfg, log)()
+	if err := applyLimits(ctx, c, cfg.ConcurrencyLimits()); err != nil { // limits.go
+		return err
+	}
 	n, err := liveTokens(ctx, s)
 	if err != nil {
 		return err

@@ -208,6 +208,9 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	}
 	defer s.Close()
 	defer startGauges(ctx, tel, c, cfg, log)()
+	if err := applyLimits(ctx, c, cfg.ConcurrencyLimits()); err != nil { // limits.go
+		return err
+	}
 
 	// One library Worker per distinct lease (a Worker has one lease);
 	// usually there is one.
