@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"strings"
+	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
@@ -87,6 +89,41 @@ func (s *Store) claimLimited(ctx context.Context, tx *sql.Tx, p store.ClaimParam
 		return nil, err
 	}
 	return claimIn(ctx, tx, p, len(ids), claimFilter{sql: " AND id IN (SELECT value FROM json_each(?))", args: []any{string(idJSON)}})
+}
+
+// errLimitOverrun: an optimistic claim took a task whose budget it put
+// over its limit; its transaction is rolled back.
+var errLimitOverrun = errors.New("a limit's budget overrun")
+
+// mayClaimOptimistically: no optimistic claim of the queue overran a
+// limit in the last second.
+func (s *Store) mayClaimOptimistically(p store.ClaimParams) bool {
+	t, ok := s.limitBinding.Load(p.Queue)
+	return !ok || p.Now.Sub(t.(time.Time)) >= time.Second || p.Now.Before(t.(time.Time))
+}
+
+// claimOptimistic claims in tx as a queue without limits would, then counts
+// the budgets (the one writer: nothing claims in between), which include
+// its own claims: errLimitOverrun when a claimed task's budget is over its
+// limit (Claim then rolls back and claims within the limits). A limit that
+// does not bind costs one count.
+func (s *Store) claimOptimistic(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]*bt.Task, error) {
+	tasks, err := claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
+	if err != nil || len(tasks) == 0 {
+		return tasks, err
+	}
+	limits, running, err := s.procedures.ClaimLimits(ctx, runner{q: tx}, p.Queue)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tasks {
+		for _, l := range limits {
+			if l.Applies(p.Queue, t.Kind) && running[store.Budget{Limit: l.Name, Value: l.Value(t.Attributes)}] > l.Concurrency {
+				return nil, errLimitOverrun
+			}
+		}
+	}
+	return tasks, nil
 }
 
 // fmtKinds puts the kind filter's SQL in the statement's %s.

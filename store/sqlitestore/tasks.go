@@ -433,21 +433,13 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	if p.Max <= 0 {
 		return nil, nil
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	var tasks []*bt.Task
-	if p.Limited {
-		tasks, err = s.claimLimited(ctx, tx, p) // limits.go
-	} else {
-		tasks, err = claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
+	optimistic := p.Limited && s.mayClaimOptimistically(p) // limits.go
+	tasks, err := s.claimTx(ctx, p, optimistic)
+	if errors.Is(err, errLimitOverrun) {
+		s.limitBinding.Store(p.Queue, p.Now)
+		tasks, err = s.claimTx(ctx, p, false)
 	}
 	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
 	sort.Slice(tasks, func(i, j int) bool {
@@ -464,6 +456,29 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 		return nil, err
 	}
 	return tasks, nil
+}
+
+// claimTx claims in one transaction of the writer: the plain claim, or
+// with p.Limited the limited one (optimistic: limits.go).
+func (s *Store) claimTx(ctx context.Context, p store.ClaimParams, optimistic bool) ([]*bt.Task, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	var tasks []*bt.Task
+	switch {
+	case !p.Limited:
+		tasks, err = claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
+	case optimistic:
+		tasks, err = s.claimOptimistic(ctx, tx, p) // limits.go
+	default:
+		tasks, err = s.claimLimited(ctx, tx, p) // limits.go
+	}
+	if err != nil {
+		return nil, err
+	}
+	return tasks, tx.Commit()
 }
 
 // claimFilter narrows a claim's tasks: SQL starting with " AND", and its

@@ -14,6 +14,9 @@ CREATE TABLE backstop_limits (
     created_at  timestamptz NOT NULL
 );
 CREATE INDEX backstop_limits_queue ON backstop_limits (queue);
+-- A limited claim counts its queue's running rows under the limits' lock.
+CREATE INDEX backstop_tasks_running ON backstop_tasks (queue, kind) WHERE state = 'running';
 
 -- +goose Down
+DROP INDEX backstop_tasks_running;
 DROP TABLE backstop_limits;

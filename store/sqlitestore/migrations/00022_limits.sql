@@ -12,6 +12,9 @@ CREATE TABLE backstop_limits (
     created_at  INTEGER NOT NULL
 );
 CREATE INDEX backstop_limits_queue ON backstop_limits (queue);
+-- A limited claim counts its queue's running rows.
+CREATE INDEX backstop_tasks_running ON backstop_tasks (queue, kind) WHERE state = 'running';
 
 -- +goose Down
+DROP INDEX backstop_tasks_running;
 DROP TABLE backstop_limits;
