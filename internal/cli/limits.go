@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 
 	"github.com/spf13/cobra"
 
@@ -196,10 +198,17 @@ func (a *app) removeLimit(ctx context.Context, name, actor string) error {
 }
 
 // applyLimits sets the limits the configuration's queues declare (limits
-// set otherwise, by the CLI or the API, are left as they are).
-func applyLimits(ctx context.Context, c *backstop.Client, limits []backstop.Limit) error {
+// set otherwise, by the CLI or the API, are left as they are). A role that
+// may not set limits (Postgres's backstop_worker) is warned about, not
+// stopped: the limits are then an admin's to set.
+func applyLimits(ctx context.Context, c *backstop.Client, limits []backstop.Limit, log *slog.Logger) error {
 	for _, l := range limits {
-		if _, err := c.SetLimit(ctx, l, "config"); err != nil {
+		_, err := c.SetLimit(ctx, l, "config")
+		if errors.Is(err, store.ErrPermissionDenied) {
+			log.Warn("the configuration's limit was not set: this database role may not set limits", "limit", l.Name, "error", err)
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("limit %s of queue %s: %w", l.Name, l.Queue, err)
 		}
 	}

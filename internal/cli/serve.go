@@ -156,7 +156,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 	}
 	defer s.Close()
 	defer startGauges(ctx, tel, c, cfg, log)()
-	if err := applyLimits(ctx, c, cfg.ConcurrencyLimits()); err != nil { // limits.go
+	if err := applyLimits(ctx, c, cfg.ConcurrencyLimits(), log); err != nil { // limits.go
 		return err
 	}
 	n, err := liveTokens(ctx, s)

@@ -208,7 +208,7 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	}
 	defer s.Close()
 	defer startGauges(ctx, tel, c, cfg, log)()
-	if err := applyLimits(ctx, c, cfg.ConcurrencyLimits()); err != nil { // limits.go
+	if err := applyLimits(ctx, c, cfg.ConcurrencyLimits(), log); err != nil { // limits.go
 		return err
 	}
 
