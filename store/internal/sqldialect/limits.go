@@ -40,7 +40,7 @@ func (p *Procedures) SetLimit(ctx context.Context, l store.Limit, ev bt.Event) e
 		return p.appendAudit(ctx, tx, ev)
 	})
 	if err != nil {
-		return fmt.Errorf("%s: set limit: %w", p.dialect.Prefix, err)
+		return fmt.Errorf("%s: set limit: %w", p.dialect.Prefix, p.dialect.Err(err))
 	}
 	return nil
 }
@@ -64,7 +64,7 @@ func (p *Procedures) RemoveLimit(ctx context.Context, name string, ev bt.Event) 
 		return p.appendAudit(ctx, tx, ev)
 	})
 	if err != nil {
-		return false, fmt.Errorf("%s: remove limit: %w", p.dialect.Prefix, err)
+		return false, fmt.Errorf("%s: remove limit: %w", p.dialect.Prefix, p.dialect.Err(err))
 	}
 	return removed, nil
 }
