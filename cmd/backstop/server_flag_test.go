@@ -77,6 +77,10 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 		"events tail":           srv("task.enqueued", "--limit", "5"),
 		"help":                  loc(0),
 		"leases":                loc(0),
+		"limits":                loc(2),
+		"limits list":           srv("queue=srv-lim"),
+		"limits remove":         srv("removed limit lim-"+p, "lim-"+p),
+		"limits set":            srv("limit srv-set", "srv-set", "--queue", "srv-lim", "--concurrency", "2"),
 		"leases rotate-key":     ref("--grace", "1m"),
 		"migrate":               ref(),
 		"migrate status":        ref(),
@@ -131,6 +135,10 @@ func TestEveryCommandHonoursServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		pending = append(pending, r.Task.ID)
+		// A limit per pass for limits remove.
+		if _, err := c.SetLimit(ctx, backstop.Limit{Name: "lim-" + r.Task.ID, Queue: "srv-lim", Concurrency: 1}, ""); err != nil {
+			t.Fatal(err)
+		}
 	}
 	base := startServer(t, db)
 	cfgFile := filepath.Join(t.TempDir(), "backstop.yaml")
