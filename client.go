@@ -113,6 +113,9 @@ func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
 	if err == nil {
 		err = c.e.WithOrdering(ctx, []*Task{t}) // ordering.go
 	}
+	if err == nil {
+		err = c.e.WithLimitWait(ctx, []*Task{t}) // limits.go
+	}
 	return t, err
 }
 

@@ -102,6 +102,7 @@ var AuditTypes = []string{
 	EventCancelRequest, EventCanceled, "task.payload_viewed",
 	"lease_key.rotated",
 	EventQueuePaused, EventQueueResumed,
+	EventLimitSet, EventLimitRemoved,
 	EventTokenCreated, EventTokenRevoked,
 	EventWorkflowApplied, "run.canceled", "run.resumed", "step.force_completed",
 	EventTaskRunNow, EventTaskDeleted, EventTaskReprioritized,
@@ -112,6 +113,8 @@ var AuditTypes = []string{
 const (
 	EventQueuePaused     = "queue.paused"
 	EventQueueResumed    = "queue.resumed"
+	EventLimitSet        = "limit.set"
+	EventLimitRemoved    = "limit.removed"
 	EventTokenCreated    = "token.created"
 	EventTokenRevoked    = "token.revoked"
 	EventWorkflowApplied = "workflow.applied"

@@ -45,6 +45,9 @@ type GaugeSnapshot struct {
 	// Schedules are the periodic schedules (filled by the caller from
 	// ListSchedules, like WorkersByState).
 	Schedules []ScheduleGauge
+	// LimitWaiting is, per limit (store/limits.go), how many pending tasks
+	// its full budgets hold back (every limit, 0 included).
+	LimitWaiting map[string]int
 }
 
 // ScheduleGauge is what the schedule gauges show of one schedule: its next
@@ -75,7 +78,7 @@ type WorkerSeen struct {
 func NewGaugeSnapshot() *GaugeSnapshot {
 	return &GaugeSnapshot{Tasks: map[string]map[bt.State]int{}, DeadLetters: map[string]map[bt.DLQStatus]int{},
 		OldestPending: map[string]time.Time{}, OldestLease: map[string]time.Time{}, WorkersByState: map[string]int{},
-		OldestOpenDeadLetter: map[string]time.Time{}, OpenDeadLetterBytes: map[string]int64{}}
+		OldestOpenDeadLetter: map[string]time.Time{}, OpenDeadLetterBytes: map[string]int64{}, LimitWaiting: map[string]int{}}
 }
 
 // AddOpenDeadLetters folds one row's open dead letters (the oldest one's

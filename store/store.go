@@ -112,6 +112,7 @@ type Store interface {
 	Tokens
 	APIStore
 	Queues   // paused queues (store/queues.go)
+	Limits   // cluster-wide concurrency limits (store/limits.go)
 	Workers  // the worker registry (store/workers.go)
 	Logs     // execution logs (store/logs.go)
 	EventLog // reading the event log by stream and cursor (store/events.go)
@@ -170,6 +171,12 @@ type ClaimParams struct {
 	Max      int
 	Now      time.Time
 	Lease    time.Duration
+	// Limited: the queue may have limits (store/limits.go). The store then
+	// reads the queue's limits in the claim's transaction, serialized with
+	// every other limited claim of the queue (on Postgres, a row lock on
+	// each limit), and claims only what their budgets leave room for.
+	// False: the plain claim, which never reads the limits.
+	Limited bool
 }
 
 // Beat is one running attempt's heartbeat.

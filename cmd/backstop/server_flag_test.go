@@ -79,6 +79,10 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 		"events tail":           srv("task.enqueued", "--limit", "5"),
 		"help":                  loc(0),
 		"leases":                loc(0),
+		"limits":                loc(2),
+		"limits list":           srv("queue=srv-lim"),
+		"limits remove":         srv("removed limit lim-"+p, "lim-"+p),
+		"limits set":            srv("limit srv-set", "srv-set", "--queue", "srv-lim", "--concurrency", "2"),
 		"leases rotate-key":     ref("--grace", "1m"),
 		"migrate":               ref(),
 		"migrate status":        ref(),
@@ -142,6 +146,10 @@ func TestEveryCommandHonoursServer(t *testing.T) {
 		pending = append(pending, r.Task.ID)
 		// A schedule per pass for periodic remove.
 		if _, err := c.AddSchedule(ctx, backstop.ScheduleParams{Name: "rm-" + r.Task.ID, Every: time.Hour, Queue: "srv-q", Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		// A limit per pass for limits remove.
+		if _, err := c.SetLimit(ctx, backstop.Limit{Name: "lim-" + r.Task.ID, Queue: "srv-lim", Concurrency: 1}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

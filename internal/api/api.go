@@ -210,6 +210,9 @@ func (s *Server) register() {
 	s.handle("POST", "/v1/schedules/{name}/pause", RoleOperator, s.pauseSchedule(true))
 	s.handle("POST", "/v1/schedules/{name}/resume", RoleOperator, s.pauseSchedule(false))
 	s.handle("DELETE", "/v1/schedules/{name}", RoleAdmin, s.deleteSchedule)
+	s.handle("GET", "/v1/limits", RoleViewer, s.listLimits)              // limits.go
+	s.handle("PUT", "/v1/limits/{name}", RoleOperator, s.setLimit)       // limits.go
+	s.handle("DELETE", "/v1/limits/{name}", RoleOperator, s.removeLimit) // limits.go
 	s.handle("GET", "/v1/activity", RoleViewer, s.getActivity)
 	s.handle("GET", "/v1/counts", RoleViewer, s.getCounts)
 	s.handle("GET", "/v1/ordering", RoleViewer, s.listOrderedQueues)

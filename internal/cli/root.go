@@ -205,6 +205,8 @@ var serverModes = map[string]string{
 
 	"runs complete-step": viaServer,
 
+	"limits set": viaServer, "limits list": viaServer, "limits remove": viaServer, "limits": noBackend,
+
 	"help": noBackend, "completion": noBackend, "version": noBackend,
 	"config check": noBackend, "config show": noBackend, "bench ordering": noBackend,
 	// Command groups: they only name their subcommands.

@@ -159,6 +159,9 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 	if err := putConfigSchedules(ctx, c, cfg, log); err != nil {
 		return err
 	}
+	if err := applyLimits(ctx, c, cfg.ConcurrencyLimits(), log); err != nil { // limits.go
+		return err
+	}
 	n, err := liveTokens(ctx, s)
 	if err != nil {
 		return err

@@ -211,6 +211,9 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	if err := putConfigSchedules(ctx, c, cfg, log); err != nil {
 		return err
 	}
+	if err := applyLimits(ctx, c, cfg.ConcurrencyLimits(), log); err != nil { // limits.go
+		return err
+	}
 
 	// One library Worker per distinct lease (a Worker has one lease);
 	// usually there is one.

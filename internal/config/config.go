@@ -237,6 +237,28 @@ type Queue struct {
 	Complexity Complexity `yaml:"complexity" json:"complexity"`
 	// Ordering: per-key ordered processing (docs/ordering.md).
 	Ordering Ordering `yaml:"ordering" json:"ordering"`
+	// Limits: the queue's cluster-wide concurrency limits by name
+	// (docs/limits.md), set in the database when `serve` or `work` starts.
+	Limits map[string]QueueLimit `yaml:"limits" json:"limits,omitempty"`
+}
+
+// QueueLimit is one concurrency limit of a queue (backstop.Limit).
+type QueueLimit struct {
+	Kind        string `yaml:"kind" json:"kind,omitempty"`
+	Per         string `yaml:"per" json:"per,omitempty"`
+	Concurrency int    `yaml:"concurrency" json:"concurrency"`
+}
+
+// ConcurrencyLimits are the limits the queues declare, by name.
+func (c *Config) ConcurrencyLimits() []backstop.Limit {
+	var out []backstop.Limit
+	for _, q := range sortedKeys(c.Queues) {
+		for _, name := range sortedKeys(c.Queues[q].Limits) {
+			l := c.Queues[q].Limits[name]
+			out = append(out, backstop.Limit{Name: name, Queue: q, Kind: l.Kind, Per: l.Per, Concurrency: l.Concurrency})
+		}
+	}
+	return out
 }
 
 // Ordering is a queue's ordering settings (backstop.OrderingConfig).
@@ -716,6 +738,17 @@ func (c *Config) Validate() error {
 		}
 		if q.Ordering.Step < 0 {
 			bad(p+".ordering.step", "must not be negative")
+		}
+		for _, ln := range sortedKeys(q.Limits) {
+			l := q.Limits[ln]
+			var verr *backstop.ValidationError
+			if err := backstop.ValidateLimit(backstop.Limit{Name: ln, Queue: name, Kind: l.Kind, Per: l.Per, Concurrency: l.Concurrency}); errors.As(err, &verr) {
+				if verr.Field == "name" {
+					bad(p+".limits."+ln, "bad limit name: %s", verr.Message)
+				} else if verr.Field != "queue" {
+					bad(p+".limits."+ln+"."+verr.Field, "%s", verr.Message)
+				}
+			}
 		}
 		for i, d := range q.Ordering.Backoff {
 			if d <= 0 {

@@ -82,6 +82,10 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"retention:\n  succeeded: [1]\n", "retention.succeeded"},
 		{"a: 1\n---\nb: 2\n", "more than one YAML document"},
 		{"db: x\ndb: y\n", "db"},
+		{"queues:\n  q:\n    limits:\n      heavy: {concurrency: 0}\n", "queues.q.limits.heavy.concurrency"},
+		{"queues:\n  q:\n    limits:\n      heavy: {per: 'a b', concurrency: 2}\n", "queues.q.limits.heavy.per"},
+		{"queues:\n  q:\n    limits:\n      'bad name!': {concurrency: 2}\n", "queues.q.limits.bad name!: bad limit name"},
+		{"queues:\n  q:\n    limits:\n      heavy: {concurency: 2}\n", `unknown key "concurency"`},
 	} {
 		c, err := Parse([]byte(tc.yaml))
 		if err == nil {
@@ -238,5 +242,18 @@ func TestOrderingSettings(t *testing.T) {
 	}
 	if err := c.ApplyEnv([]string{"BACKSTOP_QUEUES_RESULTS_ORDERING_ENABLED_FOR_PERCENT=lots"}); err == nil {
 		t.Fatal("a percent that is not a number was accepted")
+	}
+}
+
+func TestQueueLimits(t *testing.T) {
+	c, err := Parse([]byte("queues:\n  billing:\n    limits:\n      heavy5: {kind: charge, per: tenant, concurrency: 5}\n      all: {concurrency: 50}\n"))
+	if err != nil || c.Validate() != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	got := c.ConcurrencyLimits()
+	want := []backstop.Limit{{Name: "all", Queue: "billing", Concurrency: 50},
+		{Name: "heavy5", Queue: "billing", Kind: "charge", Per: "tenant", Concurrency: 5}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("limits: %+v, want %+v", got, want)
 	}
 }

@@ -101,6 +101,11 @@ func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.Gaug
 	if err != nil {
 		return nil, err
 	}
+	limitWaiting, err := m.Int64ObservableGauge("backstop.limit.waiting", metric.WithUnit("{task}"),
+		metric.WithDescription("Pending tasks a concurrency limit holds back (its budget for their value is full), per limit."))
+	if err != nil {
+		return nil, err
+	}
 	g.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		g.mu.Lock()
 		snap := g.snap
@@ -138,6 +143,9 @@ func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.Gaug
 		for q, n := range snap.OpenDeadLetterBytes {
 			o.ObserveInt64(openBytes, n, metric.WithAttributes(attribute.String("queue", q)))
 		}
+		for l, n := range snap.LimitWaiting {
+			o.ObserveInt64(limitWaiting, int64(n), metric.WithAttributes(attribute.String("limit", l)))
+		}
 		if p := snap.DLQPolicy; p != nil {
 			if p.Retention >= 0 {
 				o.ObserveFloat64(retention, p.Retention.Seconds())
@@ -146,7 +154,7 @@ func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.Gaug
 		}
 		sched.observe(o, snap.Schedules)
 		return nil
-	}, append([]metric.Observable{tasks, dlq, pending, lease, workers, heartbeat, openAge, openBytes, retention, floor}, sched.instruments()...)...)
+	}, append([]metric.Observable{tasks, dlq, pending, lease, workers, heartbeat, openAge, openBytes, retention, floor, limitWaiting}, sched.instruments()...)...)
 	if err != nil {
 		return nil, err
 	}

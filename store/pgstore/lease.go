@@ -20,6 +20,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	if p.Max <= 0 {
 		return nil, nil
 	}
+	if p.Limited {
+		return s.claimLimited(ctx, p) // limits.go
+	}
 	q, args := sqlClaim, []any{p.Queue, p.Now, p.Max, p.WorkerID, p.Now.Add(p.Lease)}
 	if len(p.Kinds) > 0 {
 		q, args = sqlClaimKinds, append(args, p.Kinds)
@@ -28,11 +31,15 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
 	}
-	// RETURNING has no order; hand tasks out in claim order.
+	sortClaimed(tasks)
+	return tasks, nil
+}
+
+// sortClaimed puts claimed tasks in claim order (RETURNING has none).
+func sortClaimed(tasks []*bt.Task) {
 	slices.SortFunc(tasks, func(a, b *bt.Task) int {
 		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.RunAt.Compare(b.RunAt), cmp.Compare(a.ID, b.ID))
 	})
-	return tasks, nil
 }
 
 // Heartbeat implements store.Store in one statement.
@@ -205,7 +212,12 @@ func sortedBy(n int, key func(int) string) []int {
 
 // queryTasks reads whole tasks through the pool.
 func (s *Store) queryTasks(ctx context.Context, sql string, args ...any) ([]*bt.Task, error) {
-	rs, err := s.pool.Query(ctx, sql, args...)
+	return queryTasksOn(ctx, s.pool, sql, args...)
+}
+
+// queryTasksOn reads whole tasks through q (the pool or a transaction).
+func queryTasksOn(ctx context.Context, q querier, sql string, args ...any) ([]*bt.Task, error) {
+	rs, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}

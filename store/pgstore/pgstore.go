@@ -40,6 +40,10 @@ type Store struct {
 	// dead-letter replay, …), written once for both drivers: dialect.go.
 	*procedures
 
+	// limitBinding: queue -> the claim time at which an optimistic limited
+	// claim last overran a limit (limits.go).
+	limitBinding sync.Map
+
 	// done ends the Wakeups listeners on Close; wg waits for them.
 	done   context.Context
 	stop   context.CancelFunc

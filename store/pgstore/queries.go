@@ -113,7 +113,26 @@ WITH picked AS (
 var (
 	sqlClaim      = formatClaim("")
 	sqlClaimKinds = formatClaim("\n\t  AND kind = ANY($6::text[])")
+	// sqlClaimIDs claims the tasks the limited claim admitted ($6), which
+	// its transaction already holds locked.
+	sqlClaimIDs = formatClaim("\n\t  AND id = ANY($6::text[])")
 )
+
+// sqlLimitCandidates: the limited claim's candidates, in claim order,
+// locked: the claimable tasks ($4: kinds, empty for any) outside the
+// budgets that are full (a row of $5, $6, $7 per full budget: the limit's
+// kind, ” for any; its per attribute, ” for none; the value).
+const sqlLimitCandidates = `
+SELECT id, kind, coalesce(attributes, '{}'::jsonb) FROM backstop_tasks t
+WHERE state = 'pending' AND queue = $1 AND run_at <= $2
+  AND (deadline IS NULL OR deadline > $2)
+  AND (cardinality($4::text[]) = 0 OR kind = ANY($4::text[]))
+  AND NOT EXISTS (SELECT 1 FROM backstop_queues pq WHERE pq.name = $1)
+  AND NOT EXISTS (SELECT 1 FROM unnest($5::text[], $6::text[], $7::text[]) f(kind, per, value)
+	WHERE (f.kind = '' OR f.kind = t.kind) AND (f.per = '' OR coalesce(t.attributes ->> f.per, '') = f.value))
+ORDER BY priority DESC, run_at, id
+LIMIT $3
+FOR UPDATE SKIP LOCKED`
 
 func formatClaim(kindFilter string) string {
 	return strings.Replace(claimPick, "%s", kindFilter, 1) +

@@ -39,6 +39,10 @@ type Store struct {
 	// The cold procedures (tokens, the worker registry, leadership,
 	// dead-letter replay, …), written once for both drivers: dialect.go.
 	*procedures
+
+	// limitBinding: queue -> the claim time at which an optimistic limited
+	// claim last overran a limit (limits.go).
+	limitBinding sync.Map
 }
 
 var _ store.Store = (*Store)(nil)

@@ -433,44 +433,13 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	if p.Max <= 0 {
 		return nil, nil
 	}
-	now := us(p.Now)
-	prefix, off, err := executionIDPrefix()
+	optimistic := p.Limited && s.mayClaimOptimistically(p) // limits.go
+	tasks, err := s.claimTx(ctx, p, optimistic)
+	if errors.Is(err, errLimitOverrun) {
+		s.limitBinding.Store(p.Queue, p.Now)
+		tasks, err = s.claimTx(ctx, p, false)
+	}
 	if err != nil {
-		return nil, err
-	}
-	args := []any{p.WorkerID, prefix, off, now, us(p.Now.Add(p.Lease)), now, p.Queue, now, now}
-	kindFilter := ""
-	if len(p.Kinds) > 0 {
-		kindFilter = " AND kind IN (" + placeholders(len(p.Kinds)) + ")"
-		for _, k := range p.Kinds {
-			args = append(args, k)
-		}
-	}
-	args = append(args, p.Queue, p.Max) // the paused-queue check, the limit
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	rows, err := tx.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'running', attempt = attempt + 1,
-		worker_id = ?, execution_id = ? || printf('%012x', (rowid + ?) & 281474976710655), attempted_at = ?, lease_expires_at = ?, updated_at = ?,
-		event_seqs = coalesce(event_seqs, '') || ',' || `+nextEventSeq+`, cancel_requested_at = NULL
-		WHERE rowid IN (SELECT rowid FROM backstop_tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
-			AND (deadline IS NULL OR deadline > ?)`+kindFilter+`
-			AND NOT EXISTS (SELECT 1 FROM backstop_queues WHERE name = ?)
-			ORDER BY priority DESC, run_at, id LIMIT ?)
-		RETURNING `+claimCols+`, `+nextEventSeq, args...) // the task.claimed row's seq, recorded in event_seqs
-	if err != nil {
-		return nil, err
-	}
-	tasks, attrs, seq, err := scanClaimed(rows, p)
-	if err != nil {
-		return nil, err
-	}
-	if err := claimedEvents(ctx, tx, tasks, attrs, now, us(p.Now.Add(p.Lease)), seq); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
 	sort.Slice(tasks, func(i, j int) bool {
@@ -484,6 +453,80 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 		return a.ID < b.ID
 	})
 	if err := loadSpilled(ctx, s.r, tasks); err != nil {
+		return nil, err
+	}
+	return tasks, nil
+}
+
+// claimTx claims in one transaction of the writer: the plain claim, or
+// with p.Limited the limited one (optimistic: limits.go).
+func (s *Store) claimTx(ctx context.Context, p store.ClaimParams, optimistic bool) ([]*bt.Task, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	var tasks []*bt.Task
+	switch {
+	case !p.Limited:
+		tasks, err = claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
+	case optimistic:
+		tasks, err = s.claimOptimistic(ctx, tx, p) // limits.go
+	default:
+		tasks, err = s.claimLimited(ctx, tx, p) // limits.go
+	}
+	if err != nil {
+		return nil, err
+	}
+	return tasks, tx.Commit()
+}
+
+// claimFilter narrows a claim's tasks: SQL starting with " AND", and its
+// arguments.
+type claimFilter struct {
+	sql  string
+	args []any
+}
+
+// kindFilter narrows a claim to kinds (none: any kind).
+func kindFilter(kinds []string) claimFilter {
+	if len(kinds) == 0 {
+		return claimFilter{}
+	}
+	f := claimFilter{sql: " AND kind IN (" + placeholders(len(kinds)) + ")"}
+	for _, k := range kinds {
+		f.args = append(f.args, k)
+	}
+	return f
+}
+
+// claimIn claims up to max claimable tasks of the queue that pass f, in
+// tx (the writer's), with their task.claimed events.
+func claimIn(ctx context.Context, tx *sql.Tx, p store.ClaimParams, max int, f claimFilter) ([]*bt.Task, error) {
+	now := us(p.Now)
+	prefix, off, err := executionIDPrefix()
+	if err != nil {
+		return nil, err
+	}
+	args := []any{p.WorkerID, prefix, off, now, us(p.Now.Add(p.Lease)), now, p.Queue, now, now}
+	args = append(args, f.args...)
+	args = append(args, p.Queue, max) // the paused-queue check, the limit
+	rows, err := tx.QueryContext(ctx, `UPDATE backstop_tasks SET state = 'running', attempt = attempt + 1,
+		worker_id = ?, execution_id = ? || printf('%012x', (rowid + ?) & 281474976710655), attempted_at = ?, lease_expires_at = ?, updated_at = ?,
+		event_seqs = coalesce(event_seqs, '') || ',' || `+nextEventSeq+`, cancel_requested_at = NULL
+		WHERE rowid IN (SELECT rowid FROM backstop_tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
+			AND (deadline IS NULL OR deadline > ?)`+f.sql+`
+			AND NOT EXISTS (SELECT 1 FROM backstop_queues WHERE name = ?)
+			ORDER BY priority DESC, run_at, id LIMIT ?)
+		RETURNING `+claimCols+`, `+nextEventSeq, args...) // the task.claimed row's seq, recorded in event_seqs
+	if err != nil {
+		return nil, err
+	}
+	tasks, attrs, seq, err := scanClaimed(rows, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := claimedEvents(ctx, tx, tasks, attrs, now, us(p.Now.Add(p.Lease)), seq); err != nil {
 		return nil, err
 	}
 	return tasks, nil

@@ -22,7 +22,8 @@ import (
 // succeeded (recording the execution) and repeat until the queue is empty.
 // Only the drain is timed. BACKSTOP_BENCH_BATCH (default 100) and
 // BACKSTOP_BENCH_CLAIMERS (default 4) change the load, BACKSTOP_BENCH_PAYLOAD
-// the tasks' payload (default {}).
+// the tasks' payload (default {}); BACKSTOP_BENCH_LIMIT=N puts a concurrency
+// limit of N on the queue and claims through it (the limited claim).
 func BenchDrain(b *testing.B, s store.Store) {
 	ctx := context.Background()
 	batch, claimers := envInt("BACKSTOP_BENCH_BATCH", 100), envInt("BACKSTOP_BENCH_CLAIMERS", 4)
@@ -41,13 +42,20 @@ func BenchDrain(b *testing.B, s store.Store) {
 			b.Fatal(err)
 		}
 	}
+	limited := false
+	if n := envInt("BACKSTOP_BENCH_LIMIT", 0); n > 0 {
+		if err := s.SetLimit(ctx, store.Limit{Name: queue, Queue: queue, Concurrency: n, CreatedAt: now}, bt.Event{}); err != nil {
+			b.Fatal(err)
+		}
+		limited = true
+	}
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range claimers {
 		wg.Go(func() {
 			for {
-				got, err := s.Claim(ctx, store.ClaimParams{Queue: queue, WorkerID: fmt.Sprint("bench-", w), Max: batch, Now: now, Lease: time.Minute})
+				got, err := s.Claim(ctx, store.ClaimParams{Queue: queue, WorkerID: fmt.Sprint("bench-", w), Max: batch, Now: now, Lease: time.Minute, Limited: limited})
 				if err != nil {
 					b.Error(err)
 					return

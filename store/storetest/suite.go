@@ -93,6 +93,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Ops", s.testOps)
 	t.Run("API", s.testAPI)
 	t.Run("Queues", s.testQueues)
+	t.Run("Limits", s.testLimits) // limits.go
 	t.Run("Workers", s.testWorkers)
 	t.Run("Logs", s.testLogs)
 	t.Run("Events", s.testEvents)

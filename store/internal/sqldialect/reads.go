@@ -93,5 +93,22 @@ func (p *Procedures) Gauges(ctx context.Context) (*store.GaugeSnapshot, error) {
 		g.AddGaugeRow(q, bt.State(st), bt.DLQStatus(dlq), n, pending, lease)
 		g.AddOpenDeadLetters(q, openDead, openBytes)
 	}
-	return g, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	limits, err := p.ListLimits(ctx) // limits.go
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range limits {
+		g.LimitWaiting[l.Name] = 0
+	}
+	uses, err := p.LimitUses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range uses {
+		g.LimitWaiting[u.Limit] += u.Waiting
+	}
+	return g, nil
 }

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/dburl"
+	"github.com/backstophq/backstop/store"
+)
+
+// TestLimitsCLI: limits set, list (table and -o json: name, scope, type,
+// value, in_use, waiting) and remove on the database and through a server
+// alike; bad input is a usage error that writes nothing; a task a full
+// budget holds back says why in tasks show.
+func TestLimitsCLI(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		r := newRemoteEnv(t, e, "operator")
+		var l backstop.Limit
+		e.json(&l, "limits", "set", "heavy1", "--queue", "q", "--kind", "heavy", "--per", "tenant", "--concurrency", "1")
+		if l.Name != "heavy1" || l.Queue != "q" || l.Kind != "heavy" || l.Per != "tenant" || l.Concurrency != 1 {
+			t.Fatalf("set: %+v", l)
+		}
+		if res := r.remote("", "limits", "set", "q5", "--queue", "q", "--concurrency", "5"); res.code != 0 ||
+			!strings.Contains(res.stdout, "limit q5: at most 5 running at once (queue q)") {
+			t.Fatalf("set through the server: %+v", res)
+		}
+		// Bad input: usage errors naming the problem, nothing written.
+		e.fails(ExitUsage, "concurrency", "limits", "set", "bad", "--queue", "q", "--concurrency", "0")
+		e.fails(ExitUsage, "--concurrency N is required", "limits", "set", "bad", "--queue", "q")
+		e.fails(ExitUsage, "queue", "limits", "set", "bad", "--concurrency", "3")
+		e.fails(ExitUsage, "per", "limits", "set", "bad", "--queue", "q", "--per", "no spaces", "--concurrency", "3")
+		e.fails(ExitUsage, "rate limits are not available", "limits", "set", "bad", "--queue", "q", "--rate", "10")
+		if res := r.remote("", "limits", "set", "bad", "--queue", "q", "--concurrency", "-1"); res.code != ExitUsage ||
+			!strings.Contains(res.stderr, "concurrency") {
+			t.Fatalf("bad concurrency through the server: %+v", res)
+		}
+
+		// Two tasks of tenant acme: one running (claimed as a worker
+		// would, through the library), one held back by heavy1.
+		e.ok("enqueue", "--queue", "q", "--kind", "heavy", "--attr", "tenant=acme", "--id", "a1")
+		e.ok("enqueue", "--queue", "q", "--kind", "heavy", "--attr", "tenant=acme", "--id", "a2")
+		s, err := dburl.Open(context.Background(), e.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		got, err := s.Claim(context.Background(), store.ClaimParams{Queue: "q", WorkerID: "w", Max: 10, Now: time.Now(),
+			Lease: time.Minute, Limited: true})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("claim: %d tasks, %v", len(got), err)
+		}
+		waiting := "a2"
+		if got[0].ID == "a2" {
+			waiting = "a1"
+		}
+		if out := e.ok("tasks", "show", waiting); !strings.Contains(out, "waiting:") ||
+			!strings.Contains(out, "concurrency limit heavy1 tenant=acme 1/1") {
+			t.Fatalf("tasks show of a held-back task:\n%s", out)
+		}
+
+		out := r.same("limits", "list", "-o", "json")
+		var ls []map[string]any
+		if err := json.Unmarshal([]byte(out.stdout), &ls); err != nil {
+			t.Fatal(err)
+		}
+		if len(ls) != 2 || ls[0]["name"] != "heavy1" || ls[0]["scope"] != "queue=q kind=heavy per=tenant" ||
+			ls[0]["type"] != "concurrency" || ls[0]["value"] != 1.0 || ls[0]["in_use"] != 1.0 || ls[0]["waiting"] != 1.0 ||
+			ls[1]["name"] != "q5" || ls[1]["in_use"] != 1.0 || ls[1]["waiting"] != 0.0 {
+			t.Fatalf("limits list -o json: %s", out.stdout)
+		}
+		if tab := r.same("limits", "list").stdout; !strings.Contains(tab, "IN USE") || !strings.Contains(tab, "queue=q kind=heavy per=tenant") {
+			t.Fatalf("limits list: %s", tab)
+		}
+		e.ok("limits", "remove", "heavy1")
+		e.fails(ExitNotFound, "heavy1", "limits", "remove", "heavy1")
+		if res := r.remote("", "limits", "remove", "q5"); res.code != 0 {
+			t.Fatalf("remove through the server: %+v", res)
+		}
+		if res := r.remote("", "limits", "remove", "q5"); res.code != ExitNotFound {
+			t.Fatalf("remove twice through the server: %+v", res)
+		}
+		if out := e.ok("limits", "list", "-o", "json"); strings.TrimSpace(out) != "[]" {
+			t.Fatalf("after removing both: %s", out)
+		}
+	})
+}
