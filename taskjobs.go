@@ -18,7 +18,7 @@ import (
 )
 
 // TaskAction is an operator's action on live tasks, run as a bulk job on
-// the redrive machinery (bulkjob.go): the same record, cursor, runner,
+// the redrive machinery (redrives.go: runJob): the same record, cursor, runner,
 // resume, cancel and per-item outcomes.
 type TaskAction = string
 
@@ -111,7 +111,7 @@ type taskJobKey struct {
 // taskSelection names the filters of f that narrow a task job (by their
 // API names).
 func taskSelection(f ListParams) []string {
-	var sel selection // dlqbulk.go
+	var sel selection // dlq.go
 	add := sel.add
 	add(len(f.States) > 0, "states")
 	add(f.Queue != "", "queue")

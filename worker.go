@@ -137,7 +137,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 	}
 	w := &Worker{
 		c: c, cfg: wc, running: map[string]*attempt{},
-		settleCh: make(chan settleItem, settleQueue), // worker_completer.go
+		settleCh: make(chan settleItem, settleQueue),
 		log:      c.cfg.Logger.With("worker_id", wc.ID),
 		now:      c.now,
 	}
@@ -218,7 +218,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	fetchCtx, fetchCancel := context.WithCancel(bgCtx)
 	w.bgCancel, w.fetchCancel = bgCancel, fetchCancel
 	w.completersDone = make(chan struct{})
-	w.startCompleters() // worker_completer.go
+	w.startCompleters()
 	w.logs = newLogFlusher(w.c.store, w.log, w.c.Masker())
 
 	wakeups := w.c.store.Wakeups(bgCtx)
@@ -627,4 +627,70 @@ func (w *Worker) settledBatch(items []settleItem, oks []bool) {
 		it := &items[i]
 		return it.a.task, it.a.span, it.a.started, &it.s
 	}, oks)
+}
+
+// maxCompleterBatch bounds one settle statement.
+const maxCompleterBatch = 1000
+
+// startCompleters starts the completers; completersDone is closed once all of
+// them have drained settleCh after it was closed.
+func (w *Worker) startCompleters() {
+	// As many completers as the store applies settle batches well at
+	// once (store.Features).
+	n := max(1, w.c.store.Features().SettleParallelism)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.completer()
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(w.completersDone)
+	}()
+}
+
+// completer batches settlements: under load many attempts settle in one
+// statement (what has queued up while the last batch was written, up to
+// maxCompleterBatch); when idle each settles at once. Several completers take
+// from the same channel: the settlements of one task never overlap (one
+// attempt settles once), so their batches touch disjoint tasks.
+func (w *Worker) completer() {
+	var scratch []store.Settlement
+	batch := make([]settleItem, 0, maxCompleterBatch)
+	for s := range w.settleCh {
+		batch = append(batch[:0], s)
+	fill:
+		for len(batch) < maxCompleterBatch {
+			select {
+			case s, ok := <-w.settleCh:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, s)
+			default:
+				break fill
+			}
+		}
+		w.flush(batch, &scratch)
+	}
+}
+
+// settleQueue bounds the finished attempts waiting for a completer (beyond
+// those the worker's slots hold while they wait to hand theirs over). Every
+// one of them is a task whose task.succeeded event is not written yet: the
+// bound is what keeps a follower's lag near one batch's time instead of
+// several, while a full batch is still always ready when a completer is
+// free (slots blocked on the hand-over feed the next batch directly).
+const settleQueue = maxCompleterBatch
+
+// settlements lists the items' settlements in a completer's scratch.
+func settlements(items []settleItem, scratch *[]store.Settlement) []store.Settlement {
+	*scratch = (*scratch)[:0]
+	for i := range items {
+		*scratch = append(*scratch, items[i].s)
+	}
+	return *scratch
 }
