@@ -103,19 +103,12 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 		return usageErr("relay: no sink: give --sink NAME=URL or a sinks: section in --config")
 	}
 
-	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, cfg, o.metricsAddr)
+	tel, c, closeAll, err := a.openWorkProcess(ctx, cfg, o.metricsAddr)
 	if err != nil {
 		return err
 	}
-	defer stopTelemetry()
+	defer closeAll()
 	log := tel.Logger
-	lib := cfg.Library()
-	withTelemetry(lib, tel)
-	s, c, err := a.open(ctx, lib)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
 
 	sinks := map[string]relay.Sink{}
 	defer func() {
@@ -130,7 +123,7 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 		}
 		sinks[name] = sk
 	}
-	r, err := relay.New(c, relay.Config{Sinks: sinks, Concurrency: o.concurrency, Logger: log, MeterProvider: lib.MeterProvider,
+	r, err := relay.New(c, relay.Config{Sinks: sinks, Concurrency: o.concurrency, Logger: log, MeterProvider: c.Config().MeterProvider,
 		Worker: backstop.WorkerConfig{ID: o.id, Lease: o.lease, LeaderTTL: cfg.LeaderTTL.D()}})
 	if err != nil {
 		return usageErr("relay: %v", err)

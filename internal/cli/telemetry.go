@@ -140,3 +140,22 @@ func startGauges(ctx context.Context, t *telemetry.Telemetry, c *backstop.Client
 	}
 	return g.Stop
 }
+
+// openWorkProcess starts a long-running process's telemetry (startWorkTelemetry)
+// and opens the store with cfg's library configuration, instrumented by it;
+// closeAll closes the store, then stops the telemetry.
+func (a *app) openWorkProcess(ctx context.Context, cfg *config.Config, metricsAddr string) (
+	*telemetry.Telemetry, *backstop.Client, func(), error) {
+	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, cfg, metricsAddr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	lib := cfg.Library()
+	withTelemetry(lib, tel)
+	s, c, err := a.open(ctx, lib)
+	if err != nil {
+		stopTelemetry()
+		return nil, nil, nil, err
+	}
+	return tel, c, func() { s.Close(); stopTelemetry() }, nil
+}

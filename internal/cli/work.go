@@ -194,19 +194,12 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 		return usageErr("work: %v", err)
 	}
 
-	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, cfg, o.metricsAddr)
+	tel, c, closeAll, err := a.openWorkProcess(ctx, cfg, o.metricsAddr)
 	if err != nil {
 		return err
 	}
-	defer stopTelemetry()
+	defer closeAll()
 	log := tel.Logger
-	lib := cfg.Library()
-	withTelemetry(lib, tel)
-	s, c, err := a.open(ctx, lib)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
 	defer startGauges(ctx, tel, c, cfg, log)()
 	if err := putConfigSchedules(ctx, c, cfg, log); err != nil {
 		return err
