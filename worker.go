@@ -428,14 +428,7 @@ func (w *Worker) start(base context.Context, q *queueRunner, t *Task, inputErr e
 }
 
 func taskLogger(l *slog.Logger, t *Task) *slog.Logger {
-	args := []any{"task_id", t.ID, "queue", t.Queue, "kind", t.Kind, "attempt", t.Attempt, "execution_id", t.ExecutionID}
-	if v := t.Attributes["run_id"]; v != "" {
-		args = append(args, "run_id", v)
-	}
-	if v := t.Attributes["plan_hash"]; v != "" {
-		args = append(args, "plan_hash", v)
-	}
-	return l.With(args...)
+	return l.With(engine.TaskLogAttrs(t)...)
 }
 
 func (w *Worker) execute(ctx context.Context, a *attempt) {

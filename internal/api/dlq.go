@@ -13,6 +13,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/engine"
 )
 
 // The dead-letter endpoints. Reads are open to viewers (payloads and patch
@@ -347,7 +348,11 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) error 
 		v := view(p, res.Task, false)
 		out.Task = &v
 	}
-	s.log.Info("dead letter replay", "actor", p.Name, "task_id", res.ID, "replayed", res.Replayed, "new_id", res.NewID)
+	args := []any{"actor", p.Name, "task_id", res.ID}
+	if res.Task != nil {
+		args = append([]any{"actor", p.Name}, engine.TaskLogAttrs(res.Task)...)
+	}
+	s.log.Info("dead letter replay", append(args, "replayed", res.Replayed, "new_id", res.NewID)...)
 	return writeJSON(w, http.StatusOK, out)
 }
 

@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/engine"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // ReleaseRequest is POST /v1/tasks/{id}/release: give the attempt back
@@ -22,7 +24,16 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.log.Info("task released", append([]any{"actor", principalFrom(r.Context()).Name, "task_id", res.TaskID},
+	s.log.Info("task released", append(append([]any{"actor", principalFrom(r.Context()).Name}, resultTaskAttrs(res)...),
 		traceArgs(res.Span)...)...)
 	return writeJSON(w, http.StatusOK, res)
+}
+
+// resultTaskAttrs name the task of a remote report's result in a log line:
+// its correlation attributes when the server read the task, else its id.
+func resultTaskAttrs(res *remote.Result) []any {
+	if res.Task != nil {
+		return engine.TaskLogAttrs(res.Task)
+	}
+	return []any{"task_id", res.TaskID}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/taskjson"
 )
 
@@ -77,8 +78,8 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := principalFrom(r.Context())
-	s.log.Info("task enqueued", append([]any{"actor", p.Name, "task_id", res.Task.ID, "queue", res.Task.Queue, "kind", res.Task.Kind,
-		"merged", res.Merged, "duplicate", res.Duplicate}, traceParentArgs(res.Task.TraceParent)...)...)
+	s.log.Info("task enqueued", append(append([]any{"actor", p.Name}, engine.TaskLogAttrs(res.Task)...),
+		append([]any{"merged", res.Merged, "duplicate", res.Duplicate}, traceParentArgs(res.Task.TraceParent)...)...)...)
 	status := http.StatusCreated
 	if res.Merged || res.Duplicate {
 		status = http.StatusOK

@@ -9,6 +9,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/remote"
 )
 
@@ -85,7 +86,14 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 		out.Tasks[i] = ClaimedTask{TaskView: v, LeaseToken: t.LeaseToken, AttemptTraceParent: s.rp.TraceParent(t.ExecutionID)}
 	}
 	if len(tasks) > 0 {
-		s.log.Info("tasks claimed", "actor", who.Name, "worker_id", req.WorkerID, "tasks", len(tasks))
+		ids := make([]string, len(tasks))
+		for i, t := range tasks {
+			ids[i] = t.ID
+		}
+		s.log.Info("tasks claimed", "actor", who.Name, "worker_id", req.WorkerID, "tasks", len(tasks), "task_ids", ids)
+		for _, t := range tasks {
+			s.log.Debug("task claimed", append([]any{"actor", who.Name, "worker_id", req.WorkerID}, engine.TaskLogAttrs(t.Task)...)...)
+		}
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
@@ -244,7 +252,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.log.Info("task attempt failed (remote)", append([]any{"actor", principalFrom(r.Context()).Name, "task_id", res.TaskID,
-		"outcome", res.Outcome, "state", res.State}, traceArgs(res.Span)...)...)
+	s.log.Info("task attempt failed (remote)", append(append([]any{"actor", principalFrom(r.Context()).Name}, resultTaskAttrs(res)...),
+		append([]any{"outcome", res.Outcome, "state", res.State}, traceArgs(res.Span)...)...)...)
 	return writeJSON(w, http.StatusOK, res)
 }

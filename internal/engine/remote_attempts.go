@@ -112,9 +112,11 @@ func (e *Engine) RemoteTraceParent(executionID string) string {
 }
 
 // RemoteSettled records a remote attempt whose settlement applied: its
-// count, duration, retry or dead letter, and the end of its span. t is the
-// task when the caller read it (Fail), else nil.
-func (e *Engine) RemoteSettled(ctx context.Context, t *Task, s *store.Settlement) trace.SpanContext {
+// count, duration, retry or dead letter, and the end of its span; t is the
+// task when the caller read it (Fail), else nil. It answers the span's
+// context and the task as far as it was read (nil: not read), for the
+// caller's logs.
+func (e *Engine) RemoteSettled(ctx context.Context, t *Task, s *store.Settlement) (trace.SpanContext, *Task) {
 	ra := e.remoteAttempts.take(s.ExecutionID)
 	var span trace.Span
 	start := time.Time{}
@@ -144,17 +146,17 @@ func (e *Engine) RemoteSettled(ctx context.Context, t *Task, s *store.Settlement
 	}
 	if s.Outcome == bt.OutcomeReleased { // not an attempt that counts (as in-process)
 		e.Telemetry.Released(span)
-		return sc
+		return sc, t
 	}
 	if t == nil {
 		e.cfg.Logger.Warn("remote attempt settled but its task could not be read: not counted", "task_id", s.TaskID)
 		if span != nil {
 			span.End()
 		}
-		return sc
+		return sc, t
 	}
 	e.Telemetry.Settled(span, t, start, s)
-	return sc
+	return sc, t
 }
 
 // loadAttempt reads a task and the start of its execution id (the fallback

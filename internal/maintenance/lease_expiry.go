@@ -52,7 +52,14 @@ func (l *LeaseExpiry) RunOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.e.Config().Logger.Warn("settled expired leases", "tasks", len(ss))
+	log := l.e.Config().Logger
+	for i, t := range expired {
+		if i < len(oks) && oks[i] {
+			log.Warn("attempt lease expired", append(engine.TaskLogAttrs(t), "worker_id", t.WorkerID,
+				"state", ss[i].State, "dead_reason", ss[i].DeadReason)...)
+		}
+	}
+	log.Warn("settled expired leases", "tasks", len(ss))
 	l.e.ExpiredSettled(ctx, expired, ss, oks)
 	return nil
 }

@@ -72,9 +72,11 @@ type Result struct {
 	DeadReason bt.DeadReason `json:"reason,omitempty"`
 
 	// Span is the span context of the settled attempt's consumer span
-	// (invalid when none was recorded here), for the caller's logs; not
-	// part of the answer's JSON.
+	// (invalid when none was recorded here), and Task the settled task as
+	// far as it was read (nil: not read), for the caller's logs; not part
+	// of the answer's JSON.
 	Span trace.SpanContext `json:"-"`
+	Task *bt.Task          `json:"-"`
 }
 
 // Failure reports how a remote attempt failed.

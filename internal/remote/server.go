@@ -150,7 +150,7 @@ func (srv *Server) settle(ctx context.Context, s store.Settlement, t *bt.Task) (
 		return nil, srv.e.LeaseError(ctx, s.TaskID)
 	}
 	r := &Result{TaskID: s.TaskID, Outcome: s.Outcome, State: s.State, DeadReason: s.DeadReason}
-	r.Span = srv.e.RemoteSettled(ctx, t, &s)
+	r.Span, r.Task = srv.e.RemoteSettled(ctx, t, &s)
 	if s.State == bt.StateScheduled || s.State == bt.StatePending {
 		at := s.RunAt
 		r.RunAt = &at
@@ -320,7 +320,7 @@ func (srv *Server) CompleteMany(ctx context.Context, cs []Completion) ([]Outcome
 			out[i].Err = srv.e.LeaseError(ctx, s.TaskID)
 		default:
 			out[i].Result = &Result{TaskID: s.TaskID, Outcome: s.Outcome, State: s.State, DeadReason: s.DeadReason}
-			out[i].Result.Span = srv.e.RemoteSettled(ctx, nil, &ss[j])
+			out[i].Result.Span, out[i].Result.Task = srv.e.RemoteSettled(ctx, nil, &ss[j])
 		}
 	}
 	return out, nil
