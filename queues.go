@@ -278,7 +278,7 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 // View names an operator view; see the constants.
 type View = store.View
 
-// The operator views of seed 002.
+// The operator views (`backstop tasks list --view V`).
 const (
 	// ViewPendingRetries: scheduled tasks that already failed (attempt > 0).
 	ViewPendingRetries = store.ViewPendingRetries

@@ -12,9 +12,8 @@ import (
 	"github.com/backstophq/backstop/workflow"
 )
 
-// Workflow metrics (seed 003's set in Backstop's naming; docs/metrics.md):
-// counted from the plans a committed transaction applied, so a rolled-back
-// plan is never counted.
+// Workflow metrics (docs/observability.md), counted from the plans a
+// committed transaction applied, so a rolled-back plan is never counted.
 type workflowTelemetry struct {
 	started       metric.Int64Counter     // {workflow}
 	finished      metric.Int64Counter     // {workflow, state}
