@@ -101,13 +101,16 @@ func (e *Engine) settleSteps(ctx context.Context, ss []store.Settlement) ([]bool
 			// taking the runs' locks before anything else puts the
 			// transactions that advance one run in the log in the order
 			// they held it: a run's history reads in the order it happened.
-			if _, err := tx.LockRuns(ctx, runsOf(ss)); err != nil {
+			// The rows read with the locks are the ones the advance plans
+			// from (settling writes no step row).
+			locked, err := tx.LockRuns(ctx, runsOf(ss))
+			if err != nil {
 				return err
 			}
 			if oks, err = tx.Settle(ctx, ss); err != nil {
 				return err
 			}
-			return e.advanceSettled(ctx, tx, ss, oks, &eff)
+			return e.advanceSettled(ctx, tx, ss, oks, &eff, locked)
 		})
 		var pe *planError
 		if err == nil || !errors.As(err, &pe) || try == 3 {
@@ -148,7 +151,7 @@ func stepChange(s store.Settlement) (workflow.Change, bool) {
 // advanceSettled advances the runs of the steps among the applied
 // settlements, one run at a time in run id order (so two transactions lock
 // runs in the same order).
-func (e *Engine) advanceSettled(ctx context.Context, tx store.Tx, ss []store.Settlement, oks []bool, eff *RunEffects) error {
+func (e *Engine) advanceSettled(ctx context.Context, tx store.Tx, ss []store.Settlement, oks []bool, eff *RunEffects, locked []store.LockedRun) error {
 	byTask := map[string]workflow.Change{}
 	var ids, retries []string
 	for i, s := range ss {
@@ -186,11 +189,12 @@ func (e *Engine) advanceSettled(ctx context.Context, tx store.Tx, ss []store.Set
 			eff.finished[s.TaskID] = s.FinishedAt
 		}
 	}
-	return e.advanceTasks(ctx, tx, ids, byTask, eff)
+	return e.advanceTasks(ctx, tx, ids, byTask, eff, locked)
 }
 
 // advanceTasks feeds the changes of the step tasks among ids to their runs.
-func (e *Engine) advanceTasks(ctx context.Context, tx store.Tx, ids []string, byTask map[string]workflow.Change, eff *RunEffects) error {
+func (e *Engine) advanceTasks(ctx context.Context, tx store.Tx, ids []string, byTask map[string]workflow.Change, eff *RunEffects,
+	prelocked []store.LockedRun) error {
 	rows, err := tx.StepsOfTasks(ctx, ids)
 	if err != nil || len(rows) == 0 {
 		return err
@@ -217,7 +221,7 @@ func (e *Engine) advanceTasks(ctx context.Context, tx store.Tx, ids []string, by
 	// one statement per kind of write (planWriter): a batch advancing many
 	// runs pays a few round trips, not a few per run.
 	runIDs := slices.Sorted(maps.Keys(byRun))
-	locked, err := tx.LockRuns(ctx, runIDs)
+	locked, err := lockedRuns(ctx, tx, runIDs, prelocked)
 	if err != nil {
 		return err
 	}
@@ -254,6 +258,22 @@ func (e *Engine) advanceTasks(ctx context.Context, tx store.Tx, ids []string, by
 		}
 	}
 	return e.writePlans(ctx, tx, &w, eff)
+}
+
+// lockedRuns are the runs of runIDs (sorted), locked with their step
+// rows: taken from prelocked (locked earlier in this transaction, their
+// rows unchanged since) when it holds them all, else locked now.
+func lockedRuns(ctx context.Context, tx store.Tx, runIDs []string, prelocked []store.LockedRun) ([]store.LockedRun, error) {
+	out := make([]store.LockedRun, 0, len(runIDs))
+	for _, l := range prelocked {
+		if _, ok := slices.BinarySearch(runIDs, l.Run.RunID); ok {
+			out = append(out, l)
+		}
+	}
+	if len(out) == len(runIDs) {
+		return out, nil // prelocked is in run id order, as LockRuns answers
+	}
+	return tx.LockRuns(ctx, runIDs)
 }
 
 // planned is a run and its steps as a plan leaves them (what LockRun would
@@ -450,7 +470,7 @@ func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 	for _, id := range canceled {
 		byTask[id] = workflow.Change{TaskID: id, Outcome: workflow.Canceled, Error: workflow.CanceledError}
 	}
-	return e.advanceTasks(ctx, tx, canceled, byTask, eff)
+	return e.advanceTasks(ctx, tx, canceled, byTask, eff, nil)
 }
 
 // planError: a plan's next tasks were refused (a payload over the limit).
@@ -562,7 +582,7 @@ func (e *Engine) StepCanceled(ctx context.Context, t *Task) {
 	var eff RunEffects
 	err := e.store.InTx(ctx, func(tx store.Tx) error {
 		eff = RunEffects{}
-		return e.advanceTasks(ctx, tx, []string{t.ID}, byTask, &eff)
+		return e.advanceTasks(ctx, tx, []string{t.ID}, byTask, &eff, nil)
 	})
 	if err != nil {
 		e.cfg.Logger.Warn("advancing the run of a canceled step", "task_id", t.ID, "error", err)
