@@ -8,6 +8,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/maintenance"
+	"github.com/backstophq/backstop/internal/testdb"
 )
 
 // TestDeadlines: a waiting task (pending or scheduled) whose deadline
@@ -15,7 +16,7 @@ import (
 // expired; a task whose deadline is still ahead, and a running task past
 // its deadline (its attempt decides), are left alone.
 func TestDeadlines(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		b := setup(t, db, nil)
 		start := b.clock.Now()
 		soon := start.Add(10 * time.Second)

@@ -11,22 +11,8 @@ import (
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/maintenance"
 	"github.com/backstophq/backstop/internal/testclock"
-	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
 )
-
-// eachStore runs test against a fresh SQLite file and a fresh PostgreSQL
-// schema (testdb: skipped without BACKSTOP_TEST_POSTGRES_URL).
-func eachStore(t *testing.T, test func(t *testing.T, db string)) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		test(t, testdb.SQLite(t))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		test(t, testdb.Postgres(t))
-	})
-}
 
 // bundle is an engine over a real, migrated store, on a stopped clock
 // that only the test moves.

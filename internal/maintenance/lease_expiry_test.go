@@ -8,6 +8,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/maintenance"
+	"github.com/backstophq/backstop/internal/testdb"
 )
 
 // TestLeaseExpiry: an attempt whose lease ran out is settled with outcome
@@ -16,7 +17,7 @@ import (
 // cancellation was requested (even on its last attempt) — and an attempt
 // whose lease is current is left running.
 func TestLeaseExpiry(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		b := setup(t, db, &engine.Config{Retry: &bt.RetryPolicy{Schedule: []bt.Duration{bt.Duration(time.Minute)}}})
 		b.enqueue(
 			engine.EnqueueParams{ID: "retry", Queue: "q", Kind: "k", MaxAttempts: 3},

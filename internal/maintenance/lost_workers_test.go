@@ -9,6 +9,7 @@ import (
 
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/maintenance"
+	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
@@ -18,7 +19,7 @@ import (
 // within it, and a stopped one, get none; seen again and silent again, the
 // worker gets another.
 func TestLostWorkers(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		const stale = 90 * time.Second // not the default
 		b := setup(t, db, &engine.Config{WorkerStaleAfter: stale})
 		for _, id := range []string{"silent", "alive", "stopped"} {

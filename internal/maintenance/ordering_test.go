@@ -9,6 +9,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/maintenance"
+	"github.com/backstophq/backstop/internal/testdb"
 )
 
 // TestOrderingDrains: on every configured ordered queue, with no worker
@@ -16,7 +17,7 @@ import (
 // gap stays buffered until the drain's backoff is used up; then a round
 // releases it, its gap reported.
 func TestOrderingDrains(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		ord := engine.QueueConfig{Ordering: engine.OrderingConfig{Enabled: true, Step: 1, Backoff: []time.Duration{time.Second}}}
 		queues := []string{"oa", "ob"}
 		b := setup(t, db, &engine.Config{Queues: map[string]engine.QueueConfig{"oa": ord, "ob": ord}})

@@ -8,6 +8,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/maintenance"
+	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -15,7 +16,7 @@ import (
 // not before; one round promotes every due task, however many batches of
 // maintenance.Batch that takes; a task due later stays scheduled.
 func TestPromoter(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		b := setup(t, db, nil)
 		params := make([]engine.EnqueueParams, maintenance.Batch+1)
 		for i := range params {

@@ -10,6 +10,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/maintenance"
+	"github.com/backstophq/backstop/internal/testdb"
 )
 
 // TestRemoteSpans: the span of a remote attempt this process handed out
@@ -18,7 +19,7 @@ import (
 // the end time the store recorded; an attempt whose lease is current keeps
 // its span open.
 func TestRemoteSpans(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		sr := tracetest.NewSpanRecorder()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 		b := setup(t, db, &engine.Config{TracerProvider: tp, MaxAttempts: 3})

@@ -22,7 +22,7 @@ import (
 // older than theirs; it keeps younger ones, every open dead letter however
 // old, and everything under a negative (forever) policy.
 func TestRetention(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		b := setup(t, db, nil)
 		quiet := slog.New(slog.DiscardHandler)
 		finish := func(id string, st bt.State) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/maintenance"
+	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/workflow"
 )
@@ -19,7 +20,7 @@ import (
 // settled (the step then waits for its running item), and the wake-up is
 // gone.
 func TestRunWakeups(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		b := setup(t, db, nil)
 		def, err := workflow.Parse([]byte("name: w\nqueue: wf\nsteps:\n  - {id: each, kind: k, for_each: input.xs, concurrency: 1, budget: 10m}\n"))
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/maintenance"
 	"github.com/backstophq/backstop/internal/schedule"
+	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
@@ -75,7 +76,7 @@ func (b *bundle) readEventCount(typ string) int {
 // naming the tick), one schedule.ticked event each, and the schedule
 // records the last run.
 func TestSchedulesExactlyOncePerTick(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		b := setup(t, db, nil)
 		s2, err := dburl.Open(b.ctx, db)
 		if err != nil {
@@ -146,7 +147,7 @@ func TestSchedulesExactlyOncePerTick(t *testing.T) {
 // tick on time and reports each missed one as a schedule.skipped event;
 // a paused schedule is not due.
 func TestSchedulesMissedAndPaused(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		b := setup(t, db, nil)
 		first := b.putSchedule("m", schedule.Spec{Every: time.Minute}, schedule.MissedSkip)
 		svc := maintenance.NewSchedules(b.e, time.Second)

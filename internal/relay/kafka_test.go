@@ -11,6 +11,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/relay"
+	"github.com/backstophq/backstop/internal/testdb"
 )
 
 // Kafka through franz-go's kfake, an in-process Kafka speaking the real
@@ -19,7 +20,7 @@ import (
 // the message key, headers and payload carried; a rolled-back
 // transaction's message never lands.
 func TestKafka(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		ctx := context.Background()
 		kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "events"))
 		if err != nil {

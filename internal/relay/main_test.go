@@ -15,22 +15,8 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/relay"
-	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testwait"
 )
-
-// eachStore runs test against a fresh SQLite file and a fresh PostgreSQL
-// schema (skipped without BACKSTOP_TEST_POSTGRES_URL).
-func eachStore(t *testing.T, test func(t *testing.T, db string)) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		test(t, testdb.SQLite(t))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		test(t, testdb.Postgres(t))
-	})
-}
 
 // fastRetry retries every 20-100ms, so failure paths run in test time.
 var fastRetry = &backstop.RetryPolicy{Base: backstop.Duration(20 * time.Millisecond), Factor: 2, Max: backstop.Duration(100 * time.Millisecond)}

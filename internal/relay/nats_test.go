@@ -13,6 +13,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/relay"
+	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/pgstore"
 	"github.com/backstophq/backstop/store/sqlitestore"
@@ -69,7 +70,7 @@ func end(t *testing.T, commit bool, c, r func() error) {
 // once, even when delivered again (JetStream's de-duplication by
 // Nats-Msg-Id = the message id).
 func TestPublishTxNATS(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		ns := natsServer(t, -1, t.TempDir())
 		c := client(t, db, nil)
 		sink := openSink(t, "bus", ns.ClientURL(), relay.Options{})
@@ -110,7 +111,7 @@ func TestPublishTxNATS(t *testing.T) {
 // Messages of one key reach the stream in publish order, several keys
 // interleaved, with the relay delivering many at once.
 func TestPerKeyOrderNATS(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		ns := natsServer(t, -1, t.TempDir())
 		c := client(t, db, nil)
 		const keys, per = 6, 30
@@ -162,7 +163,7 @@ func checkOrder(t *testing.T, want map[string][]string, got []streamMsg) {
 // dead-letters at its first attempt with the broker's error; once the
 // stream accepts it, a replay delivers it under the same id.
 func TestRefusedMessageDeadLettersAndReplays(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		ctx := context.Background()
 		ns := natsServer(t, -1, t.TempDir())
 		nc, err := nats.Connect(ns.ClientURL())
@@ -204,7 +205,7 @@ func TestRefusedMessageDeadLettersAndReplays(t *testing.T) {
 // The broker stops with messages in flight: they wait, retried by the
 // sink's policy (none dead-lettered), and flow in order once it is back.
 func TestBrokerDownThenUp(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		ctx := context.Background()
 		dir := t.TempDir()
 		ns := natsServer(t, -1, dir)

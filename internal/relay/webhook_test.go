@@ -14,6 +14,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/relay"
+	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testwait"
 )
 
@@ -121,7 +122,7 @@ func TestWebhookStatusClassification(t *testing.T) {
 // a third of the calls still receives each key's messages once each, in
 // publish order (a retried message holds its key's later ones back).
 func TestPerKeyOrderUnderFailures(t *testing.T) {
-	eachStore(t, func(t *testing.T, db string) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
 		ctx := context.Background()
 		c := client(t, db, &backstop.Config{MaxAttempts: 1000})
 		var mu sync.Mutex

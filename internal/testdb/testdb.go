@@ -123,3 +123,17 @@ func withSearchPath(raw, schema string) (string, error) {
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }
+
+// EachStore runs test in parallel subtests "sqlite" and "postgres", each
+// with a fresh database's URL (SQLite, Postgres: skipped as Postgres says).
+func EachStore(t *testing.T, test func(t *testing.T, db string)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		test(t, SQLite(t))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		test(t, Postgres(t))
+	})
+}
