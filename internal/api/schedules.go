@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
 	"time"
 
@@ -14,19 +13,10 @@ import (
 // ScheduleRequest is the body of POST /v1/schedules: every (a Go duration,
 // "90s", "1h") or cron (with tz), the missed-tick policy, and the task.
 type ScheduleRequest struct {
-	Name        string            `json:"name"`
-	Every       string            `json:"every,omitempty"`
-	Cron        string            `json:"cron,omitempty"`
-	TZ          string            `json:"tz,omitempty"`
-	Missed      string            `json:"missed,omitempty"`
-	Queue       string            `json:"queue"`
-	Kind        string            `json:"kind"`
-	Payload     json.RawMessage   `json:"payload,omitempty"`
-	Attributes  map[string]string `json:"attributes,omitempty"`
-	Priority    int               `json:"priority,omitempty"`
-	MaxAttempts int               `json:"max_attempts,omitempty"`
-	// Replace: replace a schedule of that name instead of 409 conflict.
-	Replace bool `json:"replace,omitempty"`
+	// The schedule as the library takes it (its every, a duration, is
+	// never read from JSON: Every below is).
+	backstop.ScheduleParams
+	Every string `json:"every,omitempty"`
 }
 
 // ScheduleList is GET /v1/schedules.
@@ -36,8 +26,8 @@ type ScheduleList struct {
 
 // Params is the library's form of the request; a bad every names the field.
 func (q ScheduleRequest) Params() (backstop.ScheduleParams, error) {
-	p := backstop.ScheduleParams{Name: q.Name, Cron: q.Cron, TZ: q.TZ, Missed: q.Missed, Queue: q.Queue, Kind: q.Kind,
-		Payload: q.Payload, Attributes: q.Attributes, Priority: q.Priority, MaxAttempts: q.MaxAttempts, Replace: q.Replace}
+	p := q.ScheduleParams
+	p.Every = 0
 	if q.Every != "" {
 		d, err := time.ParseDuration(q.Every)
 		if err != nil || d <= 0 {

@@ -141,8 +141,7 @@ func periodicParams(cmd *cobra.Command, name string, f *periodicAddFlags) (backs
 // addSchedule adds a schedule on the database or through the API.
 func (a *app) addSchedule(ctx context.Context, p backstop.ScheduleParams, every time.Duration) (*backstop.ScheduleInfo, error) {
 	if a.server != "" {
-		req := api.ScheduleRequest{Name: p.Name, Cron: p.Cron, TZ: p.TZ, Missed: p.Missed, Queue: p.Queue, Kind: p.Kind,
-			Payload: p.Payload, Attributes: p.Attributes, Priority: p.Priority, MaxAttempts: p.MaxAttempts, Replace: p.Replace}
+		req := api.ScheduleRequest{ScheduleParams: p}
 		if every > 0 {
 			req.Every = every.String()
 		}

@@ -120,13 +120,13 @@ func TestPeriodicBadInput(t *testing.T) {
 			t.Fatalf("bad input wrote %+v", list)
 		}
 		_, err := apiclient.New(r.url, r.token).AddSchedule(context.Background(),
-			api.ScheduleRequest{Name: "s", Cron: "0 3 * * *", TZ: "Nowhere/City", Queue: "q", Kind: "k"})
+			api.ScheduleRequest{ScheduleParams: backstop.ScheduleParams{Name: "s", Cron: "0 3 * * *", TZ: "Nowhere/City", Queue: "q", Kind: "k"}})
 		var p *api.Problem
 		if !errors.As(err, &p) || p.Status != 400 || p.Field != "tz" {
 			t.Fatalf("POST /v1/schedules with an unknown zone: %v", err)
 		}
 		_, err = apiclient.New(r.url, r.token).AddSchedule(context.Background(),
-			api.ScheduleRequest{Name: "s", Every: "soon", Queue: "q", Kind: "k"})
+			api.ScheduleRequest{ScheduleParams: backstop.ScheduleParams{Name: "s", Queue: "q", Kind: "k"}, Every: "soon"})
 		if !errors.As(err, &p) || p.Status != 400 || p.Field != "every" {
 			t.Fatalf("POST /v1/schedules with a bad every: %v", err)
 		}
