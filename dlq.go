@@ -326,9 +326,10 @@ type PurgeParams struct {
 	// nothing.
 	DryRun bool
 	// Reason: why (required when Config.RequireReason). The purged
-	// records' own history goes with them, so a purge that deleted any is
-	// recorded as one dlq.purged event in the event log (subject "",
-	// body: purged, statuses, older_than, reason) with Actor.
+	// records' own history goes with them, so each transaction of a purge
+	// that deleted any (at most 1,000 records each) records a dlq.purged
+	// event in the event log in that transaction (subject "", body: purged,
+	// statuses, older_than, reason) with Actor.
 	Reason string
 	Actor  string
 	// Where: only dead letters this CEL condition on the payload and
@@ -373,32 +374,24 @@ func (c *Client) PurgeDLQ(ctx context.Context, p PurgeParams) (int, error) {
 			"an admin who means it says so (below_floor: true in the API, --below-floor on the CLI)", shortDuration(p.OlderThan), shortDuration(floor))
 	}
 	now := c.now()
-	sp := store.PurgeParams{Before: now.Add(-p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun}
-	var (
-		n   int
-		err error
-	)
+	actor := c.actor(p.Actor)
+	// The record of each deleting batch, written in its transaction.
+	event := func(purged int) Event {
+		body := map[string]any{"purged": purged, "statuses": p.Statuses, "older_than": Duration(p.OlderThan)}
+		if p.Where != "" {
+			body["where"] = p.Where
+		}
+		if p.BelowFloor && p.OlderThan < floor {
+			body["below_floor"], body["purge_floor"] = true, Duration(floor)
+		}
+		b, _ := json.Marshal(withReason(body, p.Reason))
+		return store.NewEvent(now, "dlq.purged", "", "", "", actor, b)
+	}
+	sp := store.PurgeParams{Before: now.Add(-p.OlderThan), Statuses: p.Statuses, DryRun: p.DryRun, Event: event}
 	if p.Where == "" {
-		n, err = c.store.PurgeDLQ(ctx, sp)
-	} else {
-		n, err = c.purgeWhere(ctx, sp, p.Where)
+		return c.store.PurgeDLQ(ctx, sp)
 	}
-	if err != nil || p.DryRun || n == 0 {
-		return n, err
-	}
-	body := map[string]any{"purged": n, "statuses": p.Statuses, "older_than": Duration(p.OlderThan)}
-	if p.Where != "" {
-		body["where"] = p.Where
-	}
-	if p.BelowFloor && p.OlderThan < floor {
-		body["below_floor"], body["purge_floor"] = true, Duration(floor)
-	}
-	b, _ := json.Marshal(withReason(body, p.Reason))
-	ev := store.NewEvent(now, "dlq.purged", "", "", "", c.actor(p.Actor), b)
-	if err := c.store.AppendEvents(context.WithoutCancel(ctx), []Event{ev}); err != nil {
-		c.cfg.Logger.Warn("recording a purge", "purged", n, "error", err)
-	}
-	return n, nil
+	return c.purgeWhere(ctx, sp, p.Where)
 }
 
 // shortDuration prints d without its zero minutes and seconds: 1h, 168h,

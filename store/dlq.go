@@ -197,6 +197,10 @@ type PurgeParams struct {
 	// IDs, when not nil, narrows the purge to these ids (the library's
 	// purge by a where condition names them a page at a time).
 	IDs []string
+	// Event, when set, is the purge's record: each batch that deletes
+	// records appends the event Event returns for its count in the batch's
+	// own transaction, so no deletion commits without its record.
+	Event func(purged int) bt.Event
 }
 
 // Redrive is the durable record of a bulk redrive, so that a re-run after an

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
 )
 
 // Secrets keeps keys that every process sharing the database must agree on
@@ -18,9 +20,10 @@ type Secrets interface {
 	Secret(ctx context.Context, name string, candidate []byte, now time.Time) ([]byte, error)
 	// RotateSecret stores fresh under name (at now) and keeps the value it
 	// replaces under name+PreviousSecret until previousUntil (replacing
-	// an earlier previous value), in one transaction. With nothing under
-	// name, fresh is stored and nothing is kept.
-	RotateSecret(ctx context.Context, name string, fresh []byte, now, previousUntil time.Time) error
+	// an earlier previous value), and appends events (the rotation's
+	// record), in one transaction. With nothing under name, fresh is stored
+	// and nothing is kept.
+	RotateSecret(ctx context.Context, name string, fresh []byte, now, previousUntil time.Time, events ...bt.Event) error
 	// SecretVersions reads the value under name (nil: none yet) and the
 	// previous one a rotation kept (nil: none) with the time until which
 	// it is good.

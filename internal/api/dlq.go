@@ -410,8 +410,8 @@ type PurgeRequest struct {
 	// ConfirmOpen must be true when Statuses names "open": open dead
 	// letters wait for an operator (400 naming confirm_open without it).
 	ConfirmOpen bool `json:"confirm_open,omitempty"`
-	// Reason: why; a purge that deleted records is recorded as one
-	// dlq.purged event (the records' own history goes with them).
+	// Reason: why; each transaction of a purge that deleted records
+	// writes a dlq.purged event (the records' own history goes with them).
 	Reason string `json:"reason,omitempty"`
 	// Where: only records whose payload and attributes match this CEL
 	// condition (docs/api.md); with payloads redacted from the caller's

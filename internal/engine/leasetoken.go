@@ -154,18 +154,15 @@ func (e *Engine) RotateLeaseKey(ctx context.Context, grace time.Duration) (time.
 	}
 	now := e.Now()
 	until := now.Add(grace)
-	if err := e.store.RotateSecret(ctx, leaseKeyName, fresh, now, until); err != nil {
+	actor := store.ActorFrom(ctx, store.DefaultActor)
+	// The audit trail, written with the rotation: who rotated, and until
+	// when the old tokens are good (never a key).
+	body, _ := json.Marshal(map[string]any{"grace": bt.Duration(grace), "previous_good_until": until.UTC()})
+	if err := e.store.RotateSecret(ctx, leaseKeyName, fresh, now, until, store.NewEvent(now, "lease_key.rotated", "", "", "", actor, body)); err != nil {
 		return time.Time{}, fmt.Errorf("backstop: rotate the lease token key: %w", err)
 	}
 	e.lkeys.keys.Store(nil) // read again at the next use
-	actor := store.ActorFrom(ctx, store.DefaultActor)
 	e.cfg.Logger.Info("rotated the lease token key", "previous_good_until", until, "actor", actor)
-	// The audit trail: who rotated, and until when the old tokens are good
-	// (never a key).
-	body, _ := json.Marshal(map[string]any{"grace": bt.Duration(grace), "previous_good_until": until.UTC()})
-	if err := e.store.AppendEvents(context.WithoutCancel(ctx), []Event{store.NewEvent(now, "lease_key.rotated", "", "", "", actor, body)}); err != nil {
-		e.cfg.Logger.Warn("recording the lease key's rotation", "error", err)
-	}
 	return until, nil
 }
 

@@ -405,13 +405,14 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 // purgeBatch deletes a batch of dead letters (sqldialect's PurgeDLQ
 // loops over it) in one statement: $1 statuses, $2 before, $3 limit, $4
 // the ids it is narrowed to (NULL: none).
-func purgeBatch(ctx context.Context, db sqldialect.DB, statuses, ids []string, before time.Time, limit int) (int, error) {
+func purgeBatch(ctx context.Context, db sqldialect.DB, statuses, ids []string, before time.Time, limit int, event func(int) bt.Event) (int, error) {
 	var only any // NULL
 	if ids != nil {
 		only = textArray(ids)
 	}
 	var n int
-	err := db.QueryRow(ctx, `
+	err := sqldialect.InTx(ctx, db, func(tx sqldialect.Tx) error {
+		if err := pgxOf(tx).QueryRow(ctx, `
 WITH gone AS (
 	DELETE FROM backstop_tasks WHERE id IN (SELECT id FROM backstop_tasks
 		WHERE state = 'dead' AND dlq_status = ANY($1::text[]) AND updated_at < $2
@@ -421,7 +422,11 @@ WITH gone AS (
 ), e AS (DELETE FROM backstop_executions WHERE task_id IN (SELECT id FROM gone)),
 p AS (DELETE FROM backstop_payloads WHERE task_id IN (SELECT id FROM gone)),
 `+deleteTaskEvents("gone")+`
-SELECT count(*) FROM gone`, textArray(statuses), before, limit, only).Scan(&n)
+SELECT count(*) FROM gone`, textArray(statuses), before, limit, only).Scan(&n); err != nil || n == 0 || event == nil {
+			return err
+		}
+		return insertEvents(ctx, pgxOf(tx), []bt.Event{event(n)})
+	})
 	return n, err
 }
 

@@ -173,11 +173,14 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 
 // purgeBatch deletes a batch of dead letters (sqldialect's PurgeDLQ loops
 // over it) in one transaction.
-func purgeBatch(ctx context.Context, db sqldialect.DB, statuses, ids []string, before time.Time, limit int) (int, error) {
+func purgeBatch(ctx context.Context, db sqldialect.DB, statuses, ids []string, before time.Time, limit int, event func(int) bt.Event) (int, error) {
 	var n int
 	err := sqldialect.InTx(ctx, db, func(tx sqldialect.Tx) (err error) {
 		n, err = purgeBatchTx(ctx, sqlOf(tx), statuses, ids, before, limit)
-		return err
+		if err != nil || n == 0 || event == nil {
+			return err
+		}
+		return insertEvents(ctx, sqlOf(tx), []bt.Event{event(n)})
 	})
 	return n, err
 }

@@ -353,9 +353,19 @@ func (s *suite) testDLQOps(t *testing.T) {
 			t.Fatalf("purge dry run: %d, %v", n, err)
 		}
 		eq(t, "kept by the dry run", ids(backstop.DLQDiscarded, backstop.DLQResolved), []string{"d1", "r1"})
-		n, err = b.c.PurgeDLQ(b.ctx, backstop.PurgeParams{OlderThan: time.Hour})
+		// In batches of one: each deleting batch appends its record in its
+		// own transaction (none for the last, empty one).
+		n, err = b.store.PurgeDLQ(b.ctx, store.PurgeParams{Before: b.clock.Now().Add(-time.Hour), Limit: 1,
+			Statuses: []bt.DLQStatus{bt.DLQDiscarded, bt.DLQResolved},
+			Event: func(k int) bt.Event {
+				return store.NewEvent(b.clock.Now(), "dlq.purged", "", "", "", "ops", []byte(fmt.Sprintf(`{"purged":%d}`, k)))
+			}})
 		if err != nil || n != 2 {
 			t.Fatalf("purge: %d, %v", n, err)
+		}
+		purged := b.readStream("type.dlq.purged", 2)
+		if len(purged) != 2 || string(purged[0].Body) != `{"purged":1}` || string(purged[1].Body) != `{"purged":1}` {
+			t.Fatalf("purge records: %+v, want one per deleting batch", purged)
 		}
 		for _, id := range []string{"d1", "r1"} {
 			if _, err := b.c.Get(b.ctx, id); !errors.Is(err, backstop.ErrNotFound) {

@@ -13,6 +13,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/remote"
+	"github.com/backstophq/backstop/store"
 )
 
 // testRemoteLeases: the store keeps one secret per name whichever caller
@@ -94,8 +95,12 @@ func (s *suite) testRotateSecret(t *testing.T) {
 	if got, err := b.store.Secret(b.ctx, "k", []byte("candidate"), now); err != nil || string(got) != "two" {
 		t.Fatalf("Secret after a rotation: %q %v, want two", got, err)
 	}
-	if err := b.store.RotateSecret(b.ctx, "k", []byte("three"), now, now.Add(2*time.Hour)); err != nil {
+	rotated := store.NewEvent(now, "lease_key.rotated", "", "", "", "ops", []byte(`{"n":3}`))
+	if err := b.store.RotateSecret(b.ctx, "k", []byte("three"), now, now.Add(2*time.Hour), rotated); err != nil {
 		t.Fatal(err)
+	}
+	if evs := b.readStream("type.lease_key.rotated", 1); len(evs) != 1 || evs[0].ID != rotated.ID {
+		t.Fatalf("the rotation's record: %+v, want the event it was given", evs)
 	}
 	if cur, prev, until := versions("k"); cur != "three" || prev != "two" || !until.Equal(now.Add(2*time.Hour)) {
 		t.Fatalf("after a second rotation: %q %q %s", cur, prev, until)

@@ -236,7 +236,7 @@ func (p *Procedures) PurgeDLQ(ctx context.Context, pp store.PurgeParams) (int, e
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		n, err := d.PurgeBatch(ctx, p.writer, sts, pp.IDs, pp.Before, limit)
+		n, err := d.PurgeBatch(ctx, p.writer, sts, pp.IDs, pp.Before, limit, pp.Event)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("%s: purge: %w", d.Prefix, err)

@@ -6,20 +6,24 @@ import (
 	"fmt"
 	"time"
 
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
 
 // RotateSecret implements store.Secrets: in one transaction, the current
-// row locked (PostgreSQL), copied to the previous row, then replaced.
-func (p *Procedures) RotateSecret(ctx context.Context, name string, fresh []byte, now, previousUntil time.Time) error {
+// row locked (PostgreSQL), copied to the previous row, then replaced, and
+// events (the rotation's record) appended.
+func (p *Procedures) RotateSecret(ctx context.Context, name string, fresh []byte, now, previousUntil time.Time, events ...bt.Event) error {
 	d := p.dialect
 	err := InTx(ctx, p.writer, func(tx Tx) error {
 		var cur []byte
 		err := tx.QueryRow(ctx, `SELECT value FROM backstop_secrets WHERE name = $1`+d.ForUpdate, name).Scan(&cur)
 		switch {
 		case errors.Is(err, ErrNoRows):
-			_, err = tx.Exec(ctx, `INSERT INTO backstop_secrets (name, value, created_at) VALUES ($1, $2, $3)`, name, fresh, now)
-			return err
+			if _, err = tx.Exec(ctx, `INSERT INTO backstop_secrets (name, value, created_at) VALUES ($1, $2, $3)`, name, fresh, now); err != nil {
+				return err
+			}
+			return d.TaskEvents(ctx, tx, events)
 		case err != nil:
 			return err
 		}
@@ -28,8 +32,10 @@ func (p *Procedures) RotateSecret(ctx context.Context, name string, fresh []byte
 			name+store.PreviousSecret, cur, previousUntil); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE backstop_secrets SET value = $2, created_at = $3 WHERE name = $1`, name, fresh, now)
-		return err
+		if _, err = tx.Exec(ctx, `UPDATE backstop_secrets SET value = $2, created_at = $3 WHERE name = $1`, name, fresh, now); err != nil {
+			return err
+		}
+		return d.TaskEvents(ctx, tx, events)
 	})
 	if err != nil {
 		return fmt.Errorf("%s: rotate secret %s: %w", d.Prefix, name, d.Err(err))

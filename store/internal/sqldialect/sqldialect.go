@@ -134,8 +134,9 @@ type Dialect struct {
 	// statuses and whose record last changed before before, with their
 	// executions, spilled payloads and events, in one transaction of db;
 	// it returns how many tasks it deleted. ids, when not nil, narrows
-	// them to those ids.
-	PurgeBatch func(ctx context.Context, db DB, statuses, ids []string, before time.Time, limit int) (int, error)
+	// them to those ids. event, when not nil, gives the event the batch
+	// appends in its transaction when it deleted any.
+	PurgeBatch func(ctx context.Context, db DB, statuses, ids []string, before time.Time, limit int, event func(int) bt.Event) (int, error)
 	// DuplicateTaskID says whether err, a uniqueness violation of an
 	// insert into backstop_tasks, is the id's (rather than a key's).
 	DuplicateTaskID func(ctx context.Context, tx Tx, err error, id string) bool
