@@ -271,27 +271,30 @@ func (c *Client) CompleteStep(ctx context.Context, p CompleteStepParams) (*Workf
 	var forced store.StepRecord // the row as it was
 	err = c.store.InTx(ctx, func(tx store.Tx) error {
 		eff = engine.RunEffects{}
-		return c.e.AdvanceRun(ctx, tx, p.RunID, &eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
+		now := c.now()
+		err := c.e.AdvanceRun(ctx, tx, p.RunID, &eff, func(def *workflow.Definition, run store.RunRecord, steps []store.StepRecord) (workflow.Plan, error) {
 			for _, r := range steps {
 				if r.StepID == p.Step && r.Item == p.Item {
 					forced = r
 				}
 			}
-			return workflow.CompleteStep(def, run, steps, workflow.Force{Step: p.Step, Item: p.Item, Result: result, Reason: p.Reason}, c.now())
+			return workflow.CompleteStep(def, run, steps, workflow.Force{Step: p.Step, Item: p.Item, Result: result, Reason: p.Reason}, now)
 		})
+		if err != nil || forced.TaskID == "" || forced.State != workflow.StepFailed {
+			return err
+		}
+		// The step's dead letter is resolved in the same transaction, so
+		// no replay can run a step the run has gone past.
+		body, _ := json.Marshal(map[string]any{"reason": p.Reason, "run_id": p.RunID, "step_id": p.Step, "item": p.Item,
+			"note": fmt.Sprintf("step %q item %d of run %s was force-completed", p.Step, p.Item, p.RunID)})
+		_, err = tx.CloseDeadLetter(ctx, store.DLQStatusChange{ID: forced.TaskID, Status: DLQResolved, Now: now,
+			Event: store.NewEvent(now, "dlq.resolved", forced.TaskID, "", "", actor, body)})
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	c.e.AfterRuns(ctx, &eff)
-	if forced.TaskID != "" && forced.State == workflow.StepFailed {
-		note := fmt.Sprintf("step %q item %d of run %s was force-completed", p.Step, p.Item, p.RunID)
-		_, err := c.setDLQStatus(ctx, forced.TaskID, DLQResolved, actor, "dlq.resolved",
-			map[string]any{"note": note, "reason": p.Reason, "run_id": p.RunID, "step_id": p.Step, "item": p.Item})
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			c.cfg.Logger.Warn("resolving the dead letter of a force-completed step", "task_id", forced.TaskID, "run_id", p.RunID, "error", err)
-		}
-	}
 	return c.WorkflowRun(ctx, p.RunID)
 }
 

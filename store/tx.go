@@ -42,6 +42,10 @@ type Tx interface {
 	WorkflowTx
 	// ScheduleTx: a schedule's advance past its ticks (store/schedules.go).
 	ScheduleTx
+	// CloseDeadLetter is Store.SetDLQStatus inside the transaction, except
+	// that a task which is not an open dead letter is left alone (false)
+	// rather than an error.
+	CloseDeadLetter(ctx context.Context, c DLQStatusChange) (bool, error)
 }
 
 // TxStore is a driver's composable writes on its own transaction type TX.
@@ -68,6 +72,7 @@ type TxStore[TX any] interface {
 	TaskStates(ctx context.Context, tx TX, taskIDs []string) (map[string]bt.State, error)
 	// The schedules' write (store/schedules.go, ScheduleTx) in tx.
 	AdvanceSchedule(ctx context.Context, tx TX, a ScheduleAdvance) (bool, error)
+	CloseDeadLetter(ctx context.Context, tx TX, c DLQStatusChange) (bool, error)
 }
 
 // ErrTxDone is returned by a Tx's operations once its InTx returned.
@@ -230,6 +235,14 @@ func (b *boundTx[TX]) AdvanceSchedule(ctx context.Context, a ScheduleAdvance) (b
 		return false, err
 	}
 	ok, err := b.ts.AdvanceSchedule(ctx, b.tx, a)
+	return ok, b.failed(err)
+}
+
+func (b *boundTx[TX]) CloseDeadLetter(ctx context.Context, c DLQStatusChange) (bool, error) {
+	if err := b.check(); err != nil {
+		return false, err
+	}
+	ok, err := b.ts.CloseDeadLetter(ctx, b.tx, c)
 	return ok, b.failed(err)
 }
 

@@ -143,6 +143,12 @@ func (Txs) AdvanceSchedule(ctx context.Context, tx pgx.Tx, a store.ScheduleAdvan
 	return sqldialect.AdvanceSchedule(ctx, dialect, runner{q: tx}, a)
 }
 
+// CloseDeadLetter is store.Tx's CloseDeadLetter inside tx.
+func (Txs) CloseDeadLetter(ctx context.Context, tx pgx.Tx, c store.DLQStatusChange) (bool, error) {
+	t, err := sqldialect.SetDLQStatusIn(ctx, dialect, runnerTx{runner{q: tx}, tx}, c)
+	return t != nil, err
+}
+
 // SetRunWake is store.WorkflowTx's SetRunWake inside tx.
 func (Txs) SetRunWake(ctx context.Context, tx pgx.Tx, runID string, at time.Time) error {
 	return sqldialect.WorkflowSetRunWake(ctx, dialect, runner{q: tx}, runID, at)

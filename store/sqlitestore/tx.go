@@ -142,6 +142,12 @@ func (Txs) AdvanceSchedule(ctx context.Context, tx *sql.Tx, a store.ScheduleAdva
 	return sqldialect.AdvanceSchedule(ctx, dialect, runner{q: tx}, a)
 }
 
+// CloseDeadLetter is store.Tx's CloseDeadLetter inside tx.
+func (Txs) CloseDeadLetter(ctx context.Context, tx *sql.Tx, c store.DLQStatusChange) (bool, error) {
+	t, err := sqldialect.SetDLQStatusIn(ctx, dialect, &runnerTx{runner: runner{q: tx}, tx: tx}, c)
+	return t != nil, err
+}
+
 // SetRunWake is store.WorkflowTx's SetRunWake inside tx.
 func (Txs) SetRunWake(ctx context.Context, tx *sql.Tx, runID string, at time.Time) error {
 	return sqldialect.WorkflowSetRunWake(ctx, dialect, runner{q: tx}, runID, at)

@@ -140,6 +140,46 @@ func (s *suite) testTx(t *testing.T) {
 			t.Fatalf("task enqueued through a finished transaction: %v", err)
 		}
 	})
+	t.Run("CloseDeadLetter", func(t *testing.T) {
+		t.Parallel()
+		b := s.setup(t, nil)
+		b.dead(backstop.EnqueueParams{ID: "dl1", Queue: "q", Kind: "k"})
+		b.enqueue(backstop.EnqueueParams{ID: "live1", Queue: "q", Kind: "k"})
+		change := func(id string) store.DLQStatusChange {
+			now := b.clock.Now()
+			return store.DLQStatusChange{ID: id, Status: bt.DLQResolved, Now: now,
+				Event: store.NewEvent(now, "dlq.resolved", id, "", "", "ops", []byte(`{"note":"tx"}`))}
+		}
+		// Rolled back: still open, no event.
+		err := b.store.InTx(b.ctx, func(tx store.Tx) error {
+			if ok, err := tx.CloseDeadLetter(b.ctx, change("dl1")); err != nil || !ok {
+				t.Fatalf("close an open dead letter: %v %v", ok, err)
+			}
+			return errBoom
+		})
+		if !errors.Is(err, errBoom) || b.get("dl1").DLQStatus != bt.DLQOpen || len(b.events("dl1")) != 0 {
+			t.Fatalf("rolled back: %v, %s, %v", err, b.get("dl1").DLQStatus, b.events("dl1"))
+		}
+		// Committed with its event; a task that is not an open dead letter
+		// is left alone without failing the transaction.
+		err = b.store.InTx(b.ctx, func(tx store.Tx) error {
+			if ok, err := tx.CloseDeadLetter(b.ctx, change("live1")); err != nil || ok {
+				t.Fatalf("close a live task: %v %v, want false, nil", ok, err)
+			}
+			ok, err := tx.CloseDeadLetter(b.ctx, change("dl1"))
+			if err != nil || !ok {
+				t.Fatalf("close: %v %v", ok, err)
+			}
+			return nil
+		})
+		evs := b.events("dl1") // its dlq.* events
+		if err != nil || b.get("dl1").DLQStatus != bt.DLQResolved || len(evs) != 1 || evs[0] != "dlq.resolved/ops" {
+			t.Fatalf("committed: %v, %s, %v", err, b.get("dl1").DLQStatus, evs)
+		}
+		if b.get("live1").State != bt.StatePending || len(b.events("live1")) != 0 {
+			t.Fatalf("the live task changed: %+v %v", b.get("live1"), b.events("live1"))
+		}
+	})
 	t.Run("FollowerNeverSkips", s.txFollower)
 	t.Run("WakesItsQueues", func(t *testing.T) {
 		t.Parallel()

@@ -126,19 +126,29 @@ func (p *Procedures) Replay(ctx context.Context, id string, plan func(*bt.Task) 
 
 // SetDLQStatus implements store.DLQ.
 func (p *Procedures) SetDLQStatus(ctx context.Context, c store.DLQStatusChange) (*bt.Task, error) {
-	d, db := p.dialect, p.writer
-	tx, err := db.Begin(ctx)
+	tx, err := p.writer.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	n, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_status = $1, updated_at = $2
-		WHERE id = $3 AND state = 'dead' AND dlq_status = 'open'`, string(c.Status), c.Now, c.ID)
+	t, err := SetDLQStatusIn(ctx, p.dialect, tx, c)
 	if err != nil {
 		return nil, err
 	}
-	if n == 0 {
+	if t == nil {
 		return nil, fmt.Errorf("task %q is not an open dead letter: %w", c.ID, store.ErrNotFound)
+	}
+	return t, tx.Commit(ctx)
+}
+
+// SetDLQStatusIn moves an open dead letter to c.Status and writes c.Event
+// in tx, and returns the task; a task that is not an open dead letter is
+// left alone (nil, nil).
+func SetDLQStatusIn(ctx context.Context, d *Dialect, tx Tx, c store.DLQStatusChange) (*bt.Task, error) {
+	n, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_status = $1, updated_at = $2
+		WHERE id = $3 AND state = 'dead' AND dlq_status = 'open'`, string(c.Status), c.Now, c.ID)
+	if err != nil || n == 0 {
+		return nil, err
 	}
 	t, err := d.GetTask(ctx, tx, c.ID, false)
 	if err != nil {
@@ -149,7 +159,7 @@ func (p *Procedures) SetDLQStatus(ctx context.Context, c store.DLQStatusChange) 
 	if err := d.TaskEvents(ctx, tx, []bt.Event{ev}); err != nil {
 		return nil, err
 	}
-	return t, tx.Commit(ctx)
+	return t, nil
 }
 
 // StartRedrive implements store.DLQ.
