@@ -22,7 +22,7 @@ import (
 var fastRetry = &backstop.RetryPolicy{Base: backstop.Duration(20 * time.Millisecond), Factor: 2, Max: backstop.Duration(100 * time.Millisecond)}
 
 // client opens db (migrated) with cfg (nil: defaults) and fast retries.
-func client(t *testing.T, db string, cfg *backstop.Config) *backstop.Client {
+func client(t testing.TB, db string, cfg *backstop.Config) *backstop.Client {
 	t.Helper()
 	ctx := context.Background()
 	s, err := dburl.Open(ctx, db)
@@ -75,7 +75,7 @@ func startRelayWith(t *testing.T, c *backstop.Client, cfg relay.Config) *relay.R
 
 // natsServer is a real nats-server with JetStream, in-process on a
 // loopback port, storing in dir.
-func natsServer(t *testing.T, port int, dir string) *server.Server {
+func natsServer(t testing.TB, port int, dir string) *server.Server {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
 	if err != nil {
