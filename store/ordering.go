@@ -78,6 +78,9 @@ type OrderingSettings struct {
 	// FirstHold: a key without state buffers its first tasks this long, so
 	// a predecessor that was overtaken is ordered in front (0: admit at once).
 	FirstHold time.Duration
+	// RunLate: a task not newer than its key's last sequence (or repeating
+	// one) runs in its key's turn instead of being canceled as stale.
+	RunLate bool
 	// Decide is the engine's ordering policy (internal/ordering.Decide):
 	// Order hands it each key's state and waiting tasks and applies what it
 	// returns. The store holds no policy of its own; Order refuses

@@ -269,6 +269,9 @@ type Ordering struct {
 	CircuitBreaker int        `yaml:"circuit_breaker" json:"circuit_breaker,omitempty"`
 	KeyTTL         Duration   `yaml:"key_ttl" json:"key_ttl,omitempty"`
 	FirstHold      Duration   `yaml:"first_hold" json:"first_hold,omitempty"`
+	// Late: what happens to a task not newer than its key's last one:
+	// "cancel" (stale, the default) or "run" (in its key's turn; step 0).
+	Late string `yaml:"late" json:"late,omitempty"`
 	// EnabledFor rolls ordering out gradually (backstop.OrderingRollout).
 	EnabledFor *OrderingRollout `yaml:"enabled_for" json:"enabled_for,omitempty"`
 }
@@ -764,6 +767,15 @@ func (c *Config) Validate() error {
 		if q.Ordering.FirstHold < 0 {
 			bad(p+".ordering.first_hold", "must not be negative")
 		}
+		switch q.Ordering.Late {
+		case "", "cancel":
+		case "run":
+			if q.Ordering.Step != 0 {
+				bad(p+".ordering.late", "run needs step 0 (any newer sequence next: no gaps to wait for)")
+			}
+		default:
+			bad(p+".ordering.late", "must be cancel or run")
+		}
 		if r := q.Ordering.EnabledFor; r != nil {
 			switch {
 			case !q.Ordering.Enabled:
@@ -985,7 +997,7 @@ func (c *Config) Library() *backstop.Config {
 			out.Queues = map[string]backstop.QueueConfig{}
 		}
 		out.Queues[backstop.SinkQueue(name)] = backstop.QueueConfig{MaxAttempts: sk.MaxAttempts, Retry: sk.Retry.Policy(),
-			Ordering: backstop.OrderingConfig{Enabled: true}}
+			Ordering: backstop.OrderingConfig{Enabled: true, RunLate: true}}
 	}
 	if len(c.Kinds) > 0 {
 		out.Kinds = map[string]backstop.KindConfig{}
@@ -1096,7 +1108,7 @@ func EnvName(name string) string {
 
 func (o Ordering) library() backstop.OrderingConfig {
 	out := backstop.OrderingConfig{Enabled: o.Enabled, Step: o.Step, CircuitBreaker: o.CircuitBreaker, KeyTTL: o.KeyTTL.D(),
-		FirstHold: o.FirstHold.D()}
+		FirstHold: o.FirstHold.D(), RunLate: o.Late == "run"}
 	for _, d := range o.Backoff {
 		out.Backoff = append(out.Backoff, d.D())
 	}

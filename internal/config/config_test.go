@@ -52,6 +52,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"queues:\n  q:\n    ordering: {circuit_breaker: -1}\n", "queues.q.ordering.circuit_breaker: must not be negative"},
 		{"queues:\n  q:\n    ordering: {key_ttl: -1m}\n", "queues.q.ordering.key_ttl: must not be negative"},
 		{"queues:\n  q:\n    ordering: {first_hold: -1s}\n", "queues.q.ordering.first_hold: must not be negative"},
+		{"queues:\n  q:\n    ordering: {enabled: true, late: later}\n", "queues.q.ordering.late: must be cancel or run"},
+		{"queues:\n  q:\n    ordering: {enabled: true, step: 1, late: run}\n", "queues.q.ordering.late: run needs step 0"},
 		{"queues:\n  q:\n    ordering: {enabled_for: {percent: 10}}\n", "queues.q.ordering.enabled_for: needs ordering.enabled: true"},
 		{"queues:\n  q:\n    ordering: {enabled: true, enabled_for: {percent: 101}}\n", "queues.q.ordering.enabled_for.percent: must be between 0 and 100"},
 		{"queues:\n  q:\n    ordering: {enabled: true, enabled_for: {attribute: org_id}}\n", "queues.q.ordering.enabled_for: attribute and values go together"},

@@ -116,6 +116,7 @@ var queueEnv = map[string]func(q *Queue, v string) error{
 	"ORDERING_CIRCUIT_BREAKER": func(q *Queue, v string) error { return parseInt(v, &q.Ordering.CircuitBreaker) },
 	"ORDERING_KEY_TTL":         func(q *Queue, v string) error { return parseDur(v, &q.Ordering.KeyTTL) },
 	"ORDERING_FIRST_HOLD":      func(q *Queue, v string) error { return parseDur(v, &q.Ordering.FirstHold) },
+	"ORDERING_LATE":            func(q *Queue, v string) error { q.Ordering.Late = v; return nil },
 	"ORDERING_ENABLED_FOR_ATTRIBUTE": func(q *Queue, v string) error {
 		rolloutOf(q).Attribute = v
 		return nil

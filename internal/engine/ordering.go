@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,13 @@ type OrderingConfig struct {
 	// the first task are not gaps. It delays every key's first task by the
 	// hold. Default 0: a fresh key's first task is admitted at once.
 	FirstHold time.Duration
+	// RunLate: a task whose sequence is not newer than its key's last one
+	// (it was made earlier but committed later: two producers racing on a
+	// key) or repeats one runs in its key's turn instead of being canceled
+	// as stale, so per key the tasks run one at a time in commit order and
+	// none is dropped. The sink queues' setting: an outbox message is
+	// never dropped. Default false (stale tasks are canceled).
+	RunLate bool
 	// EnabledFor, when set, rolls ordering out gradually: only the tasks
 	// it selects are ordered; the queue's other tasks run unordered, as on
 	// a queue without ordering (their key and sequence dropped, the
@@ -103,6 +111,9 @@ func (o OrderingConfig) validate(queue string) error {
 	if o.Step < 0 {
 		return fmt.Errorf("queue %q: ordering: step must not be negative", queue)
 	}
+	if o.RunLate && o.Step != 0 {
+		return fmt.Errorf("queue %q: ordering: late tasks run only with step 0 (any newer sequence next: no gaps to wait for)", queue)
+	}
 	if o.EnabledFor != nil {
 		if err := o.EnabledFor.validate(queue); err != nil {
 			return err
@@ -128,7 +139,7 @@ func (o OrderingConfig) validate(queue string) error {
 // settings are the store's view, defaults applied.
 func (o OrderingConfig) settings() store.OrderingSettings {
 	s := store.OrderingSettings{Step: o.Step, Backoff: o.Backoff, CircuitBreaker: o.CircuitBreaker, KeyTTL: o.KeyTTL, FirstHold: o.FirstHold,
-		Decide: ordering.Decide} // internal/ordering: the engine's policy
+		RunLate: o.RunLate, Decide: ordering.Decide} // internal/ordering: the engine's policy
 	if len(s.Backoff) == 0 {
 		s.Backoff = DefaultOrderingBackoff
 	}
@@ -257,7 +268,8 @@ func (e *Engine) queueOrdering(queue string) (OrderingConfig, bool) {
 	if q, ok := e.cfg.Queues[queue]; ok {
 		return q.Ordering, true
 	}
-	return OrderingConfig{Enabled: true}, false
+	// A sink's queue (sink.<name>) holds outbox messages: never dropped.
+	return OrderingConfig{Enabled: true, RunLate: strings.HasPrefix(queue, "sink.")}, false
 }
 
 // Ordered reports whether queue is ordered now: declared with ordering, or

@@ -70,11 +70,12 @@ func Decide(k *store.OrderingKeyState, tasks []store.OrderingTask, set store.Ord
 	if k.BusyTask != "" && !k.BusyReplay {
 		hasEff, eff = true, k.BusySeq
 	}
-	// Stale: not newer than eff, or a repeated sequence.
+	// Stale: not newer than eff, or a repeated sequence (unless late tasks
+	// run: then they are next in line, in sequence order).
 	live := tasks[:0:0]
 	for i, t := range tasks {
 		dup := i > 0 && t.Seq == tasks[i-1].Seq
-		if (hasEff && t.Seq <= eff) || dup {
+		if ((hasEff && t.Seq <= eff) || dup) && !set.RunLate {
 			why := fmt.Sprintf("stale: sequence %d not newer than %d", t.Seq, eff)
 			if dup {
 				why = fmt.Sprintf("stale: sequence %d repeated", t.Seq)
@@ -139,9 +140,11 @@ func Decide(k *store.OrderingKeyState, tasks []store.OrderingTask, set store.Ord
 			if t.Status != store.OrdHeld {
 				continue
 			}
-			if !buffering && (!h || next(e, t.Seq)) {
+			if !buffering && (!h || next(e, t.Seq) || (set.RunLate && t.Seq <= e)) {
 				set1(t, store.OrdReady, nil)
-				h, e = true, t.Seq
+				if !h || t.Seq > e {
+					h, e = true, t.Seq
+				}
 				continue
 			}
 			set1(t, store.OrdGap, nil)
