@@ -45,7 +45,7 @@ http(s)://... (a webhook: POST, Backstop-Signature when the sink has a secret). 
 --sink, every sink of the configuration's sinks: section; a --sink of a configured name
 keeps that entry's timeout, secret, stream and retry policy.
 
-Messages with one key are delivered one at a time in publish order. On SIGTERM or SIGINT
+Messages with one key are delivered one at a time in commit order. On SIGTERM or SIGINT
 the relay stops claiming and lets deliveries in flight finish within --grace.`,
 		Example: `  backstop relay --sink bus=nats://127.0.0.1:4222
   backstop relay --sink log=kafka://127.0.0.1:9092 --sink hook=https://example.test/in --config backstop.yaml`,
