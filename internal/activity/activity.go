@@ -76,8 +76,8 @@ func Index(us int64) int {
 }
 
 // Quantile reads the q-quantile (0 < q ≤ 1) of a histogram of Bounds,
-// interpolated geometrically inside its bucket; ok is false when it is
-// empty.
+// interpolated inside its bucket (geometrically; linearly below the first
+// bound); ok is false when it is empty.
 func Quantile(h []int64, q float64) (d time.Duration, ok bool) {
 	var n int64
 	for _, c := range h {
@@ -93,14 +93,15 @@ func Quantile(h []int64, q float64) (d time.Duration, ok bool) {
 			seen += c
 			continue
 		}
-		lo, hi := float64(Bounds[0])/math.Sqrt2, float64(Bounds[min(i, len(Bounds)-1)])
-		if i > 0 {
-			lo = float64(Bounds[i-1])
-		}
-		if i == len(Bounds) {
-			lo, hi = hi, hi*math.Sqrt2
-		}
 		frac := (rank - float64(seen)) / float64(c)
+		switch {
+		case i == 0: // [0, 1 ms): linear
+			return time.Duration(float64(Bounds[0])*frac) * time.Microsecond, true
+		case i >= len(Bounds): // past the last bound: at most one more ratio
+			lo := float64(Bounds[len(Bounds)-1])
+			return time.Duration(lo*math.Pow(math.Sqrt2, frac)) * time.Microsecond, true
+		}
+		lo, hi := float64(Bounds[i-1]), float64(Bounds[i])
 		return time.Duration(lo*math.Pow(hi/lo, frac)) * time.Microsecond, true
 	}
 	return time.Duration(Bounds[len(Bounds)-1]) * time.Microsecond, true
