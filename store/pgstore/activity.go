@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/backstophq/backstop/store"
@@ -16,6 +18,15 @@ var activityExprs = sqldialect.ActivityExprs{
 	},
 	Micros: func(a, b string) string {
 		return fmt.Sprintf("(extract(epoch FROM (%s) - (%s)) * 1000000)::bigint", a, b)
+	},
+	// width_bucket with an array of thresholds: a binary search, where a
+	// CASE would evaluate the inlined duration once per arm.
+	HistIndex: func(col string, bounds []int64) string {
+		parts := make([]string, len(bounds))
+		for i, b := range bounds {
+			parts[i] = strconv.FormatInt(b, 10)
+		}
+		return fmt.Sprintf("width_bucket(%s, ARRAY[%s]::bigint[])", col, strings.Join(parts, ","))
 	},
 }
 

@@ -12,8 +12,9 @@ import (
 // activityExprs are the finished-work read's SQL on times stored as
 // INTEGER microseconds.
 var activityExprs = sqldialect.ActivityExprs{
-	Bucket: func(col string, seconds int64) string { return fmt.Sprintf("(%s / %d)", col, seconds*1000000) },
-	Micros: func(a, b string) string { return fmt.Sprintf("((%s) - (%s))", a, b) },
+	Bucket:    func(col string, seconds int64) string { return fmt.Sprintf("(%s / %d)", col, seconds*1000000) },
+	Micros:    func(a, b string) string { return fmt.Sprintf("((%s) - (%s))", a, b) },
+	HistIndex: sqldialect.HistCase,
 }
 
 // FinishedWork implements store.ActivityRollup.

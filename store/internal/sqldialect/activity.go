@@ -23,11 +23,14 @@ type ActivityExprs struct {
 	Bucket func(col string, seconds int64) string
 	// Micros is the microseconds from time expression b to a (an integer).
 	Micros func(a, b string) string
+	// HistIndex numbers the histogram bucket of the microseconds in col
+	// by bounds: how many bounds are at most it (HistCase, or the
+	// database's own function).
+	HistIndex func(col string, bounds []int64) string
 }
 
-// histIndex is the SQL CASE that numbers the histogram bucket of the
-// microseconds in col by bounds.
-func histIndex(col string, bounds []int64) string {
+// HistCase is ActivityExprs.HistIndex as a CASE expression.
+func HistCase(col string, bounds []int64) string {
 	var b strings.Builder
 	b.WriteString("CASE")
 	for i, bound := range bounds {
@@ -73,7 +76,7 @@ func (p *Procedures) ReadFinishedWork(ctx context.Context, x ActivityExprs, sinc
 	}{
 		// The tasks that succeeded (backstop_tasks_finished): the attempt
 		// that succeeded is in the task row.
-		{`SELECT b, queue, kind, ` + histIndex("w", bounds) + `, ` + histIndex("r", bounds) + `, count(*) FROM (
+		{`SELECT b, queue, kind, ` + x.HistIndex("w", bounds) + `, ` + x.HistIndex("r", bounds) + `, count(*) FROM (
 			SELECT ` + x.Bucket("finalized_at", secs) + ` AS b, queue, kind,
 				` + x.Micros(started, "run_at") + ` AS w, ` + x.Micros("finalized_at", started) + ` AS r
 			FROM backstop_tasks WHERE state = 'succeeded' AND finalized_at >= $1 AND finalized_at < $2) f
@@ -92,7 +95,7 @@ func (p *Procedures) ReadFinishedWork(ctx context.Context, x ActivityExprs, sinc
 			}},
 		// The attempts that failed (backstop_executions_failed); the task
 		// outlived it unless it ended the task.
-		{`SELECT b, queue, kind, retried, ` + histIndex("r", bounds) + `, count(*) FROM (
+		{`SELECT b, queue, kind, retried, ` + x.HistIndex("r", bounds) + `, count(*) FROM (
 			SELECT ` + x.Bucket("e.finished_at", secs) + ` AS b, t.queue, t.kind,
 				CASE WHEN t.execution_id = e.execution_id AND t.state IN ('dead', 'canceled') THEN 0 ELSE 1 END AS retried,
 				` + x.Micros("e.finished_at", "e.started_at") + ` AS r
