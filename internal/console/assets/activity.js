@@ -4,7 +4,7 @@
 // activity rollup the maintenance leader writes). Each chart is an image
 // with a text summary for screen readers; its numbers are also in the
 // title of each bar or point (text, never markup).
-import { api, h, fmtTime, table } from './lib.js';
+import { api, h, clear, errorText, fmtTime, table } from './lib.js';
 
 const svgNS = 'http://www.w3.org/2000/svg';
 export function svg(tag, attrs, ...children) {
@@ -19,20 +19,37 @@ export function svg(tag, attrs, ...children) {
 let chosen = '24h';
 const windows = [['24h', '24 h'], ['7d', '7 d']];
 
-// historySection fetches and draws the history of every queue, or of one;
-// the toggle redraws it in place.
-export async function historySection({ queue } = {}) {
-  const params = new URLSearchParams({ window: chosen });
-  if (queue) params.set('queue', queue);
-  const rep = await api('GET', `/v1/activity?${params}`);
+// historyPanel is the history of every queue, or of one: a container
+// that keeps what it shows while it reads again (refresh), so a page that
+// redraws on events never blanks it; the toggle reads the other window.
+export function historyPanel({ queue } = {}) {
+  const box = h('div', { id: 'history-panel' }, h('p', { class: 'muted' }, 'Loading the history…'));
+  let latest = 0; // only the last read started is shown
+  const load = async () => {
+    const n = ++latest;
+    const params = new URLSearchParams({ window: chosen });
+    if (queue) params.set('queue', queue);
+    let shown;
+    try {
+      shown = historySection(await api('GET', `/v1/activity?${params}`), queue, load);
+    } catch (e) {
+      shown = h('p', { class: 'error', role: 'alert' }, `History: ${errorText(e)}`);
+    }
+    if (n === latest) clear(box, shown);
+  };
+  load();
+  return { el: box, refresh: load };
+}
+
+function historySection(rep, queue, reload) {
   const section = h('section', { class: 'charts history', id: 'history', 'aria-labelledby': 'history-title', 'data-window': rep.window },
     h('h2', { id: 'history-title' }, `History: last ${rep.window === '7d' ? '7 days' : '24 hours'}`),
     h('div', { class: 'toggle', role: 'group', 'aria-label': 'History window' },
       ...windows.map(([w, label]) => h('button', {
         type: 'button', class: 'small', id: `history-${w}`, 'aria-pressed': String(w === rep.window),
-        onclick: async () => {
+        onclick: () => {
           chosen = w;
-          section.replaceWith(await historySection({ queue }));
+          reload();
         },
       }, label))),
     h('div', { class: 'chart-row' },

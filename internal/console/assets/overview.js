@@ -1,7 +1,7 @@
 // Overview: each queue with its counts by state, DLQ size, oldest pending
 // age and workers; pause and resume (operator).
 import { api, h, clear, can, flash, errorText, fmtAge, badge, table, live, debounce } from './lib.js';
-import { svg, historySection } from './activity.js';
+import { svg, historyPanel } from './activity.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
 // stuckAfter: how long the oldest pending task of a queue no active worker
@@ -9,12 +9,17 @@ const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dea
 const stuckAfter = 60 * 1000;
 
 export async function overviewPage(main) {
+  // The history reads on its own (it is not part of the page's first
+  // content) and keeps its charts while it reads again.
+  const history = historyPanel();
+  let first = true;
   const render = async () => {
-    const [queues, workers, activity, history] = await Promise.all([
+    if (!first) history.refresh();
+    first = false;
+    const [queues, workers, activity] = await Promise.all([
       api('GET', '/v1/queues'),
       api('GET', '/v1/workers?limit=1000'),
       api('GET', '/v1/activity?minutes=60'),
-      historySection(),
     ]);
     // Oldest pending: the queue's earliest pending run_at (the counts' scan).
     const oldest = queues.items.map((q) => q.oldest_pending_at || null);
@@ -72,7 +77,7 @@ export async function overviewPage(main) {
         stat('workers-stopping', byState.stopping || 0, 'stopping worker', 'stopping workers'),
         stat('dead-letters', queues.items.reduce((n, q) => n + (q.counts.dead || 0), 0), 'dead letter', 'dead letters')),
       charts(activity.items),
-      history,
+      history.el,
       h('section', { 'aria-labelledby': 'queues-title' },
         h('h2', { id: 'queues-title' }, 'Queues'),
         h('div', { class: 'scroll' }, table('Queues with their task counts by state', headers, rows, 'No queue holds tasks yet.'))),

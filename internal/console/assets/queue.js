@@ -1,11 +1,15 @@
 // A queue's page: its counts by state, links to its tasks and dead
 // letters, and its history over 24 h / 7 d by kind (activity.js).
 import { api, h, clear, badge, live, debounce } from './lib.js';
-import { historySection } from './activity.js';
+import { historyPanel } from './activity.js';
 
 export async function queuePage(main, name) {
+  const history = historyPanel({ queue: name });
+  let first = true;
   const render = async () => {
-    const [queues, history] = await Promise.all([api('GET', '/v1/queues'), historySection({ queue: name })]);
+    if (!first) history.refresh();
+    first = false;
+    const queues = await api('GET', '/v1/queues');
     const q = queues.items.find((x) => x.name === name);
     const counts = q ? Object.entries(q.counts).filter(([, n]) => n > 0) : [];
     const enc = encodeURIComponent(name);
@@ -18,7 +22,7 @@ export async function queuePage(main, name) {
       h('p', { id: 'queue-counts', class: 'muted' }, counts.length
         ? counts.map(([s, n]) => `${n} ${s}`).join(' · ')
         : 'No task in this queue now.'),
-      history);
+      history.el);
   };
   await render();
   // The history moves when the maintenance leader rolls up: redraw on
