@@ -57,6 +57,11 @@ func (a *Activity) RunOnce(ctx context.Context) error {
 	if !ok {
 		at = upto.Add(-activityBackfill).Truncate(activity.Fine.Width)
 	}
+	// After a long outage, work older than the longest keep would be
+	// deleted as soon as written: start at the keep.
+	if oldest := now.Add(-activity.Coarse.Keep).Truncate(activity.Coarse.Width); at.Before(oldest) {
+		at = oldest
+	}
 	for at.Before(upto) {
 		end := at.Add(activityChunk)
 		if end.After(upto) {
