@@ -75,13 +75,15 @@ func (s *Server) resumeQueue(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, QueuePauseResponse{Name: name, Changed: changed})
 }
 
-// ActivityResponse is GET /v1/activity.
+// ActivityResponse is GET /v1/activity without window.
 type ActivityResponse struct {
 	Items []backstop.ActivityMinute `json:"items"`
 }
 
 // GET /v1/activity?minutes=N: per minute, the tasks that succeeded, the
 // attempts that failed and the tasks that died (the overview's charts).
+// GET /v1/activity?window=24h|7d[&queue=Q][&kind=K]: the activity
+// rollup's history (backstop.ActivityReport).
 func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	for k := range q {
