@@ -122,6 +122,9 @@ type Store interface {
 	// their transactional writes are the Tx's (WorkflowTx).
 	Workflows
 	Schedules // periodic tasks (store/schedules.go)
+	// ActivityRollup: the history of finished work by bucket, queue and
+	// kind (store/activity.go).
+	ActivityRollup
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers

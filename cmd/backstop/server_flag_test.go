@@ -50,6 +50,7 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 	ref := func(args ...string) serverCase { return serverCase{mode: refuses, args: args} }
 	loc := func(code int, args ...string) serverCase { return serverCase{mode: local, args: args, code: code} }
 	return map[string]serverCase{
+		"activity":              srv("window 24h", "--window", "24h"),
 		"audit":                 loc(2),
 		"audit list":            srv("", "--since", "1h", "--limit", "5"),
 		"bench":                 ref("-n", "10"),

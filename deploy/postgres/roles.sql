@@ -93,6 +93,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_run_wakeups TO backst
 -- backstop_tasks too). Adding and removing them through the API is the
 -- admin role's.
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_schedules TO backstop_worker;
+-- The activity rollup (store/activity.go): the maintenance leader adds the
+-- finished work to its rows and moves its watermark in one transaction, and
+-- deletes the rows past their keep.
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_activity, :"schema".backstop_activity_rollup TO backstop_worker;
 
 -- admin: everything on Backstop's tables, views and sequences: dead-letter
 -- replay, redrive, discard, resolve, purge and export, retention, tokens.

@@ -173,19 +173,20 @@ func FuzzAuthorization(f *testing.F) {
 	})
 }
 
-// FuzzReadQueries: the worker list and execution log queries (and ?raw)
-// answer a 4xx problem or 200, never a 5xx.
+// FuzzReadQueries: the worker list, execution log and activity queries
+// (and ?raw) answer a 4xx problem or 200, never a 5xx.
 func FuzzReadQueries(f *testing.F) {
 	srv, _ := fuzzServer(f)
 	for _, q := range []string{"queue=q&state=active&limit=10&after=w", "state=bogus", "limit=0", "limit=x", "queue=bad queue!",
-		"after=-1", "format=text", "format=xml", "after=99999999999999999999", "raw=true", "raw=maybe", "raw=1&raw=0", "color=red"} {
+		"after=-1", "format=text", "format=xml", "after=99999999999999999999", "raw=true", "raw=maybe", "raw=1&raw=0", "color=red",
+		"window=24h&queue=q&kind=k", "window=7d", "window=1h", "window=24h&minutes=5", "minutes=0", "queue=q"} {
 		f.Add(q)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		if q, err := url.ParseQuery(raw); err == nil {
 			_, _ = api.ParseWorkerQuery(q)
 		}
-		for _, path := range []string{"/v1/workers", "/v1/workers/w", "/v1/tasks/t1/executions/x/logs", "/v1/tasks/t1", "/v1/tasks"} {
+		for _, path := range []string{"/v1/workers", "/v1/workers/w", "/v1/tasks/t1/executions/x/logs", "/v1/tasks/t1", "/v1/tasks", "/v1/activity"} {
 			req := httptest.NewRequest("GET", path, nil)
 			req.URL.RawQuery = raw
 			rec := httptest.NewRecorder()

@@ -75,19 +75,35 @@ func (s *Server) resumeQueue(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, QueuePauseResponse{Name: name, Changed: changed})
 }
 
-// ActivityResponse is GET /v1/activity.
+// ActivityResponse is GET /v1/activity without window.
 type ActivityResponse struct {
 	Items []backstop.ActivityMinute `json:"items"`
 }
 
 // GET /v1/activity?minutes=N: per minute, the tasks that succeeded, the
 // attempts that failed and the tasks that died (the overview's charts).
+// GET /v1/activity?window=24h|7d[&queue=Q][&kind=K]: the activity
+// rollup's history (backstop.ActivityReport).
 func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	for k := range q {
-		if k != "minutes" {
-			return fail(codeInvalidQuery, "unknown parameter "+strconv.Quote(k)+" (use minutes)")
+		if k != "minutes" && k != "window" && k != "queue" && k != "kind" {
+			return fail(codeInvalidQuery, "unknown parameter "+strconv.Quote(k)+" (use minutes, or window with queue and kind)")
 		}
+	}
+	// window: the rollup's history (24h, 7d) instead of the last minutes.
+	if q.Has("window") {
+		if q.Has("minutes") {
+			return fail(codeInvalidQuery, "minutes and window: give one (minutes for the last minutes, window for 24h or 7d)")
+		}
+		rep, err := s.c.ActivityHistory(r.Context(), q.Get("window"), q.Get("queue"), q.Get("kind"))
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, rep)
+	}
+	if q.Has("queue") || q.Has("kind") {
+		return fail(codeInvalidQuery, "queue and kind need window (24h or 7d): the per-minute counts are of every queue")
 	}
 	n := 0
 	if v := q.Get("minutes"); v != "" {

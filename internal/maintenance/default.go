@@ -10,8 +10,8 @@ import (
 // among every process on the store.
 const (
 	// MaintenanceLeadership runs promotion, lease expiry, deadlines, lost
-	// workers, ordering drains, the workflow runs' wake-ups and the periodic
-	// schedules.
+	// workers, ordering drains, the workflow runs' wake-ups, the periodic
+	// schedules and the activity rollup.
 	MaintenanceLeadership = "maintenance"
 	// RetentionLeadership runs retention, only in processes whose database
 	// role may delete.
@@ -41,6 +41,7 @@ func Services(e *engine.Engine, every time.Duration) []Service {
 		NewOrderingDrains(e, every),
 		NewRunWakeups(e, every),
 		NewSchedules(e, every),
+		NewActivity(e.Store(), e.Now, every),
 	}
 }
 

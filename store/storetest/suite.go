@@ -117,6 +117,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("WhereIndex", s.testWhereIndex)       // where_index.go: the conditions a payload index answers
 	t.Run("WhereBudget", s.testWhereBudget)     // where_budget.go: a spent budget refuses, bulk actions change nothing
 	t.Run("WhereGo", s.testWhereGo)             // where_go.go: counts and redrive by a Go-side where
+
+	t.Run("ActivityRollup", s.testActivityRollup) // activity.go: the rollup's rows and watermark
 }
 
 // clock is real time plus an offset tests can move forward, so lease

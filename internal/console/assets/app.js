@@ -1,6 +1,7 @@
 // The console's entry: session, sign-in and the hash router.
 import { api, h, clear, flash, clearFlash, errorText, getSession, setSession, whenSignedOut, stopLive, showLive, endCursor } from './lib.js';
 import { overviewPage } from './overview.js';
+import { queuePage } from './queue.js';
 import { dlqListPage, dlqPage } from './dlq.js';
 import { tasksPage, taskPage } from './tasks.js';
 import { workersPage, workerPage } from './workers.js';
@@ -16,6 +17,7 @@ const main = document.getElementById('main');
 // live stream (lib.live), closed when the page changes.
 const routes = [
   [/^\/$/, 'overview', (view) => overviewPage(view)],
+  [/^\/queues\/([^/]+)$/, 'overview', (view, m) => queuePage(view, decodeURIComponent(m[1]))],
   [/^\/dlq$/, 'dlq', (view, m, q) => dlqListPage(view, q)],
   [/^\/dlq\/([^/]+)$/, 'dlq', (view, m) => dlqPage(view, decodeURIComponent(m[1]))],
   [/^\/tasks$/, 'tasks', (view, m, q) => tasksPage(view, q)],

@@ -1,6 +1,7 @@
 // Overview: each queue with its counts by state, DLQ size, oldest pending
 // age and workers; pause and resume (operator).
 import { api, h, clear, can, flash, errorText, fmtAge, badge, table, live, debounce } from './lib.js';
+import { svg, historyPanel } from './activity.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
 // stuckAfter: how long the oldest pending task of a queue no active worker
@@ -8,7 +9,13 @@ const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dea
 const stuckAfter = 60 * 1000;
 
 export async function overviewPage(main) {
+  // The history reads on its own (it is not part of the page's first
+  // content) and keeps its charts while it reads again.
+  const history = historyPanel();
+  let first = true;
   const render = async () => {
+    if (!first) history.refresh();
+    first = false;
     const [queues, workers, activity] = await Promise.all([
       api('GET', '/v1/queues'),
       api('GET', '/v1/workers?limit=1000'),
@@ -70,6 +77,7 @@ export async function overviewPage(main) {
         stat('workers-stopping', byState.stopping || 0, 'stopping worker', 'stopping workers'),
         stat('dead-letters', queues.items.reduce((n, q) => n + (q.counts.dead || 0), 0), 'dead letter', 'dead letters')),
       charts(activity.items),
+      history.el,
       h('section', { 'aria-labelledby': 'queues-title' },
         h('h2', { id: 'queues-title' }, 'Queues'),
         h('div', { class: 'scroll' }, table('Queues with their task counts by state', headers, rows, 'No queue holds tasks yet.'))),
@@ -90,14 +98,8 @@ function stat(id, n, one, many) {
 // attempts of all finished ones, a minute) over the last hour, drawn as
 // inline SVG from GET /v1/activity (counted on the server). Each chart is an
 // image with a text summary for screen readers; its numbers are also in
-// the title of each bar or point (text, never markup).
-const svgNS = 'http://www.w3.org/2000/svg';
-function svg(tag, attrs, ...children) {
-  const el = document.createElementNS(svgNS, tag);
-  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
-  for (const c of children) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return el;
-}
+// the title of each bar or point (text, never markup). The history beyond
+// the hour is activity.js's.
 
 function charts(items) {
   const W = 600, H = 120, n = items.length || 1, bw = W / n;
