@@ -31,13 +31,23 @@ func TestLimitsCLI(t *testing.T) {
 		}
 		// Bad input: usage errors naming the problem, nothing written.
 		e.fails(ExitUsage, "concurrency", "limits", "set", "bad", "--queue", "q", "--concurrency", "0")
-		e.fails(ExitUsage, "--concurrency N is required", "limits", "set", "bad", "--queue", "q")
+		e.fails(ExitUsage, "--concurrency N or --rate R is required", "limits", "set", "bad", "--queue", "q")
 		e.fails(ExitUsage, "queue", "limits", "set", "bad", "--concurrency", "3")
 		e.fails(ExitUsage, "per", "limits", "set", "bad", "--queue", "q", "--per", "no spaces", "--concurrency", "3")
-		e.fails(ExitUsage, "rate limits are not available", "limits", "set", "bad", "--queue", "q", "--rate", "10")
+		e.fails(ExitUsage, "not both", "limits", "set", "bad", "--queue", "q", "--rate", "10", "--concurrency", "2")
+		e.fails(ExitUsage, "--burst is the burst of a --rate limit", "limits", "set", "bad", "--queue", "q", "--burst", "3", "--concurrency", "2")
+		e.fails(ExitUsage, "--rate 0: want starts per second above 0", "limits", "set", "bad", "--queue", "q", "--rate", "0")
+		e.fails(ExitUsage, "rate", "limits", "set", "bad", "--queue", "q", "--rate", "-3")
+		e.fails(ExitUsage, "burst", "limits", "set", "bad", "--queue", "q", "--rate", "3", "--burst", "0")
+		e.fails(ExitUsage, "rate", "limits", "set", "bad", "--queue", "q", "--rate", "many")
 		if res := r.remote("", "limits", "set", "bad", "--queue", "q", "--concurrency", "-1"); res.code != ExitUsage ||
 			!strings.Contains(res.stderr, "concurrency") {
 			t.Fatalf("bad concurrency through the server: %+v", res)
+		}
+
+		if res := r.remote("", "limits", "set", "mail", "--queue", "m", "--per", "tenant", "--rate", "2.5"); res.code != 0 ||
+			!strings.Contains(res.stdout, "limit mail: at most 2.5 starts a second, bursts of 3 (queue m, per tenant)") {
+			t.Fatalf("set a rate limit through the server: %+v", res)
 		}
 
 		// Two tasks of tenant acme: one running (claimed as a worker
@@ -68,15 +78,22 @@ func TestLimitsCLI(t *testing.T) {
 		if err := json.Unmarshal([]byte(out.stdout), &ls); err != nil {
 			t.Fatal(err)
 		}
+		if len(ls) != 3 || ls[1]["name"] != "mail" || ls[1]["type"] != "rate" || ls[1]["value"] != 2.5 || ls[1]["burst"] != 3.0 ||
+			ls[1]["tokens"] != 3.0 || ls[1]["waiting"] != 0.0 {
+			t.Fatalf("limits list -o json, the rate limit: %s", out.stdout)
+		}
+		ls = append(ls[:1], ls[2:]...)
 		if len(ls) != 2 || ls[0]["name"] != "heavy1" || ls[0]["scope"] != "queue=q kind=heavy per=tenant" ||
 			ls[0]["type"] != "concurrency" || ls[0]["value"] != 1.0 || ls[0]["in_use"] != 1.0 || ls[0]["waiting"] != 1.0 ||
 			ls[1]["name"] != "q5" || ls[1]["in_use"] != 1.0 || ls[1]["waiting"] != 0.0 {
 			t.Fatalf("limits list -o json: %s", out.stdout)
 		}
-		if tab := r.same("limits", "list").stdout; !strings.Contains(tab, "IN USE") || !strings.Contains(tab, "queue=q kind=heavy per=tenant") {
+		if tab := r.same("limits", "list").stdout; !strings.Contains(tab, "IN USE") || !strings.Contains(tab, "queue=q kind=heavy per=tenant") ||
+			!strings.Contains(tab, "TOKENS") || !strings.Contains(tab, "2.5/s") {
 			t.Fatalf("limits list: %s", tab)
 		}
 		e.ok("limits", "remove", "heavy1")
+		e.ok("limits", "remove", "mail")
 		e.fails(ExitNotFound, "heavy1", "limits", "remove", "heavy1")
 		if res := r.remote("", "limits", "remove", "q5"); res.code != 0 {
 			t.Fatalf("remove through the server: %+v", res)
