@@ -73,6 +73,27 @@ func TestLimitsCLI(t *testing.T) {
 			t.Fatalf("tasks show of a held-back task:\n%s", out)
 		}
 
+		// A rate limit of one start per 100 s (burst 1): the second task
+		// waits on it, and tasks show (here and through the server) says so.
+		e.ok("limits", "set", "slow", "--queue", "s", "--per", "tenant", "--rate", "0.01")
+		e.ok("enqueue", "--queue", "s", "--kind", "k", "--attr", "tenant=acme", "--id", "s1")
+		e.ok("enqueue", "--queue", "s", "--kind", "k", "--attr", "tenant=acme", "--id", "s2")
+		got, err = s.Claim(context.Background(), store.ClaimParams{Queue: "s", WorkerID: "w", Max: 10, Now: time.Now(),
+			Lease: time.Minute, Limited: true})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("claim under the rate limit: %d tasks, %v", len(got), err)
+		}
+		waiting = "s2"
+		if got[0].ID == "s2" {
+			waiting = "s1"
+		}
+		for _, out := range []string{e.ok("tasks", "show", waiting), r.remote("", "tasks", "show", waiting).stdout} {
+			if !strings.Contains(out, "waiting:") || !strings.Contains(out, "rate limit slow tenant=acme 0.01/s") {
+				t.Fatalf("tasks show of a task the rate holds back:\n%s", out)
+			}
+		}
+		e.ok("limits", "remove", "slow")
+
 		out := r.same("limits", "list", "-o", "json")
 		var ls []map[string]any
 		if err := json.Unmarshal([]byte(out.stdout), &ls); err != nil {
