@@ -57,6 +57,10 @@ type Bucket struct {
 // one whole token).
 const tokenSlack = 1e-9
 
+// WholeToken reports whether a bucket holding tokens can start a task (the
+// claim and the "why it waits" reads decide alike).
+func WholeToken(tokens float64) bool { return tokens >= 1-tokenSlack }
+
 // Tokens is how many tokens a bucket holds at now: refilled at Rate a
 // second since it was stored, at most Burst (a clock that went back
 // refills nothing). stored false: a full bucket.
@@ -156,7 +160,7 @@ func (bs *Budgets) tokens(l Limit, b Budget) float64 {
 // room reports whether budget b of l admits one more task.
 func (bs *Budgets) room(l Limit, b Budget) bool {
 	if l.Rate > 0 {
-		return bs.tokens(l, b) >= 1-tokenSlack
+		return WholeToken(bs.tokens(l, b))
 	}
 	return bs.Running[b] < l.Concurrency
 }

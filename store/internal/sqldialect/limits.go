@@ -139,7 +139,7 @@ GROUP BY 1 ORDER BY 1`, args...)
 			if l.Rate > 0 {
 				st, ok := buckets[u.Value]
 				tokens := l.Tokens(st, ok, now)
-				u.Tokens, full = &tokens, tokens < 1
+				u.Tokens, full = &tokens, !store.WholeToken(tokens)
 			}
 			if full {
 				u.Waiting = u.Pending
