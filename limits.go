@@ -8,9 +8,10 @@ import (
 	"github.com/backstophq/backstop/store"
 )
 
-// Limit is a cluster-wide concurrency limit on a queue, optionally one kind
-// of it, optionally one budget per value of an attribute (Per): at most
-// Concurrency of its tasks run at once across every process on the
+// Limit is a cluster-wide limit on a queue, optionally one kind of it,
+// optionally one budget per value of an attribute (Per): at most
+// Concurrency of its tasks run at once, or (a rate limit) at most Rate of
+// them start per second with bursts of Burst, across every process on the
 // database (docs/limits.md).
 type Limit = engine.Limit
 
@@ -18,15 +19,18 @@ type Limit = engine.Limit
 // wait on it.
 type LimitStatus = engine.LimitStatus
 
-// ValidateLimit checks a limit as SetLimit does; a *ValidationError names
+// ValidateLimit checks a limit as SetLimit does (a rate limit without a
+// Burst takes the default, max(1, ceil(Rate))); a *ValidationError names
 // the bad field.
-func ValidateLimit(l Limit) error { return engine.ValidateLimit(l) }
+func ValidateLimit(l Limit) error { return engine.ValidateLimit(engine.LimitDefaults(l)) }
 
-// SetLimit creates the limit or replaces the one of that name; it binds
+// SetLimit creates the limit or replaces the one of that name (a rate
+// limit without a Burst gets max(1, ceil(Rate))); it binds
 // this client's claims at once and other processes' within a second.
 // Tasks already running are not stopped when a limit is lowered: new
 // claims wait until the running count is below it.
 func (c *Client) SetLimit(ctx context.Context, l Limit, actor string) (Limit, error) {
+	l = engine.LimitDefaults(l)
 	if err := engine.ValidateLimit(l); err != nil {
 		return Limit{}, err
 	}
@@ -36,13 +40,13 @@ func (c *Client) SetLimit(ctx context.Context, l Limit, actor string) (Limit, er
 	l.CreatedAt = c.now()
 	actor = c.actor(actor)
 	ev := c.auditEvent(ctx, store.EventLimitSet, l.Name, actor, map[string]any{
-		"queue": l.Queue, "kind": l.Kind, "per": l.Per, "concurrency": l.Concurrency})
+		"queue": l.Queue, "kind": l.Kind, "per": l.Per, "concurrency": l.Concurrency, "rate": l.Rate, "burst": l.Burst})
 	if err := c.store.SetLimit(ctx, l, ev); err != nil {
 		return Limit{}, err
 	}
 	c.e.LimitsChanged()
 	c.cfg.Logger.Info("limit set", slog.String("limit", l.Name), slog.String("scope", engine.LimitScope(l)),
-		slog.Int("concurrency", l.Concurrency), slog.String("actor", actor))
+		slog.Int("concurrency", l.Concurrency), slog.Float64("rate", l.Rate), slog.Int("burst", l.Burst), slog.String("actor", actor))
 	return l, nil
 }
 

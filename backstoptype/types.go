@@ -143,8 +143,9 @@ type Task struct {
 	// OrderingWait says why a buffered task waits (its ordering status and
 	// what its key waits for); empty for a task that does not wait.
 	OrderingWait string `json:"ordering_wait,omitempty"`
-	// Waiting says which concurrency limit holds a pending task back
-	// ("concurrency limit heavy5 tenant=acme 5/5"); empty when none does.
+	// Waiting says which limit holds a pending task back ("concurrency
+	// limit heavy5 tenant=acme 5/5", "rate limit mail100 100/s"); empty
+	// when none does.
 	Waiting string `json:"waiting,omitempty"`
 
 	Executions []Execution `json:"executions,omitempty"`

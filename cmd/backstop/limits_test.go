@@ -87,3 +87,69 @@ func TestConcurrencyLimitAcrossProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestRateLimitAcrossProcesses: a rate limit of 50 starts a second on the
+// kind, set with `backstop limits set --rate`, holds within 5 % over 20 s
+// while three `backstop work` processes of 30 slots each (far more than
+// 50 short tasks a second) drain a backlog that outlasts the window. The
+// starts are counted from the executions (started_at is the claim's time;
+// a success's execution is its task row's attempted_at: PostgreSQL writes
+// no backstop_executions row for it); the backlog never runs dry, so the limit, not the supply, set the
+// pace: a limiter that let through 5 % more, or lost 5 % of its tokens,
+// fails.
+func TestRateLimitAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	const (
+		rate   = 50
+		window = 20 * time.Second
+		warmup = 3 * time.Second // the first burst and the processes' start
+	)
+	b := setup(t, testdb.Postgres(t), 2000)
+	if out, err := exec.Command(binary, "--db", b.url, "limits", "set", "r50", "--queue", queue, "--kind", "job",
+		"--rate", "50").CombinedOutput(); err != nil {
+		t.Fatalf("limits set: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, name := range []string{"w1", "w2", "w3"} {
+		b.startWorker(name, "0", "--concurrency", "30", "--lease", "30s")
+	}
+	var first time.Time
+	b.waitUntil("a first task started", func() bool {
+		var at *time.Time
+		err := conn.QueryRow(ctx, `SELECT min(attempted_at) FROM backstop_tasks WHERE queue = $1`, queue).Scan(&at)
+		if err != nil || at == nil {
+			return false
+		}
+		first = *at
+		return true
+	})
+	from := first.Add(warmup)
+	to := from.Add(window)
+	// Executions are written when their tasks settle: wait past the window
+	// and a settle's delay.
+	time.Sleep(time.Until(to) + 3*time.Second)
+	var started, pending int
+	if err := conn.QueryRow(ctx, `SELECT
+	(SELECT count(*) FROM backstop_executions WHERE started_at >= $1 AND started_at < $2) +
+	(SELECT count(*) FROM backstop_tasks WHERE queue = $3 AND state IN ('running', 'succeeded')
+		AND attempted_at >= $1 AND attempted_at < $2)`, from, to, queue).Scan(&started); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM backstop_tasks WHERE queue = $1 AND state = 'pending'`,
+		queue).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	want := rate * int(window/time.Second)
+	t.Logf("%d started in %s (want %d ± 5%%), %d still pending", started, window, want, pending)
+	if pending == 0 {
+		t.Fatalf("the backlog ran dry: the supply, not the limit, set the pace")
+	}
+	if lo, hi := want*95/100, want*105/100; started < lo || started > hi {
+		t.Fatalf("%d tasks started in %s, want %d..%d (%d/s ± 5%%)", started, window, lo, hi, rate)
+	}
+}

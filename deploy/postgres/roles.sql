@@ -54,9 +54,11 @@ GRANT SELECT ON :"schema".backstop_payloads TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_leaders TO backstop_worker;
 -- Claims skip paused queues; pausing and resuming is the admin role's.
 GRANT SELECT ON :"schema".backstop_queues TO backstop_worker;
--- Claims of a queue with concurrency limits lock its limit rows (FOR
--- UPDATE needs UPDATE); setting and removing limits is the admin role's.
+-- Claims of a queue with limits lock its limit rows (FOR UPDATE needs
+-- UPDATE) and take the tokens of its rate limits' buckets; setting and
+-- removing limits is the admin role's.
 GRANT SELECT, UPDATE ON :"schema".backstop_limits TO backstop_worker;
+GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_limit_buckets TO backstop_worker;
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_worker;
 GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_event_checkpoints TO backstop_worker;

@@ -17,10 +17,14 @@ type LimitsResponse struct {
 
 // LimitRequest is the body of PUT /v1/limits/{name}.
 type LimitRequest struct {
-	Queue       string `json:"queue"`
-	Kind        string `json:"kind,omitempty"`
-	Per         string `json:"per,omitempty"`
-	Concurrency int    `json:"concurrency"`
+	Queue string `json:"queue"`
+	Kind  string `json:"kind,omitempty"`
+	Per   string `json:"per,omitempty"`
+	// Concurrency or Rate (starts per second, with bursts of Burst:
+	// default max(1, ceil(Rate))): one of them.
+	Concurrency int     `json:"concurrency,omitempty"`
+	Rate        float64 `json:"rate,omitempty"`
+	Burst       int     `json:"burst,omitempty"`
 	// Reason: why, recorded with the actor in the limit.set event.
 	Reason string `json:"reason,omitempty"`
 }
@@ -54,11 +58,11 @@ func (s *Server) setLimit(w http.ResponseWriter, r *http.Request) error {
 	}
 	p := principalFrom(r.Context())
 	l, err := s.c.SetLimit(backstop.WithReason(r.Context(), req.Reason), backstop.Limit{Name: r.PathValue("name"),
-		Queue: req.Queue, Kind: req.Kind, Per: req.Per, Concurrency: req.Concurrency}, p.Name)
+		Queue: req.Queue, Kind: req.Kind, Per: req.Per, Concurrency: req.Concurrency, Rate: req.Rate, Burst: req.Burst}, p.Name)
 	if err != nil {
 		return err
 	}
-	s.log.Info("limit set", "actor", p.Name, "limit", l.Name, "concurrency", l.Concurrency)
+	s.log.Info("limit set", "actor", p.Name, "limit", l.Name, "concurrency", l.Concurrency, "rate", l.Rate, "burst", l.Burst)
 	return writeJSON(w, http.StatusOK, l)
 }
 

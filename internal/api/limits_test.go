@@ -21,7 +21,9 @@ func TestLimitEndpoints(t *testing.T) {
 		_, err := viewer.SetLimit(ctx, "one", api.LimitRequest{Queue: "mail", Concurrency: 1})
 		mustCode(t, err, "forbidden")
 		for _, bad := range []api.LimitRequest{{Queue: "mail"}, {Queue: "bad queue!", Concurrency: 1},
-			{Queue: "mail", Per: "a b", Concurrency: 1}, {Queue: "mail", Concurrency: 2_000_000}} {
+			{Queue: "mail", Per: "a b", Concurrency: 1}, {Queue: "mail", Concurrency: 2_000_000},
+			{Queue: "mail", Rate: -1}, {Queue: "mail", Rate: 5, Concurrency: 1}, {Queue: "mail", Rate: 5, Burst: -2},
+			{Queue: "mail", Burst: 4}} {
 			_, err := op.SetLimit(ctx, "one", bad)
 			mustCode(t, err, "invalid_input")
 		}
@@ -67,6 +69,37 @@ func TestLimitEndpoints(t *testing.T) {
 		// Without the limit the second task is claimed.
 		if ts, err := op.Claim(ctx, api.ClaimRequest{Queues: []string{"mail"}, WorkerID: "w", Max: 5}); err != nil || len(ts) != 1 {
 			t.Fatalf("claimed %d after the limit was removed: %v", len(ts), err)
+		}
+
+		// A rate limit: a slow rate (one per 100 s) with the default burst
+		// of 1 starts one task, and the next says why it waits.
+		l, err = op.SetLimit(ctx, "slow", api.LimitRequest{Queue: "news", Rate: 0.01})
+		if err != nil || l.Rate != 0.01 || l.Burst != 1 || l.Concurrency != 0 {
+			t.Fatalf("set a rate limit: %+v %v", l, err)
+		}
+		ids = ids[:0]
+		for range 2 {
+			r, err := op.Enqueue(ctx, apiclient.Task{Queue: "news", Kind: "send"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, r.Task.ID)
+		}
+		ts, err = op.Claim(ctx, api.ClaimRequest{Queues: []string{"news"}, WorkerID: "w", Max: 5})
+		if err != nil || len(ts) != 1 {
+			t.Fatalf("claimed %d under a rate limit with a burst of 1: %v", len(ts), err)
+		}
+		waiting = ids[0]
+		if ts[0].ID == waiting {
+			waiting = ids[1]
+		}
+		if task, err := viewer.Get(ctx, waiting); err != nil || task.Waiting != "rate limit slow 0.01/s" {
+			t.Fatalf("the task the rate holds back: waiting %q, %v", task.Waiting, err)
+		}
+		ls, err = viewer.Limits(ctx)
+		if err != nil || len(ls.Items) != 1 || ls.Items[0].Type != "rate" || ls.Items[0].Burst != 1 || ls.Items[0].Tokens == nil ||
+			*ls.Items[0].Tokens >= 1 || ls.Items[0].Waiting != 1 {
+			t.Fatalf("limits: %+v %v", ls, err)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +21,7 @@ func init() { register(limitsCmd) }
 func limitsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "limits",
-		Short: "Cluster-wide concurrency limits: set, list, remove",
+		Short: "Cluster-wide concurrency and rate limits: set, list, remove",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageErr("limits: name a subcommand: set, list or remove")
@@ -34,25 +35,37 @@ func limitsSetCmd(a *app) *cobra.Command {
 	var (
 		l             backstop.Limit
 		actor, reason string
-		rate          float64
-		burst         int
 	)
 	cmd := &cobra.Command{
-		Use:   "set NAME --queue Q [--kind K] [--per ATTR] --concurrency N",
-		Short: "Create or replace a limit: at most N of the scope's tasks running at once in the whole cluster",
-		Long: `Create or replace a limit. At most --concurrency tasks of the queue (of
---kind, when given; per value of the attribute --per, when given: one
-budget per tenant) run at once across every process on the database. The
-claim enforces it in the database; a task held back stays pending, is not
-charged an attempt, and says why it waits (tasks show). A running
+		Use:   "set NAME --queue Q [--kind K] [--per ATTR] (--concurrency N | --rate R [--burst B])",
+		Short: "Create or replace a limit: at most N of the scope's tasks running at once, or R starting per second, in the whole cluster",
+		Long: `Create or replace a limit on the tasks of the queue (of --kind, when
+given; per value of the attribute --per, when given: one budget per
+tenant), across every process on the database:
+
+  --concurrency N   at most N run at once;
+  --rate R          at most R start per second (R may be fractional:
+                    0.5 is one every 2 s), with bursts of up to --burst
+                    (default max(1, ceil(R)): one second's starts).
+
+The claim enforces it in the database; a task held back stays pending, is
+not charged an attempt, and says why it waits (tasks show). A running
 process's claims see a new limit within a second.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.Flags().Changed("rate") || cmd.Flags().Changed("burst") {
-				return usageErr("--rate/--burst: rate limits are not available yet; set a --concurrency limit")
-			}
-			if !cmd.Flags().Changed("concurrency") {
-				return usageErr("limits set: --concurrency N is required")
+			conc, rate := cmd.Flags().Changed("concurrency"), cmd.Flags().Changed("rate")
+			switch {
+			case conc && rate:
+				return usageErr("limits set: give --concurrency N or --rate R, not both")
+			case !conc && !rate:
+				return usageErr("limits set: --concurrency N or --rate R is required")
+			case cmd.Flags().Changed("burst") && !rate:
+				return usageErr("limits set: --burst is the burst of a --rate limit")
+			case cmd.Flags().Changed("burst") && l.Burst < 1:
+				return usageErr("--burst %d: want a whole number of starts from 1 (default: max(1, ceil(rate)))", l.Burst)
+			case rate && l.Rate <= 0:
+				// 0 would otherwise read as "no rate" and ask for a concurrency.
+				return usageErr("--rate %v: want starts per second above 0", l.Rate)
 			}
 			if err := backstop.CheckReason("--reason", reason, false); err != nil {
 				return err
@@ -63,6 +76,11 @@ process's claims see a new limit within a second.`,
 				return err
 			}
 			return a.print(out, func(w io.Writer) error {
+				if out.Rate > 0 {
+					_, err := fmt.Fprintf(w, "limit %s: at most %s starts a second, bursts of %d (%s)\n", out.Name,
+						formatRate(out.Rate), out.Burst, limitScope(out))
+					return err
+				}
 				_, err := fmt.Fprintf(w, "limit %s: at most %d running at once (%s)\n", out.Name, out.Concurrency, limitScope(out))
 				return err
 			})
@@ -73,12 +91,15 @@ process's claims see a new limit within a second.`,
 	f.StringVar(&l.Kind, "kind", "", "only tasks of this kind (default: every kind of the queue)")
 	f.StringVar(&l.Per, "per", "", "an attribute: one budget per value of it (e.g. tenant)")
 	f.IntVar(&l.Concurrency, "concurrency", 0, "at most this many running at once (per value, with --per)")
-	f.Float64Var(&rate, "rate", 0, "starts per second (not available yet)")
-	f.IntVar(&burst, "burst", 0, "the rate's burst (not available yet)")
+	f.Float64Var(&l.Rate, "rate", 0, "at most this many starts per second (per value, with --per)")
+	f.IntVar(&l.Burst, "burst", 0, "a --rate limit's burst: starts at once after a quiet spell (default max(1, ceil(rate)))")
 	addActorFlag(cmd, &actor)
 	f.StringVar(&reason, "reason", "", "why (recorded with the actor in the audit stream: backstop audit list)")
 	return cmd
 }
+
+// formatRate writes a number as its shortest decimal ("50", "0.5").
+func formatRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
 
 func limitScope(l backstop.Limit) string {
 	s := "queue " + l.Queue
@@ -94,7 +115,7 @@ func limitScope(l backstop.Limit) string {
 func limitsListCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "Every limit with its use: running tasks and tasks waiting on it",
+		Short: "Every limit with its use: running tasks, a rate limit's tokens, and tasks waiting on it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ls, err := a.limits(cmd.Context())
@@ -106,9 +127,17 @@ func limitsListCmd(a *app) *cobra.Command {
 			}
 			return a.print(ls, func(w io.Writer) error {
 				tw := newTable(w)
-				fmt.Fprintln(tw, "NAME\tSCOPE\tLIMIT\tVALUE\tIN USE\tWAITING")
+				fmt.Fprintln(tw, "NAME\tSCOPE\tLIMIT\tVALUE\tIN USE\tWAITING\tBURST\tTOKENS")
 				for _, l := range ls {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", l.Name, l.Scope, l.Type, l.Value, l.InUse, l.Waiting)
+					value, burst, tokens := formatRate(l.Value), "-", "-"
+					if l.Type == store.LimitRate {
+						value += "/s"
+						burst = fmt.Sprint(l.Burst)
+						if l.Tokens != nil {
+							tokens = strconv.FormatFloat(*l.Tokens, 'f', 1, 64)
+						}
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", l.Name, l.Scope, l.Type, value, l.InUse, l.Waiting, burst, tokens)
 				}
 				return tw.Flush()
 			})
@@ -145,7 +174,7 @@ func limitsRemoveCmd(a *app) *cobra.Command {
 func (a *app) setLimit(ctx context.Context, l backstop.Limit, actor string) (backstop.Limit, error) {
 	if a.server != "" {
 		out, err := apiclient.New(a.server, a.token).SetLimit(ctx, l.Name, api.LimitRequest{Queue: l.Queue, Kind: l.Kind,
-			Per: l.Per, Concurrency: l.Concurrency, Reason: store.ReasonFrom(ctx)})
+			Per: l.Per, Concurrency: l.Concurrency, Rate: l.Rate, Burst: l.Burst, Reason: store.ReasonFrom(ctx)})
 		if err != nil {
 			return backstop.Limit{}, remoteErr(err)
 		}

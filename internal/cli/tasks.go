@@ -360,7 +360,7 @@ func printTaskDetail(w io.Writer, t *bt.Task, page backstop.ExecutionsPage, deta
 		}
 		field("ordering_wait", t.OrderingWait)
 	}
-	field("waiting", t.Waiting) // a concurrency limit holds it back
+	field("waiting", t.Waiting) // a limit holds it back (docs/limits.md)
 	field("last_error", oneLine(t.LastError, 200))
 	if err := tw.Flush(); err != nil {
 		return err

@@ -237,25 +237,35 @@ type Queue struct {
 	Complexity Complexity `yaml:"complexity" json:"complexity"`
 	// Ordering: per-key ordered processing (docs/ordering.md).
 	Ordering Ordering `yaml:"ordering" json:"ordering"`
-	// Limits: the queue's cluster-wide concurrency limits by name
+	// Limits: the queue's cluster-wide concurrency and rate limits by name
 	// (docs/limits.md), set in the database when `serve` or `work` starts.
 	Limits map[string]QueueLimit `yaml:"limits" json:"limits,omitempty"`
 }
 
-// QueueLimit is one concurrency limit of a queue (backstop.Limit).
+// QueueLimit is one limit of a queue (backstop.Limit): concurrency, or
+// rate (starts per second) with an optional burst (default max(1,
+// ceil(rate))).
 type QueueLimit struct {
-	Kind        string `yaml:"kind" json:"kind,omitempty"`
-	Per         string `yaml:"per" json:"per,omitempty"`
-	Concurrency int    `yaml:"concurrency" json:"concurrency"`
+	Kind        string  `yaml:"kind" json:"kind,omitempty"`
+	Per         string  `yaml:"per" json:"per,omitempty"`
+	Concurrency int     `yaml:"concurrency" json:"concurrency,omitempty"`
+	Rate        float64 `yaml:"rate" json:"rate,omitempty"`
+	Burst       int     `yaml:"burst" json:"burst,omitempty"`
 }
 
-// ConcurrencyLimits are the limits the queues declare, by name.
+// limit is the library's limit named name of queue.
+func (l QueueLimit) limit(name, queue string) backstop.Limit {
+	return backstop.Limit{Name: name, Queue: queue, Kind: l.Kind, Per: l.Per, Concurrency: l.Concurrency, Rate: l.Rate, Burst: l.Burst}
+}
+
+// ConcurrencyLimits are the limits the queues declare (concurrency and
+// rate limits alike), by name.
 func (c *Config) ConcurrencyLimits() []backstop.Limit {
 	var out []backstop.Limit
 	for _, q := range sortedKeys(c.Queues) {
 		for _, name := range sortedKeys(c.Queues[q].Limits) {
 			l := c.Queues[q].Limits[name]
-			out = append(out, backstop.Limit{Name: name, Queue: q, Kind: l.Kind, Per: l.Per, Concurrency: l.Concurrency})
+			out = append(out, l.limit(name, q))
 		}
 	}
 	return out
@@ -745,7 +755,7 @@ func (c *Config) Validate() error {
 		for _, ln := range sortedKeys(q.Limits) {
 			l := q.Limits[ln]
 			var verr *backstop.ValidationError
-			if err := backstop.ValidateLimit(backstop.Limit{Name: ln, Queue: name, Kind: l.Kind, Per: l.Per, Concurrency: l.Concurrency}); errors.As(err, &verr) {
+			if err := backstop.ValidateLimit(l.limit(ln, name)); errors.As(err, &verr) {
 				if verr.Field == "name" {
 					bad(p+".limits."+ln, "bad limit name: %s", verr.Message)
 				} else if verr.Field != "queue" {

@@ -88,6 +88,10 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"queues:\n  q:\n    limits:\n      heavy: {per: 'a b', concurrency: 2}\n", "queues.q.limits.heavy.per"},
 		{"queues:\n  q:\n    limits:\n      'bad name!': {concurrency: 2}\n", "queues.q.limits.bad name!: bad limit name"},
 		{"queues:\n  q:\n    limits:\n      heavy: {concurency: 2}\n", `unknown key "concurency"`},
+		{"queues:\n  q:\n    limits:\n      mail: {rate: -1}\n", "queues.q.limits.mail.rate"},
+		{"queues:\n  q:\n    limits:\n      mail: {rate: 10, burst: -1}\n", "queues.q.limits.mail.burst"},
+		{"queues:\n  q:\n    limits:\n      mail: {rate: 10, concurrency: 2}\n", "queues.q.limits.mail.rate: a limit is a concurrency limit or a rate limit"},
+		{"queues:\n  q:\n    limits:\n      mail: {burst: 3}\n", "queues.q.limits.mail.rate"},
 	} {
 		c, err := Parse([]byte(tc.yaml))
 		if err == nil {
@@ -248,13 +252,15 @@ func TestOrderingSettings(t *testing.T) {
 }
 
 func TestQueueLimits(t *testing.T) {
-	c, err := Parse([]byte("queues:\n  billing:\n    limits:\n      heavy5: {kind: charge, per: tenant, concurrency: 5}\n      all: {concurrency: 50}\n"))
+	c, err := Parse([]byte("queues:\n  billing:\n    limits:\n      heavy5: {kind: charge, per: tenant, concurrency: 5}\n      all: {concurrency: 50}\n" +
+		"      mail: {rate: 2.5, burst: 10, per: tenant}\n"))
 	if err != nil || c.Validate() != nil {
 		t.Fatalf("parse: %v", err)
 	}
 	got := c.ConcurrencyLimits()
 	want := []backstop.Limit{{Name: "all", Queue: "billing", Concurrency: 50},
-		{Name: "heavy5", Queue: "billing", Kind: "charge", Per: "tenant", Concurrency: 5}}
+		{Name: "heavy5", Queue: "billing", Kind: "charge", Per: "tenant", Concurrency: 5},
+		{Name: "mail", Queue: "billing", Per: "tenant", Rate: 2.5, Burst: 10}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("limits: %+v, want %+v", got, want)
 	}

@@ -17,8 +17,9 @@ var _ store.Limits = (*Store)(nil)
 // sees the claims committed before it.
 //
 // It first claims optimistically: the plain claim, then the lock, then
-// the counts, which include its own claims; when no budget is over its
-// limit it commits (the lock is held only for the counts and the commit:
+// the budgets (running counts, which include its own claims; token
+// buckets, of which it takes one per claimed task and stores them); when
+// no budget is over its limit it commits (the lock is held only for the counts and the commit:
 // a limit that does not bind costs little). When one is over, it rolls
 // back and claims within the limits (claimWithin), and for the next
 // second claims of the queue go there directly.
@@ -35,7 +36,7 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*bt.Ta
 		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	limits, running, err := s.procedures.ClaimLimits(ctx, runner{q: tx}, p.Queue)
+	limits, bs, err := s.procedures.ClaimLimits(ctx, runner{q: tx}, p.Queue, p.Now)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim %s: limits: %w", p.Queue, err)
 	}
@@ -43,7 +44,10 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*bt.Ta
 	if len(limits) == 0 {
 		tasks, err = plainClaim(ctx, tx, p)
 	} else {
-		tasks, err = claimWithin(ctx, tx, p, limits, running)
+		tasks, err = claimWithin(ctx, tx, p, limits, bs)
+	}
+	if err == nil {
+		err = s.procedures.TakeTokens(ctx, runner{q: tx}, limits, bs)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
@@ -80,16 +84,15 @@ func (s *Store) claimOptimistic(ctx context.Context, p store.ClaimParams) (tasks
 		}
 		return nil, err == nil, err
 	}
-	limits, running, err := s.procedures.ClaimLimits(ctx, runner{q: tx}, p.Queue)
+	limits, bs, err := s.procedures.ClaimLimits(ctx, runner{q: tx}, p.Queue, p.Now)
 	if err != nil {
 		return nil, false, fmt.Errorf("pgstore: claim %s: limits: %w", p.Queue, err)
 	}
-	for _, t := range tasks {
-		for _, l := range limits {
-			if l.Applies(p.Queue, t.Kind) && running[store.Budget{Limit: l.Name, Value: l.Value(t.Attributes)}] > l.Concurrency {
-				return nil, false, nil
-			}
-		}
+	if bs != nil && bs.Overrun(p.Queue, limits, tasks) {
+		return nil, false, nil
+	}
+	if err := s.procedures.TakeTokens(ctx, runner{q: tx}, limits, bs); err != nil {
+		return nil, false, fmt.Errorf("pgstore: claim %s: limits: %w", p.Queue, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, false, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
@@ -100,9 +103,9 @@ func (s *Store) claimOptimistic(ctx context.Context, p store.ClaimParams) (tasks
 
 // claimWithin admits and claims, in tx, the candidates the budgets leave
 // room for.
-func claimWithin(ctx context.Context, tx querier, p store.ClaimParams, limits []store.Limit, running map[store.Budget]int) ([]*bt.Task, error) {
+func claimWithin(ctx context.Context, tx querier, p store.ClaimParams, limits []store.Limit, bs *store.Budgets) ([]*bt.Task, error) {
 	var fk, fp, fv textArray
-	for _, b := range store.FullBudgets(limits, running) {
+	for _, b := range bs.Full(limits) {
 		for _, l := range limits {
 			if l.Name == b.Limit {
 				fk, fp, fv = append(fk, l.Kind), append(fp, l.Per), append(fv, b.Value)
@@ -127,7 +130,7 @@ func claimWithin(ctx context.Context, tx querier, p store.ClaimParams, limits []
 	if err := rs.Err(); err != nil {
 		return nil, err
 	}
-	ids := store.AdmitWithinLimits(p.Queue, limits, running, cands)
+	ids := store.AdmitWithinLimits(p.Queue, limits, bs, cands)
 	if len(ids) == 0 {
 		return nil, nil
 	}

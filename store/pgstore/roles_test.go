@@ -196,6 +196,16 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	}
 	_, err = worker.Heartbeat(ctx, []store.Beat{{TaskID: claimed[0].ID, ExecutionID: claimed[0].ExecutionID}}, now, now.Add(time.Minute))
 	must("worker heartbeat", err)
+	// A queue with a rate limit (set by the admin): the worker's limited
+	// claim locks the limit row and takes the bucket's token.
+	must("admin rate limit", admin.SetLimit(ctx, store.Limit{Name: "rl1", Queue: "rl", Rate: 1, Burst: 1, CreatedAt: now}, bt.Event{}))
+	enqueue(t, producer, opts, newTask("rl"), newTask("rl"))
+	limited, err := worker.Claim(ctx, store.ClaimParams{Queue: "rl", WorkerID: "w", Max: 10, Now: now, Lease: time.Minute, Limited: true})
+	must("worker limited claim", err)
+	if len(limited) != 1 {
+		t.Fatalf("worker claimed %d tasks under a rate limit with a burst of 1, want 1", len(limited))
+	}
+	denied("worker set limit", worker.SetLimit(ctx, store.Limit{Name: "rl2", Queue: "rl", Concurrency: 1, CreatedAt: now}, bt.Event{}))
 	// Remote workers' lease tokens: the key is stored on first use, then read.
 	key, err := worker.Secret(ctx, "lease_token_key", make([]byte, 32), now)
 	must("worker secret", err)

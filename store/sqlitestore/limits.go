@@ -33,7 +33,7 @@ ORDER BY priority DESC, run_at, id LIMIT ?`
 // those the budgets leave room for, and claim them. A queue without
 // limits (removed since the engine looked) claims as usual.
 func (s *Store) claimLimited(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]*bt.Task, error) {
-	limits, running, err := s.procedures.ClaimLimits(ctx, runner{q: tx}, p.Queue)
+	limits, bs, err := s.procedures.ClaimLimits(ctx, runner{q: tx}, p.Queue, p.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func (s *Store) claimLimited(ctx context.Context, tx *sql.Tx, p store.ClaimParam
 		return claimIn(ctx, tx, p, p.Max, kinds)
 	}
 	full := [][3]string{}
-	for _, b := range store.FullBudgets(limits, running) {
+	for _, b := range bs.Full(limits) {
 		for _, l := range limits {
 			if l.Name == b.Limit {
 				full = append(full, [3]string{l.Kind, l.Per, b.Value})
@@ -80,9 +80,12 @@ func (s *Store) claimLimited(ctx context.Context, tx *sql.Tx, p store.ClaimParam
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	ids := store.AdmitWithinLimits(p.Queue, limits, running, cands)
+	ids := store.AdmitWithinLimits(p.Queue, limits, bs, cands)
 	if len(ids) == 0 {
 		return nil, nil
+	}
+	if err := s.procedures.TakeTokens(ctx, runner{q: tx}, limits, bs); err != nil {
+		return nil, err
 	}
 	idJSON, err := json.Marshal(ids)
 	if err != nil {
@@ -104,26 +107,24 @@ func (s *Store) mayClaimOptimistically(p store.ClaimParams) bool {
 
 // claimOptimistic claims in tx as a queue without limits would, then counts
 // the budgets (the one writer: nothing claims in between), which include
-// its own claims: errLimitOverrun when a claimed task's budget is over its
-// limit (Claim then rolls back and claims within the limits). A limit that
-// does not bind costs one count.
+// its own claims, and takes a token of each rate budget per claimed task:
+// errLimitOverrun when a claimed task's budget is over its limit (Claim
+// then rolls back and claims within the limits). A concurrency limit that
+// does not bind costs one count; a rate limit, one read of its recently
+// used buckets and one write per budget it takes from.
 func (s *Store) claimOptimistic(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]*bt.Task, error) {
 	tasks, err := claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
 	if err != nil || len(tasks) == 0 {
 		return tasks, err
 	}
-	limits, running, err := s.procedures.ClaimLimits(ctx, runner{q: tx}, p.Queue)
+	limits, bs, err := s.procedures.ClaimLimits(ctx, runner{q: tx}, p.Queue, p.Now)
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range tasks {
-		for _, l := range limits {
-			if l.Applies(p.Queue, t.Kind) && running[store.Budget{Limit: l.Name, Value: l.Value(t.Attributes)}] > l.Concurrency {
-				return nil, errLimitOverrun
-			}
-		}
+	if bs != nil && bs.Overrun(p.Queue, limits, tasks) {
+		return nil, errLimitOverrun
 	}
-	return tasks, nil
+	return tasks, s.procedures.TakeTokens(ctx, runner{q: tx}, limits, bs)
 }
 
 // fmtKinds puts the kind filter's SQL in the statement's %s.

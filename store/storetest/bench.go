@@ -23,7 +23,9 @@ import (
 // Only the drain is timed. BACKSTOP_BENCH_BATCH (default 100) and
 // BACKSTOP_BENCH_CLAIMERS (default 4) change the load, BACKSTOP_BENCH_PAYLOAD
 // the tasks' payload (default {}); BACKSTOP_BENCH_LIMIT=N puts a concurrency
-// limit of N on the queue and claims through it (the limited claim).
+// limit of N on the queue and claims through it (the limited claim);
+// BACKSTOP_BENCH_RATE=R a rate limit of R starts a second with a burst of
+// R (the claims' time is fixed: with R at least b.N it never binds).
 func BenchDrain(b *testing.B, s store.Store) {
 	ctx := context.Background()
 	batch, claimers := envInt("BACKSTOP_BENCH_BATCH", 100), envInt("BACKSTOP_BENCH_CLAIMERS", 4)
@@ -45,6 +47,12 @@ func BenchDrain(b *testing.B, s store.Store) {
 	limited := false
 	if n := envInt("BACKSTOP_BENCH_LIMIT", 0); n > 0 {
 		if err := s.SetLimit(ctx, store.Limit{Name: queue, Queue: queue, Concurrency: n, CreatedAt: now}, bt.Event{}); err != nil {
+			b.Fatal(err)
+		}
+		limited = true
+	}
+	if r := envInt("BACKSTOP_BENCH_RATE", 0); r > 0 {
+		if err := s.SetLimit(ctx, store.Limit{Name: queue + "-rate", Queue: queue, Rate: float64(r), Burst: r, CreatedAt: now}, bt.Event{}); err != nil {
 			b.Fatal(err)
 		}
 		limited = true

@@ -25,6 +25,10 @@ func (s *suite) testLimits(t *testing.T) {
 	t.Run("KindScope", s.testLimitKind)
 	t.Run("ExpiredLeaseGivesSlotBack", s.testLimitExpiredLease)
 	t.Run("Workers", s.testLimitWorkers)
+	t.Run("RateBurstAndRefill", s.testRateBurstRefill)
+	t.Run("RatePerAttribute", s.testRatePerAttribute)
+	t.Run("RateAndConcurrency", s.testRateAndConcurrency)
+	t.Run("RateConcurrentClaimers", s.testRateConcurrent)
 }
 
 func (b *bundle) setLimit(l store.Limit) {
@@ -134,7 +138,7 @@ func (s *suite) testLimitPerAttribute(t *testing.T) {
 	for _, task := range pending {
 		eq(t, "attempts of a held-back task", task.Attempt, 0)
 	}
-	uses, err := b.store.LimitUses(b.ctx)
+	uses, err := b.store.LimitUses(b.ctx, b.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,4 +277,192 @@ func (s *suite) testLimitWorkers(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	eq(t, "most running at once per tenant", most, map[string]int{"acme": 2, "zed": 2})
+}
+
+// claimIDs claims through the limited claim at the bundle's clock and
+// returns how many it got, their attempts checked (one each: a task a
+// limit held back earlier was not charged).
+func (b *bundle) claimCount(queue string, n int) int {
+	b.t.Helper()
+	ts := b.claimLimited(queue, n)
+	for _, task := range ts {
+		eq(b.t, "attempt of a claimed task", task.Attempt, 1)
+	}
+	return len(ts)
+}
+
+// testRateBurstAndRefill: on a frozen clock, a rate limit of 2/s with a
+// burst of 3 starts 3 at once, then one per half second; a fraction of a
+// token starts nothing; a long quiet spell refills the burst, no more; the
+// held-back tasks stay pending with no attempt charged, and say why.
+func (s *suite) testRateBurstRefill(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	b.clock.freeze()
+	if _, err := b.c.SetLimit(b.ctx, backstop.Limit{Name: "two", Queue: "q", Rate: 2, Burst: 3}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := 0; i < 12; i++ {
+		ids = append(ids, b.enqueue(backstop.EnqueueParams{Queue: "q", Kind: "k"}).ID)
+	}
+	eq(t, "the burst", b.claimCount("q", 10), 3)
+	eq(t, "with the bucket empty", b.claimCount("q", 10), 0)
+	waiting := 0
+	for _, id := range ids {
+		if task := b.get(id); task.State == backstop.StatePending {
+			waiting++
+			eq(t, "why it waits", task.Waiting, "rate limit two 2/s")
+			eq(t, "attempts of a waiting task", task.Attempt, 0)
+		}
+	}
+	eq(t, "waiting", waiting, 9)
+	ls, err := b.c.Limits(b.ctx)
+	if err != nil || len(ls) != 1 || ls[0].Tokens == nil {
+		t.Fatalf("limits: %+v %v", ls, err)
+	}
+	eq(t, "type", ls[0].Type, "rate")
+	eq(t, "value", ls[0].Value, 2.0)
+	eq(t, "burst", ls[0].Burst, 3)
+	eq(t, "tokens", *ls[0].Tokens, 0.0)
+	eq(t, "waiting on the limit", ls[0].Waiting, 9)
+	b.clock.Advance(250 * time.Millisecond)
+	eq(t, "half a token", b.claimCount("q", 10), 0)
+	b.clock.Advance(250 * time.Millisecond)
+	eq(t, "one token after half a second", b.claimCount("q", 10), 1)
+	b.clock.Advance(time.Second)
+	eq(t, "two tokens after a second", b.claimCount("q", 10), 2)
+	b.clock.Advance(time.Hour)
+	eq(t, "a quiet hour refills the burst, no more", b.claimCount("q", 10), 3)
+	// The optimistic claim and the claim within the limits take tokens
+	// alike: one at a time, as the bucket refills.
+	for i := 0; i < 3; i++ {
+		b.clock.Advance(500 * time.Millisecond)
+		eq(t, "one per half second", b.claimCount("q", 1), 1)
+	}
+	eq(t, "none left at once", b.claimCount("q", 10), 0)
+	// A clock that went back (another process's) refills nothing.
+	b.clock.Advance(-time.Minute)
+	eq(t, "an earlier clock", b.claimCount("q", 10), 0)
+}
+
+// testRatePerAttribute: each tenant has its own bucket; one tenant that
+// spent its burst does not hold another back, and refills are per tenant.
+func (s *suite) testRatePerAttribute(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	b.clock.freeze()
+	if _, err := b.c.SetLimit(b.ctx, backstop.Limit{Name: "per-tenant", Queue: "q", Per: "tenant", Rate: 1}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		b.enqueue(backstop.EnqueueParams{Queue: "q", Kind: "k", Attributes: map[string]string{"tenant": "acme"}})
+	}
+	got := b.claimLimited("q", 10)
+	if len(got) != 1 || got[0].Attributes["tenant"] != "acme" {
+		t.Fatalf("claimed %v, want one of acme (the default burst of 1/s is 1)", got)
+	}
+	// zed's tasks, enqueued after acme spent its token, start at once.
+	zed := b.enqueue(backstop.EnqueueParams{Queue: "q", Kind: "k", Attributes: map[string]string{"tenant": "zed"}})
+	b.enqueue(backstop.EnqueueParams{Queue: "q", Kind: "k", Attributes: map[string]string{"tenant": "zed"}})
+	got = b.claimLimited("q", 10)
+	if len(got) != 1 || got[0].ID != zed.ID {
+		t.Fatalf("claimed %v, want zed's first task only", got)
+	}
+	eq(t, "both buckets empty", b.claimCount("q", 10), 0)
+	ls, err := b.c.Limits(b.ctx)
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("limits: %+v %v", ls, err)
+	}
+	eq(t, "burst default", ls[0].Burst, 1)
+	eq(t, "waiting", ls[0].Waiting, 4)
+	for _, u := range ls[0].Budgets {
+		if u.Tokens == nil || *u.Tokens != 0 {
+			t.Fatalf("budget %+v: want 0 tokens", u)
+		}
+	}
+	b.clock.Advance(time.Second)
+	tenants := map[string]int{}
+	for _, task := range b.claimLimited("q", 10) {
+		tenants[task.Attributes["tenant"]]++
+	}
+	eq(t, "a second later, one each", tenants, map[string]int{"acme": 1, "zed": 1})
+}
+
+// testRateAndConcurrency: a concurrency limit and a rate limit on one
+// queue both bind; a task the concurrency limit refuses takes no token.
+func (s *suite) testRateAndConcurrency(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	b.clock.freeze()
+	for _, l := range []backstop.Limit{{Name: "conc2", Queue: "q", Concurrency: 2}, {Name: "rate1", Queue: "q", Rate: 1, Burst: 3}} {
+		if _, err := b.c.SetLimit(b.ctx, l, "ops"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 8; i++ {
+		b.enqueue(backstop.EnqueueParams{Queue: "q", Kind: "k"})
+	}
+	got := b.claimLimited("q", 10)
+	eq(t, "the concurrency limit binds", len(got), 2)
+	pending, err := b.store.List(b.ctx, store.ListFilter{Queue: "q", States: []bt.State{backstop.StatePending}})
+	if err != nil || len(pending) == 0 {
+		t.Fatalf("pending: %d %v", len(pending), err)
+	}
+	eq(t, "why it waits (the first full limit by name)", b.get(pending[0].ID).Waiting, "concurrency limit conc2 2/2")
+	ls, err := b.c.Limits(b.ctx)
+	if err != nil || len(ls) != 2 || ls[1].Tokens == nil {
+		t.Fatalf("limits: %+v %v", ls, err)
+	}
+	eq(t, "tokens left: two taken", *ls[1].Tokens, 1.0)
+	for _, task := range got {
+		settle(t, b, store.Settlement{TaskID: task.ID, ExecutionID: task.ExecutionID, Outcome: backstop.OutcomeSucceeded,
+			FinishedAt: b.clock.Now(), State: backstop.StateSucceeded})
+	}
+	eq(t, "the rate limit binds: one token left", b.claimCount("q", 10), 1)
+	eq(t, "why it waits now", b.get(pending[len(pending)-1].ID).Waiting, "rate limit rate1 1/s")
+	b.clock.Advance(time.Second)
+	eq(t, "one token a second later", b.claimCount("q", 10), 1)
+	b.clock.Advance(10 * time.Second)
+	eq(t, "the concurrency limit binds again (two run)", b.claimCount("q", 10), 0)
+}
+
+// testRateConcurrent: 8 claimers at once on a frozen clock share one
+// bucket of 5: exactly 5 start, however the claims interleave.
+func (s *suite) testRateConcurrent(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	b.clock.freeze()
+	if _, err := b.c.SetLimit(b.ctx, backstop.Limit{Name: "five", Queue: "q", Rate: 5}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		b.enqueue(backstop.EnqueueParams{Queue: "q", Kind: "k"})
+	}
+	var (
+		total atomic.Int64
+		wg    sync.WaitGroup
+		errs  = make(chan error, 8)
+	)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 3; i++ {
+				ts, err := b.store.Claim(b.ctx, store.ClaimParams{Queue: "q", WorkerID: fmt.Sprint("w", w), Max: 2,
+					Now: b.clock.Now(), Lease: time.Minute, Limited: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				total.Add(int64(len(ts)))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	eq(t, "started in all", total.Load(), int64(5))
 }

@@ -10,6 +10,8 @@ import { runsPage, runPage } from './runs.js';
 import { orderingPage } from './ordering.js';
 import { redrivesPage, redrivePage } from './redrives.js';
 import { auditPage } from './audit.js';
+import { limitsPage } from './limits.js';
+import { schedulesPage } from './schedules.js';
 
 const main = document.getElementById('main');
 
@@ -31,6 +33,8 @@ const routes = [
   [/^\/redrives$/, 'redrives', (view, m, q) => redrivesPage(view, q)],
   [/^\/redrives\/([^/]+)$/, 'redrives', (view, m, q) => redrivePage(view, decodeURIComponent(m[1]), q)],
   [/^\/audit$/, 'audit', (view, m, q) => auditPage(view, q)],
+  [/^\/limits$/, 'limits', (view) => limitsPage(view)],
+  [/^\/schedules$/, 'schedules', (view) => schedulesPage(view)],
 ];
 
 // Each page renders into a view of its own, shown once it is ready and

@@ -270,6 +270,7 @@ export async function taskPage(main, id) {
     h('h1', {}, 'Task ', h('span', { class: 'mono' }, t.id), ' ', copyButton(t.id, 'Copy the task id')),
     h('dl', { class: 'facts' },
       h('dt', {}, 'State'), h('dd', { id: 'task-state' }, badge(t.state), t.cancel_requested_at ? ' (cancel requested)' : ''),
+      t.waiting ? [h('dt', {}, 'Waiting'), h('dd', { id: 'task-waiting' }, t.waiting, ' · ', h('a', { href: '#/limits' }, 'limits'))] : null,
       h('dt', {}, 'Queue'), h('dd', {}, h('a', { href: `#/tasks?queue=${encodeURIComponent(t.queue)}` }, t.queue)),
       h('dt', {}, 'Kind'), h('dd', { id: 'task-kind' }, t.kind),
       h('dt', {}, 'Attempts'), h('dd', {}, `${t.attempt} of ${t.max_attempts}`),

@@ -103,7 +103,7 @@ func (p *Procedures) Gauges(ctx context.Context) (*store.GaugeSnapshot, error) {
 	for _, l := range limits {
 		g.LimitWaiting[l.Name] = 0
 	}
-	uses, err := p.LimitUses(ctx)
+	uses, err := p.LimitUses(ctx, time.Now()) // a rate budget's tokens: the wall clock, as the metrics are read
 	if err != nil {
 		return nil, err
 	}
