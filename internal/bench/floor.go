@@ -148,6 +148,9 @@ CREATE INDEX ON `+tbl+` (queue, priority DESC, run_at, id) WHERE state = 'pendin
 		return res, fmt.Errorf("bench floor: analyze: %w", err)
 	}
 
+	// The locked ids as an array, so that the UPDATE finds each by its
+	// primary key (a join with the CTE hashed the whole table: 94 ms
+	// instead of 4-17 ms per claim of 1,000 at 100,000 rows).
 	claim := `WITH picked AS (
 	SELECT id FROM ` + tbl + `
 	WHERE state = 'pending' AND queue = 'floor' AND run_at <= now()
@@ -156,7 +159,7 @@ CREATE INDEX ON `+tbl+` (queue, priority DESC, run_at, id) WHERE state = 'pendin
 	FOR UPDATE SKIP LOCKED
 )
 UPDATE ` + tbl + ` t SET state = 'running', attempt = t.attempt + 1, lease_expires_at = now() + interval '1 minute'
-FROM picked WHERE t.id = picked.id
+WHERE t.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING t.id`
 	complete := `UPDATE ` + tbl + ` SET state = 'succeeded', finalized_at = now(), lease_expires_at = NULL
 WHERE id = ANY($1) AND state = 'running'`
