@@ -57,11 +57,23 @@ func (rc *remoteCompleter) complete(ctx context.Context, c apiclient.Completion,
 	return req.rep, req.err
 }
 
+// remoteBatchResultBytes bounds the results one batch carries, well under
+// the server's default body bound (10 MiB), so that results of up to
+// 1 MiB each never make a batch too large; a batch holds at least one.
+const remoteBatchResultBytes = 1 << 20
+
 // send sends batches until nothing is pending.
 func (rc *remoteCompleter) send() {
 	for {
 		rc.mu.Lock()
-		n := min(len(rc.pending), api.MaxCompleteBatch)
+		n, size := 0, 0
+		for n < len(rc.pending) && n < api.MaxCompleteBatch {
+			size += len(rc.pending[n].c.Result)
+			if n > 0 && size > remoteBatchResultBytes {
+				break
+			}
+			n++
+		}
 		if n == 0 {
 			rc.sending = false
 			rc.mu.Unlock()
@@ -94,9 +106,14 @@ func (rc *remoteCompleter) sendBatch(batch []*remoteCompletion) {
 		cs[i] = r.c
 	}
 	res, err := rc.cl.ReportCompleteMany(ctx, cs, batch[0].retry)
-	if s := apiclient.StatusOf(err); s == http.StatusNotFound || s == http.StatusMethodNotAllowed {
-		// No batch endpoint on this server: one by one from now on.
-		rc.single.Store(true)
+	s := apiclient.StatusOf(err)
+	if s == http.StatusNotFound || s == http.StatusMethodNotAllowed || (s == http.StatusRequestEntityTooLarge && len(batch) > 1) {
+		// No batch endpoint on this server (one by one from now on), or
+		// a batch over the server's body bound (this batch one by one:
+		// each item then gets its own answer).
+		if s != http.StatusRequestEntityTooLarge {
+			rc.single.Store(true)
+		}
 		var wg sync.WaitGroup
 		for _, r := range batch {
 			wg.Go(func() {
