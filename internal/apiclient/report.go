@@ -2,6 +2,7 @@ package apiclient
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -345,15 +346,24 @@ type CompletionReport struct {
 	Err    error
 }
 
+// Completion is one successful attempt for ReportCompleteMany: its lease,
+// and what a single complete would carry (the result, the progress).
+type Completion struct {
+	Lease    Lease
+	Result   json.RawMessage
+	Progress *bt.Progress
+}
+
 // ReportCompleteMany reports many successful attempts in one request
-// (POST /v1/tasks/complete), retrying the request as ReportComplete does;
-// each item refused with 409 is then checked against its task's history
-// like a single report. The error is the request's (nothing was decided);
-// per-item outcomes are in the results, in the order of ls.
-func (c *Client) ReportCompleteMany(ctx context.Context, ls []Lease, r *Retry) ([]CompletionReport, error) {
-	items := make([]api.CompletionItem, len(ls))
-	for i, l := range ls {
-		items[i] = api.CompletionItem{TaskID: l.TaskID, LeaseToken: l.Token}
+// (POST /v1/tasks/complete, at most api.MaxCompleteBatch), retrying the
+// request as ReportComplete does; each item refused with 409 is then
+// checked against its task's history like a single report. The error is
+// the request's (nothing was decided); per-item outcomes are in the
+// results, in the order of cs.
+func (c *Client) ReportCompleteMany(ctx context.Context, cs []Completion, r *Retry) ([]CompletionReport, error) {
+	items := make([]api.CompletionItem, len(cs))
+	for i, x := range cs {
+		items[i] = api.CompletionItem{TaskID: x.Lease.TaskID, LeaseToken: x.Lease.Token, Result: x.Result, Progress: x.Progress}
 	}
 	var res *api.CompleteBatchResponse
 	tries, err := r.Do(ctx, func(ctx context.Context) error {
@@ -364,17 +374,17 @@ func (c *Client) ReportCompleteMany(ctx context.Context, ls []Lease, r *Retry) (
 	if err != nil {
 		return nil, err
 	}
-	if len(res.Results) != len(ls) {
-		return nil, fmt.Errorf("backstop: POST /v1/tasks/complete: %d results for %d completions", len(res.Results), len(ls))
+	if len(res.Results) != len(cs) {
+		return nil, fmt.Errorf("backstop: POST /v1/tasks/complete: %d results for %d completions", len(res.Results), len(cs))
 	}
-	out := make([]CompletionReport, len(ls))
+	out := make([]CompletionReport, len(cs))
 	for i, it := range res.Results {
-		out[i].TaskID = ls[i].TaskID
+		out[i].TaskID = cs[i].Lease.TaskID
 		if it.Problem == nil {
 			out[i].Report = &Report{SettleResponse: it.Result, Tries: tries}
 			continue
 		}
-		out[i].Report, out[i].Err = c.settled(ctx, ls[i], bt.OutcomeSucceeded, r, tries, it.Problem)
+		out[i].Report, out[i].Err = c.settled(ctx, cs[i].Lease, bt.OutcomeSucceeded, r, tries, it.Problem)
 	}
 	return out, nil
 }

@@ -391,7 +391,7 @@ func TestReportCompleteMany(t *testing.T) {
 		return pass
 	})
 	var waits []time.Duration
-	res, err := e.cl.ReportCompleteMany(ctx, []apiclient.Lease{a, b, c}, fast(&waits))
+	res, err := e.cl.ReportCompleteMany(ctx, []apiclient.Completion{{Lease: a}, {Lease: b}, {Lease: c}}, fast(&waits))
 	if err != nil || len(res) != 3 {
 		t.Fatalf("batch: %v %v", res, err)
 	}

@@ -77,6 +77,7 @@ start, sampled) at its end; read them with go tool pprof.`,
 	_ = f.MarkHidden("cpuprofile")
 	_ = f.MarkHidden("memprofile")
 	cmd.AddCommand(benchOrderingCmd(a)) // bench_ordering.go
+	cmd.AddCommand(benchFloorCmd(a))    // bench_floor.go
 	return cmd
 }
 

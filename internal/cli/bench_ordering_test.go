@@ -30,3 +30,27 @@ func TestBenchOrdering(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchFloor: `bench floor` on a SQLite file prints a line per run and
+// the summary; a run count of 0 is a usage error, nothing run.
+func TestBenchFloor(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + t.TempDir() + "/floor.db"
+	code, stdout, stderr := execMain(t, "--db", db, "bench", "floor", "-n", "300", "--runs", "2", "--batch", "70", "--workers", "16")
+	if code != 0 {
+		t.Fatalf("bench floor exited %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "floor: run=2 store=sqlite n=300 ") ||
+		!strings.HasPrefix(lines[2], "floor: runs=2 drain_ratio_median=") {
+		t.Fatalf("output:\n%s", stdout)
+	}
+	code, stdout, _ = execMain(t, "--db", db, "bench", "floor", "-n", "300", "--floor-only", "--runs", "1")
+	if code != 0 || !strings.HasPrefix(stdout, "floor: run=1 store=sqlite n=300 drain=") {
+		t.Fatalf("--floor-only: exit %d, output %q", code, stdout)
+	}
+	code, _, stderr = execMain(t, "--db", db, "bench", "floor", "--runs", "0")
+	if code != cli.ExitUsage || !strings.Contains(stderr, "bench floor") {
+		t.Errorf("--runs 0: exit %d, want %d (stderr %q)", code, cli.ExitUsage, stderr)
+	}
+}

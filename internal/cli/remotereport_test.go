@@ -73,10 +73,16 @@ func (f *reportFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == "POST" && r.Body != nil {
 		b, _ := io.ReadAll(r.Body)
 		var req struct {
-			LeaseToken string `json:"lease_token"`
+			LeaseToken  string `json:"lease_token"`
+			Completions []struct {
+				LeaseToken string `json:"lease_token"`
+			} `json:"completions"` // a batch complete: its first lease
 		}
 		_ = json.Unmarshal(b, &req)
 		lease = req.LeaseToken
+		if len(req.Completions) > 0 {
+			lease = req.Completions[0].LeaseToken
+		}
 		r.Body = io.NopCloser(bytes.NewReader(b))
 	}
 	f.mu.Lock()

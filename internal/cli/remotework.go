@@ -64,7 +64,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 		id = fmt.Sprintf("%s-%d-%04x", cmp.Or(host, "worker"), os.Getpid(), rand.IntN(1<<16))
 	}
 	cl := apiclient.New(o.server, o.token)
-	r := &remoteWorker{cl: cl, h: h, log: log, id: id, o: o}
+	r := &remoteWorker{cl: cl, h: h, log: log, id: id, o: o, done: &remoteCompleter{cl: cl}}
 	r.lastActive.Store(time.Now().UnixNano())
 	reg := startRemoteRegistry(cl, api.RegisterWorkerRequest{ID: id, Queues: o.queues,
 		Labels: o.registryLabels(), Version: o.registryVersion()}, log) // remoteregistry.go
@@ -133,6 +133,7 @@ type remoteWorker struct {
 	log        *slog.Logger
 	id         string
 	o          *workOptions
+	done       *remoteCompleter // successes, reported in batches (remotecomplete.go)
 	running    atomic.Int32
 	lastActive atomic.Int64 // unix nanos: the start, a claim that returned tasks, a task's end
 	lastEmpty  atomic.Int64 // unix nanos: the last claim that came back empty
@@ -276,7 +277,7 @@ func (r *remoteWorker) run(killCtx context.Context, ct api.ClaimedTask, lease ti
 		}
 	case res.Err == nil:
 		what = string(bt.OutcomeSucceeded)
-		rep, err = r.cl.ReportComplete(rctx, l, api.CompleteRequest{Result: res.Value, Progress: res.Progress}, retry)
+		rep, err = r.done.complete(rctx, apiclient.Completion{Lease: l, Result: res.Value, Progress: res.Progress}, retry)
 		if err == nil {
 			log.Info("task succeeded", reportArgs(rep)...)
 		}
