@@ -122,6 +122,8 @@ type Store interface {
 	// their transactional writes are the Tx's (WorkflowTx).
 	Workflows
 	Schedules // periodic tasks (store/schedules.go)
+	// RelayCheckpoints: the event-log relay's positions (store/relaycheckpoints.go).
+	RelayCheckpoints
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers
