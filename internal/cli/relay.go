@@ -66,6 +66,7 @@ again from it and the broker removes the repeats (JetStream). See backstop relay
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.relay(cmd, &o) },
 	}
+	cmd.AddCommand(relayStatusCmd(a))
 	f := cmd.Flags()
 	f.StringArrayVar(&o.sinks, "sink", nil, "a sink to deliver, NAME=URL (repeatable; default: the configuration's sinks)")
 	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md): sinks, their retry policies, db")
