@@ -149,6 +149,7 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 	}
 	defer closeAll()
 	log := tel.Logger
+	defer startGauges(ctx, tel, c, cfg, log)()
 
 	sinks := map[string]relay.Sink{}
 	defer func() {

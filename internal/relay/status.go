@@ -49,6 +49,8 @@ type CheckpointStatus struct {
 	// LagSeconds is the age of the oldest event not yet published (0:
 	// caught up).
 	LagSeconds float64 `json:"lag_seconds"`
+
+	oldest *time.Time // the oldest event not yet published
 }
 
 var sinkQueuePrefix = backstop.SinkQueue("")
@@ -109,7 +111,7 @@ func ReadStatus(ctx context.Context, c *backstop.Client) (*Status, error) {
 		return nil, err
 	}
 	for _, cp := range cps {
-		cs, err := checkpointStatus(ctx, c, cp, now)
+		cs, err := checkpointStatus(ctx, c, cp, now, 4*MaxCountedLag/store.MaxEventLimit)
 		if err != nil {
 			return nil, err
 		}
@@ -118,19 +120,39 @@ func ReadStatus(ctx context.Context, c *backstop.Client) (*Status, error) {
 	return out, nil
 }
 
+// CheckpointGauges reads each checkpoint's lag for the relay gauges: one
+// read of its stream, so the events behind are counted up to
+// store.MaxEventLimit.
+func CheckpointGauges(ctx context.Context, c *backstop.Client) ([]store.RelayCheckpointGauge, error) {
+	cps, err := c.Store().ListRelayCheckpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.RelayCheckpointGauge, 0, len(cps))
+	for _, cp := range cps {
+		cs, err := checkpointStatus(ctx, c, cp, time.Time{}, 1)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.RelayCheckpointGauge{Name: cp.Name, Stream: cp.Stream, Sink: cp.Sink, EventsBehind: cs.EventsBehind, OldestEvent: cs.oldest})
+	}
+	return out, nil
+}
+
 // checkpointStatus counts the events of cp's stream after its cursor (up
-// to MaxCountedLag) and dates the first of them.
-func checkpointStatus(ctx context.Context, c *backstop.Client, cp store.RelayCheckpoint, now time.Time) (CheckpointStatus, error) {
+// to MaxCountedLag, in at most reads reads) and dates the first of them.
+func checkpointStatus(ctx context.Context, c *backstop.Client, cp store.RelayCheckpoint, now time.Time, reads int) (CheckpointStatus, error) {
 	cs := CheckpointStatus{RelayCheckpoint: cp}
 	after := cp.Cursor
 	// A filtered stream's read examines a window of the log and may move
 	// on with no event: the reads are bounded too.
-	for range 4 * MaxCountedLag / store.MaxEventLimit {
+	for range reads {
 		page, err := c.ReadEvents(ctx, backstop.ReadEventsParams{Stream: cp.Stream, After: after, Limit: store.MaxEventLimit})
 		if err != nil {
 			return cs, err
 		}
 		if cs.EventsBehind == 0 && len(page.Events) > 0 {
+			cs.oldest = &page.Events[0].Time
 			cs.LagSeconds = max(now.Sub(page.Events[0].Time).Seconds(), 0)
 		}
 		cs.EventsBehind += int64(len(page.Events))
