@@ -172,7 +172,8 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 	var er *relay.EventRelay
 	if len(streams) > 0 {
 		er, err = relay.NewEvents(c, relay.EventsConfig{Sink: sinks[o.streamsSink], SinkName: o.streamsSink, Checkpoint: o.checkpoint,
-			Streams: streams, Topic: o.topic, Logger: log, MeterProvider: c.Config().MeterProvider})
+			Streams: streams, Topic: o.topic, Logger: log, MeterProvider: c.Config().MeterProvider,
+			LeaderTTL: cmp.Or(cfg.LeaderTTL.D(), config.DefaultLeaderTTL), ID: r.ID()})
 		if err != nil {
 			return usageErr("relay: %v", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/leadership"
 	"github.com/backstophq/backstop/redact"
 	"github.com/backstophq/backstop/store"
 )
@@ -48,10 +49,21 @@ type EventsConfig struct {
 	PollInterval time.Duration
 	// Batch is how many events one read takes (the checkpoint moves once
 	// per read). Default: 500.
-	Batch         int
+	Batch int
+	// LeaderTTL, when set, makes the relay a candidate in the election of
+	// its checkpoint (the lease relay.<checkpoint> in backstop_leaders):
+	// only the leader publishes, so relays following one checkpoint never
+	// publish at once; another takes over within the TTL when the leader
+	// dies, at once when it stops. 0: no election.
+	LeaderTTL time.Duration
+	// ID names this candidate in the lease. Required with LeaderTTL.
+	ID            string
 	MeterProvider metric.MeterProvider
 	Logger        *slog.Logger
 }
+
+// LeaseName is the leadership lease of a checkpoint's relays.
+func LeaseName(checkpoint string) string { return "relay." + checkpoint }
 
 // EventRelay publishes event streams to a sink.
 type EventRelay struct {
@@ -60,6 +72,8 @@ type EventRelay struct {
 	mask *redact.Masker
 	log  *slog.Logger
 	m    eventInstruments
+
+	el *leadership.Elector // nil: no election
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -152,9 +166,16 @@ func NewEvents(c *backstop.Client, cfg EventsConfig) (*EventRelay, error) {
 	if cfg.Batch <= 0 || cfg.Batch > store.MaxEventLimit {
 		cfg.Batch = 500
 	}
+	if cfg.LeaderTTL > 0 && cfg.ID == "" {
+		return nil, errors.New("relay: events: an election needs the candidate's ID")
+	}
 	r := &EventRelay{c: c, cfg: cfg, mask: c.Masker(), log: cfg.Logger}
 	if r.log == nil {
 		r.log = slog.Default()
+	}
+	if cfg.LeaderTTL > 0 {
+		r.el = leadership.New(c.Store(), leadership.Config{Name: LeaseName(cfg.Checkpoint), ID: cfg.ID, TTL: cfg.LeaderTTL,
+			Now: c.Engine().Now, Logger: r.log})
 	}
 	mp := cfg.MeterProvider
 	if mp == nil {
@@ -181,7 +202,8 @@ func NewEvents(c *backstop.Client, cfg EventsConfig) (*EventRelay, error) {
 	return r, nil
 }
 
-// Start starts following each stream (one goroutine each); the
+// Start starts following each stream (one goroutine each) — with an
+// election, once this candidate leads, and until it no longer does. The
 // checkpoint's rows are created (at the beginning of the log) when
 // missing.
 func (r *EventRelay) Start(ctx context.Context) error {
@@ -191,9 +213,8 @@ func (r *EventRelay) Start(ctx context.Context) error {
 		return errors.New("relay: events already started")
 	}
 	st := r.c.Store()
-	cursors := map[string]string{}
 	for _, s := range r.cfg.Streams {
-		cp, err := st.RelayCheckpoint(ctx, r.cfg.Checkpoint, s)
+		_, err := st.RelayCheckpoint(ctx, r.cfg.Checkpoint, s)
 		if errors.Is(err, store.ErrNotFound) {
 			err = st.SaveRelayCheckpoint(ctx, store.RelayCheckpointUpdate{Name: r.cfg.Checkpoint, Stream: s,
 				Sink: r.cfg.SinkName, Now: r.c.Engine().Now()})
@@ -201,19 +222,84 @@ func (r *EventRelay) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if r.el == nil {
+		stop, err := r.startFollowing(runCtx)
+		if err != nil {
+			cancel()
+			return err
+		}
+		r.cancel = func() { cancel(); stop() }
+		return nil
+	}
+	r.cancel = cancel
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.campaign(runCtx)
+	}()
+	return nil
+}
+
+// campaign takes part in the checkpoint's election until ctx ends: it
+// follows the streams while it leads, and stops following (what was
+// acknowledged is checkpointed) when it loses the lease.
+func (r *EventRelay) campaign(ctx context.Context) {
+	period := max(r.cfg.LeaderTTL/6, 10*time.Millisecond)
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	var stop func()
+	for {
+		r.el.Round(ctx)
+		switch leading := r.el.IsLeader(); {
+		case leading && stop == nil:
+			var err error
+			if stop, err = r.startFollowing(ctx); err != nil {
+				r.log.Warn("relay: starting to follow failed; retrying", "checkpoint", r.cfg.Checkpoint, "error", err)
+			}
+		case !leading && stop != nil:
+			stop()
+			stop = nil
+		}
+		select {
+		case <-ctx.Done():
+			if stop != nil {
+				stop()
+			}
+			r.el.Resign()
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// startFollowing reads the checkpoint's cursors and follows each stream
+// from its own until stop.
+func (r *EventRelay) startFollowing(ctx context.Context) (stop func(), err error) {
+	cursors := map[string]string{}
+	for _, s := range r.cfg.Streams {
+		cp, err := r.c.Store().RelayCheckpoint(ctx, r.cfg.Checkpoint, s)
+		if err != nil {
+			return nil, err
+		}
 		cursors[s] = cp.Cursor
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.cancel = cancel
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
 	for _, s := range r.cfg.Streams {
-		r.wg.Add(1)
+		wg.Add(1)
 		go func() {
-			defer r.wg.Done()
+			defer wg.Done()
 			r.follow(ctx, s, cursors[s])
 		}()
 	}
-	return nil
+	return func() { cancel(); wg.Wait() }, nil
 }
+
+// leading says whether this relay may publish: always without an
+// election, while it holds the lease with one.
+func (r *EventRelay) leading() bool { return r.el == nil || r.el.IsLeader() }
 
 // Stop stops following and waits for the streams (a publish in flight
 // ends with ctx's end; what was acknowledged is checkpointed).
@@ -224,9 +310,8 @@ func (r *EventRelay) Stop(ctx context.Context) error {
 	if cancel == nil {
 		return nil
 	}
-	cancel()
 	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
+	go func() { cancel(); r.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -249,7 +334,25 @@ func (r *EventRelay) follow(ctx context.Context, stream, after string) {
 			return true
 		}
 	}
+	stale := false // another leader may have moved the checkpoint
 	for {
+		if !r.leading() {
+			stale = true
+			if !r.pause(ctx) {
+				return
+			}
+			continue
+		}
+		if stale {
+			cp, err := r.c.Store().RelayCheckpoint(ctx, r.cfg.Checkpoint, stream)
+			if err != nil {
+				if ctx.Err() != nil || !wait() {
+					return
+				}
+				continue
+			}
+			after, stale = cp.Cursor, false
+		}
 		page, err := r.c.ReadEvents(ctx, backstop.ReadEventsParams{Stream: stream, After: after, Limit: r.cfg.Batch})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -265,8 +368,9 @@ func (r *EventRelay) follow(ctx context.Context, stream, after string) {
 			continue
 		}
 		next, published, dups, err := r.publish(ctx, stream, after, page)
+		deposed := errors.Is(err, errNotLeading)
 		if published > 0 || next != after || err != nil {
-			if ctx.Err() != nil && err != nil {
+			if ctx.Err() != nil && err != nil || deposed {
 				err = nil // stopped, not failed
 			}
 			r.save(ctx, stream, next, published, dups, err)
@@ -274,6 +378,9 @@ func (r *EventRelay) follow(ctx context.Context, stream, after string) {
 		after = next
 		if ctx.Err() != nil {
 			return
+		}
+		if deposed {
+			continue
 		}
 		if err != nil {
 			if !wait() {
@@ -285,13 +392,21 @@ func (r *EventRelay) follow(ctx context.Context, stream, after string) {
 		if len(page.Events) == r.cfg.Batch {
 			continue
 		}
-		t := time.NewTimer(r.cfg.PollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !r.pause(ctx) {
 			return
-		case <-t.C:
 		}
+	}
+}
+
+// pause waits a poll interval; false when ctx ended.
+func (r *EventRelay) pause(ctx context.Context) bool {
+	t := time.NewTimer(r.cfg.PollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -302,6 +417,9 @@ func (r *EventRelay) publish(ctx context.Context, stream, after string, page bac
 	next = after
 	set := r.m.sets[stream]
 	for _, e := range page.Events {
+		if !r.leading() {
+			return next, published, dups, errNotLeading
+		}
 		d, err := r.delivery(e)
 		if err != nil {
 			return next, published, dups, err
@@ -324,6 +442,9 @@ func (r *EventRelay) publish(ctx context.Context, stream, after string, page bac
 	}
 	return page.Next, published, dups, nil
 }
+
+// errNotLeading ends a page when this relay lost its checkpoint's lease.
+var errNotLeading = errors.New("relay: no longer the checkpoint's leader")
 
 // save stores the checkpoint (outliving ctx's end: what was acknowledged
 // before a stop is kept).
