@@ -37,6 +37,9 @@ type RelayCheckpointUpdate struct {
 	AddPublished, AddDuplicates int64
 	Error                       string
 	Now                         time.Time
+	// Create only creates the row when it is missing and changes nothing
+	// when it exists (relays starting at once never reset each other).
+	Create bool
 }
 
 // RelayCheckpoints stores the event-log relay's durable positions, one row

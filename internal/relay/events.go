@@ -212,14 +212,9 @@ func (r *EventRelay) Start(ctx context.Context) error {
 	if r.cancel != nil {
 		return errors.New("relay: events already started")
 	}
-	st := r.c.Store()
 	for _, s := range r.cfg.Streams {
-		_, err := st.RelayCheckpoint(ctx, r.cfg.Checkpoint, s)
-		if errors.Is(err, store.ErrNotFound) {
-			err = st.SaveRelayCheckpoint(ctx, store.RelayCheckpointUpdate{Name: r.cfg.Checkpoint, Stream: s,
-				Sink: r.cfg.SinkName, Now: r.c.Engine().Now()})
-		}
-		if err != nil {
+		if err := r.c.Store().SaveRelayCheckpoint(ctx, store.RelayCheckpointUpdate{Name: r.cfg.Checkpoint, Stream: s,
+			Sink: r.cfg.SinkName, Now: r.c.Engine().Now(), Create: true}); err != nil {
 			return err
 		}
 	}

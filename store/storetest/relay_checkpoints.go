@@ -44,7 +44,12 @@ func (s *suite) testRelayCheckpoints(t *testing.T) {
 	if c, _ = st.RelayCheckpoint(b.ctx, "feed", "all"); c.LastError != "" || c.LastErrorAt != nil || c.Published != 8 || c.Cursor != "9" {
 		t.Fatalf("a publish did not clear the error: %+v", c)
 	}
-	save(store.RelayCheckpointUpdate{Name: "feed", Stream: "queue.q", Sink: "bus", Now: t0})
+	// Create changes nothing of an existing row.
+	save(store.RelayCheckpointUpdate{Name: "feed", Stream: "all", Sink: "other", Now: t0.Add(5 * time.Second), Create: true})
+	if c, _ = st.RelayCheckpoint(b.ctx, "feed", "all"); c.Cursor != "9" || c.Sink != "bus" || c.Published != 8 {
+		t.Fatalf("Create changed an existing checkpoint: %+v", c)
+	}
+	save(store.RelayCheckpointUpdate{Name: "feed", Stream: "queue.q", Sink: "bus", Now: t0, Create: true})
 	save(store.RelayCheckpointUpdate{Name: "audit", Stream: "audit", Sink: "log", Now: t0})
 	all, err := st.ListRelayCheckpoints(b.ctx)
 	if err != nil {

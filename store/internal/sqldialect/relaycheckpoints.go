@@ -37,22 +37,28 @@ func (p *Procedures) SaveRelayCheckpoint(ctx context.Context, u store.RelayCheck
 	if u.Error != "" {
 		errAt = u.Now
 	}
+	conflict := `ON CONFLICT (name, stream) DO NOTHING`
+	if !u.Create {
+		conflict = relayCheckpointMove
+	}
 	_, err := p.writer.Exec(ctx, `INSERT INTO backstop_relay_checkpoints (`+relayCheckpointColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-		ON CONFLICT (name, stream) DO UPDATE SET sink = excluded.sink, cursor = excluded.cursor,
-			updated_at = excluded.updated_at,
-			published = backstop_relay_checkpoints.published + excluded.published,
-			duplicates = backstop_relay_checkpoints.duplicates + excluded.duplicates,
-			last_error = CASE WHEN excluded.last_error <> '' OR excluded.published > 0 THEN excluded.last_error
-				ELSE backstop_relay_checkpoints.last_error END,
-			last_error_at = CASE WHEN excluded.last_error <> '' THEN excluded.last_error_at
-				WHEN excluded.published > 0 THEN NULL ELSE backstop_relay_checkpoints.last_error_at END`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) `+conflict,
 		u.Name, u.Stream, u.Sink, u.Cursor, u.Now, u.AddPublished, u.AddDuplicates, u.Error, errAt)
 	if err != nil {
 		return fmt.Errorf("%s: save relay checkpoint %s: %w", p.dialect.Prefix, u.Name, p.dialect.Err(err))
 	}
 	return nil
 }
+
+// relayCheckpointMove moves an existing checkpoint row (SaveRelayCheckpoint).
+const relayCheckpointMove = `ON CONFLICT (name, stream) DO UPDATE SET sink = excluded.sink, cursor = excluded.cursor,
+			updated_at = excluded.updated_at,
+			published = backstop_relay_checkpoints.published + excluded.published,
+			duplicates = backstop_relay_checkpoints.duplicates + excluded.duplicates,
+			last_error = CASE WHEN excluded.last_error <> '' OR excluded.published > 0 THEN excluded.last_error
+				ELSE backstop_relay_checkpoints.last_error END,
+			last_error_at = CASE WHEN excluded.last_error <> '' THEN excluded.last_error_at
+				WHEN excluded.published > 0 THEN NULL ELSE backstop_relay_checkpoints.last_error_at END`
 
 // ListRelayCheckpoints implements store.RelayCheckpoints.
 func (p *Procedures) ListRelayCheckpoints(ctx context.Context) ([]store.RelayCheckpoint, error) {
