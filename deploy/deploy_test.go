@@ -154,7 +154,8 @@ func TestAlertAnnotations(t *testing.T) {
 		"BackstopWorkerHeartbeatLost", "BackstopQueueWaitSLO", "BackstopOrderingTimeoutRatioHigh",
 		"BackstopOrderingCircuitBreakerFrequent", "BackstopOrderingBacklogGrowing", "BackstopDLQOldestOpenAge",
 		"BackstopDLQPurgeBelowFloor", "BackstopWorkflowRunsHalted", "BackstopWorkflowCompensationFailed",
-		"BackstopScheduleNotEnqueuing"}
+		"BackstopScheduleNotEnqueuing",
+		"BackstopRelayLagging", "BackstopSinkLagging", "BackstopSinkUndeliverable"}
 	var got []string
 	for _, g := range readRules(t).Groups {
 		for _, r := range g.Rules {
@@ -167,8 +168,8 @@ func TestAlertAnnotations(t *testing.T) {
 				t.Errorf("%s: runbook %q: want its own section \"## %s\" in docs/runbooks.md", r.Alert, a["runbook"], r.Alert)
 			}
 			if a["dlq_url"] == "" && a["tasks_url"] == "" && a["worker_url"] == "" && a["workers_url"] == "" && a["runs_url"] == "" &&
-				a["schedule_url"] == "" {
-				t.Errorf("%s: wants a link (dlq_url, tasks_url, worker_url, workers_url, runs_url or schedule_url): %v", r.Alert, a)
+				a["schedule_url"] == "" && a["relay_url"] == "" {
+				t.Errorf("%s: wants a link (dlq_url, tasks_url, worker_url, workers_url, runs_url, schedule_url or relay_url): %v", r.Alert, a)
 			}
 			switch {
 			case r.Alert == "BackstopNoWorkers", r.Alert == "BackstopDLQPurgeBelowFloor": // fleet-wide; a process's configuration
@@ -179,6 +180,10 @@ func TestAlertAnnotations(t *testing.T) {
 			case strings.Contains(r.Expr, "backstop_schedule_"):
 				if a["schedule"] == "" {
 					t.Errorf("%s: wants a schedule annotation: %v", r.Alert, a)
+				}
+			case strings.Contains(r.Expr, "backstop_relay_"):
+				if a["checkpoint"] == "" {
+					t.Errorf("%s: wants a checkpoint annotation: %v", r.Alert, a)
 				}
 			case strings.Contains(r.Expr, "worker_id"):
 				if a["worker_id"] == "" {

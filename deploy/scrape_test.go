@@ -18,6 +18,7 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/maintenance"
+	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/internal/telemetry"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
@@ -234,9 +235,20 @@ func runWorkload(t testing.TB) (string, error) {
 		in, err := c.Schedule(ctx, "hb")
 		return rounds.RunOnce(ctx) == nil && err == nil && in.LastOutcome == "enqueued"
 	})
+	// An outbox message no relay delivers and an event-log checkpoint
+	// behind (the sink and relay gauges).
+	if _, err := c.Publish(ctx, backstop.Message{Sink: "bus", Topic: "t", Payload: []byte(`{}`)}); err != nil {
+		return "", err
+	}
+	if err := s.SaveRelayCheckpoint(ctx, store.RelayCheckpointUpdate{Name: "feed", Stream: "all", Sink: "bus", Now: time.Now()}); err != nil {
+		return "", err
+	}
 	// As serve does (internal/cli startGauges), with the default policy.
 	gr := telemetry.WithDLQPolicy(telemetry.WithSchedules(telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(s, c.WorkerCounts),
 		c.HeartbeatingWorkers), s.ListSchedules), (&config.Config{}).DLQGaugePolicy())
+	gr = telemetry.WithRelayCheckpoints(gr, func(ctx context.Context) ([]store.RelayCheckpointGauge, error) {
+		return relay.CheckpointGauges(ctx, c)
+	})
 	g, err := telemetry.StartStoreGauges(ctx, tel.MeterProvider, gr, time.Hour, nil, tel.Logger)
 	if err != nil {
 		return "", err

@@ -48,6 +48,18 @@ type GaugeSnapshot struct {
 	// LimitWaiting is, per limit (store/limits.go), how many pending tasks
 	// its full budgets hold back (every limit, 0 included).
 	LimitWaiting map[string]int
+	// RelayCheckpoints are the event-log relay's checkpoints with their
+	// lag (filled by the caller, like Schedules; store/relaycheckpoints.go).
+	RelayCheckpoints []RelayCheckpointGauge
+}
+
+// RelayCheckpointGauge is what the relay gauges show of one checkpoint's
+// stream: the events after its cursor (counted up to a bound) and the
+// time of the oldest of them (nil: caught up).
+type RelayCheckpointGauge struct {
+	Name, Stream, Sink string
+	EventsBehind       int64
+	OldestEvent        *time.Time
 }
 
 // ScheduleGauge is what the schedule gauges show of one schedule: its next

@@ -125,6 +125,8 @@ type Store interface {
 	// ActivityRollup: the history of finished work by bucket, queue and
 	// kind (store/activity.go).
 	ActivityRollup
+	// RelayCheckpoints: the event-log relay's positions (store/relaycheckpoints.go).
+	RelayCheckpoints
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers

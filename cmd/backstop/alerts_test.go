@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store"
 )
 
 var (
@@ -55,10 +57,17 @@ func TestAlertLinksAndCommands(t *testing.T) {
 		{"enqueue", "--queue", "alerts", "--kind", "bad", "--max-attempts", "1", "--payload", "{}"},
 		// A schedule, for the schedule alert's label.
 		{"periodic", "add", "alerts_tick", "--every", "1m", "--queue", "alerts", "--kind", "ok"},
+		// A message no relay delivers, for the sink alerts' label.
+		{"publish", "--sink", "alerts_bus", "--topic", "t", "--payload", "{}"},
 	} {
 		if _, stderr, code := runCLI(t, db, args...); code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, stderr)
 		}
+	}
+	// An event-log relay checkpoint, for the relay alert's labels.
+	if s, _ := storeClient(t, db); s.SaveRelayCheckpoint(context.Background(),
+		store.RelayCheckpointUpdate{Name: "alerts_feed", Stream: "queue.alerts", Sink: "alerts_bus", Now: time.Now()}) != nil {
+		t.Fatal("saving a relay checkpoint failed")
 	}
 	// A workflow run the worker below finishes, for the workflow alerts'
 	// label (their series are per workflow).
@@ -113,7 +122,8 @@ func TestAlertLinksAndCommands(t *testing.T) {
 			if strings.Contains(workText, `backstop_dead_letters_total{kind="bad"`) &&
 				strings.Contains(workText, `backstop_workflow_runs_finished_total{`) &&
 				strings.Contains(serveText+workText, "backstop_worker_heartbeat_age_seconds{") &&
-				strings.Contains(serveText+workText, "backstop_schedule_next_run_timestamp_seconds{") {
+				strings.Contains(serveText+workText, "backstop_schedule_next_run_timestamp_seconds{") &&
+				strings.Contains(serveText+workText, "backstop_relay_lag_seconds{") {
 				series = append(parseExposition(serveText), parseExposition(workText)...)
 				break
 			}

@@ -76,6 +76,7 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 		"enqueue":               srv("", "--queue", "srv-enqueued", "--kind", "job"),
 		"publish":               srv("", "--sink", "srv", "--topic", "t", "--payload", "{}"),
 		"relay":                 ref("--sink", "bus=nats://127.0.0.1:1"),
+		"relay status":          srv("CHECKPOINT"),
 		"events":                loc(2),
 		"events tail":           srv("task.enqueued", "--limit", "5"),
 		"help":                  loc(0),

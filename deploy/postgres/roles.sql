@@ -62,6 +62,8 @@ GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_limit_buckets TO backstop_wor
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_worker;
 GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_event_checkpoints TO backstop_worker;
+-- The event-log relay's checkpoints (docs/brokers.md): the relay runs as a worker.
+GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_relay_checkpoints TO backstop_worker;
 -- Ordering admission (docs/ordering.md): it updates ordering rows and key
 -- states, and deletes the key states it forgets.
 GRANT SELECT, UPDATE ON :"schema".backstop_ordering_tasks TO backstop_worker;

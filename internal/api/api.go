@@ -215,6 +215,7 @@ func (s *Server) register() {
 	s.handle("DELETE", "/v1/limits/{name}", RoleOperator, s.removeLimit) // limits.go
 	s.handle("GET", "/v1/activity", RoleViewer, s.getActivity)
 	s.handle("GET", "/v1/counts", RoleViewer, s.getCounts)
+	s.handle("GET", "/v1/relay", RoleViewer, s.getRelay) // relay.go
 	s.handle("GET", "/v1/ordering", RoleViewer, s.listOrderedQueues)
 	s.handle("GET", "/v1/ordering/{queue}/keys", RoleViewer, s.listOrderingKeys)
 

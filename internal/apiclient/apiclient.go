@@ -280,3 +280,9 @@ func (c *Client) Publish(ctx context.Context, m api.MessageRequest) (*api.Messag
 	var out api.MessageResponse
 	return &out, c.Do(ctx, "POST", "/v1/messages", m, &out)
 }
+
+// RelayStatus reads each sink's messages and each event-log checkpoint.
+func (c *Client) RelayStatus(ctx context.Context) (*api.RelayStatus, error) {
+	var out api.RelayStatus
+	return &out, c.Do(ctx, "GET", "/v1/relay", nil, &out)
+}

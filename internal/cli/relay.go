@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +29,10 @@ type relayOptions struct {
 	grace       time.Duration
 	id          string
 	metricsAddr string
+	streams     string
+	streamsSink string
+	checkpoint  string
+	topic       string
 }
 
 func relayCmd(a *app) *cobra.Command {
@@ -46,12 +52,21 @@ http(s)://... (a webhook: POST, Backstop-Signature when the sink has a secret). 
 keeps that entry's timeout, secret, stream and retry policy.
 
 Messages with one key are delivered one at a time in commit order. On SIGTERM or SIGINT
-the relay stops claiming and lets deliveries in flight finish within --grace.`,
+the relay stops claiming and lets deliveries in flight finish within --grace.
+
+--streams all,queue.Q,type.T,run.R... also publishes those event streams to one sink
+(--streams-sink; default: the only sink given) from the durable checkpoint --checkpoint
+(default: the sink's name): each event's envelope, masked as in a task's history, on topic
+backstop.events.<type> (--streams-topic), with the event id as the broker's message id.
+The checkpoint moves only after the sink acknowledged; after a crash the relay publishes
+again from it and the broker removes the repeats (JetStream). See backstop relay status.`,
 		Example: `  backstop relay --sink bus=nats://127.0.0.1:4222
-  backstop relay --sink log=kafka://127.0.0.1:9092 --sink hook=https://example.test/in --config backstop.yaml`,
+  backstop relay --sink log=kafka://127.0.0.1:9092 --sink hook=https://example.test/in --config backstop.yaml
+  backstop relay --sink bus=nats://127.0.0.1:4222 --streams queue.emails,type.task.dead_lettered`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.relay(cmd, &o) },
 	}
+	cmd.AddCommand(relayStatusCmd(a))
 	f := cmd.Flags()
 	f.StringArrayVar(&o.sinks, "sink", nil, "a sink to deliver, NAME=URL (repeatable; default: the configuration's sinks)")
 	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md): sinks, their retry policies, db")
@@ -60,6 +75,10 @@ the relay stops claiming and lets deliveries in flight finish within --grace.`,
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGTERM/SIGINT, how long deliveries in flight may finish")
 	f.StringVar(&o.id, "id", "", "relay worker id (default: host-pid-random)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (default: off)")
+	f.StringVar(&o.streams, "streams", "", "event streams to publish, comma-separated: all, queue.Q, type.T, run.R, task.ID, worker.ID, node.H, execution.ID, audit (default: none)")
+	f.StringVar(&o.streamsSink, "streams-sink", "", "the sink that receives the events (default: the only sink)")
+	f.StringVar(&o.checkpoint, "checkpoint", "", "the events' durable checkpoint name (default: the streams sink's name)")
+	f.StringVar(&o.topic, "streams-topic", relay.DefaultEventTopic, "the events' topic ({type}: the event's type, as the last token)")
 	return cmd
 }
 
@@ -102,6 +121,27 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 	if len(names) == 0 {
 		return usageErr("relay: no sink: give --sink NAME=URL or a sinks: section in --config")
 	}
+	var streams []string
+	if cmd.Flags().Changed("streams") || o.streamsSink != "" || o.checkpoint != "" || cmd.Flags().Changed("streams-topic") {
+		if streams, err = relay.ParseStreams(o.streams); err != nil {
+			return usageErr("relay: %v", err)
+		}
+		if err := relay.CheckTopic(o.topic); err != nil {
+			return usageErr("relay: --streams-topic: %v", err)
+		}
+		switch {
+		case o.streamsSink == "" && len(names) > 1:
+			return usageErr("relay: --streams: which sink receives the events? give --streams-sink (one of %s)", strings.Join(names, ", "))
+		case o.streamsSink == "":
+			o.streamsSink = names[0]
+		case !slices.Contains(names, o.streamsSink):
+			return usageErr("relay: --streams-sink %s: not a sink of this relay (%s)", o.streamsSink, strings.Join(names, ", "))
+		}
+		o.checkpoint = cmp.Or(o.checkpoint, o.streamsSink)
+		if len(o.checkpoint) > 200 {
+			return usageErr("relay: --checkpoint: at most 200 bytes")
+		}
+	}
 
 	tel, c, closeAll, err := a.openWorkProcess(ctx, cfg, o.metricsAddr)
 	if err != nil {
@@ -109,6 +149,7 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 	}
 	defer closeAll()
 	log := tel.Logger
+	defer startGauges(ctx, tel, c, cfg, log)()
 
 	sinks := map[string]relay.Sink{}
 	defer func() {
@@ -128,10 +169,29 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 	if err != nil {
 		return usageErr("relay: %v", err)
 	}
+	var er *relay.EventRelay
+	if len(streams) > 0 {
+		er, err = relay.NewEvents(c, relay.EventsConfig{Sink: sinks[o.streamsSink], SinkName: o.streamsSink, Checkpoint: o.checkpoint,
+			Streams: streams, Topic: o.topic, Logger: log, MeterProvider: c.Config().MeterProvider,
+			LeaderTTL: cmp.Or(cfg.LeaderTTL.D(), config.DefaultLeaderTTL), ID: r.ID()})
+		if err != nil {
+			return usageErr("relay: %v", err)
+		}
+	}
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("relay started", "worker_id", r.ID(), "sinks", names)
+	if er != nil {
+		if err := er.Start(ctx); err != nil {
+			return fmt.Errorf("relay: events: %w", err)
+		}
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), o.grace)
+			defer cancel()
+			_ = er.Stop(stopCtx)
+		}()
+	}
+	log.Info("relay started", "worker_id", r.ID(), "sinks", names, "streams", streams, "checkpoint", o.checkpoint)
 	<-ctx.Done()
 
 	log.Info("relay draining", "worker_id", r.ID(), "grace", o.grace.String())

@@ -205,6 +205,8 @@ var serverModes = map[string]string{
 
 	"runs complete-step": viaServer,
 
+	"relay status": viaServer, // relay_status.go
+
 	"limits set": viaServer, "limits list": viaServer, "limits remove": viaServer, "limits": noBackend,
 
 	"help": noBackend, "completion": noBackend, "version": noBackend,

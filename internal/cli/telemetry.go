@@ -12,6 +12,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/config"
+	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/internal/telemetry"
 	"github.com/backstophq/backstop/store"
 )
@@ -130,6 +131,9 @@ func startGauges(ctx context.Context, t *telemetry.Telemetry, c *backstop.Client
 	}
 	gr = telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(gr, c.WorkerCounts), c.HeartbeatingWorkers)
 	gr = telemetry.WithSchedules(gr, c.Store().ListSchedules)
+	gr = telemetry.WithRelayCheckpoints(gr, func(ctx context.Context) ([]store.RelayCheckpointGauge, error) {
+		return relay.CheckpointGauges(ctx, c)
+	})
 	if cfg != nil {
 		gr = telemetry.WithDLQPolicy(gr, cfg.DLQGaugePolicy())
 	}

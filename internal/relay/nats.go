@@ -77,12 +77,15 @@ func (s *natsSink) Deliver(ctx context.Context, d *Delivery) error {
 	if d.Key != "" {
 		m.Header.Set("Backstop-Key", d.Key)
 	}
-	_, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(1))
+	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(1))
 	if errors.Is(err, jetstream.ErrNoStreamResponse) && s.nc.IsConnected() {
 		// No stream covers the subject: cover it, then publish again.
-		if err = s.cover(ctx, d.Topic); err == nil {
-			_, err = s.js.PublishMsg(ctx, m, jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(1))
+		if err = s.cover(ctx, cmpOr(d.Cover, d.Topic)); err == nil {
+			ack, err = s.js.PublishMsg(ctx, m, jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(1))
 		}
+	}
+	if err == nil {
+		d.Duplicate = ack.Duplicate
 	}
 	return classifyNATS(err)
 }

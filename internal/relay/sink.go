@@ -21,6 +21,14 @@ type Delivery struct {
 	Key     string
 	Headers map[string]string
 	Payload []byte
+	// Cover is the subject (a NATS wildcard may be) the NATS sink adds to
+	// its stream when no stream covers Topic. Default: Topic.
+	Cover string
+
+	// Duplicate is set by Deliver when the broker acknowledged the
+	// delivery as a repeat of an id it already holds (JetStream's
+	// de-duplication by Nats-Msg-Id); Kafka and webhooks never set it.
+	Duplicate bool
 }
 
 // A Sink delivers messages to one destination. Deliver returns nil once the

@@ -101,6 +101,10 @@ func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.Gaug
 	if err != nil {
 		return nil, err
 	}
+	relay, err := newRelayGauges(m) // relay.go
+	if err != nil {
+		return nil, err
+	}
 	limitWaiting, err := m.Int64ObservableGauge("backstop.limit.waiting", metric.WithUnit("{task}"),
 		metric.WithDescription("Pending tasks a concurrency limit holds back (its budget for their value is full), per limit."))
 	if err != nil {
@@ -153,8 +157,10 @@ func StartStoreGauges(ctx context.Context, mp metric.MeterProvider, r store.Gaug
 			o.ObserveFloat64(floor, p.PurgeFloor.Seconds())
 		}
 		sched.observe(o, snap.Schedules)
+		relay.observe(o, snap, t)
 		return nil
-	}, append([]metric.Observable{tasks, dlq, pending, lease, workers, heartbeat, openAge, openBytes, retention, floor, limitWaiting}, sched.instruments()...)...)
+	}, append(append([]metric.Observable{tasks, dlq, pending, lease, workers, heartbeat, openAge, openBytes, retention, floor, limitWaiting},
+		sched.instruments()...), relay.instruments()...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -108,15 +108,16 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Telemetry", s.testTelemetry)
 	t.Run("Promises", s.testPromises) // promises.go
 	t.Run("HeartbeatingWorkers", s.testHeartbeatingWorkers)
-	t.Run("Tx", s.testTx)                       // tx.go: settle, enqueue and events composed in one transaction
-	t.Run("Workflows", s.testWorkflows)         // workflows.go: definitions, runs and steps
-	t.Run("Schedules", s.testSchedules)         // schedules.go: periodic tasks on a frozen clock
-	t.Run("Where", s.testWhere)                 // where.go: filter by payload
-	t.Run("WhereProperty", s.testWhereProperty) // where.go: SQL and Go agree
-	t.Run("WhereNumbers", s.testWhereNumbers)   // where_numbers.go: one numeric model
-	t.Run("WhereIndex", s.testWhereIndex)       // where_index.go: the conditions a payload index answers
-	t.Run("WhereBudget", s.testWhereBudget)     // where_budget.go: a spent budget refuses, bulk actions change nothing
-	t.Run("WhereGo", s.testWhereGo)             // where_go.go: counts and redrive by a Go-side where
+	t.Run("Tx", s.testTx)                             // tx.go: settle, enqueue and events composed in one transaction
+	t.Run("Workflows", s.testWorkflows)               // workflows.go: definitions, runs and steps
+	t.Run("Schedules", s.testSchedules)               // schedules.go: periodic tasks on a frozen clock
+	t.Run("RelayCheckpoints", s.testRelayCheckpoints) // relay_checkpoints.go: the event-log relay's positions
+	t.Run("Where", s.testWhere)                       // where.go: filter by payload
+	t.Run("WhereProperty", s.testWhereProperty)       // where.go: SQL and Go agree
+	t.Run("WhereNumbers", s.testWhereNumbers)         // where_numbers.go: one numeric model
+	t.Run("WhereIndex", s.testWhereIndex)             // where_index.go: the conditions a payload index answers
+	t.Run("WhereBudget", s.testWhereBudget)           // where_budget.go: a spent budget refuses, bulk actions change nothing
+	t.Run("WhereGo", s.testWhereGo)                   // where_go.go: counts and redrive by a Go-side where
 
 	t.Run("ActivityRollup", s.testActivityRollup) // activity.go: the rollup's rows and watermark
 }
