@@ -452,4 +452,3 @@ func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) 
 		wait = min(wait*2, 10*time.Second)
 	}
 }
-
