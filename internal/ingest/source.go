@@ -26,7 +26,19 @@ type Source struct {
 	Group string
 	// Batch: most messages enqueued in one transaction. Default 500.
 	Batch int
+	// IdleExit: Run returns once no message arrived for this long (0:
+	// never; it runs until its context ends).
+	IdleExit time.Duration
 }
+
+// idle tracks the time since the last message, for Source.IdleExit.
+type idle struct {
+	after time.Duration
+	last  time.Time
+}
+
+func (i *idle) seen()      { i.last = time.Now() }
+func (i *idle) over() bool { return i.after > 0 && time.Since(i.last) >= i.after }
 
 // DefaultGroup is the consumer group (or durable) of an ingester into
 // queue when none is named: backstop-ingest-QUEUE, with characters other
@@ -74,6 +86,9 @@ func (s *Source) Check() error {
 	if s.Batch < 0 || s.Batch > 10000 {
 		return fmt.Errorf("--batch %d: want 1 to 10000", s.Batch)
 	}
+	if s.IdleExit < 0 {
+		return fmt.Errorf("--exit-after-idle must not be negative")
+	}
 	return nil
 }
 
@@ -118,14 +133,17 @@ func runKafka(ctx context.Context, u *url.URL, src Source, in *Ingester, log *sl
 	}
 	defer cl.Close()
 	log.Info("ingesting", "from", u.Redacted(), "topic", src.Topic, "group", src.Group, "queue", in.m.Queue)
-	for {
-		fs := cl.PollRecords(ctx, src.Batch)
+	idle := &idle{after: src.IdleExit, last: time.Now()}
+	for !idle.over() {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollRecords(pctx, src.Batch)
+		cancel()
 		if ctx.Err() != nil {
 			cl.AllowRebalance()
 			return nil
 		}
 		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				log.Warn("kafka fetch", "topic", t, "partition", p, "error", err)
 			}
 		})
@@ -146,16 +164,21 @@ func runKafka(ctx context.Context, u *url.URL, src Source, in *Ingester, log *sl
 			cl.AllowRebalance()
 			continue
 		}
+		idle.seen()
 		if err := retry(ctx, log, "enqueue", func() error { _, err := in.Ingest(ctx, msgs); return err }); err != nil {
 			cl.AllowRebalance()
 			return nil // ctx ended: nothing committed, the batch comes again
 		}
-		if err := cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
+		// Committed even when ctx ended meanwhile: the enqueue did.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if err := cl.CommitRecords(cctx, recs...); err != nil {
 			// Not committed: the records come again, an idempotent enqueue.
 			log.Warn("kafka commit", "error", err)
 		}
+		cancel()
 		cl.AllowRebalance()
 	}
+	return nil
 }
 
 func kafkaMessage(r *kgo.Record) *Message {
@@ -200,7 +223,8 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 		return nil // ctx ended
 	}
 	log.Info("ingesting", "from", server.Redacted(), "subject", src.Subject, "durable", src.Group, "queue", in.m.Queue)
-	for ctx.Err() == nil {
+	idle := &idle{after: src.IdleExit, last: time.Now()}
+	for ctx.Err() == nil && !idle.over() {
 		batch, err := cons.FetchNoWait(src.Batch)
 		var msgs []*Message
 		var raw []jetstream.Msg
@@ -230,6 +254,7 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 			in.SetLag(0, 0)
 			continue
 		}
+		idle.seen()
 		for _, m := range raw {
 			msg := &Message{Value: m.Data()}
 			if md, err := m.Metadata(); err == nil {
