@@ -69,7 +69,8 @@ the next ingester. Prints "ingested N, duplicate N, refused N" when it ends. Bad
 	f.StringVar(&o.src.Group, "group", "", "the Kafka consumer group or JetStream durable consumer (default backstop-ingest-QUEUE)")
 	f.IntVar(&o.src.Batch, "batch", 500, "most messages enqueued in one transaction (1-10000)")
 	f.IntVar(&o.maxAttempts, "max-attempts", 0, "attempts of each task (default: the queue's, then 25)")
-	f.DurationVar(&o.src.IdleExit, "exit-after-idle", 0, "exit 0 once no message arrived for this long (0: never)")
+	f.DurationVar(&o.src.IdleExit, "exit-after-idle", 0, "exit 0 once caught up and no message arrived for this long (0: never)")
+	f.DurationVar(&o.src.AckWait, "ack-wait", 30*time.Second, "NATS: a message not acked this long (its ingester died) is delivered again")
 	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md): queues (their ordering), db, telemetry")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (default: off)")
 	return cmd

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,10 +27,19 @@ type Source struct {
 	Group string
 	// Batch: most messages enqueued in one transaction. Default 500.
 	Batch int
-	// IdleExit: Run returns once no message arrived for this long (0:
-	// never; it runs until its context ends).
+	// IdleExit: Run returns once it is caught up and no message arrived
+	// for this long (0: never; it runs until its context ends). Kafka: the
+	// group assigned it partitions; NATS: no message of the consumer is
+	// pending or awaiting its ack (e.g. from a killed ingester).
 	IdleExit time.Duration
+	// AckWait (NATS): a message not acked this long after its delivery is
+	// delivered again (the durable consumer's AckWait). Default 30s.
+	AckWait time.Duration
 }
+
+// SessionTimeout is the Kafka consumer group session: a killed ingester's
+// partitions move to the others after it.
+const SessionTimeout = 10 * time.Second
 
 // idle tracks the time since the last message, for Source.IdleExit.
 type idle struct {
@@ -89,6 +99,9 @@ func (s *Source) Check() error {
 	if s.IdleExit < 0 {
 		return fmt.Errorf("--exit-after-idle must not be negative")
 	}
+	if s.AckWait != 0 && s.AckWait < time.Second {
+		return fmt.Errorf("--ack-wait must be at least 1s")
+	}
 	return nil
 }
 
@@ -106,6 +119,9 @@ func Run(ctx context.Context, src Source, in *Ingester, log *slog.Logger) error 
 	if src.Batch == 0 {
 		src.Batch = 500
 	}
+	if src.AckWait == 0 {
+		src.AckWait = 30 * time.Second
+	}
 	if log == nil {
 		log = in.log
 	}
@@ -121,8 +137,10 @@ func runKafka(ctx context.Context, u *url.URL, src Source, in *Ingester, log *sl
 	if more := u.Query().Get("brokers"); more != "" {
 		seeds = append(seeds, strings.Split(more, ",")...)
 	}
+	var assigned atomic.Bool
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...),
-		kgo.ConsumerGroup(src.Group), kgo.ConsumeTopics(src.Topic),
+		kgo.ConsumerGroup(src.Group), kgo.ConsumeTopics(src.Topic), kgo.SessionTimeout(SessionTimeout),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { assigned.Store(true) }),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		// Offsets are committed by hand, after the enqueue committed; no
 		// rebalance while a polled batch is being enqueued.
@@ -134,7 +152,10 @@ func runKafka(ctx context.Context, u *url.URL, src Source, in *Ingester, log *sl
 	defer cl.Close()
 	log.Info("ingesting", "from", u.Redacted(), "topic", src.Topic, "group", src.Group, "queue", in.m.Queue)
 	idle := &idle{after: src.IdleExit, last: time.Now()}
-	for !idle.over() {
+	for !assigned.Load() || !idle.over() {
+		if !assigned.Load() {
+			idle.seen() // not caught up before the group assigned partitions
+		}
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := cl.PollRecords(pctx, src.Batch)
 		cancel()
@@ -215,7 +236,7 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 		cons, err = js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 			Durable: src.Group, FilterSubject: src.Subject,
 			AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-			AckWait: 30 * time.Second, MaxAckPending: max(4*src.Batch, 1000),
+			AckWait: src.AckWait, MaxAckPending: max(4*src.Batch, 1000),
 		})
 		return err
 	})
@@ -251,7 +272,12 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 			}
 		}
 		if len(raw) == 0 {
-			in.SetLag(0, 0)
+			if info, err := cons.Info(ctx); err == nil {
+				in.SetLag(0, int64(info.NumPending))
+				if info.NumAckPending > 0 || info.NumPending > 0 {
+					idle.seen() // a killed ingester's messages come back after AckWait
+				}
+			}
 			continue
 		}
 		idle.seen()
