@@ -93,14 +93,16 @@ func ParsePath(s string) (*Path, error) {
 // Decode reads a message value as JSON (numbers kept as json.Number);
 // anything but exactly one JSON value is an error.
 func Decode(value []byte) (any, error) {
+	if !json.Valid(value) {
+		var v any
+		err := json.Unmarshal(value, &v) // says where it goes wrong
+		return nil, fmt.Errorf("not JSON: %v", err)
+	}
 	d := json.NewDecoder(bytes.NewReader(value))
 	d.UseNumber()
 	var v any
 	if err := d.Decode(&v); err != nil {
 		return nil, fmt.Errorf("not JSON: %v", err)
-	}
-	if _, err := d.Token(); err == nil {
-		return nil, fmt.Errorf("not JSON: more than one value")
 	}
 	return v, nil
 }
