@@ -205,3 +205,21 @@ func TestRefusedKeepsHeaders(t *testing.T) {
 		t.Fatalf("refusal %+v", rp)
 	}
 }
+
+// A subject no JetStream stream covers is an error, not a wait: nothing
+// would ever be read.
+func TestNATSSubjectWithoutStream(t *testing.T) {
+	c := client(t, testdb.SQLite(t))
+	url := natsServer(t, "OTHER", "other.>")
+	in, err := ingest.New(ingest.Config{Enqueuer: c, Mapping: ingest.Mapping{Queue: "q", Kind: "k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = ingest.Run(ctx, ingest.Source{URL: url, Subject: "nowhere"}, in, nil)
+	if err == nil || !strings.Contains(err.Error(), "no JetStream stream covers subject nowhere") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -227,11 +227,19 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 	if err != nil {
 		return err
 	}
-	var cons jetstream.Consumer
+	var (
+		cons     jetstream.Consumer
+		noStream error
+	)
 	err = retry(ctx, log, "nats consumer", func() error {
 		stream, err := js.StreamNameBySubject(ctx, src.Subject)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			// Not a passing failure: nothing would ever be read.
+			noStream = fmt.Errorf("no JetStream stream covers subject %s: create one (e.g. nats stream add)", src.Subject)
+			return nil
+		}
 		if err != nil {
-			return fmt.Errorf("no JetStream stream covers subject %s (create one): %w", src.Subject, err)
+			return err
 		}
 		cons, err = js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 			Durable: src.Group, FilterSubject: src.Subject,
@@ -242,6 +250,9 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 	})
 	if err != nil {
 		return nil // ctx ended
+	}
+	if noStream != nil {
+		return noStream
 	}
 	log.Info("ingesting", "from", server.Redacted(), "subject", src.Subject, "durable", src.Group, "queue", in.m.Queue)
 	idle := &idle{after: src.IdleExit, last: time.Now()}
