@@ -76,7 +76,7 @@ the next ingester. Prints "ingested N, duplicate N, refused N" when it ends. Bad
 	return cmd
 }
 
-// ingestMapping checks the flags and makes the mapping; nothing is opened.
+// mapping checks the flags and makes the mapping; nothing is opened.
 func (o *ingestOptions) mapping() (ingest.Mapping, error) {
 	m := ingest.Mapping{Queue: o.queue, Kind: o.kind, IDHeader: o.idHeader, MaxAttempts: o.maxAttempts}
 	if o.src.URL == "" {

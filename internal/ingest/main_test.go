@@ -278,18 +278,21 @@ func publishNATS(t testing.TB, url, subject string, values [][]byte, header nats
 	defer nc.Close()
 	ctx := context.Background()
 	futs := make([]jetstream.PubAckFuture, 0, len(values))
-	for _, v := range values {
+	for i, v := range values {
 		f, err := js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: v, Header: header})
 		if err != nil {
 			t.Fatal(err)
 		}
 		futs = append(futs, f)
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(time.Minute):
-		t.Fatal("publishing timed out")
-	case <-ctx.Done():
+		if i%1000 == 999 || i == len(values)-1 {
+			// At most 1,000 unacknowledged (the client stalls at 4,000).
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				t.Fatal("publishing timed out")
+			case <-ctx.Done():
+			}
+		}
 	}
 	for _, f := range futs {
 		select {
