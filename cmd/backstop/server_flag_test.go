@@ -20,11 +20,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/cli"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/workflow"
 )
+
+// srvKafka is a kfake broker's address for ingest's case.
+var srvKafka string
 
 type serverCase struct {
 	mode string   // viaServer, refuses or local
@@ -76,6 +81,7 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 		"dlq show":              srv(d[3], d[3]),
 		"enqueue":               srv("", "--queue", "srv-enqueued", "--kind", "job"),
 		"publish":               srv("", "--sink", "srv", "--topic", "t", "--payload", "{}"),
+		"ingest":                srv("ingested 0", "--from", "kafka://"+srvKafka, "--topic", "srv-in", "--queue", "srv-in", "--kind", "k", "--exit-after-idle", "200ms"),
 		"relay":                 ref("--sink", "bus=nats://127.0.0.1:1"),
 		"relay status":          srv("CHECKPOINT"),
 		"events":                loc(2),
@@ -160,6 +166,12 @@ func TestEveryCommandHonoursServer(t *testing.T) {
 		}
 	}
 	base := startServer(t, db)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "srv-in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	srvKafka = kc.ListenAddrs()[0]
 	cfgFile := filepath.Join(t.TempDir(), "backstop.yaml")
 	if err := os.WriteFile(cfgFile, []byte("leader_ttl: 20s\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -188,7 +188,7 @@ const (
 )
 
 var serverModes = map[string]string{
-	"enqueue": viaServer, "work": viaServer, "publish": viaServer, "activity": viaServer,
+	"enqueue": viaServer, "work": viaServer, "publish": viaServer, "activity": viaServer, "ingest": viaServer,
 	"tasks list": viaServer, "tasks show": viaServer, "tasks cancel": viaServer, "tasks run-now": viaServer, "tasks delete": viaServer,
 	"tasks reprioritize": viaServer, "tasks logs": viaServer,
 	"dlq list": viaServer, "dlq show": viaServer, "dlq replay": viaServer, "dlq discard": viaServer,

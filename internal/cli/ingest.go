@@ -1,0 +1,233 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/ingest"
+)
+
+func init() { register(ingestCmd) }
+
+type ingestOptions struct {
+	src                                   ingest.Source
+	queue, kind                           string
+	idField, idHeader, keyField, seqField string
+	maxAttempts                           int
+	config, metricsAddr                   string
+}
+
+func ingestCmd(a *app) *cobra.Command {
+	var o ingestOptions
+	cmd := &cobra.Command{
+		Use:   "ingest --from kafka://HOST:PORT --topic T | --from nats://HOST:PORT --subject S --queue Q --kind K",
+		Short: "Turn Kafka or NATS JetStream messages into tasks",
+		Long: `ingest reads a Kafka topic (a consumer group, --group) or a NATS JetStream subject (a
+durable consumer named --group, on the stream that covers the subject) and enqueues each
+message as a task of --queue and --kind, its value (JSON) as the payload. The offset is
+committed, or the message acked, only after its batch's enqueue committed (docs/brokers.md,
+"Ingest").
+
+The task id is the --id-field of the value or the --id-header of the message; without
+either, a UUID derived from the queue and the broker position (topic/partition/offset, or
+stream/sequence). A redelivered message therefore finds its task instead of adding one.
+--ordering-key-field and --sequence-field (both or neither) make it an ordered task
+(docs/ordering.md): out-of-order messages are handled in sequence, gaps reported.
+
+Fields are paths into the JSON value: keys separated by dots, array indexes in brackets, an
+optional leading "$." (check.id, $.check.id, results[0].minute).
+
+A message that cannot become a task (not JSON, no id, a bad ordering key or sequence, a task
+the engine refuses) is logged with its position, counted, and recorded as a task of kind
+backstop.ingest.refused on the queue ingest.refused, dead-lettered at once with its reason
+(on --db; over --server it waits there), before it is acked.
+
+On SIGTERM or SIGINT ingest stops; a batch whose enqueue had not committed is read again by
+the next ingester. Prints "ingested N, duplicate N, refused N" when it ends. Bad flags exit 2.`,
+		Example: `  backstop ingest --from kafka://127.0.0.1:9092 --topic uptime.results --queue results --kind check \
+      --id-field check.id --ordering-key-field check.subscription --sequence-field check.minute
+  backstop ingest --from nats://127.0.0.1:4222 --subject orders.created --queue orders --kind created --id-header Nats-Msg-Id`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.ingest(cmd, &o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.src.URL, "from", "", "the broker: kafka://HOST:PORT[?brokers=H:P,...] or nats://HOST:PORT (required)")
+	f.StringVar(&o.src.Topic, "topic", "", "the Kafka topic (with kafka://)")
+	f.StringVar(&o.src.Subject, "subject", "", "the NATS subject (with nats://; a JetStream stream must cover it)")
+	f.StringVar(&o.queue, "queue", "", "the queue of the tasks (required)")
+	f.StringVar(&o.kind, "kind", "", "the kind of the tasks (required)")
+	f.StringVar(&o.idField, "id-field", "", "the task id: this field of the value (a path, e.g. check.id)")
+	f.StringVar(&o.idHeader, "id-header", "", "the task id: this header of the message")
+	f.StringVar(&o.keyField, "ordering-key-field", "", "the ordering key: this field of the value")
+	f.StringVar(&o.seqField, "sequence-field", "", "the sequence: this field of the value (an integer, or a string holding one)")
+	f.StringVar(&o.src.Group, "group", "", "the Kafka consumer group or JetStream durable consumer (default backstop-ingest-QUEUE)")
+	f.IntVar(&o.src.Batch, "batch", 500, "most messages enqueued in one transaction (1-10000)")
+	f.IntVar(&o.maxAttempts, "max-attempts", 0, "attempts of each task (default: the queue's, then 25)")
+	f.DurationVar(&o.src.IdleExit, "exit-after-idle", 0, "exit 0 once caught up and no message arrived for this long (0: never)")
+	f.DurationVar(&o.src.AckWait, "ack-wait", 30*time.Second, "NATS: a message not acked this long (its ingester died) is delivered again")
+	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md): queues (their ordering), db, telemetry")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (default: off)")
+	return cmd
+}
+
+// mapping checks the flags and makes the mapping; nothing is opened.
+func (o *ingestOptions) mapping() (ingest.Mapping, error) {
+	m := ingest.Mapping{Queue: o.queue, Kind: o.kind, IDHeader: o.idHeader, MaxAttempts: o.maxAttempts}
+	if o.src.URL == "" {
+		return m, usageErr("ingest: --from is required (kafka://HOST:PORT or nats://HOST:PORT)")
+	}
+	if err := o.src.Check(); err != nil {
+		return m, usageErr("ingest: %v", err)
+	}
+	if o.src.Batch < 1 {
+		return m, usageErr("ingest: --batch %d: want 1 to 10000", o.src.Batch)
+	}
+	for _, r := range []struct{ flag, v string }{{"--queue", o.queue}, {"--kind", o.kind}} {
+		if r.v == "" {
+			return m, usageErr("ingest: %s is required", r.flag)
+		}
+		if err := backstop.ValidID(r.v); err != nil {
+			return m, usageErr("ingest: %s: %v", r.flag, err)
+		}
+	}
+	if o.idField != "" && o.idHeader != "" {
+		return m, usageErr("ingest: give --id-field or --id-header, not both")
+	}
+	if (o.keyField == "") != (o.seqField == "") {
+		return m, usageErr("ingest: --ordering-key-field and --sequence-field go together")
+	}
+	if o.maxAttempts < 0 || o.maxAttempts > backstop.MaxAttemptsLimit {
+		return m, usageErr("ingest: --max-attempts must be between 0 and %d", backstop.MaxAttemptsLimit)
+	}
+	for _, p := range []struct {
+		flag, v string
+		to      **ingest.Path
+	}{{"--id-field", o.idField, &m.IDField}, {"--ordering-key-field", o.keyField, &m.OrderingKeyField}, {"--sequence-field", o.seqField, &m.SequenceField}} {
+		if p.v == "" {
+			continue
+		}
+		path, err := ingest.ParsePath(p.v)
+		if err != nil {
+			return m, usageErr("ingest: %s: %v", p.flag, err)
+		}
+		*p.to = path
+	}
+	return m, nil
+}
+
+// ingestSummary is what ingest prints when it ends.
+type ingestSummary struct {
+	Ingested  int `json:"ingested"`
+	Duplicate int `json:"duplicate"`
+	Refused   int `json:"refused"`
+}
+
+func (a *app) ingest(cmd *cobra.Command, o *ingestOptions) error {
+	ctx := cmd.Context()
+	m, err := o.mapping()
+	if err != nil {
+		return err
+	}
+	cfg, err := a.loadConfig(o.config)
+	if err != nil {
+		return err
+	}
+	if !cmd.Flags().Changed("db") && cfg.DB != "" {
+		a.dbURL = cfg.DB
+	}
+	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, cfg, o.metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
+	log := tel.Logger
+
+	var enq ingest.Enqueuer
+	if a.server != "" {
+		b, err := a.backend(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		enq = serverEnqueuer{b}
+	} else {
+		lib := cfg.Library()
+		withTelemetry(lib, tel)
+		s, c, err := a.open(ctx, lib)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		// The queue must take the tasks as mapped (e.g. a queue declared
+		// without ordering refuses an ordering key): said now, not by
+		// refusing every message.
+		probe := backstop.EnqueueParams{Queue: m.Queue, Kind: m.Kind, MaxAttempts: m.MaxAttempts}
+		if m.OrderingKeyField != nil {
+			probe.OrderingKey, probe.Sequence = "probe", 1
+		}
+		if err := c.Validate(probe); err != nil {
+			return usageErr("ingest: %v", err)
+		}
+		enq = c
+		w, err := ingest.RefusedWorker(c, backstop.WorkerConfig{LeaderTTL: cfg.LeaderTTL.D()})
+		if err != nil {
+			return err
+		}
+		if err := w.Start(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = w.Stop(sctx)
+		}()
+	}
+	in, err := ingest.New(ingest.Config{Enqueuer: enq, Mapping: m, Logger: log, MeterProvider: tel.MeterProvider})
+	if err != nil {
+		return usageErr("ingest: %v", err)
+	}
+	defer in.Close()
+	if err := ingest.Run(ctx, o.src, in, log); err != nil {
+		return err
+	}
+	t := in.Totals()
+	log.Info("ingest stopped", "ingested", t.Ingested, "duplicate", t.Duplicate, "refused", t.Refused)
+	sum := ingestSummary{Ingested: t.Ingested, Duplicate: t.Duplicate, Refused: t.Refused}
+	return a.print(sum, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "ingested %d, duplicate %d, refused %d\n", sum.Ingested, sum.Duplicate, sum.Refused)
+		return err
+	})
+}
+
+// serverEnqueuer enqueues through a server, its refusals turned back into
+// the library's errors (an existing id: ErrConflict; bad input:
+// ErrInvalid), which the ingester tells apart.
+type serverEnqueuer struct{ b backend }
+
+func (s serverEnqueuer) EnqueueMany(ctx context.Context, ps []backstop.EnqueueParams) ([]backstop.EnqueueResult, error) {
+	rs, err := s.b.EnqueueMany(cliActor(ctx), ps)
+	return rs, libraryErr(err)
+}
+
+func libraryErr(err error) error {
+	var be *backstop.BatchError
+	if errors.As(err, &be) {
+		return &backstop.BatchError{Index: be.Index, Err: libraryErr(be.Err)}
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		switch ee.code {
+		case ExitConflict:
+			return fmt.Errorf("%w: %v", backstop.ErrConflict, err)
+		case ExitUsage:
+			return fmt.Errorf("%w: %v", backstop.ErrInvalid, err)
+		}
+	}
+	return err
+}
