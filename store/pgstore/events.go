@@ -224,10 +224,6 @@ func afterCursor(n int) string {
 	AND e.xid < $` + strconv.Itoa(n) + `::text::xid8 AND u.subject IS NOT NULL`
 }
 
-// auditTypesSQL lists store.AuditTypes as SQL literals (constants of
-// lower-case letters, dots and underscores).
-var auditTypesSQL = "'" + strings.Join(store.AuditTypes, "', '") + "'"
-
 // streamFilter is the SQL condition of a filtered stream on parameter $4.
 func streamFilter(s store.Stream) string {
 	switch s.Kind {
@@ -241,9 +237,6 @@ func streamFilter(s store.Stream) string {
 		return "(subject = $4 OR body->>'worker_id' = $4)"
 	case store.StreamExecution:
 		return "body->>'execution_id' = $4"
-	case store.StreamAudit:
-		// $4 is the stream's value, always empty for audit.
-		return "$4::text = '' AND actor <> '' AND type IN (" + auditTypesSQL + ")"
 	case store.StreamNode:
 		// A worker's own events name its host; an attempt's events name
 		// its execution, whose worker is in the body (claimed, started,
@@ -293,6 +286,17 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 		rs, err = s.queryEvents(ctx, `SELECT true, `+eventReadCols+` FROM `+evRowsAfter(5, 4)+`
 			WHERE `+afterCursor(5)+`
 			ORDER BY e.xid, e.seq, u.i LIMIT $4`, xid, seq, idx, limit, h)
+	case store.StreamAudit:
+		// The log rows of the audited types with an actor, through their
+		// index (migration 00038): a row holds events of one type and one
+		// actor, so the rows decide. Read up to the horizon: no window,
+		// and no position to skip to when nothing matched.
+		rs, err = s.pool.Query(ctx, `SELECT true, `+eventReadCols+` FROM (SELECT * FROM backstop_events e
+				WHERE e.actor <> '' AND e.type = ANY($4::text[])
+				AND (e.xid, e.seq) >= ($1::text::xid8, $2::bigint) AND e.xid < $6::text::xid8
+				ORDER BY e.xid, e.seq LIMIT $5 + 1) e CROSS JOIN LATERAL `+evUnnest+`
+			WHERE `+afterCursor(6)+`
+			ORDER BY e.xid, e.seq, u.i LIMIT $5`, xid, seq, idx, store.AuditTypes, limit, h)
 	case store.StreamTask:
 		rs, err = s.pool.Query(ctx, `SELECT true, `+eventReadCols+` FROM `+taskEventRows("$4::text")+` CROSS JOIN LATERAL `+evUnnest+`
 			WHERE u.subject = $4 AND `+afterCursor(6)+`

@@ -12,28 +12,34 @@ import (
 // This file is the dashboard's counts: store.APIStore's CountByQueue and
 // store.GaugeReader.
 
-// CountByQueue implements store.APIStore: counts by queue and state (on
-// SQLite a scan of the (queue, state) index, migration 00014; on
-// PostgreSQL a scan of the table, hashed), then each queue's oldest pending
-// run_at through the claim index (pending tasks only, queue first).
+// CountByQueue implements store.APIStore: counts by queue, state and
+// dead-letter status (a scan of the table, hashed: no index, which would
+// tax every state change; the counts of GET /v1/queues and GET
+// /v1/counts), then each queue's oldest pending run_at through the claim
+// index (pending tasks only, queue first).
 func (p *Procedures) CountByQueue(ctx context.Context) ([]store.QueueCounts, error) {
 	d, q := p.dialect, p.reader
-	rows, err := q.Query(ctx, `SELECT queue, CAST(state AS TEXT), count(*) FROM backstop_tasks GROUP BY queue, state ORDER BY queue`)
+	rows, err := q.Query(ctx, `SELECT queue, CAST(state AS TEXT), COALESCE(CAST(dlq_status AS TEXT), ''), count(*)
+		FROM backstop_tasks GROUP BY queue, state, dlq_status ORDER BY queue`)
 	if err != nil {
 		return nil, fmt.Errorf("%s: count by queue: %w", d.Prefix, err)
 	}
 	defer rows.Close()
 	out := []store.QueueCounts{}
 	for rows.Next() {
-		var q, st string
+		var q, st, dst string
 		var n int
-		if err := rows.Scan(&q, &st, &n); err != nil {
+		if err := rows.Scan(&q, &st, &dst, &n); err != nil {
 			return nil, fmt.Errorf("%s: count by queue: %w", d.Prefix, err)
 		}
 		if len(out) == 0 || out[len(out)-1].Queue != q {
-			out = append(out, store.QueueCounts{Queue: q, Counts: map[bt.State]int{}})
+			out = append(out, store.QueueCounts{Queue: q, Counts: map[bt.State]int{}, DeadLetters: map[bt.DLQStatus]int{}})
 		}
-		out[len(out)-1].Counts[bt.State(st)] = n
+		c := &out[len(out)-1]
+		c.Counts[bt.State(st)] += n
+		if st == string(bt.StateDead) && dst != "" {
+			c.DeadLetters[bt.DLQStatus(dst)] += n
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: count by queue: %w", d.Prefix, err)
