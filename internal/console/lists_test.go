@@ -40,7 +40,9 @@ func TestBrowserListTabsAndDensity(t *testing.T) {
 
 		// Dead letters: open tab marked with its count, newest first.
 		// The tabs' counts arrive after the list (the list does not wait).
-		counted := func(tabs string) act { return poll(`document.querySelector('#` + tabs + ` .count').textContent !== ""`) }
+		counted := func(tabs string) act {
+			return poll(`document.querySelector('#` + tabs + ` .count').textContent !== ""`)
+		}
 		run(t, ctx, "the dead letters", nav(e.url+"/#/dlq"), visible("#dlq-tabs"), visible("#dlq-list tbody tr"), counted("dlq-tabs"))
 		tab := func(list, state string) string {
 			return evalJS[string](t, ctx, "tab "+state, fmt.Sprintf(`(() => { const a = document.querySelector('#%s a[data-state="%s"]'); return a ? a.getAttribute("aria-current") + " " + a.querySelector(".count").textContent : "none" })()`, list, state))

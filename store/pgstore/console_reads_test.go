@@ -1,0 +1,116 @@
+package pgstore_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/pgstore"
+)
+
+// Migration 00038 on a database written by the version before it (00031):
+// the payload index then holds its waiting tasks as well as its dead
+// letters, the audit stream reads the actor rows' index, and the answers
+// are those of the version before (its where and audit reads scanned).
+// Rolled back and applied again, it leaves the same answers.
+func TestConsoleReadsMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := pgstore.Open(ctx, testdb.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.MigrateTo(ctx, 31); err != nil {
+		t.Fatal(err)
+	}
+	var tasks []*bt.Task
+	for i := range 400 {
+		tk := newTask("mig")
+		tk.ID = fmt.Sprintf("mig-%04d", i)
+		tk.Payload = json.RawMessage(fmt.Sprintf(`{"customer":{"id":%d},"big":123456789012345678}`, i%40))
+		if i%80 == 0 {
+			tk.Payload = json.RawMessage(fmt.Sprintf(`{"customer":{"id":%d}}`, i%40))
+		}
+		tasks = append(tasks, tk)
+	}
+	enqueue(t, s, store.EnqueueOpts{}, tasks...)
+	var ss []store.Settlement
+	for _, tk := range claim(t, s, "mig", 200, t0) {
+		ss = append(ss, store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError,
+			Error: "no", FinishedAt: t0, State: bt.StateDead, DeadReason: bt.ReasonPermanentError})
+	}
+	settle(t, s, ss...)
+	for i := range 5 {
+		if err := s.AppendEvents(ctx, []bt.Event{store.AuditEvent(t0, store.EventQueuePaused, fmt.Sprintf("q%d", i), "ops", "", nil),
+			store.NewEvent(t0, "task.enqueued", fmt.Sprintf("e%d", i), "q", "k", "ops", []byte(`{}`))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type answers struct{ dead, pending, all, audit []string }
+	read := func() answers {
+		t.Helper()
+		var a answers
+		for _, c := range []struct {
+			states []bt.State
+			into   *[]string
+		}{{[]bt.State{bt.StateDead}, &a.dead}, {[]bt.State{bt.StatePending}, &a.pending}, {nil, &a.all}} {
+			got, err := s.List(ctx, store.ListFilter{Where: `payload.customer.id == 7`, States: c.states, Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			*c.into = ids(got)
+		}
+		audit, _ := store.ParseStream("audit")
+		p, err := s.ReadEvents(ctx, store.EventQuery{Stream: audit, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range p.Events {
+			a.audit = append(a.audit, e.Type+" "+e.Subject)
+		}
+		return a
+	}
+	before := read()
+	if len(before.dead) != 5 || len(before.pending) != 5 || len(before.all) != 10 || len(before.audit) != 5 {
+		t.Fatalf("before the migration: %+v", before)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A log mostly of the hot path's rows (no actor), as a real one is.
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO backstop_events (time, type, subjects, queues, kinds, bodies)
+		SELECT now(), 'task.claimed', ARRAY['x' || g], ARRAY['q'], ARRAY['k'], '[{}]' FROM generate_series(1, 5000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, "ANALYZE backstop_tasks; ANALYZE backstop_events"); err != nil {
+		t.Fatal(err)
+	}
+	after := read()
+	jsonEqual(t, "answers after the migration", after, before)
+	noScan := map[string]string{"enable_seqscan": "off", "enable_indexscan": "off"}
+	for _, states := range [][]bt.State{{bt.StatePending}, nil} {
+		p, err := s.ExplainList(ctx, store.ListFilter{Where: `payload.customer.id == 7`, States: states}, noScan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(p, "backstop_tasks_payload") {
+			t.Errorf("where on %v after the migration reads no payload index:\n%s", states, p)
+		}
+	}
+	if p, err := s.ExplainAudit(ctx, map[string]string{"enable_seqscan": "off"}); err != nil || !strings.Contains(p, "backstop_events_actor") {
+		t.Errorf("the audit read uses no index of actor rows (%v):\n%s", err, p)
+	}
+	if err := s.MigrateDownTo(ctx, 31); err != nil {
+		t.Fatal(err)
+	}
+	jsonEqual(t, "answers rolled back", read(), before)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	jsonEqual(t, "answers migrated again", read(), before)
+}
