@@ -14,7 +14,8 @@ import (
 
 // Migration 00038 on a database written by the version before it (00031):
 // the payload index then holds its waiting tasks as well as its dead
-// letters, the audit stream reads the actor rows' index, and the answers
+// letters, the audit stream reads the actor rows' index, a worker's
+// newest executions are its index's last entries, and the answers
 // are those of the version before (its where and audit reads scanned).
 // Rolled back and applied again, it leaves the same answers.
 func TestConsoleReadsMigration(t *testing.T) {
@@ -51,7 +52,7 @@ func TestConsoleReadsMigration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	type answers struct{ dead, pending, all, audit []string }
+	type answers struct{ dead, pending, all, audit, executions []string }
 	read := func() answers {
 		t.Helper()
 		var a answers
@@ -73,10 +74,23 @@ func TestConsoleReadsMigration(t *testing.T) {
 		for _, e := range p.Events {
 			a.audit = append(a.audit, e.Type+" "+e.Subject)
 		}
-		return a
+		var before *store.ExecutionKey
+		for {
+			ex, err := s.WorkerExecutions(ctx, store.WorkerExecutionFilter{WorkerID: "w1", Before: before, Limit: 30})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ex) == 0 {
+				return a
+			}
+			for _, e := range ex {
+				a.executions = append(a.executions, e.ExecutionID)
+			}
+			before = &store.ExecutionKey{StartedAt: ex[len(ex)-1].StartedAt, ExecutionID: ex[len(ex)-1].ExecutionID}
+		}
 	}
 	before := read()
-	if len(before.dead) != 5 || len(before.pending) != 5 || len(before.all) != 10 || len(before.audit) != 5 {
+	if len(before.dead) != 5 || len(before.pending) != 5 || len(before.all) != 10 || len(before.audit) != 5 || len(before.executions) != 200 {
 		t.Fatalf("before the migration: %+v", before)
 	}
 	if err := s.Migrate(ctx); err != nil {
@@ -104,6 +118,12 @@ func TestConsoleReadsMigration(t *testing.T) {
 	}
 	if p, err := s.ExplainAudit(ctx, map[string]string{"enable_seqscan": "off"}); err != nil || !strings.Contains(p, "backstop_events_actor") {
 		t.Errorf("the audit read uses no index of actor rows (%v):\n%s", err, p)
+	}
+	// A worker's newest executions (200 started in the same microsecond)
+	// are the worker index's last entries: no sort.
+	if p, err := s.ExplainWorkerExecutions(ctx, "w1", 20); err != nil || !strings.Contains(p, "Index Scan Backward using backstop_executions_worker") ||
+		strings.Contains(p, "Incremental Sort") {
+		t.Errorf("a page of a worker's executions sorts them (%v):\n%s", err, p)
 	}
 	if err := s.MigrateDownTo(ctx, 31); err != nil {
 		t.Fatal(err)

@@ -98,3 +98,30 @@ func (s *Store) ExplainAudit(ctx context.Context, settings map[string]string) (s
 	}
 	return strings.Join(plan, "\n"), rs.Err()
 }
+
+// ExplainWorkerExecutions is the plan of a worker's newest executions
+// (WorkerExecutions' query), sequential scans off.
+func (s *Store) ExplainWorkerExecutions(ctx context.Context, worker string, limit int) (string, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		return "", err
+	}
+	rs, err := tx.Query(ctx, "EXPLAIN "+sqlWorkerExecutions, worker, limit, "", nil, "")
+	if err != nil {
+		return "", err
+	}
+	defer rs.Close()
+	var plan []string
+	for rs.Next() {
+		var line string
+		if err := rs.Scan(&line); err != nil {
+			return "", err
+		}
+		plan = append(plan, line)
+	}
+	return strings.Join(plan, "\n"), rs.Err()
+}
