@@ -134,3 +134,22 @@ func TestConsoleReadsMigration(t *testing.T) {
 	}
 	jsonEqual(t, "answers migrated again", read(), before)
 }
+
+// The store's connections run with JIT off (its compile cost a where's
+// index read 110 ms), unless the URL names jit.
+func TestJITOff(t *testing.T) {
+	t.Parallel()
+	url := testdb.Postgres(t)
+	for _, c := range []struct{ url, want string }{{url, "off"}, {url + "&jit=on", "on"}} {
+		s, err := pgstore.Open(t.Context(), c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = s.Pool().QueryRow(t.Context(), "SHOW jit").Scan(&got)
+		s.Close()
+		if err != nil || got != c.want {
+			t.Fatalf("%s: jit %q (%v), want %q", c.url, got, err, c.want)
+		}
+	}
+}
