@@ -153,3 +153,62 @@ func TestJITOff(t *testing.T) {
 		}
 	}
 }
+
+// DLQGroups answers what the GROUPING SETS query it replaced answered (the
+// same groups and counts, by reason and by the error's first 200
+// characters), for every dead letter and for a queue's.
+func TestDLQGroupsAsBefore(t *testing.T) {
+	b := setup(t)
+	long := strings.Repeat("x", 200)
+	errs := []string{"timeout", "card declined", "", long + " one", long + " two", "upstream 503"}
+	reasons := []bt.DeadReason{bt.ReasonPermanentError, bt.ReasonAttemptsExhausted, bt.ReasonPoison}
+	for _, q := range []string{"ga", "gb"} {
+		var tasks []*bt.Task
+		for i := range 60 {
+			tk := newTask(q)
+			tk.ID = fmt.Sprintf("%s-%03d", q, i)
+			tasks = append(tasks, tk)
+		}
+		enqueue(t, b.store, store.EnqueueOpts{}, tasks...)
+		var ss []store.Settlement
+		for i, tk := range claim(t, b.store, q, 60, t0) {
+			ss = append(ss, store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError,
+				Error: errs[i%len(errs)], FinishedAt: t0, State: bt.StateDead, DeadReason: reasons[i%2+i/50]})
+		}
+		settle(t, b.store, ss...)
+	}
+	for _, queue := range []string{"", "ga"} {
+		got, err := b.store.DLQGroups(t.Context(), store.ListFilter{Queue: queue, DLQStatuses: []bt.DLQStatus{bt.DLQOpen}}, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := &store.DLQGroups{ByReason: []store.GroupCount{}, ByError: []store.GroupCount{}}
+		rs, err := b.store.Pool().Query(t.Context(), `SELECT GROUPING(t.dead_reason), coalesce(t.dead_reason, ''), coalesce(left(t.last_error, 200), ''), count(*)
+			FROM backstop_tasks t WHERE t.state = 'dead' AND t.dlq_status = 'open' AND ($1 = '' OR t.queue = $1)
+			GROUP BY GROUPING SETS ((t.dead_reason), (left(t.last_error, 200)))`, queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rs.Next() {
+			var byError, n int
+			var reason, errTxt string
+			if err := rs.Scan(&byError, &reason, &errTxt, &n); err != nil {
+				t.Fatal(err)
+			}
+			if byError == 1 {
+				want.ByError = append(want.ByError, store.GroupCount{Value: errTxt, Count: n})
+			} else {
+				want.ByReason = append(want.ByReason, store.GroupCount{Value: reason, Count: n})
+				want.Total += n
+			}
+		}
+		rs.Close()
+		store.SortGroups(want.ByReason)
+		store.SortGroups(want.ByError)
+		want.ByError, want.MoreErrors = store.CapGroups(want.ByError, 3)
+		if want.Total == 0 || len(want.ByReason) < 2 || !want.MoreErrors {
+			t.Fatalf("queue %q: a poor fixture: %+v", queue, want)
+		}
+		jsonEqual(t, "groups of queue "+queue, got, want)
+	}
+}

@@ -245,47 +245,63 @@ func whereCond(w string, args *[]any, indexed bool) (string, error) {
 }
 
 // DLQGroups implements store.APIStore: both counts in one scan of the
-// filter's dead letters (grouping sets; errors by their first 200
-// characters), the error groups cut in Go. (Partial indexes on dead tasks
-// did not help: an index-only scan needs the visibility map, and freshly
-// killed tasks are not all-visible yet.)
+// filter's dead letters, grouped by (reason, error: its first 200
+// characters) and rolled up in Go, the error groups cut in Go. (One
+// grouping is about twice as fast as GROUPING SETS of the two, which hash
+// every row twice; a reason's NULL and '' stay apart, as they were there.
+// Partial indexes on dead tasks did not help: an index-only scan needs the
+// visibility map, and freshly killed tasks are not all-visible yet.)
 func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit int) (*store.DLQGroups, error) {
 	f.States = []bt.State{bt.StateDead}
 	where, args, err := listWhere(f)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
 	}
-	rs, err := s.pool.Query(ctx, `SELECT GROUPING(t.dead_reason), coalesce(t.dead_reason, ''), coalesce(left(t.last_error, 200), ''), count(*)
+	rs, err := s.pool.Query(ctx, `SELECT t.dead_reason, left(t.last_error, 200), count(*)
 		FROM backstop_tasks t WHERE `+strings.Join(where, " AND ")+`
-		GROUP BY GROUPING SETS ((t.dead_reason), (left(t.last_error, 200)))`, args...)
+		GROUP BY t.dead_reason, left(t.last_error, 200)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
 	}
 	defer rs.Close()
+	type key struct {
+		null  bool
+		value string
+	}
+	byReason, byError := map[key]int{}, map[key]int{}
 	g := &store.DLQGroups{ByReason: []store.GroupCount{}, ByError: []store.GroupCount{}}
 	for rs.Next() {
 		var (
-			byError        int
-			reason, errTxt string
+			reason, errTxt *string
 			n              int
 		)
-		if err := rs.Scan(&byError, &reason, &errTxt, &n); err != nil {
+		if err := rs.Scan(&reason, &errTxt, &n); err != nil {
 			return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
 		}
-		if byError == 1 { // dead_reason is rolled up: an error's group
-			g.ByError = append(g.ByError, store.GroupCount{Value: errTxt, Count: n})
-		} else {
-			g.ByReason = append(g.ByReason, store.GroupCount{Value: reason, Count: n})
-			g.Total += n
-		}
+		byReason[key{reason == nil, deref(reason)}] += n
+		byError[key{errTxt == nil, deref(errTxt)}] += n
+		g.Total += n
 	}
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
+	}
+	for k, n := range byReason {
+		g.ByReason = append(g.ByReason, store.GroupCount{Value: k.value, Count: n})
+	}
+	for k, n := range byError {
+		g.ByError = append(g.ByError, store.GroupCount{Value: k.value, Count: n})
 	}
 	store.SortGroups(g.ByReason)
 	store.SortGroups(g.ByError)
 	g.ByError, g.MoreErrors = store.CapGroups(g.ByError, errorLimit)
 	return g, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // Activity implements store.APIStore.
