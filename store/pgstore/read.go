@@ -248,7 +248,8 @@ func whereCond(w string, args *[]any, indexed bool) (string, error) {
 // filter's dead letters, grouped by (reason, error: its first 200
 // characters) and rolled up in Go, the error groups cut in Go. (One
 // grouping is about twice as fast as GROUPING SETS of the two, which hash
-// every row twice; a reason's NULL and ” stay apart, as they were there.
+// every row twice; a NULL reason or error and an empty one stay apart, as
+// they were there.
 // Partial indexes on dead tasks did not help: an index-only scan needs the
 // visibility map, and freshly killed tasks are not all-visible yet.)
 func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit int) (*store.DLQGroups, error) {
