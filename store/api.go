@@ -13,6 +13,9 @@ import (
 type QueueCounts struct {
 	Queue  string
 	Counts map[bt.State]int
+	// DeadLetters counts the queue's dead tasks by their dead-letter
+	// status (the same rows as Counts[StateDead]).
+	DeadLetters map[bt.DLQStatus]int
 	// OldestPending is the earliest run_at of the queue's pending tasks
 	// (nil: none pending).
 	OldestPending *time.Time
@@ -20,7 +23,9 @@ type QueueCounts struct {
 
 // APIStore holds the reads the HTTP API needs beyond the engine's.
 type APIStore interface {
-	// CountByQueue counts tasks by queue and state, queues in name order.
+	// CountByQueue counts tasks by queue and state, and dead tasks by
+	// dead-letter status, queues in name order: one read, so the counts
+	// agree with each other.
 	CountByQueue(ctx context.Context) ([]QueueCounts, error)
 	// DLQGroups counts the dead letters f selects (its States, AfterID and
 	// Limit are ignored: dead tasks only) by reason and by last error, the

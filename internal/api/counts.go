@@ -24,8 +24,8 @@ type CountsResponse struct {
 var dlqStatuses = []bt.DLQStatus{bt.DLQOpen, bt.DLQReplayed, bt.DLQDiscarded, bt.DLQResolved}
 
 // GET /v1/counts?queue=Q: the console's state tabs. One grouped scan (the
-// store's gauge query, bounded by queues × states × statuses), so it holds
-// no other filter.
+// queues' counts, store.APIStore.CountByQueue: bounded by queues × states
+// × statuses), so it holds no other filter.
 func (s *Server) getCounts(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	for k, v := range q {
@@ -37,11 +37,11 @@ func (s *Server) getCounts(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	queue := q.Get("queue") // compared in Go: a queue with no tasks counts zero
-	gr, ok := s.c.Store().(store.GaugeReader)
+	cs, ok := s.c.Store().(store.APIStore)
 	if !ok {
 		return errors.New("this store cannot count by state")
 	}
-	g, err := gr.Gauges(r.Context())
+	qs, err := cs.CountByQueue(r.Context())
 	if err != nil {
 		return err
 	}
@@ -52,23 +52,16 @@ func (s *Server) getCounts(w http.ResponseWriter, r *http.Request) error {
 	for _, st := range dlqStatuses {
 		out.DeadLetters[st] = 0
 	}
-	for name, counts := range g.Tasks {
-		if queue != "" && name != queue {
+	for _, c := range qs {
+		if queue != "" && c.Queue != queue {
 			continue
 		}
-		for st, n := range counts {
+		for st, n := range c.Counts {
 			out.Tasks[st] += n
 			out.TasksTotal += n
 		}
-	}
-	for name, counts := range g.DeadLetters {
-		if queue != "" && name != queue {
-			continue
-		}
-		for st, n := range counts {
-			if st != "" {
-				out.DeadLetters[st] += n
-			}
+		for st, n := range c.DeadLetters {
+			out.DeadLetters[st] += n
 		}
 	}
 	return writeJSON(w, http.StatusOK, out)

@@ -39,7 +39,11 @@ func TestBrowserListTabsAndDensity(t *testing.T) {
 		}
 
 		// Dead letters: open tab marked with its count, newest first.
-		run(t, ctx, "the dead letters", nav(e.url+"/#/dlq"), visible("#dlq-tabs"), visible("#dlq-list tbody tr"))
+		// The tabs' counts arrive after the list (the list does not wait).
+		counted := func(tabs string) act {
+			return poll(`document.querySelector('#` + tabs + ` .count').textContent !== ""`)
+		}
+		run(t, ctx, "the dead letters", nav(e.url+"/#/dlq"), visible("#dlq-tabs"), visible("#dlq-list tbody tr"), counted("dlq-tabs"))
 		tab := func(list, state string) string {
 			return evalJS[string](t, ctx, "tab "+state, fmt.Sprintf(`(() => { const a = document.querySelector('#%s a[data-state="%s"]'); return a ? a.getAttribute("aria-current") + " " + a.querySelector(".count").textContent : "none" })()`, list, state))
 		}
@@ -90,7 +94,7 @@ func TestBrowserListTabsAndDensity(t *testing.T) {
 		}
 
 		// Tasks: tabs with counts; the pending tab narrows the list.
-		run(t, ctx, "the tasks", nav(e.url+"/#/tasks"), visible("#task-tabs"), visible("#task-list tbody tr"))
+		run(t, ctx, "the tasks", nav(e.url+"/#/tasks"), visible("#task-tabs"), visible("#task-list tbody tr"), counted("task-tabs"))
 		if got := tab("task-tabs", "pending"); got != "null 20" {
 			t.Fatalf("pending tab: %q", got)
 		}

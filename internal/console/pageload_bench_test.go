@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,7 +111,21 @@ func BenchmarkConsolePageLoads(b *testing.B) {
 func loadPage(b *testing.B, ctx context.Context, u string) float64 {
 	b.Helper()
 	run(b, ctx, "blank", nav("about:blank"))
-	run(b, ctx, "open "+u, nav(u), poll(`window.__contentAt !== undefined`))
+	run(b, ctx, "open "+u, nav(u))
+	// A poll that starts while the navigation replaces the document can
+	// lose its execution context ("Cannot find context with specified
+	// id"): poll again in the new one.
+	for try := 0; ; try++ {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := chromedp.Do(sctx, poll(`window.__contentAt !== undefined`))
+		cancel()
+		if err == nil {
+			break
+		}
+		if try == 3 || !strings.Contains(err.Error(), "Cannot find context") {
+			b.Fatalf("open %s: %v", u, err)
+		}
+	}
 	res, err := chromedp.Run(ctx, chromedp.Evaluate[[]any](`[window.__contentAt, window.__contentError]`))
 	if err != nil {
 		b.Fatalf("%s: %v", u, err)

@@ -66,3 +66,29 @@ func TestPayloadIndexSQL(t *testing.T) {
 		}
 	}
 }
+
+// TestPayloadIndexed: PayloadIndexed is true exactly where SQL with a
+// payload index adds a containment (the stores split a where over every
+// state by it).
+func TestPayloadIndexed(t *testing.T) {
+	docs := Docs{Payload: "p", Attrs: "a", PayloadJSON: true, PayloadIndex: "ix(p)", PayloadIndexOther: `{"":1e400}`}
+	for _, src := range []string{
+		`payload.a.b == 7`, `payload.a in [1, "x"]`, `payload.a == 1 && payload.b > 2`, `payload.a == 1 || payload.b in [false]`,
+		`payload.a == 1 || payload.b > 2`, `payload.a != 1`, `has(payload.a)`, `attributes.t == "x"`, `!(payload.a == 1)`,
+	} {
+		x, err := Compile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sql, ok := x.SQL(Postgres, docs, func(any) string { return "?" })
+		if !ok {
+			t.Fatalf("%s: not in SQL", src)
+		}
+		if got, want := x.PayloadIndexed(), strings.Contains(sql, "ix(p) @>"); got != want {
+			t.Errorf("%s: PayloadIndexed %v, the SQL's containment %v", src, got, want)
+		}
+	}
+	if x, err := Compile(`payload.a.exists(v, v == 1)`); err != nil || x.PayloadIndexed() {
+		t.Errorf("a where outside SQL is not indexed (%v)", err)
+	}
+}

@@ -367,6 +367,10 @@ func (x *Expr) SQL(d Dialect, docs Docs, arg func(any) string) (string, bool) {
 	return cond, true
 }
 
+// PayloadIndexed reports whether SQL with Docs.PayloadIndex adds a
+// containment the payload index answers (the conditions listed there).
+func (x *Expr) PayloadIndexed() bool { return x.cond != nil && indexed(x.cond) }
+
 // indexed says whether n has a containment (contains).
 func indexed(n node) bool {
 	switch n := n.(type) {

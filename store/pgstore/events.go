@@ -224,9 +224,17 @@ func afterCursor(n int) string {
 	AND e.xid < $` + strconv.Itoa(n) + `::text::xid8 AND u.subject IS NOT NULL`
 }
 
-// auditTypesSQL lists store.AuditTypes as SQL literals (constants of
-// lower-case letters, dots and underscores).
-var auditTypesSQL = "'" + strings.Join(store.AuditTypes, "', '") + "'"
+// sqlReadAudit reads the audit stream after a cursor ($1 xid, $2 seq, $3
+// place in the row) below the horizon ($6), at most $5 events: the log
+// rows of the audited types ($4) with an actor, through their index
+// (backstop_events_actor, migration 00038), the first $5 + 1 of them
+// expanded (as evRowsAfter).
+var sqlReadAudit = `SELECT true, ` + eventReadCols + ` FROM (SELECT * FROM backstop_events e
+		WHERE e.actor <> '' AND e.type = ANY($4::text[])
+		AND (e.xid, e.seq) >= ($1::text::xid8, $2::bigint) AND e.xid < $6::text::xid8
+		ORDER BY e.xid, e.seq LIMIT $5 + 1) e CROSS JOIN LATERAL ` + evUnnest + `
+	WHERE ` + afterCursor(6) + `
+	ORDER BY e.xid, e.seq, u.i LIMIT $5`
 
 // streamFilter is the SQL condition of a filtered stream on parameter $4.
 func streamFilter(s store.Stream) string {
@@ -241,9 +249,6 @@ func streamFilter(s store.Stream) string {
 		return "(subject = $4 OR body->>'worker_id' = $4)"
 	case store.StreamExecution:
 		return "body->>'execution_id' = $4"
-	case store.StreamAudit:
-		// $4 is the stream's value, always empty for audit.
-		return "$4::text = '' AND actor <> '' AND type IN (" + auditTypesSQL + ")"
 	case store.StreamNode:
 		// A worker's own events name its host; an attempt's events name
 		// its execution, whose worker is in the body (claimed, started,
@@ -293,6 +298,12 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 		rs, err = s.queryEvents(ctx, `SELECT true, `+eventReadCols+` FROM `+evRowsAfter(5, 4)+`
 			WHERE `+afterCursor(5)+`
 			ORDER BY e.xid, e.seq, u.i LIMIT $4`, xid, seq, idx, limit, h)
+	case store.StreamAudit:
+		// The log rows of the audited types with an actor, through their
+		// index (migration 00038): a row holds events of one type and one
+		// actor, so the rows decide. Read up to the horizon: no window,
+		// and no position to skip to when nothing matched.
+		rs, err = s.pool.Query(ctx, sqlReadAudit, xid, seq, idx, store.AuditTypes, limit, h)
 	case store.StreamTask:
 		rs, err = s.pool.Query(ctx, `SELECT true, `+eventReadCols+` FROM `+taskEventRows("$4::text")+` CROSS JOIN LATERAL `+evUnnest+`
 			WHERE u.subject = $4 AND `+afterCursor(6)+`

@@ -43,3 +43,85 @@ func (s *Store) ExplainList(ctx context.Context, f store.ListFilter, settings ma
 	}
 	return strings.Join(plan, "\n"), rs.Err()
 }
+
+// WhereArms exposes whereArms (the states of each arm of a where over
+// every state).
+var WhereArms = whereArms
+
+// MigrateTo applies the migrations up to version (none past it).
+func (s *Store) MigrateTo(ctx context.Context, version int64) error {
+	p, closeProvider, err := s.provider(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeProvider()
+	_, err = p.UpTo(ctx, version)
+	return err
+}
+
+// MigrateDownTo rolls the migrations back to version.
+func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
+	p, closeProvider, err := s.provider(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeProvider()
+	_, err = p.DownTo(ctx, version)
+	return err
+}
+
+// ExplainAudit is the plan of an audit stream read from the log's start,
+// with the given settings (SET LOCAL name = value).
+func (s *Store) ExplainAudit(ctx context.Context, settings map[string]string) (string, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	for k, v := range settings {
+		if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true)", k, v); err != nil {
+			return "", err
+		}
+	}
+	rs, err := tx.Query(ctx, "EXPLAIN "+sqlReadAudit, "0", int64(0), int64(0), store.AuditTypes, 100, "18446744073709551615")
+	if err != nil {
+		return "", err
+	}
+	defer rs.Close()
+	var plan []string
+	for rs.Next() {
+		var line string
+		if err := rs.Scan(&line); err != nil {
+			return "", err
+		}
+		plan = append(plan, line)
+	}
+	return strings.Join(plan, "\n"), rs.Err()
+}
+
+// ExplainWorkerExecutions is the plan of a worker's newest executions
+// (WorkerExecutions' query), sequential scans off.
+func (s *Store) ExplainWorkerExecutions(ctx context.Context, worker string, limit int) (string, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		return "", err
+	}
+	rs, err := tx.Query(ctx, "EXPLAIN "+sqlWorkerExecutions, worker, limit, "", nil, "")
+	if err != nil {
+		return "", err
+	}
+	defer rs.Close()
+	var plan []string
+	for rs.Next() {
+		var line string
+		if err := rs.Scan(&line); err != nil {
+			return "", err
+		}
+		plan = append(plan, line)
+	}
+	return strings.Join(plan, "\n"), rs.Err()
+}

@@ -67,6 +67,13 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		// whose workers claim, heartbeat and settle concurrently.
 		cfg.MaxConns = int32(max(10, 4*runtime.NumCPU()))
 	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["jit"]; !ok {
+		// JIT compiling pays off for long analytic queries, not for the
+		// store's: a where's list (its per-row expressions estimated
+		// dear) crossed jit_above_cost and spent 110 ms compiling to read
+		// two rows through an index. A URL's jit=on brings it back.
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: open pool: %w", err)

@@ -1045,7 +1045,8 @@ func TestMaintenanceSweeps(t *testing.T) {
 // and settling them as succeeded; it reports tasks/s. BACKSTOP_BENCH_BATCH
 // (default 100) and BACKSTOP_BENCH_CLAIMERS (default 4) shape the load,
 // BACKSTOP_BENCH_PAYLOAD the payload; BACKSTOP_BENCH_NO_PAYLOAD_INDEX=1
-// drops the payload's GIN index first (what the index costs the drain).
+// drops the payload's GIN index first (what the index costs the drain, and
+// the set-up's enqueue: enqueued/s).
 func BenchmarkDrain(b *testing.B) {
 	ctx := context.Background()
 	s, err := pgstore.Open(ctx, testdb.Postgres(b))

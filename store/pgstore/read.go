@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -83,11 +84,14 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 	if f.Kind != "" {
 		add("t.kind = %s", f.Kind)
 	}
-	// Dead letters only: a constant, so that the planner proves the
-	// payload index's predicate (state = 'dead') in every plan.
-	dead := len(f.States) == 1 && f.States[0] == bt.StateDead
-	if dead {
-		where = append(where, "t.state = 'dead'")
+	// States the payload index holds only: constants, so that the planner
+	// proves the index's predicate in every plan.
+	indexed := len(f.States) > 0
+	for _, st := range f.States {
+		indexed = indexed && slices.Contains(payloadIndexStates, st)
+	}
+	if indexed {
+		where = append(where, "t.state IN ("+stateList(f.States)+")")
 	} else if len(f.States) > 0 {
 		states := make([]string, len(f.States))
 		for i, st := range f.States {
@@ -131,13 +135,72 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 		add("t.created_at <= %s", f.CreatedUntil)
 	}
 	if f.Where != "" {
-		cond, err := whereCond(f.Where, &args, dead)
+		var cond string
+		var err error
+		if len(f.States) == 0 {
+			cond, err = whereAnyState(f.Where, &args)
+		} else {
+			cond, err = whereCond(f.Where, &args, indexed)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
 		where = append(where, cond)
 	}
 	return where, args, nil
+}
+
+// payloadIndexStates are the states whose tasks the payload index holds
+// (migration 00038): where a task waits, and the dead letters.
+var payloadIndexStates = []bt.State{bt.StatePending, bt.StateScheduled, bt.StateBuffered, bt.StateDead}
+
+// whereArms split a where over tasks of every state by the indexes that
+// hold each state's tasks: the payload index (payloadIndexStates), the
+// running tasks' index (migration 00031) and the finished tasks' index
+// (succeeded and canceled). Every state is in exactly one arm
+// (TestWhereArmsCoverStates), so the planner can answer a where the payload
+// index takes with a bitmap of the three, reading only the matching
+// waiting and dead tasks and the running, succeeded and canceled ones.
+var whereArms = [][]bt.State{payloadIndexStates, {bt.StateRunning}, {bt.StateSucceeded, bt.StateCanceled}}
+
+// whereAnyState is the where's condition on tasks of any state: one arm
+// per whereArms, the first with the payload index's containment, when the
+// where has one; else the plain condition.
+func whereAnyState(w string, args *[]any) (string, error) {
+	x, err := filter.Compile(w)
+	if err != nil {
+		return "", fmt.Errorf("where: %w", err)
+	}
+	plain, err := whereCond(w, args, false)
+	if err != nil || !x.PayloadIndexed() {
+		return plain, err
+	}
+	withIndex, err := whereCond(w, args, true)
+	if err != nil {
+		return "", err
+	}
+	arms := make([]string, len(whereArms))
+	for i, states := range whereArms {
+		cond := plain
+		if i == 0 {
+			cond = withIndex
+		}
+		arms[i] = "(t.state IN (" + stateList(states) + ") AND " + cond + ")"
+	}
+	return "(" + strings.Join(arms, " OR ") + ")", nil
+}
+
+// stateList is states as SQL literals (the fixed lower-case names of
+// bt.States), for predicates the planner must see as constants.
+func stateList(states []bt.State) string {
+	lits := make([]string, len(states))
+	for i, st := range states {
+		if !slices.Contains(bt.States, st) {
+			panic("pgstore: not a state: " + string(st))
+		}
+		lits[i] = "'" + string(st) + "'"
+	}
+	return strings.Join(lits, ", ")
 }
 
 // whereDocs are the JSON documents a where condition reads: the payload,
@@ -152,22 +215,23 @@ var whereDocs = filter.Docs{
 	Unreadable: `strpos(COALESCE(t.payload::text, (SELECT convert_from(p.data, 'UTF8') FROM backstop_payloads p WHERE p.task_id = t.id)), '\u0000') > 0`,
 }
 
-// payloadIndex is the GIN index of dead letters' payloads (migration
-// 00026), which equality and in on payload fields read.
+// payloadIndex is the GIN index of the payloads of waiting tasks and dead
+// letters (migrations 00026, 00038), which equality and in on payload
+// fields read.
 const payloadIndex, payloadIndexOther = `backstop_payload_index(t.payload)`, `{"":1e400}`
 
 // whereCond is a where expression's SQL condition on backstop_tasks t
-// (internal/filter), its parameters appended to args. dead: the query
-// selects dead letters only (t.state = 'dead', as a constant), which the
-// payload index holds; elsewhere a containment would cost each row the
-// index's expression for nothing.
-func whereCond(w string, args *[]any, dead bool) (string, error) {
+// (internal/filter), its parameters appended to args. indexed: the query
+// selects tasks the payload index holds only (payloadIndexStates, as
+// constants); elsewhere a containment would cost each row the index's
+// expression for nothing.
+func whereCond(w string, args *[]any, indexed bool) (string, error) {
 	x, err := filter.Compile(w)
 	if err != nil {
 		return "", fmt.Errorf("where: %w", err)
 	}
 	docs := whereDocs
-	if dead {
+	if indexed {
 		docs.PayloadIndex, docs.PayloadIndexOther = payloadIndex, payloadIndexOther
 	}
 	cond, ok := x.SQL(filter.Postgres, docs, func(v any) string {
@@ -181,47 +245,64 @@ func whereCond(w string, args *[]any, dead bool) (string, error) {
 }
 
 // DLQGroups implements store.APIStore: both counts in one scan of the
-// filter's dead letters (grouping sets; errors by their first 200
-// characters), the error groups cut in Go. (Partial indexes on dead tasks
-// did not help: an index-only scan needs the visibility map, and freshly
-// killed tasks are not all-visible yet.)
+// filter's dead letters, grouped by (reason, error: its first 200
+// characters) and rolled up in Go, the error groups cut in Go. (One
+// grouping is about twice as fast as GROUPING SETS of the two, which hash
+// every row twice; a NULL reason or error and an empty one stay apart, as
+// they were there.
+// Partial indexes on dead tasks did not help: an index-only scan needs the
+// visibility map, and freshly killed tasks are not all-visible yet.)
 func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit int) (*store.DLQGroups, error) {
 	f.States = []bt.State{bt.StateDead}
 	where, args, err := listWhere(f)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
 	}
-	rs, err := s.pool.Query(ctx, `SELECT GROUPING(t.dead_reason), coalesce(t.dead_reason, ''), coalesce(left(t.last_error, 200), ''), count(*)
+	rs, err := s.pool.Query(ctx, `SELECT t.dead_reason, left(t.last_error, 200), count(*)
 		FROM backstop_tasks t WHERE `+strings.Join(where, " AND ")+`
-		GROUP BY GROUPING SETS ((t.dead_reason), (left(t.last_error, 200)))`, args...)
+		GROUP BY t.dead_reason, left(t.last_error, 200)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
 	}
 	defer rs.Close()
+	type key struct {
+		null  bool
+		value string
+	}
+	byReason, byError := map[key]int{}, map[key]int{}
 	g := &store.DLQGroups{ByReason: []store.GroupCount{}, ByError: []store.GroupCount{}}
 	for rs.Next() {
 		var (
-			byError        int
-			reason, errTxt string
+			reason, errTxt *string
 			n              int
 		)
-		if err := rs.Scan(&byError, &reason, &errTxt, &n); err != nil {
+		if err := rs.Scan(&reason, &errTxt, &n); err != nil {
 			return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
 		}
-		if byError == 1 { // dead_reason is rolled up: an error's group
-			g.ByError = append(g.ByError, store.GroupCount{Value: errTxt, Count: n})
-		} else {
-			g.ByReason = append(g.ByReason, store.GroupCount{Value: reason, Count: n})
-			g.Total += n
-		}
+		byReason[key{reason == nil, deref(reason)}] += n
+		byError[key{errTxt == nil, deref(errTxt)}] += n
+		g.Total += n
 	}
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
+	}
+	for k, n := range byReason {
+		g.ByReason = append(g.ByReason, store.GroupCount{Value: k.value, Count: n})
+	}
+	for k, n := range byError {
+		g.ByError = append(g.ByError, store.GroupCount{Value: k.value, Count: n})
 	}
 	store.SortGroups(g.ByReason)
 	store.SortGroups(g.ByError)
 	g.ByError, g.MoreErrors = store.CapGroups(g.ByError, errorLimit)
 	return g, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // Activity implements store.APIStore.

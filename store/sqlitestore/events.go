@@ -228,10 +228,6 @@ func matcher(s store.Stream) func(r *logRow, i int, e *bt.Event) (bool, error) {
 			b, err := attemptOf(e)
 			return b.ExecutionID == s.Value, err
 		}
-	case store.StreamAudit:
-		return func(r *logRow, _ int, e *bt.Event) (bool, error) {
-			return e.Actor != "" && store.IsAuditType(e.Type), nil
-		}
 	case store.StreamNode:
 		// The candidates: a worker's events naming the host, and every
 		// attempt's events (readNode looks up whose they are).
@@ -387,6 +383,17 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	case store.StreamTask:
 		rows, err = s.r.QueryContext(ctx, `SELECT `+logRowCols+` FROM backstop_events WHERE seq IN (`+taskSeqsSQL+`)
 			ORDER BY seq LIMIT ?3`, q.Stream.Value, after.seq, limit+1)
+	case store.StreamAudit:
+		// The log rows of the audited types with an actor, through their
+		// index (migration 00029): a row holds events of one type and one
+		// actor, so the rows decide, and limit+1 of them hold the page.
+		args := make([]any, 0, len(store.AuditTypes)+2)
+		for _, typ := range store.AuditTypes {
+			args = append(args, typ)
+		}
+		rows, err = s.r.QueryContext(ctx, `SELECT `+logRowCols+` FROM backstop_events
+			WHERE actor <> '' AND type IN (?`+strings.Repeat(", ?", len(store.AuditTypes)-1)+`) AND seq >= ?
+			ORDER BY seq LIMIT ?`, append(args, after.seq, limit+1)...)
 	default:
 		rows, err = s.r.QueryContext(ctx, `SELECT `+logRowCols+` FROM backstop_events WHERE seq >= ? ORDER BY seq LIMIT ?`,
 			after.seq, store.EventScanWindow+1)
@@ -396,7 +403,7 @@ func (s *Store) ReadEvents(ctx context.Context, q store.EventQuery) (store.Event
 	}
 	defer rows.Close()
 	switch q.Stream.Kind {
-	case store.StreamAll, "", store.StreamTask:
+	case store.StreamAll, "", store.StreamTask, store.StreamAudit:
 		page.Events, err = readPlain(rows, after, limit, q.Stream)
 		if err == nil && len(page.Events) > 0 {
 			page.Next = page.Events[len(page.Events)-1].Cursor
@@ -480,7 +487,7 @@ func readWindow(rows *sql.Rows, after position, limit int, st store.Stream) ([]b
 		if err != nil {
 			return nil, "", err
 		}
-		skip := st.Kind == store.StreamType && r.typ != st.Value || st.Kind == store.StreamAudit && !store.IsAuditType(r.typ) // no need to decode the rest
+		skip := st.Kind == store.StreamType && r.typ != st.Value // no need to decode the rest
 		for i := 1; i <= n && examined < store.EventScanWindow && len(out) < limit; i++ {
 			if !after.before(r.seq, i) {
 				continue

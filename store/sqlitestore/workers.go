@@ -14,6 +14,18 @@ var _ store.Workers = (*Store)(nil)
 
 // WorkerExecutions implements store.Workers.
 func (s *Store) WorkerExecutions(ctx context.Context, f store.WorkerExecutionFilter) ([]bt.Execution, error) {
+	q, args := workerExecutionsQuery(f)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: worker executions: %w", err)
+	}
+	return collectExecutions(rows) // tasks.go
+}
+
+// workerExecutionsQuery: the worker's executions newest first, in the
+// order of backstop_executions_worker (worker_id, started_at,
+// execution_id; migration 00029), so a page reads its own rows only.
+func workerExecutionsQuery(f store.WorkerExecutionFilter) (string, []any) {
 	q := `SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at,
 		outcome, COALESCE(error, ''), COALESCE(error_detail, '') FROM backstop_executions WHERE worker_id = ?`
 	args := []any{f.WorkerID}
@@ -27,9 +39,5 @@ func (s *Store) WorkerExecutions(ctx context.Context, f store.WorkerExecutionFil
 		args = append(args, at, at, f.Before.ExecutionID)
 	}
 	q += ` ORDER BY started_at DESC, execution_id DESC LIMIT ?`
-	rows, err := s.r.QueryContext(ctx, q, append(args, f.Limit)...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: worker executions: %w", err)
-	}
-	return collectExecutions(rows) // tasks.go
+	return q, append(args, f.Limit)
 }

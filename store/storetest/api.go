@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ func (s *suite) testAPI(t *testing.T) {
 	t.Run("Tokens", s.testTokens)
 	t.Run("TokenWritesItsEvent", s.testTokenWritesItsEvent)
 	t.Run("CountByQueue", s.testCountByQueue)
+	t.Run("CountByQueueDeadLetters", s.testCountByQueueDeadLetters)
 }
 
 func hashOf(secret string) []byte {
@@ -177,5 +180,61 @@ func (s *suite) testCountByQueue(t *testing.T) {
 	if qs[1].OldestPending == nil || !qs[1].OldestPending.Equal(runAts[0]) || qs[0].OldestPending == nil ||
 		!qs[0].OldestPending.Equal(runAts[3]) || qs[2].OldestPending != nil {
 		t.Fatalf("oldest pending: a %v b %v c %v, want %v %v nil", qs[0].OldestPending, qs[1].OldestPending, qs[2].OldestPending, runAts[3], runAts[0])
+	}
+}
+
+// CountByQueue's dead letters by status are the gauges' (the read GET
+// /v1/counts made before it shared the queues' count): every status, a
+// replayed dead letter's task back in pending and its record, tasks of
+// other states.
+func (s *suite) testCountByQueueDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	for i := range 9 {
+		b.dead(backstop.EnqueueParams{ID: fmt.Sprintf("cq-%d", i), Queue: []string{"a", "b"}[i%2], Kind: "k"})
+	}
+	if _, err := b.c.Discard(b.ctx, backstop.DiscardParams{ID: "cq-0", Reason: "no", Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.Resolve(b.ctx, backstop.ResolveParams{ID: "cq-1", Note: "by hand", Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.Replay(b.ctx, backstop.ReplayParams{ID: "cq-2", Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []backstop.EnqueueParams{{Queue: "a", Kind: "k"}, {Queue: "c", Kind: "k", Delay: time.Hour}} {
+		if _, err := b.c.Enqueue(b.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	qs, err := b.store.(store.APIStore).CountByQueue(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.store.(store.GaugeReader).Gauges(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, dead := map[string]map[bt.State]int{}, map[string]map[bt.DLQStatus]int{}
+	for _, q := range qs {
+		tasks[q.Queue], dead[q.Queue] = q.Counts, q.DeadLetters
+	}
+	wantDead := map[string]map[bt.DLQStatus]int{}
+	for q := range g.Tasks {
+		wantDead[q] = map[bt.DLQStatus]int{}
+		for st, n := range g.DeadLetters[q] {
+			if st != "" {
+				wantDead[q][st] = n
+			}
+		}
+	}
+	if !reflect.DeepEqual(tasks, g.Tasks) {
+		t.Fatalf("tasks by queue and state: %v, the gauges %v", tasks, g.Tasks)
+	}
+	if !reflect.DeepEqual(dead, wantDead) {
+		t.Fatalf("dead letters by queue and status: %v, the gauges %v", dead, wantDead)
+	}
+	if dead["a"][bt.DLQDiscarded] != 1 || dead["b"][bt.DLQResolved] != 1 || dead["a"][bt.DLQOpen] != 3 {
+		t.Fatalf("dead letters: %+v", dead)
 	}
 }

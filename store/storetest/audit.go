@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -36,5 +38,72 @@ func (s *suite) testAuditStream(t *testing.T) {
 	}
 	if _, err := store.ParseStream("audit.x"); err == nil {
 		t.Fatal("audit.x parsed")
+	}
+}
+
+// The audit stream, read a few events a page from every cursor, is the
+// all stream filtered in Go (actor set, type audited): the same events in
+// the same order, whether a log row holds one action or many (a bulk
+// cancel's events share a row), among the rows of other types with and
+// without an actor.
+func (s *suite) testAuditStreamPages(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	now := b.clock.Now()
+	for i := range 30 {
+		var batch []bt.Event
+		switch i % 5 {
+		case 0:
+			batch = []bt.Event{store.AuditEvent(now, store.EventQueuePaused, fmt.Sprintf("q%d", i), "ops", "", nil)}
+		case 1: // a bulk action: many events of one row
+			for j := range 4 {
+				batch = append(batch, store.NewEvent(now, store.EventCanceled, fmt.Sprintf("t%d-%d", i, j), "q", "k", "ops", []byte(`{"reason":"bulk"}`)))
+			}
+		case 2: // a producer's enqueues: an actor, not an action
+			for j := range 3 {
+				batch = append(batch, store.NewEvent(now, "task.enqueued", fmt.Sprintf("e%d-%d", i, j), "q", "k", "ops", []byte(`{}`)))
+			}
+		case 3: // the engine's cancel: no actor
+			batch = []bt.Event{store.NewEvent(now, store.EventCanceled, fmt.Sprintf("c%d", i), "q", "k", "", []byte(`{}`))}
+		case 4:
+			batch = []bt.Event{store.AuditEvent(now, store.EventTokenRevoked, fmt.Sprintf("tok-%d", i), "cli:root", "", nil),
+				store.NewEvent(now, "task.claimed", fmt.Sprintf("x%d", i), "q", "k", "", []byte(`{}`))}
+		}
+		if err := b.store.AppendEvents(b.ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []string
+	for _, e := range b.readStream("all", 6+6*4+6*3+6+6*2) {
+		if e.Actor != "" && store.IsAuditType(e.Type) {
+			want = append(want, e.Type+" "+e.Subject)
+		}
+	}
+	if len(want) != 6+6*4+6 {
+		t.Fatalf("the log holds %d actions: %v", len(want), want)
+	}
+	audit, err := store.ParseStream("audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{1, 3, 1000} {
+		var got []string
+		after := ""
+		for range 200 {
+			p, err := b.store.ReadEvents(b.ctx, store.EventQuery{Stream: audit, After: after, Limit: limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range p.Events {
+				got = append(got, e.Type+" "+e.Subject)
+			}
+			if p.Next == after {
+				break
+			}
+			after = p.Next
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("audit stream in pages of %d:\n got %v\nwant %v", limit, got, want)
+		}
 	}
 }

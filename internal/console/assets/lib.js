@@ -281,8 +281,9 @@ export function panel(id, summary, content, { open = false } = {}) {
 // stateTabs: links to the list narrowed to each state, with the count
 // the server gives (GET /v1/counts: countsURL(queue)); the tab of the
 // current state is marked. pick(c) picks the numbers from the answer;
-// initial is the answer the page read with its list. The counts are read
-// again every few seconds while the tabs are shown.
+// initial is the answer (or its promise: the page shows its list without
+// waiting for the counts) the page asked for with its list. The counts are
+// read again every few seconds while the tabs are shown.
 export function countsURL(queue) { return `/v1/counts${queue ? `?${new URLSearchParams({ queue })}` : ''}`; }
 
 export function stateTabs(id, tabs, current, link, pick, queue, initial) {
@@ -296,7 +297,7 @@ export function stateTabs(id, tabs, current, link, pick, queue, initial) {
       el.textContent = v === undefined ? '' : String(v);
     }
   };
-  show(initial);
+  Promise.resolve(initial).then(show, () => { /* the next round tries again */ });
   let waits = 0; // rounds before the page was shown
   const loop = () => setTimeout(async () => {
     if (!nav.isConnected) {

@@ -65,9 +65,11 @@ export async function tasksPage(main, q) {
   for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains', 'where', 'idempotency_key', 'created_since', 'created_until', 'order', 'after']) if (q.get(k)) aq.set(k, q.get(k));
   aq.set('limit', '50');
   let page;
-  let counts;
+  // The tabs' counts arrive when they arrive: the list does not wait.
+  const counts = api('GET', countsURL(q.get('queue')));
+  counts.catch(() => {});
   try {
-    [page, counts] = await Promise.all([api('GET', `/v1/tasks?${aq}`), api('GET', countsURL(q.get('queue')))]);
+    page = await api('GET', `/v1/tasks?${aq}`);
   } catch (e) {
     if (e.status !== 400) throw e;
     clear(whereErr, errorText(e));
@@ -94,7 +96,7 @@ export async function tasksPage(main, q) {
     else p.delete(k);
     return `#/tasks?${p}`;
   };
-  const tabs = counts ? stateTabs('task-tabs', ['', 'pending', 'scheduled', 'running', 'buffered', 'succeeded', 'canceled', 'dead'],
+  const tabs = !page.refused ? stateTabs('task-tabs', ['', 'pending', 'scheduled', 'running', 'buffered', 'succeeded', 'canceled', 'dead'],
     q.get('state') || '', (s) => withParam('state', s), (c) => ({ ...c.tasks, '': c.tasks_total }), q.get('queue'), counts) : null;
   const sort = sortSelect('task-order', order, (v) => { location.hash = withParam('order', v === 'oldest' ? '' : v); });
   const active = ['queue', 'kind', 'attr', 'error_contains', 'created_since', 'created_until', 'where', 'idempotency_key']

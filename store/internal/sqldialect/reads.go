@@ -12,50 +12,39 @@ import (
 // This file is the dashboard's counts: store.APIStore's CountByQueue and
 // store.GaugeReader.
 
-// CountByQueue implements store.APIStore: counts by queue and state (on
-// SQLite a scan of the (queue, state) index, migration 00014; on
-// PostgreSQL a scan of the table, hashed), then each queue's oldest pending
-// run_at through the claim index (pending tasks only, queue first).
+// CountByQueue implements store.APIStore: counts by queue, state and
+// dead-letter status, and each queue's oldest pending run_at, in one scan
+// of the table, hashed (no index, which would tax every state change; the
+// counts of GET /v1/queues and GET /v1/counts). The oldest pending run_at
+// rides on the same scan: a second read of the pending tasks for it (the
+// claim index does not give a queue's minimum, its priority comes first)
+// scanned the table again.
 func (p *Procedures) CountByQueue(ctx context.Context) ([]store.QueueCounts, error) {
 	d, q := p.dialect, p.reader
-	rows, err := q.Query(ctx, `SELECT queue, CAST(state AS TEXT), count(*) FROM backstop_tasks GROUP BY queue, state ORDER BY queue`)
+	rows, err := q.Query(ctx, `SELECT queue, CAST(state AS TEXT), COALESCE(CAST(dlq_status AS TEXT), ''), count(*), min(run_at)
+		FROM backstop_tasks GROUP BY queue, state, dlq_status ORDER BY queue`)
 	if err != nil {
 		return nil, fmt.Errorf("%s: count by queue: %w", d.Prefix, err)
 	}
 	defer rows.Close()
 	out := []store.QueueCounts{}
 	for rows.Next() {
-		var q, st string
+		var q, st, dst string
 		var n int
-		if err := rows.Scan(&q, &st, &n); err != nil {
+		var oldest *time.Time
+		if err := rows.Scan(&q, &st, &dst, &n, &oldest); err != nil {
 			return nil, fmt.Errorf("%s: count by queue: %w", d.Prefix, err)
 		}
 		if len(out) == 0 || out[len(out)-1].Queue != q {
-			out = append(out, store.QueueCounts{Queue: q, Counts: map[bt.State]int{}})
+			out = append(out, store.QueueCounts{Queue: q, Counts: map[bt.State]int{}, DeadLetters: map[bt.DLQStatus]int{}})
 		}
-		out[len(out)-1].Counts[bt.State(st)] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: count by queue: %w", d.Prefix, err)
-	}
-	rows.Close()
-	rows, err = q.Query(ctx, `SELECT queue, min(run_at) FROM backstop_tasks WHERE state = 'pending' GROUP BY queue`)
-	if err != nil {
-		return nil, fmt.Errorf("%s: oldest pending by queue: %w", d.Prefix, err)
-	}
-	defer rows.Close()
-	at := make(map[string]int, len(out))
-	for i, c := range out {
-		at[c.Queue] = i
-	}
-	for rows.Next() {
-		var q string
-		var oldest time.Time
-		if err := rows.Scan(&q, &oldest); err != nil {
-			return nil, fmt.Errorf("%s: oldest pending by queue: %w", d.Prefix, err)
+		c := &out[len(out)-1]
+		c.Counts[bt.State(st)] += n
+		if st == string(bt.StateDead) && dst != "" {
+			c.DeadLetters[bt.DLQStatus(dst)] += n
 		}
-		if i, ok := at[q]; ok { // a queue pending since the counts were read is left out
-			out[i].OldestPending = &oldest
+		if st == string(bt.StatePending) && oldest != nil && (c.OldestPending == nil || oldest.Before(*c.OldestPending)) {
+			c.OldestPending = oldest
 		}
 	}
 	return out, rows.Err()
