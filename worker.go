@@ -444,6 +444,7 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 	}
 	ctx, a.span = w.c.telemetry.StartProcess(ctx, t)
 	a.started = w.c.now()
+	w.c.telemetry.Started(ctx, t, a.span)
 	a.ctx = attemptCtx{Context: ctx, a: a} // context.WithValue(ctx, attemptKey{}, a), allocated with a (handler.go)
 	ctx = &a.ctx
 	if t.Timeout > 0 {
