@@ -99,8 +99,8 @@ func TestWorkflowSLAMissed(t *testing.T) {
 			t.Fatalf("at a's deadline: %d step misses, %d run misses; want 1, 0", s, r)
 		}
 		counted(map[string]int64{"backstop.workflow.steps.sla_missed": 1, "backstop.workflow.runs.sla_missed": 0})
-		if got := testmetric.Collect(t, reader)["backstop.workflow.steps.sla_missed"]; got["step=a,workflow=sla"] != 1 {
-			t.Errorf("steps sla missed %v, want step=a,workflow=sla", got)
+		if got := testmetric.Collect(t, reader)["backstop.workflow.steps.sla_missed"]; got["queue=wf,step=a,workflow=sla"] != 1 {
+			t.Errorf("steps sla missed %v, want queue=wf,step=a,workflow=sla", got)
 		}
 		clk.Advance(5 * time.Minute)
 		wake()

@@ -163,7 +163,7 @@ func TestAlertAnnotations(t *testing.T) {
 		"BackstopWorkerHeartbeatLost", "BackstopQueueWaitSLO", "BackstopOrderingTimeoutRatioHigh",
 		"BackstopOrderingCircuitBreakerFrequent", "BackstopOrderingBacklogGrowing", "BackstopDLQOldestOpenAge",
 		"BackstopDLQPurgeBelowFloor", "BackstopWorkflowRunsHalted", "BackstopWorkflowCompensationFailed",
-		"BackstopScheduleNotEnqueuing", "BackstopAttemptsStuckLogEvents"}
+		"BackstopScheduleNotEnqueuing", "BackstopAttemptsStuckLogEvents", "BackstopWorkflowRunSLAMissed", "BackstopWorkflowStepSLAMissed"}
 	var got []string
 	logRules := readRuleFile(t, "prometheus/log-events.yml")
 	for _, g := range append(readRules(t).Groups, logRules.Groups...) {

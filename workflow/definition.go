@@ -455,6 +455,15 @@ func (d *Definition) queueOf(s *Step) string {
 	return "default"
 }
 
+// QueueOf is the queue of the step with that id (the run's default queue
+// for "" or an unknown id).
+func (d *Definition) QueueOf(stepID string) string {
+	if s := d.Step(stepID); s != nil {
+		return d.queueOf(s)
+	}
+	return d.queueOf(&Step{})
+}
+
 // NewRunID returns a new run id: a UUIDv7 (so runs sort by start). It is
 // the one function of the package that reads the clock.
 func NewRunID() string { return uuid.Must(uuid.NewV7()).String() }

@@ -28,8 +28,8 @@ type workflowTelemetry struct {
 	routes         metric.Int64Counter     // {workflow, step, result}
 	items          metric.Int64Counter     // {workflow, step, outcome}
 	runDuration    metric.Float64Histogram // {workflow, state}
-	runsSLAMissed  metric.Int64Counter     // {workflow}
-	stepsSLAMissed metric.Int64Counter     // {workflow, step}
+	runsSLAMissed  metric.Int64Counter     // {workflow, queue}
+	stepsSLAMissed metric.Int64Counter     // {workflow, step, queue}
 }
 
 func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
@@ -60,8 +60,8 @@ func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
 		steps:          counter("backstop.workflow.steps", "{step}", "Workflow steps that finished, by workflow, step and outcome (succeeded, failed, skipped, canceled)."),
 		fanOut:         counter("backstop.workflow.fanout.items", "{item}", "Tasks enqueued for the items of for_each steps, by workflow and step."),
 		compensations:  counter("backstop.workflow.compensations", "{step}", "Compensations that finished, by workflow and result (succeeded, failed)."),
-		runsSLAMissed:  counter("backstop.workflow.runs.sla_missed", "{run}", "Workflow runs that missed their SLA (still running at its deadline, or ended after it), once each, by workflow."),
-		stepsSLAMissed: counter("backstop.workflow.steps.sla_missed", "{step}", "Workflow steps that missed their SLA (unfinished at its deadline, or ended after it), once per step start, by workflow and step."),
+		runsSLAMissed:  counter("backstop.workflow.runs.sla_missed", "{run}", "Workflow runs that missed their SLA (still running at its deadline, or ended after it), once each, by workflow and queue (the workflow's)."),
+		stepsSLAMissed: counter("backstop.workflow.steps.sla_missed", "{step}", "Workflow steps that missed their SLA (unfinished at its deadline, or ended after it), once per step start, by workflow, step and queue (the step's)."),
 		whenErrors:     counter("backstop.workflow.when.errors", "{step}", "Steps skipped because their when could not be evaluated (on_when_error: treat_as_false), by workflow and step."),
 	}, errs
 }
@@ -88,6 +88,15 @@ func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, du
 	}
 	for _, p := range plans {
 		wf := attribute.String("workflow", p.Run.Workflow)
+		// queueOf is a step's queue ("": the run's), from the run's
+		// definition ("" when it cannot be read).
+		queueOf := func(step string) attribute.KeyValue {
+			q := ""
+			if def := defOf(p.Run.PlanHash); def != nil {
+				q = def.QueueOf(step)
+			}
+			return attribute.String("queue", q)
+		}
 		for _, e := range p.Events {
 			switch {
 			case e.Type == "run.started":
@@ -95,9 +104,9 @@ func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, du
 			case e.Type == workflow.EventRunFinished || e.Type == workflow.EventRunHalted:
 				w.finished.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("state", eventState(e, p.Run))))
 			case e.Type == workflow.EventRunSLAMissed:
-				w.runsSLAMissed.Add(ctx, 1, metric.WithAttributes(wf))
+				w.runsSLAMissed.Add(ctx, 1, metric.WithAttributes(wf, queueOf("")))
 			case e.Type == workflow.EventStepSLAMissed:
-				w.stepsSLAMissed.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID)))
+				w.stepsSLAMissed.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID), queueOf(e.StepID)))
 			case strings.HasPrefix(e.Type, "step.") && e.Type != "step.enqueued":
 				w.steps.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID),
 					attribute.String("outcome", strings.TrimPrefix(e.Type, "step."))))
