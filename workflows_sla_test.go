@@ -12,6 +12,7 @@ import (
 	"github.com/backstophq/backstop/internal/maintenance"
 	"github.com/backstophq/backstop/internal/testclock"
 	"github.com/backstophq/backstop/internal/testmetric"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/workflow"
 )
 
@@ -28,7 +29,7 @@ steps:
 // service records a step's missed SLA at its deadline while the step is
 // still waiting for a worker, and the run's at the run's, each once —
 // another wake-up and the run's late end do not record them again — as
-// events of the run and as backstop_workflow_{steps,runs}_sla_missed_total.
+// backstop_workflow_{steps,runs}_sla_missed_total and as events of the run.
 func TestWorkflowSLAMissed(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -58,7 +59,21 @@ func TestWorkflowSLAMissed(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		misses := func() (steps, runs int) {
+		// misses reads the counters (counted once the plan committed);
+		// the events are read at the end (on Postgres an event is served
+		// once every earlier transaction of the cluster ended).
+		misses := func() (steps, runs int64) {
+			t.Helper()
+			got := testmetric.Collect(t, reader)
+			for _, v := range got["backstop.workflow.steps.sla_missed"] {
+				steps += v
+			}
+			for _, v := range got["backstop.workflow.runs.sla_missed"] {
+				runs += v
+			}
+			return steps, runs
+		}
+		events := func() (steps, runs int) {
 			t.Helper()
 			page, err := c.ReadEvents(ctx, ReadEventsParams{Stream: "run." + run.RunID, Limit: 1000})
 			if err != nil {
@@ -98,7 +113,6 @@ func TestWorkflowSLAMissed(t *testing.T) {
 		if s, r := misses(); s != 1 || r != 0 {
 			t.Fatalf("at a's deadline: %d step misses, %d run misses; want 1, 0", s, r)
 		}
-		counted(map[string]int64{"backstop.workflow.steps.sla_missed": 1, "backstop.workflow.runs.sla_missed": 0})
 		if got := testmetric.Collect(t, reader)["backstop.workflow.steps.sla_missed"]; got["queue=wf,step=a,workflow=sla"] != 1 {
 			t.Errorf("steps sla missed %v, want queue=wf,step=a,workflow=sla", got)
 		}
@@ -112,6 +126,22 @@ func TestWorkflowSLAMissed(t *testing.T) {
 		waitRun(t, c, run.RunID, workflow.RunSucceeded)
 		if s, r := misses(); s != 1 || r != 1 {
 			t.Fatalf("after the late end: %d step misses, %d run misses; want 1, 1", s, r)
+		}
+		// Once run.finished is served, every earlier event of the run is.
+		testwait.For(t, "the run's run.finished event", func() bool {
+			page, err := c.ReadEvents(ctx, ReadEventsParams{Stream: "run." + run.RunID, Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range page.Events {
+				if e.Type == workflow.EventRunFinished {
+					return true
+				}
+			}
+			return false
+		})
+		if s, r := events(); s != 1 || r != 1 {
+			t.Fatalf("events: %d step.sla_missed, %d run.sla_missed; want 1 each", s, r)
 		}
 		counted(map[string]int64{"backstop.workflow.steps.sla_missed": 1, "backstop.workflow.runs.sla_missed": 1,
 			"backstop.workflow.steps": 2})
