@@ -172,3 +172,34 @@ func TestLogEventsInProcess(t *testing.T) {
 		}
 	})
 }
+
+// TestLogEventsWorkflowSteps: a workflow's step tasks, enqueued by the
+// run's plans, write their enqueued event once the plan committed, with
+// the run's run_id and plan_hash, and the rest of their events as any task.
+func TestLogEventsWorkflowSteps(t *testing.T) {
+	logs, lp := testlog.NewOTel()
+	forEachStoreClient(t, func() *Config { return &Config{LoggerProvider: lp} }, func(t *testing.T, c *Client) {
+		ctx := context.Background()
+		v := applyYAML(t, c, "name: evwf\nqueue: wf\nsteps:\n  - {id: a, kind: ok}\n  - {id: b, kind: ok, needs: [a]}\n")
+		startWorker(t, c, map[string]Handler{"ok": okHandler()})
+		run, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "evwf", Input: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitRun(t, c, run.RunID, "succeeded")
+		for _, step := range []string{"a", "b"} {
+			id := run.RunID + "." + step
+			testwait.For(t, id+"'s succeeded event", func() bool { return len(logs.EventsOf(id)["backstop.task.succeeded"]) == 1 })
+			got := logs.EventsOf(id)
+			for _, name := range []string{"backstop.task.enqueued", "backstop.task.claimed", "backstop.task.started", "backstop.task.succeeded"} {
+				if len(got[name]) != 1 {
+					t.Errorf("step %s: %d %s events, want 1", step, len(got[name]), name)
+					continue
+				}
+				if a := got[name][0].Attrs; a["run_id"] != run.RunID || a["plan_hash"] != v.PlanHash || a["queue"] != "wf" {
+					t.Errorf("step %s: %s attributes %v", step, name, a)
+				}
+			}
+		}
+	})
+}
