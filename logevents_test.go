@@ -203,3 +203,40 @@ func TestLogEventsWorkflowSteps(t *testing.T) {
 		}
 	})
 }
+
+// TestLogEventsReleasedOnShutdown: an attempt released when its worker
+// stops (the grace ran out) ends with a released event, so every claimed
+// attempt has an end in the log.
+func TestLogEventsReleasedOnShutdown(t *testing.T) {
+	logs, lp := testlog.NewOTel()
+	forEachStoreClient(t, func() *Config { return &Config{LoggerProvider: lp} }, func(t *testing.T, c *Client) {
+		ctx := context.Background()
+		q := "rel" + strings.ReplaceAll(t.Name(), "/", "_")
+		w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{q: 1}, PollInterval: 10 * time.Millisecond, MaintenanceInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("block", HandlerFunc(func(ctx context.Context, _ *Task) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}))
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Enqueue(ctx, EnqueueParams{Queue: q, Kind: "block", Attributes: map[string]string{"plan_hash": "ph-r"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := r.Task.ID
+		testwait.For(t, "the attempt to start", func() bool { return len(logs.EventsOf(id)["backstop.task.started"]) == 1 })
+		stopCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_ = w.Stop(stopCtx)
+		got := logs.EventsOf(id)
+		rel := got["backstop.task.released"]
+		if len(rel) != 1 || rel[0].Attrs["execution_id"] != got["backstop.task.started"][0].Attrs["execution_id"] ||
+			rel[0].Attrs["plan_hash"] != "ph-r" || rel[0].Attrs["outcome"] != "released" {
+			t.Fatalf("released events %v (all: %v)", rel, got)
+		}
+	})
+}

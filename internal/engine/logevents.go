@@ -129,6 +129,9 @@ func (t *Telemetry) eventsOn(ctx context.Context) bool {
 // handler is about to run (ctx carries its span), remote when the claim
 // handing it out is answered.
 func (t *Telemetry) Started(ctx context.Context, tk *Task, span trace.Span) {
+	if !t.eventsOn(ctx) {
+		return
+	}
 	var sc trace.SpanContext
 	if span != nil {
 		sc = span.SpanContext()
@@ -197,6 +200,16 @@ func (t *Telemetry) settledEvent(span trace.Span, tk *Task, started time.Time, s
 		return
 	}
 	t.logEvent(ctx, sc, name, sev, s.FinishedAt, tk, extra...)
+}
+
+// SettledEvent is settledEvent for a settlement counted elsewhere or not
+// at all (an in-process attempt released on shutdown); a zero started is
+// the task's attempted_at.
+func (t *Telemetry) SettledEvent(span trace.Span, tk *Task, started time.Time, s *store.Settlement) {
+	if started.IsZero() {
+		started = attemptStart(tk, s.FinishedAt)
+	}
+	t.settledEvent(span, tk, started, s)
 }
 
 // deadlineEvent writes the dead-letter event of a waiting task whose
