@@ -257,8 +257,8 @@ func (e *Engine) defOf(ctx context.Context) func(string) *workflow.Definition {
 
 // whenSpans records one span per when condition a committed plan
 // evaluated to decide a step — `when <step>` under the run's root, at the
-// plan's time, with the result (true, false, error: status Error) —
-// seed 003's server.when_eval.
+// plan's time, with the result (true, false, error: status Error)
+// (docs/observability.md, "Traces").
 func (t *Telemetry) whenSpans(ctx context.Context, rt *runTrace, p workflow.Plan) {
 	if len(p.When) == 0 {
 		return
