@@ -73,6 +73,11 @@ func TestSLAMissedOnceAtDeadline(t *testing.T) {
 	if !h.last.WakeAt.IsZero() {
 		t.Fatalf("WakeAt %s for a finished run", h.last.WakeAt)
 	}
+	// A wake-up left from before the run ended changes nothing.
+	h.now = frozen.Add(5 * time.Minute)
+	if p := h.advance(); !p.Empty() {
+		t.Fatalf("a wake-up of the finished run at its deadline recorded %v", p.Events)
+	}
 }
 
 // TestSLAMissedBySettlement: without a wake-up, the first plan past a
