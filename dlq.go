@@ -129,8 +129,17 @@ func (c *Client) Replay(ctx context.Context, p ReplayParams) (*ReplayResult, err
 	r, err := c.replay(ctx, p, "", time.Time{})
 	if err != nil || r.Replayed {
 		c.telemetry.Replayed(ctx, err)
+		c.telemetry.ReplayEvents(ctx, p.ID, replayedTask(r), err)
 	}
 	return r, err
+}
+
+// replayedTask is the task a replay made to run (nil: none).
+func replayedTask(r *ReplayResult) *Task {
+	if r == nil {
+		return nil
+	}
+	return r.Task
 }
 
 func (c *Client) replay(ctx context.Context, p ReplayParams, redriveID string, snapshot time.Time) (*ReplayResult, error) {

@@ -257,6 +257,7 @@ func (c *Client) redrivePatched(ctx context.Context, p RedriveParams, f ListPara
 			KeepAttempts: p.KeepAttempts, Delay: p.Delay, RunAt: p.RunAt}, b.RedriveID, b.Snapshot)
 		if err != nil || res.Replayed {
 			c.telemetry.Replayed(ctx, err)
+			c.telemetry.ReplayEvents(ctx, t.ID, replayedTask(res), err)
 		}
 		switch {
 		case err == nil && res.Replayed:

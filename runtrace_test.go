@@ -208,3 +208,55 @@ func TestRunTraceForced(t *testing.T) {
 		}
 	})
 }
+
+// TestRunTraceWhenSpans: each when evaluation that decided a step is a
+// span `when <step>` under the run's root, with its result; an error is
+// status Error.
+func TestRunTraceWhenSpans(t *testing.T) {
+	t.Parallel()
+	tracedClients(t, nil, func(t *testing.T, c *Client, sr *tracetest.SpanRecorder) {
+		applyYAML(t, c, `
+name: whens
+queue: wf
+steps:
+  - {id: a, kind: ok}
+  - {id: yes, kind: ok, needs: [a], when: input.go == true}
+  - {id: no, kind: ok, needs: [a], when: input.go == false}
+  - {id: bad, kind: ok, when: input.nope.x == 1, on_when_error: treat_as_false}
+`)
+		startWorker(t, c, map[string]Handler{"ok": okHandler()})
+		run, err := c.RunWorkflow(context.Background(), RunWorkflowParams{Workflow: "whens", Input: json.RawMessage(`{"go":true}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitRun(t, c, run.RunID, workflow.RunSucceeded)
+		rootSpan(t, sr, run.RunID)
+		want := engine.RunSpanContext(run.RunID)
+		got := map[string]sdktrace.ReadOnlySpan{}
+		for _, s := range sr.Ended() {
+			if strings.HasPrefix(s.Name(), "when ") && spanAttr(s, "run_id") == run.RunID {
+				if got[s.Name()] != nil {
+					t.Errorf("two spans %s", s.Name())
+				}
+				got[s.Name()] = s
+			}
+		}
+		for step, result := range map[string]string{"yes": "true", "no": "false", "bad": "error"} {
+			s := got["when "+step]
+			if s == nil {
+				t.Errorf("no span for %s's when (spans: %v)", step, got)
+				continue
+			}
+			if spanAttr(s, "backstop.when.result") != result || spanAttr(s, "step_id") != step || spanAttr(s, "workflow") != "whens" ||
+				s.Parent().SpanID() != want.SpanID() || s.SpanContext().TraceID() != want.TraceID() {
+				t.Errorf("when %s: result %q parent %v", step, spanAttr(s, "backstop.when.result"), s.Parent())
+			}
+			if (result == "error") != (s.Status().Code == codes.Error) {
+				t.Errorf("when %s: status %v", step, s.Status())
+			}
+		}
+		if len(got) != 3 {
+			t.Errorf("%d when spans, want 3", len(got))
+		}
+	})
+}

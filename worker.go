@@ -303,7 +303,10 @@ func (w *Worker) Run(ctx context.Context, grace time.Duration) error {
 func (w *Worker) releaseRunning() {
 	now := w.c.now()
 	w.mu.Lock()
-	var rel []store.Settlement
+	var (
+		rel []store.Settlement
+		as  []*attempt
+	)
 	for id, a := range w.running {
 		a.mu.Lock()
 		a.released = true
@@ -315,6 +318,7 @@ func (w *Worker) releaseRunning() {
 			Error: "released on shutdown (not charged)", FinishedAt: now,
 			State: bt.StatePending, RunAt: now, Uncharged: true, Progress: prog,
 		})
+		as = append(as, a)
 	}
 	w.mu.Unlock()
 	if len(rel) == 0 {
@@ -322,10 +326,18 @@ func (w *Worker) releaseRunning() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := w.c.e.Settle(ctx, rel); err != nil {
+	oks, err := w.c.e.Settle(ctx, rel)
+	if err != nil {
 		w.log.Error("release on shutdown failed; leases will expire instead", "error", err, "tasks", len(rel))
-	} else {
-		w.log.Info("released running tasks on shutdown", "tasks", len(rel))
+		return
+	}
+	w.log.Info("released running tasks on shutdown", "tasks", len(rel))
+	for i, a := range as {
+		if i < len(oks) && oks[i] {
+			// The attempt's span and start are its goroutine's: the
+			// event takes the start from the task, and no span.
+			w.c.telemetry.SettledEvent(nil, a.task, time.Time{}, &rel[i])
+		}
 	}
 }
 
@@ -444,6 +456,7 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 	}
 	ctx, a.span = w.c.telemetry.StartProcess(ctx, t)
 	a.started = w.c.now()
+	w.c.telemetry.Started(ctx, t, a.span)
 	a.ctx = attemptCtx{Context: ctx, a: a} // context.WithValue(ctx, attemptKey{}, a), allocated with a (handler.go)
 	ctx = &a.ctx
 	if t.Timeout > 0 {

@@ -22,6 +22,8 @@ func TestAlertRulesPassPromtool(t *testing.T) {
 	for _, args := range [][]string{
 		{"check", "rules", "prometheus/alerts.yml"},
 		{"test", "rules", "prometheus/alerts_test.yml"},
+		{"check", "rules", "prometheus/log-events.yml"},
+		{"test", "rules", "prometheus/log-events_test.yml"},
 	} {
 		out, err := exec.Command(pt, args...).CombinedOutput()
 		if err != nil {
@@ -47,7 +49,14 @@ type ruleFile struct {
 
 func readRules(t *testing.T) ruleFile {
 	t.Helper()
-	b, err := os.ReadFile("prometheus/alerts.yml")
+	return readRuleFile(t, "prometheus/alerts.yml")
+}
+
+// readRuleFile reads a rule file (alerts.yml; log-events.yml, the rules on
+// the Collector's counts of the log events).
+func readRuleFile(t *testing.T, path string) ruleFile {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,10 +163,11 @@ func TestAlertAnnotations(t *testing.T) {
 		"BackstopWorkerHeartbeatLost", "BackstopQueueWaitSLO", "BackstopOrderingTimeoutRatioHigh",
 		"BackstopOrderingCircuitBreakerFrequent", "BackstopOrderingBacklogGrowing", "BackstopDLQOldestOpenAge",
 		"BackstopDLQPurgeBelowFloor", "BackstopWorkflowRunsHalted", "BackstopWorkflowCompensationFailed",
-		"BackstopScheduleNotEnqueuing",
+		"BackstopScheduleNotEnqueuing", "BackstopAttemptsStuckLogEvents", "BackstopWorkflowRunSLAMissed", "BackstopWorkflowStepSLAMissed",
 		"BackstopRelayLagging", "BackstopSinkLagging", "BackstopSinkUndeliverable"}
 	var got []string
-	for _, g := range readRules(t).Groups {
+	logRules := readRuleFile(t, "prometheus/log-events.yml")
+	for _, g := range append(readRules(t).Groups, logRules.Groups...) {
 		for _, r := range g.Rules {
 			got = append(got, r.Alert)
 			a := r.Annotations
@@ -214,7 +224,17 @@ func TestCollectorPipelines(t *testing.T) {
 		Processors map[string]any `yaml:"processors"`
 		Exporters  map[string]any `yaml:"exporters"`
 		Extensions map[string]any `yaml:"extensions"`
-		Service    struct {
+		Connectors map[string]struct {
+			Logs map[string]struct {
+				Description string   `yaml:"description"`
+				Conditions  []string `yaml:"conditions"`
+				Attributes  []struct {
+					Key          string `yaml:"key"`
+					DefaultValue string `yaml:"default_value"`
+				} `yaml:"attributes"`
+			} `yaml:"logs"`
+		} `yaml:"connectors"`
+		Service struct {
 			Extensions []string `yaml:"extensions"`
 			Pipelines  map[string]struct {
 				Receivers  []string `yaml:"receivers"`
@@ -242,17 +262,63 @@ func TestCollectorPipelines(t *testing.T) {
 		if !slices.Contains(p.Receivers, "otlp") {
 			t.Errorf("%s pipeline does not receive OTLP: %v", signal, p.Receivers)
 		}
+	}
+	for name, p := range c.Service.Pipelines {
 		if len(p.Exporters) == 0 {
-			t.Errorf("%s pipeline exports nowhere", signal)
+			t.Errorf("%s pipeline exports nowhere", name)
 		}
 		for kind, names := range map[string][]string{"receiver": p.Receivers, "processor": p.Processors, "exporter": p.Exporters} {
 			defined := map[string]map[string]any{"receiver": c.Receivers, "processor": c.Processors, "exporter": c.Exporters}[kind]
 			for _, n := range names {
-				if _, ok := defined[n]; !ok {
-					t.Errorf("%s pipeline: %s %q is not defined", signal, kind, n)
+				_, ok := defined[n]
+				if _, conn := c.Connectors[n]; conn && kind != "processor" {
+					ok = true
+				}
+				if !ok {
+					t.Errorf("%s pipeline: %s %q is not defined", name, kind, n)
 				}
 			}
 		}
+	}
+	// The count connector counts the log events Backstop writes, by their
+	// names and attributes (internal/engine/logevents.go), into the
+	// counters log-events.yml reads.
+	events, err := os.ReadFile("../internal/engine/logevents.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := os.ReadFile("prometheus/log-events.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := 0
+	nameRe := regexp.MustCompile(`"(backstop\.[a-z_.]+)"`)
+	for cname, conn := range c.Connectors {
+		for metric, m := range conn.Logs {
+			counted++
+			if len(m.Conditions) == 0 {
+				t.Errorf("connector %s: %s counts every record", cname, metric)
+			}
+			for _, cond := range m.Conditions {
+				for _, ev := range nameRe.FindAllStringSubmatch(cond, -1) {
+					if !strings.Contains(string(events), `"`+ev[1]+`"`) {
+						t.Errorf("connector %s: %s: condition %q names an event Backstop does not write", cname, metric, cond)
+					}
+				}
+			}
+			for _, a := range m.Attributes {
+				if !slices.Contains([]string{"queue", "kind", "reason", "outcome"}, a.Key) {
+					t.Errorf("connector %s: %s groups by %q, not an attribute of the events", cname, metric, a.Key)
+				}
+			}
+			prom := strings.ReplaceAll(metric, ".", "_") + "_total"
+			if metric != "backstop.log.dead_letters" && !strings.Contains(string(rules), prom) {
+				t.Errorf("connector %s: %s (%s) is used by no rule of log-events.yml", cname, metric, prom)
+			}
+		}
+	}
+	if counted == 0 {
+		t.Error("no count connector for the log events")
 	}
 }
 

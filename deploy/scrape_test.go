@@ -204,6 +204,11 @@ func runWorkload(t testing.TB) (string, error) {
 	if err := w.Stop(ctx); err != nil {
 		return "", err
 	}
+	// A workflow run past its SLA and its step's, noticed by the run
+	// wake-ups service while the step waits (no worker runs now).
+	if err := slaMissedRun(ctx, t, c); err != nil {
+		return "", err
+	}
 	// A running attempt and a pending task for the lease and pending-age
 	// gauges, read by the store gauges (one query, then cached).
 	if _, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "q", Kind: "ok"}); err != nil {
@@ -308,6 +313,39 @@ func workflowRuns(ctx context.Context, t testing.TB, c *backstop.Client) error {
 			return r.State == st
 		})
 	}
+	return nil
+}
+
+// slaMissedRun starts a run whose SLA and first step's are 1ms and runs
+// the run wake-ups service until it recorded both misses
+// (backstop_workflow_{runs,steps}_sla_missed_total).
+func slaMissedRun(ctx context.Context, t testing.TB, c *backstop.Client) error {
+	def, err := workflow.Parse([]byte("name: wf_sla\nqueue: q\nsla: 1ms\nsteps:\n  - {id: a, kind: ok, sla: 1ms}\n"))
+	if err != nil {
+		return err
+	}
+	if _, _, err := c.ApplyWorkflow(ctx, def); err != nil {
+		return err
+	}
+	r, err := c.RunWorkflow(ctx, backstop.RunWorkflowParams{Workflow: "wf_sla", Input: []byte(`{}`)})
+	if err != nil {
+		return err
+	}
+	wakeups := maintenance.NewRunWakeups(c.Engine(), time.Second)
+	testwait.For(t, "run wf_sla to miss its SLAs", func() bool {
+		if err := wakeups.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		page, err := c.ReadEvents(ctx, backstop.ReadEventsParams{Stream: "run." + r.RunID, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, e := range page.Events {
+			seen[e.Type] = true
+		}
+		return seen[workflow.EventRunSLAMissed] && seen[workflow.EventStepSLAMissed]
+	})
 	return nil
 }
 

@@ -31,6 +31,9 @@ func (b *Builder) Queue(q string) *Builder { b.d.Queue = q; return b }
 // Rollback sets what a halted run does (Manual or OnFail).
 func (b *Builder) Rollback(r Rollback) *Builder { b.d.Rollback = r; return b }
 
+// SLA sets how long a run may take (Definition.SLA).
+func (b *Builder) SLA(d time.Duration) *Builder { b.d.SLA = bt.Duration(d); return b }
+
 // Step adds a step running tasks of kind.
 func (b *Builder) Step(id, kind string) *StepBuilder {
 	b.d.Steps = append(b.d.Steps, Step{ID: id, Kind: kind})
@@ -110,6 +113,12 @@ func (s *StepBuilder) Concurrency(n int) *StepBuilder { s.step().Concurrency = n
 // items may start (with a Concurrency).
 func (s *StepBuilder) Budget(d time.Duration) *StepBuilder {
 	s.step().Budget = bt.Duration(d)
+	return s
+}
+
+// SLA sets how long the step may take (Step.SLA).
+func (s *StepBuilder) SLA(d time.Duration) *StepBuilder {
+	s.step().SLA = bt.Duration(d)
 	return s
 }
 

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -89,7 +90,11 @@ type Definition struct {
 	Queue string `json:"queue,omitempty"`
 	// Rollback: Manual (default) or OnFail.
 	Rollback Rollback `json:"rollback,omitempty"`
-	Steps    []Step   `json:"steps"`
+	// SLA is how long a run may take, from its start to its end: a run
+	// still running past it, or ending after it, is a missed SLA (a
+	// run.sla_missed event, once, at the deadline). 0: none.
+	SLA   bt.Duration `json:"sla,omitempty"`
+	Steps []Step      `json:"steps"`
 
 	// prog holds the compiled expressions once Validate succeeded.
 	prog *compiled
@@ -136,6 +141,11 @@ type Step struct {
 	// on_failure. 0: no bound.
 	Budget   bt.Duration `json:"budget,omitempty"`
 	Priority int         `json:"priority,omitempty"`
+	// SLA is how long the step may take from its start (its task
+	// enqueued; a for_each step: its earliest unfinished item's) to its
+	// end, retries included: a step still unfinished past it, or ending
+	// after it, is a missed SLA (a step.sla_missed event, once). 0: none.
+	SLA bt.Duration `json:"sla,omitempty"`
 }
 
 // Retry is a step's retry policy: how many attempts, and the delays
@@ -173,8 +183,8 @@ func defErr(step, field, format string, args ...any) *DefinitionError {
 
 // Known keys, for Parse's refusal of unknown ones.
 var (
-	defKeys   = []string{"name", "queue", "rollback", "steps"}
-	stepKeys  = []string{"id", "kind", "queue", "needs", "compensate", "compensation", "on_failure", "retry", "timeout", "for_each", "when", "on_when_error", "concurrency", "budget", "priority"}
+	defKeys   = []string{"name", "queue", "rollback", "sla", "steps"}
+	stepKeys  = []string{"id", "kind", "queue", "needs", "compensate", "compensation", "on_failure", "retry", "timeout", "for_each", "when", "on_when_error", "concurrency", "budget", "priority", "sla"}
 	retryKeys = []string{"max_attempts", "schedule"}
 )
 
@@ -196,6 +206,7 @@ func Parse(data []byte) (*Definition, error) {
 		Name     string            `json:"name"`
 		Queue    string            `json:"queue"`
 		Rollback Rollback          `json:"rollback"`
+		SLA      bt.Duration       `json:"sla"`
 		Steps    []json.RawMessage `json:"steps"`
 	}
 	m := maps.Clone(doc.(map[string]any)) // checkKeys made sure
@@ -214,7 +225,7 @@ func Parse(data []byte) (*Definition, error) {
 	if err := decodeStrict(m, &top); err != nil {
 		return nil, typeError(err, "")
 	}
-	d := Definition{Name: top.Name, Queue: top.Queue, Rollback: top.Rollback}
+	d := Definition{Name: top.Name, Queue: top.Queue, Rollback: top.Rollback, SLA: top.SLA}
 	for i, raw := range top.Steps {
 		var s Step
 		if err := decodeStrict(raw, &s); err != nil {
@@ -280,6 +291,9 @@ func checkKeys(doc any) error {
 	if err := unknownKey(m, defKeys, ""); err != nil {
 		return err
 	}
+	if err := checkSLA("", m["sla"], "5m"); err != nil {
+		return err
+	}
 	steps, ok := m["steps"].([]any)
 	if !ok {
 		return nil // type errors are reported by the decoder
@@ -299,6 +313,9 @@ func checkKeys(doc any) error {
 		if isNumber(sm["budget"]) {
 			return defErr(id, "budget", "write a duration with its unit, like \"10m\"")
 		}
+		if err := checkSLA(id, sm["sla"], "30s"); err != nil {
+			return err
+		}
 		if r, ok := sm["retry"].(map[string]any); ok {
 			if err := unknownKey(r, retryKeys, id); err != nil {
 				err.Field = "retry: " + err.Field
@@ -308,6 +325,23 @@ func checkKeys(doc any) error {
 				return defErr(id, "retry", "write each schedule entry as a duration with its unit, like \"5s\"")
 			}
 		}
+	}
+	return nil
+}
+
+// checkSLA refuses an sla that is not a duration with its unit, naming
+// the field (and the step).
+func checkSLA(step string, v any, example string) error {
+	if v == nil {
+		return nil
+	}
+	str, ok := v.(string)
+	if !ok {
+		return defErr(step, "sla", "write a duration with its unit, like %q", example)
+	}
+	var d bt.Duration
+	if err := json.Unmarshal([]byte(strconv.Quote(str)), &d); err != nil {
+		return defErr(step, "sla", "%q is not a duration: write it with its unit, like %q", str, example)
 	}
 	return nil
 }
@@ -342,7 +376,7 @@ func unknownKey(m map[string]any, known []string, step string) *DefinitionError 
 // in a fixed order: two definitions that mean the same have the same
 // canonical form. Parse reads it back.
 func (d *Definition) Canonical() []byte {
-	c := Definition{Name: d.Name, Queue: d.Queue, Rollback: d.Rollback}
+	c := Definition{Name: d.Name, Queue: d.Queue, Rollback: d.Rollback, SLA: d.SLA}
 	if c.Queue == "" {
 		c.Queue = "default"
 	}
@@ -419,6 +453,15 @@ func (d *Definition) queueOf(s *Step) string {
 		return d.Queue
 	}
 	return "default"
+}
+
+// QueueOf is the queue of the step with that id (the run's default queue
+// for "" or an unknown id).
+func (d *Definition) QueueOf(stepID string) string {
+	if s := d.Step(stepID); s != nil {
+		return d.queueOf(s)
+	}
+	return d.queueOf(&Step{})
 }
 
 // NewRunID returns a new run id: a UUIDv7 (so runs sort by start). It is

@@ -288,6 +288,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("name: w\nsteps:\n- {id: a, kind: k, retry: {max_attempts: 2, schedule: [1s]}, timeout: 1m, priority: -3}\n"))
 	f.Add([]byte("name: w\nsteps:\n- {id: a, kind: k, when: input.go, on_when_error: treat_as_false}\n- {id: b, kind: k, for_each: input.xs, concurrency: 2, budget: 90s}\n"))
 	f.Add([]byte("name: w\nsteps:\n- {id: a, kind: k, when: input.go, on_when_error: fail}\n- {id: b, kind: k, for_each: input.xs, concurrency: 0, budget: 0s}\n"))
+	f.Add([]byte("name: w\nsla: 5m\nsteps:\n- {id: a, kind: k, sla: 30s}\n"))
+	f.Add([]byte("name: w\nsla: 0s\nsteps:\n- {id: a, kind: k, sla: 1h30m}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := Parse(data)
 		if err != nil {

@@ -109,6 +109,13 @@ const (
 	EventRunFinished     = "run.finished"
 	EventRunResumed      = "run.resumed"
 	EventRunCanceled     = "run.canceled"
+	// EventRunSLAMissed: the run was still running at its SLA's deadline
+	// (or ended after it): once per run. Body: sla, deadline, state.
+	EventRunSLAMissed = "run.sla_missed"
+	// EventStepSLAMissed: a step was unfinished at its SLA's deadline (or
+	// ended after it): once per step start. Body: sla, deadline,
+	// started_at.
+	EventStepSLAMissed = "step.sla_missed"
 )
 
 // CanceledError is a canceled run's Error: a run compensating with this
@@ -473,6 +480,9 @@ type engine struct {
 	// refuseFanOut: a fan-out past the bound is Start's error (the run is
 	// refused), not a failed step.
 	refuseFanOut bool
+
+	// sla: what the SLA checks need from before this plan (sla.go).
+	sla slaBefore
 }
 
 func newEngine(def *Definition, prog *compiled, run store.RunRecord, steps []store.StepRecord, now time.Time) *engine {
@@ -493,6 +503,7 @@ func newEngine(def *Definition, prog *compiled, run store.RunRecord, steps []sto
 		r := r
 		e.index(&r)
 	}
+	e.sla = e.slaBefore()
 	return e
 }
 
@@ -548,6 +559,7 @@ func (e *engine) rowsOf(step string) []*store.StepRecord {
 }
 
 func (e *engine) result() Plan {
+	e.slaMissed()
 	p := e.plan
 	for _, k := range e.touched {
 		p.Steps = append(p.Steps, *e.rows[k])
@@ -556,7 +568,7 @@ func (e *engine) result() Plan {
 		e.run.UpdatedAt = e.now
 	}
 	p.Run = e.run
-	p.WakeAt = e.wakeAt()
+	p.WakeAt = earliest(e.wakeAt(), e.slaWakeAt())
 	return p
 }
 

@@ -76,7 +76,7 @@ func ValidRunID(s string) error {
 // bool for when, a list for for_each), a bad retry, timeout or priority,
 // a bad on_when_error or one without a when, a concurrency or budget that
 // is negative or on a step without for_each, a budget without a
-// concurrency.
+// concurrency, a negative sla (the run's or a step's).
 //
 // Validate writes the compiled expressions into d: do not call it while
 // another goroutine uses d (Parse and Build return validated definitions,
@@ -93,6 +93,9 @@ func (d *Definition) Validate() error {
 	case "", Manual, OnFail:
 	default:
 		return defErr("", "rollback", "%q must be %q or %q", d.Rollback, Manual, OnFail)
+	}
+	if d.SLA < 0 {
+		return defErr("", "sla", "%s is negative (leave it out for no SLA)", d.SLA)
 	}
 	if len(d.Steps) == 0 {
 		return defErr("", "steps", "a workflow needs at least one step")
@@ -262,6 +265,9 @@ func (s *Step) checkLoop() error {
 		return defErr(s.ID, "budget", "only a for_each step has items to start within a budget")
 	case s.Budget > 0 && s.Concurrency == 0:
 		return defErr(s.ID, "budget", "needs a concurrency: without one every item starts with the step, and the budget would never fail one")
+	}
+	if s.SLA < 0 {
+		return defErr(s.ID, "sla", "%s is negative (leave it out for no SLA)", s.SLA)
 	}
 	return nil
 }

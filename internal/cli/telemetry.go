@@ -81,6 +81,9 @@ func (a *app) traced(ctx context.Context, cfg *backstop.Config) (*backstop.Confi
 		return nil, nil, usageErr("telemetry: %v", err)
 	}
 	cfg.TracerProvider = t.TracerProvider
+	if t.LoggerProvider != nil {
+		cfg.LoggerProvider = t.LoggerProvider
+	}
 	return cfg, func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -95,6 +98,9 @@ func withTelemetry(lib *backstop.Config, t *telemetry.Telemetry) {
 		lib.MeterProvider = t.MeterProvider
 	}
 	lib.TracerProvider = t.TracerProvider
+	if t.LoggerProvider != nil {
+		lib.LoggerProvider = t.LoggerProvider
+	}
 }
 
 // serveMetrics serves t's /metrics on addr until ctx ends.

@@ -34,6 +34,7 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (tasks []*Task, bad m
 	if err != nil {
 		return nil, nil, err
 	}
+	e.Telemetry.claimedEvents(ctx, tasks, p.WorkerID, e.Now())
 	e.attachOrdering(ctx, p.Queue, tasks) // ordering.go
 	return tasks, e.stepInputs(ctx, tasks), nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	otellog "go.opentelemetry.io/otel/log"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -49,6 +50,11 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 	// TracerProvider records the library's spans. Default: otel's global.
 	TracerProvider trace.TracerProvider
+	// LoggerProvider receives the library's OpenTelemetry log events
+	// (enqueued, claimed, started, succeeded, retry scheduled, dead
+	// letter, replays: docs/observability.md). Default: otel's global,
+	// a no-op until an application installs one.
+	LoggerProvider otellog.LoggerProvider
 	// Retention says how long finished work is kept; the maintenance
 	// leader deletes what is older.
 	Retention RetentionConfig

@@ -62,7 +62,7 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{store: s, cfg: c, orderingByQueue: newQueueOrderingStats(c)}
-	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider, e.orderingByQueue)
+	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider, c.LoggerProvider, e.orderingByQueue)
 	if err != nil {
 		return nil, fmt.Errorf("backstop: telemetry: %w", err)
 	}

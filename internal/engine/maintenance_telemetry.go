@@ -40,6 +40,7 @@ func (e *Engine) DeadlinesSettled(ctx context.Context, tasks []*Task, ss []store
 	for i := range ss {
 		if i < len(oks) && oks[i] {
 			e.Telemetry.DeadLettered(ctx, tasks[i], string(ss[i].DeadReason))
+			e.Telemetry.deadlineEvent(ctx, tasks[i], &ss[i])
 		}
 	}
 }

@@ -66,12 +66,14 @@ func (e *Engine) RememberClaims(ctx context.Context, ts []*Task, lease time.Dura
 	}
 	for _, t := range ts {
 		if len(r.m) >= remoteAttemptsMax {
-			return
+			e.Telemetry.Started(ctx, t, nil)
+			continue
 		}
 		slim := &Task{ID: t.ID, Queue: t.Queue, Kind: t.Kind, Attempt: t.Attempt, ExecutionID: t.ExecutionID,
 			Attributes: t.Attributes, AttemptedAt: t.AttemptedAt, TraceParent: t.TraceParent, MaxAttempts: t.MaxAttempts}
 		ra := &remoteAttempt{task: slim, until: now.Add(lease)}
 		_, ra.span = e.Telemetry.StartProcess(ctx, slim, trace.WithTimestamp(attemptStart(t, now)))
+		e.Telemetry.Started(ctx, t, ra.span)
 		r.m[t.ExecutionID] = ra
 	}
 }
@@ -145,6 +147,9 @@ func (e *Engine) RemoteSettled(ctx context.Context, t *Task, s *store.Settlement
 		sc = span.SpanContext()
 	}
 	if s.Outcome == bt.OutcomeReleased { // not an attempt that counts (as in-process)
+		if t != nil {
+			e.Telemetry.settledEvent(span, t, start, s)
+		}
 		e.Telemetry.Released(span)
 		return sc, t
 	}

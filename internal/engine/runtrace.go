@@ -191,6 +191,9 @@ func (t *Telemetry) runsTraced(ctx context.Context, rt *runTrace, plans []workfl
 	}
 	rt.dispatch = nil
 	for _, p := range plans {
+		t.whenSpans(ctx, rt, p)
+	}
+	for _, p := range plans {
 		state, stopped := stoppedState(p)
 		if !stopped {
 			continue
@@ -249,5 +252,38 @@ func (e *Engine) defOf(ctx context.Context) func(string) *workflow.Definition {
 			return nil
 		}
 		return def
+	}
+}
+
+// whenSpans records one span per when condition a committed plan
+// evaluated to decide a step — `when <step>` under the run's root, at the
+// plan's time, with the result (true, false, error: status Error)
+// (docs/observability.md, "Traces").
+func (t *Telemetry) whenSpans(ctx context.Context, rt *runTrace, p workflow.Plan) {
+	if len(p.When) == 0 {
+		return
+	}
+	run := p.Run
+	forced := traceForced(ctx) || rt.sampled[run.RunID]
+	parent := t.runParent(ctx, run, forced)
+	if !parent.IsValid() {
+		return
+	}
+	pctx := trace.ContextWithRemoteSpanContext(context.WithoutCancel(ctx), parent)
+	at := run.UpdatedAt
+	for _, ev := range p.When {
+		attrs := []attribute.KeyValue{attribute.String("run_id", run.RunID), attribute.String("workflow", run.Workflow),
+			attribute.String("plan_hash", run.PlanHash), attribute.String("step_id", ev.Step),
+			attribute.String("backstop.when.result", ev.Result)}
+		if forced {
+			attrs = append(attrs, attribute.Bool(ForceAttribute, true))
+		}
+		_, span := t.tracer.Start(pctx, "when "+ev.Step, trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithAttributes(attrs...), trace.WithTimestamp(at))
+		if ev.Result == "error" {
+			span.SetAttributes(attribute.String("error.type", "when_error"))
+			span.SetStatus(codes.Error, "the step's when could not be evaluated")
+		}
+		span.End(trace.WithTimestamp(at))
 	}
 }

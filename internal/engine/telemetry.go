@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	otellog "go.opentelemetry.io/otel/log"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -57,6 +58,9 @@ type Telemetry struct {
 	workflows *workflowTelemetry // workflows_telemetry.go
 	// scheduleTicks: schedule_telemetry.go
 	scheduleTicks metric.Int64Counter
+
+	// events writes the log events (logevents.go).
+	events otellog.Logger
 
 	// tracesOff: the tracer provider is a no-op one; span work is skipped.
 	tracesOff bool
@@ -126,7 +130,7 @@ func (t *Telemetry) qk(q, k string) attrOpts {
 
 var attrSystem = attribute.String("messaging.system", "backstop")
 
-func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, orderingByQueue map[string]*OrderingStats) (*Telemetry, error) {
+func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, lp otellog.LoggerProvider, orderingByQueue map[string]*OrderingStats) (*Telemetry, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -135,7 +139,8 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, orderingByQu
 	}
 	m := mp.Meter(instrumentationName)
 	_, off := tp.(noop.TracerProvider)
-	t := &Telemetry{tracer: tp.Tracer(instrumentationName), prop: propagation.TraceContext{}, tracesOff: off}
+	t := &Telemetry{tracer: tp.Tracer(instrumentationName), prop: propagation.TraceContext{}, tracesOff: off,
+		events: eventsLogger(lp)}
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -342,9 +347,17 @@ func (t *Telemetry) EndSend(ctx context.Context, spans []trace.Span, rs []Enqueu
 			return attribute.NewSet(attrSystem, attribute.String("messaging.destination.name", q), attribute.String("messaging.operation.name", "send"))
 		}).add...)
 	}
-	for _, r := range rs {
+	events := t.eventsOn(ctx)
+	for i, r := range rs {
 		if r.Task == nil || r.Duplicate {
 			continue
+		}
+		if events {
+			var sc trace.SpanContext
+			if i < len(spans) {
+				sc = spans[i].SpanContext()
+			}
+			t.enqueuedEvent(ctx, sc, r.Task, r.Merged)
 		}
 		enq.add(enqKey{r.Task.Queue, r.Task.Kind, r.Merged}, addEnq)
 		sent.add(r.Task.Queue, addSent)
@@ -426,6 +439,7 @@ func (t *Telemetry) SettledUncounted(span trace.Span, tk *Task, started time.Tim
 	case !s.Uncharged && (s.State == bt.StateScheduled || s.State == bt.StatePending) && s.Outcome != bt.OutcomeSucceeded:
 		t.retries.Add(ctx, 1, t.qk(q, k).add...)
 	}
+	t.settledEvent(span, tk, started, s)
 	if span == nil {
 		return
 	}

@@ -19,7 +19,7 @@ import (
 // of labels in the batch.
 func TestTelemetryBatchCountsPerLabelRun(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
-	tel, err := newTelemetry(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), noop.NewTracerProvider(), nil)
+	tel, err := newTelemetry(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), noop.NewTracerProvider(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

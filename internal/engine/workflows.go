@@ -363,6 +363,7 @@ func (e *Engine) addPlan(ctx context.Context, w *planWriter, plan workflow.Plan,
 			return &planError{runID: plan.Run.RunID, err: err}
 		}
 		w.params, w.tasks = append(w.params, params...), append(w.tasks, tasks...)
+		eff.enqueued = append(eff.enqueued, tasks...)
 	}
 	eff.plans = append(eff.plans, plan)
 	if insert {
@@ -509,6 +510,8 @@ type RunEffects struct {
 	finished  map[string]time.Time
 	durations []stepDuration
 	trace     runTrace // runtrace.go
+	// enqueued: the step tasks the plans enqueued (their log events).
+	enqueued []*Task
 }
 
 type stepDuration struct {
@@ -521,6 +524,7 @@ type stepDuration struct {
 // (workflows_telemetry.go).
 func (e *Engine) AfterRuns(ctx context.Context, eff *RunEffects) {
 	e.Telemetry.WorkflowPlans(ctx, eff.plans, eff.durations, e.defOf(ctx))
+	e.Telemetry.stepsEnqueuedEvents(ctx, &eff.trace, eff.enqueued)
 	e.Telemetry.runsTraced(ctx, &eff.trace, eff.plans)
 	for _, id := range eff.cancels {
 		if _, err := e.store.RequestCancel(context.WithoutCancel(ctx), id, e.Now()); err != nil && !errors.Is(err, store.ErrConflict) {

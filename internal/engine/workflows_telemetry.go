@@ -15,19 +15,21 @@ import (
 // Workflow metrics (docs/observability.md), counted from the plans a
 // committed transaction applied, so a rolled-back plan is never counted.
 type workflowTelemetry struct {
-	started       metric.Int64Counter     // {workflow}
-	finished      metric.Int64Counter     // {workflow, state}
-	steps         metric.Int64Counter     // {workflow, step, outcome}
-	fanOut        metric.Int64Counter     // {workflow, step}
-	compensations metric.Int64Counter     // {workflow, result}
-	stepDuration  metric.Float64Histogram // {workflow, step}
-	whenErrors    metric.Int64Counter     // {workflow, step}
-	called        metric.Int64Counter     // {workflow, step}
-	parked        metric.Int64Counter     // {workflow, step, reason}
-	when          metric.Int64Counter     // {workflow, step, result}
-	routes        metric.Int64Counter     // {workflow, step, result}
-	items         metric.Int64Counter     // {workflow, step, outcome}
-	runDuration   metric.Float64Histogram // {workflow, state}
+	started        metric.Int64Counter     // {workflow}
+	finished       metric.Int64Counter     // {workflow, state}
+	steps          metric.Int64Counter     // {workflow, step, outcome}
+	fanOut         metric.Int64Counter     // {workflow, step}
+	compensations  metric.Int64Counter     // {workflow, result}
+	stepDuration   metric.Float64Histogram // {workflow, step}
+	whenErrors     metric.Int64Counter     // {workflow, step}
+	called         metric.Int64Counter     // {workflow, step}
+	parked         metric.Int64Counter     // {workflow, step, reason}
+	when           metric.Int64Counter     // {workflow, step, result}
+	routes         metric.Int64Counter     // {workflow, step, result}
+	items          metric.Int64Counter     // {workflow, step, outcome}
+	runDuration    metric.Float64Histogram // {workflow, state}
+	runsSLAMissed  metric.Int64Counter     // {workflow, queue}
+	stepsSLAMissed metric.Int64Counter     // {workflow, step, queue}
 }
 
 func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
@@ -46,19 +48,21 @@ func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
 		metric.WithExplicitBucketBoundaries(runBuckets...))
 	errs = append(errs, err)
 	return &workflowTelemetry{
-		stepDuration:  dur,
-		runDuration:   runDur,
-		called:        counter("backstop.workflow.steps.called", "{task}", "Workflow step tasks enqueued (steps, fan-out items, route targets, compensations), by workflow and step."),
-		parked:        counter("backstop.workflow.steps.parked", "{step}", "Workflow steps that had to wait before they could start, by workflow, step and reason (needs: waiting on the steps they need when their run started; concurrency: a for_each item held back by its step's concurrency)."),
-		when:          counter("backstop.workflow.when.evaluations", "{evaluation}", "Evaluations of steps' when conditions, by workflow, step and result (true, false, error)."),
-		routes:        counter("backstop.workflow.routes", "{route}", "Routes decided, by workflow, the step whose failures route and result (taken: its failure was routed to the target; not_taken: it did not fail, the target was skipped)."),
-		items:         counter("backstop.workflow.fanout.items.finished", "{item}", "Items of for_each steps that finished, by workflow, step and outcome (succeeded, failed, skipped, canceled)."),
-		started:       counter("backstop.workflow.runs.started", "{run}", "Workflow runs started, by workflow."),
-		finished:      counter("backstop.workflow.runs.finished", "{run}", "Workflow runs that reached a state where they stop (succeeded, partial, failed, compensated, compensation_failed, canceled), by workflow and state."),
-		steps:         counter("backstop.workflow.steps", "{step}", "Workflow steps that finished, by workflow, step and outcome (succeeded, failed, skipped, canceled)."),
-		fanOut:        counter("backstop.workflow.fanout.items", "{item}", "Tasks enqueued for the items of for_each steps, by workflow and step."),
-		compensations: counter("backstop.workflow.compensations", "{step}", "Compensations that finished, by workflow and result (succeeded, failed)."),
-		whenErrors:    counter("backstop.workflow.when.errors", "{step}", "Steps skipped because their when could not be evaluated (on_when_error: treat_as_false), by workflow and step."),
+		stepDuration:   dur,
+		runDuration:    runDur,
+		called:         counter("backstop.workflow.steps.called", "{task}", "Workflow step tasks enqueued (steps, fan-out items, route targets, compensations), by workflow and step."),
+		parked:         counter("backstop.workflow.steps.parked", "{step}", "Workflow steps that had to wait before they could start, by workflow, step and reason (needs: waiting on the steps they need when their run started; concurrency: a for_each item held back by its step's concurrency)."),
+		when:           counter("backstop.workflow.when.evaluations", "{evaluation}", "Evaluations of steps' when conditions, by workflow, step and result (true, false, error)."),
+		routes:         counter("backstop.workflow.routes", "{route}", "Routes decided, by workflow, the step whose failures route and result (taken: its failure was routed to the target; not_taken: it did not fail, the target was skipped)."),
+		items:          counter("backstop.workflow.fanout.items.finished", "{item}", "Items of for_each steps that finished, by workflow, step and outcome (succeeded, failed, skipped, canceled)."),
+		started:        counter("backstop.workflow.runs.started", "{run}", "Workflow runs started, by workflow."),
+		finished:       counter("backstop.workflow.runs.finished", "{run}", "Workflow runs that reached a state where they stop (succeeded, partial, failed, compensated, compensation_failed, canceled), by workflow and state."),
+		steps:          counter("backstop.workflow.steps", "{step}", "Workflow steps that finished, by workflow, step and outcome (succeeded, failed, skipped, canceled)."),
+		fanOut:         counter("backstop.workflow.fanout.items", "{item}", "Tasks enqueued for the items of for_each steps, by workflow and step."),
+		compensations:  counter("backstop.workflow.compensations", "{step}", "Compensations that finished, by workflow and result (succeeded, failed)."),
+		runsSLAMissed:  counter("backstop.workflow.runs.sla_missed", "{run}", "Workflow runs that missed their SLA (still running at its deadline, or ended after it), once each, by workflow and queue (the workflow's)."),
+		stepsSLAMissed: counter("backstop.workflow.steps.sla_missed", "{step}", "Workflow steps that missed their SLA (unfinished at its deadline, or ended after it), once per step start, by workflow, step and queue (the step's)."),
+		whenErrors:     counter("backstop.workflow.when.errors", "{step}", "Steps skipped because their when could not be evaluated (on_when_error: treat_as_false), by workflow and step."),
 	}, errs
 }
 
@@ -84,12 +88,25 @@ func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, du
 	}
 	for _, p := range plans {
 		wf := attribute.String("workflow", p.Run.Workflow)
+		// queueOf is a step's queue ("": the run's), from the run's
+		// definition ("" when it cannot be read).
+		queueOf := func(step string) attribute.KeyValue {
+			q := ""
+			if def := defOf(p.Run.PlanHash); def != nil {
+				q = def.QueueOf(step)
+			}
+			return attribute.String("queue", q)
+		}
 		for _, e := range p.Events {
 			switch {
 			case e.Type == "run.started":
 				w.started.Add(ctx, 1, metric.WithAttributes(wf))
 			case e.Type == workflow.EventRunFinished || e.Type == workflow.EventRunHalted:
 				w.finished.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("state", eventState(e, p.Run))))
+			case e.Type == workflow.EventRunSLAMissed:
+				w.runsSLAMissed.Add(ctx, 1, metric.WithAttributes(wf, queueOf("")))
+			case e.Type == workflow.EventStepSLAMissed:
+				w.stepsSLAMissed.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID), queueOf(e.StepID)))
 			case strings.HasPrefix(e.Type, "step.") && e.Type != "step.enqueued":
 				w.steps.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID),
 					attribute.String("outcome", strings.TrimPrefix(e.Type, "step."))))
@@ -177,7 +194,7 @@ func (w *workflowTelemetry) planWithDef(ctx context.Context, wf attribute.KeyVal
 		}
 	}
 	for _, e := range p.Events {
-		if !forEach[e.StepID] || e.Type == workflow.EventStepEnqueued || !strings.HasPrefix(e.Type, "step.") {
+		if !forEach[e.StepID] || e.Type == workflow.EventStepEnqueued || e.Type == workflow.EventStepSLAMissed || !strings.HasPrefix(e.Type, "step.") {
 			continue
 		}
 		var body struct {

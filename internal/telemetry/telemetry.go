@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/log/global"
 	"go.opentelemetry.io/otel/propagation"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -61,6 +62,9 @@ type Telemetry struct {
 	// spans nobody exports are not built.
 	TracerProvider trace.TracerProvider
 	Logger         *slog.Logger
+	// LoggerProvider writes OpenTelemetry logs: the bridged slog records
+	// and the library's log events. nil when OTLP logs are off.
+	LoggerProvider *sdklog.LoggerProvider
 	Registry       *prometheus.Registry
 	// OTLP reports which signals go out over OTLP.
 	OTLP struct{ Traces, Metrics, Logs bool }
@@ -156,6 +160,7 @@ func Setup(ctx context.Context, o Options) (*Telemetry, error) {
 		if !autoexport.IsNoneLogExporter(exp) {
 			lp := sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(exp)))
 			t.shutdown = append(t.shutdown, lp.Shutdown)
+			t.LoggerProvider = lp
 			h = slog.NewMultiHandler(h, minLevel{otelslog.NewHandler("github.com/backstophq/backstop", otelslog.WithLoggerProvider(lp)), o.LogLevel})
 			t.OTLP.Logs = true
 		}
@@ -189,6 +194,9 @@ func (t *Telemetry) Install() {
 		otel.SetMeterProvider(t.MeterProvider)
 	}
 	otel.SetTracerProvider(t.TracerProvider)
+	if t.LoggerProvider != nil {
+		global.SetLoggerProvider(t.LoggerProvider)
+	}
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	slog.SetDefault(t.Logger)
 }
