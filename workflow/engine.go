@@ -178,6 +178,19 @@ type StepTask struct {
 	Priority    int
 }
 
+// SinkMessage is a step's result published to its sink (Step.Sink): the
+// topic (default "<workflow>.<step id>"), the key (default the run id),
+// the result as the payload, and the step task's attributes (run_id,
+// workflow, step_id, plan_hash, and step_item on a fan-out item) as the
+// message's.
+type SinkMessage struct {
+	Sink, Topic, Key string
+	StepID, TaskID   string
+	Item             int
+	Payload          json.RawMessage
+	Attributes       map[string]string
+}
+
 // Evaluation is one decision a plan took (Plan.When, Plan.Routes): the step
 // it is about and its result.
 type Evaluation struct {
@@ -221,6 +234,10 @@ type Plan struct {
 	// target (From) either failed, its failure routed to the target
 	// (Result "taken"), or did not (the target skipped: "not_taken").
 	Routes []Evaluation
+	// Publish lists the messages of the steps with a sink that this plan
+	// settled as succeeded: the caller writes each through the outbox (a
+	// message task on the sink's queue) in the plan's transaction.
+	Publish []SinkMessage
 	// WakeAt, when not zero, is when the run must be planned again even
 	// if none of its tasks settles by then (Advance with no changes): the
 	// earliest deadline of a for_each budget whose items wait for a slot.
@@ -620,6 +637,7 @@ func (e *engine) apply(c Change) {
 		r.Result = jsonOrString(c.Result)
 		e.put(r)
 		e.event(EventStepSucceeded, r.StepID, r.TaskID, body)
+		e.publish(r)
 	case Dead, Canceled:
 		r.State, r.Error = StepFailed, c.Error
 		if c.Outcome == Canceled {
@@ -635,6 +653,28 @@ func (e *engine) apply(c Change) {
 		body["state"], body["error"] = r.State, r.Error
 		e.event(EventStepFailed, r.StepID, r.TaskID, body)
 	}
+}
+
+// publish adds the message of a succeeded row of a step with a sink.
+func (e *engine) publish(r *store.StepRecord) {
+	s := e.def.Step(r.StepID)
+	if s == nil || s.Sink == "" || r.CompensationOf != "" {
+		return
+	}
+	attrs := map[string]string{AttrRunID: e.run.RunID, AttrWorkflow: e.run.Workflow, AttrStepID: s.ID, AttrPlanHash: e.run.PlanHash}
+	if s.ForEach != "" {
+		attrs[AttrStepItem] = strconv.Itoa(r.Item)
+	}
+	topic := s.SinkTopic
+	if topic == "" {
+		topic = e.run.Workflow + "." + s.ID
+	}
+	key := s.SinkKey
+	if key == "" {
+		key = e.run.RunID
+	}
+	e.plan.Publish = append(e.plan.Publish, SinkMessage{Sink: s.Sink, Topic: topic, Key: key, StepID: s.ID,
+		TaskID: r.TaskID, Item: r.Item, Payload: r.Result, Attributes: attrs})
 }
 
 // jsonOrString keeps a result that is JSON, and stores anything else as a

@@ -364,6 +364,20 @@ func (e *Engine) addPlan(ctx context.Context, w *planWriter, plan workflow.Plan,
 		}
 		w.params, w.tasks = append(w.params, params...), append(w.tasks, tasks...)
 	}
+	if len(plan.Publish) > 0 {
+		// The succeeded steps' results to their sinks, through the outbox:
+		// written with the settlement, or not at all.
+		params, err := e.sinkParams(ctx, &eff.trace, plan)
+		if err == nil {
+			var tasks []*Task
+			if tasks, err = e.PrepareAll(params); err == nil {
+				w.params, w.tasks = append(w.params, params...), append(w.tasks, tasks...)
+			}
+		}
+		if err != nil {
+			return &planError{runID: plan.Run.RunID, err: err}
+		}
+	}
 	eff.plans = append(eff.plans, plan)
 	if insert {
 		w.inserts = append(w.inserts, plan.Run)
