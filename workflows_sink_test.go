@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/backstophq/backstop/internal/testmetric"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/pgstore"
 	"github.com/backstophq/backstop/store/sqlitestore"
@@ -53,7 +57,19 @@ func execSQL(t *testing.T, c *Client, stmt string) {
 // the step is not settled and nothing is published.
 func TestWorkflowSinkStepPublishesInSettle(t *testing.T) {
 	t.Parallel()
-	forEachWorkflowStore(t, func(t *testing.T, c *Client) {
+	var mu sync.Mutex
+	readers := map[any]*sdkmetric.ManualReader{}
+	forEachStoreClient(t, func() *Config {
+		r := sdkmetric.NewManualReader()
+		cfg := &Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))}
+		mu.Lock()
+		readers[cfg.MeterProvider] = r
+		mu.Unlock()
+		return cfg
+	}, func(t *testing.T, c *Client) {
+		mu.Lock()
+		reader := readers[c.cfg.MeterProvider]
+		mu.Unlock()
 		ctx := context.Background()
 		applyYAML(t, c, fmt.Sprintf(sinkStepYAML, "ship", "bus"))
 		applyYAML(t, c, fmt.Sprintf(sinkStepYAML, "boomwf", "boom"))
@@ -127,6 +143,11 @@ func TestWorkflowSinkStepPublishesInSettle(t *testing.T) {
 		}
 		if s := stepOf(r, "a"); s.State != workflow.StepPending {
 			t.Errorf("step a is %s, want pending", s.State)
+		}
+		// Counted once committed: the rolled-back message is not.
+		got := testmetric.Collect(t, reader)["backstop.workflow.sink.messages"]
+		if want := map[string]int64{"sink=bus,step=a,workflow=ship": 1}; !equalCounts(got, want) || len(got) != 1 {
+			t.Errorf("backstop.workflow.sink.messages = %v, want %v", got, want)
 		}
 	})
 }

@@ -28,6 +28,7 @@ type workflowTelemetry struct {
 	routes        metric.Int64Counter     // {workflow, step, result}
 	items         metric.Int64Counter     // {workflow, step, outcome}
 	runDuration   metric.Float64Histogram // {workflow, state}
+	sinkMessages  metric.Int64Counter     // {workflow, step, sink}
 }
 
 func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
@@ -58,6 +59,7 @@ func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
 		steps:         counter("backstop.workflow.steps", "{step}", "Workflow steps that finished, by workflow, step and outcome (succeeded, failed, skipped, canceled)."),
 		fanOut:        counter("backstop.workflow.fanout.items", "{item}", "Tasks enqueued for the items of for_each steps, by workflow and step."),
 		compensations: counter("backstop.workflow.compensations", "{step}", "Compensations that finished, by workflow and result (succeeded, failed)."),
+		sinkMessages:  counter("backstop.workflow.sink.messages", "{message}", "Step results written to sinks through the outbox (message tasks on sink.<sink>, in the transaction that settled the step), by workflow, step and sink."),
 		whenErrors:    counter("backstop.workflow.when.errors", "{step}", "Steps skipped because their when could not be evaluated (on_when_error: treat_as_false), by workflow and step."),
 	}, errs
 }
@@ -99,6 +101,9 @@ func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, du
 			if _, ok := st.Attributes["step_item"]; ok {
 				w.fanOut.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", st.StepID)))
 			}
+		}
+		for _, m := range p.Publish {
+			w.sinkMessages.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", m.StepID), attribute.String("sink", m.Sink)))
 		}
 		for _, step := range p.SkippedOnWhenError {
 			w.whenErrors.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", step)))
