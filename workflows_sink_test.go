@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/testmetric"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/pgstore"
@@ -148,6 +151,34 @@ func TestWorkflowSinkStepPublishesInSettle(t *testing.T) {
 		got := testmetric.Collect(t, reader)["backstop.workflow.sink.messages"]
 		if want := map[string]int64{"sink=bus,step=a,workflow=ship": 1}; !equalCounts(got, want) || len(got) != 1 {
 			t.Errorf("backstop.workflow.sink.messages = %v, want %v", got, want)
+		}
+	})
+}
+
+// A step's message carries the run's trace context, so the relay's
+// delivery spans are in the run's trace.
+func TestWorkflowSinkStepTraceContext(t *testing.T) {
+	t.Parallel()
+	tracedClients(t, nil, func(t *testing.T, c *Client, sr *tracetest.SpanRecorder) {
+		ctx := context.Background()
+		applyYAML(t, c, fmt.Sprintf(sinkStepYAML, "traced", "bus"))
+		startWorker(t, c, map[string]Handler{"make": okHandler(), "next": okHandler()})
+		run, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "traced"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitRun(t, c, run.RunID, workflow.RunSucceeded)
+		msgs, err := c.List(ctx, ListParams{Queue: SinkQueue("bus")})
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("%d messages (%v), want 1", len(msgs), err)
+		}
+		m, err := c.Get(ctx, msgs[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := engine.RunSpanContext(run.RunID)
+		if !strings.HasPrefix(m.TraceParent, "00-"+want.TraceID().String()+"-") {
+			t.Errorf("the message's traceparent %q is not in the run's trace %s", m.TraceParent, want.TraceID())
 		}
 	})
 }
