@@ -156,9 +156,10 @@ type Step struct {
 // step's message dead-letters (its sink refused it, or its sink queue's
 // retry policy gave up).
 const (
-	// SinkHalt (the default): the message is part of the step; the run
-	// waits for its delivery and halts like a failed step when it
-	// dead-letters. Not yet supported.
+	// SinkHalt (the default): the message is part of the step; the steps
+	// that need it wait for its delivery, and it fails like a failed step
+	// (under its on_failure) when the message dead-letters; a replay of
+	// the dead message resumes it.
 	SinkHalt = "halt"
 	// SinkContinue: the run went on when the step succeeded; a dead
 	// message is only a dead letter (replayable).
@@ -424,6 +425,18 @@ func (d *Definition) Canonical() []byte {
 func (d *Definition) Hash() string {
 	sum := sha256.Sum256(d.Canonical())
 	return hex.EncodeToString(sum[:])
+}
+
+// SinkTaskSuffix ends the task id of the message of a step that waits
+// for its delivery: <step task id>.sink.
+const SinkTaskSuffix = ".sink"
+
+// sinkPolicy is the step's on_sink_fail, default SinkHalt.
+func (s *Step) sinkPolicy() string {
+	if s.OnSinkFail == "" {
+		return SinkHalt
+	}
+	return s.OnSinkFail
 }
 
 // Step returns the step with that id, or nil.

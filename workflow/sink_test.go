@@ -61,11 +61,9 @@ func TestSinkStepPublishes(t *testing.T) {
 	}
 }
 
-// Validation names the field; halt and dead_letter are not yet supported.
+// Validation names the field; dead_letter is not yet supported.
 func TestSinkStepValidation(t *testing.T) {
 	for _, c := range []struct{ step, field, want string }{
-		{"sink: bus", "on_sink_fail", "not yet supported"},
-		{"sink: bus\n    on_sink_fail: halt", "on_sink_fail", "not yet supported"},
 		{"sink: bus\n    on_sink_fail: dead_letter", "on_sink_fail", "not yet supported"},
 		{"sink: bus\n    on_sink_fail: retry", "on_sink_fail", "must be"},
 		{"sink: 'has space'\n    on_sink_fail: continue", "sink", "must be"},
@@ -125,4 +123,79 @@ func TestSinkStepHash(t *testing.T) {
 	if err != nil || b.Hash() != bus.Hash() {
 		t.Fatalf("builder: %v", err)
 	}
+}
+
+const sinkHaltYAML = `
+name: ship
+queue: wf
+steps:
+  - id: a
+    kind: k
+    sink: bus
+  - id: b
+    kind: k
+    needs: [a]
+`
+
+// on_sink_fail: halt (the default): the step's row keeps its result and
+// waits for its message (<task>.sink, published in the same plan); the
+// steps that need it start when the message is delivered, with the step's
+// result. A dead message fails the step and halts the run; replaying it
+// resumes the run, and its delivery lets the run go on.
+func TestSinkStepHaltWaitsForDelivery(t *testing.T) {
+	def := mustDef(t, sinkHaltYAML)
+	if def.Steps[0].OnSinkFail != "" || !strings.Contains(string(def.Canonical()), `"on_sink_fail":"halt"`) {
+		t.Fatalf("canonical %s, want the default halt filled in", def.Canonical())
+	}
+	h := start(t, def, `{}`)
+	p := h.succeed("run1.a", `{"n":1}`)
+	if len(p.Publish) != 1 || p.Publish[0].ID != "run1.a.sink" || p.Publish[0].TaskID != "run1.a" || string(p.Publish[0].Payload) != `{"n":1}` {
+		t.Fatalf("published %+v, want a's result as message run1.a.sink", p.Publish)
+	}
+	h.wantPending("run1.a.sink")
+	if r := h.wantRow("a", 0, StepPending); string(r.Result) != `{"n":1}` {
+		t.Fatalf("a's row holds %s while its message is delivered", r.Result)
+	}
+	if b := h.eventBody(EventStepDelivering, "a"); b["task_id"] != "run1.a" || b["message_id"] != "run1.a.sink" || b["sink"] != "bus" {
+		t.Fatalf("step.delivering %v", b)
+	}
+	// A second settlement of the step's task changes nothing.
+	if p := h.succeed("run1.a", `{"n":2}`); !p.Empty() || len(p.Publish) != 0 {
+		t.Fatalf("a repeated settlement planned %+v", p)
+	}
+	// Delivered: a succeeds with its own result (not the relay's), b starts.
+	if p := h.succeed("run1.a.sink", ``); len(p.Publish) != 0 {
+		t.Fatalf("the delivery published again: %+v", p.Publish)
+	}
+	if r := h.wantRow("a", 0, StepSucceeded); string(r.Result) != `{"n":1}` {
+		t.Fatalf("a's result %s", r.Result)
+	}
+	h.wantPending("run1.b")
+	if got := jsonString(h.payload("run1.b")["results"]); got != `{"a":{"n":1}}` {
+		t.Fatalf("b's results %s", got)
+	}
+	h.succeed("run1.b", `"ok"`)
+	h.wantState(RunSucceeded)
+	h.checkHistory()
+
+	// Dead message: a fails with the sink's error, the run halts; a replay
+	// of the message resumes it.
+	h = start(t, def, `{}`)
+	h.succeed("run1.a", `{"n":1}`)
+	h.die("run1.a.sink", "hook: 400 Bad Request")
+	h.wantState(RunFailed)
+	if r := h.wantRow("a", 0, StepFailed); r.Error != "hook: 400 Bad Request" {
+		t.Fatalf("a's error %q", r.Error)
+	}
+	if _, ok := h.tasks["run1.b"]; ok {
+		t.Fatal("b started although a's message is dead")
+	}
+	h.resume("run1.a.sink")
+	h.wantState(RunRunning)
+	h.wantPending("run1.a.sink")
+	h.succeed("run1.a.sink", ``)
+	h.wantPending("run1.b")
+	h.succeed("run1.b", `"ok"`)
+	h.wantState(RunSucceeded)
+	h.checkHistory()
 }

@@ -355,13 +355,9 @@ func (s *Step) checkSink() error {
 		return defErr(s.ID, "sink_key", "must be at most 1024 bytes")
 	}
 	switch s.OnSinkFail {
-	case SinkContinue:
-	case "", SinkHalt, SinkDeadLetter:
-		what := fmt.Sprintf("%q", s.OnSinkFail)
-		if s.OnSinkFail == "" {
-			what = fmt.Sprintf("%q (the default)", SinkHalt)
-		}
-		return defErr(s.ID, "on_sink_fail", "%s is not yet supported: write on_sink_fail: %s (a dead message is only a dead letter, the run goes on)", what, SinkContinue)
+	case "", SinkHalt, SinkContinue:
+	case SinkDeadLetter:
+		return defErr(s.ID, "on_sink_fail", "%q is not yet supported: write on_sink_fail: %s (the default: the step fails when its message dead-letters) or %s", s.OnSinkFail, SinkHalt, SinkContinue)
 	default:
 		return defErr(s.ID, "on_sink_fail", "%q must be %q, %q or %q", s.OnSinkFail, SinkHalt, SinkContinue, SinkDeadLetter)
 	}

@@ -1,24 +1,23 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// A step's sink fields are checked by `workflows apply`: on_sink_fail halt
-// (also the default) and dead_letter are refused as not yet supported, a
-// bad sink name or policy is refused, each with exit 2 naming the field and
-// nothing written; on_sink_fail: continue is registered.
+// A step's sink fields are checked by `workflows apply`: on_sink_fail:
+// dead_letter is refused as not yet supported, a bad sink name or policy
+// is refused, each with exit 2 naming the field and nothing written; halt
+// (the default) and continue are registered.
 func TestWorkflowApplySinkStep(t *testing.T) {
 	t.Parallel()
 	db, dir := stores[0].url(t), t.TempDir()
 	cliOK(t, "--db", db, "migrate")
 	step := "name: s\nsteps:\n  - id: a\n    kind: k\n"
 	for name, c := range map[string]struct{ extra, want string }{
-		"default":     {"    sink: bus\n", `step "a": on_sink_fail: "halt" (the default) is not yet supported`},
-		"halt":        {"    sink: bus\n    on_sink_fail: halt\n", `on_sink_fail: "halt" is not yet supported`},
 		"dead_letter": {"    sink: bus\n    on_sink_fail: dead_letter\n", `on_sink_fail: "dead_letter" is not yet supported`},
 		"policy":      {"    sink: bus\n    on_sink_fail: retry\n", `on_sink_fail: "retry" must be`},
 		"name":        {"    sink: 'b u s'\n    on_sink_fail: continue\n", `sink: "b u s" must be`},
@@ -36,9 +35,11 @@ func TestWorkflowApplySinkStep(t *testing.T) {
 	if out := cliOK(t, "--db", db, "workflows", "list", "-o", "json"); compactJSON(out) != "[]" {
 		t.Errorf("refused definitions were written: %s", out)
 	}
-	file := filepath.Join(dir, "ok.yaml")
-	if err := os.WriteFile(file, []byte(step+"    sink: bus\n    on_sink_fail: continue\n"), 0o644); err != nil {
-		t.Fatal(err)
+	for i, extra := range []string{"    sink: bus\n    on_sink_fail: continue\n", "    sink: bus\n"} {
+		file := filepath.Join(dir, fmt.Sprintf("ok%d.yaml", i))
+		if err := os.WriteFile(file, []byte(step+extra), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cliOK(t, "--db", db, "workflows", "apply", file)
 	}
-	cliOK(t, "--db", db, "workflows", "apply", file)
 }

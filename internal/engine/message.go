@@ -78,6 +78,9 @@ func (e *Engine) sinkParams(ctx context.Context, rt *runTrace, plan workflow.Pla
 		if err != nil {
 			return nil, err
 		}
+		if m.ID != "" { // the step waits for this message: its id is the step's
+			p.ID = m.ID
+		}
 		p.TraceParent = traceParent
 		out[i] = p
 	}

@@ -207,7 +207,8 @@ func (e *Engine) advanceTasks(ctx context.Context, tx store.Tx, ids []string, by
 	stale := map[string][]string{}
 	for _, r := range rows {
 		byRun[r.RunID] = append(byRun[r.RunID], byTask[r.TaskID])
-		if at, ok := eff.finished[r.TaskID]; ok && r.State == workflow.StepPending && !at.IsZero() {
+		if at, ok := eff.finished[r.TaskID]; ok && r.State == workflow.StepPending && !at.IsZero() &&
+			!strings.HasSuffix(r.TaskID, workflow.SinkTaskSuffix) { // a step's message: its step was timed when its task settled
 			// The row turned pending when its task was enqueued (or
 			// replayed): the step's time from ready to settled.
 			eff.durations = append(eff.durations, stepDuration{runID: r.RunID, step: r.StepID, d: at.Sub(r.UpdatedAt)})

@@ -92,7 +92,7 @@ func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, du
 				w.started.Add(ctx, 1, metric.WithAttributes(wf))
 			case e.Type == workflow.EventRunFinished || e.Type == workflow.EventRunHalted:
 				w.finished.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("state", eventState(e, p.Run))))
-			case strings.HasPrefix(e.Type, "step.") && e.Type != "step.enqueued":
+			case strings.HasPrefix(e.Type, "step.") && e.Type != "step.enqueued" && e.Type != workflow.EventStepDelivering:
 				w.steps.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID),
 					attribute.String("outcome", strings.TrimPrefix(e.Type, "step."))))
 			}
