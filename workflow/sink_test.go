@@ -199,3 +199,40 @@ func TestSinkStepHaltWaitsForDelivery(t *testing.T) {
 	h.wantState(RunSucceeded)
 	h.checkHistory()
 }
+
+// A for_each step under halt: each item waits for its own message
+// (<item task>.sink); the steps that need it start once every item's
+// message is delivered, with the items' results in item order.
+func TestSinkStepHaltForEach(t *testing.T) {
+	h := start(t, mustDef(t, `
+name: fan
+queue: wf
+steps:
+  - id: f
+    kind: k
+    for_each: input.xs
+    concurrency: 1
+    sink: bus
+  - id: z
+    kind: k
+    needs: [f]
+`), `{"xs":[1,2]}`)
+	h.wantPending("run1.f.0")
+	p := h.succeed("run1.f.0", `"r0"`)
+	if len(p.Publish) != 1 || p.Publish[0].ID != "run1.f.0.sink" || p.Publish[0].Attributes[AttrStepItem] != "0" {
+		t.Fatalf("published %+v", p.Publish)
+	}
+	h.wantPending("run1.f.0.sink") // the item holds its slot until delivered
+	h.succeed("run1.f.0.sink", ``)
+	h.wantPending("run1.f.1")
+	h.succeed("run1.f.1", `"r1"`)
+	h.wantPending("run1.f.1.sink")
+	h.succeed("run1.f.1.sink", ``)
+	h.wantPending("run1.z")
+	if got := jsonString(h.payload("run1.z")["results"]); got != `{"f":["r0","r1"]}` {
+		t.Fatalf("z's results %s", got)
+	}
+	h.succeed("run1.z", `"ok"`)
+	h.wantState(RunSucceeded)
+	h.checkHistory()
+}
