@@ -18,10 +18,10 @@ import (
 // refuses follows the task failure path: retries by the sink queue's
 // policy, a dead letter with every attempt recorded, replay under the same
 // id, redrive and discard.
-const MessageKind = "backstop.message"
+const MessageKind = engine.MessageKind
 
 // SinkQueue is the queue of sink's messages: "sink.<sink>".
-func SinkQueue(sink string) string { return "sink." + sink }
+func SinkQueue(sink string) string { return engine.SinkQueue(sink) }
 
 // SinkQueueName is sink's queue, or an error when sink cannot be a sink
 // name.
@@ -61,27 +61,18 @@ type Message struct {
 	Attributes map[string]string `json:"-"`
 }
 
-// messageParams turns messages into the tasks that carry them. A keyed
-// message is an ordered task: its ordering key is the message key and its
-// sequence the time-ordered part of its UUIDv7 id, so one key's messages
-// run one at a time in publish order.
+// messageParams turns messages into the tasks that carry them
+// (engine.MessageParams: a keyed message is an ordered task, in publish
+// order).
 func messageParams(msgs []Message) ([]EnqueueParams, error) {
 	out := make([]EnqueueParams, len(msgs))
 	for i, m := range msgs {
 		if err := m.Validate(); err != nil {
 			return nil, err
 		}
-		id, err := uuid.NewV7()
+		p, err := engine.MessageParams(m.Sink, engine.MessageBody{Topic: m.Topic, Key: m.Key, Headers: m.Headers, Payload: m.Payload}, m.Attributes)
 		if err != nil {
 			return nil, err
-		}
-		body, err := json.Marshal(m)
-		if err != nil {
-			return nil, invalid("payload", "%v", err)
-		}
-		p := EnqueueParams{ID: id.String(), Queue: SinkQueue(m.Sink), Kind: MessageKind, Payload: body, Attributes: m.Attributes}
-		if m.Key != "" {
-			p.OrderingKey, p.Sequence = m.Key, MessageSequence(id)
 		}
 		out[i] = p
 	}
@@ -91,10 +82,7 @@ func messageParams(msgs []Message) ([]EnqueueParams, error) {
 // MessageSequence is a message id's place in publish order: the
 // millisecond and sub-millisecond counter of its UUIDv7 (60 bits, so a
 // positive int64, increasing with every id this process makes).
-func MessageSequence(id uuid.UUID) int64 {
-	ms := int64(id[0])<<40 | int64(id[1])<<32 | int64(id[2])<<24 | int64(id[3])<<16 | int64(id[4])<<8 | int64(id[5])
-	return ms<<12 | int64(id[6]&0x0f)<<8 | int64(id[7])
-}
+func MessageSequence(id uuid.UUID) int64 { return engine.MessageSequence(id) }
 
 // Validate checks a message as PublishTx does: a ValidationError names
 // the field (sink, topic, key, headers, payload).

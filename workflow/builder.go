@@ -127,3 +127,10 @@ func (s *StepBuilder) Priority(p int) *StepBuilder { s.step().Priority = p; retu
 
 // Route is the on_failure policy that routes a failure to step id.
 func Route(id string) string { return RoutePrefix + id }
+
+// Sink publishes the step's result to sink with the on_sink_fail policy
+// onFail (Step.Sink, Step.OnSinkFail).
+func (s *StepBuilder) Sink(sink, onFail string) *StepBuilder {
+	s.step().Sink, s.step().OnSinkFail = sink, onFail
+	return s
+}

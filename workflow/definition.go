@@ -17,6 +17,7 @@ package workflow
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -146,7 +147,37 @@ type Step struct {
 	// end, retries included: a step still unfinished past it, or ending
 	// after it, is a missed SLA (a step.sla_missed event, once). 0: none.
 	SLA bt.Duration `json:"sla,omitempty"`
+	// Sink names a sink (of the relay's configuration) the step's result
+	// is published to, through the outbox, in the transaction that settles
+	// the step (a for_each step: each item's result). Empty: none.
+	Sink string `json:"sink,omitempty"`
+	// SinkTopic is the published message's topic: default
+	// "<workflow>.<step id>". Only with a sink.
+	SinkTopic string `json:"sink_topic,omitempty"`
+	// SinkKey is the published message's key (its order): default the run
+	// id. Only with a sink.
+	SinkKey string `json:"sink_key,omitempty"`
+	// OnSinkFail is what a message the sink gives up on does: SinkHalt
+	// (the default), SinkContinue or SinkDeadLetter. Only with a sink.
+	OnSinkFail string `json:"on_sink_fail,omitempty"`
 }
+
+// The on_sink_fail policies of a step with a sink: what happens when the
+// step's message dead-letters (its sink refused it, or its sink queue's
+// retry policy gave up).
+const (
+	// SinkHalt (the default): the message is part of the step; the steps
+	// that need it wait for its delivery, and it fails like a failed step
+	// (under its on_failure) when the message dead-letters; a replay of
+	// the dead message resumes it.
+	SinkHalt = "halt"
+	// SinkContinue: the run went on when the step succeeded; a dead
+	// message is only a dead letter (replayable).
+	SinkContinue = "continue"
+	// SinkDeadLetter: the step's own task becomes a dead letter with the
+	// sink's error. Not yet supported.
+	SinkDeadLetter = "dead_letter"
+)
 
 // Retry is a step's retry policy: how many attempts, and the delays
 // between them (the last one repeating). Zero values mean the queue's or
@@ -184,7 +215,7 @@ func defErr(step, field, format string, args ...any) *DefinitionError {
 // Known keys, for Parse's refusal of unknown ones.
 var (
 	defKeys   = []string{"name", "queue", "rollback", "sla", "steps"}
-	stepKeys  = []string{"id", "kind", "queue", "needs", "compensate", "compensation", "on_failure", "retry", "timeout", "for_each", "when", "on_when_error", "concurrency", "budget", "priority", "sla"}
+	stepKeys  = []string{"id", "kind", "queue", "needs", "compensate", "compensation", "on_failure", "retry", "timeout", "for_each", "when", "on_when_error", "concurrency", "budget", "priority", "sla", "sink", "sink_topic", "sink_key", "on_sink_fail"}
 	retryKeys = []string{"max_attempts", "schedule"}
 )
 
@@ -371,8 +402,8 @@ func unknownKey(m map[string]any, known []string, step string) *DefinitionError 
 }
 
 // Canonical is the definition as JSON with the defaults filled in (queue,
-// rollback, each step's queue and on_failure; on_when_error's default
-// left out), needs sorted, and the keys
+// rollback, each step's queue and on_failure, a sink step's sink_topic and
+// on_sink_fail; on_when_error's and sink_key's defaults left out), needs sorted, and the keys
 // in a fixed order: two definitions that mean the same have the same
 // canonical form. Parse reads it back.
 func (d *Definition) Canonical() []byte {
@@ -395,6 +426,10 @@ func (d *Definition) Canonical() []byte {
 			// The default stays out of the form, so that the definitions
 			// written before the key existed keep their plan hash.
 			s.OnWhenError = ""
+		}
+		if s.Sink != "" {
+			s.SinkTopic = cmp.Or(s.SinkTopic, c.Name+"."+s.ID)
+			s.OnSinkFail = cmp.Or(s.OnSinkFail, SinkHalt)
 		}
 		if len(s.Needs) > 0 {
 			s.Needs = slices.Clone(s.Needs)
@@ -424,6 +459,18 @@ func (d *Definition) Canonical() []byte {
 func (d *Definition) Hash() string {
 	sum := sha256.Sum256(d.Canonical())
 	return hex.EncodeToString(sum[:])
+}
+
+// SinkTaskSuffix ends the task id of the message of a step that waits
+// for its delivery: <step task id>.sink.
+const SinkTaskSuffix = ".sink"
+
+// sinkPolicy is the step's on_sink_fail, default SinkHalt.
+func (s *Step) sinkPolicy() string {
+	if s.OnSinkFail == "" {
+		return SinkHalt
+	}
+	return s.OnSinkFail
 }
 
 // Step returns the step with that id, or nil.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -116,6 +117,10 @@ const (
 	// ended after it): once per step start. Body: sla, deadline,
 	// started_at.
 	EventStepSLAMissed = "step.sla_missed"
+	// EventStepDelivering: the task of a step with a sink under
+	// on_sink_fail: halt succeeded; the step waits for its message
+	// (message_id), which settles it.
+	EventStepDelivering = "step.delivering"
 )
 
 // CanceledError is a canceled run's Error: a run compensating with this
@@ -185,6 +190,22 @@ type StepTask struct {
 	Priority    int
 }
 
+// SinkMessage is a step's result published to its sink (Step.Sink): the
+// topic (default "<workflow>.<step id>"), the key (default the run id),
+// the result as the payload, and the step task's attributes (run_id,
+// workflow, step_id, plan_hash, and step_item on a fan-out item) as the
+// message's.
+type SinkMessage struct {
+	// ID is the message task's id when the step waits for its delivery
+	// (on_sink_fail: halt): <step task id>.sink; empty: a new id.
+	ID               string
+	Sink, Topic, Key string
+	StepID, TaskID   string
+	Item             int
+	Payload          json.RawMessage
+	Attributes       map[string]string
+}
+
 // Evaluation is one decision a plan took (Plan.When, Plan.Routes): the step
 // it is about and its result.
 type Evaluation struct {
@@ -228,6 +249,10 @@ type Plan struct {
 	// target (From) either failed, its failure routed to the target
 	// (Result "taken"), or did not (the target skipped: "not_taken").
 	Routes []Evaluation
+	// Publish lists the messages of the steps with a sink that this plan
+	// settled as succeeded: the caller writes each through the outbox (a
+	// message task on the sink's queue) in the plan's transaction.
+	Publish []SinkMessage
 	// WakeAt, when not zero, is when the run must be planned again even
 	// if none of its tasks settles by then (Advance with no changes): the
 	// earliest deadline of a for_each budget whose items wait for a slot.
@@ -276,6 +301,9 @@ func Start(def *Definition, d store.WorkflowDef, runID string, input json.RawMes
 		n := len(runID) + 1 + len(s.ID)
 		if s.ForEach != "" || s.Compensation {
 			n += 1 + len(strconv.Itoa(MaxItems-1))
+		}
+		if s.Sink != "" {
+			n += len(SinkTaskSuffix)
 		}
 		if n > maxTaskID {
 			return Plan{}, fmt.Errorf("run id %q is too long: the task ids of step %q would exceed %d characters", runID, s.ID, maxTaskID)
@@ -616,6 +644,9 @@ func (e *engine) apply(c Change) {
 		return
 	}
 	r := e.rows[k]
+	if r.TaskID != c.TaskID {
+		return // the row moved on to its step's message (awaitDelivery)
+	}
 	// A pending row settles; a row canceled with its run whose task
 	// finished anyway records the success (so a rollback undoes it).
 	if r.State != StepPending && (r.State != StepCanceled || c.Outcome != Succeeded) {
@@ -625,13 +656,22 @@ func (e *engine) apply(c Change) {
 	if r.CompensationOf != "" {
 		body["compensation_of"] = r.CompensationOf
 	}
+	delivered := strings.HasSuffix(c.TaskID, SinkTaskSuffix)
 	switch c.Outcome {
 	case Succeeded:
+		if !delivered && r.State == StepPending && e.awaitDelivery(r, c) {
+			return
+		}
 		e.run.Seq++
 		r.State, r.Error, r.CompletedSeq = StepSucceeded, "", e.run.Seq
-		r.Result = jsonOrString(c.Result)
+		if !delivered {
+			r.Result = jsonOrString(c.Result)
+		} // else the result is the step's, kept while its message was delivered
 		e.put(r)
 		e.event(EventStepSucceeded, r.StepID, r.TaskID, body)
+		if !delivered {
+			e.publish(r, "")
+		}
 	case Dead, Canceled:
 		r.State, r.Error = StepFailed, c.Error
 		if c.Outcome == Canceled {
@@ -647,6 +687,49 @@ func (e *engine) apply(c Change) {
 		body["state"], body["error"] = r.State, r.Error
 		e.event(EventStepFailed, r.StepID, r.TaskID, body)
 	}
+}
+
+// awaitDelivery: the task of a step with a sink under on_sink_fail: halt
+// succeeded. The row keeps the result and stays pending, its task now the
+// step's message (<step task id>.sink), published in this plan: the row
+// settles when the message does (succeeded when delivered, failed when it
+// dead-letters), so the steps that need it wait for the delivery.
+func (e *engine) awaitDelivery(r *store.StepRecord, c Change) bool {
+	s := e.def.Step(r.StepID)
+	if s == nil || s.Sink == "" || r.CompensationOf != "" || s.sinkPolicy() != SinkHalt {
+		return false
+	}
+	stepTask := r.TaskID
+	r.Result = jsonOrString(c.Result)
+	r.TaskID = stepTask + SinkTaskSuffix
+	e.put(r)
+	e.event(EventStepDelivering, r.StepID, stepTask, map[string]any{"item": r.Item, "message_id": r.TaskID, "sink": s.Sink})
+	e.publish(r, r.TaskID)
+	return true
+}
+
+// publish adds the message of a succeeded row of a step with a sink: id
+// is its task id when the step waits for it (awaitDelivery), "" (a new
+// id) when not.
+func (e *engine) publish(r *store.StepRecord, id string) {
+	s := e.def.Step(r.StepID)
+	if s == nil || s.Sink == "" || r.CompensationOf != "" {
+		return
+	}
+	attrs := map[string]string{AttrRunID: e.run.RunID, AttrWorkflow: e.run.Workflow, AttrStepID: s.ID, AttrPlanHash: e.run.PlanHash}
+	if s.ForEach != "" {
+		attrs[AttrStepItem] = strconv.Itoa(r.Item)
+	}
+	topic := s.SinkTopic
+	if topic == "" {
+		topic = e.run.Workflow + "." + s.ID
+	}
+	key := s.SinkKey
+	if key == "" {
+		key = e.run.RunID
+	}
+	e.plan.Publish = append(e.plan.Publish, SinkMessage{ID: id, Sink: s.Sink, Topic: topic, Key: key, StepID: s.ID,
+		TaskID: strings.TrimSuffix(r.TaskID, SinkTaskSuffix), Item: r.Item, Payload: r.Result, Attributes: attrs})
 }
 
 // jsonOrString keeps a result that is JSON, and stores anything else as a

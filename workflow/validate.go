@@ -76,7 +76,9 @@ func ValidRunID(s string) error {
 // bool for when, a list for for_each), a bad retry, timeout or priority,
 // a bad on_when_error or one without a when, a concurrency or budget that
 // is negative or on a step without for_each, a budget without a
-// concurrency, a negative sla (the run's or a step's).
+// concurrency, a negative sla (the run's or a step's), a bad sink,
+// sink_topic, sink_key or on_sink_fail (or one of the last three without a
+// sink, a sink on a compensation step).
 //
 // Validate writes the compiled expressions into d: do not call it while
 // another goroutine uses d (Parse and Build return validated definitions,
@@ -232,6 +234,9 @@ func (s *Step) checkFields() error {
 	if err := s.checkLoop(); err != nil {
 		return err
 	}
+	if err := s.checkSink(); err != nil {
+		return err
+	}
 	for _, e := range [][2]string{{"when", s.When}, {"for_each", s.ForEach}} {
 		if len(e[1]) > MaxExprLen {
 			return defErr(s.ID, e[0], "expression of %d bytes, more than %d", len(e[1]), MaxExprLen)
@@ -328,6 +333,40 @@ func findCycle(d *Definition, routedFrom map[string]string) []string {
 func ValidName(s string) error {
 	if !idOK(s) {
 		return fmt.Errorf("%q must be 1-64 characters of letters, digits, '_' or '-', starting with a letter or digit", s)
+	}
+	return nil
+}
+
+// checkSink checks sink, sink_topic, sink_key and on_sink_fail. A sink
+// name the relay does not know is allowed (sinks are the relay's
+// configuration); one that cannot be a sink name is not.
+func (s *Step) checkSink() error {
+	if s.Sink == "" {
+		for _, f := range [][2]string{{"sink_topic", s.SinkTopic}, {"sink_key", s.SinkKey}, {"on_sink_fail", s.OnSinkFail}} {
+			if f[1] != "" {
+				return defErr(s.ID, f[0], "only a step with a sink publishes a message")
+			}
+		}
+		return nil
+	}
+	if !nameOK("sink." + s.Sink) {
+		return defErr(s.ID, "sink", "%q must be 1-123 characters of letters, digits, '_', '.', ':' or '-', starting with a letter or digit", s.Sink)
+	}
+	if s.Compensation {
+		return defErr(s.ID, "sink", "a compensation step publishes nothing")
+	}
+	if t := s.SinkTopic; t != "" && (len(t) > 255 || strings.ContainsFunc(t, func(r rune) bool { return r <= ' ' || r == 0x7f })) {
+		return defErr(s.ID, "sink_topic", "%q must be 1-255 characters without spaces or control characters", t)
+	}
+	if len(s.SinkKey) > 1024 {
+		return defErr(s.ID, "sink_key", "must be at most 1024 bytes")
+	}
+	switch s.OnSinkFail {
+	case "", SinkHalt, SinkContinue:
+	case SinkDeadLetter:
+		return defErr(s.ID, "on_sink_fail", "%q is not yet supported: write on_sink_fail: %s (the default: the step fails when its message dead-letters) or %s", s.OnSinkFail, SinkHalt, SinkContinue)
+	default:
+		return defErr(s.ID, "on_sink_fail", "%q must be %q, %q or %q", s.OnSinkFail, SinkHalt, SinkContinue, SinkDeadLetter)
 	}
 	return nil
 }

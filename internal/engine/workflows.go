@@ -207,7 +207,8 @@ func (e *Engine) advanceTasks(ctx context.Context, tx store.Tx, ids []string, by
 	stale := map[string][]string{}
 	for _, r := range rows {
 		byRun[r.RunID] = append(byRun[r.RunID], byTask[r.TaskID])
-		if at, ok := eff.finished[r.TaskID]; ok && r.State == workflow.StepPending && !at.IsZero() {
+		if at, ok := eff.finished[r.TaskID]; ok && r.State == workflow.StepPending && !at.IsZero() &&
+			!strings.HasSuffix(r.TaskID, workflow.SinkTaskSuffix) { // a step's message: its step was timed when its task settled
 			// The row turned pending when its task was enqueued (or
 			// replayed): the step's time from ready to settled.
 			eff.durations = append(eff.durations, stepDuration{runID: r.RunID, step: r.StepID, d: at.Sub(r.UpdatedAt)})
@@ -364,6 +365,20 @@ func (e *Engine) addPlan(ctx context.Context, w *planWriter, plan workflow.Plan,
 		}
 		w.params, w.tasks = append(w.params, params...), append(w.tasks, tasks...)
 		eff.enqueued = append(eff.enqueued, tasks...)
+	}
+	if len(plan.Publish) > 0 {
+		// The succeeded steps' results to their sinks, through the outbox:
+		// written with the settlement, or not at all.
+		params, err := e.sinkParams(ctx, &eff.trace, plan)
+		if err == nil {
+			var tasks []*Task
+			if tasks, err = e.PrepareAll(params); err == nil {
+				w.params, w.tasks = append(w.params, params...), append(w.tasks, tasks...)
+			}
+		}
+		if err != nil {
+			return &planError{runID: plan.Run.RunID, err: err}
+		}
 	}
 	eff.plans = append(eff.plans, plan)
 	if insert {

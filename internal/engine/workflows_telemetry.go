@@ -30,6 +30,7 @@ type workflowTelemetry struct {
 	runDuration    metric.Float64Histogram // {workflow, state}
 	runsSLAMissed  metric.Int64Counter     // {workflow, queue}
 	stepsSLAMissed metric.Int64Counter     // {workflow, step, queue}
+	sinkMessages   metric.Int64Counter     // {workflow, step, sink}
 }
 
 func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
@@ -63,6 +64,7 @@ func newWorkflowTelemetry(m metric.Meter) (*workflowTelemetry, []error) {
 		runsSLAMissed:  counter("backstop.workflow.runs.sla_missed", "{run}", "Workflow runs that missed their SLA (still running at its deadline, or ended after it), once each, by workflow and queue (the workflow's)."),
 		stepsSLAMissed: counter("backstop.workflow.steps.sla_missed", "{step}", "Workflow steps that missed their SLA (unfinished at its deadline, or ended after it), once per step start, by workflow, step and queue (the step's)."),
 		whenErrors:     counter("backstop.workflow.when.errors", "{step}", "Steps skipped because their when could not be evaluated (on_when_error: treat_as_false), by workflow and step."),
+		sinkMessages:   counter("backstop.workflow.sink.messages", "{message}", "Step results written to sinks through the outbox (message tasks on sink.<sink>, in the transaction that settled the step), by workflow, step and sink."),
 	}, errs
 }
 
@@ -107,7 +109,7 @@ func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, du
 				w.runsSLAMissed.Add(ctx, 1, metric.WithAttributes(wf, queueOf("")))
 			case e.Type == workflow.EventStepSLAMissed:
 				w.stepsSLAMissed.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID), queueOf(e.StepID)))
-			case strings.HasPrefix(e.Type, "step.") && e.Type != "step.enqueued":
+			case strings.HasPrefix(e.Type, "step.") && e.Type != "step.enqueued" && e.Type != workflow.EventStepDelivering:
 				w.steps.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID),
 					attribute.String("outcome", strings.TrimPrefix(e.Type, "step."))))
 			}
@@ -116,6 +118,9 @@ func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, du
 			if _, ok := st.Attributes["step_item"]; ok {
 				w.fanOut.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", st.StepID)))
 			}
+		}
+		for _, m := range p.Publish {
+			w.sinkMessages.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", m.StepID), attribute.String("sink", m.Sink)))
 		}
 		for _, step := range p.SkippedOnWhenError {
 			w.whenErrors.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", step)))

@@ -85,6 +85,7 @@ type body struct {
 	CompensationOf string   `json:"compensation_of"`
 	State          string   `json:"state"`
 	Tasks          []string `json:"tasks"`
+	MessageID      string   `json:"message_id"`
 }
 
 type row struct {
@@ -226,6 +227,10 @@ func Check(def Def, events []Event) (finished string, err error) {
 			if b.TaskID != "" {
 				delete(open, b.TaskID)
 			}
+		case "step.delivering":
+			// The step's task is done; its message settles the step.
+			delete(open, b.TaskID)
+			open[b.MessageID] = true
 		case "run.resumed":
 			for _, id := range b.Tasks {
 				open[id] = true
