@@ -102,6 +102,7 @@ type Task struct {
 	Retry          *bt.RetryPolicy   `json:"retry,omitempty"`
 	Attributes     map[string]string `json:"attributes,omitempty"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	UniqueFor      bt.Duration       `json:"unique_for,omitempty"`
 	MergeKey       string            `json:"merge_key,omitempty"`
 	Progress       *bt.Progress      `json:"progress,omitempty"`
 	Complexity     float64           `json:"complexity,omitempty"`

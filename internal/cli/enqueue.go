@@ -32,7 +32,7 @@ type enqueueFlags struct {
 	queue, kind, payload, payloadFile, id string
 	maxAttempts, priority, totalSteps     int
 	retrySchedule                         string
-	timeout, delay                        time.Duration
+	timeout, delay, uniqueFor             time.Duration
 	deadline, runAt                       string
 	attrs                                 []string
 	idempotencyKey, mergeKey, mergeRule   string
@@ -51,7 +51,7 @@ func enqueueCmd(a *app) *cobra.Command {
 		Long: `Enqueue one task described by flags, or many from --batch-file (NDJSON: one task object
 per line, with the task's JSON keys: id, queue, kind, payload, priority, run_at, delay,
 max_attempts, timeout, deadline, retry {schedule, base, factor, max}, attributes,
-idempotency_key, merge_key, progress {total_steps, completed_steps}, complexity, ordering_key,
+idempotency_key, unique_for, merge_key, progress {total_steps, completed_steps}, complexity, ordering_key,
 sequence, trace).
 
 A batch file is checked completely before anything is written; a bad record names its line
@@ -67,7 +67,7 @@ waiting one or an idempotency key returned an existing one. JSON output is the t
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.batchFile != "" {
 				for _, name := range []string{"queue", "kind", "payload", "payload-file", "id", "max-attempts",
-					"retry-schedule", "timeout", "deadline", "delay", "run-at", "attr", "idempotency-key",
+					"retry-schedule", "timeout", "deadline", "delay", "run-at", "attr", "idempotency-key", "unique-for",
 					"merge-key", "priority", "total-steps", "complexity", "ordering-key", "sequence", "trace"} {
 					if cmd.Flags().Changed(name) {
 						return usageErr("--%s cannot be combined with --batch-file: put it in each record", name)
@@ -92,6 +92,7 @@ waiting one or an idempotency key returned an existing one. JSON output is the t
 	fl.StringVar(&f.runAt, "run-at", "", "run the first attempt at this RFC 3339 time")
 	fl.StringArrayVar(&f.attrs, "attr", nil, "attribute key=value (repeatable)")
 	fl.StringVar(&f.idempotencyKey, "idempotency-key", "", "while a live task has this key, return it instead of adding one")
+	fl.DurationVar(&f.uniqueFor, "unique-for", 0, "give --idempotency-key a window, e.g. 1h: within it the first task is returned whatever its state, past it a new task is made")
 	fl.StringVar(&f.mergeKey, "merge-key", "", "while a task of this kind with this key waits, merge into it")
 	fl.StringVar(&f.mergeRule, "merge-rule", "", "how payloads merge: replace (default) or append")
 	fl.IntVar(&f.priority, "priority", 0, "higher runs first")
@@ -109,7 +110,7 @@ waiting one or an idempotency key returned an existing one. JSON output is the t
 func (a *app) enqueueParams(cmd *cobra.Command, f *enqueueFlags) (backstop.EnqueueParams, error) {
 	p := backstop.EnqueueParams{
 		ID: f.id, Queue: f.queue, Kind: f.kind, Priority: f.priority, MaxAttempts: f.maxAttempts,
-		Timeout: f.timeout, Delay: f.delay, IdempotencyKey: f.idempotencyKey, MergeKey: f.mergeKey,
+		Timeout: f.timeout, Delay: f.delay, IdempotencyKey: f.idempotencyKey, UniqueFor: f.uniqueFor, MergeKey: f.mergeKey,
 		Progress: backstop.Progress{Total: f.totalSteps}, Complexity: f.complexity,
 		OrderingKey: f.orderingKey, Sequence: f.sequence, Trace: f.trace,
 	}
@@ -130,6 +131,9 @@ func (a *app) enqueueParams(cmd *cobra.Command, f *enqueueFlags) (backstop.Enque
 		p.Payload = b
 	case f.payload != "":
 		p.Payload = json.RawMessage(f.payload)
+	}
+	if cmd.Flags().Changed("unique-for") && f.uniqueFor <= 0 {
+		return p, usageErr("--unique-for must be a positive duration such as 1h (got %s)", f.uniqueFor)
 	}
 	if cmd.Flags().Changed("delay") && f.runAt != "" {
 		return p, usageErr("give --delay or --run-at, not both")
@@ -254,6 +258,9 @@ func (a *app) enqueueOne(cmd *cobra.Command, f *enqueueFlags) error {
 		case res.Merged:
 			fmt.Fprintf(a.stderr, "merged into waiting task %s (merge_key %q, merge_count %d)\n",
 				res.Task.ID, res.Task.MergeKey, res.Task.MergeCount)
+		case res.Duplicate && res.Task.UniqueUntil != nil:
+			fmt.Fprintf(a.stderr, "duplicate: task %s holds idempotency_key %q until %s (state %s)\n",
+				res.Task.ID, res.Task.IdempotencyKey, fmtTime(*res.Task.UniqueUntil), res.Task.State)
 		case res.Duplicate:
 			fmt.Fprintf(a.stderr, "duplicate: task %s already has idempotency_key %q (state %s)\n",
 				res.Task.ID, res.Task.IdempotencyKey, res.Task.State)

@@ -46,6 +46,13 @@ type EnqueueParams struct {
 	// IdempotencyKey: while a live task has this key, enqueueing again
 	// returns that task instead (Duplicate).
 	IdempotencyKey string
+	// UniqueFor gives the idempotency key a window (unique per period): for
+	// this long after this task's enqueue, enqueueing the key again returns
+	// this task whatever its state (done, dead, canceled too); past it a
+	// new task is made with the key, even while this one still waits or
+	// runs. Zero: the key holds while the task is live. Needs
+	// IdempotencyKey.
+	UniqueFor time.Duration
 	// MergeKey: while a task of this kind with this key is waiting, the new
 	// payload merges into it (Merged) by the kind's merge rule.
 	MergeKey   string
@@ -270,6 +277,12 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	if len(p.IdempotencyKey) > maxKeyLen {
 		return nil, Invalid("idempotency_key", "is longer than %d bytes", maxKeyLen)
 	}
+	if p.UniqueFor < 0 {
+		return nil, Invalid("unique_for", "must be positive (got %s)", p.UniqueFor)
+	}
+	if p.UniqueFor > 0 && p.IdempotencyKey == "" {
+		return nil, Invalid("unique_for", "needs an idempotency key: the window is the key's")
+	}
 	if len(p.MergeKey) > maxKeyLen {
 		return nil, Invalid("merge_key", "is longer than %d bytes", maxKeyLen)
 	}
@@ -298,6 +311,11 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 			return nil, Invalid("deadline", "%s is not in the future", d.Format(time.RFC3339))
 		}
 		deadline = &d
+	}
+	var uniqueUntil *time.Time
+	if p.UniqueFor > 0 {
+		u := now.Add(p.UniqueFor).Truncate(time.Microsecond)
+		uniqueUntil = &u
 	}
 	// The queue's complexity policy may route the task elsewhere; the
 	// queue it lands on gives the defaults.
@@ -350,6 +368,7 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 		Deadline:       deadline,
 		Retry:          p.Retry,
 		IdempotencyKey: p.IdempotencyKey,
+		UniqueUntil:    uniqueUntil,
 		MergeKey:       p.MergeKey,
 		Complexity:     p.Complexity,
 		TraceParent:    p.TraceParent,

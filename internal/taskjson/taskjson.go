@@ -34,6 +34,7 @@ type enqueueRecord struct {
 	Retry          json.RawMessage   `json:"retry"`    // {schedule, base, factor, max}
 	Attributes     map[string]string `json:"attributes"`
 	IdempotencyKey string            `json:"idempotency_key"`
+	UniqueFor      json.RawMessage   `json:"unique_for"` // duration string
 	MergeKey       string            `json:"merge_key"`
 	Progress       *bt.Progress      `json:"progress"`
 	Complexity     float64           `json:"complexity"`
@@ -85,7 +86,7 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 	if r.Progress != nil {
 		p.Progress = *r.Progress
 	}
-	var delay, timeout bt.Duration
+	var delay, timeout, uniqueFor bt.Duration
 	var runAt, deadline time.Time
 	for _, f := range []struct {
 		key string
@@ -96,6 +97,7 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 		{"delay", r.Delay, &delay},
 		{"timeout", r.Timeout, &timeout},
 		{"deadline", r.Deadline, &deadline},
+		{"unique_for", r.UniqueFor, &uniqueFor},
 	} {
 		if err := decodeField(f.key, f.raw, f.dst); err != nil {
 			return backstop.EnqueueParams{}, err
@@ -116,6 +118,11 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 	}
 	p.RunAt, p.Deadline = runAt.UTC(), deadline.UTC()
 	p.Delay, p.Timeout = time.Duration(delay), time.Duration(timeout)
+	// A window that is given must be one: zero would silently mean none.
+	if !isNull(r.UniqueFor) && uniqueFor <= 0 {
+		return backstop.EnqueueParams{}, fmt.Errorf("unique_for: must be a positive duration such as \"1h\", got %s", r.UniqueFor)
+	}
+	p.UniqueFor = time.Duration(uniqueFor)
 	if !isNull(r.Retry) {
 		p.Retry = new(bt.RetryPolicy)
 		if err := decodeField("retry", r.Retry, p.Retry); err != nil {

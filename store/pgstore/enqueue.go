@@ -129,6 +129,7 @@ func (r row) stored() *bt.Task {
 		Progress:       t.Progress,
 		Timeout:        bt.Duration(time.Duration(t.Timeout).Truncate(time.Microsecond)),
 		Deadline:       utcPtr(t.Deadline),
+		UniqueUntil:    utcPtr(t.UniqueUntil),
 		IdempotencyKey: t.IdempotencyKey,
 		MergeKey:       t.MergeKey,
 		Complexity:     t.Complexity,
@@ -253,9 +254,14 @@ func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOp
 	if err != nil {
 		return store.EnqueueResult{}, err
 	}
+	if t.UniqueUntil != nil {
+		if err := db.exec(ctx, sqlLockIdempotent, t.IdempotencyKey); err != nil {
+			return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: lock idempotency key: %w", t.ID, err)
+		}
+	}
 	for range maxKeyedTries {
 		if t.IdempotencyKey != "" {
-			existing, err := queryTask(ctx, db, sqlFindIdempotent, t.IdempotencyKey)
+			existing, err := queryTask(ctx, db, sqlFindIdempotent, t.IdempotencyKey, t.CreatedAt)
 			if err != nil {
 				return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: idempotency key: %w", t.ID, err)
 			}
@@ -281,6 +287,13 @@ func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOp
 			return store.EnqueueResult{}, err
 		}
 		if inserted[t.ID] > 0 {
+			// Inserted without its window, the row met the live tasks
+			// holding the key without one; now it leaves their index.
+			if t.UniqueUntil != nil {
+				if err := db.exec(ctx, sqlSetUniqueUntil, t.ID, *t.UniqueUntil); err != nil {
+					return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: unique until: %w", t.ID, err)
+				}
+			}
 			if r.spilled {
 				if err := insertPayloads(ctx, db, []row{r}); err != nil {
 					return store.EnqueueResult{}, err

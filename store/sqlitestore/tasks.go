@@ -31,7 +31,7 @@ payload_spilled, attributes, run_at, created_at, updated_at, timeout_us, deadlin
 idempotency_key, merge_key, merge_count, progress_total, progress_completed, complexity,
 trace_parent, last_error, worker_id, execution_id, attempted_at, lease_expires_at,
 cancel_requested_at, finalized_at, dead_reason, first_seen, last_seen, dead_count, replay_count,
-dlq_status, replayed_from`
+dlq_status, replayed_from, unique_until`
 
 // summaryCols is taskCols with a NULL payload (ListFilter's
 // WithoutPayload): the row's payload is not read, payload_size says how long
@@ -49,13 +49,14 @@ func scanTask(sc scanner) (*bt.Task, error) {
 		dlq, replFrom                                                 sql.NullString
 		runAt, created, updated, timeoutUS                            int64
 		deadline, attempted, lease, cancelReq, final, first, last     sql.NullInt64
+		uniqueUntil                                                   sql.NullInt64
 		state                                                         string
 	)
 	err := sc.Scan(&t.ID, &t.Queue, &t.Kind, &state, &t.Priority, &t.Attempt, &t.MaxAttempts,
 		&payload, &t.PayloadSize, &spilled, &attrs, &runAt, &created, &updated, &timeoutUS,
 		&deadline, &retry, &idem, &merge, &t.MergeCount, &t.Progress.Total, &t.Progress.Completed,
 		&t.Complexity, &trace, &lastErr, &worker, &exec, &attempted, &lease, &cancelReq, &final,
-		&dead, &first, &last, &t.DeadCount, &t.ReplayCount, &dlq, &replFrom)
+		&dead, &first, &last, &t.DeadCount, &t.ReplayCount, &dlq, &replFrom, &uniqueUntil)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +80,7 @@ func scanTask(sc scanner) (*bt.Task, error) {
 	t.Timeout = bt.Duration(time.Duration(timeoutUS) * time.Microsecond)
 	t.Deadline, t.AttemptedAt, t.LeaseExpiresAt = fromNullUS(deadline), fromNullUS(attempted), fromNullUS(lease)
 	t.CancelRequestedAt, t.FinalizedAt = fromNullUS(cancelReq), fromNullUS(final)
-	t.FirstSeen, t.LastSeen = fromNullUS(first), fromNullUS(last)
+	t.FirstSeen, t.LastSeen, t.UniqueUntil = fromNullUS(first), fromNullUS(last), fromNullUS(uniqueUntil)
 	t.IdempotencyKey, t.MergeKey, t.TraceParent = idem.String, merge.String, trace.String
 	t.LastError, t.WorkerID, t.ExecutionID = lastErr.String, worker.String, exec.String
 	t.DeadReason, t.DLQStatus, t.ReplayedFrom = bt.DeadReason(dead.String), bt.DLQStatus(dlq.String), replFrom.String
@@ -213,8 +214,12 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 		}
 		// Keyed tasks go one by one, in order, so later ones see earlier ones.
 		if t.IdempotencyKey != "" {
+			// The holder of the key: a live task without a window, or the
+			// newest one whose window is open.
 			existing, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskCols+` FROM backstop_tasks
-				WHERE idempotency_key = ? AND state IN ('scheduled','pending','running','buffered')`, t.IdempotencyKey))
+				WHERE idempotency_key = ? AND ((unique_until IS NULL AND state IN ('scheduled','pending','running','buffered'))
+					OR unique_until > ?)
+				ORDER BY created_at DESC, id DESC LIMIT 1`, t.IdempotencyKey, us(t.CreatedAt)))
 			if err == nil {
 				if err := loadSpilled(ctx, q, []*bt.Task{existing}); err != nil {
 					return nil, nil, err
@@ -240,6 +245,13 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 		}
 		if _, err := insertTasks(ctx, q, []*bt.Task{t}, opts.InlineLimit, 0); err != nil {
 			return nil, nil, err
+		}
+		// Inserted without its window, the row met the live tasks holding
+		// the key without one; now it leaves their index.
+		if t.UniqueUntil != nil {
+			if _, err := q.ExecContext(ctx, `UPDATE backstop_tasks SET unique_until = ? WHERE id = ?`, us(*t.UniqueUntil), t.ID); err != nil {
+				return nil, nil, err
+			}
 		}
 		events = append(events, store.EnqueuedEvent(t, actor))
 		if t.State == bt.StatePending {
