@@ -151,6 +151,39 @@ type EnqueueOpts struct {
 	// Events the engine adds about these tasks (e.g. task.too_complex),
 	// written in the same transaction after their task.enqueued events.
 	Events []bt.Event
+	// Debounce, by task index (empty: no task is debounced).
+	Debounce []Debounce
+}
+
+// Debounce says how one task of an enqueue merges when it is debounced.
+type Debounce struct {
+	// Debounced: merging into the waiting task of its merge key also moves
+	// that task's run time to the incoming task's (its state follows:
+	// scheduled, or pending once due), and the merge's task.enqueued event
+	// says "debounced": true.
+	Debounced bool
+	// MaxWait caps the moved run time at the waiting task's creation plus
+	// MaxWait; 0: no cap.
+	MaxWait time.Duration
+}
+
+// DebouncedRunAt is the run time a debounced merge gives the waiting task.
+func (d Debounce) DebouncedRunAt(existing, incoming *bt.Task) time.Time {
+	at := incoming.RunAt
+	if d.MaxWait > 0 {
+		if limit := existing.CreatedAt.Add(d.MaxWait); limit.Before(at) {
+			at = limit
+		}
+	}
+	return at
+}
+
+// DebounceOf is the debounce of task i (none when opts has no entry for it).
+func (o EnqueueOpts) DebounceOf(i int) Debounce {
+	if i < len(o.Debounce) {
+		return o.Debounce[i]
+	}
+	return Debounce{}
 }
 
 // EnqueueResult reports what happened to one task of an enqueue.

@@ -301,6 +301,9 @@ func enqueueBody(p backstop.EnqueueParams) apiclient.Task {
 		at := p.RunAt
 		t.RunAt = &at
 	}
+	if d := p.Debounce; d != nil {
+		t.Debounce = &apiclient.Debounce{Key: d.Key, For: bt.Duration(d.For), MaxWait: bt.Duration(d.MaxWait)}
+	}
 	if !p.Deadline.IsZero() {
 		at := p.Deadline
 		t.Deadline = &at

@@ -36,3 +36,45 @@ func TestEnqueueUniqueFor(t *testing.T) {
 		}
 	})
 }
+
+// TestEnqueueDebounce: --debounce replaces the waiting task of its key and
+// delays it by --debounce-for; bad durations and lone flags exit 2 with
+// nothing written.
+func TestEnqueueDebounce(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		base := []string{"enqueue", "--queue", "q", "--kind", "k"}
+		for _, c := range []struct {
+			want string
+			args []string
+		}{
+			{"--debounce-for", []string{"--debounce", "d", "--debounce-for", "-1s"}},
+			{"--debounce-for", []string{"--debounce", "d", "--debounce-for", "0"}},
+			{"debounce-for", []string{"--debounce", "d", "--debounce-for", "soon"}},
+			{"--debounce-max-wait", []string{"--debounce", "d", "--debounce-for", "1s", "--debounce-max-wait", "0s"}},
+			{"debounce.max_wait", []string{"--debounce", "d", "--debounce-for", "1m", "--debounce-max-wait", "1s"}},
+			{"--debounce-for", []string{"--debounce", "d"}},
+			{"--debounce", []string{"--debounce-for", "1s"}},
+			{"debounce.key", []string{"--debounce", "", "--debounce-for", "1s"}},
+			{"merge_key", []string{"--debounce", "d", "--debounce-for", "1s", "--merge-key", "other"}},
+		} {
+			e.fails(ExitUsage, c.want, append(base, c.args...)...)
+		}
+		if ids := e.listIDs(); len(ids) != 0 {
+			t.Fatalf("bad debounces wrote %v", ids)
+		}
+		var first, second taskOut
+		e.json(&first, append(base, "--debounce", "d", "--debounce-for", "1h", "--debounce-max-wait", "2h", "--payload", `{"v":1}`)...)
+		if first.State != "scheduled" || first.MergeKey != "d" || !first.RunAt.Equal(first.CreatedAt.Add(time.Hour)) {
+			t.Fatalf("first: state %s merge_key %q run_at %v (created %v)", first.State, first.MergeKey, first.RunAt, first.CreatedAt)
+		}
+		r := e.run("", append(base, "--debounce", "d", "--debounce-for", "1h", "--payload", `{"v":2}`)...)
+		if r.code != 0 || strings.TrimSpace(r.stdout) != first.ID || !strings.Contains(r.stderr, "debounced into waiting task") {
+			t.Fatalf("second: exit %d, id %q (first %q), stderr %q", r.code, r.stdout, first.ID, r.stderr)
+		}
+		e.json(&second, "tasks", "show", first.ID)
+		if compact(second.Payload) != `{"v":2}` || !second.RunAt.After(first.RunAt) || second.MergeCount != 1 {
+			t.Fatalf("debounced task: payload %s run_at %v (first %v) merge_count %d", second.Payload, second.RunAt, first.RunAt, second.MergeCount)
+		}
+	})
+}

@@ -55,7 +55,11 @@ type EnqueueParams struct {
 	UniqueFor time.Duration
 	// MergeKey: while a task of this kind with this key is waiting, the new
 	// payload merges into it (Merged) by the kind's merge rule.
-	MergeKey   string
+	MergeKey string
+	// Debounce delays the task until its key is quiet: the key is the
+	// task's merge key, and each enqueue merges into the waiting task
+	// (by the kind's merge rule) and moves it (debounce.go).
+	Debounce   *Debounce
 	Progress   Progress
 	Complexity float64
 	// TraceParent is the W3C traceparent of the producer's span.
@@ -286,6 +290,10 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	if len(p.MergeKey) > maxKeyLen {
 		return nil, Invalid("merge_key", "is longer than %d bytes", maxKeyLen)
 	}
+	mergeKey, err := p.Debounce.check(p)
+	if err != nil {
+		return nil, err
+	}
 	for _, f := range [...]struct{ field, s string }{{"idempotency_key", p.IdempotencyKey},
 		{"merge_key", p.MergeKey}, {"ordering_key", p.OrderingKey}, {"trace_parent", p.TraceParent}} {
 		if err := CheckText(f.field, f.s); err != nil {
@@ -303,6 +311,8 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 		runAt = p.RunAt.UTC().Truncate(time.Microsecond)
 	} else if p.Delay > 0 {
 		runAt = now.Add(p.Delay)
+	} else if p.Debounce != nil {
+		runAt = now.Add(p.Debounce.For)
 	}
 	var deadline *time.Time
 	if !p.Deadline.IsZero() {
@@ -315,6 +325,9 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	var uniqueUntil *time.Time
 	if p.UniqueFor > 0 {
 		u := now.Add(p.UniqueFor).Truncate(time.Microsecond)
+		if u.Year() > 9999 {
+			return nil, Invalid("unique_for", "%s is too long: the window would end after the year 9999", p.UniqueFor)
+		}
 		uniqueUntil = &u
 	}
 	// The queue's complexity policy may route the task elsewhere; the
@@ -369,7 +382,7 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 		Retry:          p.Retry,
 		IdempotencyKey: p.IdempotencyKey,
 		UniqueUntil:    uniqueUntil,
-		MergeKey:       p.MergeKey,
+		MergeKey:       mergeKey,
 		Complexity:     p.Complexity,
 		TraceParent:    p.TraceParent,
 		PayloadSize:    len(payload),
@@ -381,7 +394,7 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 // EnqueueOpts are the store options of an enqueue of params as tasks.
 func (e *Engine) EnqueueOpts(ctx context.Context, params []EnqueueParams, tasks []*Task) store.EnqueueOpts {
 	return store.EnqueueOpts{InlineLimit: e.cfg.InlinePayloadLimit, Merge: e.cfg.merge,
-		Events: e.tooComplexEvents(ctx, params, tasks)}
+		Events: e.tooComplexEvents(ctx, params, tasks), Debounce: debounceOpts(params)}
 }
 
 // PrepareAll prepares a batch (Prepare), or says which task of it was

@@ -36,11 +36,20 @@ type enqueueRecord struct {
 	IdempotencyKey string            `json:"idempotency_key"`
 	UniqueFor      json.RawMessage   `json:"unique_for"` // duration string
 	MergeKey       string            `json:"merge_key"`
+	Debounce       *debounceRecord   `json:"debounce"`
 	Progress       *bt.Progress      `json:"progress"`
 	Complexity     float64           `json:"complexity"`
 	OrderingKey    string            `json:"ordering_key"`
 	Sequence       int64             `json:"sequence"`
 	Trace          bool              `json:"trace"`
+}
+
+// debounceRecord is a task's debounce: the key, the quiet period and the
+// maximum wait (duration strings).
+type debounceRecord struct {
+	Key     string      `json:"key"`
+	For     bt.Duration `json:"for"`
+	MaxWait bt.Duration `json:"max_wait"`
 }
 
 // DecodeEnqueue decodes one task object (an NDJSON line of `enqueue
@@ -123,6 +132,9 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 		return backstop.EnqueueParams{}, fmt.Errorf("unique_for: must be a positive duration such as \"1h\", got %s", r.UniqueFor)
 	}
 	p.UniqueFor = time.Duration(uniqueFor)
+	if d := r.Debounce; d != nil {
+		p.Debounce = &backstop.Debounce{Key: d.Key, For: time.Duration(d.For), MaxWait: time.Duration(d.MaxWait)}
+	}
 	if !isNull(r.Retry) {
 		p.Retry = new(bt.RetryPolicy)
 		if err := decodeField("retry", r.Retry, p.Retry); err != nil {

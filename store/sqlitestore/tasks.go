@@ -233,13 +233,21 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 			}
 		}
 		if t.MergeKey != "" {
-			merged, err := mergeInto(ctx, q, t, opts)
+			d := opts.DebounceOf(i)
+			merged, err := mergeInto(ctx, q, t, opts, d)
 			if err != nil {
 				return nil, nil, err
 			}
 			if merged != nil {
 				res[i] = store.EnqueueResult{Task: merged, Merged: true}
-				events = append(events, store.FoldedEvent(merged, t, true, actor))
+				if d.Debounced {
+					events = append(events, store.DebouncedEvent(merged, t, actor))
+					if merged.State == bt.StatePending { // due at its max wait
+						woke[merged.Queue] = struct{}{}
+					}
+				} else {
+					events = append(events, store.FoldedEvent(merged, t, true, actor))
+				}
 				continue
 			}
 		}
@@ -374,8 +382,9 @@ func conflictingIDs(ctx context.Context, q querier, tasks []*bt.Task, cause erro
 }
 
 // mergeInto merges t into the waiting task with the same kind and merge key,
-// returning nil when there is none.
-func mergeInto(ctx context.Context, q querier, t *bt.Task, opts store.EnqueueOpts) (*bt.Task, error) {
+// returning nil when there is none; a debounced merge also moves the
+// waiting task's run time.
+func mergeInto(ctx context.Context, q querier, t *bt.Task, opts store.EnqueueOpts, d store.Debounce) (*bt.Task, error) {
 	existing, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskCols+` FROM backstop_tasks
 		WHERE kind = ? AND merge_key = ? AND state IN ('scheduled','pending')`, t.Kind, t.MergeKey))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -399,13 +408,20 @@ func mergeInto(ctx context.Context, q querier, t *bt.Task, opts store.EnqueueOpt
 	inline := prepareSpill(existing, opts.InlineLimit)
 	existing.MergeCount++
 	existing.UpdatedAt = t.UpdatedAt
+	if d.Debounced {
+		existing.RunAt = d.DebouncedRunAt(existing, t)
+		existing.State = bt.StatePending
+		if existing.RunAt.After(t.UpdatedAt) {
+			existing.State = bt.StateScheduled
+		}
+	}
 	var inlineArg any
 	if inline != nil {
 		inlineArg = inline
 	}
 	if _, err := q.ExecContext(ctx, `UPDATE backstop_tasks SET payload = ?, payload_size = ?, payload_spilled = ?,
-		merge_count = ?, updated_at = ? WHERE id = ?`, inlineArg, existing.PayloadSize, existing.PayloadSpilled,
-		existing.MergeCount, us(existing.UpdatedAt), existing.ID); err != nil {
+		merge_count = ?, updated_at = ?, run_at = ?, state = ? WHERE id = ?`, inlineArg, existing.PayloadSize, existing.PayloadSpilled,
+		existing.MergeCount, us(existing.UpdatedAt), us(existing.RunAt), string(existing.State), existing.ID); err != nil {
 		return nil, err
 	}
 	switch {

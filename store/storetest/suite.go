@@ -75,7 +75,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Features", s.testFeatures) // features.go
 	t.Run("Enqueue", s.testEnqueue)
 	t.Run("UniqueFor", s.testUniqueFor) // unique_for.go: idempotency keys with a window
-	t.Run("Inputs", s.testInputs) // inputs.go
+	t.Run("Debounce", s.testDebounce)   // debounce.go: merge keys that delay until quiet
+	t.Run("Inputs", s.testInputs)       // inputs.go
 	t.Run("Claim", s.testClaim)
 	t.Run("Lease", s.testLease)
 	t.Run("HeartbeatRacesSettle", s.testHeartbeatRacesSettle) // heartbeat_race.go
