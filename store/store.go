@@ -113,6 +113,7 @@ type Store interface {
 	APIStore
 	Queues   // paused queues (store/queues.go)
 	Limits   // cluster-wide concurrency limits (store/limits.go)
+	Fairness // fair queues (store/fair.go)
 	Workers  // the worker registry (store/workers.go)
 	Logs     // execution logs (store/logs.go)
 	EventLog // reading the event log by stream and cursor (store/events.go)
@@ -210,6 +211,10 @@ type ClaimParams struct {
 	// each limit), and claims only what their budgets leave room for.
 	// False: the plain claim, which never reads the limits.
 	Limited bool
+	// Fair: the queue may be fair (store/fair.go). Without Limited, the
+	// store then reads its fairness in the claim's transaction, serialized
+	// with the queue's other fair claims, and claims by FairPick.
+	Fair bool
 }
 
 // Beat is one running attempt's heartbeat.

@@ -496,6 +496,8 @@ func (s *Store) claimTx(ctx context.Context, p store.ClaimParams, optimistic boo
 	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
 	var tasks []*bt.Task
 	switch {
+	case !p.Limited && p.Fair:
+		tasks, err = s.claimFair(ctx, tx, p) // fair.go
 	case !p.Limited:
 		tasks, err = claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
 	case optimistic:

@@ -95,7 +95,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Ops", s.testOps)
 	t.Run("API", s.testAPI)
 	t.Run("Queues", s.testQueues)
-	t.Run("Limits", s.testLimits) // limits.go
+	t.Run("Limits", s.testLimits)     // limits.go
+	t.Run("Fairness", s.testFairness) // fair.go: claims rotate across an attribute's values
 	t.Run("Workers", s.testWorkers)
 	t.Run("Logs", s.testLogs)
 	t.Run("Events", s.testEvents)
