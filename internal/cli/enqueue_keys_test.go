@@ -78,3 +78,34 @@ func TestEnqueueDebounce(t *testing.T) {
 		}
 	})
 }
+
+// TestQueuesFair: `queues fair Q --by ATTR --weight V=N` makes the queue
+// fair and --off turns it off; bad flags exit 2 with nothing written.
+func TestQueuesFair(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		e.fails(ExitUsage, "--by", "queues", "fair", "q")
+		e.fails(ExitUsage, "--off", "queues", "fair", "q", "--off", "--by", "tenant")
+		e.fails(ExitUsage, "--weight", "queues", "fair", "q", "--by", "tenant", "--weight", "acme")
+		e.fails(ExitUsage, "weights", "queues", "fair", "q", "--by", "tenant", "--weight", "acme=0")
+		e.fails(ExitUsage, "by", "queues", "fair", "q", "--by", "bad key")
+		var out struct {
+			Queue   string         `json:"queue"`
+			Fair    bool           `json:"fair"`
+			By      string         `json:"by"`
+			Weights map[string]int `json:"weights"`
+			Changed bool           `json:"changed"`
+		}
+		e.json(&out, "queues", "fair", "q", "--off")
+		if out.Changed || out.Fair {
+			t.Fatalf("off on a queue that was not fair: %+v", out)
+		}
+		e.json(&out, "queues", "fair", "q", "--by", "tenant", "--weight", "acme=3")
+		if !out.Fair || out.By != "tenant" || out.Weights["acme"] != 3 {
+			t.Fatalf("fair: %+v", out)
+		}
+		if got := e.ok("queues", "fair", "q", "--off"); !strings.Contains(got, "no longer fair") {
+			t.Fatalf("off: %q", got)
+		}
+	})
+}
