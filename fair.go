@@ -11,6 +11,10 @@ import (
 // attribute, weighted round robin within a priority (docs/fairness.md).
 type FairQueue = engine.FairQueue
 
+// ValidateFair checks a fair queue as SetFair does; a *ValidationError
+// names the bad field.
+func ValidateFair(f FairQueue) error { return engine.ValidateFair(f) }
+
 // SetFair makes the queue fair (or replaces its attribute and weights);
 // it binds this client's claims at once and other processes' within a
 // second. The rotation starts afresh.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,26 @@ func TestQueuesFair(t *testing.T) {
 		}
 		if got := e.ok("queues", "fair", "q", "--off"); !strings.Contains(got, "no longer fair") {
 			t.Fatalf("off: %q", got)
+		}
+	})
+}
+
+// TestWorkAppliesConfigFairness: a queue's fair section in --config is set
+// in the database when `work` starts.
+func TestWorkAppliesConfigFairness(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		cfg := t.TempDir() + "/fair.yaml"
+		if err := os.WriteFile(cfg, []byte("queues:\n  fq:\n    fair: {by: tenant, weights: {acme: 2}}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // the second start finds it set alike
+			if r := e.run("", "work", "--config", cfg, "--queue", "fq", "--exit-after-idle", "100ms", "--", "true"); r.code != 0 {
+				t.Fatalf("work: exit %d, stderr %s", r.code, r.stderr)
+			}
+		}
+		if got := e.ok("queues", "fair", "fq", "--off"); !strings.Contains(got, "no longer fair") {
+			t.Fatalf("after work: %q, want the queue fair", got)
 		}
 	})
 }

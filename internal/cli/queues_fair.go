@@ -1,10 +1,14 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -13,6 +17,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/store"
 )
 
 // fairJSON is what `queues fair` prints.
@@ -102,6 +107,35 @@ func parseWeights(pairs []string) (map[string]int, error) {
 		out[v] = w
 	}
 	return out, nil
+}
+
+// applyFair sets the configuration's fair queues in the database when
+// `serve` or `work` starts; one already set alike is left as it is (its
+// rotation goes on). A queue the file does not make fair is left alone.
+func applyFair(ctx context.Context, c *backstop.Client, fs []backstop.FairQueue, log *slog.Logger) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	have, err := c.FairQueues(ctx)
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		if slices.ContainsFunc(have, func(h backstop.FairQueue) bool {
+			return h.Queue == f.Queue && h.By == f.By && maps.Equal(h.Weights, f.Weights)
+		}) {
+			continue
+		}
+		_, err := c.SetFair(ctx, f)
+		if errors.Is(err, store.ErrPermissionDenied) {
+			log.Warn("the configuration's fairness was not set: this database role may not set it", "queue", f.Queue, "error", err)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("queue %s: fair: %w", f.Queue, err)
+		}
+	}
+	return nil
 }
 
 func (a *app) setFair(cmd *cobra.Command, f backstop.FairQueue) error {
