@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,4 +131,31 @@ func TestWorkAppliesConfigFairness(t *testing.T) {
 			t.Fatalf("after work: %q, want the queue fair", got)
 		}
 	})
+}
+
+// FuzzParseWeights: --weight VALUE=N is refused with exit 2 or read back
+// as given.
+func FuzzParseWeights(f *testing.F) {
+	for _, s := range []string{"acme=3", "=1", "a=b", "a=1=2", "a", "", "x=-1", "x=99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		w, err := parseWeights([]string{s})
+		if err != nil {
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != ExitUsage {
+				t.Fatalf("%q: %v, want a usage error", s, err)
+			}
+			return
+		}
+		v, n, _ := strings.Cut(s, "=")
+		if len(w) != 1 || w[v] != mustAtoi(n) {
+			t.Fatalf("%q: read %v", s, w)
+		}
+	})
+}
+
+func mustAtoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
