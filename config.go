@@ -45,6 +45,9 @@ type (
 	EnqueueParams = engine.EnqueueParams
 	// EnqueueResult is what happened to one enqueued task.
 	EnqueueResult = engine.EnqueueResult
+	// Debounce delays a task until its key is quiet, never longer than a
+	// maximum wait (EnqueueParams.Debounce, docs/keys.md).
+	Debounce = engine.Debounce
 	// BatchError says which task of a batch was refused; nothing was
 	// written.
 	BatchError = engine.BatchError

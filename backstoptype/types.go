@@ -117,6 +117,9 @@ type Task struct {
 	TraceParent    string       `json:"trace_parent,omitempty"`
 	PayloadSize    int          `json:"payload_size"`
 	PayloadSpilled bool         `json:"payload_spilled,omitempty"`
+	// UniqueUntil: a task enqueued with a window on its idempotency key
+	// holds the key until then, whatever its state (unique per period).
+	UniqueUntil *time.Time `json:"unique_until,omitempty"`
 
 	// The current (or last) lease.
 	WorkerID          string     `json:"worker_id,omitempty"`

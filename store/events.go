@@ -428,9 +428,20 @@ func EnqueuedEvent(t *bt.Task, actor string) bt.Event {
 // FoldedEvent is the task.enqueued event of an enqueue that merged into, or
 // was a duplicate of, the existing task (the event's subject).
 func FoldedEvent(existing, incoming *bt.Task, merged bool, actor string) bt.Event {
+	return foldedEvent(existing, incoming, merged, "", actor)
+}
+
+// DebouncedEvent is the task.enqueued event of a debounced enqueue that
+// merged into the waiting task (the event's subject) and moved its run
+// time: state and run_at are the task's after the move.
+func DebouncedEvent(existing, incoming *bt.Task, actor string) bt.Event {
+	return foldedEvent(existing, incoming, true, `"debounced":true,`, actor)
+}
+
+func foldedEvent(existing, incoming *bt.Task, merged bool, extra, actor string) bt.Event {
 	e := NewEvent(incoming.UpdatedAt, EventEnqueued, existing.ID, existing.Queue, existing.Kind, actor, fmt.Appendf(nil,
-		`{"merged":%t,"duplicate":%t,"state":%q,"run_at":%q,"incoming_id":%q,"merge_count":%d}`,
-		merged, !merged, existing.State, EventTime(existing.RunAt), incoming.ID, existing.MergeCount))
+		`{"merged":%t,"duplicate":%t,%s"state":%q,"run_at":%q,"incoming_id":%q,"merge_count":%d}`,
+		merged, !merged, extra, existing.State, EventTime(existing.RunAt), incoming.ID, existing.MergeCount))
 	e.Attributes = existing.Attributes
 	return e
 }

@@ -113,6 +113,7 @@ type Store interface {
 	APIStore
 	Queues   // paused queues (store/queues.go)
 	Limits   // cluster-wide concurrency limits (store/limits.go)
+	Fairness // fair queues (store/fair.go)
 	Workers  // the worker registry (store/workers.go)
 	Logs     // execution logs (store/logs.go)
 	EventLog // reading the event log by stream and cursor (store/events.go)
@@ -156,6 +157,39 @@ type EnqueueOpts struct {
 	// Events the engine adds about these tasks (e.g. task.too_complex),
 	// written in the same transaction after their task.enqueued events.
 	Events []bt.Event
+	// Debounce, by task index (empty: no task is debounced).
+	Debounce []Debounce
+}
+
+// Debounce says how one task of an enqueue merges when it is debounced.
+type Debounce struct {
+	// Debounced: merging into the waiting task of its merge key also moves
+	// that task's run time to the incoming task's (its state follows:
+	// scheduled, or pending once due), and the merge's task.enqueued event
+	// says "debounced": true.
+	Debounced bool
+	// MaxWait caps the moved run time at the waiting task's creation plus
+	// MaxWait; 0: no cap.
+	MaxWait time.Duration
+}
+
+// DebouncedRunAt is the run time a debounced merge gives the waiting task.
+func (d Debounce) DebouncedRunAt(existing, incoming *bt.Task) time.Time {
+	at := incoming.RunAt
+	if d.MaxWait > 0 {
+		if limit := existing.CreatedAt.Add(d.MaxWait); limit.Before(at) {
+			at = limit
+		}
+	}
+	return at
+}
+
+// DebounceOf is the debounce of task i (none when opts has no entry for it).
+func (o EnqueueOpts) DebounceOf(i int) Debounce {
+	if i < len(o.Debounce) {
+		return o.Debounce[i]
+	}
+	return Debounce{}
 }
 
 // EnqueueResult reports what happened to one task of an enqueue.
@@ -182,6 +216,10 @@ type ClaimParams struct {
 	// each limit), and claims only what their budgets leave room for.
 	// False: the plain claim, which never reads the limits.
 	Limited bool
+	// Fair: the queue may be fair (store/fair.go). Without Limited, the
+	// store then reads its fairness in the claim's transaction, serialized
+	// with the queue's other fair claims, and claims by FairPick.
+	Fair bool
 }
 
 // Beat is one running attempt's heartbeat.

@@ -213,6 +213,12 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/limits", RoleViewer, s.listLimits)              // limits.go
 	s.handle("PUT", "/v1/limits/{name}", RoleOperator, s.setLimit)       // limits.go
 	s.handle("DELETE", "/v1/limits/{name}", RoleOperator, s.removeLimit) // limits.go
+
+	// fair.go
+	s.handle("GET", "/v1/fair-queues", RoleViewer, s.listFair)
+	s.handle("PUT", "/v1/queues/{name}/fair", RoleOperator, s.setFair)
+	s.handle("DELETE", "/v1/queues/{name}/fair", RoleOperator, s.removeFair)
+
 	s.handle("GET", "/v1/activity", RoleViewer, s.getActivity)
 	s.handle("GET", "/v1/counts", RoleViewer, s.getCounts)
 	s.handle("GET", "/v1/relay", RoleViewer, s.getRelay) // relay.go

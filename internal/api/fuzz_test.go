@@ -91,6 +91,8 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"reason":""}`, `{"older_than":"1h","statuses":["discarded","nope"]}`, `{"patch":"x"}`, `{"patch":[1]}`,
 		`{"lease_token":"x","lines":[{"line":"a"},{"stream":"log","line":"b"},{"stream":"nope","line":""}]}`,
 		`{"lease_token":"x","lines":null}`, `{"completions":[{"task_id":"t1","lease_token":"x"},{"task_id":"","lease_token":""}]}`, `{"lease_token":"","lines":[{}]}`,
+		`{"queue":"q","kind":"k","idempotency_key":"d","unique_for":"1h"}`, `{"queue":"q","kind":"k","unique_for":"-1s"}`,
+		`{"queue":"q","kind":"k","debounce":{"key":"d","for":"5s","max_wait":"1m"}}`, `{"queue":"q","kind":"k","debounce":{"key":"","for":0}}`,
 		`{"wait":-1}`, `{"max":1e999}`, `{"lease":9223372036854775807}`, "\x00", `{"a":` + string(bytes.Repeat([]byte("["), 5000)),
 	} {
 		f.Add(uint8(i), body)

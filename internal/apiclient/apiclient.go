@@ -102,12 +102,21 @@ type Task struct {
 	Retry          *bt.RetryPolicy   `json:"retry,omitempty"`
 	Attributes     map[string]string `json:"attributes,omitempty"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	UniqueFor      bt.Duration       `json:"unique_for,omitempty"`
 	MergeKey       string            `json:"merge_key,omitempty"`
+	Debounce       *Debounce         `json:"debounce,omitempty"`
 	Progress       *bt.Progress      `json:"progress,omitempty"`
 	Complexity     float64           `json:"complexity,omitempty"`
 	OrderingKey    string            `json:"ordering_key,omitempty"`
 	Sequence       int64             `json:"sequence,omitempty"`
 	Trace          bool              `json:"trace,omitempty"`
+}
+
+// Debounce is a task's debounce, with the task's JSON keys.
+type Debounce struct {
+	Key     string      `json:"key"`
+	For     bt.Duration `json:"for"`
+	MaxWait bt.Duration `json:"max_wait,omitempty"`
 }
 
 func esc(id string) string { return url.PathEscape(id) }

@@ -295,11 +295,14 @@ func taskFromView(v api.TaskView) *backstop.Task {
 func enqueueBody(p backstop.EnqueueParams) apiclient.Task {
 	t := apiclient.Task{ID: p.ID, Queue: p.Queue, Kind: p.Kind, Payload: p.Payload, Priority: p.Priority,
 		Delay: bt.Duration(p.Delay), MaxAttempts: p.MaxAttempts, Timeout: bt.Duration(p.Timeout), Retry: p.Retry,
-		Attributes: p.Attributes, IdempotencyKey: p.IdempotencyKey, MergeKey: p.MergeKey, Complexity: p.Complexity,
+		Attributes: p.Attributes, IdempotencyKey: p.IdempotencyKey, UniqueFor: bt.Duration(p.UniqueFor), MergeKey: p.MergeKey, Complexity: p.Complexity,
 		OrderingKey: p.OrderingKey, Sequence: p.Sequence, Trace: p.Trace}
 	if !p.RunAt.IsZero() {
 		at := p.RunAt
 		t.RunAt = &at
+	}
+	if d := p.Debounce; d != nil {
+		t.Debounce = &apiclient.Debounce{Key: d.Key, For: bt.Duration(d.For), MaxWait: bt.Duration(d.MaxWait)}
 	}
 	if !p.Deadline.IsZero() {
 		at := p.Deadline

@@ -32,10 +32,12 @@ type enqueueFlags struct {
 	queue, kind, payload, payloadFile, id string
 	maxAttempts, priority, totalSteps     int
 	retrySchedule                         string
-	timeout, delay                        time.Duration
+	timeout, delay, uniqueFor             time.Duration
 	deadline, runAt                       string
 	attrs                                 []string
 	idempotencyKey, mergeKey, mergeRule   string
+	debounceKey                           string
+	debounceFor, debounceMaxWait          time.Duration
 	complexity                            float64
 	orderingKey                           string
 	sequence                              int64
@@ -51,7 +53,7 @@ func enqueueCmd(a *app) *cobra.Command {
 		Long: `Enqueue one task described by flags, or many from --batch-file (NDJSON: one task object
 per line, with the task's JSON keys: id, queue, kind, payload, priority, run_at, delay,
 max_attempts, timeout, deadline, retry {schedule, base, factor, max}, attributes,
-idempotency_key, merge_key, progress {total_steps, completed_steps}, complexity, ordering_key,
+idempotency_key, unique_for, merge_key, debounce {key, for, max_wait}, progress {total_steps, completed_steps}, complexity, ordering_key,
 sequence, trace).
 
 A batch file is checked completely before anything is written; a bad record names its line
@@ -67,7 +69,8 @@ waiting one or an idempotency key returned an existing one. JSON output is the t
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.batchFile != "" {
 				for _, name := range []string{"queue", "kind", "payload", "payload-file", "id", "max-attempts",
-					"retry-schedule", "timeout", "deadline", "delay", "run-at", "attr", "idempotency-key",
+					"retry-schedule", "timeout", "deadline", "delay", "run-at", "attr", "idempotency-key", "unique-for",
+					"debounce", "debounce-for", "debounce-max-wait",
 					"merge-key", "priority", "total-steps", "complexity", "ordering-key", "sequence", "trace"} {
 					if cmd.Flags().Changed(name) {
 						return usageErr("--%s cannot be combined with --batch-file: put it in each record", name)
@@ -92,7 +95,11 @@ waiting one or an idempotency key returned an existing one. JSON output is the t
 	fl.StringVar(&f.runAt, "run-at", "", "run the first attempt at this RFC 3339 time")
 	fl.StringArrayVar(&f.attrs, "attr", nil, "attribute key=value (repeatable)")
 	fl.StringVar(&f.idempotencyKey, "idempotency-key", "", "while a live task has this key, return it instead of adding one")
+	fl.DurationVar(&f.uniqueFor, "unique-for", 0, "give --idempotency-key a window, e.g. 1h: within it the first task is returned whatever its state, past it a new task is made")
 	fl.StringVar(&f.mergeKey, "merge-key", "", "while a task of this kind with this key waits, merge into it")
+	fl.StringVar(&f.debounceKey, "debounce", "", "debounce key: replace (or, with a merge rule, merge into) the waiting task of this key and delay it until quiet")
+	fl.DurationVar(&f.debounceFor, "debounce-for", 0, "with --debounce: run once no enqueue of the key arrived for this long, e.g. 5s")
+	fl.DurationVar(&f.debounceMaxWait, "debounce-max-wait", 0, "with --debounce: but never later than this after the first enqueue, e.g. 1m")
 	fl.StringVar(&f.mergeRule, "merge-rule", "", "how payloads merge: replace (default) or append")
 	fl.IntVar(&f.priority, "priority", 0, "higher runs first")
 	fl.IntVar(&f.totalSteps, "total-steps", 0, "progress: how many steps the task has")
@@ -109,7 +116,7 @@ waiting one or an idempotency key returned an existing one. JSON output is the t
 func (a *app) enqueueParams(cmd *cobra.Command, f *enqueueFlags) (backstop.EnqueueParams, error) {
 	p := backstop.EnqueueParams{
 		ID: f.id, Queue: f.queue, Kind: f.kind, Priority: f.priority, MaxAttempts: f.maxAttempts,
-		Timeout: f.timeout, Delay: f.delay, IdempotencyKey: f.idempotencyKey, MergeKey: f.mergeKey,
+		Timeout: f.timeout, Delay: f.delay, IdempotencyKey: f.idempotencyKey, UniqueFor: f.uniqueFor, MergeKey: f.mergeKey,
 		Progress: backstop.Progress{Total: f.totalSteps}, Complexity: f.complexity,
 		OrderingKey: f.orderingKey, Sequence: f.sequence, Trace: f.trace,
 	}
@@ -130,6 +137,12 @@ func (a *app) enqueueParams(cmd *cobra.Command, f *enqueueFlags) (backstop.Enque
 		p.Payload = b
 	case f.payload != "":
 		p.Payload = json.RawMessage(f.payload)
+	}
+	if cmd.Flags().Changed("unique-for") && f.uniqueFor <= 0 {
+		return p, usageErr("--unique-for must be a positive duration such as 1h (got %s)", f.uniqueFor)
+	}
+	if err := debounceFlags(cmd, f, &p); err != nil {
+		return p, err
 	}
 	if cmd.Flags().Changed("delay") && f.runAt != "" {
 		return p, usageErr("give --delay or --run-at, not both")
@@ -156,6 +169,34 @@ func (a *app) enqueueParams(cmd *cobra.Command, f *enqueueFlags) (backstop.Enque
 		return p, err
 	}
 	return p, nil
+}
+
+// debounceFlags sets p.Debounce from --debounce, --debounce-for and
+// --debounce-max-wait; a duration given must be positive.
+func debounceFlags(cmd *cobra.Command, f *enqueueFlags, p *backstop.EnqueueParams) error {
+	fl := cmd.Flags()
+	for _, c := range []struct {
+		name string
+		d    time.Duration
+	}{{"debounce-for", f.debounceFor}, {"debounce-max-wait", f.debounceMaxWait}} {
+		if !fl.Changed(c.name) {
+			continue
+		}
+		if !fl.Changed("debounce") {
+			return usageErr("--%s needs --debounce KEY", c.name)
+		}
+		if c.d <= 0 {
+			return usageErr("--%s must be a positive duration such as 5s (got %s)", c.name, c.d)
+		}
+	}
+	if !fl.Changed("debounce") {
+		return nil
+	}
+	if !fl.Changed("debounce-for") {
+		return usageErr("--debounce needs --debounce-for, the quiet period (e.g. 5s)")
+	}
+	p.Debounce = &backstop.Debounce{Key: f.debounceKey, For: f.debounceFor, MaxWait: f.debounceMaxWait}
+	return nil
 }
 
 // readInput reads a whole file, or stdin for "-", up to maxInputLine bytes.
@@ -251,9 +292,15 @@ func (a *app) enqueueOne(cmd *cobra.Command, f *enqueueFlags) error {
 	out := enqueueJSON{taskJSON: newTaskJSON(res.Task, false), Merged: res.Merged, Duplicate: res.Duplicate}
 	return a.print(out, func(w io.Writer) error {
 		switch {
+		case res.Merged && p.Debounce != nil:
+			fmt.Fprintf(a.stderr, "debounced into waiting task %s (key %q, merge_count %d), now runs at %s\n",
+				res.Task.ID, res.Task.MergeKey, res.Task.MergeCount, fmtTime(res.Task.RunAt))
 		case res.Merged:
 			fmt.Fprintf(a.stderr, "merged into waiting task %s (merge_key %q, merge_count %d)\n",
 				res.Task.ID, res.Task.MergeKey, res.Task.MergeCount)
+		case res.Duplicate && res.Task.UniqueUntil != nil:
+			fmt.Fprintf(a.stderr, "duplicate: task %s holds idempotency_key %q until %s (state %s)\n",
+				res.Task.ID, res.Task.IdempotencyKey, fmtTime(*res.Task.UniqueUntil), res.Task.State)
 		case res.Duplicate:
 			fmt.Fprintf(a.stderr, "duplicate: task %s already has idempotency_key %q (state %s)\n",
 				res.Task.ID, res.Task.IdempotencyKey, res.Task.State)

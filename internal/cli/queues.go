@@ -22,10 +22,10 @@ func queuesCmd(a *app) *cobra.Command {
 		Short: "List queues; pause and resume claiming from a queue",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("queues: name a subcommand: list, pause or resume")
+			return usageErr("queues: name a subcommand: list, pause, resume or fair")
 		},
 	}
-	cmd.AddCommand(queuesListCmd(a), queuesPauseCmd(a, true), queuesPauseCmd(a, false))
+	cmd.AddCommand(queuesListCmd(a), queuesPauseCmd(a, true), queuesPauseCmd(a, false), queuesFairCmd(a))
 	return cmd
 }
 

@@ -162,6 +162,9 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 	if err := applyLimits(ctx, c, cfg.ConcurrencyLimits(), log); err != nil { // limits.go
 		return err
 	}
+	if err := applyFair(ctx, c, cfg.FairQueues(), log); err != nil { // queues_fair.go
+		return err
+	}
 	n, err := liveTokens(ctx, s)
 	if err != nil {
 		return err

@@ -322,6 +322,9 @@ func printTaskDetail(w io.Writer, t *bt.Task, page backstop.ExecutionsPage, deta
 	field("retry", fmtRetry(t.Retry))
 	field("attributes", fmtAttrs(t.Attributes))
 	field("idempotency_key", t.IdempotencyKey)
+	if t.UniqueUntil != nil {
+		field("unique_until", fmtTime(*t.UniqueUntil))
+	}
 	if t.MergeKey != "" {
 		field("merge_key", fmt.Sprintf("%s (merged %d times)", t.MergeKey, t.MergeCount))
 	}

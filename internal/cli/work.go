@@ -207,6 +207,9 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	if err := applyLimits(ctx, c, cfg.ConcurrencyLimits(), log); err != nil { // limits.go
 		return err
 	}
+	if err := applyFair(ctx, c, cfg.FairQueues(), log); err != nil { // queues_fair.go
+		return err
+	}
 
 	// One library Worker per distinct lease (a Worker has one lease);
 	// usually there is one.

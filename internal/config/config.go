@@ -240,6 +240,27 @@ type Queue struct {
 	// Limits: the queue's cluster-wide concurrency and rate limits by name
 	// (docs/limits.md), set in the database when `serve` or `work` starts.
 	Limits map[string]QueueLimit `yaml:"limits" json:"limits,omitempty"`
+	// Fair: the queue's claims rotate across the values of an attribute
+	// (docs/fairness.md), set in the database when `serve` or `work`
+	// starts.
+	Fair *QueueFair `yaml:"fair" json:"fair,omitempty"`
+}
+
+// QueueFair is a queue's fairness (backstop.FairQueue).
+type QueueFair struct {
+	By      string         `yaml:"by" json:"by"`
+	Weights map[string]int `yaml:"weights" json:"weights,omitempty"`
+}
+
+// FairQueues are the fair queues the configuration declares, by name.
+func (c *Config) FairQueues() []backstop.FairQueue {
+	var out []backstop.FairQueue
+	for _, q := range sortedKeys(c.Queues) {
+		if f := c.Queues[q].Fair; f != nil {
+			out = append(out, backstop.FairQueue{Queue: q, By: f.By, Weights: f.Weights})
+		}
+	}
+	return out
 }
 
 // QueueLimit is one limit of a queue (backstop.Limit): concurrency, or
@@ -761,6 +782,12 @@ func (c *Config) Validate() error {
 				} else if verr.Field != "queue" {
 					bad(p+".limits."+ln+"."+verr.Field, "%s", verr.Message)
 				}
+			}
+		}
+		if f := q.Fair; f != nil {
+			var verr *backstop.ValidationError
+			if err := backstop.ValidateFair(backstop.FairQueue{Queue: name, By: f.By, Weights: f.Weights}); errors.As(err, &verr) && verr.Field != "queue" {
+				bad(p+".fair."+verr.Field, "%s", verr.Message)
 			}
 		}
 		for i, d := range q.Ordering.Backoff {

@@ -265,3 +265,26 @@ func TestQueueLimits(t *testing.T) {
 		t.Fatalf("limits: %+v, want %+v", got, want)
 	}
 }
+
+func TestQueueFair(t *testing.T) {
+	c, err := Parse([]byte("queues:\n  crm:\n    fair: {by: tenant, weights: {acme: 3}}\n  plain: {}\n"))
+	if err != nil || c.Validate() != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	want := []backstop.FairQueue{{Queue: "crm", By: "tenant", Weights: map[string]int{"acme": 3}}}
+	if got := c.FairQueues(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("fair queues: %+v, want %+v", got, want)
+	}
+	for yaml, key := range map[string]string{
+		"queues:\n  crm:\n    fair: {by: 'bad key'}\n":                  "queues.crm.fair.by",
+		"queues:\n  crm:\n    fair: {by: tenant, weights: {acme: 0}}\n": "queues.crm.fair.weights",
+	} {
+		c, err := Parse([]byte(yaml))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%q: %v, want an error naming %s", yaml, err, key)
+		}
+	}
+}

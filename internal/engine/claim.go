@@ -29,7 +29,7 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (tasks []*Task, bad m
 		e.cfg.Logger.Error("ordering failed", "queue", p.Queue, "error", err)
 	}
 	tasks, err = e.store.Claim(ctx, store.ClaimParams{Queue: p.Queue, Kinds: p.Kinds, WorkerID: p.WorkerID,
-		Max: p.Max, Now: e.Now(), Lease: p.Lease, Limited: e.limited(ctx, p.Queue)})
+		Max: p.Max, Now: e.Now(), Lease: p.Lease, Limited: e.limited(ctx, p.Queue), Fair: e.fair(ctx, p.Queue)})
 	e.Telemetry.claimed(ctx, p.Queue, tasks, err, e.Now())
 	if err != nil {
 		return nil, nil, err

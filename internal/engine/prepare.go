@@ -46,9 +46,20 @@ type EnqueueParams struct {
 	// IdempotencyKey: while a live task has this key, enqueueing again
 	// returns that task instead (Duplicate).
 	IdempotencyKey string
+	// UniqueFor gives the idempotency key a window (unique per period): for
+	// this long after this task's enqueue, enqueueing the key again returns
+	// this task whatever its state (done, dead, canceled too); past it a
+	// new task is made with the key, even while this one still waits or
+	// runs. Zero: the key holds while the task is live. Needs
+	// IdempotencyKey.
+	UniqueFor time.Duration
 	// MergeKey: while a task of this kind with this key is waiting, the new
 	// payload merges into it (Merged) by the kind's merge rule.
-	MergeKey   string
+	MergeKey string
+	// Debounce delays the task until its key is quiet: the key is the
+	// task's merge key, and each enqueue merges into the waiting task
+	// (by the kind's merge rule) and moves it (debounce.go).
+	Debounce   *Debounce
 	Progress   Progress
 	Complexity float64
 	// TraceParent is the W3C traceparent of the producer's span.
@@ -270,8 +281,18 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 	if len(p.IdempotencyKey) > maxKeyLen {
 		return nil, Invalid("idempotency_key", "is longer than %d bytes", maxKeyLen)
 	}
+	if p.UniqueFor < 0 {
+		return nil, Invalid("unique_for", "must be positive (got %s)", p.UniqueFor)
+	}
+	if p.UniqueFor > 0 && p.IdempotencyKey == "" {
+		return nil, Invalid("unique_for", "needs an idempotency key: the window is the key's")
+	}
 	if len(p.MergeKey) > maxKeyLen {
 		return nil, Invalid("merge_key", "is longer than %d bytes", maxKeyLen)
+	}
+	mergeKey, err := p.Debounce.check(p)
+	if err != nil {
+		return nil, err
 	}
 	for _, f := range [...]struct{ field, s string }{{"idempotency_key", p.IdempotencyKey},
 		{"merge_key", p.MergeKey}, {"ordering_key", p.OrderingKey}, {"trace_parent", p.TraceParent}} {
@@ -290,6 +311,8 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 		runAt = p.RunAt.UTC().Truncate(time.Microsecond)
 	} else if p.Delay > 0 {
 		runAt = now.Add(p.Delay)
+	} else if p.Debounce != nil {
+		runAt = now.Add(p.Debounce.For)
 	}
 	var deadline *time.Time
 	if !p.Deadline.IsZero() {
@@ -298,6 +321,14 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 			return nil, Invalid("deadline", "%s is not in the future", d.Format(time.RFC3339))
 		}
 		deadline = &d
+	}
+	var uniqueUntil *time.Time
+	if p.UniqueFor > 0 {
+		u := now.Add(p.UniqueFor).Truncate(time.Microsecond)
+		if u.Year() > 9999 {
+			return nil, Invalid("unique_for", "%s is too long: the window would end after the year 9999", p.UniqueFor)
+		}
+		uniqueUntil = &u
 	}
 	// The queue's complexity policy may route the task elsewhere; the
 	// queue it lands on gives the defaults.
@@ -350,7 +381,8 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 		Deadline:       deadline,
 		Retry:          p.Retry,
 		IdempotencyKey: p.IdempotencyKey,
-		MergeKey:       p.MergeKey,
+		UniqueUntil:    uniqueUntil,
+		MergeKey:       mergeKey,
 		Complexity:     p.Complexity,
 		TraceParent:    p.TraceParent,
 		PayloadSize:    len(payload),
@@ -362,7 +394,7 @@ func (e *Engine) Prepare(p *EnqueueParams, now time.Time) (*Task, error) {
 // EnqueueOpts are the store options of an enqueue of params as tasks.
 func (e *Engine) EnqueueOpts(ctx context.Context, params []EnqueueParams, tasks []*Task) store.EnqueueOpts {
 	return store.EnqueueOpts{InlineLimit: e.cfg.InlinePayloadLimit, Merge: e.cfg.merge,
-		Events: e.tooComplexEvents(ctx, params, tasks)}
+		Events: e.tooComplexEvents(ctx, params, tasks), Debounce: debounceOpts(params)}
 }
 
 // PrepareAll prepares a batch (Prepare), or says which task of it was

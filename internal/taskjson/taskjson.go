@@ -34,12 +34,22 @@ type enqueueRecord struct {
 	Retry          json.RawMessage   `json:"retry"`    // {schedule, base, factor, max}
 	Attributes     map[string]string `json:"attributes"`
 	IdempotencyKey string            `json:"idempotency_key"`
+	UniqueFor      json.RawMessage   `json:"unique_for"` // duration string
 	MergeKey       string            `json:"merge_key"`
+	Debounce       *debounceRecord   `json:"debounce"`
 	Progress       *bt.Progress      `json:"progress"`
 	Complexity     float64           `json:"complexity"`
 	OrderingKey    string            `json:"ordering_key"`
 	Sequence       int64             `json:"sequence"`
 	Trace          bool              `json:"trace"`
+}
+
+// debounceRecord is a task's debounce: the key, the quiet period and the
+// maximum wait (duration strings).
+type debounceRecord struct {
+	Key     string      `json:"key"`
+	For     bt.Duration `json:"for"`
+	MaxWait bt.Duration `json:"max_wait"`
 }
 
 // DecodeEnqueue decodes one task object (an NDJSON line of `enqueue
@@ -85,7 +95,7 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 	if r.Progress != nil {
 		p.Progress = *r.Progress
 	}
-	var delay, timeout bt.Duration
+	var delay, timeout, uniqueFor bt.Duration
 	var runAt, deadline time.Time
 	for _, f := range []struct {
 		key string
@@ -96,6 +106,7 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 		{"delay", r.Delay, &delay},
 		{"timeout", r.Timeout, &timeout},
 		{"deadline", r.Deadline, &deadline},
+		{"unique_for", r.UniqueFor, &uniqueFor},
 	} {
 		if err := decodeField(f.key, f.raw, f.dst); err != nil {
 			return backstop.EnqueueParams{}, err
@@ -116,6 +127,14 @@ func DecodeEnqueue(line []byte) (backstop.EnqueueParams, error) {
 	}
 	p.RunAt, p.Deadline = runAt.UTC(), deadline.UTC()
 	p.Delay, p.Timeout = time.Duration(delay), time.Duration(timeout)
+	// A window that is given must be one: zero would silently mean none.
+	if !isNull(r.UniqueFor) && uniqueFor <= 0 {
+		return backstop.EnqueueParams{}, fmt.Errorf("unique_for: must be a positive duration such as \"1h\", got %s", r.UniqueFor)
+	}
+	p.UniqueFor = time.Duration(uniqueFor)
+	if d := r.Debounce; d != nil {
+		p.Debounce = &backstop.Debounce{Key: d.Key, For: time.Duration(d.For), MaxWait: time.Duration(d.MaxWait)}
+	}
 	if !isNull(r.Retry) {
 		p.Retry = new(bt.RetryPolicy)
 		if err := decodeField("retry", r.Retry, p.Retry); err != nil {

@@ -129,6 +129,7 @@ func (r row) stored() *bt.Task {
 		Progress:       t.Progress,
 		Timeout:        bt.Duration(time.Duration(t.Timeout).Truncate(time.Microsecond)),
 		Deadline:       utcPtr(t.Deadline),
+		UniqueUntil:    utcPtr(t.UniqueUntil),
 		IdempotencyKey: t.IdempotencyKey,
 		MergeKey:       t.MergeKey,
 		Complexity:     t.Complexity,
@@ -206,14 +207,19 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 	}
 
 	for _, i := range keyed {
-		res, err := enqueueKeyed(ctx, db, tasks[i], opts, actor)
+		d := opts.DebounceOf(i)
+		res, err := enqueueKeyed(ctx, db, tasks[i], opts, d, actor)
 		if err != nil {
 			return nil, err
 		}
 		results[i] = res
-		if !res.Merged && !res.Duplicate {
+		switch {
+		case !res.Merged && !res.Duplicate:
 			wake(tasks[i])
-		} else {
+		case res.Merged && d.Debounced:
+			wake(res.Task) // due at its max wait: pending
+			folded = append(folded, store.DebouncedEvent(res.Task, tasks[i], actor))
+		default:
 			folded = append(folded, store.FoldedEvent(res.Task, tasks[i], res.Merged, actor))
 		}
 	}
@@ -248,14 +254,19 @@ const maxKeyedTries = 10
 // holding the merge key, or inserts. A concurrent enqueue may take the key
 // between the look-up and the insert; the insert then does nothing, and the
 // look-up runs again and finds the winner.
-func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOpts, actor string) (store.EnqueueResult, error) {
+func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOpts, d store.Debounce, actor string) (store.EnqueueResult, error) {
 	r, err := newRow(t, opts.InlineLimit)
 	if err != nil {
 		return store.EnqueueResult{}, err
 	}
+	if t.UniqueUntil != nil {
+		if err := db.exec(ctx, sqlLockIdempotent, t.IdempotencyKey); err != nil {
+			return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: lock idempotency key: %w", t.ID, err)
+		}
+	}
 	for range maxKeyedTries {
 		if t.IdempotencyKey != "" {
-			existing, err := queryTask(ctx, db, sqlFindIdempotent, t.IdempotencyKey)
+			existing, err := queryTask(ctx, db, sqlFindIdempotent, t.IdempotencyKey, t.CreatedAt)
 			if err != nil {
 				return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: idempotency key: %w", t.ID, err)
 			}
@@ -269,7 +280,7 @@ func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOp
 				return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: merge key: %w", t.ID, err)
 			}
 			if existing != nil {
-				merged, err := merge(ctx, db, existing, t, opts)
+				merged, err := merge(ctx, db, existing, t, opts, d)
 				if err != nil {
 					return store.EnqueueResult{}, err
 				}
@@ -281,6 +292,13 @@ func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOp
 			return store.EnqueueResult{}, err
 		}
 		if inserted[t.ID] > 0 {
+			// Inserted without its window, the row met the live tasks
+			// holding the key without one; now it leaves their index.
+			if t.UniqueUntil != nil {
+				if err := db.exec(ctx, sqlSetUniqueUntil, t.ID, *t.UniqueUntil); err != nil {
+					return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: unique until: %w", t.ID, err)
+				}
+			}
 			if r.spilled {
 				if err := insertPayloads(ctx, db, []row{r}); err != nil {
 					return store.EnqueueResult{}, err
@@ -301,8 +319,9 @@ func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOp
 }
 
 // merge folds the incoming task's payload into the waiting one (locked by
-// the caller's look-up) and stores the result, inline or spilled.
-func merge(ctx context.Context, db dbtx, existing, incoming *bt.Task, opts store.EnqueueOpts) (*bt.Task, error) {
+// the caller's look-up) and stores the result, inline or spilled; a
+// debounced merge also moves the waiting task's run time.
+func merge(ctx context.Context, db dbtx, existing, incoming *bt.Task, opts store.EnqueueOpts, d store.Debounce) (*bt.Task, error) {
 	payload, err := opts.Merge(existing.Kind, existing.Payload, existing.MergeCount, incoming.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: enqueue %s: merge into %s: %w", incoming.ID, existing.ID, err)
@@ -322,7 +341,12 @@ func merge(ctx context.Context, db dbtx, existing, incoming *bt.Task, opts store
 	default:
 		inline = []byte(payload)
 	}
-	merged, err := queryTask(ctx, db, sqlMerge, existing.ID, nullJSON(inline), len(payload), spilled, incoming.UpdatedAt)
+	var runAt *time.Time // nil: unchanged
+	if d.Debounced {
+		at := d.DebouncedRunAt(existing, incoming)
+		runAt = &at
+	}
+	merged, err := queryTask(ctx, db, sqlMerge, existing.ID, nullJSON(inline), len(payload), spilled, incoming.UpdatedAt, runAt)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: enqueue %s: merge into %s: %w", incoming.ID, existing.ID, err)
 	}

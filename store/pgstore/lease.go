@@ -23,6 +23,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	if p.Limited {
 		return s.claimLimited(ctx, p) // limits.go
 	}
+	if p.Fair {
+		return s.claimFair(ctx, p) // fair.go
+	}
 	q, args := sqlClaim, []any{p.Queue, p.Now, p.Max, p.WorkerID, p.Now.Add(p.Lease)}
 	if len(p.Kinds) > 0 {
 		q, args = sqlClaimKinds, append(args, p.Kinds)

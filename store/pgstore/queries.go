@@ -21,6 +21,7 @@ var taskColumns = []string{
 	"progress_total", "progress_completed", "complexity", "trace_parent", "last_error",
 	"worker_id", "execution_id", "attempted_at", "lease_expires_at", "cancel_requested_at", "finalized_at",
 	"dead_reason", "first_seen", "last_seen", "dead_count", "replay_count", "dlq_status", "replayed_from",
+	"unique_until",
 }
 
 // taskCols lists the task columns qualified by alias, then the payload
@@ -400,8 +401,20 @@ func writeValues(b *strings.Builder, n, cols int, casts []string) {
 	}
 }
 
+// sqlFindIdempotent finds the task holding idempotency key $1 at $2: a
+// live one without a window, or the newest one whose window is open.
 var sqlFindIdempotent = selectTasks + `
-WHERE t.idempotency_key = $1 AND t.state IN ('scheduled', 'pending', 'running', 'buffered')`
+WHERE t.idempotency_key = $1 AND ((t.unique_until IS NULL AND t.state IN ('scheduled', 'pending', 'running', 'buffered'))
+	OR t.unique_until > $2)
+ORDER BY t.created_at DESC, t.id DESC LIMIT 1`
+
+// sqlLockIdempotent serializes the enqueues of one windowed idempotency
+// key until their transactions end: the one-live-task index does not hold
+// windowed tasks.
+const sqlLockIdempotent = `SELECT pg_advisory_xact_lock(hashtext('backstop_idempotency'), hashtext($1))`
+
+// sqlSetUniqueUntil opens a windowed task's window once it is inserted.
+const sqlSetUniqueUntil = `UPDATE backstop_tasks SET unique_until = $2 WHERE id = $1`
 
 var sqlFindMergeable = `SELECT ` + taskCols("t") + ` FROM backstop_tasks t
 WHERE t.kind = $1 AND t.merge_key = $2 AND t.state IN ('scheduled', 'pending')
@@ -409,12 +422,17 @@ FOR UPDATE OF t`
 
 const sqlIDExists = `SELECT count(*) FROM backstop_tasks WHERE id = $1`
 
-// sqlMerge stores a merged payload ($2 inline, or NULL when spilled).
+// sqlMerge stores a merged payload ($2 inline, or NULL when spilled) at
+// $5; a debounced merge moves the run time to $6 (NULL: unchanged), and
+// the task is scheduled or pending by it.
 var sqlMerge = `
 WITH m AS (
 	UPDATE backstop_tasks t SET
 		payload = $2, payload_size = $3, payload_spilled = $4,
-		merge_count = t.merge_count + 1, updated_at = $5
+		merge_count = t.merge_count + 1, updated_at = $5,
+		run_at = coalesce($6::timestamptz, t.run_at),
+		state = CASE WHEN $6::timestamptz IS NULL THEN t.state
+			WHEN $6::timestamptz > $5 THEN 'scheduled' ELSE 'pending' END
 	WHERE t.id = $1
 	RETURNING t.*
 )

@@ -62,7 +62,7 @@ func scanTask(r scanner) (*bt.Task, error) {
 	}{
 		{&sc.deadline, &t.Deadline}, {&sc.attemptedAt, &t.AttemptedAt}, {&sc.leaseExpiresAt, &t.LeaseExpiresAt},
 		{&sc.cancelRequestedAt, &t.CancelRequestedAt}, {&sc.finalizedAt, &t.FinalizedAt},
-		{&sc.firstSeen, &t.FirstSeen}, {&sc.lastSeen, &t.LastSeen},
+		{&sc.firstSeen, &t.FirstSeen}, {&sc.lastSeen, &t.LastSeen}, {&sc.uniqueUntil, &t.UniqueUntil},
 	}
 	for i, tm := range times {
 		if !tm.src.Valid {
@@ -83,7 +83,7 @@ func scanTask(r scanner) (*bt.Task, error) {
 
 // taskTimeColumns names the nullable time columns in taskBox.times order.
 var taskTimeColumns = [...]string{"deadline", "attempted_at", "lease_expires_at",
-	"cancel_requested_at", "finalized_at", "first_seen", "last_seen"}
+	"cancel_requested_at", "finalized_at", "first_seen", "last_seen", "unique_until"}
 
 // taskBox is a scanned task with the values of its optional times (one
 // allocation for both).
@@ -106,14 +106,14 @@ type taskScan struct {
 	attributes, retry, inline, spilled                              []byte
 	runAt, createdAt, updatedAt                                     time.Time
 	deadline, attemptedAt, leaseExpiresAt, cancelRequestedAt        pgtype.Timestamptz
-	finalizedAt, firstSeen, lastSeen                                pgtype.Timestamptz
+	finalizedAt, firstSeen, lastSeen, uniqueUntil                   pgtype.Timestamptz
 
 	dest [taskScanColumns]any
 }
 
 // taskScanColumns is the number of columns taskCols selects: every task
 // column (taskColumns), then the payload inline and spilled.
-const taskScanColumns = 39
+const taskScanColumns = 40
 
 var taskScans = sync.Pool{New: func() any {
 	sc := &taskScan{}
@@ -127,7 +127,7 @@ var taskScans = sync.Pool{New: func() any {
 		textDest{&sc.workerID, &interned}, textDest{&sc.executionID, nil}, &sc.attemptedAt, &sc.leaseExpiresAt,
 		&sc.cancelRequestedAt, &sc.finalizedAt,
 		textDest{&sc.deadReason, &interned}, &sc.firstSeen, &sc.lastSeen, &sc.deadCount, &sc.replayCount,
-		textDest{&sc.dlqStatus, &interned}, textDest{&sc.replayedFrom, nil},
+		textDest{&sc.dlqStatus, &interned}, textDest{&sc.replayedFrom, nil}, &sc.uniqueUntil,
 		&sc.inline, &sc.spilled,
 	}
 	return sc

@@ -31,7 +31,7 @@ payload_spilled, attributes, run_at, created_at, updated_at, timeout_us, deadlin
 idempotency_key, merge_key, merge_count, progress_total, progress_completed, complexity,
 trace_parent, last_error, worker_id, execution_id, attempted_at, lease_expires_at,
 cancel_requested_at, finalized_at, dead_reason, first_seen, last_seen, dead_count, replay_count,
-dlq_status, replayed_from`
+dlq_status, replayed_from, unique_until`
 
 // summaryCols is taskCols with a NULL payload (ListFilter's
 // WithoutPayload): the row's payload is not read, payload_size says how long
@@ -49,13 +49,14 @@ func scanTask(sc scanner) (*bt.Task, error) {
 		dlq, replFrom                                                 sql.NullString
 		runAt, created, updated, timeoutUS                            int64
 		deadline, attempted, lease, cancelReq, final, first, last     sql.NullInt64
+		uniqueUntil                                                   sql.NullInt64
 		state                                                         string
 	)
 	err := sc.Scan(&t.ID, &t.Queue, &t.Kind, &state, &t.Priority, &t.Attempt, &t.MaxAttempts,
 		&payload, &t.PayloadSize, &spilled, &attrs, &runAt, &created, &updated, &timeoutUS,
 		&deadline, &retry, &idem, &merge, &t.MergeCount, &t.Progress.Total, &t.Progress.Completed,
 		&t.Complexity, &trace, &lastErr, &worker, &exec, &attempted, &lease, &cancelReq, &final,
-		&dead, &first, &last, &t.DeadCount, &t.ReplayCount, &dlq, &replFrom)
+		&dead, &first, &last, &t.DeadCount, &t.ReplayCount, &dlq, &replFrom, &uniqueUntil)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +80,7 @@ func scanTask(sc scanner) (*bt.Task, error) {
 	t.Timeout = bt.Duration(time.Duration(timeoutUS) * time.Microsecond)
 	t.Deadline, t.AttemptedAt, t.LeaseExpiresAt = fromNullUS(deadline), fromNullUS(attempted), fromNullUS(lease)
 	t.CancelRequestedAt, t.FinalizedAt = fromNullUS(cancelReq), fromNullUS(final)
-	t.FirstSeen, t.LastSeen = fromNullUS(first), fromNullUS(last)
+	t.FirstSeen, t.LastSeen, t.UniqueUntil = fromNullUS(first), fromNullUS(last), fromNullUS(uniqueUntil)
 	t.IdempotencyKey, t.MergeKey, t.TraceParent = idem.String, merge.String, trace.String
 	t.LastError, t.WorkerID, t.ExecutionID = lastErr.String, worker.String, exec.String
 	t.DeadReason, t.DLQStatus, t.ReplayedFrom = bt.DeadReason(dead.String), bt.DLQStatus(dlq.String), replFrom.String
@@ -213,8 +214,12 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 		}
 		// Keyed tasks go one by one, in order, so later ones see earlier ones.
 		if t.IdempotencyKey != "" {
+			// The holder of the key: a live task without a window, or the
+			// newest one whose window is open.
 			existing, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskCols+` FROM backstop_tasks
-				WHERE idempotency_key = ? AND state IN ('scheduled','pending','running','buffered')`, t.IdempotencyKey))
+				WHERE idempotency_key = ? AND ((unique_until IS NULL AND state IN ('scheduled','pending','running','buffered'))
+					OR unique_until > ?)
+				ORDER BY created_at DESC, id DESC LIMIT 1`, t.IdempotencyKey, us(t.CreatedAt)))
 			if err == nil {
 				if err := loadSpilled(ctx, q, []*bt.Task{existing}); err != nil {
 					return nil, nil, err
@@ -228,18 +233,33 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 			}
 		}
 		if t.MergeKey != "" {
-			merged, err := mergeInto(ctx, q, t, opts)
+			d := opts.DebounceOf(i)
+			merged, err := mergeInto(ctx, q, t, opts, d)
 			if err != nil {
 				return nil, nil, err
 			}
 			if merged != nil {
 				res[i] = store.EnqueueResult{Task: merged, Merged: true}
-				events = append(events, store.FoldedEvent(merged, t, true, actor))
+				if d.Debounced {
+					events = append(events, store.DebouncedEvent(merged, t, actor))
+					if merged.State == bt.StatePending { // due at its max wait
+						woke[merged.Queue] = struct{}{}
+					}
+				} else {
+					events = append(events, store.FoldedEvent(merged, t, true, actor))
+				}
 				continue
 			}
 		}
 		if _, err := insertTasks(ctx, q, []*bt.Task{t}, opts.InlineLimit, 0); err != nil {
 			return nil, nil, err
+		}
+		// Inserted without its window, the row met the live tasks holding
+		// the key without one; now it leaves their index.
+		if t.UniqueUntil != nil {
+			if _, err := q.ExecContext(ctx, `UPDATE backstop_tasks SET unique_until = ? WHERE id = ?`, us(*t.UniqueUntil), t.ID); err != nil {
+				return nil, nil, err
+			}
 		}
 		events = append(events, store.EnqueuedEvent(t, actor))
 		if t.State == bt.StatePending {
@@ -362,8 +382,9 @@ func conflictingIDs(ctx context.Context, q querier, tasks []*bt.Task, cause erro
 }
 
 // mergeInto merges t into the waiting task with the same kind and merge key,
-// returning nil when there is none.
-func mergeInto(ctx context.Context, q querier, t *bt.Task, opts store.EnqueueOpts) (*bt.Task, error) {
+// returning nil when there is none; a debounced merge also moves the
+// waiting task's run time.
+func mergeInto(ctx context.Context, q querier, t *bt.Task, opts store.EnqueueOpts, d store.Debounce) (*bt.Task, error) {
 	existing, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskCols+` FROM backstop_tasks
 		WHERE kind = ? AND merge_key = ? AND state IN ('scheduled','pending')`, t.Kind, t.MergeKey))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -387,13 +408,20 @@ func mergeInto(ctx context.Context, q querier, t *bt.Task, opts store.EnqueueOpt
 	inline := prepareSpill(existing, opts.InlineLimit)
 	existing.MergeCount++
 	existing.UpdatedAt = t.UpdatedAt
+	if d.Debounced {
+		existing.RunAt = d.DebouncedRunAt(existing, t)
+		existing.State = bt.StatePending
+		if existing.RunAt.After(t.UpdatedAt) {
+			existing.State = bt.StateScheduled
+		}
+	}
 	var inlineArg any
 	if inline != nil {
 		inlineArg = inline
 	}
 	if _, err := q.ExecContext(ctx, `UPDATE backstop_tasks SET payload = ?, payload_size = ?, payload_spilled = ?,
-		merge_count = ?, updated_at = ? WHERE id = ?`, inlineArg, existing.PayloadSize, existing.PayloadSpilled,
-		existing.MergeCount, us(existing.UpdatedAt), existing.ID); err != nil {
+		merge_count = ?, updated_at = ?, run_at = ?, state = ? WHERE id = ?`, inlineArg, existing.PayloadSize, existing.PayloadSpilled,
+		existing.MergeCount, us(existing.UpdatedAt), us(existing.RunAt), string(existing.State), existing.ID); err != nil {
 		return nil, err
 	}
 	switch {
@@ -468,6 +496,8 @@ func (s *Store) claimTx(ctx context.Context, p store.ClaimParams, optimistic boo
 	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
 	var tasks []*bt.Task
 	switch {
+	case !p.Limited && p.Fair:
+		tasks, err = s.claimFair(ctx, tx, p) // fair.go
 	case !p.Limited:
 		tasks, err = claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
 	case optimistic:

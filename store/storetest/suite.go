@@ -74,7 +74,9 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	}
 	t.Run("Features", s.testFeatures) // features.go
 	t.Run("Enqueue", s.testEnqueue)
-	t.Run("Inputs", s.testInputs) // inputs.go
+	t.Run("UniqueFor", s.testUniqueFor) // unique_for.go: idempotency keys with a window
+	t.Run("Debounce", s.testDebounce)   // debounce.go: merge keys that delay until quiet
+	t.Run("Inputs", s.testInputs)       // inputs.go
 	t.Run("Claim", s.testClaim)
 	t.Run("Lease", s.testLease)
 	t.Run("HeartbeatRacesSettle", s.testHeartbeatRacesSettle) // heartbeat_race.go
@@ -93,7 +95,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Ops", s.testOps)
 	t.Run("API", s.testAPI)
 	t.Run("Queues", s.testQueues)
-	t.Run("Limits", s.testLimits) // limits.go
+	t.Run("Limits", s.testLimits)     // limits.go
+	t.Run("Fairness", s.testFairness) // fair.go: claims rotate across an attribute's values
 	t.Run("Workers", s.testWorkers)
 	t.Run("Logs", s.testLogs)
 	t.Run("Events", s.testEvents)

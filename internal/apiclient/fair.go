@@ -1,0 +1,26 @@
+package apiclient
+
+import (
+	"context"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/api"
+)
+
+// FairQueues lists the fair queues.
+func (c *Client) FairQueues(ctx context.Context) ([]backstop.FairQueue, error) {
+	var out api.FairQueuesResponse
+	return out.Items, c.Do(ctx, "GET", "/v1/fair-queues", nil, &out)
+}
+
+// SetFair makes the queue fair (or replaces its attribute and weights).
+func (c *Client) SetFair(ctx context.Context, queue string, req api.FairRequest) (*backstop.FairQueue, error) {
+	var out backstop.FairQueue
+	return &out, c.Do(ctx, "PUT", "/v1/queues/"+esc(queue)+"/fair", req, &out)
+}
+
+// RemoveFair turns the queue's fairness off (not fair: 404).
+func (c *Client) RemoveFair(ctx context.Context, queue string) (*api.FairRemoveResponse, error) {
+	var out api.FairRemoveResponse
+	return &out, c.Do(ctx, "DELETE", "/v1/queues/"+esc(queue)+"/fair", nil, &out)
+}

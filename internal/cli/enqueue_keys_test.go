@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEnqueueUniqueFor: --unique-for gives --idempotency-key a window;
+// within it the first task comes back (a duplicate), and a window that is
+// not a positive duration, or has no key, exits 2 with nothing written.
+func TestEnqueueUniqueFor(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		for _, c := range []struct {
+			value, want string
+		}{{"-1s", "--unique-for"}, {"0", "--unique-for"}, {"soon", "unique-for"}} {
+			e.fails(ExitUsage, c.want, "enqueue", "--queue", "q", "--kind", "k", "--idempotency-key", "d", "--unique-for", c.value)
+		}
+		e.fails(ExitUsage, "unique_for", "enqueue", "--queue", "q", "--kind", "k", "--unique-for", "1h")
+		if ids := e.listIDs(); len(ids) != 0 {
+			t.Fatalf("bad windows wrote %v", ids)
+		}
+		var first, again taskOut
+		e.json(&first, "enqueue", "--queue", "q", "--kind", "k", "--idempotency-key", "d", "--unique-for", "1h")
+		if first.UniqueUntil == nil || !first.UniqueUntil.Equal(first.CreatedAt.Add(time.Hour)) {
+			t.Fatalf("unique_until %v, want created_at %v + 1h", first.UniqueUntil, first.CreatedAt)
+		}
+		r := e.run("", "enqueue", "--queue", "q", "--kind", "k", "--idempotency-key", "d", "--unique-for", "1h")
+		if r.code != 0 || strings.TrimSpace(r.stdout) != first.ID || !strings.Contains(r.stderr, "duplicate") {
+			t.Fatalf("second enqueue: exit %d, id %q (first %q), stderr %q", r.code, r.stdout, first.ID, r.stderr)
+		}
+		e.json(&again, "tasks", "show", first.ID)
+		if again.UniqueUntil == nil || !again.UniqueUntil.Equal(*first.UniqueUntil) {
+			t.Errorf("tasks show: unique_until %v, want %v", again.UniqueUntil, first.UniqueUntil)
+		}
+	})
+}
+
+// TestEnqueueDebounce: --debounce replaces the waiting task of its key and
+// delays it by --debounce-for; bad durations and lone flags exit 2 with
+// nothing written.
+func TestEnqueueDebounce(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		base := []string{"enqueue", "--queue", "q", "--kind", "k"}
+		for _, c := range []struct {
+			want string
+			args []string
+		}{
+			{"--debounce-for", []string{"--debounce", "d", "--debounce-for", "-1s"}},
+			{"--debounce-for", []string{"--debounce", "d", "--debounce-for", "0"}},
+			{"debounce-for", []string{"--debounce", "d", "--debounce-for", "soon"}},
+			{"--debounce-max-wait", []string{"--debounce", "d", "--debounce-for", "1s", "--debounce-max-wait", "0s"}},
+			{"debounce.max_wait", []string{"--debounce", "d", "--debounce-for", "1m", "--debounce-max-wait", "1s"}},
+			{"--debounce-for", []string{"--debounce", "d"}},
+			{"--debounce", []string{"--debounce-for", "1s"}},
+			{"debounce.key", []string{"--debounce", "", "--debounce-for", "1s"}},
+			{"merge_key", []string{"--debounce", "d", "--debounce-for", "1s", "--merge-key", "other"}},
+		} {
+			e.fails(ExitUsage, c.want, append(base, c.args...)...)
+		}
+		if ids := e.listIDs(); len(ids) != 0 {
+			t.Fatalf("bad debounces wrote %v", ids)
+		}
+		var first, second taskOut
+		e.json(&first, append(base, "--debounce", "d", "--debounce-for", "1h", "--debounce-max-wait", "2h", "--payload", `{"v":1}`)...)
+		if first.State != "scheduled" || first.MergeKey != "d" || !first.RunAt.Equal(first.CreatedAt.Add(time.Hour)) {
+			t.Fatalf("first: state %s merge_key %q run_at %v (created %v)", first.State, first.MergeKey, first.RunAt, first.CreatedAt)
+		}
+		r := e.run("", append(base, "--debounce", "d", "--debounce-for", "1h", "--payload", `{"v":2}`)...)
+		if r.code != 0 || strings.TrimSpace(r.stdout) != first.ID || !strings.Contains(r.stderr, "debounced into waiting task") {
+			t.Fatalf("second: exit %d, id %q (first %q), stderr %q", r.code, r.stdout, first.ID, r.stderr)
+		}
+		e.json(&second, "tasks", "show", first.ID)
+		if compact(second.Payload) != `{"v":2}` || !second.RunAt.After(first.RunAt) || second.MergeCount != 1 {
+			t.Fatalf("debounced task: payload %s run_at %v (first %v) merge_count %d", second.Payload, second.RunAt, first.RunAt, second.MergeCount)
+		}
+	})
+}
+
+// TestQueuesFair: `queues fair Q --by ATTR --weight V=N` makes the queue
+// fair and --off turns it off; bad flags exit 2 with nothing written.
+func TestQueuesFair(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		e.fails(ExitUsage, "--by", "queues", "fair", "q")
+		e.fails(ExitUsage, "--off", "queues", "fair", "q", "--off", "--by", "tenant")
+		e.fails(ExitUsage, "--weight", "queues", "fair", "q", "--by", "tenant", "--weight", "acme")
+		e.fails(ExitUsage, "weights", "queues", "fair", "q", "--by", "tenant", "--weight", "acme=0")
+		e.fails(ExitUsage, "by", "queues", "fair", "q", "--by", "bad key")
+		var out struct {
+			Queue   string         `json:"queue"`
+			Fair    bool           `json:"fair"`
+			By      string         `json:"by"`
+			Weights map[string]int `json:"weights"`
+			Changed bool           `json:"changed"`
+		}
+		e.json(&out, "queues", "fair", "q", "--off")
+		if out.Changed || out.Fair {
+			t.Fatalf("off on a queue that was not fair: %+v", out)
+		}
+		e.json(&out, "queues", "fair", "q", "--by", "tenant", "--weight", "acme=3")
+		if !out.Fair || out.By != "tenant" || out.Weights["acme"] != 3 {
+			t.Fatalf("fair: %+v", out)
+		}
+		if got := e.ok("queues", "fair", "q", "--off"); !strings.Contains(got, "no longer fair") {
+			t.Fatalf("off: %q", got)
+		}
+	})
+}
+
+// TestWorkAppliesConfigFairness: a queue's fair section in --config is set
+// in the database when `work` starts.
+func TestWorkAppliesConfigFairness(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		cfg := t.TempDir() + "/fair.yaml"
+		if err := os.WriteFile(cfg, []byte("queues:\n  fq:\n    fair: {by: tenant, weights: {acme: 2}}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // the second start finds it set alike
+			if r := e.run("", "work", "--config", cfg, "--queue", "fq", "--exit-after-idle", "100ms", "--", "true"); r.code != 0 {
+				t.Fatalf("work: exit %d, stderr %s", r.code, r.stderr)
+			}
+		}
+		if got := e.ok("queues", "fair", "fq", "--off"); !strings.Contains(got, "no longer fair") {
+			t.Fatalf("after work: %q, want the queue fair", got)
+		}
+	})
+}
+
+// FuzzParseWeights: --weight VALUE=N is refused with exit 2 or read back
+// as given.
+func FuzzParseWeights(f *testing.F) {
+	for _, s := range []string{"acme=3", "=1", "a=b", "a=1=2", "a", "", "x=-1", "x=99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		w, err := parseWeights([]string{s})
+		if err != nil {
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != ExitUsage {
+				t.Fatalf("%q: %v, want a usage error", s, err)
+			}
+			return
+		}
+		v, n, _ := strings.Cut(s, "=")
+		if len(w) != 1 || w[v] != mustAtoi(n) {
+			t.Fatalf("%q: read %v", s, w)
+		}
+	})
+}
+
+func mustAtoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}

@@ -1,0 +1,172 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/store"
+)
+
+// fairJSON is what `queues fair` prints.
+type fairJSON struct {
+	Queue   string         `json:"queue"`
+	Fair    bool           `json:"fair"`
+	By      string         `json:"by,omitempty"`
+	Weights map[string]int `json:"weights,omitempty"`
+	Changed bool           `json:"changed"`
+}
+
+func queuesFairCmd(a *app) *cobra.Command {
+	var (
+		by      string
+		weights []string
+		off     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "fair QUEUE (--by ATTR [--weight VALUE=N]... | --off)",
+		Short: "Make claims in a queue rotate across the values of an attribute (or --off)",
+		Long: `Make the queue fair by an attribute: its claims rotate across the attribute's
+values (weighted round robin), so a value with many queued tasks does not
+hold back one with a few. Priority first, then fairness within a priority.
+--weight VALUE=N gives a value N shares (default 1). Recorded in the store:
+every process's claims follow within a second. --off turns it off
+(docs/fairness.md).`,
+		Example: `  backstop queues fair crm --by tenant
+  backstop queues fair crm --by tenant --weight acme=3 --weight beta=2
+  backstop queues fair crm --off`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out := fairJSON{Queue: args[0]}
+			switch {
+			case off && (by != "" || len(weights) > 0):
+				return usageErr("--off takes no --by or --weight")
+			case !off && by == "":
+				return usageErr("give --by ATTR (or --off)")
+			}
+			w, err := parseWeights(weights)
+			if err != nil {
+				return err
+			}
+			if off {
+				out.Changed, err = a.removeFair(cmd, args[0])
+			} else {
+				out.Fair, out.By, out.Weights, out.Changed = true, by, w, true
+				err = a.setFair(cmd, backstop.FairQueue{Queue: args[0], By: by, Weights: w})
+			}
+			if err != nil {
+				return err
+			}
+			return a.print(out, func(w io.Writer) error {
+				switch {
+				case out.Fair:
+					fmt.Fprintf(w, "queue %s is fair by %s\n", out.Queue, out.By)
+				case out.Changed:
+					fmt.Fprintf(w, "queue %s is no longer fair\n", out.Queue)
+				default:
+					fmt.Fprintf(w, "queue %s was not fair\n", out.Queue)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&by, "by", "", "attribute whose values share the queue's claims, e.g. tenant")
+	cmd.Flags().StringArrayVar(&weights, "weight", nil, "VALUE=N: the value's shares (default 1; repeatable)")
+	cmd.Flags().BoolVar(&off, "off", false, "turn the queue's fairness off")
+	return cmd
+}
+
+// parseWeights reads VALUE=N pairs; N is a whole number (the library
+// checks its range).
+func parseWeights(pairs []string) (map[string]int, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	out := map[string]int{}
+	for _, p := range pairs {
+		v, n, ok := strings.Cut(p, "=")
+		w, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			return nil, usageErr("--weight %q: want VALUE=N with N a whole number", p)
+		}
+		if _, dup := out[v]; dup {
+			return nil, usageErr("--weight: value %q given twice", v)
+		}
+		out[v] = w
+	}
+	return out, nil
+}
+
+// applyFair sets the configuration's fair queues in the database when
+// `serve` or `work` starts; one already set alike is left as it is (its
+// rotation goes on). A queue the file does not make fair is left alone.
+func applyFair(ctx context.Context, c *backstop.Client, fs []backstop.FairQueue, log *slog.Logger) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	have, err := c.FairQueues(ctx)
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		if slices.ContainsFunc(have, func(h backstop.FairQueue) bool {
+			return h.Queue == f.Queue && h.By == f.By && maps.Equal(h.Weights, f.Weights)
+		}) {
+			continue
+		}
+		_, err := c.SetFair(ctx, f)
+		if errors.Is(err, store.ErrPermissionDenied) {
+			log.Warn("the configuration's fairness was not set: this database role may not set it", "queue", f.Queue, "error", err)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("queue %s: fair: %w", f.Queue, err)
+		}
+	}
+	return nil
+}
+
+func (a *app) setFair(cmd *cobra.Command, f backstop.FairQueue) error {
+	ctx := cmd.Context()
+	if a.server != "" {
+		_, err := apiclient.New(a.server, a.token).SetFair(ctx, f.Queue, api.FairRequest{By: f.By, Weights: f.Weights})
+		return remoteErr(err)
+	}
+	s, c, err := a.openDB(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	_, err = c.SetFair(ctx, f)
+	return err
+}
+
+func (a *app) removeFair(cmd *cobra.Command, queue string) (bool, error) {
+	ctx := cmd.Context()
+	if a.server != "" {
+		_, err := apiclient.New(a.server, a.token).RemoveFair(ctx, queue)
+		var pr *api.Problem
+		if errors.As(err, &pr) && pr.Status == http.StatusNotFound {
+			return false, nil
+		}
+		return err == nil, remoteErr(err)
+	}
+	s, c, err := a.openDB(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer s.Close()
+	return c.RemoveFair(ctx, queue)
+}

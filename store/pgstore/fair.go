@@ -1,0 +1,41 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+var _ store.Fairness = (*Store)(nil)
+
+// claimFair is Claim on a queue that may be fair: under the lock on its
+// fairness row, pick by the values' passes (sqldialect's FairPlan) and
+// claim the picked tasks. A queue no longer fair claims as usual.
+func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*bt.Task, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	ids, fair, err := s.procedures.FairPlan(ctx, runner{q: tx}, p)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: claim %s: fairness: %w", p.Queue, err)
+	}
+	var tasks []*bt.Task
+	switch {
+	case !fair:
+		tasks, err = plainClaim(ctx, tx, p)
+	case len(ids) > 0:
+		tasks, err = queryTasksOn(ctx, tx, sqlClaimIDs, p.Queue, p.Now, len(ids), p.WorkerID, p.Now.Add(p.Lease), textArray(ids))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
+	}
+	sortClaimed(tasks)
+	return tasks, nil
+}
