@@ -105,6 +105,7 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 		"queues list":           srv("srv-pending"),
 		"queues pause":          srv("srv-paused", "srv-paused"),
 		"queues resume":         srv("srv-paused", "srv-paused"),
+		"queues fair":           srv("srv-fair", "srv-fair", "--by", "tenant"),
 		"redrives":              loc(2),
 		"redrives list":         srv(rd),
 		"redrives show":         srv(rd, rd, "--failed"),

@@ -59,6 +59,10 @@ GRANT SELECT ON :"schema".backstop_queues TO backstop_worker;
 -- removing limits is the admin role's.
 GRANT SELECT, UPDATE ON :"schema".backstop_limits TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_limit_buckets TO backstop_worker;
+-- Claims of a fair queue lock its fairness row (FOR UPDATE needs UPDATE)
+-- and keep its values' passes; making a queue fair is the admin role's.
+GRANT SELECT, UPDATE ON :"schema".backstop_fair_queues TO backstop_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_fair_passes TO backstop_worker;
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_worker;
 GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_event_checkpoints TO backstop_worker;

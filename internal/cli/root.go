@@ -194,7 +194,7 @@ var serverModes = map[string]string{
 	"dlq list": viaServer, "dlq show": viaServer, "dlq replay": viaServer, "dlq discard": viaServer,
 	"dlq resolve": viaServer, "dlq redrive": viaServer, "dlq export": viaServer, "dlq purge": viaServer,
 	"workers list": viaServer, "workers show": viaServer,
-	"queues list": viaServer, "queues pause": viaServer, "queues resume": viaServer,
+	"queues list": viaServer, "queues pause": viaServer, "queues resume": viaServer, "queues fair": viaServer,
 	"events tail": viaServer, "runs show": viaServer, "runs list": viaServer, "runs cancel": viaServer, "runs resume": viaServer,
 	"workflows apply": viaServer, "workflows list": viaServer, "workflows show": viaServer, "workflows run": viaServer,
 	"redrives list": viaServer, "redrives show": viaServer, "redrives cancel": viaServer, "redrives resume": viaServer,
