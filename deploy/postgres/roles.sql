@@ -34,7 +34,9 @@ GRANT SELECT ON :"schema".backstop_schema_version TO backstop_producer, backstop
 -- producer: enqueue only. INSERT a task and its spilled payload; SELECT for
 -- idempotency keys, id conflicts and merge candidates; UPDATE of the merge
 -- columns only (a merge rewrites the waiting task's payload; it cannot
--- claim, settle or cancel); DELETE of a payload that a merge moved inline.
+-- claim, settle or cancel, and so cannot debounce: a debounced merge moves
+-- the task's run time and state, docs/keys.md); DELETE of a payload that a
+-- merge moved inline.
 GRANT SELECT, INSERT ON :"schema".backstop_tasks TO backstop_producer;
 GRANT UPDATE (payload, payload_size, payload_spilled, merge_count, updated_at)
     ON :"schema".backstop_tasks TO backstop_producer;

@@ -12,7 +12,8 @@ import (
 	"github.com/backstophq/backstop/store/pgstore"
 )
 
-// Migration 00038 on a database written by the version before it (00031):
+// Migration 00038 on a database written by the version before it (00035:
+// the code reads columns every earlier migration added):
 // the payload index then holds its waiting tasks as well as its dead
 // letters, the audit stream reads the actor rows' index, a worker's
 // newest executions are its index's last entries, and the answers
@@ -26,7 +27,7 @@ func TestConsoleReadsMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.MigrateTo(ctx, 31); err != nil {
+	if err := s.MigrateTo(ctx, 37); err != nil {
 		t.Fatal(err)
 	}
 	var tasks []*bt.Task
@@ -125,7 +126,7 @@ func TestConsoleReadsMigration(t *testing.T) {
 		strings.Contains(p, "Incremental Sort") {
 		t.Errorf("a page of a worker's executions sorts them (%v):\n%s", err, p)
 	}
-	if err := s.MigrateDownTo(ctx, 31); err != nil {
+	if err := s.MigrateDownTo(ctx, 37); err != nil {
 		t.Fatal(err)
 	}
 	jsonEqual(t, "answers rolled back", read(), before)

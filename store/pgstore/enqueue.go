@@ -341,12 +341,11 @@ func merge(ctx context.Context, db dbtx, existing, incoming *bt.Task, opts store
 	default:
 		inline = []byte(payload)
 	}
-	var runAt *time.Time // nil: unchanged
+	q, args := sqlMerge, []any{existing.ID, nullJSON(inline), len(payload), spilled, incoming.UpdatedAt}
 	if d.Debounced {
-		at := d.DebouncedRunAt(existing, incoming)
-		runAt = &at
+		q, args = sqlMergeDebounced, append(args, d.DebouncedRunAt(existing, incoming))
 	}
-	merged, err := queryTask(ctx, db, sqlMerge, existing.ID, nullJSON(inline), len(payload), spilled, incoming.UpdatedAt, runAt)
+	merged, err := queryTask(ctx, db, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: enqueue %s: merge into %s: %w", incoming.ID, existing.ID, err)
 	}

@@ -423,16 +423,26 @@ FOR UPDATE OF t`
 const sqlIDExists = `SELECT count(*) FROM backstop_tasks WHERE id = $1`
 
 // sqlMerge stores a merged payload ($2 inline, or NULL when spilled) at
-// $5; a debounced merge moves the run time to $6 (NULL: unchanged), and
-// the task is scheduled or pending by it.
+// $5. It writes only the merge columns, the producer role's (roles.sql).
 var sqlMerge = `
 WITH m AS (
 	UPDATE backstop_tasks t SET
 		payload = $2, payload_size = $3, payload_spilled = $4,
+		merge_count = t.merge_count + 1, updated_at = $5
+	WHERE t.id = $1
+	RETURNING t.*
+)
+SELECT ` + taskCols("t") + ` FROM m t`
+
+// sqlMergeDebounced is sqlMerge that also moves the run time to $6, the
+// task scheduled or pending by it (a debounced merge).
+var sqlMergeDebounced = `
+WITH m AS (
+	UPDATE backstop_tasks t SET
+		payload = $2, payload_size = $3, payload_spilled = $4,
 		merge_count = t.merge_count + 1, updated_at = $5,
-		run_at = coalesce($6::timestamptz, t.run_at),
-		state = CASE WHEN $6::timestamptz IS NULL THEN t.state
-			WHEN $6::timestamptz > $5 THEN 'scheduled' ELSE 'pending' END
+		run_at = $6::timestamptz,
+		state = CASE WHEN $6::timestamptz > $5 THEN 'scheduled' ELSE 'pending' END
 	WHERE t.id = $1
 	RETURNING t.*
 )
