@@ -66,6 +66,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	page.Events = maskEvents(principalFrom(r.Context()), page.Events)
 	return writeJSON(w, http.StatusOK, page)
 }
 
@@ -121,8 +122,9 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 			return true
 		}
 	}
+	who := principalFrom(ctx)
 	for {
-		for _, e := range page.Events {
+		for _, e := range maskEvents(who, page.Events) {
 			data, err := json.Marshal(e)
 			if err != nil {
 				return nil

@@ -157,7 +157,8 @@ note on stderr: nothing is skipped or printed twice.`,
 }
 
 // eventReader reads pages of the event log from the database or, with
-// --server, from GET /v1/events; done closes what it opened.
+// --server, from GET /v1/events (bodies masked either way, docs/redaction.md);
+// done closes what it opened.
 func (a *app) eventReader(ctx context.Context) (read func(context.Context, backstop.ReadEventsParams) (backstop.EventPage, error), done func(), err error) {
 	if a.server != "" {
 		cl := apiclient.New(a.server, a.token)
@@ -173,11 +174,21 @@ func (a *app) eventReader(ctx context.Context) (read func(context.Context, backs
 			return page, nil
 		}, func() {}, nil
 	}
-	s, c, err := a.openDB(ctx, nil)
+	s, c, err := a.openDB(ctx, &backstop.Config{RedactKeys: a.redactKeys()})
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.ReadEvents, func() { s.Close() }, nil
+	// The bodies' payload fragments are masked as the server masks them.
+	m := c.Masker()
+	return func(ctx context.Context, p backstop.ReadEventsParams) (backstop.EventPage, error) {
+		page, err := c.ReadEvents(ctx, p)
+		for i, e := range page.Events {
+			if len(e.Body) > 0 {
+				page.Events[i].Body = backstop.MaskEventBody(m, e.Body)
+			}
+		}
+		return page, err
+	}, func() { s.Close() }, nil
 }
 
 // serverReadError is a failed read of GET /v1/events, with whether the

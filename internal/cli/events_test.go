@@ -3,9 +3,12 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/testwait"
+	"github.com/backstophq/backstop/store"
 )
 
 func TestEventsTailCLI(t *testing.T) {
@@ -50,5 +53,25 @@ func TestEventsTailCLI(t *testing.T) {
 		e.fails(ExitUsage, "invalid stream", "events", "tail", "--stream", "nope")
 		e.fails(ExitUsage, "invalid cursor", "events", "tail", "--after", "x")
 		e.fails(ExitUsage, "--limit", "events", "tail", "--limit", "0")
+	})
+}
+
+// events tail masks the payload fragments in event bodies on the database
+// as the server does over --server (docs/redaction.md).
+func TestEventsTailMasked(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		ev := store.NewEvent(time.Now(), "dlq.replay_requested", "t1", "q", "k", "ops", []byte(`{"merge_patch":{"password":"hunter2"}}`))
+		if err := e.client().Store().AppendEvents(t.Context(), []bt.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		testwait.For(t, "the event", func() bool {
+			out = e.ok("events", "tail", "--stream", "type.dlq.replay_requested", "-o", "json")
+			return strings.Contains(out, "merge_patch")
+		})
+		if strings.Contains(out, "hunter2") || !strings.Contains(out, "[REDACTED]") {
+			t.Fatalf("events tail shows a redacted key: %s", out)
+		}
 	})
 }
