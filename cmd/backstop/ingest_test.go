@@ -13,15 +13,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testnats"
 	"github.com/backstophq/backstop/internal/testwait"
 )
 
@@ -91,15 +90,7 @@ func ingestKilled(t *testing.T, broker, db string) {
 		pc.Close()
 		args = append(args, "--from", "kafka://"+kc.ListenAddrs()[0], "--topic", "uptime", "--id-field", "check.id")
 	case "nats":
-		ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go ns.Start()
-		if !ns.ReadyForConnections(10 * time.Second) {
-			t.Fatal("nats-server did not start")
-		}
-		defer ns.Shutdown()
+		ns := testnats.Start(t, -1, t.TempDir())
 		nc, err := nats.Connect(ns.ClientURL())
 		if err != nil {
 			t.Fatal(err)

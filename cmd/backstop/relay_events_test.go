@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testnats"
 	"github.com/backstophq/backstop/internal/testwait"
 )
 
@@ -29,15 +28,7 @@ func TestRelayEventsCLIKilled(t *testing.T) {
 			ctx := context.Background()
 			db := st.url(t)
 			s, c := storeClient(t, db)
-			ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			go ns.Start()
-			if !ns.ReadyForConnections(10 * time.Second) {
-				t.Fatal("nats-server did not start")
-			}
-			defer ns.Shutdown()
+			ns := testnats.Start(t, -1, t.TempDir())
 			bus := "bus=" + ns.ClientURL()
 
 			for _, bad := range [][]string{
@@ -135,15 +126,7 @@ func TestRelayEventsElectionKilled(t *testing.T) {
 			ctx := context.Background()
 			db := st.url(t)
 			_, c := storeClient(t, db)
-			ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			go ns.Start()
-			if !ns.ReadyForConnections(10 * time.Second) {
-				t.Fatal("nats-server did not start")
-			}
-			defer ns.Shutdown()
+			ns := testnats.Start(t, -1, t.TempDir())
 			dir := t.TempDir()
 			start := func(name string) *worker {
 				cmd := exec.Command(binary, "--db", db, "relay", "--sink", "bus="+ns.ClientURL(), "--streams", "queue.ev", "--checkpoint", "feed", "--id", name)

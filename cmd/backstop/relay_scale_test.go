@@ -7,14 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testnats"
 	"github.com/backstophq/backstop/internal/testwait"
 )
 
@@ -39,21 +37,8 @@ func TestRelayScaleKilledBrokerStopped(t *testing.T) {
 			_, c := storeClient(t, db)
 			dir := t.TempDir()
 			nsDir := t.TempDir()
-			startNATS := func(port int) *server.Server {
-				ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: nsDir, NoLog: true, NoSigs: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				go ns.Start()
-				if !ns.ReadyForConnections(10 * time.Second) {
-					t.Fatal("nats-server did not start")
-				}
-				return ns
-			}
-			ns := startNATS(-1)
+			ns := testnats.Start(t, -1, nsDir)
 			url, port := ns.ClientURL(), ns.Addr().(*net.TCPAddr).Port
-			var nsMu sync.Mutex
-			t.Cleanup(func() { nsMu.Lock(); ns.Shutdown(); nsMu.Unlock() })
 
 			// The producer: transactions of 250 messages, as fast as they commit.
 			want := map[string][]string{}
@@ -101,12 +86,10 @@ func TestRelayScaleKilledBrokerStopped(t *testing.T) {
 				time.Sleep(3 * time.Second)
 				if n == 1 {
 					// The broker goes away for 10 s while the relay runs.
-					nsMu.Lock()
 					ns.Shutdown()
 					ns.WaitForShutdown()
 					time.Sleep(10 * time.Second)
-					ns = startNATS(port)
-					nsMu.Unlock()
+					ns = testnats.Start(t, port, nsDir)
 				}
 				if finished() {
 					break

@@ -8,14 +8,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/relay"
+	"github.com/backstophq/backstop/internal/testnats"
 	"github.com/backstophq/backstop/internal/testwait"
 )
 
@@ -29,15 +28,7 @@ func TestRelayCLIKilled(t *testing.T) {
 			t.Parallel()
 			db := st.url(t)
 			_, c := storeClient(t, db)
-			ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			go ns.Start()
-			if !ns.ReadyForConnections(10 * time.Second) {
-				t.Fatal("nats-server did not start")
-			}
-			defer ns.Shutdown()
+			ns := testnats.Start(t, -1, t.TempDir())
 
 			run := func(args ...string) (string, int) {
 				out, err := exec.Command(binary, append([]string{"--db", db}, args...)...).CombinedOutput()

@@ -17,6 +17,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testnats"
 )
 
 // The relay's throughput next to the floor, a plain client publishing the
@@ -135,7 +136,7 @@ func natsStreamCount(b *testing.B, url, stream string) func() int {
 
 func BenchmarkRelayNATS(b *testing.B) {
 	benchEachStore(b, func(b *testing.B, db string) {
-		ns := natsServer(b, -1, b.TempDir())
+		ns := testnats.Start(b, -1, b.TempDir())
 		c := client(b, db, nil)
 		benchMessages(b, c, "bus", "bench.relay", b.N)
 		s, err := relay.Open(context.Background(), "bus", ns.ClientURL(), relay.Options{})
@@ -150,7 +151,7 @@ func BenchmarkRelayNATS(b *testing.B) {
 // BenchmarkPlainNATS is the floor: nats.go's JetStream publish, acked, with
 // the message id the relay sets.
 func BenchmarkPlainNATS(b *testing.B) {
-	ns := natsServer(b, -1, b.TempDir())
+	ns := testnats.Start(b, -1, b.TempDir())
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testnats"
 	"github.com/backstophq/backstop/internal/testwait"
 )
 
@@ -28,7 +29,7 @@ func (s *countingSink) Deliver(ctx context.Context, d *relay.Delivery) error {
 // holds every event once, in log order.
 func TestEventRelayElection(t *testing.T) {
 	testdb.EachStore(t, func(t *testing.T, db string) {
-		ns := natsServer(t, -1, t.TempDir())
+		ns := testnats.Start(t, -1, t.TempDir())
 		c := client(t, db, nil)
 		read := func() []streamMsg { return readStream(t, ns.ClientURL(), relay.NatsStreamName("bus")) }
 		cfg := func(id string, s relay.Sink) relay.EventsConfig {

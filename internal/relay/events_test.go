@@ -17,6 +17,7 @@ import (
 	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testmetric"
+	"github.com/backstophq/backstop/internal/testnats"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 )
@@ -91,7 +92,7 @@ func ids(evs []backstop.Event) []string {
 func TestEventRelayNATS(t *testing.T) {
 	testdb.EachStore(t, func(t *testing.T, db string) {
 		ctx := context.Background()
-		ns := natsServer(t, -1, t.TempDir())
+		ns := testnats.Start(t, -1, t.TempDir())
 		c := client(t, db, nil)
 		sink := openSink(t, "bus", ns.ClientURL(), relay.Options{})
 		enqueueN(t, c, "q1", 20)

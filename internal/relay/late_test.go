@@ -9,6 +9,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testnats"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/pgstore"
 )
@@ -21,7 +22,7 @@ import (
 func TestLateMessageRunsInCommitOrder(t *testing.T) {
 	db := testdb.Postgres(t)
 	ctx := context.Background()
-	ns := natsServer(t, -1, t.TempDir())
+	ns := testnats.Start(t, -1, t.TempDir())
 	c := client(t, db, nil)
 	pool := c.Store().(*pgstore.Store).Pool()
 	msg := func(p string) backstop.Message {

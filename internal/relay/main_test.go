@@ -73,22 +73,6 @@ func startRelayWith(t *testing.T, c *backstop.Client, cfg relay.Config) *relay.R
 	return r
 }
 
-// natsServer is a real nats-server with JetStream, in-process on a
-// loopback port, storing in dir.
-func natsServer(t testing.TB, port int, dir string) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}
-
 func portOf(t *testing.T, s *server.Server) int {
 	_, p, err := net.SplitHostPort(s.Addr().String())
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testnats"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/pgstore"
 	"github.com/backstophq/backstop/store/sqlitestore"
@@ -71,7 +72,7 @@ func end(t *testing.T, commit bool, c, r func() error) {
 // Nats-Msg-Id = the message id).
 func TestPublishTxNATS(t *testing.T) {
 	testdb.EachStore(t, func(t *testing.T, db string) {
-		ns := natsServer(t, -1, t.TempDir())
+		ns := testnats.Start(t, -1, t.TempDir())
 		c := client(t, db, nil)
 		sink := openSink(t, "bus", ns.ClientURL(), relay.Options{})
 		msg := func(p string) backstop.Message {
@@ -112,7 +113,7 @@ func TestPublishTxNATS(t *testing.T) {
 // interleaved, with the relay delivering many at once.
 func TestPerKeyOrderNATS(t *testing.T) {
 	testdb.EachStore(t, func(t *testing.T, db string) {
-		ns := natsServer(t, -1, t.TempDir())
+		ns := testnats.Start(t, -1, t.TempDir())
 		c := client(t, db, nil)
 		const keys, per = 6, 30
 		want := map[string][]string{}
@@ -165,7 +166,7 @@ func checkOrder(t *testing.T, want map[string][]string, got []streamMsg) {
 func TestRefusedMessageDeadLettersAndReplays(t *testing.T) {
 	testdb.EachStore(t, func(t *testing.T, db string) {
 		ctx := context.Background()
-		ns := natsServer(t, -1, t.TempDir())
+		ns := testnats.Start(t, -1, t.TempDir())
 		nc, err := nats.Connect(ns.ClientURL())
 		if err != nil {
 			t.Fatal(err)
@@ -208,7 +209,7 @@ func TestBrokerDownThenUp(t *testing.T) {
 	testdb.EachStore(t, func(t *testing.T, db string) {
 		ctx := context.Background()
 		dir := t.TempDir()
-		ns := natsServer(t, -1, dir)
+		ns := testnats.Start(t, -1, dir)
 		port, url := portOf(t, ns), ns.ClientURL()
 		c := client(t, db, &backstop.Config{MaxAttempts: 1000})
 		startRelay(t, c, map[string]relay.Sink{"bus": openSink(t, "bus", url, relay.Options{Timeout: time.Second})})
@@ -240,7 +241,7 @@ func TestBrokerDownThenUp(t *testing.T) {
 			}
 			return len(task.Executions) >= 2
 		})
-		natsServer(t, port, dir)
+		testnats.Start(t, port, dir)
 		var got []streamMsg
 		testwait.For(t, "every message in the stream", func() bool {
 			got = readStream(t, url, relay.NatsStreamName("bus"))
