@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -28,18 +27,19 @@ import (
 //
 // Each iteration is one message; the relay's figure times delivery of
 // messages already committed to the outbox (claim, publish with its ack,
-// settle), spread over 100 keys. docs/benchmarks.md has the figures.
+// settle), spread over 100 keys (keyed) or without keys (unkeyed).
+// docs/benchmarks.md has the figures.
 
 const benchKeys = 100
 
-// benchMessages publishes n messages (100 keys) to sink's outbox.
-func benchMessages(b *testing.B, c *backstop.Client, sink, topic string, n int) {
+// benchMessages publishes n messages of keys keys (0: none) to sink's outbox.
+func benchMessages(b *testing.B, c *backstop.Client, sink, topic string, n, keys int) {
 	b.Helper()
 	const batch = 500
 	for i := 0; i < n; i += batch {
 		var msgs []backstop.Message
 		for j := i; j < min(n, i+batch); j++ {
-			msgs = append(msgs, backstop.Message{Sink: sink, Topic: topic, Key: benchKey(j),
+			msgs = append(msgs, backstop.Message{Sink: sink, Topic: topic, Key: benchKey(j, keys),
 				Payload: []byte(fmt.Sprintf(`{"n":%d}`, j))})
 		}
 		if _, err := c.Publish(context.Background(), msgs...); err != nil {
@@ -135,10 +135,10 @@ func natsStreamCount(b *testing.B, url, stream string) func() int {
 }
 
 func BenchmarkRelayNATS(b *testing.B) {
-	benchEachStore(b, func(b *testing.B, db string) {
+	benchEachStore(b, func(b *testing.B, db string, keys int) {
 		ns := testnats.Start(b, -1, b.TempDir())
 		c := client(b, db, nil)
-		benchMessages(b, c, "bus", "bench.relay", b.N)
+		benchMessages(b, c, "bus", "bench.relay", b.N, keys)
 		s, err := relay.Open(context.Background(), "bus", ns.ClientURL(), relay.Options{})
 		if err != nil {
 			b.Fatal(err)
@@ -170,7 +170,7 @@ func BenchmarkPlainNATS(b *testing.B) {
 }
 
 func BenchmarkRelayKafka(b *testing.B) {
-	benchEachStore(b, func(b *testing.B, db string) {
+	benchEachStore(b, func(b *testing.B, db string, keys int) {
 		kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "bench-relay"))
 		if err != nil {
 			b.Fatal(err)
@@ -178,7 +178,7 @@ func BenchmarkRelayKafka(b *testing.B) {
 		defer kc.Close()
 		addr := kc.ListenAddrs()[0]
 		c := client(b, db, nil)
-		benchMessages(b, c, "log", "bench-relay", b.N)
+		benchMessages(b, c, "log", "bench-relay", b.N, keys)
 		s, err := relay.Open(context.Background(), "log", "kafka://"+addr, relay.Options{})
 		if err != nil {
 			b.Fatal(err)
@@ -227,15 +227,21 @@ func BenchmarkPlainKafka(b *testing.B) {
 }
 
 // benchEachStore runs bench on a fresh SQLite file and a fresh Postgres
-// schema (skipped without a server, as the tests are).
-func benchEachStore(b *testing.B, bench func(b *testing.B, db string)) {
-	b.Run("sqlite", func(b *testing.B) { bench(b, testdb.SQLite(b)) })
-	b.Run("postgres", func(b *testing.B) { bench(b, testdb.Postgres(b)) })
+// schema (skipped without a server, as the tests are), with messages of
+// 100 keys and without keys.
+func benchEachStore(b *testing.B, bench func(b *testing.B, db string, keys int)) {
+	for _, st := range []struct {
+		name string
+		db   func(testing.TB) string
+	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
+		b.Run(st.name+"/keyed", func(b *testing.B) { bench(b, st.db(b), benchKeys) })
+		b.Run(st.name+"/unkeyed", func(b *testing.B) { bench(b, st.db(b), 0) })
+	}
 }
 
-func benchKey(j int) string {
-	if os.Getenv("BENCH_UNKEYED") != "" {
+func benchKey(j, keys int) string {
+	if keys == 0 {
 		return ""
 	}
-	return fmt.Sprintf("k%03d", j%benchKeys)
+	return fmt.Sprintf("k%03d", j%keys)
 }
