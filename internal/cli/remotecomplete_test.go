@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -21,7 +22,9 @@ import (
 type completeCounter struct {
 	next    http.Handler
 	noBatch bool
-	// tooLarge: a batch of more than one completion is answered 413.
+	// tooLarge: a batch of more than one completion is answered 413; each
+	// batch is held a moment first, so the completions that finish
+	// meanwhile gather into the next one whatever the machine's pace.
 	tooLarge bool
 
 	mu                   sync.Mutex
@@ -48,6 +51,9 @@ func (f *completeCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.all += len(req.Completions)
 		f.maxBody = max(f.maxBody, len(b))
 		f.mu.Unlock()
+		if f.tooLarge {
+			time.Sleep(300 * time.Millisecond)
+		}
 		if f.tooLarge && len(req.Completions) > 1 {
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusRequestEntityTooLarge)
