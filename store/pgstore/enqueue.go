@@ -19,19 +19,21 @@ func (s *Store) Enqueue(ctx context.Context, tasks []*bt.Task, opts store.Enqueu
 	if err := checkEnqueue(tasks, opts); err != nil || len(tasks) == 0 {
 		return []store.EnqueueResult{}, err
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: enqueue: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op once committed
-	res, err := enqueue(ctx, pgxTx{tx}, tasks, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("pgstore: enqueue: commit: %w", err)
-	}
-	return res, nil
+	return enqueueCopying(func(copyOK bool) ([]store.EnqueueResult, error) {
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: enqueue: %w", err)
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op once committed
+		res, err := enqueue(ctx, pgxTx{tx}, tasks, opts, copyOK)
+		if err != nil {
+			return nil, err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return nil, fmt.Errorf("pgstore: enqueue: commit: %w", err)
+		}
+		return res, nil
+	})
 }
 
 // EnqueueTx implements store.Store for a pgx.Tx or a *sql.Tx (from
@@ -46,11 +48,19 @@ func (s *Store) EnqueueTx(ctx context.Context, tx any, tasks []*bt.Task, opts st
 	if err != nil {
 		return nil, err
 	}
+	return enqueueCopying(func(copyOK bool) ([]store.EnqueueResult, error) {
+		return enqueueInSavepoint(ctx, db, tasks, opts, copyOK)
+	})
+}
+
+// enqueueInSavepoint is enqueue inside a savepoint of db, rolled back when
+// it fails.
+func enqueueInSavepoint(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueOpts, copyOK bool) ([]store.EnqueueResult, error) {
 	release, rollback, err := db.savepoint(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: enqueue: savepoint: %w", err)
 	}
-	res, err := enqueue(ctx, db, tasks, opts)
+	res, err := enqueue(ctx, db, tasks, opts, copyOK)
 	if err != nil {
 		if rbErr := rollback(context.WithoutCancel(ctx)); rbErr != nil {
 			return nil, errors.Join(err, fmt.Errorf("pgstore: enqueue: rollback to savepoint: %w", rbErr))
@@ -151,7 +161,9 @@ func (r row) stored() *bt.Task {
 // enqueue is Enqueue's body, written once for pgx and database/sql. Tasks
 // without keys are inserted in bulk; tasks with an idempotency or merge key
 // one by one, in input order, since each may meet an earlier one.
-func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
+// copyOK lets a large batch of tasks without keys be written by COPY
+// (copy.go).
+func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueOpts, copyOK bool) ([]store.EnqueueResult, error) {
 	results := make([]store.EnqueueResult, len(tasks))
 	actor := store.ActorFrom(ctx, store.DefaultActor)
 	var folded []bt.Event // task.enqueued of merges and duplicates
@@ -175,26 +187,26 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 	for start := 0; start < len(plain); start += maxInsertRows {
 		chunk := plain[start:min(start+maxInsertRows, len(plain))]
 		batch := make([]row, len(chunk))
-		args := make([]any, 0, len(chunk)*len(insertColumns))
 		for j, i := range chunk {
 			r, err := newRow(tasks[i], opts.InlineLimit)
 			if err != nil {
 				return nil, err
 			}
 			batch[j] = r
-			args = r.args(args)
 		}
-		args = append(args, actor)
-		inserted, err := insertTasks(ctx, db, sqlInsertTasks(len(chunk), "(id)"), db.batchArgs(len(chunk), args))
-		if err != nil {
-			return nil, err
+		copied := false
+		if copyOK && worthCopying(len(chunk)) {
+			var err error
+			if copied, err = copyTasks(ctx, db, batch, actor); err != nil { // copy.go
+				return nil, err
+			}
+		}
+		if !copied {
+			if err := insertBatch(ctx, db, batch, actor); err != nil {
+				return nil, err
+			}
 		}
 		for j, i := range chunk {
-			id := tasks[i].ID
-			if inserted[id] == 0 {
-				return nil, conflictErr(id)
-			}
-			inserted[id]-- // the same id twice in one batch conflicts too
 			results[i] = store.EnqueueResult{Task: batch[j].stored()}
 			wake(tasks[i])
 			if batch[j].spilled {
@@ -353,6 +365,29 @@ func merge(ctx context.Context, db dbtx, existing, incoming *bt.Task, opts store
 		return nil, fmt.Errorf("pgstore: enqueue %s: merge target %s vanished", incoming.ID, existing.ID)
 	}
 	return merged, nil
+}
+
+// insertBatch writes tasks without keys by one multi-row INSERT, with
+// their task.enqueued event; an id that exists, or is twice in the batch,
+// is a conflict.
+func insertBatch(ctx context.Context, db dbtx, batch []row, actor string) error {
+	args := make([]any, 0, len(batch)*len(insertColumns)+1)
+	for _, r := range batch {
+		args = r.args(args)
+	}
+	args = append(args, actor)
+	inserted, err := insertTasks(ctx, db, sqlInsertTasks(len(batch), "(id)"), db.batchArgs(len(batch), args))
+	if err != nil {
+		return err
+	}
+	for _, r := range batch {
+		id := r.task.ID
+		if inserted[id] == 0 {
+			return conflictErr(id)
+		}
+		inserted[id]-- // the same id twice in one batch conflicts too
+	}
+	return nil
 }
 
 // insertTasks runs an insert and counts the ids it returned.

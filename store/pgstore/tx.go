@@ -67,7 +67,15 @@ func (Txs) Enqueue(ctx context.Context, tx pgx.Tx, tasks []*bt.Task, opts store.
 	if err := checkEnqueue(tasks, opts); err != nil || len(tasks) == 0 {
 		return []store.EnqueueResult{}, err
 	}
-	return enqueue(ctx, pgxTx{tx}, tasks, opts)
+	db := pgxTx{tx}
+	if !worthCopying(len(tasks)) {
+		return enqueue(ctx, db, tasks, opts, false)
+	}
+	// A COPY that meets a taken id aborts the caller's transaction up to
+	// the savepoint only; the INSERTs then report the id (copy.go).
+	return enqueueCopying(func(copyOK bool) ([]store.EnqueueResult, error) {
+		return enqueueInSavepoint(ctx, db, tasks, opts, copyOK)
+	})
 }
 
 // AppendEvents writes events inside tx, one log row each (events.go).

@@ -1,0 +1,167 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/pgstore"
+)
+
+// roundTrips counts what a pool sends: statements and COPYs.
+type roundTrips struct{ queries, copies atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.queries.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
+	r.copies.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
+
+// tracedStore is a migrated store on a fresh schema whose pool counts its
+// round trips.
+func tracedStore(t *testing.T) (*pgstore.Store, *roundTrips) {
+	t.Helper()
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(testdb.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &roundTrips{}
+	cfg.ConnConfig.Tracer = rt
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close) // New does not take the pool over
+	s := pgstore.New(pool)
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s, rt
+}
+
+func plainTasks(prefix string, n int) []*bt.Task {
+	ts := make([]*bt.Task, n)
+	for i := range ts {
+		ts[i] = newTask("q")
+		ts[i].ID = fmt.Sprintf("%s-%04d", prefix, i)
+	}
+	return ts
+}
+
+// A batch of tasks without keys is one COPY and a few statements, not a
+// statement of 24,000 parameters; a batch of a few tasks stays one
+// prepared INSERT.
+func TestEnqueueBatchCopies(t *testing.T) {
+	s, rt := tracedStore(t)
+	q0, c0 := rt.queries.Load(), rt.copies.Load()
+	enqueue(t, s, store.EnqueueOpts{}, plainTasks("big", 1000)...)
+	if c := rt.copies.Load() - c0; c != 1 {
+		t.Fatalf("a batch of 1,000 took %d COPYs, want 1", c)
+	}
+	// begin, the event row, notify, commit
+	if q := rt.queries.Load() - q0; q > 4 {
+		t.Fatalf("a batch of 1,000 took %d statements besides its COPY, want at most 4", q)
+	}
+	c0 = rt.copies.Load()
+	enqueue(t, s, store.EnqueueOpts{}, plainTasks("small", 8)...)
+	if c := rt.copies.Load() - c0; c != 0 {
+		t.Fatalf("a batch of 8 took %d COPYs, want none", c)
+	}
+	n := countTasks(t, s)
+	if n != 1008 {
+		t.Fatalf("%d tasks, want 1008", n)
+	}
+}
+
+// A COPY that meets a taken id aborts only the enqueue: in a caller's
+// transaction (pgx, database/sql) the enqueue reports the id as a
+// conflict, writes nothing, and the transaction goes on; in InTx it is
+// the conflict that ends the transaction.
+func TestEnqueueBatchCopyConflictInCallersTx(t *testing.T) {
+	s, _ := tracedStore(t)
+	ctx := t.Context()
+	enqueue(t, s, store.EnqueueOpts{}, plainTasks("taken", 1)...)
+	refused := func() []*bt.Task {
+		ts := plainTasks("refused", 1000)
+		ts[500].ID = "taken-0000"
+		return ts
+	}
+	check := func(t *testing.T, err error) {
+		t.Helper()
+		if !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("a batch holding a taken id: %v, want ErrConflict", err)
+		}
+	}
+
+	t.Run("pgx.Tx", func(t *testing.T) {
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // committed below
+		_, err = s.EnqueueTx(ctx, tx, refused(), store.EnqueueOpts{})
+		check(t, err)
+		if _, err := s.EnqueueTx(ctx, tx, plainTasks("pgx", 1000), store.EnqueueOpts{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("sql.Tx", func(t *testing.T) {
+		db := stdlib.OpenDBFromPool(s.Pool())
+		defer db.Close()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback() //nolint:errcheck // committed below
+		_, err = s.EnqueueTx(ctx, tx, refused(), store.EnqueueOpts{})
+		check(t, err)
+		if _, err := s.EnqueueTx(ctx, tx, plainTasks("sql", 1000), store.EnqueueOpts{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("InTx", func(t *testing.T) {
+		// InTx refuses every operation after a failed one: the
+		// conflict is what it reports.
+		err := s.InTx(ctx, func(tx store.Tx) error {
+			_, err := tx.Enqueue(ctx, refused(), store.EnqueueOpts{})
+			check(t, err)
+			return err
+		})
+		check(t, err)
+	})
+	n := countTasks(t, s)
+	if n != 2001 {
+		t.Fatalf("%d tasks, want 2001 (none of the refused batches)", n)
+	}
+}
+
+func countTasks(t *testing.T, s *pgstore.Store) int {
+	t.Helper()
+	var n int
+	if err := s.Pool().QueryRow(t.Context(), "SELECT count(*) FROM backstop_tasks").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
