@@ -74,7 +74,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	}
 	t.Run("Features", s.testFeatures) // features.go
 	t.Run("Enqueue", s.testEnqueue)
-	t.Run("EnqueueBatch", s.testEnqueueBatch) // enqueue_batch.go: a large batch is the same tasks one at a time
+	t.Run("EnqueueBatch", s.testEnqueueBatch)
 	t.Run("UniqueFor", s.testUniqueFor) // unique_for.go: idempotency keys with a window
 	t.Run("Debounce", s.testDebounce)   // debounce.go: merge keys that delay until quiet
 	t.Run("Inputs", s.testInputs)       // inputs.go
