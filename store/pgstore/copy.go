@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,27 +46,14 @@ func copyTasks(ctx context.Context, db dbtx, batch []row, actor string) (ok bool
 	if !ok {
 		return false, nil
 	}
-	n := len(batch)
-	ids, queues, kinds, states := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	runAts, createdAts := make([]time.Time, n), make([]time.Time, n)
-	prios, maxAtts := make([]int32, n), make([]int32, n)
-	attrs := make([]*string, n)
-	for i, r := range batch {
-		t := r.task
-		ids[i], queues[i], kinds[i], states[i] = t.ID, t.Queue, t.Kind, string(t.State)
-		runAts[i], createdAts[i] = t.RunAt, t.CreatedAt
-		prios[i], maxAtts[i] = int32(t.Priority), int32(t.MaxAttempts)
-		if r.attributes != nil {
-			a := string(r.attributes)
-			attrs[i] = &a
-		}
-	}
 	var seq int64
-	if err := cp.queryRow(ctx, sqlCopiedEvents, ids, queues, kinds, states, runAts, prios, maxAtts, attrs, createdAts, actor).Scan(&seq); err != nil {
+	ev := copiedEvents(batch)
+	if err := cp.queryRow(ctx, sqlCopiedEvents, ev.time, ev.times, ev.subjects, ev.queues, ev.kinds,
+		ev.attributes, actor, ev.bodies).Scan(&seq); err != nil {
 		return false, fmt.Errorf("pgstore: enqueue: events: %w", err)
 	}
 	links := []int64{seq}
-	rows := make([][]any, n)
+	rows := make([][]any, len(batch))
 	for i, r := range batch {
 		rows[i] = append(r.args(make([]any, 0, len(copyColumns))), links)
 	}
@@ -77,6 +65,63 @@ func copyTasks(ctx context.Context, db dbtx, batch []row, actor string) (ok bool
 		return false, fmt.Errorf("pgstore: enqueue: copy: %w", err)
 	}
 	return true, nil
+}
+
+// sqlCopiedEvents writes the task.enqueued row of a batch written by COPY,
+// before its tasks, and returns its number, which the copied rows then
+// list in event_links. Its elements are built by copiedEvents: $1 the
+// newest creation time, $2 the creation times, $3 the ids, $4 the queues,
+// $5 the kinds, $6 the attributes and $8 the bodies as JSON arrays, $7 the
+// actor.
+var sqlCopiedEvents = `INSERT INTO backstop_events (seq, link, type, time, times, subjects, queues, kinds, attributes, actor, bodies)
+SELECT s.seq, s.seq, 'task.enqueued', $1::timestamptz, $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::json, $7::text, $8::json
+FROM (SELECT ` + evSeq + ` AS seq) s
+RETURNING seq`
+
+// enqueuedEventRow is the elements of a batch's task.enqueued row.
+type enqueuedEventRow struct {
+	time                    time.Time
+	times                   []time.Time
+	subjects, queues, kinds []string
+	attributes, bodies      string
+}
+
+// copiedEvents builds the task.enqueued row of a batch in Go, element for
+// element what enqueuedEvents writes from the inserted rows (bodies with
+// the same fields in the same order, times as evTime formats them:
+// microseconds, as the rows store them; readers parse attributes and
+// compact bodies, so spacing does not show).
+func copiedEvents(batch []row) enqueuedEventRow {
+	n := len(batch)
+	ev := enqueuedEventRow{times: make([]time.Time, n), subjects: make([]string, n), queues: make([]string, n), kinds: make([]string, n)}
+	var attrs, bodies []byte
+	attrs, bodies = append(attrs, '['), append(bodies, '[')
+	for i, r := range batch {
+		t := r.task
+		ev.times[i], ev.subjects[i], ev.queues[i], ev.kinds[i] = t.CreatedAt, t.ID, t.Queue, t.Kind
+		if t.CreatedAt.After(ev.time) {
+			ev.time = t.CreatedAt
+		}
+		if i > 0 {
+			attrs, bodies = append(attrs, ',', ' '), append(bodies, ',', ' ')
+		}
+		if r.attributes == nil {
+			attrs = append(attrs, "null"...)
+		} else {
+			attrs = append(attrs, r.attributes...)
+		}
+		bodies = append(bodies, `{"merged":false,"duplicate":false,"state":`...)
+		bodies = strconv.AppendQuote(bodies, string(t.State))
+		bodies = append(bodies, `,"run_at":"`...)
+		bodies = t.RunAt.UTC().AppendFormat(bodies, "2006-01-02T15:04:05.000000Z")
+		bodies = append(bodies, `","priority":`...)
+		bodies = strconv.AppendInt(bodies, int64(t.Priority), 10)
+		bodies = append(bodies, `,"max_attempts":`...)
+		bodies = strconv.AppendInt(bodies, int64(t.MaxAttempts), 10)
+		bodies = append(bodies, '}')
+	}
+	ev.attributes, ev.bodies = string(append(attrs, ']')), string(append(bodies, ']'))
+	return ev
 }
 
 // copier is a transaction that can COPY: pgx's.

@@ -103,24 +103,6 @@ func enqueuedEvents(actorParam int) string {
 	FROM ins HAVING count(*) > 0)`
 }
 
-// sqlCopiedEvents writes the task.enqueued row of a batch written by COPY
-// (copy.go) before its tasks, from the tasks' columns as arrays ($1 ids,
-// $2 queues, $3 kinds, $4 states, $5 run times, $6 priorities, $7 max
-// attempts, $8 attributes as text, $9 creation times, $10 the actor), and
-// returns its row number, which the copied rows then list in event_links.
-// Its bodies are enqueuedEvents' expressions over the same values, so the
-// two writers' events read alike.
-var sqlCopiedEvents = `INSERT INTO backstop_events (seq, link, type, time, times, subjects, queues, kinds, attributes, actor, bodies)
-SELECT s.seq, s.seq, 'task.enqueued', max(u.created_at), array_agg(u.created_at ORDER BY u.o), array_agg(u.id ORDER BY u.o),
-	array_agg(u.queue ORDER BY u.o), array_agg(u.kind ORDER BY u.o), json_agg(u.attributes::jsonb ORDER BY u.o), $10::text,
-	json_agg(json_build_object('merged', false, 'duplicate', false, 'state', u.state, 'run_at', ` + evTime("u.run_at") + `,
-		'priority', u.priority, 'max_attempts', u.max_attempts) ORDER BY u.o)
-FROM (SELECT ` + evSeq + ` AS seq) s,
-	unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::int[], $7::int[], $8::text[], $9::timestamptz[])
-		WITH ORDINALITY AS u(id, queue, kind, state, run_at, priority, max_attempts, attributes, created_at, o)
-GROUP BY s.seq
-RETURNING seq`
-
 // taskEventRows is the log rows holding events of the task named by the
 // text expression task, as a FROM item aliased e: the unlinked rows (the
 // partial GIN index on subjects) and the linked rows whose link the task
