@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -164,4 +165,65 @@ func countTasks(t *testing.T, s *pgstore.Store) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A batch of tasks with idempotency keys is one look-up of the keys and
+// one INSERT, not two statements a task; its outcome is the one-at-a-time
+// path's (storetest's EnqueueBatch compares the two in full).
+func TestEnqueueBatchIdempotencyKeys(t *testing.T) {
+	s, rt := tracedStore(t)
+	old := plainTasks("old", 10)
+	for i, tk := range old {
+		tk.IdempotencyKey = fmt.Sprintf("key-%d", i)
+	}
+	enqueue(t, s, store.EnqueueOpts{}, old...)
+
+	ts := plainTasks("new", 1000)
+	for i, tk := range ts {
+		switch {
+		case i < 10:
+			tk.IdempotencyKey = fmt.Sprintf("key-%d", i) // a live task's
+		case i%4 == 0:
+			tk.IdempotencyKey = fmt.Sprintf("key-%d", i-1) // the batch's own
+		default:
+			tk.IdempotencyKey = fmt.Sprintf("key-%d", i)
+		}
+	}
+	q0 := rt.queries.Load()
+	res := enqueue(t, s, store.EnqueueOpts{}, ts...)
+	// begin, the look-up, the INSERT, the duplicates' events, notify, commit
+	if q := rt.queries.Load() - q0; q > 6 {
+		t.Fatalf("a batch of 1,000 keyed tasks took %d statements, want at most 6", q)
+	}
+	for i, r := range res {
+		var want string
+		switch {
+		case i < 10:
+			want = old[i].ID
+		case i%4 == 0:
+			want = ts[i-1].ID
+		default:
+			want = ts[i].ID
+		}
+		if r.Task.ID != want || r.Duplicate != (want != ts[i].ID) {
+			t.Fatalf("task %d: got %s duplicate=%v, want %s", i, r.Task.ID, r.Duplicate, want)
+		}
+	}
+	if n := countTasks(t, s); n != 10+1000-10-247 {
+		t.Fatalf("%d tasks, want %d", n, 10+1000-10-247)
+	}
+
+	// A keyed task whose id is taken is a conflict naming it, as one at a
+	// time; nothing of the batch is written.
+	ts = plainTasks("again", 100)
+	for i, tk := range ts {
+		tk.IdempotencyKey = fmt.Sprintf("again-key-%d", i)
+	}
+	ts[50].ID = "old-0003"
+	if _, err := s.Enqueue(t.Context(), ts, store.EnqueueOpts{}); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "old-0003") {
+		t.Fatalf("a keyed batch holding a taken id: %v, want a conflict naming it", err)
+	}
+	if n := countTasks(t, s); n != 753 {
+		t.Fatalf("%d tasks after the refused batch, want 753", n)
+	}
 }

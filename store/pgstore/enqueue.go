@@ -159,8 +159,11 @@ func (r row) stored() *bt.Task {
 }
 
 // enqueue is Enqueue's body, written once for pgx and database/sql. Tasks
-// without keys are inserted in bulk; tasks with an idempotency or merge key
-// one by one, in input order, since each may meet an earlier one.
+// without keys are inserted in bulk (COPY on pgx: copy.go); tasks with an
+// idempotency or merge key one by one, in input order, since each may meet
+// an earlier one, except on pgx a batch's tasks keyed by an idempotency key
+// alone, which are resolved together with the same outcome
+// (idempotent.go).
 // copyOK lets a large batch of tasks without keys be written by COPY
 // (copy.go).
 func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueOpts, copyOK bool) ([]store.EnqueueResult, error) {
@@ -218,13 +221,31 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 		return nil, err
 	}
 
+	batched := make(map[int]bool)
+	if _, ok := db.(copier); ok { // arrays: pgx
+		if idx := batchIdempotent(tasks, keyed); idx != nil {
+			spilled, err := enqueueIdempotent(ctx, db, tasks, idx, opts, actor, results) // idempotent.go
+			if err != nil {
+				return nil, err
+			}
+			if err := insertPayloads(ctx, db, spilled); err != nil {
+				return nil, err
+			}
+			for _, i := range idx {
+				batched[i] = true
+			}
+		}
+	}
 	for _, i := range keyed {
 		d := opts.DebounceOf(i)
-		res, err := enqueueKeyed(ctx, db, tasks[i], opts, d, actor)
-		if err != nil {
-			return nil, err
+		if !batched[i] {
+			res, err := enqueueKeyed(ctx, db, tasks[i], opts, d, actor)
+			if err != nil {
+				return nil, err
+			}
+			results[i] = res
 		}
-		results[i] = res
+		res := results[i]
 		switch {
 		case !res.Merged && !res.Duplicate:
 			wake(tasks[i])
