@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"regexp"
@@ -143,6 +144,18 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	m2.MergeKey = "m-1"
 	if r := enqueue(t, producer, opts, m2); !r[0].Merged {
 		t.Fatal("producer: merge did not merge")
+	}
+	// A batch written by COPY, and idempotency keys resolved together.
+	batch := make([]*bt.Task, 0, 30)
+	for i := range 30 {
+		tk := newTask("batch")
+		if i >= 20 {
+			tk.IdempotencyKey = fmt.Sprintf("idem-batch-%d", i%5)
+		}
+		batch = append(batch, tk)
+	}
+	if r := enqueue(t, producer, opts, batch...); !r[29].Duplicate || r[20].Duplicate {
+		t.Fatal("producer: a batch's idempotency keys were not resolved")
 	}
 	_, err = producer.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "p", Max: 1, Now: now, Lease: time.Minute})
 	denied("producer claim", err)
