@@ -36,7 +36,8 @@ var errCopyConflict = errors.New("pgstore: enqueue: a copied task id is taken")
 // event_links.
 var copyColumns = append(append([]string(nil), insertColumns...), "event_links")
 
-// worthCopying says whether tasks hold a batch enqueue writes by COPY.
+// worthCopying says whether a batch of plain (unkeyed) tasks is written
+// by COPY.
 func worthCopying(plain int) bool { return plain > maxPreparedRows }
 
 // copyTasks writes batch by COPY with its task.enqueued event; ok is false
@@ -111,7 +112,7 @@ func copiedEvents(batch []row) enqueuedEventRow {
 			attrs = append(attrs, r.attributes...)
 		}
 		bodies = append(bodies, `{"merged":false,"duplicate":false,"state":`...)
-		bodies = strconv.AppendQuote(bodies, string(t.State))
+		bodies = strconv.AppendQuote(bodies, string(t.State)) // a lower-case word: its JSON string
 		bodies = append(bodies, `,"run_at":"`...)
 		bodies = t.RunAt.UTC().AppendFormat(bodies, "2006-01-02T15:04:05.000000Z")
 		bodies = append(bodies, `","priority":`...)
@@ -124,7 +125,8 @@ func copiedEvents(batch []row) enqueuedEventRow {
 	return ev
 }
 
-// copier is a transaction that can COPY: pgx's.
+// copier is a transaction that can COPY and takes arrays as parameters:
+// pgx's (not database/sql's, whose drivers differ on arrays).
 type copier interface {
 	queryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	copyFrom(ctx context.Context, table string, cols []string, rows [][]any) error
