@@ -19,6 +19,11 @@ type QueueCounts struct {
 	// OldestPending is the earliest run_at of the queue's pending tasks
 	// (nil: none pending).
 	OldestPending *time.Time
+	// Capped lists the states whose counts are lower bounds, in name
+	// order: the store counted them among the newest of their tasks only,
+	// and there were more (the same states for every queue; a queue whose
+	// tasks were all older may be absent). Empty: every count is exact.
+	Capped []bt.State
 }
 
 // APIStore holds the reads the HTTP API needs beyond the engine's.
