@@ -28,7 +28,7 @@ func (s *Store) ExplainList(ctx context.Context, f store.ListFilter, settings ma
 			return "", err
 		}
 	}
-	rs, err := tx.Query(ctx, "EXPLAIN "+listQuery(where, len(args), f.WithoutPayload, f.Newest), args...)
+	rs, err := tx.Query(ctx, "EXPLAIN "+listQuery(f, where, len(args)), args...)
 	if err != nil {
 		return "", err
 	}

@@ -61,7 +61,7 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 		limit = defaultListLimit
 	}
 	args = append(args, limit)
-	tasks, err := s.queryTasks(ctx, listQuery(where, len(args), f.WithoutPayload, f.Newest), args...)
+	tasks, err := s.queryTasks(ctx, listQuery(f, where, len(args)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list: %w", err)
 	}
