@@ -30,7 +30,8 @@ type QueueCounts struct {
 type APIStore interface {
 	// CountByQueue counts tasks by queue and state, and dead tasks by
 	// dead-letter status, queues in name order: one read, so the counts
-	// agree with each other.
+	// agree with each other. A store may count a state among its newest
+	// tasks only (QueueCounts.Capped); every other count is exact.
 	CountByQueue(ctx context.Context) ([]QueueCounts, error)
 	// DLQGroups counts the dead letters f selects (its States, AfterID and
 	// Limit are ignored: dead tasks only) by reason and by last error, the

@@ -258,7 +258,9 @@ const FinishedCounted = 10_000
 // dead-letter status) from backstop_tasks_counts (migration 00039). The
 // finished tasks (succeeded, canceled: the history, which a scan of the
 // table spends most of its time on) are counted among the newest $1 only,
-// read from the finished index's end; the 6th column says there were more.
+// read from the finished index's end (the materialized rows keep that
+// order, so the one past $1 dropped is the oldest); the 6th column says
+// there were more.
 // Columns: sqldialect.ScanQueueCounts'.
 const sqlCounts = `WITH finished AS MATERIALIZED (
 		SELECT queue, state FROM backstop_tasks WHERE state IN ('succeeded', 'canceled')

@@ -35,10 +35,11 @@ const SQLCountByQueue = `SELECT queue, CAST(state AS TEXT), COALESCE(CAST(dlq_st
 	FROM backstop_tasks GROUP BY queue, state, dlq_status ORDER BY queue`
 
 // ScanQueueCounts reads the rows of a count by queue, ordered by queue:
-// (queue, state, dead-letter status or the empty string, count, the earliest run_at of
-// the row's pending tasks or NULL, capped: 1 when the row's state was
-// counted among some of its tasks only — then every queue's count of that
-// state is a lower bound, QueueCounts.Capped). It closes rows.
+// (queue, state, dead-letter status or the empty string, count, the
+// earliest run_at of the row's pending tasks or NULL, capped: 1 when the
+// row's state was counted among some of its tasks only — then every
+// queue's count of that state is a lower bound, QueueCounts.Capped). It
+// closes rows.
 func ScanQueueCounts(prefix string, rows Rows) ([]store.QueueCounts, error) {
 	defer rows.Close()
 	out := []store.QueueCounts{}
