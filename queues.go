@@ -67,6 +67,11 @@ type QueueSummary struct {
 	// OldestPendingAt is the earliest run_at of the queue's pending tasks:
 	// how long the oldest claimable task has waited (absent: none pending).
 	OldestPendingAt *time.Time `json:"oldest_pending_at,omitempty"`
+	// CountsCapped lists the states whose counts (and so Total) are lower
+	// bounds: the store counted them among the newest of their tasks only
+	// (PostgreSQL: the newest 10,000 finished tasks of all queues, for
+	// succeeded and canceled), and there were more. Absent: exact.
+	CountsCapped []State `json:"counts_capped,omitempty"`
 }
 
 // Queues lists every queue that holds tasks or is paused, by name.
@@ -84,8 +89,12 @@ func (c *Client) Queues(ctx context.Context) ([]QueueSummary, error) {
 		byName[p.Name] = p
 	}
 	out := make([]QueueSummary, 0, len(qs)+len(paused))
+	var capped []State
+	if len(qs) > 0 {
+		capped = qs[0].Capped // the same for every queue
+	}
 	add := func(name string, counts map[State]int, oldest *time.Time) {
-		v := QueueSummary{Name: name, Counts: make(map[State]int, len(bt.States)), OldestPendingAt: oldest}
+		v := QueueSummary{Name: name, Counts: make(map[State]int, len(bt.States)), OldestPendingAt: oldest, CountsCapped: capped}
 		for _, st := range bt.States {
 			v.Counts[st] = counts[st]
 			v.Total += counts[st]

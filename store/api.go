@@ -19,13 +19,19 @@ type QueueCounts struct {
 	// OldestPending is the earliest run_at of the queue's pending tasks
 	// (nil: none pending).
 	OldestPending *time.Time
+	// Capped lists the states whose counts are lower bounds, in name
+	// order: the store counted them among the newest of their tasks only,
+	// and there were more (the same states for every queue; a queue whose
+	// tasks were all older may be absent). Empty: every count is exact.
+	Capped []bt.State
 }
 
 // APIStore holds the reads the HTTP API needs beyond the engine's.
 type APIStore interface {
 	// CountByQueue counts tasks by queue and state, and dead tasks by
 	// dead-letter status, queues in name order: one read, so the counts
-	// agree with each other.
+	// agree with each other. A store may count a state among its newest
+	// tasks only (QueueCounts.Capped); every other count is exact.
 	CountByQueue(ctx context.Context) ([]QueueCounts, error)
 	// DLQGroups counts the dead letters f selects (its States, AfterID and
 	// Limit are ignored: dead tasks only) by reason and by last error, the

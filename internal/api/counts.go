@@ -18,14 +18,19 @@ type CountsResponse struct {
 	Tasks       map[bt.State]int     `json:"tasks"`
 	TasksTotal  int                  `json:"tasks_total"`
 	DeadLetters map[bt.DLQStatus]int `json:"dead_letters"`
+	// TasksCapped lists the states whose counts (and so TasksTotal) are
+	// lower bounds (store.QueueCounts.Capped: on PostgreSQL, succeeded and
+	// canceled are counted among the newest 10,000 finished tasks).
+	// Absent: every count is exact.
+	TasksCapped []bt.State `json:"tasks_capped,omitempty"`
 }
 
 // dlqStatuses are the dead letters' statuses, as the counts list them.
 var dlqStatuses = []bt.DLQStatus{bt.DLQOpen, bt.DLQReplayed, bt.DLQDiscarded, bt.DLQResolved}
 
-// GET /v1/counts?queue=Q: the console's state tabs. One grouped scan (the
-// queues' counts, store.APIStore.CountByQueue: bounded by queues × states
-// × statuses), so it holds no other filter.
+// GET /v1/counts?queue=Q: the console's state tabs: the queues' counts
+// (store.APIStore.CountByQueue: one read, bounded by queues × states ×
+// statuses), so it holds no other filter.
 func (s *Server) getCounts(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	for k, v := range q {
@@ -51,6 +56,9 @@ func (s *Server) getCounts(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, st := range dlqStatuses {
 		out.DeadLetters[st] = 0
+	}
+	if len(qs) > 0 {
+		out.TasksCapped = qs[0].Capped // the same for every queue
 	}
 	for _, c := range qs {
 		if queue != "" && c.Queue != queue {

@@ -47,6 +47,14 @@ func TestCountsAndOrder(t *testing.T) {
 			return c
 		}
 		all := counts("")
+		// Exact counts say nothing of a cap (tasks_capped: the states
+		// counted among the newest tasks only).
+		if _, body := b.raw(t, api.RoleViewer, "GET", "/v1/counts", "", ""); strings.Contains(string(body), "capped") {
+			t.Fatalf("counts below the cap: %s", body)
+		}
+		if _, body := b.raw(t, api.RoleViewer, "GET", "/v1/queues", "", ""); strings.Contains(string(body), "capped") {
+			t.Fatalf("queues below the cap: %s", body)
+		}
 		if all.Tasks["pending"] != 3 || all.Tasks["dead"] != 2 || all.Tasks["succeeded"] != 0 || all.TasksTotal != 5 {
 			t.Fatalf("all: %+v", all)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -55,10 +56,17 @@ func queuesListCmd(a *app) *cobra.Command {
 						paused = "since " + fmtTimePtr(q.PausedAt) + " by " + q.PausedBy
 					}
 					fmt.Fprintf(tw, "%s\t%s", q.Name, paused)
-					for _, st := range bt.States {
-						fmt.Fprintf(tw, "\t%d", q.Counts[st])
+					// A capped state's count is a lower bound: "n+".
+					plus := func(capped bool) string {
+						if capped {
+							return "+"
+						}
+						return ""
 					}
-					fmt.Fprintf(tw, "\t%d\n", q.Total)
+					for _, st := range bt.States {
+						fmt.Fprintf(tw, "\t%d%s", q.Counts[st], plus(slices.Contains(q.CountsCapped, st)))
+					}
+					fmt.Fprintf(tw, "\t%d%s\n", q.Total, plus(len(q.CountsCapped) > 0))
 				}
 				return tw.Flush()
 			})

@@ -28,7 +28,7 @@ func (s *Store) ExplainList(ctx context.Context, f store.ListFilter, settings ma
 			return "", err
 		}
 	}
-	rs, err := tx.Query(ctx, "EXPLAIN "+listQuery(where, len(args), f.WithoutPayload, f.Newest), args...)
+	rs, err := tx.Query(ctx, "EXPLAIN "+listQuery(f, where, len(args)), args...)
 	if err != nil {
 		return "", err
 	}
@@ -107,10 +107,41 @@ func (s *Store) ExplainWorkerExecutions(ctx context.Context, worker string, limi
 		return "", err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"); err != nil {
 		return "", err
 	}
 	rs, err := tx.Query(ctx, "EXPLAIN "+sqlWorkerExecutions, worker, limit, "", nil, "")
+	if err != nil {
+		return "", err
+	}
+	defer rs.Close()
+	var plan []string
+	for rs.Next() {
+		var line string
+		if err := rs.Scan(&line); err != nil {
+			return "", err
+		}
+		plan = append(plan, line)
+	}
+	return strings.Join(plan, "\n"), rs.Err()
+}
+
+// SetFinishedCounted lowers how many finished tasks s's CountByQueue
+// counts (FinishedCounted), for a test of the cap.
+func (s *Store) SetFinishedCounted(n int) { s.finishedCounted = n }
+
+// ExplainCounts is the plan of CountByQueue's query with sequential and bitmap
+// scans off: the indexes the planner can answer it from alone.
+func (s *Store) ExplainCounts(ctx context.Context) (string, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"); err != nil {
+		return "", err
+	}
+	rs, err := tx.Query(ctx, "EXPLAIN "+sqlCounts, s.finishedCounted)
 	if err != nil {
 		return "", err
 	}

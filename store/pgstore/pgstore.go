@@ -40,6 +40,10 @@ type Store struct {
 	// dead-letter replay, …), written once for both drivers: dialect.go.
 	*procedures
 
+	// finishedCounted: how many of the newest finished tasks
+	// CountByQueue counts (FinishedCounted; tests lower it).
+	finishedCounted int
+
 	// limitBinding: queue -> the claim time at which an optimistic limited
 	// claim last overran a limit (limits.go).
 	limitBinding sync.Map
@@ -91,7 +95,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // leaves the pool open.
 func New(pool *pgxpool.Pool) *Store {
 	done, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, done: done, stop: stop}
+	s := &Store{pool: pool, done: done, stop: stop, finishedCounted: FinishedCounted}
 	s.procedures = sqldialect.New(dialect, s.runner(), s.runner())
 	return s
 }

@@ -109,7 +109,9 @@ func TestWherePayloadIndex(t *testing.T) {
 		{Where: `payload.customer.id == 7`, States: []bt.State{bt.StatePending, bt.StateDead}},
 		{Where: `payload.customer.id == 7`, States: []bt.State{bt.StateScheduled, bt.StateBuffered}, Queue: "pi"},
 	} {
-		if p := plan(f); !strings.Contains(p, "backstop_tasks_payload") {
+		// The queue's scheduled and buffered tasks (none here) may come
+		// from their own index (migration 00039) instead: no scan either.
+		if p := plan(f); !strings.Contains(p, "backstop_tasks_payload") && (f.Queue == "" || !strings.Contains(p, "backstop_tasks_counts")) {
 			t.Errorf("%+v reads no payload index:\n%s", f, p)
 		}
 	}

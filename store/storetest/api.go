@@ -22,6 +22,7 @@ func (s *suite) testAPI(t *testing.T) {
 	t.Run("TokenWritesItsEvent", s.testTokenWritesItsEvent)
 	t.Run("CountByQueue", s.testCountByQueue)
 	t.Run("CountByQueueDeadLetters", s.testCountByQueueDeadLetters)
+	t.Run("CountByQueueEveryState", s.testCountByQueueEveryState)
 }
 
 func hashOf(secret string) []byte {
@@ -236,5 +237,84 @@ func (s *suite) testCountByQueueDeadLetters(t *testing.T) {
 	}
 	if dead["a"][bt.DLQDiscarded] != 1 || dead["b"][bt.DLQResolved] != 1 || dead["a"][bt.DLQOpen] != 3 {
 		t.Fatalf("dead letters: %+v", dead)
+	}
+}
+
+// CountByQueue's counts of every state (each read from its own index on
+// PostgreSQL) are the exact grouped scan's, the gauges': tasks scheduled,
+// pending, buffered, running, succeeded, canceled and dead in several
+// queues, nothing capped below the store's cap; the oldest pending run_at
+// is the pending tasks' earliest.
+func (s *suite) testCountByQueueEveryState(t *testing.T) {
+	t.Parallel()
+	b := s.ordBundle(t, backstop.OrderingConfig{})
+	b.ordEnqueue("k", 1)
+	b.ordEnqueue("k", 3) // waits for 2: buffered
+	b.order()
+	for i := range 12 {
+		q := []string{"a", "b", "c"}[i%3]
+		p := backstop.EnqueueParams{ID: fmt.Sprintf("ev-%d", i), Queue: q, Kind: "k"}
+		if i%4 == 3 {
+			p.Delay = time.Hour
+		}
+		b.enqueue(p)
+		b.clock.Advance(time.Second)
+	}
+	for _, q := range []string{"a", "b"} {
+		got := claim(t, b, q, 2) // running, one then succeeds
+		b.succeed(got[0])
+	}
+	if _, err := b.c.Cancel(b.ctx, "ev-2"); err != nil { // c's first task
+		t.Fatal(err)
+	}
+	b.dead(backstop.EnqueueParams{ID: "ev-dead", Queue: "c", Kind: "k"})
+	qs, err := b.store.(store.APIStore).CountByQueue(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.store.(store.GaugeReader).Gauges(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, dead := map[string]map[bt.State]int{}, map[string]map[bt.DLQStatus]int{}
+	for _, q := range qs {
+		if len(q.Capped) > 0 {
+			t.Fatalf("%s: capped %v below the cap", q.Queue, q.Capped)
+		}
+		tasks[q.Queue], dead[q.Queue] = q.Counts, q.DeadLetters
+		pending, err := b.store.List(b.ctx, store.ListFilter{Queue: q.Queue, States: []bt.State{bt.StatePending}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var oldest *time.Time
+		for _, p := range pending {
+			if oldest == nil || p.RunAt.Before(*oldest) {
+				oldest = &p.RunAt
+			}
+		}
+		if (oldest == nil) != (q.OldestPending == nil) || oldest != nil && !oldest.Equal(*q.OldestPending) {
+			t.Fatalf("%s: oldest pending %v, want %v", q.Queue, q.OldestPending, oldest)
+		}
+	}
+	wantDead := map[string]map[bt.DLQStatus]int{}
+	for q := range g.Tasks {
+		wantDead[q] = map[bt.DLQStatus]int{}
+		for st, n := range g.DeadLetters[q] {
+			if st != "" {
+				wantDead[q][st] = n
+			}
+		}
+	}
+	if !reflect.DeepEqual(tasks, g.Tasks) || !reflect.DeepEqual(dead, wantDead) {
+		t.Fatalf("counts %v %v, the gauges %v %v", tasks, dead, g.Tasks, wantDead)
+	}
+	for q, st := range map[string]bt.State{oq: bt.StateBuffered, "a": bt.StateSucceeded, "b": bt.StateRunning,
+		"c": bt.StateCanceled} {
+		if tasks[q][st] != 1 {
+			t.Fatalf("%s: %v, want one %s", q, tasks[q], st)
+		}
+	}
+	if tasks["a"][bt.StateScheduled] != 1 || dead["c"][bt.DLQOpen] != 3 { // ev-dead and what c still had pending
+		t.Fatalf("counts %v %v", tasks, dead)
 	}
 }

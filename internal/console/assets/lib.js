@@ -278,6 +278,11 @@ export function panel(id, summary, content, { open = false } = {}) {
   return d;
 }
 
+// atLeast is a count as shown: n, or "n+" when it is a lower bound (a
+// state the server counted among its newest tasks only: GET /v1/queues'
+// counts_capped, GET /v1/counts' tasks_capped).
+export function atLeast(n, capped) { return `${n || 0}${capped ? '+' : ''}`; }
+
 // stateTabs: links to the list narrowed to each state, with the count
 // the server gives (GET /v1/counts: countsURL(queue)); the tab of the
 // current state is marked. pick(c) picks the numbers from the answer;

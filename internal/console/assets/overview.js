@@ -1,6 +1,6 @@
 // Overview: each queue with its counts by state, DLQ size, oldest pending
 // age and workers; pause and resume (operator).
-import { api, h, clear, can, flash, errorText, fmtAge, badge, table, live, debounce } from './lib.js';
+import { api, h, clear, can, flash, errorText, fmtAge, badge, table, live, debounce, atLeast } from './lib.js';
 import { svg, historyPanel } from './activity.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
@@ -47,7 +47,8 @@ export async function overviewPage(main) {
         ...states.map((s) => (s === 'dead'
           ? h('a', { href: `#/dlq?queue=${encodeURIComponent(q.name)}`, 'aria-label': `Dead letters in ${q.name}: ${q.counts.dead || 0}` },
             String(q.counts.dead || 0))
-          : h('span', { class: q.counts[s] ? '' : 'muted' }, String(q.counts[s] || 0)))),
+          // A capped state's count is a lower bound: "n+".
+          : h('span', { class: q.counts[s] ? '' : 'muted' }, atLeast(q.counts[s], (q.counts_capped || []).includes(s))))),
         oldest[i] ? fmtAge(now - new Date(oldest[i])) : '—',
       ];
       if (can('operator')) {

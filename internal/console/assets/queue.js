@@ -1,6 +1,6 @@
 // A queue's page: its counts by state, links to its tasks and dead
 // letters, and its history over 24 h / 7 d by kind (activity.js).
-import { api, h, clear, badge, live, debounce } from './lib.js';
+import { api, h, clear, badge, live, debounce, atLeast } from './lib.js';
 import { historyPanel } from './activity.js';
 
 export async function queuePage(main, name) {
@@ -20,7 +20,7 @@ export async function queuePage(main, name) {
         h('a', { href: `#/dlq?queue=${enc}` }, 'Dead letters'), ' · ',
         h('a', { href: '#/' }, 'Overview')),
       h('p', { id: 'queue-counts', class: 'muted' }, counts.length
-        ? counts.map(([s, n]) => `${n} ${s}`).join(' · ')
+        ? counts.map(([s, n]) => `${atLeast(n, q.counts_capped && q.counts_capped.includes(s))} ${s}`).join(' · ')
         : 'No task in this queue now.'),
       history.el);
   };

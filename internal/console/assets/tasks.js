@@ -2,10 +2,19 @@
 // why did it stop. State, progress, payload, attributes, the event
 // timeline, every execution and its log; cancel (operator).
 import { api, h, clear, can, flash, errorText, fmtTime, fmtDuration, badge, table, field, live, debounce,
-  shortId, copyButton, jsonBlock, panel, stateTabs, countsURL, sortSelect } from './lib.js';
+  shortId, copyButton, jsonBlock, panel, stateTabs, countsURL, sortSelect, atLeast } from './lib.js';
 import { taskActionsSection } from './taskactions.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
+
+// tabCounts: the state tabs' numbers from GET /v1/counts, a lower bound
+// marked "n+" (the total is one when any state's count is).
+const tabCounts = (c) => {
+  const cut = c.tasks_capped || [];
+  const out = { '': atLeast(c.tasks_total, cut.length > 0) };
+  for (const [s, n] of Object.entries(c.tasks)) out[s] = atLeast(n, cut.includes(s));
+  return out;
+};
 
 export async function tasksPage(main, q) {
   const f = {
@@ -97,7 +106,7 @@ export async function tasksPage(main, q) {
     return `#/tasks?${p}`;
   };
   const tabs = !page.refused ? stateTabs('task-tabs', ['', 'pending', 'scheduled', 'running', 'buffered', 'succeeded', 'canceled', 'dead'],
-    q.get('state') || '', (s) => withParam('state', s), (c) => ({ ...c.tasks, '': c.tasks_total }), q.get('queue'), counts) : null;
+    q.get('state') || '', (s) => withParam('state', s), tabCounts, q.get('queue'), counts) : null;
   const sort = sortSelect('task-order', order, (v) => { location.hash = withParam('order', v === 'oldest' ? '' : v); });
   const active = ['queue', 'kind', 'attr', 'error_contains', 'created_since', 'created_until', 'where', 'idempotency_key']
     .filter((k) => q.get(k)).map((k) => `${k}=${q.get(k)}`);
