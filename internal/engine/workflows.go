@@ -195,7 +195,7 @@ func (e *Engine) advanceSettled(ctx context.Context, tx store.Tx, ss []store.Set
 // advanceTasks feeds the changes of the step tasks among ids to their runs.
 func (e *Engine) advanceTasks(ctx context.Context, tx store.Tx, ids []string, byTask map[string]workflow.Change, eff *RunEffects,
 	prelocked []store.LockedRun) error {
-	rows, err := tx.StepsOfTasks(ctx, ids)
+	rows, err := stepsOfTasks(ctx, tx, ids, prelocked)
 	if err != nil || len(rows) == 0 {
 		return err
 	}
@@ -259,6 +259,32 @@ func (e *Engine) advanceTasks(ctx context.Context, tx store.Tx, ids []string, by
 		}
 	}
 	return e.writePlans(ctx, tx, &w, eff)
+}
+
+// stepsOfTasks are the step rows of the tasks ids: taken from prelocked
+// (runs locked earlier in this transaction with their step rows, unchanged
+// since: settling writes no step row) when it holds a row for every id,
+// else read in tx. A batch whose runs were locked first so pays no round
+// trip for them.
+func stepsOfTasks(ctx context.Context, tx store.Tx, ids []string, prelocked []store.LockedRun) ([]store.StepRecord, error) {
+	if len(prelocked) > 0 {
+		want := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			want[id] = true
+		}
+		var rows []store.StepRecord
+		for _, l := range prelocked {
+			for _, s := range l.Steps {
+				if s.TaskID != "" && want[s.TaskID] {
+					rows = append(rows, s)
+				}
+			}
+		}
+		if len(rows) == len(want) { // a task id is one step row's at most
+			return rows, nil
+		}
+	}
+	return tx.StepsOfTasks(ctx, ids)
 }
 
 // lockedRuns are the runs of runIDs (sorted), locked with their step

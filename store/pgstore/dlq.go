@@ -205,14 +205,7 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		return res, fmt.Errorf("pgstore: redrive: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var args []any
-	where := openDLQWhere(b.Filter, b.Snapshot, b.AfterID, &args)
-	if b.IDs != nil { // matched in Go by the client (store.RedriveBatch)
-		args = append(args, b.IDs)
-		where += " AND t.id = ANY($" + strconv.Itoa(len(args)) + "::text[])"
-	}
-	args = append(args, b.Limit)
-	pick := `SELECT t.id FROM backstop_tasks t WHERE ` + where + ` ORDER BY t.id LIMIT $` + strconv.Itoa(len(args)) + ` FOR UPDATE SKIP LOCKED`
+	pick, args := redrivePick(b, "t.id")
 
 	// Fast path: pick, replay, record the history and advance the redrive
 	// record in one statement. A uniqueness violation undoes it (savepoint)
@@ -221,53 +214,14 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	if err != nil {
 		return res, err
 	}
-	n := len(args)
-	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
-	// Event ids: a fresh UUIDv7's first 24 hex digits (with dashes) and the
-	// row number, so a batch's ids are time-ordered and insert together.
-	prefix := uuid.Must(uuid.NewV7()).String()[:24]
-	fastArgs := append(append([]any{}, args...), string(b.State), b.RunAt, b.KeepAttempts, b.Now, b.Actor, b.RedriveID, prefix, b.Reason)
+	fastSQL, fastArgs := redriveFast(b)
 	var (
 		last    *string
 		count   int
 		notices int64
 		steps   []string // replayed ids that may be workflow steps (store.StepIDs)
 	)
-	err = fast.QueryRow(ctx, `
-WITH picked AS (`+pick+`),
-upd AS (
-	UPDATE backstop_tasks t SET state = CASE WHEN EXISTS (SELECT 1 FROM backstop_ordering_tasks o WHERE o.task_id = t.id)
-			THEN 'buffered' ELSE `+p(1)+` END, run_at = `+p(2)+`, attempt = CASE WHEN `+p(3)+` THEN t.attempt ELSE 0 END,
-		lease_expires_at = NULL, last_error = NULL, cancel_requested_at = NULL, finalized_at = NULL,
-		worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
-		replay_count = t.replay_count + 1, updated_at = `+p(4)+`
-	FROM picked WHERE t.id = picked.id
-	RETURNING t.id, t.queue, t.kind, t.attributes, t.replay_count
-), ord AS ( -- ordered tasks wait for their key (ordering.go)
-	UPDATE backstop_ordering_tasks o SET status = 'replay' FROM upd WHERE o.task_id = upd.id
-), ev AS (
-	INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
-	SELECT ARRAY[`+p(7)+` || lpad(to_hex(row_number() OVER ()), 12, '0')], `+p(4)+`, e.type, ARRAY[u.id], ARRAY[u.queue],
-		ARRAY[u.kind], json_build_array(u.attributes), `+p(5)+`,
-		json_build_array(CASE WHEN `+p(8)+`::text = '' THEN json_build_object('redrive_id', `+p(6)+`::text, 'patched', false,
-			'keep_attempts', `+p(3)+`::bool, 'replay_count', u.replay_count)
-			ELSE json_build_object('redrive_id', `+p(6)+`::text, 'patched', false, 'keep_attempts', `+p(3)+`::bool,
-			'replay_count', u.replay_count, 'reason', `+p(8)+`::text) END)
-	FROM upd u CROSS JOIN (VALUES ('dlq.replayed')) AS e(type)
-	ORDER BY u.id
-), rec AS (
-	UPDATE backstop_redrives SET cursor = coalesce((SELECT max(id) FROM picked), cursor),
-		replayed = replayed + (SELECT count(*) FROM upd)
-	WHERE id = `+p(6)+`
-), items AS ( -- each item's outcome (issue 17)
-	INSERT INTO backstop_redrive_items (redrive_id, task_id, outcome, detail, at)
-	SELECT `+p(6)+`::text, u.id, 'replayed', '', `+p(4)+` FROM upd u WHERE `+p(6)+`::text <> ''
-	ON CONFLICT (redrive_id, task_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, at = excluded.at
-		WHERE backstop_redrive_items.outcome <> 'replayed'
-)
-SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
-	(SELECT count(pg_notify('`+wakeupChannel+`', q.queue)) FROM (SELECT DISTINCT queue FROM upd) q WHERE `+p(1)+` = 'pending'),
-	(SELECT array_agg(id ORDER BY id) FROM upd WHERE strpos(id, '.') > 0)`,
+	err = fast.QueryRow(ctx, fastSQL,
 		fastArgs...).Scan(&last, &count, &notices, &steps)
 	if err == nil {
 		if err := fast.Commit(ctx); err != nil {
@@ -400,6 +354,73 @@ SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 		return res, fmt.Errorf("pgstore: redrive: commit: %w", err)
 	}
 	return res, nil
+}
+
+// redrivePick is the selection of a redrive batch's rows, locked, in id
+// order (cols: what it returns of each), and its arguments.
+func redrivePick(b store.RedriveBatch, cols string) (string, []any) {
+	var args []any
+	where := openDLQWhere(b.Filter, b.Snapshot, b.AfterID, &args)
+	if b.IDs != nil { // matched in Go by the client (store.RedriveBatch)
+		args = append(args, b.IDs)
+		where += " AND t.id = ANY($" + strconv.Itoa(len(args)) + "::text[])"
+	}
+	args = append(args, b.Limit)
+	return `SELECT ` + cols + ` FROM backstop_tasks t WHERE ` + where + ` ORDER BY t.id LIMIT $` + strconv.Itoa(len(args)) +
+		` FOR UPDATE SKIP LOCKED`, args
+}
+
+// redriveFast is RedriveBatch's fast path, one statement: pick, replay,
+// record the history and each item's outcome, advance the redrive record.
+// Its pick also returns the locked rows' tuple ids, and the UPDATE finds
+// them by those (a Tid Scan), not by a primary-key lookup each, as the
+// claim does: a row this statement locked cannot move before its UPDATE.
+// Only the rows it made buffered (ordered tasks) are looked up in the
+// ordering table again. Each item's outcome is a plain insert: a task
+// past the cursor has none yet, and one that has (recorded by an earlier,
+// failed attempt at it) is a uniqueness violation, which sends the batch
+// the slow way, whose insert updates it.
+func redriveFast(b store.RedriveBatch) (string, []any) {
+	pick, args := redrivePick(b, "t.id, t.ctid AS tid")
+	n := len(args)
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	// Event ids: a fresh UUIDv7's first 24 hex digits (with dashes) and the
+	// row number, so a batch's ids are time-ordered and insert together.
+	prefix := uuid.Must(uuid.NewV7()).String()[:24]
+	return `
+WITH picked AS (` + pick + `),
+upd AS (
+	UPDATE backstop_tasks t SET state = CASE WHEN EXISTS (SELECT 1 FROM backstop_ordering_tasks o WHERE o.task_id = t.id)
+			THEN 'buffered' ELSE ` + p(1) + ` END, run_at = ` + p(2) + `, attempt = CASE WHEN ` + p(3) + ` THEN t.attempt ELSE 0 END,
+		lease_expires_at = NULL, last_error = NULL, cancel_requested_at = NULL, finalized_at = NULL,
+		worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
+		replay_count = t.replay_count + 1, updated_at = ` + p(4) + `
+	WHERE t.ctid = ANY(ARRAY(SELECT tid FROM picked))
+	RETURNING t.id, t.queue, t.kind, t.attributes, t.replay_count, t.state
+), ord AS ( -- ordered tasks wait for their key (ordering.go): those upd made buffered
+	UPDATE backstop_ordering_tasks o SET status = 'replay' FROM upd WHERE upd.state = 'buffered' AND o.task_id = upd.id
+), ev AS (
+	INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
+	SELECT ARRAY[` + p(7) + ` || lpad(to_hex(row_number() OVER ()), 12, '0')], ` + p(4) + `, e.type, ARRAY[u.id], ARRAY[u.queue],
+		ARRAY[u.kind], json_build_array(u.attributes), ` + p(5) + `,
+		json_build_array(CASE WHEN ` + p(8) + `::text = '' THEN json_build_object('redrive_id', ` + p(6) + `::text, 'patched', false,
+			'keep_attempts', ` + p(3) + `::bool, 'replay_count', u.replay_count)
+			ELSE json_build_object('redrive_id', ` + p(6) + `::text, 'patched', false, 'keep_attempts', ` + p(3) + `::bool,
+			'replay_count', u.replay_count, 'reason', ` + p(8) + `::text) END)
+	FROM upd u CROSS JOIN (VALUES ('dlq.replayed')) AS e(type)
+	ORDER BY u.id
+), rec AS (
+	UPDATE backstop_redrives SET cursor = coalesce((SELECT max(id) FROM picked), cursor),
+		replayed = replayed + (SELECT count(*) FROM upd)
+	WHERE id = ` + p(6) + `
+), items AS ( -- each item's outcome, a plain insert (above)
+	INSERT INTO backstop_redrive_items (redrive_id, task_id, outcome, detail, at)
+	SELECT ` + p(6) + `::text, u.id, 'replayed', '', ` + p(4) + ` FROM upd u WHERE ` + p(6) + `::text <> ''
+)
+SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
+	(SELECT count(pg_notify('` + wakeupChannel + `', q.queue)) FROM (SELECT DISTINCT queue FROM upd) q WHERE ` + p(1) + ` = 'pending'),
+	(SELECT array_agg(id ORDER BY id) FROM upd WHERE strpos(id, '.') > 0)`,
+		append(args, string(b.State), b.RunAt, b.KeepAttempts, b.Now, b.Actor, b.RedriveID, prefix, b.Reason)
 }
 
 // purgeBatch deletes a batch of dead letters (sqldialect's PurgeDLQ

@@ -98,9 +98,44 @@ func (Txs) LockRun(ctx context.Context, tx pgx.Tx, runID string) (*store.RunReco
 }
 
 // LockRuns is store.WorkflowTx's LockRuns inside tx: SELECT … ORDER BY
-// run_id FOR UPDATE (the rows are locked in that order).
+// run_id FOR UPDATE (the rows are locked in that order), then the steps'
+// SELECT, sent together in one round trip (a pipeline: the server runs the
+// second, with a snapshot of its own, once the first holds its locks).
 func (Txs) LockRuns(ctx context.Context, tx pgx.Tx, runIDs []string) ([]store.LockedRun, error) {
-	return sqldialect.WorkflowLockRuns(ctx, dialect, runner{q: tx}, runIDs)
+	if len(runIDs) == 0 {
+		return []store.LockedRun{}, nil
+	}
+	runsSQL, stepsSQL := sqldialect.WorkflowLockRunsSQL(dialect)
+	list := dialect.TextList(runIDs)
+	var b pgx.Batch
+	b.Queue(runsSQL, list)
+	b.Queue(stepsSQL, list)
+	br := tx.SendBatch(ctx, &b)
+	out, err := lockedRunsOf(br)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("pgstore: lock runs: %w", permission(cerr))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// lockedRunsOf reads LockRuns' two results from br.
+func lockedRunsOf(br pgx.BatchResults) ([]store.LockedRun, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: lock runs: %w", permission(err))
+	}
+	out, err := sqldialect.ScanLockedRuns(dialect, runnerRows{rows})
+	if err != nil {
+		return nil, err
+	}
+	srows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: lock runs: %w", permission(err))
+	}
+	return sqldialect.AddLockedSteps(dialect, out, runnerRows{srows})
 }
 
 // UpdateRuns is store.WorkflowTx's UpdateRuns inside tx: one UPDATE … FROM

@@ -550,36 +550,61 @@ func WorkflowLockRuns(ctx context.Context, d *Dialect, q Querier, runIDs []strin
 	if len(runIDs) == 0 {
 		return []store.LockedRun{}, nil
 	}
+	runsSQL, stepsSQL := WorkflowLockRunsSQL(d)
 	list := d.TextList(runIDs)
-	rows, err := q.Query(ctx, `SELECT `+runCols+` FROM backstop_runs WHERE run_id `+d.InText("$1")+` ORDER BY run_id`+d.ForUpdate, list)
+	rows, err := q.Query(ctx, runsSQL, list)
 	if err != nil {
 		return nil, fmt.Errorf("%s: lock runs: %w", d.Prefix, d.Err(err))
 	}
+	out, err := ScanLockedRuns(d, rows)
+	if err != nil || len(out) == 0 {
+		return out, err
+	}
+	srows, err := q.Query(ctx, stepsSQL, list)
+	if err != nil {
+		return nil, fmt.Errorf("%s: lock runs: %w", d.Prefix, d.Err(err))
+	}
+	return AddLockedSteps(d, out, srows)
+}
+
+// WorkflowLockRunsSQL are LockRuns' two statements, each of one parameter
+// (d.TextList of the run ids): the runs, locked in run id order, then
+// their steps. The steps are a statement of their own so that they are
+// read as they are once the locks are held (under READ COMMITTED each
+// statement reads its own snapshot); a driver may pipeline the two.
+func WorkflowLockRunsSQL(d *Dialect) (runs, steps string) {
+	return `SELECT ` + runCols + ` FROM backstop_runs WHERE run_id ` + d.InText("$1") + ` ORDER BY run_id` + d.ForUpdate,
+		`SELECT ` + stepCols + ` FROM backstop_run_steps WHERE run_id ` + d.InText("$1") + ` ORDER BY run_id, step_id, item`
+}
+
+// ScanLockedRuns reads the runs of LockRuns' first statement (rows is
+// closed), each with no steps yet.
+func ScanLockedRuns(d *Dialect, rows Rows) ([]store.LockedRun, error) {
+	defer rows.Close()
 	out := []store.LockedRun{}
-	at := map[string]int{}
 	for rows.Next() {
 		var rd runDest
 		if err := rows.Scan(rd.dest()...); err != nil {
-			rows.Close()
 			return nil, fmt.Errorf("%s: lock runs: %w", d.Prefix, err)
 		}
-		at[rd.run().RunID] = len(out)
 		out = append(out, store.LockedRun{Run: *rd.run(), Steps: []store.StepRecord{}})
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: lock runs: %w", d.Prefix, d.Err(err))
 	}
-	if len(out) == 0 {
-		return out, nil
-	}
-	srows, err := q.Query(ctx, `SELECT `+stepCols+` FROM backstop_run_steps WHERE run_id `+d.InText("$1")+` ORDER BY run_id, step_id, item`, list)
+	return out, nil
+}
+
+// AddLockedSteps adds the step rows of LockRuns' second statement to
+// their runs in out (rows is closed).
+func AddLockedSteps(d *Dialect, out []store.LockedRun, rows Rows) ([]store.LockedRun, error) {
+	steps, err := scanSteps(rows)
 	if err != nil {
 		return nil, fmt.Errorf("%s: lock runs: %w", d.Prefix, d.Err(err))
 	}
-	steps, err := scanSteps(srows)
-	if err != nil {
-		return nil, fmt.Errorf("%s: lock runs: %w", d.Prefix, err)
+	at := make(map[string]int, len(out))
+	for i, l := range out {
+		at[l.Run.RunID] = i
 	}
 	for _, s := range steps {
 		if i, ok := at[s.RunID]; ok {

@@ -1,0 +1,170 @@
+package pgstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/pgstore"
+)
+
+// planNode is a node of EXPLAIN (FORMAT JSON).
+type planNode struct {
+	NodeType  string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	Index     string     `json:"Index Name"`
+	Conflict  string     `json:"Conflict Resolution"`
+	Loops     float64    `json:"Actual Loops"`
+	Rows      float64    `json:"Actual Rows"`
+	Operation string     `json:"Operation"`
+	Plans     []planNode `json:"Plans"`
+}
+
+func (n planNode) each(f func(planNode)) {
+	f(n)
+	for _, c := range n.Plans {
+		c.each(f)
+	}
+}
+
+// TestRedriveBatchFastPathWork: the one-statement redrive batch replays
+// its rows without a primary-key lookup per row (its UPDATE reaches the
+// rows its pick locked by their tuple ids), looks up no ordering row for
+// tasks that are not ordered, and records each item's outcome with a
+// plain insert; an item an earlier attempt recorded for a task past the
+// cursor still ends replayed (the batch takes the slow path, which
+// updates it), each task replayed once.
+func TestRedriveBatchFastPathWork(t *testing.T) {
+	ctx := context.Background()
+	s, err := pgstore.Open(ctx, testdb.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	tasks := make([]*bt.Task, n)
+	for i := range tasks {
+		tasks[i] = &bt.Task{ID: fmt.Sprintf("dl-%04d", i), Queue: "rq", Kind: "k", State: bt.StatePending, MaxAttempts: 1,
+			Payload: json.RawMessage(`{}`), RunAt: now, CreatedAt: now, UpdatedAt: now}
+	}
+	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, store.ClaimParams{Queue: "rq", WorkerID: "w", Max: n, Now: now, Lease: time.Minute})
+	if err != nil || len(got) != n {
+		t.Fatalf("claim: %d, %v", len(got), err)
+	}
+	ss := make([]store.Settlement, n)
+	for i, tk := range got {
+		ss[i] = store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError, Error: "boom",
+			FinishedAt: now, State: bt.StateDead, DeadReason: bt.ReasonPermanentError}
+	}
+	if _, err := s.Settle(ctx, ss); err != nil {
+		t.Fatal(err)
+	}
+	// The rest of a table that is not only these dead letters: waiting
+	// tasks of another queue (on a table of a few pages a sequential scan
+	// is the planner's cheapest way to anything).
+	filler := make([]*bt.Task, 5000)
+	for i := range filler {
+		filler[i] = &bt.Task{ID: fmt.Sprintf("w-%05d", i), Queue: "other", Kind: "k", State: bt.StatePending, MaxAttempts: 1,
+			Payload: json.RawMessage(`{}`), RunAt: now, CreatedAt: now, UpdatedAt: now}
+	}
+	if _, err := s.Enqueue(ctx, filler, store.EnqueueOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, "ANALYZE backstop_tasks"); err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(time.Second)
+	rec, _, err := s.StartRedrive(ctx, store.Redrive{ID: "rd-1", Kind: store.JobRedrive, FilterKey: "k", Filter: json.RawMessage(`{}`),
+		Snapshot: later, StartedAt: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := store.RedriveBatch{RedriveID: rec.ID, Filter: store.ListFilter{Queue: "rq"}, Snapshot: later, Limit: n,
+		RunAt: later, State: bt.StatePending, Now: later, Actor: "test"}
+
+	raw, err := s.ExplainRedriveBatch(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plans []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(raw), &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("plan: %v\n%s", err, raw)
+	}
+	var updated, tidScans, itemInserts float64
+	plans[0].Plan.each(func(p planNode) {
+		switch {
+		case p.NodeType == "ModifyTable" && p.Operation == "Update" && p.Relation == "backstop_tasks":
+			updated += p.Rows
+			for _, c := range p.Plans {
+				if c.NodeType == "Tid Scan" {
+					tidScans++
+				}
+			}
+		case p.Index == "backstop_tasks_pkey":
+			t.Errorf("the batch looks its rows up by primary key (%s, %v loops)", p.NodeType, p.Loops)
+		case p.Index == "backstop_ordering_tasks_pkey" && p.Loops > 0:
+			t.Errorf("the batch looks up %v ordering rows for tasks that are not ordered", p.Loops)
+		case p.NodeType == "ModifyTable" && p.Relation == "backstop_redrive_items":
+			itemInserts++
+			if p.Conflict != "" {
+				t.Errorf("each item's outcome is written with ON CONFLICT %s", p.Conflict)
+			}
+		}
+	})
+	if tidScans != 1 || itemInserts != 1 {
+		t.Errorf("the batch's UPDATE reads %v Tid Scans, %v item inserts; want 1 each:\n%s", tidScans, itemInserts, raw)
+	}
+	if updated != 0 && updated != n { // EXPLAIN ANALYZE of a CTE's UPDATE reports its rows on the node
+		t.Errorf("the plan's UPDATE replayed %v rows; want %d", updated, n)
+	}
+
+	// An outcome recorded for a task past the cursor (an earlier attempt
+	// at it failed): the batch still replays every task once, and the
+	// item ends replayed.
+	if err := s.RecordRedriveItem(ctx, store.RedriveItem{RedriveID: rec.ID, TaskID: "dl-0150", Outcome: store.OutcomeConflict,
+		Detail: "then", At: later}, 1); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.RedriveBatch(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Replayed != n || len(res.Conflicts) != 0 || res.LastID != "dl-0299" {
+		t.Fatalf("batch: %+v; want %d replayed up to dl-0299", res, n)
+	}
+	items, err := s.RedriveItems(ctx, store.RedriveItemsQuery{RedriveID: rec.ID, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != n {
+		t.Fatalf("%d items; want %d", len(items), n)
+	}
+	for _, it := range items {
+		if it.Outcome != store.OutcomeReplayed {
+			t.Errorf("item %s: %s; want replayed", it.TaskID, it.Outcome)
+		}
+	}
+	for _, id := range []string{"dl-0000", "dl-0150", "dl-0299"} {
+		tk, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.State != bt.StatePending || tk.ReplayCount != 1 {
+			t.Errorf("%s: %s, replayed %d times; want pending, once", id, tk.State, tk.ReplayCount)
+		}
+	}
+}
