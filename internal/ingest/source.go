@@ -61,46 +61,49 @@ func DefaultGroup(queue string) string {
 var groupBad = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 
 // Check validates a source; the error names the flag at fault.
-func (s *Source) Check() error {
+func (s *Source) Check() error { return s.check(FlagName) }
+
+// check validates a source; the error names the setting with name.
+func (s *Source) check(name KeyName) error {
 	u, err := url.Parse(s.URL)
 	if err != nil {
-		return fmt.Errorf("--from %q is not a URL: %v", s.URL, err)
+		return fmt.Errorf("%s %q is not a URL: %v", name("from"), s.URL, err)
 	}
 	if u.Host == "" && (u.Scheme == "kafka" || u.Scheme == "nats") {
-		return fmt.Errorf("--from %q: missing host", s.URL)
+		return fmt.Errorf("%s %q: missing host", name("from"), s.URL)
 	}
 	switch u.Scheme {
 	case "kafka":
 		if s.Subject != "" {
-			return fmt.Errorf("--subject is for nats:// sources; a kafka:// source reads --topic")
+			return fmt.Errorf("%s is for nats:// sources; a kafka:// source reads %s", name("subject"), name("topic"))
 		}
 		if s.Topic == "" {
-			return fmt.Errorf("--topic is required with a kafka:// source")
+			return fmt.Errorf("%s is required with a kafka:// source", name("topic"))
 		}
 	case "nats":
 		if s.Topic != "" {
-			return fmt.Errorf("--topic is for kafka:// sources; a nats:// source reads --subject")
+			return fmt.Errorf("%s is for kafka:// sources; a nats:// source reads %s", name("topic"), name("subject"))
 		}
 		if s.Subject == "" {
-			return fmt.Errorf("--subject is required with a nats:// source")
+			return fmt.Errorf("%s is required with a nats:// source", name("subject"))
 		}
 		if strings.ContainsAny(s.Subject, " \t\r\n") {
-			return fmt.Errorf("--subject %q: a subject has no white space", s.Subject)
+			return fmt.Errorf("%s %q: a subject has no white space", name("subject"), s.Subject)
 		}
 		if s.Group != "" && groupBad.MatchString(s.Group) {
-			return fmt.Errorf("--group %q: a JetStream durable name is letters, digits, '_' and '-'", s.Group)
+			return fmt.Errorf("%s %q: a JetStream durable name is letters, digits, '_' and '-'", name("group"), s.Group)
 		}
 	default:
-		return fmt.Errorf("--from %q: scheme must be kafka:// or nats://", s.URL)
+		return fmt.Errorf("%s %q: scheme must be kafka:// or nats://", name("from"), s.URL)
 	}
 	if s.Batch < 0 || s.Batch > 10000 {
-		return fmt.Errorf("--batch %d: want 1 to 10000", s.Batch)
+		return fmt.Errorf("%s %d: want 1 to 10000", name("batch"), s.Batch)
 	}
 	if s.IdleExit < 0 {
-		return fmt.Errorf("--exit-after-idle must not be negative")
+		return fmt.Errorf("%s must not be negative", name("exit_after_idle"))
 	}
 	if s.AckWait != 0 && s.AckWait < time.Second {
-		return fmt.Errorf("--ack-wait must be at least 1s")
+		return fmt.Errorf("%s must be at least 1s", name("ack_wait"))
 	}
 	return nil
 }
