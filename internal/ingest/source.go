@@ -128,6 +128,8 @@ func Run(ctx context.Context, src Source, in *Ingester, log *slog.Logger) error 
 	if log == nil {
 		log = in.log
 	}
+	in.SetTopic(src.Topic + src.Subject)
+	defer in.resetLag()
 	u, _ := url.Parse(src.URL)
 	if u.Scheme == "kafka" {
 		return runKafka(ctx, u, src, in, log)
@@ -172,12 +174,15 @@ func runKafka(ctx context.Context, u *url.URL, src Source, in *Ingester, log *sl
 			}
 		})
 		var (
-			recs []*kgo.Record
-			msgs []*Message
+			recs   []*kgo.Record
+			msgs   []*Message
+			newest = map[int32]time.Time{}
 		)
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) > 0 {
 				in.SetLag(p.Partition, p.HighWatermark-p.Records[len(p.Records)-1].Offset-1)
+				in.Reading(p.Partition, p.Records[0].Timestamp)
+				newest[p.Partition] = p.Records[len(p.Records)-1].Timestamp
 			}
 			for _, r := range p.Records {
 				recs = append(recs, r)
@@ -200,6 +205,9 @@ func runKafka(ctx context.Context, u *url.URL, src Source, in *Ingester, log *sl
 			log.Warn("kafka commit", "error", err)
 		}
 		cancel()
+		for p, at := range newest {
+			in.Committed(p, at)
+		}
 		cl.AllowRebalance()
 	}
 	return nil
@@ -295,11 +303,16 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 			continue
 		}
 		idle.seen()
-		for _, m := range raw {
+		var newest time.Time
+		for i, m := range raw {
 			msg := &Message{Value: m.Data()}
 			if md, err := m.Metadata(); err == nil {
 				msg.Position = Position{Broker: "nats", Topic: md.Stream, Offset: int64(md.Sequence.Stream)}
 				in.SetLag(0, int64(md.NumPending))
+				if i == 0 {
+					in.Reading(0, md.Timestamp)
+				}
+				newest = md.Timestamp
 			}
 			if h := m.Headers(); len(h) > 0 {
 				msg.Headers = make(map[string]string, len(h))
@@ -319,6 +332,7 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 				log.Warn("nats ack", "error", err)
 			}
 		}
+		in.Committed(0, newest)
 	}
 	_ = nc.Flush()
 	return nil

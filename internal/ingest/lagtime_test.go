@@ -1,0 +1,89 @@
+package ingest_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/backstophq/backstop/internal/ingest"
+	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
+)
+
+// The lag in time follows the broker's timestamps: while the database is
+// down, the oldest message read and not committed ages (records produced
+// an hour ago: about 3600s); once an ingester caught up, it is 0.
+func TestIngestLagSeconds(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.SQLite(t)
+	c := client(t, db)
+	addr := kafkaCluster(t, "uptime", 2)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("uptime"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	all, _, _ := results(4, 5, 1)
+	for _, r := range all {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(r.key), Value: r.value(), Timestamp: hourAgo}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.Close()
+	src := ingest.Source{URL: "kafka://" + addr, Topic: "uptime", Group: "g", Batch: 5}
+
+	// The database is down (the client's store closed): nothing commits.
+	in, stop := run(t, closedClient(t, db), mapping(t), src)
+	testwait.For(t, "an hour of lag", func() bool { return in.LagSeconds(time.Now()) > 3500 })
+	if got := in.LagSeconds(time.Now()); got > 3700 {
+		t.Fatalf("lag %fs, want about 3600", got)
+	}
+	stop()
+
+	in, stop = run(t, c, mapping(t), src)
+	defer stop()
+	testwait.For(t, "every record enqueued", func() bool { return countTasks(t, c, orderedQueue) == len(all) })
+	testwait.For(t, "caught up", func() bool { return in.Lag() == 0 && in.LagSeconds(time.Now()) == 0 })
+}
+
+// closedClient is a client whose store is closed: every enqueue fails, as
+// with the database down.
+func closedClient(t testing.TB, db string) ingest.Enqueuer {
+	t.Helper()
+	c := client(t, db)
+	c.Store().Close()
+	return c
+}
+
+// Reading, Committed and LagSeconds: the oldest message being enqueued
+// counts first; after a commit, the newest committed counts while
+// messages wait; caught up is 0.
+func TestLagSecondsRules(t *testing.T) {
+	in, err := ingest.New(ingest.Config{Enqueuer: client(t, testdb.SQLite(t)), Mapping: ingest.Mapping{Queue: "q", Kind: "k"}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	if in.LagSeconds(now) != 0 {
+		t.Fatal("lag before any read")
+	}
+	in.SetLag(0, 10)
+	in.Reading(0, now.Add(-30*time.Second))
+	in.Reading(1, now.Add(-5*time.Second))
+	if got := in.LagSeconds(now); got != 30 {
+		t.Fatalf("reading: %v, want 30", got)
+	}
+	in.Committed(0, now.Add(-20*time.Second))
+	in.Committed(1, now.Add(-time.Second))
+	if got := in.LagSeconds(now); got != 20 {
+		t.Fatalf("committed, 10 waiting in partition 0: %v, want 20", got)
+	}
+	in.SetLag(0, 0)
+	if got := in.LagSeconds(now); got != 0 {
+		t.Fatalf("caught up: %v, want 0", got)
+	}
+}
