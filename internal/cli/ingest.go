@@ -13,6 +13,7 @@ import (
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/ingest"
+	"github.com/backstophq/backstop/store"
 )
 
 func init() { register(ingestCmd) }
@@ -125,6 +126,9 @@ func (a *app) ingest(cmd *cobra.Command, o *ingestOptions) error {
 	var (
 		enq   ingest.Enqueuer
 		elect *ingest.Election // nil: no election (over a server, or --elect=false)
+		// positions receives the ingester's reports (with --db).
+		positions store.IngestPositions
+		id        string
 	)
 	if a.server != "" {
 		b, err := a.backend(ctx, nil)
@@ -144,8 +148,9 @@ func (a *app) ingest(cmd *cobra.Command, o *ingestOptions) error {
 		if err := checkIngest(c, m); err != nil {
 			return usageErr("ingest: %v", err)
 		}
+		positions, id = c.Store(), cmp.Or(o.id, candidateID())
 		if o.elect {
-			elect = &ingest.Election{Store: c.Store(), ID: cmp.Or(o.id, candidateID()),
+			elect = &ingest.Election{Store: c.Store(), ID: id,
 				TTL: cmp.Or(cfg.LeaderTTL.D(), config.DefaultLeaderTTL), Now: c.Engine().Now}
 		}
 		enq = c
@@ -162,7 +167,7 @@ func (a *app) ingest(cmd *cobra.Command, o *ingestOptions) error {
 			_ = w.Stop(sctx)
 		}()
 	}
-	in, err := ingest.New(ingest.Config{Enqueuer: enq, Mapping: m, Logger: log, MeterProvider: tel.MeterProvider})
+	in, err := ingest.New(ingest.Config{Enqueuer: enq, Mapping: m, Logger: log, MeterProvider: tel.MeterProvider, Positions: positions, ID: id})
 	if err != nil {
 		return usageErr("ingest: %v", err)
 	}

@@ -189,7 +189,9 @@ func startIngesters(ctx context.Context, c *backstop.Client, cfg *config.Config,
 	all.refused = w
 	ttl := cmp.Or(cfg.LeaderTTL.D(), config.DefaultLeaderTTL)
 	for _, p := range ps {
-		in, err := ingest.New(ingest.Config{Enqueuer: c, Mapping: p.m, Logger: log, MeterProvider: c.Config().MeterProvider})
+		id := candidateID()
+		in, err := ingest.New(ingest.Config{Enqueuer: c, Mapping: p.m, Logger: log, MeterProvider: c.Config().MeterProvider,
+			Positions: c.Store(), ID: id})
 		if err != nil {
 			_ = all.stop(context.WithoutCancel(ctx))
 			return nil, usageErr("ingest: %v", err)
@@ -199,7 +201,7 @@ func startIngesters(ctx context.Context, c *backstop.Client, cfg *config.Config,
 		go func() {
 			var err error
 			if p.elect {
-				err = ingest.RunElected(rctx, p.src, in, ingest.Election{Store: c.Store(), ID: candidateID(), TTL: ttl, Now: c.Engine().Now}, log)
+				err = ingest.RunElected(rctx, p.src, in, ingest.Election{Store: c.Store(), ID: id, TTL: ttl, Now: c.Engine().Now}, log)
 			} else {
 				err = ingest.Run(rctx, p.src, in, log)
 			}

@@ -33,6 +33,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/store"
 )
 
 // The refused messages' queue and kind.
@@ -162,12 +163,20 @@ type Ingester struct {
 	ins instruments
 	set metric.MeasurementOption
 
-	lagAttrs metric.MeasurementOption // queue and topic (SetTopic)
+	lagAttrs metric.MeasurementOption // queue and topic (SetSource)
 
-	mu     sync.Mutex
-	lag    map[int32]int64 // by partition (NATS: 0)
-	times  map[int32]partitionTimes
-	totals Counts
+	positions store.IngestPositions
+	id        string
+
+	mu        sync.Mutex
+	group     string // the source's (SetSource)
+	topic     string
+	reported  time.Time
+	lastErr   string
+	lastErrAt *time.Time
+	lag       map[int32]int64 // by partition (NATS: 0)
+	times     map[int32]partitionTimes
+	totals    Counts
 }
 
 // partitionTimes date a partition's messages (the broker's timestamps).
@@ -182,7 +191,15 @@ type Config struct {
 	Mapping       Mapping
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider // nil: none
+	// Positions, when set, receives the ingester's report (its lag and
+	// last error) about every ReportEvery while it reads, for `backstop
+	// relay status` and GET /v1/relay. ID names the reporter.
+	Positions store.IngestPositions
+	ID        string
 }
+
+// ReportEvery is how often a reading ingester reports its position.
+const ReportEvery = time.Second
 
 // New makes an ingester.
 func New(cfg Config) (*Ingester, error) {
@@ -192,7 +209,7 @@ func New(cfg Config) (*Ingester, error) {
 	if (cfg.Mapping.OrderingKeyField == nil) != (cfg.Mapping.SequenceField == nil) {
 		return nil, errors.New("ingest: an ordering key field and a sequence field go together")
 	}
-	in := &Ingester{enq: cfg.Enqueuer, m: cfg.Mapping, log: cmp.Or(cfg.Logger, slog.Default()), lag: map[int32]int64{}, times: map[int32]partitionTimes{},
+	in := &Ingester{enq: cfg.Enqueuer, m: cfg.Mapping, positions: cfg.Positions, id: cfg.ID, log: cmp.Or(cfg.Logger, slog.Default()), lag: map[int32]int64{}, times: map[int32]partitionTimes{},
 		set: metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", cfg.Mapping.Queue)))}
 	mp := cfg.MeterProvider
 	if mp == nil {
@@ -245,10 +262,11 @@ func (ins *instruments) init(mp metric.MeterProvider, in *Ingester) error {
 	return errors.Join(errs...)
 }
 
-// SetTopic names the topic (Kafka) or subject (NATS) the ingester reads,
-// for the lag's attributes.
-func (in *Ingester) SetTopic(topic string) {
+// SetSource names the consumer group and the topic (Kafka) or subject
+// (NATS) the ingester reads, for the lag's attributes and its reports.
+func (in *Ingester) SetSource(group, topic string) {
 	in.mu.Lock()
+	in.group, in.topic = group, topic
 	in.lagAttrs = metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", in.m.Queue), attribute.String("topic", topic)))
 	in.mu.Unlock()
 }
@@ -303,6 +321,72 @@ func (in *Ingester) LagSeconds(now time.Time) float64 {
 		}
 	}
 	return max(lag, 0).Seconds()
+}
+
+// noteError records the outcome of a batch's enqueue: its error, or none
+// once one committed.
+func (in *Ingester) noteError(err error, now time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if err == nil {
+		in.lastErr, in.lastErrAt = "", nil
+		return
+	}
+	in.lastErr, in.lastErrAt = truncate(err.Error(), 1000), &now
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Position is the ingester's report at now.
+func (in *Ingester) Position(now time.Time) store.IngestPosition {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	p := store.IngestPosition{Group: in.group, Topic: in.topic, Queue: in.m.Queue, Holder: in.id, UpdatedAt: now,
+		LastError: in.lastErr, LastErrorAt: in.lastErrAt}
+	var from time.Time
+	for part, t := range in.times {
+		switch {
+		case !t.reading.IsZero() && (from.IsZero() || t.reading.Before(from)):
+			from = t.reading
+		case t.reading.IsZero() && in.lag[part] > 0 && !t.newest.IsZero() && (from.IsZero() || t.newest.Before(from)):
+			from = t.newest
+		}
+	}
+	for _, n := range in.lag {
+		p.LagMessages += n
+	}
+	if !from.IsZero() {
+		p.LagFrom = &from
+	}
+	return p
+}
+
+// report saves the position when ReportEvery passed since the last one
+// (force: now); a failure is logged, not returned.
+func (in *Ingester) report(ctx context.Context, force bool) {
+	if in.positions == nil {
+		return
+	}
+	now := time.Now()
+	in.mu.Lock()
+	due := force || now.Sub(in.reported) >= ReportEvery
+	if due {
+		in.reported = now
+	}
+	in.mu.Unlock()
+	if !due {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := in.positions.SaveIngestPosition(ctx, in.Position(now)); err != nil {
+		in.log.Warn("ingest: saving the position failed", "queue", in.m.Queue, "error", err)
+	}
 }
 
 // resetLag forgets the lag when the ingester stops reading (a stand-by

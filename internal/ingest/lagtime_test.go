@@ -8,17 +8,24 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/ingest"
+	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // The lag in time follows the broker's timestamps: while the database is
 // down, the oldest message read and not committed ages (records produced
-// an hour ago: about 3600s); once an ingester caught up, it is 0.
+// an hour ago: about 3600s), and backstop relay status shows it with the
+// enqueue's error; once an ingester caught up, it is 0 and so is its
+// report.
 func TestIngestLagSeconds(t *testing.T) {
+	testdb.EachStore(t, func(t *testing.T, db string) { ingestLagSeconds(t, db) })
+}
+
+func ingestLagSeconds(t *testing.T, db string) {
 	ctx := context.Background()
-	db := testdb.SQLite(t)
 	c := client(t, db)
 	addr := kafkaCluster(t, "uptime", 2)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("uptime"))
@@ -35,18 +42,60 @@ func TestIngestLagSeconds(t *testing.T) {
 	cl.Close()
 	src := ingest.Source{URL: "kafka://" + addr, Topic: "uptime", Group: "g", Batch: 5}
 
-	// The database is down (the client's store closed): nothing commits.
-	in, stop := run(t, closedClient(t, db), mapping(t), src)
+	// The database the tasks go to is down (that client's store closed):
+	// nothing commits. The ingester reports to another connection, read
+	// by backstop relay status.
+	in, stop := runReporting(t, closedClient(t, db), c, src, "a")
 	testwait.For(t, "an hour of lag", func() bool { return in.LagSeconds(time.Now()) > 3500 })
 	if got := in.LagSeconds(time.Now()); got > 3700 {
 		t.Fatalf("lag %fs, want about 3600", got)
 	}
+	var st *relay.Status
+	testwait.For(t, "the stuck ingester's report", func() bool {
+		var err error
+		if st, err = relay.ReadStatus(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Ingesters) == 1 && st.Ingesters[0].LastError != ""
+	})
+	if is := st.Ingesters[0]; is.Group != "g" || is.Topic != "uptime" || is.Queue != orderedQueue || is.Holder != "a" ||
+		is.LagSeconds < 3500 || is.LagSeconds > 3700 {
+		t.Fatalf("the stuck ingester's status: %+v", is)
+	}
 	stop()
 
-	in, stop = run(t, c, mapping(t), src)
+	in, stop = runReporting(t, c, c, src, "b")
 	defer stop()
 	testwait.For(t, "every record enqueued", func() bool { return countTasks(t, c, orderedQueue) == len(all) })
 	testwait.For(t, "caught up", func() bool { return in.Lag() == 0 && in.LagSeconds(time.Now()) == 0 })
+	testwait.For(t, "the caught-up report", func() bool {
+		st, err := relay.ReadStatus(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		is := st.Ingesters[0]
+		return len(st.Ingesters) == 1 && is.Holder == "b" && is.LagSeconds == 0 && is.LagMessages == 0 && is.LastError == "" && is.LagFrom == nil
+	})
+}
+
+// runReporting runs an ingester into enq that reports its position to
+// rep's store as id, until the returned stop is called.
+func runReporting(t testing.TB, enq ingest.Enqueuer, rep *backstop.Client, src ingest.Source, id string) (*ingest.Ingester, func()) {
+	t.Helper()
+	in, err := ingest.New(ingest.Config{Enqueuer: enq, Mapping: mapping(t), Logger: slog.New(slog.DiscardHandler), Positions: rep.Store(), ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ingest.Run(ctx, src, in, nil) }()
+	return in, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		in.Close()
+	}
 }
 
 // closedClient is a client whose store is closed: every enqueue fails, as

@@ -116,9 +116,7 @@ func Run(ctx context.Context, src Source, in *Ingester, log *slog.Logger) error 
 	if err := src.Check(); err != nil {
 		return err
 	}
-	if src.Group == "" {
-		src.Group = DefaultGroup(in.m.Queue)
-	}
+	src.Group = src.group(in.m.Queue)
 	if src.Batch == 0 {
 		src.Batch = 500
 	}
@@ -128,7 +126,7 @@ func Run(ctx context.Context, src Source, in *Ingester, log *slog.Logger) error 
 	if log == nil {
 		log = in.log
 	}
-	in.SetTopic(src.Topic + src.Subject)
+	in.SetSource(src.Group, src.Topic+src.Subject)
 	defer in.resetLag()
 	u, _ := url.Parse(src.URL)
 	if u.Scheme == "kafka" {
@@ -191,10 +189,13 @@ func runKafka(ctx context.Context, u *url.URL, src Source, in *Ingester, log *sl
 		})
 		if len(msgs) == 0 {
 			cl.AllowRebalance()
+			if assigned.Load() {
+				in.report(ctx, false)
+			}
 			continue
 		}
 		idle.seen()
-		if err := retry(ctx, log, "enqueue", func() error { _, err := in.Ingest(ctx, msgs); return err }); err != nil {
+		if err := retry(ctx, log, "enqueue", func() error { return in.ingestBatch(ctx, msgs) }); err != nil {
 			cl.AllowRebalance()
 			return nil // ctx ended: nothing committed, the batch comes again
 		}
@@ -208,6 +209,7 @@ func runKafka(ctx context.Context, u *url.URL, src Source, in *Ingester, log *sl
 		for p, at := range newest {
 			in.Committed(p, at)
 		}
+		in.report(ctx, false)
 		cl.AllowRebalance()
 	}
 	return nil
@@ -300,6 +302,7 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 					idle.seen() // a killed ingester's messages come back after AckWait
 				}
 			}
+			in.report(ctx, false)
 			continue
 		}
 		idle.seen()
@@ -323,7 +326,7 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 			}
 			msgs = append(msgs, msg)
 		}
-		if err := retry(ctx, log, "enqueue", func() error { _, err := in.Ingest(ctx, msgs); return err }); err != nil {
+		if err := retry(ctx, log, "enqueue", func() error { return in.ingestBatch(ctx, msgs) }); err != nil {
 			return nil // ctx ended: nothing acked, the messages come again
 		}
 		for _, m := range raw {
@@ -333,9 +336,24 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 			}
 		}
 		in.Committed(0, newest)
+		in.report(ctx, false)
 	}
 	_ = nc.Flush()
 	return nil
+}
+
+// ingestBatch ingests one batch and notes its outcome (reported at once
+// when it failed).
+func (in *Ingester) ingestBatch(ctx context.Context, msgs []*Message) error {
+	_, err := in.Ingest(ctx, msgs)
+	if ctx.Err() != nil {
+		return err
+	}
+	in.noteError(err, time.Now())
+	if err != nil {
+		in.report(ctx, true)
+	}
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) {
