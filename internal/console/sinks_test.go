@@ -8,11 +8,13 @@ import (
 
 	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/store"
 )
 
 // The overview's Sinks section: each sink's undelivered messages, how
 // long the oldest waited, its dead messages linked to the DLQ filtered to
-// the sink's queue, and the newest error (markup shown as text).
+// the sink's queue, and the newest error (markup shown as text); and each
+// ingester's lag behind its broker.
 func TestBrowserOverviewSinks(t *testing.T) {
 	t.Parallel()
 	forStores(t, func(t *testing.T, dbURL string) {
@@ -37,6 +39,11 @@ func TestBrowserOverviewSinks(t *testing.T) {
 			t.Fatalf("fail: %d %v", st, out)
 		}
 		e.clock.Advance(90 * time.Second)
+		from := e.clock.Now().Add(-2 * time.Minute)
+		if err := e.store.SaveIngestPosition(bg, store.IngestPosition{Group: "g", Topic: "uptime", Queue: "results", Holder: "ing",
+			LagMessages: 42, LagFrom: &from, UpdatedAt: e.clock.Now()}); err != nil {
+			t.Fatal(err)
+		}
 
 		ctx := browser(t)
 		e.signIn(t, ctx, api.RoleViewer)
@@ -58,6 +65,9 @@ func TestBrowserOverviewSinks(t *testing.T) {
 		}
 		if s := text(t, ctx, `#sinks tr[data-sink="log"] .dead`) + text(t, ctx, `#sinks tr[data-sink="log"] .error`); s != "0—" {
 			t.Fatalf("log dead and error %q, want 0 and none", s)
+		}
+		if s := text(t, ctx, `#sinks tr[data-ingest="g/uptime"] .behind`) + " " + text(t, ctx, `#sinks tr[data-ingest="g/uptime"] .lag`); !contains(s, "42 2m") {
+			t.Fatalf("the ingester's lag %q, want 42 messages and 2m", s)
 		}
 		if evalJS[bool](t, ctx, "no script ran", `window.__pwned === 7`) {
 			t.Fatal("the error's markup ran")

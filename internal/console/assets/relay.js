@@ -1,7 +1,7 @@
 // The relays (GET /v1/relay, docs/brokers.md): each sink's outbox
 // messages — undelivered, how long the oldest has waited, dead letters
-// linked to the DLQ, the newest error — and each event-log checkpoint's
-// lag. Shown on the overview; only what the server read, never computed.
+// linked to the DLQ, the newest error — each event-log checkpoint's lag,
+// and each ingester's lag behind its broker. Shown on the overview; only what the server read, never computed.
 import { api, h, fmtAge, table } from './lib.js';
 
 // relayStatus reads GET /v1/relay; null when it cannot be read (the
@@ -17,9 +17,10 @@ export async function relayStatus() {
 const secs = (s) => (s > 0 ? fmtAge(s * 1000) || '0s' : '0s');
 
 // sinksSection is the overview's Sinks section; empty when no sink has a
-// message and no checkpoint exists.
+// message, no checkpoint exists and no ingester reported.
 export function sinksSection(st) {
-  if (!st || (!st.sinks.length && !st.checkpoints.length)) return '';
+  const ingesters = (st && st.ingesters) || [];
+  if (!st || (!st.sinks.length && !st.checkpoints.length && !ingesters.length)) return '';
   const sinkRows = st.sinks.map((s) => {
     const dlq = `#/dlq?queue=${encodeURIComponent(s.queue)}&status=open`;
     const row = [
@@ -43,5 +44,14 @@ export function sinksSection(st) {
     h('div', { class: 'scroll' }, table('Sinks with their undelivered messages, lag and dead letters',
       ['Sink', 'Pending (messages behind)', 'Lag', 'Dead (DLQ)', 'Last error'], sinkRows, 'No outbox message yet.')),
     st.checkpoints.length ? h('div', { class: 'scroll' }, table('Event-log relay checkpoints with their lag',
-      ['Checkpoint', 'Stream', 'Sink', 'Events behind', 'Lag', 'Last error'], cpRows, '')) : '');
+      ['Checkpoint', 'Stream', 'Sink', 'Events behind', 'Lag', 'Last error'], cpRows, '')) : '',
+    ingesters.length ? h('div', { class: 'scroll' }, table('Ingesters with their lag behind the broker',
+      ['Topic', 'Group', 'Queue', 'Messages behind', 'Lag', 'Reported', 'Last error'], ingesters.map((i) => {
+        const row = [i.topic, i.group, h('a', { href: `#/tasks?queue=${encodeURIComponent(i.queue)}` }, i.queue),
+          h('span', { class: 'behind' }, String(i.lag_messages)), h('span', { class: 'lag' }, secs(i.lag_seconds)),
+          new Date(i.updated_at).toLocaleTimeString(undefined, { hour12: false }),
+          h('span', { class: 'error', title: i.last_error || '' }, i.last_error || '—')];
+        row.attrs = { 'data-ingest': `${i.group}/${i.topic}` };
+        return row;
+      }), '')) : '');
 }
