@@ -14,6 +14,10 @@
 // counted, and recorded as a task of kind RefusedKind on RefusedQueue
 // (which the ingester dead-letters at once, so it sits in the DLQ with its
 // reason) before it is acked.
+//
+// Ingesters of one topic and group may stand in an election (RunElected):
+// only the leader reads. An ingester given a store.IngestPositions reports
+// its lag there for `backstop relay status`.
 package ingest
 
 import (
