@@ -17,6 +17,7 @@ import (
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/config"
+	"github.com/backstophq/backstop/internal/ingest"
 	"github.com/backstophq/backstop/internal/maintenance"
 	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/internal/telemetry"
@@ -248,6 +249,14 @@ func runWorkload(t testing.TB) (string, error) {
 	if err := s.SaveRelayCheckpoint(ctx, store.RelayCheckpointUpdate{Name: "feed", Stream: "all", Sink: "bus", Now: time.Now()}); err != nil {
 		return "", err
 	}
+	// An ingester reading a topic (the ingest lag gauges).
+	in, err := ingest.New(ingest.Config{Enqueuer: c, Mapping: ingest.Mapping{Queue: "results", Kind: "check"},
+		MeterProvider: tel.MeterProvider, Logger: tel.Logger})
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	in.SetSource("backstop-ingest-results", "uptime")
 	// As serve does (internal/cli startGauges), with the default policy.
 	gr := telemetry.WithDLQPolicy(telemetry.WithSchedules(telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(s, c.WorkerCounts),
 		c.HeartbeatingWorkers), s.ListSchedules), (&config.Config{}).DLQGaugePolicy())

@@ -128,6 +128,8 @@ type Store interface {
 	ActivityRollup
 	// RelayCheckpoints: the event-log relay's positions (store/relaycheckpoints.go).
 	RelayCheckpoints
+	// IngestPositions: the ingesters' reports (store/ingestpositions.go).
+	IngestPositions
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers

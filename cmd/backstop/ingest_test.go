@@ -66,7 +66,8 @@ func ingestKilled(t *testing.T, broker, db string) {
 		t.Fatalf("%d results", len(all))
 	}
 
-	args := []string{"--db", db, "ingest", "--queue", "results", "--kind", "check", "--batch", "1",
+	// One --id: a restarted ingester renews its own lease at once.
+	args := []string{"--db", db, "ingest", "--id", "ingester", "--queue", "results", "--kind", "check", "--batch", "1",
 		"--ordering-key-field", "check.subscription", "--sequence-field", "$.check.minute"}
 	switch broker {
 	case "kafka":

@@ -70,6 +70,9 @@ GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_event_checkpoints TO backstop_worker;
 -- The event-log relay's checkpoints (docs/brokers.md): the relay runs as a worker.
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_relay_checkpoints TO backstop_worker;
+-- The ingesters' reports (docs/brokers.md, "Ingest"): an ingester runs as a worker
+-- (it stands in its topic's election) or a producer.
+GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_ingest_positions TO backstop_worker, backstop_producer;
 -- Ordering admission (docs/ordering.md): it updates ordering rows and key
 -- states, and deletes the key states it forgets.
 GRANT SELECT, UPDATE ON :"schema".backstop_ordering_tasks TO backstop_worker;

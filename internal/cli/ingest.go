@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,17 +11,18 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/ingest"
+	"github.com/backstophq/backstop/store"
 )
 
 func init() { register(ingestCmd) }
 
 type ingestOptions struct {
-	src                                   ingest.Source
-	queue, kind                           string
-	idField, idHeader, keyField, seqField string
-	maxAttempts                           int
-	config, metricsAddr                   string
+	spec                ingest.Spec
+	elect               bool
+	id                  string
+	config, metricsAddr string
 }
 
 func ingestCmd(a *app) *cobra.Command {
@@ -48,6 +50,12 @@ the engine refuses) is logged with its position, counted, and recorded as a task
 backstop.ingest.refused on the queue ingest.refused, dead-lettered at once with its reason
 (on --db; over --server it waits there), before it is acked.
 
+With --db, ingesters of one topic (or subject) and group stand in an election (the lease
+ingest.GROUP.TOPIC): one reads at a time, another takes over within leader_ttl when it dies,
+at once when it stops (--elect=false: they share the group's partitions, or the durable's
+messages). --exit-after-idle counts from when this ingester leads. serve runs the
+ingesters of the configuration's ingest: list the same way (docs/configuration.md).
+
 On SIGTERM or SIGINT ingest stops; a batch whose enqueue had not committed is read again by
 the next ingester. Prints "ingested N, duplicate N, refused N" when it ends. Bad flags exit 2.`,
 		Example: `  backstop ingest --from kafka://127.0.0.1:9092 --topic uptime.results --queue results --kind check \
@@ -57,20 +65,23 @@ the next ingester. Prints "ingested N, duplicate N, refused N" when it ends. Bad
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.ingest(cmd, &o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.src.URL, "from", "", "the broker: kafka://HOST:PORT[?brokers=H:P,...] or nats://HOST:PORT (required)")
-	f.StringVar(&o.src.Topic, "topic", "", "the Kafka topic (with kafka://)")
-	f.StringVar(&o.src.Subject, "subject", "", "the NATS subject (with nats://; a JetStream stream must cover it)")
-	f.StringVar(&o.queue, "queue", "", "the queue of the tasks (required)")
-	f.StringVar(&o.kind, "kind", "", "the kind of the tasks (required)")
-	f.StringVar(&o.idField, "id-field", "", "the task id: this field of the value (a path, e.g. check.id)")
-	f.StringVar(&o.idHeader, "id-header", "", "the task id: this header of the message")
-	f.StringVar(&o.keyField, "ordering-key-field", "", "the ordering key: this field of the value")
-	f.StringVar(&o.seqField, "sequence-field", "", "the sequence: this field of the value (an integer, or a string holding one)")
-	f.StringVar(&o.src.Group, "group", "", "the Kafka consumer group or JetStream durable consumer (default backstop-ingest-QUEUE)")
-	f.IntVar(&o.src.Batch, "batch", 500, "most messages enqueued in one transaction (1-10000)")
-	f.IntVar(&o.maxAttempts, "max-attempts", 0, "attempts of each task (default: the queue's, then 25)")
-	f.DurationVar(&o.src.IdleExit, "exit-after-idle", 0, "exit 0 once caught up and no message arrived for this long (0: never)")
-	f.DurationVar(&o.src.AckWait, "ack-wait", 30*time.Second, "NATS: a message not acked this long (its ingester died) is delivered again")
+	sp := &o.spec
+	f.StringVar(&sp.URL, "from", "", "the broker: kafka://HOST:PORT[?brokers=H:P,...] or nats://HOST:PORT (required)")
+	f.StringVar(&sp.Topic, "topic", "", "the Kafka topic (with kafka://)")
+	f.StringVar(&sp.Subject, "subject", "", "the NATS subject (with nats://; a JetStream stream must cover it)")
+	f.StringVar(&sp.Queue, "queue", "", "the queue of the tasks (required)")
+	f.StringVar(&sp.Kind, "kind", "", "the kind of the tasks (required)")
+	f.StringVar(&sp.IDField, "id-field", "", "the task id: this field of the value (a path, e.g. check.id)")
+	f.StringVar(&sp.IDHeader, "id-header", "", "the task id: this header of the message")
+	f.StringVar(&sp.OrderingKeyField, "ordering-key-field", "", "the ordering key: this field of the value")
+	f.StringVar(&sp.SequenceField, "sequence-field", "", "the sequence: this field of the value (an integer, or a string holding one)")
+	f.StringVar(&sp.Group, "group", "", "the Kafka consumer group or JetStream durable consumer (default backstop-ingest-QUEUE)")
+	f.IntVar(&sp.Batch, "batch", 500, "most messages enqueued in one transaction (1-10000)")
+	f.IntVar(&sp.MaxAttempts, "max-attempts", 0, "attempts of each task (default: the queue's, then 25)")
+	f.DurationVar(&sp.IdleExit, "exit-after-idle", 0, "exit 0 once caught up and no message arrived for this long (0: never)")
+	f.DurationVar(&sp.AckWait, "ack-wait", 30*time.Second, "NATS: a message not acked this long (its ingester died) is delivered again")
+	f.BoolVar(&o.elect, "elect", true, "with --db, stand in the election of the topic and group: one ingester reads at a time, another takes over when it dies (false: share the group)")
+	f.StringVar(&o.id, "id", "", "this ingester's name in the election (default: host-pid-random)")
 	f.StringVar(&o.config, "config", "", "configuration file (YAML, docs/configuration.md): queues (their ordering), db, telemetry")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (default: off)")
 	return cmd
@@ -78,45 +89,9 @@ the next ingester. Prints "ingested N, duplicate N, refused N" when it ends. Bad
 
 // mapping checks the flags and makes the mapping; nothing is opened.
 func (o *ingestOptions) mapping() (ingest.Mapping, error) {
-	m := ingest.Mapping{Queue: o.queue, Kind: o.kind, IDHeader: o.idHeader, MaxAttempts: o.maxAttempts}
-	if o.src.URL == "" {
-		return m, usageErr("ingest: --from is required (kafka://HOST:PORT or nats://HOST:PORT)")
-	}
-	if err := o.src.Check(); err != nil {
+	m, err := o.spec.Mapping(ingest.FlagName)
+	if err != nil {
 		return m, usageErr("ingest: %v", err)
-	}
-	if o.src.Batch < 1 {
-		return m, usageErr("ingest: --batch %d: want 1 to 10000", o.src.Batch)
-	}
-	for _, r := range []struct{ flag, v string }{{"--queue", o.queue}, {"--kind", o.kind}} {
-		if r.v == "" {
-			return m, usageErr("ingest: %s is required", r.flag)
-		}
-		if err := backstop.ValidID(r.v); err != nil {
-			return m, usageErr("ingest: %s: %v", r.flag, err)
-		}
-	}
-	if o.idField != "" && o.idHeader != "" {
-		return m, usageErr("ingest: give --id-field or --id-header, not both")
-	}
-	if (o.keyField == "") != (o.seqField == "") {
-		return m, usageErr("ingest: --ordering-key-field and --sequence-field go together")
-	}
-	if o.maxAttempts < 0 || o.maxAttempts > backstop.MaxAttemptsLimit {
-		return m, usageErr("ingest: --max-attempts must be between 0 and %d", backstop.MaxAttemptsLimit)
-	}
-	for _, p := range []struct {
-		flag, v string
-		to      **ingest.Path
-	}{{"--id-field", o.idField, &m.IDField}, {"--ordering-key-field", o.keyField, &m.OrderingKeyField}, {"--sequence-field", o.seqField, &m.SequenceField}} {
-		if p.v == "" {
-			continue
-		}
-		path, err := ingest.ParsePath(p.v)
-		if err != nil {
-			return m, usageErr("ingest: %s: %v", p.flag, err)
-		}
-		*p.to = path
 	}
 	return m, nil
 }
@@ -148,7 +123,13 @@ func (a *app) ingest(cmd *cobra.Command, o *ingestOptions) error {
 	defer stopTelemetry()
 	log := tel.Logger
 
-	var enq ingest.Enqueuer
+	var (
+		enq   ingest.Enqueuer
+		elect *ingest.Election // nil: no election (over a server, or --elect=false)
+		// positions receives the ingester's reports (with --db).
+		positions store.IngestPositions
+		id        string
+	)
 	if a.server != "" {
 		b, err := a.backend(ctx, nil)
 		if err != nil {
@@ -164,15 +145,13 @@ func (a *app) ingest(cmd *cobra.Command, o *ingestOptions) error {
 			return err
 		}
 		defer s.Close()
-		// The queue must take the tasks as mapped (e.g. a queue declared
-		// without ordering refuses an ordering key): said now, not by
-		// refusing every message.
-		probe := backstop.EnqueueParams{Queue: m.Queue, Kind: m.Kind, MaxAttempts: m.MaxAttempts}
-		if m.OrderingKeyField != nil {
-			probe.OrderingKey, probe.Sequence = "probe", 1
-		}
-		if err := c.Validate(probe); err != nil {
+		if err := checkIngest(c, m); err != nil {
 			return usageErr("ingest: %v", err)
+		}
+		positions, id = c.Store(), cmp.Or(o.id, candidateID())
+		if o.elect {
+			elect = &ingest.Election{Store: c.Store(), ID: id,
+				TTL: cmp.Or(cfg.LeaderTTL.D(), config.DefaultLeaderTTL), Now: c.Engine().Now}
 		}
 		enq = c
 		w, err := ingest.RefusedWorker(c, backstop.WorkerConfig{LeaderTTL: cfg.LeaderTTL.D()})
@@ -188,12 +167,17 @@ func (a *app) ingest(cmd *cobra.Command, o *ingestOptions) error {
 			_ = w.Stop(sctx)
 		}()
 	}
-	in, err := ingest.New(ingest.Config{Enqueuer: enq, Mapping: m, Logger: log, MeterProvider: tel.MeterProvider})
+	in, err := ingest.New(ingest.Config{Enqueuer: enq, Mapping: m, Logger: log, MeterProvider: tel.MeterProvider, Positions: positions, ID: id})
 	if err != nil {
 		return usageErr("ingest: %v", err)
 	}
 	defer in.Close()
-	if err := ingest.Run(ctx, o.src, in, log); err != nil {
+	if elect != nil {
+		err = ingest.RunElected(ctx, o.spec.Source, in, *elect, log)
+	} else {
+		err = ingest.Run(ctx, o.spec.Source, in, log)
+	}
+	if err != nil {
 		return err
 	}
 	t := in.Totals()

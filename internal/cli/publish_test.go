@@ -65,6 +65,16 @@ func TestRelayFlags(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("sinks:\n  bus:\n    url: ftp://h\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The relay: section: checked naming its keys, and the defaults of
+	// the flags (relay.sinks are the relay's sinks).
+	const two = "sinks:\n  bus: {url: 'nats://h:1'}\n  hook: {url: 'http://h:1/in'}\n"
+	badSinks, oneSink := t.TempDir()+"/bad.yaml", t.TempDir()+"/one.yaml"
+	if err := os.WriteFile(badSinks, []byte(two+"relay: {sinks: [nope]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(oneSink, []byte(two+"relay: {sinks: [bus]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		want string
 		args []string
@@ -76,6 +86,8 @@ func TestRelayFlags(t *testing.T) {
 		{"given twice", []string{"relay", "--sink", "bus=nats://h:1", "--sink", "bus=nats://h:2"}},
 		{"sinks.bus.url", []string{"relay", "--config", cfg}},
 		{"--concurrency", []string{"relay", "--sink", "bus=nats://h:1", "--concurrency", "0"}},
+		{`relay.sinks[0]: "nope": no such sink under sinks:`, []string{"relay", "--config", badSinks}},
+		{"--streams-sink hook: not a sink of this relay (bus)", []string{"relay", "--config", oneSink, "--streams", "all", "--streams-sink", "hook"}},
 	} {
 		e.fails(ExitUsage, tc.want, tc.args...)
 	}

@@ -3,7 +3,6 @@ package cli
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"maps"
 	"os"
 	"os/signal"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/relay"
 )
@@ -48,8 +46,14 @@ policy, or dead-lettered with the broker's error (docs/brokers.md).
 Nats-Msg-Id = message id; a stream BACKSTOP_<NAME> is created for a subject no stream
 covers), kafka://HOST:PORT (topic = Kafka topic, key = record key, idempotent producer),
 http(s)://... (a webhook: POST, Backstop-Signature when the sink has a secret). Without
---sink, every sink of the configuration's sinks: section; a --sink of a configured name
-keeps that entry's timeout, secret, stream and retry policy.
+--sink, the configuration's relay.sinks, else every sink of its sinks: section; a --sink of
+a configured name keeps that entry's timeout, secret, stream and retry policy. The
+configuration's relay: section (docs/configuration.md) gives the defaults of --concurrency,
+--lease and the --streams flags; serve runs that relay in-process.
+
+Several relays may deliver one sink at once: each message is claimed under a lease and a
+key's messages are admitted one at a time in commit order, so they share the messages
+without delivering one twice or out of order (docs/brokers.md, "Running it").
 
 Messages with one key are delivered one at a time in commit order. On SIGTERM or SIGINT
 the relay stops claiming and lets deliveries in flight finish within --grace.
@@ -114,31 +118,46 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 	if err := cfg.Validate(); err != nil {
 		return usageErr("relay: %v", err)
 	}
-	names := slices.Sorted(maps.Keys(cfg.Sinks))
-	if len(o.sinks) > 0 {
-		names = slices.Sorted(maps.Keys(named))
+	// The configuration's relay: section gives the defaults of the flags.
+	sp := relaySpecOf(cfg)
+	fl := cmd.Flags()
+	switch {
+	case len(o.sinks) > 0:
+		sp.names = slices.Sorted(maps.Keys(named))
+	case len(sp.names) == 0:
+		sp.names = slices.Sorted(maps.Keys(cfg.Sinks))
 	}
+	names := sp.names
 	if len(names) == 0 {
 		return usageErr("relay: no sink: give --sink NAME=URL or a sinks: section in --config")
 	}
-	var streams []string
-	if cmd.Flags().Changed("streams") || o.streamsSink != "" || o.checkpoint != "" || cmd.Flags().Changed("streams-topic") {
-		if streams, err = relay.ParseStreams(o.streams); err != nil {
+	if fl.Changed("concurrency") || cfg.Relay.Concurrency == 0 {
+		sp.concurrency = o.concurrency
+	}
+	if fl.Changed("lease") || cfg.Relay.Lease == 0 {
+		sp.lease = o.lease
+	}
+	sp.id = o.id
+	if fl.Changed("streams") || o.streamsSink != "" || o.checkpoint != "" || fl.Changed("streams-topic") {
+		sp.streams, sp.streamsSink, sp.checkpoint, sp.topic = nil, o.streamsSink, o.checkpoint, o.topic
+		if sp.streams, err = relay.ParseStreams(o.streams); err != nil {
 			return usageErr("relay: %v", err)
 		}
-		if err := relay.CheckTopic(o.topic); err != nil {
+	}
+	if len(sp.streams) > 0 {
+		if err := relay.CheckTopic(sp.topic); err != nil {
 			return usageErr("relay: --streams-topic: %v", err)
 		}
 		switch {
-		case o.streamsSink == "" && len(names) > 1:
+		case sp.streamsSink == "" && len(names) > 1:
 			return usageErr("relay: --streams: which sink receives the events? give --streams-sink (one of %s)", strings.Join(names, ", "))
-		case o.streamsSink == "":
-			o.streamsSink = names[0]
-		case !slices.Contains(names, o.streamsSink):
-			return usageErr("relay: --streams-sink %s: not a sink of this relay (%s)", o.streamsSink, strings.Join(names, ", "))
+		case sp.streamsSink == "":
+			sp.streamsSink = names[0]
+		case !slices.Contains(names, sp.streamsSink):
+			return usageErr("relay: --streams-sink %s: not a sink of this relay (%s)", sp.streamsSink, strings.Join(names, ", "))
 		}
-		o.checkpoint = cmp.Or(o.checkpoint, o.streamsSink)
-		if len(o.checkpoint) > 200 {
+		sp.checkpoint = cmp.Or(sp.checkpoint, sp.streamsSink)
+		if len(sp.checkpoint) > 200 {
 			return usageErr("relay: --checkpoint: at most 200 bytes")
 		}
 	}
@@ -151,47 +170,11 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 	log := tel.Logger
 	defer startGauges(ctx, tel, c, cfg, log)()
 
-	sinks := map[string]relay.Sink{}
-	defer func() {
-		for _, sk := range sinks {
-			sk.Close()
-		}
-	}()
-	for _, name := range names {
-		sk, err := relay.Open(ctx, name, cfg.Sinks[name].URL, cfg.Sinks[name].RelayOptions())
-		if err != nil {
-			return fmt.Errorf("relay: sink %s: %w", name, err)
-		}
-		sinks[name] = sk
-	}
-	r, err := relay.New(c, relay.Config{Sinks: sinks, Concurrency: o.concurrency, Logger: log, MeterProvider: c.Config().MeterProvider,
-		Worker: backstop.WorkerConfig{ID: o.id, Lease: o.lease, LeaderTTL: cfg.LeaderTTL.D()}})
+	run, err := startRelay(ctx, c, cfg, sp, log)
 	if err != nil {
-		return usageErr("relay: %v", err)
-	}
-	var er *relay.EventRelay
-	if len(streams) > 0 {
-		er, err = relay.NewEvents(c, relay.EventsConfig{Sink: sinks[o.streamsSink], SinkName: o.streamsSink, Checkpoint: o.checkpoint,
-			Streams: streams, Topic: o.topic, Logger: log, MeterProvider: c.Config().MeterProvider,
-			LeaderTTL: cmp.Or(cfg.LeaderTTL.D(), config.DefaultLeaderTTL), ID: r.ID()})
-		if err != nil {
-			return usageErr("relay: %v", err)
-		}
-	}
-	if err := r.Start(ctx); err != nil {
 		return err
 	}
-	if er != nil {
-		if err := er.Start(ctx); err != nil {
-			return fmt.Errorf("relay: events: %w", err)
-		}
-		defer func() {
-			stopCtx, cancel := context.WithTimeout(context.Background(), o.grace)
-			defer cancel()
-			_ = er.Stop(stopCtx)
-		}()
-	}
-	log.Info("relay started", "worker_id", r.ID(), "sinks", names, "streams", streams, "checkpoint", o.checkpoint)
+	r := run.r
 	<-ctx.Done()
 
 	log.Info("relay draining", "worker_id", r.ID(), "grace", o.grace.String())
@@ -207,8 +190,8 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 		case <-stopCtx.Done():
 		}
 	}()
-	if err := r.Stop(stopCtx); err != nil {
-		return fmt.Errorf("relay: stop: %w", err)
+	if err := run.stop(stopCtx); err != nil {
+		return err
 	}
 	log.Info("relay stopped", "worker_id", r.ID())
 	return nil

@@ -19,7 +19,11 @@ func relayStatusCmd(a *app) *cobra.Command {
 long the oldest claimable one has waited (lag), the open dead letters and the newest error;
 and per checkpoint and stream of the event-log relay (--streams), the events of the stream
 after the checkpoint (counted up to 10000), the age of the oldest of them (lag), the events
-published and the repeats the broker removed, the last error and when it last moved.
+published and the repeats the broker removed, the last error and when it last moved; and
+per ingester (backstop ingest, serve's ingest: list; with --db) its group and topic, the
+messages behind in the broker, how far behind in the broker's time (from the timestamp it
+last reported, so it grows while the ingester is stuck or gone: see UPDATED), who reported
+and the last enqueue error.
 With --db or --server (GET /v1/relay); -o json prints the same document as the API.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -67,6 +71,14 @@ func printRelayStatus(w io.Writer, st *relay.Status) error {
 	}
 	if len(st.Checkpoints) == 0 {
 		fmt.Fprintln(tw, "(no checkpoints)")
+	}
+	fmt.Fprintln(tw, "\nINGEST GROUP\tTOPIC\tQUEUE\tBEHIND\tLAG\tHOLDER\tUPDATED\tLAST ERROR")
+	for _, in := range st.Ingesters {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", in.Group, in.Topic, in.Queue, in.LagMessages, secs(in.LagSeconds),
+			in.Holder, fmtTime(in.UpdatedAt), oneLine(in.LastError, 100))
+	}
+	if len(st.Ingesters) == 0 {
+		fmt.Fprintln(tw, "(no ingesters)")
 	}
 	return tw.Flush()
 }

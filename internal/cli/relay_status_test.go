@@ -65,6 +65,11 @@ func TestRelayStatusCLI(t *testing.T) {
 			Error: "nats: no responders", Now: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
+		from := time.Now().Add(-time.Hour)
+		if err := c.Store().SaveIngestPosition(ctx, store.IngestPosition{Group: "backstop-ingest-results", Topic: "uptime",
+			Queue: "results", Holder: "ing-1", LagMessages: 12, LagFrom: &from, UpdatedAt: time.Now(), LastError: "database down"}); err != nil {
+			t.Fatal(err)
+		}
 
 		var st relay.Status
 		testwait.For(t, "the checkpoint's events to be readable", func() bool {
@@ -88,7 +93,11 @@ func TestRelayStatusCLI(t *testing.T) {
 			t.Fatalf("--server: exit %d: %s %s", remote.code, remote.stdout, remote.stderr)
 		}
 		table := e.ok("relay", "status")
-		for _, want := range []string{"sink.bus", "sink.hook", "feed", "queue.evq", "nats: no responders", "413"} {
+		if len(st.Ingesters) != 1 || st.Ingesters[0].Holder != "ing-1" || st.Ingesters[0].LagSeconds < 3590 {
+			t.Fatalf("ingesters: %+v", st.Ingesters)
+		}
+		for _, want := range []string{"sink.bus", "sink.hook", "feed", "queue.evq", "nats: no responders", "413",
+			"backstop-ingest-results", "uptime", "ing-1", "1h0m", "database down"} {
 			if !strings.Contains(table, want) {
 				t.Errorf("the table lacks %q:\n%s", want, table)
 			}

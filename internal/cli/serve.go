@@ -54,7 +54,10 @@ answered (docs/api.md, "Browsers, hosts and origins").
 
 --config FILE reads a YAML configuration (queues, kinds, limits, retention, in-process exec
 workers...); BACKSTOP_* variables override it and flags override both (docs/configuration.md).
-Exec workers declared under workers: run inside the server and stop with it.`,
+Exec workers declared under workers: run inside the server and stop with it, and so do the
+relay of the relay: section (the sinks of relay.sinks, the event streams of relay.streams)
+and the ingesters of the ingest: list, as backstop relay and backstop ingest would run
+them (docs/brokers.md, "Running it").`,
 		Example: `  backstop tokens create --name ci --role operator
   backstop serve --addr 0.0.0.0:8080
   backstop serve --dev`,
@@ -226,6 +229,35 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 	if err != nil {
 		return err
 	}
+
+	// The relay: section's relay and the ingest: list's ingesters run
+	// here like their own processes would (relayrun.go); serve's
+	// maintainer stands for this process.
+	if sp := relaySpecOf(cfg); len(sp.names) > 0 {
+		sp.maintenance = -1
+		run, err := startRelay(ctx, c, cfg, sp, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.grace)
+			defer cancel()
+			if err := run.stop(rctx); err != nil {
+				log.Error("stopping the in-process relay", "error", err)
+			}
+		}()
+	}
+	ins, err := startIngesters(ctx, c, cfg, log, backstop.WorkerConfig{MaintenanceInterval: -1, LeaderTTL: cfg.LeaderTTL.D()})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.grace)
+		defer cancel()
+		if err := ins.stop(ictx); err != nil {
+			log.Error("stopping the in-process ingesters", "error", err)
+		}
+	}()
 
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

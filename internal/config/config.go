@@ -29,6 +29,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/ingest"
 	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/internal/schedule"
 	"github.com/backstophq/backstop/store"
@@ -78,6 +79,75 @@ type Config struct {
 	// "schedules"): serve and work store them at start (a changed one
 	// replaced), and the maintenance leader enqueues their ticks.
 	Schedules map[string]Schedule `yaml:"schedules" json:"schedules,omitempty"`
+	// Relay: the relay `serve` runs in-process (docs/brokers.md, "Running
+	// it"), and the defaults of `backstop relay`.
+	Relay Relay `yaml:"relay" json:"relay"`
+	// Ingest: the ingesters `serve` runs in-process, one per entry.
+	Ingest []Ingest `yaml:"ingest" json:"ingest,omitempty"`
+}
+
+// Relay is the relay `serve` runs (when Sinks names any) and the defaults
+// of `backstop relay`'s flags (which override them).
+type Relay struct {
+	// Sinks: the sinks to deliver, names of the sinks: section; "all"
+	// alone is every one of them. Default: none (serve runs no relay).
+	Sinks []string `yaml:"sinks" json:"sinks,omitempty"`
+	// Concurrency: messages in flight per sink (of distinct keys).
+	// Default 16.
+	Concurrency int `yaml:"concurrency" json:"concurrency,omitempty"`
+	// Lease of a claimed message. Default 30s.
+	Lease Duration `yaml:"lease" json:"lease,omitempty"`
+	// Streams: event streams to publish (all, queue.Q, type.T...; --streams).
+	Streams []string `yaml:"streams" json:"streams,omitempty"`
+	// StreamsSink receives the events. Default: the only sink.
+	StreamsSink string `yaml:"streams_sink" json:"streams_sink,omitempty"`
+	// Checkpoint: the events' durable checkpoint. Default: the streams
+	// sink's name.
+	Checkpoint string `yaml:"checkpoint" json:"checkpoint,omitempty"`
+	// StreamsTopic: the events' topic. Default backstop.events.{type}.
+	StreamsTopic string `yaml:"streams_topic" json:"streams_topic,omitempty"`
+}
+
+// Ingest is one ingester `serve` runs (backstop ingest's flags as keys).
+type Ingest struct {
+	From             string   `yaml:"from" json:"from"`
+	Topic            string   `yaml:"topic" json:"topic,omitempty"`
+	Subject          string   `yaml:"subject" json:"subject,omitempty"`
+	Queue            string   `yaml:"queue" json:"queue"`
+	Kind             string   `yaml:"kind" json:"kind"`
+	IDField          string   `yaml:"id_field" json:"id_field,omitempty"`
+	IDHeader         string   `yaml:"id_header" json:"id_header,omitempty"`
+	OrderingKeyField string   `yaml:"ordering_key_field" json:"ordering_key_field,omitempty"`
+	SequenceField    string   `yaml:"sequence_field" json:"sequence_field,omitempty"`
+	Group            string   `yaml:"group" json:"group,omitempty"`
+	Batch            int      `yaml:"batch" json:"batch,omitempty"`
+	MaxAttempts      int      `yaml:"max_attempts" json:"max_attempts,omitempty"`
+	AckWait          Duration `yaml:"ack_wait" json:"ack_wait,omitempty"`
+	// Elect: stand in the election of the topic and group (one ingester
+	// reads at a time). Default true; false shares the group's partitions
+	// (Kafka) or the durable's messages (NATS) with the others.
+	Elect *bool `yaml:"elect" json:"elect,omitempty"`
+}
+
+// Spec is the ingester's settings with their defaults (batch 500, ack
+// wait 30s).
+func (in Ingest) Spec() ingest.Spec {
+	return ingest.Spec{Source: ingest.Source{URL: in.From, Topic: in.Topic, Subject: in.Subject, Group: in.Group,
+		Batch: cmp.Or(in.Batch, 500), AckWait: cmp.Or(in.AckWait.D(), 30*time.Second)},
+		Queue: in.Queue, Kind: in.Kind, IDField: in.IDField, IDHeader: in.IDHeader,
+		OrderingKeyField: in.OrderingKeyField, SequenceField: in.SequenceField, MaxAttempts: in.MaxAttempts}
+}
+
+// Elected says whether the ingester stands in its topic's election.
+func (in Ingest) Elected() bool { return in.Elect == nil || *in.Elect }
+
+// RelaySinks are the sink names relay.sinks selects ("all": every sink),
+// sorted.
+func (c *Config) RelaySinks() []string {
+	if len(c.Relay.Sinks) == 1 && c.Relay.Sinks[0] == "all" {
+		return sortedKeys(c.Sinks)
+	}
+	return slices.Sorted(slices.Values(c.Relay.Sinks))
 }
 
 // Sink is a destination of outbox messages: its URL and the policy of its
@@ -743,6 +813,14 @@ func (c *Config) Validate() error {
 	}
 	c.Retry.validate("retry", bad)
 	c.validateSinks(bad)
+	c.validateRelay(bad)
+	for i, in := range c.Ingest {
+		p := fmt.Sprintf("ingest[%d]", i)
+		spec := in.Spec()
+		if _, err := spec.Mapping(func(key string) string { return p + "." + key }); err != nil {
+			errs = append(errs, err) // it names the key
+		}
+	}
 	for _, name := range sortedKeys(c.Queues) {
 		q, p := c.Queues[name], "queues."+name
 		if err := backstop.ValidID(name); err != nil {
@@ -1177,5 +1255,59 @@ func (c *Config) validateSinks(bad func(string, string, ...any)) {
 		if _, ok := c.Queues[backstop.SinkQueue(name)]; ok {
 			bad(p, "queue %s is also declared under queues; set its policy here", backstop.SinkQueue(name))
 		}
+	}
+}
+
+// validateRelay names the bad relay settings.
+func (c *Config) validateRelay(bad func(string, string, ...any)) {
+	r := c.Relay
+	all := len(r.Sinks) == 1 && r.Sinks[0] == "all"
+	seen := map[string]bool{}
+	for i, name := range r.Sinks {
+		p := fmt.Sprintf("relay.sinks[%d]", i)
+		switch _, ok := c.Sinks[name]; {
+		case all:
+		case name == "all":
+			bad(p, "all stands alone (it is every sink)")
+		case !ok:
+			bad(p, "%q: no such sink under sinks: (declared: %s)", name, strings.Join(sortedKeys(c.Sinks), ", "))
+		case seen[name]:
+			bad(p, "%q is given twice", name)
+		}
+		seen[name] = true
+	}
+	if r.Concurrency < 0 {
+		bad("relay.concurrency", "must be positive")
+	}
+	if r.Lease != 0 && r.Lease.D() < time.Second {
+		bad("relay.lease", "must be at least 1s")
+	}
+	if len(r.Streams) == 0 {
+		for _, k := range []struct{ key, v string }{{"streams_sink", r.StreamsSink}, {"checkpoint", r.Checkpoint}, {"streams_topic", r.StreamsTopic}} {
+			if k.v != "" {
+				bad("relay."+k.key, "needs relay.streams")
+			}
+		}
+		return
+	}
+	if _, err := relay.ParseStreams(strings.Join(r.Streams, ",")); err != nil {
+		bad("relay.streams", "%s", strings.TrimPrefix(err.Error(), "--streams: "))
+	}
+	if r.StreamsTopic != "" {
+		if err := relay.CheckTopic(r.StreamsTopic); err != nil {
+			bad("relay.streams_topic", "%v", err)
+		}
+	}
+	if len(r.Checkpoint) > 200 {
+		bad("relay.checkpoint", "at most 200 bytes")
+	}
+	names := c.RelaySinks()
+	switch {
+	case len(names) == 0:
+		bad("relay.streams", "needs relay.sinks (the sink that receives the events)")
+	case r.StreamsSink == "" && len(names) > 1:
+		bad("relay.streams_sink", "which sink receives the events? one of %s", strings.Join(names, ", "))
+	case r.StreamsSink != "" && !slices.Contains(names, r.StreamsSink):
+		bad("relay.streams_sink", "%q: not one of relay.sinks (%s)", r.StreamsSink, strings.Join(names, ", "))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/ingest"
 )
 
 func TestExampleFile(t *testing.T) {
@@ -196,7 +197,10 @@ func FuzzParse(f *testing.F) {
 		f.Add(string(b))
 	}
 	for _, s := range []string{"", "queues:\n  a:\n    concurrency: 1\n", "a: &x [*x]\n", "workers: [{queue: q, command: [a]}]",
-		"retry: {schedule: [1s, -1s]}", "kinds: {k: {retry: null}}", "queues: {q: ~}", "!!binary x", "[1, 2]", "? [a]\n: b\n"} {
+		"retry: {schedule: [1s, -1s]}", "kinds: {k: {retry: null}}", "queues: {q: ~}", "!!binary x", "[1, 2]", "? [a]\n: b\n",
+		"sinks: {bus: {url: 'nats://h:1'}}\nrelay: {sinks: [all], streams: [queue.q], checkpoint: c}\n",
+		"ingest: [{from: 'kafka://h:1', topic: t, queue: q, kind: k, ordering_key_field: a.b, sequence_field: 'c[0]'}]",
+		"ingest: [{from: 'nats://h:1', subject: s, queue: q, kind: k, elect: false, ack_wait: 2s}]"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -207,6 +211,13 @@ func FuzzParse(f *testing.F) {
 		if c.Validate() == nil {
 			_ = c.Library()
 			_ = c.Effective()
+			_ = c.RelaySinks()
+			for i, in := range c.Ingest {
+				spec := in.Spec()
+				if _, err := spec.Mapping(ingest.FlagName); err != nil {
+					t.Fatalf("ingest[%d] validated, then refused: %v", i, err)
+				}
+			}
 		}
 	})
 }

@@ -22,6 +22,7 @@ const EnvPrefix = "BACKSTOP_"
 //	BACKSTOP_QUEUES_<NAME>_CONCURRENCY|MAX_ATTEMPTS|TIMEOUT|LEASE|RETRY|COMPLEXITY_*
 //	BACKSTOP_KINDS_<NAME>_MERGE_RULE|MAX_ATTEMPTS|TIMEOUT|RETRY
 //	BACKSTOP_SINKS_<NAME>_URL|MAX_ATTEMPTS|TIMEOUT|RETRY|SECRET|STREAM
+//	BACKSTOP_RELAY_SINKS|CONCURRENCY|LEASE|STREAMS|STREAMS_SINK|CHECKPOINT|STREAMS_TOPIC
 //
 // A retry value is a schedule ("1s,5s,30s") or "base=1s,factor=2,max=1h"
 // (optionally ",jitter=false"). Empty variables count as unset. Other
@@ -29,7 +30,8 @@ const EnvPrefix = "BACKSTOP_"
 // of exec workers) are not configuration and are left alone, but an unknown
 // variable under a configuration section (BACKSTOP_QUEUES_*, BACKSTOP_KINDS_*,
 // BACKSTOP_LIMITS_*, BACKSTOP_RETENTION_*, BACKSTOP_REDACTION_*,
-// BACKSTOP_TELEMETRY_*, BACKSTOP_DLQ_*, BACKSTOP_WORKERS_*, BACKSTOP_LOG_*) is an error.
+// BACKSTOP_TELEMETRY_*, BACKSTOP_DLQ_*, BACKSTOP_WORKERS_*, BACKSTOP_LOG_*,
+// BACKSTOP_RELAY_*, BACKSTOP_SINKS_*) is an error. The ingest: list has no variables.
 
 type setter func(c *Config, v string) error
 
@@ -68,6 +70,13 @@ var topEnv = map[string]setter{
 	"DLQ_PURGE_FLOOR":       func(c *Config, v string) error { return parseDur(v, &c.DLQ.PurgeFloor) },
 	"DLQ_REDRIVE_HEARTBEAT": func(c *Config, v string) error { return parseDur(v, &c.DLQ.RedriveHeartbeat) },
 	"WORKERS_STALE_AFTER":   func(c *Config, v string) error { return parseDur(v, &c.Workers.StaleAfter) },
+	"RELAY_SINKS":           func(c *Config, v string) error { c.Relay.Sinks = splitList(v); return nil },
+	"RELAY_CONCURRENCY":     func(c *Config, v string) error { return parseInt(v, &c.Relay.Concurrency) },
+	"RELAY_LEASE":           func(c *Config, v string) error { return parseDur(v, &c.Relay.Lease) },
+	"RELAY_STREAMS":         func(c *Config, v string) error { c.Relay.Streams = splitList(v); return nil },
+	"RELAY_STREAMS_SINK":    func(c *Config, v string) error { c.Relay.StreamsSink = v; return nil },
+	"RELAY_CHECKPOINT":      func(c *Config, v string) error { c.Relay.Checkpoint = v; return nil },
+	"RELAY_STREAMS_TOPIC":   func(c *Config, v string) error { c.Relay.StreamsTopic = v; return nil },
 	"LOG_LEVEL": func(c *Config, v string) error {
 		if _, err := ParseLogLevel(v); err != nil {
 			return err
@@ -178,7 +187,7 @@ func sinkEnvApply(c *Config) namedApply {
 	}}
 }
 
-var strictSections = []string{"SINKS_", "QUEUES_", "KINDS_", "LIMITS_", "RETENTION_", "REDACTION_", "TELEMETRY_", "DLQ_", "WORKERS_", "LOG_"}
+var strictSections = []string{"RELAY_", "SINKS_", "QUEUES_", "KINDS_", "LIMITS_", "RETENTION_", "REDACTION_", "TELEMETRY_", "DLQ_", "WORKERS_", "LOG_"}
 
 // ApplyEnv applies the BACKSTOP_* variables of environ (os.Environ form) over
 // c. Errors name the variable.

@@ -14,6 +14,10 @@
 // counted, and recorded as a task of kind RefusedKind on RefusedQueue
 // (which the ingester dead-letters at once, so it sits in the DLQ with its
 // reason) before it is acked.
+//
+// Ingesters of one topic and group may stand in an election (RunElected):
+// only the leader reads. An ingester given a store.IngestPositions reports
+// its lag there for `backstop relay status`.
 package ingest
 
 import (
@@ -33,6 +37,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/store"
 )
 
 // The refused messages' queue and kind.
@@ -162,9 +167,26 @@ type Ingester struct {
 	ins instruments
 	set metric.MeasurementOption
 
-	mu     sync.Mutex
-	lag    map[int32]int64 // by partition (NATS: 0)
-	totals Counts
+	lagAttrs metric.MeasurementOption // queue and topic (SetSource)
+
+	positions store.IngestPositions
+	id        string
+
+	mu        sync.Mutex
+	group     string // the source's (SetSource)
+	topic     string
+	reported  time.Time
+	lastErr   string
+	lastErrAt *time.Time
+	lag       map[int32]int64 // by partition (NATS: 0)
+	times     map[int32]partitionTimes
+	totals    Counts
+}
+
+// partitionTimes date a partition's messages (the broker's timestamps).
+type partitionTimes struct {
+	reading time.Time // the oldest message read and not yet committed (zero: none)
+	newest  time.Time // the newest message committed
 }
 
 // Config configures an Ingester.
@@ -173,7 +195,15 @@ type Config struct {
 	Mapping       Mapping
 	Logger        *slog.Logger
 	MeterProvider metric.MeterProvider // nil: none
+	// Positions, when set, receives the ingester's report (its lag and
+	// last error) about every ReportEvery while it reads, for `backstop
+	// relay status` and GET /v1/relay. ID names the reporter.
+	Positions store.IngestPositions
+	ID        string
 }
+
+// ReportEvery is how often a reading ingester reports its position.
+const ReportEvery = time.Second
 
 // New makes an ingester.
 func New(cfg Config) (*Ingester, error) {
@@ -183,12 +213,13 @@ func New(cfg Config) (*Ingester, error) {
 	if (cfg.Mapping.OrderingKeyField == nil) != (cfg.Mapping.SequenceField == nil) {
 		return nil, errors.New("ingest: an ordering key field and a sequence field go together")
 	}
-	in := &Ingester{enq: cfg.Enqueuer, m: cfg.Mapping, log: cmp.Or(cfg.Logger, slog.Default()), lag: map[int32]int64{},
+	in := &Ingester{enq: cfg.Enqueuer, m: cfg.Mapping, positions: cfg.Positions, id: cfg.ID, log: cmp.Or(cfg.Logger, slog.Default()), lag: map[int32]int64{}, times: map[int32]partitionTimes{},
 		set: metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", cfg.Mapping.Queue)))}
 	mp := cfg.MeterProvider
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
+	in.lagAttrs = in.set
 	if err := in.ins.init(mp, in); err != nil {
 		return nil, err
 	}
@@ -198,6 +229,13 @@ func New(cfg Config) (*Ingester, error) {
 type instruments struct {
 	ingested, duplicate, refused metric.Int64Counter
 	reg                          metric.Registration
+}
+
+// The lag's attributes: the queue, and the topic (Kafka) or subject (NATS).
+func (in *Ingester) lagSet() metric.MeasurementOption {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.lagAttrs
 }
 
 func (ins *instruments) init(mp metric.MeterProvider, in *Ingester) error {
@@ -214,20 +252,153 @@ func (ins *instruments) init(mp metric.MeterProvider, in *Ingester) error {
 	lag, err := meter.Int64ObservableGauge("backstop.ingest.lag", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages in the broker not yet ingested, by queue (Kafka: high watermark minus the next offset, summed over partitions; NATS: the consumer's pending count)."))
 	errs = append(errs, err)
-	if err == nil {
+	lagSeconds, err2 := meter.Float64ObservableGauge("backstop.ingest.lag_seconds", metric.WithUnit("s"),
+		metric.WithDescription("How far behind the broker the ingester is in time, by queue and topic: the age of the oldest message read and not yet committed, else, while messages wait, the time since the newest committed message's broker timestamp; 0 when caught up."))
+	errs = append(errs, err2)
+	if err == nil && err2 == nil {
 		ins.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 			o.ObserveInt64(lag, in.Lag(), in.set)
+			o.ObserveFloat64(lagSeconds, in.LagSeconds(time.Now()), in.lagSet())
 			return nil
-		}, lag)
+		}, lag, lagSeconds)
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// SetSource names the consumer group and the topic (Kafka) or subject
+// (NATS) the ingester reads, for the lag's attributes and its reports.
+func (in *Ingester) SetSource(group, topic string) {
+	in.mu.Lock()
+	in.group, in.topic = group, topic
+	in.lagAttrs = metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", in.m.Queue), attribute.String("topic", topic)))
+	in.mu.Unlock()
 }
 
 // SetLag records the messages behind in one partition (NATS: 0).
 func (in *Ingester) SetLag(partition int32, n int64) {
 	in.mu.Lock()
 	in.lag[partition] = max(n, 0)
+	in.mu.Unlock()
+}
+
+// Reading records that a partition's messages from one dated at are being
+// enqueued (the oldest of a polled batch).
+func (in *Ingester) Reading(partition int32, at time.Time) {
+	in.mu.Lock()
+	t := in.times[partition]
+	if t.reading.IsZero() || at.Before(t.reading) {
+		t.reading = at
+	}
+	in.times[partition] = t
+	in.mu.Unlock()
+}
+
+// Committed records that a partition's messages up to one dated newest
+// are enqueued and committed (acked).
+func (in *Ingester) Committed(partition int32, newest time.Time) {
+	in.mu.Lock()
+	t := in.times[partition]
+	t.reading = time.Time{}
+	if newest.After(t.newest) {
+		t.newest = newest
+	}
+	in.times[partition] = t
+	in.mu.Unlock()
+}
+
+// LagSeconds is how far behind the broker the ingester is at now, the
+// most of any partition: the age of the oldest message read and not yet
+// committed; else, while messages wait in the partition, the time since
+// its newest committed message (an upper bound of the next one's age);
+// else 0.
+func (in *Ingester) LagSeconds(now time.Time) float64 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var lag time.Duration
+	for p, t := range in.times {
+		switch {
+		case !t.reading.IsZero():
+			lag = max(lag, now.Sub(t.reading))
+		case in.lag[p] > 0 && !t.newest.IsZero():
+			lag = max(lag, now.Sub(t.newest))
+		}
+	}
+	return max(lag, 0).Seconds()
+}
+
+// noteError records the outcome of a batch's enqueue: its error, or none
+// once one committed.
+func (in *Ingester) noteError(err error, now time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if err == nil {
+		in.lastErr, in.lastErrAt = "", nil
+		return
+	}
+	in.lastErr, in.lastErrAt = truncate(err.Error(), 1000), &now
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Position is the ingester's report at now.
+func (in *Ingester) Position(now time.Time) store.IngestPosition {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	p := store.IngestPosition{Group: in.group, Topic: in.topic, Queue: in.m.Queue, Holder: in.id, UpdatedAt: now,
+		LastError: in.lastErr, LastErrorAt: in.lastErrAt}
+	var from time.Time
+	for part, t := range in.times {
+		switch {
+		case !t.reading.IsZero() && (from.IsZero() || t.reading.Before(from)):
+			from = t.reading
+		case t.reading.IsZero() && in.lag[part] > 0 && !t.newest.IsZero() && (from.IsZero() || t.newest.Before(from)):
+			from = t.newest
+		}
+	}
+	for _, n := range in.lag {
+		p.LagMessages += n
+	}
+	if !from.IsZero() {
+		p.LagFrom = &from
+	}
+	return p
+}
+
+// report saves the position when ReportEvery passed since the last one
+// (force: now); a failure is logged, not returned.
+func (in *Ingester) report(ctx context.Context, force bool) {
+	if in.positions == nil {
+		return
+	}
+	now := time.Now()
+	in.mu.Lock()
+	due := force || now.Sub(in.reported) >= ReportEvery
+	if due {
+		in.reported = now
+	}
+	in.mu.Unlock()
+	if !due {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := in.positions.SaveIngestPosition(ctx, in.Position(now)); err != nil {
+		in.log.Warn("ingest: saving the position failed", "queue", in.m.Queue, "error", err)
+	}
+}
+
+// resetLag forgets the lag when the ingester stops reading (a stand-by
+// reports none).
+func (in *Ingester) resetLag() {
+	in.mu.Lock()
+	clear(in.lag)
+	clear(in.times)
 	in.mu.Unlock()
 }
 

@@ -37,7 +37,7 @@ func TestIngestPrometheusNames(t *testing.T) {
 	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
 	for _, want := range []string{`backstop_ingest_messages_ingested_total{`, `backstop_ingest_messages_refused_total{`,
-		`reason="not_json"`, `backstop_ingest_lag{`} {
+		`reason="not_json"`, `backstop_ingest_lag{`, `backstop_ingest_lag_seconds{`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics has no %s", want)
 		}

@@ -61,46 +61,49 @@ func DefaultGroup(queue string) string {
 var groupBad = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 
 // Check validates a source; the error names the flag at fault.
-func (s *Source) Check() error {
+func (s *Source) Check() error { return s.check(FlagName) }
+
+// check validates a source; the error names the setting with name.
+func (s *Source) check(name KeyName) error {
 	u, err := url.Parse(s.URL)
 	if err != nil {
-		return fmt.Errorf("--from %q is not a URL: %v", s.URL, err)
+		return fmt.Errorf("%s %q is not a URL: %v", name("from"), s.URL, err)
 	}
 	if u.Host == "" && (u.Scheme == "kafka" || u.Scheme == "nats") {
-		return fmt.Errorf("--from %q: missing host", s.URL)
+		return fmt.Errorf("%s %q: missing host", name("from"), s.URL)
 	}
 	switch u.Scheme {
 	case "kafka":
 		if s.Subject != "" {
-			return fmt.Errorf("--subject is for nats:// sources; a kafka:// source reads --topic")
+			return fmt.Errorf("%s is for nats:// sources; a kafka:// source reads %s", name("subject"), name("topic"))
 		}
 		if s.Topic == "" {
-			return fmt.Errorf("--topic is required with a kafka:// source")
+			return fmt.Errorf("%s is required with a kafka:// source", name("topic"))
 		}
 	case "nats":
 		if s.Topic != "" {
-			return fmt.Errorf("--topic is for kafka:// sources; a nats:// source reads --subject")
+			return fmt.Errorf("%s is for kafka:// sources; a nats:// source reads %s", name("topic"), name("subject"))
 		}
 		if s.Subject == "" {
-			return fmt.Errorf("--subject is required with a nats:// source")
+			return fmt.Errorf("%s is required with a nats:// source", name("subject"))
 		}
 		if strings.ContainsAny(s.Subject, " \t\r\n") {
-			return fmt.Errorf("--subject %q: a subject has no white space", s.Subject)
+			return fmt.Errorf("%s %q: a subject has no white space", name("subject"), s.Subject)
 		}
 		if s.Group != "" && groupBad.MatchString(s.Group) {
-			return fmt.Errorf("--group %q: a JetStream durable name is letters, digits, '_' and '-'", s.Group)
+			return fmt.Errorf("%s %q: a JetStream durable name is letters, digits, '_' and '-'", name("group"), s.Group)
 		}
 	default:
-		return fmt.Errorf("--from %q: scheme must be kafka:// or nats://", s.URL)
+		return fmt.Errorf("%s %q: scheme must be kafka:// or nats://", name("from"), s.URL)
 	}
 	if s.Batch < 0 || s.Batch > 10000 {
-		return fmt.Errorf("--batch %d: want 1 to 10000", s.Batch)
+		return fmt.Errorf("%s %d: want 1 to 10000", name("batch"), s.Batch)
 	}
 	if s.IdleExit < 0 {
-		return fmt.Errorf("--exit-after-idle must not be negative")
+		return fmt.Errorf("%s must not be negative", name("exit_after_idle"))
 	}
 	if s.AckWait != 0 && s.AckWait < time.Second {
-		return fmt.Errorf("--ack-wait must be at least 1s")
+		return fmt.Errorf("%s must be at least 1s", name("ack_wait"))
 	}
 	return nil
 }
@@ -113,9 +116,7 @@ func Run(ctx context.Context, src Source, in *Ingester, log *slog.Logger) error 
 	if err := src.Check(); err != nil {
 		return err
 	}
-	if src.Group == "" {
-		src.Group = DefaultGroup(in.m.Queue)
-	}
+	src.Group = src.group(in.m.Queue)
 	if src.Batch == 0 {
 		src.Batch = 500
 	}
@@ -125,6 +126,8 @@ func Run(ctx context.Context, src Source, in *Ingester, log *slog.Logger) error 
 	if log == nil {
 		log = in.log
 	}
+	in.SetSource(src.Group, src.Topic+src.Subject)
+	defer in.resetLag()
 	u, _ := url.Parse(src.URL)
 	if u.Scheme == "kafka" {
 		return runKafka(ctx, u, src, in, log)
@@ -169,12 +172,15 @@ func runKafka(ctx context.Context, u *url.URL, src Source, in *Ingester, log *sl
 			}
 		})
 		var (
-			recs []*kgo.Record
-			msgs []*Message
+			recs   []*kgo.Record
+			msgs   []*Message
+			newest = map[int32]time.Time{}
 		)
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) > 0 {
 				in.SetLag(p.Partition, p.HighWatermark-p.Records[len(p.Records)-1].Offset-1)
+				in.Reading(p.Partition, p.Records[0].Timestamp)
+				newest[p.Partition] = p.Records[len(p.Records)-1].Timestamp
 			}
 			for _, r := range p.Records {
 				recs = append(recs, r)
@@ -183,10 +189,13 @@ func runKafka(ctx context.Context, u *url.URL, src Source, in *Ingester, log *sl
 		})
 		if len(msgs) == 0 {
 			cl.AllowRebalance()
+			if assigned.Load() {
+				in.report(ctx, false)
+			}
 			continue
 		}
 		idle.seen()
-		if err := retry(ctx, log, "enqueue", func() error { _, err := in.Ingest(ctx, msgs); return err }); err != nil {
+		if err := retry(ctx, log, "enqueue", func() error { return in.ingestBatch(ctx, msgs) }); err != nil {
 			cl.AllowRebalance()
 			return nil // ctx ended: nothing committed, the batch comes again
 		}
@@ -197,6 +206,10 @@ func runKafka(ctx context.Context, u *url.URL, src Source, in *Ingester, log *sl
 			log.Warn("kafka commit", "error", err)
 		}
 		cancel()
+		for p, at := range newest {
+			in.Committed(p, at)
+		}
+		in.report(ctx, false)
 		cl.AllowRebalance()
 	}
 	return nil
@@ -289,14 +302,20 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 					idle.seen() // a killed ingester's messages come back after AckWait
 				}
 			}
+			in.report(ctx, false)
 			continue
 		}
 		idle.seen()
-		for _, m := range raw {
+		var newest time.Time
+		for i, m := range raw {
 			msg := &Message{Value: m.Data()}
 			if md, err := m.Metadata(); err == nil {
 				msg.Position = Position{Broker: "nats", Topic: md.Stream, Offset: int64(md.Sequence.Stream)}
 				in.SetLag(0, int64(md.NumPending))
+				if i == 0 {
+					in.Reading(0, md.Timestamp)
+				}
+				newest = md.Timestamp
 			}
 			if h := m.Headers(); len(h) > 0 {
 				msg.Headers = make(map[string]string, len(h))
@@ -307,7 +326,7 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 			}
 			msgs = append(msgs, msg)
 		}
-		if err := retry(ctx, log, "enqueue", func() error { _, err := in.Ingest(ctx, msgs); return err }); err != nil {
+		if err := retry(ctx, log, "enqueue", func() error { return in.ingestBatch(ctx, msgs) }); err != nil {
 			return nil // ctx ended: nothing acked, the messages come again
 		}
 		for _, m := range raw {
@@ -316,9 +335,25 @@ func runNATS(ctx context.Context, u *url.URL, src Source, in *Ingester, log *slo
 				log.Warn("nats ack", "error", err)
 			}
 		}
+		in.Committed(0, newest)
+		in.report(ctx, false)
 	}
 	_ = nc.Flush()
 	return nil
+}
+
+// ingestBatch ingests one batch and notes its outcome (reported at once
+// when it failed).
+func (in *Ingester) ingestBatch(ctx context.Context, msgs []*Message) error {
+	_, err := in.Ingest(ctx, msgs)
+	if ctx.Err() != nil {
+		return err
+	}
+	in.noteError(err, time.Now())
+	if err != nil {
+		in.report(ctx, true)
+	}
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) {

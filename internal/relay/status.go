@@ -17,6 +17,9 @@ import (
 type Status struct {
 	Sinks       []SinkStatus       `json:"sinks"`
 	Checkpoints []CheckpointStatus `json:"checkpoints"`
+	// Ingesters: each ingester's last report (backstop ingest, serve's
+	// ingest: list), by group and topic.
+	Ingesters []IngestStatus `json:"ingesters"`
 	// At is when it was read (the client's clock).
 	At time.Time `json:"at"`
 }
@@ -53,6 +56,16 @@ type CheckpointStatus struct {
 	oldest *time.Time // the oldest event not yet published
 }
 
+// IngestStatus is one ingester's last report, its lag in time dated at
+// the read: it keeps growing while the ingester is stuck or gone (see
+// UpdatedAt).
+type IngestStatus struct {
+	store.IngestPosition
+	// LagSeconds is how far behind the broker the ingester is, from the
+	// broker timestamp it reported (0: caught up).
+	LagSeconds float64 `json:"lag_seconds"`
+}
+
 var sinkQueuePrefix = backstop.SinkQueue("")
 
 // MaxCountedLag bounds how many events behind a checkpoint are counted
@@ -62,7 +75,7 @@ const MaxCountedLag = 10000
 // ReadStatus reads every sink queue's messages and every checkpoint.
 func ReadStatus(ctx context.Context, c *backstop.Client) (*Status, error) {
 	now := c.Engine().Now()
-	out := &Status{Sinks: []SinkStatus{}, Checkpoints: []CheckpointStatus{}, At: now}
+	out := &Status{Sinks: []SinkStatus{}, Checkpoints: []CheckpointStatus{}, Ingesters: []IngestStatus{}, At: now}
 	gr, ok := c.Store().(store.GaugeReader)
 	if !ok {
 		return nil, errors.New("relay status: the store reads no gauges")
@@ -116,6 +129,17 @@ func ReadStatus(ctx context.Context, c *backstop.Client) (*Status, error) {
 			return nil, err
 		}
 		out.Checkpoints = append(out.Checkpoints, cs)
+	}
+	ps, err := c.Store().ListIngestPositions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ps {
+		is := IngestStatus{IngestPosition: p}
+		if p.LagFrom != nil {
+			is.LagSeconds = max(now.Sub(*p.LagFrom).Seconds(), 0)
+		}
+		out.Ingesters = append(out.Ingesters, is)
 	}
 	return out, nil
 }

@@ -117,6 +117,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Workflows", s.testWorkflows)               // workflows.go: definitions, runs and steps
 	t.Run("Schedules", s.testSchedules)               // schedules.go: periodic tasks on a frozen clock
 	t.Run("RelayCheckpoints", s.testRelayCheckpoints) // relay_checkpoints.go: the event-log relay's positions
+	t.Run("IngestPositions", s.testIngestPositions)   // ingest_positions.go: the ingesters' reports
 	t.Run("Where", s.testWhere)                       // where.go: filter by payload
 	t.Run("WhereProperty", s.testWhereProperty)       // where.go: SQL and Go agree
 	t.Run("WhereNumbers", s.testWhereNumbers)         // where_numbers.go: one numeric model

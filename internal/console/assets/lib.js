@@ -125,12 +125,13 @@ export function badge(text, cls) {
 
 // table: a labelled table from column headers and rows of cells (cls: the
 // table's class; 'list' keeps each row to one line).
+// A row's attrs (optional) are its tr's attributes (data-* to find it).
 export function table(caption, headers, rows, empty = 'Nothing here.', cls) {
   if (rows.length === 0) return h('p', { class: 'muted' }, empty);
   return h('table', { class: cls },
     h('caption', { class: 'sr-only' }, caption),
     h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col' }, x)))),
-    h('tbody', {}, rows.map((r) => h('tr', {}, r.map((c) => h('td', {}, c))))));
+    h('tbody', {}, rows.map((r) => h('tr', r.attrs || {}, r.map((c) => h('td', {}, c))))));
 }
 
 // field: a labelled form control.

@@ -1,7 +1,9 @@
 // Overview: each queue with its counts by state, DLQ size, oldest pending
-// age and workers; pause and resume (operator).
+// age and workers; pause and resume (operator); the sinks and their lag
+// (relay.js).
 import { api, h, clear, can, flash, errorText, fmtAge, badge, table, live, debounce, atLeast } from './lib.js';
 import { svg, historyPanel } from './activity.js';
+import { relayStatus, sinksSection } from './relay.js';
 
 const states = ['scheduled', 'pending', 'buffered', 'running', 'succeeded', 'dead', 'canceled'];
 // stuckAfter: how long the oldest pending task of a queue no active worker
@@ -16,10 +18,11 @@ export async function overviewPage(main) {
   const render = async () => {
     if (!first) history.refresh();
     first = false;
-    const [queues, workers, activity] = await Promise.all([
+    const [queues, workers, activity, relay] = await Promise.all([
       api('GET', '/v1/queues'),
       api('GET', '/v1/workers?limit=1000'),
       api('GET', '/v1/activity?minutes=60'),
+      relayStatus(),
     ]);
     // Oldest pending: the queue's earliest pending run_at (the counts' scan).
     const oldest = queues.items.map((q) => q.oldest_pending_at || null);
@@ -82,6 +85,7 @@ export async function overviewPage(main) {
       h('section', { 'aria-labelledby': 'queues-title' },
         h('h2', { id: 'queues-title' }, 'Queues'),
         h('div', { class: 'scroll' }, table('Queues with their task counts by state', headers, rows, 'No queue holds tasks yet.'))),
+      sinksSection(relay),
       h('p', { class: 'muted small' }, 'Updated ', new Date().toLocaleTimeString(undefined, { hour12: false }),
         ' · live: the page refreshes on queue events'));
   };
