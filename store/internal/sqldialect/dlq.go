@@ -162,6 +162,45 @@ func SetDLQStatusIn(ctx context.Context, d *Dialect, tx Tx, c store.DLQStatusCha
 	return t, nil
 }
 
+// DeadLetterAsIn is store.Tx's DeadLetterAs in tx: the succeeded task
+// d.ID becomes an open dead letter with d.Cause's reason and last error
+// (d.Cause must be dead), and d.Event is written; otherwise nothing changes
+// (false).
+func DeadLetterAsIn(ctx context.Context, d *Dialect, tx Tx, c store.DeadLetterAs) (bool, error) {
+	// The succeeded attempt stays recorded: a store that keeps a success
+	// on its task row only (PostgreSQL) gets its execution row first.
+	if _, err := tx.Exec(ctx, `INSERT INTO backstop_executions
+		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail)
+		SELECT t.execution_id, t.id, t.attempt, COALESCE(t.worker_id, ''), COALESCE(t.attempted_at, t.finalized_at),
+			t.finalized_at, 'succeeded', NULL, NULL
+		FROM backstop_tasks t
+		WHERE t.id = $1 AND t.state = 'succeeded' AND t.execution_id IS NOT NULL
+			AND EXISTS (SELECT 1 FROM backstop_tasks m WHERE m.id = $2 AND m.state = 'dead')
+			AND NOT EXISTS (SELECT 1 FROM backstop_executions x WHERE x.execution_id = t.execution_id)`, c.ID, c.Cause); err != nil {
+		return false, err
+	}
+	n, err := tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'dead',
+		dead_reason = (SELECT m.dead_reason FROM backstop_tasks m WHERE m.id = $1),
+		last_error = (SELECT m.last_error FROM backstop_tasks m WHERE m.id = $1),
+		dlq_status = 'open', first_seen = COALESCE(first_seen, $2), last_seen = $2,
+		dead_count = dead_count + 1, finalized_at = $2, updated_at = $2
+		WHERE id = $3 AND state = 'succeeded'
+			AND EXISTS (SELECT 1 FROM backstop_tasks m WHERE m.id = $1 AND m.state = 'dead')`, c.Cause, c.Now, c.ID)
+	if err != nil || n == 0 {
+		return false, err
+	}
+	t, err := d.GetTask(ctx, tx, c.ID, false)
+	if err != nil {
+		return false, err
+	}
+	ev := c.Event
+	ev.Queue, ev.Kind = t.Queue, t.Kind
+	if ev.Attributes == nil {
+		ev.Attributes = t.Attributes
+	}
+	return true, d.TaskEvents(ctx, tx, []bt.Event{ev})
+}
+
 // StartRedrive implements store.DLQ.
 func (p *Procedures) StartRedrive(ctx context.Context, r store.Redrive) (store.Redrive, bool, error) {
 	d, db := p.dialect, p.writer
