@@ -3,6 +3,7 @@ package sqldialect
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -195,6 +196,17 @@ func DeadLetterAsIn(ctx context.Context, d *Dialect, tx Tx, c store.DeadLetterAs
 	}
 	ev := c.Event
 	ev.Queue, ev.Kind = t.Queue, t.Kind
+	// The body says what any dead letter's says, with the caller's keys.
+	body := map[string]any{}
+	if len(ev.Body) > 0 {
+		if err := json.Unmarshal(ev.Body, &body); err != nil {
+			return false, fmt.Errorf("%s: dead-letter %s: event body: %w", d.Prefix, c.ID, err)
+		}
+	}
+	body["reason"], body["attempt"], body["dead_count"] = t.DeadReason, t.Attempt, t.DeadCount
+	if ev.Body, err = json.Marshal(body); err != nil {
+		return false, err
+	}
 	if ev.Attributes == nil {
 		ev.Attributes = t.Attributes
 	}
