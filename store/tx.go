@@ -50,9 +50,10 @@ type Tx interface {
 	// last error of another task, already dead (a workflow step's task
 	// whose sink message dead-lettered, under on_sink_fail: dead_letter),
 	// and writes its task.dead_lettered event. Its executions are left as
-	// they are: no attempt is invented. A task that is not succeeded, or a
-	// cause that is not dead, leaves everything alone (false).
-	DeadLetterAs(ctx context.Context, d DeadLetterAs) (bool, error)
+	// they are: no attempt is invented. It returns the dead letter; a task
+	// that is not succeeded, or a cause that is not dead, leaves everything
+	// alone (nil).
+	DeadLetterAs(ctx context.Context, d DeadLetterAs) (*bt.Task, error)
 }
 
 // DeadLetterAs is a succeeded task (ID) that becomes a dead letter because
@@ -90,7 +91,7 @@ type TxStore[TX any] interface {
 	// The schedules' write (store/schedules.go, ScheduleTx) in tx.
 	AdvanceSchedule(ctx context.Context, tx TX, a ScheduleAdvance) (bool, error)
 	CloseDeadLetter(ctx context.Context, tx TX, c DLQStatusChange) (bool, error)
-	DeadLetterAs(ctx context.Context, tx TX, d DeadLetterAs) (bool, error)
+	DeadLetterAs(ctx context.Context, tx TX, d DeadLetterAs) (*bt.Task, error)
 }
 
 // ErrTxDone is returned by a Tx's operations once its InTx returned.
@@ -264,12 +265,12 @@ func (b *boundTx[TX]) CloseDeadLetter(ctx context.Context, c DLQStatusChange) (b
 	return ok, b.failed(err)
 }
 
-func (b *boundTx[TX]) DeadLetterAs(ctx context.Context, d DeadLetterAs) (bool, error) {
+func (b *boundTx[TX]) DeadLetterAs(ctx context.Context, d DeadLetterAs) (*bt.Task, error) {
 	if err := b.check(); err != nil {
-		return false, err
+		return nil, err
 	}
-	ok, err := b.ts.DeadLetterAs(ctx, b.tx, d)
-	return ok, b.failed(err)
+	t, err := b.ts.DeadLetterAs(ctx, b.tx, d)
+	return t, b.failed(err)
 }
 
 // CheckEvents refuses events the log cannot hold, before a driver writes

@@ -458,7 +458,7 @@ func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 			return err
 		}
 	}
-	if err := e.deadLetterSteps(ctx, tx, w.deadLetters); err != nil {
+	if err := e.deadLetterSteps(ctx, tx, w.deadLetters, eff); err != nil {
 		return err
 	}
 	var canceled []string
@@ -502,18 +502,19 @@ func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 // message's dead letter, which the step's now stands for: the DLQ holds
 // one entry for the failure, the one whose replay runs the step again.
 // The message keeps its attempts; the step's task keeps its handler's.
-func (e *Engine) deadLetterSteps(ctx context.Context, tx store.Tx, dls []workflow.StepDeadLetter) error {
+func (e *Engine) deadLetterSteps(ctx context.Context, tx store.Tx, dls []workflow.StepDeadLetter, eff *RunEffects) error {
 	if len(dls) == 0 {
 		return nil
 	}
 	now, actor := e.Now(), store.ActorFrom(ctx, "")
 	for _, dl := range dls {
 		body, _ := json.Marshal(map[string]any{"message_id": dl.MessageID, "sink": dl.Sink, "on_sink_fail": workflow.SinkDeadLetter})
-		ok, err := tx.DeadLetterAs(ctx, store.DeadLetterAs{ID: dl.TaskID, Cause: dl.MessageID, Now: now,
+		t, err := tx.DeadLetterAs(ctx, store.DeadLetterAs{ID: dl.TaskID, Cause: dl.MessageID, Now: now,
 			Event: store.NewEvent(now, store.EventDeadLettered, dl.TaskID, "", "", actor, body)})
-		if err != nil || !ok {
-			return err // !ok: the step's task is not succeeded (replayed meanwhile): nothing to move
+		if err != nil || t == nil {
+			return err // nil: the step's task is not succeeded (replayed meanwhile): nothing to move
 		}
+		eff.deadLettered = append(eff.deadLettered, t)
 		note, _ := json.Marshal(map[string]any{"note": fmt.Sprintf("the step's task %s is the dead letter (on_sink_fail: dead_letter): replay it to run the step again", dl.TaskID),
 			"task_id": dl.TaskID, "step_id": dl.StepID, "item": dl.Item})
 		if _, err := tx.CloseDeadLetter(ctx, store.DLQStatusChange{ID: dl.MessageID, Status: bt.DLQResolved, Now: now,
@@ -562,6 +563,9 @@ type RunEffects struct {
 	trace     runTrace // runtrace.go
 	// enqueued: the step tasks the plans enqueued (their log events).
 	enqueued []*Task
+	// deadLettered: the steps' tasks made dead letters by their dead
+	// messages (counted as dead letters once committed).
+	deadLettered []*Task
 }
 
 type stepDuration struct {
@@ -576,6 +580,9 @@ func (e *Engine) AfterRuns(ctx context.Context, eff *RunEffects) {
 	e.Telemetry.WorkflowPlans(ctx, eff.plans, eff.durations, e.defOf(ctx))
 	e.Telemetry.stepsEnqueuedEvents(ctx, &eff.trace, eff.enqueued)
 	e.Telemetry.runsTraced(ctx, &eff.trace, eff.plans)
+	for _, t := range eff.deadLettered {
+		e.Telemetry.DeadLettered(ctx, t, string(t.DeadReason))
+	}
 	for _, id := range eff.cancels {
 		if _, err := e.store.RequestCancel(context.WithoutCancel(ctx), id, e.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
 			e.cfg.Logger.Warn("canceling a step of a canceled run", "task_id", id, "error", err)

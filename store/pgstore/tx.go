@@ -150,7 +150,7 @@ func (Txs) CloseDeadLetter(ctx context.Context, tx pgx.Tx, c store.DLQStatusChan
 }
 
 // DeadLetterAs is store.Tx's DeadLetterAs inside tx.
-func (Txs) DeadLetterAs(ctx context.Context, tx pgx.Tx, d store.DeadLetterAs) (bool, error) {
+func (Txs) DeadLetterAs(ctx context.Context, tx pgx.Tx, d store.DeadLetterAs) (*bt.Task, error) {
 	return sqldialect.DeadLetterAsIn(ctx, dialect, runnerTx{runner{q: tx}, tx}, d)
 }
 

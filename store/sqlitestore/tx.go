@@ -149,7 +149,7 @@ func (Txs) CloseDeadLetter(ctx context.Context, tx *sql.Tx, c store.DLQStatusCha
 }
 
 // DeadLetterAs is store.Tx's DeadLetterAs inside tx.
-func (Txs) DeadLetterAs(ctx context.Context, tx *sql.Tx, d store.DeadLetterAs) (bool, error) {
+func (Txs) DeadLetterAs(ctx context.Context, tx *sql.Tx, d store.DeadLetterAs) (*bt.Task, error) {
 	return sqldialect.DeadLetterAsIn(ctx, dialect, &runnerTx{runner: runner{q: tx}, tx: tx}, d)
 }
 

@@ -195,8 +195,8 @@ func (s *suite) testTx(t *testing.T) {
 		}
 		// Rolled back: still succeeded.
 		err := b.store.InTx(b.ctx, func(tx store.Tx) error {
-			if ok, err := tx.DeadLetterAs(b.ctx, as("step1", "step1.sink")); err != nil || !ok {
-				t.Fatalf("dead-letter a succeeded task: %v %v", ok, err)
+			if dl, err := tx.DeadLetterAs(b.ctx, as("step1", "step1.sink")); err != nil || dl == nil || dl.State != bt.StateDead {
+				t.Fatalf("dead-letter a succeeded task: %+v %v", dl, err)
 			}
 			return errBoom
 		})
@@ -206,13 +206,13 @@ func (s *suite) testTx(t *testing.T) {
 		// A live task, or a cause that is not dead, changes nothing.
 		err = b.store.InTx(b.ctx, func(tx store.Tx) error {
 			for _, c := range []store.DeadLetterAs{as("live1", "step1.sink"), as("step1", "live1")} {
-				if ok, err := tx.DeadLetterAs(b.ctx, c); err != nil || ok {
-					t.Fatalf("%s as %s: %v %v, want false, nil", c.ID, c.Cause, ok, err)
+				if dl, err := tx.DeadLetterAs(b.ctx, c); err != nil || dl != nil {
+					t.Fatalf("%s as %s: %+v %v, want nil, nil", c.ID, c.Cause, dl, err)
 				}
 			}
-			ok, err := tx.DeadLetterAs(b.ctx, as("step1", "step1.sink"))
-			if err != nil || !ok {
-				t.Fatalf("dead-letter: %v %v", ok, err)
+			dl, err := tx.DeadLetterAs(b.ctx, as("step1", "step1.sink"))
+			if err != nil || dl == nil || dl.ID != "step1" {
+				t.Fatalf("dead-letter: %+v %v", dl, err)
 			}
 			return nil
 		})

@@ -165,9 +165,9 @@ func SetDLQStatusIn(ctx context.Context, d *Dialect, tx Tx, c store.DLQStatusCha
 
 // DeadLetterAsIn is store.Tx's DeadLetterAs in tx: the succeeded task
 // d.ID becomes an open dead letter with d.Cause's reason and last error
-// (d.Cause must be dead), and d.Event is written; otherwise nothing changes
-// (false).
-func DeadLetterAsIn(ctx context.Context, d *Dialect, tx Tx, c store.DeadLetterAs) (bool, error) {
+// (d.Cause must be dead), d.Event is written, and the task is returned;
+// otherwise nothing changes (nil).
+func DeadLetterAsIn(ctx context.Context, d *Dialect, tx Tx, c store.DeadLetterAs) (*bt.Task, error) {
 	// The succeeded attempt stays recorded: a store that keeps a success
 	// on its task row only (PostgreSQL) gets its execution row first.
 	if _, err := tx.Exec(ctx, `INSERT INTO backstop_executions
@@ -178,7 +178,7 @@ func DeadLetterAsIn(ctx context.Context, d *Dialect, tx Tx, c store.DeadLetterAs
 		WHERE t.id = $1 AND t.state = 'succeeded' AND t.execution_id IS NOT NULL
 			AND EXISTS (SELECT 1 FROM backstop_tasks m WHERE m.id = $2 AND m.state = 'dead')
 			AND NOT EXISTS (SELECT 1 FROM backstop_executions x WHERE x.execution_id = t.execution_id)`, c.ID, c.Cause); err != nil {
-		return false, err
+		return nil, err
 	}
 	n, err := tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'dead',
 		dead_reason = (SELECT m.dead_reason FROM backstop_tasks m WHERE m.id = $1),
@@ -188,11 +188,11 @@ func DeadLetterAsIn(ctx context.Context, d *Dialect, tx Tx, c store.DeadLetterAs
 		WHERE id = $3 AND state = 'succeeded'
 			AND EXISTS (SELECT 1 FROM backstop_tasks m WHERE m.id = $1 AND m.state = 'dead')`, c.Cause, c.Now, c.ID)
 	if err != nil || n == 0 {
-		return false, err
+		return nil, err
 	}
 	t, err := d.GetTask(ctx, tx, c.ID, false)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	ev := c.Event
 	ev.Queue, ev.Kind = t.Queue, t.Kind
@@ -200,17 +200,17 @@ func DeadLetterAsIn(ctx context.Context, d *Dialect, tx Tx, c store.DeadLetterAs
 	body := map[string]any{}
 	if len(ev.Body) > 0 {
 		if err := json.Unmarshal(ev.Body, &body); err != nil {
-			return false, fmt.Errorf("%s: dead-letter %s: event body: %w", d.Prefix, c.ID, err)
+			return nil, fmt.Errorf("%s: dead-letter %s: event body: %w", d.Prefix, c.ID, err)
 		}
 	}
 	body["reason"], body["attempt"], body["dead_count"] = t.DeadReason, t.Attempt, t.DeadCount
 	if ev.Body, err = json.Marshal(body); err != nil {
-		return false, err
+		return nil, err
 	}
 	if ev.Attributes == nil {
 		ev.Attributes = t.Attributes
 	}
-	return true, d.TaskEvents(ctx, tx, []bt.Event{ev})
+	return t, d.TaskEvents(ctx, tx, []bt.Event{ev})
 }
 
 // StartRedrive implements store.DLQ.
