@@ -33,6 +33,7 @@ type relayOptions struct {
 	streamsSink string
 	checkpoint  string
 	topic       string
+	from        string
 }
 
 func relayCmd(a *app) *cobra.Command {
@@ -59,10 +60,16 @@ the relay stops claiming and lets deliveries in flight finish within --grace.
 (default: the sink's name): each event's envelope, masked as in a task's history, on topic
 backstop.events.<type> (--streams-topic), with the event id as the broker's message id.
 The checkpoint moves only after the sink acknowledged; after a crash the relay publishes
-again from it and the broker removes the repeats (JetStream). See backstop relay status.`,
+again from it and the broker removes the repeats (JetStream). On NATS and Kafka a read's
+events (up to 500) are published at once and their acknowledgements awaited together; the
+checkpoint moves once per read, never past an event that was not acknowledged. A checkpoint's
+first run starts at the beginning of the log (--from start, the default) or at its end (--from
+end: only the events appended from then on); a checkpoint that exists resumes from its cursor
+whatever --from says. See backstop relay status.`,
 		Example: `  backstop relay --sink bus=nats://127.0.0.1:4222
   backstop relay --sink log=kafka://127.0.0.1:9092 --sink hook=https://example.test/in --config backstop.yaml
-  backstop relay --sink bus=nats://127.0.0.1:4222 --streams queue.emails,type.task.dead_lettered`,
+  backstop relay --sink bus=nats://127.0.0.1:4222 --streams queue.emails,type.task.dead_lettered
+  backstop relay --sink bus=nats://127.0.0.1:4222 --streams all --from end`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.relay(cmd, &o) },
 	}
@@ -79,6 +86,7 @@ again from it and the broker removes the repeats (JetStream). See backstop relay
 	f.StringVar(&o.streamsSink, "streams-sink", "", "the sink that receives the events (default: the only sink)")
 	f.StringVar(&o.checkpoint, "checkpoint", "", "the events' durable checkpoint name (default: the streams sink's name)")
 	f.StringVar(&o.topic, "streams-topic", relay.DefaultEventTopic, "the events' topic ({type}: the event's type, as the last token)")
+	f.StringVar(&o.from, "from", relay.FromStart, "where a new checkpoint starts: start (the log's beginning) or end (events from now on); an existing checkpoint is never moved")
 	return cmd
 }
 
@@ -122,7 +130,11 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 		return usageErr("relay: no sink: give --sink NAME=URL or a sinks: section in --config")
 	}
 	var streams []string
-	if cmd.Flags().Changed("streams") || o.streamsSink != "" || o.checkpoint != "" || cmd.Flags().Changed("streams-topic") {
+	if cmd.Flags().Changed("streams") || o.streamsSink != "" || o.checkpoint != "" || cmd.Flags().Changed("streams-topic") ||
+		cmd.Flags().Changed("from") {
+		if o.from != relay.FromStart && o.from != relay.FromEnd {
+			return usageErr("relay: --from %q: want start (the log's beginning) or end (events from now on)", o.from)
+		}
 		if streams, err = relay.ParseStreams(o.streams); err != nil {
 			return usageErr("relay: %v", err)
 		}
@@ -172,7 +184,7 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 	var er *relay.EventRelay
 	if len(streams) > 0 {
 		er, err = relay.NewEvents(c, relay.EventsConfig{Sink: sinks[o.streamsSink], SinkName: o.streamsSink, Checkpoint: o.checkpoint,
-			Streams: streams, Topic: o.topic, Logger: log, MeterProvider: c.Config().MeterProvider,
+			Streams: streams, Topic: o.topic, From: o.from, Logger: log, MeterProvider: c.Config().MeterProvider,
 			LeaderTTL: cmp.Or(cfg.LeaderTTL.D(), config.DefaultLeaderTTL), ID: r.ID()})
 		if err != nil {
 			return usageErr("relay: %v", err)
