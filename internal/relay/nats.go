@@ -99,15 +99,18 @@ func (s *natsSink) Deliver(ctx context.Context, d *Delivery) error {
 
 // DeliverBatch publishes ds asynchronously (PublishMsgAsync, each with its
 // Nats-Msg-Id) and waits for their acknowledgements within the sink's
-// timeout. A subject no stream covers is covered, and the batch's rest is
-// delivered one by one (Deliver), as the first publish to it would be.
+// timeout. A subject no stream covers is covered by delivering the first
+// message refused for it with Deliver; the batch's rest is then published
+// asynchronously again.
 func (s *natsSink) DeliverBatch(ctx context.Context, ds []*Delivery) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
 	futures := make([]jetstream.PubAckFuture, 0, len(ds))
 	var sendErr error
 	for _, d := range ds {
-		f, err := s.js.PublishMsgAsync(natsMsg(d), jetstream.WithMsgID(d.ID))
+		// No retry on "no responders": no stream covers the subject, and
+		// the batch falls back to Deliver, which covers it, at once.
+		f, err := s.js.PublishMsgAsync(natsMsg(d), jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(0))
 		if err != nil {
 			sendErr = err
 			break
@@ -120,13 +123,12 @@ func (s *natsSink) DeliverBatch(ctx context.Context, ds []*Delivery) (int, error
 			ds[i].Duplicate = ack.Duplicate
 		case err := <-f.Err():
 			if errors.Is(err, jetstream.ErrNoStreamResponse) && s.nc.IsConnected() {
-				// The rest one by one: the first covers the subject.
-				for j := i; j < len(ds); j++ {
-					if err := s.Deliver(ctx, ds[j]); err != nil {
-						return j, err
-					}
+				// Deliver covers the subject; the rest goes as a batch again.
+				if err := s.Deliver(ctx, ds[i]); err != nil {
+					return i, err
 				}
-				return len(ds), nil
+				n, err := s.DeliverBatch(ctx, ds[i+1:])
+				return i + 1 + n, err
 			}
 			return i, classifyNATS(err)
 		case <-ctx.Done():
