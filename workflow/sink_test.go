@@ -301,3 +301,50 @@ func TestSinkStepDeadLetter(t *testing.T) {
 		t.Fatal("IsSinkMessage")
 	}
 }
+
+// A for_each step under dead_letter: each item's message has its own id;
+// a dead one makes that item's task the dead letter and fails the step;
+// replaying the item runs it again and its new message lets the run go on.
+func TestSinkStepDeadLetterForEach(t *testing.T) {
+	h := start(t, mustDef(t, `
+name: fan
+queue: wf
+steps:
+  - id: f
+    kind: k
+    for_each: input.xs
+    sink: bus
+    on_sink_fail: dead_letter
+  - id: z
+    kind: k
+    needs: [f]
+`), `{"xs":[1,2]}`)
+	p := h.succeed("run1.f.0", `"r0"`)
+	if len(p.Publish) != 1 || p.Publish[0].ID != "run1.f.0.sink.1" || p.Publish[0].TaskID != "run1.f.0" {
+		t.Fatalf("published %+v", p.Publish)
+	}
+	p = h.succeed("run1.f.1", `"r1"`)
+	if len(p.Publish) != 1 || p.Publish[0].ID != "run1.f.1.sink.2" {
+		t.Fatalf("published %+v", p.Publish)
+	}
+	h.succeed("run1.f.0.sink.1", ``)
+	p = h.die("run1.f.1.sink.2", "too large")
+	if len(p.DeadLetter) != 1 || p.DeadLetter[0].TaskID != "run1.f.1" || p.DeadLetter[0].Item != 1 {
+		t.Fatalf("dead letters %+v", p.DeadLetter)
+	}
+	h.wantState(RunFailed)
+	h.resume("run1.f.1")
+	h.wantPending("run1.f.1")
+	p = h.succeed("run1.f.1", `"r1b"`)
+	if len(p.Publish) != 1 || p.Publish[0].ID == "run1.f.1.sink.2" || !IsSinkMessage(p.Publish[0].ID) {
+		t.Fatalf("republished %+v, want a new message id", p.Publish)
+	}
+	h.succeed(p.Publish[0].ID, ``)
+	h.wantPending("run1.z")
+	if got := jsonString(h.payload("run1.z")["results"]); got != `{"f":["r0","r1b"]}` {
+		t.Fatalf("z's results %s", got)
+	}
+	h.succeed("run1.z", `"ok"`)
+	h.wantState(RunSucceeded)
+	h.checkHistory()
+}
