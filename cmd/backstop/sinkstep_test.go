@@ -17,9 +17,9 @@ func TestWorkflowApplySinkStep(t *testing.T) {
 	cliOK(t, "--db", db, "migrate")
 	step := "name: s\nsteps:\n  - id: a\n    kind: k\n"
 	for name, c := range map[string]struct{ extra, want string }{
-		"policy":      {"    sink: bus\n    on_sink_fail: retry\n", `on_sink_fail: "retry" must be`},
-		"name":        {"    sink: 'b u s'\n    on_sink_fail: continue\n", `sink: "b u s" must be`},
-		"topic":       {"    sink_topic: t\n", `sink_topic: only a step with a sink`},
+		"policy": {"    sink: bus\n    on_sink_fail: retry\n", `on_sink_fail: "retry" must be`},
+		"name":   {"    sink: 'b u s'\n    on_sink_fail: continue\n", `sink: "b u s" must be`},
+		"topic":  {"    sink_topic: t\n", `sink_topic: only a step with a sink`},
 	} {
 		file := filepath.Join(dir, name+".yaml")
 		if err := os.WriteFile(file, []byte(step+c.extra), 0o644); err != nil {
