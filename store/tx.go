@@ -46,6 +46,24 @@ type Tx interface {
 	// that a task which is not an open dead letter is left alone (false)
 	// rather than an error.
 	CloseDeadLetter(ctx context.Context, c DLQStatusChange) (bool, error)
+	// DeadLetterAs moves a succeeded task to the DLQ with the reason and
+	// last error of another task, already dead (a workflow step's task
+	// whose sink message dead-lettered, under on_sink_fail: dead_letter),
+	// and writes its task.dead_lettered event. Its executions are left as
+	// they are: no attempt is invented. It returns the dead letter; a task
+	// that is not succeeded, or a cause that is not dead, leaves everything
+	// alone (nil).
+	DeadLetterAs(ctx context.Context, d DeadLetterAs) (*bt.Task, error)
+}
+
+// DeadLetterAs is a succeeded task (ID) that becomes a dead letter because
+// another task (Cause) did: it takes the cause's dead_reason and last
+// error. Event is its task.dead_lettered event (queue and kind filled in
+// by the store).
+type DeadLetterAs struct {
+	ID, Cause string
+	Now       time.Time
+	Event     bt.Event
 }
 
 // TxStore is a driver's composable writes on its own transaction type TX.
@@ -73,6 +91,7 @@ type TxStore[TX any] interface {
 	// The schedules' write (store/schedules.go, ScheduleTx) in tx.
 	AdvanceSchedule(ctx context.Context, tx TX, a ScheduleAdvance) (bool, error)
 	CloseDeadLetter(ctx context.Context, tx TX, c DLQStatusChange) (bool, error)
+	DeadLetterAs(ctx context.Context, tx TX, d DeadLetterAs) (*bt.Task, error)
 }
 
 // ErrTxDone is returned by a Tx's operations once its InTx returned.
@@ -244,6 +263,14 @@ func (b *boundTx[TX]) CloseDeadLetter(ctx context.Context, c DLQStatusChange) (b
 	}
 	ok, err := b.ts.CloseDeadLetter(ctx, b.tx, c)
 	return ok, b.failed(err)
+}
+
+func (b *boundTx[TX]) DeadLetterAs(ctx context.Context, d DeadLetterAs) (*bt.Task, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	t, err := b.ts.DeadLetterAs(ctx, b.tx, d)
+	return t, b.failed(err)
 }
 
 // CheckEvents refuses events the log cannot hold, before a driver writes

@@ -174,8 +174,12 @@ const (
 	// SinkContinue: the run went on when the step succeeded; a dead
 	// message is only a dead letter (replayable).
 	SinkContinue = "continue"
-	// SinkDeadLetter: the step's own task becomes a dead letter with the
-	// sink's error. Not yet supported.
+	// SinkDeadLetter: like SinkHalt while the message is delivered; when
+	// it dead-letters, the step's own task becomes the dead letter (the
+	// message's reason and error; the message's dead letter is resolved)
+	// and the step fails under its on_failure. Replaying the step's task
+	// runs its handler again and publishes its new result as a new
+	// message (<step task id>.sink.<n>), which the step waits for.
 	SinkDeadLetter = "dead_letter"
 )
 
@@ -462,8 +466,31 @@ func (d *Definition) Hash() string {
 }
 
 // SinkTaskSuffix ends the task id of the message of a step that waits
-// for its delivery: <step task id>.sink.
+// for its delivery: <step task id>.sink (on_sink_fail: halt), or is
+// followed by .<n> (dead_letter: each publication has its own id).
 const SinkTaskSuffix = ".sink"
+
+// IsSinkMessage reports whether taskID is the id of a message a step
+// waits for (SinkTaskSuffix, maybe followed by .<digits>).
+func IsSinkMessage(taskID string) bool {
+	i := strings.LastIndex(taskID, SinkTaskSuffix)
+	if i < 0 {
+		return false
+	}
+	rest := taskID[i+len(SinkTaskSuffix):]
+	if rest == "" {
+		return true
+	}
+	if len(rest) < 2 || rest[0] != '.' {
+		return false
+	}
+	for _, c := range rest[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // sinkPolicy is the step's on_sink_fail, default SinkHalt.
 func (s *Step) sinkPolicy() string {

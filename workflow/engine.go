@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -121,6 +121,11 @@ const (
 	// on_sink_fail: halt succeeded; the step waits for its message
 	// (message_id), which settles it.
 	EventStepDelivering = "step.delivering"
+	// EventStepDeadLettered: the message of a step under on_sink_fail:
+	// dead_letter dead-lettered; the step's own task (task_id) is the
+	// dead letter now, with the message's (message_id) error. Followed by
+	// the step's step.failed.
+	EventStepDeadLettered = "step.dead_lettered"
 )
 
 // CanceledError is a canceled run's Error: a run compensating with this
@@ -206,6 +211,14 @@ type SinkMessage struct {
 	Attributes       map[string]string
 }
 
+// StepDeadLetter is a step's task that becomes a dead letter because its
+// message (MessageID) did (Plan.DeadLetter).
+type StepDeadLetter struct {
+	TaskID, MessageID, Sink, StepID string
+	Item                            int
+	Error                           string
+}
+
 // Evaluation is one decision a plan took (Plan.When, Plan.Routes): the step
 // it is about and its result.
 type Evaluation struct {
@@ -253,6 +266,12 @@ type Plan struct {
 	// settled as succeeded: the caller writes each through the outbox (a
 	// message task on the sink's queue) in the plan's transaction.
 	Publish []SinkMessage
+	// DeadLetter lists the steps' tasks (succeeded) that this plan makes
+	// dead letters because their messages dead-lettered (on_sink_fail:
+	// dead_letter): the caller moves each to the DLQ with its message's
+	// reason and error, and resolves the message's dead letter, in the
+	// plan's transaction.
+	DeadLetter []StepDeadLetter
 	// WakeAt, when not zero, is when the run must be planned again even
 	// if none of its tasks settles by then (Advance with no changes): the
 	// earliest deadline of a for_each budget whose items wait for a slot.
@@ -304,6 +323,9 @@ func Start(def *Definition, d store.WorkflowDef, runID string, input json.RawMes
 		}
 		if s.Sink != "" {
 			n += len(SinkTaskSuffix)
+			if s.sinkPolicy() == SinkDeadLetter {
+				n += 1 + len(strconv.Itoa(math.MaxInt32))
+			}
 		}
 		if n > maxTaskID {
 			return Plan{}, fmt.Errorf("run id %q is too long: the task ids of step %q would exceed %d characters", runID, s.ID, maxTaskID)
@@ -656,7 +678,8 @@ func (e *engine) apply(c Change) {
 	if r.CompensationOf != "" {
 		body["compensation_of"] = r.CompensationOf
 	}
-	delivered := strings.HasSuffix(c.TaskID, SinkTaskSuffix)
+	stepTask := e.stepTaskID(r)
+	delivered := c.TaskID != stepTask // the step's message settled (awaitDelivery)
 	switch c.Outcome {
 	case Succeeded:
 		if !delivered && r.State == StepPending && e.awaitDelivery(r, c) {
@@ -673,6 +696,15 @@ func (e *engine) apply(c Change) {
 			e.publish(r, "")
 		}
 	case Dead, Canceled:
+		if delivered && c.Outcome == Dead && e.def.Step(r.StepID).sinkPolicy() == SinkDeadLetter {
+			// The step's own task is the dead letter: a replay of it runs
+			// the handler again (Resume), under its id.
+			r.TaskID = stepTask
+			e.plan.DeadLetter = append(e.plan.DeadLetter, StepDeadLetter{TaskID: stepTask, MessageID: c.TaskID,
+				Sink: e.def.Step(r.StepID).Sink, StepID: r.StepID, Item: r.Item, Error: c.Error})
+			e.event(EventStepDeadLettered, r.StepID, stepTask, map[string]any{"item": r.Item, "message_id": c.TaskID,
+				"sink": e.def.Step(r.StepID).Sink, "error": c.Error})
+		}
 		r.State, r.Error = StepFailed, c.Error
 		if c.Outcome == Canceled {
 			r.State = StepCanceled
@@ -696,12 +728,18 @@ func (e *engine) apply(c Change) {
 // dead-letters), so the steps that need it wait for the delivery.
 func (e *engine) awaitDelivery(r *store.StepRecord, c Change) bool {
 	s := e.def.Step(r.StepID)
-	if s == nil || s.Sink == "" || r.CompensationOf != "" || s.sinkPolicy() != SinkHalt {
+	if s == nil || s.Sink == "" || r.CompensationOf != "" || s.sinkPolicy() == SinkContinue {
 		return false
 	}
 	stepTask := r.TaskID
 	r.Result = jsonOrString(c.Result)
 	r.TaskID = stepTask + SinkTaskSuffix
+	if s.sinkPolicy() == SinkDeadLetter {
+		// Each publication is a new message (a replayed step's result is
+		// a new one): its id takes the run's next Seq.
+		e.run.Seq++
+		r.TaskID += "." + strconv.FormatInt(e.run.Seq, 10)
+	}
 	e.put(r)
 	e.event(EventStepDelivering, r.StepID, stepTask, map[string]any{"item": r.Item, "message_id": r.TaskID, "sink": s.Sink})
 	e.publish(r, r.TaskID)
@@ -729,7 +767,17 @@ func (e *engine) publish(r *store.StepRecord, id string) {
 		key = e.run.RunID
 	}
 	e.plan.Publish = append(e.plan.Publish, SinkMessage{ID: id, Sink: s.Sink, Topic: topic, Key: key, StepID: s.ID,
-		TaskID: strings.TrimSuffix(r.TaskID, SinkTaskSuffix), Item: r.Item, Payload: r.Result, Attributes: attrs})
+		TaskID: e.stepTaskID(r), Item: r.Item, Payload: r.Result, Attributes: attrs})
+}
+
+// stepTaskID is the id of the task of a row's step (the row's TaskID may
+// be its message's, awaitDelivery); a compensation row's is its TaskID.
+func (e *engine) stepTaskID(r *store.StepRecord) string {
+	s := e.def.Step(r.StepID)
+	if s == nil || s.Sink == "" || r.CompensationOf != "" {
+		return r.TaskID
+	}
+	return StepTaskID(e.run.RunID, r.StepID, r.Item, s.ForEach != "")
 }
 
 // jsonOrString keeps a result that is JSON, and stores anything else as a

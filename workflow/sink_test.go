@@ -61,10 +61,9 @@ func TestSinkStepPublishes(t *testing.T) {
 	}
 }
 
-// Validation names the field; dead_letter is not yet supported.
+// Validation names the field.
 func TestSinkStepValidation(t *testing.T) {
 	for _, c := range []struct{ step, field, want string }{
-		{"sink: bus\n    on_sink_fail: dead_letter", "on_sink_fail", "not yet supported"},
 		{"sink: bus\n    on_sink_fail: retry", "on_sink_fail", "must be"},
 		{"sink: 'has space'\n    on_sink_fail: continue", "sink", "must be"},
 		{"sink: " + strings.Repeat("s", 124) + "\n    on_sink_fail: continue", "sink", "must be"},
@@ -230,6 +229,119 @@ steps:
 	h.succeed("run1.f.1.sink", ``)
 	h.wantPending("run1.z")
 	if got := jsonString(h.payload("run1.z")["results"]); got != `{"f":["r0","r1"]}` {
+		t.Fatalf("z's results %s", got)
+	}
+	h.succeed("run1.z", `"ok"`)
+	h.wantState(RunSucceeded)
+	h.checkHistory()
+}
+
+// on_sink_fail: dead_letter: the step waits for its message as under halt
+// (the message's id is <task>.sink.<n>, new at each publication). A dead
+// message makes the step's own task the dead letter (Plan.DeadLetter, with
+// the message's error) and fails the step; replaying the step's task
+// resumes the run, and its new success publishes a new message, whose
+// delivery lets the run go on with the new result.
+func TestSinkStepDeadLetter(t *testing.T) {
+	def := mustDef(t, strings.Replace(sinkHaltYAML, "sink: bus", "sink: bus\n    on_sink_fail: dead_letter", 1))
+	if _, err := Parse(def.Canonical()); err != nil || !strings.Contains(string(def.Canonical()), `"on_sink_fail":"dead_letter"`) {
+		t.Fatalf("canonical %s: %v", def.Canonical(), err)
+	}
+	h := start(t, def, `{}`)
+	p := h.succeed("run1.a", `{"n":1}`)
+	if len(p.Publish) != 1 || p.Publish[0].ID != "run1.a.sink.1" || p.Publish[0].TaskID != "run1.a" {
+		t.Fatalf("published %+v, want message run1.a.sink.1", p.Publish)
+	}
+	h.wantPending("run1.a.sink.1")
+	if len(p.DeadLetter) != 0 {
+		t.Fatalf("dead letters %+v before the message died", p.DeadLetter)
+	}
+	p = h.die("run1.a.sink.1", "hook: 400 Bad Request")
+	if len(p.DeadLetter) != 1 || p.DeadLetter[0] != (StepDeadLetter{TaskID: "run1.a", MessageID: "run1.a.sink.1", Sink: "bus", StepID: "a",
+		Error: "hook: 400 Bad Request"}) {
+		t.Fatalf("dead letters %+v, want the step's task", p.DeadLetter)
+	}
+	if b := h.eventBody(EventStepDeadLettered, "a"); b["task_id"] != "run1.a" || b["message_id"] != "run1.a.sink.1" || b["error"] != "hook: 400 Bad Request" {
+		t.Fatalf("step.dead_lettered %v", b)
+	}
+	if r := h.wantRow("a", 0, StepFailed); r.TaskID != "run1.a" || r.Error != "hook: 400 Bad Request" {
+		t.Fatalf("a's row %+v, want failed on its own task", r)
+	}
+	h.wantState(RunFailed)
+	if _, ok := h.tasks["run1.b"]; ok {
+		t.Fatal("b started although a's message is dead")
+	}
+	// The dead message's replay is not the step's: the run does not move.
+	if p := h.resume("run1.a.sink.1"); len(p.Steps) != 0 {
+		t.Fatalf("a replay of the message resumed the step: %+v", p.Steps)
+	}
+	// Replaying the step's task: it runs again; its new result is a new
+	// message, whose delivery lets b start with that result.
+	h.resume("run1.a")
+	h.wantState(RunRunning)
+	h.wantPending("run1.a")
+	p = h.succeed("run1.a", `{"n":2}`)
+	if len(p.Publish) != 1 || p.Publish[0].ID != "run1.a.sink.2" || string(p.Publish[0].Payload) != `{"n":2}` {
+		t.Fatalf("published %+v, want message run1.a.sink.2", p.Publish)
+	}
+	h.wantPending("run1.a.sink.2")
+	h.succeed("run1.a.sink.2", ``)
+	if r := h.wantRow("a", 0, StepSucceeded); string(r.Result) != `{"n":2}` {
+		t.Fatalf("a's result %s", r.Result)
+	}
+	h.wantPending("run1.b")
+	if got := jsonString(h.payload("run1.b")["results"]); got != `{"a":{"n":2}}` {
+		t.Fatalf("b's results %s", got)
+	}
+	h.succeed("run1.b", `"ok"`)
+	h.wantState(RunSucceeded)
+	h.checkHistory()
+
+	if !IsSinkMessage("r.a.sink") || !IsSinkMessage("r.a.0.sink.12") || IsSinkMessage("r.a.sink.x") || IsSinkMessage("r.a.sink.") || IsSinkMessage("r.a") {
+		t.Fatal("IsSinkMessage")
+	}
+}
+
+// A for_each step under dead_letter: each item's message has its own id;
+// a dead one makes that item's task the dead letter and fails the step;
+// replaying the item runs it again and its new message lets the run go on.
+func TestSinkStepDeadLetterForEach(t *testing.T) {
+	h := start(t, mustDef(t, `
+name: fan
+queue: wf
+steps:
+  - id: f
+    kind: k
+    for_each: input.xs
+    sink: bus
+    on_sink_fail: dead_letter
+  - id: z
+    kind: k
+    needs: [f]
+`), `{"xs":[1,2]}`)
+	p := h.succeed("run1.f.0", `"r0"`)
+	if len(p.Publish) != 1 || p.Publish[0].ID != "run1.f.0.sink.1" || p.Publish[0].TaskID != "run1.f.0" {
+		t.Fatalf("published %+v", p.Publish)
+	}
+	p = h.succeed("run1.f.1", `"r1"`)
+	if len(p.Publish) != 1 || p.Publish[0].ID != "run1.f.1.sink.2" {
+		t.Fatalf("published %+v", p.Publish)
+	}
+	h.succeed("run1.f.0.sink.1", ``)
+	p = h.die("run1.f.1.sink.2", "too large")
+	if len(p.DeadLetter) != 1 || p.DeadLetter[0].TaskID != "run1.f.1" || p.DeadLetter[0].Item != 1 {
+		t.Fatalf("dead letters %+v", p.DeadLetter)
+	}
+	h.wantState(RunFailed)
+	h.resume("run1.f.1")
+	h.wantPending("run1.f.1")
+	p = h.succeed("run1.f.1", `"r1b"`)
+	if len(p.Publish) != 1 || p.Publish[0].ID == "run1.f.1.sink.2" || !IsSinkMessage(p.Publish[0].ID) {
+		t.Fatalf("republished %+v, want a new message id", p.Publish)
+	}
+	h.succeed(p.Publish[0].ID, ``)
+	h.wantPending("run1.z")
+	if got := jsonString(h.payload("run1.z")["results"]); got != `{"f":["r0","r1b"]}` {
 		t.Fatalf("z's results %s", got)
 	}
 	h.succeed("run1.z", `"ok"`)

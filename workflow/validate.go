@@ -362,9 +362,7 @@ func (s *Step) checkSink() error {
 		return defErr(s.ID, "sink_key", "must be at most 1024 bytes")
 	}
 	switch s.OnSinkFail {
-	case "", SinkHalt, SinkContinue:
-	case SinkDeadLetter:
-		return defErr(s.ID, "on_sink_fail", "%q is not yet supported: write on_sink_fail: %s (the default: the step fails when its message dead-letters) or %s", s.OnSinkFail, SinkHalt, SinkContinue)
+	case "", SinkHalt, SinkContinue, SinkDeadLetter:
 	default:
 		return defErr(s.ID, "on_sink_fail", "%q must be %q, %q or %q", s.OnSinkFail, SinkHalt, SinkContinue, SinkDeadLetter)
 	}

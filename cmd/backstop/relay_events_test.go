@@ -39,6 +39,8 @@ func TestRelayEventsCLIKilled(t *testing.T) {
 				{"--sink", bus, "--streams", "queue.ev", "--streams-sink", "nope"},
 				{"--sink", bus, "--streams", "queue.ev", "--streams-topic", "a.{type}.b"},
 				{"--sink", bus, "--checkpoint", "cp"},
+				{"--sink", bus, "--streams", "queue.ev", "--from", "now"},
+				{"--sink", bus, "--from", "end"},
 			} {
 				out, err := exec.Command(binary, append([]string{"--db", db, "relay"}, bad...)...).CombinedOutput()
 				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
@@ -49,11 +51,15 @@ func TestRelayEventsCLIKilled(t *testing.T) {
 				t.Fatalf("bad flags wrote checkpoints: %v %v", cps, err)
 			}
 
-			const total = 400
+			// 400 events flow from the start, 20 more in each round: the
+			// relay publishes a page (up to 500) as one batch, so the events
+			// a round waits for must be new to it.
+			const flowing, perRound = 400, 20
+			const total = flowing + 3*perRound
 			produced := make(chan struct{})
 			go func() {
 				defer close(produced)
-				for i := range total {
+				for i := range flowing {
 					if _, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "ev", Kind: "k", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
 						t.Error(err)
 						return
@@ -70,6 +76,11 @@ func TestRelayEventsCLIKilled(t *testing.T) {
 			for n := range 3 {
 				r := start(n)
 				before := count()
+				for i := range perRound {
+					if _, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: "ev", Kind: "k", Payload: []byte(fmt.Sprintf(`{"round":%d,"i":%d}`, n, i))}); err != nil {
+						t.Fatal(err)
+					}
+				}
 				testwait.For(t, "the relay to publish", func() bool { return count() > before })
 				_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
 				r.wait(t, "killed relay")

@@ -8,20 +8,18 @@ import (
 	"testing"
 )
 
-// A step's sink fields are checked by `workflows apply`: on_sink_fail:
-// dead_letter is refused as not yet supported, a bad sink name or policy
-// is refused, each with exit 2 naming the field and nothing written; halt
-// (the default) and continue are registered.
+// A step's sink fields are checked by `workflows apply`: a bad sink name
+// or policy is refused, each with exit 2 naming the field and nothing
+// written; halt (the default), continue and dead_letter are registered.
 func TestWorkflowApplySinkStep(t *testing.T) {
 	t.Parallel()
 	db, dir := stores[0].url(t), t.TempDir()
 	cliOK(t, "--db", db, "migrate")
 	step := "name: s\nsteps:\n  - id: a\n    kind: k\n"
 	for name, c := range map[string]struct{ extra, want string }{
-		"dead_letter": {"    sink: bus\n    on_sink_fail: dead_letter\n", `on_sink_fail: "dead_letter" is not yet supported`},
-		"policy":      {"    sink: bus\n    on_sink_fail: retry\n", `on_sink_fail: "retry" must be`},
-		"name":        {"    sink: 'b u s'\n    on_sink_fail: continue\n", `sink: "b u s" must be`},
-		"topic":       {"    sink_topic: t\n", `sink_topic: only a step with a sink`},
+		"policy": {"    sink: bus\n    on_sink_fail: retry\n", `on_sink_fail: "retry" must be`},
+		"name":   {"    sink: 'b u s'\n    on_sink_fail: continue\n", `sink: "b u s" must be`},
+		"topic":  {"    sink_topic: t\n", `sink_topic: only a step with a sink`},
 	} {
 		file := filepath.Join(dir, name+".yaml")
 		if err := os.WriteFile(file, []byte(step+c.extra), 0o644); err != nil {
@@ -35,7 +33,7 @@ func TestWorkflowApplySinkStep(t *testing.T) {
 	if out := cliOK(t, "--db", db, "workflows", "list", "-o", "json"); compactJSON(out) != "[]" {
 		t.Errorf("refused definitions were written: %s", out)
 	}
-	for i, extra := range []string{"    sink: bus\n    on_sink_fail: continue\n", "    sink: bus\n"} {
+	for i, extra := range []string{"    sink: bus\n    on_sink_fail: continue\n", "    sink: bus\n", "    sink: bus\n    on_sink_fail: dead_letter\n"} {
 		file := filepath.Join(dir, fmt.Sprintf("ok%d.yaml", i))
 		if err := os.WriteFile(file, []byte(step+extra), 0o644); err != nil {
 			t.Fatal(err)

@@ -31,6 +31,7 @@ type relayOptions struct {
 	streamsSink string
 	checkpoint  string
 	topic       string
+	from        string
 }
 
 func relayCmd(a *app) *cobra.Command {
@@ -63,10 +64,16 @@ the relay stops claiming and lets deliveries in flight finish within --grace.
 (default: the sink's name): each event's envelope, masked as in a task's history, on topic
 backstop.events.<type> (--streams-topic), with the event id as the broker's message id.
 The checkpoint moves only after the sink acknowledged; after a crash the relay publishes
-again from it and the broker removes the repeats (JetStream). See backstop relay status.`,
+again from it and the broker removes the repeats (JetStream). On NATS and Kafka a read's
+events (up to 500) are published at once and their acknowledgements awaited together; the
+checkpoint moves once per read, never past an event that was not acknowledged. A checkpoint's
+first run starts at the beginning of the log (--from start, the default) or at its end (--from
+end: only the events appended from then on); a checkpoint that exists resumes from its cursor
+whatever --from says. See backstop relay status.`,
 		Example: `  backstop relay --sink bus=nats://127.0.0.1:4222
   backstop relay --sink log=kafka://127.0.0.1:9092 --sink hook=https://example.test/in --config backstop.yaml
-  backstop relay --sink bus=nats://127.0.0.1:4222 --streams queue.emails,type.task.dead_lettered`,
+  backstop relay --sink bus=nats://127.0.0.1:4222 --streams queue.emails,type.task.dead_lettered
+  backstop relay --sink bus=nats://127.0.0.1:4222 --streams all --from end`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.relay(cmd, &o) },
 	}
@@ -83,6 +90,7 @@ again from it and the broker removes the repeats (JetStream). See backstop relay
 	f.StringVar(&o.streamsSink, "streams-sink", "", "the sink that receives the events (default: the only sink)")
 	f.StringVar(&o.checkpoint, "checkpoint", "", "the events' durable checkpoint name (default: the streams sink's name)")
 	f.StringVar(&o.topic, "streams-topic", relay.DefaultEventTopic, "the events' topic ({type}: the event's type, as the last token)")
+	f.StringVar(&o.from, "from", relay.FromStart, "where a new checkpoint starts: start (the log's beginning) or end (events from now on); an existing checkpoint is never moved")
 	return cmd
 }
 
@@ -138,6 +146,14 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 		sp.lease = o.lease
 	}
 	sp.id = o.id
+	if fl.Changed("from") || sp.from == "" {
+		sp.from = o.from
+	}
+	if fl.Changed("streams") || o.streamsSink != "" || o.checkpoint != "" || fl.Changed("streams-topic") || fl.Changed("from") {
+		if sp.from != relay.FromStart && sp.from != relay.FromEnd {
+			return usageErr("relay: --from %q: want start (the log's beginning) or end (events from now on)", sp.from)
+		}
+	}
 	if fl.Changed("streams") || o.streamsSink != "" || o.checkpoint != "" || fl.Changed("streams-topic") {
 		sp.streams, sp.streamsSink, sp.checkpoint, sp.topic = nil, o.streamsSink, o.checkpoint, o.topic
 		if sp.streams, err = relay.ParseStreams(o.streams); err != nil {

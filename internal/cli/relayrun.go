@@ -32,6 +32,7 @@ type relaySpec struct {
 	streamsSink string
 	checkpoint  string
 	topic       string
+	from        string // a new checkpoint's start: relay.FromStart or FromEnd
 }
 
 // relaySpecOf is the configuration's relay: section as a spec (already
@@ -39,7 +40,7 @@ type relaySpec struct {
 func relaySpecOf(cfg *config.Config) relaySpec {
 	r := cfg.Relay
 	sp := relaySpec{names: cfg.RelaySinks(), concurrency: cmp.Or(r.Concurrency, 16), lease: cmp.Or(r.Lease.D(), 30*time.Second),
-		streams: r.Streams, streamsSink: r.StreamsSink, topic: cmp.Or(r.StreamsTopic, relay.DefaultEventTopic)}
+		streams: r.Streams, streamsSink: r.StreamsSink, topic: cmp.Or(r.StreamsTopic, relay.DefaultEventTopic), from: r.From}
 	if len(sp.streams) > 0 {
 		if sp.streamsSink == "" && len(sp.names) == 1 {
 			sp.streamsSink = sp.names[0]
@@ -79,7 +80,7 @@ func startRelay(ctx context.Context, c *backstop.Client, cfg *config.Config, sp 
 	}
 	if len(sp.streams) > 0 {
 		run.er, err = relay.NewEvents(c, relay.EventsConfig{Sink: run.sinks[sp.streamsSink], SinkName: sp.streamsSink, Checkpoint: sp.checkpoint,
-			Streams: sp.streams, Topic: sp.topic, Logger: log, MeterProvider: c.Config().MeterProvider,
+			Streams: sp.streams, Topic: sp.topic, From: sp.from, Logger: log, MeterProvider: c.Config().MeterProvider,
 			LeaderTTL: cmp.Or(cfg.LeaderTTL.D(), config.DefaultLeaderTTL), ID: run.r.ID()})
 		if err != nil {
 			return fail(usageErr("relay: %v", err))

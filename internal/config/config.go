@@ -106,6 +106,10 @@ type Relay struct {
 	Checkpoint string `yaml:"checkpoint" json:"checkpoint,omitempty"`
 	// StreamsTopic: the events' topic. Default backstop.events.{type}.
 	StreamsTopic string `yaml:"streams_topic" json:"streams_topic,omitempty"`
+	// From: where a new checkpoint starts, start (the log's beginning, the
+	// default) or end (events from then on); an existing checkpoint is
+	// never moved.
+	From string `yaml:"from" json:"from,omitempty"`
 }
 
 // Ingest is one ingester `serve` runs (backstop ingest's flags as keys).
@@ -1283,7 +1287,7 @@ func (c *Config) validateRelay(bad func(string, string, ...any)) {
 		bad("relay.lease", "must be at least 1s")
 	}
 	if len(r.Streams) == 0 {
-		for _, k := range []struct{ key, v string }{{"streams_sink", r.StreamsSink}, {"checkpoint", r.Checkpoint}, {"streams_topic", r.StreamsTopic}} {
+		for _, k := range []struct{ key, v string }{{"streams_sink", r.StreamsSink}, {"checkpoint", r.Checkpoint}, {"streams_topic", r.StreamsTopic}, {"from", r.From}} {
 			if k.v != "" {
 				bad("relay."+k.key, "needs relay.streams")
 			}
@@ -1297,6 +1301,9 @@ func (c *Config) validateRelay(bad func(string, string, ...any)) {
 		if err := relay.CheckTopic(r.StreamsTopic); err != nil {
 			bad("relay.streams_topic", "%v", err)
 		}
+	}
+	if r.From != "" && r.From != relay.FromStart && r.From != relay.FromEnd {
+		bad("relay.from", "%q: want start or end", r.From)
 	}
 	if len(r.Checkpoint) > 200 {
 		bad("relay.checkpoint", "at most 200 bytes")

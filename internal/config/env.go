@@ -77,6 +77,7 @@ var topEnv = map[string]setter{
 	"RELAY_STREAMS_SINK":    func(c *Config, v string) error { c.Relay.StreamsSink = v; return nil },
 	"RELAY_CHECKPOINT":      func(c *Config, v string) error { c.Relay.Checkpoint = v; return nil },
 	"RELAY_STREAMS_TOPIC":   func(c *Config, v string) error { c.Relay.StreamsTopic = v; return nil },
+	"RELAY_FROM":            func(c *Config, v string) error { c.Relay.From = v; return nil },
 	"LOG_LEVEL": func(c *Config, v string) error {
 		if _, err := ParseLogLevel(v); err != nil {
 			return err

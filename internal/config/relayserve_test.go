@@ -64,6 +64,8 @@ func TestRelayAndIngestErrorsNameTheKey(t *testing.T) {
 		{sinks + "relay: {sinks: [bus, hook], streams: [all]}\n", "relay.streams_sink: which sink receives the events?"},
 		{sinks + "relay: {sinks: [bus], streams: [all], streams_sink: hook}\n", `relay.streams_sink: "hook": not one of relay.sinks`},
 		{sinks + "relay: {sinks: [bus], streams: [all], streams_topic: 'a.{type}.b'}\n", "relay.streams_topic:"},
+		{sinks + "relay: {sinks: [bus], streams: [all], from: middle}\n", "relay.from:"},
+		{sinks + "relay: {sinks: [bus], from: end}\n", "relay.from:"},
 		{sinks + "relay: {streams: [all]}\n", "relay.streams: needs relay.sinks"},
 		{sinks + "relay: {sinks: [bus], checkpoint: c}\n", "relay.checkpoint: needs relay.streams"},
 		{sinks + "relay: {sinkz: [bus]}\n", `unknown key "sinkz" in relay`},

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -208,7 +209,7 @@ func (e *Engine) advanceTasks(ctx context.Context, tx store.Tx, ids []string, by
 	for _, r := range rows {
 		byRun[r.RunID] = append(byRun[r.RunID], byTask[r.TaskID])
 		if at, ok := eff.finished[r.TaskID]; ok && r.State == workflow.StepPending && !at.IsZero() &&
-			!strings.HasSuffix(r.TaskID, workflow.SinkTaskSuffix) { // a step's message: its step was timed when its task settled
+			!workflow.IsSinkMessage(r.TaskID) { // a step's message: its step was timed when its task settled
 			// The row turned pending when its task was enqueued (or
 			// replayed): the step's time from ready to settled.
 			eff.durations = append(eff.durations, stepDuration{runID: r.RunID, step: r.StepID, d: at.Sub(r.UpdatedAt)})
@@ -369,6 +370,9 @@ type planWriter struct {
 	why     map[string]string // a cancel's error, when not its run's cancel
 	events  []bt.Event
 	wakes   map[string]time.Time // run -> when it must be planned again
+	// deadLetters: steps' tasks that become dead letters for their dead
+	// messages (on_sink_fail: dead_letter).
+	deadLetters []workflow.StepDeadLetter
 }
 
 // addPlan adds a plan's writes to w. A plan whose tasks would be refused
@@ -419,6 +423,7 @@ func (e *Engine) addPlan(ctx context.Context, w *planWriter, plan workflow.Plan,
 		w.updates = append(w.updates, plan.Run)
 	}
 	w.steps = append(w.steps, plan.Steps...)
+	w.deadLetters = append(w.deadLetters, plan.DeadLetter...)
 	w.cancels = append(w.cancels, plan.Cancel...)
 	if plan.CancelError != "" {
 		if w.why == nil {
@@ -479,6 +484,9 @@ func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 			return err
 		}
 	}
+	if err := e.deadLetterSteps(ctx, tx, w.deadLetters, eff); err != nil {
+		return err
+	}
 	var canceled []string
 	if len(w.cancels) > 0 {
 		now := e.Now()
@@ -513,6 +521,34 @@ func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 		byTask[id] = workflow.Change{TaskID: id, Outcome: workflow.Canceled, Error: workflow.CanceledError}
 	}
 	return e.advanceTasks(ctx, tx, canceled, byTask, eff, nil)
+}
+
+// deadLetterSteps makes each step's task a dead letter with its dead
+// message's reason and error (on_sink_fail: dead_letter), and resolves the
+// message's dead letter, which the step's now stands for: the DLQ holds
+// one entry for the failure, the one whose replay runs the step again.
+// The message keeps its attempts; the step's task keeps its handler's.
+func (e *Engine) deadLetterSteps(ctx context.Context, tx store.Tx, dls []workflow.StepDeadLetter, eff *RunEffects) error {
+	if len(dls) == 0 {
+		return nil
+	}
+	now, actor := e.Now(), store.ActorFrom(ctx, "")
+	for _, dl := range dls {
+		body, _ := json.Marshal(map[string]any{"message_id": dl.MessageID, "sink": dl.Sink, "on_sink_fail": workflow.SinkDeadLetter})
+		t, err := tx.DeadLetterAs(ctx, store.DeadLetterAs{ID: dl.TaskID, Cause: dl.MessageID, Now: now,
+			Event: store.NewEvent(now, store.EventDeadLettered, dl.TaskID, "", "", actor, body)})
+		if err != nil || t == nil {
+			return err // nil: the step's task is not succeeded (replayed meanwhile): nothing to move
+		}
+		eff.deadLettered = append(eff.deadLettered, t)
+		note, _ := json.Marshal(map[string]any{"note": fmt.Sprintf("the step's task %s is the dead letter (on_sink_fail: dead_letter): replay it to run the step again", dl.TaskID),
+			"task_id": dl.TaskID, "step_id": dl.StepID, "item": dl.Item})
+		if _, err := tx.CloseDeadLetter(ctx, store.DLQStatusChange{ID: dl.MessageID, Status: bt.DLQResolved, Now: now,
+			Event: store.NewEvent(now, "dlq.resolved", dl.MessageID, "", "", actor, note)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // planError: a plan's next tasks were refused (a payload over the limit).
@@ -553,6 +589,9 @@ type RunEffects struct {
 	trace     runTrace // runtrace.go
 	// enqueued: the step tasks the plans enqueued (their log events).
 	enqueued []*Task
+	// deadLettered: the steps' tasks made dead letters by their dead
+	// messages (counted as dead letters once committed).
+	deadLettered []*Task
 }
 
 type stepDuration struct {
@@ -567,6 +606,9 @@ func (e *Engine) AfterRuns(ctx context.Context, eff *RunEffects) {
 	e.Telemetry.WorkflowPlans(ctx, eff.plans, eff.durations, e.defOf(ctx))
 	e.Telemetry.stepsEnqueuedEvents(ctx, &eff.trace, eff.enqueued)
 	e.Telemetry.runsTraced(ctx, &eff.trace, eff.plans)
+	for _, t := range eff.deadLettered {
+		e.Telemetry.DeadLettered(ctx, t, string(t.DeadReason))
+	}
 	for _, id := range eff.cancels {
 		if _, err := e.store.RequestCancel(context.WithoutCancel(ctx), id, e.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
 			e.cfg.Logger.Warn("canceling a step of a canceled run", "task_id", id, "error", err)

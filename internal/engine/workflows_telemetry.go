@@ -109,7 +109,8 @@ func (t *Telemetry) WorkflowPlans(ctx context.Context, plans []workflow.Plan, du
 				w.runsSLAMissed.Add(ctx, 1, metric.WithAttributes(wf, queueOf("")))
 			case e.Type == workflow.EventStepSLAMissed:
 				w.stepsSLAMissed.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID), queueOf(e.StepID)))
-			case strings.HasPrefix(e.Type, "step.") && e.Type != "step.enqueued" && e.Type != workflow.EventStepDelivering:
+			case strings.HasPrefix(e.Type, "step.") && e.Type != "step.enqueued" && e.Type != workflow.EventStepDelivering &&
+				e.Type != workflow.EventStepDeadLettered:
 				w.steps.Add(ctx, 1, metric.WithAttributes(wf, attribute.String("step", e.StepID),
 					attribute.String("outcome", strings.TrimPrefix(e.Type, "step."))))
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/backstophq/backstop/internal/relay"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testnats"
+	"github.com/backstophq/backstop/store"
 )
 
 // The relay's throughput next to the floor, a plain client publishing the
@@ -244,4 +245,68 @@ func benchKey(j, keys int) string {
 		return ""
 	}
 	return fmt.Sprintf("k%03d", j%keys)
+}
+
+// BenchmarkEventRelayNATS times the event-log relay publishing b.N events
+// already in the log (stream all, reads of 500) to JetStream: batched, a
+// read's events published asynchronously and their acks awaited together
+// (the NATS sink is a BatchSink), against one at a time, one round trip
+// each (the same sink with its DeliverBatch hidden):
+//
+//	go test -run '^$' -bench EventRelayNATS -benchtime 5000x ./internal/relay/
+func BenchmarkEventRelayNATS(b *testing.B) {
+	for _, st := range []struct {
+		name string
+		db   func(testing.TB) string
+	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
+		for _, mode := range []string{"one_at_a_time", "batched"} {
+			b.Run(st.name+"/"+mode, func(b *testing.B) {
+				ns := testnats.Start(b, -1, b.TempDir())
+				c := client(b, st.db(b), nil)
+				ctx := context.Background()
+				for i := 0; i < b.N; i += 500 {
+					var evs []backstop.Event
+					for j := i; j < min(b.N, i+500); j++ {
+						evs = append(evs, store.NewEvent(time.Now(), "bench.event", fmt.Sprintf("s%d", j%100), "q", "k", "",
+							[]byte(fmt.Sprintf(`{"n":%d}`, j))))
+					}
+					if err := c.Store().AppendEvents(ctx, evs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				s, err := relay.Open(ctx, "bus", ns.ClientURL(), relay.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				if mode == "one_at_a_time" {
+					s = struct{ relay.Sink }{s}
+				}
+				landed := natsStreamCount(b, ns.ClientURL(), relay.NatsStreamName("bus"))
+				r, err := relay.NewEvents(c, relay.EventsConfig{Sink: s, SinkName: "bus", Checkpoint: "bench", Streams: []string{"all"},
+					PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				if err := r.Start(ctx); err != nil {
+					b.Fatal(err)
+				}
+				deadline := time.Now().Add(5 * time.Minute)
+				for landed() < b.N {
+					if time.Now().After(deadline) {
+						b.Fatalf("%d of %d landed", landed(), b.N)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if err := r.Stop(sctx); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
 }

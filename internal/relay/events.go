@@ -48,8 +48,15 @@ type EventsConfig struct {
 	// Default: 200ms.
 	PollInterval time.Duration
 	// Batch is how many events one read takes (the checkpoint moves once
-	// per read). Default: 500.
+	// per read). A sink that is a BatchSink (NATS, Kafka) publishes a
+	// read's events at once and waits once for their acknowledgements.
+	// Default: 500.
 	Batch int
+	// From is where a checkpoint's stream starts when it has no row yet:
+	// FromStart (default) the beginning of the log, FromEnd its end (the
+	// events appended from then on). A stream the checkpoint already has
+	// resumes from its cursor whatever From says.
+	From string
 	// LeaderTTL, when set, makes the relay a candidate in the election of
 	// its checkpoint (the lease relay.<checkpoint> in backstop_leaders):
 	// only the leader publishes, so relays following one checkpoint never
@@ -61,6 +68,12 @@ type EventsConfig struct {
 	MeterProvider metric.MeterProvider
 	Logger        *slog.Logger
 }
+
+// EventsConfig.From's values.
+const (
+	FromStart = "start"
+	FromEnd   = "end"
+)
 
 // LeaseName is the leadership lease of a checkpoint's relays.
 func LeaseName(checkpoint string) string { return "relay." + checkpoint }
@@ -169,6 +182,13 @@ func NewEvents(c *backstop.Client, cfg EventsConfig) (*EventRelay, error) {
 	if cfg.LeaderTTL > 0 && cfg.ID == "" {
 		return nil, errors.New("relay: events: an election needs the candidate's ID")
 	}
+	switch cfg.From {
+	case "":
+		cfg.From = FromStart
+	case FromStart, FromEnd:
+	default:
+		return nil, fmt.Errorf("relay: events: from %q: want %s or %s", cfg.From, FromStart, FromEnd)
+	}
 	r := &EventRelay{c: c, cfg: cfg, mask: c.Masker(), log: cfg.Logger}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -204,17 +224,25 @@ func NewEvents(c *backstop.Client, cfg EventsConfig) (*EventRelay, error) {
 
 // Start starts following each stream (one goroutine each) — with an
 // election, once this candidate leads, and until it no longer does. The
-// checkpoint's rows are created (at the beginning of the log) when
-// missing.
+// checkpoint's rows are created when missing, at the beginning of the log
+// or, with From FromEnd, at its end; an existing row is never moved.
 func (r *EventRelay) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cancel != nil {
 		return errors.New("relay: events already started")
 	}
+	var from string // the cursor a new row starts at: "" is the log's beginning
+	if r.cfg.From == FromEnd {
+		end, err := r.c.Store().EventsEnd(ctx)
+		if err != nil {
+			return err
+		}
+		from = end
+	}
 	for _, s := range r.cfg.Streams {
 		if err := r.c.Store().SaveRelayCheckpoint(ctx, store.RelayCheckpointUpdate{Name: r.cfg.Checkpoint, Stream: s,
-			Sink: r.cfg.SinkName, Now: r.c.Engine().Now(), Create: true}); err != nil {
+			Sink: r.cfg.SinkName, Cursor: from, Now: r.c.Engine().Now(), Create: true}); err != nil {
 			return err
 		}
 	}
@@ -409,6 +437,9 @@ func (r *EventRelay) pause(ctx context.Context) bool {
 // checkpoint may move to: the page's end when every event was
 // acknowledged, else the last acknowledged event's cursor (or after).
 func (r *EventRelay) publish(ctx context.Context, stream, after string, page backstop.EventPage) (next string, published, dups int64, err error) {
+	if bs, ok := r.cfg.Sink.(BatchSink); ok && len(page.Events) > 1 {
+		return r.publishBatch(ctx, bs, stream, after, page)
+	}
 	next = after
 	set := r.m.sets[stream]
 	for _, e := range page.Events {
@@ -434,6 +465,46 @@ func (r *EventRelay) publish(ctx context.Context, stream, after string, page bac
 			r.m.duplicates.Add(ctx, 1, set)
 		}
 		next = e.Cursor
+	}
+	return page.Next, published, dups, nil
+}
+
+// publishBatch publishes page's events as one batch (BatchSink) and
+// returns the cursor of the last event of the acknowledged prefix (the
+// page's end when all were): the checkpoint never passes an event the
+// broker did not acknowledge. A batch is published whole by the leader of
+// when it began: a relay deposed meanwhile publishes at most one batch
+// beside its successor, repeats the broker removes by event id.
+func (r *EventRelay) publishBatch(ctx context.Context, bs BatchSink, stream, after string, page backstop.EventPage) (next string, published, dups int64, err error) {
+	if !r.leading() {
+		return after, 0, 0, errNotLeading
+	}
+	set := r.m.sets[stream]
+	ds := make([]*Delivery, len(page.Events))
+	for i, e := range page.Events {
+		if ds[i], err = r.delivery(e); err != nil {
+			return after, 0, 0, err
+		}
+	}
+	acked, err := bs.DeliverBatch(ctx, ds)
+	for _, d := range ds[:acked] {
+		if d.Duplicate {
+			dups++
+		}
+	}
+	published = int64(acked)
+	r.m.published.Add(ctx, published, set)
+	r.m.duplicates.Add(ctx, dups, set)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.m.failed.Add(ctx, 1, set)
+			r.log.Warn("relay: publishing an event failed; retrying", "checkpoint", r.cfg.Checkpoint, "stream", stream,
+				"event_id", page.Events[min(acked, len(ds)-1)].ID, "sink", r.cfg.SinkName, "acknowledged", acked, "batch", len(ds), "error", err)
+		}
+		if acked == 0 {
+			return after, 0, dups, err
+		}
+		return page.Events[acked-1].Cursor, published, dups, err
 	}
 	return page.Next, published, dups, nil
 }

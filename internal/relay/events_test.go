@@ -218,6 +218,9 @@ func TestEventRelayKafka(t *testing.T) {
 		stopEvents(t, r)
 		enqueueN(t, c, "q", 6)
 		startEvents(t, c, cfg)
+		// Every event committed before it is read: the relay publishes a
+		// batch at once, so it may be ahead of a read that came too soon.
+		testwait.For(t, "the 21 events to be readable", func() bool { return len(streamEvents(t, c, "all")) == 21 })
 		want := streamEvents(t, c, "all")
 		poll(len(want))
 		checkIDs(t, got, ids(want))

@@ -44,6 +44,32 @@ func openKafka(u *url.URL, o Options) (Sink, error) {
 func (s *kafkaSink) Deliver(ctx context.Context, d *Delivery) error {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
+	return classifyKafka(s.cl.ProduceSync(ctx, kafkaRecord(d)).FirstErr())
+}
+
+// DeliverBatch produces ds with one ProduceSync: the client pipelines
+// them to their partitions and waits once for every acknowledgement.
+func (s *kafkaSink) DeliverBatch(ctx context.Context, ds []*Delivery) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	rs := make([]*kgo.Record, len(ds))
+	at := make(map[*kgo.Record]int, len(ds))
+	for i, d := range ds {
+		rs[i] = kafkaRecord(d)
+		at[rs[i]] = i
+	}
+	// The results come in the order the acknowledgements did: the first
+	// failed record in batch order ends the acknowledged prefix.
+	acked, first := len(ds), error(nil)
+	for _, res := range s.cl.ProduceSync(ctx, rs...) {
+		if i := at[res.Record]; res.Err != nil && i < acked {
+			acked, first = i, res.Err
+		}
+	}
+	return acked, classifyKafka(first)
+}
+
+func kafkaRecord(d *Delivery) *kgo.Record {
 	r := &kgo.Record{Topic: d.Topic, Value: d.Payload}
 	if d.Key != "" {
 		r.Key = []byte(d.Key)
@@ -51,7 +77,7 @@ func (s *kafkaSink) Deliver(ctx context.Context, d *Delivery) error {
 	for k, v := range d.Headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
-	return classifyKafka(s.cl.ProduceSync(ctx, r).FirstErr())
+	return r
 }
 
 // classifyKafka: an error Kafka says retrying cannot fix (too large, an

@@ -48,7 +48,9 @@ func openNATS(u *url.URL, name string, o Options) (Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: %w", server.Redacted(), err)
 	}
-	js, err := jetstream.New(nc)
+	// An asynchronous publish (DeliverBatch) unanswered within the
+	// sink's timeout fails rather than waiting for ever.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(o.Timeout))
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -67,9 +69,7 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-func (s *natsSink) Deliver(ctx context.Context, d *Delivery) error {
-	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
-	defer cancel()
+func natsMsg(d *Delivery) *nats.Msg {
 	m := &nats.Msg{Subject: d.Topic, Data: d.Payload, Header: nats.Header{}}
 	for k, v := range d.Headers {
 		m.Header.Set(k, v)
@@ -77,6 +77,13 @@ func (s *natsSink) Deliver(ctx context.Context, d *Delivery) error {
 	if d.Key != "" {
 		m.Header.Set("Backstop-Key", d.Key)
 	}
+	return m
+}
+
+func (s *natsSink) Deliver(ctx context.Context, d *Delivery) error {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	m := natsMsg(d)
 	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(1))
 	if errors.Is(err, jetstream.ErrNoStreamResponse) && s.nc.IsConnected() {
 		// No stream covers the subject: cover it, then publish again.
@@ -88,6 +95,50 @@ func (s *natsSink) Deliver(ctx context.Context, d *Delivery) error {
 		d.Duplicate = ack.Duplicate
 	}
 	return classifyNATS(err)
+}
+
+// DeliverBatch publishes ds asynchronously (PublishMsgAsync, each with its
+// Nats-Msg-Id) and waits for their acknowledgements within the sink's
+// timeout. A subject no stream covers is covered by delivering the first
+// message refused for it with Deliver; the batch's rest is then published
+// asynchronously again.
+func (s *natsSink) DeliverBatch(ctx context.Context, ds []*Delivery) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	futures := make([]jetstream.PubAckFuture, 0, len(ds))
+	var sendErr error
+	for _, d := range ds {
+		// No retry on "no responders": no stream covers the subject, and
+		// the batch falls back to Deliver, which covers it, at once.
+		f, err := s.js.PublishMsgAsync(natsMsg(d), jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(0))
+		if err != nil {
+			sendErr = err
+			break
+		}
+		futures = append(futures, f)
+	}
+	for i, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			ds[i].Duplicate = ack.Duplicate
+		case err := <-f.Err():
+			if errors.Is(err, jetstream.ErrNoStreamResponse) && s.nc.IsConnected() {
+				// Deliver covers the subject; the rest goes as a batch again.
+				if err := s.Deliver(ctx, ds[i]); err != nil {
+					return i, err
+				}
+				n, err := s.DeliverBatch(ctx, ds[i+1:])
+				return i + 1 + n, err
+			}
+			return i, classifyNATS(err)
+		case <-ctx.Done():
+			return i, ctx.Err()
+		}
+	}
+	if sendErr != nil {
+		return len(futures), classifyNATS(sendErr)
+	}
+	return len(ds), nil
 }
 
 // cover adds subject to the relay's stream, creating it when it does not

@@ -192,6 +192,11 @@ func (Txs) CloseDeadLetter(ctx context.Context, tx pgx.Tx, c store.DLQStatusChan
 	return t != nil, err
 }
 
+// DeadLetterAs is store.Tx's DeadLetterAs inside tx.
+func (Txs) DeadLetterAs(ctx context.Context, tx pgx.Tx, d store.DeadLetterAs) (*bt.Task, error) {
+	return sqldialect.DeadLetterAsIn(ctx, dialect, runnerTx{runner{q: tx}, tx}, d)
+}
+
 // SetRunWake is store.WorkflowTx's SetRunWake inside tx.
 func (Txs) SetRunWake(ctx context.Context, tx pgx.Tx, runID string, at time.Time) error {
 	return sqldialect.WorkflowSetRunWake(ctx, dialect, runner{q: tx}, runID, at)

@@ -148,6 +148,11 @@ func (Txs) CloseDeadLetter(ctx context.Context, tx *sql.Tx, c store.DLQStatusCha
 	return t != nil, err
 }
 
+// DeadLetterAs is store.Tx's DeadLetterAs inside tx.
+func (Txs) DeadLetterAs(ctx context.Context, tx *sql.Tx, d store.DeadLetterAs) (*bt.Task, error) {
+	return sqldialect.DeadLetterAsIn(ctx, dialect, &runnerTx{runner: runner{q: tx}, tx: tx}, d)
+}
+
 // SetRunWake is store.WorkflowTx's SetRunWake inside tx.
 func (Txs) SetRunWake(ctx context.Context, tx *sql.Tx, runID string, at time.Time) error {
 	return sqldialect.WorkflowSetRunWake(ctx, dialect, runner{q: tx}, runID, at)

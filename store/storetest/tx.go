@@ -180,6 +180,58 @@ func (s *suite) testTx(t *testing.T) {
 			t.Fatalf("the live task changed: %+v %v", b.get("live1"), b.events("live1"))
 		}
 	})
+	t.Run("DeadLetterAs", func(t *testing.T) {
+		t.Parallel()
+		b := s.setup(t, nil)
+		b.enqueue(backstop.EnqueueParams{ID: "step1", Queue: "okq", Kind: "k"})
+		got := claim(t, b, "okq", 1)
+		b.succeed(got[0])
+		b.dead(backstop.EnqueueParams{ID: "step1.sink", Queue: "q", Kind: "k"})
+		b.enqueue(backstop.EnqueueParams{ID: "live1", Queue: "q", Kind: "k"})
+		as := func(id, cause string) store.DeadLetterAs {
+			now := b.clock.Now()
+			return store.DeadLetterAs{ID: id, Cause: cause, Now: now,
+				Event: store.NewEvent(now, store.EventDeadLettered, id, "", "", "", []byte(`{"reason":"permanent_error"}`))}
+		}
+		// Rolled back: still succeeded.
+		err := b.store.InTx(b.ctx, func(tx store.Tx) error {
+			if dl, err := tx.DeadLetterAs(b.ctx, as("step1", "step1.sink")); err != nil || dl == nil || dl.State != bt.StateDead {
+				t.Fatalf("dead-letter a succeeded task: %+v %v", dl, err)
+			}
+			return errBoom
+		})
+		if !errors.Is(err, errBoom) || b.get("step1").State != bt.StateSucceeded {
+			t.Fatalf("rolled back: %v, %s", err, b.get("step1").State)
+		}
+		// A live task, or a cause that is not dead, changes nothing.
+		err = b.store.InTx(b.ctx, func(tx store.Tx) error {
+			for _, c := range []store.DeadLetterAs{as("live1", "step1.sink"), as("step1", "live1")} {
+				if dl, err := tx.DeadLetterAs(b.ctx, c); err != nil || dl != nil {
+					t.Fatalf("%s as %s: %+v %v, want nil, nil", c.ID, c.Cause, dl, err)
+				}
+			}
+			dl, err := tx.DeadLetterAs(b.ctx, as("step1", "step1.sink"))
+			if err != nil || dl == nil || dl.ID != "step1" {
+				t.Fatalf("dead-letter: %+v %v", dl, err)
+			}
+			return nil
+		})
+		step := b.get("step1")
+		if err != nil || step.State != bt.StateDead || step.DLQStatus != bt.DLQOpen || step.DeadReason != bt.ReasonPermanentError ||
+			step.LastError != "boom: step1.sink" || step.DeadCount != 1 {
+			t.Fatalf("committed: %v, %+v", err, step)
+		}
+		if len(step.Executions) != 1 || step.Executions[0].Outcome != bt.OutcomeSucceeded {
+			t.Fatalf("executions %+v, want the handler's one success, none invented", step.Executions)
+		}
+		evs, err := b.c.Events(b.ctx, "step1")
+		if err != nil || evs[len(evs)-1].Type != store.EventDeadLettered || evs[len(evs)-1].Queue != "okq" {
+			t.Fatalf("events %v %+v", err, evs)
+		}
+		if b.get("live1").State != bt.StatePending {
+			t.Fatalf("the live task changed: %+v", b.get("live1"))
+		}
+	})
 	t.Run("FollowerNeverSkips", s.txFollower)
 	t.Run("WakesItsQueues", func(t *testing.T) {
 		t.Parallel()

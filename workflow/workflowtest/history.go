@@ -231,6 +231,9 @@ func Check(def Def, events []Event) (finished string, err error) {
 			// The step's task is done; its message settles the step.
 			delete(open, b.TaskID)
 			open[b.MessageID] = true
+		case "step.dead_lettered":
+			// The step's message died (on_sink_fail: dead_letter): settled.
+			delete(open, b.MessageID)
 		case "run.resumed":
 			for _, id := range b.Tasks {
 				open[id] = true

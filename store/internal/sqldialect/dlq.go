@@ -3,6 +3,7 @@ package sqldialect
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -160,6 +161,56 @@ func SetDLQStatusIn(ctx context.Context, d *Dialect, tx Tx, c store.DLQStatusCha
 		return nil, err
 	}
 	return t, nil
+}
+
+// DeadLetterAsIn is store.Tx's DeadLetterAs in tx: the succeeded task
+// d.ID becomes an open dead letter with d.Cause's reason and last error
+// (d.Cause must be dead), d.Event is written, and the task is returned;
+// otherwise nothing changes (nil).
+func DeadLetterAsIn(ctx context.Context, d *Dialect, tx Tx, c store.DeadLetterAs) (*bt.Task, error) {
+	// The succeeded attempt stays recorded: a store that keeps a success
+	// on its task row only (PostgreSQL) gets its execution row first.
+	if _, err := tx.Exec(ctx, `INSERT INTO backstop_executions
+		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail)
+		SELECT t.execution_id, t.id, t.attempt, COALESCE(t.worker_id, ''), COALESCE(t.attempted_at, t.finalized_at),
+			t.finalized_at, 'succeeded', NULL, NULL
+		FROM backstop_tasks t
+		WHERE t.id = $1 AND t.state = 'succeeded' AND t.execution_id IS NOT NULL
+			AND EXISTS (SELECT 1 FROM backstop_tasks m WHERE m.id = $2 AND m.state = 'dead')
+			AND NOT EXISTS (SELECT 1 FROM backstop_executions x WHERE x.execution_id = t.execution_id)`, c.ID, c.Cause); err != nil {
+		return nil, err
+	}
+	n, err := tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'dead',
+		dead_reason = (SELECT m.dead_reason FROM backstop_tasks m WHERE m.id = $1),
+		last_error = (SELECT m.last_error FROM backstop_tasks m WHERE m.id = $1),
+		dlq_status = 'open', first_seen = COALESCE(first_seen, $2), last_seen = $2,
+		dead_count = dead_count + 1, finalized_at = $2, updated_at = $2
+		WHERE id = $3 AND state = 'succeeded'
+			AND EXISTS (SELECT 1 FROM backstop_tasks m WHERE m.id = $1 AND m.state = 'dead')`, c.Cause, c.Now, c.ID)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	t, err := d.GetTask(ctx, tx, c.ID, false)
+	if err != nil {
+		return nil, err
+	}
+	ev := c.Event
+	ev.Queue, ev.Kind = t.Queue, t.Kind
+	// The body says what any dead letter's says, with the caller's keys.
+	body := map[string]any{}
+	if len(ev.Body) > 0 {
+		if err := json.Unmarshal(ev.Body, &body); err != nil {
+			return nil, fmt.Errorf("%s: dead-letter %s: event body: %w", d.Prefix, c.ID, err)
+		}
+	}
+	body["reason"], body["attempt"], body["dead_count"] = t.DeadReason, t.Attempt, t.DeadCount
+	if ev.Body, err = json.Marshal(body); err != nil {
+		return nil, err
+	}
+	if ev.Attributes == nil {
+		ev.Attributes = t.Attributes
+	}
+	return t, d.TaskEvents(ctx, tx, []bt.Event{ev})
 }
 
 // StartRedrive implements store.DLQ.
