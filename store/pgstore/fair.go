@@ -11,8 +11,9 @@ import (
 var _ store.Fairness = (*Store)(nil)
 
 // claimFair is Claim on a queue that may be fair: under the lock on its
-// fairness row, pick by the values' passes (sqldialect's FairPlan) and
-// claim the picked tasks. A queue no longer fair claims as usual.
+// fairness row (and its limits' with p.Limited), pick by the values'
+// passes within the limits (sqldialect's FairPlan) and claim the picked
+// tasks. A queue no longer fair claims as usual.
 func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*bt.Task, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -22,6 +23,10 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*bt.Task,
 	ids, fair, err := s.procedures.FairPlan(ctx, runner{q: tx}, p)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim %s: fairness: %w", p.Queue, err)
+	}
+	if !fair && p.Limited {
+		_ = tx.Rollback(ctx)
+		return s.claimLimited(ctx, p) // limits.go
 	}
 	var tasks []*bt.Task
 	switch {
