@@ -34,6 +34,17 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*bt.Task,
 		tasks, err = plainClaim(ctx, tx, p)
 	case len(ids) > 0:
 		tasks, err = queryTasksOn(ctx, tx, sqlClaimIDs, p.Queue, p.Now, len(ids), p.WorkerID, p.Now.Add(p.Lease), textArray(ids))
+		if err == nil && len(tasks) < len(ids) && !p.Limited {
+			// Picked tasks that a claim without the fairness lock (a
+			// one-value claim, a process that does not know the queue is
+			// fair yet) holds are skipped; the plain claim fills the batch,
+			// so a claim does not come back short while tasks wait.
+			var more []*bt.Task
+			rest := p
+			rest.Max = len(ids) - len(tasks)
+			more, err = plainClaim(ctx, tx, rest)
+			tasks = append(tasks, more...)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)

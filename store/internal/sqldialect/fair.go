@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,8 +137,10 @@ func (p *Procedures) forgetOneValue(queue string) {
 // each only while its budgets have room (store.AdmitWithinLimits), records
 // the passes of the values it picked from and takes the picked tasks'
 // tokens. fair is false when the queue is not fair (the caller claims as
-// usual: the limited claim with cp.Limited). Only cp.Max tasks of each
-// value and priority are read, the next ones. When exactly one value
+// usual: the limited claim with cp.Limited). It counts the claimable
+// tasks of each value and priority, works out each one's share of the
+// claim from the counts (store.FairShares) and reads only those tasks,
+// the next ones of each. When exactly one value
 // waits and no budget is full, it marks the queue's claims of these kinds
 // one-value (FairOneValue).
 func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimParams) (ids []string, fair bool, err error) {
@@ -163,13 +166,21 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 			full = bs.Full(limits)
 		}
 	}
-	cands, err := p.fairCandidates(ctx, q, f, cp, limits, full)
-	if err != nil || len(cands) == 0 {
+	w := p.fairWhere(f, cp, limits, full)
+	if w.none {
+		return nil, true, nil
+	}
+	lines, err := fairLines(ctx, q, w)
+	if err != nil || len(lines) == 0 {
 		return nil, true, err
 	}
-	values := map[string]bool{}
-	for _, c := range cands {
-		values[c.Value] = true
+	valueSet := map[string]bool{}
+	var values []string
+	for _, l := range lines {
+		if !valueSet[l.Value] {
+			valueSet[l.Value] = true
+			values = append(values, l.Value)
+		}
 	}
 	if len(values) == 1 && len(full) == 0 {
 		p.fairOne.Store(fairKeyOf(cp), cp.Now)
@@ -188,7 +199,7 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 			rows.Close()
 			return nil, true, err
 		}
-		if values[v] {
+		if valueSet[v] {
 			passes[v] = pass
 		}
 	}
@@ -196,8 +207,13 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 	if err := rows.Err(); err != nil {
 		return nil, true, err
 	}
+	base := store.FairBase(values, passes)
+	cands, err := fairCandidates(ctx, q, w, store.FairShares(f, lines, passes, base, cp.Max), len(limits) > 0)
+	if err != nil {
+		return nil, true, err
+	}
 	var picked []store.FairCandidate
-	for _, c := range store.FairOrder(f, cands, passes) {
+	for _, c := range store.FairOrder(f, cands, passes, base) {
 		if len(picked) == cp.Max {
 			break
 		}
@@ -207,21 +223,14 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 		picked = append(picked, c)
 		ids = append(ids, c.ID)
 	}
-	next := store.FairPasses(f, cands, passes, picked)
+	next := store.FairPasses(f, values, passes, base, picked)
 	// Values with nothing waiting are forgotten: back, they start afresh.
-	waiting := make([]string, 0, len(values))
-	for v := range values {
-		waiting = append(waiting, v)
-	}
 	if _, err := q.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1 AND NOT (value `+p.dialect.InText("$2")+`)`,
-		cp.Queue, p.dialect.TextList(waiting)); err != nil {
+		cp.Queue, p.dialect.TextList(values)); err != nil {
 		return nil, true, err
 	}
-	for v, pass := range next {
-		if _, err := q.Exec(ctx, `INSERT INTO backstop_fair_passes (queue, value, pass) VALUES ($1, $2, $3)
-	ON CONFLICT (queue, value) DO UPDATE SET pass = excluded.pass`, cp.Queue, v, pass); err != nil {
-			return nil, true, err
-		}
+	if err := storePasses(ctx, q, cp.Queue, next); err != nil {
+		return nil, true, err
 	}
 	if err := p.TakeTokens(ctx, q, limits, bs); err != nil {
 		return nil, true, err
@@ -229,31 +238,59 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 	return ids, true, nil
 }
 
-// fairCandidates reads, in q, the next cp.Max claimable tasks of each
-// value and priority of fair queue f, outside the full budgets of limits
-// (with limits, each with its kind and attributes, for the admission).
-func (p *Procedures) fairCandidates(ctx context.Context, q Querier, f store.FairQueue, cp store.ClaimParams, limits []store.Limit, full []store.Budget) ([]store.FairCandidate, error) {
-	// Parameters are numbered in the order they first appear (SQLite
-	// numbers $N parameters that way); the limit is a literal.
-	value := "coalesce(" + p.dialect.JSONText("t.attributes", "$1") + ", '')"
-	args := []any{p.dialect.JSONKey(f.By), cp.Queue, cp.Now}
-	param := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
+// storePasses upserts the passes of queue's values, a few hundred a
+// statement.
+func storePasses(ctx context.Context, q Querier, queue string, passes map[string]float64) error {
+	values := slices.Sorted(maps.Keys(passes))
+	for len(values) > 0 {
+		chunk := values[:min(len(values), 300)]
+		values = values[len(chunk):]
+		args := []any{queue}
+		rows := make([]string, len(chunk))
+		for i, v := range chunk {
+			args = append(args, v, passes[v])
+			rows[i] = fmt.Sprintf("($1, $%d, $%d)", len(args)-1, len(args))
+		}
+		if _, err := q.Exec(ctx, `INSERT INTO backstop_fair_passes (queue, value, pass) VALUES `+strings.Join(rows, ", ")+`
+	ON CONFLICT (queue, value) DO UPDATE SET pass = excluded.pass`, args...); err != nil {
+			return err
+		}
 	}
-	filter := ""
+	return nil
+}
+
+// fairFilter is the claimable tasks of a fair claim in SQL: value is a
+// task's (t) value of the attribute, where the condition after FROM
+// backstop_tasks t, args their parameters; none: nothing is claimable.
+type fairFilter struct {
+	value, where string
+	args         []any
+	none         bool
+}
+
+// fairWhere is the claimable tasks of fair queue f for cp, outside the
+// full budgets of limits.
+func (p *Procedures) fairWhere(f store.FairQueue, cp store.ClaimParams, limits []store.Limit, full []store.Budget) fairFilter {
+	// Parameters are numbered in the order they first appear (SQLite
+	// numbers $N parameters that way).
+	w := fairFilter{value: "coalesce(" + p.dialect.JSONText("t.attributes", "$1") + ", '')",
+		args: []any{p.dialect.JSONKey(f.By), cp.Queue, cp.Now}}
+	param := func(v any) string {
+		w.args = append(w.args, v)
+		return "$" + strconv.Itoa(len(w.args))
+	}
+	w.where = `t.state = 'pending' AND t.queue = $2 AND t.run_at <= $3 AND (t.deadline IS NULL OR t.deadline > $3)`
 	if len(cp.Kinds) > 0 {
 		ph := make([]string, len(cp.Kinds))
 		for i, k := range cp.Kinds {
 			ph[i] = param(k)
 		}
-		filter = " AND t.kind IN (" + strings.Join(ph, ", ") + ")"
+		w.where += " AND t.kind IN (" + strings.Join(ph, ", ") + ")"
 	}
 	// A full budget's tasks are skipped here, so a value held back by a
 	// limit does not hide its other tasks (of other kinds) behind it.
 	for _, b := range full {
-		i := slices.IndexFunc(limits, func(l store.Limit) bool { return l.Name == b.Limit })
-		l := limits[i]
+		l := limits[slices.IndexFunc(limits, func(l store.Limit) bool { return l.Name == b.Limit })]
 		var conds []string
 		if l.Kind != "" {
 			conds = append(conds, "t.kind = "+param(l.Kind))
@@ -263,34 +300,71 @@ func (p *Procedures) fairCandidates(ctx context.Context, q Querier, f store.Fair
 			conds = append(conds, "coalesce("+p.dialect.JSONText("t.attributes", key)+", '') = "+param(b.Value))
 		}
 		if len(conds) == 0 {
-			return nil, nil // the queue's whole budget is full
+			return fairFilter{none: true} // the queue's whole budget is full
 		}
-		filter += " AND NOT (" + strings.Join(conds, " AND ") + ")"
+		w.where += " AND NOT (" + strings.Join(conds, " AND ") + ")"
 	}
-	extra := ""
-	if len(limits) > 0 {
-		extra = ", kind, attributes"
-	}
-	rows, err := q.Query(ctx, `SELECT id, priority, v, rn`+extra+` FROM (
-	SELECT t.id, t.priority, t.kind, t.attributes, `+value+` AS v,
-		row_number() OVER (PARTITION BY t.priority, `+value+` ORDER BY t.run_at, t.id) AS rn
-	FROM backstop_tasks t
-	WHERE t.state = 'pending' AND t.queue = $2 AND t.run_at <= $3 AND (t.deadline IS NULL OR t.deadline > $3)`+filter+`
-	  AND NOT EXISTS (SELECT 1 FROM backstop_queues pq WHERE pq.name = $2)
-) c WHERE rn <= `+strconv.Itoa(cp.Max), args...)
+	w.where += "\n	  AND NOT EXISTS (SELECT 1 FROM backstop_queues pq WHERE pq.name = $2)"
+	return w
+}
+
+// fairLines counts the claimable tasks of each value and priority.
+func fairLines(ctx context.Context, q Querier, w fairFilter) ([]store.FairLine, error) {
+	rows, err := q.Query(ctx, `SELECT t.priority, `+w.value+`, count(*) FROM backstop_tasks t WHERE `+w.where+`
+GROUP BY t.priority, `+w.value, w.args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var cands []store.FairCandidate
+	var lines []store.FairLine
 	for rows.Next() {
+		var l store.FairLine
+		if err := rows.Scan(&l.Priority, &l.Value, &l.N); err != nil {
+			return nil, err
+		}
+		lines = append(lines, l)
+	}
+	return lines, rows.Err()
+}
+
+// fairCandidates reads the next tasks of each line, as many as its share
+// (with kind and attributes, for the limits' admission, when limited).
+func fairCandidates(ctx context.Context, q Querier, w fairFilter, shares map[store.FairLine]int, limited bool) ([]store.FairCandidate, error) {
+	if len(shares) == 0 {
+		return nil, nil
+	}
+	args := slices.Clone(w.args)
+	most := 0
+	rows := make([]string, 0, len(shares))
+	for l, n := range shares {
+		args = append(args, l.Priority, l.Value, n)
+		rows = append(rows, fmt.Sprintf("(CAST($%d AS integer), CAST($%d AS text), CAST($%d AS integer))", len(args)-2, len(args)-1, len(args)))
+		most = max(most, n)
+	}
+	extra := ""
+	if limited {
+		extra = ", c.kind, c.attributes"
+	}
+	rs, err := q.Query(ctx, `SELECT c.id, c.priority, c.v, c.rn`+extra+` FROM (
+	SELECT t.id, t.priority, t.kind, t.attributes, `+w.value+` AS v,
+		row_number() OVER (PARTITION BY t.priority, `+w.value+` ORDER BY t.run_at, t.id) AS rn
+	FROM backstop_tasks t
+	WHERE `+w.where+`
+) c JOIN (VALUES `+strings.Join(rows, ", ")+`) s ON s.column1 = c.priority AND s.column2 = c.v AND c.rn <= s.column3
+WHERE c.rn <= `+strconv.Itoa(most), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var cands []store.FairCandidate
+	for rs.Next() {
 		var c store.FairCandidate
 		dest := []any{&c.ID, &c.Priority, &c.Value, &c.Rank}
 		var attrs []byte
-		if len(limits) > 0 {
+		if limited {
 			dest = append(dest, &c.Kind, &attrs)
 		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := rs.Scan(dest...); err != nil {
 			return nil, err
 		}
 		if len(attrs) > 0 {
@@ -300,5 +374,5 @@ func (p *Procedures) fairCandidates(ctx context.Context, q Querier, f store.Fair
 		}
 		cands = append(cands, c)
 	}
-	return cands, rows.Err()
+	return cands, rs.Err()
 }
