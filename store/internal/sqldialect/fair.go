@@ -136,13 +136,14 @@ func (p *Procedures) forgetOneValue(queue string) {
 // claimable tasks outside the full budgets in store.FairOrder, admitting
 // each only while its budgets have room (store.AdmitWithinLimits), records
 // the passes of the values it picked from and takes the picked tasks'
-// tokens. fair is false when the queue is not fair (the caller claims as
-// usual: the limited claim with cp.Limited). It counts the claimable
+// tokens. fair is false when the queue is not fair or one value waits
+// (the caller claims as usual: the limited claim with cp.Limited; with
+// one value that is the fair order). It counts the claimable
 // tasks of each value and priority, works out each one's share of the
 // claim from the counts (store.FairShares) and reads only those tasks,
-// the next ones of each. When exactly one value
-// waits and no budget is full, it marks the queue's claims of these kinds
-// one-value (FairOneValue).
+// the next ones of each. When exactly one value waits and no budget is
+// full, it marks the queue's claims of these kinds one-value
+// (FairOneValue) and answers not fair.
 func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimParams) (ids []string, fair bool, err error) {
 	rows, err := q.Query(ctx, `SELECT queue, by_attr, weights, created_at FROM backstop_fair_queues WHERE queue = $1`+p.dialect.ForUpdate, cp.Queue)
 	if err != nil {
@@ -153,6 +154,9 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 		return nil, false, err
 	}
 	f := fs[0]
+	if p.FairOneValue(cp) {
+		return nil, false, nil // marked while this claim waited for the lock
+	}
 	var (
 		limits []store.Limit
 		bs     *store.Budgets
@@ -182,8 +186,14 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 			values = append(values, l.Value)
 		}
 	}
+	// Values with nothing waiting are forgotten: back, they start afresh.
+	if _, err := q.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1 AND NOT (value `+p.dialect.InText("$2")+`)`,
+		cp.Queue, p.dialect.TextList(values)); err != nil {
+		return nil, true, err
+	}
 	if len(values) == 1 && len(full) == 0 {
 		p.fairOne.Store(fairKeyOf(cp), cp.Now)
+		return nil, false, nil
 	}
 	passes := map[string]float64{}
 	rows, err = q.Query(ctx, `SELECT value, pass FROM backstop_fair_passes WHERE queue = $1`, cp.Queue)
@@ -224,11 +234,6 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 		ids = append(ids, c.ID)
 	}
 	next := store.FairPasses(f, values, passes, base, picked)
-	// Values with nothing waiting are forgotten: back, they start afresh.
-	if _, err := q.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1 AND NOT (value `+p.dialect.InText("$2")+`)`,
-		cp.Queue, p.dialect.TextList(values)); err != nil {
-		return nil, true, err
-	}
 	if err := storePasses(ctx, q, cp.Queue, next); err != nil {
 		return nil, true, err
 	}
