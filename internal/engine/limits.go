@@ -35,10 +35,11 @@ func LimitDefaults(l Limit) Limit {
 	return l
 }
 
-// LimitsRefresh is how often the engine rereads which queues have limits.
-// A queue with none claims with the plain claim, which never reads them;
-// a limit set by another process binds this one's claims within this
-// long (at once for a limit set through this engine).
+// LimitsRefresh is how often the engine rereads which queues have limits
+// and which are fair (claimsettings.go). A queue with neither claims with
+// the plain claim, which never reads them; a limit or fairness set by
+// another process binds this one's claims within this long (at once when
+// set through this engine).
 const LimitsRefresh = time.Second
 
 // ValidateLimit checks a limit before it is stored; the error names the
