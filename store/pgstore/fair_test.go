@@ -12,9 +12,10 @@ import (
 )
 
 // TestFairOneValueTakesNoLock: once a fair claim found one value waiting,
-// the queue's fair claims go the plain way (store.FairOneValueFor): they
-// neither rank the queue nor wait for the fairness lock, which another
-// transaction holds here.
+// the queue's fair claims go the plain way (store.FairOneValueFor), and
+// renew that without the lock while one value still waits: they neither
+// rank the queue nor wait for the fairness lock, which another
+// transaction holds here. With two values waiting they do.
 func TestFairOneValueTakesNoLock(t *testing.T) {
 	b := setup(t)
 	s, ctx := b.store, t.Context()
@@ -45,15 +46,22 @@ func TestFairOneValueTakesNoLock(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM backstop_fair_queues WHERE queue = 'fq' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
-	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if got, err := fairClaim(wait, t0.Add(store.FairOneValueFor/2)); err != nil || len(got) != 1 {
-		t.Fatalf("one-value fair claim beside the fairness lock: %v %v, want a task at once", got, err)
+	for _, at := range []time.Duration{store.FairOneValueFor / 2, store.FairOneValueFor} {
+		wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+		got, err := fairClaim(wait, t0.Add(at))
+		cancel()
+		if err != nil || len(got) != 1 {
+			t.Fatalf("one-value fair claim at +%v beside the fairness lock: %v %v, want a task at once", at, got, err)
+		}
 	}
-	// Past the mark the claim ranks again, under the lock: it waits.
-	wait, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	// A second value waits: past the mark (renewed at +FairOneValueFor),
+	// the claim ranks the values under the lock, so it waits.
+	task := newTask("fq")
+	task.Attributes = map[string]string{"tenant": "b"}
+	enqueue(t, s, store.EnqueueOpts{}, task)
+	wait, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := fairClaim(wait, t0.Add(store.FairOneValueFor)); err == nil {
-		t.Fatal("a fair claim past the one-value mark did not wait for the fairness lock")
+	if _, err := fairClaim(wait, t0.Add(2*store.FairOneValueFor)); err == nil {
+		t.Fatal("a fair claim with two values waiting did not wait for the fairness lock")
 	}
 }

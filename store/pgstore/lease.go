@@ -20,7 +20,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	if p.Max <= 0 {
 		return nil, nil
 	}
-	if p.Fair && !s.procedures.FairOneValue(p) {
+	if p.Fair && !s.procedures.FairOneValue(ctx, p) {
 		return s.claimFair(ctx, p) // fair.go: within the limits with p.Limited
 	}
 	if p.Limited {

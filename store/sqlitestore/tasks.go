@@ -461,7 +461,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	if p.Max <= 0 {
 		return nil, nil
 	}
-	if p.Fair && s.procedures.FairOneValue(p) {
+	if p.Fair && s.procedures.FairOneValue(ctx, p) {
 		p.Fair = false // one value waits: its fair order is the plain one (store.FairOneValueFor)
 	}
 	optimistic := p.Limited && !p.Fair && s.mayClaimOptimistically(p) // limits.go

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/backstophq/backstop/store"
@@ -104,18 +105,72 @@ func fairKeyOf(cp store.ClaimParams) fairKey {
 	return fairKey{cp.Queue, strings.Join(cp.Kinds, "\x00")}
 }
 
-// FairOneValue reports whether a fair claim of cp's queue and kinds, in
-// this process, found one value waiting less than store.FairOneValueFor
-// before cp.Now (the claims' clock): the claim then takes the plain path
-// (the limited one when the queue has limits), which is the fair order of
-// one value, without the fairness lock or the ranking.
-func (p *Procedures) FairOneValue(cp store.ClaimParams) bool {
-	t, ok := p.fairOne.Load(fairKeyOf(cp))
+// oneValueMark: a fair claim found one value waiting at At; renewing is
+// set while one claim checks whether that still holds.
+type oneValueMark struct {
+	at       time.Time
+	renewing atomic.Bool
+}
+
+// marked reports whether the mark of cp's queue and kinds is less than
+// store.FairOneValueFor old at cp.Now (the claims' clock).
+func (p *Procedures) marked(cp store.ClaimParams) (*oneValueMark, bool) {
+	v, ok := p.fairOne.Load(fairKeyOf(cp))
 	if !ok {
+		return nil, false
+	}
+	m := v.(*oneValueMark)
+	return m, !cp.Now.Before(m.at) && cp.Now.Sub(m.at) < store.FairOneValueFor
+}
+
+// FairOneValue reports whether a claim of cp's queue and kinds may take the
+// plain path (the limited one when the queue has limits), which is the fair
+// order of one value, without the fairness lock or the ranking: a fair
+// claim of this process found one value waiting less than
+// store.FairOneValueFor before cp.Now. When that mark is older, one claim
+// checks, without the lock (on the reader), whether one value still waits
+// and renews the mark if so; the claims that arrive meanwhile go on as
+// marked. A limited claim does not renew it (full budgets are read under
+// the lock: its fair claim marks the queue again when it may).
+func (p *Procedures) FairOneValue(ctx context.Context, cp store.ClaimParams) bool {
+	m, ok := p.marked(cp)
+	switch {
+	case ok:
+		return true
+	case m == nil:
+		return false
+	case !m.renewing.CompareAndSwap(false, true):
+		return true // another claim is renewing it
+	}
+	one := !cp.Limited && p.oneValueWaiting(ctx, cp)
+	if one {
+		p.fairOne.Store(fairKeyOf(cp), &oneValueMark{at: cp.Now})
+	} else {
+		p.fairOne.CompareAndDelete(fairKeyOf(cp), m)
+	}
+	return one
+}
+
+// oneValueWaiting reports whether the claimable tasks of cp's queue and
+// kinds, read on the reader, all have one value of the queue's attribute
+// (false when there are none, the queue is not fair, or the read fails:
+// the fair claim then decides under its lock).
+func (p *Procedures) oneValueWaiting(ctx context.Context, cp store.ClaimParams) bool {
+	rows, err := p.reader.Query(ctx, `SELECT queue, by_attr, weights, created_at FROM backstop_fair_queues WHERE queue = $1`, cp.Queue)
+	if err != nil {
 		return false
 	}
-	at := t.(time.Time)
-	return !cp.Now.Before(at) && cp.Now.Sub(at) < store.FairOneValueFor
+	fs, err := scanFair(rows)
+	if err != nil || len(fs) == 0 {
+		return false
+	}
+	w := p.fairWhere(fs[0], cp, nil, nil)
+	var least, most *string
+	if err := p.reader.QueryRow(ctx, `SELECT min(v), max(v) FROM (SELECT `+w.value+` AS v FROM backstop_tasks t WHERE `+w.where+`) c`,
+		w.args...).Scan(&least, &most); err != nil {
+		return false
+	}
+	return least != nil && most != nil && *least == *most
 }
 
 // forgetOneValue drops the queue's one-value marks (its fairness changed).
@@ -154,7 +209,7 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 		return nil, false, err
 	}
 	f := fs[0]
-	if p.FairOneValue(cp) {
+	if _, ok := p.marked(cp); ok {
 		return nil, false, nil // marked while this claim waited for the lock
 	}
 	var (
@@ -192,7 +247,7 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 		return nil, true, err
 	}
 	if len(values) == 1 && len(full) == 0 {
-		p.fairOne.Store(fairKeyOf(cp), cp.Now)
+		p.fairOne.Store(fairKeyOf(cp), &oneValueMark{at: cp.Now})
 		return nil, false, nil
 	}
 	passes := map[string]float64{}

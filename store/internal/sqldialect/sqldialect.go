@@ -150,7 +150,7 @@ type Procedures struct {
 	dialect *Dialect
 	writer  DB       // writes and transactions
 	reader  Querier  // reads (SQLite's reader pool; PostgreSQL's pool again)
-	fairOne sync.Map // fairKey → time.Time: a fair claim found one value waiting (FairOneValue)
+	fairOne sync.Map // fairKey → *oneValueMark: a fair claim found one value waiting (FairOneValue)
 }
 
 // Interfaces the procedures implement whole; of the others (Workers,
