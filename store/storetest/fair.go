@@ -149,6 +149,33 @@ func (s *suite) testFairness(t *testing.T) {
 		// earned no credit); a batch takes one of a, within its limit.
 		eq(t, "batch after a's slot came back", strings.Join(b.fairClaim(4), ""), "abc")
 	})
+	t.Run("WithRateLimit", func(t *testing.T) {
+		t.Parallel()
+		b := s.fairBundle(t, nil)
+		// Tenant a's tasks are of a kind limited to one start a second.
+		if _, err := b.c.SetLimit(b.ctx, backstop.Limit{Name: "slow", Queue: "fq", Kind: "heavy", Rate: 1, Burst: 1}, "ops"); err != nil {
+			t.Fatal(err)
+		}
+		for _, tenant := range []string{"a", "b", "c"} {
+			for range 4 {
+				b.clock.Advance(time.Microsecond)
+				b.enqueue(backstop.EnqueueParams{Queue: "fq", Kind: map[string]string{"a": "heavy", "b": "k", "c": "k"}[tenant],
+					Attributes: map[string]string{"tenant": tenant}})
+			}
+		}
+		var got string
+		for range 5 {
+			got += strings.Join(b.fairClaim(1), "")
+		}
+		// a spent its token; the rotation goes on over b and c.
+		eq(t, "claim order", got, "abc"+"bc")
+		b.clock.Advance(time.Second)
+		got = ""
+		for range 3 {
+			got += strings.Join(b.fairClaim(1), "")
+		}
+		eq(t, "claim order a second later", got, "abc")
+	})
 	t.Run("BadInput", func(t *testing.T) {
 		t.Parallel()
 		b := s.setup(t, nil)
