@@ -32,8 +32,9 @@ func (f FairQueue) Weight(value string) int {
 // FairOneValueFor is how long, on the claims' clock, the claims of a fair
 // queue go the plain way after a fair claim found one value waiting: one
 // value's fair order is the plain order, and the plain claim neither
-// ranks the queue's tasks nor takes the fairness lock. A value that starts
-// waiting meanwhile joins the rotation at the next fair claim, within
+// ranks the queue's tasks nor takes the fairness lock. Past it, one claim
+// checks (without the lock) that one value still waits and renews it; a
+// value that starts waiting meanwhile joins the rotation then, within
 // this long.
 const FairOneValueFor = time.Second
 
