@@ -29,6 +29,15 @@ func (f FairQueue) Weight(value string) int {
 	return 1
 }
 
+// FairOneValueFor is how long, on the claims' clock, the claims of a fair
+// queue go the plain way after a fair claim found one value waiting: one
+// value's fair order is the plain order, and the plain claim neither
+// ranks the queue's tasks nor takes the fairness lock. Past it, one claim
+// checks (without the lock) that one value still waits and renews it; a
+// value that starts waiting meanwhile joins the rotation then, within
+// this long.
+const FairOneValueFor = time.Second
+
 // Fairness stores which queues are fair; Claim applies it
 // (ClaimParams.Fair).
 type Fairness interface {
@@ -42,62 +51,124 @@ type Fairness interface {
 
 // FairCandidate is a claimable task of a fair queue: its value of the
 // queue's attribute and its Rank among the claimable tasks of that value
-// and priority (1: the next one, in claim order).
+// and priority (1: the next one, in claim order). Kind and Attrs are read
+// when the queue also has limits (the claim admits within them).
 type FairCandidate struct {
 	ID       string
 	Priority int
 	Value    string
 	Rank     int
+	Kind     string
+	Attrs    map[string]string
 }
 
-// FairPick chooses up to max candidates: the highest priority first, then
-// within a priority by virtual time. Each waiting value has a pass (its
-// claims so far, each 1/weight); a value's next task finishes at pass +
-// rank/weight, and the earliest finish is claimed first. A value without
-// a pass (new, or back from idle: the store forgets the passes of values
-// with nothing waiting) starts at the least pass of the waiting values, so
-// idling earns no credit. It returns the ids in pick order and the passes
-// to store: of the values it picked from, and of the new ones.
-func FairPick(f FairQueue, cands []FairCandidate, passes map[string]float64, max int) ([]string, map[string]float64) {
-	if len(cands) == 0 || max <= 0 {
-		return nil, nil
-	}
+// FairLine is how many claimable tasks (N) a value has at a priority.
+type FairLine struct {
+	Priority int
+	Value    string
+	N        int
+}
+
+// The fair pick, in virtual time: each waiting value has a pass (its
+// claims so far, each 1/weight); a value's k-th next task at a priority
+// finishes at pass + k/weight. The highest priority is claimed first, then
+// within a priority the earliest finish (ties: the value that sorts first).
+// A value without a pass (new, or back from idle: the store forgets the
+// passes of values with nothing waiting) starts at the base, the least
+// pass of the waiting values, so idling earns no credit.
+
+// FairBase is the base of the waiting values: the least of their passes
+// (0 when none has one).
+func FairBase(values []string, passes map[string]float64) float64 {
 	base := math.Inf(1)
-	for _, c := range cands {
-		if p, ok := passes[c.Value]; ok && p < base {
+	for _, v := range values {
+		if p, ok := passes[v]; ok && p < base {
 			base = p
 		}
 	}
 	if math.IsInf(base, 1) {
-		base = 0
+		return 0
 	}
-	start := func(v string) float64 {
-		if p, ok := passes[v]; ok {
-			return p
+	return base
+}
+
+func fairStart(v string, passes map[string]float64, base float64) float64 {
+	if p, ok := passes[v]; ok {
+		return p
+	}
+	return base
+}
+
+// FairShares is how many tasks of each line a claim of max takes in pick
+// order: the claim then reads only those (the next ones of each line).
+func FairShares(f FairQueue, lines []FairLine, passes map[string]float64, base float64, max int) map[FairLine]int {
+	byPriority := slices.Clone(lines)
+	slices.SortFunc(byPriority, func(a, b FairLine) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Value, b.Value))
+	})
+	shares := map[FairLine]int{}
+	for i := 0; i < len(byPriority) && max > 0; {
+		j := i
+		for j < len(byPriority) && byPriority[j].Priority == byPriority[i].Priority {
+			j++
 		}
-		return base
+		level := byPriority[i:j]
+		taken := make([]int, len(level))
+		for ; max > 0; max-- {
+			best, bestFinish := -1, 0.0
+			for k, l := range level {
+				if taken[k] == l.N {
+					continue
+				}
+				fin := fairStart(l.Value, passes, base) + float64(taken[k]+1)/float64(f.Weight(l.Value))
+				if best < 0 || fin < bestFinish {
+					best, bestFinish = k, fin
+				}
+			}
+			if best < 0 {
+				break
+			}
+			taken[best]++
+		}
+		for k, l := range level {
+			if taken[k] > 0 {
+				shares[FairLine{Priority: l.Priority, Value: l.Value}] = taken[k]
+			}
+		}
+		i = j
 	}
-	finish := func(c FairCandidate) float64 { return start(c.Value) + float64(c.Rank)/float64(f.Weight(c.Value)) }
+	return shares
+}
+
+// FairOrder sorts the candidates in pick order.
+func FairOrder(f FairQueue, cands []FairCandidate, passes map[string]float64, base float64) []FairCandidate {
+	finish := func(c FairCandidate) float64 {
+		return fairStart(c.Value, passes, base) + float64(c.Rank)/float64(f.Weight(c.Value))
+	}
 	order := slices.Clone(cands)
 	slices.SortFunc(order, func(a, b FairCandidate) int {
 		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(finish(a), finish(b)),
 			cmp.Compare(a.Value, b.Value), cmp.Compare(a.Rank, b.Rank))
 	})
-	order = order[:min(max, len(order))]
-	ids := make([]string, len(order))
-	picked := map[string]int{}
-	for i, c := range order {
-		ids[i] = c.ID
-		picked[c.Value]++
+	return order
+}
+
+// FairPasses is the passes to store once picked are claimed: of the
+// values picked from, their pass plus 1/weight a task; of the waiting
+// values without a pass, the base.
+func FairPasses(f FairQueue, values []string, passes map[string]float64, base float64, picked []FairCandidate) map[string]float64 {
+	n := map[string]int{}
+	for _, c := range picked {
+		n[c.Value]++
 	}
-	next := make(map[string]float64, len(picked))
-	for _, c := range cands {
-		if _, ok := passes[c.Value]; !ok {
-			next[c.Value] = base
+	next := make(map[string]float64, len(n))
+	for _, v := range values {
+		if _, ok := passes[v]; !ok {
+			next[v] = base
 		}
 	}
-	for v, n := range picked {
-		next[v] = start(v) + float64(n)/float64(f.Weight(v))
+	for v, k := range n {
+		next[v] = fairStart(v, passes, base) + float64(k)/float64(f.Weight(v))
 	}
-	return ids, next
+	return next
 }

@@ -218,9 +218,11 @@ type ClaimParams struct {
 	// each limit), and claims only what their budgets leave room for.
 	// False: the plain claim, which never reads the limits.
 	Limited bool
-	// Fair: the queue may be fair (store/fair.go). Without Limited, the
-	// store then reads its fairness in the claim's transaction, serialized
-	// with the queue's other fair claims, and claims by FairPick.
+	// Fair: the queue may be fair (store/fair.go). The store then reads
+	// its fairness in the claim's transaction, serialized with the queue's
+	// other fair claims, and claims by FairShares and FairOrder — within
+	// the queue's limits with Limited. While one value alone waits
+	// (FairOneValueFor) it claims as without Fair.
 	Fair bool
 }
 

@@ -19,7 +19,8 @@ type ClaimParams struct {
 // Claim is the one claim path, for the in-process worker and the remote
 // protocol alike: the queue's ordering admission (the tasks whose turn has
 // come are released from the buffer), the store's claim (within the
-// queue's concurrency limits when it has any: limits.go), the claimed
+// queue's limits when it has any, fair when it is fair: limits.go,
+// fair.go), the claimed
 // tasks' ordering fields, their telemetry, and their payloads completed
 // with their workflow run's input. bad holds the tasks whose payload could
 // not be completed: they must fail without reaching their work (Decide
@@ -28,8 +29,9 @@ func (e *Engine) Claim(ctx context.Context, p ClaimParams) (tasks []*Task, bad m
 	if err := e.OrderQueue(ctx, p.Queue); err != nil { // ordering.go
 		e.cfg.Logger.Error("ordering failed", "queue", p.Queue, "error", err)
 	}
+	set := e.settings(ctx) // claimsettings.go
 	tasks, err = e.store.Claim(ctx, store.ClaimParams{Queue: p.Queue, Kinds: p.Kinds, WorkerID: p.WorkerID,
-		Max: p.Max, Now: e.Now(), Lease: p.Lease, Limited: e.limited(ctx, p.Queue), Fair: e.fair(ctx, p.Queue)})
+		Max: p.Max, Now: e.Now(), Lease: p.Lease, Limited: set.limited(p.Queue), Fair: set.fair(p.Queue)})
 	e.Telemetry.claimed(ctx, p.Queue, tasks, err, e.Now())
 	if err != nil {
 		return nil, nil, err

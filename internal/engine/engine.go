@@ -44,8 +44,7 @@ type Engine struct {
 	orderingByQueue map[string]*OrderingStats // ordering.go: per ordered queue (read-only)
 	implicit        implicitOrdering          // ordering.go: undeclared queues with ordered tasks
 	plans           sync.Map                  // workflows.go: plan hash -> *workflow.Definition
-	limits          limitedQueues             // limits.go: which queues have limits
-	fairQueues      fairQueues                // fair.go: which queues are fair
+	claimSettings   claimSettings             // claimsettings.go: which queues have limits, which are fair
 	// SettleSeen, set only by tests, sees every batch Settle applies.
 	SettleSeen func([]store.Settlement)
 }

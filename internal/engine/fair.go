@@ -1,12 +1,6 @@
 package engine
 
-import (
-	"context"
-	"sync"
-	"time"
-
-	"github.com/backstophq/backstop/store"
-)
+import "github.com/backstophq/backstop/store"
 
 // FairQueue makes claims in a queue rotate across the values of an
 // attribute (store/fair.go, docs/fairness.md).
@@ -33,40 +27,4 @@ func ValidateFair(f FairQueue) error {
 		}
 	}
 	return nil
-}
-
-// fairQueues caches which queues are fair, reread every LimitsRefresh
-// (real time, like the limits' cache).
-type fairQueues struct {
-	mu     sync.Mutex
-	read   time.Time // zero: read on the next claim
-	queues map[string]bool
-}
-
-// fair tells whether queue is fair: the claim then takes the fair path.
-// When fairness cannot be read it says yes (the fair claim reads it again,
-// in its transaction, and claims as usual when the queue is not fair).
-func (e *Engine) fair(ctx context.Context, queue string) bool {
-	c := &e.fairQueues
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.read.IsZero() || time.Since(c.read) >= LimitsRefresh {
-		fs, err := e.store.ListFair(ctx)
-		if err != nil {
-			return true
-		}
-		c.queues = map[string]bool{}
-		for _, f := range fs {
-			c.queues[f.Queue] = true
-		}
-		c.read = time.Now()
-	}
-	return c.queues[queue]
-}
-
-// FairChanged makes the next claim reread which queues are fair.
-func (e *Engine) FairChanged() {
-	e.fairQueues.mu.Lock()
-	e.fairQueues.read = time.Time{}
-	e.fairQueues.mu.Unlock()
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -36,10 +35,11 @@ func LimitDefaults(l Limit) Limit {
 	return l
 }
 
-// LimitsRefresh is how often the engine rereads which queues have limits.
-// A queue with none claims with the plain claim, which never reads them;
-// a limit set by another process binds this one's claims within this
-// long (at once for a limit set through this engine).
+// LimitsRefresh is how often the engine rereads which queues have limits
+// and which are fair (claimsettings.go). A queue with neither claims with
+// the plain claim, which never reads them; a limit or fairness set by
+// another process binds this one's claims within this long (at once when
+// set through this engine).
 const LimitsRefresh = time.Second
 
 // ValidateLimit checks a limit before it is stored; the error names the
@@ -73,44 +73,6 @@ func ValidateLimit(l Limit) error {
 		return Invalid("concurrency", "%d: want a whole number from 1 to %d", l.Concurrency, MaxLimitConcurrency)
 	}
 	return nil
-}
-
-// limitedQueues caches which queues have limits, reread every
-// LimitsRefresh (real time: a frozen test clock must not freeze it).
-type limitedQueues struct {
-	mu     sync.Mutex
-	read   time.Time // zero: read on the next claim
-	queues map[string]bool
-}
-
-// limited tells whether queue has limits: the claim then takes the
-// limited path. When the limits cannot be read it says yes (the limited
-// claim reads them again, in its transaction, and claims as usual when
-// there are none).
-func (e *Engine) limited(ctx context.Context, queue string) bool {
-	c := &e.limits
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.read.IsZero() || time.Since(c.read) >= LimitsRefresh {
-		ls, err := e.store.ListLimits(ctx)
-		if err != nil {
-			return true
-		}
-		c.queues = map[string]bool{}
-		for _, l := range ls {
-			c.queues[l.Queue] = true
-		}
-		c.read = time.Now()
-	}
-	return c.queues[queue]
-}
-
-// LimitsChanged makes the next claim reread which queues have limits (a
-// limit set or removed through this engine binds at once).
-func (e *Engine) LimitsChanged() {
-	e.limits.mu.Lock()
-	e.limits.read = time.Time{}
-	e.limits.mu.Unlock()
 }
 
 // WithLimitWait sets Waiting on the pending tasks a full budget holds

@@ -11,8 +11,9 @@ import (
 var _ store.Fairness = (*Store)(nil)
 
 // claimFair is Claim on a queue that may be fair: under the lock on its
-// fairness row, pick by the values' passes (sqldialect's FairPlan) and
-// claim the picked tasks. A queue no longer fair claims as usual.
+// fairness row (and its limits' with p.Limited), pick by the values'
+// passes within the limits (sqldialect's FairPlan) and claim the picked
+// tasks. A queue no longer fair claims as usual.
 func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*bt.Task, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -23,12 +24,27 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*bt.Task,
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim %s: fairness: %w", p.Queue, err)
 	}
+	if !fair && p.Limited {
+		_ = tx.Rollback(ctx)
+		return s.claimLimited(ctx, p) // limits.go
+	}
 	var tasks []*bt.Task
 	switch {
 	case !fair:
 		tasks, err = plainClaim(ctx, tx, p)
 	case len(ids) > 0:
 		tasks, err = queryTasksOn(ctx, tx, sqlClaimIDs, p.Queue, p.Now, len(ids), p.WorkerID, p.Now.Add(p.Lease), textArray(ids))
+		if err == nil && len(tasks) < len(ids) && !p.Limited {
+			// Picked tasks that a claim without the fairness lock (a
+			// one-value claim, a process that does not know the queue is
+			// fair yet) holds are skipped; the plain claim fills the batch,
+			// so a claim does not come back short while tasks wait.
+			var more []*bt.Task
+			rest := p
+			rest.Max = len(ids) - len(tasks)
+			more, err = plainClaim(ctx, tx, rest)
+			tasks = append(tasks, more...)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)

@@ -20,11 +20,11 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	if p.Max <= 0 {
 		return nil, nil
 	}
+	if p.Fair && !s.procedures.FairOneValue(ctx, p) {
+		return s.claimFair(ctx, p) // fair.go: within the limits with p.Limited
+	}
 	if p.Limited {
 		return s.claimLimited(ctx, p) // limits.go
-	}
-	if p.Fair {
-		return s.claimFair(ctx, p) // fair.go
 	}
 	q, args := sqlClaim, []any{p.Queue, p.Now, p.Max, p.WorkerID, p.Now.Add(p.Lease)}
 	if len(p.Kinds) > 0 {

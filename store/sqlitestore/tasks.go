@@ -461,7 +461,10 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	if p.Max <= 0 {
 		return nil, nil
 	}
-	optimistic := p.Limited && s.mayClaimOptimistically(p) // limits.go
+	if p.Fair && s.procedures.FairOneValue(ctx, p) {
+		p.Fair = false // one value waits: its fair order is the plain one (store.FairOneValueFor)
+	}
+	optimistic := p.Limited && !p.Fair && s.mayClaimOptimistically(p) // limits.go
 	tasks, err := s.claimTx(ctx, p, optimistic)
 	if errors.Is(err, errLimitOverrun) {
 		s.limitBinding.Store(p.Queue, p.Now)
@@ -487,7 +490,8 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 }
 
 // claimTx claims in one transaction of the writer: the plain claim, or
-// with p.Limited the limited one (optimistic: limits.go).
+// with p.Fair the fair one (within the limits with p.Limited: fair.go),
+// with p.Limited alone the limited one (optimistic: limits.go).
 func (s *Store) claimTx(ctx context.Context, p store.ClaimParams, optimistic bool) ([]*bt.Task, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -496,7 +500,7 @@ func (s *Store) claimTx(ctx context.Context, p store.ClaimParams, optimistic boo
 	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
 	var tasks []*bt.Task
 	switch {
-	case !p.Limited && p.Fair:
+	case p.Fair:
 		tasks, err = s.claimFair(ctx, tx, p) // fair.go
 	case !p.Limited:
 		tasks, err = claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +26,13 @@ import (
 // the tasks' payload (default {}); BACKSTOP_BENCH_LIMIT=N puts a concurrency
 // limit of N on the queue and claims through it (the limited claim);
 // BACKSTOP_BENCH_RATE=R a rate limit of R starts a second with a burst of
-// R (the claims' time is fixed: with R at least b.N it never binds).
+// R (the claims' time is fixed: with R at least b.N it never binds);
+// BACKSTOP_BENCH_TENANTS=N spreads the tasks over N values of a tenant
+// attribute in turn, and with it the claims run at real time (a fair
+// queue's one-value mark lasts store.FairOneValueFor of it);
+// BACKSTOP_BENCH_FAIR=1 makes the queue fair by tenant and claims through
+// it (the fair claim).
+// Besides tasks/s it reports the mean time of a claim (claim-ms).
 func BenchDrain(b *testing.B, s store.Store) {
 	ctx := context.Background()
 	batch, claimers := envInt("BACKSTOP_BENCH_BATCH", 100), envInt("BACKSTOP_BENCH_CLAIMERS", 4)
@@ -33,13 +40,18 @@ func BenchDrain(b *testing.B, s store.Store) {
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	n := b.N
 	payload := json.RawMessage(cmp.Or(os.Getenv("BACKSTOP_BENCH_PAYLOAD"), `{}`))
+	tenants, fair := envInt("BACKSTOP_BENCH_TENANTS", 0), os.Getenv("BACKSTOP_BENCH_FAIR") == "1"
 	enqueueStart := time.Now()
 	for start := 0; start < n; start += 5000 {
 		chunk := make([]*bt.Task, 0, 5000)
 		for i := start; i < min(start+5000, n); i++ {
 			id, _ := uuid.NewV7()
-			chunk = append(chunk, &bt.Task{ID: id.String(), Queue: queue, Kind: "noop", State: bt.StatePending,
-				MaxAttempts: 25, Payload: payload, RunAt: now, CreatedAt: now, UpdatedAt: now})
+			task := &bt.Task{ID: id.String(), Queue: queue, Kind: "noop", State: bt.StatePending,
+				MaxAttempts: 25, Payload: payload, RunAt: now, CreatedAt: now, UpdatedAt: now}
+			if tenants > 0 {
+				task.Attributes = map[string]string{"tenant": strconv.Itoa(i % tenants)}
+			}
+			chunk = append(chunk, task)
 		}
 		if _, err := s.Enqueue(ctx, chunk, store.EnqueueOpts{}); err != nil {
 			b.Fatal(err)
@@ -61,13 +73,29 @@ func BenchDrain(b *testing.B, s store.Store) {
 		}
 		limited = true
 	}
+	if fair {
+		if err := s.SetFair(ctx, store.FairQueue{Queue: queue, By: "tenant", CreatedAt: now}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	claimNow := func() time.Time {
+		if tenants > 0 {
+			return time.Now().UTC()
+		}
+		return now
+	}
+	var claims, claimNanos, settleNanos atomic.Int64
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range claimers {
 		wg.Go(func() {
 			for {
-				got, err := s.Claim(ctx, store.ClaimParams{Queue: queue, WorkerID: fmt.Sprint("bench-", w), Max: batch, Now: now, Lease: time.Minute, Limited: limited})
+				t0 := time.Now()
+				got, err := s.Claim(ctx, store.ClaimParams{Queue: queue, WorkerID: fmt.Sprint("bench-", w), Max: batch, Now: claimNow(),
+					Lease: time.Minute, Limited: limited, Fair: fair})
+				claims.Add(1)
+				claimNanos.Add(int64(time.Since(t0)))
 				if err != nil {
 					b.Error(err)
 					return
@@ -80,7 +108,10 @@ func BenchDrain(b *testing.B, s store.Store) {
 					st[i] = store.Settlement{TaskID: task.ID, ExecutionID: task.ExecutionID, Outcome: bt.OutcomeSucceeded,
 						FinishedAt: now, State: bt.StateSucceeded}
 				}
-				if _, err := s.Settle(ctx, st); err != nil {
+				t1 := time.Now()
+				_, err = s.Settle(ctx, st)
+				settleNanos.Add(int64(time.Since(t1)))
+				if err != nil {
 					b.Error(err)
 					return
 				}
@@ -90,6 +121,9 @@ func BenchDrain(b *testing.B, s store.Store) {
 	wg.Wait()
 	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "tasks/s")
 	b.ReportMetric(enqueued, "enqueued/s")
+	b.ReportMetric(float64(claimNanos.Load())/float64(max(claims.Load(), 1))/1e6, "claim-ms")
+	b.ReportMetric(float64(claims.Load()), "claims")
+	b.ReportMetric(float64(settleNanos.Load())/float64(max(claims.Load(), 1))/1e6, "settle-ms")
 }
 
 func envInt(name string, def int) int {

@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"cmp"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +76,105 @@ func (s *suite) testFairness(t *testing.T) {
 		if err != nil || len(ts) != 1 || ts[0].ID != ids[2] {
 			t.Fatalf("after off: %v %v, want the oldest", ts, err)
 		}
+	})
+	t.Run("OneValueIsPlainOrder", func(t *testing.T) {
+		t.Parallel()
+		b := s.fairBundle(t, nil)
+		// One tenant, mixed priorities and run_at: the claims follow the
+		// plain order (priority, then run_at, then id), batch after batch.
+		now := b.clock.Now()
+		var want []string
+		for i, tk := range []struct {
+			priority int
+			runAt    time.Duration
+		}{{0, 0}, {5, 0}, {0, -time.Hour}, {2, -time.Minute}, {5, -time.Second}, {0, -59 * time.Minute}, {2, 0}} {
+			b.clock.Advance(time.Microsecond)
+			id := b.enqueue(backstop.EnqueueParams{Queue: "fq", Kind: "k", Priority: tk.priority, RunAt: now.Add(tk.runAt),
+				Attributes: map[string]string{"tenant": "a"}}).ID
+			want = append(want, []string{"7", "2", "5", "3", "1", "6", "4"}[i]+":"+id)
+		}
+		slices.Sort(want) // the claim order, by the rank prefix
+		for i := range want {
+			want[i] = want[i][strings.Index(want[i], ":")+1:]
+		}
+		var got []string
+		for _, n := range []int{1, 2, 3, 1} {
+			ts, _, err := b.c.Engine().Claim(b.ctx, engine.ClaimParams{Queue: "fq", WorkerID: "w", Max: n, Lease: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tk := range ts {
+				got = append(got, tk.ID)
+			}
+		}
+		eq(t, "claim order", got, want)
+		// A value that starts waiting meanwhile joins the rotation within
+		// store.FairOneValueFor of the claims' clock.
+		b.fairEnqueue("a", 3, 0)
+		b.fairEnqueue("b", 2, 0)
+		b.clock.Advance(store.FairOneValueFor)
+		eq(t, "claim order with b", strings.Join(b.fairClaim(1), "")+strings.Join(b.fairClaim(1), "")+strings.Join(b.fairClaim(1), ""), "aba")
+	})
+	t.Run("WithLimits", func(t *testing.T) {
+		t.Parallel()
+		b := s.fairBundle(t, nil)
+		// Tenant a's tasks are of a kind limited to one running at once.
+		if _, err := b.c.SetLimit(b.ctx, backstop.Limit{Name: "heavy1", Queue: "fq", Kind: "heavy", Concurrency: 1}, "ops"); err != nil {
+			t.Fatal(err)
+		}
+		for _, tenant := range []string{"a", "b", "c"} {
+			kind := map[string]string{"a": "heavy"}[tenant]
+			for range 4 {
+				b.clock.Advance(time.Microsecond)
+				b.enqueue(backstop.EnqueueParams{Queue: "fq", Kind: cmp.Or(kind, "k"), Attributes: map[string]string{"tenant": tenant}})
+			}
+		}
+		var got []string
+		var running []*backstop.Task
+		for range 7 {
+			ts, _, err := b.c.Engine().Claim(b.ctx, engine.ClaimParams{Queue: "fq", WorkerID: "w", Max: 1, Lease: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tk := range ts {
+				got = append(got, tk.Attributes["tenant"])
+				running = append(running, tk)
+			}
+		}
+		// a is held at one running task; the rotation goes on over b and c.
+		eq(t, "claim order", strings.Join(got, ""), "abc"+"bcbc")
+		settle(t, b, store.Settlement{TaskID: running[0].ID, ExecutionID: running[0].ExecutionID, Outcome: backstop.OutcomeSucceeded,
+			FinishedAt: b.clock.Now(), State: backstop.StateSucceeded})
+		// a's slot back, it rejoins level with the others (held back, it
+		// earned no credit); a batch takes one of a, within its limit.
+		eq(t, "batch after a's slot came back", strings.Join(b.fairClaim(4), ""), "abc")
+	})
+	t.Run("WithRateLimit", func(t *testing.T) {
+		t.Parallel()
+		b := s.fairBundle(t, nil)
+		// Tenant a's tasks are of a kind limited to one start a second.
+		if _, err := b.c.SetLimit(b.ctx, backstop.Limit{Name: "slow", Queue: "fq", Kind: "heavy", Rate: 1, Burst: 1}, "ops"); err != nil {
+			t.Fatal(err)
+		}
+		for _, tenant := range []string{"a", "b", "c"} {
+			for range 4 {
+				b.clock.Advance(time.Microsecond)
+				b.enqueue(backstop.EnqueueParams{Queue: "fq", Kind: map[string]string{"a": "heavy", "b": "k", "c": "k"}[tenant],
+					Attributes: map[string]string{"tenant": tenant}})
+			}
+		}
+		var got string
+		for range 5 {
+			got += strings.Join(b.fairClaim(1), "")
+		}
+		// a spent its token; the rotation goes on over b and c.
+		eq(t, "claim order", got, "abc"+"bc")
+		b.clock.Advance(time.Second)
+		got = ""
+		for range 3 {
+			got += strings.Join(b.fairClaim(1), "")
+		}
+		eq(t, "claim order a second later", got, "abc")
 	})
 	t.Run("BadInput", func(t *testing.T) {
 		t.Parallel()

@@ -148,8 +148,9 @@ type Dialect struct {
 // worker registry, the leadership leases and the rest on its handles.
 type Procedures struct {
 	dialect *Dialect
-	writer  DB      // writes and transactions
-	reader  Querier // reads (SQLite's reader pool; PostgreSQL's pool again)
+	writer  DB       // writes and transactions
+	reader  Querier  // reads (SQLite's reader pool; PostgreSQL's pool again)
+	fairOne sync.Map // fairKey → *oneValueMark: a fair claim found one value waiting (FairOneValue)
 }
 
 // Interfaces the procedures implement whole; of the others (Workers,
