@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
 )
 
 // FairQueue makes claims in Queue rotate across the values of the By
@@ -32,10 +34,13 @@ func (f FairQueue) Weight(value string) int {
 // Fairness stores which queues are fair; Claim applies it
 // (ClaimParams.Fair).
 type Fairness interface {
-	// SetFair makes the queue fair, or replaces its attribute and weights.
-	SetFair(ctx context.Context, f FairQueue) error
-	// RemoveFair turns fairness off (removed false: it was not on).
-	RemoveFair(ctx context.Context, queue string) (removed bool, err error)
+	// SetFair makes the queue fair, or replaces its attribute and
+	// weights, and appends ev (its audit event; none when ev.Type is
+	// empty) in the same transaction.
+	SetFair(ctx context.Context, f FairQueue, ev bt.Event) error
+	// RemoveFair turns fairness off (removed false: it was not on) and,
+	// when it was on, appends ev in the same transaction.
+	RemoveFair(ctx context.Context, queue string, ev bt.Event) (removed bool, err error)
 	// ListFair lists the fair queues by name.
 	ListFair(ctx context.Context) ([]FairQueue, error)
 }

@@ -19,6 +19,16 @@ type FairQueuesResponse struct {
 type FairRequest struct {
 	By      string         `json:"by"`
 	Weights map[string]int `json:"weights,omitempty"`
+	// Reason: why, recorded with the actor in the queue.fair_set event.
+	Reason string `json:"reason,omitempty"`
+}
+
+// FairRemoveRequest is the optional body of DELETE
+// /v1/queues/{name}/fair.
+type FairRemoveRequest struct {
+	// Reason: why, recorded with the actor in the queue.fair_removed
+	// event.
+	Reason string `json:"reason,omitempty"`
 }
 
 // FairRemoveResponse is DELETE /v1/queues/{name}/fair.
@@ -46,8 +56,12 @@ func (s *Server) setFair(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
+	if err := backstop.CheckReason("reason", req.Reason, false); err != nil {
+		return err
+	}
 	p := principalFrom(r.Context())
-	f, err := s.c.SetFair(r.Context(), backstop.FairQueue{Queue: r.PathValue("name"), By: req.By, Weights: req.Weights})
+	f, err := s.c.SetFair(backstop.WithReason(r.Context(), req.Reason),
+		backstop.FairQueue{Queue: r.PathValue("name"), By: req.By, Weights: req.Weights}, p.Name)
 	if err != nil {
 		return err
 	}
@@ -55,11 +69,19 @@ func (s *Server) setFair(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, f)
 }
 
-// DELETE /v1/queues/{name}/fair: fairness off.
+// DELETE /v1/queues/{name}/fair: fairness off (an optional body gives the
+// reason).
 func (s *Server) removeFair(w http.ResponseWriter, r *http.Request) error {
+	var req FairRemoveRequest
+	if err := decodeOptional(r, &req); err != nil {
+		return err
+	}
+	if err := backstop.CheckReason("reason", req.Reason, false); err != nil {
+		return err
+	}
 	p := principalFrom(r.Context())
 	name := r.PathValue("name")
-	removed, err := s.c.RemoveFair(r.Context(), name)
+	removed, err := s.c.RemoveFair(backstop.WithReason(r.Context(), req.Reason), name, p.Name)
 	if err != nil {
 		return err
 	}

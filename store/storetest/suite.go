@@ -102,6 +102,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Events", s.testEvents)
 	t.Run("AuditStream", s.testAuditStream) // audit.go
 	t.Run("AuditStreamPages", s.testAuditStreamPages)
+	t.Run("FairAudit", s.testFairAudit)
 	t.Run("Complexity", s.testComplexity)
 	t.Run("Gauges", s.testGauges)
 	t.Run("GaugesOpenDeadLetters", s.testGaugesOpenDeadLetters)
