@@ -67,3 +67,32 @@ func (c *Client) RemoveFair(ctx context.Context, queue, actor string) (removed b
 func (c *Client) FairQueues(ctx context.Context) ([]FairQueue, error) {
 	return c.store.ListFair(ctx)
 }
+
+// FairValue is how many tasks of one value of a fair queue's attribute
+// are pending, and the value's weight.
+type FairValue = store.FairValue
+
+// FairQueueStatus is a fair queue with its waiting tasks by value: the
+// busiest store.MaxFairValues values, most pending first.
+type FairQueueStatus struct {
+	FairQueue
+	Values []FairValue `json:"values"`
+}
+
+// FairQueueStatuses lists the fair queues by name, each with its pending
+// tasks by value of its attribute.
+func (c *Client) FairQueueStatuses(ctx context.Context) ([]FairQueueStatus, error) {
+	fs, err := c.store.ListFair(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FairQueueStatus, len(fs))
+	for i, f := range fs {
+		vs, err := c.store.FairValues(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = FairQueueStatus{FairQueue: f, Values: vs}
+	}
+	return out, nil
+}

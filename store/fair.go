@@ -43,7 +43,22 @@ type Fairness interface {
 	RemoveFair(ctx context.Context, queue string, ev bt.Event) (removed bool, err error)
 	// ListFair lists the fair queues by name.
 	ListFair(ctx context.Context) ([]FairQueue, error)
+	// FairValues counts the pending tasks of f's queue by their value of
+	// f's attribute (a task without it under ""), most first, then by
+	// value; at most MaxFairValues of them.
+	FairValues(ctx context.Context, f FairQueue) ([]FairValue, error)
 }
+
+// FairValue is how many tasks of one value of a fair queue's attribute
+// wait (are pending), and the value's weight.
+type FairValue struct {
+	Value   string `json:"value"`
+	Weight  int    `json:"weight"`
+	Pending int    `json:"pending"`
+}
+
+// MaxFairValues bounds the values FairValues answers: the busiest.
+const MaxFairValues = 100
 
 // FairCandidate is a claimable task of a fair queue: its value of the
 // queue's attribute and its Rank among the claimable tasks of that value

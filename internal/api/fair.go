@@ -10,9 +10,10 @@ import (
 // Fair queues are the library's (fair.go at the root): the API reads and
 // sets them; the claim applies them.
 
-// FairQueuesResponse is GET /v1/fair-queues: every fair queue, by name.
+// FairQueuesResponse is GET /v1/fair-queues: every fair queue, by name,
+// with its pending tasks by value of its attribute.
 type FairQueuesResponse struct {
-	Items []backstop.FairQueue `json:"items"`
+	Items []backstop.FairQueueStatus `json:"items"`
 }
 
 // FairRequest is the body of PUT /v1/queues/{name}/fair.
@@ -39,12 +40,9 @@ type FairRemoveResponse struct {
 
 // GET /v1/fair-queues
 func (s *Server) listFair(w http.ResponseWriter, r *http.Request) error {
-	fs, err := s.c.FairQueues(r.Context())
+	fs, err := s.c.FairQueueStatuses(r.Context())
 	if err != nil {
 		return err
-	}
-	if fs == nil {
-		fs = []backstop.FairQueue{}
 	}
 	return writeJSON(w, http.StatusOK, FairQueuesResponse{Items: fs})
 }

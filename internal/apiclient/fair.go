@@ -7,8 +7,8 @@ import (
 	"github.com/backstophq/backstop/internal/api"
 )
 
-// FairQueues lists the fair queues.
-func (c *Client) FairQueues(ctx context.Context) ([]backstop.FairQueue, error) {
+// FairQueues lists the fair queues with their pending tasks by value.
+func (c *Client) FairQueues(ctx context.Context) ([]backstop.FairQueueStatus, error) {
 	var out api.FairQueuesResponse
 	return out.Items, c.Do(ctx, "GET", "/v1/fair-queues", nil, &out)
 }
