@@ -190,6 +190,10 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		t.Fatalf("producer debounce: merged %v into %s (first %s), run_at %v (first %v), payload %s",
 			second.Merged, second.Task.ID, first.Task.ID, second.Task.RunAt, first.Task.RunAt, second.Task.Payload)
 	}
+	if got, err := producer.TaskDebounce(ctx, first.Task.ID); err != nil || got == nil || got.MaxWaitUntil == nil ||
+		!got.MaxWaitUntil.Equal(first.Task.CreatedAt.Add(2*time.Hour)) || got.For != bt.Duration(time.Hour) {
+		t.Fatalf("producer debounce settings: %+v (%v)", got, err)
+	}
 
 	// Worker.
 	wc, err := backstop.NewClient(worker, nil)
