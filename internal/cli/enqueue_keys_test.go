@@ -82,6 +82,11 @@ func TestEnqueueDebounce(t *testing.T) {
 		if compact(second.Payload) != `{"v":2}` || !second.RunAt.After(first.RunAt) || second.MergeCount != 1 {
 			t.Fatalf("debounced task: payload %s run_at %v (first %v) merge_count %d", second.Payload, second.RunAt, first.RunAt, second.MergeCount)
 		}
+		// tasks show says how it is debounced (the second enqueue had no
+		// max wait: none now).
+		if out := e.ok("tasks", "show", first.ID); !strings.Contains(out, "key d, runs once quiet for 1h0m0s, no max wait") {
+			t.Fatalf("tasks show: no debounce line in\n%s", out)
+		}
 	})
 }
 
