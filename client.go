@@ -116,6 +116,9 @@ func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
 	if err == nil {
 		err = c.e.WithLimitWait(ctx, []*Task{t}) // limits.go
 	}
+	if err == nil {
+		err = c.e.WithDebounce(ctx, []*Task{t}) // debounce.go
+	}
 	return t, err
 }
 

@@ -352,6 +352,11 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	defer w.fetchWG.Done()
 	poll := time.NewTimer(w.cfg.PollInterval)
 	defer poll.Stop()
+	// token fires when a rate limit that cut the last claim short has a
+	// token again (stopped otherwise).
+	token := time.NewTimer(time.Hour)
+	token.Stop()
+	defer token.Stop()
 	empty := false // last claim found fewer tasks than asked for
 	backoff := time.Duration(0)
 	base := context.WithoutCancel(ctx) // the attempts' (start)
@@ -387,6 +392,9 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			}
 			if len(tasks) < avail {
 				empty = true
+				if d, ok := w.c.e.NextTokenWait(ctx, q.name, w.cfg.PollInterval); ok {
+					token.Reset(d)
+				}
 			}
 			continue
 		}
@@ -398,6 +406,8 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 		case <-poll.C:
 			empty = false
 			poll.Reset(w.cfg.PollInterval)
+		case <-token.C:
+			empty = false
 		case <-q.freed:
 			if empty && !w.c.e.Ordered(q.name) { // a finished ordered task may free its key
 				continue

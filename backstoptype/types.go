@@ -150,8 +150,21 @@ type Task struct {
 	// limit heavy5 tenant=acme 5/5", "rate limit mail100 100/s"); empty
 	// when none does.
 	Waiting string `json:"waiting,omitempty"`
+	// Debounce is a debounced task's debounce (read with the task by
+	// Client.Get; nil for a task that is not debounced).
+	Debounce *TaskDebounce `json:"debounce,omitempty"`
 
 	Executions []Execution `json:"executions,omitempty"`
+}
+
+// TaskDebounce is how a debounced task waits: its key (its merge key),
+// the quiet period of its latest debounced enqueue (it runs once its key
+// has been quiet that long: its run_at) and, with a max wait, the time it
+// runs at the latest (its first enqueue plus the max wait).
+type TaskDebounce struct {
+	Key          string     `json:"key"`
+	For          Duration   `json:"for"`
+	MaxWaitUntil *time.Time `json:"max_wait_until,omitempty"`
 }
 
 // Execution is one attempt at running a task.

@@ -102,7 +102,7 @@ var AuditTypes = []string{
 	EventCancelRequest, EventCanceled, "task.payload_viewed",
 	"lease_key.rotated",
 	EventQueuePaused, EventQueueResumed,
-	EventLimitSet, EventLimitRemoved,
+	EventLimitSet, EventLimitRemoved, EventFairSet, EventFairRemoved,
 	EventTokenCreated, EventTokenRevoked,
 	EventWorkflowApplied, "run.canceled", "run.resumed", "step.force_completed",
 	EventTaskRunNow, EventTaskDeleted, EventTaskReprioritized,
@@ -115,6 +115,8 @@ const (
 	EventQueueResumed    = "queue.resumed"
 	EventLimitSet        = "limit.set"
 	EventLimitRemoved    = "limit.removed"
+	EventFairSet         = "queue.fair_set"
+	EventFairRemoved     = "queue.fair_removed"
 	EventTokenCreated    = "token.created"
 	EventTokenRevoked    = "token.revoked"
 	EventWorkflowApplied = "workflow.applied"

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
 )
 
 // FairQueue makes claims in Queue rotate across the values of the By
@@ -41,13 +43,31 @@ const FairOneValueFor = time.Second
 // Fairness stores which queues are fair; Claim applies it
 // (ClaimParams.Fair).
 type Fairness interface {
-	// SetFair makes the queue fair, or replaces its attribute and weights.
-	SetFair(ctx context.Context, f FairQueue) error
-	// RemoveFair turns fairness off (removed false: it was not on).
-	RemoveFair(ctx context.Context, queue string) (removed bool, err error)
+	// SetFair makes the queue fair, or replaces its attribute and
+	// weights, and appends ev (its audit event; none when ev.Type is
+	// empty) in the same transaction.
+	SetFair(ctx context.Context, f FairQueue, ev bt.Event) error
+	// RemoveFair turns fairness off (removed false: it was not on) and,
+	// when it was on, appends ev in the same transaction.
+	RemoveFair(ctx context.Context, queue string, ev bt.Event) (removed bool, err error)
 	// ListFair lists the fair queues by name.
 	ListFair(ctx context.Context) ([]FairQueue, error)
+	// FairValues counts the pending tasks of f's queue by their value of
+	// f's attribute (a task without it under ""), most first, then by
+	// value; at most MaxFairValues of them.
+	FairValues(ctx context.Context, f FairQueue) ([]FairValue, error)
 }
+
+// FairValue is how many tasks of one value of a fair queue's attribute
+// wait (are pending), and the value's weight.
+type FairValue struct {
+	Value   string `json:"value"`
+	Weight  int    `json:"weight"`
+	Pending int    `json:"pending"`
+}
+
+// MaxFairValues bounds the values FairValues answers: the busiest.
+const MaxFairValues = 100
 
 // FairCandidate is a claimable task of a fair queue: its value of the
 // queue's attribute and its Rank among the claimable tasks of that value

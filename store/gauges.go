@@ -46,7 +46,9 @@ type GaugeSnapshot struct {
 	// ListSchedules, like WorkersByState).
 	Schedules []ScheduleGauge
 	// LimitWaiting is, per limit (store/limits.go), how many pending tasks
-	// its full budgets hold back (every limit, 0 included).
+	// its full budgets hold back (every limit, 0 included; filled by the
+	// caller from the engine's limit statuses, read at the engine's clock,
+	// like Schedules).
 	LimitWaiting map[string]int
 	// RelayCheckpoints are the event-log relay's checkpoints with their
 	// lag (filled by the caller, like Schedules; store/relaycheckpoints.go).

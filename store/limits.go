@@ -116,6 +116,20 @@ type Limits interface {
 	// running or pending tasks, both, by limit name then value; a rate
 	// budget's tokens are those its bucket holds at now.
 	LimitUses(ctx context.Context, now time.Time) ([]LimitUse, error)
+	// NextToken is when the first of queue's rate budgets that holds less
+	// than a whole token at now gets one (zero: none is short), so a
+	// worker whose claim a rate limit cut short waits until then instead
+	// of a poll interval.
+	NextToken(ctx context.Context, queue string, now time.Time) (time.Time, error)
+}
+
+// TokenDue is when a bucket holding tokens at now, refilled at rate a
+// second, holds a whole token (now when it already does).
+func TokenDue(tokens, rate float64, now time.Time) time.Time {
+	if WholeToken(tokens) || rate <= 0 {
+		return now
+	}
+	return now.Add(time.Duration((1 - tokens) / rate * float64(time.Second)))
 }
 
 // LimitCandidate is a claimable task as the limited claim sees it.

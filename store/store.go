@@ -91,6 +91,9 @@ type Store interface {
 	RequestCancel(ctx context.Context, id string, now time.Time) (*bt.Task, error)
 
 	Get(ctx context.Context, id string) (*bt.Task, error)
+	// TaskDebounce reads a debounced task's debounce (nil for a task that
+	// is not debounced; ErrNotFound for an unknown task).
+	TaskDebounce(ctx context.Context, id string) (*bt.TaskDebounce, error)
 	List(ctx context.Context, f ListFilter) ([]*bt.Task, error)
 	// Executions lists a task's attempts in order; an unknown task has none.
 	Executions(ctx context.Context, taskID string) ([]bt.Execution, error)
@@ -173,6 +176,19 @@ type Debounce struct {
 	// MaxWait caps the moved run time at the waiting task's creation plus
 	// MaxWait; 0: no cap.
 	MaxWait time.Duration
+	// For is the quiet period, stored with the task (and its max-wait
+	// deadline) for its page: bt.TaskDebounce.
+	For time.Duration
+}
+
+// Until is the max-wait deadline of a debounced task created at created:
+// created + MaxWait (nil without a MaxWait).
+func (d Debounce) Until(created time.Time) *time.Time {
+	if d.MaxWait <= 0 {
+		return nil
+	}
+	at := created.Add(d.MaxWait)
+	return &at
 }
 
 // DebouncedRunAt is the run time a debounced merge gives the waiting task.

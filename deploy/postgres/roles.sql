@@ -33,12 +33,16 @@ GRANT SELECT ON :"schema".backstop_schema_version TO backstop_producer, backstop
 
 -- producer: enqueue only. INSERT a task and its spilled payload; SELECT for
 -- idempotency keys, id conflicts and merge candidates; UPDATE of the merge
--- columns only (a merge rewrites the waiting task's payload; it cannot
--- claim, settle or cancel, and so cannot debounce: a debounced merge moves
--- the task's run time and state, docs/keys.md); DELETE of a payload that a
--- merge moved inline.
+-- columns only: a merge rewrites the waiting task's payload, and a
+-- debounced merge also moves its run time (so its state, between scheduled
+-- and pending) and stores the debounce's settings (docs/keys.md). Column
+-- grants cannot bound the values written: a role that may debounce could
+-- write any state by hand, as it could any payload; it cannot claim (no
+-- executions, no leases) or delete. DELETE of a payload that a merge moved
+-- inline.
 GRANT SELECT, INSERT ON :"schema".backstop_tasks TO backstop_producer;
-GRANT UPDATE (payload, payload_size, payload_spilled, merge_count, updated_at)
+GRANT UPDATE (payload, payload_size, payload_spilled, merge_count, updated_at,
+    run_at, state, debounce_for_us, debounce_until)
     ON :"schema".backstop_tasks TO backstop_producer;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_payloads TO backstop_producer;
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_producer;

@@ -99,7 +99,8 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 }
 
 // claimWait claims, and while nothing is claimable waits for a store
-// wake-up (or the poll interval) until wait runs out. A claim is never cut
+// wake-up (or the poll interval, or a rate limit's next token) until wait
+// runs out. A claim is never cut
 // off half-way by the caller going away: the tasks it leased would be lost
 // until their leases expire.
 func (s *Server) claimWait(ctx context.Context, p remote.Claim, wait time.Duration) ([]remote.Lease, error) {
@@ -124,7 +125,8 @@ func (s *Server) claimWait(ctx context.Context, p remote.Claim, wait time.Durati
 		if f := s.claimWaiting.Load(); f != nil {
 			(*f)()
 		}
-		t := time.NewTimer(min(left, s.opts.PollInterval))
+		// A rate limit that held the claim back has its next token then.
+		t := time.NewTimer(min(left, s.rp.ClaimRetry(ctx, p.Queues, s.opts.PollInterval)))
 		select {
 		case <-woken:
 		case <-t.C:

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/backstophq/backstop/internal/audit"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // TestEnqueueUniqueFor: --unique-for gives --idempotency-key a window;
@@ -79,6 +82,11 @@ func TestEnqueueDebounce(t *testing.T) {
 		if compact(second.Payload) != `{"v":2}` || !second.RunAt.After(first.RunAt) || second.MergeCount != 1 {
 			t.Fatalf("debounced task: payload %s run_at %v (first %v) merge_count %d", second.Payload, second.RunAt, first.RunAt, second.MergeCount)
 		}
+		// tasks show says how it is debounced (the second enqueue had no
+		// max wait: none now).
+		if out := e.ok("tasks", "show", first.ID); !strings.Contains(out, "key d, runs once quiet for 1h0m0s, no max wait") {
+			t.Fatalf("tasks show: no debounce line in\n%s", out)
+		}
 	})
 }
 
@@ -107,8 +115,20 @@ func TestQueuesFair(t *testing.T) {
 		if !out.Fair || out.By != "tenant" || out.Weights["acme"] != 3 {
 			t.Fatalf("fair: %+v", out)
 		}
-		if got := e.ok("queues", "fair", "q", "--off"); !strings.Contains(got, "no longer fair") {
+		if got := e.ok("queues", "fair", "q", "--off", "--actor", "ops", "--reason", "backlog gone"); !strings.Contains(got, "no longer fair") {
 			t.Fatalf("off: %q", got)
+		}
+		e.fails(ExitUsage, "--reason", "queues", "fair", "q", "--by", "tenant", "--reason", strings.Repeat("x", 1025))
+		// Both changes are in the audit stream; the refused ones are not.
+		var p audit.Page
+		testwait.For(t, "the two fairness changes audited", func() bool {
+			p = audit.Page{}
+			e.json(&p, "audit", "list", "--type", "queue.fair_set,queue.fair_removed")
+			return len(p.Items) >= 2
+		})
+		if len(p.Items) != 2 || p.Items[0].Type != "queue.fair_set" || !strings.HasPrefix(p.Items[0].Actor, "cli") ||
+			p.Items[0].Target != "q" || p.Items[1].Type != "queue.fair_removed" || p.Items[1].Actor != "ops" || p.Items[1].Reason != "backlog gone" {
+			t.Fatalf("audit: %+v", p.Items)
 		}
 	})
 }

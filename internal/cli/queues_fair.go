@@ -31,9 +31,9 @@ type fairJSON struct {
 
 func queuesFairCmd(a *app) *cobra.Command {
 	var (
-		by      string
-		weights []string
-		off     bool
+		by, actor, reason string
+		weights           []string
+		off               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "fair QUEUE (--by ATTR [--weight VALUE=N]... | --off)",
@@ -43,7 +43,8 @@ values (weighted round robin), so a value with many queued tasks does not
 hold back one with a few. Priority first, then fairness within a priority.
 --weight VALUE=N gives a value N shares (default 1). Recorded in the store:
 every process's claims follow within a second. --off turns it off
-(docs/fairness.md).`,
+Each change is recorded in the audit stream with --actor and --reason
+(backstop audit list) (docs/fairness.md).`,
 		Example: `  backstop queues fair crm --by tenant
   backstop queues fair crm --by tenant --weight acme=3 --weight beta=2
   backstop queues fair crm --off`,
@@ -60,11 +61,15 @@ every process's claims follow within a second. --off turns it off
 			if err != nil {
 				return err
 			}
+			if err := backstop.CheckReason("--reason", reason, false); err != nil {
+				return err
+			}
+			ctx := backstop.WithReason(cmd.Context(), reason)
 			if off {
-				out.Changed, err = a.removeFair(cmd, args[0])
+				out.Changed, err = a.removeFair(ctx, args[0], actor)
 			} else {
 				out.Fair, out.By, out.Weights, out.Changed = true, by, w, true
-				err = a.setFair(cmd, backstop.FairQueue{Queue: args[0], By: by, Weights: w})
+				err = a.setFair(ctx, backstop.FairQueue{Queue: args[0], By: by, Weights: w}, actor)
 			}
 			if err != nil {
 				return err
@@ -85,6 +90,8 @@ every process's claims follow within a second. --off turns it off
 	cmd.Flags().StringVar(&by, "by", "", "attribute whose values share the queue's claims, e.g. tenant")
 	cmd.Flags().StringArrayVar(&weights, "weight", nil, "VALUE=N: the value's shares (default 1; repeatable)")
 	cmd.Flags().BoolVar(&off, "off", false, "turn the queue's fairness off")
+	addActorFlag(cmd, &actor)
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded with the actor in the audit stream: backstop audit list)")
 	return cmd
 }
 
@@ -126,7 +133,7 @@ func applyFair(ctx context.Context, c *backstop.Client, fs []backstop.FairQueue,
 		}) {
 			continue
 		}
-		_, err := c.SetFair(ctx, f)
+		_, err := c.SetFair(ctx, f, "config")
 		if errors.Is(err, store.ErrPermissionDenied) {
 			log.Warn("the configuration's fairness was not set: this database role may not set it", "queue", f.Queue, "error", err)
 			continue
@@ -138,10 +145,12 @@ func applyFair(ctx context.Context, c *backstop.Client, fs []backstop.FairQueue,
 	return nil
 }
 
-func (a *app) setFair(cmd *cobra.Command, f backstop.FairQueue) error {
-	ctx := cmd.Context()
+// setFair makes a queue fair on the database or through the API (whose
+// actor is the token's name).
+func (a *app) setFair(ctx context.Context, f backstop.FairQueue, actor string) error {
 	if a.server != "" {
-		_, err := apiclient.New(a.server, a.token).SetFair(ctx, f.Queue, api.FairRequest{By: f.By, Weights: f.Weights})
+		_, err := apiclient.New(a.server, a.token).SetFair(ctx, f.Queue,
+			api.FairRequest{By: f.By, Weights: f.Weights, Reason: store.ReasonFrom(ctx)})
 		return remoteErr(err)
 	}
 	s, c, err := a.openDB(ctx, nil)
@@ -149,14 +158,14 @@ func (a *app) setFair(cmd *cobra.Command, f backstop.FairQueue) error {
 		return err
 	}
 	defer s.Close()
-	_, err = c.SetFair(ctx, f)
+	_, err = c.SetFair(ctx, f, actor)
 	return err
 }
 
-func (a *app) removeFair(cmd *cobra.Command, queue string) (bool, error) {
-	ctx := cmd.Context()
+// removeFair turns a queue's fairness off; false: it was not fair.
+func (a *app) removeFair(ctx context.Context, queue, actor string) (bool, error) {
 	if a.server != "" {
-		_, err := apiclient.New(a.server, a.token).RemoveFair(ctx, queue)
+		_, err := apiclient.New(a.server, a.token).RemoveFair(ctx, queue, store.ReasonFrom(ctx))
 		var pr *api.Problem
 		if errors.As(err, &pr) && pr.Status == http.StatusNotFound {
 			return false, nil
@@ -168,5 +177,5 @@ func (a *app) removeFair(cmd *cobra.Command, queue string) (bool, error) {
 		return false, err
 	}
 	defer s.Close()
-	return c.RemoveFair(ctx, queue)
+	return c.RemoveFair(ctx, queue, actor)
 }

@@ -328,6 +328,13 @@ func printTaskDetail(w io.Writer, t *bt.Task, page backstop.ExecutionsPage, deta
 	if t.MergeKey != "" {
 		field("merge_key", fmt.Sprintf("%s (merged %d times)", t.MergeKey, t.MergeCount))
 	}
+	if d := t.Debounce; d != nil {
+		latest := "no max wait"
+		if d.MaxWaitUntil != nil {
+			latest = "at the latest " + fmtTime(*d.MaxWaitUntil)
+		}
+		field("debounce", fmt.Sprintf("key %s, runs once quiet for %s, %s", d.Key, d.For, latest))
+	}
 	field("progress", fmtProgress(t.Progress))
 	if t.Complexity != 0 {
 		field("complexity", strconv.FormatFloat(t.Complexity, 'g', -1, 64))

@@ -137,6 +137,7 @@ func startGauges(ctx context.Context, t *telemetry.Telemetry, c *backstop.Client
 	}
 	gr = telemetry.WithWorkerHeartbeats(telemetry.WithWorkers(gr, c.WorkerCounts), c.HeartbeatingWorkers)
 	gr = telemetry.WithSchedules(gr, c.Store().ListSchedules)
+	gr = telemetry.WithLimitWaiting(gr, limitWaiting(c))
 	gr = telemetry.WithRelayCheckpoints(gr, func(ctx context.Context) ([]store.RelayCheckpointGauge, error) {
 		return relay.CheckpointGauges(ctx, c)
 	})
@@ -149,6 +150,23 @@ func startGauges(ctx context.Context, t *telemetry.Telemetry, c *backstop.Client
 		return func() {}
 	}
 	return g.Stop
+}
+
+// limitWaiting reads, per limit, the pending tasks its full budgets hold
+// back, as the library's limit statuses say at the client's clock (a rate
+// budget's tokens are the clock's, not the wall's).
+func limitWaiting(c *backstop.Client) func(context.Context) (map[string]int, error) {
+	return func(ctx context.Context) (map[string]int, error) {
+		ls, err := c.Limits(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]int, len(ls))
+		for _, l := range ls {
+			out[l.Name] = l.Waiting
+		}
+		return out, nil
+	}
 }
 
 // openWorkProcess starts a long-running process's telemetry (startWorkTelemetry)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"time"
 
 	"github.com/backstophq/backstop/store"
@@ -70,7 +71,24 @@ func debounceOpts(params []EnqueueParams) []store.Debounce {
 		if out == nil {
 			out = make([]store.Debounce, len(params))
 		}
-		out[i] = store.Debounce{Debounced: true, MaxWait: p.Debounce.MaxWait}
+		out[i] = store.Debounce{Debounced: true, MaxWait: p.Debounce.MaxWait, For: p.Debounce.For}
 	}
 	return out
+}
+
+// WithDebounce sets Debounce on the debounced tasks among tasks (those
+// with a merge key: a debounced task's key is its merge key): their
+// key, quiet period and max-wait deadline, as stored with the task.
+func (e *Engine) WithDebounce(ctx context.Context, tasks []*Task) error {
+	for _, t := range tasks {
+		if t.MergeKey == "" {
+			continue
+		}
+		d, err := e.store.TaskDebounce(ctx, t.ID)
+		if err != nil {
+			return err
+		}
+		t.Debounce = d
+	}
+	return nil
 }

@@ -105,6 +105,19 @@ func (srv *Server) Claim(ctx context.Context, p Claim) ([]Lease, error) {
 	return out, nil
 }
 
+// ClaimRetry is how long a claim of queues that found nothing waits before
+// it claims again without a wake-up: until the first of their short rate
+// budgets has a token again (engine.NextTokenWait), at most poll.
+func (srv *Server) ClaimRetry(ctx context.Context, queues []string, poll time.Duration) time.Duration {
+	wait := poll
+	for _, q := range queues {
+		if d, ok := srv.e.NextTokenWait(ctx, q, wait); ok {
+			wait = d
+		}
+	}
+	return wait
+}
+
 // Heartbeat is the protocol's Heartbeat.
 func (srv *Server) Heartbeat(ctx context.Context, b Beat) (*BeatResult, error) {
 	if err := engine.CheckLease(b.TaskID, b.LeaseToken); err != nil {

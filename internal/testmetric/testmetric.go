@@ -14,7 +14,8 @@ import (
 )
 
 // Collect sums reader's data points by metric name and label set (rendered
-// "k=v,k=v" in key order): a counter's values, a histogram's counts.
+// "k=v,k=v" in key order): a counter's values, a histogram's counts, an
+// integer gauge's value.
 func Collect(t testing.TB, reader *sdkmetric.ManualReader) map[string]map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -29,6 +30,10 @@ func Collect(t testing.TB, reader *sdkmetric.ManualReader) map[string]map[string
 			case metricdata.Sum[int64]:
 				for _, p := range d.DataPoints {
 					vals[Labels(p.Attributes)] += p.Value
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					vals[Labels(p.Attributes)] = p.Value
 				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {

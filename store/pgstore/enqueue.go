@@ -332,6 +332,11 @@ func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOp
 					return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: unique until: %w", t.ID, err)
 				}
 			}
+			if d.Debounced {
+				if err := db.exec(ctx, sqlSetDebounce, t.ID, d.For.Microseconds(), nullTime(d.Until(t.CreatedAt))); err != nil {
+					return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: debounce: %w", t.ID, err)
+				}
+			}
 			if r.spilled {
 				if err := insertPayloads(ctx, db, []row{r}); err != nil {
 					return store.EnqueueResult{}, err
@@ -376,7 +381,8 @@ func merge(ctx context.Context, db dbtx, existing, incoming *bt.Task, opts store
 	}
 	q, args := sqlMerge, []any{existing.ID, nullJSON(inline), len(payload), spilled, incoming.UpdatedAt}
 	if d.Debounced {
-		q, args = sqlMergeDebounced, append(args, d.DebouncedRunAt(existing, incoming))
+		q, args = sqlMergeDebounced, append(args, d.DebouncedRunAt(existing, incoming), d.For.Microseconds(),
+			nullTime(d.Until(existing.CreatedAt)))
 	}
 	merged, err := queryTask(ctx, db, q, args...)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 func TestFairOneValueTakesNoLock(t *testing.T) {
 	b := setup(t)
 	s, ctx := b.store, t.Context()
-	if err := s.SetFair(ctx, store.FairQueue{Queue: "fq", By: "tenant", CreatedAt: t0}); err != nil {
+	if err := s.SetFair(ctx, store.FairQueue{Queue: "fq", By: "tenant", CreatedAt: t0}, bt.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {

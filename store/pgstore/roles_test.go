@@ -25,7 +25,7 @@ import (
 // TestLeastPrivilegeRoles applies deploy/postgres/roles.sql to a test
 // schema, connects as a login role in each of its three roles, and checks
 // what each may and may not do: the producer enqueues (with spill,
-// idempotency and merge) but cannot claim, settle or delete; the worker
+// idempotency, merge and debounce) but cannot claim, settle or delete; the worker
 // claims, heartbeats, settles, leads and runs maintenance but cannot enqueue,
 // run retention or delete; the admin can do all of it.
 func TestLeastPrivilegeRoles(t *testing.T) {
@@ -188,7 +188,25 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	denied("producer run update", rawExec(producer, "UPDATE backstop_runs SET state = 'succeeded'"))
 	denied("producer workflow update", rawExec(producer, "UPDATE backstop_workflows SET plan_hash = 'x'"))
 	denied("producer delete", rawExec(producer, "DELETE FROM backstop_tasks"))
-	denied("producer state change", rawExec(producer, "UPDATE backstop_tasks SET state = 'succeeded'"))
+	denied("producer lease change", rawExec(producer, "UPDATE backstop_tasks SET lease_expires_at = now()"))
+	denied("producer attempt change", rawExec(producer, "UPDATE backstop_tasks SET attempt = 9"))
+	// A debounced enqueue merges into the waiting task and moves its run
+	// time (the merge columns, run_at and state).
+	first, err := pc.Enqueue(ctx, backstop.EnqueueParams{Queue: "dq", Kind: "k", Payload: []byte(`{"v":1}`),
+		Debounce: &backstop.Debounce{Key: "doc-1", For: time.Hour, MaxWait: 2 * time.Hour}})
+	must("producer debounced enqueue", err)
+	second, err := pc.Enqueue(ctx, backstop.EnqueueParams{Queue: "dq", Kind: "k", Payload: []byte(`{"v":2}`),
+		Debounce: &backstop.Debounce{Key: "doc-1", For: time.Hour, MaxWait: 2 * time.Hour}})
+	must("producer debounce", err)
+	if !second.Merged || second.Task.ID != first.Task.ID || !second.Task.RunAt.After(first.Task.RunAt) ||
+		string(second.Task.Payload) != `{"v":2}` {
+		t.Fatalf("producer debounce: merged %v into %s (first %s), run_at %v (first %v), payload %s",
+			second.Merged, second.Task.ID, first.Task.ID, second.Task.RunAt, first.Task.RunAt, second.Task.Payload)
+	}
+	if got, err := producer.TaskDebounce(ctx, first.Task.ID); err != nil || got == nil || got.MaxWaitUntil == nil ||
+		!got.MaxWaitUntil.Equal(first.Task.CreatedAt.Add(2*time.Hour)) || got.For != bt.Duration(time.Hour) {
+		t.Fatalf("producer debounce settings: %+v (%v)", got, err)
+	}
 
 	// Worker.
 	wc, err := backstop.NewClient(worker, nil)

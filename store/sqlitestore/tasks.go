@@ -261,6 +261,12 @@ func enqueue(ctx context.Context, q querier, tasks []*bt.Task, opts store.Enqueu
 				return nil, nil, err
 			}
 		}
+		if d := opts.DebounceOf(i); d.Debounced {
+			if _, err := q.ExecContext(ctx, `UPDATE backstop_tasks SET debounce_for_us = ?, debounce_until = ? WHERE id = ?`,
+				d.For.Microseconds(), usPtr(d.Until(t.CreatedAt)), t.ID); err != nil {
+				return nil, nil, err
+			}
+		}
 		events = append(events, store.EnqueuedEvent(t, actor))
 		if t.State == bt.StatePending {
 			woke[t.Queue] = struct{}{}
@@ -423,6 +429,12 @@ func mergeInto(ctx context.Context, q querier, t *bt.Task, opts store.EnqueueOpt
 		merge_count = ?, updated_at = ?, run_at = ?, state = ? WHERE id = ?`, inlineArg, existing.PayloadSize, existing.PayloadSpilled,
 		existing.MergeCount, us(existing.UpdatedAt), us(existing.RunAt), string(existing.State), existing.ID); err != nil {
 		return nil, err
+	}
+	if d.Debounced {
+		if _, err := q.ExecContext(ctx, `UPDATE backstop_tasks SET debounce_for_us = ?, debounce_until = ? WHERE id = ?`,
+			d.For.Microseconds(), usPtr(d.Until(existing.CreatedAt)), existing.ID); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case existing.PayloadSpilled:

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
@@ -105,5 +106,45 @@ func (s *suite) testAuditStreamPages(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("audit stream in pages of %d:\n got %v\nwant %v", limit, got, want)
 		}
+	}
+}
+
+// Turning a queue's fairness on, changing it and turning it off are
+// operator actions: each writes its audit event (actor, time, target: the
+// queue, reason, the attribute and weights) in its own transaction; a
+// refused change and turning off a queue that was not fair write none.
+func (s *suite) testFairAudit(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, nil)
+	ctx := backstop.WithReason(b.ctx, "tenant acme starves the others")
+	if _, err := b.c.SetFair(ctx, backstop.FairQueue{Queue: "crm", By: "tenant", Weights: map[string]int{"acme": 3}}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.SetFair(ctx, backstop.FairQueue{Queue: "crm", By: "bad key"}, "ops"); err == nil {
+		t.Fatal("a bad attribute was accepted")
+	}
+	if removed, err := b.c.RemoveFair(b.ctx, "crm", "cli:root"); err != nil || !removed {
+		t.Fatalf("remove: %v %v", removed, err)
+	}
+	if removed, err := b.c.RemoveFair(b.ctx, "crm", "cli:root"); err != nil || removed {
+		t.Fatalf("remove again: %v %v", removed, err)
+	}
+	// A marker after the actions: the stream holds exactly two before it.
+	if err := b.store.AppendEvents(b.ctx, []bt.Event{store.AuditEvent(b.clock.Now(), store.EventQueuePaused, "end", "ops", "", nil)}); err != nil {
+		t.Fatal(err)
+	}
+	got := b.readStream("audit", 3)
+	if len(got) != 3 || got[2].Subject != "end" {
+		t.Fatalf("audit stream: %+v, want the set, the removal and the marker", got)
+	}
+	set, off := got[0], got[1]
+	if set.Type != store.EventFairSet || set.Subject != "crm" || set.Actor != "ops" || set.Time.IsZero() {
+		t.Fatalf("set: %+v", set)
+	}
+	if string(set.Body) != `{"by":"tenant","reason":"tenant acme starves the others","target":"crm","weights":{"acme":3}}` {
+		t.Fatalf("set body: %s", set.Body)
+	}
+	if off.Type != store.EventFairRemoved || off.Subject != "crm" || off.Actor != "cli:root" || string(off.Body) != `{"target":"crm"}` {
+		t.Fatalf("removed: %+v %s", off, off.Body)
 	}
 }

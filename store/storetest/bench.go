@@ -74,7 +74,7 @@ func BenchDrain(b *testing.B, s store.Store) {
 		limited = true
 	}
 	if fair {
-		if err := s.SetFair(ctx, store.FairQueue{Queue: queue, By: "tenant", CreatedAt: now}); err != nil {
+		if err := s.SetFair(ctx, store.FairQueue{Queue: queue, By: "tenant", CreatedAt: now}, bt.Event{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -30,6 +31,10 @@ func (s *suite) testDebounce(t *testing.T) {
 		eq(t, "first run_at", first.RunAt, t0.Add(10*time.Second))
 		eq(t, "first state", first.State, backstop.StateScheduled)
 		eq(t, "merge key", first.MergeKey, "doc-1")
+		if got, err := b.c.Get(b.ctx, first.ID); err != nil || got.Debounce == nil ||
+			*got.Debounce != (bt.TaskDebounce{Key: "doc-1", For: bt.Duration(10 * time.Second)}) {
+			t.Fatalf("debounce without a max wait: %+v %v", got, err)
+		}
 		// Without a maximum wait, each enqueue inside the quiet period
 		// pushes the task on, however long that goes.
 		for i := 1; i <= 5; i++ {
@@ -72,6 +77,26 @@ func (s *suite) testDebounce(t *testing.T) {
 		t0 := b.clock.Now()
 		d := &backstop.Debounce{Key: "doc-2", For: 10 * time.Second, MaxWait: 30 * time.Second}
 		first := b.debounced(d, `{"v":0}`, false)
+		// The task says how it is debounced: key, quiet period, the time
+		// it runs at the latest.
+		checkDebounce := func(what string, want bt.TaskDebounce) {
+			t.Helper()
+			got, err := b.c.Get(b.ctx, first.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Debounce == nil {
+				t.Fatalf("%s: no debounce on the task", what)
+			}
+			eq(t, what+": debounce", *got.Debounce, want)
+		}
+		// A plain merge key is not a debounce.
+		plain := b.enqueue(backstop.EnqueueParams{Queue: "pq", Kind: "other", MergeKey: "m"})
+		if got, err := b.c.Get(b.ctx, plain.ID); err != nil || got.Debounce != nil {
+			t.Fatalf("a merge key's task: debounce %+v (%v), want none", got.Debounce, err)
+		}
+		latest := t0.Add(30 * time.Second)
+		checkDebounce("first enqueue", bt.TaskDebounce{Key: "doc-2", For: bt.Duration(10 * time.Second), MaxWaitUntil: &latest})
 		for _, c := range []struct {
 			at, want time.Duration
 		}{{8, 18}, {16, 26}, {24, 30}, {29, 30}} {
@@ -81,6 +106,12 @@ func (s *suite) testDebounce(t *testing.T) {
 			eq(t, "state", got.State, backstop.StateScheduled)
 			eq(t, "id", got.ID, first.ID)
 		}
+		// A later enqueue's quiet period is the one shown; the deadline
+		// stays the first enqueue's plus its max wait.
+		b.debounced(&backstop.Debounce{Key: "doc-2", For: 20 * time.Second, MaxWait: 40 * time.Second}, `{"v":1}`, true)
+		later := t0.Add(40 * time.Second)
+		checkDebounce("a later enqueue", bt.TaskDebounce{Key: "doc-2", For: bt.Duration(20 * time.Second), MaxWaitUntil: &later})
+		b.debounced(d, `{"v":1}`, true)
 		// Due at its maximum wait: a later enqueue leaves it due (pending).
 		b.clock.Advance(t0.Add(31 * time.Second).Sub(b.clock.Now()))
 		got := b.debounced(d, `{"v":2}`, true)

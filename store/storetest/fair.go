@@ -62,7 +62,7 @@ func (s *suite) testFairness(t *testing.T) {
 		if err != nil || len(ts) != 2 || ts[0].ID != ids[0] || ts[1].ID != ids[1] {
 			t.Fatalf("one value: %v %v, want the two oldest", ts, err)
 		}
-		removed, err := b.c.RemoveFair(b.ctx, "fq")
+		removed, err := b.c.RemoveFair(b.ctx, "fq", "")
 		if err != nil || !removed {
 			t.Fatalf("remove fair: %v %v", removed, err)
 		}
@@ -183,7 +183,7 @@ func (s *suite) testFairness(t *testing.T) {
 			{Queue: "fq"}, {Queue: "fq", By: "bad key"}, {By: "tenant"},
 			{Queue: "fq", By: "tenant", Weights: map[string]int{"a": 0}},
 		} {
-			if _, err := b.c.SetFair(b.ctx, f); !errors.Is(err, backstop.ErrInvalid) {
+			if _, err := b.c.SetFair(b.ctx, f, ""); !errors.Is(err, backstop.ErrInvalid) {
 				t.Errorf("%+v: %v, want a validation error", f, err)
 			}
 		}
@@ -198,7 +198,7 @@ func (s *suite) testFairness(t *testing.T) {
 func (s *suite) fairBundle(t *testing.T, weights map[string]int) *bundle {
 	b := s.setup(t, nil)
 	b.clock.freeze()
-	f, err := b.c.SetFair(b.ctx, backstop.FairQueue{Queue: "fq", By: "tenant", Weights: weights})
+	f, err := b.c.SetFair(b.ctx, backstop.FairQueue{Queue: "fq", By: "tenant", Weights: weights}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

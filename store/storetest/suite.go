@@ -103,6 +103,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("Events", s.testEvents)
 	t.Run("AuditStream", s.testAuditStream) // audit.go
 	t.Run("AuditStreamPages", s.testAuditStreamPages)
+	t.Run("FairAudit", s.testFairAudit)
+	t.Run("NextToken", s.testNextToken) // limitwake.go
 	t.Run("Complexity", s.testComplexity)
 	t.Run("Gauges", s.testGauges)
 	t.Run("GaugesOpenDeadLetters", s.testGaugesOpenDeadLetters)

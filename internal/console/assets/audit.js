@@ -9,7 +9,7 @@ import { api, h, clear, fmtTime, field, errorText, live, debounce } from './lib.
 const types = ['queue.paused', 'queue.resumed', 'token.created', 'token.revoked', 'workflow.applied',
   'run.canceled', 'run.resumed', 'step.force_completed', 'task.canceled', 'task.cancel_requested', 'task.payload_viewed',
   'task.run_now', 'task.deleted', 'task.reprioritized',
-  'dlq.replay_requested', 'dlq.discarded', 'dlq.resolved', 'dlq.purged', 'lease_key.rotated', 'limit.set', 'limit.removed',
+  'dlq.replay_requested', 'dlq.discarded', 'dlq.resolved', 'dlq.purged', 'lease_key.rotated', 'limit.set', 'limit.removed', 'queue.fair_set', 'queue.fair_removed',
   'schedule.saved', 'schedule.paused', 'schedule.resumed', 'schedule.removed'];
 const filters = ['actor', 'type', 'target', 'since', 'until'];
 // maxShown: the newest actions kept on screen.

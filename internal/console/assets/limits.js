@@ -1,8 +1,9 @@
 // Limits: every cluster-wide concurrency and rate limit (docs/limits.md)
 // with its use — running tasks, a rate limit's tokens — and the tasks
 // waiting on it, each count linked to the tasks list filtered to them
-// (pending tasks of the limit's scope and budget). Rereads every 2 s
-// while shown.
+// (pending tasks of the limit's scope and budget); then the fair queues
+// (docs/fairness.md), each with its attribute, weights and waiting tasks
+// per value. Rereads every 2 s while shown.
 import { api, h, clear, badge, table } from './lib.js';
 
 // rateText: "50/s" (starts per second).
@@ -50,10 +51,30 @@ function budgetsSection(l) {
       `No ${l.per} has running or pending tasks.`)));
 }
 
+// fairSection: a fair queue (docs/fairness.md): the attribute its claims
+// rotate across, the weights, and per value its pending tasks (those
+// waiting their turn), linked to the tasks list filtered to them.
+function fairSection(f) {
+  const weights = Object.entries(f.weights || {}).sort(([a], [b]) => a.localeCompare(b)).map(([v, w]) => `${v}=${w}`).join(', ');
+  const rows = (f.values || []).map((v) => {
+    const q = new URLSearchParams({ queue: f.queue, state: 'pending', attr: `${f.by}=${v.value}` });
+    return [
+      h('span', { class: 'mono' }, v.value === '' ? '(none)' : v.value),
+      String(v.weight),
+      v.pending ? h('a', { href: `#/tasks?${q}`, class: 'waiting', 'aria-label': `${v.pending} tasks of ${f.by}=${v.value} waiting in ${f.queue}` }, String(v.pending)) : '0',
+    ];
+  });
+  return h('section', { 'aria-labelledby': `fair-${f.queue}`, class: 'fair', dataset: { queue: f.queue } },
+    h('h3', { id: `fair-${f.queue}` }, `${f.queue}: fair by ${f.by}`),
+    h('p', { class: 'muted small weights' }, weights ? `Weights: ${weights}; any other value 1.` : 'Every value weighs 1.'),
+    h('div', { class: 'scroll' }, table(`Waiting tasks of ${f.queue} by ${f.by}`, [f.by, 'Weight', 'Waiting'], rows,
+      `No task of ${f.queue} is waiting.`)));
+}
+
 export async function limitsPage(main) {
   const here = location.hash;
   const render = async () => {
-    const { items } = await api('GET', '/v1/limits');
+    const [{ items }, fair] = await Promise.all([api('GET', '/v1/limits'), api('GET', '/v1/fair-queues')]);
     const list = items.length === 0
       ? h('p', { class: 'muted', id: 'limits-none' }, 'No limits. Set one with backstop limits set NAME --queue Q (--concurrency N | --rate R).')
       : h('table', {},
@@ -67,6 +88,12 @@ export async function limitsPage(main) {
         'held back by a full budget, and is not charged an attempt.'),
       h('div', { class: 'scroll', id: 'limits' }, list),
       items.filter((l) => l.per).map(budgetsSection),
+      h('h2', { id: 'fair-queues' }, 'Fair queues'),
+      fair.items.length === 0
+        ? h('p', { class: 'muted', id: 'fair-none' }, 'No fair queues. Make one with backstop queues fair Q --by ATTR.')
+        : h('p', { class: 'muted' }, 'Claims in a fair queue rotate across the values of an attribute (weighted round robin within a priority), ',
+          'so a value with many waiting tasks does not hold back one with a few.'),
+      fair.items.map(fairSection),
       h('p', { class: 'muted small' }, 'Updated ', new Date().toLocaleTimeString(undefined, { hour12: false }), ' · rereads every 2 s'));
   };
   await render();

@@ -215,6 +215,17 @@ export function executionsSection(t, path) {
     ex.length ? h('p', {}, older) : null);
 }
 
+// debounceFacts: a debounced task's key, the quiet period it waits for
+// (its run time moves on with each enqueue of the key) and when it runs at
+// the latest (its first enqueue plus the max wait), docs/keys.md.
+function debounceFacts(d) {
+  return ['key ', h('span', { class: 'mono', id: 'task-debounce-key' }, d.key),
+    ' · runs once the key is quiet for ', h('span', { id: 'task-debounce-for' }, d.for),
+    ' · at the latest ', d.max_wait_until
+      ? h('time', { id: 'task-debounce-until', datetime: d.max_wait_until }, fmtTime(d.max_wait_until))
+      : h('span', { id: 'task-debounce-until' }, 'no max wait')];
+}
+
 export async function taskPage(main, id) {
   const path = `/v1/tasks/${encodeURIComponent(id)}`;
   const t = await api('GET', `${path}?executions_limit=${EXECUTIONS_WINDOW}`);
@@ -289,6 +300,7 @@ export async function taskPage(main, id) {
         : [h('progress', { max: 100, value: pct, 'aria-label': 'Progress' }), ` ${progressText(t.progress)} steps (${pct}%)`]),
       h('dt', {}, 'Created'), h('dd', {}, fmtTime(t.created_at)),
       h('dt', {}, 'Run at'), h('dd', {}, fmtTime(t.run_at)),
+      t.debounce ? [h('dt', {}, 'Debounce'), h('dd', { id: 'task-debounce' }, debounceFacts(t.debounce))] : null,
       t.state === 'running' && t.execution_id ? [h('dt', {}, 'Running'), h('dd', {}, `attempt ${t.attempt} on `,
         t.worker_id ? h('a', { href: `#/workers/${encodeURIComponent(t.worker_id)}`, class: 'mono', id: 'current-worker' }, t.worker_id) : '?', ' · ',
         h('a', { href: `#/tasks/${encodeURIComponent(t.id)}?log=${encodeURIComponent(t.execution_id)}`, id: 'current-log' }, 'follow its log'))] : null,

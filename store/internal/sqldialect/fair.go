@@ -12,11 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
 
 // SetFair implements store.Fairness.
-func (p *Procedures) SetFair(ctx context.Context, f store.FairQueue) error {
+func (p *Procedures) SetFair(ctx context.Context, f store.FairQueue, ev bt.Event) error {
 	weights, err := json.Marshal(f.Weights)
 	if err != nil {
 		return err
@@ -34,7 +35,10 @@ func (p *Procedures) SetFair(ctx context.Context, f store.FairQueue) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1`, f.Queue); err != nil {
 			return err
 		}
-		return tx.Wake(ctx, f.Queue)
+		if err := tx.Wake(ctx, f.Queue); err != nil {
+			return err
+		}
+		return p.appendAudit(ctx, tx, ev)
 	})
 	p.forgetOneValue(f.Queue)
 	if err != nil {
@@ -44,7 +48,7 @@ func (p *Procedures) SetFair(ctx context.Context, f store.FairQueue) error {
 }
 
 // RemoveFair implements store.Fairness.
-func (p *Procedures) RemoveFair(ctx context.Context, queue string) (bool, error) {
+func (p *Procedures) RemoveFair(ctx context.Context, queue string, ev bt.Event) (bool, error) {
 	var removed bool
 	err := InTx(ctx, p.writer, func(tx Tx) error {
 		n, err := tx.Exec(ctx, `DELETE FROM backstop_fair_queues WHERE queue = $1`, queue)
@@ -52,8 +56,10 @@ func (p *Procedures) RemoveFair(ctx context.Context, queue string) (bool, error)
 			return err
 		}
 		removed = n > 0
-		_, err = tx.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1`, queue)
-		return err
+		if _, err = tx.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1`, queue); err != nil || !removed {
+			return err
+		}
+		return p.appendAudit(ctx, tx, ev)
 	})
 	p.forgetOneValue(queue)
 	if err != nil {

@@ -113,19 +113,5 @@ func (p *Procedures) Gauges(ctx context.Context) (*store.GaugeSnapshot, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	limits, err := p.ListLimits(ctx) // limits.go
-	if err != nil {
-		return nil, err
-	}
-	for _, l := range limits {
-		g.LimitWaiting[l.Name] = 0
-	}
-	uses, err := p.LimitUses(ctx, time.Now()) // a rate budget's tokens: the wall clock, as the metrics are read
-	if err != nil {
-		return nil, err
-	}
-	for _, u := range uses {
-		g.LimitWaiting[u.Limit] += u.Waiting
-	}
 	return g, nil
 }
