@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -44,6 +45,29 @@ func openKafka(u *url.URL, o Options) (Sink, error) {
 func (s *kafkaSink) Deliver(ctx context.Context, d *Delivery) error {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
+	return classifyKafka(s.cl.ProduceSync(ctx, kafkaRecord(d)).FirstErr())
+}
+
+// DeliverBatch implements BatchSink: every record is produced (franz-go
+// groups them by partition into produce requests), then the promises are
+// awaited.
+func (s *kafkaSink) DeliverBatch(ctx context.Context, ds []*Delivery) []error {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	errs := make([]error, len(ds))
+	var wg sync.WaitGroup
+	wg.Add(len(ds))
+	for i, d := range ds {
+		s.cl.Produce(ctx, kafkaRecord(d), func(_ *kgo.Record, err error) {
+			errs[i] = classifyKafka(err)
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+func kafkaRecord(d *Delivery) *kgo.Record {
 	r := &kgo.Record{Topic: d.Topic, Value: d.Payload}
 	if d.Key != "" {
 		r.Key = []byte(d.Key)
@@ -51,7 +75,7 @@ func (s *kafkaSink) Deliver(ctx context.Context, d *Delivery) error {
 	for k, v := range d.Headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
-	return classifyKafka(s.cl.ProduceSync(ctx, r).FirstErr())
+	return r
 }
 
 // classifyKafka: an error Kafka says retrying cannot fix (too large, an

@@ -70,13 +70,7 @@ func cmpOr(a, b string) string {
 func (s *natsSink) Deliver(ctx context.Context, d *Delivery) error {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	m := &nats.Msg{Subject: d.Topic, Data: d.Payload, Header: nats.Header{}}
-	for k, v := range d.Headers {
-		m.Header.Set(k, v)
-	}
-	if d.Key != "" {
-		m.Header.Set("Backstop-Key", d.Key)
-	}
+	m := natsMsg(d)
 	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(1))
 	if errors.Is(err, jetstream.ErrNoStreamResponse) && s.nc.IsConnected() {
 		// No stream covers the subject: cover it, then publish again.
@@ -88,6 +82,51 @@ func (s *natsSink) Deliver(ctx context.Context, d *Delivery) error {
 		d.Duplicate = ack.Duplicate
 	}
 	return classifyNATS(err)
+}
+
+// DeliverBatch implements BatchSink: every message is published
+// asynchronously, then the acknowledgements are awaited (within the
+// sink's timeout). A message no stream covers is delivered again by
+// Deliver, which covers its subject.
+func (s *natsSink) DeliverBatch(ctx context.Context, ds []*Delivery) []error {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	errs := make([]error, len(ds))
+	futs := make([]jetstream.PubAckFuture, len(ds))
+	for i, d := range ds {
+		futs[i], errs[i] = s.js.PublishMsgAsync(natsMsg(d), jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(1))
+	}
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			ds[i].Duplicate = ack.Duplicate
+		case errs[i] = <-f.Err():
+		case <-ctx.Done():
+			errs[i] = context.Cause(ctx)
+		}
+	}
+	for i, err := range errs {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			errs[i] = s.Deliver(ctx, ds[i])
+			continue
+		}
+		errs[i] = classifyNATS(err)
+	}
+	return errs
+}
+
+func natsMsg(d *Delivery) *nats.Msg {
+	m := &nats.Msg{Subject: d.Topic, Data: d.Payload, Header: nats.Header{}}
+	for k, v := range d.Headers {
+		m.Header.Set(k, v)
+	}
+	if d.Key != "" {
+		m.Header.Set("Backstop-Key", d.Key)
+	}
+	return m
 }
 
 // cover adds subject to the relay's stream, creating it when it does not
