@@ -343,14 +343,17 @@ func (e *Engine) OrderQueue(ctx context.Context, queue string) error {
 }
 
 // mayEndOrdered reports whether a settle batch may end the busy task of
-// an ordering key: it ends a task (succeeded, dead, canceled) and this
-// engine has ordered queues (declared, or undeclared with ordered tasks
-// found). Other batches settle in one statement as before.
+// an ordering key: it ends a task (succeeded, dead, canceled) of a queue
+// this engine orders (declared, or undeclared with ordered tasks found),
+// or of a queue it was not told. Other batches settle in one statement
+// as before.
 func (e *Engine) mayEndOrdered(ss []store.Settlement) bool {
 	if len(e.orderingByQueue) == 0 && !e.implicit.seen.Load() {
 		return false
 	}
-	return slices.ContainsFunc(ss, store.EndsTask)
+	return slices.ContainsFunc(ss, func(s store.Settlement) bool {
+		return store.EndsTask(s) && (s.Queue == "" || e.Ordered(s.Queue))
+	})
 }
 
 // settleOrdered settles a batch and, in its transaction, judges the keys
