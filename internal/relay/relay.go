@@ -9,7 +9,9 @@
 // replay under the same id. A keyed message is an ordered task (its key is
 // its ordering key, its sequence its place in publish order), so the
 // engine's admission hands the relay one message of a key at a time, in
-// order, and a retried message holds its key's later ones back.
+// order, and a retried message holds its key's later ones back. The
+// messages claimed together are published together by a BatchSink (NATS,
+// Kafka: asynchronous acknowledgements), each keeping its own outcome.
 //
 // The relay never writes the store itself and never claims or settles
 // another way.
