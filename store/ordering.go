@@ -16,11 +16,30 @@ import (
 // examines every key of the queue with work, in one transaction, and
 // applies the engine's policy (OrderingSettings.Decide): stale tasks are canceled, gaps buffered, drains stepped,
 // and at most one task per key is admitted (made pending) at a time.
+// SettleOrdered applies the same policy to the keys whose busy task a
+// settle batch ended, in the settle's transaction, so a busy key's next
+// turn costs no scan of the queue. Both lock the key state rows they
+// judge, so a key is judged by one transaction at a time.
+
+// EndsTask reports whether a settlement ends its task (a key's busy task
+// so frees its key): succeeded, dead or canceled.
+func EndsTask(s Settlement) bool {
+	return s.State == bt.StateSucceeded || s.State == bt.StateDead || s.State == bt.StateCanceled
+}
 
 // Ordering is what a driver offers for ordered processing.
 type Ordering interface {
 	// Order runs admission and due drains for one queue.
 	Order(ctx context.Context, queue string, set OrderingSettings, now time.Time) (OrderingDelta, error)
+	// SettleOrdered is Settle, and in the same transaction the admission
+	// of the keys whose busy task the batch ended (a settlement that
+	// applied with state succeeded, dead or canceled): each such key is
+	// judged by set(queue) as Order would (settings with ok false: the
+	// key is left to Order), so its next task is pending when the batch
+	// commits. Order remains the sweep for new tasks, drains and keys
+	// whose task ended another way. It returns what Settle returns and
+	// the ordering deltas by queue.
+	SettleOrdered(ctx context.Context, s []Settlement, set func(queue string) (OrderingSettings, bool), now time.Time) ([]bool, map[string]OrderingDelta, error)
 	// OrderingInfo returns the ordering key, sequence and gaps of tasks (by
 	// id); tasks without ordering are absent.
 	OrderingInfo(ctx context.Context, ids []string) (map[string]OrderingInfo, error)

@@ -287,6 +287,10 @@ type Settlement struct {
 	// TraceParent is the settled task's W3C traceparent (not written): a
 	// workflow step's successors are traced as it was (sampled or not).
 	TraceParent string
+	// Queue is the settled task's queue when the engine knows it (not
+	// written): only a batch that ends a task of an ordered queue (or of
+	// an unknown one) is settled with its keys' admission.
+	Queue string
 }
 
 // ListFilter selects tasks. Results are ordered by id (UUIDv7: by creation).

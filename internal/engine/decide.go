@@ -49,7 +49,7 @@ func (e *Engine) Decide(r Report) store.Settlement {
 	t, res, cause := r.Task, r.Err, r.Cause
 	now := e.Now()
 	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Progress: r.Progress, ErrorDetail: r.Detail,
-		TraceParent: t.TraceParent}
+		TraceParent: t.TraceParent, Queue: t.Queue}
 	if res == nil && !errors.Is(cause, ErrAbandoned) {
 		if r.ResultErr == nil {
 			s.Outcome, s.State, s.Result = bt.OutcomeSucceeded, bt.StateSucceeded, r.Result
@@ -119,7 +119,8 @@ func (e *Engine) RetryOrDie(s *store.Settlement, t *Task, now time.Time) {
 func (e *Engine) NoHandler(t *Task, grace time.Duration) store.Settlement {
 	now := e.Now()
 	msg := fmt.Sprintf("no handler registered for kind %q", t.Kind)
-	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Error: msg, TraceParent: t.TraceParent}
+	s := store.Settlement{TaskID: t.ID, ExecutionID: t.ExecutionID, FinishedAt: now, Error: msg, TraceParent: t.TraceParent,
+		Queue: t.Queue}
 	if now.Sub(t.CreatedAt) >= grace {
 		s.Outcome, s.State, s.DeadReason = bt.OutcomePermanentError, bt.StateDead, bt.ReasonPoison
 		return s

@@ -241,6 +241,7 @@ func (e *Engine) countOrdering(queue string, d store.OrderingDelta, fallback int
 type implicitOrdering struct {
 	mu     sync.Mutex
 	queues map[string]implicitQueue
+	seen   atomic.Bool // some look found ordered tasks (never reset)
 }
 
 type implicitQueue struct {
@@ -286,19 +287,24 @@ func (e *Engine) Ordered(queue string) bool {
 
 // lookForOrdering tells whether an undeclared queue has ordered tasks (a
 // key with a state or waiting tasks), looking again at most once per
-// implicitRecheck while it has none.
+// implicitRecheck (the look lists a page of keys: not a read for every
+// claim; a queue that stopped having ordered tasks pays one admission
+// look per claim for at most that long).
 func (e *Engine) lookForOrdering(ctx context.Context, queue string) (bool, error) {
 	e.implicit.mu.Lock()
 	q := e.implicit.queues[queue]
 	e.implicit.mu.Unlock()
-	if !q.active && time.Now().Before(q.next) {
-		return false, nil
+	if time.Now().Before(q.next) {
+		return q.active, nil
 	}
 	ks, err := e.store.OrderingKeys(ctx, queue, "", 1)
 	if err != nil {
 		return false, err
 	}
 	q = implicitQueue{active: len(ks) > 0, next: time.Now().Add(implicitRecheck)}
+	if q.active {
+		e.implicit.seen.Store(true)
+	}
 	e.implicit.mu.Lock()
 	if e.implicit.queues == nil {
 		e.implicit.queues = map[string]implicitQueue{}
@@ -334,6 +340,49 @@ func (e *Engine) OrderQueue(ctx context.Context, queue string) error {
 		return fmt.Errorf("ordering: %w; fallback: %w", err, ferr)
 	}
 	return nil
+}
+
+// mayEndOrdered reports whether a settle batch may end the busy task of
+// an ordering key: it ends a task (succeeded, dead, canceled) of a queue
+// this engine orders (declared, or undeclared with ordered tasks found),
+// or of a queue it was not told. Other batches settle in one statement
+// as before.
+func (e *Engine) mayEndOrdered(ss []store.Settlement) bool {
+	if len(e.orderingByQueue) == 0 && !e.implicit.seen.Load() {
+		return false
+	}
+	return slices.ContainsFunc(ss, func(s store.Settlement) bool {
+		return store.EndsTask(s) && (s.Queue == "" || e.Ordered(s.Queue))
+	})
+}
+
+// settleOrdered settles a batch and, in its transaction, judges the keys
+// whose busy task it ended (store.Ordering.SettleOrdered): a key's next
+// task is pending, and its queue woken, when the batch commits, instead of
+// waiting for the next claim's admission. Keys whose task ended another
+// way are left to OrderQueue's sweep, which also admits new tasks and runs
+// due drains. When the ordering state cannot be written the batch settles
+// alone, and the sweep judges its keys.
+func (e *Engine) settleOrdered(ctx context.Context, ss []store.Settlement) ([]bool, error) {
+	oks, deltas, err := e.store.SettleOrdered(ctx, ss, e.orderingFor, e.Now())
+	if err != nil {
+		e.cfg.Logger.Warn("settling with ordering admission failed: settling alone", "error", err, "tasks", len(ss))
+		return e.store.Settle(ctx, ss)
+	}
+	for q, d := range deltas {
+		e.countOrdering(q, d, 0)
+	}
+	return oks, nil
+}
+
+// orderingFor is a queue's ordering settings for the store (ok false: the
+// queue is declared without ordering).
+func (e *Engine) orderingFor(queue string) (store.OrderingSettings, bool) {
+	o, declared := e.queueOrdering(queue)
+	if declared && !o.Enabled {
+		return store.OrderingSettings{}, false
+	}
+	return o.settings(), true
 }
 
 // WithOrdering fills the ordering key, sequence and gaps of tasks of any

@@ -21,6 +21,9 @@ func (e *Engine) Settle(ctx context.Context, ss []store.Settlement) ([]bool, err
 	if e.SettleSeen != nil {
 		e.SettleSeen(ss)
 	}
+	if !mayBeSteps(ss) && e.mayEndOrdered(ss) {
+		return e.settleOrdered(ctx, ss) // ordering.go: the freed keys' next turn in the same transaction
+	}
 	return e.settleSteps(ctx, ss) // workflows.go
 }
 

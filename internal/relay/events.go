@@ -486,7 +486,15 @@ func (r *EventRelay) publishBatch(ctx context.Context, bs BatchSink, stream, aft
 			return after, 0, 0, err
 		}
 	}
-	acked, err := bs.DeliverBatch(ctx, ds)
+	// The acknowledged prefix: the checkpoint stops before the first event
+	// the broker did not take (later ones that arrived are sent again).
+	acked := len(ds)
+	for i, e := range bs.DeliverBatch(ctx, ds) {
+		if e != nil {
+			acked, err = i, e
+			break
+		}
+	}
 	for _, d := range ds[:acked] {
 		if d.Duplicate {
 			dups++

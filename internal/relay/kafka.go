@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,26 +48,23 @@ func (s *kafkaSink) Deliver(ctx context.Context, d *Delivery) error {
 	return classifyKafka(s.cl.ProduceSync(ctx, kafkaRecord(d)).FirstErr())
 }
 
-// DeliverBatch produces ds with one ProduceSync: the client pipelines
-// them to their partitions and waits once for every acknowledgement.
-func (s *kafkaSink) DeliverBatch(ctx context.Context, ds []*Delivery) (int, error) {
+// DeliverBatch implements BatchSink: every record is produced (franz-go
+// groups them by partition into produce requests), then the promises are
+// awaited.
+func (s *kafkaSink) DeliverBatch(ctx context.Context, ds []*Delivery) []error {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	rs := make([]*kgo.Record, len(ds))
-	at := make(map[*kgo.Record]int, len(ds))
+	errs := make([]error, len(ds))
+	var wg sync.WaitGroup
+	wg.Add(len(ds))
 	for i, d := range ds {
-		rs[i] = kafkaRecord(d)
-		at[rs[i]] = i
+		s.cl.Produce(ctx, kafkaRecord(d), func(_ *kgo.Record, err error) {
+			errs[i] = classifyKafka(err)
+			wg.Done()
+		})
 	}
-	// The results come in the order the acknowledgements did: the first
-	// failed record in batch order ends the acknowledged prefix.
-	acked, first := len(ds), error(nil)
-	for _, res := range s.cl.ProduceSync(ctx, rs...) {
-		if i := at[res.Record]; res.Err != nil && i < acked {
-			acked, first = i, res.Err
-		}
-	}
-	return acked, classifyKafka(first)
+	wg.Wait()
+	return errs
 }
 
 func kafkaRecord(d *Delivery) *kgo.Record {

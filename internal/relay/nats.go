@@ -69,17 +69,6 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-func natsMsg(d *Delivery) *nats.Msg {
-	m := &nats.Msg{Subject: d.Topic, Data: d.Payload, Header: nats.Header{}}
-	for k, v := range d.Headers {
-		m.Header.Set(k, v)
-	}
-	if d.Key != "" {
-		m.Header.Set("Backstop-Key", d.Key)
-	}
-	return m
-}
-
 func (s *natsSink) Deliver(ctx context.Context, d *Delivery) error {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
@@ -97,48 +86,49 @@ func (s *natsSink) Deliver(ctx context.Context, d *Delivery) error {
 	return classifyNATS(err)
 }
 
-// DeliverBatch publishes ds asynchronously (PublishMsgAsync, each with its
-// Nats-Msg-Id) and waits for their acknowledgements within the sink's
-// timeout. A subject no stream covers is covered by delivering the first
-// message refused for it with Deliver; the batch's rest is then published
-// asynchronously again.
-func (s *natsSink) DeliverBatch(ctx context.Context, ds []*Delivery) (int, error) {
+// DeliverBatch implements BatchSink: every message is published
+// asynchronously, then the acknowledgements are awaited (within the
+// sink's timeout). A message no stream covers is delivered again by
+// Deliver, which covers its subject.
+func (s *natsSink) DeliverBatch(ctx context.Context, ds []*Delivery) []error {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	futures := make([]jetstream.PubAckFuture, 0, len(ds))
-	var sendErr error
-	for _, d := range ds {
-		// No retry on "no responders": no stream covers the subject, and
-		// the batch falls back to Deliver, which covers it, at once.
-		f, err := s.js.PublishMsgAsync(natsMsg(d), jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(0))
-		if err != nil {
-			sendErr = err
-			break
-		}
-		futures = append(futures, f)
+	errs := make([]error, len(ds))
+	futs := make([]jetstream.PubAckFuture, len(ds))
+	for i, d := range ds {
+		futs[i], errs[i] = s.js.PublishMsgAsync(natsMsg(d), jetstream.WithMsgID(d.ID), jetstream.WithRetryAttempts(1))
 	}
-	for i, f := range futures {
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
 		select {
 		case ack := <-f.Ok():
 			ds[i].Duplicate = ack.Duplicate
-		case err := <-f.Err():
-			if errors.Is(err, jetstream.ErrNoStreamResponse) && s.nc.IsConnected() {
-				// Deliver covers the subject; the rest goes as a batch again.
-				if err := s.Deliver(ctx, ds[i]); err != nil {
-					return i, err
-				}
-				n, err := s.DeliverBatch(ctx, ds[i+1:])
-				return i + 1 + n, err
-			}
-			return i, classifyNATS(err)
+		case errs[i] = <-f.Err():
 		case <-ctx.Done():
-			return i, ctx.Err()
+			errs[i] = context.Cause(ctx)
 		}
 	}
-	if sendErr != nil {
-		return len(futures), classifyNATS(sendErr)
+	for i, err := range errs {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			errs[i] = s.Deliver(ctx, ds[i])
+			continue
+		}
+		errs[i] = classifyNATS(err)
 	}
-	return len(ds), nil
+	return errs
+}
+
+func natsMsg(d *Delivery) *nats.Msg {
+	m := &nats.Msg{Subject: d.Topic, Data: d.Payload, Header: nats.Header{}}
+	for k, v := range d.Headers {
+		m.Header.Set(k, v)
+	}
+	if d.Key != "" {
+		m.Header.Set("Backstop-Key", d.Key)
+	}
+	return m
 }
 
 // cover adds subject to the relay's stream, creating it when it does not

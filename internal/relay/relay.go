@@ -9,7 +9,9 @@
 // replay under the same id. A keyed message is an ordered task (its key is
 // its ordering key, its sequence its place in publish order), so the
 // engine's admission hands the relay one message of a key at a time, in
-// order, and a retried message holds its key's later ones back.
+// order, and a retried message holds its key's later ones back. The
+// messages claimed together are published together by a BatchSink (NATS,
+// Kafka: asynchronous acknowledgements), each keeping its own outcome.
 //
 // The relay never writes the store itself and never claims or settles
 // another way.
@@ -50,10 +52,11 @@ type Config struct {
 
 // Relay delivers the messages of its sinks.
 type Relay struct {
-	w     *backstop.Worker
-	sinks map[string]Sink // by queue
-	log   *slog.Logger
-	m     instruments
+	w       *backstop.Worker
+	sinks   map[string]Sink     // by queue
+	batches map[string]*batcher // by queue, for the sinks that deliver batches
+	log     *slog.Logger
+	m       instruments
 }
 
 type instruments struct {
@@ -69,7 +72,7 @@ func New(c *backstop.Client, cfg Config) (*Relay, error) {
 	wc := cfg.Worker
 	wc.Queues = map[string]int{}
 	wc.Kinds = []string{backstop.MessageKind}
-	r := &Relay{sinks: map[string]Sink{}, log: cfg.Logger}
+	r := &Relay{sinks: map[string]Sink{}, batches: map[string]*batcher{}, log: cfg.Logger}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -87,6 +90,9 @@ func New(c *backstop.Client, cfg Config) (*Relay, error) {
 		}
 		wc.Queues[q] = cmp.Or(cfg.Concurrency, 16)
 		r.sinks[q] = s
+		if bs, ok := s.(BatchSink); ok {
+			r.batches[q] = &batcher{s: bs}
+		}
 		r.m.sets[q] = metric.WithAttributeSet(attribute.NewSet(attribute.String("sink", name)))
 	}
 	w, err := backstop.NewWorker(c, &wc)
@@ -135,7 +141,11 @@ func (r *Relay) deliver(ctx context.Context, t *backstop.Task) error {
 		r.m.dead.Add(ctx, 1, r.m.sets[t.Queue])
 		return err
 	}
-	err = s.Deliver(ctx, d)
+	if b := r.batches[t.Queue]; b != nil {
+		err = b.deliver(ctx, d) // with the other messages claimed with it
+	} else {
+		err = s.Deliver(ctx, d)
+	}
 	switch {
 	case err == nil:
 		r.m.published.Add(ctx, 1, r.m.sets[t.Queue])

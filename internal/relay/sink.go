@@ -41,19 +41,6 @@ type Sink interface {
 	Close() error
 }
 
-// A BatchSink also delivers many messages with one wait for their
-// acknowledgements (NATS JetStream: asynchronous publishes; Kafka: one
-// produce of the whole batch) instead of one round trip each. It returns
-// how many of ds, from the first, the destination acknowledged (a prefix:
-// later ones may have arrived too, and are delivered again, de-duplicated
-// by id) and, when that is not all of them, the error of the first one
-// that was not (classified as Deliver's). Duplicate is set on the
-// acknowledged ones that the broker saw as repeats.
-type BatchSink interface {
-	Sink
-	DeliverBatch(ctx context.Context, ds []*Delivery) (acked int, err error)
-}
-
 // Options are a sink's settings beside its URL.
 type Options struct {
 	// Timeout bounds one delivery. Default: 10s.

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,53 +29,54 @@ func insertOrdering(ctx context.Context, db dbtx, tasks []*bt.Task, res []store.
 
 const orderKeysLimit = 1000
 
-// Order implements store.Ordering. One Order per queue at a time (a
-// transaction-scoped advisory lock), so there is never more than one drain
-// of a key.
+// sqlKeysToJudge finds the keys of a queue ($1) that admission must look
+// at ($2 now, $3 limit): with new or replayed tasks; with a due drain; idle
+// and expired; busy with a task that ended (its settle did not judge the
+// key: SettleOrdered does for the batches the engine settles). Released
+// tasks need no look: a key with any is busy, and its next turn comes when
+// its task ends.
+const sqlKeysToJudge = `SELECT o.okey FROM backstop_ordering_tasks o
+		WHERE o.queue = $1 AND o.status IN ('held', 'replay')
+		AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
+	UNION SELECT okey FROM backstop_ordering_keys WHERE queue = $1 AND drain_due_at IS NOT NULL AND drain_due_at <= $2
+	UNION SELECT okey FROM backstop_ordering_keys WHERE queue = $1 AND busy_task IS NULL AND drain_due_at IS NULL
+		AND expires_at < $2
+	UNION SELECT k.okey FROM backstop_ordering_keys k
+		WHERE k.queue = $1 AND k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
+			WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))
+	LIMIT $3`
+
+// Order implements store.Ordering. The keys to judge are looked for
+// first without a transaction (one read: the engine calls Order before
+// every claim, and most calls find nothing); when there are some, one
+// Order per queue at a time judges them (a transaction-scoped advisory
+// lock), each key under its state row's lock (as SettleOrdered takes it).
 func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSettings, now time.Time) (store.OrderingDelta, error) {
 	var d store.OrderingDelta
 	if set.Decide == nil {
 		return d, store.ErrNoOrderingPolicy
+	}
+	rows, err := s.pool.Query(ctx, sqlKeysToJudge, queue, now, orderKeysLimit)
+	if err != nil {
+		return d, err
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(keys) == 0 {
+		return d, err
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return d, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('backstop_ordering'), hashtext($1))`, queue); err != nil {
-		return d, err
-	}
-	// Keys: with new or replayed tasks; with a due drain; idle and
-	// expired; busy with a task that ended. (Released tasks need no look:
-	// a key with any is busy, and its next turn comes when its task ends.)
-	rows, err := tx.Query(ctx, `SELECT o.okey FROM backstop_ordering_tasks o
-			WHERE o.queue = $1 AND o.status IN ('held', 'replay')
-			AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
-		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = $1 AND drain_due_at IS NOT NULL AND drain_due_at <= $2
-		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = $1 AND busy_task IS NULL AND drain_due_at IS NULL
-			AND expires_at < $2
-		UNION SELECT k.okey FROM backstop_ordering_keys k
-			WHERE k.queue = $1 AND k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
-				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))
-		LIMIT $3`, queue, now, orderKeysLimit)
-	if err != nil {
-		return d, err
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return d, err
-	}
-	events, d, err := orderKeys(ctx, tx, queue, keys, set, now)
+	// A key another Order judged meanwhile is judged again from what it
+	// left: the policy's answer for it is then no change.
+	events, d, err := orderKeys(ctx, tx, queue, keys, set, now, true)
 	if err != nil {
 		return store.OrderingDelta{}, err
 	}
 	if err := insertEvents(ctx, tx, events); err != nil {
 		return store.OrderingDelta{}, err
-	}
-	if d.Admitted > 0 {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify('`+wakeupChannel+`', $1)`, queue); err != nil {
-			return store.OrderingDelta{}, err
-		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return store.OrderingDelta{}, err
@@ -82,24 +84,127 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	return d, nil
 }
 
-// orderKeys applies the policy (set.Decide) to the keys in a fixed number of round trips:
-// one read of the key states (with their busy task's state), one of the
-// waiting tasks, one batch of writes.
-func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set store.OrderingSettings, now time.Time) ([]bt.Event, store.OrderingDelta, error) {
+// SettleOrdered implements store.Ordering: Settle, then the keys whose
+// busy task the batch ended are judged in the same transaction.
+func (s *Store) SettleOrdered(ctx context.Context, ss []store.Settlement, set func(string) (store.OrderingSettings, bool), now time.Time) ([]bool, map[string]store.OrderingDelta, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	oks, err := settle(ctx, tx, ss)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ended []string
+	for i, st := range ss {
+		if oks[i] && store.EndsTask(st) {
+			ended = append(ended, st.TaskID)
+		}
+	}
+	deltas, err := admitEnded(ctx, tx, ended, set, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, err
+	}
+	return oks, deltas, nil
+}
+
+// admitEnded judges, in tx, the keys whose busy task is one of ended.
+func admitEnded(ctx context.Context, tx pgx.Tx, ended []string, set func(string) (store.OrderingSettings, bool), now time.Time) (map[string]store.OrderingDelta, error) {
+	if len(ended) == 0 {
+		return nil, nil
+	}
+	// From the tasks' ordering rows to their keys: both by primary key.
+	rows, err := tx.Query(ctx, `SELECT k.queue, k.okey FROM backstop_ordering_tasks o
+		JOIN backstop_ordering_keys k ON k.queue = o.queue AND k.okey = o.okey AND k.busy_task = o.task_id
+		WHERE o.task_id = ANY($1::text[]) ORDER BY k.queue, k.okey`, ended)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: ordering: %w", err)
+	}
+	var (
+		queue, key string
+		queues     []string
+		byQueue    = map[string][]string{}
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&queue, &key}, func() error {
+		if len(byQueue[queue]) == 0 {
+			queues = append(queues, queue)
+		}
+		byQueue[queue] = append(byQueue[queue], key)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("pgstore: ordering: %w", err)
+	}
+	deltas := map[string]store.OrderingDelta{}
+	for _, q := range queues {
+		qs, ok := set(q)
+		if !ok || qs.Decide == nil {
+			continue
+		}
+		events, d, err := orderKeys(ctx, tx, q, byQueue[q], qs, now, false)
+		if err != nil {
+			return nil, err
+		}
+		if err := insertEvents(ctx, tx, events); err != nil {
+			return nil, err
+		}
+		deltas[q] = d
+	}
+	return deltas, nil
+}
+
+// orderKeys applies the policy (set.Decide) to the keys in two round trips:
+// one batch of reads (the locks, the key states with their busy task's
+// state, the waiting tasks), one batch of writes (the wake-up included).
+// queueLock: take Order's per-queue lock first.
+func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set store.OrderingSettings, now time.Time, queueLock bool) ([]bt.Event, store.OrderingDelta, error) {
 	var d store.OrderingDelta
 	if len(keys) == 0 {
 		return nil, d, nil
 	}
+	keys = slices.Clone(keys)
+	slices.Sort(keys) // the key rows are locked in key order: no deadlock between two judges
 	states := make(map[string]*store.OrderingKeyState, len(keys))
 	for _, key := range keys {
 		states[key] = &store.OrderingKeyState{Queue: queue, Key: key}
 	}
-	rows, err := tx.Query(ctx, `SELECT k.okey, k.last_seq, k.busy_task, k.busy_seq, k.drain_due_at, k.drain_step, k.expires_at,
+	// The reads in one round trip: the queue's advisory lock (Order's),
+	// the key rows' locks, then the states and the waiting tasks, each
+	// statement seeing what committed before its locks were granted. Both
+	// reads start from the key list, one index search per key (OFFSET 0
+	// keeps the planner from turning that into a scan of the queue when
+	// its statistics are stale).
+	var reads pgx.Batch
+	if queueLock {
+		reads.Queue(`SELECT pg_advisory_xact_lock(hashtext('backstop_ordering'), hashtext($1))`, queue)
+	}
+	reads.Queue(`SELECT 1 FROM backstop_ordering_keys WHERE queue = $1 AND okey = ANY($2::text[]) ORDER BY okey FOR UPDATE`,
+		queue, keys)
+	reads.Queue(`SELECT k.okey, k.last_seq, k.busy_task, k.busy_seq, k.drain_due_at, k.drain_step, k.expires_at,
 			t.state, o.status, t.kind
 		FROM unnest($2::text[]) AS u(okey)
-		JOIN backstop_ordering_keys k ON k.queue = $1 AND k.okey = u.okey
+		CROSS JOIN LATERAL (SELECT * FROM backstop_ordering_keys k WHERE k.queue = $1 AND k.okey = u.okey OFFSET 0) k
 		LEFT JOIN backstop_tasks t ON t.id = k.busy_task
 		LEFT JOIN backstop_ordering_tasks o ON o.task_id = k.busy_task`, queue, keys)
+	reads.Queue(`SELECT o.okey, o.task_id, t.kind, o.seq, o.status FROM unnest($2::text[]) AS u(okey)
+		CROSS JOIN LATERAL (SELECT o.okey, o.task_id, o.seq, o.status FROM backstop_ordering_tasks o
+			WHERE o.queue = $1 AND o.okey = u.okey AND o.status IN ('held', 'gap', 'ready', 'replay') OFFSET 0) o
+		JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
+		ORDER BY o.okey, o.seq`, queue, keys)
+	br := tx.SendBatch(ctx, &reads)
+	defer br.Close()
+	if queueLock {
+		if _, err := br.Exec(); err != nil {
+			return nil, d, err
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, d, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, d, err
 	}
@@ -146,18 +251,16 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 	if err := rows.Err(); err != nil {
 		return nil, d, err
 	}
-	// Both reads start from the key list (a nested loop on the keys'
-	// indexes, whatever the planner's statistics say).
-	rows, err = tx.Query(ctx, `SELECT o.okey, o.task_id, t.kind, o.seq, o.status FROM unnest($2::text[]) AS u(okey)
-		JOIN backstop_ordering_tasks o ON o.queue = $1 AND o.okey = u.okey AND o.status IN ('held', 'gap', 'ready', 'replay')
-		JOIN backstop_tasks t ON t.id = o.task_id AND t.state = 'buffered'
-		ORDER BY o.okey, o.seq`, queue, keys)
+	rows, err = br.Query()
 	if err != nil {
 		return nil, d, err
 	}
 	tasks, err := store.CollectOrderingTasks(rows, len(keys))
 	rows.Close()
 	if err != nil {
+		return nil, d, err
+	}
+	if err := br.Close(); err != nil {
 		return nil, d, err
 	}
 	// The writes, set-based: one statement per kind of change.
@@ -255,6 +358,9 @@ func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set 
 			ON CONFLICT (queue, okey) DO UPDATE SET last_seq = excluded.last_seq, busy_task = excluded.busy_task,
 			busy_seq = excluded.busy_seq, drain_due_at = excluded.drain_due_at, drain_step = excluded.drain_step,
 			expires_at = excluded.expires_at`, queue, upKeys, upLast, upBusyArg, upBusySeq, upDue, upStep, upExpires)
+	}
+	if d.Admitted > 0 {
+		batch.Queue(`SELECT pg_notify('`+wakeupChannel+`', $1)`, queue)
 	}
 	if batch.Len() > 0 {
 		if err := tx.SendBatch(ctx, &batch).Close(); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/ordering"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/pgstore"
 )
@@ -220,6 +221,23 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	if st := owc.OrderingStats(); st.Admitted.Load() != 1 || st.Fallback.Load() != 0 {
 		t.Fatalf("worker ordering admission: admitted %d, fallback %d, want 1, 0", st.Admitted.Load(), st.Fallback.Load())
 	}
+	// Settling it judges its key in the settle's transaction (the key
+	// row's lock and writes are the worker's).
+	oclaimed, err := worker.Claim(ctx, store.ClaimParams{Queue: "oq", WorkerID: "w", Max: 10, Now: now, Lease: time.Minute})
+	must("worker ordered claim", err)
+	if len(oclaimed) != 1 {
+		t.Fatalf("worker claimed %d ordered tasks, want 1", len(oclaimed))
+	}
+	oks, _, err := worker.SettleOrdered(ctx, []store.Settlement{{TaskID: oclaimed[0].ID, ExecutionID: oclaimed[0].ExecutionID,
+		Outcome: bt.OutcomeSucceeded, FinishedAt: now, State: bt.StateSucceeded}},
+		func(string) (store.OrderingSettings, bool) {
+			return store.OrderingSettings{Step: 1, KeyTTL: time.Hour, CircuitBreaker: 10, Backoff: []time.Duration{time.Second},
+				Decide: ordering.Decide}, true
+		}, now)
+	must("worker settle with ordering admission", err)
+	if len(oks) != 1 || !oks[0] {
+		t.Fatalf("worker settle with ordering admission: applied %v", oks)
+	}
 	claimed, err := worker.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: 10, Now: now, Lease: time.Minute})
 	must("worker claim", err)
 	if len(claimed) != 4 {
@@ -329,8 +347,8 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	must("admin claim", err)
 	res, err := backstop.Retain(ctx, ac)
 	must("admin retention", err)
-	if res.Succeeded != 3 {
-		t.Fatalf("admin retention deleted %d succeeded tasks, want 3", res.Succeeded)
+	if res.Succeeded != 4 { // three of q, the ordered one of oq
+		t.Fatalf("admin retention deleted %d succeeded tasks, want 4", res.Succeeded)
 	}
 	_, err = admin.PurgeDLQ(ctx, store.PurgeParams{Before: now.Add(time.Hour), Statuses: []bt.DLQStatus{bt.DLQDiscarded}})
 	must("admin purge", err)

@@ -29,47 +29,63 @@ func insertOrdering(ctx context.Context, q querier, res []store.EnqueueResult) e
 
 const orderKeysLimit = 1000
 
+// sqlKeysToJudge finds the keys of a queue (?1) that admission must look
+// at (?2 now, ?3 limit): with new or replayed tasks; with a due drain; idle
+// and expired; busy with a task that ended (its settle did not judge the
+// key: SettleOrdered does for the batches the engine settles). Released
+// tasks need no look: a key with any is busy, and its next turn comes when
+// its task ends. The status term is the partial index's condition, so that
+// the planner searches that index (without statistics it would rather scan
+// every task for state = 'buffered').
+const sqlKeysToJudge = `SELECT o.okey FROM backstop_ordering_tasks o
+		WHERE o.queue = ?1 AND o.status IN ('held', 'replay')
+		AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
+	UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND drain_due_at IS NOT NULL AND drain_due_at <= ?2
+	UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND busy_task IS NULL AND drain_due_at IS NULL
+		AND expires_at < ?2
+	UNION SELECT k.okey FROM backstop_ordering_keys k INDEXED BY backstop_ordering_keys_busy
+		WHERE k.queue = ?1 AND k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
+			WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))
+	LIMIT ?3`
+
+// keysToJudge runs sqlKeysToJudge on q.
+func keysToJudge(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, queue string, now time.Time) ([]string, error) {
+	rows, err := q.QueryContext(ctx, sqlKeysToJudge, queue, us(now), orderKeysLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
+}
+
+// Order implements store.Ordering. The keys to judge are looked for first
+// on a reader (the engine calls Order before every claim, and most calls
+// find nothing): the single writer is taken only when there are some.
 func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSettings, now time.Time) (store.OrderingDelta, error) {
 	var d store.OrderingDelta
 	if set.Decide == nil {
 		return d, store.ErrNoOrderingPolicy
+	}
+	if keys, err := keysToJudge(ctx, s.r, queue, now); err != nil || len(keys) == 0 {
+		return d, err
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return d, err
 	}
 	defer tx.Rollback() //nolint:errcheck
-	n := us(now)
-	// The status term is the partial index's condition, so that the planner
-	// searches that index (without statistics it would rather scan every
-	// task for state = 'buffered').
-	// Keys: with new or replayed tasks; with a due drain; idle and
-	// expired; busy with a task that ended. (Released tasks need no look:
-	// a key with any is busy, and its next turn comes when its task ends.)
-	rows, err := tx.QueryContext(ctx, `SELECT o.okey FROM backstop_ordering_tasks o
-			WHERE o.queue = ?1 AND o.status IN ('held', 'replay')
-			AND EXISTS (SELECT 1 FROM backstop_tasks t WHERE t.id = o.task_id AND t.state = 'buffered')
-		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND drain_due_at IS NOT NULL AND drain_due_at <= ?2
-		UNION SELECT okey FROM backstop_ordering_keys WHERE queue = ?1 AND busy_task IS NULL AND drain_due_at IS NULL
-			AND expires_at < ?2
-		UNION SELECT k.okey FROM backstop_ordering_keys k INDEXED BY backstop_ordering_keys_busy
-			WHERE k.queue = ?1 AND k.busy_task IS NOT NULL AND NOT EXISTS (SELECT 1 FROM backstop_tasks t
-				WHERE t.id = k.busy_task AND t.state IN ('scheduled', 'pending', 'running'))
-		LIMIT ?3`, queue, n, orderKeysLimit)
+	keys, err := keysToJudge(ctx, tx, queue, now)
 	if err != nil {
-		return d, err
-	}
-	var keys []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			rows.Close()
-			return d, err
-		}
-		keys = append(keys, k)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return d, err
 	}
 	events, d, err := orderKeys(ctx, tx, queue, keys, set, now)
@@ -86,6 +102,98 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 		s.hub.notify(map[string]struct{}{queue: {}})
 	}
 	return d, nil
+}
+
+// SettleOrdered implements store.Ordering: Settle, then the keys whose
+// busy task the batch ended are judged in the same transaction.
+func (s *Store) SettleOrdered(ctx context.Context, ss []store.Settlement, set func(string) (store.OrderingSettings, bool), now time.Time) ([]bool, map[string]store.OrderingDelta, error) {
+	ss = store.CleanSettlements(ss) // store/text.go: an error text is never lost for its bytes
+	if len(ss) == 0 {
+		return nil, nil, nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck
+	oks, woke, err := settle(ctx, tx, ss)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ended []string
+	for i, st := range ss {
+		if oks[i] && store.EndsTask(st) {
+			ended = append(ended, st.TaskID)
+		}
+	}
+	deltas, err := admitEnded(ctx, tx, ended, set, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, err
+	}
+	for q, d := range deltas {
+		if d.Admitted > 0 {
+			if woke == nil {
+				woke = map[string]struct{}{}
+			}
+			woke[q] = struct{}{}
+		}
+	}
+	s.hub.notify(woke)
+	return oks, deltas, nil
+}
+
+// admitEnded judges, in tx, the keys whose busy task is one of ended.
+func admitEnded(ctx context.Context, tx *sql.Tx, ended []string, set func(string) (store.OrderingSettings, bool), now time.Time) (map[string]store.OrderingDelta, error) {
+	if len(ended) == 0 {
+		return nil, nil
+	}
+	list, err := json.Marshal(ended)
+	if err != nil {
+		return nil, err
+	}
+	// From the tasks' ordering rows to their keys: both by primary key.
+	rows, err := tx.QueryContext(ctx, `SELECT k.queue, k.okey FROM backstop_ordering_tasks o
+		JOIN backstop_ordering_keys k ON k.queue = o.queue AND k.okey = o.okey AND k.busy_task = o.task_id
+		WHERE o.task_id IN (SELECT value FROM json_each(?)) ORDER BY k.queue, k.okey`, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: ordering: %w", err)
+	}
+	var queues []string
+	byQueue := map[string][]string{}
+	for rows.Next() {
+		var q, k string
+		if err := rows.Scan(&q, &k); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if len(byQueue[q]) == 0 {
+			queues = append(queues, q)
+		}
+		byQueue[q] = append(byQueue[q], k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	deltas := map[string]store.OrderingDelta{}
+	for _, q := range queues {
+		qs, ok := set(q)
+		if !ok || qs.Decide == nil {
+			continue
+		}
+		events, d, err := orderKeys(ctx, tx, q, byQueue[q], qs, now)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: ordering: %w", err)
+		}
+		if err := insertEvents(ctx, tx, events); err != nil {
+			return nil, err
+		}
+		deltas[q] = d
+	}
+	return deltas, nil
 }
 
 // orderKeys applies the policy (set.Decide) to the keys: one read of their states (with the

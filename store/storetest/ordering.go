@@ -415,7 +415,14 @@ func (s *suite) testOrdering(t *testing.T) {
 						running[info[t.ID].Key] = false
 						total++
 						mu.Unlock()
-						if _, err := b.store.Settle(b.ctx, []store.Settlement{{TaskID: t.ID, ExecutionID: t.ExecutionID,
+						// Half the workers settle through the engine (the
+						// key's next turn in the settle), half straight to
+						// the store (left to the admission sweep): both race.
+						settleFn := b.store.Settle
+						if w%2 == 1 {
+							settleFn = b.c.Engine().Settle
+						}
+						if _, err := settleFn(b.ctx, []store.Settlement{{TaskID: t.ID, ExecutionID: t.ExecutionID,
 							Outcome: backstop.OutcomeSucceeded, FinishedAt: b.clock.Now(), State: backstop.StateSucceeded}}); err != nil {
 							mu.Lock()
 							failures = append(failures, err.Error())
@@ -488,6 +495,7 @@ func (s *suite) testOrdering(t *testing.T) {
 		b.noClaim()
 	})
 
+	t.Run("SettleAdmitsTheKeysNext", s.ordSettleAdmitsNext) // ordering_settle.go
 	t.Run("WorkerSeesGaps", func(t *testing.T) {
 		t.Parallel()
 		b := s.ordBundle(t, backstop.OrderingConfig{Step: 1, Backoff: []time.Duration{time.Second}})
