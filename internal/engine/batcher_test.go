@@ -11,14 +11,16 @@ import (
 // and never exceeds maxSettleBatch.
 func TestSettleBatcherTake(t *testing.T) {
 	t.Parallel()
-	var b settleBatcher
+	var pending []*settleReq
 	for _, id := range []string{"a", "b", "a", "c", "a"} {
-		b.pending = append(b.pending, &settleReq{s: store.Settlement{TaskID: id}})
+		pending = append(pending, &settleReq{s: store.Settlement{TaskID: id}})
 	}
 	var got [][]string
-	for len(b.pending) > 0 {
+	for len(pending) > 0 {
 		var ids []string
-		for _, r := range b.take() {
+		var batch []*settleReq
+		batch, pending = takeSettles(pending)
+		for _, r := range batch {
 			ids = append(ids, r.s.TaskID)
 		}
 		got = append(got, ids)
@@ -38,9 +40,9 @@ func TestSettleBatcherTake(t *testing.T) {
 		}
 	}
 	for range maxSettleBatch + 3 {
-		b.pending = append(b.pending, &settleReq{s: store.Settlement{TaskID: string(rune(len(b.pending)))}})
+		pending = append(pending, &settleReq{s: store.Settlement{TaskID: string(rune(len(pending)))}})
 	}
-	if n := len(b.take()); n != maxSettleBatch {
-		t.Fatalf("first batch of %d, want %d", n, maxSettleBatch)
+	if batch, _ := takeSettles(pending); len(batch) != maxSettleBatch {
+		t.Fatalf("first batch of %d, want %d", len(batch), maxSettleBatch)
 	}
 }
