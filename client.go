@@ -52,13 +52,28 @@ func convertResults(rs []store.EnqueueResult) []EnqueueResult {
 	return out
 }
 
-// Enqueue adds one task.
+// Enqueue adds one task. Single enqueues made at the same time by
+// concurrent callers are written together, one transaction for many (group
+// commit); each caller still gets its own result or error, exactly as if
+// its task were enqueued alone.
 func (c *Client) Enqueue(ctx context.Context, p EnqueueParams) (*EnqueueResult, error) {
-	rs, err := c.EnqueueMany(ctx, []EnqueueParams{p})
+	params, spans := c.telemetry.StartSend(ctx, []EnqueueParams{p})
+	tasks, err := c.e.PrepareAll(params)
+	if err != nil {
+		c.telemetry.EndSend(ctx, spans, nil, err)
+		return nil, err
+	}
+	r, err := c.e.EnqueueOne(ctx, tasks[0], c.e.EnqueueOpts(ctx, params, tasks))
+	var out []EnqueueResult
+	if err == nil {
+		out = convertResults([]store.EnqueueResult{r})
+		c.e.Enqueued(ctx, tasks)
+	}
+	c.telemetry.EndSend(ctx, spans, out, err)
 	if err != nil {
 		return nil, err
 	}
-	return &rs[0], nil
+	return &out[0], nil
 }
 
 // EnqueueMany adds a batch in one transaction: all or nothing.

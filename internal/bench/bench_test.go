@@ -5,14 +5,17 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/bench"
 	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/telemetry"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store"
 )
 
 func client(tb testing.TB, url string) *backstop.Client {
@@ -156,5 +159,55 @@ func TestDrainFollowsEvents(t *testing.T) {
 				t.Fatalf("follow: %+v, want 300 succeeded of 1200 events", f)
 			}
 		})
+	}
+}
+
+// slowEnqueues is a REAL store whose every Enqueue takes at least delay
+// longer (a server whose commits are slow, as on a busy machine).
+type slowEnqueues struct {
+	store.Store
+	delay time.Duration
+	calls atomic.Int64
+}
+
+func (s *slowEnqueues) Enqueue(ctx context.Context, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
+	s.calls.Add(1)
+	time.Sleep(s.delay)
+	return s.Store.Enqueue(ctx, tasks, opts)
+}
+
+// TestLatencyHoldsTheRate: the latency producer keeps its schedule when
+// each enqueue takes longer than the interval between two (a synchronous
+// producer made 1/delay a second), and its concurrent single enqueues are
+// written in fewer transactions than tasks (the client coalesces them).
+func TestLatencyHoldsTheRate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := dburl.Open(ctx, testdb.SQLite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slow := &slowEnqueues{Store: s, delay: 20 * time.Millisecond} // at most 50 a second one at a time
+	c, err := backstop.NewClient(slow, &backstop.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := bench.Run(ctx, c, bench.Config{Rate: 200, Duration: 2 * time.Second, Workers: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate := float64(res.Enqueued) / res.EnqueueElapsed.Seconds()
+	if res.Enqueued != 400 || rate < 150 {
+		t.Fatalf("enqueued %d at %.0f/s, want 400 at about 200/s", res.Enqueued, rate)
+	}
+	if n := slow.calls.Load(); n >= int64(res.Enqueued)/2 {
+		t.Fatalf("%d transactions for %d single enqueues, want them coalesced", n, res.Enqueued)
+	}
+	if res.Worked != res.Enqueued || res.EnqueueP50 <= 0 {
+		t.Fatalf("worked %d of %d, enqueue call p50 %s", res.Worked, res.Enqueued, res.EnqueueP50)
 	}
 }

@@ -31,8 +31,10 @@ so point it at a scratch one.
       time one worker (concurrency --workers) working them down, up to the last
       completion written; every task must end succeeded.
   continuous (--duration D): insert and work at once for D.
-  latency (--rate R --duration D): enqueue one task at a time at R per second
-      and report the enqueue-to-start latency (p50, p99).
+  latency (--rate R --duration D): enqueue single tasks (one Enqueue call
+      each) at R per second on schedule, the calls overlapping as concurrent
+      producers' would (the client writes them together), and report the
+      rate held, the calls' latency and the enqueue-to-start latency (p50, p99).
 
 The last line is always:
   bench: worked=<n> elapsed=<seconds>s jobs_per_sec=<rate>
@@ -67,7 +69,7 @@ start, sampled) at its end; read them with go tool pprof.`,
 	f := cmd.Flags()
 	f.IntVarP(&cfg.N, "n", "n", 100_000, "drain mode: tasks to insert, then work down")
 	f.DurationVar(&cfg.Duration, "duration", 0, "continuous mode (or latency mode with --rate): how long to run")
-	f.Float64Var(&cfg.Rate, "rate", 0, "latency mode: tasks enqueued per second, one at a time")
+	f.Float64Var(&cfg.Rate, "rate", 0, "latency mode: tasks enqueued per second, one Enqueue call each")
 	f.IntVar(&cfg.Workers, "workers", 2000, "worker concurrency (2000, as River's own bench uses)")
 	f.IntVar(&cfg.Batch, "batch", 1000, "tasks per enqueue batch")
 	f.BoolVar(&cfg.FollowEvents, "follow-events", false, "drain mode: follow the event log's all stream during the run and report its delivery lag")

@@ -38,6 +38,7 @@ type Engine struct {
 	Telemetry *Telemetry
 
 	batcher         settleBatcher             // settle.go: concurrent single settlements, coalesced
+	enqueues        coalescer[*enqueueReq]    // enqueue.go: concurrent single enqueues, coalesced
 	remoteAttempts  remoteAttempts            // remote_attempts.go: remote attempts' spans
 	lkeys           leaseKeys                 // leasetoken.go
 	ordering        OrderingStats             // ordering.go: all queues

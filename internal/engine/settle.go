@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"sync"
-	"time"
 
 	"github.com/backstophq/backstop/store"
 )
@@ -46,18 +44,16 @@ type settleFunc func(ctx context.Context, ss []store.Settlement) ([]bool, error)
 
 // settleBatcher coalesces settlements that arrive concurrently (remote
 // workers completing in parallel HTTP requests) into one Engine.Settle: one
-// transaction for many attempts, as the in-process worker's completer does.
-// No goroutine of its own: the first caller flushes while later ones queue,
-// then flushes what queued meanwhile. Its zero value is ready.
+// transaction for many attempts, as the in-process worker's completer does
+// (a coalescer, batcher.go). Its zero value is ready.
 type settleBatcher struct {
-	mu       sync.Mutex
-	pending  []*settleReq
-	flushing bool
+	coalescer[*settleReq]
 }
 
 type settleReq struct {
 	s     store.Settlement
 	actor string // who reported it: the events name them
+	ctx   context.Context
 	done  chan struct{}
 	ok    bool
 	err   error
@@ -71,14 +67,13 @@ func (b *settleBatcher) settle(ctx context.Context, st settleFunc, s store.Settl
 	return oks[0], errs[0]
 }
 
-// take removes the next batch from pending (locked): at most one
-// settlement per task, so a batch never names a lease twice, and one
-// actor's, whom the batch's events name.
-func (b *settleBatcher) take() []*settleReq {
-	var batch, rest []*settleReq
-	seen := make(map[string]bool, len(b.pending))
-	actor := b.pending[0].actor
-	for _, r := range b.pending {
+// takeSettles picks the next batch from pending: at most one settlement
+// per task, so a batch never names a lease twice, and one actor's, whom
+// the batch's events name.
+func takeSettles(pending []*settleReq) (batch, rest []*settleReq) {
+	seen := make(map[string]bool, len(pending))
+	actor := pending[0].actor
+	for _, r := range pending {
 		if seen[r.s.TaskID] || len(batch) >= maxSettleBatch || r.actor != actor {
 			rest = append(rest, r)
 			continue
@@ -86,14 +81,11 @@ func (b *settleBatcher) take() []*settleReq {
 		seen[r.s.TaskID] = true
 		batch = append(batch, r)
 	}
-	b.pending = rest
-	return batch
+	return batch, rest
 }
 
-func (b *settleBatcher) flush(ctx context.Context, st settleFunc, batch []*settleReq) {
-	// The batch carries other callers' settlements: the first caller going
-	// away must not cut them off.
-	fctx, cancel := context.WithTimeout(store.WithActor(context.WithoutCancel(ctx), batch[0].actor), 30*time.Second)
+func flushSettles(st settleFunc, batch []*settleReq) {
+	fctx, cancel := batchContext(batch[0].ctx, batch[0].actor)
 	defer cancel()
 	ss := make([]store.Settlement, len(batch))
 	for i, r := range batch {
@@ -110,27 +102,14 @@ func (b *settleBatcher) flush(ctx context.Context, st settleFunc, batch []*settl
 	}
 }
 
-// settleMany queues settlements and waits for all. The first caller to
-// find the batcher idle flushes batches until nothing is pending (later
-// callers' settlements included), so there is no goroutine of its own.
+// settleMany queues settlements and waits for all; they are written with
+// whatever else is pending.
 func (b *settleBatcher) settleMany(ctx context.Context, st settleFunc, ss []store.Settlement, actor string) ([]bool, []error) {
 	reqs := make([]*settleReq, len(ss))
-	b.mu.Lock()
 	for i, s := range ss {
-		reqs[i] = &settleReq{s: s, actor: actor, done: make(chan struct{})}
-		b.pending = append(b.pending, reqs[i])
+		reqs[i] = &settleReq{s: s, actor: actor, ctx: ctx, done: make(chan struct{})}
 	}
-	if !b.flushing {
-		b.flushing = true
-		for len(b.pending) > 0 {
-			batch := b.take()
-			b.mu.Unlock()
-			b.flush(ctx, st, batch)
-			b.mu.Lock()
-		}
-		b.flushing = false
-	}
-	b.mu.Unlock()
+	b.submit(reqs, takeSettles, func(batch []*settleReq) { flushSettles(st, batch) })
 	oks, errs := make([]bool, len(ss)), make([]error, len(ss))
 	for i, r := range reqs {
 		<-r.done
