@@ -8,6 +8,7 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/pgstore"
 )
@@ -90,7 +91,14 @@ func TestConsoleReadsMigration(t *testing.T) {
 			before = &store.ExecutionKey{StartedAt: ex[len(ex)-1].StartedAt, ExecutionID: ex[len(ex)-1].ExecutionID}
 		}
 	}
-	before := read()
+	// The audit rows become readable once every transaction older than
+	// theirs has ended (the log's horizon is the cluster's: another
+	// database's open transaction holds it back a moment).
+	var before answers
+	testwait.For(t, "the audit rows below the log's horizon", func() bool {
+		before = read()
+		return len(before.audit) == 5
+	})
 	if len(before.dead) != 5 || len(before.pending) != 5 || len(before.all) != 10 || len(before.audit) != 5 || len(before.executions) != 200 {
 		t.Fatalf("before the migration: %+v", before)
 	}
