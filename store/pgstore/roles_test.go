@@ -377,6 +377,14 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	must("admin client", err)
 	_, err = ac.Enqueue(ctx, backstop.EnqueueParams{ID: "a-1", Queue: "adm", Kind: "k"})
 	must("admin enqueue", err)
+	for i := range 2 {
+		r, err := ac.Enqueue(ctx, backstop.EnqueueParams{Queue: "adq", Kind: "k",
+			Debounce: &backstop.Debounce{Key: "doc-a", For: time.Minute}})
+		must("admin debounce", err)
+		if r.Merged != (i == 1) {
+			t.Fatalf("admin debounce %d: merged %v", i, r.Merged)
+		}
+	}
 	_, err = admin.Claim(ctx, store.ClaimParams{Queue: "adm", WorkerID: "a", Max: 1, Now: now, Lease: time.Minute})
 	must("admin claim", err)
 	res, err := backstop.Retain(ctx, ac)
