@@ -39,14 +39,17 @@ GRANT SELECT ON :"schema".backstop_schema_version TO backstop_producer, backstop
 -- moves the waiting task's run time (so its state, between scheduled and
 -- pending) and stores the debounce's settings (docs/keys.md): through two
 -- functions the migrations create, which run as their owner and write only
--- a scheduled or pending task holding the given kind and debounce key.
+-- a scheduled or pending task holding the given kind and debounce key. An
+-- enqueue with a window (--unique-for) opens it through a third, on a task
+-- holding that idempotency key that has none yet and never ran.
 GRANT SELECT, INSERT ON :"schema".backstop_tasks TO backstop_producer;
 GRANT UPDATE (payload, payload_size, payload_spilled, merge_count, updated_at)
     ON :"schema".backstop_tasks TO backstop_producer;
 GRANT EXECUTE ON FUNCTION
     :"schema".backstop_debounce_merge(text, text, text, json, integer, boolean,
         timestamptz, timestamptz, bigint, timestamptz),
-    :"schema".backstop_debounce_settings(text, text, text, bigint, timestamptz)
+    :"schema".backstop_debounce_settings(text, text, text, bigint, timestamptz),
+    :"schema".backstop_unique_window(text, text, timestamptz)
     TO backstop_producer, backstop_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_payloads TO backstop_producer;
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_producer;

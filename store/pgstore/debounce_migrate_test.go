@@ -17,8 +17,9 @@ import (
 // spilled) are debounced through the new functions, which move a waiting
 // task's run time and state, and leave a finished task of the key alone
 // (the enqueue inserts a new one, its settings written by the other
-// function). Rolled back, the functions are gone and the rows stay; applied
-// again, debouncing works again.
+// function), and a task's idempotency window is opened by the third.
+// Rolled back, the functions are gone and the rows stay; applied again,
+// debouncing works again.
 func TestDebounceFunctionMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -97,13 +98,22 @@ func TestDebounceFunctionMigration(t *testing.T) {
 		t.Fatalf("the finished task: %+v (%v)", got, err)
 	}
 
+	// An idempotency key's window is opened through its function too.
+	w := newTask("dm")
+	until := t0.Add(time.Hour)
+	w.IdempotencyKey, w.UniqueUntil = "w", &until
+	enqueue(t, s, opts, w)
+	if got, err := s.Get(ctx, w.ID); err != nil || got.UniqueUntil == nil || !got.UniqueUntil.Equal(until) {
+		t.Fatalf("a windowed task: %+v (%v)", got, err)
+	}
+
 	if err := s.MigrateDownTo(ctx, 43); err != nil {
 		t.Fatal(err)
 	}
 	var fns int
-	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname LIKE 'backstop_debounce%'
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname IN ('backstop_debounce_merge', 'backstop_debounce_settings', 'backstop_unique_window')
 		AND pronamespace = current_schema()::regnamespace`).Scan(&fns); err != nil || fns != 0 {
-		t.Fatalf("rolled back: %d debounce functions (%v), want none", fns, err)
+		t.Fatalf("rolled back: %d of the functions (%v), want none", fns, err)
 	}
 	if got, err := s.Get(ctx, a.ID); err != nil || string(got.Payload) != `{"v":1}` {
 		t.Fatalf("rolled back: a is %+v (%v)", got, err)

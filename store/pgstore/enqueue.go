@@ -328,7 +328,7 @@ func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOp
 			// Inserted without its window, the row met the live tasks
 			// holding the key without one; now it leaves their index.
 			if t.UniqueUntil != nil {
-				if err := db.exec(ctx, sqlSetUniqueUntil, t.ID, *t.UniqueUntil); err != nil {
+				if err := db.exec(ctx, sqlSetUniqueUntil, t.ID, t.IdempotencyKey, *t.UniqueUntil); err != nil {
 					return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: unique until: %w", t.ID, err)
 				}
 			}

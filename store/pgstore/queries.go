@@ -437,8 +437,10 @@ const sqlLockIdempotent = `SELECT pg_advisory_xact_lock(hashtext('backstop_idemp
 // through the function the producer role may call (00048).
 const sqlSetDebounce = `SELECT backstop_debounce_settings($1, $2, $3, $4, $5)`
 
-// sqlSetUniqueUntil opens a windowed task's window once it is inserted.
-const sqlSetUniqueUntil = `UPDATE backstop_tasks SET unique_until = $2 WHERE id = $1`
+// sqlSetUniqueUntil opens the window $3 of task $1 (idempotency key $2)
+// once it is inserted, through the function the producer role may call
+// (00048): the role has no grant on unique_until.
+const sqlSetUniqueUntil = `SELECT backstop_unique_window($1, $2, $3)`
 
 var sqlFindMergeable = `SELECT ` + taskCols("t") + ` FROM backstop_tasks t
 WHERE t.kind = $1 AND t.merge_key = $2 AND t.state IN ('scheduled', 'pending')

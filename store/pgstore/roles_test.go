@@ -194,6 +194,16 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	denied("producer debounce settings change", rawExec(producer, "UPDATE backstop_tasks SET debounce_for_us = 1"))
 	denied("producer lease change", rawExec(producer, "UPDATE backstop_tasks SET lease_expires_at = now()"))
 	denied("producer attempt change", rawExec(producer, "UPDATE backstop_tasks SET attempt = 9"))
+	// An idempotency key with a window: the window is opened through a
+	// function too (no grant on unique_until).
+	for i := range 2 {
+		r, err := pc.Enqueue(ctx, backstop.EnqueueParams{Queue: "uq", Kind: "k", IdempotencyKey: "u-1", UniqueFor: time.Hour})
+		must("producer unique-for enqueue", err)
+		if r.Duplicate != (i == 1) || r.Task.UniqueUntil == nil {
+			t.Fatalf("producer unique-for enqueue %d: duplicate %v, unique until %v", i, r.Duplicate, r.Task.UniqueUntil)
+		}
+	}
+	denied("producer window change", rawExec(producer, "UPDATE backstop_tasks SET unique_until = NULL"))
 	// A debounced enqueue merges into the waiting task and moves its run
 	// time (the merge columns, run_at and state).
 	first, err := pc.Enqueue(ctx, backstop.EnqueueParams{Queue: "dq", Kind: "k", Payload: []byte(`{"v":1}`),
@@ -238,6 +248,7 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		t.Fatalf("producer debounce through the function: %s (%v), want it pending", state, err)
 	}
 	denied("worker debounce function", rawExec(worker, `SELECT backstop_debounce_settings('x', 'k', 'doc-1', 1, NULL)`))
+	denied("worker window function", rawExec(worker, `SELECT backstop_unique_window('x', 'u-1', NULL)`))
 
 	// Worker.
 	wc, err := backstop.NewClient(worker, nil)

@@ -2,11 +2,13 @@
 -- (deploy/postgres/roles.sql) may rewrite a waiting task's merge columns,
 -- and nothing more of the row. A debounced enqueue also moves the waiting
 -- task's run time (and so its state, between scheduled and pending) and
--- stores the debounce's settings; it does so through these two functions,
--- which run as their owner (the role that migrates) and write only a task
--- that waits (scheduled or pending) holding the given kind and merge key
--- (the debounce key), its state only ever scheduled or pending. EXECUTE is
--- revoked from PUBLIC; roles.sql grants it to the producer and admin roles.
+-- stores the debounce's settings; it does so through two functions, which
+-- run as their owner (the role that migrates) and write only a task that
+-- waits (scheduled or pending) holding the given kind and merge key (the
+-- debounce key), its state only ever scheduled or pending. A third opens
+-- the window of a task an enqueue with --unique-for just inserted. EXECUTE
+-- is revoked from PUBLIC; roles.sql grants it to the producer and admin
+-- roles.
 -- The search_path is pinned to this schema (then pg_temp), so no object
 -- another role creates is ever resolved by them.
 
@@ -43,14 +45,26 @@ BEGIN
             WHERE t.id = p_id AND t.kind = p_kind AND t.merge_key = p_key
                 AND t.state IN ('scheduled', 'pending')
         $b$ $f$, current_schema());
+    -- The window of an idempotency key's task just inserted (--unique-for):
+    -- only on a task that holds that key, has no window yet and never ran.
+    EXECUTE format($f$
+        CREATE FUNCTION backstop_unique_window(p_id text, p_key text, p_until timestamptz)
+        RETURNS void
+        LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = %I, pg_temp AS $b$
+            UPDATE backstop_tasks t SET unique_until = p_until
+            WHERE t.id = p_id AND t.idempotency_key = p_key AND t.unique_until IS NULL
+                AND t.attempt = 0 AND t.state IN ('scheduled', 'pending', 'buffered')
+        $b$ $f$, current_schema());
 END
 $do$;
 -- +goose StatementEnd
 REVOKE ALL ON FUNCTION backstop_debounce_merge(text, text, text, json, integer, boolean,
     timestamptz, timestamptz, bigint, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION backstop_debounce_settings(text, text, text, bigint, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION backstop_unique_window(text, text, timestamptz) FROM PUBLIC;
 
 -- +goose Down
+DROP FUNCTION backstop_unique_window(text, text, timestamptz);
 DROP FUNCTION backstop_debounce_settings(text, text, text, bigint, timestamptz);
 DROP FUNCTION backstop_debounce_merge(text, text, text, json, integer, boolean,
     timestamptz, timestamptz, bigint, timestamptz);
