@@ -33,17 +33,24 @@ GRANT SELECT ON :"schema".backstop_schema_version TO backstop_producer, backstop
 
 -- producer: enqueue only. INSERT a task and its spilled payload; SELECT for
 -- idempotency keys, id conflicts and merge candidates; UPDATE of the merge
--- columns only: a merge rewrites the waiting task's payload, and a
--- debounced merge also moves its run time (so its state, between scheduled
--- and pending) and stores the debounce's settings (docs/keys.md). Column
--- grants cannot bound the values written: a role that may debounce could
--- write any state by hand, as it could any payload; it cannot claim (no
--- executions, no leases) or delete. DELETE of a payload that a merge moved
--- inline.
+-- columns only: a merge rewrites the waiting task's payload, never its
+-- state; it cannot claim (no executions, no leases), settle or delete.
+-- DELETE of a payload that a merge moved inline. A debounced merge also
+-- moves the waiting task's run time (so its state, between scheduled and
+-- pending) and stores the debounce's settings (docs/keys.md): through two
+-- functions the migrations create, which run as their owner and write only
+-- a scheduled or pending task holding the given kind and debounce key. An
+-- enqueue with a window (--unique-for) opens it through a third, on a task
+-- holding that idempotency key that has none yet and never ran.
 GRANT SELECT, INSERT ON :"schema".backstop_tasks TO backstop_producer;
-GRANT UPDATE (payload, payload_size, payload_spilled, merge_count, updated_at,
-    run_at, state, debounce_for_us, debounce_until)
+GRANT UPDATE (payload, payload_size, payload_spilled, merge_count, updated_at)
     ON :"schema".backstop_tasks TO backstop_producer;
+GRANT EXECUTE ON FUNCTION
+    :"schema".backstop_debounce_merge(text, text, text, json, integer, boolean,
+        timestamptz, timestamptz, bigint, timestamptz),
+    :"schema".backstop_debounce_settings(text, text, text, bigint, timestamptz),
+    :"schema".backstop_unique_window(text, text, timestamptz)
+    TO backstop_producer, backstop_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_payloads TO backstop_producer;
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_producer;
 GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_producer;

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,6 +131,60 @@ func TestQueuesFair(t *testing.T) {
 		if len(p.Items) != 2 || p.Items[0].Type != "queue.fair_set" || !strings.HasPrefix(p.Items[0].Actor, "cli") ||
 			p.Items[0].Target != "q" || p.Items[1].Type != "queue.fair_removed" || p.Items[1].Actor != "ops" || p.Items[1].Reason != "backlog gone" {
 			t.Fatalf("audit: %+v", p.Items)
+		}
+	})
+}
+
+// TestQueuesFairList: `queues fair --list` lists the fair queues with their
+// pending tasks by value (table and -o json), on the database and through a
+// server alike; --list with a queue or a change exits 2.
+func TestQueuesFairList(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e *cliEnv) {
+		r := newRemoteEnv(t, e, "viewer")
+		if out := r.same("queues", "fair", "--list", "-o", "json"); strings.TrimSpace(out.stdout) != "[]" {
+			t.Fatalf("no fair queue: exit %d %s %s", out.code, out.stdout, out.stderr)
+		}
+		e.fails(ExitUsage, "--list", "queues", "fair", "q", "--list")
+		e.fails(ExitUsage, "--list", "queues", "fair", "--list", "--by", "tenant")
+		e.fails(ExitUsage, "--list", "queues", "fair", "--list", "--off")
+		e.fails(ExitUsage, "QUEUE", "queues", "fair", "--by", "tenant")
+		e.ok("queues", "fair", "q", "--by", "tenant", "--weight", "acme=3")
+		e.ok("queues", "fair", "idle", "--by", "region")
+		for _, attr := range []string{"tenant=acme", "tenant=acme", "tenant=beta", ""} {
+			args := []string{"enqueue", "--queue", "q", "--kind", "k"}
+			if attr != "" {
+				args = append(args, "--attr", attr)
+			}
+			e.ok(args...)
+		}
+		var fs []struct {
+			Queue   string         `json:"queue"`
+			By      string         `json:"by"`
+			Weights map[string]int `json:"weights"`
+			Values  []struct {
+				Value   string `json:"value"`
+				Weight  int    `json:"weight"`
+				Pending int    `json:"pending"`
+			} `json:"values"`
+		}
+		if err := json.Unmarshal([]byte(r.same("queues", "fair", "--list", "-o", "json").stdout), &fs); err != nil {
+			t.Fatal(err)
+		}
+		if len(fs) != 2 || fs[0].Queue != "idle" || len(fs[0].Values) != 0 || fs[1].Queue != "q" || fs[1].By != "tenant" ||
+			fs[1].Weights["acme"] != 3 || len(fs[1].Values) != 3 ||
+			fs[1].Values[0].Value != "acme" || fs[1].Values[0].Weight != 3 || fs[1].Values[0].Pending != 2 ||
+			fs[1].Values[1].Value != "" || fs[1].Values[1].Pending != 1 || fs[1].Values[2].Value != "beta" || fs[1].Values[2].Weight != 1 {
+			t.Fatalf("queues fair --list -o json: %+v", fs)
+		}
+		tab := r.same("queues", "fair", "--list").stdout
+		for _, want := range []string{"QUEUE", "PENDING", "idle", "(none)"} {
+			if !strings.Contains(tab, want) {
+				t.Fatalf("queues fair --list: no %q in\n%s", want, tab)
+			}
+		}
+		if !regexp.MustCompile(`q\s+tenant\s+acme\s+3\s+2`).MatchString(tab) {
+			t.Fatalf("queues fair --list: no line for acme in\n%s", tab)
 		}
 	})
 }

@@ -33,23 +33,35 @@ func queuesFairCmd(a *app) *cobra.Command {
 	var (
 		by, actor, reason string
 		weights           []string
-		off               bool
+		off, list         bool
 	)
 	cmd := &cobra.Command{
-		Use:   "fair QUEUE (--by ATTR [--weight VALUE=N]... | --off)",
-		Short: "Make claims in a queue rotate across the values of an attribute (or --off)",
+		Use:   "fair (QUEUE (--by ATTR [--weight VALUE=N]... | --off) | --list)",
+		Short: "Make claims in a queue rotate across the values of an attribute (or --off); --list the fair queues",
 		Long: `Make the queue fair by an attribute: its claims rotate across the attribute's
 values (weighted round robin), so a value with many queued tasks does not
 hold back one with a few. Priority first, then fairness within a priority.
 --weight VALUE=N gives a value N shares (default 1). Recorded in the store:
 every process's claims follow within a second. --off turns it off
 Each change is recorded in the audit stream with --actor and --reason
-(backstop audit list) (docs/fairness.md).`,
+(backstop audit list) (docs/fairness.md).
+--list lists the fair queues: each one's attribute and weights, and how
+many tasks of each value are pending (the busiest 100 values, most first).`,
 		Example: `  backstop queues fair crm --by tenant
   backstop queues fair crm --by tenant --weight acme=3 --weight beta=2
-  backstop queues fair crm --off`,
-		Args: cobra.ExactArgs(1),
+  backstop queues fair crm --off
+  backstop queues fair --list -o json`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if list {
+				if len(args) > 0 || off || by != "" || len(weights) > 0 || cmd.Flags().Changed("actor") || reason != "" {
+					return usageErr("--list takes no QUEUE, --by, --weight, --off, --actor or --reason")
+				}
+				return a.listFair(cmd.Context())
+			}
+			if len(args) == 0 {
+				return usageErr("name the QUEUE to make fair (or --list the fair queues)")
+			}
 			out := fairJSON{Queue: args[0]}
 			switch {
 			case off && (by != "" || len(weights) > 0):
@@ -90,6 +102,7 @@ Each change is recorded in the audit stream with --actor and --reason
 	cmd.Flags().StringVar(&by, "by", "", "attribute whose values share the queue's claims, e.g. tenant")
 	cmd.Flags().StringArrayVar(&weights, "weight", nil, "VALUE=N: the value's shares (default 1; repeatable)")
 	cmd.Flags().BoolVar(&off, "off", false, "turn the queue's fairness off")
+	cmd.Flags().BoolVar(&list, "list", false, "list the fair queues with their pending tasks by value")
 	addActorFlag(cmd, &actor)
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded with the actor in the audit stream: backstop audit list)")
 	return cmd
@@ -178,4 +191,45 @@ func (a *app) removeFair(ctx context.Context, queue, actor string) (bool, error)
 	}
 	defer s.Close()
 	return c.RemoveFair(ctx, queue, actor)
+}
+
+// listFair prints the fair queues with their pending tasks by value, from
+// the database or through the API (GET /v1/fair-queues).
+func (a *app) listFair(ctx context.Context) error {
+	var fs []backstop.FairQueueStatus
+	if a.server != "" {
+		var err error
+		if fs, err = apiclient.New(a.server, a.token).FairQueues(ctx); err != nil {
+			return remoteErr(err)
+		}
+	} else {
+		s, c, err := a.openDB(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if fs, err = c.FairQueueStatuses(ctx); err != nil {
+			return err
+		}
+	}
+	if fs == nil {
+		fs = []backstop.FairQueueStatus{}
+	}
+	return a.print(fs, func(w io.Writer) error {
+		tw := newTable(w)
+		fmt.Fprintln(tw, "QUEUE\tBY\tVALUE\tWEIGHT\tPENDING")
+		for _, f := range fs {
+			if len(f.Values) == 0 {
+				fmt.Fprintf(tw, "%s\t%s\t-\t-\t0\n", f.Queue, f.By)
+			}
+			for _, v := range f.Values {
+				value := v.Value
+				if value == "" {
+					value = "(none)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", f.Queue, f.By, value, v.Weight, v.Pending)
+			}
+		}
+		return tw.Flush()
+	})
 }

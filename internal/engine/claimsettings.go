@@ -5,15 +5,19 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/backstophq/backstop/store"
 )
 
 // claimFlags is what the claim path knows of the queues' settings: which
-// have limits (the claim takes the limited path) and which are fair (the
+// have limits (the claim takes the limited path), which of those have rate
+// limits (a short claim may wait for a token), and which are fair (the
 // fair path), read together.
 type claimFlags struct {
 	read    time.Time
 	unknown bool // the settings could not be read: every queue may be both
 	limits  map[string]bool
+	rates   map[string]bool
 	fairs   map[string]bool
 }
 
@@ -21,6 +25,10 @@ type claimFlags struct {
 // says yes (the limited claim reads them again, in its transaction, and
 // claims as usual when there are none).
 func (f *claimFlags) limited(queue string) bool { return f.unknown || f.limits[queue] }
+
+// rated tells whether queue has a rate limit; unknown, yes (NextToken
+// answers none when it has not).
+func (f *claimFlags) rated(queue string) bool { return f.unknown || f.rates[queue] }
 
 // fair tells whether queue is fair; unknown, yes (the fair claim reads it
 // again, in its transaction, and claims as usual when it is not).
@@ -65,9 +73,12 @@ func (e *Engine) settings(ctx context.Context) *claimFlags {
 	if err != nil {
 		return &claimFlags{unknown: true}
 	}
-	f = &claimFlags{read: time.Now(), limits: map[string]bool{}, fairs: map[string]bool{}}
+	f = &claimFlags{read: time.Now(), limits: map[string]bool{}, rates: map[string]bool{}, fairs: map[string]bool{}}
 	for _, l := range limits {
 		f.limits[l.Queue] = true
+		if l.Type() == store.LimitRate {
+			f.rates[l.Queue] = true
+		}
 	}
 	for _, q := range fairs {
 		f.fairs[q.Queue] = true

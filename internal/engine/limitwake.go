@@ -10,9 +10,11 @@ import (
 // the queue's short rate budgets holds a whole token again, at most limit (and at least a millisecond).
 // ok is false when no rate budget of the queue is short (the worker waits
 // for a wake-up or its poll as usual). So a rate of 50 a second is held by
-// claims 20 ms apart, not one poll interval's burst.
+// claims 20 ms apart, not one poll interval's burst. A queue without rate
+// limits (none, or only concurrency limits, in the claim settings'
+// snapshot) is answered without reading the store.
 func (e *Engine) NextTokenWait(ctx context.Context, queue string, limit time.Duration) (wait time.Duration, ok bool) {
-	if !e.limited(ctx, queue) {
+	if !e.settings(ctx).rated(queue) {
 		return 0, false
 	}
 	now := e.Now()

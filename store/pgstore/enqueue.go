@@ -328,12 +328,13 @@ func enqueueKeyed(ctx context.Context, db dbtx, t *bt.Task, opts store.EnqueueOp
 			// Inserted without its window, the row met the live tasks
 			// holding the key without one; now it leaves their index.
 			if t.UniqueUntil != nil {
-				if err := db.exec(ctx, sqlSetUniqueUntil, t.ID, *t.UniqueUntil); err != nil {
+				if err := db.exec(ctx, sqlSetUniqueUntil, t.ID, t.IdempotencyKey, *t.UniqueUntil); err != nil {
 					return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: unique until: %w", t.ID, err)
 				}
 			}
 			if d.Debounced {
-				if err := db.exec(ctx, sqlSetDebounce, t.ID, d.For.Microseconds(), nullTime(d.Until(t.CreatedAt))); err != nil {
+				if err := db.exec(ctx, sqlSetDebounce, t.ID, t.Kind, t.MergeKey, d.For.Microseconds(),
+					nullTime(d.Until(t.CreatedAt))); err != nil {
 					return store.EnqueueResult{}, fmt.Errorf("pgstore: enqueue %s: debounce: %w", t.ID, err)
 				}
 			}
@@ -382,7 +383,7 @@ func merge(ctx context.Context, db dbtx, existing, incoming *bt.Task, opts store
 	q, args := sqlMerge, []any{existing.ID, nullJSON(inline), len(payload), spilled, incoming.UpdatedAt}
 	if d.Debounced {
 		q, args = sqlMergeDebounced, append(args, d.DebouncedRunAt(existing, incoming), d.For.Microseconds(),
-			nullTime(d.Until(existing.CreatedAt)))
+			nullTime(d.Until(existing.CreatedAt)), existing.Kind, existing.MergeKey)
 	}
 	merged, err := queryTask(ctx, db, q, args...)
 	if err != nil {

@@ -432,12 +432,15 @@ ORDER BY t.created_at DESC, t.id DESC LIMIT 1`
 // windowed tasks.
 const sqlLockIdempotent = `SELECT pg_advisory_xact_lock(hashtext('backstop_idempotency'), hashtext($1))`
 
-// sqlSetDebounce stores a debounced task's quiet period (µs) and max-wait
-// deadline once it is inserted.
-const sqlSetDebounce = `UPDATE backstop_tasks SET debounce_for_us = $2, debounce_until = $3 WHERE id = $1`
+// sqlSetDebounce stores the quiet period $4 (µs) and max-wait deadline $5
+// of debounced task $1 (kind $2, debounce key $3) once it is inserted,
+// through the function the producer role may call (00048).
+const sqlSetDebounce = `SELECT backstop_debounce_settings($1, $2, $3, $4, $5)`
 
-// sqlSetUniqueUntil opens a windowed task's window once it is inserted.
-const sqlSetUniqueUntil = `UPDATE backstop_tasks SET unique_until = $2 WHERE id = $1`
+// sqlSetUniqueUntil opens the window $3 of task $1 (idempotency key $2)
+// once it is inserted, through the function the producer role may call
+// (00048): the role has no grant on unique_until.
+const sqlSetUniqueUntil = `SELECT backstop_unique_window($1, $2, $3)`
 
 var sqlFindMergeable = `SELECT ` + taskCols("t") + ` FROM backstop_tasks t
 WHERE t.kind = $1 AND t.merge_key = $2 AND t.state IN ('scheduled', 'pending')
@@ -459,18 +462,11 @@ SELECT ` + taskCols("t") + ` FROM m t`
 
 // sqlMergeDebounced is sqlMerge that also moves the run time to $6, the
 // task scheduled or pending by it (a debounced merge), and stores the
-// debounce's quiet period $7 (µs) and max-wait deadline $8.
-var sqlMergeDebounced = `
-WITH m AS (
-	UPDATE backstop_tasks t SET
-		payload = $2, payload_size = $3, payload_spilled = $4,
-		merge_count = t.merge_count + 1, updated_at = $5,
-		run_at = $6::timestamptz,
-		state = CASE WHEN $6::timestamptz > $5 THEN 'scheduled' ELSE 'pending' END,
-		debounce_for_us = $7, debounce_until = $8
-	WHERE t.id = $1
-	RETURNING t.*
-)
-SELECT ` + taskCols("t") + ` FROM m t`
+// debounce's quiet period $7 (µs) and max-wait deadline $8; $9 and $10 are
+// the task's kind and debounce key. It goes through the function the
+// producer role may call (00048), which writes only a waiting task holding
+// that key: the role has no grant on the run time or the state.
+var sqlMergeDebounced = `SELECT ` + taskCols("t") + `
+FROM backstop_debounce_merge($1, $9, $10, $2, $3, $4, $5, $6, $7, $8) t`
 
 const sqlDeletePayload = `DELETE FROM backstop_payloads WHERE task_id = $1`

@@ -189,8 +189,21 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	denied("producer run update", rawExec(producer, "UPDATE backstop_runs SET state = 'succeeded'"))
 	denied("producer workflow update", rawExec(producer, "UPDATE backstop_workflows SET plan_hash = 'x'"))
 	denied("producer delete", rawExec(producer, "DELETE FROM backstop_tasks"))
+	denied("producer state change", rawExec(producer, "UPDATE backstop_tasks SET state = 'succeeded'"))
+	denied("producer run time change", rawExec(producer, "UPDATE backstop_tasks SET run_at = now()"))
+	denied("producer debounce settings change", rawExec(producer, "UPDATE backstop_tasks SET debounce_for_us = 1"))
 	denied("producer lease change", rawExec(producer, "UPDATE backstop_tasks SET lease_expires_at = now()"))
 	denied("producer attempt change", rawExec(producer, "UPDATE backstop_tasks SET attempt = 9"))
+	// An idempotency key with a window: the window is opened through a
+	// function too (no grant on unique_until).
+	for i := range 2 {
+		r, err := pc.Enqueue(ctx, backstop.EnqueueParams{Queue: "uq", Kind: "k", IdempotencyKey: "u-1", UniqueFor: time.Hour})
+		must("producer unique-for enqueue", err)
+		if r.Duplicate != (i == 1) || r.Task.UniqueUntil == nil {
+			t.Fatalf("producer unique-for enqueue %d: duplicate %v, unique until %v", i, r.Duplicate, r.Task.UniqueUntil)
+		}
+	}
+	denied("producer window change", rawExec(producer, "UPDATE backstop_tasks SET unique_until = NULL"))
 	// A debounced enqueue merges into the waiting task and moves its run
 	// time (the merge columns, run_at and state).
 	first, err := pc.Enqueue(ctx, backstop.EnqueueParams{Queue: "dq", Kind: "k", Payload: []byte(`{"v":1}`),
@@ -208,6 +221,34 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		!got.MaxWaitUntil.Equal(first.Task.CreatedAt.Add(2*time.Hour)) || got.For != bt.Duration(time.Hour) {
 		t.Fatalf("producer debounce settings: %+v (%v)", got, err)
 	}
+	// The debounce's functions move only a waiting task holding the
+	// debounce key: not one without it, nor one that runs or has finished,
+	// and never to a state but scheduled or pending.
+	debounceMerge := func(id, kind, key string) (int, error) {
+		var n int
+		err := producer.Pool().QueryRow(ctx, `SELECT count(*) FROM backstop_debounce_merge($1, $2, $3, '{}', 2, false,
+			now(), now() - interval '1 hour', 1, NULL)`, id, kind, key).Scan(&n)
+		return n, err
+	}
+	for _, c := range []struct{ what, id, kind, key string }{
+		{"a task without a merge key", "p-1", "k", ""},
+		{"another key", first.Task.ID, "k", "doc-2"},
+		{"another kind", first.Task.ID, "other", "doc-1"},
+	} {
+		if n, err := debounceMerge(c.id, c.kind, c.key); err != nil || n != 0 {
+			t.Fatalf("producer debounce of %s: moved %d (%v), want none", c.what, n, err)
+		}
+	}
+	if n, err := debounceMerge(first.Task.ID, "k", "doc-1"); err != nil || n != 1 {
+		t.Fatalf("producer debounce through the function: moved %d (%v), want 1", n, err)
+	}
+	var state string
+	if err := producer.Pool().QueryRow(ctx, "SELECT state FROM backstop_tasks WHERE id = $1", first.Task.ID).Scan(&state); err != nil ||
+		state != string(bt.StatePending) {
+		t.Fatalf("producer debounce through the function: %s (%v), want it pending", state, err)
+	}
+	denied("worker debounce function", rawExec(worker, `SELECT backstop_debounce_settings('x', 'k', 'doc-1', 1, NULL)`))
+	denied("worker window function", rawExec(worker, `SELECT backstop_unique_window('x', 'u-1', NULL)`))
 
 	// Worker.
 	wc, err := backstop.NewClient(worker, nil)
@@ -292,6 +333,10 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 			t.Fatalf("worker settlement %d not applied", i)
 		}
 	}
+	// Finished, the merge's task is out of the debounce's reach.
+	if n, err := debounceMerge(merge.ID, merge.Kind, merge.MergeKey); err != nil || n != 0 {
+		t.Fatalf("producer debounce of a finished task: moved %d (%v), want none", n, err)
+	}
 	lead, err := worker.TryLead(ctx, "maintenance", "w", now, time.Minute)
 	must("worker lead", err)
 	if !lead {
@@ -343,6 +388,14 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	must("admin client", err)
 	_, err = ac.Enqueue(ctx, backstop.EnqueueParams{ID: "a-1", Queue: "adm", Kind: "k"})
 	must("admin enqueue", err)
+	for i := range 2 {
+		r, err := ac.Enqueue(ctx, backstop.EnqueueParams{Queue: "adq", Kind: "k",
+			Debounce: &backstop.Debounce{Key: "doc-a", For: time.Minute}})
+		must("admin debounce", err)
+		if r.Merged != (i == 1) {
+			t.Fatalf("admin debounce %d: merged %v", i, r.Merged)
+		}
+	}
 	_, err = admin.Claim(ctx, store.ClaimParams{Queue: "adm", WorkerID: "a", Max: 1, Now: now, Lease: time.Minute})
 	must("admin claim", err)
 	res, err := backstop.Retain(ctx, ac)
