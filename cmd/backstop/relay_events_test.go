@@ -42,7 +42,11 @@ func TestRelayEventsCLIKilled(t *testing.T) {
 				{"--sink", bus, "--streams", "queue.ev", "--from", "now"},
 				{"--sink", bus, "--from", "end"},
 			} {
-				out, err := exec.Command(binary, append([]string{"--db", db, "relay"}, bad...)...).CombinedOutput()
+				// A bad flag ends the command at once; a relay that starts
+				// runs until killed (the timeout), which fails below.
+				cctx, cancel := context.WithTimeout(ctx, time.Minute)
+				out, err := exec.CommandContext(cctx, binary, append([]string{"--db", db, "relay"}, bad...)...).CombinedOutput()
+				cancel()
 				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 					t.Fatalf("relay %v: %v, want exit 2: %s", bad, err, out)
 				}

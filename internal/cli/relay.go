@@ -149,16 +149,17 @@ func (a *app) relay(cmd *cobra.Command, o *relayOptions) error {
 	if fl.Changed("from") || sp.from == "" {
 		sp.from = o.from
 	}
-	if fl.Changed("streams") || o.streamsSink != "" || o.checkpoint != "" || fl.Changed("streams-topic") || fl.Changed("from") {
-		if sp.from != relay.FromStart && sp.from != relay.FromEnd {
-			return usageErr("relay: --from %q: want start (the log's beginning) or end (events from now on)", sp.from)
-		}
+	if sp.from != relay.FromStart && sp.from != relay.FromEnd {
+		return usageErr("relay: --from %q: want start (the log's beginning) or end (events from now on)", sp.from)
 	}
 	if fl.Changed("streams") || o.streamsSink != "" || o.checkpoint != "" || fl.Changed("streams-topic") {
 		sp.streams, sp.streamsSink, sp.checkpoint, sp.topic = nil, o.streamsSink, o.checkpoint, o.topic
 		if sp.streams, err = relay.ParseStreams(o.streams); err != nil {
 			return usageErr("relay: %v", err)
 		}
+	}
+	if fl.Changed("from") && len(sp.streams) == 0 {
+		return usageErr("relay: --from is where an event-log checkpoint starts: give --streams (or relay.streams in --config)")
 	}
 	if len(sp.streams) > 0 {
 		if err := relay.CheckTopic(sp.topic); err != nil {
