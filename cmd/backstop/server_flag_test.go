@@ -60,6 +60,7 @@ func serverCases(d []string, p, cfgFile, wfFile, run, rd string) map[string]serv
 		"audit list":            srv("", "--since", "1h", "--limit", "5"),
 		"bench":                 ref("-n", "10"),
 		"bench floor":           ref("-n", "10"),
+		"bench sustain":         ref("--duration", "1s"),
 		"bench ordering":        loc(0, "--keys", "3", "--minutes", "2", "--workers", "1"),
 		"completion":            loc(0),
 		"completion bash":       loc(0),

@@ -80,6 +80,7 @@ start, sampled) at its end; read them with go tool pprof.`,
 	_ = f.MarkHidden("memprofile")
 	cmd.AddCommand(benchOrderingCmd(a)) // bench_ordering.go
 	cmd.AddCommand(benchFloorCmd(a))    // bench_floor.go
+	cmd.AddCommand(benchSustainCmd(a))  // bench_sustain.go
 	return cmd
 }
 
