@@ -63,15 +63,19 @@ type fairIndexSeen struct {
 	there bool
 }
 
-// fairIndexed reports whether f's index is there (valid), as q sees it:
-// found once, it is taken as there until this process drops it; not
-// found, it is looked for again at most once a second of the claims'
-// clock (another process may make it).
+// fairIndexed reports whether f's index is there (valid), as q sees it,
+// looked for again at most once a minute of the claims' clock once found
+// (someone may drop it) and once a second while not (another process may
+// make it).
 func (p *Procedures) fairIndexed(ctx context.Context, q Querier, f store.FairQueue, now time.Time) bool {
 	name := fairIndexName(f)
 	if v, ok := p.fairIdx.Load(name); ok {
 		s := v.(fairIndexSeen)
-		if s.there || now.Sub(s.at) < time.Second && !now.Before(s.at) {
+		fresh := time.Second
+		if s.there {
+			fresh = time.Minute
+		}
+		if !now.Before(s.at) && now.Sub(s.at) < fresh {
 			return s.there
 		}
 	}
