@@ -264,7 +264,7 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 		lines   []store.FairLine
 	)
 	if indexed {
-		streams, err = fairHeads(ctx, q, w)
+		streams, err = p.fairHeads(ctx, q, w)
 		for _, s := range streams {
 			lines = append(lines, store.FairLine{Priority: s.Head, Value: s.Value})
 		}
@@ -316,7 +316,7 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 	base := store.FairBase(values, passes)
 	var cands []store.FairCandidate
 	if indexed {
-		cands, err = fairRead(ctx, q, w, f, streams, passes, base, cp.Max, len(limits) > 0)
+		cands, err = p.fairRead(ctx, q, w, f, streams, passes, base, cp.Max, len(limits) > 0)
 	} else {
 		cands, err = fairCandidates(ctx, q, w, store.FairShares(f, lines, passes, base, cp.Max), len(limits) > 0)
 	}
@@ -372,8 +372,11 @@ func storePasses(ctx context.Context, q Querier, queue string, passes map[string
 // backstop_tasks t, args their parameters; none: nothing is claimable.
 type fairFilter struct {
 	value, where string
-	args         []any
-	none         bool
+	// indexed is the tasks table (as t) read through the queue's fair
+	// index, for the queries that read it (fairHeads, fairStreams).
+	indexed string
+	args    []any
+	none    bool
 }
 
 // fairWhere is the claimable tasks of fair queue f for cp, outside the
@@ -381,7 +384,10 @@ type fairFilter struct {
 func (p *Procedures) fairWhere(f store.FairQueue, cp store.ClaimParams, limits []store.Limit, full []store.Budget) fairFilter {
 	// Parameters are numbered in the order they first appear (SQLite
 	// numbers $N parameters that way).
-	w := fairFilter{value: p.fairValue(f.By, "t."), args: []any{cp.Queue, cp.Now}}
+	w := fairFilter{value: p.fairValue(f.By, "t."), args: []any{cp.Queue, cp.Now}, indexed: "backstop_tasks t"}
+	if p.dialect.IndexedBy != nil {
+		w.indexed += p.dialect.IndexedBy(fairIndexName(f))
+	}
 	param := func(v any) string {
 		w.args = append(w.args, v)
 		return "$" + strconv.Itoa(len(w.args))

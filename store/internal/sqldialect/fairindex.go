@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,17 +90,23 @@ func (p *Procedures) fairIndexed(ctx context.Context, q Querier, f store.FairQue
 }
 
 // fairHeads lists the values with claimable tasks (w), each with the
-// priority of its next one, in one index probe or two per value (a loose
-// index scan: each step finds the next value after the last).
-func fairHeads(ctx context.Context, q Querier, w fairFilter) ([]store.FairStream, error) {
-	next := `(SELECT ` + w.value + ` FROM backstop_tasks t WHERE ` + w.where + ` AND ` + w.value + ` > h.v ORDER BY ` + w.value + ` LIMIT 1)`
-	rows, err := q.Query(ctx, `WITH RECURSIVE h(v, p) AS (
-	SELECT * FROM (SELECT `+w.value+`, t.priority FROM backstop_tasks t WHERE `+w.where+`
-		ORDER BY `+w.value+`, t.priority DESC, t.run_at, t.id LIMIT 1) f
-	UNION ALL
-	SELECT `+next+`, (SELECT t.priority FROM backstop_tasks t WHERE `+w.where+` AND `+w.value+` = `+next+`
+// priority of its next one: a loose index scan, where each step finds the
+// next value after the last in the fair index (one probe a value with a
+// LATERAL join, two without).
+func (p *Procedures) fairHeads(ctx context.Context, q Querier, w fairFilter) ([]store.FairStream, error) {
+	first := `SELECT ` + w.value + ` AS v, t.priority AS p FROM ` + w.indexed + ` WHERE ` + w.where
+	order := ` ORDER BY ` + w.value + `, t.priority DESC, t.run_at, t.id LIMIT 1`
+	step := `SELECT n.v, n.p FROM h, LATERAL (` + first + ` AND ` + w.value + ` > h.v` + order + `) n`
+	if !p.dialect.Lateral {
+		next := `(SELECT ` + w.value + ` FROM ` + w.indexed + ` WHERE ` + w.where + ` AND ` + w.value + ` > h.v ORDER BY ` + w.value + ` LIMIT 1)`
+		step = `SELECT ` + next + `, (SELECT t.priority FROM ` + w.indexed + ` WHERE ` + w.where + ` AND ` + w.value + ` = ` + next + `
 		ORDER BY t.priority DESC, t.run_at, t.id LIMIT 1)
-	FROM h WHERE h.v IS NOT NULL
+	FROM h WHERE h.v IS NOT NULL`
+	}
+	rows, err := q.Query(ctx, `WITH RECURSIVE h(v, p) AS (
+	SELECT * FROM (`+first+order+`) f
+	UNION ALL
+	`+step+`
 )
 SELECT v, p FROM h WHERE v IS NOT NULL`, w.args...)
 	if err != nil {
@@ -119,63 +127,69 @@ SELECT v, p FROM h WHERE v IS NOT NULL`, w.args...)
 // fairStreams reads, for each value of wants, its first wants[value]
 // claimable tasks (w) in claim order into its stream, ranked within their
 // priority, and whether that is all of them (with kind and attributes,
-// for the limits' admission, when limited); a hundred values a statement.
-func fairStreams(ctx context.Context, q Querier, w fairFilter, streams []store.FairStream, wants map[string]int, limited bool) error {
-	var values []int
+// for the limits' admission, when limited): one statement joining each
+// value LATERAL, or one statement a value.
+func (p *Procedures) fairStreams(ctx context.Context, q Querier, w fairFilter, streams []store.FairStream, wants map[string]int, limited bool) error {
+	byValue := map[string]int{}
+	var values []string
+	var limits []int32
 	for i, s := range streams {
-		if wants[s.Value] > 0 {
-			values = append(values, i)
-		}
-	}
-	for len(values) > 0 {
-		chunk := values[:min(len(values), 100)]
-		values = values[len(chunk):]
-		args := append([]any{}, w.args...)
-		parts := make([]string, len(chunk))
-		for k, i := range chunk {
-			args = append(args, streams[i].Value)
-			parts[k] = fmt.Sprintf(`SELECT * FROM (SELECT t.id, t.priority, %s AS v, t.kind, t.attributes FROM backstop_tasks t
-	WHERE %s AND %s = $%d ORDER BY t.priority DESC, t.run_at, t.id LIMIT %d) s%d`, w.value, w.where, w.value, len(args), wants[streams[i].Value], k)
+		if n := wants[s.Value]; n > 0 {
+			byValue[s.Value] = i
+			values = append(values, s.Value)
+			limits = append(limits, int32(n))
 			streams[i].Tasks = streams[i].Tasks[:0]
 		}
-		byValue := map[string]int{}
-		for _, i := range chunk {
-			byValue[streams[i].Value] = i
-		}
-		rs, err := q.Query(ctx, strings.Join(parts, "\nUNION ALL\n"), args...)
+	}
+	read := func(sql string, args ...any) error {
+		rs, err := q.Query(ctx, sql, args...)
 		if err != nil {
 			return err
 		}
-		err = func() error {
-			defer rs.Close()
-			for rs.Next() {
-				var (
-					c     store.FairCandidate
-					attrs []byte
-				)
-				if err := rs.Scan(&c.ID, &c.Priority, &c.Value, &c.Kind, &attrs); err != nil {
-					return err
-				}
-				if limited && len(attrs) > 0 {
-					if err := json.Unmarshal(attrs, &c.Attrs); err != nil {
-						return fmt.Errorf("task %s: attributes: %w", c.ID, err)
-					}
-				}
-				s := &streams[byValue[c.Value]]
-				c.Rank = 1
-				if n := len(s.Tasks); n > 0 && s.Tasks[n-1].Priority == c.Priority {
-					c.Rank = s.Tasks[n-1].Rank + 1
-				}
-				s.Tasks = append(s.Tasks, c)
+		defer rs.Close()
+		for rs.Next() {
+			var (
+				c     store.FairCandidate
+				attrs []byte
+			)
+			if err := rs.Scan(&c.ID, &c.Priority, &c.Value, &c.Kind, &attrs); err != nil {
+				return err
 			}
-			return rs.Err()
-		}()
-		if err != nil {
+			if limited && len(attrs) > 0 {
+				if err := json.Unmarshal(attrs, &c.Attrs); err != nil {
+					return fmt.Errorf("task %s: attributes: %w", c.ID, err)
+				}
+			}
+			s := &streams[byValue[c.Value]]
+			c.Rank = 1
+			if n := len(s.Tasks); n > 0 && s.Tasks[n-1].Priority == c.Priority {
+				c.Rank = s.Tasks[n-1].Rank + 1
+			}
+			s.Tasks = append(s.Tasks, c)
+		}
+		return rs.Err()
+	}
+	v, n := "$"+strconv.Itoa(len(w.args)+1), "$"+strconv.Itoa(len(w.args)+2)
+	if p.dialect.Lateral {
+		if err := read(`SELECT c.id, c.priority, c.v, c.kind, c.attributes
+FROM (SELECT unnest(CAST(`+v+` AS text[])) AS v, unnest(CAST(`+n+` AS integer[])) AS n) s
+CROSS JOIN LATERAL (SELECT t.id, t.priority, `+w.value+` AS v, t.kind, t.attributes FROM `+w.indexed+`
+	WHERE `+w.where+` AND `+w.value+` = s.v ORDER BY t.priority DESC, t.run_at, t.id LIMIT s.n) c`,
+			append(slices.Clone(w.args), p.dialect.TextList(values), limits)...); err != nil {
 			return err
 		}
-		for _, i := range chunk {
-			streams[i].All = len(streams[i].Tasks) < wants[streams[i].Value]
+	} else {
+		one := `SELECT t.id, t.priority, ` + w.value + ` AS v, t.kind, t.attributes FROM ` + w.indexed + `
+	WHERE ` + w.where + ` AND ` + w.value + ` = ` + v + ` ORDER BY t.priority DESC, t.run_at, t.id LIMIT ` + n
+		for k, value := range values {
+			if err := read(one, append(slices.Clone(w.args), value, limits[k])...); err != nil {
+				return err
+			}
 		}
+	}
+	for _, value := range values {
+		s := &streams[byValue[value]]
+		s.All = len(s.Tasks) < wants[value]
 	}
 	return nil
 }
@@ -183,14 +197,14 @@ func fairStreams(ctx context.Context, q Querier, w fairFilter, streams []store.F
 // fairRead reads, from the fair index, the tasks that hold a claim of max
 // in the queue's fair order (store.FairWants): the values' next tasks as
 // far as the order reaches, usually in one statement.
-func fairRead(ctx context.Context, q Querier, w fairFilter, f store.FairQueue, streams []store.FairStream,
+func (p *Procedures) fairRead(ctx context.Context, q Querier, w fairFilter, f store.FairQueue, streams []store.FairStream,
 	passes map[string]float64, base float64, max int, limited bool) ([]store.FairCandidate, error) {
 	for {
 		wants := store.FairWants(f, streams, passes, base, max)
 		if len(wants) == 0 {
 			break
 		}
-		if err := fairStreams(ctx, q, w, streams, wants, limited); err != nil {
+		if err := p.fairStreams(ctx, q, w, streams, wants, limited); err != nil {
 			return nil, err
 		}
 	}

@@ -113,6 +113,12 @@ type Dialect struct {
 	// table's writes running ("CONCURRENTLY " on PostgreSQL, outside a
 	// transaction); IndexValid counts the valid indexes named $1.
 	IndexConcurrently, IndexValid string
+	// IndexedBy, when set, is what follows a table alias to make a query
+	// read the index named (SQLite's INDEXED BY: without statistics its
+	// planner prefers the claim index to a fair queue's).
+	IndexedBy func(name string) string
+	// Lateral says the driver joins LATERAL subqueries (PostgreSQL).
+	Lateral bool
 	// LockRedrive, when set, takes a transaction lock on a redrive filter
 	// key ($1), so that one record per filter is started even when two
 	// start at once (SQLite's writer serialises them anyway).
