@@ -23,7 +23,7 @@ func TestFairIndex(t *testing.T) {
 	defer conn.Close(context.WithoutCancel(ctx))
 	indexes := func() []string {
 		t.Helper()
-		rows, err := conn.Query(ctx, `SELECT indexdef FROM pg_indexes WHERE tablename = 'backstop_tasks' AND indexname LIKE 'backstop\_fair\_%' ORDER BY 1`)
+		rows, err := conn.Query(ctx, `SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'backstop_tasks' AND indexname LIKE 'backstop\_fair\_%' ORDER BY 1`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,7 +35,7 @@ func TestFairIndex(t *testing.T) {
 	}
 	storetest.FairIndex(t, s, indexes, func() {
 		var drop string
-		if err := conn.QueryRow(ctx, `SELECT 'DROP INDEX ' || string_agg(indexname, ', ') FROM pg_indexes WHERE tablename = 'backstop_tasks' AND indexname LIKE 'backstop\_fair\_%'`).Scan(&drop); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT 'DROP INDEX ' || string_agg(indexname, ', ') FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'backstop_tasks' AND indexname LIKE 'backstop\_fair\_%'`).Scan(&drop); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := conn.Exec(ctx, drop); err != nil {
