@@ -271,8 +271,12 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 	} else {
 		lines, err = fairLines(ctx, q, w)
 	}
-	if err != nil || len(lines) == 0 {
+	if err != nil {
+		p.fairIdx.Delete(fairIndexName(f)) // looked for again by the next claim
 		return nil, true, err
+	}
+	if len(lines) == 0 {
+		return nil, true, nil
 	}
 	valueSet := map[string]bool{}
 	var values []string
