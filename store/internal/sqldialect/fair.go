@@ -286,16 +286,8 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 			values = append(values, l.Value)
 		}
 	}
-	// Values with nothing waiting are forgotten: back, they start afresh.
-	if _, err := q.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1 AND NOT (value `+p.dialect.InText("$2")+`)`,
-		cp.Queue, p.dialect.TextList(values)); err != nil {
-		return nil, true, err
-	}
-	if len(values) == 1 && len(full) == 0 {
-		p.fairOne.Store(fairKeyOf(cp), &oneValueMark{at: cp.Now})
-		return nil, false, nil
-	}
 	passes := map[string]float64{}
+	var idle []string
 	rows, err = q.Query(ctx, `SELECT value, pass FROM backstop_fair_passes WHERE queue = $1`, cp.Queue)
 	if err != nil {
 		return nil, true, err
@@ -311,11 +303,24 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 		}
 		if valueSet[v] {
 			passes[v] = pass
+		} else {
+			idle = append(idle, v)
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, true, err
+	}
+	// Values with nothing waiting are forgotten: back, they start afresh.
+	if len(idle) > 0 {
+		if _, err := q.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1 AND value `+p.dialect.InText("$2"),
+			cp.Queue, p.dialect.TextList(idle)); err != nil {
+			return nil, true, err
+		}
+	}
+	if len(values) == 1 && len(full) == 0 {
+		p.fairOne.Store(fairKeyOf(cp), &oneValueMark{at: cp.Now})
+		return nil, false, nil
 	}
 	base := store.FairBase(values, passes)
 	var cands []store.FairCandidate
