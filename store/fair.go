@@ -192,3 +192,77 @@ func FairPasses(f FairQueue, values []string, passes map[string]float64, base fl
 	}
 	return next
 }
+
+// FairStream is what a claim has read of one waiting value's claimable
+// tasks: the priority of its next one (Head), the first of them in claim
+// order (priority first, then run_at, id; each with its Rank within its
+// priority) and whether that is all of them.
+type FairStream struct {
+	Value string
+	Head  int
+	Tasks []FairCandidate
+	All   bool
+}
+
+// FairWants says how many tasks of which values a claim of max must read
+// (from the first) before the tasks read hold its picks: none when they
+// do. A value's tasks not read yet are counted as if they kept the
+// priority of its last one read (or its Head), which places each no later
+// in FairOrder than the task it stands for; so when no such task is among
+// the first max, the read tasks' first max in FairOrder are the claim's
+// picks, whatever the tasks not read are.
+func FairWants(f FairQueue, streams []FairStream, passes map[string]float64, base float64, max int) map[string]int {
+	type state struct {
+		next, unread, rank, priority int
+		start, weight                float64
+	}
+	st := make([]state, len(streams))
+	for i, s := range streams {
+		st[i] = state{priority: s.Head, start: fairStart(s.Value, passes, base), weight: float64(f.Weight(s.Value))}
+		if n := len(s.Tasks); n > 0 {
+			st[i].priority, st[i].rank = s.Tasks[n-1].Priority, s.Tasks[n-1].Rank
+		}
+	}
+	// key is the priority and rank of stream i's next task; ok false when
+	// it has none.
+	key := func(i int) (priority, rank int, ok bool) {
+		s := streams[i]
+		if st[i].next < len(s.Tasks) {
+			c := s.Tasks[st[i].next]
+			return c.Priority, c.Rank, true
+		}
+		if s.All {
+			return 0, 0, false
+		}
+		return st[i].priority, st[i].rank + st[i].unread + 1, true
+	}
+	for range max {
+		best, bestPriority, bestFinish := -1, 0, 0.0
+		for i := range streams {
+			priority, rank, ok := key(i)
+			if !ok {
+				continue
+			}
+			fin := st[i].start + float64(rank)/st[i].weight
+			if best < 0 || priority > bestPriority || priority == bestPriority && (fin < bestFinish ||
+				fin == bestFinish && streams[i].Value < streams[best].Value) {
+				best, bestPriority, bestFinish = i, priority, fin
+			}
+		}
+		if best < 0 {
+			break
+		}
+		if st[best].next < len(streams[best].Tasks) {
+			st[best].next++
+		} else {
+			st[best].unread++
+		}
+	}
+	wants := map[string]int{}
+	for i, s := range streams {
+		if st[i].unread > 0 {
+			wants[s.Value] = len(s.Tasks) + st[i].unread
+		}
+	}
+	return wants
+}

@@ -51,3 +51,71 @@ func TestFairSharesMatchOrder(t *testing.T) {
 		}
 	}
 }
+
+// The tasks FairWants has a claim read hold the claim's picks: the first
+// max in FairOrder of what it read are the first max of the whole queue's.
+func TestFairWantsMatchOrder(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(3, 4))
+	for round := range 2000 {
+		f := FairQueue{Weights: map[string]int{}}
+		passes := map[string]float64{}
+		var all []FairCandidate
+		var streams []FairStream
+		full := map[string][]FairCandidate{}
+		for v := range 1 + r.IntN(8) {
+			value := fmt.Sprint("v", v)
+			if r.IntN(2) == 0 {
+				f.Weights[value] = 1 + r.IntN(3)
+			}
+			if r.IntN(3) > 0 {
+				passes[value] = float64(r.IntN(8)) / 2
+			}
+			for _, pr := range []int{9, 5, 0} { // claim order: priority first
+				for k := range r.IntN(4) {
+					c := FairCandidate{ID: fmt.Sprint(value, "/", pr, "/", k+1), Priority: pr, Value: value, Rank: k + 1}
+					full[value] = append(full[value], c)
+					all = append(all, c)
+				}
+			}
+			if len(full[value]) > 0 {
+				streams = append(streams, FairStream{Value: value, Head: full[value][0].Priority})
+			}
+		}
+		var values []string
+		for _, s := range streams {
+			values = append(values, s.Value)
+		}
+		base := FairBase(values, passes)
+		max := 1 + r.IntN(12)
+		reads := 0
+		for {
+			wants := FairWants(f, streams, passes, base, max)
+			if len(wants) == 0 {
+				break
+			}
+			if reads++; reads > 100 {
+				t.Fatalf("round %d: no end to the reads", round)
+			}
+			for i, s := range streams {
+				if n, ok := wants[s.Value]; ok {
+					if n <= len(s.Tasks) {
+						t.Fatalf("round %d: wants %d of %s, read %d already", round, n, s.Value, len(s.Tasks))
+					}
+					streams[i].Tasks = full[s.Value][:min(n, len(full[s.Value]))]
+					streams[i].All = n >= len(full[s.Value])
+				}
+			}
+		}
+		var read []FairCandidate
+		for _, s := range streams {
+			read = append(read, s.Tasks...)
+		}
+		want := FairOrder(f, all, passes, base)
+		got := FairOrder(f, read, passes, base)
+		want, got = want[:min(max, len(want))], got[:min(max, len(got))]
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("round %d: picks %v, want %v (passes %v, weights %v, max %d)", round, got, want, passes, f.Weights, max)
+		}
+	}
+}

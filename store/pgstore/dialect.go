@@ -34,6 +34,10 @@ var dialect = &sqldialect.Dialect{
 	TextList:    func(list []string) any { return textArray(list) },
 	IsUnique:    isUniqueViolation,
 	Err:         permission,
+	// A failed CREATE INDEX CONCURRENTLY leaves an index marked invalid.
+	IndexConcurrently: "CONCURRENTLY ",
+	IndexValid:        `SELECT count(*) FROM pg_index WHERE indexrelid = to_regclass($1::text) AND indisvalid`,
+	Lateral:           true,
 	// One redrive record per filter at a time, even when two start at once.
 	LockRedrive: `SELECT pg_advisory_xact_lock(hashtext('backstop_redrive:' || $1))`,
 	WorkerEvents: func(ctx context.Context, tx sqldialect.Tx, events []bt.Event) error {

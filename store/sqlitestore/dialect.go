@@ -33,8 +33,10 @@ var dialect = &sqldialect.Dialect{
 		b, _ := json.Marshal(list)
 		return string(b)
 	},
-	IsUnique: isUnique,
-	Err:      func(err error) error { return err },
+	IsUnique:   isUnique,
+	Err:        func(err error) error { return err },
+	IndexValid: `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = $1`,
+	IndexedBy:  func(name string) string { return " INDEXED BY " + name },
 	WorkerEvents: func(ctx context.Context, tx sqldialect.Tx, events []bt.Event) error {
 		return insertEventsIndexed(ctx, sqlOf(tx), events, false) // events_write.go
 	},

@@ -25,7 +25,15 @@ func (p *Procedures) SetFair(ctx context.Context, f store.FairQueue, ev bt.Event
 	if f.Weights == nil {
 		weights = []byte("{}")
 	}
+	var was []store.FairQueue
 	err = InTx(ctx, p.writer, func(tx Tx) error {
+		rows, err := tx.Query(ctx, `SELECT queue, by_attr, weights, created_at FROM backstop_fair_queues WHERE queue = $1`, f.Queue)
+		if err != nil {
+			return err
+		}
+		if was, err = scanFair(rows); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO backstop_fair_queues (queue, by_attr, weights, created_at) VALUES ($1, $2, $3, $4)
 	ON CONFLICT (queue) DO UPDATE SET by_attr = excluded.by_attr, weights = excluded.weights`,
 			f.Queue, f.By, string(weights), f.CreatedAt); err != nil {
@@ -44,19 +52,30 @@ func (p *Procedures) SetFair(ctx context.Context, f store.FairQueue, ev bt.Event
 	if err != nil {
 		return fmt.Errorf("%s: set fair: %w", p.dialect.Prefix, p.dialect.Err(err))
 	}
+	if len(was) > 0 && was[0].By != f.By {
+		p.dropFairIndex(ctx, was[0])
+	}
+	// Without its index (the role may not create indexes) the queue is
+	// fair all the same: its claims count the whole queue instead.
+	_ = p.createFairIndex(ctx, f)
 	return nil
 }
 
 // RemoveFair implements store.Fairness.
 func (p *Procedures) RemoveFair(ctx context.Context, queue string, ev bt.Event) (bool, error) {
-	var removed bool
+	var was []store.FairQueue
 	err := InTx(ctx, p.writer, func(tx Tx) error {
-		n, err := tx.Exec(ctx, `DELETE FROM backstop_fair_queues WHERE queue = $1`, queue)
+		rows, err := tx.Query(ctx, `SELECT queue, by_attr, weights, created_at FROM backstop_fair_queues WHERE queue = $1`, queue)
 		if err != nil {
 			return err
 		}
-		removed = n > 0
-		if _, err = tx.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1`, queue); err != nil || !removed {
+		if was, err = scanFair(rows); err != nil || len(was) == 0 {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM backstop_fair_queues WHERE queue = $1`, queue); err != nil {
+			return err
+		}
+		if _, err = tx.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1`, queue); err != nil {
 			return err
 		}
 		return p.appendAudit(ctx, tx, ev)
@@ -65,7 +84,11 @@ func (p *Procedures) RemoveFair(ctx context.Context, queue string, ev bt.Event) 
 	if err != nil {
 		return false, fmt.Errorf("%s: remove fair: %w", p.dialect.Prefix, p.dialect.Err(err))
 	}
-	return removed, nil
+	if len(was) == 0 {
+		return false, nil
+	}
+	p.dropFairIndex(ctx, was[0])
+	return true, nil
 }
 
 // ListFair implements store.Fairness.
@@ -235,9 +258,25 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 	if w.none {
 		return nil, true, nil
 	}
-	lines, err := fairLines(ctx, q, w)
-	if err != nil || len(lines) == 0 {
+	var (
+		indexed = p.fairIndexed(ctx, q, f, cp.Now)
+		streams []store.FairStream
+		lines   []store.FairLine
+	)
+	if indexed {
+		streams, err = p.fairHeads(ctx, q, w)
+		for _, s := range streams {
+			lines = append(lines, store.FairLine{Priority: s.Head, Value: s.Value})
+		}
+	} else {
+		lines, err = fairLines(ctx, q, w)
+	}
+	if err != nil {
+		p.fairIdx.Delete(fairIndexName(f)) // looked for again by the next claim
 		return nil, true, err
+	}
+	if len(lines) == 0 {
+		return nil, true, nil
 	}
 	valueSet := map[string]bool{}
 	var values []string
@@ -247,16 +286,8 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 			values = append(values, l.Value)
 		}
 	}
-	// Values with nothing waiting are forgotten: back, they start afresh.
-	if _, err := q.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1 AND NOT (value `+p.dialect.InText("$2")+`)`,
-		cp.Queue, p.dialect.TextList(values)); err != nil {
-		return nil, true, err
-	}
-	if len(values) == 1 && len(full) == 0 {
-		p.fairOne.Store(fairKeyOf(cp), &oneValueMark{at: cp.Now})
-		return nil, false, nil
-	}
 	passes := map[string]float64{}
+	var idle []string
 	rows, err = q.Query(ctx, `SELECT value, pass FROM backstop_fair_passes WHERE queue = $1`, cp.Queue)
 	if err != nil {
 		return nil, true, err
@@ -272,19 +303,39 @@ func (p *Procedures) FairPlan(ctx context.Context, q Querier, cp store.ClaimPara
 		}
 		if valueSet[v] {
 			passes[v] = pass
+		} else {
+			idle = append(idle, v)
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, true, err
 	}
+	// Values with nothing waiting are forgotten: back, they start afresh.
+	if len(idle) > 0 {
+		if _, err := q.Exec(ctx, `DELETE FROM backstop_fair_passes WHERE queue = $1 AND value `+p.dialect.InText("$2"),
+			cp.Queue, p.dialect.TextList(idle)); err != nil {
+			return nil, true, err
+		}
+	}
+	if len(values) == 1 && len(full) == 0 {
+		p.fairOne.Store(fairKeyOf(cp), &oneValueMark{at: cp.Now})
+		return nil, false, nil
+	}
 	base := store.FairBase(values, passes)
-	cands, err := fairCandidates(ctx, q, w, store.FairShares(f, lines, passes, base, cp.Max), len(limits) > 0)
+	var cands []store.FairCandidate
+	if indexed {
+		cands, err = p.fairRead(ctx, q, w, f, streams, passes, base, cp.Max, len(limits) > 0)
+	} else {
+		cands, err = fairCandidates(ctx, q, w, store.FairShares(f, lines, passes, base, cp.Max), len(limits) > 0)
+	}
 	if err != nil {
 		return nil, true, err
 	}
+	order := store.FairOrder(f, cands, passes, base)
+	order = order[:min(len(order), cp.Max)] // the claim's picks (fairRead may read more)
 	var picked []store.FairCandidate
-	for _, c := range store.FairOrder(f, cands, passes, base) {
+	for _, c := range order {
 		if len(picked) == cp.Max {
 			break
 		}
@@ -330,8 +381,11 @@ func storePasses(ctx context.Context, q Querier, queue string, passes map[string
 // backstop_tasks t, args their parameters; none: nothing is claimable.
 type fairFilter struct {
 	value, where string
-	args         []any
-	none         bool
+	// indexed is the tasks table (as t) read through the queue's fair
+	// index, for the queries that read it (fairHeads, fairStreams).
+	indexed string
+	args    []any
+	none    bool
 }
 
 // fairWhere is the claimable tasks of fair queue f for cp, outside the
@@ -339,13 +393,18 @@ type fairFilter struct {
 func (p *Procedures) fairWhere(f store.FairQueue, cp store.ClaimParams, limits []store.Limit, full []store.Budget) fairFilter {
 	// Parameters are numbered in the order they first appear (SQLite
 	// numbers $N parameters that way).
-	w := fairFilter{value: "coalesce(" + p.dialect.JSONText("t.attributes", "$1") + ", '')",
-		args: []any{p.dialect.JSONKey(f.By), cp.Queue, cp.Now}}
+	w := fairFilter{value: p.fairValue(f.By, "t."), args: []any{cp.Queue, cp.Now}, indexed: "backstop_tasks t"}
+	if p.dialect.IndexedBy != nil {
+		w.indexed += p.dialect.IndexedBy(fairIndexName(f))
+	}
 	param := func(v any) string {
 		w.args = append(w.args, v)
 		return "$" + strconv.Itoa(len(w.args))
 	}
-	w.where = `t.state = 'pending' AND t.queue = $2 AND t.run_at <= $3 AND (t.deadline IS NULL OR t.deadline > $3)`
+	// The attribute's key and the queue are written out, so that the
+	// queue's fair index (its expression and its WHERE) matches.
+	w.where = `NOT EXISTS (SELECT 1 FROM backstop_queues pq WHERE pq.name = $1)
+	  AND t.state = 'pending' AND t.queue = ` + sqlText(cp.Queue) + ` AND t.run_at <= $2 AND (t.deadline IS NULL OR t.deadline > $2)`
 	if len(cp.Kinds) > 0 {
 		ph := make([]string, len(cp.Kinds))
 		for i, k := range cp.Kinds {
@@ -370,7 +429,6 @@ func (p *Procedures) fairWhere(f store.FairQueue, cp store.ClaimParams, limits [
 		}
 		w.where += " AND NOT (" + strings.Join(conds, " AND ") + ")"
 	}
-	w.where += "\n	  AND NOT EXISTS (SELECT 1 FROM backstop_queues pq WHERE pq.name = $2)"
 	return w
 }
 

@@ -109,6 +109,16 @@ type Dialect struct {
 	// Err marks a driver error with the store's sentinels where it has one
 	// (PostgreSQL's insufficient_privilege: store.ErrPermissionDenied).
 	Err func(err error) error
+	// IndexConcurrently is what makes CREATE and DROP INDEX leave the
+	// table's writes running ("CONCURRENTLY " on PostgreSQL, outside a
+	// transaction); IndexValid counts the valid indexes named $1.
+	IndexConcurrently, IndexValid string
+	// IndexedBy, when set, is what follows a table alias to make a query
+	// read the index named (SQLite's INDEXED BY: without statistics its
+	// planner prefers the claim index to a fair queue's).
+	IndexedBy func(name string) string
+	// Lateral says the driver joins LATERAL subqueries (PostgreSQL).
+	Lateral bool
 	// LockRedrive, when set, takes a transaction lock on a redrive filter
 	// key ($1), so that one record per filter is started even when two
 	// start at once (SQLite's writer serialises them anyway).
@@ -151,6 +161,7 @@ type Procedures struct {
 	writer  DB       // writes and transactions
 	reader  Querier  // reads (SQLite's reader pool; PostgreSQL's pool again)
 	fairOne sync.Map // fairKey → *oneValueMark: a fair claim found one value waiting (FairOneValue)
+	fairIdx sync.Map // index name → fairIndexSeen: whether a fair queue's index is there (fairIndexed)
 }
 
 // Interfaces the procedures implement whole; of the others (Workers,
