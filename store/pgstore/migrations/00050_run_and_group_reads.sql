@@ -17,7 +17,10 @@
 -- task becomes a dead letter (the settle that kills it, or a dead letter
 -- taken over by a succeeded step), never on a claim or a success; NULL
 -- on every other row. A dead letter without one (none is left by this
--- migration) is counted from its row as before (store/pgstore: DLQGroups).
+-- migration) is counted from its row as before (store/pgstore: DLQGroups),
+-- found through an index of those only, which is empty unless a path
+-- kills a task without writing its fingerprint (no claim or settle writes
+-- an entry in it: their rows fail its predicate).
 
 -- +goose Up
 -- +goose StatementBegin
@@ -31,10 +34,12 @@ CREATE FUNCTION backstop_dlq_group(reason text, error text) RETURNS bigint
 ALTER TABLE backstop_tasks ADD COLUMN dlq_group bigint;
 UPDATE backstop_tasks SET dlq_group = backstop_dlq_group(dead_reason, last_error) WHERE state = 'dead';
 CREATE INDEX backstop_tasks_dlq_groups ON backstop_tasks (dlq_status, dlq_group, queue) WHERE state = 'dead';
+CREATE INDEX backstop_tasks_dlq_ungrouped ON backstop_tasks (id) WHERE state = 'dead' AND dlq_group IS NULL;
 CREATE INDEX backstop_tasks_run ON backstop_tasks ((attributes->>'run_id'), id) WHERE attributes ? 'run_id';
 
 -- +goose Down
 DROP INDEX backstop_tasks_run;
+DROP INDEX backstop_tasks_dlq_ungrouped;
 DROP INDEX backstop_tasks_dlq_groups;
 ALTER TABLE backstop_tasks DROP COLUMN dlq_group;
 DROP FUNCTION backstop_dlq_group(text, text);
