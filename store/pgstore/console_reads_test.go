@@ -41,12 +41,8 @@ func TestConsoleReadsMigration(t *testing.T) {
 		tasks = append(tasks, tk)
 	}
 	enqueue(t, s, store.EnqueueOpts{}, tasks...)
-	var ss []store.Settlement
-	for _, tk := range claim(t, s, "mig", 200, t0) {
-		ss = append(ss, store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError,
-			Error: "no", FinishedAt: t0, State: bt.StateDead, DeadReason: bt.ReasonPermanentError})
-	}
-	settle(t, s, ss...)
+	claim(t, s, "mig", 200, t0)
+	killAsBefore(t, s, "'permanent_error'", "'no'")
 	for i := range 5 {
 		if err := s.AppendEvents(ctx, []bt.Event{store.AuditEvent(t0, store.EventQueuePaused, fmt.Sprintf("q%d", i), "ops", "", nil),
 			store.NewEvent(t0, "task.enqueued", fmt.Sprintf("e%d", i), "q", "k", "ops", []byte(`{}`))}); err != nil {
@@ -152,6 +148,26 @@ func TestJITOff(t *testing.T) {
 		if err != nil || got != c.want {
 			t.Fatalf("%s: jit %q (%v), want %q", c.url, got, err, c.want)
 		}
+	}
+}
+
+// killAsBefore makes the running tasks dead letters as a version before
+// migration 00050 did (this version's settle writes a column that older
+// schemas lack), with their attempts' execution rows: reason and lastError
+// are SQL expressions of the row.
+func killAsBefore(t *testing.T, s *pgstore.Store, reason, lastError string) {
+	t.Helper()
+	if _, err := s.Pool().Exec(t.Context(), `INSERT INTO backstop_executions
+		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error)
+		SELECT execution_id, id, attempt, coalesce(worker_id, ''), coalesce(attempted_at, $1), $1, 'permanent_error', `+lastError+`
+		FROM backstop_tasks WHERE state = 'running'`, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(t.Context(), `UPDATE backstop_tasks SET state = 'dead', dlq_status = 'open',
+		dead_reason = `+reason+`, last_error = `+lastError+`, finalized_at = $1, first_seen = $1, last_seen = $1,
+		dead_count = dead_count + 1, lease_expires_at = NULL, updated_at = $1
+		WHERE state = 'running'`, t0); err != nil {
+		t.Fatal(err)
 	}
 }
 
