@@ -15,9 +15,10 @@
 -- dead-letter status: an index-only count per group, then one row read
 -- per group for its reason and error. The fingerprint is written when a
 -- task becomes a dead letter (the settle that kills it, or a dead letter
--- taken over by a succeeded step), never on a claim or a success; NULL
--- on every other row. A dead letter without one (none is left by this
--- migration) is counted from its row as before (store/pgstore: DLQGroups),
+-- taken over by a succeeded step), never on a claim or a success; it
+-- means something on a dead row only (the index holds no other). A dead
+-- letter without one (none is left by this migration) is counted from its
+-- row as before (store/pgstore: DLQGroups),
 -- found through an index of those only, which is empty unless a path
 -- kills a task without writing its fingerprint (no claim or settle writes
 -- an entry in it: their rows fail its predicate).
