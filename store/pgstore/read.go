@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -108,18 +109,24 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 	if f.Reason != "" {
 		add("t.dead_reason = %s", string(f.Reason))
 	}
-	if len(f.Attrs) > 0 {
-		attrs, err := json.Marshal(f.Attrs)
+	attrs := f.Attrs
+	if run, ok := f.Attrs[runAttribute]; ok {
+		// A run's tasks: through the index of run_id attributes (migration
+		// 00050), whose predicate the first condition proves. The equality
+		// is the containment's answer (attribute values are strings), and
+		// the index's statistics estimate it where a containment's default
+		// selectivity would make the planner walk the primary key.
+		where = append(where, "t.attributes ? '"+runAttribute+"'")
+		add("t.attributes->>'"+runAttribute+"' = %s", run)
+		attrs = maps.Clone(f.Attrs)
+		delete(attrs, runAttribute)
+	}
+	if len(attrs) > 0 {
+		b, err := json.Marshal(attrs)
 		if err != nil {
 			return nil, nil, fmt.Errorf("attributes: %w", err)
 		}
-		add("t.attributes @> %s::jsonb", string(attrs))
-		// A run's tasks: through the index of run_id attributes (migration
-		// 00050), whose predicate the first condition proves.
-		if run, ok := f.Attrs[runAttribute]; ok {
-			where = append(where, "t.attributes ? '"+runAttribute+"'")
-			add("t.attributes->>'"+runAttribute+"' = %s", run)
-		}
+		add("t.attributes @> %s::jsonb", string(b))
 	}
 	if len(f.DLQStatuses) > 0 {
 		sts := make([]string, len(f.DLQStatuses))

@@ -146,12 +146,14 @@ func TestRunAndGroupReadsMigration(t *testing.T) {
 	if _, err := s.Pool().Exec(ctx, "VACUUM (ANALYZE) backstop_tasks"); err != nil {
 		t.Fatal(err)
 	}
-	noScan := map[string]string{"enable_seqscan": "off"}
+	// No scan, and no walk of an index with a filter: a read of the run
+	// index, or a bitmap of the primary key filtered, which costs more.
+	noWalk := map[string]string{"enable_seqscan": "off", "enable_indexscan": "off"}
 	for _, f := range []store.ListFilter{
 		{Attrs: map[string]string{"run_id": "run-1"}, Limit: 10000, WithoutPayload: true},
 		{Attrs: map[string]string{"run_id": "run-1", "step_id": "a"}, States: []bt.State{bt.StateRunning}},
 	} {
-		p, err := s.ExplainList(ctx, f, noScan)
+		p, err := s.ExplainList(ctx, f, noWalk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,15 +161,17 @@ func TestRunAndGroupReadsMigration(t *testing.T) {
 			t.Errorf("a run's tasks (%+v) are not read through the run index:\n%s", f, p)
 		}
 	}
-	// The count: an index-only scan, with no other way to read the table
-	// but a scan (the lookups of a group's row do not matter here).
-	onlyIndex := map[string]string{"enable_seqscan": "off", "enable_indexscan": "off", "enable_bitmapscan": "off"}
+	// The count and each group's row read the fingerprints' index (an
+	// index-only count once the visibility map is set, which a vacuum on a
+	// shared server does not promise; enable_indexscan = off would forbid
+	// index-only scans too).
+	noBitmap := map[string]string{"enable_seqscan": "off", "enable_bitmapscan": "off"}
 	for _, f := range filters[:3] {
-		p, err := s.ExplainDLQGroups(ctx, f, onlyIndex)
+		p, err := s.ExplainDLQGroups(ctx, f, noBitmap)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(p, "Index Only Scan using backstop_tasks_dlq_groups") {
+		if !strings.Contains(p, "backstop_tasks_dlq_groups") {
 			t.Errorf("the groups of %+v are not counted from the fingerprints' index:\n%s", f, p)
 		}
 	}

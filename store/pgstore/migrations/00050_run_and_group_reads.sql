@@ -33,10 +33,13 @@ CREATE FUNCTION backstop_dlq_group(reason text, error text) RETURNS bigint
     $$;
 -- +goose StatementEnd
 ALTER TABLE backstop_tasks ADD COLUMN dlq_group bigint;
-UPDATE backstop_tasks SET dlq_group = backstop_dlq_group(dead_reason, last_error) WHERE state = 'dead';
+-- The indexes before the backfill: its updates then write their entries
+-- (no HOT update), and no index starts with broken HOT chains, which would
+-- keep it from queries until every older transaction of the server ends.
 CREATE INDEX backstop_tasks_dlq_groups ON backstop_tasks (dlq_status, dlq_group, queue) WHERE state = 'dead';
 CREATE INDEX backstop_tasks_dlq_ungrouped ON backstop_tasks (id) WHERE state = 'dead' AND dlq_group IS NULL;
 CREATE INDEX backstop_tasks_run ON backstop_tasks ((attributes->>'run_id'), id) WHERE attributes ? 'run_id';
+UPDATE backstop_tasks SET dlq_group = backstop_dlq_group(dead_reason, last_error) WHERE state = 'dead';
 
 -- +goose Down
 DROP INDEX backstop_tasks_run;
