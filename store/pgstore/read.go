@@ -320,7 +320,9 @@ func (s *Store) CountByQueue(ctx context.Context) ([]store.QueueCounts, error) {
 // a NULL reason or error and an empty one stay apart, as they were there.)
 // A filter of dead-letter statuses and a queue only (the Dead letters
 // page) groups the pair's fingerprint, dlq_group, from its index
-// (sqlDLQGroupsIndexed); any other filter groups the rows.
+// (sqlDLQGroupsIndexed; index-only where the visibility map is set: dead
+// letters killed since the last vacuum are read from the heap); any other
+// filter groups the rows.
 func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit int) (*store.DLQGroups, error) {
 	f.States = []bt.State{bt.StateDead}
 	where, args, err := listWhere(f)
