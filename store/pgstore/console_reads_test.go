@@ -42,12 +42,8 @@ func TestConsoleReadsMigration(t *testing.T) {
 		tasks = append(tasks, tk)
 	}
 	enqueue(t, s, store.EnqueueOpts{}, tasks...)
-	var ss []store.Settlement
-	for _, tk := range claim(t, s, "mig", 200, t0) {
-		ss = append(ss, store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError,
-			Error: "no", FinishedAt: t0, State: bt.StateDead, DeadReason: bt.ReasonPermanentError})
-	}
-	settle(t, s, ss...)
+	claim(t, s, "mig", 200, t0)
+	killAsBefore(t, s, "'permanent_error'", "'no'")
 	for i := range 5 {
 		if err := s.AppendEvents(ctx, []bt.Event{store.AuditEvent(t0, store.EventQueuePaused, fmt.Sprintf("q%d", i), "ops", "", nil),
 			store.NewEvent(t0, "task.enqueued", fmt.Sprintf("e%d", i), "q", "k", "ops", []byte(`{}`))}); err != nil {
@@ -163,9 +159,31 @@ func TestJITOff(t *testing.T) {
 	}
 }
 
+// killAsBefore makes the running tasks dead letters as a version before
+// migration 00050 did (this version's settle writes a column that older
+// schemas lack), with their attempts' execution rows: reason and lastError
+// are SQL expressions of the row.
+func killAsBefore(t *testing.T, s *pgstore.Store, reason, lastError string) {
+	t.Helper()
+	if _, err := s.Pool().Exec(t.Context(), `INSERT INTO backstop_executions
+		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error)
+		SELECT execution_id, id, attempt, coalesce(worker_id, ''), coalesce(attempted_at, $1), $1, 'permanent_error', `+lastError+`
+		FROM backstop_tasks WHERE state = 'running'`, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(t.Context(), `UPDATE backstop_tasks SET state = 'dead', dlq_status = 'open',
+		dead_reason = `+reason+`, last_error = `+lastError+`, finalized_at = $1, first_seen = $1, last_seen = $1,
+		dead_count = dead_count + 1, lease_expires_at = NULL, updated_at = $1
+		WHERE state = 'running'`, t0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // DLQGroups answers what the GROUPING SETS query it replaced answered (the
 // same groups and counts, by reason and by the error's first 200
-// characters), for every dead letter and for a queue's.
+// characters), for every dead letter and for a queue's, of any status,
+// through the index of fingerprints (statuses and a queue), from the rows
+// (any other filter), and for dead letters without a fingerprint.
 func TestDLQGroupsAsBefore(t *testing.T) {
 	b := setup(t)
 	long := strings.Repeat("x", 200)
@@ -176,6 +194,7 @@ func TestDLQGroupsAsBefore(t *testing.T) {
 		for i := range 60 {
 			tk := newTask(q)
 			tk.ID = fmt.Sprintf("%s-%03d", q, i)
+			tk.Kind = fmt.Sprintf("k%d", i%2)
 			tasks = append(tasks, tk)
 		}
 		enqueue(t, b.store, store.EnqueueOpts{}, tasks...)
@@ -186,38 +205,75 @@ func TestDLQGroupsAsBefore(t *testing.T) {
 		}
 		settle(t, b.store, ss...)
 	}
-	for _, queue := range []string{"", "ga"} {
-		got, err := b.store.DLQGroups(t.Context(), store.ListFilter{Queue: queue, DLQStatuses: []bt.DLQStatus{bt.DLQOpen}}, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := &store.DLQGroups{ByReason: []store.GroupCount{}, ByError: []store.GroupCount{}}
-		rs, err := b.store.Pool().Query(t.Context(), `SELECT GROUPING(t.dead_reason), coalesce(t.dead_reason, ''), coalesce(left(t.last_error, 200), ''), count(*)
-			FROM backstop_tasks t WHERE t.state = 'dead' AND t.dlq_status = 'open' AND ($1 = '' OR t.queue = $1)
-			GROUP BY GROUPING SETS ((t.dead_reason), (left(t.last_error, 200)))`, queue)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rs.Next() {
-			var byError, n int
-			var reason, errTxt string
-			if err := rs.Scan(&byError, &reason, &errTxt, &n); err != nil {
+	if _, err := b.store.Pool().Exec(t.Context(), `UPDATE backstop_tasks SET dlq_status = 'discarded' WHERE id LIKE '%-01_'`); err != nil {
+		t.Fatal(err)
+	}
+	check := func(label string) {
+		t.Helper()
+		for _, f := range []store.ListFilter{
+			{DLQStatuses: []bt.DLQStatus{bt.DLQOpen}},
+			{Queue: "ga", DLQStatuses: []bt.DLQStatus{bt.DLQOpen}},
+			{DLQStatuses: []bt.DLQStatus{bt.DLQDiscarded}},
+			{DLQStatuses: []bt.DLQStatus{bt.DLQOpen, bt.DLQDiscarded}, Queue: "gb"},
+			{},
+			{Kind: "k1", DLQStatuses: []bt.DLQStatus{bt.DLQOpen}},
+		} {
+			got, err := b.store.DLQGroups(t.Context(), f, 3)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if byError == 1 {
-				want.ByError = append(want.ByError, store.GroupCount{Value: errTxt, Count: n})
-			} else {
-				want.ByReason = append(want.ByReason, store.GroupCount{Value: reason, Count: n})
-				want.Total += n
+			want := groupsAsBefore(t, b.store, f, 3)
+			if want.Total == 0 || len(want.ByReason) < 2 {
+				t.Fatalf("%s %+v: a poor fixture: %+v", label, f, want)
 			}
+			jsonEqual(t, fmt.Sprintf("%s: groups of %+v", label, f), got, want)
 		}
-		rs.Close()
-		store.SortGroups(want.ByReason)
-		store.SortGroups(want.ByError)
-		want.ByError, want.MoreErrors = store.CapGroups(want.ByError, 3)
-		if want.Total == 0 || len(want.ByReason) < 2 || !want.MoreErrors {
-			t.Fatalf("queue %q: a poor fixture: %+v", queue, want)
-		}
-		jsonEqual(t, "groups of queue "+queue, got, want)
 	}
+	check("fingerprinted")
+	// Dead letters without a fingerprint (a path that writes none) are
+	// grouped from their rows, beside those that have one.
+	if _, err := b.store.Pool().Exec(t.Context(), `UPDATE backstop_tasks SET dlq_group = NULL WHERE id LIKE 'ga-%' AND id < 'ga-030'`); err != nil {
+		t.Fatal(err)
+	}
+	check("half without fingerprints")
+}
+
+// groupsAsBefore is DLQGroups as the query before the fingerprints
+// answered it: GROUPING SETS of the reason and the error's first 200
+// characters over the dead letters of f's statuses, queue and kind.
+func groupsAsBefore(t *testing.T, s *pgstore.Store, f store.ListFilter, limit int) *store.DLQGroups {
+	t.Helper()
+	statuses := []string{}
+	for _, st := range f.DLQStatuses {
+		statuses = append(statuses, string(st))
+	}
+	want := &store.DLQGroups{ByReason: []store.GroupCount{}, ByError: []store.GroupCount{}}
+	rs, err := s.Pool().Query(t.Context(), `SELECT GROUPING(t.dead_reason), coalesce(t.dead_reason, ''), coalesce(left(t.last_error, 200), ''), count(*)
+		FROM backstop_tasks t WHERE t.state = 'dead' AND (cardinality($1::text[]) = 0 OR t.dlq_status = ANY($1))
+			AND ($2 = '' OR t.queue = $2) AND ($3 = '' OR t.kind = $3)
+		GROUP BY GROUPING SETS ((t.dead_reason), (left(t.last_error, 200)))`, statuses, f.Queue, f.Kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var byError, n int
+		var reason, errTxt string
+		if err := rs.Scan(&byError, &reason, &errTxt, &n); err != nil {
+			t.Fatal(err)
+		}
+		if byError == 1 {
+			want.ByError = append(want.ByError, store.GroupCount{Value: errTxt, Count: n})
+		} else {
+			want.ByReason = append(want.ByReason, store.GroupCount{Value: reason, Count: n})
+			want.Total += n
+		}
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	store.SortGroups(want.ByReason)
+	store.SortGroups(want.ByError)
+	want.ByError, want.MoreErrors = store.CapGroups(want.ByError, limit)
+	return want
 }

@@ -2,8 +2,10 @@ package pgstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
+	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -170,4 +172,43 @@ func (s *Store) ExplainRedriveBatch(ctx context.Context, b store.RedriveBatch) (
 	var plan string
 	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&plan)
 	return plan, err
+}
+
+// ExplainDLQGroups is the plan of the query DLQGroups runs for f, with the
+// given settings (SET LOCAL name = value) in its transaction.
+func (s *Store) ExplainDLQGroups(ctx context.Context, f store.ListFilter, settings map[string]string) (string, error) {
+	f.States = []bt.State{bt.StateDead}
+	where, args, err := listWhere(f)
+	if err != nil {
+		return "", err
+	}
+	q := `SELECT t.dead_reason, left(t.last_error, 200), count(*) FROM backstop_tasks t WHERE ` +
+		strings.Join(where, " AND ") + ` GROUP BY 1, 2`
+	if groupsByIndex(f) {
+		q = fmt.Sprintf(sqlDLQGroupsIndexed, strings.Join(where, " AND "))
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	for k, v := range settings {
+		if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true)", k, v); err != nil {
+			return "", err
+		}
+	}
+	rs, err := tx.Query(ctx, "EXPLAIN "+q, args...)
+	if err != nil {
+		return "", err
+	}
+	defer rs.Close()
+	var plan []string
+	for rs.Next() {
+		var line string
+		if err := rs.Scan(&line); err != nil {
+			return "", err
+		}
+		plan = append(plan, line)
+	}
+	return strings.Join(plan, "\n"), rs.Err()
 }

@@ -230,7 +230,10 @@ WITH input AS (
 		dlq_status = CASE WHEN i.state = 'dead' THEN 'open' ELSE t.dlq_status END,
 		first_seen = CASE WHEN i.state = 'dead' THEN coalesce(t.first_seen, i.finished_at) ELSE t.first_seen END,
 		last_seen = CASE WHEN i.state = 'dead' THEN i.finished_at ELSE t.last_seen END,
-		dead_count = CASE WHEN i.state = 'dead' THEN t.dead_count + 1 ELSE t.dead_count END
+		dead_count = CASE WHEN i.state = 'dead' THEN t.dead_count + 1 ELSE t.dead_count END,
+		-- The dead letter's group (DLQGroups), of the reason and error it dies with.
+		dlq_group = CASE WHEN i.state = 'dead'
+			THEN backstop_dlq_group(i.dead_reason, CASE WHEN i.error <> '' THEN i.error ELSE t.last_error END) END
 	FROM input i
 	WHERE t.id = i.task_id AND CASE
 		WHEN i.execution_id = '' THEN t.state IN ('scheduled', 'pending')

@@ -193,8 +193,18 @@ func (Txs) CloseDeadLetter(ctx context.Context, tx pgx.Tx, c store.DLQStatusChan
 }
 
 // DeadLetterAs is store.Tx's DeadLetterAs inside tx.
+// The dead letter gets its group's fingerprint (DLQGroups) from the reason
+// and error it took over.
 func (Txs) DeadLetterAs(ctx context.Context, tx pgx.Tx, d store.DeadLetterAs) (*bt.Task, error) {
-	return sqldialect.DeadLetterAsIn(ctx, dialect, runnerTx{runner{q: tx}, tx}, d)
+	t, err := sqldialect.DeadLetterAsIn(ctx, dialect, runnerTx{runner{q: tx}, tx}, d)
+	if err != nil || t == nil {
+		return t, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_group = backstop_dlq_group(dead_reason, last_error)
+		WHERE id = $1 AND state = 'dead'`, t.ID); err != nil {
+		return nil, fmt.Errorf("pgstore: dead letter %s: its group: %w", t.ID, err)
+	}
+	return t, nil
 }
 
 // SetRunWake is store.WorkflowTx's SetRunWake inside tx.

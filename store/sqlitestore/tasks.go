@@ -1174,6 +1174,10 @@ func (s *Store) Activity(ctx context.Context, since, until time.Time) (map[int64
 	return out, nil
 }
 
+// runAttribute is the attribute that names a task's run (the library's
+// RunAttribute), which the index of migration 00041 holds.
+const runAttribute = "run_id"
+
 // listWhere turns a filter (but its cursor) into conditions and arguments.
 func listWhere(f store.ListFilter) ([]string, []any) {
 	var (
@@ -1198,6 +1202,10 @@ func listWhere(f store.ListFilter) ([]string, []any) {
 		add("dead_reason = ?", string(f.Reason))
 	}
 	for k, v := range f.Attrs {
+		if k == runAttribute { // the expression of the run index (migration 00041)
+			add("json_extract(attributes, '$.run_id') = ?", v)
+			continue
+		}
 		add("json_extract(attributes, ?) = ?", `$."`+k+`"`, v)
 	}
 	if len(f.DLQStatuses) > 0 {
