@@ -169,7 +169,7 @@ func work(t testing.TB, c *backstop.Client) *handled {
 // and gaps.
 func (h *handled) check(t testing.TB, n int, want map[string][]int64, gaps map[string][]backstop.Gap) {
 	t.Helper()
-	testwait.For(t, fmt.Sprintf("%d tasks handled", n), func() bool {
+	testwait.Within(t, 10*time.Minute, fmt.Sprintf("%d tasks handled", n), func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return h.n >= n

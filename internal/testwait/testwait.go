@@ -17,11 +17,18 @@ const Bound = 2 * time.Minute
 // Bound.
 func For(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(Bound)
+	Within(t, Bound, what, cond)
+}
+
+// Within is For with another bound, for a wait on much work (thousands of
+// tasks handled under the race detector on a busy machine).
+func Within(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
 	pause := time.Millisecond
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", Bound, what)
+			t.Fatalf("timed out after %s waiting for %s", bound, what)
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 50*time.Millisecond)
