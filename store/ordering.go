@@ -27,6 +27,18 @@ func EndsTask(s Settlement) bool {
 	return s.State == bt.StateSucceeded || s.State == bt.StateDead || s.State == bt.StateCanceled
 }
 
+// EndedTasks are the ids of the tasks ss ended (EndsTask) among the
+// settlements that applied (oks, as Settle answers).
+func EndedTasks(ss []Settlement, oks []bool) []string {
+	var ended []string
+	for i, st := range ss {
+		if oks[i] && EndsTask(st) {
+			ended = append(ended, st.TaskID)
+		}
+	}
+	return ended
+}
+
 // Ordering is what a driver offers for ordered processing.
 type Ordering interface {
 	// Order runs admission and due drains for one queue.

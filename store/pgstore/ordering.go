@@ -96,13 +96,7 @@ func (s *Store) SettleOrdered(ctx context.Context, ss []store.Settlement, set fu
 	if err != nil {
 		return nil, nil, err
 	}
-	var ended []string
-	for i, st := range ss {
-		if oks[i] && store.EndsTask(st) {
-			ended = append(ended, st.TaskID)
-		}
-	}
-	deltas, err := admitEnded(ctx, tx, ended, set, now)
+	deltas, err := admitEnded(ctx, tx, store.EndedTasks(ss, oks), set, now)
 	if err != nil {
 		return nil, nil, err
 	}
