@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,8 +36,12 @@ const HistoryRetention = 24 * time.Hour
 // historyGroup is the tasks per event row the fill writes.
 const historyGroup = 1000
 
-// historyChunk is the tasks per fill statement (one transaction each).
-const historyChunk = 100_000
+// historyChunk is the tasks per fill statement (one transaction each);
+// historyFillers statements run at once on Postgres.
+const (
+	historyChunk   = 100_000
+	historyFillers = 2
+)
 
 // HistoryConfig sizes a history run. Zero values take the defaults named.
 type HistoryConfig struct {
@@ -228,22 +233,57 @@ func FillHistory(ctx context.Context, s any, queue string, n, retriedEvery int, 
 		retriedEvery = n + 1
 	}
 	res := FillResult{Rows: n}
+	var fill func(lo, hi int) error
+	fillers := 1
+	switch s := s.(type) {
+	case pooled:
+		fill = func(lo, hi int) error {
+			return fillPostgres(ctx, s.Pool(), queue, prefix, lo, hi, retriedEvery, from, step)
+		}
+		fillers = historyFillers
+	case sqlDB:
+		fill = func(lo, hi int) error {
+			return fillSQLite(ctx, s.DB(), queue, prefix, lo, hi, retriedEvery, from, step)
+		}
+	default:
+		return res, fmt.Errorf("bench: history: store %T is neither Postgres nor SQLite", s)
+	}
+	chunks := make(chan int)
+	errs := make([]error, fillers)
+	var wg sync.WaitGroup
+	for f := range fillers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for lo := range chunks {
+				if errs[f] != nil {
+					continue
+				}
+				hi := min(lo+historyChunk, n)
+				if err := fill(lo, hi); err != nil {
+					errs[f] = fmt.Errorf("bench: history fill rows %d-%d: %w", lo, hi, err)
+				}
+			}
+		}()
+	}
 	for lo := 0; lo < n; lo += historyChunk {
 		hi := min(lo+historyChunk, n)
-		var err error
-		switch s := s.(type) {
-		case pooled:
-			err = fillPostgres(ctx, s.Pool(), queue, prefix, lo, hi, retriedEvery, from, step)
-		case sqlDB:
-			err = fillSQLite(ctx, s.DB(), queue, prefix, lo, hi, retriedEvery, from, step)
-		default:
-			return res, fmt.Errorf("bench: history: store %T is neither Postgres nor SQLite", s)
-		}
-		if err != nil {
-			return res, fmt.Errorf("bench: history fill rows %d-%d: %w", lo, hi, err)
-		}
+		chunks <- lo
 		res.Executions += (hi-1)/retriedEvery - (max(lo, 1)-1)/retriedEvery // i = 0 is not retried
 		res.EventRows += 4 * ((hi - lo + historyGroup - 1) / historyGroup)
+	}
+	close(chunks)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	if p, ok := s.(pooled); ok {
+		// As autovacuum would have by the time a real history is this
+		// large (and so that it does not start during the drain): the
+		// visibility map set, the planner's statistics current.
+		if _, err := p.Pool().Exec(ctx, `VACUUM (ANALYZE) backstop_tasks, backstop_executions, backstop_events`); err != nil {
+			return res, fmt.Errorf("bench: history: vacuum: %w", err)
+		}
 	}
 	return res, nil
 }
