@@ -99,10 +99,14 @@ type HistoryResult struct {
 }
 
 // Summary is the history line `backstop bench --history` prints before
-// the drain's summary; scripts parse it.
+// the drain's summary; scripts parse it. rows are the rows this run
+// filled; the latencies are the probe's (absent with no probe).
 func (r *HistoryResult) Summary() string {
-	s := fmt.Sprintf("history: rows=%d db_bytes=%d claim_p50=%s claim_p99=%s settle_p50=%s settle_p99=%s",
-		r.Rows, r.DBBytes, ms(r.ClaimP50), ms(r.ClaimP99), ms(r.SettleP50), ms(r.SettleP99))
+	s := fmt.Sprintf("history: rows=%d db_bytes=%d", r.Rows, r.DBBytes)
+	if r.ProbeClaims > 0 {
+		s += fmt.Sprintf(" claim_p50=%s claim_p99=%s settle_p50=%s settle_p99=%s",
+			ms(r.ClaimP50), ms(r.ClaimP99), ms(r.SettleP50), ms(r.SettleP99))
+	}
 	if r.RetainElapsed > 0 {
 		s += fmt.Sprintf(" retain_deleted=%d retain_elapsed=%.3fs", r.RetainDeleted, r.RetainElapsed.Seconds())
 	}

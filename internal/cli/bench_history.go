@@ -30,7 +30,7 @@ history (--history N, with drain mode): first write N succeeded tasks with their
       claimed --probe-batch at a time and settled by one caller, each claim
       and settle timed. --history 0 is the empty-history baseline (drain and
       probe only). Before the summary:
-  history: rows=<n> db_bytes=<size> claim_p50=.. claim_p99=.. settle_p50=.. settle_p99=.. [retain_deleted=.. retain_elapsed=..]`
+  history: rows=<filled> db_bytes=<size> [claim_p50=.. claim_p99=.. settle_p50=.. settle_p99=..] [retain_deleted=.. retain_elapsed=..]`
 
 func (h *benchHistory) register(f *pflag.FlagSet) {
 	f.IntVar(&h.cfg.Rows, "history", 0, "history mode: finished tasks to fill before the drain (0: the empty baseline)")
