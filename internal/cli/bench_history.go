@@ -21,7 +21,7 @@ type benchHistory struct {
 }
 
 const benchHistoryHelp = `
-history (--history N, with drain mode): first write N succeeded tasks with their
+  history (--history N, with drain mode): first write N succeeded tasks with their
       events (and an execution row for every --history-retried-every-th, which
       failed once first) straight into the tables, in bulk, finished over the last
       23 hours (--history-expired: 25-48 hours ago, what retention deletes), in
