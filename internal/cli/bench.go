@@ -19,9 +19,10 @@ func init() { register(benchCmd) }
 func benchCmd(a *app) *cobra.Command {
 	var cfg bench.Config
 	var prof benchProfiles // bench_profile.go
+	var hist benchHistory  // bench_history.go
 	withTelemetry := true
 	cmd := &cobra.Command{
-		Use:   "bench [-n N | --duration D [--rate R]] [--workers N] [--batch N]",
+		Use:   "bench [-n N | --duration D [--rate R]] [--workers N] [--batch N] [--history N [--probe P]]",
 		Short: "Measure throughput (and latency) with no-op tasks on --db",
 		Long: `bench works no-op tasks on the database named by --db, in a private queue
 (bench-<time>-<random>) so runs never interfere; its tasks stay in the database,
@@ -38,6 +39,7 @@ so point it at a scratch one.
 
 The last line is always:
   bench: worked=<n> elapsed=<seconds>s jobs_per_sec=<rate>
+` + benchHistoryHelp + `
 
 Profiling (hidden flags): --cpuprofile FILE writes a Go CPU profile of the
 whole run, --memprofile FILE an allocation profile (all allocations since the
@@ -59,10 +61,13 @@ start, sampled) at its end; read them with go tool pprof.`,
 			if cfg.N < 0 || cfg.Workers < 1 || cfg.Batch < 1 || cfg.Rate < 0 || cfg.Duration < 0 {
 				return usageErr("bench: -n, --workers, --batch, --rate and --duration must be positive")
 			}
+			if err := hist.check(cmd, cfg); err != nil {
+				return err
+			}
 			if err := prof.start(); err != nil {
 				return err
 			}
-			err := a.bench(cmd.Context(), cfg, withTelemetry)
+			err := a.bench(cmd.Context(), cfg, withTelemetry, &hist)
 			return errors.Join(err, prof.stop())
 		},
 	}
@@ -76,6 +81,7 @@ start, sampled) at its end; read them with go tool pprof.`,
 	f.BoolVar(&withTelemetry, "telemetry", true, "record metrics (and traces when OTEL_* asks) as serve and work do; false: no telemetry")
 	f.StringVar(&prof.cpu, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	f.StringVar(&prof.mem, "memprofile", "", "write a Go allocation profile at the end of the run to this file")
+	hist.register(f)
 	_ = f.MarkHidden("cpuprofile")
 	_ = f.MarkHidden("memprofile")
 	cmd.AddCommand(benchOrderingCmd(a)) // bench_ordering.go
@@ -84,7 +90,7 @@ start, sampled) at its end; read them with go tool pprof.`,
 	return cmd
 }
 
-func (a *app) bench(ctx context.Context, cfg bench.Config, withTelemetry bool) error {
+func (a *app) bench(ctx context.Context, cfg bench.Config, withTelemetry bool, hist *benchHistory) error {
 	log := slog.New(slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	lib := &backstop.Config{Logger: log}
 	if withTelemetry {
@@ -103,6 +109,9 @@ func (a *app) bench(ctx context.Context, cfg bench.Config, withTelemetry bool) e
 	}
 	defer s.Close()
 	cfg.Progress = a.stdout
+	if hist.on {
+		return a.benchHistory(ctx, s, c, cfg, hist)
+	}
 	start := time.Now()
 	res, err := bench.Run(ctx, c, cfg)
 	if err != nil {
