@@ -53,6 +53,14 @@ func migrateCmd(a *app) *cobra.Command {
 			if err := s.Migrate(ctx); err != nil {
 				return err
 			}
+			// A fair queue's index is the schema owner's to make: one set by
+			// a role that could not make it (or before fair indexes) gets it
+			// here.
+			if fi, ok := s.(interface{ EnsureFairIndexes(context.Context) error }); ok {
+				if err := fi.EnsureFairIndexes(ctx); err != nil {
+					return err
+				}
+			}
 			after, err := s.MigrationStatus(ctx)
 			if err != nil {
 				return err

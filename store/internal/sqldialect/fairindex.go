@@ -51,6 +51,23 @@ func (p *Procedures) createFairIndex(ctx context.Context, f store.FairQueue) err
 	return err
 }
 
+// EnsureFairIndexes makes the index of every fair queue that has none (a
+// queue made fair by a role that may not create indexes, or before fair
+// indexes existed): migrate runs it as the schema's owner.
+func (p *Procedures) EnsureFairIndexes(ctx context.Context) error {
+	fs, err := p.ListFair(ctx)
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		if err := p.createFairIndex(ctx, f); err != nil {
+			return fmt.Errorf("%s: the fair index of queue %s: %w", p.dialect.Prefix, f.Queue, err)
+		}
+		p.fairIdx.Delete(fairIndexName(f))
+	}
+	return nil
+}
+
 // dropFairIndex drops f's index, if there.
 func (p *Procedures) dropFairIndex(ctx context.Context, f store.FairQueue) {
 	name := fairIndexName(f)
