@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/store/pgstore"
 )
 
 // Sustained drain: a worker drains for a fixed time while producers keep a
@@ -347,17 +348,6 @@ func (h *SnapshotHolder) Release(ctx context.Context) error {
 	return errors.Join(err, h.conn.Close(ctx))
 }
 
-// claimPickSQL is the pick of the Postgres store's claim (claimPick in
-// store/pgstore/queries.go, without a kind filter): the part that walks the
-// claim index, and so the part a backlog of dead index entries slows.
-const claimPickSQL = `SELECT ctid AS tid FROM backstop_tasks
-WHERE state = 'pending' AND queue = $1 AND run_at <= $2
-  AND (deadline IS NULL OR deadline > $2)
-  AND NOT EXISTS (SELECT 1 FROM backstop_queues pq WHERE pq.name = $1)
-ORDER BY priority DESC, run_at, id
-LIMIT $3
-FOR UPDATE SKIP LOCKED`
-
 // explainPick prints EXPLAIN (ANALYZE, BUFFERS) of the claim's pick on
 // queue, in a transaction rolled back afterwards.
 func explainPick(ctx context.Context, pool *pgxpool.Pool, queue string, batch int, label string, out io.Writer) error {
@@ -366,7 +356,7 @@ func explainPick(ctx context.Context, pool *pgxpool.Pool, queue string, batch in
 		return fmt.Errorf("bench sustain: explain: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+claimPickSQL, queue, time.Now(), batch)
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+pgstore.ClaimPickSQL(), queue, time.Now(), batch)
 	if err != nil {
 		return fmt.Errorf("bench sustain: explain: %w", err)
 	}

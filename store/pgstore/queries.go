@@ -85,19 +85,29 @@ UNION ALL
 ` + succeededExecutions("backstop_tasks t") + ` AND t.id = $1
 ORDER BY 5, 3, 1`
 
+// claimPickRows is the claim's pick, the part that walks the claim index:
+// the next claimable rows of queue $1 at $2, at most $3, locked (%s: the
+// claim's kind filter).
+const claimPickRows = `SELECT ctid AS tid FROM backstop_tasks
+	WHERE state = 'pending' AND queue = $1 AND run_at <= $2
+	  AND (deadline IS NULL OR deadline > $2)%s
+	  AND NOT EXISTS (SELECT 1 FROM backstop_queues pq WHERE pq.name = $1)
+	ORDER BY priority DESC, run_at, id
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED`
+
+// ClaimPickSQL is the claim's pick without a kind filter ($1 queue, $2
+// now, $3 how many), for measuring what the claim index costs
+// (backstop bench sustain --explain).
+func ClaimPickSQL() string { return strings.Replace(claimPickRows, "%s", "", 1) }
+
 // Claim: lock the next claimable rows, skipping rows other claimers hold,
 // and lease them in the same statement. The UPDATE finds the locked rows
 // by their tuple ids (a Tid Scan, in heap order), not by a primary-key
 // lookup each: a row this statement locked cannot move before its UPDATE.
 var claimPick = `
 WITH picked AS (
-	SELECT ctid AS tid FROM backstop_tasks
-	WHERE state = 'pending' AND queue = $1 AND run_at <= $2
-	  AND (deadline IS NULL OR deadline > $2)%s
-	  AND NOT EXISTS (SELECT 1 FROM backstop_queues pq WHERE pq.name = $1)
-	ORDER BY priority DESC, run_at, id
-	LIMIT $3
-	FOR UPDATE SKIP LOCKED
+	` + claimPickRows + `
 ), ` + claimSeq + `, claimed AS (
 	UPDATE backstop_tasks c SET
 		state = 'running',
