@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
@@ -20,30 +22,7 @@ func (s *Store) ExplainList(ctx context.Context, f store.ListFilter, settings ma
 		return "", err
 	}
 	args = append(args, 50)
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	for k, v := range settings {
-		if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true)", k, v); err != nil {
-			return "", err
-		}
-	}
-	rs, err := tx.Query(ctx, "EXPLAIN "+listQuery(f, where, len(args)), args...)
-	if err != nil {
-		return "", err
-	}
-	defer rs.Close()
-	var plan []string
-	for rs.Next() {
-		var line string
-		if err := rs.Scan(&line); err != nil {
-			return "", err
-		}
-		plan = append(plan, line)
-	}
-	return strings.Join(plan, "\n"), rs.Err()
+	return s.explain(ctx, settings, listQuery(f, where, len(args)), args...)
 }
 
 // WhereArms exposes whereArms (the states of each arm of a where over
@@ -75,57 +54,13 @@ func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
 // ExplainAudit is the plan of an audit stream read from the log's start,
 // with the given settings (SET LOCAL name = value).
 func (s *Store) ExplainAudit(ctx context.Context, settings map[string]string) (string, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	for k, v := range settings {
-		if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true)", k, v); err != nil {
-			return "", err
-		}
-	}
-	rs, err := tx.Query(ctx, "EXPLAIN "+sqlReadAudit, "0", int64(0), int64(0), store.AuditTypes, 100, "18446744073709551615")
-	if err != nil {
-		return "", err
-	}
-	defer rs.Close()
-	var plan []string
-	for rs.Next() {
-		var line string
-		if err := rs.Scan(&line); err != nil {
-			return "", err
-		}
-		plan = append(plan, line)
-	}
-	return strings.Join(plan, "\n"), rs.Err()
+	return s.explain(ctx, settings, sqlReadAudit, "0", int64(0), int64(0), store.AuditTypes, 100, "18446744073709551615")
 }
 
 // ExplainWorkerExecutions is the plan of a worker's newest executions
 // (WorkerExecutions' query), sequential scans off.
 func (s *Store) ExplainWorkerExecutions(ctx context.Context, worker string, limit int) (string, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"); err != nil {
-		return "", err
-	}
-	rs, err := tx.Query(ctx, "EXPLAIN "+sqlWorkerExecutions, worker, limit, "", nil, "")
-	if err != nil {
-		return "", err
-	}
-	defer rs.Close()
-	var plan []string
-	for rs.Next() {
-		var line string
-		if err := rs.Scan(&line); err != nil {
-			return "", err
-		}
-		plan = append(plan, line)
-	}
-	return strings.Join(plan, "\n"), rs.Err()
+	return s.explain(ctx, indexesOnly, sqlWorkerExecutions, worker, limit, "", nil, "")
 }
 
 // SetFinishedCounted lowers how many finished tasks s's CountByQueue
@@ -135,28 +70,7 @@ func (s *Store) SetFinishedCounted(n int) { s.finishedCounted = n }
 // ExplainCounts is the plan of CountByQueue's query with sequential and bitmap
 // scans off: the indexes the planner can answer it from alone.
 func (s *Store) ExplainCounts(ctx context.Context) (string, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"); err != nil {
-		return "", err
-	}
-	rs, err := tx.Query(ctx, "EXPLAIN "+sqlCounts, s.finishedCounted)
-	if err != nil {
-		return "", err
-	}
-	defer rs.Close()
-	var plan []string
-	for rs.Next() {
-		var line string
-		if err := rs.Scan(&line); err != nil {
-			return "", err
-		}
-		plan = append(plan, line)
-	}
-	return strings.Join(plan, "\n"), rs.Err()
+	return s.explain(ctx, indexesOnly, sqlCounts, s.finishedCounted)
 }
 
 // ExplainRedriveBatch runs RedriveBatch's one-statement fast path for b
@@ -187,6 +101,15 @@ func (s *Store) ExplainDLQGroups(ctx context.Context, f store.ListFilter, settin
 	if groupsByIndex(f) {
 		q = fmt.Sprintf(sqlDLQGroupsIndexed, strings.Join(where, " AND "))
 	}
+	return s.explain(ctx, settings, q, args...)
+}
+
+// indexesOnly are the settings of a plan read from indexes alone.
+var indexesOnly = map[string]string{"enable_seqscan": "off", "enable_bitmapscan": "off"}
+
+// explain is the plan of query with args, each of settings set (as SET
+// LOCAL) in the read-only transaction it runs in.
+func (s *Store) explain(ctx context.Context, settings map[string]string, query string, args ...any) (string, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return "", err
@@ -197,18 +120,10 @@ func (s *Store) ExplainDLQGroups(ctx context.Context, f store.ListFilter, settin
 			return "", err
 		}
 	}
-	rs, err := tx.Query(ctx, "EXPLAIN "+q, args...)
+	rs, err := tx.Query(ctx, "EXPLAIN "+query, args...)
 	if err != nil {
 		return "", err
 	}
-	defer rs.Close()
-	var plan []string
-	for rs.Next() {
-		var line string
-		if err := rs.Scan(&line); err != nil {
-			return "", err
-		}
-		plan = append(plan, line)
-	}
-	return strings.Join(plan, "\n"), rs.Err()
+	lines, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
 }
