@@ -2,11 +2,14 @@ package pgstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,8 +21,19 @@ import (
 	"github.com/backstophq/backstop/store/pgstore"
 )
 
-// roundTrips counts what a pool sends: statements and COPYs.
-type roundTrips struct{ queries, copies atomic.Int64 }
+// roundTrips counts what a pool sends: statements, COPYs and pipelined
+// batches (a batch is one round trip however many statements it holds).
+type roundTrips struct{ queries, copies, batches atomic.Int64 }
+
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.batches.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// trips is the statements and batches sent so far.
+func (r *roundTrips) trips() int64 { return r.queries.Load() + r.batches.Load() }
 
 func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	r.queries.Add(1)
@@ -225,5 +239,79 @@ func TestEnqueueBatchIdempotencyKeys(t *testing.T) {
 	}
 	if n := countTasks(t, s); n != 753 {
 		t.Fatalf("%d tasks after the refused batch, want 753", n)
+	}
+}
+
+// A copied batch's task.enqueued row writes the fields its tasks share
+// once, in the row's common body, and each task's body holds only the
+// rest; each task's event still reads back whole.
+func TestCopiedEventsShareTheirCommonFields(t *testing.T) {
+	s, _ := tracedStore(t)
+	ctx := t.Context()
+	same := plainTasks("same", 100)
+	apart := plainTasks("apart", 100)
+	for i, tk := range apart {
+		tk.RunAt = tk.RunAt.Add(time.Duration(i) * time.Second) // run_at and what follows differ
+	}
+	enqueue(t, s, store.EnqueueOpts{}, same...)
+	enqueue(t, s, store.EnqueueOpts{}, apart...)
+	for _, c := range []struct {
+		task         *bt.Task
+		common, body string
+	}{
+		{same[7], `{"merged":false,"duplicate":false,"state":"pending","run_at":"` + same[7].RunAt.UTC().Format("2006-01-02T15:04:05.000000Z") + `","priority":0,"max_attempts":3}`, `{}`},
+		{apart[7], `{"merged":false,"duplicate":false,"state":"pending"}`, `{"run_at":"` + apart[7].RunAt.UTC().Format("2006-01-02T15:04:05.000000Z") + `","priority":0,"max_attempts":3}`},
+	} {
+		var common, body string
+		if err := s.Pool().QueryRow(ctx, `SELECT e.common::text, e.bodies->>7 FROM backstop_events e
+			WHERE e.type = 'task.enqueued' AND $1 = ANY(e.subjects)`, c.task.ID).Scan(&common, &body); err != nil {
+			t.Fatal(err)
+		}
+		if common != c.common || body != c.body {
+			t.Fatalf("%s: common %s body %s, want %s and %s", c.task.ID, common, body, c.common, c.body)
+		}
+		evs, err := s.Events(ctx, c.task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]any{"merged": false, "duplicate": false, "state": "pending",
+			"run_at": c.task.RunAt.UTC().Format("2006-01-02T15:04:05.000000Z"), "priority": 0.0, "max_attempts": 3.0}
+		var got map[string]any
+		if len(evs) != 1 || evs[0].Type != "task.enqueued" {
+			t.Fatalf("%s: events %+v, want one task.enqueued", c.task.ID, evs)
+		}
+		if err := json.Unmarshal(evs[0].Body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: body %s, want %v", c.task.ID, evs[0].Body, want)
+		}
+		if !strings.HasPrefix(string(evs[0].Body), `{"merged":false,"duplicate":false,"state":"pending","run_at"`) {
+			t.Fatalf("%s: body %s, not in the INSERT's field order", c.task.ID, evs[0].Body)
+		}
+	}
+}
+
+// A batch of ordered tasks writes their ordering rows by one statement,
+// not one a task.
+func TestOrderedBatchOneOrderingStatement(t *testing.T) {
+	s, rt := tracedStore(t)
+	ts := plainTasks("ordered", 100)
+	for i, tk := range ts {
+		tk.State, tk.OrderingKey, tk.Sequence = bt.StateBuffered, fmt.Sprintf("key-%d", i%3), int64(i/3+1)
+	}
+	n0 := rt.trips()
+	enqueue(t, s, store.EnqueueOpts{}, ts...)
+	// BEGIN with the event row, the ordering rows, COMMIT (and the COPY)
+	if n := rt.trips() - n0; n > 3 {
+		t.Fatalf("a batch of 100 ordered tasks took %d round trips besides its COPY, want at most 3", n)
+	}
+	var rows, keys, maxSeq int
+	if err := s.Pool().QueryRow(t.Context(), `SELECT count(*), count(DISTINCT okey), max(seq) FROM backstop_ordering_tasks
+		WHERE task_id LIKE 'ordered-%' AND status = 'held' AND queue = 'q'`).Scan(&rows, &keys, &maxSeq); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 100 || keys != 3 || maxSeq != 34 {
+		t.Fatalf("%d ordering rows of %d keys up to seq %d, want 100 of 3 up to 34", rows, keys, maxSeq)
 	}
 }

@@ -20,18 +20,26 @@ func (s *Store) Enqueue(ctx context.Context, tasks []*bt.Task, opts store.Enqueu
 		return []store.EnqueueResult{}, err
 	}
 	return enqueueCopying(func(copyOK bool) ([]store.EnqueueResult, error) {
-		tx, err := s.pool.Begin(ctx)
+		conn, err := s.pool.Acquire(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("pgstore: enqueue: %w", err)
 		}
-		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op once committed
-		res, err := enqueue(ctx, pgxTx{tx}, tasks, opts, copyOK)
+		defer conn.Release() // a connection left in a transaction is closed, not reused
+		tx := &pipeTx{conn: conn.Conn()}
+		defer tx.rollback(context.WithoutCancel(ctx)) // no-op once committed
+		res, err := enqueue(ctx, tx, tasks, opts, copyOK)
 		if err != nil {
 			return nil, err
 		}
-		if err := tx.Commit(ctx); err != nil {
+		// This process's workers are woken here, without the LISTEN
+		// hand-off; the notifications' copies are recognised by pid.
+		pid := conn.Conn().PgConn().PID()
+		s.expectWakes(pid, tx.woken)
+		if err := tx.commit(ctx); err != nil {
+			s.dropWakes(pid, tx.woken)
 			return nil, fmt.Errorf("pgstore: enqueue: commit: %w", err)
 		}
+		s.wakeLocal(tx.woken)
 		return res, nil
 	})
 }
@@ -266,7 +274,9 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 		return nil, err
 	}
 
-	if len(woken) > 0 {
+	if p, ok := db.(*pipeTx); ok {
+		p.wakeAtCommit(woken) // sent with its COMMIT
+	} else if len(woken) > 0 {
 		args := make([]any, len(woken))
 		for i, q := range woken {
 			args[i] = q

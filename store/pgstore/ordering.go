@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,16 +16,32 @@ import (
 // insertOrdering writes the ordering rows of the newly inserted ordered
 // tasks (state buffered, with a key) in the enqueue's transaction.
 func insertOrdering(ctx context.Context, db dbtx, tasks []*bt.Task, res []store.EnqueueResult) error {
+	const perRow = 4
+	var args []any
 	for i, t := range tasks {
 		if res[i].Merged || res[i].Duplicate || t.OrderingKey == "" || t.State != bt.StateBuffered {
 			continue
 		}
-		if err := db.exec(ctx, `INSERT INTO backstop_ordering_tasks (task_id, queue, okey, seq, status)
-			VALUES ($1, $2, $3, $4, 'held')`, t.ID, t.Queue, t.OrderingKey, t.Sequence); err != nil {
+		args = append(args, t.ID, t.Queue, t.OrderingKey, t.Sequence)
+	}
+	// One statement per chunk of rows, not one per task.
+	for start := 0; start < len(args); start += maxInsertRows * perRow {
+		chunk := args[start:min(start+maxInsertRows*perRow, len(args))]
+		n := len(chunk) / perRow
+		if err := db.exec(ctx, sqlInsertOrdering(n), db.batchArgs(n, chunk)...); err != nil {
 			return fmt.Errorf("pgstore: ordering: %w", err)
 		}
 	}
 	return nil
+}
+
+// sqlInsertOrdering holds n ordered tasks (task_id, queue, okey, seq).
+func sqlInsertOrdering(n int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO backstop_ordering_tasks (task_id, queue, okey, seq, status) SELECT v.*, 'held' FROM (VALUES ")
+	writeValues(&b, n, 4, []string{"::text", "::text", "::text", "::bigint"})
+	b.WriteString(") AS v")
+	return b.String()
 }
 
 const orderKeysLimit = 1000

@@ -54,6 +54,9 @@ type Store struct {
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup
+	// local: the open Wakeups channels, which Enqueue wakes in-process,
+	// each with the notifications it got so (wakeup.go); guarded by mu.
+	local map[chan string]map[localWake]int
 }
 
 var _ store.Store = (*Store)(nil)
