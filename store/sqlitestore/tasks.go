@@ -745,8 +745,9 @@ func allSucceeded(ss []store.Settlement) bool {
 const settleChunk = 500 // 5 parameters each: well under SQLite's limit
 
 // settleSucceeded is the hot path: a batch of successes settled with one
-// UPDATE … FROM (VALUES …) and one multi-row INSERT per chunk, instead of
-// two statements per task.
+// UPDATE … FROM (VALUES …) per chunk and one INSERT … SELECT of their
+// execution rows from the rows it updated, instead of two statements per
+// task.
 func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
 	index := make(map[string]int, len(ss))
@@ -775,7 +776,7 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 		}
 		sb.WriteString(`) AS v
 			WHERE backstop_tasks.id = v.column1 AND backstop_tasks.execution_id = v.column2 AND backstop_tasks.state = 'running'
-			RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at,
+			RETURNING rowid, execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at,
 				queue, kind, attributes, ` + nextEventSeq + ``) // the seqs of its task.started and task.succeeded rows
 		r, err := tx.QueryContext(ctx, sb.String(), args...)
 		if err != nil {
@@ -788,18 +789,16 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 		if len(rows) == 0 {
 			continue
 		}
-		sb.Reset()
-		sb.WriteString(`INSERT INTO backstop_executions (execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome) VALUES `)
-		ins := make([]any, 0, len(rows)*6)
+		rowids := make([]byte, 1, 8*len(rows)+2)
+		rowids[0] = '['
 		for i, r := range rows {
 			if i > 0 {
-				sb.WriteByte(',')
+				rowids = append(rowids, ',')
 			}
-			sb.WriteString("(?,?,?,?,?,?,'succeeded')")
-			ins = append(ins, r.execID, r.taskID, r.attempt, r.worker, r.started, r.finished)
+			rowids = strconv.AppendInt(rowids, r.rowid, 10)
 			applied[index[r.execID]] = true
 		}
-		if _, err := tx.ExecContext(ctx, sb.String(), ins...); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlSucceededExecutions, string(append(rowids, ']'))); err != nil {
 			return nil, err
 		}
 		if err := succeededEvents(ctx, tx, rows, rows[0].evSeq, store.ActorFrom(ctx, "")); err != nil { // events_write.go
@@ -809,7 +808,16 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 	return applied, nil
 }
 
+// sqlSucceededExecutions records the execution rows of successes from the
+// task rows the settle just updated, named by rowid in a JSON array: one
+// statement of one text for any batch, where an INSERT … VALUES had six
+// parameters a row (each bound by its own cgo call) and a text per size.
+const sqlSucceededExecutions = `INSERT INTO backstop_executions (execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome)
+	SELECT execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at, 'succeeded'
+	FROM backstop_tasks WHERE rowid IN (SELECT value FROM json_each(?))`
+
 type settledRow struct {
+	rowid                  int64
 	execID, taskID, worker string
 	attempt                int
 	started, finished      int64
@@ -823,7 +831,7 @@ func scanSettled(rows *sql.Rows) ([]settledRow, error) {
 	var out []settledRow
 	for rows.Next() {
 		var r settledRow
-		if err := rows.Scan(&r.execID, &r.taskID, intCol{&r.attempt}, &r.worker, int64Col{&r.started}, int64Col{&r.finished},
+		if err := rows.Scan(int64Col{&r.rowid}, &r.execID, &r.taskID, intCol{&r.attempt}, &r.worker, int64Col{&r.started}, int64Col{&r.finished},
 			&r.queue, &r.kind, &r.attrs, int64Col{&r.evSeq}); err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -59,6 +60,74 @@ func (s *suite) testLease(t *testing.T) {
 		eq(t, "execution id", got.Executions[0].ExecutionID, task.ExecutionID)
 		eq(t, "execution worker", got.Executions[0].WorkerID, "w-test")
 		eq(t, "execution attempt", got.Executions[0].Attempt, 1)
+	})
+
+	// A batch of successes larger than one settle statement (stores settle
+	// them in chunks) records one execution row per applied attempt, with
+	// the attempt's own number, worker, start and finish, and none for the
+	// stale settlements among them.
+	t.Run("SucceededBatchRecordsEachAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := s.setup(t, nil)
+		const n = 1203
+		params := make([]backstop.EnqueueParams, n)
+		for i := range params {
+			params[i] = backstop.EnqueueParams{ID: fmt.Sprintf("b%04d", i), Queue: "q", Kind: "k"}
+		}
+		if _, err := b.c.EnqueueMany(b.ctx, params); err != nil {
+			t.Fatal(err)
+		}
+		// b0001 fails once first: its success is its second attempt.
+		first := claim(t, b, "q", 2)
+		eq(t, "first claim", first[1].ID, "b0001")
+		settle(t, b, store.Settlement{TaskID: "b0000", ExecutionID: first[0].ExecutionID, Outcome: backstop.OutcomeSucceeded,
+			FinishedAt: b.clock.Now(), State: backstop.StateSucceeded})
+		settle(t, b, store.Settlement{TaskID: "b0001", ExecutionID: first[1].ExecutionID, Outcome: backstop.OutcomeTransientError,
+			Error: "boom", FinishedAt: b.clock.Now(), State: backstop.StatePending, RunAt: b.clock.Now()})
+		tasks := claim(t, b, "q", n)
+		eq(t, "claimed", len(tasks), n-1)
+		stale := map[string]bool{"b0002": true, "b0600": true, "b1202": true}
+		ss := make([]store.Settlement, len(tasks))
+		finished := map[string]time.Time{}
+		for i, task := range tasks {
+			fin := b.clock.Now().Add(time.Duration(i) * time.Millisecond).Truncate(time.Microsecond)
+			ss[i] = store.Settlement{TaskID: task.ID, ExecutionID: task.ExecutionID, Outcome: backstop.OutcomeSucceeded,
+				FinishedAt: fin, State: backstop.StateSucceeded}
+			if stale[task.ID] {
+				ss[i].ExecutionID = "not-the-lease"
+			}
+			finished[task.ID] = fin
+		}
+		ok := settle(t, b, ss...)
+		for i, task := range tasks {
+			eq(t, "applied "+task.ID, ok[i], !stale[task.ID])
+			ex, err := b.store.Executions(b.ctx, task.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stale[task.ID] {
+				eq(t, "stale executions "+task.ID, len(ex), 0)
+				eq(t, "stale state "+task.ID, b.get(task.ID).State, backstop.StateRunning)
+				continue
+			}
+			want := 1
+			if task.ID == "b0001" {
+				want = 2
+			}
+			if len(ex) != want {
+				t.Fatalf("%s: %d executions, want %d: %+v", task.ID, len(ex), want, ex)
+			}
+			e := ex[len(ex)-1]
+			eq(t, "execution id "+task.ID, e.ExecutionID, task.ExecutionID)
+			eq(t, "attempt "+task.ID, e.Attempt, task.Attempt)
+			eq(t, "worker "+task.ID, e.WorkerID, "w-test")
+			eq(t, "started "+task.ID, e.StartedAt.Equal(*task.AttemptedAt), true)
+			eq(t, "finished "+task.ID, e.FinishedAt != nil && e.FinishedAt.Equal(finished[task.ID]), true)
+			eq(t, "outcome "+task.ID, e.Outcome, backstop.OutcomeSucceeded)
+		}
+		got := b.get("b0001")
+		eq(t, "retried outcomes", outcomes(got), []backstop.Outcome{backstop.OutcomeTransientError, backstop.OutcomeSucceeded})
+		eq(t, "retried attempt", got.Executions[1].Attempt, 2)
 	})
 
 	t.Run("ExpiryIsSettledAsLeaseExpired", func(t *testing.T) {
