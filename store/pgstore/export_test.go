@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -126,4 +127,10 @@ func (s *Store) explain(ctx context.Context, settings map[string]string, query s
 	}
 	lines, err := pgx.CollectRows(rs, pgx.RowTo[string])
 	return strings.Join(lines, "\n"), err
+}
+
+// ExplainExpiredLeases is the plan of the lease-expiry sweep at now, with
+// the given settings (SET LOCAL name = value).
+func (s *Store) ExplainExpiredLeases(ctx context.Context, now time.Time, settings map[string]string) (string, error) {
+	return s.explain(ctx, settings, sqlExpiredLeases, now, 100)
 }

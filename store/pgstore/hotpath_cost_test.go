@@ -1,0 +1,174 @@
+package pgstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// TestHotPathCost measures what the drain's two statements cost the
+// server, batch by batch, on the databases named by BACKSTOP_HOTPATH_URLS
+// (space-separated, each already migrated; skipped without it): 100,000
+// tasks enqueued in a fresh queue of each, then 40 rounds, each claiming
+// 1,000 tasks (sqlClaim) and settling them (sqlSettleSucceeded) in every
+// database in turn, then the same with the floor's two statements on a
+// minimal table (floor_tasks, in the first database; as internal/bench's
+// floor). Every statement runs under EXPLAIN (ANALYZE, BUFFERS, WAL) on
+// one connection, whose backend's CPU time is read from
+// /proc/<pid>/schedstat around it (so the server must run on this
+// machine): CPU time, buffers and WAL records do not depend on the load
+// of the box as the wall time does. A line per statement pair; the
+// medians are docs/benchmarks.md's.
+func TestHotPathCost(t *testing.T) {
+	urls := strings.Fields(os.Getenv("BACKSTOP_HOTPATH_URLS"))
+	if len(urls) == 0 {
+		t.Skip("BACKSTOP_HOTPATH_URLS is not set")
+	}
+	ctx := t.Context()
+	queue := "hotpath-" + uuid.NewString()[:8]
+	type db struct {
+		s    *Store
+		conn *pgxpool.Conn
+		pid  int
+	}
+	var dbs []db
+	for _, u := range urls {
+		s, err := Open(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		now := time.Now().UTC()
+		for range 100 {
+			tasks := make([]*bt.Task, 1000)
+			for i := range tasks {
+				tasks[i] = &bt.Task{ID: uuid.Must(uuid.NewV7()).String(), Queue: queue, Kind: "noop", State: bt.StatePending,
+					MaxAttempts: 25, Payload: json.RawMessage(`{}`), RunAt: now, CreatedAt: now, UpdatedAt: now}
+			}
+			if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.pool.Exec(ctx, "VACUUM ANALYZE backstop_tasks"); err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+		d := db{s: s, conn: c}
+		if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&d.pid); err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, d)
+	}
+	type cost struct {
+		Plan struct {
+			Hit  int64 `json:"Shared Hit Blocks"`
+			WalR int64 `json:"WAL Records"`
+			WalB int64 `json:"WAL Bytes"`
+		} `json:"Plan"`
+		Exec  float64 `json:"Execution Time"`
+		CPUus int64   `json:"-"`
+	}
+	cpu := func(d db) int64 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", d.pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ns int64
+		fmt.Sscan(string(b), &ns)
+		return ns
+	}
+	measure := func(d db, sql string, args ...any) cost {
+		var raw string
+		c0 := cpu(d)
+		if err := d.conn.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) "+sql, args...).Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		var c []cost
+		if err := json.Unmarshal([]byte(raw), &c); err != nil {
+			t.Fatal(err)
+		}
+		c[0].CPUus = (cpu(d) - c0) / 1000
+		return c[0]
+	}
+	line := func(r int, name string, n int, claim, settle cost) {
+		fmt.Printf("round=%d db=%s n=%d claim_ms=%.1f claim_cpu=%d claim_hit=%d claim_walrec=%d claim_walB=%d | "+
+			"settle_ms=%.1f settle_cpu=%d settle_hit=%d settle_walrec=%d settle_walB=%d\n",
+			r, name, n, claim.Exec, claim.CPUus, claim.Plan.Hit, claim.Plan.WalR, claim.Plan.WalB,
+			settle.Exec, settle.CPUus, settle.Plan.Hit, settle.Plan.WalR, settle.Plan.WalB)
+	}
+	floor := dbs[0]
+	if _, err := floor.s.pool.Exec(ctx, `DROP TABLE IF EXISTS floor_tasks; CREATE TABLE floor_tasks (
+	id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, queue text NOT NULL, kind text NOT NULL, state text NOT NULL DEFAULT 'pending',
+	priority int NOT NULL DEFAULT 0, run_at timestamptz NOT NULL, attempt int NOT NULL DEFAULT 0, payload jsonb,
+	lease_expires_at timestamptz, finalized_at timestamptz);
+CREATE INDEX ON floor_tasks (queue, priority DESC, run_at, id) WHERE state = 'pending';
+INSERT INTO floor_tasks (queue, kind, run_at, payload) SELECT 'floor', 'noop', now(), '{}' FROM generate_series(1, 100000)`); err != nil {
+		t.Fatal(err)
+	}
+	defer floor.s.pool.Exec(ctx, "DROP TABLE floor_tasks") //nolint:errcheck
+	if _, err := floor.s.pool.Exec(ctx, "VACUUM ANALYZE floor_tasks"); err != nil {
+		t.Fatal(err)
+	}
+	const floorClaim = `WITH picked AS (SELECT id FROM floor_tasks WHERE state = 'pending' AND queue = 'floor' AND run_at <= now()
+	ORDER BY priority DESC, run_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
+UPDATE floor_tasks t SET state = 'running', attempt = t.attempt + 1, lease_expires_at = now() + interval '1 minute'
+WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING t.id`
+	const floorDone = `UPDATE floor_tasks SET state = 'succeeded', finalized_at = now(), lease_expires_at = NULL
+WHERE id = ANY($1) AND state = 'running'`
+	const n = 1000
+	for r := range 40 {
+		for k, d := range dbs {
+			at := time.Now()
+			claimed := measure(d, sqlClaim, queue, at, n, "hotpath", at.Add(time.Minute))
+			rows, err := d.s.pool.Query(ctx, "SELECT id, execution_id FROM backstop_tasks WHERE queue = $1 AND state = 'running'", queue)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids, execs []string
+			for rows.Next() {
+				var id, ex string
+				if err := rows.Scan(&id, &ex); err != nil {
+					t.Fatal(err)
+				}
+				ids, execs = append(ids, id), append(execs, ex)
+			}
+			rows.Close()
+			m := len(ids)
+			done := make([]time.Time, m)
+			for i := range done {
+				done[i] = time.Now()
+			}
+			settled := measure(d, sqlSettleSucceeded, textArray(ids), textArray(execs), timeArray(done),
+				make([]bool, m), make([]int32, m), make([]int32, m), "")
+			line(r, fmt.Sprint(k), m, claimed, settled)
+		}
+		claimed := measure(floor, floorClaim, n)
+		rows, err := floor.s.pool.Query(ctx, "SELECT id FROM floor_tasks WHERE state = 'running'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		line(r, "floor", len(ids), claimed, measure(floor, floorDone, ids))
+	}
+}
