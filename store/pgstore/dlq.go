@@ -379,10 +379,10 @@ func redrivePick(b store.RedriveBatch, cols string) (string, []any) {
 // ordering table again. The batch's dlq.replayed events are one linked log
 // row (events_links.go), numbered once the rows are locked, whose number
 // each replayed task appends to its event_links: no GIN entry per event.
-// Each item's outcome is a plain insert: a task
-// past the cursor has none yet, and one that has (recorded by an earlier,
-// failed attempt at it) is a uniqueness violation, which sends the batch
-// the slow way, whose insert updates it.
+// Each item's outcome is a plain insert: a task past the cursor has none
+// yet, and one that has (recorded by an earlier, failed attempt at it) is
+// a uniqueness violation, which sends the batch the slow way, whose insert
+// updates it.
 func redriveFast(b store.RedriveBatch) (string, []any) {
 	pick, args := redrivePick(b, "t.id, t.ctid AS tid")
 	n := len(args)
