@@ -376,10 +376,13 @@ func redrivePick(b store.RedriveBatch, cols string) (string, []any) {
 // them by those (a Tid Scan), not by a primary-key lookup each, as the
 // claim does: a row this statement locked cannot move before its UPDATE.
 // Only the rows it made buffered (ordered tasks) are looked up in the
-// ordering table again. Each item's outcome is a plain insert: a task
-// past the cursor has none yet, and one that has (recorded by an earlier,
-// failed attempt at it) is a uniqueness violation, which sends the batch
-// the slow way, whose insert updates it.
+// ordering table again. The batch's dlq.replayed events are one linked log
+// row (events_links.go), numbered once the rows are locked, whose number
+// each replayed task appends to its event_links: no GIN entry per event.
+// Each item's outcome is a plain insert: a task past the cursor has none
+// yet, and one that has (recorded by an earlier, failed attempt at it) is
+// a uniqueness violation, which sends the batch the slow way, whose insert
+// updates it.
 func redriveFast(b store.RedriveBatch) (string, []any) {
 	pick, args := redrivePick(b, "t.id, t.ctid AS tid")
 	n := len(args)
@@ -389,26 +392,29 @@ func redriveFast(b store.RedriveBatch) (string, []any) {
 	prefix := uuid.Must(uuid.NewV7()).String()[:24]
 	return `
 WITH picked AS (` + pick + `),
+ev_seq AS ( -- the batch's event row: its number, taken once the picked rows are locked, is its link
+	SELECT ` + evSeq + ` AS seq FROM picked HAVING count(*) > 0
+),
 upd AS (
 	UPDATE backstop_tasks t SET state = CASE WHEN EXISTS (SELECT 1 FROM backstop_ordering_tasks o WHERE o.task_id = t.id)
 			THEN 'buffered' ELSE ` + p(1) + ` END, run_at = ` + p(2) + `, attempt = CASE WHEN ` + p(3) + ` THEN t.attempt ELSE 0 END,
 		lease_expires_at = NULL, last_error = NULL, cancel_requested_at = NULL, finalized_at = NULL,
 		worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
-		replay_count = t.replay_count + 1, updated_at = ` + p(4) + `
+		replay_count = t.replay_count + 1, updated_at = ` + p(4) + `, event_links = t.event_links || (SELECT seq FROM ev_seq)
 	WHERE t.ctid = ANY(ARRAY(SELECT tid FROM picked))
 	RETURNING t.id, t.queue, t.kind, t.attributes, t.replay_count, t.state
 ), ord AS ( -- ordered tasks wait for their key (ordering.go): those upd made buffered
 	UPDATE backstop_ordering_tasks o SET status = 'replay' FROM upd WHERE upd.state = 'buffered' AND o.task_id = upd.id
-), ev AS (
-	INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
-	SELECT ARRAY[` + p(7) + ` || lpad(to_hex(row_number() OVER ()), 12, '0')], ` + p(4) + `, e.type, ARRAY[u.id], ARRAY[u.queue],
-		ARRAY[u.kind], json_build_array(u.attributes), ` + p(5) + `,
-		json_build_array(CASE WHEN ` + p(8) + `::text = '' THEN json_build_object('redrive_id', ` + p(6) + `::text, 'patched', false,
+), ev AS ( -- one linked row holding every replay's event, in id order
+	INSERT INTO backstop_events (seq, link, ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
+	SELECT (SELECT seq FROM ev_seq), (SELECT seq FROM ev_seq), array_agg(` + p(7) + ` || lpad(to_hex(u.n), 12, '0') ORDER BY u.n),
+		` + p(4) + `, 'dlq.replayed', array_agg(u.id ORDER BY u.n), array_agg(u.queue ORDER BY u.n), array_agg(u.kind ORDER BY u.n),
+		json_agg(u.attributes ORDER BY u.n), ` + p(5) + `,
+		json_agg(CASE WHEN ` + p(8) + `::text = '' THEN json_build_object('redrive_id', ` + p(6) + `::text, 'patched', false,
 			'keep_attempts', ` + p(3) + `::bool, 'replay_count', u.replay_count)
 			ELSE json_build_object('redrive_id', ` + p(6) + `::text, 'patched', false, 'keep_attempts', ` + p(3) + `::bool,
-			'replay_count', u.replay_count, 'reason', ` + p(8) + `::text) END)
-	FROM upd u CROSS JOIN (VALUES ('dlq.replayed')) AS e(type)
-	ORDER BY u.id
+			'replay_count', u.replay_count, 'reason', ` + p(8) + `::text) END ORDER BY u.n)
+	FROM (SELECT *, row_number() OVER (ORDER BY id) AS n FROM upd) u HAVING count(*) > 0
 ), rec AS (
 	UPDATE backstop_redrives SET cursor = coalesce((SELECT max(id) FROM picked), cursor),
 		replayed = replayed + (SELECT count(*) FROM upd)

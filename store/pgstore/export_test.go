@@ -75,8 +75,8 @@ func (s *Store) ExplainCounts(ctx context.Context) (string, error) {
 }
 
 // ExplainRedriveBatch runs RedriveBatch's one-statement fast path for b
-// under EXPLAIN (ANALYZE, FORMAT JSON) in a transaction it rolls back, and
-// returns the plan.
+// under EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) in a transaction it
+// rolls back, and returns the plan.
 func (s *Store) ExplainRedriveBatch(ctx context.Context, b store.RedriveBatch) (string, error) {
 	sql, args := redriveFast(b)
 	tx, err := s.pool.Begin(ctx)
@@ -85,7 +85,7 @@ func (s *Store) ExplainRedriveBatch(ctx context.Context, b store.RedriveBatch) (
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // undone on purpose
 	var plan string
-	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&plan)
+	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) "+sql, args...).Scan(&plan)
 	return plan, err
 }
 

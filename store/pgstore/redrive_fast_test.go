@@ -22,6 +22,10 @@ type planNode struct {
 	Loops     float64    `json:"Actual Loops"`
 	Rows      float64    `json:"Actual Rows"`
 	Operation string     `json:"Operation"`
+	Hit       float64    `json:"Shared Hit Blocks"`
+	Read      float64    `json:"Shared Read Blocks"`
+	WALRecs   float64    `json:"WAL Records"`
+	WALBytes  float64    `json:"WAL Bytes"`
 	Plans     []planNode `json:"Plans"`
 }
 
@@ -35,10 +39,12 @@ func (n planNode) each(f func(planNode)) {
 // TestRedriveBatchFastPathWork: the one-statement redrive batch replays
 // its rows without a primary-key lookup per row (its UPDATE reaches the
 // rows its pick locked by their tuple ids), looks up no ordering row for
-// tasks that are not ordered, and records each item's outcome with a
-// plain insert; an item an earlier attempt recorded for a task past the
-// cursor still ends replayed (the batch takes the slow path, which
-// updates it), each task replayed once.
+// tasks that are not ordered, records each item's outcome with a plain
+// insert, and writes its events as one log row each task links to (not a
+// row each, which the GIN index on subjects would hold); an item an
+// earlier attempt recorded for a task past the cursor still ends replayed
+// (the batch takes the slow path, which updates it), each task replayed
+// once. It logs each write's buffers and WAL.
 func TestRedriveBatchFastPathWork(t *testing.T) {
 	ctx := context.Background()
 	s, err := pgstore.Open(ctx, testdb.Postgres(t))
@@ -104,8 +110,11 @@ func TestRedriveBatchFastPathWork(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &plans); err != nil || len(plans) != 1 {
 		t.Fatalf("plan: %v\n%s", err, raw)
 	}
-	var updated, tidScans, itemInserts float64
+	var updated, tidScans, itemInserts, eventRows float64
 	plans[0].Plan.each(func(p planNode) {
+		if p.NodeType == "ModifyTable" {
+			t.Logf("%s %s: %v buffers, %v WAL records, %v WAL bytes", p.Operation, p.Relation, p.Hit+p.Read, p.WALRecs, p.WALBytes)
+		}
 		switch {
 		case p.NodeType == "ModifyTable" && p.Operation == "Update" && p.Relation == "backstop_tasks":
 			updated += p.Rows
@@ -118,6 +127,10 @@ func TestRedriveBatchFastPathWork(t *testing.T) {
 			t.Errorf("the batch looks its rows up by primary key (%s, %v loops)", p.NodeType, p.Loops)
 		case p.Index == "backstop_ordering_tasks_pkey" && p.Loops > 0:
 			t.Errorf("the batch looks up %v ordering rows for tasks that are not ordered", p.Loops)
+		case p.NodeType == "ModifyTable" && p.Relation == "backstop_events":
+			for _, c := range p.Plans {
+				eventRows += c.Rows
+			}
 		case p.NodeType == "ModifyTable" && p.Relation == "backstop_redrive_items":
 			itemInserts++
 			if p.Conflict != "" {
@@ -127,6 +140,9 @@ func TestRedriveBatchFastPathWork(t *testing.T) {
 	})
 	if tidScans != 1 || itemInserts != 1 {
 		t.Errorf("the batch's UPDATE reads %v Tid Scans, %v item inserts; want 1 each:\n%s", tidScans, itemInserts, raw)
+	}
+	if eventRows != 1 {
+		t.Errorf("the batch writes its %d events as %v log rows; want one (linked from each task)", n, eventRows)
 	}
 	if updated != 0 && updated != n { // EXPLAIN ANALYZE of a CTE's UPDATE reports its rows on the node
 		t.Errorf("the plan's UPDATE replayed %v rows; want %d", updated, n)

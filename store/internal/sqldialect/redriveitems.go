@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/backstophq/backstop/store"
@@ -95,6 +96,9 @@ func (p *Procedures) RedriveItems(ctx context.Context, q store.RedriveItemsQuery
 	if len(q.Outcomes) > 0 {
 		sql += ` AND outcome ` + d.InText("$4")
 		args = append(args, d.TextList(q.Outcomes))
+		if !slices.Contains(q.Outcomes, store.OutcomeReplayed) {
+			sql += ` AND outcome <> 'replayed'` // the index by outcome holds these only
+		}
 	}
 	rs, err := p.reader.Query(ctx, sql+` ORDER BY task_id LIMIT $3`, args...)
 	if err != nil {
@@ -112,9 +116,20 @@ func (p *Procedures) RedriveItems(ctx context.Context, q store.RedriveItemsQuery
 	return out, rs.Err()
 }
 
+// sqlRedriveOutcomes counts a redrive's items ($1) by outcome, in one
+// statement so that the counts agree: the failed ones from the index by
+// outcome, which holds only those, the replayed ones as all the items (the
+// primary key) less the failed ones. Outcomes without items are left out.
+const sqlRedriveOutcomes = `WITH failed AS (
+	SELECT outcome, count(*) AS n FROM backstop_redrive_items WHERE redrive_id = $1 AND outcome <> 'replayed' GROUP BY outcome)
+SELECT outcome, n FROM failed
+UNION ALL
+SELECT 'replayed', n FROM (SELECT count(*) - (SELECT CAST(coalesce(sum(n), 0) AS bigint) FROM failed) AS n
+	FROM backstop_redrive_items WHERE redrive_id = $1) r WHERE n > 0`
+
 // RedriveOutcomes implements store.DLQ.
 func (p *Procedures) RedriveOutcomes(ctx context.Context, id string) (map[string]int, error) {
-	rs, err := p.reader.Query(ctx, `SELECT outcome, count(*) FROM backstop_redrive_items WHERE redrive_id = $1 GROUP BY outcome`, id)
+	rs, err := p.reader.Query(ctx, sqlRedriveOutcomes, id)
 	if err != nil {
 		return nil, err
 	}
