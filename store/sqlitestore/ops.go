@@ -21,10 +21,10 @@ func (s *Store) DeleteFinished(ctx context.Context, state bt.State, before time.
 }
 
 // sqlDoomedFinished picks a retention batch through backstop_tasks_finished,
-// oldest first. SQLite reads a partial index only when the statement
-// repeats its WHERE term (a state bound as a parameter, or a state = of
-// one of its states, does not imply it): without the IN term, every
-// round scanned the whole table, history included.
+// oldest first, never by a scan of the table. The IN term is the index's:
+// SQLite reads a partial index only when the statement repeats its WHERE
+// term (a state bound as a parameter, or a state = of one of its states,
+// does not imply it).
 const sqlDoomedFinished = `SELECT id FROM backstop_tasks
 	WHERE state IN ('succeeded', 'canceled') AND state = ? AND finalized_at < ?
 	ORDER BY finalized_at LIMIT ?`
