@@ -134,3 +134,33 @@ func (s *Store) explain(ctx context.Context, settings map[string]string, query s
 func (s *Store) ExplainExpiredLeases(ctx context.Context, now time.Time, settings map[string]string) (string, error) {
 	return s.explain(ctx, settings, sqlExpiredLeases, now, 100)
 }
+
+// ExplainRetentionPickGeneric is the generic plan of retention's pick,
+// the plan a prepared statement may settle on after five executions
+// (sequential scans disabled, so any index it can read shows).
+func (s *Store) ExplainRetentionPickGeneric(ctx context.Context) (string, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+		set_config('enable_seqscan', 'off', true)`); err != nil {
+		return "", err
+	}
+	if _, err := tx.Exec(ctx, "PREPARE backstop_retention_pick AS "+sqlDoomedFinished); err != nil {
+		return "", err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE backstop_retention_pick") //nolint:errcheck // best effort
+	rs, err := tx.Query(ctx, "EXPLAIN EXECUTE backstop_retention_pick('succeeded', now(), 1000)")
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
+}

@@ -17,9 +17,17 @@ func (s *Store) DeleteFinished(ctx context.Context, state bt.State, before time.
 	if state != bt.StateSucceeded && state != bt.StateCanceled {
 		return 0, fmt.Errorf("sqlite: delete finished: state %q is not succeeded or canceled", state)
 	}
-	return s.deleteTasks(ctx, `SELECT id FROM backstop_tasks WHERE state = ? AND finalized_at < ?
-		ORDER BY finalized_at LIMIT ?`, string(state), us(before), limit)
+	return s.deleteTasks(ctx, sqlDoomedFinished, string(state), us(before), limit)
 }
+
+// sqlDoomedFinished picks a retention batch through backstop_tasks_finished,
+// oldest first, never by a scan of the table. The IN term is the index's:
+// SQLite reads a partial index only when the statement repeats its WHERE
+// term (a state bound as a parameter, or a state = of one of its states,
+// does not imply it).
+const sqlDoomedFinished = `SELECT id FROM backstop_tasks
+	WHERE state IN ('succeeded', 'canceled') AND state = ? AND finalized_at < ?
+	ORDER BY finalized_at LIMIT ?`
 
 // deleteTasks deletes the tasks the query selects, with their executions,
 // spilled payloads and events (events.go: deleteTaskEvents), in one

@@ -1144,6 +1144,12 @@ func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit in
 	return g, nil
 }
 
+// sqlMinuteSucceeded counts the successes of each minute of a span
+// through backstop_tasks_finished (its WHERE term repeated: ops.go,
+// sqlDoomedFinished).
+const sqlMinuteSucceeded = `SELECT finalized_at / 60000000, count(*) FROM backstop_tasks
+	WHERE state IN ('succeeded', 'canceled') AND state = 'succeeded' AND finalized_at >= ? AND finalized_at < ? GROUP BY 1`
+
 // Activity implements store.APIStore (times are microseconds).
 func (s *Store) Activity(ctx context.Context, since, until time.Time) (map[int64]store.MinuteActivity, error) {
 	out := map[int64]store.MinuteActivity{}
@@ -1151,7 +1157,7 @@ func (s *Store) Activity(ctx context.Context, since, until time.Time) (map[int64
 		sql string
 		add func(a *store.MinuteActivity, n int)
 	}{
-		{`SELECT finalized_at / 60000000, count(*) FROM backstop_tasks WHERE state = 'succeeded' AND finalized_at >= ? AND finalized_at < ? GROUP BY 1`,
+		{sqlMinuteSucceeded,
 			func(a *store.MinuteActivity, n int) { a.Succeeded += n }},
 		{`SELECT finished_at / 60000000, count(*) FROM backstop_executions
 			WHERE outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired') AND finished_at >= ? AND finished_at < ? GROUP BY 1`,

@@ -40,6 +40,41 @@ func HistCase(col string, bounds []int64) string {
 	return b.String()
 }
 
+// FinishedWorkSQL are the finished-work read's three statements, each of
+// the span [$1, $2), buckets of secs seconds: the tasks that succeeded,
+// the attempts that failed, the tasks that died. Each reads its span
+// through a partial index that holds only its rows (backstop_tasks_finished,
+// backstop_executions_failed, backstop_tasks_dead), so a round costs the
+// work finished in its span, not the history kept: each statement repeats
+// its index's WHERE term, which SQLite needs to read a partial index (a
+// state = of one of the index's states does not imply its IN).
+func FinishedWorkSQL(x ActivityExprs, secs int64, bounds []int64) [3]string {
+	started := `COALESCE(attempted_at, finalized_at)`
+	return [3]string{
+		// The tasks that succeeded: the attempt that succeeded is in the
+		// task row.
+		`SELECT b, queue, kind, ` + x.HistIndex("w", bounds) + `, ` + x.HistIndex("r", bounds) + `, count(*) FROM (
+			SELECT ` + x.Bucket("finalized_at", secs) + ` AS b, queue, kind,
+				` + x.Micros(started, "run_at") + ` AS w, ` + x.Micros("finalized_at", started) + ` AS r
+			FROM backstop_tasks WHERE state IN ('succeeded', 'canceled') AND state = 'succeeded'
+				AND finalized_at >= $1 AND finalized_at < $2) f
+			GROUP BY 1, 2, 3, 4, 5`,
+		// The attempts that failed; the task outlived it unless it ended
+		// the task.
+		`SELECT b, queue, kind, retried, ` + x.HistIndex("r", bounds) + `, count(*) FROM (
+			SELECT ` + x.Bucket("e.finished_at", secs) + ` AS b, t.queue, t.kind,
+				CASE WHEN t.execution_id = e.execution_id AND t.state IN ('dead', 'canceled') THEN 0 ELSE 1 END AS retried,
+				` + x.Micros("e.finished_at", "e.started_at") + ` AS r
+			FROM backstop_executions e JOIN backstop_tasks t ON t.id = e.task_id
+			WHERE e.outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired')
+				AND e.finished_at >= $1 AND e.finished_at < $2) f
+			GROUP BY 1, 2, 3, 4, 5`,
+		// The tasks that died.
+		`SELECT ` + x.Bucket("last_seen", secs) + `, queue, kind, count(*) FROM backstop_tasks
+			WHERE state = 'dead' AND last_seen >= $1 AND last_seen < $2 GROUP BY 1, 2, 3`,
+	}
+}
+
 // ReadFinishedWork is store.ActivityRollup's FinishedWork with the
 // driver's expressions.
 func (p *Procedures) ReadFinishedWork(ctx context.Context, x ActivityExprs, since, until time.Time, width time.Duration, bounds []int64) ([]store.ActivityRow, error) {
@@ -69,18 +104,12 @@ func (p *Procedures) ReadFinishedWork(ctx context.Context, x ActivityExprs, sinc
 		h[i] += n
 		return h
 	}
-	started := `COALESCE(attempted_at, finalized_at)`
+	stmts := FinishedWorkSQL(x, secs, bounds)
 	queries := []struct {
 		sql  string
 		scan func(Rows) error
 	}{
-		// The tasks that succeeded (backstop_tasks_finished): the attempt
-		// that succeeded is in the task row.
-		{`SELECT b, queue, kind, ` + x.HistIndex("w", bounds) + `, ` + x.HistIndex("r", bounds) + `, count(*) FROM (
-			SELECT ` + x.Bucket("finalized_at", secs) + ` AS b, queue, kind,
-				` + x.Micros(started, "run_at") + ` AS w, ` + x.Micros("finalized_at", started) + ` AS r
-			FROM backstop_tasks WHERE state = 'succeeded' AND finalized_at >= $1 AND finalized_at < $2) f
-			GROUP BY 1, 2, 3, 4, 5`,
+		{stmts[0], // succeeded
 			func(rs Rows) error {
 				var k key
 				var wi, ri int
@@ -93,16 +122,7 @@ func (p *Procedures) ReadFinishedWork(ctx context.Context, x ActivityExprs, sinc
 				r.Wait, r.Run = hist(r.Wait, wi, n), hist(r.Run, ri, n)
 				return nil
 			}},
-		// The attempts that failed (backstop_executions_failed); the task
-		// outlived it unless it ended the task.
-		{`SELECT b, queue, kind, retried, ` + x.HistIndex("r", bounds) + `, count(*) FROM (
-			SELECT ` + x.Bucket("e.finished_at", secs) + ` AS b, t.queue, t.kind,
-				CASE WHEN t.execution_id = e.execution_id AND t.state IN ('dead', 'canceled') THEN 0 ELSE 1 END AS retried,
-				` + x.Micros("e.finished_at", "e.started_at") + ` AS r
-			FROM backstop_executions e JOIN backstop_tasks t ON t.id = e.task_id
-			WHERE e.outcome IN ('transient_error', 'permanent_error', 'timeout', 'lease_expired')
-				AND e.finished_at >= $1 AND e.finished_at < $2) f
-			GROUP BY 1, 2, 3, 4, 5`,
+		{stmts[1], // failed attempts
 			func(rs Rows) error {
 				var k key
 				var retried, ri int
@@ -118,9 +138,7 @@ func (p *Procedures) ReadFinishedWork(ctx context.Context, x ActivityExprs, sinc
 				r.Run = hist(r.Run, ri, n)
 				return nil
 			}},
-		// The tasks that died (backstop_tasks_dead).
-		{`SELECT ` + x.Bucket("last_seen", secs) + `, queue, kind, count(*) FROM backstop_tasks
-			WHERE state = 'dead' AND last_seen >= $1 AND last_seen < $2 GROUP BY 1, 2, 3`,
+		{stmts[2], // dead
 			func(rs Rows) error {
 				var k key
 				var n int64
