@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -126,4 +127,16 @@ func (s *Store) explain(ctx context.Context, settings map[string]string, query s
 	}
 	lines, err := pgx.CollectRows(rs, pgx.RowTo[string])
 	return strings.Join(lines, "\n"), err
+}
+
+// ExpireClaimCursors makes every claim cursor's period run out: the next
+// claim of each queue picks from the head of the claim index.
+func (s *Store) ExpireClaimCursors() {
+	s.cursors.Range(func(_, v any) bool {
+		c := v.(*claimCursor)
+		c.mu.Lock()
+		c.fullAt, c.fullTook = time.Time{}, 0
+		c.mu.Unlock()
+		return true
+	})
 }
