@@ -257,6 +257,16 @@ func Sustain(ctx context.Context, c *backstop.Client, s any, cfg SustainConfig) 
 		if err := explainPick(ctx, pool, cfg.Queue, cfg.Batch, "end", cfg.Out); err != nil {
 			return res, err
 		}
+		// The pick the worker's claims ran most of the time: from where
+		// they ended (the store's claim cursor).
+		if cs, ok := s.(claimCursors); ok {
+			if prio, runAt, id, ok := cs.ClaimCursor(cfg.Queue); ok {
+				if err := explainPick(ctx, pool, cfg.Queue, cfg.Batch, "end, from the claim cursor", cfg.Out,
+					prio, runAt, id); err != nil {
+					return res, err
+				}
+			}
+		}
 	}
 	if holder != nil {
 		if res.HolderXminEnd, _, err = holder.Xmin(ctx, pool); err != nil {
@@ -348,15 +358,26 @@ func (h *SnapshotHolder) Release(ctx context.Context) error {
 	return errors.Join(err, h.conn.Close(ctx))
 }
 
+// claimCursors is a store whose claims remember where they ended
+// (pgstore.Store.ClaimCursor).
+type claimCursors interface {
+	ClaimCursor(queue string, kinds ...string) (priority int, runAt time.Time, id string, ok bool)
+}
+
 // explainPick prints EXPLAIN (ANALYZE, BUFFERS) of the claim's pick on
-// queue, in a transaction rolled back afterwards.
-func explainPick(ctx context.Context, pool *pgxpool.Pool, queue string, batch int, label string, out io.Writer) error {
+// queue, in a transaction rolled back afterwards: from the head of the
+// claim index, or with a cursor position (priority, run_at, id) from there.
+func explainPick(ctx context.Context, pool *pgxpool.Pool, queue string, batch int, label string, out io.Writer, cursor ...any) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("bench sustain: explain: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+pgstore.ClaimPickSQL(), queue, time.Now(), batch)
+	pick := pgstore.ClaimPickSQL()
+	if len(cursor) > 0 {
+		pick = pgstore.ClaimCursorPickSQL()
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+pick, append([]any{queue, time.Now(), batch}, cursor...)...)
 	if err != nil {
 		return fmt.Errorf("bench sustain: explain: %w", err)
 	}

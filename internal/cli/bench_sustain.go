@@ -37,8 +37,9 @@ moved or its transaction ended. SQLite has no such horizon: its readers see
 snapshots of the WAL, and an open read only keeps checkpoints from recycling it.
 
 --explain (Postgres): EXPLAIN (ANALYZE, BUFFERS) of the claim's pick (the part that
-walks the claim index) before the worker starts and after it stopped, the
-snapshot still held.
+walks the claim index) from its head before the worker starts and after it
+stopped, the snapshot still held; then the pick from where the worker's claims
+ended (the claim cursor), which is what most of its claims ran.
 
 The last line:
   sustain: store=<s> held_snapshot=<bool> worked=<n> elapsed=<s>s jobs_per_sec=<rate> first=<rate> last=<rate> last_over_first=<ratio>`,

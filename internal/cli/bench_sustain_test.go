@@ -89,9 +89,10 @@ func TestBenchSustainHeldSnapshot(t *testing.T) {
 	if len(ivs) != 3 || ivs[2][1] == "0" || ivs[2][2] == "0" {
 		t.Fatalf("intervals (want 3, dead tuples and an xmin age at the last):\n%s", stdout)
 	}
-	if strings.Count(stdout, "Index Scan using backstop_tasks_claim") != 2 ||
-		!strings.Contains(stdout, "sustain: explain start:") || !strings.Contains(stdout, "sustain: explain end:") {
-		t.Fatalf("no EXPLAIN of the pick at both ends:\n%s", stdout)
+	if strings.Count(stdout, "Index Scan using backstop_tasks_claim") != 3 ||
+		!strings.Contains(stdout, "sustain: explain start:") || !strings.Contains(stdout, "sustain: explain end:") ||
+		!regexp.MustCompile(`sustain: explain end, from the claim cursor:\n(?s:.*)Index Cond: .*ROW\(run_at, id\) >`).MatchString(stdout) {
+		t.Fatalf("no EXPLAIN of the pick at both ends and of the cursor pick at the end:\n%s", stdout)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	if !strings.HasPrefix(lines[len(lines)-1], "sustain: store=postgres held_snapshot=true worked=") {

@@ -164,3 +164,15 @@ func (s *Store) ExplainRetentionPickGeneric(ctx context.Context) (string, error)
 	lines, err := pgx.CollectRows(rs, pgx.RowTo[string])
 	return strings.Join(lines, "\n"), err
 }
+
+// ExpireClaimCursors makes every claim cursor's period run out: the next
+// claim of each queue picks from the head of the claim index.
+func (s *Store) ExpireClaimCursors() {
+	s.cursors.Range(func(_, v any) bool {
+		c := v.(*claimCursor)
+		c.mu.Lock()
+		c.fullAt, c.fullTook = time.Time{}, 0
+		c.mu.Unlock()
+		return true
+	})
+}

@@ -28,10 +28,13 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*bt.Task,
 		_ = tx.Rollback(ctx)
 		return s.claimLimited(ctx, p) // limits.go
 	}
-	var tasks []*bt.Task
+	var (
+		tasks []*bt.Task
+		note  pickNote // the plain pick's only: fair picks are not in claim order
+	)
 	switch {
 	case !fair:
-		tasks, err = plainClaim(ctx, tx, p)
+		tasks, note, err = s.pickClaim(ctx, tx, p)
 	case len(ids) > 0:
 		tasks, err = queryTasksOn(ctx, tx, sqlClaimIDs, p.Queue, p.Now, len(ids), p.WorkerID, p.Now.Add(p.Lease), textArray(ids))
 		if err == nil && len(tasks) < len(ids) && !p.Limited {
@@ -42,7 +45,7 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*bt.Task,
 			var more []*bt.Task
 			rest := p
 			rest.Max = len(ids) - len(tasks)
-			more, err = plainClaim(ctx, tx, rest)
+			more, note, err = s.pickClaim(ctx, tx, rest)
 			tasks = append(tasks, more...)
 		}
 	}
@@ -52,6 +55,7 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*bt.Task,
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
 	}
+	note.record()
 	sortClaimed(tasks)
 	return tasks, nil
 }

@@ -26,14 +26,14 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	if p.Limited {
 		return s.claimLimited(ctx, p) // limits.go
 	}
-	q, args := sqlClaim, []any{p.Queue, p.Now, p.Max, p.WorkerID, p.Now.Add(p.Lease)}
-	if len(p.Kinds) > 0 {
-		q, args = sqlClaimKinds, append(args, p.Kinds)
-	}
-	tasks, err := s.queryTasks(ctx, q, args...)
-	if err != nil {
+	// Each statement commits on its own: when the pick from the head
+	// fails after the cursor pick claimed tasks, those are returned (they
+	// are leased) and the next claim meets the error.
+	tasks, note, err := s.pickClaim(ctx, s.pool, p)
+	if err != nil && len(tasks) == 0 {
 		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
 	}
+	note.record()
 	sortClaimed(tasks)
 	return tasks, nil
 }

@@ -40,9 +40,12 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*bt.Ta
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: claim %s: limits: %w", p.Queue, err)
 	}
-	var tasks []*bt.Task
+	var (
+		tasks []*bt.Task
+		note  pickNote
+	)
 	if len(limits) == 0 {
-		tasks, err = plainClaim(ctx, tx, p)
+		tasks, note, err = s.pickClaim(ctx, tx, p)
 	} else {
 		tasks, err = claimWithin(ctx, tx, p, limits, bs)
 	}
@@ -55,17 +58,9 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*bt.Ta
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
 	}
+	note.record()
 	sortClaimed(tasks)
 	return tasks, nil
-}
-
-// plainClaim is the claim of a queue without limits, in q.
-func plainClaim(ctx context.Context, q querier, p store.ClaimParams) ([]*bt.Task, error) {
-	sql, args := sqlClaim, []any{p.Queue, p.Now, p.Max, p.WorkerID, p.Now.Add(p.Lease)}
-	if len(p.Kinds) > 0 {
-		sql, args = sqlClaimKinds, append(args, textArray(p.Kinds))
-	}
-	return queryTasksOn(ctx, q, sql, args...)
 }
 
 // claimOptimistic claims as a queue without limits would, then takes the
@@ -77,7 +72,7 @@ func (s *Store) claimOptimistic(ctx context.Context, p store.ClaimParams) (tasks
 		return nil, false, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	tasks, err = plainClaim(ctx, tx, p)
+	tasks, note, err := s.pickClaim(ctx, tx, p)
 	if err != nil || len(tasks) == 0 {
 		if err != nil {
 			err = fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
@@ -97,6 +92,7 @@ func (s *Store) claimOptimistic(ctx context.Context, p store.ClaimParams) (tasks
 	if err := tx.Commit(ctx); err != nil {
 		return nil, false, fmt.Errorf("pgstore: claim %s: %w", p.Queue, err)
 	}
+	note.record()
 	sortClaimed(tasks)
 	return tasks, true, nil
 }

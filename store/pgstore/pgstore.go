@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,6 +48,12 @@ type Store struct {
 	// limitBinding: queue -> the claim time at which an optimistic limited
 	// claim last overran a limit (limits.go).
 	limitBinding sync.Map
+
+	// cursors: queue and claim shape -> *claimCursor, where the claims of
+	// this process last ended (cursor.go); cursorPeriod: how long one is
+	// trusted between full picks (tests lower it).
+	cursors      sync.Map
+	cursorPeriod time.Duration
 
 	// done ends the Wakeups listeners on Close; wg waits for them.
 	done   context.Context
@@ -98,7 +105,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // leaves the pool open.
 func New(pool *pgxpool.Pool) *Store {
 	done, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, done: done, stop: stop, finishedCounted: FinishedCounted}
+	s := &Store{pool: pool, done: done, stop: stop, finishedCounted: FinishedCounted, cursorPeriod: defaultCursorPeriod}
 	s.procedures = sqldialect.New(dialect, s.runner(), s.runner())
 	return s
 }

@@ -101,6 +101,11 @@ const claimPickRows = `SELECT ctid AS tid FROM backstop_tasks
 // (backstop bench sustain --explain).
 func ClaimPickSQL() string { return strings.Replace(claimPickRows, "%s", "", 1) }
 
+// ClaimCursorPickSQL is the claim's pick from a claim cursor's position
+// (cursor.go) without a kind filter: ClaimPickSQL's parameters, then $4
+// the position's priority, $5 its run_at, $6 its id.
+func ClaimCursorPickSQL() string { return strings.Replace(claimPickRows, "%s", cursorFilter(4), 1) }
+
 // Claim: lock the next claimable rows, skipping rows other claimers hold,
 // and lease them in the same statement. The UPDATE finds the locked rows
 // by their tuple ids (a Tid Scan, in heap order), not by a primary-key
@@ -129,6 +134,10 @@ var (
 	// sqlClaimIDs claims the tasks the limited claim admitted ($6), which
 	// its transaction already holds locked.
 	sqlClaimIDs = formatClaim("\n\t  AND id = ANY($6::text[])")
+	// sqlClaimCursor and sqlClaimCursorKinds pick from the claim cursor's
+	// position ($6 priority, $7 run_at, $8 id; $9 kinds): cursor.go.
+	sqlClaimCursor      = formatClaim(cursorFilter(6))
+	sqlClaimCursorKinds = formatClaim(cursorFilter(6) + "\n\t  AND kind = ANY($9::text[])")
 )
 
 // sqlLimitCandidates: the limited claim's candidates, in claim order,

@@ -1,0 +1,181 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// The claim cursor. The claim index (backstop_tasks_claim: queue, priority
+// DESC, run_at, id, over pending rows) gets an entry per enqueued task, and
+// a claim leaves that entry pointing at a row version that is no longer
+// pending. Such an entry is removed (killed by a scan, deleted by vacuum)
+// only once no snapshot can see the old version: while a long transaction
+// holds its snapshot open, every task claimed since stays at the head of
+// the index in exactly the order a claim scans, and a pick from the head
+// walks all of them before it finds a pending task (a second and more
+// after a million claims, docs/benchmarks.md).
+//
+// So a claimer remembers, in this process, where its last claim ended for
+// each queue and claim shape (the kinds it claims): the (priority, run_at,
+// id) of the last task it claimed in claim order. The next pick starts
+// there, within that priority (an index range, past the dead head). A full
+// pick from the head runs instead when there is no position yet, when the
+// cursor pick came back short (for the rest of the batch), and at least
+// once per cursorPeriod, or ten times as long as the last full pick took
+// when that is longer. A task that becomes claimable behind the position —
+// a higher priority, an earlier run_at, a retry or a rescued lease placed
+// before it, a row another claimer skipped and released — is claimed by
+// the next full pick: within that period, not at the very next claim.
+// Within one pick the claim order is as before.
+
+// defaultCursorPeriod is how long a claimer trusts its cursor between two
+// full picks (before the ten-times-a-full-pick stretch).
+const defaultCursorPeriod = time.Second
+
+// cursorFilter is the cursor pick's condition on the claim index, its
+// parameters numbered from n: the position's priority, run_at and id.
+func cursorFilter(n int) string {
+	return "\n\t  AND priority = $" + strconv.Itoa(n) + " AND (run_at, id) > ($" + strconv.Itoa(n+1) + ", $" + strconv.Itoa(n+2) + ")"
+}
+
+// claimCursor is where the last claims of one queue and claim shape ended.
+type claimCursor struct {
+	mu       sync.Mutex
+	set      bool
+	priority int
+	runAt    time.Time
+	id       string
+	fullAt   time.Time     // when the last full pick ended (this process's clock)
+	fullTook time.Duration // how long it took
+}
+
+// pickNote is what a pick tells its cursor once the claim committed.
+type pickNote struct {
+	c     *claimCursor
+	full  bool
+	ended time.Time
+	took  time.Duration
+	last  *bt.Task // the last picked task in claim order; nil for none
+}
+
+// cursorFor is the cursor of p's queue and kinds.
+func (s *Store) cursorFor(p store.ClaimParams) *claimCursor {
+	key := p.Queue
+	if len(p.Kinds) > 0 {
+		kinds := slices.Clone(p.Kinds)
+		slices.Sort(kinds)
+		key += "\x00" + strings.Join(kinds, "\x00")
+	}
+	if c, ok := s.cursors.Load(key); ok {
+		return c.(*claimCursor)
+	}
+	c, _ := s.cursors.LoadOrStore(key, &claimCursor{})
+	return c.(*claimCursor)
+}
+
+// position is the cursor's position when a cursor pick may run now.
+func (c *claimCursor) position(period time.Duration) (priority int, runAt time.Time, id string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.set || time.Since(c.fullAt) >= max(period, 10*c.fullTook) {
+		return 0, time.Time{}, "", false
+	}
+	return c.priority, c.runAt, c.id, true
+}
+
+// record moves the cursor after the claim the note is of committed: a full
+// pick sets it (it may move back, to a higher priority), a cursor pick
+// only advances it.
+func (n pickNote) record() {
+	c := n.c
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n.full {
+		c.fullAt, c.fullTook = n.ended, n.took
+	}
+	if n.last == nil {
+		return
+	}
+	if n.full || !c.set || claimOrder(c.priority, c.runAt, c.id, n.last) < 0 {
+		c.set, c.priority, c.runAt, c.id = true, n.last.Priority, n.last.RunAt, n.last.ID
+	}
+}
+
+// claimOrder compares a position with task t in claim order.
+func claimOrder(priority int, runAt time.Time, id string, t *bt.Task) int {
+	return cmp.Or(cmp.Compare(t.Priority, priority), runAt.Compare(t.RunAt), cmp.Compare(id, t.ID))
+}
+
+// pickClaim claims up to p.Max tasks of p's queue through q: from the
+// cursor when it may, then from the head of the claim index for what the
+// cursor pick did not fill. The note is recorded (note.record) once the
+// claim committed. On an error after the cursor pick claimed tasks, those
+// tasks are returned with the error (on the pool, they are claimed).
+func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) ([]*bt.Task, pickNote, error) {
+	c := s.cursorFor(p)
+	note := pickNote{c: c}
+	args := []any{p.Queue, p.Now, p.Max, p.WorkerID, p.Now.Add(p.Lease)}
+	var tasks []*bt.Task
+	if prio, runAt, id, ok := c.position(s.cursorPeriod); ok {
+		sql, cargs := sqlClaimCursor, append(slices.Clone(args), prio, runAt, id)
+		if len(p.Kinds) > 0 {
+			sql, cargs = sqlClaimCursorKinds, append(cargs, textArray(p.Kinds))
+		}
+		got, err := queryTasksOn(ctx, q, sql, cargs...)
+		if err != nil {
+			return nil, note, err
+		}
+		tasks = got
+		note.last = lastInClaimOrder(tasks)
+		if len(tasks) >= p.Max {
+			return tasks, note, nil
+		}
+	}
+	start := time.Now()
+	sql, fargs := sqlClaim, args
+	fargs[2] = p.Max - len(tasks)
+	if len(p.Kinds) > 0 {
+		sql, fargs = sqlClaimKinds, append(fargs, textArray(p.Kinds))
+	}
+	got, err := queryTasksOn(ctx, q, sql, fargs...)
+	if err != nil {
+		return tasks, note, err
+	}
+	tasks = append(tasks, got...)
+	note.full, note.ended = true, time.Now()
+	note.took = note.ended.Sub(start)
+	note.last = lastInClaimOrder(tasks)
+	return tasks, note, nil
+}
+
+// lastInClaimOrder is the last of tasks in claim order, nil for none.
+func lastInClaimOrder(tasks []*bt.Task) *bt.Task {
+	var last *bt.Task
+	for _, t := range tasks {
+		if last == nil || claimOrder(last.Priority, last.RunAt, last.ID, t) < 0 {
+			last = t
+		}
+	}
+	return last
+}
+
+// ClaimCursor is where this process's claims of queue (with the given
+// kinds, none for any) last ended in claim order: the position its next
+// cursor pick starts after; ok is false before its first claim.
+func (s *Store) ClaimCursor(queue string, kinds ...string) (priority int, runAt time.Time, id string, ok bool) {
+	c := s.cursorFor(store.ClaimParams{Queue: queue, Kinds: kinds})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.priority, c.runAt, c.id, c.set
+}
