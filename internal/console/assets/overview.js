@@ -27,13 +27,12 @@ export async function overviewPage(main) {
   const render = async () => {
     if (!first) history.refresh();
     first = false;
-    const relay = relayInto(sinks);
+    relayInto(sinks).catch(() => {});
     const [queues, workers, activity] = await Promise.all([
       api('GET', '/v1/queues'),
       api('GET', '/v1/workers?limit=1000'),
       api('GET', '/v1/activity?minutes=60'),
     ]);
-    relay.catch(() => {});
     // Oldest pending: the queue's earliest pending run_at (the counts' scan).
     const oldest = queues.items.map((q) => q.oldest_pending_at || null);
     const now = Date.now();
