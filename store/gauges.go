@@ -18,6 +18,11 @@ type GaugeReader interface {
 type GaugeSnapshot struct {
 	// Tasks counts tasks by queue and state.
 	Tasks map[string]map[bt.State]int
+	// Capped lists the states whose Tasks counts are lower bounds: counted
+	// among the newest of their tasks only (PostgreSQL counts succeeded
+	// and canceled tasks among the newest FinishedCounted finished ones,
+	// as GET /v1/queues does); nil when every count is exact.
+	Capped []bt.State
 	// DeadLetters counts dead tasks by queue and DLQ status.
 	DeadLetters map[string]map[bt.DLQStatus]int
 	// OldestPending is, per queue with pending tasks, the smallest run_at

@@ -68,6 +68,11 @@ type Ordering interface {
 	// those with tasks waiting — in key order, the keys after after, at most
 	// limit (1..MaxOrderingKeys). An unknown queue has none.
 	OrderingKeys(ctx context.Context, queue, after string, limit int) ([]OrderingKeyInfo, error)
+	// OrderedQueues lists, by name, the queues for which OrderingKeys
+	// answers at least one key: those holding a key's state or a task
+	// waiting by its key. One index probe per such queue, whatever the
+	// number of tasks and keys.
+	OrderedQueues(ctx context.Context) ([]string, error)
 }
 
 // MaxOrderingKeys is the most keys one OrderingKeys call returns.

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -68,8 +69,9 @@ type OrderedQueues struct {
 }
 
 // GET /v1/ordering: the ordered queues, by name: those the configuration
-// orders (with or without tasks) and those holding ordering keys (one
-// indexed read of a key per queue that holds tasks).
+// orders (with or without tasks) and those holding ordering keys (the
+// store's OrderedQueues: one index probe per such queue, never a count of
+// the tasks).
 func (s *Server) listOrderedQueues(w http.ResponseWriter, r *http.Request) error {
 	if len(r.URL.Query()) > 0 {
 		return fail(codeInvalidQuery, "GET /v1/ordering takes no parameters")
@@ -80,33 +82,19 @@ func (s *Server) listOrderedQueues(w http.ResponseWriter, r *http.Request) error
 			byName[name] = &OrderedQueue{Queue: name, Declared: true}
 		}
 	}
-	qs, err := s.c.Queues(r.Context())
+	keyed, err := s.c.Store().OrderedQueues(r.Context())
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(qs)+len(byName))
-	for _, q := range qs {
-		names = append(names, q.Name)
+	for _, name := range keyed {
+		if byName[name] == nil {
+			byName[name] = &OrderedQueue{Queue: name}
+		}
+		byName[name].HasKeys = true
 	}
-	for name := range byName {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	out := OrderedQueues{Items: []OrderedQueue{}}
-	for _, name := range slices.Compact(names) {
-		ks, err := s.c.OrderingKeys(r.Context(), name, "", 1)
-		if err != nil {
-			return err
-		}
-		q := byName[name]
-		if q == nil && len(ks) == 0 {
-			continue
-		}
-		if q == nil {
-			q = &OrderedQueue{Queue: name}
-		}
-		q.HasKeys = len(ks) > 0
-		out.Items = append(out.Items, *q)
+	out := OrderedQueues{Items: make([]OrderedQueue, 0, len(byName))}
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		out.Items = append(out.Items, *byName[name])
 	}
 	return writeJSON(w, http.StatusOK, out)
 }

@@ -160,7 +160,7 @@ func openDLQWhere(f store.ListFilter, snapshot time.Time, after string, args *[]
 		add("t.attributes @> %s::jsonb", string(attrs))
 	}
 	if f.ErrorContains != "" {
-		add("strpos(t.last_error, %s) > 0", f.ErrorContains)
+		add("t.last_error LIKE %s", errorLike(f.ErrorContains))
 	}
 	if !f.Since.IsZero() {
 		add("t.last_seen >= %s", f.Since)

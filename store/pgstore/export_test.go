@@ -165,6 +165,51 @@ func (s *Store) ExplainRetentionPickGeneric(ctx context.Context) (string, error)
 	return strings.Join(lines, "\n"), err
 }
 
+// GaugesByScan is the gauges as the shared procedures read them (one
+// grouped scan of every task), to compare with Gauges' index reads.
+func (s *Store) GaugesByScan(ctx context.Context) (*store.GaugeSnapshot, error) {
+	return s.procedures.Gauges(ctx)
+}
+
+// ExplainGauges is the plan of Gauges' query with sequential and bitmap
+// scans off: the indexes the planner can answer it from alone.
+func (s *Store) ExplainGauges(ctx context.Context) (string, error) {
+	return s.explain(ctx, indexesOnly, sqlGauges, s.finishedCounted)
+}
+
+// ErrorLike exposes errorLike (the error filter's LIKE pattern).
+var ErrorLike = errorLike
+
+// ExplainListWithout is ExplainList's plan, sequential scans off, with the
+// given indexes dropped in its transaction (rolled back): what the planner does when those are
+// not there to compete, on a table too small to prefer the index tested.
+func (s *Store) ExplainListWithout(ctx context.Context, f store.ListFilter, drop []string) (string, error) {
+	where, args, err := listWhere(f)
+	if err != nil {
+		return "", err
+	}
+	args = append(args, 50)
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // undone on purpose
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		return "", err
+	}
+	for _, ix := range drop {
+		if _, err := tx.Exec(ctx, "DROP INDEX "+pgx.Identifier{ix}.Sanitize()); err != nil {
+			return "", err
+		}
+	}
+	rs, err := tx.Query(ctx, "EXPLAIN "+listQuery(f, where, len(args)), args...)
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
+}
+
 // ExpireClaimCursors makes every claim cursor's period run out: the next
 // claim of each queue picks from the head of the claim index.
 func (s *Store) ExpireClaimCursors() {

@@ -362,7 +362,15 @@ func listQuery(f store.ListFilter, where []string, limitArg int) string {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
 	dir, limit := store.OrderDir(f.Newest), " LIMIT $"+strconv.Itoa(limitArg)
-	if f.Queue != "" && slices.Equal(f.States, []bt.State{bt.StatePending}) {
+	// A queue's pending tasks, and dead letters by their error's text: the
+	// page's ids are picked by the id as an expression (the same order),
+	// which no index gives, so that the planner reads the claim index, or
+	// the trigram index of the errors and the dead letters' indexes,
+	// instead of walking the primary key past every task that does not
+	// match (the whole table when few match). It costs the matching rows,
+	// sorted: less than the walk unless the text is common.
+	if f.Queue != "" && slices.Equal(f.States, []bt.State{bt.StatePending}) ||
+		f.ErrorContains != "" && slices.Equal(f.States, []bt.State{bt.StateDead}) {
 		return q + " WHERE t.id IN (SELECT t.id FROM backstop_tasks t" + cond + " ORDER BY t.id || '' " + dir + limit + ")" +
 			" ORDER BY t.id " + dir + limit
 	}

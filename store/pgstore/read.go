@@ -136,7 +136,7 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 		add("t.dlq_status = ANY(%s::text[])", sts)
 	}
 	if f.ErrorContains != "" {
-		add("strpos(t.last_error, %s) > 0", f.ErrorContains)
+		add("t.last_error LIKE %s", errorLike(f.ErrorContains))
 	}
 	if !f.Since.IsZero() {
 		add("t.last_seen >= %s", f.Since)
@@ -167,6 +167,19 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 		where = append(where, cond)
 	}
 	return where, args, nil
+}
+
+// errorLike is the LIKE pattern of the last errors that contain s (the
+// error filter, error_contains): s with LIKE's wildcards and its escape
+// character escaped, between two %. A LIKE answers what strpos answered,
+// and a LIKE is what the trigram index of the dead letters' errors serves
+// (migration 00055, where the server has pg_trgm): a filter of dead
+// letters by an error text of three characters or more reads the index's
+// entries for the text's trigrams, then checks the rows they name; a
+// shorter text has no trigram to look up, and tasks of other states are
+// not in the index, so those read the rows.
+func errorLike(s string) string {
+	return "%" + strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(s) + "%"
 }
 
 // payloadIndexStates are the states whose tasks the payload index holds

@@ -527,6 +527,7 @@ func (s *suite) testOrdering(t *testing.T) {
 	s.testOrderingOps(t)      // ordering_ops.go
 	s.testOrderingFallback(t) // ordering_fallback.go
 	s.testOrderingKeys(t)     // ordering_keys.go
+	s.testOrderedQueues(t)    // ordering_keys.go
 
 	t.Run("NotOrderedQueueRejectsKey", func(t *testing.T) {
 		t.Parallel()

@@ -104,3 +104,36 @@ func (s *suite) testOrderingKeys(t *testing.T) {
 		}
 	})
 }
+
+// The queues an operator is offered on the Ordering page
+// (store.Ordering.OrderedQueues): those holding a key's state or a task
+// waiting by its key, declared or not, and no others.
+func (s *suite) testOrderedQueues(t *testing.T) {
+	t.Run("OrderedQueuesAreThoseWithKeys", func(t *testing.T) {
+		t.Parallel()
+		b := s.ordBundle(t, backstop.OrderingConfig{Step: 1})
+		ordered := func(label string, want ...string) {
+			t.Helper()
+			got, err := b.store.OrderedQueues(b.ctx)
+			if err != nil {
+				t.Fatalf("%s: %v", label, err)
+			}
+			if want == nil {
+				want = []string{}
+			}
+			eq(t, label, got, want)
+		}
+		b.enqueue(backstop.EnqueueParams{Queue: "plain", Kind: "k"})
+		ordered("no key anywhere")
+		a1 := b.ordEnqueue("a", 1) // waiting, no key state yet
+		ordered("a task waiting by its key", oq)
+		b.enqueue(backstop.EnqueueParams{Queue: "alpha", Kind: "k", OrderingKey: "x", Sequence: 1})
+		ordered("an undeclared queue whose task has a key", "alpha", oq)
+		ts := b.ordClaim(10) // a's state written, its task admitted and running
+		eq(t, "claimed", len(ts), 1)
+		eq(t, "claimed a1", ts[0].ID, a1.ID)
+		ordered("a key with a state and a busy task", "alpha", oq)
+		b.succeed(ts[0])
+		ordered("a key with a state, nothing waiting", "alpha", oq)
+	})
+}

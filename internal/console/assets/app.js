@@ -1,5 +1,5 @@
 // The console's entry: session, sign-in and the hash router.
-import { api, h, clear, flash, clearFlash, errorText, getSession, setSession, whenSignedOut, stopLive, showLive, endCursor } from './lib.js';
+import { api, h, clear, flash, clearFlash, errorText, getSession, setSession, whenSignedOut, stopLive, showLive, endCursor, booted } from './lib.js';
 import { overviewPage } from './overview.js';
 import { queuePage } from './queue.js';
 import { dlqListPage, dlqPage } from './dlq.js';
@@ -135,7 +135,7 @@ window.addEventListener('hashchange', route);
 
 (async () => {
   try {
-    signedIn(await api('GET', '/console/session'));
+    signedIn(await booted('/console/session'));
   } catch (e) {
     signInForm(e.status === 401 ? '' : errorText(e));
   }

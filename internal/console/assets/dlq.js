@@ -247,6 +247,11 @@ function bulkSection(main, q, total) {
   // When the redrive ends, the page is read again: the counts, the tabs
   // and the list say what it left (this section shows the redrive still).
   const poll = async () => {
+    // The section is built before the page places it: look once it is
+    // placed, or a section built for a running redrive (a re-read of the
+    // page while a resume was out) would never poll and show it running
+    // forever.
+    await new Promise((r) => setTimeout(r, 0));
     let polled = false;
     while (bulk && bulk.st.status === 'running' && sec.isConnected) {
       await new Promise((r) => setTimeout(r, 500));

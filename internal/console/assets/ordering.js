@@ -35,8 +35,10 @@ export async function orderingPage(main, q) {
     autocomplete: 'off', spellcheck: 'false' });
   const options = h('datalist', { id: 'of-queues' });
   // The queues the server knows, offered in the box (a queue whose tasks
-  // are all gone can still be typed).
-  api('GET', '/v1/queues').then((p) => clear(options, (p.items || []).map((x) => h('option', { value: x.name })))).catch(() => {});
+  // are all gone can still be typed): read once the page shows, so that
+  // the queues' counts never hold the page up.
+  const offerQueues = () => api('GET', '/v1/queues')
+    .then((p) => clear(options, (p.items || []).map((x) => h('option', { value: x.name })))).catch(() => {});
   const form = h('form', { class: 'filters', id: 'ordering-form', role: 'search', 'aria-label': 'Choose an ordered queue' },
     field('Queue', input), options, h('button', { type: 'submit' }, 'Show keys'));
   form.addEventListener('submit', (ev) => {
@@ -58,6 +60,7 @@ export async function orderingPage(main, q) {
         ordered.items.map((x) => [h('a', { href: `#/ordering?${new URLSearchParams({ queue: x.queue })}`, dataset: { queue: x.queue } }, x.queue),
           x.declared ? 'the configuration' : 'its tasks\' ordering keys', x.has_keys ? 'yes' : 'none yet'])));
     clear(main, h('h1', {}, 'Ordering'), intro, form, h('h2', {}, 'Ordered queues'), list);
+    setTimeout(offerQueues); // after the page is shown
     return;
   }
   const here = location.hash;
@@ -84,6 +87,7 @@ export async function orderingPage(main, q) {
         ' · live: the keys refresh on the queue\'s events'));
   };
   await render();
+  setTimeout(offerQueues); // after the page is shown
   const refresh = debounce(() => { if (location.hash === here) render().catch(() => {}); }, 1000);
   live(main, `queue.${queue}`, refresh);
 }

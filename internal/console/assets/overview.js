@@ -15,14 +15,23 @@ export async function overviewPage(main) {
   // content) and keeps its charts while it reads again.
   const history = historyPanel();
   let first = true;
+  // The sinks (GET /v1/relay) are not part of the page's first content
+  // either: the queues show without waiting for them, and the section
+  // shown last stays until the new one is read.
+  let sinks = h('div', { class: 'sinks-slot' });
+  const relayInto = (slot) => relayStatus().then((st) => {
+    const el = sinksSection(st) || h('div', { class: 'sinks-slot' });
+    slot.replaceWith(el); // nothing yet when the page has not placed it
+    if (sinks === slot) sinks = el;
+  });
   const render = async () => {
     if (!first) history.refresh();
     first = false;
-    const [queues, workers, activity, relay] = await Promise.all([
+    relayInto(sinks).catch(() => {});
+    const [queues, workers, activity] = await Promise.all([
       api('GET', '/v1/queues'),
       api('GET', '/v1/workers?limit=1000'),
       api('GET', '/v1/activity?minutes=60'),
-      relayStatus(),
     ]);
     // Oldest pending: the queue's earliest pending run_at (the counts' scan).
     const oldest = queues.items.map((q) => q.oldest_pending_at || null);
@@ -85,7 +94,7 @@ export async function overviewPage(main) {
       h('section', { 'aria-labelledby': 'queues-title' },
         h('h2', { id: 'queues-title' }, 'Queues'),
         h('div', { class: 'scroll' }, table('Queues with their task counts by state', headers, rows, 'No queue holds tasks yet.'))),
-      sinksSection(relay),
+      sinks,
       h('p', { class: 'muted small' }, 'Updated ', new Date().toLocaleTimeString(undefined, { hour12: false }),
         ' · live: the page refreshes on queue events'));
   };

@@ -85,6 +85,46 @@ func copyOrdering(ctx context.Context, tx Tx, newID, from string) error {
 	return err
 }
 
+// sqlOrderedQueues: the distinct queues of the key states and of the
+// waiting ordered tasks, each found by one probe of an index that leads
+// with the queue (the next queue after the last one found), so the read
+// costs one probe per queue, not one row per key or task.
+const sqlOrderedQueues = `WITH RECURSIVE
+	k(queue) AS (
+		SELECT min(queue) FROM backstop_ordering_keys
+		UNION ALL
+		SELECT (SELECT min(n.queue) FROM backstop_ordering_keys n WHERE n.queue > k.queue) FROM k WHERE k.queue IS NOT NULL),
+	w(queue) AS (
+		SELECT min(queue) FROM backstop_ordering_tasks WHERE status IN ('held', 'gap', 'ready', 'replay')
+		UNION ALL
+		SELECT (SELECT min(n.queue) FROM backstop_ordering_tasks n
+			WHERE n.status IN ('held', 'gap', 'ready', 'replay') AND n.queue > w.queue) FROM w WHERE w.queue IS NOT NULL)
+SELECT queue FROM k WHERE queue IS NOT NULL
+UNION
+SELECT queue FROM w WHERE queue IS NOT NULL
+ORDER BY 1`
+
+// OrderedQueues implements store.Ordering.
+func (p *Procedures) OrderedQueues(ctx context.Context) ([]string, error) {
+	rows, err := p.reader.Query(ctx, sqlOrderedQueues)
+	if err != nil {
+		return nil, fmt.Errorf("%s: ordered queues: %w", p.dialect.Prefix, err)
+	}
+	defer rows.Close()
+	out := []string{}
+	for rows.Next() {
+		var q string
+		if err := rows.Scan(&q); err != nil {
+			return nil, fmt.Errorf("%s: ordered queues: %w", p.dialect.Prefix, err)
+		}
+		out = append(out, q)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: ordered queues: %w", p.dialect.Prefix, err)
+	}
+	return out, nil
+}
+
 // OrderingKeys implements store.Ordering: one read of a page of keys (those
 // with a state and those with waiting tasks, by the primary key and the
 // waiting tasks' index), their states, busy tasks and waiting counts.
