@@ -457,27 +457,23 @@ func (e *Engine) addPlan(ctx context.Context, w *planWriter, plan workflow.Plan,
 	return nil
 }
 
-// writePlans writes w in tx: the new runs (one statement each), then
-// every plan's run updates, step rows, tasks, cancellations and events in
-// one call each.
+// writePlans writes w in tx: the new runs, every plan's run updates, step
+// rows, tasks and events in one WritePlan (one round trip on Postgres),
+// then the wake-ups, dead letters and cancellations; with dead letters or
+// cancellations the events are written after them.
 func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff *RunEffects) error {
-	for _, r := range w.inserts {
-		if err := tx.InsertRun(ctx, r); err != nil {
-			return err
-		}
-	}
-	if err := tx.UpdateRuns(ctx, w.updates); err != nil {
-		return err
-	}
-	if len(w.steps) > 0 {
-		if err := tx.PutSteps(ctx, w.steps); err != nil {
-			return err
-		}
-	}
+	pw := store.PlanWrite{Inserts: w.inserts, Updates: w.updates, Steps: w.steps}
 	if len(w.tasks) > 0 {
-		if _, err := tx.Enqueue(ctx, w.tasks, e.EnqueueOpts(ctx, w.params, w.tasks)); err != nil {
-			return err
-		}
+		pw.Tasks, pw.Opts = w.tasks, e.EnqueueOpts(ctx, w.params, w.tasks)
+	}
+	// The events go with them unless dead letters or cancellations are
+	// written between: their events come first.
+	eventsLast := len(w.deadLetters) > 0 || len(w.cancels) > 0
+	if !eventsLast {
+		pw.Events = w.events
+	}
+	if _, err := tx.WritePlan(ctx, pw); err != nil {
+		return err
 	}
 	for _, id := range slices.Sorted(maps.Keys(w.wakes)) {
 		if err := tx.SetRunWake(ctx, id, w.wakes[id]); err != nil {
@@ -506,7 +502,7 @@ func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 			}
 		}
 	}
-	if len(w.events) > 0 {
+	if eventsLast && len(w.events) > 0 {
 		if err := tx.AppendEvents(ctx, w.events); err != nil {
 			return err
 		}

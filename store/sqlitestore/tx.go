@@ -122,6 +122,12 @@ func (t Txs) UpdateRuns(ctx context.Context, tx *sql.Tx, rs []store.RunRecord) e
 	return nil
 }
 
+// WritePlan is store.WorkflowTx's WritePlan inside tx: one operation
+// after the other (the writer's statements are calls in this process).
+func (t Txs) WritePlan(ctx context.Context, tx *sql.Tx, w store.PlanWrite) ([]store.EnqueueResult, error) {
+	return store.WritePlanInSteps(ctx, t, tx, w)
+}
+
 // UpdateRun is store.WorkflowTx's UpdateRun inside tx.
 func (Txs) UpdateRun(ctx context.Context, tx *sql.Tx, r store.RunRecord) error {
 	return sqldialect.WorkflowUpdateRun(ctx, dialect, runner{q: tx}, r)
