@@ -30,14 +30,55 @@ func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]sto
 	if !pipelined(w) {
 		return store.WritePlanInSteps(ctx, t, tx, w)
 	}
-	if err := checkEnqueue(w.Tasks, w.Opts); err != nil {
+	p, results, err := planPipeline(ctx, w, false)
+	if err != nil {
 		return nil, err
 	}
-	var p pipeline
+	if err := p.send(ctx, tx); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// WritePlan is store.Workflows' WritePlan: a plan without run updates that
+// the pipeline takes is sent as one pipeline outside any transaction
+// block, which the server runs as one implicit transaction (one round
+// trip, no begin or commit): a run or task id that exists fails its
+// statement (no ON CONFLICT), so the server rolls everything back. Any
+// other plan: WritePlan in a transaction of its own.
+func (s *Store) WritePlan(ctx context.Context, w store.PlanWrite) ([]store.EnqueueResult, error) {
+	if !pipelined(w) || len(w.Updates) > 0 {
+		var res []store.EnqueueResult
+		err := s.InTx(ctx, func(tx store.Tx) error {
+			var err error
+			res, err = tx.WritePlan(ctx, w)
+			return err
+		})
+		return res, err
+	}
+	p, results, err := planPipeline(ctx, w, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.send(ctx, s.pool); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// planPipeline is the pipeline of w (pipelined(w)) and the enqueue results
+// it gives when it succeeds. strict: no statement's outcome is judged
+// after the server ran it (no ON CONFLICT, no row count to check: the
+// pipeline runs without a transaction the client could still roll back).
+func planPipeline(ctx context.Context, w store.PlanWrite, strict bool) (*pipeline, []store.EnqueueResult, error) {
+	if err := checkEnqueue(w.Tasks, w.Opts); err != nil {
+		return nil, nil, err
+	}
+	p := &pipeline{}
 	for _, r := range w.Inserts {
-		sql, args, err := sqldialect.WorkflowInsertRunSQL(dialect, r)
+		sql, args, err := sqldialect.WorkflowInsertRunSQL(dialect, r, strict)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		p.exec(sql, args, func(n int64, err error) error { return sqldialect.WorkflowInsertRunResult(dialect, r, n, err) })
 	}
@@ -51,7 +92,7 @@ func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]sto
 	}
 	steps, err := sqldialect.WorkflowPutStepsSQL(dialect, w.Steps, maxPreparedRows)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, st := range steps {
 		p.exec(st.SQL, st.Args, func(_ int64, err error) error {
@@ -61,25 +102,22 @@ func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]sto
 			return nil
 		})
 	}
-	results, err := p.tasks(ctx, w.Tasks, w.Opts)
+	results, err := p.tasks(ctx, w.Tasks, w.Opts, strict)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := store.CheckEvents(w.Events); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	events := slices.Concat(w.Opts.Events, w.Events)
 	for start := 0; start < len(events); start += maxPreparedRows {
 		sql, args, err := eventsStatement(events[start:min(start+maxPreparedRows, len(events))])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		p.exec(sql, args, wrapped("pgstore: events"))
 	}
-	if err := p.send(ctx, tx); err != nil {
-		return nil, err
-	}
-	return results, nil
+	return p, results, nil
 }
 
 // pipelined: w is written as one pipeline (WritePlan).
@@ -116,7 +154,8 @@ func (p *pipeline) exec(sql string, args []any, outcome func(n int64, err error)
 // their inserts with their task.enqueued events, their spilled payloads,
 // the NOTIFY of the queues that got a pending task. The results are filled
 // in when the pipeline is sent; opts.Events are the caller's to add.
-func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
+// strict: a taken id fails the insert (store.ErrConflict).
+func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.EnqueueOpts, strict bool) ([]store.EnqueueResult, error) {
 	results := make([]store.EnqueueResult, len(tasks))
 	if len(tasks) == 0 {
 		return results, nil
@@ -142,13 +181,22 @@ func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.Enque
 				woken = append(woken, t.Queue)
 			}
 		}
-		p.b.Queue(sqlInsertTasks(len(chunk), "(id)"), append(args, actor)...)
+		conflict := "(id)"
+		if strict {
+			conflict = strictConflict
+		}
+		p.b.Queue(sqlInsertTasks(len(chunk), conflict), append(args, actor)...)
 		p.read = append(p.read, func(br pgx.BatchResults) error {
+			var inserted map[string]int
 			rs, err := br.Query()
 			if err != nil {
-				return fmt.Errorf("pgstore: enqueue: insert: %w", err)
+				err = fmt.Errorf("pgstore: enqueue: insert: %w", err)
+			} else {
+				inserted, err = countIDs(rs)
 			}
-			inserted, err := countIDs(rs)
+			if isUniqueViolation(err) {
+				return fmt.Errorf("pgstore: enqueue: a task id is taken: %w: %v", store.ErrConflict, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -179,10 +227,16 @@ func wrapped(prefix string) func(int64, error) error {
 	}
 }
 
-// send sends the statements in tx and reads their outcomes in order: the
-// first failure is the error (the server skipped the statements after a
-// failed one; the transaction must roll back).
-func (p *pipeline) send(ctx context.Context, tx pgx.Tx) error {
+// batchSender is what sends a pipeline: a pgx.Tx (in its transaction), or
+// the pool (one implicit transaction).
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// send sends the statements and reads their outcomes in order: the first
+// failure is the error (the server skipped the statements after a failed
+// one; a transaction must roll back).
+func (p *pipeline) send(ctx context.Context, tx batchSender) error {
 	if len(p.read) == 0 {
 		return nil
 	}

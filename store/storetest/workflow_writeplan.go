@@ -20,7 +20,7 @@ import (
 // statement sizes (more than 8 step rows and tasks, a spilled payload); a
 // run that exists, a task id that exists, a task id another step holds, an
 // unknown run to update: the error of the operation, and nothing of the
-// plan is written.
+// plan is written; Store.WritePlan (a transaction of its own) likewise.
 func (s *suite) wfWritePlan(t *testing.T) {
 	t.Parallel()
 	b := s.wfSetup(t)
@@ -119,9 +119,56 @@ func (s *suite) wfWritePlan(t *testing.T) {
 			t.Fatalf("%s: task %s was written", c.what, fresh.ID)
 		}
 	}
+	// In a transaction of its own (a run's start): the same, all or
+	// nothing.
+	run2 := wfRun(b, "run-2", "order")
+	step2 := wfStep(b, "run-2", "a", 0, "run-2.a", "pending")
+	started := store.PlanWrite{Inserts: []store.RunRecord{run2}, Steps: []store.StepRecord{step2},
+		Tasks: []*bt.Task{newTask(b, "run-2.a", "wp")}, Events: []bt.Event{stepEvent(b, "run-2")}}
+	for _, c := range []struct {
+		what string
+		w    store.PlanWrite
+		is   error
+	}{
+		{"a run that exists", store.PlanWrite{Inserts: []store.RunRecord{run}, Tasks: []*bt.Task{fresh}}, store.ErrConflict},
+		{"a task id that exists", store.PlanWrite{Inserts: []store.RunRecord{run2}, Steps: []store.StepRecord{step2},
+			Tasks: []*bt.Task{newTask(b, "run-2.a", "wp"), newTask(b, tasks[7].ID, "wp")}}, store.ErrConflict},
+		{"a task id twice", store.PlanWrite{Inserts: []store.RunRecord{run2},
+			Tasks: []*bt.Task{newTask(b, "run-2.a", "wp"), newTask(b, "run-2.a", "wp")}}, store.ErrConflict},
+		{"a task id another step holds", store.PlanWrite{Inserts: []store.RunRecord{run2},
+			Steps: []store.StepRecord{wfStep(b, "run-2", "a", 0, tasks[0].ID, "pending")}, Tasks: []*bt.Task{newTask(b, "run-2.a", "wp")}}, store.ErrConflict},
+	} {
+		if _, err := b.store.WritePlan(b.ctx, c.w); !errors.Is(err, c.is) {
+			t.Fatalf("alone, %s: %v, want %v", c.what, err, c.is)
+		}
+		if _, _, err := b.store.GetRun(b.ctx, "run-2"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("alone, %s: run-2 was written (%v)", c.what, err)
+		}
+		for _, id := range []string{"run-2.a", fresh.ID} {
+			if _, err := b.c.Get(b.ctx, id); err == nil {
+				t.Fatalf("alone, %s: task %s was written", c.what, id)
+			}
+		}
+	}
+	res, err = b.store.WritePlan(b.ctx, started)
+	if err != nil || len(res) != 1 || res[0].Task.ID != "run-2.a" {
+		t.Fatalf("alone: %v, %v", res, err)
+	}
+	if got, gotSteps, err = b.store.GetRun(b.ctx, "run-2"); err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, "alone", got, run2)
+	checkSteps(t, "alone", gotSteps, []store.StepRecord{step2})
+	if g := b.get("run-2.a"); g.State != bt.StatePending {
+		t.Fatalf("alone: task run-2.a %s, want pending", g.State)
+	}
+
 	// An empty plan writes nothing and fails nothing.
 	inTx(t, b, func(tx store.Tx) error {
 		_, err := tx.WritePlan(b.ctx, store.PlanWrite{})
 		return err
 	})
+	if _, err := b.store.WritePlan(b.ctx, store.PlanWrite{}); err != nil {
+		t.Fatal(err)
+	}
 }

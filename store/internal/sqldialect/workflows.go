@@ -503,7 +503,7 @@ func (p *Procedures) RunInputsOfTasks(ctx context.Context, taskIDs []string) (ma
 // It leaves the transaction usable when the run exists (ON CONFLICT DO
 // NOTHING), though the Tx handle then only rolls back.
 func WorkflowInsertRun(ctx context.Context, d *Dialect, q Querier, r store.RunRecord) error {
-	sql, a, err := WorkflowInsertRunSQL(d, r)
+	sql, a, err := WorkflowInsertRunSQL(d, r, false)
 	if err != nil {
 		return err
 	}
@@ -513,12 +513,18 @@ func WorkflowInsertRun(ctx context.Context, d *Dialect, q Querier, r store.RunRe
 
 // WorkflowInsertRunSQL is the statement of WorkflowInsertRun, for a driver
 // that sends it with others (WorkflowInsertRunResult reads its outcome).
-func WorkflowInsertRunSQL(d *Dialect, r store.RunRecord) (string, []any, error) {
+// strict: a run id that exists fails the statement (a unique violation)
+// instead of inserting nothing.
+func WorkflowInsertRunSQL(d *Dialect, r store.RunRecord, strict bool) (string, []any, error) {
 	if r.RunID == "" {
 		return "", nil, fmt.Errorf("%s: insert run: no run id", d.Prefix)
 	}
+	conflict := " ON CONFLICT (run_id) DO NOTHING"
+	if strict {
+		conflict = ""
+	}
 	return `INSERT INTO backstop_runs (` + runCols + `)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (run_id) DO NOTHING`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)` + conflict,
 		[]any{r.RunID, r.Workflow, r.Version, r.PlanHash, string(r.State), jsonArg(r.Input), r.Error, r.Seq,
 			r.CreatedAt, r.UpdatedAt, r.FinishedAt}, nil
 }
@@ -527,6 +533,9 @@ func WorkflowInsertRunSQL(d *Dialect, r store.RunRecord) (string, []any, error) 
 // statement's: n rows inserted, or err. A run id that exists:
 // store.ErrConflict.
 func WorkflowInsertRunResult(d *Dialect, r store.RunRecord, n int64, err error) error {
+	if err != nil && d.IsUnique(err) {
+		return fmt.Errorf("%w: run %q already exists", store.ErrConflict, r.RunID)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: insert run %s: %w", d.Prefix, r.RunID, d.Err(err))
 	}
