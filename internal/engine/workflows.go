@@ -529,12 +529,12 @@ func (e *Engine) planWrite(ctx context.Context, w *planWriter, withEvents bool) 
 // dead letter or cancellation) in one store call, on Postgres one round
 // trip; any other in InTx.
 func (e *Engine) StartRun(ctx context.Context, plan workflow.Plan, eff *RunEffects) error {
-	var w planWriter
-	*eff = RunEffects{}
-	if err := e.addPlan(ctx, &w, plan, true, eff); err != nil {
-		return err
-	}
-	if len(w.wakes) == 0 && len(w.deadLetters) == 0 && len(w.cancels) == 0 {
+	if plan.WakeAt.IsZero() && len(plan.DeadLetter) == 0 && len(plan.Cancel) == 0 {
+		var w planWriter
+		*eff = RunEffects{}
+		if err := e.addPlan(ctx, &w, plan, true, eff); err != nil {
+			return err
+		}
 		_, err := e.store.WritePlan(ctx, e.planWrite(ctx, &w, true))
 		return err
 	}

@@ -40,7 +40,7 @@ func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]sto
 	return results, nil
 }
 
-// WritePlan is store.Workflows' WritePlan: a plan without run updates that
+// WritePlan is store.Store's WritePlan: a plan without run updates that
 // the pipeline takes is sent as one pipeline outside any transaction
 // block, which the server runs as one implicit transaction (one round
 // trip, no begin or commit): a run or task id that exists fails its

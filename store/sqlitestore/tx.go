@@ -128,7 +128,7 @@ func (t Txs) WritePlan(ctx context.Context, tx *sql.Tx, w store.PlanWrite) ([]st
 	return store.WritePlanInSteps(ctx, t, tx, w)
 }
 
-// WritePlan is store.Workflows' WritePlan: WritePlan in a transaction of
+// WritePlan is store.Store's WritePlan: WritePlan in a transaction of
 // its own.
 func (s *Store) WritePlan(ctx context.Context, w store.PlanWrite) ([]store.EnqueueResult, error) {
 	var res []store.EnqueueResult
