@@ -108,11 +108,7 @@ func (c *Client) RunWorkflow(ctx context.Context, p RunWorkflowParams) (*RunStar
 		ctx = engine.ForceTrace(ctx)
 	}
 	var eff engine.RunEffects
-	err = c.store.InTx(ctx, func(tx store.Tx) error {
-		eff = engine.RunEffects{}
-		return c.e.ApplyPlan(ctx, tx, plan, true, &eff)
-	})
-	if err != nil {
+	if err := c.e.StartRun(ctx, plan, &eff); err != nil {
 		return nil, c.runConflict(p, err)
 	}
 	c.e.AfterRuns(ctx, &eff)

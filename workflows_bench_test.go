@@ -91,6 +91,49 @@ func BenchmarkWorkflowOverhead(b *testing.B) {
 	}
 }
 
+// BenchmarkWorkflowStart: the start path alone, without a worker: 100
+// runs of a 5-step linear workflow started one after another (each writes
+// its run row, its step rows, its first task and its events). ms/start is
+// reported:
+//
+//	scripts/with-postgres go test -run '^$' -bench WorkflowStart -benchtime 3x -count 5 .
+func BenchmarkWorkflowStart(b *testing.B) {
+	const runs, steps = 100, 5
+	for _, db := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
+		b.Run(db.name, func(b *testing.B) {
+			ctx := context.Background()
+			_, c := benchStore(b, db.url(b))
+			bld := workflow.New("linear").Queue("bench")
+			for i := 0; i < steps; i++ {
+				st := bld.Step(fmt.Sprintf("s%d", i), "noop")
+				if i > 0 {
+					st.Needs(fmt.Sprintf("s%d", i-1))
+				}
+			}
+			def, err := bld.Build()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := c.ApplyWorkflow(ctx, def); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				for r := 0; r < runs; r++ {
+					if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "linear"}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N*runs), "ms/start")
+		})
+	}
+}
+
 // BenchmarkWorkflowSettleBatch: one settle transaction that completes the
 // first step of 100 runs of a 2-step workflow (so it enqueues 100 second
 // steps): the cost of advancing many runs in one settle batch, without a

@@ -84,6 +84,10 @@ type Store interface {
 	// Inside fn use only the Tx: on SQLite the transaction holds the
 	// process's one writer connection, so another write would wait for it.
 	InTx(ctx context.Context, fn func(Tx) error) error
+	// WritePlan is Tx.WritePlan in a transaction of its own (a workflow
+	// run's start). Postgres sends a plan without run updates as one
+	// pipeline the server runs as one implicit transaction: one round trip.
+	WritePlan(ctx context.Context, w PlanWrite) ([]EnqueueResult, error)
 	// RequestCancel cancels a scheduled/pending/buffered task at once and
 	// marks a running one for cooperative cancellation (the worker sees it
 	// on its next heartbeat). Terminal tasks: ErrConflict; unknown:

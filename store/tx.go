@@ -88,6 +88,7 @@ type TxStore[TX any] interface {
 	SetRunWake(ctx context.Context, tx TX, runID string, at time.Time) error
 	StepsOfTasks(ctx context.Context, tx TX, taskIDs []string) ([]StepRecord, error)
 	TaskStates(ctx context.Context, tx TX, taskIDs []string) (map[string]bt.State, error)
+	WritePlan(ctx context.Context, tx TX, w PlanWrite) ([]EnqueueResult, error)
 	// The schedules' write (store/schedules.go, ScheduleTx) in tx.
 	AdvanceSchedule(ctx context.Context, tx TX, a ScheduleAdvance) (bool, error)
 	CloseDeadLetter(ctx context.Context, tx TX, c DLQStatusChange) (bool, error)
@@ -247,6 +248,14 @@ func (b *boundTx[TX]) TaskStates(ctx context.Context, taskIDs []string) (map[str
 	}
 	states, err := b.ts.TaskStates(ctx, b.tx, taskIDs)
 	return states, b.failed(err)
+}
+
+func (b *boundTx[TX]) WritePlan(ctx context.Context, w PlanWrite) ([]EnqueueResult, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	res, err := b.ts.WritePlan(ctx, b.tx, w)
+	return res, b.failed(err)
 }
 
 func (b *boundTx[TX]) AdvanceSchedule(ctx context.Context, a ScheduleAdvance) (bool, error) {

@@ -165,4 +165,53 @@ type WorkflowTx interface {
 	// tasks are left out): a settlement's outcome as the store applied it
 	// (a retry of a task whose cancel was requested ends it canceled).
 	TaskStates(ctx context.Context, taskIDs []string) (map[string]bt.State, error)
+	// WritePlan writes w as InsertRun (each of w.Inserts), UpdateRuns,
+	// PutSteps, Enqueue (w.Tasks with w.Opts) and AppendEvents would, in
+	// that order, with their errors; the enqueue's results, in w.Tasks'
+	// order. A driver may send them together (Postgres: one round trip);
+	// after an error the transaction must roll back.
+	WritePlan(ctx context.Context, w PlanWrite) ([]EnqueueResult, error)
+}
+
+// PlanWrite is the writes of workflow plans that read nothing back
+// (WorkflowTx.WritePlan), in the order they are written.
+type PlanWrite struct {
+	Inserts []RunRecord
+	Updates []RunRecord
+	Steps   []StepRecord
+	Tasks   []*bt.Task
+	Opts    EnqueueOpts
+	// Events are written after the tasks' own (task.enqueued, Opts.Events).
+	Events []bt.Event
+}
+
+// WritePlanInSteps is WorkflowTx.WritePlan one operation of ts after the
+// other: the driver's WritePlan where it sends nothing together.
+func WritePlanInSteps[TX any](ctx context.Context, ts TxStore[TX], tx TX, w PlanWrite) ([]EnqueueResult, error) {
+	for _, r := range w.Inserts {
+		if err := ts.InsertRun(ctx, tx, r); err != nil {
+			return nil, err
+		}
+	}
+	if err := ts.UpdateRuns(ctx, tx, w.Updates); err != nil {
+		return nil, err
+	}
+	if len(w.Steps) > 0 {
+		if err := ts.PutSteps(ctx, tx, w.Steps); err != nil {
+			return nil, err
+		}
+	}
+	res := []EnqueueResult{}
+	if len(w.Tasks) > 0 {
+		var err error
+		if res, err = ts.Enqueue(ctx, tx, w.Tasks, w.Opts); err != nil {
+			return nil, err
+		}
+	}
+	if len(w.Events) > 0 {
+		if err := ts.AppendEvents(ctx, tx, w.Events); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }

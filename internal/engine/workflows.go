@@ -457,27 +457,16 @@ func (e *Engine) addPlan(ctx context.Context, w *planWriter, plan workflow.Plan,
 	return nil
 }
 
-// writePlans writes w in tx: the new runs (one statement each), then
-// every plan's run updates, step rows, tasks, cancellations and events in
-// one call each.
+// writePlans writes w in tx: the new runs, every plan's run updates, step
+// rows, tasks and events in one WritePlan (one round trip on Postgres),
+// then the wake-ups, dead letters and cancellations; with dead letters or
+// cancellations the events are written after them.
 func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff *RunEffects) error {
-	for _, r := range w.inserts {
-		if err := tx.InsertRun(ctx, r); err != nil {
-			return err
-		}
-	}
-	if err := tx.UpdateRuns(ctx, w.updates); err != nil {
+	// The events go with them unless dead letters or cancellations are
+	// written between: their events come first.
+	eventsLast := len(w.deadLetters) > 0 || len(w.cancels) > 0
+	if _, err := tx.WritePlan(ctx, e.planWrite(ctx, w, !eventsLast)); err != nil {
 		return err
-	}
-	if len(w.steps) > 0 {
-		if err := tx.PutSteps(ctx, w.steps); err != nil {
-			return err
-		}
-	}
-	if len(w.tasks) > 0 {
-		if _, err := tx.Enqueue(ctx, w.tasks, e.EnqueueOpts(ctx, w.params, w.tasks)); err != nil {
-			return err
-		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(w.wakes)) {
 		if err := tx.SetRunWake(ctx, id, w.wakes[id]); err != nil {
@@ -506,7 +495,7 @@ func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 			}
 		}
 	}
-	if len(w.events) > 0 {
+	if eventsLast && len(w.events) > 0 {
 		if err := tx.AppendEvents(ctx, w.events); err != nil {
 			return err
 		}
@@ -521,6 +510,38 @@ func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 		byTask[id] = workflow.Change{TaskID: id, Outcome: workflow.Canceled, Error: workflow.CanceledError}
 	}
 	return e.advanceTasks(ctx, tx, canceled, byTask, eff, nil)
+}
+
+// planWrite is w's WritePlan: with its events when withEvents.
+func (e *Engine) planWrite(ctx context.Context, w *planWriter, withEvents bool) store.PlanWrite {
+	pw := store.PlanWrite{Inserts: w.inserts, Updates: w.updates, Steps: w.steps}
+	if len(w.tasks) > 0 {
+		pw.Tasks, pw.Opts = w.tasks, e.EnqueueOpts(ctx, w.params, w.tasks)
+	}
+	if withEvents {
+		pw.Events = w.events
+	}
+	return pw
+}
+
+// StartRun writes a new run's plan (ApplyPlan's writes) in a transaction
+// of its own: a plan that writes only what WritePlan does (no wake-up,
+// dead letter or cancellation) in one store call, on Postgres one round
+// trip; any other in InTx.
+func (e *Engine) StartRun(ctx context.Context, plan workflow.Plan, eff *RunEffects) error {
+	if plan.WakeAt.IsZero() && len(plan.DeadLetter) == 0 && len(plan.Cancel) == 0 {
+		var w planWriter
+		*eff = RunEffects{}
+		if err := e.addPlan(ctx, &w, plan, true, eff); err != nil {
+			return err
+		}
+		_, err := e.store.WritePlan(ctx, e.planWrite(ctx, &w, true))
+		return err
+	}
+	return e.store.InTx(ctx, func(tx store.Tx) error {
+		*eff = RunEffects{}
+		return e.ApplyPlan(ctx, tx, plan, true, eff)
+	})
 }
 
 // deadLetterSteps makes each step's task a dead letter with its dead

@@ -418,6 +418,13 @@ func insertBatch(ctx context.Context, db dbtx, batch []row, actor string) error 
 	if err != nil {
 		return err
 	}
+	return checkInserted(batch, inserted)
+}
+
+// checkInserted: every task of batch was inserted (inserted: the ids the
+// insert returned, counted); an id that exists, or is twice in the batch,
+// is a conflict.
+func checkInserted(batch []row, inserted map[string]int) error {
 	for _, r := range batch {
 		id := r.task.ID
 		if inserted[id] == 0 {
@@ -434,6 +441,11 @@ func insertTasks(ctx context.Context, db dbtx, sql string, args []any) (map[stri
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: enqueue: insert: %w", err)
 	}
+	return countIDs(rs)
+}
+
+// countIDs reads the ids an insert returned, counted, and closes rs.
+func countIDs(rs rows) (map[string]int, error) {
 	defer rs.Close()
 	inserted := make(map[string]int)
 	for rs.Next() {

@@ -140,34 +140,43 @@ const enqueuedReturning = `id, queue, kind, state, run_at, priority, max_attempt
 // parameters (enqueue runs through database/sql too, where arrays are not
 // portable).
 func insertEventsScalar(ctx context.Context, db dbtx, events []bt.Event) error {
-	const cols = 9
 	for start := 0; start < len(events); start += maxInsertRows {
 		chunk := events[start:min(start+maxInsertRows, len(events))]
-		var b strings.Builder
-		b.WriteString(`INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
-	SELECT CASE WHEN id = '' THEN NULL ELSE ARRAY[id] END, time, type, ARRAY[subject], ARRAY[queue], ARRAY[kind],
-		json_build_array(attributes), actor, json_build_array(body)
-	FROM (VALUES `)
-		writeValues(&b, len(chunk), cols, []string{"::text", "::timestamptz", "::text", "::text", "::text", "::text", "::json", "::text", "::json"})
-		b.WriteString(`) AS v(id, time, type, subject, queue, kind, attributes, actor, body)`)
-		args := make([]any, 0, len(chunk)*cols)
-		for _, e := range chunk {
-			var attrs any
-			if len(e.Attributes) > 0 {
-				a, err := json.Marshal(e.Attributes)
-				if err != nil {
-					return err
-				}
-				attrs = string(a)
-			}
-			body := cmp.Or(string(e.Body), "{}")
-			args = append(args, e.ID, e.Time, e.Type, e.Subject, e.Queue, e.Kind, attrs, e.Actor, body)
+		sql, args, err := eventsStatement(chunk)
+		if err != nil {
+			return err
 		}
-		if err := db.exec(ctx, b.String(), db.batchArgs(len(chunk), args)...); err != nil {
+		if err := db.exec(ctx, sql, db.batchArgs(len(chunk), args)...); err != nil {
 			return fmt.Errorf("pgstore: events: %w", err)
 		}
 	}
 	return nil
+}
+
+// eventsStatement is the statement insertEventsScalar writes events by.
+func eventsStatement(events []bt.Event) (string, []any, error) {
+	const cols = 9
+	var b strings.Builder
+	b.WriteString(`INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
+	SELECT CASE WHEN id = '' THEN NULL ELSE ARRAY[id] END, time, type, ARRAY[subject], ARRAY[queue], ARRAY[kind],
+		json_build_array(attributes), actor, json_build_array(body)
+	FROM (VALUES `)
+	writeValues(&b, len(events), cols, []string{"::text", "::timestamptz", "::text", "::text", "::text", "::text", "::json", "::text", "::json"})
+	b.WriteString(`) AS v(id, time, type, subject, queue, kind, attributes, actor, body)`)
+	args := make([]any, 0, len(events)*cols)
+	for _, e := range events {
+		var attrs any
+		if len(e.Attributes) > 0 {
+			a, err := json.Marshal(e.Attributes)
+			if err != nil {
+				return "", nil, err
+			}
+			attrs = string(a)
+		}
+		body := cmp.Or(string(e.Body), "{}")
+		args = append(args, e.ID, e.Time, e.Type, e.Subject, e.Queue, e.Kind, attrs, e.Actor, body)
+	}
+	return b.String(), args, nil
 }
 
 // evUnnest expands a log row e into its events (i: the event's place in

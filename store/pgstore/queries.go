@@ -392,9 +392,14 @@ var insertColumns = []string{
 // 65535 parameters per statement.
 var maxInsertRows = 1000
 
+// strictConflict is sqlInsertTasks' onConflict for no ON CONFLICT clause:
+// a taken id fails the statement (a unique violation).
+const strictConflict = "-"
+
 // sqlInsertTasks inserts n tasks. onConflict is "(id)" for tasks without
 // keys (an existing id is reported, not overwritten) and "" for tasks with
-// idempotency or merge keys, where any unique index may conflict.
+// idempotency or merge keys, where any unique index may conflict, and
+// strictConflict for an insert whose conflict must fail the statement.
 // Each inserted task gets its task.enqueued event in the same statement;
 // the actor is the last parameter ($n*len(insertColumns)+1).
 func sqlInsertTasks(n int, onConflict string) string {
@@ -403,7 +408,10 @@ func sqlInsertTasks(n int, onConflict string) string {
 	b.WriteString(strings.Join(insertColumns, ", "))
 	b.WriteString(", event_links) VALUES ")
 	writeLinkedValues(&b, n, len(insertColumns))
-	b.WriteString(" ON CONFLICT " + onConflict + " DO NOTHING RETURNING " + enqueuedReturning + "), ")
+	if onConflict != strictConflict {
+		b.WriteString(" ON CONFLICT " + onConflict + " DO NOTHING")
+	}
+	b.WriteString(" RETURNING " + enqueuedReturning + "), ")
 	b.WriteString(enqueuedEvents(n*len(insertColumns) + 1))
 	b.WriteString(" SELECT id FROM ins")
 	return b.String()

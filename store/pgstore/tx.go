@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
@@ -147,16 +148,27 @@ func (t Txs) UpdateRuns(ctx context.Context, tx pgx.Tx, rs []store.RunRecord) er
 	case 1:
 		return t.UpdateRun(ctx, tx, rs[0])
 	}
+	sql, args := updateRunsSQL(rs)
+	tag, err := tx.Exec(ctx, sql, args...)
+	return updateRunsResult(rs, tag, err)
+}
+
+// updateRunsSQL is UpdateRuns' statement.
+func updateRunsSQL(rs []store.RunRecord) (string, []any) {
 	ids, states, errs := make([]string, len(rs)), make([]string, len(rs)), make([]string, len(rs))
 	seqs, updated, finished := make([]int64, len(rs)), make([]time.Time, len(rs)), make([]*time.Time, len(rs))
 	for i, r := range rs {
 		ids[i], states[i], errs[i], seqs[i], updated[i], finished[i] = r.RunID, string(r.State), r.Error, r.Seq, r.UpdatedAt, r.FinishedAt
 	}
-	tag, err := tx.Exec(ctx, `UPDATE backstop_runs r SET state = v.state, error = v.error, seq = v.seq,
+	return `UPDATE backstop_runs r SET state = v.state, error = v.error, seq = v.seq,
 		updated_at = v.updated_at, finished_at = v.finished_at
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
 			AS v(run_id, state, error, seq, updated_at, finished_at)
-		WHERE r.run_id = v.run_id`, ids, states, errs, seqs, updated, finished)
+		WHERE r.run_id = v.run_id`, []any{ids, states, errs, seqs, updated, finished}
+}
+
+// updateRunsResult is UpdateRuns' outcome from its statement's.
+func updateRunsResult(rs []store.RunRecord, tag pgconn.CommandTag, err error) error {
 	if err != nil {
 		return fmt.Errorf("pgstore: update runs: %w", permission(err))
 	}

@@ -122,6 +122,24 @@ func (t Txs) UpdateRuns(ctx context.Context, tx *sql.Tx, rs []store.RunRecord) e
 	return nil
 }
 
+// WritePlan is store.WorkflowTx's WritePlan inside tx: one operation
+// after the other (the writer's statements are calls in this process).
+func (t Txs) WritePlan(ctx context.Context, tx *sql.Tx, w store.PlanWrite) ([]store.EnqueueResult, error) {
+	return store.WritePlanInSteps(ctx, t, tx, w)
+}
+
+// WritePlan is store.Store's WritePlan: WritePlan in a transaction of
+// its own.
+func (s *Store) WritePlan(ctx context.Context, w store.PlanWrite) ([]store.EnqueueResult, error) {
+	var res []store.EnqueueResult
+	err := s.InTx(ctx, func(tx store.Tx) error {
+		var err error
+		res, err = tx.WritePlan(ctx, w)
+		return err
+	})
+	return res, err
+}
+
 // UpdateRun is store.WorkflowTx's UpdateRun inside tx.
 func (Txs) UpdateRun(ctx context.Context, tx *sql.Tx, r store.RunRecord) error {
 	return sqldialect.WorkflowUpdateRun(ctx, dialect, runner{q: tx}, r)

@@ -503,13 +503,39 @@ func (p *Procedures) RunInputsOfTasks(ctx context.Context, taskIDs []string) (ma
 // It leaves the transaction usable when the run exists (ON CONFLICT DO
 // NOTHING), though the Tx handle then only rolls back.
 func WorkflowInsertRun(ctx context.Context, d *Dialect, q Querier, r store.RunRecord) error {
-	if r.RunID == "" {
-		return fmt.Errorf("%s: insert run: no run id", d.Prefix)
+	sql, a, err := WorkflowInsertRunSQL(d, r, false)
+	if err != nil {
+		return err
 	}
-	n, err := q.Exec(ctx, `INSERT INTO backstop_runs (`+runCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (run_id) DO NOTHING`,
-		r.RunID, r.Workflow, r.Version, r.PlanHash, string(r.State), jsonArg(r.Input), r.Error, r.Seq,
-		r.CreatedAt, r.UpdatedAt, r.FinishedAt)
+	n, err := q.Exec(ctx, sql, a...)
+	return WorkflowInsertRunResult(d, r, n, err)
+}
+
+// WorkflowInsertRunSQL is the statement of WorkflowInsertRun, for a driver
+// that sends it with others (WorkflowInsertRunResult reads its outcome).
+// strict: a run id that exists fails the statement (a unique violation)
+// instead of inserting nothing.
+func WorkflowInsertRunSQL(d *Dialect, r store.RunRecord, strict bool) (string, []any, error) {
+	if r.RunID == "" {
+		return "", nil, fmt.Errorf("%s: insert run: no run id", d.Prefix)
+	}
+	conflict := " ON CONFLICT (run_id) DO NOTHING"
+	if strict {
+		conflict = ""
+	}
+	return `INSERT INTO backstop_runs (` + runCols + `)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)` + conflict,
+		[]any{r.RunID, r.Workflow, r.Version, r.PlanHash, string(r.State), jsonArg(r.Input), r.Error, r.Seq,
+			r.CreatedAt, r.UpdatedAt, r.FinishedAt}, nil
+}
+
+// WorkflowInsertRunResult is WorkflowInsertRun's outcome from its
+// statement's: n rows inserted, or err. A run id that exists:
+// store.ErrConflict.
+func WorkflowInsertRunResult(d *Dialect, r store.RunRecord, n int64, err error) error {
+	if err != nil && d.IsUnique(err) {
+		return fmt.Errorf("%w: run %q already exists", store.ErrConflict, r.RunID)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: insert run %s: %w", d.Prefix, r.RunID, d.Err(err))
 	}
@@ -636,6 +662,28 @@ const putStepsChunk = 500
 // chunk of rows. Of rows with the same key the last is written. A task id
 // another row already holds: store.ErrConflict.
 func WorkflowPutSteps(ctx context.Context, d *Dialect, q Querier, steps []store.StepRecord) error {
+	stmts, err := WorkflowPutStepsSQL(d, steps, putStepsChunk)
+	if err != nil {
+		return err
+	}
+	for _, st := range stmts {
+		if _, err := q.Exec(ctx, st.SQL, st.Args...); err != nil {
+			return WorkflowPutStepsErr(d, err)
+		}
+	}
+	return nil
+}
+
+// Statement is one statement's text and arguments.
+type Statement struct {
+	SQL  string
+	Args []any
+}
+
+// WorkflowPutStepsSQL is the statements of WorkflowPutSteps, at most chunk
+// rows each, for a driver that sends them with others
+// (WorkflowPutStepsErr names their failure).
+func WorkflowPutStepsSQL(d *Dialect, steps []store.StepRecord, chunk int) ([]Statement, error) {
 	type key struct {
 		run, step string
 		item      int
@@ -643,7 +691,7 @@ func WorkflowPutSteps(ctx context.Context, d *Dialect, q Querier, steps []store.
 	last := make(map[key]int, len(steps))
 	for i, s := range steps {
 		if s.RunID == "" || s.StepID == "" {
-			return fmt.Errorf("%s: put steps: row %d has no run or step id", d.Prefix, i)
+			return nil, fmt.Errorf("%s: put steps: row %d has no run or step id", d.Prefix, i)
 		}
 		last[key{s.RunID, s.StepID, s.Item}] = i
 	}
@@ -653,8 +701,9 @@ func WorkflowPutSteps(ctx context.Context, d *Dialect, q Querier, steps []store.
 			rows = append(rows, s)
 		}
 	}
+	var out []Statement
 	for len(rows) > 0 {
-		n := min(len(rows), putStepsChunk)
+		n := min(len(rows), chunk)
 		var a args
 		var b strings.Builder
 		b.WriteString(`INSERT INTO backstop_run_steps (` + stepCols + `) VALUES `)
@@ -670,15 +719,19 @@ func WorkflowPutSteps(ctx context.Context, d *Dialect, q Querier, steps []store.
 			state = excluded.state, result = excluded.result, error = excluded.error,
 			compensation_of = excluded.compensation_of, completed_seq = excluded.completed_seq,
 			updated_at = excluded.updated_at`)
-		if _, err := q.Exec(ctx, b.String(), a...); err != nil {
-			if d.IsUnique(err) {
-				return fmt.Errorf("%w: put steps: a task id is already another step's: %v", store.ErrConflict, err)
-			}
-			return fmt.Errorf("%s: put steps: %w", d.Prefix, d.Err(err))
-		}
+		out = append(out, Statement{SQL: b.String(), Args: a})
 		rows = rows[n:]
 	}
-	return nil
+	return out, nil
+}
+
+// WorkflowPutStepsErr is the error of a failed WorkflowPutSteps statement:
+// a task id another row already holds is store.ErrConflict.
+func WorkflowPutStepsErr(d *Dialect, err error) error {
+	if d.IsUnique(err) {
+		return fmt.Errorf("%w: put steps: a task id is already another step's: %v", store.ErrConflict, err)
+	}
+	return fmt.Errorf("%s: put steps: %w", d.Prefix, d.Err(err))
 }
 
 // TaskStates is store.WorkflowTx's TaskStates in q.

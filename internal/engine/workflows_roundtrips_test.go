@@ -1,0 +1,125 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/pgstore"
+	"github.com/backstophq/backstop/workflow"
+)
+
+// roundTrips counts what a pool sends to the server: each statement, and
+// each batch (a pipeline) once.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TestWorkflowRoundTripsPostgres: on PostgreSQL a run's start writes its
+// run row, step rows, first tasks (their NOTIFY) and events in one
+// round trip, one implicit transaction (after the workflow's latest
+// version is read), and a settle batch that finishes steps writes its runs' updates, step
+// rows, next tasks and events in one (begin, the runs locked with their
+// steps, the settle, the writes, commit); and the runs still move on.
+func TestWorkflowRoundTripsPostgres(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testdb.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &roundTrips{}
+	cfg.ConnConfig.Tracer = rt
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := pgstore.New(pool)
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := backstop.NewClient(s, &backstop.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.ApplyWorkflow(ctx, linearDef(t, "linear", 5)); err != nil {
+		t.Fatal(err)
+	}
+	const runs = 3
+	for i := range runs {
+		before := rt.n.Load()
+		if _, err := c.RunWorkflow(ctx, backstop.RunWorkflowParams{Workflow: "linear"}); err != nil {
+			t.Fatal(err)
+		}
+		// The first start also prepares the statements (cached after).
+		n := rt.n.Load() - before
+		t.Logf("start %d: %d round trips", i, n)
+		if i > 0 && n > 2 {
+			t.Errorf("a run's start took %d round trips; want at most 2 (the version, the writes)", n)
+		}
+	}
+	now := time.Now()
+	got, err := s.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: runs, Now: now, Lease: time.Minute})
+	if err != nil || len(got) != runs {
+		t.Fatalf("claim: %d tasks, %v", len(got), err)
+	}
+	ss := make([]store.Settlement, len(got))
+	for i, tk := range got {
+		ss[i] = store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomeSucceeded,
+			FinishedAt: now, State: bt.StateSucceeded}
+	}
+	before := rt.n.Load()
+	if _, err := c.Engine().Settle(ctx, ss); err != nil {
+		t.Fatal(err)
+	}
+	n := rt.n.Load() - before
+	t.Logf("settle batch of %d steps: %d round trips", runs, n)
+	if n > 5 {
+		t.Errorf("a settle batch finishing %d steps took %d round trips; want at most 5 (begin, lock, settle, writes, commit)", runs, n)
+	}
+	next, err := s.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: 10, Now: time.Now(), Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(next) != runs {
+		t.Fatalf("%d next steps enqueued; want %d", len(next), runs)
+	}
+}
+
+// linearDef is a workflow of n steps in a line, on queue q.
+func linearDef(t *testing.T, name string, n int) *workflow.Definition {
+	t.Helper()
+	b := workflow.New(name).Queue("q")
+	for i := range n {
+		st := b.Step(fmt.Sprintf("s%d", i), "noop")
+		if i > 0 {
+			st.Needs(fmt.Sprintf("s%d", i-1))
+		}
+	}
+	def, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return def
+}

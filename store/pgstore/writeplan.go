@@ -1,0 +1,254 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
+)
+
+// pipelineRows bounds what WritePlan sends as one pipeline: at most this
+// many runs, step rows, tasks and events each. Larger plans (a wide
+// fan-out) go statement by statement, whose statements take a thousand
+// rows each.
+const pipelineRows = 64
+
+// WritePlan is store.WorkflowTx's WritePlan inside tx: its statements (the
+// new runs, the run updates, the step rows, the tasks with their
+// task.enqueued events and spilled payloads, the queues' NOTIFY, the
+// events) are sent as one pipeline, one round trip, and their outcomes read
+// in order; each statement holds at most maxPreparedRows rows, so it stays
+// one cached prepared statement. Tasks with an idempotency, merge or
+// ordering key, and plans over pipelineRows, are written one operation
+// after the other (store.WritePlanInSteps).
+func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]store.EnqueueResult, error) {
+	if !pipelined(w) {
+		return store.WritePlanInSteps(ctx, t, tx, w)
+	}
+	p, results, err := planPipeline(ctx, w, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.send(ctx, tx); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// WritePlan is store.Store's WritePlan: a plan without run updates that
+// the pipeline takes is sent as one pipeline outside any transaction
+// block, which the server runs as one implicit transaction (one round
+// trip, no begin or commit): a run or task id that exists fails its
+// statement (no ON CONFLICT), so the server rolls everything back. Any
+// other plan: WritePlan in a transaction of its own.
+func (s *Store) WritePlan(ctx context.Context, w store.PlanWrite) ([]store.EnqueueResult, error) {
+	if !pipelined(w) || len(w.Updates) > 0 {
+		var res []store.EnqueueResult
+		err := s.InTx(ctx, func(tx store.Tx) error {
+			var err error
+			res, err = tx.WritePlan(ctx, w)
+			return err
+		})
+		return res, err
+	}
+	p, results, err := planPipeline(ctx, w, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.send(ctx, s.pool); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// planPipeline is the pipeline of w (pipelined(w)) and the enqueue results
+// it gives when it succeeds. strict: no statement's outcome is judged
+// after the server ran it (no ON CONFLICT, no row count to check: the
+// pipeline runs without a transaction the client could still roll back).
+func planPipeline(ctx context.Context, w store.PlanWrite, strict bool) (*pipeline, []store.EnqueueResult, error) {
+	if err := checkEnqueue(w.Tasks, w.Opts); err != nil {
+		return nil, nil, err
+	}
+	p := &pipeline{}
+	for _, r := range w.Inserts {
+		sql, args, err := sqldialect.WorkflowInsertRunSQL(dialect, r, strict)
+		if err != nil {
+			return nil, nil, err
+		}
+		p.exec(sql, args, func(n int64, err error) error { return sqldialect.WorkflowInsertRunResult(dialect, r, n, err) })
+	}
+	if len(w.Updates) > 0 {
+		sql, args := updateRunsSQL(w.Updates)
+		p.b.Queue(sql, args...)
+		p.read = append(p.read, func(br pgx.BatchResults) error {
+			tag, err := br.Exec()
+			return updateRunsResult(w.Updates, tag, err)
+		})
+	}
+	steps, err := sqldialect.WorkflowPutStepsSQL(dialect, w.Steps, maxPreparedRows)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, st := range steps {
+		p.exec(st.SQL, st.Args, func(_ int64, err error) error {
+			if err != nil {
+				return sqldialect.WorkflowPutStepsErr(dialect, err)
+			}
+			return nil
+		})
+	}
+	results, err := p.tasks(ctx, w.Tasks, w.Opts, strict)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := store.CheckEvents(w.Events); err != nil {
+		return nil, nil, err
+	}
+	events := slices.Concat(w.Opts.Events, w.Events)
+	for start := 0; start < len(events); start += maxPreparedRows {
+		sql, args, err := eventsStatement(events[start:min(start+maxPreparedRows, len(events))])
+		if err != nil {
+			return nil, nil, err
+		}
+		p.exec(sql, args, wrapped("pgstore: events"))
+	}
+	return p, results, nil
+}
+
+// pipelined: w is written as one pipeline (WritePlan).
+func pipelined(w store.PlanWrite) bool {
+	if len(w.Inserts) > pipelineRows || len(w.Steps) > pipelineRows || len(w.Tasks) > pipelineRows ||
+		len(w.Events)+len(w.Opts.Events) > pipelineRows || len(w.Opts.Debounce) > 0 {
+		return false
+	}
+	for _, t := range w.Tasks {
+		if t != nil && (t.IdempotencyKey != "" || t.MergeKey != "" || t.OrderingKey != "") {
+			return false
+		}
+	}
+	return true
+}
+
+// pipeline is statements sent together (a pgx.Batch in the caller's
+// transaction), each with what reads its outcome.
+type pipeline struct {
+	b    pgx.Batch
+	read []func(pgx.BatchResults) error
+}
+
+// exec adds a statement whose outcome is its row count.
+func (p *pipeline) exec(sql string, args []any, outcome func(n int64, err error) error) {
+	p.b.Queue(sql, args...)
+	p.read = append(p.read, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		return outcome(tag.RowsAffected(), err)
+	})
+}
+
+// tasks adds the enqueue of tasks without keys (enqueue's plain path):
+// their inserts with their task.enqueued events, their spilled payloads,
+// the NOTIFY of the queues that got a pending task. The results are filled
+// in when the pipeline is sent; opts.Events are the caller's to add.
+// strict: a taken id fails the insert (store.ErrConflict).
+func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.EnqueueOpts, strict bool) ([]store.EnqueueResult, error) {
+	results := make([]store.EnqueueResult, len(tasks))
+	if len(tasks) == 0 {
+		return results, nil
+	}
+	actor := store.ActorFrom(ctx, store.DefaultActor)
+	var spills []row
+	var woken []any
+	for start := 0; start < len(tasks); start += maxPreparedRows {
+		chunk := tasks[start:min(start+maxPreparedRows, len(tasks))]
+		batch := make([]row, len(chunk))
+		args := make([]any, 0, len(chunk)*len(insertColumns)+1)
+		for j, t := range chunk {
+			r, err := newRow(t, opts.InlineLimit)
+			if err != nil {
+				return nil, err
+			}
+			batch[j], args = r, r.args(args)
+			results[start+j] = store.EnqueueResult{Task: r.stored()}
+			if r.spilled {
+				spills = append(spills, r)
+			}
+			if t.State == bt.StatePending && !slices.Contains(woken, any(t.Queue)) {
+				woken = append(woken, t.Queue)
+			}
+		}
+		conflict := "(id)"
+		if strict {
+			conflict = strictConflict
+		}
+		p.b.Queue(sqlInsertTasks(len(chunk), conflict), append(args, actor)...)
+		p.read = append(p.read, func(br pgx.BatchResults) error {
+			var inserted map[string]int
+			rs, err := br.Query()
+			if err != nil {
+				err = fmt.Errorf("pgstore: enqueue: insert: %w", err)
+			} else {
+				inserted, err = countIDs(rs)
+			}
+			if isUniqueViolation(err) {
+				return fmt.Errorf("pgstore: enqueue: a task id is taken: %w: %v", store.ErrConflict, err)
+			}
+			if err != nil {
+				return err
+			}
+			return checkInserted(batch, inserted)
+		})
+	}
+	for start := 0; start < len(spills); start += maxPreparedRows {
+		chunk := spills[start:min(start+maxPreparedRows, len(spills))]
+		args := make([]any, 0, 2*len(chunk))
+		for _, r := range chunk {
+			args = append(args, r.task.ID, []byte(r.task.Payload))
+		}
+		p.exec(sqlInsertPayloads(len(chunk)), args, wrapped("pgstore: enqueue: spill payloads"))
+	}
+	if len(woken) > 0 {
+		p.exec(sqlNotify(len(woken)), woken, wrapped("pgstore: enqueue: notify"))
+	}
+	return results, nil
+}
+
+// wrapped is an outcome that is only the statement's error, prefixed.
+func wrapped(prefix string) func(int64, error) error {
+	return func(_ int64, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s: %w", prefix, permission(err))
+		}
+		return nil
+	}
+}
+
+// batchSender is what sends a pipeline: a pgx.Tx (in its transaction), or
+// the pool (one implicit transaction).
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// send sends the statements and reads their outcomes in order: the first
+// failure is the error (the server skipped the statements after a failed
+// one; a transaction must roll back).
+func (p *pipeline) send(ctx context.Context, tx batchSender) error {
+	if len(p.read) == 0 {
+		return nil
+	}
+	br := tx.SendBatch(ctx, &p.b)
+	var err error
+	for _, read := range p.read {
+		if err = read(br); err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("pgstore: write plan: %w", permission(cerr))
+	}
+	return err
+}
