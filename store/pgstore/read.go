@@ -71,7 +71,7 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 }
 
 // runAttribute is the attribute that names a task's run (the library's
-// RunAttribute), which the index of migration 00050 holds.
+// RunAttribute), which the index of migrations 00050 and 00058 holds.
 const runAttribute = "run_id"
 
 // listWhere turns a filter (but its cursor and limit) into conditions on
@@ -111,13 +111,22 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 	}
 	attrs := f.Attrs
 	if run, ok := f.Attrs[runAttribute]; ok {
-		// A run's tasks: through the index of run_id attributes (migration
-		// 00050), whose predicate the first condition proves. The equality
-		// is the containment's answer (attribute values are strings), and
-		// the index's statistics estimate it where a containment's default
-		// selectivity would make the planner walk the primary key.
-		where = append(where, "t.attributes ? '"+runAttribute+"'")
-		add("t.attributes->>'"+runAttribute+"' = %s", run)
+		// A run's tasks, in two parts split by the id alone: those whose
+		// id does not start with the run id and a dot, through the index
+		// of run_id attributes (migrations 00050, 00058), whose predicate
+		// the first part's conditions prove; and those whose id does (a
+		// workflow's step tasks, which the index leaves out where ids sort
+		// byte by byte), through the primary key's range of the prefix,
+		// which starts_with gives the planner under that collation. The
+		// equality is the containment's answer (attribute values are
+		// strings), and the index's statistics estimate it where a
+		// containment's default selectivity would make the planner walk
+		// the primary key.
+		args = append(args, run, run+".")
+		r, prefix := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
+		has := "t.attributes ? '" + runAttribute + "' AND t.attributes->>'" + runAttribute + "' = " + r
+		where = append(where, "(("+has+" AND NOT starts_with(t.id, (t.attributes->>'"+runAttribute+"') || '.')) OR ("+
+			has+" AND starts_with(t.id, "+prefix+")))")
 		attrs = maps.Clone(f.Attrs)
 		delete(attrs, runAttribute)
 	}
