@@ -7,9 +7,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
-	"github.com/backstophq/backstop/store/pgstore"
 )
 
 // Migration 00053 on a database written by the version before it: the
@@ -20,14 +18,7 @@ import (
 func TestAutovacuumByCountMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := pgstore.Open(ctx, testdb.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.MigrateTo(ctx, 52); err != nil {
-		t.Fatal(err)
-	}
+	s := storeAt(t, 52)
 	tasks := []*bt.Task{newTask("av"), newTask("av"), newTask("av")}
 	enqueue(t, s, store.EnqueueOpts{}, tasks...)
 	got := claim(t, s, "av", 2, t0)

@@ -23,14 +23,7 @@ import (
 func TestConsoleReadsMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := pgstore.Open(ctx, testdb.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.MigrateTo(ctx, 37); err != nil {
-		t.Fatal(err)
-	}
+	s := storeAt(t, 37)
 	var tasks []*bt.Task
 	for i := range 400 {
 		tk := newTask("mig")

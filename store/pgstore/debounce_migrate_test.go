@@ -7,9 +7,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
-	"github.com/backstophq/backstop/store/pgstore"
 )
 
 // Migration 00048 on a database written by the version before it (00043):
@@ -23,14 +21,7 @@ import (
 func TestDebounceFunctionMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := pgstore.Open(ctx, testdb.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.MigrateTo(ctx, 43); err != nil {
-		t.Fatal(err)
-	}
+	s := storeAt(t, 43)
 	merge := func(_ string, _ json.RawMessage, _ int, in json.RawMessage) (json.RawMessage, error) { return in, nil }
 	opts := store.EnqueueOpts{InlineLimit: 64, Merge: merge}
 	keyed := func(key string, state bt.State, runAt time.Time, payload string) *bt.Task {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/pgstore"
 )
@@ -23,14 +22,7 @@ import (
 func TestGaugesAndErrorIndexMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := pgstore.Open(ctx, testdb.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.MigrateTo(ctx, 50); err != nil {
-		t.Fatal(err)
-	}
+	s := storeAt(t, 50)
 	var tasks []*bt.Task
 	for i := range 240 {
 		tk := newTask(fmt.Sprintf("q%d", i%3))

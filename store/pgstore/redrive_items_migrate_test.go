@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
-	"github.com/backstophq/backstop/store/pgstore"
 )
 
 // Migration 00057 on a database holding a redrive's items written by the
@@ -18,14 +16,7 @@ import (
 func TestRedriveItemsOutcomeIndexMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := pgstore.Open(ctx, testdb.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.MigrateTo(ctx, 56); err != nil {
-		t.Fatal(err)
-	}
+	s := storeAt(t, 56)
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	rec, _, err := s.StartRedrive(ctx, store.Redrive{ID: "rd-old", Kind: store.JobRedrive, FilterKey: "k", Filter: []byte(`{}`),
 		Snapshot: at, StartedAt: at})

@@ -7,9 +7,7 @@ import (
 	"testing"
 
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
-	"github.com/backstophq/backstop/store/pgstore"
 )
 
 // Migration 00050 on a database written by the version before it (00043):
@@ -21,14 +19,7 @@ import (
 func TestRunAndGroupReadsMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := pgstore.Open(ctx, testdb.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.MigrateTo(ctx, 43); err != nil {
-		t.Fatal(err)
-	}
+	s := storeAt(t, 43)
 	runs := []string{"run-1", "run-10", "run-2"}
 	var tasks []*bt.Task
 	for i := range 300 {

@@ -8,9 +8,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
-	"github.com/backstophq/backstop/store/pgstore"
 )
 
 // A task whose id starts with its run_id and a dot (a workflow's step
@@ -64,14 +62,7 @@ func TestStepTaskWritesNoRunIndexEntry(t *testing.T) {
 func TestRunIndexWithoutStepsMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := pgstore.Open(ctx, testdb.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.MigrateTo(ctx, 57); err != nil {
-		t.Fatal(err)
-	}
+	s := storeAt(t, 57)
 	runs := []string{"run-1", "run-10", "run-2", "b.1", "b"}
 	var tasks []*bt.Task
 	for i := range 400 {
