@@ -22,28 +22,12 @@ import (
 //	scripts/with-postgres go test -run '^$' -bench WorkflowOverhead -benchtime 3x -count 5 .
 func BenchmarkWorkflowOverhead(b *testing.B) {
 	const runs, steps = 100, 5
-	for _, db := range []struct {
-		name string
-		url  func(testing.TB) string
-	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
+	for _, db := range benchDBs {
 		for _, mode := range []string{"workflow", "plain"} {
 			b.Run(db.name+"/"+mode, func(b *testing.B) {
 				ctx := context.Background()
 				_, c := benchStore(b, db.url(b))
-				bld := workflow.New("linear").Queue("bench")
-				for i := 0; i < steps; i++ {
-					st := bld.Step(fmt.Sprintf("s%d", i), "noop")
-					if i > 0 {
-						st.Needs(fmt.Sprintf("s%d", i-1))
-					}
-				}
-				def, err := bld.Build()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, _, err := c.ApplyWorkflow(ctx, def); err != nil {
-					b.Fatal(err)
-				}
+				applyLinear(b, c, steps)
 				done := make(chan struct{}, runs*steps)
 				w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"bench": 8}, PollInterval: 5 * time.Millisecond,
 					MaintenanceInterval: -1})
@@ -99,27 +83,11 @@ func BenchmarkWorkflowOverhead(b *testing.B) {
 //	scripts/with-postgres go test -run '^$' -bench WorkflowStart -benchtime 3x -count 5 .
 func BenchmarkWorkflowStart(b *testing.B) {
 	const runs, steps = 100, 5
-	for _, db := range []struct {
-		name string
-		url  func(testing.TB) string
-	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
+	for _, db := range benchDBs {
 		b.Run(db.name, func(b *testing.B) {
 			ctx := context.Background()
 			_, c := benchStore(b, db.url(b))
-			bld := workflow.New("linear").Queue("bench")
-			for i := 0; i < steps; i++ {
-				st := bld.Step(fmt.Sprintf("s%d", i), "noop")
-				if i > 0 {
-					st.Needs(fmt.Sprintf("s%d", i-1))
-				}
-			}
-			def, err := bld.Build()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, _, err := c.ApplyWorkflow(ctx, def); err != nil {
-				b.Fatal(err)
-			}
+			applyLinear(b, c, steps)
 			b.ResetTimer()
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
@@ -142,10 +110,7 @@ func BenchmarkWorkflowStart(b *testing.B) {
 //	scripts/with-postgres go test -run '^$' -bench WorkflowSettleBatch -benchtime 20x -count 5 .
 func BenchmarkWorkflowSettleBatch(b *testing.B) {
 	const runs = 100
-	for _, db := range []struct {
-		name string
-		url  func(testing.TB) string
-	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
+	for _, db := range benchDBs {
 		b.Run(db.name, func(b *testing.B) {
 			ctx := context.Background()
 			s, c := benchStore(b, db.url(b))
@@ -197,6 +162,32 @@ func BenchmarkWorkflowSettleBatch(b *testing.B) {
 
 // benchStore opens and migrates the store at url (closed at the end of b)
 // and makes a client of it.
+// benchDBs are the stores the workflow benchmarks run on.
+var benchDBs = []struct {
+	name string
+	url  func(testing.TB) string
+}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}}
+
+// applyLinear applies the workflow "linear" on queue "bench": steps no-op
+// steps s0, s1, …, each needing the one before it.
+func applyLinear(b *testing.B, c *Client, steps int) {
+	b.Helper()
+	bld := workflow.New("linear").Queue("bench")
+	for i := 0; i < steps; i++ {
+		st := bld.Step(fmt.Sprintf("s%d", i), "noop")
+		if i > 0 {
+			st.Needs(fmt.Sprintf("s%d", i-1))
+		}
+	}
+	def, err := bld.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, _, err := c.ApplyWorkflow(context.Background(), def); err != nil {
+		b.Fatal(err)
+	}
+}
+
 func benchStore(b *testing.B, url string) (store.Store, *Client) {
 	b.Helper()
 	ctx := context.Background()
