@@ -52,6 +52,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	if err != nil {
 		return usageErr("work: %v", err)
 	}
+	defer h.Close() //nolint:errcheck // best effort: a directory of leftover result files
 	tel, stopTelemetry, err := a.startWorkTelemetry(ctx, &config.Config{Log: o.logConfig}, o.metricsAddr)
 	if err != nil {
 		return err

@@ -215,7 +215,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 		defer m.Stop()
 	}
 
-	workers, err := startConfigWorkers(ctx, c, cfg, log)
+	workers, handlers, err := startConfigWorkers(ctx, c, cfg, log)
 	defer func() {
 		// Drain the in-process workers within the shutdown grace.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.grace)
@@ -224,6 +224,9 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 			if err := w.Stop(wctx); err != nil {
 				log.Error("stopping an in-process worker", "worker_id", w.ID(), "error", err)
 			}
+		}
+		for _, h := range handlers {
+			h.Close() //nolint:errcheck // best effort: a directory of leftover result files
 		}
 	}()
 	if err != nil {
@@ -281,13 +284,15 @@ func (a *app) serve(ctx context.Context, f *serveFlags, cfg *config.Config) erro
 // startConfigWorkers starts the exec workers the configuration declares.
 // They take no part in the maintenance election: serve's maintainer
 // stands for this process.
-func startConfigWorkers(ctx context.Context, c *backstop.Client, cfg *config.Config, log *slog.Logger) ([]*backstop.Worker, error) {
+func startConfigWorkers(ctx context.Context, c *backstop.Client, cfg *config.Config, log *slog.Logger) ([]*backstop.Worker, []*execworker.Handler, error) {
 	var started []*backstop.Worker
+	var handlers []*execworker.Handler
 	for i, wc := range cfg.Workers.Run {
 		h, err := execworker.New(execworker.Config{Command: wc.Command, PermanentExitCodes: wc.PermanentExitCodes})
 		if err != nil {
-			return started, usageErr("workers[%d]: %v", i, err)
+			return started, handlers, usageErr("workers[%d]: %v", i, err)
 		}
+		handlers = append(handlers, h)
 		lease := wc.Lease.D()
 		if lease == 0 {
 			lease = cfg.QueueLease(wc.Queue)
@@ -298,7 +303,7 @@ func startConfigWorkers(ctx context.Context, c *backstop.Client, cfg *config.Con
 			MaintenanceInterval: -1, Version: readBuildVersion().short(), Labels: runnerLabels(runnerServe),
 		})
 		if err != nil {
-			return started, usageErr("workers[%d]: %v", i, err)
+			return started, handlers, usageErr("workers[%d]: %v", i, err)
 		}
 		if len(wc.Kinds) == 0 {
 			w.HandleDefault(h)
@@ -307,11 +312,11 @@ func startConfigWorkers(ctx context.Context, c *backstop.Client, cfg *config.Con
 			w.Handle(k, h)
 		}
 		if err := w.Start(ctx); err != nil {
-			return started, err
+			return started, handlers, err
 		}
 		started = append(started, w)
 		log.Info("in-process exec worker started", "worker_id", w.ID(), "queue", wc.Queue, "kinds", wc.Kinds,
 			"concurrency", wc.Concurrency, "command", wc.Command)
 	}
-	return started, nil
+	return started, handlers, nil
 }

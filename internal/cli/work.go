@@ -193,6 +193,7 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	if err != nil {
 		return usageErr("work: %v", err)
 	}
+	defer h.Close() //nolint:errcheck // best effort: a directory of leftover result files
 
 	tel, c, closeAll, err := a.openWorkProcess(ctx, cfg, o.metricsAddr)
 	if err != nil {

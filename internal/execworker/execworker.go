@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,10 +88,53 @@ const DefaultCancelGrace = 10 * time.Second
 
 // Handler runs Config.Command for each task.
 type Handler struct {
-	cfg  Config
-	path string
-	perm map[int]bool
-	env  []string
+	cfg     Config
+	path    string
+	perm    map[int]bool
+	env     []string
+	results resultFiles
+}
+
+// resultFiles names each run's result and progress files: fresh names (a
+// counter) in one private directory (mode 0700: this user's alone) made
+// once per Handler, removed after the run; Close removes the directory.
+// One directory for every run, not one made and removed per run: that
+// pair of directory operations was a large part of the worker's own cost
+// per task.
+type resultFiles struct {
+	mu   sync.Mutex
+	dir  string
+	next uint64
+}
+
+// names returns the run's result and progress file names, making the
+// directory first if it is not there (the first run, or a cleaner that
+// removed it).
+func (r *resultFiles) names() (result, progress string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dir == "" {
+		if r.dir, err = os.MkdirTemp("", "backstop-results-"); err != nil {
+			return "", "", err
+		}
+	} else if err := os.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", "", err
+	}
+	r.next++
+	base := filepath.Join(r.dir, strconv.FormatUint(r.next, 10))
+	return base + ".result.json", base + ".progress", nil
+}
+
+// Close removes the directory of the result files (after the last run).
+func (h *Handler) Close() error {
+	h.results.mu.Lock()
+	defer h.results.mu.Unlock()
+	if h.results.dir == "" {
+		return nil
+	}
+	err := os.RemoveAll(h.results.dir)
+	h.results.dir = ""
+	return err
 }
 
 var _ backstop.Handler = (*Handler)(nil)
@@ -250,15 +294,14 @@ func (h *Handler) Run(ctx context.Context, t *backstop.Task) Result {
 	if err := ctx.Err(); err != nil {
 		return Result{Err: err, ExitCode: -1}
 	}
-	resultDir, err := os.MkdirTemp("", "backstop-result-") // mode 0700: this user's alone
+	resultFile, progressFile, err := h.results.names()
 	if err != nil {
 		return Result{Err: fmt.Errorf("execworker: result file directory: %w", err), ExitCode: -1}
 	}
-	defer os.RemoveAll(resultDir)
-	resultFile := filepath.Join(resultDir, "result.json")
+	defer os.Remove(resultFile)
+	defer os.Remove(progressFile)
 	cmd := exec.Command(h.path, h.cfg.Command[1:]...)
 	cmd.Args[0] = h.cfg.Command[0]
-	progressFile := filepath.Join(resultDir, "progress")
 	cmd.Env = append(append(h.Environ(t), TraceEnv(ctx)...), ResultFileEnv+"="+resultFile, ProgressFileEnv+"="+progressFile)
 	cmd.Dir = h.cfg.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -46,7 +46,7 @@ func TestResultFile(t *testing.T) {
 		{name: "not a file", script: `mkdir "$BACKSTOP_RESULT_FILE"`, wantErr: "not a regular file"},
 		{name: "symlink", script: `ln -s /etc/passwd "$BACKSTOP_RESULT_FILE"`, wantErr: "cannot be read"},
 		{name: "fifo", script: `mkfifo "$BACKSTOP_RESULT_FILE"`, wantErr: "not a regular file"},
-		{name: "failed run", script: `echo 1 > "$BACKSTOP_RESULT_FILE"; exit 3`, wantErr: "exited with code 3"},
+		{name: "failed run", script: `echo 1 > "$BACKSTOP_RESULT_FILE"; (exit 3)`, wantErr: "exited with code 3"},
 	} {
 		h := newHandler(t, execworker.Config{Command: shell(tc.script + `; s=$?; echo "$BACKSTOP_RESULT_FILE" > ` + seen + `; exit $s`),
 			Env: []string{"PATH=" + os.Getenv("PATH"), execworker.ResultFileEnv + "=/inherited"}})
@@ -71,9 +71,59 @@ func TestResultFile(t *testing.T) {
 		if path == "/inherited" || !strings.HasSuffix(path, "result.json") {
 			t.Errorf("%s: BACKSTOP_RESULT_FILE=%q, want a fresh file", tc.name, path)
 		}
-		if _, err := os.Stat(filepath.Dir(path)); !os.IsNotExist(err) {
-			t.Errorf("%s: the result directory %s outlived the run (%v)", tc.name, filepath.Dir(path), err)
+		if _, err := os.Lstat(path); !os.IsNotExist(err) {
+			t.Errorf("%s: the result file %s outlived the run (%v)", tc.name, path, err)
 		}
+		if fi, err := os.Stat(filepath.Dir(path)); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: the result directory %s: %v, want a private one (0700)", tc.name, filepath.Dir(path), err)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Dir(path)); !os.IsNotExist(err) {
+			t.Errorf("%s: the result directory %s outlived the handler's Close (%v)", tc.name, filepath.Dir(path), err)
+		}
+	}
+}
+
+// TestResultFilesFreshPerRun: the runs of one handler name fresh result
+// and progress files in one private directory, each removed after its
+// run; a directory removed under the handler is made again.
+func TestResultFilesFreshPerRun(t *testing.T) {
+	t.Parallel()
+	seen := filepath.Join(t.TempDir(), "seen")
+	h := newHandler(t, execworker.Config{Command: shell(`echo "$BACKSTOP_RESULT_FILE $BACKSTOP_PROGRESS_FILE" >> ` + seen +
+		`; echo '"r"' > "$BACKSTOP_RESULT_FILE"; echo 1/2 > "$BACKSTOP_PROGRESS_FILE"`)})
+	defer h.Close()
+	for i := range 3 {
+		if r := h.Run(context.Background(), testTask()); r.Err != nil || string(r.Value) != `"r"` {
+			t.Fatalf("run %d: %+v", i, r)
+		}
+		if i == 1 {
+			b, _ := os.ReadFile(seen)
+			if err := os.RemoveAll(filepath.Dir(strings.Fields(string(b))[0])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	b, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	dirs := map[string]bool{}
+	for _, p := range strings.Fields(string(b)) {
+		if names[p] {
+			t.Errorf("%s named twice", p)
+		}
+		names[p] = true
+		dirs[filepath.Dir(p)] = true
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s outlived its run (%v)", p, err)
+		}
+	}
+	if len(names) != 6 || len(dirs) != 1 {
+		t.Errorf("names %v in directories %v, want 6 names in one directory", names, dirs)
 	}
 }
 
