@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -21,18 +20,7 @@ import (
 // read through the index of actor rows.
 func TestConsoleReadsMigration(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "old.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	p, err := s.provider()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 28); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := storeAt(t, 28)
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	for round := range 3 { // three claims, 10 executions started at each instant
 		var tasks []*bt.Task

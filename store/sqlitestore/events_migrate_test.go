@@ -16,18 +16,7 @@ import (
 // cursor handed out before (<seq>) still means "after that event".
 func TestEventBatchesMigration(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "old.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	p, err := s.provider()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 8); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := storeAt(t, 8)
 	// The old layout: one row per event; the hot path's rows have no id.
 	old := []struct{ id, typ, subject, attrs, body string }{
 		{"0193aaaa-0000-7000-8000-000000000001", "task.enqueued", "t1", `{"run_id":"r1"}`, `{"merged":false}`},

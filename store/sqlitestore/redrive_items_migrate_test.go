@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,18 +16,7 @@ import (
 // every item again.
 func TestRedriveItemsOutcomeIndexMigration(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "old.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	p, err := s.provider()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 46); err != nil {
-		t.Fatal(err)
-	}
+	s, p := storeAt(t, 46)
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	rec, _, err := s.StartRedrive(ctx, store.Redrive{ID: "rd-old", Kind: store.JobRedrive, FilterKey: "k", Filter: []byte(`{}`),
 		Snapshot: at, StartedAt: at})

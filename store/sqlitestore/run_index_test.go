@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,18 +18,7 @@ import (
 // listed them, now read through the run index (in id order, no sort).
 func TestRunIndexMigration(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "old.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	p, err := s.provider()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 34); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := storeAt(t, 34)
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	runs := []string{"run-1", "run-10", "run-2"}
 	var tasks []*bt.Task

@@ -1,0 +1,29 @@
+package sqlitestore
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/pressly/goose/v3"
+)
+
+// storeAt opens a store on a fresh file migrated up to version and no
+// further, and returns its migration provider for the test's later steps:
+// where a migration test writes the data the migration under test must
+// carry. The store is closed when the test ends.
+func storeAt(t *testing.T, version int64) (*Store, *goose.Provider) {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "old.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	p, err := s.provider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(t.Context(), version); err != nil {
+		t.Fatal(err)
+	}
+	return s, p
+}
