@@ -41,6 +41,7 @@ func (c *Client) ApplyWorkflow(ctx context.Context, def *workflow.Definition) (W
 		})
 	if err == nil {
 		c.e.RememberPlan(d.PlanHash, def)
+		c.e.RememberLatest(&d)
 	}
 	return d, created, err
 }
@@ -99,11 +100,46 @@ type RunStarted struct {
 
 // RunWorkflow starts a run of a registered workflow: its run and its first
 // steps' tasks are written in one transaction.
+//
+// A start of the latest version (Version 0) plans from the version this
+// client last saw as the latest (registered through it, or read once) and
+// writes the run only if no later version was registered meanwhile, by any
+// process; if one was, it reads the latest and plans again.
 func (c *Client) RunWorkflow(ctx context.Context, p RunWorkflowParams) (*RunStarted, error) {
-	plan, d, err := c.startPlan(ctx, p)
+	if p.Version != 0 {
+		plan, d, err := c.startPlan(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		return c.startRun(ctx, p, plan, d)
+	}
+	input, runID, err := c.startParams(p)
 	if err != nil {
 		return nil, err
 	}
+	if err := workflow.ValidName(p.Workflow); err != nil {
+		return nil, invalid("workflow", "%v", err)
+	}
+	if p.Trace {
+		ctx = engine.ForceTrace(ctx)
+	}
+	var eff engine.RunEffects
+	d, plan, err := c.e.StartLatest(ctx, p.Workflow, func(d *WorkflowVersion, def *workflow.Definition) (workflow.Plan, error) {
+		return c.planStart(def, d, runID, input)
+	}, &eff)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("workflow %q is not registered: %w", p.Workflow, ErrNotFound)
+	}
+	if err != nil {
+		return nil, c.runConflict(p, err)
+	}
+	c.e.AfterRuns(ctx, &eff)
+	return &RunStarted{RunID: plan.Run.RunID, Workflow: d.Name, Version: d.Version, PlanHash: d.PlanHash, State: plan.Run.State}, nil
+}
+
+// startRun writes the start of a run of the version d that startPlan
+// planned.
+func (c *Client) startRun(ctx context.Context, p RunWorkflowParams, plan workflow.Plan, d *WorkflowVersion) (*RunStarted, error) {
 	if p.Trace {
 		ctx = engine.ForceTrace(ctx)
 	}
@@ -146,35 +182,54 @@ func (c *Client) runConflict(p RunWorkflowParams, err error) error {
 }
 
 func (c *Client) startPlan(ctx context.Context, p RunWorkflowParams) (workflow.Plan, *WorkflowVersion, error) {
+	input, runID, err := c.startParams(p)
+	if err != nil {
+		return workflow.Plan{}, nil, err
+	}
+	d, def, err := c.Workflow(ctx, p.Workflow, p.Version)
+	if err != nil {
+		return workflow.Plan{}, nil, err
+	}
+	plan, err := c.planStart(def, d, runID, input)
+	if err != nil {
+		return workflow.Plan{}, nil, err
+	}
+	return plan, d, nil
+}
+
+// startParams is p's input (default {}) and run id (default a new one),
+// checked.
+func (c *Client) startParams(p RunWorkflowParams) (json.RawMessage, string, error) {
 	input := p.Input
 	if len(strings.TrimSpace(string(input))) == 0 {
 		input = json.RawMessage(`{}`)
 	}
 	if err := engine.CheckJSON("input", input); err != nil {
-		return workflow.Plan{}, nil, err
+		return nil, "", err
 	}
 	if len(input) > c.cfg.MaxPayloadSize {
-		return workflow.Plan{}, nil, &ValidationError{Field: "input", TooLarge: true,
+		return nil, "", &ValidationError{Field: "input", TooLarge: true,
 			Message: fmt.Sprintf("is %d bytes; the maximum is %d", len(input), c.cfg.MaxPayloadSize)}
 	}
 	runID := p.RunID
 	if runID == "" {
 		runID = workflow.NewRunID()
 	} else if err := workflow.ValidRunID(runID); err != nil {
-		return workflow.Plan{}, nil, invalid("run_id", "%v", err)
+		return nil, "", invalid("run_id", "%v", err)
 	}
-	d, def, err := c.Workflow(ctx, p.Workflow, p.Version)
-	if err != nil {
-		return workflow.Plan{}, nil, err
-	}
+	return input, runID, nil
+}
+
+// planStart is the start of run runID of d (def) with input.
+func (c *Client) planStart(def *workflow.Definition, d *WorkflowVersion, runID string, input json.RawMessage) (workflow.Plan, error) {
 	plan, err := workflow.Start(def, *d, runID, input, c.now())
 	if fe := (*workflow.FanOutError)(nil); errors.As(err, &fe) {
-		return workflow.Plan{}, nil, invalid("input", "%v (limits.max_fanout_bytes)", fe)
+		return workflow.Plan{}, invalid("input", "%v (limits.max_fanout_bytes)", fe)
 	}
 	if err != nil {
-		return workflow.Plan{}, nil, invalid("input", "%v", err)
+		return workflow.Plan{}, invalid("input", "%v", err)
 	}
-	return plan, d, nil
+	return plan, nil
 }
 
 // CancelRun cancels a run: its waiting steps are canceled, its running ones

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -47,7 +48,19 @@ type RunRecord struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Latest, on a run to insert (InsertRun, WritePlan), makes the insert
+	// conditional on Version being the latest registered version of
+	// Workflow when it runs: else it fails with ErrStaleVersion and the
+	// transaction must roll back. A start of "the latest" planned from a
+	// definition cached in the process sets it. Not stored: a run read
+	// back has it false.
+	Latest bool `json:"-"`
 }
+
+// ErrStaleVersion: a run insert with Latest named a version that is no
+// longer its workflow's latest (another version was registered since the
+// plan was made).
+var ErrStaleVersion = errors.New("the workflow's latest version changed")
 
 // StepRecord is one task of a run: a step, one item of a fan-out step, or
 // a compensation. Keyed by (RunID, StepID, Item); TaskID is unique when set

@@ -45,6 +45,7 @@ type Engine struct {
 	orderingByQueue map[string]*OrderingStats // ordering.go: per ordered queue (read-only)
 	implicit        implicitOrdering          // ordering.go: undeclared queues with ordered tasks
 	plans           sync.Map                  // workflows.go: plan hash -> *workflow.Definition
+	latest          sync.Map                  // latestversion.go: workflow name -> its latest *store.WorkflowDef seen
 	claimSettings   claimSettings             // claimsettings.go: which queues have limits, which are fair
 	// SettleSeen, set only by tests, sees every batch Settle applies.
 	SettleSeen func([]store.Settlement)

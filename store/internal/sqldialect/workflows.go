@@ -523,8 +523,15 @@ func WorkflowInsertRunSQL(d *Dialect, r store.RunRecord, strict bool) (string, [
 	if strict {
 		conflict = ""
 	}
+	hash := "$4"
+	if r.Latest {
+		// A plan hash of NULL fails the NOT NULL column: the statement (and
+		// a pipeline's implicit transaction) fails when a later version
+		// is registered, instead of inserting a run of a stale one.
+		hash = "CASE WHEN $3 = (SELECT max(version) FROM backstop_workflows WHERE name = $2) THEN $4 END"
+	}
 	return `INSERT INTO backstop_runs (` + runCols + `)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)` + conflict,
+		VALUES ($1, $2, $3, ` + hash + `, $5, $6, $7, $8, $9, $10, $11)` + conflict,
 		[]any{r.RunID, r.Workflow, r.Version, r.PlanHash, string(r.State), jsonArg(r.Input), r.Error, r.Seq,
 			r.CreatedAt, r.UpdatedAt, r.FinishedAt}, nil
 }
@@ -536,6 +543,9 @@ func WorkflowInsertRunResult(d *Dialect, r store.RunRecord, n int64, err error) 
 	if err != nil && d.IsUnique(err) {
 		return fmt.Errorf("%w: run %q already exists", store.ErrConflict, r.RunID)
 	}
+	if err != nil && r.Latest && staleVersion(err) {
+		return fmt.Errorf("%s: insert run %s: workflow %q version %d: %w", d.Prefix, r.RunID, r.Workflow, r.Version, store.ErrStaleVersion)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: insert run %s: %w", d.Prefix, r.RunID, d.Err(err))
 	}
@@ -543,6 +553,16 @@ func WorkflowInsertRunResult(d *Dialect, r store.RunRecord, n int64, err error) 
 		return fmt.Errorf("%w: run %q already exists", store.ErrConflict, r.RunID)
 	}
 	return nil
+}
+
+// staleVersion: err is the NOT NULL violation of backstop_runs.plan_hash
+// that a Latest insert's statement raises when its version is not the
+// latest (the only NULL that statement can write there). PostgreSQL: null
+// value in column "plan_hash" …; SQLite: NOT NULL constraint failed:
+// backstop_runs.plan_hash.
+func staleVersion(err error) bool {
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "null") && strings.Contains(msg, "plan_hash")
 }
 
 // WorkflowLockRun is store.WorkflowTx's LockRun in q (a transaction): the
