@@ -47,7 +47,7 @@ func (s *suite) testWorkflows(t *testing.T) {
 	t.Run("UpdateRun", s.wfUpdateRun)
 	t.Run("UpdateRuns", s.wfUpdateRuns)
 	t.Run("PutSteps", s.wfPutSteps)
-	t.Run("WritePlan", s.wfWritePlan) // workflow_writeplan.go
+	t.Run("WritePlan", s.wfWritePlan)     // workflow_writeplan.go
 	t.Run("WriteLatest", s.wfWriteLatest) // workflow_latest.go
 	t.Run("StepsOfTasks", s.wfStepsOfTasks)
 	t.Run("RunInputsOfTasks", s.wfRunInputsOfTasks)
