@@ -200,20 +200,11 @@ func collectRedriven(rs pgx.Rows, out []store.Redriven) ([]store.Redriven, error
 // RedriveBatch implements store.DLQ.
 func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.RedriveBatchResult, error) {
 	var res store.RedriveBatchResult
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return res, fmt.Errorf("pgstore: redrive: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	pick, args := redrivePick(b, "t.id")
-
 	// Fast path: pick, replay, record the history and advance the redrive
-	// record in one statement. A uniqueness violation undoes it (savepoint)
-	// and the batch goes the slow way, one row at a time.
-	fast, err := tx.Begin(ctx)
-	if err != nil {
-		return res, err
-	}
+	// record in one statement, sent outside a transaction block: the
+	// server runs it as one implicit transaction (one round trip, no
+	// begin, savepoint or commit). A uniqueness violation rolls all of it
+	// back, and the batch goes the slow way, one row at a time.
 	fastSQL, fastArgs := redriveFast(b)
 	var (
 		last    *string
@@ -221,15 +212,8 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		notices int64
 		steps   []string // replayed ids that may be workflow steps (store.StepIDs)
 	)
-	err = fast.QueryRow(ctx, fastSQL,
-		fastArgs...).Scan(&last, &count, &notices, &steps)
+	err := s.pool.QueryRow(ctx, fastSQL, fastArgs...).Scan(&last, &count, &notices, &steps)
 	if err == nil {
-		if err := fast.Commit(ctx); err != nil {
-			return res, err
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return res, fmt.Errorf("pgstore: redrive: commit: %w", err)
-		}
 		if last != nil {
 			res.LastID = *last
 		}
@@ -239,10 +223,13 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	if !isUniqueViolation(err) {
 		return res, fmt.Errorf("pgstore: redrive: %w", err)
 	}
-	if err := fast.Rollback(ctx); err != nil {
-		return res, err
-	}
 
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("pgstore: redrive: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	pick, args := redrivePick(b, "t.id")
 	rs, err := tx.Query(ctx, pick, args...)
 	if err != nil {
 		return res, fmt.Errorf("pgstore: redrive: %w", err)

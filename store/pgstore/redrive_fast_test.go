@@ -184,3 +184,72 @@ func TestRedriveBatchFastPathWork(t *testing.T) {
 		}
 	}
 }
+
+// TestRedriveBatchFastPathOneRoundTrip: a batch the fast path takes is one
+// round trip (its statement, outside a transaction block: no begin,
+// savepoint, release or commit), and it replays its rows, records their
+// items and advances the record as before.
+func TestRedriveBatchFastPathOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s, rt := tracedStore(t)
+	const n = 40
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	tasks := make([]*bt.Task, n)
+	for i := range tasks {
+		tasks[i] = &bt.Task{ID: fmt.Sprintf("dl-%04d", i), Queue: "rq", Kind: "k", State: bt.StatePending, MaxAttempts: 1,
+			Payload: json.RawMessage(`{}`), RunAt: now, CreatedAt: now, UpdatedAt: now}
+	}
+	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, store.ClaimParams{Queue: "rq", WorkerID: "w", Max: n, Now: now, Lease: time.Minute})
+	if err != nil || len(got) != n {
+		t.Fatalf("claim: %d, %v", len(got), err)
+	}
+	ss := make([]store.Settlement, n)
+	for i, tk := range got {
+		ss[i] = store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError, Error: "boom",
+			FinishedAt: now, State: bt.StateDead, DeadReason: bt.ReasonPermanentError}
+	}
+	if _, err := s.Settle(ctx, ss); err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(time.Second)
+	rec, _, err := s.StartRedrive(ctx, store.Redrive{ID: "rd-1", Kind: store.JobRedrive, FilterKey: "k", Filter: json.RawMessage(`{}`),
+		Snapshot: later, StartedAt: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := store.RedriveBatch{RedriveID: rec.ID, Filter: store.ListFilter{Queue: "rq"}, Snapshot: later, Limit: n / 2,
+		RunAt: later, State: bt.StatePending, Now: later, Actor: "test"}
+	for i, last := range []string{"dl-0019", "dl-0039"} {
+		before := rt.trips()
+		res, err := s.RedriveBatch(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if trips := rt.trips() - before; trips != 1 {
+			t.Errorf("batch %d: %d round trips; want 1", i, trips)
+		}
+		if res.Replayed != n/2 || res.LastID != last {
+			t.Fatalf("batch %d: %+v; want %d replayed up to %s", i, res, n/2, last)
+		}
+		b.AfterID = res.LastID
+	}
+	items, err := s.RedriveItems(ctx, store.RedriveItemsQuery{RedriveID: rec.ID, Limit: 1000})
+	if err != nil || len(items) != n {
+		t.Fatalf("%d items, %v; want %d", len(items), err, n)
+	}
+	r, err := s.GetRedrive(ctx, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Cursor != "dl-0039" || r.Replayed != n {
+		t.Fatalf("record: cursor %q, %d replayed; want dl-0039, %d", r.Cursor, r.Replayed, n)
+	}
+	for _, tk := range tasks {
+		if g, err := s.Get(ctx, tk.ID); err != nil || g.State != bt.StatePending || g.ReplayCount != 1 {
+			t.Fatalf("%s: %+v, %v; want pending, replayed once", tk.ID, g, err)
+		}
+	}
+}
