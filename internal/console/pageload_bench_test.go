@@ -95,10 +95,18 @@ func BenchmarkConsolePageLoads(b *testing.B) {
 			}
 			// The last load's requests, as the browser timed them: where a
 			// page's time goes.
-			waterfall, err := chromedp.Run(ctx, chromedp.Evaluate[string](`performance.getEntriesByType('resource')
-				.filter((r) => r.startTime < window.__contentAt)
-				.map((r) => Math.round(r.startTime) + '–' + Math.round(r.responseEnd) + ' ' + new URL(r.name).pathname + new URL(r.name).search)
-				.join('\n')`))
+			// The page itself first (its first byte, its last, and when the
+			// parser finished), then each request (from the browser's cache
+			// where it says so).
+			waterfall, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+				const d = performance.getEntriesByType('navigation')[0];
+				return [Math.round(d.responseStart) + '–' + Math.round(d.responseEnd) + ' the page (parsed at ' + Math.round(d.domInteractive) + ')']
+				  .concat(performance.getEntriesByType('resource')
+				    .filter((r) => r.startTime < window.__contentAt)
+				    .map((r) => Math.round(r.startTime) + '–' + Math.round(r.responseEnd) + ' ' + new URL(r.name).pathname + new URL(r.name).search +
+				      (r.transferSize === 0 && r.decodedBodySize > 0 ? ' (cache)' : '')))
+				  .join('\n');
+			})()`))
 			if err == nil {
 				b.Logf("%s: content at %.0f ms; requests (ms from the navigation's start):\n%s", p.name, times[len(times)-1], waterfall)
 			}

@@ -29,7 +29,7 @@ func TestModulePreloads(t *testing.T) {
 		return string(b)
 	}
 	var preloaded []string
-	for _, m := range regexp.MustCompile(`<link rel="modulepreload" href="/console/assets/([a-z]+\.js)">`).FindAllStringSubmatch(get("/"), -1) {
+	for _, m := range regexp.MustCompile(`<link rel="modulepreload" href="/console/assets/[0-9a-f]{12}/([a-z]+\.js)">`).FindAllStringSubmatch(get("/"), -1) {
 		preloaded = append(preloaded, m[1])
 	}
 	imports := regexp.MustCompile(`(?m)^import\s[^;]*?from\s+'\./([a-z]+\.js)'`)

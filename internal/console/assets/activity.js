@@ -4,7 +4,7 @@
 // activity rollup the maintenance leader writes). Each chart is an image
 // with a text summary for screen readers; its numbers are also in the
 // title of each bar or point (text, never markup).
-import { api, h, clear, errorText, fmtTime, table } from './lib.js';
+import { api, h, clear, errorText, fmtTime, fmtClock, fmtDayClock, table } from './lib.js';
 
 const svgNS = 'http://www.w3.org/2000/svg';
 export function svg(tag, attrs, ...children) {
@@ -65,11 +65,9 @@ function historySection(rep, queue, reload) {
 
 const W = 600, H = 120;
 
+// A week's points say their day too.
 function label(rep, at) {
-  const d = new Date(at);
-  return rep.window === '7d'
-    ? d.toLocaleString(undefined, { weekday: 'short', hour: '2-digit', minute: '2-digit', hour12: false })
-    : d.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', hour12: false });
+  return rep.window === '7d' ? fmtDayClock(at) : fmtClock(at);
 }
 
 function pct(r) { return r === null || r === undefined ? '—' : `${Math.round(r * 1000) / 10}%`; }

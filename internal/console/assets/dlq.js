@@ -9,6 +9,25 @@ const reasons = ['', 'attempts_exhausted', 'permanent_error', 'expired', 'poison
 const statuses = ['open', 'replayed', 'discarded', 'resolved'];
 
 export async function dlqListPage(main, q) {
+  // Newest first unless the address says otherwise.
+  const order = q.get('order') || 'newest';
+  // The reads go out first; the forms are built while they are answered.
+  const api_q = new URLSearchParams();
+  for (const k of ['queue', 'kind', 'reason', 'error_contains', 'attr', 'since', 'until', 'where']) if (q.get(k)) api_q.set(k, q.get(k));
+  const st = q.get('status') ?? 'open';
+  if (st) api_q.set('status', st);
+  api_q.set('limit', '50');
+  api_q.set('order', order);
+  if (q.get('after')) api_q.set('after', q.get('after'));
+  const gq = new URLSearchParams(api_q);
+  gq.delete('limit');
+  gq.delete('after');
+  gq.delete('order');
+  const reads = Promise.all([api('GET', `/v1/dlq?${api_q}`), api('GET', `/v1/dlq/groups?${gq}`)]);
+  reads.catch(() => {}); // awaited below
+  // The tabs' counts arrive when they arrive: the list does not wait.
+  const counts = api('GET', countsURL(q.get('queue')));
+  counts.catch(() => {});
   const f = {
     queue: h('input', { id: 'f-queue', name: 'queue', value: q.get('queue') || '' }),
     kind: h('input', { id: 'f-kind', name: 'kind', value: q.get('kind') || '' }),
@@ -31,8 +50,6 @@ export async function dlqListPage(main, q) {
     field('Error contains', f.error), field('Attribute', f.attr), field('Dead since', f.since), field('Dead until', f.until),
     h('div', { class: 'where' }, field('Where (a CEL condition on payload and attributes)', f.where), whereErr),
     h('button', { type: 'submit' }, 'Filter'));
-  // Newest first unless the address says otherwise.
-  const order = q.get('order') || 'newest';
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
     const p = new URLSearchParams();
@@ -48,24 +65,10 @@ export async function dlqListPage(main, q) {
     if (f.where.value) p.set('where', f.where.value);
     location.hash = `#/dlq?${p}`;
   });
-  const api_q = new URLSearchParams();
-  for (const k of ['queue', 'kind', 'reason', 'error_contains', 'attr', 'since', 'until', 'where']) if (q.get(k)) api_q.set(k, q.get(k));
-  const st = q.get('status') ?? 'open';
-  if (st) api_q.set('status', st);
-  api_q.set('limit', '50');
-  api_q.set('order', order);
-  if (q.get('after')) api_q.set('after', q.get('after'));
-  const gq = new URLSearchParams(api_q);
-  gq.delete('limit');
-  gq.delete('after');
-  gq.delete('order');
   let page;
   let groups;
-  // The tabs' counts arrive when they arrive: the list does not wait.
-  const counts = api('GET', countsURL(q.get('queue')));
-  counts.catch(() => {});
   try {
-    [page, groups] = await Promise.all([api('GET', `/v1/dlq?${api_q}`), api('GET', `/v1/dlq/groups?${gq}`)]);
+    [page, groups] = await reads;
   } catch (e) {
     if (e.status !== 400) throw e;
     clear(whereErr, errorText(e));

@@ -26,10 +26,14 @@ function el(tag, attrs, ...children) {
 
 // fit shortens a label (with an ellipsis) to what fits in max pixels of
 // the box's font, measured on a canvas (the box's title holds it whole).
-const measure = document.createElement('canvas').getContext('2d');
+// The canvas is made at the first measure, not when the module loads: a
+// 2D context costs tens of milliseconds every page would pay before it
+// reads its data.
+let measure = null;
 const FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif';
 export function fit(s, px, weight, max) {
   s = String(s ?? '');
+  measure ??= document.createElement('canvas').getContext('2d');
   measure.font = `${weight} ${px}px ${FONT}`;
   if (measure.measureText(s).width <= max) return s;
   let lo = 0;

@@ -37,15 +37,19 @@ export async function api(method, path, body) {
   return answer(path, await fetch(path, opts));
 }
 
-// booted answers a GET that boot.js sent at the start of the load, as api
-// would; once (a later call reads afresh), and only a success (a failed
-// one, say before sign-in, is read afresh too).
+// booted answers a GET whose answer the server put in the page (the
+// #backstop-boot data block: the session and the end of the event log, as
+// they were when it served the page, console.go), as api would; once (a
+// later call reads afresh). One it left out (nobody signed in) is read.
+let given = null;
 export async function booted(path) {
-  const sent = window.backstopBoot && window.backstopBoot[path];
-  if (sent) delete window.backstopBoot[path];
-  const r = sent && await sent.catch(() => null);
-  if (!r || !r.ok) return api('GET', path);
-  return answer(path, r);
+  if (given === null) {
+    try { given = JSON.parse(document.getElementById('backstop-boot').textContent) || {}; } catch { given = {}; }
+  }
+  if (!Object.hasOwn(given, path)) return api('GET', path);
+  const v = given[path];
+  delete given[path];
+  return v;
 }
 
 async function answer(path, r) {
@@ -108,11 +112,32 @@ export function pretty(v) {
   try { return JSON.stringify(v, null, 2); } catch { return String(v); }
 }
 
+// Times are shown in local time as 2026-11-27 14:03:09 (fmtTime), 14:03:09
+// (fmtClockSeconds) and 14:03 (fmtClock): one format in every locale,
+// sortable, and written from the Date's fields. The Intl formatters
+// (toLocaleString) cost a page its first call's locale data — tens of
+// milliseconds before a list could show, more than all else it renders —
+// and a new formatter on every call after.
+const pad = (n) => (n < 10 ? `0${n}` : String(n));
+const hhmm = (d) => `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+const hhmmss = (d) => `${hhmm(d)}:${pad(d.getSeconds())}`;
+
 export function fmtTime(s) {
   if (!s) return '';
   const d = new Date(s);
   if (isNaN(d)) return String(s);
-  return d.toLocaleString(undefined, { hour12: false });
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${hhmmss(d)}`;
+}
+
+export function fmtClock(at) { return hhmm(new Date(at)); }
+
+export function fmtClockSeconds(at = Date.now()) { return hhmmss(new Date(at)); }
+
+// fmtDayClock: a weekday and hours and minutes (Mon 14:03).
+const days = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
+export function fmtDayClock(at) {
+  const d = new Date(at);
+  return `${days[d.getDay()]} ${hhmm(d)}`;
 }
 
 export function fmtAge(ms) {

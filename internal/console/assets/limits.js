@@ -4,7 +4,7 @@
 // (pending tasks of the limit's scope and budget); then the fair queues
 // (docs/fairness.md), each with its attribute, weights and waiting tasks
 // per value. Rereads every 2 s while shown.
-import { api, h, clear, badge, table } from './lib.js';
+import { api, h, clear, badge, table, fmtClockSeconds } from './lib.js';
 
 // rateText: "50/s" (starts per second).
 const rateText = (v) => `${v}/s`;
@@ -94,7 +94,7 @@ export async function limitsPage(main) {
         : h('p', { class: 'muted' }, 'Claims in a fair queue rotate across the values of an attribute (weighted round robin within a priority), ',
           'so a value with many waiting tasks does not hold back one with a few.'),
       fair.items.map(fairSection),
-      h('p', { class: 'muted small' }, 'Updated ', new Date().toLocaleTimeString(undefined, { hour12: false }), ' · rereads every 2 s'));
+      h('p', { class: 'muted small' }, 'Updated ', fmtClockSeconds(), ' · rereads every 2 s'));
   };
   await render();
   const tick = () => setTimeout(async () => {

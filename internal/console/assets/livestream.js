@@ -23,7 +23,7 @@ function startHub() {
   started = true;
   if (typeof SharedWorker === 'function') {
     try {
-      const w = new SharedWorker('/console/assets/streamworker.js', { type: 'module', name: 'backstop-events' });
+      const w = new SharedWorker(new URL('./streamworker.js', import.meta.url), { type: 'module', name: 'backstop-events' });
       let ok = true;
       w.onerror = () => {
         // A browser without module SharedWorkers: fall back.

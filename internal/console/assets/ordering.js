@@ -2,7 +2,7 @@
 // handled, the busy task, the tasks buffered behind a gap and the others
 // waiting, the drain's next run and when the key's state expires — 50 a
 // page with the server's cursor, live on the queue's event stream.
-import { api, h, clear, fmtTime, field, live, debounce, table } from './lib.js';
+import { api, h, clear, fmtTime, field, live, debounce, table, fmtClockSeconds } from './lib.js';
 
 const columns = ['Key', 'Last sequence', 'Busy task', 'Buffered', 'Waiting (held, ready, replay)', 'Drain due', 'Expires'];
 
@@ -83,7 +83,7 @@ export async function orderingPage(main, q) {
       h('nav', { class: 'pager', 'aria-label': 'Pages' },
         q.get('after') ? h('a', { href: `#/ordering?${new URLSearchParams({ queue })}` }, 'First page') : null,
         page.next_cursor ? h('a', { href: `#/ordering?${nq}`, rel: 'next', id: 'ordering-next' }, 'Next page') : null),
-      h('p', { class: 'muted small' }, 'Updated ', new Date().toLocaleTimeString(undefined, { hour12: false }),
+      h('p', { class: 'muted small' }, 'Updated ', fmtClockSeconds(),
         ' · live: the keys refresh on the queue\'s events'));
   };
   await render();

@@ -1,7 +1,7 @@
 // Overview: each queue with its counts by state, DLQ size, oldest pending
 // age and workers; pause and resume (operator); the sinks and their lag
 // (relay.js).
-import { api, h, clear, can, flash, errorText, fmtAge, badge, table, live, debounce, atLeast } from './lib.js';
+import { api, h, clear, can, flash, errorText, fmtAge, badge, table, live, debounce, atLeast, fmtClock, fmtClockSeconds } from './lib.js';
 import { svg, historyPanel } from './activity.js';
 import { relayStatus, sinksSection } from './relay.js';
 
@@ -95,7 +95,7 @@ export async function overviewPage(main) {
         h('h2', { id: 'queues-title' }, 'Queues'),
         h('div', { class: 'scroll' }, table('Queues with their task counts by state', headers, rows, 'No queue holds tasks yet.'))),
       sinks,
-      h('p', { class: 'muted small' }, 'Updated ', new Date().toLocaleTimeString(undefined, { hour12: false }),
+      h('p', { class: 'muted small' }, 'Updated ', fmtClockSeconds(),
         ' · live: the page refreshes on queue events'));
   };
   await render();
@@ -117,7 +117,7 @@ function stat(id, n, one, many) {
 
 function charts(items) {
   const W = 600, H = 120, n = items.length || 1, bw = W / n;
-  const hhmm = (m) => new Date(m).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', hour12: false });
+  const hhmm = fmtClock;
   const ok = items.map((m) => m.succeeded);
   const total = ok.reduce((a, b) => a + b, 0);
   const peak = Math.max(1, ...ok);

@@ -2,7 +2,7 @@
 // messages — undelivered, how long the oldest has waited, dead letters
 // linked to the DLQ, the newest error — each event-log checkpoint's lag,
 // and each ingester's lag behind its broker. Shown on the overview; only what the server read, never computed.
-import { api, h, fmtAge, table } from './lib.js';
+import { api, h, fmtAge, table, fmtClockSeconds } from './lib.js';
 
 // relayStatus reads GET /v1/relay; null when it cannot be read (the
 // overview shows the rest).
@@ -49,7 +49,7 @@ export function sinksSection(st) {
       ['Topic', 'Group', 'Queue', 'Messages behind', 'Lag', 'Reported', 'Last error'], ingesters.map((i) => {
         const row = [i.topic, i.group, h('a', { href: `#/tasks?queue=${encodeURIComponent(i.queue)}` }, i.queue),
           h('span', { class: 'behind' }, String(i.lag_messages)), h('span', { class: 'lag' }, secs(i.lag_seconds)),
-          new Date(i.updated_at).toLocaleTimeString(undefined, { hour12: false }),
+          fmtClockSeconds(i.updated_at),
           h('span', { class: 'error', title: i.last_error || '' }, i.last_error || '—')];
         row.attrs = { 'data-ingest': `${i.group}/${i.topic}` };
         return row;

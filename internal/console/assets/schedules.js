@@ -1,7 +1,7 @@
 // Schedules: the periodic schedules (docs/api.md, "Periodic schedules")
 // with their next tick and last run (its outcome and task), and pause and
 // resume for operators. Rereads every 5 s while shown.
-import { api, h, clear, badge, fmtTime, flash, errorText, can } from './lib.js';
+import { api, h, clear, badge, fmtTime, flash, errorText, can, fmtClockSeconds } from './lib.js';
 
 const timeCell = (s, none) => (s ? h('time', { datetime: s }, fmtTime(s)) : none);
 
@@ -50,7 +50,7 @@ export async function schedulesPage(main) {
       h('p', { class: 'muted' }, 'Periodic tasks: the maintenance leader enqueues one task per tick. A paused schedule skips its ticks; ',
         'resumed, it ticks again from the next tick after now.'),
       h('div', { class: 'scroll', id: 'schedules' }, list),
-      h('p', { class: 'muted small' }, 'Updated ', new Date().toLocaleTimeString(undefined, { hour12: false }), ' · rereads every 5 s'));
+      h('p', { class: 'muted small' }, 'Updated ', fmtClockSeconds(), ' · rereads every 5 s'));
   };
   await render();
   const tick = () => setTimeout(async () => {

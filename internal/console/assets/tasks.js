@@ -17,6 +17,15 @@ const tabCounts = (c) => {
 };
 
 export async function tasksPage(main, q) {
+  // The reads go out first; the forms are built while they are answered.
+  const aq = new URLSearchParams();
+  for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains', 'where', 'idempotency_key', 'created_since', 'created_until', 'order', 'after']) if (q.get(k)) aq.set(k, q.get(k));
+  aq.set('limit', '50');
+  const listing = api('GET', `/v1/tasks?${aq}`);
+  listing.catch(() => {}); // awaited below
+  // The tabs' counts arrive when they arrive: the list does not wait.
+  const counts = api('GET', countsURL(q.get('queue')));
+  counts.catch(() => {});
   const f = {
     id: h('input', { id: 'f-id', name: 'id', placeholder: 'find by id' }),
     queue: h('input', { id: 'f-queue', name: 'queue', value: q.get('queue') || '' }),
@@ -70,15 +79,9 @@ export async function tasksPage(main, q) {
     ev.preventDefault();
     if (f.run.value.trim()) location.hash = `#/runs/${encodeURIComponent(f.run.value.trim())}`;
   });
-  const aq = new URLSearchParams();
-  for (const k of ['queue', 'kind', 'state', 'attr', 'error_contains', 'where', 'idempotency_key', 'created_since', 'created_until', 'order', 'after']) if (q.get(k)) aq.set(k, q.get(k));
-  aq.set('limit', '50');
   let page;
-  // The tabs' counts arrive when they arrive: the list does not wait.
-  const counts = api('GET', countsURL(q.get('queue')));
-  counts.catch(() => {});
   try {
-    page = await api('GET', `/v1/tasks?${aq}`);
+    page = await listing;
   } catch (e) {
     if (e.status !== 400) throw e;
     clear(whereErr, errorText(e));

@@ -2,7 +2,7 @@
 // seen), and one worker with what it runs now and its executions (paged,
 // newest first, filtered by outcome), each linking to the attempt's log on
 // the task page (seed 004's path: task → instances → executions → logs).
-import { api, h, clear, fmtTime, fmtAge, fmtDuration, badge, table, field, live, debounce } from './lib.js';
+import { api, h, clear, fmtTime, fmtAge, fmtDuration, badge, table, field, live, debounce, fmtClockSeconds } from './lib.js';
 
 const workerStates = ['active', 'stale', 'stopping', 'stopped'];
 const outcomes = ['succeeded', 'transient_error', 'permanent_error', 'timeout', 'canceled', 'lease_expired', 'snoozed', 'released'];
@@ -64,7 +64,7 @@ export async function workersPage(main, q) {
       h('nav', { class: 'pager', 'aria-label': 'Pages' },
         q.get('after') ? h('a', { href: `#/workers?${first}` }, 'First page') : null,
         page.next_cursor ? h('a', { href: `#/workers?${nq}`, rel: 'next' }, 'Next page') : null),
-      h('p', { class: 'muted small' }, 'Updated ', new Date().toLocaleTimeString(undefined, { hour12: false }),
+      h('p', { class: 'muted small' }, 'Updated ', fmtClockSeconds(),
         ' · live: the list refreshes on worker events'));
   };
   await render();
