@@ -106,6 +106,7 @@ type Worker struct {
 	completersDone chan struct{}
 
 	lastActive atomic.Int64 // unix nanos of the last claim or finished attempt
+	claiming   atomic.Int32 // claims on their way to the store
 
 	now func() time.Time // w.c.now, as a func value made once (a method value allocates)
 
@@ -192,9 +193,10 @@ func (w *Worker) Running() int {
 }
 
 // IdleFor is how long since this worker last claimed or finished a task
-// (zero while attempts are running).
+// (zero while attempts are running, and while a claim is on its way: a
+// slow store's claim may yet bring tasks).
 func (w *Worker) IdleFor() time.Duration {
-	if w.Running() > 0 {
+	if w.Running() > 0 || w.claiming.Load() > 0 {
 		return 0
 	}
 	return time.Since(time.Unix(0, w.lastActive.Load()))
@@ -369,10 +371,15 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			// until their leases expire (charged as lease_expired). Claimed
 			// tasks are started and drained like the others.
 			claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			w.claiming.Add(1)
 			tasks, bad, err := w.c.e.Claim(claimCtx, engine.ClaimParams{
 				Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: avail, Lease: w.cfg.Lease,
 			})
 			cancelClaim()
+			if len(tasks) > 0 {
+				w.touch() // before the claim stops counting: no idle gap between them
+			}
+			w.claiming.Add(-1)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -386,9 +393,6 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			for _, t := range tasks {
 				q.inflight.Add(1)
 				w.start(base, q, t, bad[t])
-			}
-			if len(tasks) > 0 {
-				w.touch()
 			}
 			if len(tasks) < avail {
 				empty = true

@@ -23,6 +23,7 @@ import (
 	"github.com/backstophq/backstop/internal/apiclient"
 	"github.com/backstophq/backstop/internal/config"
 	"github.com/backstophq/backstop/internal/execworker"
+	"github.com/backstophq/backstop/internal/remote"
 )
 
 // remoteClaimWait is each claim's long-poll wait.
@@ -32,8 +33,9 @@ const remoteClaimWait = 20 * time.Second
 var errRemoteDrain = errors.New("worker shutting down: grace period over")
 
 // remoteWork is `backstop work --server URL`: the exec worker over the HTTP
-// worker protocol. Each of --concurrency slots long-polls for one task, runs
-// the program, heartbeats every lease/3 and reports the outcome.
+// worker protocol. Each queue's claimer long-polls for as many tasks as it
+// has free slots (--concurrency); each task's program runs, heartbeats
+// every lease/3 and reports the outcome.
 func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) error {
 	if len(o.queues) == 0 {
 		return usageErr("work: --queue is required")
@@ -79,9 +81,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	// Each queue has its own slots (its concurrency) and lease.
 	for _, q := range o.queues {
 		s := o.settings(q)
-		for range s.concurrency {
-			wg.Go(func() { r.slot(claimCtx, killCtx, q, s.lease) })
-		}
+		wg.Go(func() { r.claimer(claimCtx, killCtx, q, s.concurrency, s.lease) })
 	}
 	log.Info("remote worker started", "worker_id", id, "server", o.server, "queues", o.queues, "kinds", o.kinds,
 		"concurrency", o.concurrency, "lease", o.lease.String(), "command", command)
@@ -140,12 +140,48 @@ type remoteWorker struct {
 	lastEmpty  atomic.Int64 // unix nanos: the last claim that came back empty
 }
 
-// slot claims and runs one task at a time until claimCtx ends.
-func (r *remoteWorker) slot(claimCtx, killCtx context.Context, queue string, lease time.Duration) {
+// claimer claims for one queue's slots until claimCtx ends: one claim
+// request in flight at a time, asking for every slot free when it is sent
+// (at most remote.MaxClaim), each task run by a goroutine of its own that
+// frees its slot when the task is reported. A request for all the free
+// slots instead of one per slot: the server's cost per task was mostly its
+// claim request. The request long-polls while nothing is claimable, so an
+// idle worker holds one waiting request per queue, not one per slot.
+func (r *remoteWorker) claimer(claimCtx, killCtx context.Context, queue string, slots int, lease time.Duration) {
+	free := make(chan struct{}, slots) // a token per free slot
+	for range slots {
+		free <- struct{}{}
+	}
+	release := func() {
+		select {
+		case free <- struct{}{}:
+		default: // never more tokens than slots
+		}
+	}
+	var running sync.WaitGroup
+	defer running.Wait()
 	backoff := 100 * time.Millisecond
-	for claimCtx.Err() == nil {
-		ts, err := r.cl.Claim(claimCtx, api.ClaimRequest{Queues: []string{queue}, Kinds: r.o.kinds, WorkerID: r.id, Max: 1,
+	for {
+		select {
+		case <-claimCtx.Done():
+			return
+		case <-free:
+		}
+		n := 1
+	take:
+		for n < min(slots, remote.MaxClaim) {
+			select {
+			case <-free:
+				n++
+			default:
+				break take
+			}
+		}
+		ts, err := r.cl.Claim(claimCtx, api.ClaimRequest{Queues: []string{queue}, Kinds: r.o.kinds, WorkerID: r.id, Max: n,
 			Wait: bt.Duration(r.claimWait()), Lease: bt.Duration(lease)})
+		for range n - len(ts) {
+			release()
+		}
 		if err != nil {
 			if claimCtx.Err() != nil {
 				return
@@ -164,12 +200,15 @@ func (r *remoteWorker) slot(claimCtx, killCtx context.Context, queue string, lea
 		backoff = 100 * time.Millisecond
 		if len(ts) == 0 {
 			r.lastEmpty.Store(time.Now().UnixNano())
-		} else {
-			r.running.Add(int32(len(ts))) // run gives each back
-			r.lastActive.Store(time.Now().UnixNano())
+			continue
 		}
+		r.running.Add(int32(len(ts))) // run gives each back
+		r.lastActive.Store(time.Now().UnixNano())
 		for _, t := range ts {
-			r.run(killCtx, t, lease)
+			running.Go(func() {
+				defer release()
+				r.run(killCtx, t, lease)
+			})
 		}
 	}
 }

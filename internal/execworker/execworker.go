@@ -13,10 +13,12 @@
 // shutdown) and when the program exits, so no grandchild outlives its task.
 // A bounded tail of its stdout and then its stderr is kept with the execution.
 //
-// BACKSTOP_RESULT_FILE names a file in a private temporary directory made
-// for the attempt (removed after it): a program that exits 0 may write its
-// JSON result there (any JSON value, at most backstop.MaxResultBytes), which
-// becomes the attempt's result (backstop.SetResult; a remote worker sends it
+// BACKSTOP_RESULT_FILE names a file of the attempt's own (removed after it)
+// in the Handler's private temporary directory
+// (backstop-results-<pid>-<random>, removed by Close; New removes those of
+// workers killed before their Close, SweepResultDirs): a program that exits
+// 0 may write its JSON result there (any JSON value, at most
+// backstop.MaxResultBytes), which becomes the attempt's result (backstop.SetResult; a remote worker sends it
 // with its completion): a workflow step's output. No file, or an empty one,
 // is no result. A file that is not valid JSON or too large fails the
 // attempt permanently, with an error naming the problem.
@@ -97,7 +99,8 @@ type Handler struct {
 
 // resultFiles names each run's result and progress files: fresh names (a
 // counter) in one private directory (mode 0700: this user's alone) made
-// once per Handler, removed after the run; Close removes the directory.
+// once per Handler (its name holds the pid, for SweepResultDirs), removed
+// after the run; Close removes the directory.
 // One directory for every run, not one made and removed per run: that
 // pair of directory operations was a large part of the worker's own cost
 // per task.
@@ -114,7 +117,7 @@ func (r *resultFiles) names() (result, progress string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.dir == "" {
-		if r.dir, err = os.MkdirTemp("", "backstop-results-"); err != nil {
+		if r.dir, err = os.MkdirTemp("", resultDirPattern()); err != nil {
 			return "", "", err
 		}
 	} else if err := os.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -186,6 +189,9 @@ func New(cfg Config) (*Handler, error) {
 			strings.HasPrefix(kv, "TRACESTATE=") || strings.HasPrefix(kv, ResultFileEnv+"=") ||
 			strings.HasPrefix(kv, ProgressFileEnv+"=")
 	})
+	// Result directories of workers killed before their Close; best
+	// effort: what is left is the next worker's to sweep.
+	_, _ = SweepResultDirs(os.TempDir())
 	return &Handler{cfg: cfg, path: path, perm: perm, env: env}, nil
 }
 

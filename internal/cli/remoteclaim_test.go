@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/testdb"
+)
+
+// claimCounter counts the worker's claim requests: how many, the tasks
+// each asked for (max), and the most in flight at once.
+type claimCounter struct {
+	next http.Handler
+
+	mu                      sync.Mutex
+	requests, asked, maxMax int
+	inFlight, maxInFlight   int
+}
+
+func (f *claimCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != "POST" || r.URL.Path != "/v1/claim" {
+		f.next.ServeHTTP(w, r)
+		return
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	var req struct {
+		Max int `json:"max"`
+	}
+	_ = json.Unmarshal(b, &req)
+	f.mu.Lock()
+	f.requests++
+	f.asked += req.Max
+	f.maxMax = max(f.maxMax, req.Max)
+	f.inFlight++
+	f.maxInFlight = max(f.maxInFlight, f.inFlight)
+	f.mu.Unlock()
+	f.next.ServeHTTP(w, r)
+	f.mu.Lock()
+	f.inFlight--
+	f.mu.Unlock()
+}
+
+// TestRemoteWorkClaimsForFreeSlots: `work --server` claims for all of a
+// queue's free slots in one request, one request in flight at a time (an
+// idle worker holds one long poll, not one per slot), and never asks for
+// more than its free slots.
+func TestRemoteWorkClaimsForFreeSlots(t *testing.T) {
+	t.Parallel()
+	const tasks, slots = 300, 32
+	e := &cliEnv{t: t, db: testdb.SQLite(t)}
+	e.ok("migrate")
+	lib := remoteClientFor(t, e.db)
+	ps := make([]backstop.EnqueueParams, tasks)
+	for i := range ps {
+		ps[i] = backstop.EnqueueParams{Queue: "cq", Kind: "k"}
+	}
+	if _, err := lib.EnqueueMany(context.Background(), ps); err != nil {
+		t.Fatal(err)
+	}
+	var f *claimCounter
+	url := frontedAPIServer(t, e.db, func(next http.Handler, _ *backstop.Client) http.Handler {
+		f = &claimCounter{next: next}
+		return f
+	})
+	work := e.run("", "--server", url, "work", "--queue", "cq", "--concurrency", "32", "--exit-after-idle", "500ms", "--", "true")
+	if work.code != 0 {
+		t.Fatalf("work: %+v", work)
+	}
+	left, err := lib.List(context.Background(), backstop.ListParams{Queue: "cq",
+		States: []bt.State{bt.StatePending, bt.StateRunning, bt.StateDead}, Limit: 5})
+	if err != nil || len(left) > 0 {
+		t.Fatalf("tasks not succeeded: %v %v", left, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t.Logf("%d tasks, %d slots: %d claim requests asking for %d tasks (at most %d in one), at most %d in flight",
+		tasks, slots, f.requests, f.asked, f.maxMax, f.maxInFlight)
+	if f.maxMax != slots {
+		t.Errorf("the first claim asked for %d tasks, want every free slot (%d)", f.maxMax, slots)
+	}
+	if f.maxInFlight != 1 {
+		t.Errorf("%d claim requests in flight at once, want 1", f.maxInFlight)
+	}
+	if f.requests >= tasks/2 {
+		t.Errorf("%d claim requests for %d tasks, want far fewer than one per task", f.requests, tasks)
+	}
+}
