@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/internal/sqldialect"
@@ -116,10 +118,11 @@ func TestCountByQueuePlan(t *testing.T) {
 		t.Fatalf("plan:\n%s", plan)
 	}
 	qs := checkCounts(t, b.store, "folded")
-	for _, v := range []int64{58, 59} {
-		if err := b.store.MigrateTo(t.Context(), v); err != nil {
-			t.Fatal(err)
-		}
+	if err := b.store.MigrateDownTo(t.Context(), 58); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.MigrateTo(t.Context(), 59); err != nil {
+		t.Fatal(err)
 	}
 	if again := checkCounts(t, b.store, "migrated again"); !reflect.DeepEqual(again, qs) {
 		t.Fatalf("after 00059 again: %+v, want %+v", again, qs)
@@ -258,5 +261,88 @@ func TestKeptCountsConcurrentWrites(t *testing.T) {
 	}
 	if d, err := b.store.ReconcileCounts(ctx); err != nil || d != (store.CountDrift{}) {
 		t.Fatalf("reconcile: %+v %v", d, err)
+	}
+}
+
+// With btree_gin, migration 00059 makes the dead letters' trigram index
+// hold their queue too: a filter of one queue's dead letters by an error
+// text is one lookup of both in it (the queue in the index condition),
+// instead of the queue's dead letters or the text's read and checked row
+// by row; the answers are strpos's, with or without a queue.
+func TestDeadErrorIndexHoldsTheQueue(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := storeAt(t, 58)
+	var tasks []*bt.Task
+	for i := range 120 {
+		tk := newTask(fmt.Sprintf("q%d", i%3))
+		tk.ID = fmt.Sprintf("de-%04d", i)
+		tasks = append(tasks, tk)
+	}
+	enqueue(t, s, store.EnqueueOpts{}, tasks...)
+	for _, q := range []string{"q0", "q1", "q2"} {
+		var ss []store.Settlement
+		for i, tk := range claim(t, s, q, 40, t0) {
+			ss = append(ss, store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError,
+				Error: []string{"timeout after 30s", "card declined", "50% off"}[i%3] + " in " + q, FinishedAt: t0,
+				State: bt.StateDead, DeadReason: bt.ReasonPermanentError})
+		}
+		settle(t, s, ss...)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var available, cols int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_available_extensions WHERE name IN ('pg_trgm', 'btree_gin')`).Scan(&available); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT COALESCE((SELECT indnatts FROM pg_index WHERE indexrelid = to_regclass('backstop_tasks_dead_error')), 0)`).Scan(&cols); err != nil {
+		t.Fatal(err)
+	}
+	if available < 2 {
+		t.Skip("pg_trgm or btree_gin is not available on this server")
+	}
+	if cols != 2 {
+		t.Fatalf("backstop_tasks_dead_error has %d columns, want 2 (queue, last_error)", cols)
+	}
+	for _, f := range []store.ListFilter{
+		{Queue: "q1", ErrorContains: "timeout"},
+		{Queue: "q2", ErrorContains: "0% o"},
+		{ErrorContains: "declined in q0"},
+	} {
+		f.States, f.Limit, f.WithoutPayload = []bt.State{bt.StateDead}, 1000, true
+		rows, err := s.Pool().Query(ctx, `SELECT id FROM backstop_tasks WHERE state = 'dead' AND ($1 = '' OR queue = $1)
+			AND strpos(last_error, $2) > 0 ORDER BY id`, f.Queue, f.ErrorContains)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, err := s.List(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(page); len(want) == 0 || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%+v: %v, want %v", f, got, want)
+		}
+		if f.Queue == "" {
+			continue
+		}
+		p, err := s.ExplainListWithout(ctx, f, []string{"backstop_tasks_dead", "backstop_tasks_dlq_open", "backstop_tasks_dlq_groups",
+			"backstop_tasks_counts", "backstop_tasks_dlq_ungrouped", "backstop_tasks_payload"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(p, "Bitmap Index Scan on backstop_tasks_dead_error") || !strings.Contains(p, "Index Cond: ((queue = ") {
+			t.Fatalf("%+v: the queue is not looked up in the error index:\n%s", f, p)
+		}
+	}
+	if err := s.MigrateDownTo(ctx, 58); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT indnatts FROM pg_index WHERE indexrelid = to_regclass('backstop_tasks_dead_error')`).Scan(&cols); err != nil || cols != 1 {
+		t.Fatalf("rolled back: %d columns, %v", cols, err)
 	}
 }

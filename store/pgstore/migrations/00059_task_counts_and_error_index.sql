@@ -1,4 +1,7 @@
--- Tasks by queue, state and dead-letter status, kept instead of counted:
+-- Two console reads that cost every waiting and dead task, or every dead
+-- letter of a queue, made reads of what they show.
+--
+-- 1. Tasks by queue, state and dead-letter status, kept instead of counted:
 -- GET /v1/queues and /v1/counts read a few rows whatever the number of
 -- tasks (a count of every waiting and dead task read 200,000 index
 -- entries at 100,000 of each).
@@ -16,6 +19,16 @@
 -- dlq_status is '' for a task without one. The trigger function runs as
 -- its owner (the role that migrates), so the roles that write tasks need
 -- no grant on the deltas; its search_path is pinned to this schema.
+
+--
+-- 2. The trigram index of the dead letters' errors (migration 00055)
+-- also holds their queue, when the server has btree_gin (a contrib
+-- extension like pg_trgm, which a database owner may create): a filter of
+-- one queue's dead letters by an error text reads the index's entries of
+-- both and intersects them, instead of reading the queue's dead letters
+-- (or the text's, in every queue) and checking each row. Without
+-- btree_gin (or without the trigram index) the index stays as it was. The
+-- index keeps its name; a filter by text alone reads it as before.
 
 -- +goose Up
 CREATE TABLE backstop_task_counts (
@@ -78,7 +91,55 @@ SELECT queue, state, COALESCE(dlq_status, ''), count(*) FROM backstop_tasks GROU
 -- The deltas are appended and deleted all day: vacuum them by count.
 ALTER TABLE backstop_task_count_deltas SET (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0);
 
+-- +goose StatementBegin
+DO $$
+DECLARE
+    trgm text;
+    gin text;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.opcname) INTO trgm
+        FROM pg_opclass c JOIN pg_namespace n ON n.oid = c.opcnamespace JOIN pg_am a ON a.oid = c.opcmethod
+        WHERE c.opcname = 'gin_trgm_ops' AND a.amname = 'gin' LIMIT 1;
+    IF trgm IS NULL OR to_regclass('backstop_tasks_dead_error') IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT format('%I.%I', n.nspname, c.opcname) INTO gin
+        FROM pg_opclass c JOIN pg_namespace n ON n.oid = c.opcnamespace JOIN pg_am a ON a.oid = c.opcmethod
+        WHERE c.opcname = 'text_ops' AND a.amname = 'gin' LIMIT 1;
+    IF gin IS NULL AND EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'btree_gin') THEN
+        BEGIN
+            CREATE EXTENSION IF NOT EXISTS btree_gin SCHEMA public;
+        EXCEPTION WHEN OTHERS THEN
+            RAISE NOTICE 'backstop: btree_gin was not created (%): error_contains with a queue reads the queue''s dead letters', SQLERRM;
+        END;
+        SELECT format('%I.%I', n.nspname, c.opcname) INTO gin
+            FROM pg_opclass c JOIN pg_namespace n ON n.oid = c.opcnamespace JOIN pg_am a ON a.oid = c.opcmethod
+            WHERE c.opcname = 'text_ops' AND a.amname = 'gin' LIMIT 1;
+    END IF;
+    IF gin IS NOT NULL THEN
+        EXECUTE format('CREATE INDEX backstop_tasks_dead_error_new ON backstop_tasks USING gin (queue %s, last_error %s) WHERE state = ''dead''', gin, trgm);
+        DROP INDEX backstop_tasks_dead_error;
+        ALTER INDEX backstop_tasks_dead_error_new RENAME TO backstop_tasks_dead_error;
+    END IF;
+END $$;
+-- +goose StatementEnd
+
 -- +goose Down
+-- +goose StatementBegin
+DO $$
+DECLARE
+    trgm text;
+BEGIN
+    IF (SELECT indnatts FROM pg_index WHERE indexrelid = to_regclass('backstop_tasks_dead_error')) = 2 THEN
+        SELECT format('%I.%I', n.nspname, c.opcname) INTO trgm
+            FROM pg_opclass c JOIN pg_namespace n ON n.oid = c.opcnamespace JOIN pg_am a ON a.oid = c.opcmethod
+            WHERE c.opcname = 'gin_trgm_ops' AND a.amname = 'gin' LIMIT 1;
+        EXECUTE format('CREATE INDEX backstop_tasks_dead_error_old ON backstop_tasks USING gin (last_error %s) WHERE state = ''dead''', trgm);
+        DROP INDEX backstop_tasks_dead_error;
+        ALTER INDEX backstop_tasks_dead_error_old RENAME TO backstop_tasks_dead_error;
+    END IF;
+END $$;
+-- +goose StatementEnd
 DROP TRIGGER backstop_task_counts_delete ON backstop_tasks;
 DROP TRIGGER backstop_task_counts_update ON backstop_tasks;
 DROP TRIGGER backstop_task_counts_insert ON backstop_tasks;
