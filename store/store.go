@@ -137,6 +137,9 @@ type Store interface {
 	RelayCheckpoints
 	// IngestPositions: the ingesters' reports (store/ingestpositions.go).
 	IngestPositions
+	// CountKeeper: the kept counts of tasks by queue and state
+	// (store/counts.go).
+	CountKeeper
 
 	// Wakeups delivers queue names that got new claimable work, until ctx
 	// ends. Delivery is best effort (coalesced, may drop when full); workers

@@ -58,6 +58,8 @@ type Telemetry struct {
 	workflows *workflowTelemetry // workflows_telemetry.go
 	// scheduleTicks: schedule_telemetry.go
 	scheduleTicks metric.Int64Counter
+	// countCorrections: counts_telemetry.go
+	countCorrections metric.Int64Counter
 
 	// events writes the log events (logevents.go).
 	events otellog.Logger
@@ -172,6 +174,9 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, lp otellog.L
 	var schedErr error
 	t.scheduleTicks, schedErr = newScheduleTicks(m)
 	errs = append(errs, schedErr)
+	var countsErr error
+	t.countCorrections, countsErr = newCountCorrections(m)
+	errs = append(errs, countsErr)
 	// The ordering counters (ordering.go) are kept by the engine as atomics,
 	// per ordered queue, and observed at collection:
 	// backstop_ordering_<name>_total{queue}.

@@ -11,7 +11,7 @@ import (
 const (
 	// MaintenanceLeadership runs promotion, lease expiry, deadlines, lost
 	// workers, ordering drains, the workflow runs' wake-ups, the periodic
-	// schedules and the activity rollup.
+	// schedules, the activity rollup and the kept task counts.
 	MaintenanceLeadership = "maintenance"
 	// RetentionLeadership runs retention, only in processes whose database
 	// role may delete.
@@ -42,6 +42,7 @@ func Services(e *engine.Engine, every time.Duration) []Service {
 		NewRunWakeups(e, every),
 		NewSchedules(e, every),
 		NewActivity(e.Store(), e.Now, every),
+		NewTaskCounts(e, every),
 	}
 }
 

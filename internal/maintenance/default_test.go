@@ -21,7 +21,7 @@ func TestServicesOrder(t *testing.T) {
 		names = append(names, s.Name())
 		eq(t, s.Name()+" interval", s.Interval(), 7*time.Second)
 	}
-	want := []string{"promote_scheduled", "lease_expiry", "deadlines", "lost_workers", "ordering_drains", "run_wakeups", "schedules", "activity_rollup"}
+	want := []string{"promote_scheduled", "lease_expiry", "deadlines", "lost_workers", "ordering_drains", "run_wakeups", "schedules", "activity_rollup", "task_counts"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("services %v, want %v", names, want)
 	}

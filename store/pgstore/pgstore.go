@@ -42,7 +42,7 @@ type Store struct {
 	*procedures
 
 	// finishedCounted: how many of the newest finished tasks
-	// CountByQueue counts (FinishedCounted; tests lower it).
+	// the gauges count (FinishedCounted; tests lower it).
 	finishedCounted int
 
 	// limitBinding: queue -> the claim time at which an optimistic limited

@@ -17,7 +17,6 @@ import (
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/filter"
 	"github.com/backstophq/backstop/store"
-	"github.com/backstophq/backstop/store/internal/sqldialect"
 )
 
 // defaultListLimit applies when ListFilter.Limit is not set.
@@ -285,55 +284,10 @@ func whereCond(w string, args *[]any, indexed bool) (string, error) {
 	return cond, nil
 }
 
-// FinishedCounted is how many finished tasks CountByQueue counts: the
-// newest ones. Past it, the succeeded and canceled counts are lower bounds
-// (store.QueueCounts.Capped).
+// FinishedCounted is how many finished tasks the gauges count
+// (GaugeReader): the newest ones. Past it, the succeeded and canceled
+// gauges are lower bounds (store.GaugeSnapshot.Capped).
 const FinishedCounted = 10_000
-
-// sqlCounts counts tasks by queue and state from the partial indexes that
-// hold each state's tasks with their queue, each an index-only scan
-// (ordered by queue, so grouped without a hash), in one statement so that
-// the counts agree: pending from the claim index (with the oldest run_at),
-// running from the running index, scheduled, buffered and dead (by
-// dead-letter status) from backstop_tasks_counts (migration 00039). The
-// finished tasks (succeeded, canceled: the history, which a scan of the
-// table spends most of its time on) are counted among the newest $1 only,
-// read from the finished index's end (the materialized rows keep that
-// order, so the one past $1 dropped is the oldest); the 6th column says
-// there were more.
-// Columns: sqldialect.ScanQueueCounts'.
-const sqlCounts = `WITH finished AS MATERIALIZED (
-		SELECT queue, state FROM backstop_tasks WHERE state IN ('succeeded', 'canceled')
-		ORDER BY finalized_at DESC LIMIT $1 + 1),
-	more AS (SELECT (count(*) > $1)::int AS cut FROM finished)
-SELECT * FROM (
-	SELECT queue, 'pending', '', count(*), min(run_at), 0 FROM backstop_tasks WHERE state = 'pending' GROUP BY queue
-	UNION ALL
-	SELECT queue, 'running', '', count(*), NULL, 0 FROM backstop_tasks WHERE state = 'running' GROUP BY queue
-	UNION ALL
-	SELECT queue, state, COALESCE(dlq_status, ''), count(*), NULL, 0 FROM backstop_tasks
-		WHERE state IN ('scheduled', 'buffered', 'dead') GROUP BY queue, state, dlq_status
-	UNION ALL
-	SELECT queue, state, '', count(*), NULL, (SELECT cut FROM more)
-		FROM (SELECT queue, state FROM finished LIMIT $1) f GROUP BY queue, state
-) c ORDER BY 1`
-
-// CountByQueue implements store.APIStore from the indexes (sqlCounts):
-// every state exact but succeeded and canceled, which are counted among
-// the newest FinishedCounted finished tasks (Capped past them).
-func (s *Store) CountByQueue(ctx context.Context) ([]store.QueueCounts, error) {
-	rows, err := s.pool.Query(ctx, sqlCounts, s.finishedCounted)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: count by queue: %w", err)
-	}
-	qs, err := sqldialect.ScanQueueCounts("pgstore", rows)
-	if err == nil && len(qs) > 0 && len(qs[0].Capped) > 0 {
-		for i := range qs { // the cut counted both finished states short
-			qs[i].Capped = []bt.State{bt.StateCanceled, bt.StateSucceeded}
-		}
-	}
-	return qs, err
-}
 
 // DLQGroups implements store.APIStore: both counts in one grouping of the
 // filter's dead letters by (reason, error: its first 200 characters),

@@ -23,6 +23,7 @@ func (s *suite) testAPI(t *testing.T) {
 	t.Run("CountByQueue", s.testCountByQueue)
 	t.Run("CountByQueueDeadLetters", s.testCountByQueueDeadLetters)
 	t.Run("CountByQueueEveryState", s.testCountByQueueEveryState)
+	t.Run("CountsKept", s.testCountsKept)
 }
 
 func hashOf(secret string) []byte {

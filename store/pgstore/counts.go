@@ -1,0 +1,128 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/internal/sqldialect"
+)
+
+// The counts of tasks by queue, state and dead-letter status are kept
+// (migration 00059): every statement that writes backstop_tasks appends
+// its net change to backstop_task_count_deltas from a statement-level
+// trigger, in its own transaction; FoldCounts adds the deltas into
+// backstop_task_counts; the counts are the two summed. A read costs the
+// groups and the deltas not folded yet, not the tasks.
+
+var _ store.CountKeeper = (*Store)(nil)
+
+// sqlCounts answers CountByQueue in one statement (one snapshot, so the
+// counts agree with each other and with the oldest pending run_at): the
+// kept counts plus the deltas, and for each queue with pending tasks its
+// earliest pending run_at, from the claim index (queue, priority DESC,
+// run_at): the first entry of each of the queue's priorities, found by a
+// skip from one priority to the next (one probe per priority in use).
+// Columns: sqldialect.ScanQueueCounts'.
+const sqlCounts = `WITH c AS (
+	SELECT queue, state, dlq_status, sum(n) AS n FROM (
+		SELECT queue, state, dlq_status, n FROM backstop_task_counts
+		UNION ALL
+		SELECT queue, state, dlq_status, n FROM backstop_task_count_deltas) u
+	GROUP BY 1, 2, 3 HAVING sum(n) <> 0)
+SELECT c.queue, c.state, c.dlq_status, c.n, o.run_at, 0 FROM c LEFT JOIN LATERAL (
+	WITH RECURSIVE p AS (
+		(SELECT priority, run_at FROM backstop_tasks t
+			WHERE c.state = 'pending' AND t.state = 'pending' AND t.queue = c.queue
+			ORDER BY priority DESC, run_at LIMIT 1)
+		UNION ALL
+		SELECT n.priority, n.run_at FROM p CROSS JOIN LATERAL (
+			SELECT priority, run_at FROM backstop_tasks t
+			WHERE t.state = 'pending' AND t.queue = c.queue AND t.priority < p.priority
+			ORDER BY priority DESC, run_at LIMIT 1) n)
+	SELECT min(run_at) AS run_at FROM p) o ON true
+ORDER BY 1, 2, 3`
+
+// CountByQueue implements store.APIStore from the kept counts (sqlCounts):
+// every state exact, the finished ones included.
+func (s *Store) CountByQueue(ctx context.Context) ([]store.QueueCounts, error) {
+	rows, err := s.pool.Query(ctx, sqlCounts)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: count by queue: %w", err)
+	}
+	return sqldialect.ScanQueueCounts("pgstore", rows)
+}
+
+// sqlFoldCounts moves the committed deltas into the kept counts (the
+// deltas a writer commits meanwhile stay for the next fold), in key order
+// so two folds never wait on each other in a cycle; sqlDropZeroCounts
+// drops the groups that emptied.
+const (
+	sqlFoldCounts = `WITH d AS (DELETE FROM backstop_task_count_deltas RETURNING queue, state, dlq_status, n),
+	s AS (SELECT queue, state, dlq_status, sum(n) AS n FROM d GROUP BY 1, 2, 3)
+INSERT INTO backstop_task_counts AS c (queue, state, dlq_status, n)
+SELECT queue, state, dlq_status, n FROM s ORDER BY 1, 2, 3
+ON CONFLICT (queue, state, dlq_status) DO UPDATE SET n = c.n + excluded.n`
+	sqlDropZeroCounts = `DELETE FROM backstop_task_counts WHERE n = 0`
+)
+
+// FoldCounts implements store.CountKeeper: one transaction.
+func (s *Store) FoldCounts(ctx context.Context) (int, error) {
+	var folded int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlFoldCounts)
+		if err != nil {
+			return err
+		}
+		folded = tag.RowsAffected()
+		if folded > 0 {
+			_, err = tx.Exec(ctx, sqlDropZeroCounts)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: fold counts: %w", err)
+	}
+	return int(folded), nil
+}
+
+// sqlReconcileCounts compares the tasks counted by group with the kept
+// counts plus the deltas, all read in the statement's one snapshot (a
+// task's change and its delta commit together, so they agree unless
+// something wrote tasks past the triggers), and appends the difference
+// as deltas: concurrent writers' later deltas add to it unchanged.
+const sqlReconcileCounts = `INSERT INTO backstop_task_count_deltas (queue, state, dlq_status, n)
+SELECT queue, state, dlq_status, sum(n) FROM (
+	SELECT queue, state, COALESCE(dlq_status, '') AS dlq_status, count(*) AS n FROM backstop_tasks GROUP BY 1, 2, 3
+	UNION ALL
+	SELECT queue, state, dlq_status, -n FROM backstop_task_counts
+	UNION ALL
+	SELECT queue, state, dlq_status, -n FROM backstop_task_count_deltas) d
+GROUP BY 1, 2, 3 HAVING sum(n) <> 0
+RETURNING abs(n)`
+
+// ReconcileCounts implements store.CountKeeper: one statement, one grouped
+// scan of every task.
+func (s *Store) ReconcileCounts(ctx context.Context) (store.CountDrift, error) {
+	rows, err := s.pool.Query(ctx, sqlReconcileCounts)
+	if err != nil {
+		return store.CountDrift{}, fmt.Errorf("pgstore: reconcile counts: %w", err)
+	}
+	var d store.CountDrift
+	for rows.Next() {
+		var n int64
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return store.CountDrift{}, fmt.Errorf("pgstore: reconcile counts: %w", err)
+		}
+		d.Groups++
+		d.Tasks += int(n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return store.CountDrift{}, fmt.Errorf("pgstore: reconcile counts: %w", err)
+	}
+	return d, nil
+}

@@ -1,0 +1,146 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// The counts of tasks by queue, state and dead-letter status are kept
+// (migration 00048): triggers move a group's count in the transaction that
+// inserts, deletes or changes a task, so a read costs the groups, not the
+// tasks.
+
+var _ store.CountKeeper = (*Store)(nil)
+
+// CountByQueue implements store.APIStore from the kept counts, and each
+// queue's earliest pending run_at from the claim index (queue, priority
+// DESC, run_at): the first entry of each of the queue's priorities, found
+// by a skip from one priority to the next. One read transaction, so the
+// counts and the times agree.
+func (s *Store) CountByQueue(ctx context.Context) ([]store.QueueCounts, error) {
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: count by queue: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := tx.QueryContext(ctx, `SELECT queue, state, dlq_status, n FROM backstop_task_counts
+		WHERE n <> 0 ORDER BY queue, state, dlq_status`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: count by queue: %w", err)
+	}
+	out := []store.QueueCounts{}
+	for rows.Next() {
+		var q, st, dst string
+		var n int
+		if err := rows.Scan(&q, &st, &dst, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlite: count by queue: %w", err)
+		}
+		if len(out) == 0 || out[len(out)-1].Queue != q {
+			out = append(out, store.QueueCounts{Queue: q, Counts: map[bt.State]int{}, DeadLetters: map[bt.DLQStatus]int{}})
+		}
+		c := &out[len(out)-1]
+		c.Counts[bt.State(st)] += n
+		if st == string(bt.StateDead) && dst != "" {
+			c.DeadLetters[bt.DLQStatus(dst)] += n
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: count by queue: %w", err)
+	}
+	for i := range out {
+		if out[i].Counts[bt.StatePending] == 0 {
+			continue
+		}
+		if out[i].OldestPending, err = oldestPending(ctx, tx, out[i].Queue); err != nil {
+			return nil, fmt.Errorf("sqlite: count by queue: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// oldestPending is the earliest run_at of queue's pending tasks (nil: none),
+// one probe of the claim index per priority in use.
+func oldestPending(ctx context.Context, tx *sql.Tx, queue string) (*time.Time, error) {
+	var oldest *time.Time
+	below := int64(math.MaxInt64)
+	for {
+		var prio, at int64
+		err := tx.QueryRowContext(ctx, `SELECT priority, run_at FROM backstop_tasks INDEXED BY backstop_tasks_claim
+			WHERE state = 'pending' AND queue = ? AND priority < ? ORDER BY priority DESC, run_at LIMIT 1`, queue, below).Scan(&prio, &at)
+		if err == sql.ErrNoRows {
+			return oldest, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if t := fromUS(at); oldest == nil || t.Before(*oldest) {
+			oldest = &t
+		}
+		below = prio
+	}
+}
+
+// FoldCounts implements store.CountKeeper: the triggers keep the counts
+// themselves, so there is nothing to fold.
+func (s *Store) FoldCounts(context.Context) (int, error) { return 0, nil }
+
+// sqlCountDrift is the difference between a count of the tasks and the
+// kept counts, by group.
+const sqlCountDrift = `SELECT queue, state, dlq_status, sum(n) FROM (
+	SELECT queue, state, COALESCE(dlq_status, '') AS dlq_status, count(*) AS n FROM backstop_tasks GROUP BY 1, 2, 3
+	UNION ALL
+	SELECT queue, state, dlq_status, -n FROM backstop_task_counts) d
+GROUP BY 1, 2, 3 HAVING sum(n) <> 0`
+
+// ReconcileCounts implements store.CountKeeper: in one writer transaction
+// (nothing writes meanwhile), a grouped scan of every task compared with
+// the kept counts, and the difference added to them.
+func (s *Store) ReconcileCounts(ctx context.Context) (store.CountDrift, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return store.CountDrift{}, fmt.Errorf("sqlite: reconcile counts: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := tx.QueryContext(ctx, sqlCountDrift)
+	if err != nil {
+		return store.CountDrift{}, fmt.Errorf("sqlite: reconcile counts: %w", err)
+	}
+	type fix struct {
+		queue, state, dlq string
+		n                 int
+	}
+	var fixes []fix
+	var d store.CountDrift
+	for rows.Next() {
+		var f fix
+		if err := rows.Scan(&f.queue, &f.state, &f.dlq, &f.n); err != nil {
+			rows.Close()
+			return store.CountDrift{}, fmt.Errorf("sqlite: reconcile counts: %w", err)
+		}
+		fixes = append(fixes, f)
+		d.Groups++
+		d.Tasks += max(f.n, -f.n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return store.CountDrift{}, fmt.Errorf("sqlite: reconcile counts: %w", err)
+	}
+	for _, f := range fixes {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO backstop_task_counts (queue, state, dlq_status, n) VALUES (?, ?, ?, ?)
+			ON CONFLICT (queue, state, dlq_status) DO UPDATE SET n = n + excluded.n`, f.queue, f.state, f.dlq, f.n); err != nil {
+			return store.CountDrift{}, fmt.Errorf("sqlite: reconcile counts: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return store.CountDrift{}, fmt.Errorf("sqlite: reconcile counts: %w", err)
+	}
+	return d, nil
+}

@@ -1,0 +1,129 @@
+package storetest
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/backstophq/backstop"
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// countsOf is CountByQueue's counts as queue → state → n and queue →
+// dead-letter status → n.
+func countsOf(t *testing.T, b *bundle) (map[string]map[bt.State]int, map[string]map[bt.DLQStatus]int) {
+	t.Helper()
+	qs, err := b.store.(store.APIStore).CountByQueue(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, dead := map[string]map[bt.State]int{}, map[string]map[bt.DLQStatus]int{}
+	for _, q := range qs {
+		if len(q.Capped) > 0 {
+			t.Fatalf("%s: capped %v", q.Queue, q.Capped)
+		}
+		tasks[q.Queue], dead[q.Queue] = maps.Clone(q.Counts), maps.Clone(q.DeadLetters)
+	}
+	return tasks, dead
+}
+
+// rowCounts counts the tasks row by row, from a listing of every state.
+func rowCounts(t *testing.T, b *bundle) (map[string]map[bt.State]int, map[string]map[bt.DLQStatus]int) {
+	t.Helper()
+	ts, err := b.store.List(b.ctx, store.ListFilter{States: bt.States, Limit: 10_000, WithoutPayload: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, dead := map[string]map[bt.State]int{}, map[string]map[bt.DLQStatus]int{}
+	for _, x := range ts {
+		if tasks[x.Queue] == nil {
+			tasks[x.Queue], dead[x.Queue] = map[bt.State]int{}, map[bt.DLQStatus]int{}
+		}
+		tasks[x.Queue][x.State]++
+		if x.State == bt.StateDead && x.DLQStatus != "" {
+			dead[x.Queue][x.DLQStatus]++
+		}
+	}
+	return tasks, dead
+}
+
+// testCountsKept: CountByQueue's counts equal a count of the rows after
+// every kind of write — enqueue, claim, heartbeat, retry, success,
+// death, cancel, replay, discard, resolve, purge, retention — before and
+// after the counts are folded (store.CountKeeper), and a reconciliation
+// then finds nothing to correct: every write was counted.
+func (s *suite) testCountsKept(t *testing.T) {
+	t.Parallel()
+	b := s.setup(t, &backstop.Config{PurgeFloor: time.Hour, Retention: backstop.RetentionConfig{
+		Succeeded: time.Hour, Canceled: time.Hour, DeadLetters: time.Hour}})
+	keeper := b.store.(store.CountKeeper)
+	check := func(step string) {
+		t.Helper()
+		for _, fold := range []bool{false, true} {
+			if fold {
+				if _, err := keeper.FoldCounts(b.ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tasks, dead := countsOf(t, b)
+			wantTasks, wantDead := rowCounts(t, b)
+			if !reflect.DeepEqual(tasks, wantTasks) || !reflect.DeepEqual(dead, wantDead) {
+				t.Fatalf("%s (folded %v): counts %v %v, rows %v %v", step, fold, tasks, dead, wantTasks, wantDead)
+			}
+		}
+	}
+	check("empty")
+	for i := range 12 {
+		p := backstop.EnqueueParams{ID: fmt.Sprintf("ck-%02d", i), Queue: []string{"a", "b", "c"}[i%3], Kind: "k", MaxAttempts: 2}
+		if i%4 == 3 {
+			p.Delay = time.Hour
+		}
+		b.enqueue(p)
+	}
+	check("enqueued")
+	got := claim(t, b, "a", 3)
+	check("claimed")
+	if _, err := b.store.Heartbeat(b.ctx, []store.Beat{{TaskID: got[0].ID, ExecutionID: got[0].ExecutionID}}, b.clock.Now(), b.clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	check("heartbeat")
+	b.succeed(got[0])
+	settle(t, b, store.Settlement{TaskID: got[1].ID, ExecutionID: got[1].ExecutionID, Outcome: bt.OutcomeTransientError,
+		Error: "again", FinishedAt: b.clock.Now(), State: bt.StatePending, RunAt: b.clock.Now()})
+	check("succeeded and retried")
+	if _, err := b.c.Cancel(b.ctx, "ck-01"); err != nil {
+		t.Fatal(err)
+	}
+	check("canceled")
+	b.kill("b", "broken")
+	b.kill("c", "broken")
+	check("dead")
+	if _, err := b.c.Replay(b.ctx, backstop.ReplayParams{ID: "ck-04", Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.Discard(b.ctx, backstop.DiscardParams{ID: "ck-10", Reason: "no", Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.Resolve(b.ctx, backstop.ResolveParams{ID: "ck-05", Note: "by hand", Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	check("replayed, discarded, resolved")
+	b.clock.Advance(2 * time.Hour)
+	if n, err := b.c.PurgeDLQ(b.ctx, backstop.PurgeParams{OlderThan: time.Hour, Statuses: []backstop.DLQStatus{backstop.DLQDiscarded}}); err != nil || n != 1 {
+		t.Fatalf("purge: %d %v", n, err)
+	}
+	check("purged")
+	if r, err := backstop.Retain(b.ctx, b.c); err != nil {
+		t.Fatal(err)
+	} else if r.Succeeded+r.Canceled == 0 {
+		t.Fatalf("retention deleted nothing: %+v", r)
+	}
+	check("retention")
+	if d, err := keeper.ReconcileCounts(b.ctx); err != nil || d != (store.CountDrift{}) {
+		t.Fatalf("reconcile: %+v %v, want nothing to correct", d, err)
+	}
+	check("reconciled")
+}
