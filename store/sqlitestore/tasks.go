@@ -745,9 +745,9 @@ func allSucceeded(ss []store.Settlement) bool {
 const settleChunk = 500 // 5 parameters each: well under SQLite's limit
 
 // settleSucceeded is the hot path: a batch of successes settled with one
-// UPDATE … FROM (VALUES …) per chunk and one INSERT … SELECT of their
-// execution rows from the rows it updated, instead of two statements per
-// task.
+// UPDATE … FROM (VALUES …) per chunk and their events, instead of two
+// statements per task. A success writes no execution row: its task row
+// holds the attempt (succeededExecutions).
 func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
 	index := make(map[string]int, len(ss))
@@ -776,7 +776,7 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 		}
 		sb.WriteString(`) AS v
 			WHERE backstop_tasks.id = v.column1 AND backstop_tasks.execution_id = v.column2 AND backstop_tasks.state = 'running'
-			RETURNING rowid, execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at,
+			RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at,
 				queue, kind, attributes, ` + nextEventSeq + ``) // the seqs of its task.started and task.succeeded rows
 		r, err := tx.QueryContext(ctx, sb.String(), args...)
 		if err != nil {
@@ -789,17 +789,8 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 		if len(rows) == 0 {
 			continue
 		}
-		rowids := make([]byte, 1, 8*len(rows)+2)
-		rowids[0] = '['
-		for i, r := range rows {
-			if i > 0 {
-				rowids = append(rowids, ',')
-			}
-			rowids = strconv.AppendInt(rowids, r.rowid, 10)
+		for _, r := range rows {
 			applied[index[r.execID]] = true
-		}
-		if _, err := tx.ExecContext(ctx, sqlSucceededExecutions, string(append(rowids, ']'))); err != nil {
-			return nil, err
 		}
 		if err := succeededEvents(ctx, tx, rows, rows[0].evSeq, store.ActorFrom(ctx, "")); err != nil { // events_write.go
 			return nil, err
@@ -808,16 +799,7 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 	return applied, nil
 }
 
-// sqlSucceededExecutions records the execution rows of successes from the
-// task rows the settle just updated, named by rowid in a JSON array: one
-// statement of one text for any batch, where an INSERT … VALUES had six
-// parameters a row (each bound by its own cgo call) and a text per size.
-const sqlSucceededExecutions = `INSERT INTO backstop_executions (execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome)
-	SELECT execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at, 'succeeded'
-	FROM backstop_tasks WHERE rowid IN (SELECT value FROM json_each(?))`
-
 type settledRow struct {
-	rowid                  int64
 	execID, taskID, worker string
 	attempt                int
 	started, finished      int64
@@ -831,7 +813,7 @@ func scanSettled(rows *sql.Rows) ([]settledRow, error) {
 	var out []settledRow
 	for rows.Next() {
 		var r settledRow
-		if err := rows.Scan(int64Col{&r.rowid}, &r.execID, &r.taskID, intCol{&r.attempt}, &r.worker, int64Col{&r.started}, int64Col{&r.finished},
+		if err := rows.Scan(&r.execID, &r.taskID, intCol{&r.attempt}, &r.worker, int64Col{&r.started}, int64Col{&r.finished},
 			&r.queue, &r.kind, &r.attrs, int64Col{&r.evSeq}); err != nil {
 			return nil, err
 		}
@@ -900,8 +882,8 @@ func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement)
 			e.Actor = actor
 			events = append(events, e)
 		}
-		if st.ExecutionID == "" {
-			continue
+		if st.ExecutionID == "" || newState == string(bt.StateSucceeded) {
+			continue // a success's attempt is its task row's (succeededExecutions)
 		}
 		if _, err := ins.ExecContext(ctx, st.ExecutionID, st.TaskID, attempt, worker, startedAt, us(st.FinishedAt),
 			string(st.Outcome), nullStr(st.Error), nullStr(st.ErrorDetail)); err != nil {
@@ -974,10 +956,29 @@ func (s *Store) Get(ctx context.Context, id string) (*bt.Task, error) {
 	return t, err
 }
 
+// A succeeded task's last attempt is not a row of backstop_executions:
+// the task row holds all of it (execution_id, attempt, worker_id,
+// attempted_at, finalized_at), and the success settle writes nothing else
+// (migration 00049). succeededExecutions reads those executions from the
+// task rows of the FROM item from (aliased t), in collectExecutions'
+// columns; a row whose attempt is already in backstop_executions (written
+// before 00049) gives none.
+func succeededExecutions(from string) string {
+	return `SELECT t.execution_id, t.id, t.attempt, COALESCE(t.worker_id, ''), COALESCE(t.attempted_at, t.finalized_at),
+		t.finalized_at, 'succeeded', '', ''
+	FROM ` + from + `
+	WHERE t.state = 'succeeded' AND t.execution_id IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM backstop_executions x WHERE x.task_id = t.id AND x.execution_id = t.execution_id)`
+}
+
+var sqlExecutions = `SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at,
+	outcome, COALESCE(error, ''), COALESCE(error_detail, '') FROM backstop_executions WHERE task_id = ?1
+UNION ALL
+` + succeededExecutions("backstop_tasks t") + ` AND t.id = ?1
+ORDER BY 5, 3, 1`
+
 func (s *Store) Executions(ctx context.Context, taskID string) ([]bt.Execution, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at,
-		outcome, COALESCE(error, ''), COALESCE(error_detail, '') FROM backstop_executions WHERE task_id = ?
-		ORDER BY started_at, attempt, execution_id`, taskID)
+	rows, err := s.r.QueryContext(ctx, sqlExecutions, taskID)
 	if err != nil {
 		return nil, err
 	}

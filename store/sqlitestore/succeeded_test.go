@@ -1,0 +1,187 @@
+package sqlitestore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/store"
+)
+
+// succeededFixture enqueues four tasks of queue sx, claims them as worker
+// w1 at t0 and settles them at t0+3s: fast by the all-success statement,
+// mixed with failing (a retry) by the general one, old alone. It returns
+// the claimed tasks by id, in that order.
+func succeededFixture(t *testing.T, s *Store, t0 time.Time) []*bt.Task {
+	t.Helper()
+	ctx := t.Context()
+	var tasks []*bt.Task
+	for i := range 4 {
+		tasks = append(tasks, &bt.Task{ID: fmt.Sprintf("sx-%d", i), Queue: "sx", Kind: "k", State: bt.StatePending,
+			MaxAttempts: 3, Payload: json.RawMessage(`{}`), RunAt: t0, CreatedAt: t0, UpdatedAt: t0})
+	}
+	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, store.ClaimParams{Queue: "sx", WorkerID: "w1", Max: 4, Now: t0, Lease: time.Minute})
+	if err != nil || len(got) != 4 {
+		t.Fatalf("claim: %d %v", len(got), err)
+	}
+	done := t0.Add(3 * time.Second)
+	win := func(c *bt.Task) store.Settlement {
+		return store.Settlement{TaskID: c.ID, ExecutionID: c.ExecutionID, Outcome: bt.OutcomeSucceeded,
+			FinishedAt: done, State: bt.StateSucceeded}
+	}
+	fast, mixed, failing, old := got[0], got[1], got[2], got[3]
+	for _, batch := range [][]store.Settlement{
+		{win(fast)}, // the all-success statement
+		{win(mixed), {TaskID: failing.ID, ExecutionID: failing.ExecutionID, Outcome: bt.OutcomeTransientError, // the general one
+			Error: "boom", FinishedAt: done, State: bt.StateScheduled, RunAt: done.Add(time.Minute)}},
+		{win(old)},
+	} {
+		if applied, err := s.Settle(ctx, batch); err != nil || len(applied) != len(batch) || !applied[0] {
+			t.Fatalf("settle: %v %v", applied, err)
+		}
+	}
+	return got
+}
+
+// A success writes no backstop_executions row: the task row holds its
+// last attempt, and Executions and WorkerExecutions read it from there, by
+// both settle statements (the all-success batch and the general one). A
+// success already in backstop_executions (recorded before migration
+// 00049) is listed once.
+func TestSucceededExecutionLivesInTaskRow(t *testing.T) {
+	ctx := t.Context()
+	s, _ := storeAt(t, 1<<40) // every migration
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	got := succeededFixture(t, s, t0)
+	fast, mixed, failing, old := got[0], got[1], got[2], got[3]
+	// old succeeded before 00049: its success is in the table as well.
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO backstop_executions
+		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome)
+		SELECT execution_id, id, attempt, worker_id, attempted_at, finalized_at, 'succeeded'
+		FROM backstop_tasks WHERE id = ?`, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM backstop_executions WHERE task_id IN (?, ?)`,
+		fast.ID, mixed.ID).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatalf("%d execution rows written for two successes, want 0", rows)
+	}
+	checkSucceededExecutions(t, s, t0, fast, mixed, failing, old)
+}
+
+// checkSucceededExecutions: each success is listed once with its attempt's
+// fields by Executions, the failed attempt too, and the worker's
+// executions are the four attempts once each, paged and filtered.
+func checkSucceededExecutions(t *testing.T, s *Store, t0 time.Time, fast, mixed, failing, old *bt.Task) {
+	t.Helper()
+	ctx := t.Context()
+	done := t0.Add(3 * time.Second)
+	for _, c := range []*bt.Task{fast, mixed, old} {
+		ex, err := s.Executions(ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ex) != 1 {
+			t.Fatalf("%s: %d executions %+v, want 1", c.ID, len(ex), ex)
+		}
+		e := ex[0]
+		if e.ExecutionID != c.ExecutionID || e.TaskID != c.ID || e.Attempt != 1 || e.WorkerID != "w1" ||
+			!e.StartedAt.Equal(t0) || e.FinishedAt == nil || !e.FinishedAt.Equal(done) ||
+			e.Outcome != bt.OutcomeSucceeded || e.Error != "" || e.ErrorDetail != "" {
+			t.Fatalf("%s: execution %+v (claim %+v)", c.ID, e, c)
+		}
+	}
+	if ex, err := s.Executions(ctx, failing.ID); err != nil || len(ex) != 1 || ex[0].Outcome != bt.OutcomeTransientError {
+		t.Fatalf("failed attempt: %+v %v", ex, err)
+	}
+	if task, err := s.Get(ctx, mixed.ID); err != nil || len(task.Executions) != 1 || task.Executions[0].ExecutionID != mixed.ExecutionID {
+		t.Fatalf("Get: %+v %v", task, err)
+	}
+
+	// The worker's executions: the four attempts once each, and in pages
+	// of one across both kinds of rows.
+	all := func(f store.WorkerExecutionFilter) []string {
+		t.Helper()
+		var out []string
+		for {
+			ex, err := s.WorkerExecutions(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ex {
+				out = append(out, e.ExecutionID)
+			}
+			if len(ex) < f.Limit || f.Limit >= 10 {
+				return out
+			}
+			last := ex[len(ex)-1]
+			f.Before = &store.ExecutionKey{StartedAt: last.StartedAt, ExecutionID: last.ExecutionID}
+		}
+	}
+	seen := map[string]int{}
+	whole := all(store.WorkerExecutionFilter{WorkerID: "w1", Limit: 10})
+	for _, id := range whole {
+		seen[id]++
+	}
+	if len(whole) != 4 || len(seen) != 4 {
+		t.Fatalf("worker executions %v, want the 4 attempts once each", whole)
+	}
+	if paged := all(store.WorkerExecutionFilter{WorkerID: "w1", Limit: 1}); fmt.Sprint(paged) != fmt.Sprint(whole) {
+		t.Fatalf("pages of one %v, want %v", paged, whole)
+	}
+	if ex, err := s.WorkerExecutions(ctx, store.WorkerExecutionFilter{WorkerID: "w1", Limit: 2}); err != nil || len(ex) != 2 {
+		t.Fatalf("limit 2: %+v %v", ex, err)
+	}
+	if ok := all(store.WorkerExecutionFilter{WorkerID: "w1", Limit: 10, Outcome: bt.OutcomeSucceeded}); len(ok) != 3 {
+		t.Fatalf("succeeded only: %v, want 3", ok)
+	}
+	if bad := all(store.WorkerExecutionFilter{WorkerID: "w1", Limit: 10, Outcome: bt.OutcomeTransientError}); len(bad) != 1 || bad[0] != failing.ExecutionID {
+		t.Fatalf("failed only: %v, want [%s]", bad, failing.ExecutionID)
+	}
+}
+
+// Migration 00049 on a file holding successes recorded the old way (an
+// execution row each): every attempt is listed once after it, and rolled
+// back, the successes the rows hold are execution rows again.
+func TestSucceededExecutionsMigration(t *testing.T) {
+	ctx := context.Background()
+	s, p := storeAt(t, 47)
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	got := succeededFixture(t, s, t0)
+	// The version before 00049 wrote an execution row for each success.
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO backstop_executions
+		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome)
+		SELECT execution_id, id, attempt, worker_id, attempted_at, finalized_at, 'succeeded'
+		FROM backstop_tasks WHERE state = 'succeeded'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkSucceededExecutions(t, s, t0, got[0], got[1], got[2], got[3])
+
+	// A success after the migration, then down: its row is written.
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM backstop_executions WHERE task_id = ?`, got[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 47); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM backstop_executions WHERE outcome = 'succeeded'`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 3 {
+		t.Fatalf("%d succeeded execution rows after the rollback, want 3", rows)
+	}
+	checkSucceededExecutions(t, s, t0, got[0], got[1], got[2], got[3])
+}
