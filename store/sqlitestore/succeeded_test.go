@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,4 +185,77 @@ func TestSucceededExecutionsMigration(t *testing.T) {
 		t.Fatalf("%d succeeded execution rows after the rollback, want 3", rows)
 	}
 	checkSucceededExecutions(t, s, t0, got[0], got[1], got[2], got[3])
+}
+
+// The success settle seeks each task's row by the row id its execution
+// id names, not through the id index; a row whose row id changed since
+// its claim (a VACUUM may renumber rows) is still settled, found by its
+// id, and a stale lease is still refused.
+func TestSettleSeeksByRowid(t *testing.T) {
+	ctx := t.Context()
+	s, _ := storeAt(t, 1<<40)
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	var tasks []*bt.Task
+	for i := range 4 {
+		tasks = append(tasks, &bt.Task{ID: fmt.Sprintf("rw-%d", i), Queue: "rw", Kind: "k", State: bt.StatePending,
+			MaxAttempts: 3, Payload: json.RawMessage(`{}`), RunAt: t0, CreatedAt: t0, UpdatedAt: t0})
+	}
+	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, store.ClaimParams{Queue: "rw", WorkerID: "w1", Max: 4, Now: t0, Lease: time.Minute})
+	if err != nil || len(got) != 4 {
+		t.Fatalf("claim: %d %v", len(got), err)
+	}
+	for _, c := range got {
+		var rowid int64
+		if err := s.r.QueryRowContext(ctx, `SELECT rowid FROM backstop_tasks WHERE id = ?`, c.ID).Scan(&rowid); err != nil {
+			t.Fatal(err)
+		}
+		if r := executionRowid(c.ExecutionID); r != rowid {
+			t.Fatalf("%s: execution id %s names row %d, the row is %d", c.ID, c.ExecutionID, r, rowid)
+		}
+	}
+	for _, bad := range []string{"", "x", got[0].ExecutionID[:35] + "g", got[0].ExecutionID + "0"} {
+		if r := executionRowid(bad); r != -1 {
+			t.Errorf("executionRowid(%q) = %d, want -1", bad, r)
+		}
+	}
+	// got[1]'s row moves; got[2]'s lease is not the one settled.
+	if _, err := s.w.ExecContext(ctx, `UPDATE backstop_tasks SET rowid = rowid + 1000000 WHERE id = ?`, got[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	var ss []store.Settlement
+	for i, c := range got {
+		x := c.ExecutionID
+		if i == 2 {
+			x = got[3].ExecutionID[:24] + "000000000000"
+		}
+		ss = append(ss, store.Settlement{TaskID: c.ID, ExecutionID: x, Outcome: bt.OutcomeSucceeded,
+			FinishedAt: t0.Add(time.Second), State: bt.StateSucceeded})
+	}
+	applied, err := s.Settle(ctx, ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(applied) != "[true true false true]" {
+		t.Fatalf("applied %v, want [true true false true]", applied)
+	}
+	for i, c := range got {
+		var state string
+		if err := s.r.QueryRowContext(ctx, `SELECT state FROM backstop_tasks WHERE id = ?`, c.ID).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]string{true: "succeeded", false: "running"}[i != 2]; state != want {
+			t.Errorf("%s is %s, want %s", c.ID, state, want)
+		}
+	}
+
+	// The plan: each row by its row id; by id only in the second pass.
+	for _, byRowid := range []bool{true, false} {
+		plan := sqlitePlan(t, s, settleSucceededSQL(3, byRowid), make([]any, 15+3*map[bool]int{true: 1}[byRowid])...)
+		if seeks := strings.Contains(plan, "INTEGER PRIMARY KEY (rowid=?)"); seeks != byRowid {
+			t.Errorf("by row id %v: the settle's plan:\n%s", byRowid, plan)
+		}
+	}
 }

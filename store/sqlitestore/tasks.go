@@ -451,22 +451,58 @@ func mergeInto(ctx context.Context, q querier, t *bt.Task, opts store.EnqueueOpt
 }
 
 // executionIDPrefix returns the first 24 hex digits (with dashes) of a
-// fresh UUIDv7 and a random offset; the claim completes each execution id
-// with 12 hex digits from the row id plus the offset. The ids are valid,
-// time-ordered UUIDv7s, unique because the prefix is fresh per claim and the
-// row ids are distinct within it — and SQLite does not have to make 100
-// random UUIDs in SQL per claim.
+// fresh UUIDv7 and the offset it implies (executionOffset); the claim
+// completes each execution id with 12 hex digits from the row id plus the
+// offset. The ids are valid, time-ordered UUIDv7s, unique because the
+// prefix is fresh per claim and the row ids are distinct within it — and
+// SQLite does not have to make 100 random UUIDs in SQL per claim. The
+// settle reads the row id back (executionRowid) to seek the task's row
+// without the id index.
 func executionIDPrefix() (string, int64, error) {
 	u, err := uuid.NewV7()
 	if err != nil {
 		return "", 0, err
 	}
-	s := u.String() // xxxxxxxx-xxxx-7xxx-yxxx-xxxxxxxxxxxx
-	var off int64
-	for _, b := range u[10:16] {
-		off = off<<8 | int64(b)
+	prefix := u.String()[:24] // xxxxxxxx-xxxx-7xxx-yxxx-
+	return prefix, executionOffset(prefix), nil
+}
+
+// rowidMask keeps the 48 bits an execution id's last 12 hex digits hold.
+const rowidMask = 1<<48 - 1
+
+// executionOffset is the offset of an execution id's last 12 hex digits
+// from its task's row id: FNV-1a of the prefix, 48 bits, so the digits
+// look random and the settle can subtract it again.
+func executionOffset(prefix string) int64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(prefix); i++ {
+		h = (h ^ uint64(prefix[i])) * 1099511628211
 	}
-	return s[:24], off, nil
+	return int64(h & rowidMask)
+}
+
+// executionRowid is the row id a claim's execution id names, or -1 for an
+// id not of that form. A row id is a hint only: the settle also matches
+// the task id and the execution id (a row id read from an id written
+// before executionOffset, or changed by a VACUUM, finds no row, and the
+// task is then looked for by its id).
+func executionRowid(executionID string) int64 {
+	if len(executionID) != 36 {
+		return -1
+	}
+	var n int64
+	for i := 24; i < 36; i++ {
+		c := executionID[i]
+		switch {
+		case c >= '0' && c <= '9':
+			n = n<<4 | int64(c-'0')
+		case c >= 'a' && c <= 'f':
+			n = n<<4 | int64(c-'a'+10)
+		default:
+			return -1
+		}
+	}
+	return (n - executionOffset(executionID[:24])) & rowidMask
 }
 
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, error) {
@@ -746,57 +782,101 @@ const settleChunk = 500 // 5 parameters each: well under SQLite's limit
 
 // settleSucceeded is the hot path: a batch of successes settled with one
 // UPDATE … FROM (VALUES …) per chunk and their events, instead of two
-// statements per task. A success writes no execution row: its task row
-// holds the attempt (succeededExecutions).
+// statements per task. Each row is sought by the row id its execution id
+// names (executionRowid), the id and the lease checked on it; the few a
+// row id did not find (an execution id of another form, a row id a VACUUM
+// changed, a lease no longer current) are looked for by id after. A
+// success writes no execution row: its task row holds the attempt
+// (succeededExecutions).
 func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
 	index := make(map[string]int, len(ss))
 	for i, st := range ss {
 		index[st.ExecutionID] = i
 	}
-	for start := 0; start < len(ss); start += settleChunk {
-		chunk := ss[start:min(start+settleChunk, len(ss))]
-		var sb strings.Builder
-		sb.WriteString(`UPDATE backstop_tasks SET state = 'succeeded', finalized_at = v.column3, updated_at = v.column3,
-			lease_expires_at = NULL, progress_total = COALESCE(v.column4, progress_total),
-			progress_completed = COALESCE(v.column5, progress_completed),
-			event_seqs = coalesce(event_seqs, '') || ',' || ` + nextEventSeq + ` || ',' || (` + nextEventSeq + ` + 1)
-			FROM (VALUES `)
-		args := make([]any, 0, 5*len(chunk))
-		for i, st := range chunk {
-			if i > 0 {
-				sb.WriteByte(',')
+	actor := store.ActorFrom(ctx, "")
+	settleChunks := func(ss []store.Settlement, byRowid bool) error {
+		for start := 0; start < len(ss); start += settleChunk {
+			rows, err := settleSucceededChunk(ctx, tx, ss[start:min(start+settleChunk, len(ss))], byRowid)
+			if err != nil {
+				return err
 			}
-			sb.WriteString("(?,?,?,?,?)")
-			var total, done any
-			if st.Progress != nil {
-				total, done = st.Progress.Total, st.Progress.Completed
+			if len(rows) == 0 {
+				continue
 			}
-			args = append(args, st.TaskID, st.ExecutionID, us(st.FinishedAt), total, done)
+			for _, r := range rows {
+				applied[index[r.execID]] = true
+			}
+			if err := succeededEvents(ctx, tx, rows, rows[0].evSeq, actor); err != nil { // events_write.go
+				return err
+			}
 		}
-		sb.WriteString(`) AS v
-			WHERE backstop_tasks.id = v.column1 AND backstop_tasks.execution_id = v.column2 AND backstop_tasks.state = 'running'
-			RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at,
-				queue, kind, attributes, ` + nextEventSeq + ``) // the seqs of its task.started and task.succeeded rows
-		r, err := tx.QueryContext(ctx, sb.String(), args...)
-		if err != nil {
-			return nil, err
-		}
-		rows, err := scanSettled(r)
-		if err != nil {
-			return nil, err
-		}
-		if len(rows) == 0 {
-			continue
-		}
-		for _, r := range rows {
-			applied[index[r.execID]] = true
-		}
-		if err := succeededEvents(ctx, tx, rows, rows[0].evSeq, store.ActorFrom(ctx, "")); err != nil { // events_write.go
-			return nil, err
+		return nil
+	}
+	if err := settleChunks(ss, true); err != nil {
+		return nil, err
+	}
+	var missed []store.Settlement
+	for i, st := range ss {
+		if !applied[i] {
+			missed = append(missed, st)
 		}
 	}
+	if err := settleChunks(missed, false); err != nil {
+		return nil, err
+	}
 	return applied, nil
+}
+
+// settleSucceededChunk settles a chunk of successes whose leases are
+// current, each row sought by its execution id's row id (byRowid) or by
+// its id, and returns the rows it changed.
+func settleSucceededChunk(ctx context.Context, tx *sql.Tx, chunk []store.Settlement, byRowid bool) ([]settledRow, error) {
+	args := make([]any, 0, 6*len(chunk))
+	for _, st := range chunk {
+		var total, done any
+		if st.Progress != nil {
+			total, done = st.Progress.Total, st.Progress.Completed
+		}
+		args = append(args, st.TaskID, st.ExecutionID, us(st.FinishedAt), total, done)
+		if byRowid {
+			args = append(args, executionRowid(st.ExecutionID))
+		}
+	}
+	r, err := tx.QueryContext(ctx, settleSucceededSQL(len(chunk), byRowid), args...)
+	if err != nil {
+		return nil, err
+	}
+	return scanSettled(r)
+}
+
+// settleSucceededSQL is the success settle of n rows: VALUES of (task id,
+// execution id, finish time, progress total, completed[, row id]).
+func settleSucceededSQL(n int, byRowid bool) string {
+	var sb strings.Builder
+	sb.WriteString(`UPDATE backstop_tasks SET state = 'succeeded', finalized_at = v.column3, updated_at = v.column3,
+		lease_expires_at = NULL, progress_total = COALESCE(v.column4, progress_total),
+		progress_completed = COALESCE(v.column5, progress_completed),
+		event_seqs = coalesce(event_seqs, '') || ',' || ` + nextEventSeq + ` || ',' || (` + nextEventSeq + ` + 1)
+		FROM (VALUES `)
+	row := "(?,?,?,?,?)"
+	if byRowid {
+		row = "(?,?,?,?,?,?)"
+	}
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(row)
+	}
+	sb.WriteString(`) AS v WHERE `)
+	if byRowid {
+		sb.WriteString(`backstop_tasks.rowid = v.column6 AND `)
+	}
+	sb.WriteString(`backstop_tasks.id = v.column1 AND backstop_tasks.execution_id = v.column2 AND backstop_tasks.state = 'running'
+		RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at,
+			queue, kind, attributes, ` + nextEventSeq) // the seqs of its task.started and task.succeeded rows
+	return sb.String()
 }
 
 type settledRow struct {
