@@ -259,3 +259,51 @@ func TestSettleSeeksByRowid(t *testing.T) {
 		}
 	}
 }
+
+// A claimed task carries every field it has set, the rarely set ones
+// (claimExtra) included, as the task read back whole has them; a task
+// that sets none claims with their defaults.
+func TestClaimReturnsRareFields(t *testing.T) {
+	ctx := t.Context()
+	s, _ := storeAt(t, 1<<40)
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	deadline := t0.Add(time.Hour)
+	full := &bt.Task{ID: "cf-full", Queue: "cf", Kind: "k", State: bt.StatePending, MaxAttempts: 5,
+		Payload: json.RawMessage(`{"a":1}`), RunAt: t0, CreatedAt: t0, UpdatedAt: t0, Priority: 3,
+		Attributes: map[string]string{"tenant": "t1"}, Timeout: bt.Duration(90 * time.Second), Deadline: &deadline,
+		Retry: &bt.RetryPolicy{Base: bt.Duration(3 * time.Second), Factor: 1.5}, TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		IdempotencyKey: "idem-1", Complexity: 2.5}
+	plain := &bt.Task{ID: "cf-plain", Queue: "cf", Kind: "k", State: bt.StatePending, MaxAttempts: 1,
+		Payload: json.RawMessage(`{}`), RunAt: t0, CreatedAt: t0, UpdatedAt: t0}
+	if _, err := s.Enqueue(ctx, []*bt.Task{full, plain}, store.EnqueueOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	// What only other paths set: progress, a last error, merges, deaths, replays.
+	if _, err := s.w.ExecContext(ctx, `UPDATE backstop_tasks SET progress_total = 10, progress_completed = 4,
+		last_error = 'boom "quoted"', merge_key = 'mk', merge_count = 2, dead_count = 1, replay_count = 1,
+		replayed_from = 'cf-old' WHERE id = ?`, full.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, store.ClaimParams{Queue: "cf", WorkerID: "w1", Max: 2, Now: t0, Lease: time.Minute})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("claim: %d %v", len(got), err)
+	}
+	for _, c := range got {
+		w, err := getTask(ctx, s.r, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pick := func(x *bt.Task) string {
+			return fmt.Sprintf("%s %s %d %d %d %s %d %v %v %s %v %v %v %v %v %v %s %s %s %s %s %d %d %d %s",
+				x.ID, x.Kind, x.Priority, x.Attempt, x.MaxAttempts, x.Payload, x.PayloadSize, x.PayloadSpilled, x.Attributes,
+				x.RunAt.UTC(), x.CreatedAt.UTC(), x.Timeout, x.Deadline, x.Retry, x.Progress, x.Complexity, x.TraceParent,
+				x.LastError, x.ExecutionID, x.IdempotencyKey, x.MergeKey, x.MergeCount, x.DeadCount, x.ReplayCount, x.ReplayedFrom)
+		}
+		if a, b := pick(c), pick(w); a != b {
+			t.Errorf("claimed:\n%s\nthe row:\n%s", a, b)
+		}
+	}
+	if got[0].ID != full.ID || got[0].Deadline == nil || got[0].Retry == nil || got[0].LastError != `boom "quoted"` {
+		t.Errorf("the full task claimed as %+v", got[0])
+	}
+}
