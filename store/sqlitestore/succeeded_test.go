@@ -307,3 +307,68 @@ func TestClaimReturnsRareFields(t *testing.T) {
 		t.Errorf("the full task claimed as %+v", got[0])
 	}
 }
+
+// Every row of a claim is found by its row id: the second pass, by id, is
+// for the exceptions only.
+func TestSettleByRowidFindsEveryClaimedRow(t *testing.T) {
+	ctx := t.Context()
+	s, _ := storeAt(t, 1<<40)
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	var tasks []*bt.Task
+	for i := range 1200 {
+		tasks = append(tasks, &bt.Task{ID: fmt.Sprintf("rf-%04d", i), Queue: "rf", Kind: "k", State: bt.StatePending,
+			MaxAttempts: 3, Payload: json.RawMessage(`{}`), RunAt: t0, CreatedAt: t0, UpdatedAt: t0})
+	}
+	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	var ss []store.Settlement
+	for range 3 {
+		got, err := s.Claim(ctx, store.ClaimParams{Queue: "rf", WorkerID: "w1", Max: 400, Now: t0, Lease: time.Minute})
+		if err != nil || len(got) != 400 {
+			t.Fatalf("claim: %d %v", len(got), err)
+		}
+		for _, c := range got {
+			ss = append(ss, store.Settlement{TaskID: c.ID, ExecutionID: c.ExecutionID, Outcome: bt.OutcomeSucceeded,
+				FinishedAt: t0.Add(time.Second), State: bt.StateSucceeded})
+		}
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	for start := 0; start < len(ss); start += settleChunk {
+		chunk := ss[start:min(start+settleChunk, len(ss))]
+		rows, err := settleSucceededChunk(ctx, tx, chunk, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != len(chunk) {
+			t.Fatalf("by row id: %d of %d rows settled", len(rows), len(chunk))
+		}
+	}
+}
+
+// executionRowid reads any text a settlement names: -1 or a 48-bit row
+// id, never a panic; an id built as a claim builds it gives its row id
+// back.
+func FuzzExecutionRowid(f *testing.F) {
+	f.Add("019abcde-0123-7456-89ab-", int64(1))
+	f.Add("", int64(0))
+	f.Add("019abcde-0123-7456-89ab-0000000000ff", int64(rowidMask))
+	f.Fuzz(func(t *testing.T, s string, rowid int64) {
+		if r := executionRowid(s); r != -1 && (r < 0 || r > rowidMask) {
+			t.Fatalf("executionRowid(%q) = %d", s, r)
+		}
+		if len(s) < 24 {
+			return
+		}
+		prefix := s[:24]
+		rowid &= rowidMask
+		id := prefix + fmt.Sprintf("%012x", (rowid+executionOffset(prefix))&rowidMask)
+		if r := executionRowid(id); r != rowid {
+			t.Fatalf("%s names row %d, want %d", id, r, rowid)
+		}
+	})
+}
