@@ -451,22 +451,58 @@ func mergeInto(ctx context.Context, q querier, t *bt.Task, opts store.EnqueueOpt
 }
 
 // executionIDPrefix returns the first 24 hex digits (with dashes) of a
-// fresh UUIDv7 and a random offset; the claim completes each execution id
-// with 12 hex digits from the row id plus the offset. The ids are valid,
-// time-ordered UUIDv7s, unique because the prefix is fresh per claim and the
-// row ids are distinct within it — and SQLite does not have to make 100
-// random UUIDs in SQL per claim.
+// fresh UUIDv7 and the offset it implies (executionOffset); the claim
+// completes each execution id with 12 hex digits from the row id plus the
+// offset. The ids are valid, time-ordered UUIDv7s, unique because the
+// prefix is fresh per claim and the row ids are distinct within it — and
+// SQLite does not have to make 100 random UUIDs in SQL per claim. The
+// settle reads the row id back (executionRowid) to seek the task's row
+// without the id index.
 func executionIDPrefix() (string, int64, error) {
 	u, err := uuid.NewV7()
 	if err != nil {
 		return "", 0, err
 	}
-	s := u.String() // xxxxxxxx-xxxx-7xxx-yxxx-xxxxxxxxxxxx
-	var off int64
-	for _, b := range u[10:16] {
-		off = off<<8 | int64(b)
+	prefix := u.String()[:24] // xxxxxxxx-xxxx-7xxx-yxxx-
+	return prefix, executionOffset(prefix), nil
+}
+
+// rowidMask keeps the 48 bits an execution id's last 12 hex digits hold.
+const rowidMask = 1<<48 - 1
+
+// executionOffset is the offset of an execution id's last 12 hex digits
+// from its task's row id: FNV-1a of the prefix, 48 bits, so the digits
+// look random and the settle can subtract it again.
+func executionOffset(prefix string) int64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(prefix); i++ {
+		h = (h ^ uint64(prefix[i])) * 1099511628211
 	}
-	return s[:24], off, nil
+	return int64(h & rowidMask)
+}
+
+// executionRowid is the row id a claim's execution id names, or -1 for an
+// id not of that form. A row id is a hint only: the settle also matches
+// the task id and the execution id (a row id read from an id written
+// before executionOffset, or changed by a VACUUM, finds no row, and the
+// task is then looked for by its id).
+func executionRowid(executionID string) int64 {
+	if len(executionID) != 36 {
+		return -1
+	}
+	var n int64
+	for i := 24; i < 36; i++ {
+		c := executionID[i]
+		switch {
+		case c >= '0' && c <= '9':
+			n = n<<4 | int64(c-'0')
+		case c >= 'a' && c <= 'f':
+			n = n<<4 | int64(c-'a'+10)
+		default:
+			return -1
+		}
+	}
+	return (n - executionOffset(executionID[:24])) & rowidMask
 }
 
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, error) {
@@ -580,10 +616,42 @@ func claimIn(ctx context.Context, tx *sql.Tx, p store.ClaimParams, max int, f cl
 
 // claimCols is what a claim returns: only what a handler can use and the
 // claim did not just set itself (moving 38 columns per row through
-// database/sql costs more than the claim's own SQL).
-const claimCols = `id, kind, priority, attempt, max_attempts, payload, payload_size, payload_spilled, attributes,
-run_at, created_at, timeout_us, deadline, retry_policy, progress_total, progress_completed, complexity,
-trace_parent, last_error, execution_id, idempotency_key, merge_key, merge_count, dead_count, replay_count, replayed_from`
+// database/sql costs more than the claim's own SQL), and of that the
+// columns a task rarely has set as one value, claimExtra.
+const claimCols = `id, kind, priority, attempt, max_attempts, payload, payload_size, attributes,
+run_at, created_at, execution_id, ` + claimExtra
+
+// claimExtra is the columns a claimed task rarely has set, as one JSON
+// array in claimExtraFields' order, NULL while all are at their defaults:
+// one column scanned instead of fifteen for a task that sets none.
+const claimExtra = `CASE WHEN payload_spilled = 0 AND timeout_us = 0 AND deadline IS NULL AND retry_policy IS NULL
+	AND progress_total = 0 AND progress_completed = 0 AND complexity = 0 AND trace_parent IS NULL AND last_error IS NULL
+	AND idempotency_key IS NULL AND merge_key IS NULL AND merge_count = 0 AND dead_count = 0 AND replay_count = 0
+	AND replayed_from IS NULL THEN NULL
+ELSE json_array(payload_spilled, timeout_us, deadline, retry_policy, progress_total, progress_completed, complexity,
+	trace_parent, last_error, idempotency_key, merge_key, merge_count, dead_count, replay_count, replayed_from) END`
+
+// claimExtraFields decodes claimExtra's array into t; the retry policy
+// (JSON text) and the deadline and timeout (microseconds) are returned to
+// be converted.
+func claimExtraFields(b []byte, t *bt.Task) (retry string, deadline *int64, timeoutUS int64, err error) {
+	var (
+		a       [15]json.RawMessage
+		spilled int
+	)
+	if err := json.Unmarshal(b, &a); err != nil {
+		return "", nil, 0, err
+	}
+	for i, dst := range []any{&spilled, &timeoutUS, &deadline, &retry, &t.Progress.Total, &t.Progress.Completed,
+		&t.Complexity, &t.TraceParent, &t.LastError, &t.IdempotencyKey, &t.MergeKey, &t.MergeCount, &t.DeadCount,
+		&t.ReplayCount, &t.ReplayedFrom} {
+		if err := json.Unmarshal(a[i], dst); err != nil {
+			return "", nil, 0, err
+		}
+	}
+	t.PayloadSpilled = spilled != 0
+	return retry, deadline, timeoutUS, nil
+}
 
 // scanClaimed also returns each task's attributes as stored and the seq of
 // the claim's task.claimed row (for its events).
@@ -598,17 +666,14 @@ func scanClaimed(rows *sql.Rows, p store.ClaimParams) ([]*bt.Task, []string, int
 	)
 	for rows.Next() {
 		var (
-			t                                               bt.Task
-			payload                                         []byte
-			attrs, retry, trace, lastErr, idem, merge, repl sql.NullString
-			runAt, created, timeoutUS                       int64
-			deadline                                        sql.NullInt64
+			t              bt.Task
+			payload, extra []byte
+			attrs          sql.NullString
+			runAt, created int64
 		)
 		if err := rows.Scan(&t.ID, &t.Kind, intCol{&t.Priority}, intCol{&t.Attempt}, intCol{&t.MaxAttempts}, &payload,
-			intCol{&t.PayloadSize}, &t.PayloadSpilled, &attrs, int64Col{&runAt}, int64Col{&created}, int64Col{&timeoutUS},
-			&deadline, &retry, intCol{&t.Progress.Total}, intCol{&t.Progress.Completed}, floatCol{&t.Complexity},
-			&trace, &lastErr, &t.ExecutionID, &idem, &merge, intCol{&t.MergeCount}, intCol{&t.DeadCount},
-			intCol{&t.ReplayCount}, &repl, int64Col{&seq}); err != nil { // scan.go
+			intCol{&t.PayloadSize}, &attrs, int64Col{&runAt}, int64Col{&created}, &t.ExecutionID, &extra,
+			int64Col{&seq}); err != nil { // scan.go
 			return nil, nil, 0, err
 		}
 		t.Queue, t.State, t.WorkerID = p.Queue, bt.StateRunning, p.WorkerID
@@ -621,17 +686,24 @@ func scanClaimed(rows *sql.Rows, p store.ClaimParams) ([]*bt.Task, []string, int
 				return nil, nil, 0, fmt.Errorf("task %s: attributes: %w", t.ID, err)
 			}
 		}
-		if retry.Valid && retry.String != "" {
-			t.Retry = new(bt.RetryPolicy)
-			if err := json.Unmarshal([]byte(retry.String), t.Retry); err != nil {
-				return nil, nil, 0, fmt.Errorf("task %s: retry policy: %w", t.ID, err)
+		if extra != nil {
+			retry, deadline, timeoutUS, err := claimExtraFields(extra, &t)
+			if err != nil {
+				return nil, nil, 0, fmt.Errorf("task %s: %w", t.ID, err)
+			}
+			if retry != "" {
+				t.Retry = new(bt.RetryPolicy)
+				if err := json.Unmarshal([]byte(retry), t.Retry); err != nil {
+					return nil, nil, 0, fmt.Errorf("task %s: retry policy: %w", t.ID, err)
+				}
+			}
+			t.Timeout = bt.Duration(time.Duration(timeoutUS) * time.Microsecond)
+			if deadline != nil {
+				d := fromUS(*deadline)
+				t.Deadline = &d
 			}
 		}
 		t.RunAt, t.CreatedAt = fromUS(runAt), fromUS(created)
-		t.Timeout = bt.Duration(time.Duration(timeoutUS) * time.Microsecond)
-		t.Deadline = fromNullUS(deadline)
-		t.TraceParent, t.LastError = trace.String, lastErr.String
-		t.IdempotencyKey, t.MergeKey, t.ReplayedFrom = idem.String, merge.String, repl.String
 		out = append(out, &t)
 		rawAttrs = append(rawAttrs, attrs.String)
 	}
@@ -745,79 +817,105 @@ func allSucceeded(ss []store.Settlement) bool {
 const settleChunk = 500 // 5 parameters each: well under SQLite's limit
 
 // settleSucceeded is the hot path: a batch of successes settled with one
-// UPDATE … FROM (VALUES …) per chunk and one INSERT … SELECT of their
-// execution rows from the rows it updated, instead of two statements per
-// task.
+// UPDATE … FROM (VALUES …) per chunk and their events, instead of two
+// statements per task. Each row is sought by the row id its execution id
+// names (executionRowid), the id and the lease checked on it; the few a
+// row id did not find (an execution id of another form, a row id a VACUUM
+// changed, a lease no longer current) are looked for by id after. A
+// success writes no execution row: its task row holds the attempt
+// (succeededExecutions).
 func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
 	index := make(map[string]int, len(ss))
 	for i, st := range ss {
 		index[st.ExecutionID] = i
 	}
-	for start := 0; start < len(ss); start += settleChunk {
-		chunk := ss[start:min(start+settleChunk, len(ss))]
-		var sb strings.Builder
-		sb.WriteString(`UPDATE backstop_tasks SET state = 'succeeded', finalized_at = v.column3, updated_at = v.column3,
-			lease_expires_at = NULL, progress_total = COALESCE(v.column4, progress_total),
-			progress_completed = COALESCE(v.column5, progress_completed),
-			event_seqs = coalesce(event_seqs, '') || ',' || ` + nextEventSeq + ` || ',' || (` + nextEventSeq + ` + 1)
-			FROM (VALUES `)
-		args := make([]any, 0, 5*len(chunk))
-		for i, st := range chunk {
-			if i > 0 {
-				sb.WriteByte(',')
+	actor := store.ActorFrom(ctx, "")
+	settleChunks := func(ss []store.Settlement, byRowid bool) error {
+		for start := 0; start < len(ss); start += settleChunk {
+			rows, err := settleSucceededChunk(ctx, tx, ss[start:min(start+settleChunk, len(ss))], byRowid)
+			if err != nil {
+				return err
 			}
-			sb.WriteString("(?,?,?,?,?)")
-			var total, done any
-			if st.Progress != nil {
-				total, done = st.Progress.Total, st.Progress.Completed
+			if len(rows) == 0 {
+				continue
 			}
-			args = append(args, st.TaskID, st.ExecutionID, us(st.FinishedAt), total, done)
-		}
-		sb.WriteString(`) AS v
-			WHERE backstop_tasks.id = v.column1 AND backstop_tasks.execution_id = v.column2 AND backstop_tasks.state = 'running'
-			RETURNING rowid, execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at,
-				queue, kind, attributes, ` + nextEventSeq + ``) // the seqs of its task.started and task.succeeded rows
-		r, err := tx.QueryContext(ctx, sb.String(), args...)
-		if err != nil {
-			return nil, err
-		}
-		rows, err := scanSettled(r)
-		if err != nil {
-			return nil, err
-		}
-		if len(rows) == 0 {
-			continue
-		}
-		rowids := make([]byte, 1, 8*len(rows)+2)
-		rowids[0] = '['
-		for i, r := range rows {
-			if i > 0 {
-				rowids = append(rowids, ',')
+			for _, r := range rows {
+				applied[index[r.execID]] = true
 			}
-			rowids = strconv.AppendInt(rowids, r.rowid, 10)
-			applied[index[r.execID]] = true
+			if err := succeededEvents(ctx, tx, rows, rows[0].evSeq, actor); err != nil { // events_write.go
+				return err
+			}
 		}
-		if _, err := tx.ExecContext(ctx, sqlSucceededExecutions, string(append(rowids, ']'))); err != nil {
-			return nil, err
+		return nil
+	}
+	if err := settleChunks(ss, true); err != nil {
+		return nil, err
+	}
+	var missed []store.Settlement
+	for i, st := range ss {
+		if !applied[i] {
+			missed = append(missed, st)
 		}
-		if err := succeededEvents(ctx, tx, rows, rows[0].evSeq, store.ActorFrom(ctx, "")); err != nil { // events_write.go
-			return nil, err
-		}
+	}
+	if err := settleChunks(missed, false); err != nil {
+		return nil, err
 	}
 	return applied, nil
 }
 
-// sqlSucceededExecutions records the execution rows of successes from the
-// task rows the settle just updated, named by rowid in a JSON array: one
-// statement of one text for any batch, where an INSERT … VALUES had six
-// parameters a row (each bound by its own cgo call) and a text per size.
-const sqlSucceededExecutions = `INSERT INTO backstop_executions (execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome)
-	SELECT execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at, 'succeeded'
-	FROM backstop_tasks WHERE rowid IN (SELECT value FROM json_each(?))`
+// settleSucceededChunk settles a chunk of successes whose leases are
+// current, each row sought by its execution id's row id (byRowid) or by
+// its id, and returns the rows it changed.
+func settleSucceededChunk(ctx context.Context, tx *sql.Tx, chunk []store.Settlement, byRowid bool) ([]settledRow, error) {
+	args := make([]any, 0, 6*len(chunk))
+	for _, st := range chunk {
+		var total, done any
+		if st.Progress != nil {
+			total, done = st.Progress.Total, st.Progress.Completed
+		}
+		args = append(args, st.TaskID, st.ExecutionID, us(st.FinishedAt), total, done)
+		if byRowid {
+			args = append(args, executionRowid(st.ExecutionID))
+		}
+	}
+	r, err := tx.QueryContext(ctx, settleSucceededSQL(len(chunk), byRowid), args...)
+	if err != nil {
+		return nil, err
+	}
+	return scanSettled(r)
+}
+
+// settleSucceededSQL is the success settle of n rows: VALUES of (task id,
+// execution id, finish time, progress total, completed[, row id]).
+func settleSucceededSQL(n int, byRowid bool) string {
+	var sb strings.Builder
+	sb.WriteString(`UPDATE backstop_tasks SET state = 'succeeded', finalized_at = v.column3, updated_at = v.column3,
+		lease_expires_at = NULL, progress_total = COALESCE(v.column4, progress_total),
+		progress_completed = COALESCE(v.column5, progress_completed),
+		event_seqs = coalesce(event_seqs, '') || ',' || ` + nextEventSeq + ` || ',' || (` + nextEventSeq + ` + 1)
+		FROM (VALUES `)
+	row := "(?,?,?,?,?)"
+	if byRowid {
+		row = "(?,?,?,?,?,?)"
+	}
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(row)
+	}
+	sb.WriteString(`) AS v WHERE `)
+	if byRowid {
+		sb.WriteString(`backstop_tasks.rowid = v.column6 AND `)
+	}
+	sb.WriteString(`backstop_tasks.id = v.column1 AND backstop_tasks.execution_id = v.column2 AND backstop_tasks.state = 'running'
+		RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at,
+			queue, kind, attributes, ` + nextEventSeq) // the seqs of its task.started and task.succeeded rows
+	return sb.String()
+}
 
 type settledRow struct {
-	rowid                  int64
 	execID, taskID, worker string
 	attempt                int
 	started, finished      int64
@@ -831,7 +929,7 @@ func scanSettled(rows *sql.Rows) ([]settledRow, error) {
 	var out []settledRow
 	for rows.Next() {
 		var r settledRow
-		if err := rows.Scan(int64Col{&r.rowid}, &r.execID, &r.taskID, intCol{&r.attempt}, &r.worker, int64Col{&r.started}, int64Col{&r.finished},
+		if err := rows.Scan(&r.execID, &r.taskID, intCol{&r.attempt}, &r.worker, int64Col{&r.started}, int64Col{&r.finished},
 			&r.queue, &r.kind, &r.attrs, int64Col{&r.evSeq}); err != nil {
 			return nil, err
 		}
@@ -900,8 +998,8 @@ func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement)
 			e.Actor = actor
 			events = append(events, e)
 		}
-		if st.ExecutionID == "" {
-			continue
+		if st.ExecutionID == "" || newState == string(bt.StateSucceeded) {
+			continue // a success's attempt is its task row's (succeededExecutions)
 		}
 		if _, err := ins.ExecContext(ctx, st.ExecutionID, st.TaskID, attempt, worker, startedAt, us(st.FinishedAt),
 			string(st.Outcome), nullStr(st.Error), nullStr(st.ErrorDetail)); err != nil {
@@ -974,10 +1072,29 @@ func (s *Store) Get(ctx context.Context, id string) (*bt.Task, error) {
 	return t, err
 }
 
+// A succeeded task's last attempt is not a row of backstop_executions:
+// the task row holds all of it (execution_id, attempt, worker_id,
+// attempted_at, finalized_at), and the success settle writes nothing else
+// (migration 00049). succeededExecutions reads those executions from the
+// task rows of the FROM item from (aliased t), in collectExecutions'
+// columns; a row whose attempt is already in backstop_executions (written
+// before 00049) gives none.
+func succeededExecutions(from string) string {
+	return `SELECT t.execution_id, t.id, t.attempt, COALESCE(t.worker_id, ''), COALESCE(t.attempted_at, t.finalized_at),
+		t.finalized_at, 'succeeded', '', ''
+	FROM ` + from + `
+	WHERE t.state = 'succeeded' AND t.execution_id IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM backstop_executions x WHERE x.task_id = t.id AND x.execution_id = t.execution_id)`
+}
+
+var sqlExecutions = `SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at,
+	outcome, COALESCE(error, ''), COALESCE(error_detail, '') FROM backstop_executions WHERE task_id = ?1
+UNION ALL
+` + succeededExecutions("backstop_tasks t") + ` AND t.id = ?1
+ORDER BY 5, 3, 1`
+
 func (s *Store) Executions(ctx context.Context, taskID string) ([]bt.Execution, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT execution_id, task_id, attempt, worker_id, started_at, finished_at,
-		outcome, COALESCE(error, ''), COALESCE(error_detail, '') FROM backstop_executions WHERE task_id = ?
-		ORDER BY started_at, attempt, execution_id`, taskID)
+	rows, err := s.r.QueryContext(ctx, sqlExecutions, taskID)
 	if err != nil {
 		return nil, err
 	}
