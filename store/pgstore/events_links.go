@@ -24,11 +24,9 @@ import (
 const evSeq = `nextval('backstop_events_seq_seq')`
 
 // claimSeq takes the claim's row number once the picked rows are locked
-// (the aggregate reads them all first), and the prefix of the claim's
-// execution ids (claimPick): the first 24 characters of one random uuid.
+// (the aggregate reads them all first).
 const claimSeq = `claim_seq AS (
-	SELECT seq, left(u, 24) AS prefix FROM (
-		SELECT ` + evSeq + ` AS seq, gen_random_uuid()::text AS u FROM picked HAVING count(*) > 0) g
+	SELECT ` + evSeq + ` AS seq FROM picked HAVING count(*) > 0
 )`
 
 // claimEvents: task.claimed for every claimed row ($1: the queue, $2: now,

@@ -110,8 +110,6 @@ func ClaimCursorPickSQL() string { return strings.Replace(claimPickRows, "%s", c
 // and lease them in the same statement. The UPDATE finds the locked rows
 // by their tuple ids (a Tid Scan, in heap order), not by a primary-key
 // lookup each: a row this statement locked cannot move before its UPDATE.
-// Each claimed row's new execution id is the claim's prefix (claim_seq)
-// and 12 hex digits of backstop_execution_seq (migration 00060).
 var claimPick = `
 WITH picked AS (
 	` + claimPickRows + `
@@ -120,7 +118,7 @@ WITH picked AS (
 		state = 'running',
 		attempt = c.attempt + 1,
 		worker_id = $4,
-		execution_id = s.prefix || lpad(to_hex(nextval('backstop_execution_seq') & 281474976710655), 12, '0'),
+		execution_id = gen_random_uuid()::text,
 		attempted_at = $2,
 		lease_expires_at = $5,
 		updated_at = $2,
