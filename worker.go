@@ -447,14 +447,14 @@ func (w *Worker) claim(ctx context.Context, q *queueRunner, n int) ([]*Task, map
 	res := make([]part, parts)
 	var wg sync.WaitGroup
 	for i := range parts {
-		max := n / parts
+		share := n / parts
 		if i < n%parts {
-			max++
+			share++
 		}
 		wg.Go(func() {
 			r := &res[i]
 			r.tasks, r.bad, r.err = w.c.e.Claim(ctx, engine.ClaimParams{
-				Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: max, Lease: w.cfg.Lease,
+				Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: share, Lease: w.cfg.Lease,
 			})
 		})
 	}
