@@ -110,6 +110,8 @@ type Worker struct {
 
 	now func() time.Time // w.c.now, as a func value made once (a method value allocates)
 
+	claimParallelism int // claims at once when many slots are free (claim)
+
 	maint *Maintainer // the worker's part in the elections (maintainer.go); nil: none
 }
 
@@ -141,6 +143,8 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		settleCh: make(chan settleItem, settleQueue),
 		log:      c.cfg.Logger.With("worker_id", wc.ID),
 		now:      c.now,
+
+		claimParallelism: max(1, c.store.Features().ClaimParallelism),
 	}
 	if wc.MaintenanceInterval > 0 {
 		m, err := c.NewMaintainer(&MaintainerConfig{ID: wc.ID, Interval: wc.MaintenanceInterval, LeaderTTL: wc.LeaderTTL})
@@ -372,9 +376,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			// tasks are started and drained like the others.
 			claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			w.claiming.Add(1)
-			tasks, bad, err := w.c.e.Claim(claimCtx, engine.ClaimParams{
-				Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: avail, Lease: w.cfg.Lease,
-			})
+			tasks, bad, err := w.claim(claimCtx, q, avail)
 			cancelClaim()
 			if len(tasks) > 0 {
 				w.touch() // before the claim stops counting: no idle gap between them
@@ -423,6 +425,68 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			}
 		}
 	}
+}
+
+// claim claims up to n tasks of q: as one claim, or, when n is large and the
+// store claims well side by side (store.Features.ClaimParallelism), as
+// that many claims at once of an equal share each (none below
+// minClaimPart), so that the claim's statements run on several
+// connections instead of one after the other. Each part is a claim of its
+// own: in claim order within itself, with its own task.claimed event row.
+// Tasks any part claimed are returned (they are leased and must be
+// started); an error of another part is then logged, and the next claim
+// meets it again if it lasts.
+func (w *Worker) claim(ctx context.Context, q *queueRunner, n int) ([]*Task, map[*Task]error, error) {
+	parts := min(w.claimParallelism, n/minClaimPart)
+	if parts <= 1 {
+		return w.c.e.Claim(ctx, engine.ClaimParams{
+			Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: n, Lease: w.cfg.Lease,
+		})
+	}
+	type part struct {
+		tasks []*Task
+		bad   map[*Task]error
+		err   error
+	}
+	res := make([]part, parts)
+	var wg sync.WaitGroup
+	for i := range parts {
+		share := n / parts
+		if i < n%parts {
+			share++
+		}
+		wg.Go(func() {
+			r := &res[i]
+			r.tasks, r.bad, r.err = w.c.e.Claim(ctx, engine.ClaimParams{
+				Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: share, Lease: w.cfg.Lease,
+			})
+		})
+	}
+	wg.Wait()
+	var (
+		tasks []*Task
+		bad   map[*Task]error
+		err   error
+	)
+	for _, r := range res {
+		tasks = append(tasks, r.tasks...)
+		for t, e := range r.bad {
+			if bad == nil {
+				bad = make(map[*Task]error)
+			}
+			bad[t] = e
+		}
+		if err == nil {
+			err = r.err
+		}
+	}
+	if len(tasks) > 0 {
+		if err != nil {
+			w.log.Error("claim failed", "queue", q.name, "error", err, "claimed_by_other_parts", len(tasks))
+		}
+		return tasks, bad, nil
+	}
+	return nil, nil, err
 }
 
 // start registers the attempt (so heartbeats cover it) and runs it. base
@@ -648,6 +712,10 @@ func (w *Worker) settledBatch(items []settleItem, oks []bool) {
 		return it.a.task, it.a.span, it.a.started, &it.s
 	}, oks)
 }
+
+// minClaimPart is the smallest claim a worker splits a claim into: below
+// it a statement's fixed cost outweighs running parts side by side.
+const minClaimPart = 250
 
 // maxCompleterBatch bounds one settle statement.
 const maxCompleterBatch = 1000

@@ -37,6 +37,11 @@ type Features struct {
 	// so a finished attempt waits for about one batch, not a full queue),
 	// SQLite 1 (one writer; its batches are as big as the backlog).
 	SettleParallelism int
+	// ClaimParallelism is how many claims of one queue a worker runs at
+	// once when many of its slots are free: Postgres 2 (SKIP LOCKED claims
+	// pass each other's rows; two claim statements on two connections
+	// instead of one after the other); SQLite 0 or 1, one (one writer).
+	ClaimParallelism int
 }
 
 // Store is what the engine needs from a database.

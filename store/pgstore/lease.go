@@ -240,5 +240,5 @@ func queryTasksOn(ctx context.Context, q querier, sql string, args ...any) ([]*b
 // batches at once, since batches of disjoint tasks run side by side
 // without waiting on each other's locks.
 func (s *Store) Features() store.Features {
-	return store.Features{ConcurrentWriters: true, SettleParallelism: 2}
+	return store.Features{ConcurrentWriters: true, SettleParallelism: 2, ClaimParallelism: 2}
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // testFeatures holds a driver to what it declares (store.Features): a
-// settle parallelism of at least one, one for a single writer, and, for a
+// settle parallelism of at least one, one for a single writer (and a claim
+// parallelism of at most one, 0 counting as one), and, for a
 // store with concurrent writers, a write that commits beside an open write
 // transaction (the engine and these tests rely on it).
 func (s *suite) testFeatures(t *testing.T) {
@@ -19,9 +20,12 @@ func (s *suite) testFeatures(t *testing.T) {
 	if f.SettleParallelism < 1 {
 		t.Fatalf("SettleParallelism %d: at least 1", f.SettleParallelism)
 	}
+	if f.ClaimParallelism < 0 {
+		t.Fatalf("ClaimParallelism %d: negative", f.ClaimParallelism)
+	}
 	if !f.ConcurrentWriters {
-		if f.SettleParallelism != 1 {
-			t.Fatalf("one writer at a time, but SettleParallelism %d", f.SettleParallelism)
+		if f.SettleParallelism != 1 || f.ClaimParallelism > 1 {
+			t.Fatalf("one writer at a time, but SettleParallelism %d, ClaimParallelism %d", f.SettleParallelism, f.ClaimParallelism)
 		}
 		return
 	}
