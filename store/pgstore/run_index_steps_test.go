@@ -158,7 +158,7 @@ func TestRunIndexWithoutStepsMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	var entries float64
-	if err := s.Pool().QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE relname = 'backstop_tasks_run'`).Scan(&entries); err != nil {
+	if err := s.Pool().QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'backstop_tasks_run'::regclass`).Scan(&entries); err != nil {
 		t.Fatal(err)
 	}
 	if int(entries) != indexed || indexed == all {
