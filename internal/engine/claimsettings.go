@@ -36,9 +36,10 @@ func (f *claimFlags) fair(queue string) bool { return f.unknown || f.fairs[queue
 
 // claimSettings caches the claim flags, reread every LimitsRefresh (real
 // time: a frozen test clock must not freeze it). A claim reads the current
-// flags without a lock; when they are stale one claim rereads them while
-// the others go on with the stale ones, and when there are none (the
-// first claim, or a change through this engine) claims wait for the read.
+// flags without a lock; when they are stale one reread runs in the
+// background while claims go on with the stale ones (a claim never waits
+// on it), and when there are none (the first claim, or a change through
+// this engine) claims wait for the read.
 type claimSettings struct {
 	cur     atomic.Pointer[claimFlags]
 	gen     atomic.Uint64 // bumped by a change: a read begun before it is not kept
@@ -53,17 +54,29 @@ func (e *Engine) settings(ctx context.Context) *claimFlags {
 		return f
 	}
 	if f != nil {
-		if !c.reading.TryLock() {
-			return f // another claim is rereading them
+		if c.reading.TryLock() { // else another reread is under way
+			go func() {
+				defer c.reading.Unlock()
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				e.readSettings(rctx)
+			}()
 		}
-	} else {
-		c.reading.Lock()
-		if f = c.cur.Load(); f != nil {
-			c.reading.Unlock()
-			return f
-		}
+		return f
 	}
+	c.reading.Lock()
 	defer c.reading.Unlock()
+	if f = c.cur.Load(); f != nil {
+		return f
+	}
+	return e.readSettings(ctx)
+}
+
+// readSettings reads the claim flags (reading held) and keeps them unless
+// a change came meanwhile; when they cannot be read, every queue may be
+// limited and fair, and nothing is kept.
+func (e *Engine) readSettings(ctx context.Context) *claimFlags {
+	c := &e.claimSettings
 	gen := c.gen.Load()
 	limits, err := e.store.ListLimits(ctx)
 	if err != nil {
@@ -73,7 +86,7 @@ func (e *Engine) settings(ctx context.Context) *claimFlags {
 	if err != nil {
 		return &claimFlags{unknown: true}
 	}
-	f = &claimFlags{read: time.Now(), limits: map[string]bool{}, rates: map[string]bool{}, fairs: map[string]bool{}}
+	f := &claimFlags{read: time.Now(), limits: map[string]bool{}, rates: map[string]bool{}, fairs: map[string]bool{}}
 	for _, l := range limits {
 		f.limits[l.Queue] = true
 		if l.Type() == store.LimitRate {

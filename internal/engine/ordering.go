@@ -245,8 +245,9 @@ type implicitOrdering struct {
 }
 
 type implicitQueue struct {
-	active bool      // the last look found ordering keys
-	next   time.Time // no look before this (wall clock: a throttle, not a policy)
+	active  bool      // the last look found ordering keys
+	next    time.Time // no look before this (wall clock: a throttle, not a policy)
+	looking bool      // a periodic look is under way
 }
 
 // lookNow makes the next look at an undeclared queue happen at once.
@@ -289,29 +290,61 @@ func (e *Engine) Ordered(queue string) bool {
 // key with a state or waiting tasks), looking again at most once per
 // implicitRecheck (the look lists a page of keys: not a read for every
 // claim; a queue that stopped having ordered tasks pays one admission
-// look per claim for at most that long).
+// look per claim for at most that long). The first look, and one asked
+// for by lookNow, are waited for; a periodic look runs in the background
+// while claims go on with the last answer.
 func (e *Engine) lookForOrdering(ctx context.Context, queue string) (bool, error) {
-	e.implicit.mu.Lock()
-	q := e.implicit.queues[queue]
-	e.implicit.mu.Unlock()
-	if time.Now().Before(q.next) {
+	o := &e.implicit
+	o.mu.Lock()
+	q, known := o.queues[queue]
+	switch {
+	case time.Now().Before(q.next):
+		o.mu.Unlock()
+		return q.active, nil
+	case known && !q.next.IsZero():
+		if !q.looking {
+			q.looking = true
+			o.queues[queue] = q
+			go func() {
+				lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				if _, err := e.look(lctx, queue, q.next); err != nil {
+					e.cfg.Logger.Error("ordering failed", "queue", queue, "error", err)
+				}
+			}()
+		}
+		o.mu.Unlock()
 		return q.active, nil
 	}
+	o.mu.Unlock()
+	return e.look(ctx, queue, q.next)
+}
+
+// look reads whether queue has ordering keys and keeps the answer, unless
+// lookNow asked for a new look since due (the next look's time when it
+// began).
+func (e *Engine) look(ctx context.Context, queue string, due time.Time) (bool, error) {
 	ks, err := e.store.OrderingKeys(ctx, queue, "", 1)
+	o := &e.implicit
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.queues == nil {
+		o.queues = map[string]implicitQueue{}
+	}
+	q := o.queues[queue]
+	q.looking = false
 	if err != nil {
+		o.queues[queue] = q
 		return false, err
 	}
-	q = implicitQueue{active: len(ks) > 0, next: time.Now().Add(implicitRecheck)}
-	if q.active {
-		e.implicit.seen.Store(true)
+	if due.IsZero() || !q.next.IsZero() { // a lookNow during a periodic look: the next claim looks again
+		q.active, q.next = len(ks) > 0, time.Now().Add(implicitRecheck)
 	}
-	e.implicit.mu.Lock()
-	if e.implicit.queues == nil {
-		e.implicit.queues = map[string]implicitQueue{}
+	if len(ks) > 0 {
+		o.seen.Store(true)
 	}
-	e.implicit.queues[queue] = q
-	e.implicit.mu.Unlock()
-	return q.active, nil
+	o.queues[queue] = q
+	return len(ks) > 0, nil
 }
 
 // OrderQueue runs ordering admission and due drains for one queue now (the
