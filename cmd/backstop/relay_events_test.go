@@ -75,6 +75,9 @@ func TestRelayEventsCLIKilled(t *testing.T) {
 			dir := t.TempDir()
 			start := func(n int) *worker {
 				cmd := exec.Command(binary, "--db", db, "relay", "--sink", bus, "--streams", "queue.ev", "--checkpoint", "feed")
+				// A restarted relay takes over the stream once it leads:
+				// after 1 s, not the default 15 s leadership lease.
+				cmd.Env = append(os.Environ(), "BACKSTOP_LEADER_TTL=1s")
 				return startProc(t, cmd, filepath.Join(dir, fmt.Sprintf("relay%d.stderr", n)), fmt.Sprintf("relay %d", n), 0)
 			}
 			count := func() int { return streamCount(t, ns.ClientURL()) }

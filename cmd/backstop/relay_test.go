@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -69,6 +70,9 @@ func TestRelayCLIKilled(t *testing.T) {
 			dir := t.TempDir()
 			start := func(n int) *worker {
 				cmd := exec.Command(binary, "--db", db, "relay", "--sink", "bus="+ns.ClientURL(), "--lease", "1s", "--concurrency", "4")
+				// A restarted relay settles what the killed one held once it
+				// leads: after 1 s, not the default 15 s leadership lease.
+				cmd.Env = append(os.Environ(), "BACKSTOP_LEADER_TTL=1s")
 				return startProc(t, cmd, filepath.Join(dir, fmt.Sprintf("relay%d.stderr", n)), fmt.Sprintf("relay %d", n), 0)
 			}
 			count := func() int { return streamCount(t, ns.ClientURL()) }
