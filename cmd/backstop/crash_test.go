@@ -15,6 +15,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -40,6 +41,15 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	// These tests spend their time waiting on child processes, leases and
+	// brokers, not on this process's CPU: run twice as many at once as
+	// go test's default (GOMAXPROCS), unless -parallel says otherwise.
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		_ = flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
+	}
 	os.Exit(runTests(m))
 }
 

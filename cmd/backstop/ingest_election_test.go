@@ -24,6 +24,7 @@ import (
 // had read and not acked come back after --ack-wait). Every message is one
 // task: nothing lost, nothing enqueued twice.
 func TestIngestElectionKilled(t *testing.T) {
+	t.Parallel()
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()

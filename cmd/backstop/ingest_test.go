@@ -32,11 +32,15 @@ import (
 // from the stream sequence). Then `backstop work` handles each key in
 // sequence, told of the one gap where the result was withheld.
 func TestIngestCLIKilled(t *testing.T) {
+	t.Parallel()
 	for _, broker := range []string{"kafka", "nats"} {
 		t.Run(broker, func(t *testing.T) {
 			t.Parallel()
 			for _, st := range stores {
-				t.Run(st.name, func(t *testing.T) { ingestKilled(t, broker, st.url(t)) })
+				t.Run(st.name, func(t *testing.T) {
+					t.Parallel()
+					ingestKilled(t, broker, st.url(t))
+				})
 			}
 		})
 	}

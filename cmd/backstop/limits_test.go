@@ -100,9 +100,9 @@ func TestConcurrencyLimitAcrossProcesses(t *testing.T) {
 // a success's execution is its task row's attempted_at: PostgreSQL writes
 // no backstop_executions row for it); the backlog never runs dry, so the
 // limit, not the supply, set the pace: a limiter that let through 5 % more,
-// or lost 5 % of its tokens, fails.
+// or lost 5 % of its tokens, fails. It measures a rate, so it is not
+// parallel: it runs before the package's parallel tests, alone.
 func TestRateLimitAcrossProcesses(t *testing.T) {
-	t.Parallel()
 	const (
 		rate   = 50
 		window = 20 * time.Second

@@ -366,7 +366,8 @@ func seedREADME(t *testing.T, s store.Store, c *backstop.Client) (pending string
 }
 
 // TestREADMEBinaryCommands runs "The binary" block line by line, as typed,
-// on the default database (./backstop.db) of an empty directory.
+// on the default database (./backstop.db) of an empty directory; the bench
+// lines last, at once, each in an empty directory of its own.
 func TestREADMEBinaryCommands(t *testing.T) {
 	t.Parallel()
 	var block []string
@@ -387,11 +388,16 @@ func TestREADMEBinaryCommands(t *testing.T) {
 	pending, dead := seedREADME(t, s, c)
 	ids := map[string]string{"tasks cancel": pending, "dlq show": dead[0], "dlq replay": dead[1], "dlq discard": dead[2], "dlq resolve": dead[3]}
 	var enqueued string
+	var benches []string
 	ctx := context.Background()
 
 	for _, line := range block {
 		words := strings.Fields(line)
 		verb := strings.Join(words[1:min(3, len(words))], " ")
+		if words[1] == "bench" {
+			benches = append(benches, line)
+			continue
+		}
 		if strings.Contains(line, "<id>") {
 			id := ids[verb]
 			if verb == "tasks show" || verb == "events tail" {
@@ -438,6 +444,21 @@ func TestREADMEBinaryCommands(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "archive.ndjson")); err != nil || strings.Count(string(b), "\n") != 2 {
 		t.Errorf("archive.ndjson: %v, %d lines, want the discarded and the resolved record", err, strings.Count(string(b), "\n"))
+	}
+	// The bench lines neither need nor change what the lines above did,
+	// and each takes minutes: each runs as typed on the default database
+	// of an empty directory of its own, alongside the others.
+	if len(benches) == 0 {
+		t.Fatal("README's binary block has no bench line")
+	}
+	for _, line := range benches {
+		name, _, _ := strings.Cut(line, "#")
+		t.Run(strings.TrimSpace(name), func(t *testing.T) {
+			t.Parallel()
+			if out, errs, code := sh(t, t.TempDir(), env, line); code != 0 {
+				t.Errorf("%s: exit %d\nstdout: %s\nstderr: %s", line, code, out, errs)
+			}
+		})
 	}
 }
 

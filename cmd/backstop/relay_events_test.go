@@ -22,6 +22,7 @@ import (
 // its last checkpoint comes again and the broker removes the repeat). Bad
 // --streams flags exit 2 and write no checkpoint.
 func TestRelayEventsCLIKilled(t *testing.T) {
+	t.Parallel()
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
@@ -74,9 +75,12 @@ func TestRelayEventsCLIKilled(t *testing.T) {
 			dir := t.TempDir()
 			start := func(n int) *worker {
 				cmd := exec.Command(binary, "--db", db, "relay", "--sink", bus, "--streams", "queue.ev", "--checkpoint", "feed")
+				// A restarted relay takes over the stream once it leads:
+				// after 1 s, not the default 15 s leadership lease.
+				cmd.Env = append(os.Environ(), "BACKSTOP_LEADER_TTL=1s")
 				return startProc(t, cmd, filepath.Join(dir, fmt.Sprintf("relay%d.stderr", n)), fmt.Sprintf("relay %d", n), 0)
 			}
-			count := func() int { return len(streamIDs(t, ns.ClientURL())) }
+			count := func() int { return streamCount(t, ns.ClientURL()) }
 			for n := range 3 {
 				r := start(n)
 				before := count()
@@ -135,6 +139,7 @@ func TestRelayEventsCLIKilled(t *testing.T) {
 // The broker holds every event once, in log order, and only the elected
 // process's log says it led before the kill.
 func TestRelayEventsElectionKilled(t *testing.T) {
+	t.Parallel()
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
@@ -167,7 +172,7 @@ func TestRelayEventsElectionKilled(t *testing.T) {
 					time.Sleep(5 * time.Millisecond)
 				}
 			}()
-			count := func() int { return len(streamIDs(t, ns.ClientURL())) }
+			count := func() int { return streamCount(t, ns.ClientURL()) }
 			testwait.For(t, "a to publish", func() bool { return count() > 50 })
 			if led("b") {
 				t.Fatal("b led while a was alive")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,7 @@ import (
 // order per key, while `backstop relay` is SIGKILLed three times and
 // restarted. Bad input to publish exits 2 and writes nothing.
 func TestRelayCLIKilled(t *testing.T) {
+	t.Parallel()
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
@@ -68,9 +70,12 @@ func TestRelayCLIKilled(t *testing.T) {
 			dir := t.TempDir()
 			start := func(n int) *worker {
 				cmd := exec.Command(binary, "--db", db, "relay", "--sink", "bus="+ns.ClientURL(), "--lease", "1s", "--concurrency", "4")
+				// A restarted relay settles what the killed one held once it
+				// leads: after 1 s, not the default 15 s leadership lease.
+				cmd.Env = append(os.Environ(), "BACKSTOP_LEADER_TTL=1s")
 				return startProc(t, cmd, filepath.Join(dir, fmt.Sprintf("relay%d.stderr", n)), fmt.Sprintf("relay %d", n), 0)
 			}
-			count := func() int { return len(streamIDs(t, ns.ClientURL())) }
+			count := func() int { return streamCount(t, ns.ClientURL()) }
 			for n := range 3 {
 				r := start(n)
 				before := count()
@@ -112,6 +117,29 @@ func TestRelayCLIKilled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// streamCount is how many messages the relay stream holds (0 before the
+// relay created it): one request, for the waits that poll it; streamIDs
+// fetches each message.
+func streamCount(t *testing.T, url string) int {
+	t.Helper()
+	ctx := context.Background()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(ctx, relay.NatsStreamName("bus"))
+	if err != nil {
+		return 0
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.State.Msgs)
 }
 
 // streamIDs lists the relay stream's messages as [id, key], in order.

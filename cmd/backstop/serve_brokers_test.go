@@ -23,6 +23,7 @@ import (
 // on an ingested subject become tasks, the checkpoint is the configured
 // one. A bad entry is refused at start with the key named, exit 2.
 func TestServeRunsRelayAndIngest(t *testing.T) {
+	t.Parallel()
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
