@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -14,7 +15,9 @@ import (
 // The counts of tasks by queue, state and dead-letter status are kept
 // (migration 00048): triggers move a group's count in the transaction that
 // inserts, deletes or changes a task, so a read costs the groups, not the
-// tasks.
+// tasks. The drain's two hot transitions, a claim (pending → running) and
+// a success (running → succeeded), are skipped by the trigger (migration
+// 00050) and counted by their statements once per batch (moveCounts).
 
 var _ store.CountKeeper = (*Store)(nil)
 
@@ -66,6 +69,34 @@ func (s *Store) CountByQueue(ctx context.Context) ([]store.QueueCounts, error) {
 	return out, nil
 }
 
+// moveCounts moves the kept counts of the tasks moved from state from to
+// state to, by queue, in tx: one upsert per batch for the transitions the
+// update trigger skips (migration 00050) — a claim's pending → running and
+// a success's running → succeeded, of tasks without a dead-letter status
+// (a task has one only while dead) and whose queue is unchanged. Every
+// statement that makes one of those two transitions calls it with the
+// rows it changed.
+func (s *Store) moveCounts(ctx context.Context, tx *sql.Tx, from, to bt.State, moved map[string]int) error {
+	if len(moved) == 0 || s.countsPerRow.Load() {
+		return nil
+	}
+	var sb strings.Builder
+	sb.WriteString(`INSERT INTO backstop_task_counts (queue, state, dlq_status, n) VALUES `)
+	args := make([]any, 0, 6*len(moved))
+	for q, n := range moved {
+		if len(args) > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`(?, ?, '', ?), (?, ?, '', ?)`)
+		args = append(args, q, string(from), -n, q, string(to), n)
+	}
+	sb.WriteString(` ON CONFLICT (queue, state, dlq_status) DO UPDATE SET n = n + excluded.n`)
+	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+		return fmt.Errorf("count %s → %s: %w", from, to, err)
+	}
+	return nil
+}
+
 // oldestPending is the earliest run_at of queue's pending tasks (nil: none),
 // one probe of the claim index per priority in use.
 func oldestPending(ctx context.Context, tx *sql.Tx, queue string) (*time.Time, error) {
@@ -88,8 +119,9 @@ func oldestPending(ctx context.Context, tx *sql.Tx, queue string) (*time.Time, e
 	}
 }
 
-// FoldCounts implements store.CountKeeper: the triggers keep the counts
-// themselves, so there is nothing to fold.
+// FoldCounts implements store.CountKeeper: the triggers and the hot
+// statements keep the counts in the writing transaction, so there is
+// nothing to fold.
 func (s *Store) FoldCounts(context.Context) (int, error) { return 0, nil }
 
 // sqlCountDrift is the difference between a count of the tasks and the

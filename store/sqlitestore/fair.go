@@ -24,7 +24,7 @@ func (s *Store) claimFair(ctx context.Context, tx *sql.Tx, p store.ClaimParams) 
 		return s.claimLimited(ctx, tx, p) // limits.go
 	}
 	if !fair {
-		return claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
+		return s.claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
 	}
 	if len(ids) == 0 {
 		return nil, nil
@@ -33,5 +33,5 @@ func (s *Store) claimFair(ctx context.Context, tx *sql.Tx, p store.ClaimParams) 
 	if err != nil {
 		return nil, err
 	}
-	return claimIn(ctx, tx, p, len(ids), claimFilter{sql: " AND id IN (SELECT value FROM json_each(?))", args: []any{string(idJSON)}})
+	return s.claimIn(ctx, tx, p, len(ids), claimFilter{sql: " AND id IN (SELECT value FROM json_each(?))", args: []any{string(idJSON)}})
 }

@@ -39,7 +39,7 @@ func (s *Store) claimLimited(ctx context.Context, tx *sql.Tx, p store.ClaimParam
 	}
 	kinds := kindFilter(p.Kinds)
 	if len(limits) == 0 {
-		return claimIn(ctx, tx, p, p.Max, kinds)
+		return s.claimIn(ctx, tx, p, p.Max, kinds)
 	}
 	full := [][3]string{}
 	for _, b := range bs.Full(limits) {
@@ -91,7 +91,7 @@ func (s *Store) claimLimited(ctx context.Context, tx *sql.Tx, p store.ClaimParam
 	if err != nil {
 		return nil, err
 	}
-	return claimIn(ctx, tx, p, len(ids), claimFilter{sql: " AND id IN (SELECT value FROM json_each(?))", args: []any{string(idJSON)}})
+	return s.claimIn(ctx, tx, p, len(ids), claimFilter{sql: " AND id IN (SELECT value FROM json_each(?))", args: []any{string(idJSON)}})
 }
 
 // errLimitOverrun: an optimistic claim took a task whose budget it put
@@ -113,7 +113,7 @@ func (s *Store) mayClaimOptimistically(p store.ClaimParams) bool {
 // does not bind costs one count; a rate limit, one read of its recently
 // used buckets and one write per budget it takes from.
 func (s *Store) claimOptimistic(ctx context.Context, tx *sql.Tx, p store.ClaimParams) ([]*bt.Task, error) {
-	tasks, err := claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
+	tasks, err := s.claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
 	if err != nil || len(tasks) == 0 {
 		return tasks, err
 	}

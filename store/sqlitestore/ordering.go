@@ -116,7 +116,7 @@ func (s *Store) SettleOrdered(ctx context.Context, ss []store.Settlement, set fu
 		return nil, nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck
-	oks, woke, err := settle(ctx, tx, ss)
+	oks, woke, err := s.settle(ctx, tx, ss)
 	if err != nil {
 		return nil, nil, err
 	}

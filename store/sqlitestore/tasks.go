@@ -551,7 +551,7 @@ func (s *Store) claimTx(ctx context.Context, p store.ClaimParams, optimistic boo
 	case p.Fair:
 		tasks, err = s.claimFair(ctx, tx, p) // fair.go
 	case !p.Limited:
-		tasks, err = claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
+		tasks, err = s.claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds))
 	case optimistic:
 		tasks, err = s.claimOptimistic(ctx, tx, p) // limits.go
 	default:
@@ -584,7 +584,7 @@ func kindFilter(kinds []string) claimFilter {
 
 // claimIn claims up to max claimable tasks of the queue that pass f, in
 // tx (the writer's), with their task.claimed events.
-func claimIn(ctx context.Context, tx *sql.Tx, p store.ClaimParams, max int, f claimFilter) ([]*bt.Task, error) {
+func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, p store.ClaimParams, max int, f claimFilter) ([]*bt.Task, error) {
 	now := us(p.Now)
 	prefix, off, err := executionIDPrefix()
 	if err != nil {
@@ -610,6 +610,11 @@ func claimIn(ctx context.Context, tx *sql.Tx, p store.ClaimParams, max int, f cl
 	}
 	if err := claimedEvents(ctx, tx, tasks, attrs, now, us(p.Now.Add(p.Lease)), seq); err != nil {
 		return nil, err
+	}
+	if len(tasks) > 0 { // counts.go: the update trigger skips a claim
+		if err := s.moveCounts(ctx, tx, bt.StatePending, bt.StateRunning, map[string]int{p.Queue: len(tasks)}); err != nil {
+			return nil, err
+		}
 	}
 	return tasks, nil
 }
@@ -784,7 +789,7 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 		return nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck
-	applied, woke, err := settle(ctx, tx, settlements)
+	applied, woke, err := s.settle(ctx, tx, settlements)
 	if err != nil {
 		return nil, err
 	}
@@ -797,12 +802,12 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 
 // settle is Settle's body inside tx (Settle's own, or Txs.Settle's); it
 // returns the queues to wake once tx commits.
-func settle(ctx context.Context, tx *sql.Tx, settlements []store.Settlement) ([]bool, map[string]struct{}, error) {
+func (s *Store) settle(ctx context.Context, tx *sql.Tx, settlements []store.Settlement) ([]bool, map[string]struct{}, error) {
 	if allSucceeded(settlements) {
-		applied, err := settleSucceeded(ctx, tx, settlements)
+		applied, err := s.settleSucceeded(ctx, tx, settlements)
 		return applied, nil, err
 	}
-	return settleEach(ctx, tx, settlements)
+	return s.settleEach(ctx, tx, settlements)
 }
 
 func allSucceeded(ss []store.Settlement) bool {
@@ -824,7 +829,7 @@ const settleChunk = 500 // 5 parameters each: well under SQLite's limit
 // changed, a lease no longer current) are looked for by id after. A
 // success writes no execution row: its task row holds the attempt
 // (succeededExecutions).
-func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]bool, error) {
+func (s *Store) settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
 	index := make(map[string]int, len(ss))
 	for i, st := range ss {
@@ -840,8 +845,13 @@ func settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]
 			if len(rows) == 0 {
 				continue
 			}
+			moved := map[string]int{}
 			for _, r := range rows {
 				applied[index[r.execID]] = true
+				moved[r.queue]++
+			}
+			if err := s.moveCounts(ctx, tx, bt.StateRunning, bt.StateSucceeded, moved); err != nil { // counts.go
+				return err
 			}
 			if err := succeededEvents(ctx, tx, rows, rows[0].evSeq, actor); err != nil { // events_write.go
 				return err
@@ -939,7 +949,7 @@ func scanSettled(rows *sql.Rows) ([]settledRow, error) {
 }
 
 // settleEach applies arbitrary settlements one by one.
-func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement) ([]bool, map[string]struct{}, error) {
+func (s *Store) settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement) ([]bool, map[string]struct{}, error) {
 	upd, err := tx.PrepareContext(ctx, settleSQL)
 	if err != nil {
 		return nil, nil, err
@@ -954,6 +964,7 @@ func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement)
 	defer ins.Close()
 	applied := make([]bool, len(settlements))
 	woke := map[string]struct{}{}
+	succeeded := map[string]int{} // from running, by queue: the update trigger skips them (counts.go)
 	actor := store.ActorFrom(ctx, "")
 	var events []bt.Event
 	for i, st := range settlements {
@@ -989,6 +1000,9 @@ func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement)
 		if newState == string(bt.StatePending) {
 			woke[queue] = struct{}{}
 		}
+		if st.ExecutionID != "" && newState == string(bt.StateSucceeded) {
+			succeeded[queue]++
+		}
 		set := store.SettledTask{ID: st.TaskID, Queue: queue, Kind: kind, State: bt.State(newState), Attempt: attempt,
 			WorkerID: worker, StartedAt: fromUS(startedAt), RunAt: fromUS(runAt), DeadCount: deadCount}
 		if set.Attributes, err = decodeAttrs(attrs); err != nil {
@@ -1007,6 +1021,9 @@ func settleEach(ctx context.Context, tx *sql.Tx, settlements []store.Settlement)
 		}
 	}
 	if err := insertEvents(ctx, tx, events); err != nil {
+		return nil, nil, err
+	}
+	if err := s.moveCounts(ctx, tx, bt.StateRunning, bt.StateSucceeded, succeeded); err != nil {
 		return nil, nil, err
 	}
 	return applied, woke, nil

@@ -66,7 +66,7 @@ func (t Txs) Settle(ctx context.Context, tx *sql.Tx, settlements []store.Settlem
 	if len(settlements) == 0 {
 		return nil, nil
 	}
-	applied, woke, err := settle(ctx, tx, settlements)
+	applied, woke, err := t.s.settle(ctx, tx, settlements)
 	if err != nil {
 		return nil, err
 	}

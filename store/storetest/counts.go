@@ -94,6 +94,25 @@ func (s *suite) testCountsKept(t *testing.T) {
 	settle(t, b, store.Settlement{TaskID: got[1].ID, ExecutionID: got[1].ExecutionID, Outcome: bt.OutcomeTransientError,
 		Error: "again", FinishedAt: b.clock.Now(), State: bt.StatePending, RunAt: b.clock.Now()})
 	check("succeeded and retried")
+	// Successes settled as one batch over two queues, a success in a batch
+	// with a retry (settled one by one), and a success of a task never
+	// claimed: each way a task becomes succeeded.
+	for i, q := range []string{"d", "d", "d", "e", "e"} {
+		b.enqueue(backstop.EnqueueParams{ID: fmt.Sprintf("ck-%s-%d", q, i), Queue: q, Kind: "k", MaxAttempts: 2})
+	}
+	d, e := claim(t, b, "d", 3), claim(t, b, "e", 1)
+	check("claimed in two queues")
+	won := func(x *backstop.Task) store.Settlement {
+		return store.Settlement{TaskID: x.ID, ExecutionID: x.ExecutionID, Outcome: bt.OutcomeSucceeded,
+			FinishedAt: b.clock.Now(), State: bt.StateSucceeded}
+	}
+	settle(t, b, won(d[0]), won(e[0]))
+	check("successes of two queues in one batch")
+	settle(t, b, won(d[1]), store.Settlement{TaskID: d[2].ID, ExecutionID: d[2].ExecutionID, Outcome: bt.OutcomeTransientError,
+		Error: "again", FinishedAt: b.clock.Now(), State: bt.StatePending, RunAt: b.clock.Now()})
+	check("a success and a retry in one batch")
+	settle(t, b, store.Settlement{TaskID: "ck-e-4", Outcome: bt.OutcomeSucceeded, FinishedAt: b.clock.Now(), State: bt.StateSucceeded})
+	check("a success of a task never claimed")
 	if _, err := b.c.Cancel(b.ctx, "ck-01"); err != nil {
 		t.Fatal(err)
 	}
