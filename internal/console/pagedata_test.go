@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/backstophq/backstop/internal/api"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // The page carries the answers to its first reads — the session and the
@@ -67,6 +68,15 @@ func TestPageCarriesFirstReads(t *testing.T) {
 			t.Fatalf("sign in: %d", code)
 		}
 		cookies := sresp.Cookies()
+		// The viewer's token.created is the log's one event; on PostgreSQL
+		// an event becomes readable once every older writing transaction
+		// in the cluster has ended, so wait until the API sees it before
+		// comparing the page's end of the log with the API's.
+		testwait.For(t, "the log's end holds the token's event", func() bool {
+			_, end, _ := e.call(t, "GET", "/v1/events?after=end&limit=1", api.RoleNone, nil, nil, cookies...)
+			c, _ := end["next_cursor"].(string)
+			return c != ""
+		})
 		resp, page = get("/", nil, cookies...)
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Cache-Control") != "no-store" {
 			t.Fatalf("GET / with a session: %d, Cache-Control %q", resp.StatusCode, resp.Header.Get("Cache-Control"))

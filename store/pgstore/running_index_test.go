@@ -136,10 +136,18 @@ func TestRunningIndexMigration(t *testing.T) {
 		return strings.Join(out, " ")
 	}
 	wantExpired, wantRunning := expired(), running()
-	wantCounts, err := s.CountByQueue(ctx)
-	if err != nil {
-		t.Fatal(err)
+	// The counts by queue and state, as a grouped count of the rows (the
+	// store's own count reads kept counts, a later schema's).
+	byState := func() string {
+		t.Helper()
+		var v string
+		if err := s.Pool().QueryRow(ctx, `SELECT coalesce(string_agg(g, ' ' ORDER BY g), '') FROM (
+			SELECT queue || '/' || state || '=' || count(*) AS g FROM backstop_tasks GROUP BY queue, state) x`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
 	}
+	wantCounts := byState()
 	if len(wantExpired[0]) != 60 || len(wantExpired[1]) != 120 {
 		t.Fatalf("a poor fixture: %d and %d expired", len(wantExpired[0]), len(wantExpired[1]))
 	}
@@ -159,11 +167,9 @@ func TestRunningIndexMigration(t *testing.T) {
 		if got := running(); got != wantRunning {
 			t.Fatalf("%s: running %s, want %s", label, got, wantRunning)
 		}
-		counts, err := s.CountByQueue(ctx)
-		if err != nil {
-			t.Fatal(err)
+		if got := byState(); got != wantCounts {
+			t.Fatalf("%s: counts %s, want %s", label, got, wantCounts)
 		}
-		jsonEqual(t, label+": counts", counts, wantCounts)
 		lease, run := indexDef("backstop_tasks_lease"), indexDef("backstop_tasks_running")
 		if migrated != (lease == "") || migrated != strings.Contains(run, "(queue, kind, lease_expires_at)") {
 			t.Fatalf("%s: lease index %q, running index %q", label, lease, run)

@@ -1012,8 +1012,11 @@ func (s *Store) settleEach(ctx context.Context, tx *sql.Tx, settlements []store.
 			e.Actor = actor
 			events = append(events, e)
 		}
-		if st.ExecutionID == "" || newState == string(bt.StateSucceeded) {
-			continue // a success's attempt is its task row's (succeededExecutions)
+		if st.ExecutionID == "" || (newState == string(bt.StateSucceeded) && st.Outcome == bt.OutcomeSucceeded &&
+			st.Error == "" && st.ErrorDetail == "" && !st.Uncharged) {
+			// A bare success's attempt is its task row's (succeededExecutions);
+			// one with an output or an error text keeps its execution row.
+			continue
 		}
 		if _, err := ins.ExecContext(ctx, st.ExecutionID, st.TaskID, attempt, worker, startedAt, us(st.FinishedAt),
 			string(st.Outcome), nullStr(st.Error), nullStr(st.ErrorDetail)); err != nil {
