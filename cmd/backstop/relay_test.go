@@ -119,25 +119,37 @@ func TestRelayCLIKilled(t *testing.T) {
 	}
 }
 
-// streamCount is how many messages the relay stream holds (0 before the
-// relay created it): one request, for the waits that poll it; streamIDs
-// fetches each message.
-func streamCount(t *testing.T, url string) int {
+// relayStreamInfo reads the relay stream's state (its stream and info are
+// nil before the relay created it); the caller closes the connection.
+func relayStreamInfo(t *testing.T, url string) (jetstream.Stream, *jetstream.StreamInfo, func()) {
 	t.Helper()
 	ctx := context.Background()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	st, err := js.Stream(ctx, relay.NatsStreamName("bus"))
 	if err != nil {
-		return 0
+		return nil, nil, nc.Close
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
+		nc.Close()
 		t.Fatal(err)
+	}
+	return st, info, nc.Close
+}
+
+// streamCount is how many messages the relay stream holds (0 before the
+// relay created it): one request, for the waits that poll it; streamIDs
+// fetches each message.
+func streamCount(t *testing.T, url string) int {
+	t.Helper()
+	_, info, done := relayStreamInfo(t, url)
+	defer done()
+	if info == nil {
+		return 0
 	}
 	return int(info.State.Msgs)
 }
@@ -146,19 +158,10 @@ func streamCount(t *testing.T, url string) int {
 func streamIDs(t *testing.T, url string) [][2]string {
 	t.Helper()
 	ctx := context.Background()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	st, err := js.Stream(ctx, relay.NatsStreamName("bus"))
-	if err != nil {
+	st, info, done := relayStreamInfo(t, url)
+	defer done()
+	if st == nil {
 		return nil
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
 	}
 	var out [][2]string
 	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
