@@ -2,16 +2,11 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"sync"
 	"testing"
-
-	"github.com/backstophq/backstop"
-	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/testdb"
 )
 
 // claimCounter counts the worker's claim requests: how many, the tasks
@@ -55,30 +50,11 @@ func (f *claimCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestRemoteWorkClaimsForFreeSlots(t *testing.T) {
 	t.Parallel()
 	const tasks, slots = 300, 32
-	e := &cliEnv{t: t, db: testdb.SQLite(t)}
-	e.ok("migrate")
-	lib := remoteClientFor(t, e.db)
-	ps := make([]backstop.EnqueueParams, tasks)
-	for i := range ps {
-		ps[i] = backstop.EnqueueParams{Queue: "cq", Kind: "k"}
-	}
-	if _, err := lib.EnqueueMany(context.Background(), ps); err != nil {
-		t.Fatal(err)
-	}
 	var f *claimCounter
-	url := frontedAPIServer(t, e.db, func(next http.Handler, _ *backstop.Client) http.Handler {
+	remoteDrain(t, "cq", tasks, func(next http.Handler) http.Handler {
 		f = &claimCounter{next: next}
 		return f
 	})
-	work := e.run("", "--server", url, "work", "--queue", "cq", "--concurrency", "32", "--exit-after-idle", "500ms", "--", "true")
-	if work.code != 0 {
-		t.Fatalf("work: %+v", work)
-	}
-	left, err := lib.List(context.Background(), backstop.ListParams{Queue: "cq",
-		States: []bt.State{bt.StatePending, bt.StateRunning, bt.StateDead}, Limit: 5})
-	if err != nil || len(left) > 0 {
-		t.Fatalf("tasks not succeeded: %v %v", left, err)
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t.Logf("%d tasks, %d slots: %d claim requests asking for %d tasks (at most %d in one), at most %d in flight",

@@ -84,30 +84,11 @@ func TestRemoteWorkCompletesInBatches(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			const tasks = 300
-			e := &cliEnv{t: t, db: testdb.SQLite(t)}
-			e.ok("migrate")
-			lib := remoteClientFor(t, e.db)
-			ps := make([]backstop.EnqueueParams, tasks)
-			for i := range ps {
-				ps[i] = backstop.EnqueueParams{Queue: "bq", Kind: "k"}
-			}
-			if _, err := lib.EnqueueMany(context.Background(), ps); err != nil {
-				t.Fatal(err)
-			}
 			var f *completeCounter
-			url := frontedAPIServer(t, e.db, func(next http.Handler, _ *backstop.Client) http.Handler {
+			remoteDrain(t, "bq", tasks, func(next http.Handler) http.Handler {
 				f = &completeCounter{next: next, noBatch: noBatch}
 				return f
 			})
-			work := e.run("", "--server", url, "work", "--queue", "bq", "--concurrency", "32", "--exit-after-idle", "500ms", "--", "true")
-			if work.code != 0 {
-				t.Fatalf("work: %+v", work)
-			}
-			left, err := lib.List(context.Background(), backstop.ListParams{Queue: "bq",
-				States: []bt.State{bt.StatePending, bt.StateRunning, bt.StateDead}, Limit: 5})
-			if err != nil || len(left) > 0 {
-				t.Fatalf("tasks not succeeded: %v %v", left, err)
-			}
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			t.Logf("%d tasks: %d batch requests carrying %d completions, %d single", tasks, f.batches, f.all, f.single)
@@ -181,5 +162,33 @@ func TestRemoteWorkBatchBounds(t *testing.T) {
 				t.Errorf("the batches carried %d bytes of results, want %d (each intact, each once)", f.resultBytes, tasks*600_002)
 			}
 		})
+	}
+}
+
+// remoteDrain enqueues n tasks of kind k into queue on a fresh SQLite
+// database, runs `work --server --concurrency 32 -- true` against an API
+// server whose handler front wraps, until idle, and fails unless every
+// task succeeded.
+func remoteDrain(t *testing.T, queue string, n int, front func(next http.Handler) http.Handler) {
+	t.Helper()
+	e := &cliEnv{t: t, db: testdb.SQLite(t)}
+	e.ok("migrate")
+	lib := remoteClientFor(t, e.db)
+	ps := make([]backstop.EnqueueParams, n)
+	for i := range ps {
+		ps[i] = backstop.EnqueueParams{Queue: queue, Kind: "k"}
+	}
+	if _, err := lib.EnqueueMany(context.Background(), ps); err != nil {
+		t.Fatal(err)
+	}
+	url := frontedAPIServer(t, e.db, func(next http.Handler, _ *backstop.Client) http.Handler { return front(next) })
+	work := e.run("", "--server", url, "work", "--queue", queue, "--concurrency", "32", "--exit-after-idle", "500ms", "--", "true")
+	if work.code != 0 {
+		t.Fatalf("work: %+v", work)
+	}
+	left, err := lib.List(context.Background(), backstop.ListParams{Queue: queue,
+		States: []bt.State{bt.StatePending, bt.StateRunning, bt.StateDead}, Limit: 5})
+	if err != nil || len(left) > 0 {
+		t.Fatalf("tasks not succeeded: %v %v", left, err)
 	}
 }
