@@ -57,26 +57,7 @@ func TestRedriveBatchFastPathWork(t *testing.T) {
 	}
 	const n = 300
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	tasks := make([]*bt.Task, n)
-	for i := range tasks {
-		tasks[i] = &bt.Task{ID: fmt.Sprintf("dl-%04d", i), Queue: "rq", Kind: "k", State: bt.StatePending, MaxAttempts: 1,
-			Payload: json.RawMessage(`{}`), RunAt: now, CreatedAt: now, UpdatedAt: now}
-	}
-	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Claim(ctx, store.ClaimParams{Queue: "rq", WorkerID: "w", Max: n, Now: now, Lease: time.Minute})
-	if err != nil || len(got) != n {
-		t.Fatalf("claim: %d, %v", len(got), err)
-	}
-	ss := make([]store.Settlement, n)
-	for i, tk := range got {
-		ss[i] = store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError, Error: "boom",
-			FinishedAt: now, State: bt.StateDead, DeadReason: bt.ReasonPermanentError}
-	}
-	if _, err := s.Settle(ctx, ss); err != nil {
-		t.Fatal(err)
-	}
+	deadLetters(t, s, n, now)
 	// The rest of a table that is not only these dead letters: waiting
 	// tasks of another queue (on a table of a few pages a sequential scan
 	// is the planner's cheapest way to anything).
@@ -194,26 +175,7 @@ func TestRedriveBatchFastPathOneRoundTrip(t *testing.T) {
 	s, rt := tracedStore(t)
 	const n = 40
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	tasks := make([]*bt.Task, n)
-	for i := range tasks {
-		tasks[i] = &bt.Task{ID: fmt.Sprintf("dl-%04d", i), Queue: "rq", Kind: "k", State: bt.StatePending, MaxAttempts: 1,
-			Payload: json.RawMessage(`{}`), RunAt: now, CreatedAt: now, UpdatedAt: now}
-	}
-	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Claim(ctx, store.ClaimParams{Queue: "rq", WorkerID: "w", Max: n, Now: now, Lease: time.Minute})
-	if err != nil || len(got) != n {
-		t.Fatalf("claim: %d, %v", len(got), err)
-	}
-	ss := make([]store.Settlement, n)
-	for i, tk := range got {
-		ss[i] = store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError, Error: "boom",
-			FinishedAt: now, State: bt.StateDead, DeadReason: bt.ReasonPermanentError}
-	}
-	if _, err := s.Settle(ctx, ss); err != nil {
-		t.Fatal(err)
-	}
+	tasks := deadLetters(t, s, n, now)
 	later := now.Add(time.Second)
 	rec, _, err := s.StartRedrive(ctx, store.Redrive{ID: "rd-1", Kind: store.JobRedrive, FilterKey: "k", Filter: json.RawMessage(`{}`),
 		Snapshot: later, StartedAt: later})
@@ -252,4 +214,32 @@ func TestRedriveBatchFastPathOneRoundTrip(t *testing.T) {
 			t.Fatalf("%s: %+v, %v; want pending, replayed once", tk.ID, g, err)
 		}
 	}
+}
+
+// deadLetters makes n dead letters dl-0000… in queue rq, each enqueued,
+// claimed and settled dead at now, and returns them as enqueued.
+func deadLetters(t *testing.T, s *pgstore.Store, n int, now time.Time) []*bt.Task {
+	t.Helper()
+	ctx := context.Background()
+	tasks := make([]*bt.Task, n)
+	for i := range tasks {
+		tasks[i] = &bt.Task{ID: fmt.Sprintf("dl-%04d", i), Queue: "rq", Kind: "k", State: bt.StatePending, MaxAttempts: 1,
+			Payload: json.RawMessage(`{}`), RunAt: now, CreatedAt: now, UpdatedAt: now}
+	}
+	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, store.ClaimParams{Queue: "rq", WorkerID: "w", Max: n, Now: now, Lease: time.Minute})
+	if err != nil || len(got) != n {
+		t.Fatalf("claim: %d, %v", len(got), err)
+	}
+	ss := make([]store.Settlement, n)
+	for i, tk := range got {
+		ss[i] = store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError, Error: "boom",
+			FinishedAt: now, State: bt.StateDead, DeadReason: bt.ReasonPermanentError}
+	}
+	if _, err := s.Settle(ctx, ss); err != nil {
+		t.Fatal(err)
+	}
+	return tasks
 }
