@@ -808,12 +808,15 @@ func (w *Worker) completer() {
 			}
 		}
 		q := w.queueOf(batch)
+		if q != nil && !w.c.e.CanSettleClaim(w.attemptBase, q.name) {
+			q = nil
+		}
 		if !w.flushClaim(q, batch, &scratch) {
 			w.flush(batch, &scratch)
 		}
 		w.flushing.Add(-1)
 		if q != nil {
-			signal(q.freed) // the fetch loop claims for slots this batch's claim did not (fetchLoop)
+			signal(q.freed) // the fetch loop claims for slots this batch's claim did not (completerClaims)
 		}
 	}
 }
@@ -826,16 +829,15 @@ func (w *Worker) completerClaims(q *queueRunner) bool {
 	return (w.flushing.Load() > 0 || len(w.settleCh) > 0) && w.c.e.CanSettleClaim(w.attemptBase, q.name)
 }
 
-// flushClaim settles a finished batch of one queue and claims that queue's
+// flushClaim settles a finished batch of q (nil: a batch of several queues,
+// or of a queue whose batches do not take SettleClaim) and claims q's
 // next tasks for its free slots in the same store transaction
 // (Engine.SettleClaim: one commit and one wait for the writer instead of
 // two), then starts them. It reports false, having settled nothing, where
-// that does not apply — the store or the queue does not combine them
-// (Engine.CanSettleClaim), the batch holds several queues, no slot is
-// free, Stop has begun — or the combined transaction failed; the batch is
-// then flush's.
+// that does not apply — q nil, no slot free, Stop has begun — or the
+// combined transaction failed; the batch is then flush's.
 func (w *Worker) flushClaim(q *queueRunner, items []settleItem, scratch *[]store.Settlement) bool {
-	if q == nil || !w.c.e.CanSettleClaim(w.attemptBase, q.name) {
+	if q == nil {
 		return false
 	}
 	w.claimGate.RLock()
