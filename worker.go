@@ -112,49 +112,15 @@ type Worker struct {
 
 	claimParallelism int // claims at once when many slots are free (claim)
 
-	// fetchCtx ends when Stop stops the claims; attemptBase is it without
-	// its cancellation (the attempts outlive it). claimGate: a completer
-	// claims (flushClaim) only under its read lock and while fetchCtx
-	// lasts; Stop takes the write lock once after ending fetchCtx, so no
-	// completer starts an attempt after Stop waits for them.
-	fetchCtx    context.Context
-	attemptBase context.Context
-	claimGate   sync.RWMutex
-	flushing    atomic.Int32 // completers writing a batch
-
 	maint *Maintainer // the worker's part in the elections (maintainer.go); nil: none
 }
 
 type queueRunner struct {
 	name        string
 	concurrency int
-	inflight    atomic.Int32 // attempts running and slots reserved for a claim (reserve)
+	inflight    atomic.Int32
 	wake        chan struct{}
 	freed       chan struct{}
-}
-
-// reserve takes the queue's free slots for a claim and returns how many;
-// the claimer gives back those its claim did not fill (release). The fetch
-// loop and a completer (flushClaim) both claim, and never for the same
-// slot.
-func (q *queueRunner) reserve() int {
-	for {
-		cur := q.inflight.Load()
-		n := int32(q.concurrency) - cur
-		if n <= 0 {
-			return 0
-		}
-		if q.inflight.CompareAndSwap(cur, cur+n) {
-			return int(n)
-		}
-	}
-}
-
-// release gives back n reserved slots a claim did not fill.
-func (q *queueRunner) release(n int) {
-	if n > 0 {
-		q.inflight.Add(-int32(n))
-	}
 }
 
 // NewWorker makes a worker; register handlers with Handle, then Start.
@@ -257,7 +223,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	fetchCtx, fetchCancel := context.WithCancel(bgCtx)
 	w.bgCancel, w.fetchCancel = bgCancel, fetchCancel
-	w.fetchCtx, w.attemptBase = fetchCtx, context.WithoutCancel(fetchCtx)
 	w.completersDone = make(chan struct{})
 	w.startCompleters()
 	w.logs = newLogFlusher(w.c.store, w.log, w.c.Masker())
@@ -300,8 +265,6 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 	w.setRegistryState(store.WorkerStopping)
 	w.fetchCancel()
-	w.claimGate.Lock() // a completer's claim under way ends; none starts after (flushClaim)
-	w.claimGate.Unlock()
 	w.fetchWG.Wait()
 
 	done := make(chan struct{})
@@ -404,11 +367,8 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	backoff := time.Duration(0)
 	base := context.WithoutCancel(ctx) // the attempts' (start)
 	for ctx.Err() == nil {
-		avail := 0
-		if !empty && !w.completerClaims(q) {
-			avail = q.reserve()
-		}
-		if avail > 0 {
+		avail := q.concurrency - int(q.inflight.Load())
+		if avail > 0 && !empty {
 			// The claim must not be cut off by Stop: a claim that committed
 			// but whose rows were lost to the cancellation would leave its
 			// tasks running with nobody to heartbeat, release or settle them
@@ -422,7 +382,6 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 				w.touch() // before the claim stops counting: no idle gap between them
 			}
 			w.claiming.Add(-1)
-			q.release(avail - len(tasks))
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -434,7 +393,8 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			}
 			backoff = 0
 			for _, t := range tasks {
-				w.start(base, q, t, bad[t]) // its slot reserved above
+				q.inflight.Add(1)
+				w.start(base, q, t, bad[t])
 			}
 			if len(tasks) < avail {
 				empty = true
@@ -456,9 +416,6 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			empty = false
 		case <-q.freed:
 			if empty && !w.c.e.Ordered(q.name) { // a finished ordered task may free its key
-				continue
-			}
-			if w.completerClaims(q) {
 				continue
 			}
 			empty = false
@@ -532,8 +489,7 @@ func (w *Worker) claim(ctx context.Context, q *queueRunner, n int) ([]*Task, map
 	return nil, nil, err
 }
 
-// start registers the attempt (so heartbeats cover it) and runs it, in a
-// slot of q the claim reserved (its end frees the slot). base
+// start registers the attempt (so heartbeats cover it) and runs it. base
 // is the fetch context without its cancellation: attempts outlive it, and
 // shutdown ends them by cause. inputErr: the task's payload could not be
 // completed (stepInputs); it fails without reaching a handler.
@@ -793,7 +749,6 @@ func (w *Worker) completer() {
 	var scratch []store.Settlement
 	batch := make([]settleItem, 0, maxCompleterBatch)
 	for s := range w.settleCh {
-		w.flushing.Add(1)
 		batch = append(batch[:0], s)
 	fill:
 		for len(batch) < maxCompleterBatch {
@@ -807,89 +762,8 @@ func (w *Worker) completer() {
 				break fill
 			}
 		}
-		q := w.queueOf(batch)
-		if q != nil && !w.c.e.CanSettleClaim(w.attemptBase, q.name) {
-			q = nil
-		}
-		if !w.flushClaim(q, batch, &scratch) {
-			w.flush(batch, &scratch)
-		}
-		w.flushing.Add(-1)
-		if q != nil {
-			signal(q.freed) // the fetch loop claims for slots this batch's claim did not (completerClaims)
-		}
+		w.flush(batch, &scratch)
 	}
-}
-
-// completerClaims reports whether a completer is about to claim for q's
-// freed slots: settlements are waiting for a completer or being written,
-// and q's batches take SettleClaim. The fetch loop then leaves the slots
-// to it; the completer signals q.freed once done.
-func (w *Worker) completerClaims(q *queueRunner) bool {
-	return (w.flushing.Load() > 0 || len(w.settleCh) > 0) && w.c.e.CanSettleClaim(w.attemptBase, q.name)
-}
-
-// flushClaim settles a finished batch of q (nil: a batch of several queues,
-// or of a queue whose batches do not take SettleClaim) and claims q's
-// next tasks for its free slots in the same store transaction
-// (Engine.SettleClaim: one commit and one wait for the writer instead of
-// two), then starts them. It reports false, having settled nothing, where
-// that does not apply — q nil, no slot free, Stop has begun — or the
-// combined transaction failed; the batch is then flush's.
-func (w *Worker) flushClaim(q *queueRunner, items []settleItem, scratch *[]store.Settlement) bool {
-	if q == nil {
-		return false
-	}
-	w.claimGate.RLock()
-	defer w.claimGate.RUnlock()
-	if w.fetchCtx.Err() != nil {
-		return false
-	}
-	n := q.reserve()
-	if n == 0 {
-		return false
-	}
-	w.claiming.Add(1)
-	batch := settlements(items, scratch)
-	ctx, cancel := context.WithTimeout(w.attemptBase, 30*time.Second)
-	oks, tasks, bad, err := w.c.e.SettleClaim(ctx, batch, engine.ClaimParams{
-		Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: n, Lease: w.cfg.Lease,
-	})
-	cancel()
-	if len(tasks) > 0 {
-		w.touch() // before the claim stops counting: no idle gap between them
-	}
-	w.claiming.Add(-1)
-	q.release(n - len(tasks))
-	if err != nil && oks == nil {
-		w.log.Warn("settling with the next claim failed; settling alone", "queue", q.name, "error", err, "tasks", len(batch))
-		return false
-	}
-	w.settledBatch(items, oks)
-	if err != nil {
-		w.log.Error("claim failed", "queue", q.name, "error", err)
-	}
-	for _, t := range tasks {
-		w.start(w.attemptBase, q, t, bad[t]) // its slot reserved above
-	}
-	return true
-}
-
-// queueOf is the runner of the queue every item's task is of (nil: none,
-// or several).
-func (w *Worker) queueOf(items []settleItem) *queueRunner {
-	name := items[0].a.task.Queue
-	for i := range items {
-		if items[i].a.task.Queue != name {
-			return nil
-		}
-	}
-	for _, q := range w.queues {
-		if q.name == name {
-			return q
-		}
-	}
-	return nil
 }
 
 // settleQueue bounds the finished attempts waiting for a completer (beyond

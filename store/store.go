@@ -359,14 +359,3 @@ func OrderDir(newest bool) string {
 	}
 	return "ASC"
 }
-
-// SettleClaimer is a store that settles a batch and claims the next tasks
-// of a queue in one write transaction ("complete and fetch next"): one
-// commit and one wait for the writer instead of two, for a store with one
-// writer (SQLite). It is optional; the engine uses it where the store has
-// it (Engine.SettleClaim) and otherwise settles, then claims. Its answer is
-// Settle's (for each settlement, whether it applied) and Claim's (the
-// claimed tasks, in claim order); an error means neither was written.
-type SettleClaimer interface {
-	SettleClaim(ctx context.Context, ss []Settlement, p ClaimParams) ([]bool, []*bt.Task, error)
-}

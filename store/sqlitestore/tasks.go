@@ -521,12 +521,6 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, err
 	if err != nil {
 		return nil, err
 	}
-	return s.claimed(ctx, tasks)
-}
-
-// claimed puts a claim's tasks in claim order and reads their spilled
-// payloads, after the claim committed.
-func (s *Store) claimed(ctx context.Context, tasks []*bt.Task) ([]*bt.Task, error) {
 	sort.Slice(tasks, func(i, j int) bool {
 		a, b := tasks[i], tasks[j]
 		if a.Priority != b.Priority {
@@ -541,48 +535,6 @@ func (s *Store) claimed(ctx context.Context, tasks []*bt.Task) ([]*bt.Task, erro
 		return nil, err
 	}
 	return tasks, nil
-}
-
-// SettleClaim settles ss and, in the same write transaction, claims up to
-// p.Max tasks of p.Queue (store.SettleClaimer): one commit for both. A
-// limited or fair claim is not combined: ss settle in a transaction of
-// their own, then Claim claims.
-func (s *Store) SettleClaim(ctx context.Context, ss []store.Settlement, p store.ClaimParams) ([]bool, []*bt.Task, error) {
-	if p.Limited || p.Fair {
-		applied, err := s.Settle(ctx, ss)
-		if err != nil {
-			return nil, nil, err
-		}
-		tasks, err := s.Claim(ctx, p)
-		return applied, tasks, err
-	}
-	ss = store.CleanSettlements(ss)
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	var (
-		applied []bool
-		woke    map[string]struct{}
-		tasks   []*bt.Task
-	)
-	if len(ss) > 0 {
-		if applied, woke, err = s.settle(ctx, tx, ss); err != nil {
-			return nil, nil, err
-		}
-	}
-	if p.Max > 0 {
-		if tasks, err = s.claimIn(ctx, tx, p, p.Max, kindFilter(p.Kinds)); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, nil, err
-	}
-	s.hub.notify(woke)
-	tasks, err = s.claimed(ctx, tasks)
-	return applied, tasks, err
 }
 
 // claimTx claims in one transaction of the writer: the plain claim, or
