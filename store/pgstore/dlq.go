@@ -240,6 +240,14 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		return res, fmt.Errorf("pgstore: redrive: %w", err)
 	}
 	if len(ids) == 0 {
+		if b.Runner != "" && b.RedriveID != "" { // the pick may have stopped at the record: say how it is
+			var holder [2]*string
+			if err := tx.QueryRow(ctx, `SELECT runner, status FROM backstop_redrives WHERE id = $1`, b.RedriveID).Scan(&holder[0], &holder[1]); err != nil &&
+				!errors.Is(err, pgx.ErrNoRows) {
+				return res, fmt.Errorf("pgstore: redrive: %w", err)
+			}
+			res.Record = holderOf(b, holder)
+		}
 		return res, nil
 	}
 	res.LastID = ids[len(ids)-1]

@@ -301,6 +301,18 @@ func TestRedriveBatchReplaysOnlyForItsRunner(t *testing.T) {
 		t.Fatalf("r1's batch: %+v (record %+v), %v; want 2 replayed, r1 running", res, res.Record, err)
 	}
 	b.AfterID = res.LastID
+	// An outcome recorded past the cursor (an earlier attempt's) sends the
+	// next batch the slow way, which reports the record too.
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO backstop_redrive_items (redrive_id, task_id, outcome, detail, at)
+		VALUES ($1, 'dl-0003', 'conflict', 'earlier', $2)`, rec.ID, later); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.RedriveBatch(ctx, b)
+	if err != nil || res.Replayed != 2 || res.LastID != "dl-0003" || res.Record == nil ||
+		*res.Record != (store.RedriveHolder{Runner: "r1", Status: "running"}) {
+		t.Fatalf("r1's slow batch: %+v (record %+v), %v; want 2 replayed up to dl-0003, r1 running", res, res.Record, err)
+	}
+	b.AfterID = res.LastID
 	other := b
 	other.Runner = "r2"
 	res, err = s.RedriveBatch(ctx, other)
@@ -315,11 +327,11 @@ func TestRedriveBatchReplaysOnlyForItsRunner(t *testing.T) {
 		t.Fatalf("batch after the cancel: %+v (record %+v), %v; want nothing replayed, canceled", res, res.Record, err)
 	}
 	r, err := s.GetRedrive(ctx, rec.ID)
-	if err != nil || r.Replayed != 2 || r.Cursor != "dl-0001" {
-		t.Fatalf("record %+v, %v; want 2 replayed up to dl-0001", r, err)
+	if err != nil || r.Replayed != 4 || r.Cursor != "dl-0003" {
+		t.Fatalf("record %+v, %v; want 4 replayed up to dl-0003", r, err)
 	}
 	dead, err := s.List(ctx, store.ListFilter{Queue: "rq", States: []bt.State{bt.StateDead}})
-	if err != nil || len(dead) != 4 {
-		t.Fatalf("%d dead letters left, %v; want 4", len(dead), err)
+	if err != nil || len(dead) != 2 {
+		t.Fatalf("%d dead letters left, %v; want 2", len(dead), err)
 	}
 }
