@@ -208,17 +208,19 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 	if err != nil {
 		return out, fmt.Errorf("redrive: %w", err)
 	}
-	batch := store.RedriveBatch{RedriveID: rec.ID, Filter: f, Snapshot: rec.Snapshot,
+	runner := cmp.Or(p.runner, newRunnerID())
+	batch := store.RedriveBatch{RedriveID: rec.ID, Filter: f, Snapshot: rec.Snapshot, Runner: runner,
 		State: state, RunAt: runAt, KeepAttempts: p.KeepAttempts, Actor: c.actor(p.Actor), Reason: p.Reason}
-	return c.runJob(ctx, jobRun{rec: rec, resumed: resumed, runner: cmp.Or(p.runner, newRunnerID()), force: p.Force,
-		rate: p.Rate, limit: p.Limit, batchSize: p.BatchSize,
+	var holder *store.RedriveHolder // the record as the last batch left it, when the store said
+	return c.runJob(ctx, jobRun{rec: rec, resumed: resumed, runner: runner, force: p.Force,
+		rate: p.Rate, limit: p.Limit, batchSize: p.BatchSize, holder: &holder,
 		count: func(ctx context.Context, after string) (int, error) {
 			b := batch
 			b.AfterID = after
 			return c.countRedrive(ctx, b, inGo)
 		},
 		batch: func(ctx context.Context, after string, n int) (replayed, failed int, last string, err error) {
-			batch.AfterID = after
+			batch.AfterID, holder = after, nil
 			if len(p.MergePatch) > 0 || len(p.Patch) > 0 {
 				return c.redrivePatched(ctx, p, f, batch, n)
 			}
@@ -228,6 +230,7 @@ func (c *Client) Redrive(ctx context.Context, p RedriveParams, progress func(Red
 				return 0, 0, "", fmt.Errorf("redrive: %w", err)
 			}
 			c.telemetry.ReplayedBatch(ctx, res.Replayed, len(res.Conflicts))
+			holder = res.Record
 			if len(res.Steps) > 0 {
 				c.e.ResumeRuns(ctx, res.Steps) // workflows.go: a replayed step resumes its halted run now
 			}

@@ -339,6 +339,10 @@ type jobRun struct {
 	// batch does up to n more after the cursor, each committed with the
 	// record's advance; last is the new cursor, "" when nothing was left.
 	batch func(ctx context.Context, after string, n int) (done, failed int, last string, err error)
+	// holder, when not nil, is where batch leaves the record's runner and
+	// status as its own transaction left them (nil when the store did not
+	// say): the runner then reads the record only when it was not told.
+	holder **store.RedriveHolder
 }
 
 // noun names the job in messages and commands: "redrive" (`backstop
@@ -436,6 +440,36 @@ func (c *Client) runJob(ctx context.Context, j jobRun, progress func(RedriveProg
 			}
 			return out, err
 		}
+		// Canceled from any process (CancelRedrive), or taken over: stop
+		// after this batch (a store that reports the record replayed
+		// nothing in a batch that started after either).
+		cur := store.RedriveHolder{Runner: j.runner, Status: RedriveRunning} // unread: go on
+		if j.holder != nil && *j.holder != nil {
+			cur = **j.holder
+		} else if last != "" {
+			if r, err := c.store.GetRedrive(ctx, rec.ID); err == nil {
+				cur = store.RedriveHolder{Runner: r.Runner, Status: r.Status}
+			}
+		}
+		if cur.Runner != j.runner {
+			out.Replayed += done
+			out.Failed += failed
+			report()
+			return out, fmt.Errorf("%s %s %w after %d done: runner %q took it over", jobNoun, rec.ID, ErrInterrupted, out.Replayed, cur.Runner)
+		}
+		if cur.Status == RedriveCanceled {
+			out.Replayed += done
+			out.Failed += failed
+			report()
+			return out, fmt.Errorf("%s %s %w: %w after %d done; `backstop redrives resume %s` continues it",
+				jobNoun, rec.ID, ErrInterrupted, ErrRedriveCanceled, out.Replayed, rec.ID)
+		}
+		if cur.Status != RedriveRunning { // finished by another process
+			out.Replayed += done
+			out.Failed += failed
+			report()
+			return out, fmt.Errorf("%s %s %w after %d done: its record is %s", jobNoun, rec.ID, ErrInterrupted, out.Replayed, cur.Status)
+		}
 		if last == "" {
 			out.Done = true
 			if err := finish(RedriveDone); err != nil {
@@ -445,21 +479,6 @@ func (c *Client) runJob(ctx context.Context, j jobRun, progress func(RedriveProg
 			return out, nil
 		}
 		after = last
-		// Canceled from any process (CancelRedrive): stop after this batch.
-		cur, err := c.store.GetRedrive(ctx, rec.ID)
-		if err == nil && cur.Runner != j.runner {
-			out.Replayed += done
-			out.Failed += failed
-			report()
-			return out, fmt.Errorf("%s %s %w after %d done: runner %q took it over", jobNoun, rec.ID, ErrInterrupted, out.Replayed, cur.Runner)
-		}
-		if err == nil && cur.Status == RedriveCanceled {
-			out.Replayed += done
-			out.Failed += failed
-			report()
-			return out, fmt.Errorf("%s %s %w: %w after %d done; `backstop redrives resume %s` continues it",
-				jobNoun, rec.ID, ErrInterrupted, ErrRedriveCanceled, out.Replayed, rec.ID)
-		}
 		doneThisRun += done + failed
 		out.Replayed += done
 		out.Failed += failed

@@ -165,6 +165,13 @@ type RedriveBatch struct {
 	// of a where outside the SQL subset in Go, then replays it set-based
 	// (Filter.Where is then empty). CountRedrive does not use it.
 	IDs []string
+	// Runner, when set with RedriveID, is the process running the
+	// redrive. A store that reports the record (RedriveBatchResult.Record)
+	// then replays nothing unless the record is running under this runner
+	// when the batch starts (a cancel or a takeover committed before it
+	// stops it); a store that does not report it ignores Runner, and the
+	// runner reads the record after the batch.
+	Runner string
 }
 
 // RedriveBatchResult reports one batch.
@@ -177,6 +184,16 @@ type RedriveBatchResult struct {
 	// Steps are the replayed ids that may be workflow steps' tasks (they
 	// hold a '.'): the engine resumes their runs.
 	Steps []string
+	// Record, when not nil, is the redrive record's runner and status as
+	// the batch's own transaction left them (RedriveBatch.Runner set): the
+	// runner decides whether to go on from it, without reading the record.
+	Record *RedriveHolder
+}
+
+// RedriveHolder is who holds a redrive record and in what status.
+type RedriveHolder struct {
+	Runner string
+	Status string
 }
 
 // DLQStatusChange discards or resolves a dead letter.

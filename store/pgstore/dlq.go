@@ -211,13 +211,14 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		count   int
 		notices int64
 		steps   []string // replayed ids that may be workflow steps (store.StepIDs)
+		holder  [2]*string
 	)
-	err := s.pool.QueryRow(ctx, fastSQL, fastArgs...).Scan(&last, &count, &notices, &steps)
+	err := s.pool.QueryRow(ctx, fastSQL, fastArgs...).Scan(&last, &count, &notices, &steps, &holder[0], &holder[1])
 	if err == nil {
 		if last != nil {
 			res.LastID = *last
 		}
-		res.Replayed, res.Steps = count, steps
+		res.Replayed, res.Steps, res.Record = count, steps, holderOf(b, holder)
 		return res, nil
 	}
 	if !isUniqueViolation(err) {
@@ -239,6 +240,14 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		return res, fmt.Errorf("pgstore: redrive: %w", err)
 	}
 	if len(ids) == 0 {
+		if b.Runner != "" && b.RedriveID != "" { // the pick may have stopped at the record: say how it is
+			var holder [2]*string
+			if err := tx.QueryRow(ctx, `SELECT runner, status FROM backstop_redrives WHERE id = $1`, b.RedriveID).Scan(&holder[0], &holder[1]); err != nil &&
+				!errors.Is(err, pgx.ErrNoRows) {
+				return res, fmt.Errorf("pgstore: redrive: %w", err)
+			}
+			res.Record = holderOf(b, holder)
+		}
 		return res, nil
 	}
 	res.LastID = ids[len(ids)-1]
@@ -308,10 +317,13 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	}
 	res.Replayed, res.Steps = len(done), store.StepIDs(done)
 	if b.RedriveID != "" {
-		if _, err := tx.Exec(ctx, `UPDATE backstop_redrives SET cursor = $1, replayed = replayed + $2, failed = failed + $3
-			WHERE id = $4`, res.LastID, res.Replayed, len(res.Conflicts), b.RedriveID); err != nil {
+		var holder [2]*string
+		if err := tx.QueryRow(ctx, `UPDATE backstop_redrives SET cursor = $1, replayed = replayed + $2, failed = failed + $3
+			WHERE id = $4 RETURNING runner, status`, res.LastID, res.Replayed, len(res.Conflicts), b.RedriveID).Scan(&holder[0], &holder[1]); err != nil &&
+			!errors.Is(err, pgx.ErrNoRows) {
 			return res, err
 		}
+		res.Record = holderOf(b, holder)
 		ids, outcomes, details := make([]string, 0, len(done)+len(res.Conflicts)), []string{}, []string{}
 		for _, d := range done {
 			ids, outcomes, details = append(ids, d.ID), append(outcomes, store.OutcomeReplayed), append(details, "")
@@ -343,14 +355,30 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	return res, nil
 }
 
+// holderOf is RedriveBatchResult.Record from the record's runner and
+// status as the batch's statement returned them (nil: no record, or no
+// Runner asked for it).
+func holderOf(b store.RedriveBatch, h [2]*string) *store.RedriveHolder {
+	if b.Runner == "" || h[0] == nil || h[1] == nil {
+		return nil
+	}
+	return &store.RedriveHolder{Runner: *h[0], Status: *h[1]}
+}
+
 // redrivePick is the selection of a redrive batch's rows, locked, in id
-// order (cols: what it returns of each), and its arguments.
+// order (cols: what it returns of each), and its arguments. With a Runner,
+// it selects nothing unless the record is running under it.
 func redrivePick(b store.RedriveBatch, cols string) (string, []any) {
 	var args []any
 	where := openDLQWhere(b.Filter, b.Snapshot, b.AfterID, &args)
 	if b.IDs != nil { // matched in Go by the client (store.RedriveBatch)
 		args = append(args, b.IDs)
 		where += " AND t.id = ANY($" + strconv.Itoa(len(args)) + "::text[])"
+	}
+	if b.Runner != "" && b.RedriveID != "" {
+		args = append(args, b.RedriveID, b.Runner)
+		where += " AND EXISTS (SELECT 1 FROM backstop_redrives g WHERE g.id = $" + strconv.Itoa(len(args)-1) +
+			" AND g.status = 'running' AND g.runner = $" + strconv.Itoa(len(args)) + ")"
 	}
 	args = append(args, b.Limit)
 	return `SELECT ` + cols + ` FROM backstop_tasks t WHERE ` + where + ` ORDER BY t.id LIMIT $` + strconv.Itoa(len(args)) +
@@ -406,13 +434,15 @@ upd AS (
 	UPDATE backstop_redrives SET cursor = coalesce((SELECT max(id) FROM picked), cursor),
 		replayed = replayed + (SELECT count(*) FROM upd)
 	WHERE id = ` + p(6) + `
+	RETURNING runner, status
 ), items AS ( -- each item's outcome, a plain insert (above)
 	INSERT INTO backstop_redrive_items (redrive_id, task_id, outcome, detail, at)
 	SELECT ` + p(6) + `::text, u.id, 'replayed', '', ` + p(4) + ` FROM upd u WHERE ` + p(6) + `::text <> ''
 )
 SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM upd),
 	(SELECT count(pg_notify('` + wakeupChannel + `', q.queue)) FROM (SELECT DISTINCT queue FROM upd) q WHERE ` + p(1) + ` = 'pending'),
-	(SELECT array_agg(id ORDER BY id) FROM upd WHERE strpos(id, '.') > 0)`,
+	(SELECT array_agg(id ORDER BY id) FROM upd WHERE strpos(id, '.') > 0),
+	(SELECT runner FROM rec), (SELECT status FROM rec)`,
 		append(args, string(b.State), b.RunAt, b.KeepAttempts, b.Now, b.Actor, b.RedriveID, prefix, b.Reason)
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
@@ -242,4 +244,94 @@ func deadLetters(t *testing.T, s *pgstore.Store, n int, now time.Time) []*bt.Tas
 		t.Fatal(err)
 	}
 	return tasks
+}
+
+// TestRedriveRunnerOneRoundTripPerBatch: a bulk redrive's runner learns
+// whether to go on (its record's runner and status) from the batch's own
+// statement, so a fast batch is one round trip, with no read of the
+// record after it.
+func TestRedriveRunnerOneRoundTripPerBatch(t *testing.T) {
+	ctx := context.Background()
+	s, rt := tracedStore(t)
+	const n, size = 40, 10
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	deadLetters(t, s, n, now)
+	c, err := backstop.NewClient(s, &backstop.Config{Logger: slog.New(slog.DiscardHandler), RedriveHeartbeat: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trips []int64
+	res, err := c.Redrive(ctx, backstop.RedriveParams{Filter: backstop.ListParams{Queue: "rq"}, BatchSize: size},
+		func(backstop.RedriveProgress) { trips = append(trips, rt.trips()) })
+	if err != nil || res.Replayed != n {
+		t.Fatalf("%+v, %v; want %d replayed", res, err, n)
+	}
+	// Reports: before the first batch, after each full batch, at the end.
+	if len(trips) != n/size+2 {
+		t.Fatalf("%d progress reports; want %d", len(trips), n/size+2)
+	}
+	for i := 2; i <= n/size; i++ {
+		if d := trips[i] - trips[i-1]; d != 1 {
+			t.Errorf("batch %d: %d round trips; want 1", i, d)
+		}
+	}
+}
+
+// TestRedriveBatchReplaysOnlyForItsRunner: a batch naming its runner
+// replays nothing once the record is canceled or held by another runner,
+// and reports the record as its statement found it.
+func TestRedriveBatchReplaysOnlyForItsRunner(t *testing.T) {
+	ctx := context.Background()
+	s, _ := tracedStore(t)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	deadLetters(t, s, 6, now)
+	later := now.Add(time.Second)
+	rec, _, err := s.StartRedrive(ctx, store.Redrive{ID: "rd-g", Kind: store.JobRedrive, FilterKey: "g", Filter: json.RawMessage(`{}`),
+		Snapshot: later, StartedAt: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.ClaimRedrive(ctx, store.RedriveClaim{ID: rec.ID, Runner: "r1", At: later}); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	b := store.RedriveBatch{RedriveID: rec.ID, Filter: store.ListFilter{Queue: "rq"}, Snapshot: later, Limit: 2,
+		RunAt: later, State: bt.StatePending, Now: later, Actor: "test", Runner: "r1"}
+	res, err := s.RedriveBatch(ctx, b)
+	if err != nil || res.Replayed != 2 || res.Record == nil || *res.Record != (store.RedriveHolder{Runner: "r1", Status: "running"}) {
+		t.Fatalf("r1's batch: %+v (record %+v), %v; want 2 replayed, r1 running", res, res.Record, err)
+	}
+	b.AfterID = res.LastID
+	// An outcome recorded past the cursor (an earlier attempt's) sends the
+	// next batch the slow way, which reports the record too.
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO backstop_redrive_items (redrive_id, task_id, outcome, detail, at)
+		VALUES ($1, 'dl-0003', 'conflict', 'earlier', $2)`, rec.ID, later); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.RedriveBatch(ctx, b)
+	if err != nil || res.Replayed != 2 || res.LastID != "dl-0003" || res.Record == nil ||
+		*res.Record != (store.RedriveHolder{Runner: "r1", Status: "running"}) {
+		t.Fatalf("r1's slow batch: %+v (record %+v), %v; want 2 replayed up to dl-0003, r1 running", res, res.Record, err)
+	}
+	b.AfterID = res.LastID
+	other := b
+	other.Runner = "r2"
+	res, err = s.RedriveBatch(ctx, other)
+	if err != nil || res.Replayed != 0 || res.LastID != "" || res.Record == nil || res.Record.Runner != "r1" {
+		t.Fatalf("r2's batch: %+v (record %+v), %v; want nothing replayed, held by r1", res, res.Record, err)
+	}
+	if ok, err := s.SetRedriveStatus(ctx, rec.ID, []string{"running"}, "canceled", later); err != nil || !ok {
+		t.Fatalf("cancel: %v, %v", ok, err)
+	}
+	res, err = s.RedriveBatch(ctx, b)
+	if err != nil || res.Replayed != 0 || res.LastID != "" || res.Record == nil || res.Record.Status != "canceled" {
+		t.Fatalf("batch after the cancel: %+v (record %+v), %v; want nothing replayed, canceled", res, res.Record, err)
+	}
+	r, err := s.GetRedrive(ctx, rec.ID)
+	if err != nil || r.Replayed != 4 || r.Cursor != "dl-0003" {
+		t.Fatalf("record %+v, %v; want 4 replayed up to dl-0003", r, err)
+	}
+	dead, err := s.List(ctx, store.ListFilter{Queue: "rq", States: []bt.State{bt.StateDead}})
+	if err != nil || len(dead) != 2 {
+		t.Fatalf("%d dead letters left, %v; want 2", len(dead), err)
+	}
 }
