@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -48,6 +49,11 @@ type Store struct {
 	// limitBinding: queue -> the claim time at which an optimistic limited
 	// claim last overran a limit (limits.go).
 	limitBinding sync.Map
+
+	// countsByTrigger: the schema predates countedVersion, so the hot
+	// statements leave their counts to the trigger (hot). Only a test
+	// leaves a schema there (MigrateTo); Migrate clears it.
+	countsByTrigger atomic.Bool
 
 	// cursors: queue and claim shape -> *claimCursor, where the claims of
 	// this process last ended (cursor.go); cursorPeriod: how long one is

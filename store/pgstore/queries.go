@@ -125,9 +125,11 @@ WITH picked AS (
 		event_links = c.event_links || s.seq
 	FROM claim_seq s WHERE c.ctid = ANY(ARRAY(SELECT tid FROM picked))
 	RETURNING c.*, s.seq AS ev_seq
-), ` + claimEvents + `
+), ` + claimEvents + `%c
 `
 
+// Every claim counts its batch (countedMove): it moves pending tasks to
+// running and changes nothing else of a task's group.
 var (
 	sqlClaim      = formatClaim("")
 	sqlClaimKinds = formatClaim("\n\t  AND kind = ANY($6::text[])")
@@ -156,9 +158,16 @@ ORDER BY priority DESC, run_at, id
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
 
+// formatClaim is the claim with kindFilter in its pick, counting its
+// batch (countedMove); byTrigger gets the same claim without its count.
 func formatClaim(kindFilter string) string {
-	return strings.Replace(claimPick, "%s", kindFilter, 1) +
-		"SELECT " + taskCols("t") + " FROM claimed t"
+	claim := func(counted string) string {
+		return strings.NewReplacer("%s", kindFilter, "%c", counted).Replace(claimPick) +
+			"SELECT " + taskCols("t") + " FROM claimed t"
+	}
+	sql := claim(", " + countedMove("claimed", "pending", "running"))
+	byTrigger[sql] = claim("")
+	return sql
 }
 
 // leaseHeld is "task t is running under the execution i.execution_id",
@@ -277,7 +286,18 @@ SELECT 0 FROM (SELECT DISTINCT queue FROM settled WHERE state = 'pending') q
 // It writes the task rows and their events, and no execution rows
 // (succeededExecutions). Input arrays: task ids, execution ids, finish times, has-progress flags,
 // totals, completed.
-var sqlSettleSucceeded = `
+var sqlSettleSucceeded = formatSettleSucceeded()
+
+// formatSettleSucceeded is the success settle, counting its batch
+// (countedMove: each settled task goes from running to succeeded, nothing
+// else of its group changes); byTrigger gets it without its count.
+func formatSettleSucceeded() string {
+	sql := strings.Replace(settleSucceededSQL, "%c", ", "+countedMove("settled", "running", "succeeded"), 1)
+	byTrigger[sql] = strings.Replace(settleSucceededSQL, "%c", "", 1)
+	return sql
+}
+
+var settleSucceededSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bool[], $5::int[], $6::int[])
 		WITH ORDINALITY AS i(task_id, execution_id, finished_at, has_progress, total, completed, idx)
@@ -293,8 +313,8 @@ WITH input AS (
 	FROM input i, settle_link q
 	WHERE t.id = i.task_id AND ` + leaseHeld + `
 	RETURNING i.idx, t.id, i.execution_id, t.attempt, t.worker_id, t.attempted_at, i.finished_at,
-		t.queue, t.kind, t.attributes, q.link AS ev_link
-), ` + succeededEvents + `
+		t.queue, t.kind, t.attributes, t.dlq_status, q.link AS ev_link
+), ` + succeededEvents + `%c
 SELECT idx FROM settled`
 
 // RequestCancel: waiting tasks are canceled at once, running ones marked;
