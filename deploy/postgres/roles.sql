@@ -78,6 +78,8 @@ GRANT SELECT, UPDATE ON :"schema".backstop_fair_queues TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_fair_passes TO backstop_worker;
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_worker;
 GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_worker;
+-- A claim numbers its execution ids from a sequence (pgstore: execIDs).
+GRANT USAGE ON SEQUENCE :"schema".backstop_execution_ids TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_event_checkpoints TO backstop_worker;
 -- The event-log relay's checkpoints (docs/brokers.md): the relay runs as a worker.
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_relay_checkpoints TO backstop_worker;

@@ -45,22 +45,8 @@ func countedMove(rows, from, to string) string {
 
 // countedVersion is the first schema version whose trigger reads the
 // mark of countedMove: below it the trigger counts every statement, and
-// the hot statements run without their own count (byTrigger).
+// the hot statements run without their own count (forms.go).
 const countedVersion = 60
-
-// byTrigger maps each hot statement that counts itself to the same
-// statement counted by the trigger alone, for a store whose schema is
-// older than countedVersion (only a test leaves one so: MigrateTo).
-var byTrigger = map[string]string{}
-
-// hot is sql, or its form without its own count when the schema predates
-// countedVersion.
-func (s *Store) hot(sql string) string {
-	if s.countsByTrigger.Load() {
-		return byTrigger[sql]
-	}
-	return sql
-}
 
 // sqlCounts answers CountByQueue in one statement (one snapshot, so the
 // counts agree with each other and with the oldest pending run_at): the

@@ -38,7 +38,7 @@ func (s *Store) MigrateTo(ctx context.Context, version int64) error {
 	}
 	defer closeProvider()
 	_, err = p.UpTo(ctx, version)
-	s.countsByTrigger.Store(version < countedVersion)
+	s.schemaAt.Store(version)
 	return err
 }
 
@@ -50,7 +50,7 @@ func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
 	}
 	defer closeProvider()
 	_, err = p.DownTo(ctx, version)
-	s.countsByTrigger.Store(version < countedVersion)
+	s.schemaAt.Store(version)
 	return err
 }
 

@@ -39,7 +39,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
-	s.countsByTrigger.Store(false)
+	s.schemaAt.Store(0)
 	return nil
 }
 

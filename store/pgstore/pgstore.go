@@ -50,10 +50,10 @@ type Store struct {
 	// claim last overran a limit (limits.go).
 	limitBinding sync.Map
 
-	// countsByTrigger: the schema predates countedVersion, so the hot
-	// statements leave their counts to the trigger (hot). Only a test
-	// leaves a schema there (MigrateTo); Migrate clears it.
-	countsByTrigger atomic.Bool
+	// schemaAt: 0, or the older schema version a test left the store at
+	// (MigrateTo, MigrateDownTo), whose forms of the hot statements it
+	// runs (forms.go); Migrate sets it back to 0.
+	schemaAt atomic.Int64
 
 	// cursors: queue and claim shape -> *claimCursor, where the claims of
 	// this process last ended (cursor.go); cursorPeriod: how long one is
