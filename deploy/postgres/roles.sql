@@ -78,6 +78,8 @@ GRANT SELECT, UPDATE ON :"schema".backstop_fair_queues TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_fair_passes TO backstop_worker;
 GRANT SELECT, INSERT ON :"schema".backstop_events TO backstop_worker;
 GRANT USAGE ON SEQUENCE :"schema".backstop_events_seq_seq TO backstop_worker;
+-- A claim numbers its execution ids from a sequence (pgstore: execIDs).
+GRANT USAGE ON SEQUENCE :"schema".backstop_execution_ids TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_event_checkpoints TO backstop_worker;
 -- The event-log relay's checkpoints (docs/brokers.md): the relay runs as a worker.
 GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_relay_checkpoints TO backstop_worker;
@@ -123,8 +125,9 @@ GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_schedules TO backstop_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_activity, :"schema".backstop_activity_rollup TO backstop_worker;
 -- The kept task counts (store/counts.go): every write of tasks appends its
 -- change to the deltas through a trigger that runs as its owner (no grant
--- needed to write tasks); the maintenance leader folds the deltas into the
--- counts and corrects them from a count of the tasks.
+-- needed to write tasks), but the claim and the success settle, which append
+-- their own batch's as the worker; the maintenance leader folds the deltas
+-- into the counts and corrects them from a count of the tasks.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_task_counts, :"schema".backstop_task_count_deltas TO backstop_worker;
 
 -- admin: everything on Backstop's tables, views and sequences: dead-letter

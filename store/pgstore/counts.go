@@ -16,8 +16,37 @@ import (
 // trigger, in its own transaction; FoldCounts adds the deltas into
 // backstop_task_counts; the counts are the two summed. A read costs the
 // groups and the deltas not folded yet, not the tasks.
+//
+// The drain's two hot statements count themselves instead (migration
+// 00060): the claim and the success settle append one delta row per group
+// and state from a CTE of their own (countedMove) and mark the statement,
+// so that the trigger skips it. A statement may set the mark only if it
+// counts every group change of every row it writes.
 
 var _ store.CountKeeper = (*Store)(nil)
+
+// countedMove is a CTE, counted, that appends to the count deltas the
+// move of every row of rows (a CTE of the statement's updated tasks,
+// returning queue and dlq_status) from state from to state to, its queue
+// and dead-letter status unchanged, as two rows per (queue, dlq_status),
+// and marks the statement as counted (a setting of the transaction that
+// the trigger reads and clears at the statement's end; migration 00060).
+// The statement must write no other change of a task's group. With no row
+// it appends nothing and leaves no mark (the trigger then counts nothing).
+func countedMove(rows, from, to string) string {
+	return `counted AS (
+	INSERT INTO backstop_task_count_deltas (queue, state, dlq_status, n)
+	SELECT g.queue, m.state, g.dlq_status, m.n
+	FROM (SELECT queue, coalesce(dlq_status, '') AS dlq_status, count(*) AS n FROM ` + rows + ` GROUP BY 1, 2) g
+		CROSS JOIN LATERAL (VALUES ('` + from + `', -g.n), ('` + to + `', g.n)) m(state, n)
+	WHERE set_config('backstop.counted', 'UPDATE', true) <> ''
+)`
+}
+
+// countedVersion is the first schema version whose trigger reads the
+// mark of countedMove: below it the trigger counts every statement, and
+// the hot statements run without their own count (forms.go).
+const countedVersion = 60
 
 // sqlCounts answers CountByQueue in one statement (one snapshot, so the
 // counts agree with each other and with the oldest pending run_at): the

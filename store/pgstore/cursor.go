@@ -128,9 +128,9 @@ func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) (
 	args := []any{p.Queue, p.Now, p.Max, p.WorkerID, p.Now.Add(p.Lease)}
 	var tasks []*bt.Task
 	if prio, runAt, id, ok := c.position(s.cursorPeriod); ok {
-		sql, cargs := sqlClaimCursor, append(slices.Clone(args), prio, runAt, id)
+		sql, cargs := s.hot(sqlClaimCursor), append(slices.Clone(args), prio, runAt, id)
 		if len(p.Kinds) > 0 {
-			sql, cargs = sqlClaimCursorKinds, append(cargs, textArray(p.Kinds))
+			sql, cargs = s.hot(sqlClaimCursorKinds), append(cargs, textArray(p.Kinds))
 		}
 		got, err := queryTasksOn(ctx, q, sql, cargs...)
 		if err != nil {
@@ -143,10 +143,10 @@ func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) (
 		}
 	}
 	start := time.Now()
-	sql, fargs := sqlClaim, args
+	sql, fargs := s.hot(sqlClaim), args
 	fargs[2] = p.Max - len(tasks)
 	if len(p.Kinds) > 0 {
-		sql, fargs = sqlClaimKinds, append(fargs, textArray(p.Kinds))
+		sql, fargs = s.hot(sqlClaimKinds), append(fargs, textArray(p.Kinds))
 	}
 	got, err := queryTasksOn(ctx, q, sql, fargs...)
 	if err != nil {

@@ -24,9 +24,10 @@ import (
 const evSeq = `nextval('backstop_events_seq_seq')`
 
 // claimSeq takes the claim's row number once the picked rows are locked
-// (the aggregate reads them all first).
+// (the aggregate reads them all first), and its execution ids' prefix
+// (execIDs).
 const claimSeq = `claim_seq AS (
-	SELECT ` + evSeq + ` AS seq FROM picked HAVING count(*) > 0
+	SELECT ` + evSeq + ` AS seq, left(gen_random_uuid()::text, 24) AS exec_prefix FROM picked HAVING count(*) > 0
 )`
 
 // claimEvents: task.claimed for every claimed row ($1: the queue, $2: now,

@@ -38,6 +38,7 @@ func (s *Store) MigrateTo(ctx context.Context, version int64) error {
 	}
 	defer closeProvider()
 	_, err = p.UpTo(ctx, version)
+	s.schemaAt.Store(version)
 	return err
 }
 
@@ -49,6 +50,7 @@ func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
 	}
 	defer closeProvider()
 	_, err = p.DownTo(ctx, version)
+	s.schemaAt.Store(version)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,9 @@ import (
 // one connection, whose backend's CPU time is read from
 // /proc/<pid>/schedstat around it (so the server must run on this
 // machine): CPU time, buffers and WAL records do not depend on the load
-// of the box as the wall time does. A line per statement pair; the
+// of the box as the wall time does. A URL may end in #<version>: its
+// database is at that older schema version, and the statements run in
+// that version's forms (forms.go). A line per statement pair; the
 // medians are docs/benchmarks.md's.
 func TestHotPathCost(t *testing.T) {
 	urls := strings.Fields(os.Getenv("BACKSTOP_HOTPATH_URLS"))
@@ -42,11 +45,19 @@ func TestHotPathCost(t *testing.T) {
 	}
 	var dbs []db
 	for _, u := range urls {
+		u, version, _ := strings.Cut(u, "#")
 		s, err := Open(ctx, u)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close()
+		if version != "" {
+			v, err := strconv.ParseInt(version, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.schemaAt.Store(v)
+		}
 		now := time.Now().UTC()
 		for range 100 {
 			tasks := make([]*bt.Task, 1000)
@@ -132,7 +143,7 @@ WHERE id = ANY($1) AND state = 'running'`
 	for r := range 40 {
 		for k, d := range dbs {
 			at := time.Now()
-			claimed := measure(d, sqlClaim, queue, at, n, "hotpath", at.Add(time.Minute))
+			claimed := measure(d, d.s.hot(sqlClaim), queue, at, n, "hotpath", at.Add(time.Minute))
 			rows, err := d.s.pool.Query(ctx, "SELECT id, execution_id FROM backstop_tasks WHERE queue = $1 AND state = 'running'", queue)
 			if err != nil {
 				t.Fatal(err)
@@ -151,7 +162,7 @@ WHERE id = ANY($1) AND state = 'running'`
 			for i := range done {
 				done[i] = time.Now()
 			}
-			settled := measure(d, sqlSettleSucceeded, textArray(ids), textArray(execs), timeArray(done),
+			settled := measure(d, d.s.hot(sqlSettleSucceeded), textArray(ids), textArray(execs), timeArray(done),
 				make([]bool, m), make([]int32, m), make([]int32, m), "")
 			line(r, fmt.Sprint(k), m, claimed, settled)
 		}

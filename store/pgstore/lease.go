@@ -98,7 +98,7 @@ func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUnt
 // it updates the tasks whose lease is still the one named, records their
 // executions, and wakes the queues of tasks that became pending.
 func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]bool, error) {
-	return settle(ctx, s.pool, settlements)
+	return s.settle(ctx, s.pool, settlements)
 }
 
 // querier runs a statement on the pool (its own transaction) or inside a
@@ -108,7 +108,7 @@ type querier interface {
 }
 
 // settle is Settle's body on q.
-func settle(ctx context.Context, q querier, settlements []store.Settlement) ([]bool, error) {
+func (s *Store) settle(ctx context.Context, q querier, settlements []store.Settlement) ([]bool, error) {
 	settlements = store.CleanSettlements(settlements) // store/text.go: an error text is never lost for its bytes
 	n := len(settlements)
 	if n == 0 {
@@ -116,7 +116,7 @@ func settle(ctx context.Context, q querier, settlements []store.Settlement) ([]b
 	}
 	order := sortedBy(n, func(i int) string { return settlements[i].TaskID })
 	if allSucceeded(settlements) {
-		return settleSucceeded(ctx, q, settlements, order)
+		return settleSucceeded(ctx, q, s.hot(sqlSettleSucceeded), settlements, order)
 	}
 	var (
 		ids, execs, outcomes   = make([]string, n), make([]string, n), make([]string, n)
@@ -170,7 +170,7 @@ func allSucceeded(settlements []store.Settlement) bool {
 	return true
 }
 
-func settleSucceeded(ctx context.Context, q querier, settlements []store.Settlement, order []int) ([]bool, error) {
+func settleSucceeded(ctx context.Context, q querier, sql string, settlements []store.Settlement, order []int) ([]bool, error) {
 	n := len(settlements)
 	var (
 		ids, execs       = make([]string, n), make([]string, n)
@@ -186,7 +186,7 @@ func settleSucceeded(ctx context.Context, q querier, settlements []store.Settlem
 			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
 		}
 	}
-	rs, err := q.Query(ctx, sqlSettleSucceeded, textArray(ids), textArray(execs), timeArray(finished), hasProgress, total, completed,
+	rs, err := q.Query(ctx, sql, textArray(ids), textArray(execs), timeArray(finished), hasProgress, total, completed,
 		store.ActorFrom(ctx, ""))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: settle: %w", err)

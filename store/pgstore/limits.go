@@ -47,7 +47,7 @@ func (s *Store) claimLimited(ctx context.Context, p store.ClaimParams) ([]*bt.Ta
 	if len(limits) == 0 {
 		tasks, note, err = s.pickClaim(ctx, tx, p)
 	} else {
-		tasks, err = claimWithin(ctx, tx, p, limits, bs)
+		tasks, err = s.claimWithin(ctx, tx, p, limits, bs)
 	}
 	if err == nil {
 		err = s.procedures.TakeTokens(ctx, runner{q: tx}, limits, bs)
@@ -99,7 +99,7 @@ func (s *Store) claimOptimistic(ctx context.Context, p store.ClaimParams) (tasks
 
 // claimWithin admits and claims, in tx, the candidates the budgets leave
 // room for.
-func claimWithin(ctx context.Context, tx querier, p store.ClaimParams, limits []store.Limit, bs *store.Budgets) ([]*bt.Task, error) {
+func (s *Store) claimWithin(ctx context.Context, tx querier, p store.ClaimParams, limits []store.Limit, bs *store.Budgets) ([]*bt.Task, error) {
 	var fk, fp, fv textArray
 	for _, b := range bs.Full(limits) {
 		for _, l := range limits {
@@ -130,5 +130,5 @@ func claimWithin(ctx context.Context, tx querier, p store.ClaimParams, limits []
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	return queryTasksOn(ctx, tx, sqlClaimIDs, p.Queue, p.Now, len(ids), p.WorkerID, p.Now.Add(p.Lease), textArray(ids))
+	return queryTasksOn(ctx, tx, s.hot(sqlClaimIDs), p.Queue, p.Now, len(ids), p.WorkerID, p.Now.Add(p.Lease), textArray(ids))
 }

@@ -39,6 +39,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
+	s.schemaAt.Store(0)
 	return nil
 }
 

@@ -109,7 +109,7 @@ func (s *Store) SettleOrdered(ctx context.Context, ss []store.Settlement, set fu
 		return nil, nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	oks, err := settle(ctx, tx, ss)
+	oks, err := s.settle(ctx, tx, ss)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -48,6 +49,11 @@ type Store struct {
 	// limitBinding: queue -> the claim time at which an optimistic limited
 	// claim last overran a limit (limits.go).
 	limitBinding sync.Map
+
+	// schemaAt: 0, or the older schema version a test left the store at
+	// (MigrateTo, MigrateDownTo), whose forms of the hot statements it
+	// runs (forms.go); Migrate sets it back to 0.
+	schemaAt atomic.Int64
 
 	// cursors: queue and claim shape -> *claimCursor, where the claims of
 	// this process last ended (cursor.go); cursorPeriod: how long one is

@@ -118,16 +118,18 @@ WITH picked AS (
 		state = 'running',
 		attempt = c.attempt + 1,
 		worker_id = $4,
-		execution_id = gen_random_uuid()::text,
+		execution_id = %e,
 		attempted_at = $2,
 		lease_expires_at = $5,
 		updated_at = $2,
 		event_links = c.event_links || s.seq
 	FROM claim_seq s WHERE c.ctid = ANY(ARRAY(SELECT tid FROM picked))
 	RETURNING c.*, s.seq AS ev_seq
-), ` + claimEvents + `
+), ` + claimEvents + `%c
 `
 
+// Every claim counts its batch (countedMove): it moves pending tasks to
+// running and changes nothing else of a task's group.
 var (
 	sqlClaim      = formatClaim("")
 	sqlClaimKinds = formatClaim("\n\t  AND kind = ANY($6::text[])")
@@ -156,10 +158,31 @@ ORDER BY priority DESC, run_at, id
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
 
+// formatClaim is the claim with kindFilter in its pick, counting its
+// batch (countedMove), with its forms for the schemas before the count
+// mark and before the execution id sequence.
 func formatClaim(kindFilter string) string {
-	return strings.Replace(claimPick, "%s", kindFilter, 1) +
-		"SELECT " + taskCols("t") + " FROM claimed t"
+	claim := func(execID, counted string) string {
+		return strings.NewReplacer("%s", kindFilter, "%e", execID, "%c", counted).Replace(claimPick) +
+			"SELECT " + taskCols("t") + " FROM claimed t"
+	}
+	counted := ", " + countedMove("claimed", "pending", "running")
+	return withOlderForms(claim(execIDs, counted),
+		olderForm{countedVersion, claim(randomExecIDs, "")},
+		olderForm{execIDsVersion, claim(randomExecIDs, counted)})
 }
+
+// execIDs is a claimed attempt's execution id: one random uuid's first
+// 24 characters per claim (claim_seq's exec_prefix), then the next number
+// of a sequence cached per connection as 12 hex digits, so the id still
+// reads as a uuid and is unique; randomExecIDs, a random uuid per row,
+// cost about 10 % more of the claim's CPU. The sequence is migration
+// 00061's (execIDsVersion).
+const (
+	execIDs        = `s.exec_prefix || lpad(to_hex(nextval('backstop_execution_ids') % 281474976710656), 12, '0')`
+	randomExecIDs  = `gen_random_uuid()::text`
+	execIDsVersion = 61
+)
 
 // leaseHeld is "task t is running under the execution i.execution_id",
 // written as ONE condition over both t and i so that the planner applies
@@ -277,7 +300,18 @@ SELECT 0 FROM (SELECT DISTINCT queue FROM settled WHERE state = 'pending') q
 // It writes the task rows and their events, and no execution rows
 // (succeededExecutions). Input arrays: task ids, execution ids, finish times, has-progress flags,
 // totals, completed.
-var sqlSettleSucceeded = `
+var sqlSettleSucceeded = formatSettleSucceeded()
+
+// formatSettleSucceeded is the success settle, counting its batch
+// (countedMove: each settled task goes from running to succeeded, nothing
+// else of its group changes), with its form for the schemas before the
+// count mark.
+func formatSettleSucceeded() string {
+	return withOlderForms(strings.Replace(settleSucceededSQL, "%c", ", "+countedMove("settled", "running", "succeeded"), 1),
+		olderForm{countedVersion, strings.Replace(settleSucceededSQL, "%c", "", 1)})
+}
+
+var settleSucceededSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bool[], $5::int[], $6::int[])
 		WITH ORDINALITY AS i(task_id, execution_id, finished_at, has_progress, total, completed, idx)
@@ -293,8 +327,8 @@ WITH input AS (
 	FROM input i, settle_link q
 	WHERE t.id = i.task_id AND ` + leaseHeld + `
 	RETURNING i.idx, t.id, i.execution_id, t.attempt, t.worker_id, t.attempted_at, i.finished_at,
-		t.queue, t.kind, t.attributes, q.link AS ev_link
-), ` + succeededEvents + `
+		t.queue, t.kind, t.attributes, t.dlq_status, q.link AS ev_link
+), ` + succeededEvents + `%c
 SELECT idx FROM settled`
 
 // RequestCancel: waiting tasks are canceled at once, running ones marked;

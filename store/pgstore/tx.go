@@ -59,8 +59,8 @@ func (Txs) Rollback(ctx context.Context, tx pgx.Tx) error {
 
 // Settle is Store.Settle inside tx. Queues woken by it are notified when
 // tx commits (NOTIFY is transactional).
-func (Txs) Settle(ctx context.Context, tx pgx.Tx, settlements []store.Settlement) ([]bool, error) {
-	return settle(ctx, tx, settlements)
+func (t Txs) Settle(ctx context.Context, tx pgx.Tx, settlements []store.Settlement) ([]bool, error) {
+	return t.s.settle(ctx, tx, settlements)
 }
 
 // Enqueue is Store.Enqueue inside tx.
