@@ -1,0 +1,81 @@
+-- The dead letters' groups (GET /v1/dlq/groups: by reason and by error)
+-- of a filter of dead-letter statuses and a queue only (the Dead letters
+-- page) are kept, not counted: a read costs the groups, not the dead
+-- letters (it counted every matching entry of backstop_tasks_dlq_groups,
+-- 100,000 at 100,000 open dead letters).
+--
+-- backstop_dlq_group_counts holds the dead letters by (dlq_status, queue,
+-- dlq_group: the fingerprint of reason and error, migration 00050); a
+-- dead letter without a fingerprint is not in it (it is counted from its
+-- row, as before). Row triggers append each change of a dead letter's
+-- group (it becomes dead, leaves the dead state, changes status or
+-- fingerprint, is deleted) to backstop_dlq_group_count_deltas in the
+-- writing transaction, as new rows only (two settles killing tasks of the
+-- same group never wait on a counter row). Their WHEN clause skips every
+-- row that is dead neither before nor after: a claim or a success costs
+-- the test only. The maintenance service task_counts folds the deltas
+-- with the task counts' and reconciles both now and then. The trigger
+-- function runs as its owner, its search_path pinned to this schema.
+
+-- +goose Up
+CREATE TABLE backstop_dlq_group_counts (
+    dlq_status text NOT NULL,
+    queue text NOT NULL,
+    dlq_group bigint NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (dlq_status, queue, dlq_group)
+);
+
+CREATE TABLE backstop_dlq_group_count_deltas (
+    dlq_status text NOT NULL,
+    queue text NOT NULL,
+    dlq_group bigint NOT NULL,
+    n bigint NOT NULL
+);
+
+-- +goose StatementBegin
+DO $do$
+BEGIN
+    EXECUTE format($f$
+        CREATE FUNCTION backstop_dlq_group_count_deltas() RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = %I, pg_temp AS $b$
+        BEGIN
+            IF TG_OP <> 'INSERT' AND OLD.state = 'dead' AND OLD.dlq_group IS NOT NULL THEN
+                INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, n)
+                VALUES (COALESCE(OLD.dlq_status, ''), OLD.queue, OLD.dlq_group, -1);
+            END IF;
+            IF TG_OP <> 'DELETE' AND NEW.state = 'dead' AND NEW.dlq_group IS NOT NULL THEN
+                INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, n)
+                VALUES (COALESCE(NEW.dlq_status, ''), NEW.queue, NEW.dlq_group, 1);
+            END IF;
+            RETURN NULL;
+        END
+        $b$ $f$, current_schema());
+END
+$do$;
+-- +goose StatementEnd
+
+-- The triggers lock out writers until this migration commits, so the
+-- first counts below agree with the deltas that follow.
+CREATE TRIGGER backstop_dlq_group_counts_insert AFTER INSERT ON backstop_tasks
+    FOR EACH ROW WHEN (NEW.state = 'dead') EXECUTE FUNCTION backstop_dlq_group_count_deltas();
+CREATE TRIGGER backstop_dlq_group_counts_update AFTER UPDATE OF queue, state, dlq_status, dlq_group ON backstop_tasks
+    FOR EACH ROW WHEN ((OLD.state = 'dead' OR NEW.state = 'dead')
+        AND (OLD.queue, OLD.state, OLD.dlq_status, OLD.dlq_group) IS DISTINCT FROM (NEW.queue, NEW.state, NEW.dlq_status, NEW.dlq_group))
+    EXECUTE FUNCTION backstop_dlq_group_count_deltas();
+CREATE TRIGGER backstop_dlq_group_counts_delete AFTER DELETE ON backstop_tasks
+    FOR EACH ROW WHEN (OLD.state = 'dead') EXECUTE FUNCTION backstop_dlq_group_count_deltas();
+
+INSERT INTO backstop_dlq_group_counts (dlq_status, queue, dlq_group, n)
+SELECT COALESCE(dlq_status, ''), queue, dlq_group, count(*) FROM backstop_tasks
+WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3;
+
+ALTER TABLE backstop_dlq_group_count_deltas SET (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0);
+
+-- +goose Down
+DROP TRIGGER backstop_dlq_group_counts_delete ON backstop_tasks;
+DROP TRIGGER backstop_dlq_group_counts_update ON backstop_tasks;
+DROP TRIGGER backstop_dlq_group_counts_insert ON backstop_tasks;
+DROP FUNCTION backstop_dlq_group_count_deltas();
+DROP TABLE backstop_dlq_group_count_deltas;
+DROP TABLE backstop_dlq_group_counts;
