@@ -7,15 +7,18 @@
 -- backstop_dlq_group_counts holds the dead letters by (dlq_status, queue,
 -- dlq_group: the fingerprint of reason and error, migration 00050); a
 -- dead letter without a fingerprint is not in it (it is counted from its
--- row, as before). Row triggers append each change of a dead letter's
--- group (it becomes dead, leaves the dead state, changes status or
--- fingerprint, is deleted) to backstop_dlq_group_count_deltas in the
--- writing transaction, as new rows only (two settles killing tasks of the
--- same group never wait on a counter row). Their WHEN clause skips every
--- row that is dead neither before nor after: a claim or a success costs
--- the test only. The maintenance service task_counts folds the deltas
--- with the task counts' and reconciles both now and then. The trigger
--- function runs as its owner, its search_path pinned to this schema.
+-- row, as before). Statement-level triggers over the statement's
+-- transition tables (shared with the task counts' triggers of migration
+-- 00059, which capture them already) append each statement's net change
+-- per group of dead letters to backstop_dlq_group_count_deltas, in the
+-- writing transaction and as new rows only (two settles killing tasks of
+-- the same group never wait on a counter row; a redrive of 10,000 dead
+-- letters of one group appends one row a batch). A statement that touches
+-- no dead letter (a claim, a success) reads its transition tables once
+-- more and appends nothing. The maintenance service task_counts folds the
+-- deltas with the task counts' and reconciles both now and then. The
+-- trigger function runs as its owner, its search_path pinned to this
+-- schema.
 
 -- +goose Up
 CREATE TABLE backstop_dlq_group_counts (
@@ -40,13 +43,25 @@ BEGIN
         CREATE FUNCTION backstop_dlq_group_count_deltas() RETURNS trigger
         LANGUAGE plpgsql SECURITY DEFINER SET search_path = %I, pg_temp AS $b$
         BEGIN
-            IF TG_OP <> 'INSERT' AND OLD.state = 'dead' AND OLD.dlq_group IS NOT NULL THEN
+            IF TG_OP = 'INSERT' THEN
                 INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, n)
-                VALUES (COALESCE(OLD.dlq_status, ''), OLD.queue, OLD.dlq_group, -1);
-            END IF;
-            IF TG_OP <> 'DELETE' AND NEW.state = 'dead' AND NEW.dlq_group IS NOT NULL THEN
+                SELECT COALESCE(dlq_status, ''), queue, dlq_group, count(*) FROM new_tasks
+                WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3;
+            ELSIF TG_OP = 'DELETE' THEN
                 INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, n)
-                VALUES (COALESCE(NEW.dlq_status, ''), NEW.queue, NEW.dlq_group, 1);
+                SELECT COALESCE(dlq_status, ''), queue, dlq_group, -count(*) FROM old_tasks
+                WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3;
+            ELSE
+                -- A statement that changes no dead letter's group (a
+                -- claim, a success, a heartbeat) appends nothing.
+                INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, n)
+                SELECT dlq_status, queue, dlq_group, sum(n) FROM (
+                    SELECT COALESCE(dlq_status, '') AS dlq_status, queue, dlq_group, 1 AS n FROM new_tasks
+                    WHERE state = 'dead' AND dlq_group IS NOT NULL
+                    UNION ALL
+                    SELECT COALESCE(dlq_status, ''), queue, dlq_group, -1 FROM old_tasks
+                    WHERE state = 'dead' AND dlq_group IS NOT NULL) c
+                GROUP BY 1, 2, 3 HAVING sum(n) <> 0;
             END IF;
             RETURN NULL;
         END
@@ -58,13 +73,11 @@ $do$;
 -- The triggers lock out writers until this migration commits, so the
 -- first counts below agree with the deltas that follow.
 CREATE TRIGGER backstop_dlq_group_counts_insert AFTER INSERT ON backstop_tasks
-    FOR EACH ROW WHEN (NEW.state = 'dead') EXECUTE FUNCTION backstop_dlq_group_count_deltas();
-CREATE TRIGGER backstop_dlq_group_counts_update AFTER UPDATE OF queue, state, dlq_status, dlq_group ON backstop_tasks
-    FOR EACH ROW WHEN ((OLD.state = 'dead' OR NEW.state = 'dead')
-        AND (OLD.queue, OLD.state, OLD.dlq_status, OLD.dlq_group) IS DISTINCT FROM (NEW.queue, NEW.state, NEW.dlq_status, NEW.dlq_group))
-    EXECUTE FUNCTION backstop_dlq_group_count_deltas();
+    REFERENCING NEW TABLE AS new_tasks FOR EACH STATEMENT EXECUTE FUNCTION backstop_dlq_group_count_deltas();
+CREATE TRIGGER backstop_dlq_group_counts_update AFTER UPDATE ON backstop_tasks
+    REFERENCING OLD TABLE AS old_tasks NEW TABLE AS new_tasks FOR EACH STATEMENT EXECUTE FUNCTION backstop_dlq_group_count_deltas();
 CREATE TRIGGER backstop_dlq_group_counts_delete AFTER DELETE ON backstop_tasks
-    FOR EACH ROW WHEN (OLD.state = 'dead') EXECUTE FUNCTION backstop_dlq_group_count_deltas();
+    REFERENCING OLD TABLE AS old_tasks FOR EACH STATEMENT EXECUTE FUNCTION backstop_dlq_group_count_deltas();
 
 INSERT INTO backstop_dlq_group_counts (dlq_status, queue, dlq_group, n)
 SELECT COALESCE(dlq_status, ''), queue, dlq_group, count(*) FROM backstop_tasks
