@@ -68,10 +68,10 @@ ON CONFLICT (queue, state, dlq_status) DO UPDATE SET n = c.n + excluded.n`
 	sqlDropZeroCounts = `DELETE FROM backstop_task_counts WHERE n = 0`
 
 	// The dead letters' groups (migration 00062), likewise.
-	sqlFoldGroupCounts = `WITH d AS (DELETE FROM backstop_dlq_group_count_deltas RETURNING dlq_status, queue, dlq_group, n),
-	s AS (SELECT dlq_status, queue, dlq_group, sum(n) AS n FROM d GROUP BY 1, 2, 3)
-INSERT INTO backstop_dlq_group_counts AS c (dlq_status, queue, dlq_group, n)
-SELECT dlq_status, queue, dlq_group, n FROM s ORDER BY 1, 2, 3
+	sqlFoldGroupCounts = `WITH d AS (DELETE FROM backstop_dlq_group_count_deltas RETURNING dlq_status, queue, dlq_group, dead_reason, last_error, n),
+	s AS (SELECT dlq_status, queue, dlq_group, dead_reason, last_error, sum(n) AS n FROM d GROUP BY 1, 2, 3, 4, 5)
+INSERT INTO backstop_dlq_group_counts AS c (dlq_status, queue, dlq_group, dead_reason, last_error, n)
+SELECT dlq_status, queue, dlq_group, dead_reason, last_error, n FROM s ORDER BY 1, 2, 3
 ON CONFLICT (dlq_status, queue, dlq_group) DO UPDATE SET n = c.n + excluded.n`
 	sqlDropZeroGroupCounts = `DELETE FROM backstop_dlq_group_counts WHERE n = 0`
 )
@@ -121,16 +121,17 @@ GROUP BY 1, 2, 3 HAVING sum(n) <> 0
 RETURNING abs(n)`
 
 // sqlReconcileGroupCounts does the same for the dead letters' groups
-// (one index-only scan of the dead letters with a fingerprint).
-const sqlReconcileGroupCounts = `INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, n)
-SELECT dlq_status, queue, dlq_group, sum(n) FROM (
-	SELECT COALESCE(dlq_status, '') AS dlq_status, queue, dlq_group, count(*) AS n FROM backstop_tasks
-		WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3
+// (one grouped read of the dead letters with a fingerprint; a group's
+// reason and error are a function of its fingerprint).
+const sqlReconcileGroupCounts = `INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, dead_reason, last_error, n)
+SELECT dlq_status, queue, dlq_group, dead_reason, last_error, sum(n) FROM (
+	SELECT COALESCE(dlq_status, '') AS dlq_status, queue, dlq_group, dead_reason, left(last_error, 200) AS last_error, count(*) AS n
+		FROM backstop_tasks WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3, 4, 5
 	UNION ALL
-	SELECT dlq_status, queue, dlq_group, -n FROM backstop_dlq_group_counts
+	SELECT dlq_status, queue, dlq_group, dead_reason, last_error, -n FROM backstop_dlq_group_counts
 	UNION ALL
-	SELECT dlq_status, queue, dlq_group, -n FROM backstop_dlq_group_count_deltas) d
-GROUP BY 1, 2, 3 HAVING sum(n) <> 0
+	SELECT dlq_status, queue, dlq_group, dead_reason, last_error, -n FROM backstop_dlq_group_count_deltas) d
+GROUP BY 1, 2, 3, 4, 5 HAVING sum(n) <> 0
 RETURNING abs(n)`
 
 // ReconcileCounts implements store.CountKeeper: two statements (the task

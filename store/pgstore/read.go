@@ -379,20 +379,17 @@ func dlqGroupsQuery(f store.ListFilter) (string, []any, error) {
 // the kept counts' columns) answers what the grouping of the rows answers,
 // from the kept counts of the dead letters by status, queue and
 // fingerprint (migrations 00050, 00062) plus their deltas not folded yet,
-// in one snapshot: a count per fingerprint without reading the dead
-// letters, one row per fingerprint read for its reason and error (a probe
-// of the fingerprints' index), and the dead letters without a fingerprint
-// (written by a path that does not set one) grouped from their rows. Two
+// in one snapshot: a count per fingerprint with its reason and error,
+// without reading the dead letters, and the dead letters without a
+// fingerprint (written by a path that does not set one) grouped from
+// their rows (an index of those only, empty unless such a path ran). Two
 // pairs sharing a 64-bit fingerprint would count as one group: a chance
 // of about n²/2^65 for n distinct pairs.
-const sqlDLQGroupsKept = `WITH g AS (
-	SELECT dlq_group, sum(n) AS n FROM (
-		SELECT dlq_status, queue, dlq_group, n FROM backstop_dlq_group_counts
-		UNION ALL
-		SELECT dlq_status, queue, dlq_group, n FROM backstop_dlq_group_count_deltas) u
-	WHERE %[2]s GROUP BY dlq_group HAVING sum(n) > 0)
-SELECT r.dead_reason, left(r.last_error, 200), g.n FROM g CROSS JOIN LATERAL (
-	SELECT t.dead_reason, t.last_error FROM backstop_tasks t WHERE %[1]s AND t.dlq_group = g.dlq_group LIMIT 1) r
+const sqlDLQGroupsKept = `SELECT dead_reason, last_error, sum(n) FROM (
+	SELECT dlq_status, queue, dlq_group, dead_reason, last_error, n FROM backstop_dlq_group_counts
+	UNION ALL
+	SELECT dlq_status, queue, dlq_group, dead_reason, last_error, n FROM backstop_dlq_group_count_deltas) u
+WHERE %[2]s GROUP BY dlq_group, dead_reason, last_error HAVING sum(n) > 0
 UNION ALL
 SELECT t.dead_reason, left(t.last_error, 200), count(*) FROM backstop_tasks t
 	WHERE %[1]s AND t.dlq_group IS NULL GROUP BY t.dead_reason, left(t.last_error, 200)`

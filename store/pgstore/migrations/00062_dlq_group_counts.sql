@@ -5,7 +5,9 @@
 -- 100,000 at 100,000 open dead letters).
 --
 -- backstop_dlq_group_counts holds the dead letters by (dlq_status, queue,
--- dlq_group: the fingerprint of reason and error, migration 00050); a
+-- dlq_group: the fingerprint of reason and error, migration 00050), with
+-- the group's reason and error (its first 200 characters), so a read
+-- touches no task; a
 -- dead letter without a fingerprint is not in it (it is counted from its
 -- row, as before). Statement-level triggers over the statement's
 -- transition tables (shared with the task counts' triggers of migration
@@ -25,6 +27,8 @@ CREATE TABLE backstop_dlq_group_counts (
     dlq_status text NOT NULL,
     queue text NOT NULL,
     dlq_group bigint NOT NULL,
+    dead_reason text,
+    last_error text,
     n bigint NOT NULL,
     PRIMARY KEY (dlq_status, queue, dlq_group)
 );
@@ -33,6 +37,8 @@ CREATE TABLE backstop_dlq_group_count_deltas (
     dlq_status text NOT NULL,
     queue text NOT NULL,
     dlq_group bigint NOT NULL,
+    dead_reason text,
+    last_error text,
     n bigint NOT NULL
 );
 
@@ -44,24 +50,24 @@ BEGIN
         LANGUAGE plpgsql SECURITY DEFINER SET search_path = %I, pg_temp AS $b$
         BEGIN
             IF TG_OP = 'INSERT' THEN
-                INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, n)
-                SELECT COALESCE(dlq_status, ''), queue, dlq_group, count(*) FROM new_tasks
-                WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3;
+                INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, dead_reason, last_error, n)
+                SELECT COALESCE(dlq_status, ''), queue, dlq_group, dead_reason, left(last_error, 200), count(*) FROM new_tasks
+                WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3, 4, 5;
             ELSIF TG_OP = 'DELETE' THEN
-                INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, n)
-                SELECT COALESCE(dlq_status, ''), queue, dlq_group, -count(*) FROM old_tasks
-                WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3;
+                INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, dead_reason, last_error, n)
+                SELECT COALESCE(dlq_status, ''), queue, dlq_group, dead_reason, left(last_error, 200), -count(*) FROM old_tasks
+                WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3, 4, 5;
             ELSE
                 -- A statement that changes no dead letter's group (a
                 -- claim, a success, a heartbeat) appends nothing.
-                INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, n)
-                SELECT dlq_status, queue, dlq_group, sum(n) FROM (
-                    SELECT COALESCE(dlq_status, '') AS dlq_status, queue, dlq_group, 1 AS n FROM new_tasks
-                    WHERE state = 'dead' AND dlq_group IS NOT NULL
+                INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, dead_reason, last_error, n)
+                SELECT dlq_status, queue, dlq_group, dead_reason, last_error, sum(n) FROM (
+                    SELECT COALESCE(dlq_status, '') AS dlq_status, queue, dlq_group, dead_reason, left(last_error, 200) AS last_error, 1 AS n
+                    FROM new_tasks WHERE state = 'dead' AND dlq_group IS NOT NULL
                     UNION ALL
-                    SELECT COALESCE(dlq_status, ''), queue, dlq_group, -1 FROM old_tasks
-                    WHERE state = 'dead' AND dlq_group IS NOT NULL) c
-                GROUP BY 1, 2, 3 HAVING sum(n) <> 0;
+                    SELECT COALESCE(dlq_status, ''), queue, dlq_group, dead_reason, left(last_error, 200), -1
+                    FROM old_tasks WHERE state = 'dead' AND dlq_group IS NOT NULL) c
+                GROUP BY 1, 2, 3, 4, 5 HAVING sum(n) <> 0;
             END IF;
             RETURN NULL;
         END
@@ -79,9 +85,9 @@ CREATE TRIGGER backstop_dlq_group_counts_update AFTER UPDATE ON backstop_tasks
 CREATE TRIGGER backstop_dlq_group_counts_delete AFTER DELETE ON backstop_tasks
     REFERENCING OLD TABLE AS old_tasks FOR EACH STATEMENT EXECUTE FUNCTION backstop_dlq_group_count_deltas();
 
-INSERT INTO backstop_dlq_group_counts (dlq_status, queue, dlq_group, n)
-SELECT COALESCE(dlq_status, ''), queue, dlq_group, count(*) FROM backstop_tasks
-WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3;
+INSERT INTO backstop_dlq_group_counts (dlq_status, queue, dlq_group, dead_reason, last_error, n)
+SELECT COALESCE(dlq_status, ''), queue, dlq_group, dead_reason, left(last_error, 200), count(*) FROM backstop_tasks
+WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3, 4, 5;
 
 ALTER TABLE backstop_dlq_group_count_deltas SET (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0);
 
