@@ -14,7 +14,7 @@ import (
 // start as their count and follow the writes after it (a death, a
 // discard, a delete, a queue moved, an error rewritten, a replay); the
 // answer is read from them (a count made wrong behind the triggers' back
-// shows); down and up again.
+// shows, until a reconciliation counts them again); down and up again.
 func TestDLQGroupCountsMigration(t *testing.T) {
 	ctx := t.Context()
 	s, p := storeAt(t, 50)
@@ -92,6 +92,13 @@ func TestDLQGroupCountsMigration(t *testing.T) {
 	after, err := s.DLQGroups(ctx, store.ListFilter{}, 20)
 	if err != nil || after.Total <= before.Total+1000 {
 		t.Fatalf("kept counts raised by 1000 a group: total %d → %d (%v), want the kept counts read", before.Total, after.Total, err)
+	}
+	if d, err := s.ReconcileCounts(ctx); err != nil || d.Groups == 0 || d.Tasks < 1000 {
+		t.Fatalf("reconcile: %+v %v, want the raised groups corrected", d, err)
+	}
+	check("reconciled")
+	if d, err := s.ReconcileCounts(ctx); err != nil || d != (store.CountDrift{}) {
+		t.Fatalf("reconcile again: %+v %v", d, err)
 	}
 	if _, err := p.DownTo(ctx, 50); err != nil {
 		t.Fatal(err)
