@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -83,6 +84,19 @@ func FlattenQueueCounts(qs []QueueCounts) []QueueStateCount {
 		}
 	}
 	return out
+}
+
+// GroupsKept says whether f filters dead letters by dead-letter status and
+// queue only (the states, the cursor, the page's size and order aside):
+// the filter whose dead-letter groups the stores keep counted
+// (APIStore.DLQGroups reads them instead of the dead letters).
+func GroupsKept(f ListFilter) bool {
+	f.Queue, f.States, f.DLQStatuses = "", nil, nil
+	f.AfterID, f.Limit, f.Newest, f.WithoutPayload = "", 0, false, false
+	if len(f.Attrs) == 0 {
+		f.Attrs = nil
+	}
+	return reflect.ValueOf(f).IsZero()
 }
 
 // CapGroups cuts groups read with limit+1 to limit, and tells whether

@@ -129,6 +129,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_activity, :"schema".b
 -- their own batch's as the worker; the maintenance leader folds the deltas
 -- into the counts and corrects them from a count of the tasks.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_task_counts, :"schema".backstop_task_count_deltas TO backstop_worker;
+-- The dead letters' groups are kept the same way (store/pgstore migration
+-- 00062), folded and corrected with the task counts.
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_dlq_group_counts, :"schema".backstop_dlq_group_count_deltas TO backstop_worker;
 
 -- admin: everything on Backstop's tables, views and sequences: dead-letter
 -- replay, redrive, discard, resolve, purge and export, retention, tokens.

@@ -44,6 +44,9 @@ type envOpts struct {
 	dev        bool
 	sessionTTL time.Duration
 	queues     map[string]backstop.QueueConfig // the server's declared queues
+	// wrap, when set, stands between the browser and the server (a test
+	// holding back one call).
+	wrap func(http.Handler) http.Handler
 }
 
 // forStores runs fn on SQLite and on Postgres, in parallel.
@@ -73,7 +76,11 @@ func newEnv(t testing.TB, dbURL string, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewUnstartedServer(console.Handler(srv))
+	var h http.Handler = console.Handler(srv)
+	if o.wrap != nil {
+		h = o.wrap(h)
+	}
+	ts := httptest.NewUnstartedServer(h)
 	ts.Config.RegisterOnShutdown(srv.Close)
 	ts.Start()
 	t.Cleanup(func() { ts.CloseClientConnections(); ts.Close(); srv.Close() })

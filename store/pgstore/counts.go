@@ -95,6 +95,14 @@ INSERT INTO backstop_task_counts AS c (queue, state, dlq_status, n)
 SELECT queue, state, dlq_status, n FROM s ORDER BY 1, 2, 3
 ON CONFLICT (queue, state, dlq_status) DO UPDATE SET n = c.n + excluded.n`
 	sqlDropZeroCounts = `DELETE FROM backstop_task_counts WHERE n = 0`
+
+	// The dead letters' groups (migration 00062), likewise.
+	sqlFoldGroupCounts = `WITH d AS (DELETE FROM backstop_dlq_group_count_deltas RETURNING dlq_status, queue, dlq_group, dead_reason, last_error, n),
+	s AS (SELECT dlq_status, queue, dlq_group, dead_reason, last_error, sum(n) AS n FROM d GROUP BY 1, 2, 3, 4, 5)
+INSERT INTO backstop_dlq_group_counts AS c (dlq_status, queue, dlq_group, dead_reason, last_error, n)
+SELECT dlq_status, queue, dlq_group, dead_reason, last_error, n FROM s ORDER BY 1, 2, 3
+ON CONFLICT (dlq_status, queue, dlq_group) DO UPDATE SET n = c.n + excluded.n`
+	sqlDropZeroGroupCounts = `DELETE FROM backstop_dlq_group_counts WHERE n = 0`
 )
 
 // FoldCounts implements store.CountKeeper: one transaction.
@@ -107,7 +115,16 @@ func (s *Store) FoldCounts(ctx context.Context) (int, error) {
 		}
 		folded = tag.RowsAffected()
 		if folded > 0 {
-			_, err = tx.Exec(ctx, sqlDropZeroCounts)
+			if _, err = tx.Exec(ctx, sqlDropZeroCounts); err != nil {
+				return err
+			}
+		}
+		if tag, err = tx.Exec(ctx, sqlFoldGroupCounts); err != nil {
+			return err
+		}
+		if tag.RowsAffected() > 0 {
+			folded += tag.RowsAffected()
+			_, err = tx.Exec(ctx, sqlDropZeroGroupCounts)
 		}
 		return err
 	})
@@ -132,26 +149,46 @@ SELECT queue, state, dlq_status, sum(n) FROM (
 GROUP BY 1, 2, 3 HAVING sum(n) <> 0
 RETURNING abs(n)`
 
-// ReconcileCounts implements store.CountKeeper: one statement, one grouped
-// scan of every task.
+// sqlReconcileGroupCounts does the same for the dead letters' groups
+// (one grouped read of the dead letters with a fingerprint; a group's
+// reason and error are a function of its fingerprint).
+const sqlReconcileGroupCounts = `INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, dead_reason, last_error, n)
+SELECT dlq_status, queue, dlq_group, dead_reason, last_error, sum(n) FROM (
+	SELECT COALESCE(dlq_status, '') AS dlq_status, queue, dlq_group, dead_reason, left(last_error, 200) AS last_error, count(*) AS n
+		FROM backstop_tasks WHERE state = 'dead' AND dlq_group IS NOT NULL GROUP BY 1, 2, 3, 4, 5
+	UNION ALL
+	SELECT dlq_status, queue, dlq_group, dead_reason, last_error, -n FROM backstop_dlq_group_counts
+	UNION ALL
+	SELECT dlq_status, queue, dlq_group, dead_reason, last_error, -n FROM backstop_dlq_group_count_deltas) d
+GROUP BY 1, 2, 3, 4, 5 HAVING sum(n) <> 0
+RETURNING abs(n)`
+
+// ReconcileCounts implements store.CountKeeper: two statements (the task
+// counts, the dead letters' groups), each one grouped scan.
 func (s *Store) ReconcileCounts(ctx context.Context) (store.CountDrift, error) {
-	rows, err := s.pool.Query(ctx, sqlReconcileCounts)
-	if err != nil {
-		return store.CountDrift{}, fmt.Errorf("pgstore: reconcile counts: %w", err)
-	}
 	var d store.CountDrift
+	for _, q := range []string{sqlReconcileCounts, sqlReconcileGroupCounts} {
+		if err := s.reconcile(ctx, q, &d); err != nil {
+			return store.CountDrift{}, fmt.Errorf("pgstore: reconcile counts: %w", err)
+		}
+	}
+	return d, nil
+}
+
+func (s *Store) reconcile(ctx context.Context, q string, d *store.CountDrift) error {
+	rows, err := s.pool.Query(ctx, q)
+	if err != nil {
+		return err
+	}
 	for rows.Next() {
 		var n int64
 		if err := rows.Scan(&n); err != nil {
 			rows.Close()
-			return store.CountDrift{}, fmt.Errorf("pgstore: reconcile counts: %w", err)
+			return err
 		}
 		d.Groups++
 		d.Tasks += int(n)
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil {
-		return store.CountDrift{}, fmt.Errorf("pgstore: reconcile counts: %w", err)
-	}
-	return d, nil
+	return rows.Err()
 }

@@ -2,13 +2,11 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -94,15 +92,9 @@ func (s *Store) ExplainRedriveBatch(ctx context.Context, b store.RedriveBatch) (
 // ExplainDLQGroups is the plan of the query DLQGroups runs for f, with the
 // given settings (SET LOCAL name = value) in its transaction.
 func (s *Store) ExplainDLQGroups(ctx context.Context, f store.ListFilter, settings map[string]string) (string, error) {
-	f.States = []bt.State{bt.StateDead}
-	where, args, err := listWhere(f)
+	q, args, err := dlqGroupsQuery(f)
 	if err != nil {
 		return "", err
-	}
-	q := `SELECT t.dead_reason, left(t.last_error, 200), count(*) FROM backstop_tasks t WHERE ` +
-		strings.Join(where, " AND ") + ` GROUP BY 1, 2`
-	if groupsByIndex(f) {
-		q = fmt.Sprintf(sqlDLQGroupsIndexed, strings.Join(where, " AND "))
 	}
 	return s.explain(ctx, settings, q, args...)
 }

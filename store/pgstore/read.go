@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -295,22 +294,13 @@ const FinishedCounted = 10_000
 // twice as fast as GROUPING SETS of the two, which hash every row twice;
 // a NULL reason or error and an empty one stay apart, as they were there.)
 // A filter of dead-letter statuses and a queue only (the Dead letters
-// page) groups the pair's fingerprint, dlq_group, from its index
-// (sqlDLQGroupsIndexed; index-only where the visibility map is set: dead
-// letters killed since the last vacuum are read from the heap); any other
-// filter groups the rows.
+// page) reads the kept counts of the pair's fingerprint, dlq_group
+// (sqlDLQGroupsKept: a few rows per group, whatever the number of dead
+// letters); any other filter groups the rows.
 func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit int) (*store.DLQGroups, error) {
-	f.States = []bt.State{bt.StateDead}
-	where, args, err := listWhere(f)
+	q, args, err := dlqGroupsQuery(f)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: dead-letter groups: %w", err)
-	}
-	cond := strings.Join(where, " AND ")
-	q := `SELECT t.dead_reason, left(t.last_error, 200), count(*)
-		FROM backstop_tasks t WHERE ` + cond + `
-		GROUP BY t.dead_reason, left(t.last_error, 200)`
-	if groupsByIndex(f) {
-		q = fmt.Sprintf(sqlDLQGroupsIndexed, cond)
 	}
 	rs, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
@@ -350,32 +340,59 @@ func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit in
 	return g, nil
 }
 
-// sqlDLQGroupsIndexed (%[1]s: the filter's conditions) answers what the
-// grouping of the rows answers, from the index of dead letters by status
-// and fingerprint (migration 00050): an index-only count per fingerprint,
-// and one row per fingerprint read for its reason and error. Dead letters
-// without a fingerprint (written by a path that does not set one) are
-// grouped from their rows as before. Two pairs sharing a 64-bit
-// fingerprint would count as one group: a chance of about n²/2^65 for n
-// distinct pairs.
-const sqlDLQGroupsIndexed = `WITH g AS (
-	SELECT t.dlq_group, count(*) AS n FROM backstop_tasks t WHERE %[1]s GROUP BY t.dlq_group)
-SELECT r.dead_reason, left(r.last_error, 200), g.n FROM g CROSS JOIN LATERAL (
-	SELECT t.dead_reason, t.last_error FROM backstop_tasks t WHERE %[1]s AND t.dlq_group = g.dlq_group LIMIT 1) r
+// dlqGroupsQuery is DLQGroups' statement for f and its arguments:
+// columns reason, error (its first 200 characters), count, one row per
+// group or per part of one.
+func dlqGroupsQuery(f store.ListFilter) (string, []any, error) {
+	f.States = []bt.State{bt.StateDead}
+	where, args, err := listWhere(f)
+	if err != nil {
+		return "", nil, err
+	}
+	cond := strings.Join(where, " AND ")
+	q := `SELECT t.dead_reason, left(t.last_error, 200), count(*)
+		FROM backstop_tasks t WHERE ` + cond + `
+		GROUP BY t.dead_reason, left(t.last_error, 200)`
+	if store.GroupsKept(f) {
+		// The kept counts' rows of the filter: its statuses (all when
+		// none) and its queue (all when none), as parameters after the
+		// filter's.
+		kept := []string{"true"}
+		if len(f.DLQStatuses) > 0 {
+			sts := make([]string, len(f.DLQStatuses))
+			for i, st := range f.DLQStatuses {
+				sts[i] = string(st)
+			}
+			args = append(args, sts)
+			kept = append(kept, fmt.Sprintf("dlq_status = ANY($%d)", len(args)))
+		}
+		if f.Queue != "" {
+			args = append(args, f.Queue)
+			kept = append(kept, fmt.Sprintf("queue = $%d", len(args)))
+		}
+		q = fmt.Sprintf(sqlDLQGroupsKept, cond, strings.Join(kept, " AND "))
+	}
+	return q, args, nil
+}
+
+// sqlDLQGroupsKept (%[1]s: the filter's conditions; %[2]s: the same on
+// the kept counts' columns) answers what the grouping of the rows answers,
+// from the kept counts of the dead letters by status, queue and
+// fingerprint (migrations 00050, 00062) plus their deltas not folded yet,
+// in one snapshot: a count per fingerprint with its reason and error,
+// without reading the dead letters, and the dead letters without a
+// fingerprint (written by a path that does not set one) grouped from
+// their rows (an index of those only, empty unless such a path ran). Two
+// pairs sharing a 64-bit fingerprint would count as one group: a chance
+// of about n²/2^65 for n distinct pairs.
+const sqlDLQGroupsKept = `SELECT dead_reason, last_error, sum(n) FROM (
+	SELECT dlq_status, queue, dlq_group, dead_reason, last_error, n FROM backstop_dlq_group_counts
+	UNION ALL
+	SELECT dlq_status, queue, dlq_group, dead_reason, last_error, n FROM backstop_dlq_group_count_deltas) u
+WHERE %[2]s GROUP BY dlq_group, dead_reason, last_error HAVING sum(n) > 0
 UNION ALL
 SELECT t.dead_reason, left(t.last_error, 200), count(*) FROM backstop_tasks t
 	WHERE %[1]s AND t.dlq_group IS NULL GROUP BY t.dead_reason, left(t.last_error, 200)`
-
-// groupsByIndex says whether f filters dead letters by status and queue
-// only, which the index of fingerprints holds.
-func groupsByIndex(f store.ListFilter) bool {
-	f.Queue, f.States, f.DLQStatuses = "", nil, nil
-	f.AfterID, f.Limit, f.Newest, f.WithoutPayload = "", 0, false, false
-	if len(f.Attrs) == 0 {
-		f.Attrs = nil
-	}
-	return reflect.ValueOf(f).IsZero()
-}
 
 func deref(s *string) string {
 	if s == nil {

@@ -284,6 +284,14 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 	if len(claimed) != 4 {
 		t.Fatalf("worker claimed %d tasks, want 4", len(claimed))
 	}
+	// The kept counts (the maintenance leader's fold and recount, the
+	// dead letters' groups read from them) are the worker's.
+	_, err = worker.FoldCounts(ctx)
+	must("worker fold counts", err)
+	_, err = worker.ReconcileCounts(ctx)
+	must("worker reconcile counts", err)
+	_, err = worker.DLQGroups(ctx, store.ListFilter{DLQStatuses: []bt.DLQStatus{bt.DLQOpen}}, 20)
+	must("worker dead-letter groups", err)
 	_, err = worker.Heartbeat(ctx, []store.Beat{{TaskID: claimed[0].ID, ExecutionID: claimed[0].ExecutionID}}, now, now.Add(time.Minute))
 	must("worker heartbeat", err)
 	// A queue with a rate limit (set by the admin): the worker's limited

@@ -1247,26 +1247,30 @@ func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit in
 	cond = strings.Join(append([]string{cond}, where...), " AND ")
 	g := &store.DLQGroups{ByReason: []store.GroupCount{}, ByError: []store.GroupCount{}}
 	read := func(col string, limit int, into *[]store.GroupCount) error {
-		rows, err := s.r.QueryContext(ctx, `SELECT `+col+`, count(*) FROM backstop_tasks WHERE `+cond+`
-			GROUP BY `+col+` ORDER BY 2 DESC, 1 LIMIT ?`, append(slices.Clone(args), limit)...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				v *string // NULL: grouped as ""
-				c store.GroupCount
-			)
-			if err := rows.Scan(&v, &c.Count); err != nil {
-				return err
+		return readGroups(ctx, s, `SELECT `+col+`, count(*) FROM backstop_tasks WHERE `+cond+`
+			GROUP BY `+col+` ORDER BY 2 DESC, 1 LIMIT ?`, append(slices.Clone(args), limit), into)
+	}
+	// A filter of dead-letter statuses and a queue only (the Dead letters
+	// page) reads the kept counts of its groups (migration 00052): a few
+	// rows per group, whatever the number of dead letters.
+	if store.GroupsKept(f) {
+		kept, kargs := []string{"true"}, []any{}
+		if len(f.DLQStatuses) > 0 {
+			kept = append(kept, "dlq_status IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(f.DLQStatuses)), ", ")+")")
+			for _, st := range f.DLQStatuses {
+				kargs = append(kargs, string(st))
 			}
-			if v != nil {
-				c.Value = *v
-			}
-			*into = append(*into, c)
 		}
-		return rows.Err()
+		if f.Queue != "" {
+			kept, kargs = append(kept, "queue = ?"), append(kargs, f.Queue)
+		}
+		cond, args = strings.Join(kept, " AND "), kargs
+		read = func(col string, limit int, into *[]store.GroupCount) error {
+			v := map[string]string{"dead_reason": "CASE WHEN reason_null THEN NULL ELSE reason END",
+				"substr(last_error, 1, 200)": "CASE WHEN error_null THEN NULL ELSE error END"}[col]
+			return readGroups(ctx, s, `SELECT `+v+` AS v, sum(n) FROM backstop_dlq_group_counts WHERE `+cond+`
+				GROUP BY v HAVING sum(n) > 0 ORDER BY 2 DESC, 1 LIMIT ?`, append(slices.Clone(args), limit), into)
+		}
 	}
 	if err := read("dead_reason", 1000, &g.ByReason); err != nil {
 		return nil, fmt.Errorf("sqlite: dead letters by reason: %w", err)
@@ -1279,6 +1283,29 @@ func (s *Store) DLQGroups(ctx context.Context, f store.ListFilter, errorLimit in
 		g.Total += c.Count
 	}
 	return g, nil
+}
+
+// readGroups appends the groups q answers (value, count) to into.
+func readGroups(ctx context.Context, s *Store, q string, args []any, into *[]store.GroupCount) error {
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			v *string // NULL: grouped as ""
+			c store.GroupCount
+		)
+		if err := rows.Scan(&v, &c.Count); err != nil {
+			return err
+		}
+		if v != nil {
+			c.Value = *v
+		}
+		*into = append(*into, c)
+	}
+	return rows.Err()
 }
 
 // sqlMinuteSucceeded counts the successes of each minute of a span

@@ -73,6 +73,7 @@ func (s *suite) testCountsKept(t *testing.T) {
 			if !reflect.DeepEqual(tasks, wantTasks) || !reflect.DeepEqual(dead, wantDead) {
 				t.Fatalf("%s (folded %v): counts %v %v, rows %v %v", step, fold, tasks, dead, wantTasks, wantDead)
 			}
+			groupsAsRows(t, b, fmt.Sprintf("%s (folded %v)", step, fold))
 		}
 	}
 	check("empty")
@@ -120,6 +121,11 @@ func (s *suite) testCountsKept(t *testing.T) {
 	b.kill("b", "broken")
 	b.kill("c", "broken")
 	check("dead")
+	b.enqueue(backstop.EnqueueParams{ID: "ck-x1", Queue: "b", Kind: "k"})
+	b.enqueue(backstop.EnqueueParams{ID: "ck-x2", Queue: "c", Kind: "k"})
+	b.kill("b", "broken differently")
+	b.kill("c", "")
+	check("dead of other errors")
 	if _, err := b.c.Replay(b.ctx, backstop.ReplayParams{ID: "ck-04", Actor: "ops"}); err != nil {
 		t.Fatal(err)
 	}
@@ -145,4 +151,38 @@ func (s *suite) testCountsKept(t *testing.T) {
 		t.Fatalf("reconcile: %+v %v, want nothing to correct", d, err)
 	}
 	check("reconciled")
+}
+
+// groupsAsRows: the dead letters' groups of the filters whose groups are
+// kept (store.GroupsKept: statuses and a queue) equal the groups of the
+// same filter read from the rows (a time range that holds every dead
+// letter makes the stores group the rows).
+func groupsAsRows(t *testing.T, b *bundle, step string) {
+	t.Helper()
+	reads := b.store.(store.APIStore)
+	for _, f := range []store.ListFilter{
+		{},
+		{DLQStatuses: []bt.DLQStatus{bt.DLQOpen}},
+		{DLQStatuses: []bt.DLQStatus{bt.DLQReplayed, bt.DLQDiscarded, bt.DLQResolved}},
+		{Queue: "b", DLQStatuses: []bt.DLQStatus{bt.DLQOpen}},
+		{Queue: "c"},
+		{Queue: "none"},
+	} {
+		if !store.GroupsKept(f) {
+			t.Fatalf("%+v: not a filter of kept groups", f)
+		}
+		got, err := reads.DLQGroups(b.ctx, f, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := f
+		rows.Until = b.clock.Now().Add(1000 * time.Hour)
+		want, err := reads.DLQGroups(b.ctx, rows, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: groups of %+v: kept %+v, rows %+v", step, f, got, want)
+		}
+	}
 }

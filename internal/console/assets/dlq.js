@@ -8,7 +8,14 @@ import { executionsSection, timelineSection, attributesList, payloadSection, EXE
 const reasons = ['', 'attempts_exhausted', 'permanent_error', 'expired', 'poison'];
 const statuses = ['open', 'replayed', 'discarded', 'resolved'];
 
-export async function dlqListPage(main, q) {
+// renders numbers the list's reads (the newest one's groups are kept);
+// lastGroups is the newest groups answer and its filter.
+let renders = 0;
+let lastGroups = null;
+
+// dlqListPage renders the list; again: a re-read of the page shown (its
+// last groups are shown until the new ones answer).
+export async function dlqListPage(main, q, again = false) {
   // Newest first unless the address says otherwise.
   const order = q.get('order') || 'newest';
   // The reads go out first; the forms are built while they are answered.
@@ -23,8 +30,14 @@ export async function dlqListPage(main, q) {
   gq.delete('limit');
   gq.delete('after');
   gq.delete('order');
-  const reads = Promise.all([api('GET', `/v1/dlq?${api_q}`), api('GET', `/v1/dlq/groups?${gq}`)]);
-  reads.catch(() => {}); // awaited below
+  // The list is shown when it answers; the groups (a count of the whole
+  // filter, slower) fill their panel, the totals and the bulk panel when
+  // they answer.
+  const listRead = api('GET', `/v1/dlq?${api_q}`);
+  listRead.catch(() => {}); // awaited below
+  const groupsRead = api('GET', `/v1/dlq/groups?${gq}`);
+  groupsRead.catch(() => {}); // awaited below
+  const seq = ++renders;
   // The tabs' counts arrive when they arrive: the list does not wait.
   const counts = api('GET', countsURL(q.get('queue')));
   counts.catch(() => {});
@@ -66,9 +79,8 @@ export async function dlqListPage(main, q) {
     location.hash = `#/dlq?${p}`;
   });
   let page;
-  let groups;
   try {
-    [page, groups] = await reads;
+    page = await listRead;
   } catch (e) {
     if (e.status !== 400) throw e;
     clear(whereErr, errorText(e));
@@ -93,7 +105,7 @@ export async function dlqListPage(main, q) {
   if (next) nq.set('after', next);
   // Export: the same filters, as NDJSON (GET /v1/dlq/export), downloaded.
   const exportLink = h('a', { href: `/v1/dlq/export?${gq}`, download: 'dead-letters.ndjson', id: 'dlq-export' },
-    `Export the ${groups.total} matching as NDJSON`);
+    'Export the matching as NDJSON');
   // The tabs and the sort keep the other filters and start at the first page.
   const withParam = (k, v) => {
     const p = withoutAfter(q);
@@ -105,13 +117,37 @@ export async function dlqListPage(main, q) {
   const sort = sortSelect('dlq-order', order, (v) => { location.hash = withParam('order', v); });
   const active = ['queue', 'kind', 'reason', 'error_contains', 'attr', 'since', 'until', 'where']
     .filter((k) => q.get(k)).map((k) => `${k}=${q.get(k)}`);
+  // The groups' panel, the totals and the bulk panel's counts wait for the
+  // groups; the bulk panel itself (a running or finished replay of this
+  // filter) is shown at once, so a re-render never drops it.
+  const total = h('span', { id: 'dlq-total' }, 'counting…');
+  const groupsSlot = h('div', { id: 'dlq-groups-slot' }, h('p', { class: 'muted', id: 'dlq-groups-wait' }, 'Counting the matching dead letters…'));
+  const bulkTitle = h('span', {}, 'Bulk: replay, discard or resolve all matching');
+  const bulkSec = can('admin') && st === 'open' ? bulkSection(main, q) : null;
+  const fill = (groups) => {
+    clear(total, `${groups.total} match`);
+    clear(groupsSlot, groupsSection(q, groups));
+    clear(exportLink, `Export the ${groups.total} matching as NDJSON`);
+    clear(bulkTitle, `Bulk: replay, discard or resolve all ${groups.total} matching`);
+    if (bulkSec) bulkSec.fill(groups.total);
+  };
+  // A re-read of this same page (the live refresh, the end of a bulk
+  // action) shows the groups it had until the new ones answer.
+  const key = gq.toString();
+  if (again && lastGroups && lastGroups.key === key) fill(lastGroups.groups);
+  groupsRead.then((groups) => {
+    if (seq === renders) lastGroups = { key, groups };
+    fill(groups);
+  }, (e) => {
+    clear(groupsSlot, h('p', { class: 'error', role: 'alert', id: 'dlq-groups-error' }, `The counts could not be read: ${errorText(e)}`));
+  });
   clear(main,
     h('h1', {}, 'Dead letters'),
     h('div', { class: 'toolbar' }, tabs, h('label', { class: 'sort' }, 'Sort ', sort)),
     panel('dlq-filters-panel', ['Filters', active.length ? h('span', { class: 'muted small', id: 'dlq-active' }, ` · ${active.join(' · ')}`) : null], form),
-    panel('dlq-groups-panel', [h('span', { id: 'dlq-total' }, `${groups.total} match`), h('span', { class: 'muted small' }, ' · by reason and by error, export')],
-      [groupsSection(q, groups), h('p', { class: 'small' }, exportLink)]),
-    can('admin') && st === 'open' ? panel('dlq-bulk-panel', `Bulk: replay, discard or resolve all ${groups.total} matching`, bulkSection(main, q, groups.total)) : null,
+    panel('dlq-groups-panel', [total, h('span', { class: 'muted small' }, ' · by reason and by error, export')],
+      [groupsSlot, h('p', { class: 'small' }, exportLink)]),
+    bulkSec ? panel('dlq-bulk-panel', bulkTitle, bulkSec) : null,
     picking ? selectionSection(listDiv) : null,
     listDiv,
     h('nav', { class: 'pager', 'aria-label': 'Pages' },
@@ -128,7 +164,7 @@ export async function dlqListPage(main, q) {
       refresh();
       return;
     }
-    dlqListPage(main, q).catch(() => {});
+    dlqListPage(main, q, true).catch(() => {});
   }, 3000);
   live(main, 'type.task.dead_lettered', refresh);
 }
@@ -163,8 +199,16 @@ function groupsSection(q, g) {
 // payload's before/after under the patch; nothing changes. A replay with a
 // patch, or of more than confirmOver dead letters, shows that preview first
 // and waits for its confirm.
-let bulk = null; // {req, st}
+//
+// A redrive started here is kept by its filter ({req, st}), outside the
+// page's elements: every re-render of that filter (the live refresh, the
+// end of an action, a filter changed and changed back) shows it again and
+// follows it while it runs.
+const jobs = new Map();
 const confirmOver = 100;
+// filterOf: the key of a redrive request's filter (the patch, the reason
+// and the pace are not part of it).
+const filterOf = (r) => JSON.stringify({ ...r, rate: undefined, merge_patch: undefined, why: undefined });
 
 function redriveRequest(q) {
   const req = {};
@@ -188,24 +232,28 @@ function redriveRequest(q) {
   return req;
 }
 
-function bulkSection(main, q, total) {
+// bulkSection is shown before the filter's count is known: its job at once,
+// its actions once fill(total) gives the count (sec.fill).
+function bulkSection(main, q) {
   const req = redriveRequest(q);
+  const fkey = req ? filterOf(req) : null;
+  let total = null;
   const bar = h('progress', { id: 'bulk-progress', max: '1', value: '0', 'aria-label': 'Replayed of the selection' });
   const text = h('span', { id: 'bulk-text', role: 'status', 'aria-live': 'polite' });
-  const start = h('button', { type: 'button', class: 'primary', id: 'bulk-replay', disabled: total === 0 || !req },
-    `Replay all ${total} matching this filter`);
+  const start = h('button', { type: 'button', class: 'primary', id: 'bulk-replay' });
   const cancel = h('button', { type: 'button', id: 'bulk-cancel', hidden: true }, 'Cancel');
   const resume = h('button', { type: 'button', id: 'bulk-resume', hidden: true }, 'Resume');
   const err = h('p', { class: 'error', role: 'alert', id: 'bulk-error' });
   const rate = h('input', { id: 'bulk-rate', name: 'rate', type: 'number', min: '0', step: 'any', placeholder: 'unthrottled', size: 8 });
   const patch = h('textarea', { id: 'bulk-patch', name: 'merge_patch', rows: 3, spellcheck: 'false', placeholder: '{"key": "new value", "remove_me": null}' });
   const why = h('input', { id: 'bulk-why', name: 'why', autocomplete: 'off', size: 40 });
-  const previewBtn = h('button', { type: 'button', id: 'bulk-preview', disabled: total === 0 || !req }, 'Preview');
+  const previewBtn = h('button', { type: 'button', id: 'bulk-preview' }, 'Preview');
+  const actions = h('span', { class: 'bulk-actions' });
   const preview = h('div', { id: 'bulk-preview-out', class: 'preview', 'aria-live': 'polite', hidden: true });
   const confirmBtn = h('button', { type: 'button', class: 'primary', id: 'bulk-confirm', hidden: true }, 'Confirm replay');
   const sec = h('section', { class: 'card bulk', id: 'bulk', 'aria-label': 'Bulk replay' },
     field('Merge patch for each (optional, RFC 7396)', patch), field('Why (recorded on each replay)', why),
-    field('Replays a second (empty: as fast as it goes)', rate), previewBtn, start, preview, confirmBtn, bar, text, cancel, resume, err);
+    field('Replays a second (empty: as fast as it goes)', rate), actions, preview, confirmBtn, bar, text, cancel, resume, err);
   // The request from the form: the filter, the patch, the reason, the pace.
   const request = () => {
     const r = { ...req };
@@ -235,7 +283,8 @@ function bulkSection(main, q, total) {
     return p.matched;
   };
   const show = () => {
-    const st = bulk && bulk.st;
+    const job = jobs.get(fkey);
+    const st = job && job.st;
     bar.hidden = !st;
     if (!st) return;
     bar.max = Math.max(st.total, 1);
@@ -245,7 +294,7 @@ function bulkSection(main, q, total) {
     sec.dataset.status = st.status;
     cancel.hidden = st.status !== 'running';
     resume.hidden = !['canceled', 'interrupted', 'stopped', 'over_budget', 'failed'].includes(st.status);
-    start.disabled = st.status === 'running';
+    start.disabled = st.status === 'running' || !total;
   };
   // When the redrive ends, the page is read again: the counts, the tabs
   // and the list say what it left (this section shows the redrive still).
@@ -256,10 +305,10 @@ function bulkSection(main, q, total) {
     // forever.
     await new Promise((r) => setTimeout(r, 0));
     let polled = false;
-    while (bulk && bulk.st.status === 'running' && sec.isConnected) {
+    for (let job; (job = jobs.get(fkey)) && job.st.status === 'running' && sec.isConnected;) {
       await new Promise((r) => setTimeout(r, 500));
       try {
-        bulk.st = await api('GET', `/v1/redrives/${encodeURIComponent(bulk.st.redrive_id)}`);
+        job.st = await api('GET', `/v1/redrives/${encodeURIComponent(job.st.redrive_id)}`);
       } catch (e) {
         clear(err, errorText(e));
         return;
@@ -274,9 +323,11 @@ function bulkSection(main, q, total) {
   // again for a few seconds.
   const run = async (r, resuming = false) => {
     clear(err);
+    let job;
     for (let tries = 0; ; tries++) {
       try {
-        bulk = { req: r, st: await api('POST', '/v1/dlq/redrive', r) };
+        job = { req: r, st: await api('POST', '/v1/dlq/redrive', r) };
+        jobs.set(fkey, job);
         break;
       } catch (e) {
         if (resuming && e.status === 409 && tries < 20) {
@@ -291,7 +342,7 @@ function bulkSection(main, q, total) {
     // The page may have been read again while the request was out (a
     // redrive that just stopped re-reads it): the section shown now
     // follows the redrive then.
-    if (bulk.st.status === 'running' && sec.isConnected) {
+    if (job.st.status === 'running' && sec.isConnected) {
       show();
       poll();
     } else {
@@ -323,7 +374,7 @@ function bulkSection(main, q, total) {
       clear(err, errorText(e));
       return;
     }
-    if (r.merge_patch !== undefined || total > confirmOver) {
+    if (r.merge_patch !== undefined || !(total <= confirmOver)) {
       previewThen(true);
       return;
     }
@@ -334,11 +385,12 @@ function bulkSection(main, q, total) {
     preview.hidden = true;
     run(pending);
   });
-  resume.addEventListener('click', () => run(bulk.req, true));
+  resume.addEventListener('click', () => run(jobs.get(fkey).req, true));
   cancel.addEventListener('click', async () => {
     cancel.disabled = true;
+    const job = jobs.get(fkey);
     try {
-      bulk.st = await api('POST', `/v1/redrives/${encodeURIComponent(bulk.st.redrive_id)}/cancel`);
+      job.st = await api('POST', `/v1/redrives/${encodeURIComponent(job.st.redrive_id)}/cancel`);
     } catch (e) {
       clear(err, errorText(e));
     }
@@ -346,16 +398,28 @@ function bulkSection(main, q, total) {
     show();
   });
   if (!req) clear(err, 'Bulk replay needs "Dead since" and "Dead until" as an age (24h, 7d) or a time.');
-  if (req) sec.append(closeSection(main, q, req, total));
-  // A redrive of this same filter started earlier on this page (with any
-  // patch, reason or pace): show it.
-  const filterOf = (r) => JSON.stringify({ ...r, rate: undefined, merge_patch: undefined, why: undefined });
-  if (bulk && req && filterOf(bulk.req) === filterOf(req)) {
+  // A redrive of this same filter started earlier (with any patch, reason
+  // or pace): show it.
+  if (req && jobs.has(fkey)) {
     show();
     poll();
   } else {
     bar.hidden = true;
   }
+  // The count arrives: the actions take it (a later count, the same
+  // filter's fresh one after the kept one, updates them).
+  let close = null;
+  sec.fill = (n) => {
+    total = n;
+    clear(start, `Replay all ${total} matching this filter`);
+    const job = jobs.get(fkey);
+    start.disabled = total === 0 || !req || (!!job && job.st.status === 'running');
+    previewBtn.disabled = total === 0 || !req;
+    if (!actions.firstChild) actions.append(previewBtn, start);
+    if (!req) return;
+    if (!close) sec.append(close = closeSection(main, q, req, total));
+    else close.setTotal(total);
+  };
   return sec;
 }
 
@@ -517,14 +581,23 @@ function closeSection(main, q, req, total) {
   confirmBtn.addEventListener('click', () => { if (pending) run(pending); });
   cancelBtn.addEventListener('click', hidePreview);
   stop.addEventListener('click', () => { running = false; });
-  return h('div', { class: 'bulk-close', id: 'close' },
+  const el = h('div', { class: 'bulk-close', id: 'close' },
     field('Reason (discard) or note (resolve), recorded on each', why), discard, resolve, stop, preview, confirmBtn, cancelBtn, bar, text, err);
+  // A later count of the same filter (the fresh one after the kept one).
+  el.setTotal = (n) => {
+    total = n;
+    bar.max = String(Math.max(total, 1));
+    clear(discard, `Discard all ${total} matching`);
+    clear(resolve, `Resolve all ${total} matching`);
+    if (!running) discard.disabled = resolve.disabled = total === 0;
+  };
+  return el;
 }
 
 // rerender reads the list page again now (after a bulk action ended),
 // whatever is typed in its forms.
 function rerender(main, q) {
-  if (main.isConnected && (location.hash.startsWith('#/dlq?') || location.hash === '#/dlq')) dlqListPage(main, q).catch(() => {});
+  if (main.isConnected && (location.hash.startsWith('#/dlq?') || location.hash === '#/dlq')) dlqListPage(main, q, true).catch(() => {});
 }
 
 function withoutAfter(q) {
