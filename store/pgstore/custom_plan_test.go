@@ -5,8 +5,8 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/store/pgstore"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/pgstore"
 )
 
 // The settle and heartbeat statements are planned for each batch, never run
