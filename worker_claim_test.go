@@ -173,7 +173,7 @@ func TestWorkerSecondClaimPassesAStalledClaim(t *testing.T) {
 		defer mu.Unlock()
 		return len(runs)
 	}
-	testwait.Within(t, 30*time.Second, "both tasks to start while the first claim stalls", func() bool { return started() == 2 })
+	testwait.For(t, "both tasks to start while the first claim stalls", func() bool { return started() == 2 })
 	if w.claiming.Load() != 1 {
 		t.Fatalf("%d claims in flight, want the stalled one", w.claiming.Load())
 	}
