@@ -354,28 +354,6 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// claimResult is one claim's answer to the fetch loop.
-type claimResult struct {
-	tasks []*Task
-	bad   map[*Task]error
-	err   error
-	asked int // the slots it asked for
-}
-
-// claimStall is how long a claim may run before a wake-up that arrives
-// meanwhile starts a second claim beside it (fetchLoop).
-const claimStall = 5 * time.Millisecond
-
-// fetchLoop claims q's tasks as slots free up and wake-ups arrive. One
-// claim is in flight at a time, with one exception: when the last claim
-// came back short (the queue keeps up), a claim asks for half the free
-// slots, and a wake-up that arrives once it has run claimStall starts a
-// second claim for the other half, on stores that claim well side by side
-// (store.Features.ClaimParallelism; SKIP LOCKED keeps the two apart). A
-// task committed while a claim stalls (its snapshot is older than the
-// task) is then not left waiting for the stalled claim to end. A claim
-// that comes back full (a backlog) is followed by a claim of every free
-// slot, split as claim says.
 func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	defer w.fetchWG.Done()
 	poll := time.NewTimer(w.cfg.PollInterval)
@@ -385,126 +363,59 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	token := time.NewTimer(time.Hour)
 	token.Stop()
 	defer token.Stop()
-	// stall fires when the claim in flight has run claimStall while a
-	// wake-up waits (stopped otherwise).
-	stall := time.NewTimer(time.Hour)
-	stall.Stop()
-	defer stall.Stop()
-	results := make(chan claimResult, 2)
-	var (
-		empty    bool      // last claim found fewer tasks than asked for, and no wake-up came since
-		short    bool      // the last claim came back with fewer tasks than it asked for
-		woken    bool      // a wake-up arrived after the claims in flight began
-		inFlight int       // claims on their way to the store
-		asked    int       // slots the claims in flight asked for
-		began    time.Time // when the claim in flight began (one in flight)
-		backoff  time.Duration
-	)
+	empty := false // last claim found fewer tasks than asked for
+	backoff := time.Duration(0)
 	base := context.WithoutCancel(ctx) // the attempts' (start)
-	done := ctx.Done()
-	free := func() int { return q.concurrency - int(q.inflight.Load()) - asked }
-	launch := func(n, parts int) {
-		inFlight++
-		asked += n
-		began = time.Now()
-		woken = false
-		w.claiming.Add(1)
-		go func() {
+	for ctx.Err() == nil {
+		avail := q.concurrency - int(q.inflight.Load())
+		if avail > 0 && !empty {
 			// The claim must not be cut off by Stop: a claim that committed
 			// but whose rows were lost to the cancellation would leave its
 			// tasks running with nobody to heartbeat, release or settle them
 			// until their leases expire (charged as lease_expired). Claimed
 			// tasks are started and drained like the others.
-			claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			tasks, bad, err := w.claim(claimCtx, q, n, parts)
-			results <- claimResult{tasks: tasks, bad: bad, err: err, asked: n}
-		}()
-	}
-	// second starts a claim beside the one in flight, when a wake-up has
-	// arrived and that claim has run claimStall.
-	second := func() {
-		if inFlight != 1 || !woken || w.claimParallelism < 2 || ctx.Err() != nil {
-			return
-		}
-		if d := claimStall - time.Since(began); d > 0 {
-			stall.Reset(d)
-			return
-		}
-		if n := free(); n > 0 {
-			launch(n, 1)
-		}
-	}
-	for {
-		if inFlight == 0 {
-			if ctx.Err() != nil {
-				return
-			}
-			if avail := free(); avail > 0 && !empty {
-				n, parts := avail, min(w.claimParallelism, avail/minClaimPart)
-				if short && w.claimParallelism >= 2 {
-					n, parts = avail-avail/2, 1 // the other half is the second claim's
-				}
-				launch(n, parts)
-			}
-		}
-		select {
-		case r := <-results:
-			inFlight--
-			asked -= r.asked
-			if len(r.tasks) > 0 {
+			claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			w.claiming.Add(1)
+			tasks, bad, err := w.claim(claimCtx, q, avail)
+			cancelClaim()
+			if len(tasks) > 0 {
 				w.touch() // before the claim stops counting: no idle gap between them
 			}
 			w.claiming.Add(-1)
-			for _, t := range r.tasks {
-				q.inflight.Add(1)
-				w.start(base, q, t, r.bad[t])
-			}
-			if r.err != nil {
+			if err != nil {
 				if ctx.Err() != nil {
-					continue // the others in flight are still started
+					return
 				}
 				backoff = min(max(backoff*2, 50*time.Millisecond), 5*time.Second)
-				w.log.Error("claim failed", "queue", q.name, "error", r.err, "retry_in", backoff)
-				if inFlight == 0 {
-					w.c.e.Sleep(ctx, backoff)
-				}
+				w.log.Error("claim failed", "queue", q.name, "error", err, "retry_in", backoff)
+				w.c.e.Sleep(ctx, backoff)
 				continue
 			}
 			backoff = 0
-			short = len(r.tasks) < r.asked
-			if inFlight == 0 && short {
-				empty = !woken
+			for _, t := range tasks {
+				q.inflight.Add(1)
+				w.start(base, q, t, bad[t])
+			}
+			if len(tasks) < avail {
+				empty = true
 				if d, ok := w.c.e.NextTokenWait(ctx, q.name, w.cfg.PollInterval); ok {
 					token.Reset(d)
 				}
 			}
-		case <-done:
-			if inFlight == 0 {
-				return
-			}
-			done = nil // the claims in flight are waited for, and their tasks started
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
 		case <-q.wake:
 			empty = false
-			if inFlight > 0 {
-				woken = true
-				second()
-			}
-		case <-stall.C:
-			second()
 		case <-poll.C:
 			empty = false
 			poll.Reset(w.cfg.PollInterval)
 		case <-token.C:
 			empty = false
 		case <-q.freed:
-			if inFlight > 0 {
-				// A finished ordered task may free its key: the claim in
-				// flight may not see it, so it counts as a wake-up.
-				woken = woken || w.c.e.Ordered(q.name)
-				continue
-			}
-			if empty && !w.c.e.Ordered(q.name) {
+			if empty && !w.c.e.Ordered(q.name) { // a finished ordered task may free its key
 				continue
 			}
 			empty = false
@@ -516,16 +427,17 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	}
 }
 
-// claim claims up to n tasks of q: as one claim, or as parts claims at
-// once of an equal share each (fetchLoop asks for parts when n is large
-// and the store claims well side by side, store.Features.ClaimParallelism,
-// none below minClaimPart), so that the claim's statements run on several
+// claim claims up to n tasks of q: as one claim, or, when n is large and the
+// store claims well side by side (store.Features.ClaimParallelism), as
+// that many claims at once of an equal share each (none below
+// minClaimPart), so that the claim's statements run on several
 // connections instead of one after the other. Each part is a claim of its
 // own: in claim order within itself, with its own task.claimed event row.
 // Tasks any part claimed are returned (they are leased and must be
 // started); an error of another part is then logged, and the next claim
 // meets it again if it lasts.
-func (w *Worker) claim(ctx context.Context, q *queueRunner, n, parts int) ([]*Task, map[*Task]error, error) {
+func (w *Worker) claim(ctx context.Context, q *queueRunner, n int) ([]*Task, map[*Task]error, error) {
+	parts := min(w.claimParallelism, n/minClaimPart)
 	if parts <= 1 {
 		return w.c.e.Claim(ctx, engine.ClaimParams{
 			Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: n, Lease: w.cfg.Lease,

@@ -3,15 +3,9 @@ package backstop
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/dburl"
-	"github.com/backstophq/backstop/internal/testdb"
-	"github.com/backstophq/backstop/internal/testwait"
-	"github.com/backstophq/backstop/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -93,104 +87,4 @@ func TestWorkerSplitsLargeClaims(t *testing.T) {
 			}
 		}
 	})
-}
-
-// claimGate holds the first claim that meets it shut until it is opened;
-// the claims after it pass.
-type claimGate struct {
-	store.Store
-	shut   atomic.Bool
-	open   chan struct{}
-	claims atomic.Int32 // claims that reached the store
-	held   atomic.Int32 // claims the gate held
-}
-
-func (g *claimGate) Claim(ctx context.Context, p store.ClaimParams) ([]*bt.Task, error) {
-	if g.shut.Load() && g.held.Add(1) == 1 {
-		<-g.open
-	}
-	g.claims.Add(1)
-	return g.Store.Claim(ctx, p)
-}
-
-// A task enqueued while the worker's claim is stalled is claimed by a
-// second claim beside it, on Postgres, without waiting for the stalled
-// claim to end; each task still runs once.
-func TestWorkerSecondClaimPassesAStalledClaim(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s, err := dburl.Open(ctx, testdb.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	g := &claimGate{Store: s, open: make(chan struct{})}
-	c, err := NewClient(g, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"stall": 10}, PollInterval: time.Hour, MaintenanceInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu   sync.Mutex
-		runs = map[string]int{}
-	)
-	w.Handle("k", HandlerFunc(func(_ context.Context, tk *Task) error {
-		mu.Lock()
-		runs[tk.ID]++
-		mu.Unlock()
-		return nil
-	}))
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = w.Stop(ctx) }()
-	opened := false
-	defer func() {
-		if !opened {
-			close(g.open)
-		}
-	}()
-	// The first claim found the queue empty.
-	testwait.For(t, "the first claim", func() bool { return g.claims.Load() >= 1 && w.claiming.Load() == 0 })
-	g.shut.Store(true)
-	a, err := c.Enqueue(ctx, EnqueueParams{Queue: "stall", Kind: "k"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testwait.For(t, "a claim to stall", func() bool { return g.held.Load() == 1 })
-	b, err := c.Enqueue(ctx, EnqueueParams{Queue: "stall", Kind: "k"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(runs)
-	}
-	testwait.For(t, "both tasks to start while the first claim stalls", func() bool { return started() == 2 })
-	if w.claiming.Load() != 1 {
-		t.Fatalf("%d claims in flight, want the stalled one", w.claiming.Load())
-	}
-	close(g.open)
-	opened = true
-	testwait.For(t, "the stalled claim to return", func() bool { return w.claiming.Load() == 0 })
-	for _, id := range []string{a.Task.ID, b.Task.ID} {
-		testwait.For(t, "the task to succeed", func() bool {
-			tk, err := c.Get(ctx, id)
-			return err == nil && tk.State == StateSucceeded
-		})
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for id, n := range runs {
-		if n != 1 {
-			t.Fatalf("task %s ran %d times", id, n)
-		}
-	}
 }
