@@ -21,6 +21,7 @@ type workOptions struct {
 	queues         []string
 	kinds          []string
 	concurrency    int
+	prefetch       int
 	lease          time.Duration
 	exitAfterIdle  time.Duration
 	permanentCodes []int
@@ -141,6 +142,7 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 	f.StringArrayVar(&o.queues, "queue", nil, "queue to work (repeatable; required)")
 	f.StringArrayVar(&o.kinds, "kind", nil, "only claim tasks of this kind (repeatable; default: every kind)")
 	f.IntVar(&o.concurrency, "concurrency", 10, "programs running at once, per queue")
+	f.IntVar(&o.prefetch, "prefetch", -1, "tasks claimed ahead of free slots, per queue, started as slots free (-1: a quarter of --concurrency)")
 	f.DurationVar(&o.lease, "lease", 30*time.Second, "lease of a claimed task, renewed by heartbeats every lease/3")
 	f.DurationVar(&o.exitAfterIdle, "exit-after-idle", 0, "exit 0 once no task has been claimable for this long (0: never)")
 	f.IntSliceVar(&o.permanentCodes, "permanent-exit-codes", nil, "exit codes that dead-letter the task at once (e.g. 65,100)")
@@ -174,6 +176,21 @@ func (a *app) workConfig(cmd *cobra.Command, o *workOptions) (*config.Config, er
 	return cfg, nil
 }
 
+// prefetchFor is the Prefetch of the worker of queues: --prefetch, or by
+// default a quarter of the smallest concurrency among them.
+func (o *workOptions) prefetchFor(queues map[string]int) int {
+	if o.prefetch >= 0 {
+		return o.prefetch
+	}
+	n := -1
+	for _, c := range queues {
+		if n < 0 || c < n {
+			n = c
+		}
+	}
+	return max(n, 0) / 4
+}
+
 func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *config.Config) error {
 	if len(o.queues) == 0 {
 		return usageErr("work: --queue is required")
@@ -183,6 +200,9 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	}
 	if o.exitAfterIdle < 0 || o.grace < 0 || o.cancelGrace <= 0 {
 		return usageErr("work: --exit-after-idle and --grace must not be negative, --cancel-grace must be positive")
+	}
+	if o.prefetch < -1 {
+		return usageErr("work: --prefetch must not be negative (-1: the default)")
 	}
 	if o.outputLimit < 1 {
 		return usageErr("work: --output-limit must be at least 1")
@@ -225,7 +245,8 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 			// A canceled program's SIGTERM grace, and a little more to
 			// reap it and read its result, before the attempt is
 			// settled without it.
-			TimeoutGrace: max(5*time.Second, o.cancelGrace+2*time.Second)})
+			TimeoutGrace: max(5*time.Second, o.cancelGrace+2*time.Second),
+			Prefetch:     o.prefetchFor(g.queues)})
 		if err != nil {
 			ws.stop(context.Background())
 			return usageErr("work: %v", err)
