@@ -99,12 +99,11 @@ goes to the execution's log: backstop tasks logs ID. The last --output-limit
 bytes (8 KiB) are also kept with the attempt as its detail: backstop dlq show
 ID, or the executions' error_detail in backstop tasks show ID -o json.
 
-On the database (--db) the worker claims up to --prefetch tasks per queue
-ahead of its free slots (default a quarter of --concurrency; 0: none), so a
-slot that frees starts its next program without waiting for a claim. It does
-so only while programs run short (a recent mean under 1s): a task claimed
-ahead then waits for a slot briefly. It is leased, heartbeated and shown as
-running meanwhile.
+On the database (--db), --prefetch N claims up to N tasks per queue ahead of
+the free slots (default 0: none), so a slot that frees starts its next
+program without waiting for a claim. It does so only while programs run
+short (a recent mean under 1s): a task claimed ahead then waits for a slot
+briefly. It is leased, heartbeated and shown as running meanwhile.
 
 On SIGTERM or SIGINT the worker drains: it stops claiming, releases the tasks
 claimed ahead that have not started (uncharged, the release recorded), lets
@@ -150,7 +149,7 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 	f.StringArrayVar(&o.queues, "queue", nil, "queue to work (repeatable; required)")
 	f.StringArrayVar(&o.kinds, "kind", nil, "only claim tasks of this kind (repeatable; default: every kind)")
 	f.IntVar(&o.concurrency, "concurrency", 10, "programs running at once, per queue")
-	f.IntVar(&o.prefetch, "prefetch", -1, "tasks claimed ahead of free slots, per queue, started as slots free (-1: a quarter of --concurrency)")
+	f.IntVar(&o.prefetch, "prefetch", 0, "tasks claimed ahead of free slots, per queue (at most --concurrency), started as slots free, while programs run under 1s on average (0: none)")
 	f.DurationVar(&o.lease, "lease", 30*time.Second, "lease of a claimed task, renewed by heartbeats every lease/3")
 	f.DurationVar(&o.exitAfterIdle, "exit-after-idle", 0, "exit 0 once no task has been claimable for this long (0: never)")
 	f.IntSliceVar(&o.permanentCodes, "permanent-exit-codes", nil, "exit codes that dead-letter the task at once (e.g. 65,100)")
@@ -196,21 +195,6 @@ func idleCheck(idle, limit time.Duration) time.Duration {
 	return min(limit/4, 250*time.Millisecond)
 }
 
-// prefetchFor is the Prefetch of the worker of queues: --prefetch, or by
-// default a quarter of the smallest concurrency among them.
-func (o *workOptions) prefetchFor(queues map[string]int) int {
-	if o.prefetch >= 0 {
-		return o.prefetch
-	}
-	n := -1
-	for _, c := range queues {
-		if n < 0 || c < n {
-			n = c
-		}
-	}
-	return max(n, 0) / 4
-}
-
 func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *config.Config) error {
 	if len(o.queues) == 0 {
 		return usageErr("work: --queue is required")
@@ -221,8 +205,8 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	if o.exitAfterIdle < 0 || o.grace < 0 || o.cancelGrace <= 0 {
 		return usageErr("work: --exit-after-idle and --grace must not be negative, --cancel-grace must be positive")
 	}
-	if o.prefetch < -1 {
-		return usageErr("work: --prefetch must not be negative (-1: the default)")
+	if o.prefetch < 0 {
+		return usageErr("work: --prefetch must not be negative")
 	}
 	if o.outputLimit < 1 {
 		return usageErr("work: --output-limit must be at least 1")
@@ -266,7 +250,7 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 			// reap it and read its result, before the attempt is
 			// settled without it.
 			TimeoutGrace: max(5*time.Second, o.cancelGrace+2*time.Second),
-			Prefetch:     o.prefetchFor(g.queues)})
+			Prefetch:     o.prefetch})
 		if err != nil {
 			ws.stop(context.Background())
 			return usageErr("work: %v", err)
