@@ -73,6 +73,11 @@ type WorkerConfig struct {
 	// recorded); when the process dies, their leases expire like those
 	// of running tasks. Default: 0 (claim only for free slots).
 	Prefetch int
+	// SettleParallelism: how many completers write settle batches at
+	// once. Default: the store's (store.Features.SettleParallelism: 2 on
+	// Postgres, 1 on SQLite). One makes bigger batches on fewer
+	// connections: the exec worker's choice, whose batches are small.
+	SettleParallelism int
 }
 
 func (c *WorkerConfig) withDefaults() *WorkerConfig {
@@ -180,8 +185,8 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 	if wc.LeaderTTL < 100*time.Millisecond {
 		return nil, fmt.Errorf("backstop: leader TTL %s is shorter than 100ms", wc.LeaderTTL)
 	}
-	if wc.Prefetch < 0 {
-		return nil, fmt.Errorf("backstop: negative prefetch %d", wc.Prefetch)
+	if wc.Prefetch < 0 || wc.SettleParallelism < 0 {
+		return nil, fmt.Errorf("backstop: negative prefetch %d or settle parallelism %d", wc.Prefetch, wc.SettleParallelism)
 	}
 	if wc.HeartbeatInterval >= wc.Lease {
 		return nil, fmt.Errorf("backstop: heartbeat interval %s must be shorter than the lease %s", wc.HeartbeatInterval, wc.Lease)
@@ -819,12 +824,16 @@ const minClaimPart = 250
 // maxCompleterBatch bounds one settle statement.
 const maxCompleterBatch = 1000
 
+// completers is how many completers the worker runs: as configured, else as
+// many as the store applies settle batches well at once (store.Features).
+func (w *Worker) completers() int {
+	return max(1, cmp.Or(w.cfg.SettleParallelism, w.c.store.Features().SettleParallelism))
+}
+
 // startCompleters starts the completers; completersDone is closed once all of
 // them have drained settleCh after it was closed.
 func (w *Worker) startCompleters() {
-	// As many completers as the store applies settle batches well at
-	// once (store.Features).
-	n := max(1, w.c.store.Features().SettleParallelism)
+	n := w.completers()
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)

@@ -199,3 +199,26 @@ func TestPrefetchOnlyForShortRuns(t *testing.T) {
 		t.Fatalf("after short runs again (mean %s): %d claimable, want 6", time.Duration(q.meanRun.Load()), n)
 	}
 }
+
+// WorkerConfig.SettleParallelism sets the completers; by default the
+// store's (two on Postgres, one on SQLite).
+func TestWorkerSettleParallelism(t *testing.T) {
+	forEachStoreClient(t, func() *Config { return nil }, func(t *testing.T, c *Client) {
+		for _, set := range []int{0, 1, 3} {
+			w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"q": 1}, SettleParallelism: set, MaintenanceInterval: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := set
+			if set == 0 {
+				want = max(1, c.Store().Features().SettleParallelism)
+			}
+			if got := w.completers(); got != want {
+				t.Errorf("SettleParallelism %d: %d completers, want %d", set, got, want)
+			}
+		}
+		if _, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"q": 1}, SettleParallelism: -1}); err == nil {
+			t.Error("SettleParallelism -1: no error")
+		}
+	})
+}

@@ -250,7 +250,11 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 			// reap it and read its result, before the attempt is
 			// settled without it.
 			TimeoutGrace: max(5*time.Second, o.cancelGrace+2*time.Second),
-			Prefetch:     o.prefetch})
+			Prefetch:     o.prefetch,
+			// One completer: programs finish a few at a time, so two
+			// completers write small batches on two connections; one
+			// writes bigger batches on one (docs/benchmarks.md).
+			SettleParallelism: 1})
 		if err != nil {
 			ws.stop(context.Background())
 			return usageErr("work: %v", err)
