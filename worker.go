@@ -59,6 +59,25 @@ type WorkerConfig struct {
 	Labels map[string]string
 	// Version is this worker's software version in the registry.
 	Version string
+	// Prefetch: per queue, how many tasks the worker claims beyond its
+	// free slots (at most the queue's concurrency), so that a slot that
+	// frees starts its next task without waiting for a claim. It claims
+	// ahead only while the queue's handlers run short (their recent mean
+	// under PrefetchMaxRun, measured once some have finished), so a task
+	// claimed ahead waits for a slot briefly instead of a long task's
+	// run while other workers are free. A task claimed ahead is leased
+	// and heartbeated like a running one (its attempt is recorded and
+	// counted as running) but its handler starts only once a slot is
+	// free. When the worker stops, the tasks it has not started are
+	// released at once without charging an attempt (the release is
+	// recorded); when the process dies, their leases expire like those
+	// of running tasks. Default: 0 (claim only for free slots).
+	Prefetch int
+	// SettleParallelism: how many completers write settle batches at
+	// once. Default: the store's (store.Features.SettleParallelism: 2 on
+	// Postgres, 1 on SQLite). One makes bigger batches on fewer
+	// connections: the exec worker's choice, whose batches are small.
+	SettleParallelism int
 }
 
 func (c *WorkerConfig) withDefaults() *WorkerConfig {
@@ -118,9 +137,40 @@ type Worker struct {
 type queueRunner struct {
 	name        string
 	concurrency int
-	inflight    atomic.Int32
+	prefetch    int           // tasks claimed beyond the free slots (WorkerConfig.Prefetch)
+	slots       chan struct{} // with prefetch: a token per running handler, concurrency at most
+	inflight    atomic.Int32  // claimed and not yet done: running, and waiting for a slot
+	meanRun     atomic.Int64  // with prefetch: recent mean handler run (ns, moving average); 0: none finished yet
 	wake        chan struct{}
 	freed       chan struct{}
+}
+
+// PrefetchMaxRun is the mean handler run under which a worker with
+// WorkerConfig.Prefetch claims ahead of its free slots.
+const PrefetchMaxRun = time.Second
+
+// claimable is how many tasks q may hold at once: running, and claimed
+// ahead of a free slot while its handlers run short.
+func (q *queueRunner) claimable() int {
+	if m := q.meanRun.Load(); q.prefetch > 0 && m > 0 && m < int64(PrefetchMaxRun) {
+		return q.concurrency + q.prefetch
+	}
+	return q.concurrency
+}
+
+// ran folds a handler's run into q's moving average (weight 1/8).
+func (q *queueRunner) ran(d time.Duration) {
+	n := max(int64(d), 1)
+	for {
+		m := q.meanRun.Load()
+		next := n
+		if m > 0 {
+			next = max(m+(n-m)/8, 1)
+		}
+		if q.meanRun.CompareAndSwap(m, next) {
+			return
+		}
+	}
 }
 
 // NewWorker makes a worker; register handlers with Handle, then Start.
@@ -134,6 +184,9 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 	}
 	if wc.LeaderTTL < 100*time.Millisecond {
 		return nil, fmt.Errorf("backstop: leader TTL %s is shorter than 100ms", wc.LeaderTTL)
+	}
+	if wc.Prefetch < 0 || wc.SettleParallelism < 0 {
+		return nil, fmt.Errorf("backstop: negative prefetch %d or settle parallelism %d", wc.Prefetch, wc.SettleParallelism)
 	}
 	if wc.HeartbeatInterval >= wc.Lease {
 		return nil, fmt.Errorf("backstop: heartbeat interval %s must be shorter than the lease %s", wc.HeartbeatInterval, wc.Lease)
@@ -163,8 +216,12 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		if conc == 0 {
 			conc = cmp.Or(c.cfg.Queues[name].Concurrency, 10)
 		}
-		w.queues = append(w.queues, &queueRunner{name: name, concurrency: conc,
-			wake: make(chan struct{}, 1), freed: make(chan struct{}, 1)})
+		q := &queueRunner{name: name, concurrency: conc, prefetch: min(wc.Prefetch, conc),
+			wake: make(chan struct{}, 1), freed: make(chan struct{}, 1)}
+		if q.prefetch > 0 {
+			q.slots = make(chan struct{}, conc)
+		}
+		w.queues = append(w.queues, q)
 	}
 	return w, nil
 }
@@ -313,17 +370,13 @@ func (w *Worker) releaseRunning() {
 		rel []store.Settlement
 		as  []*attempt
 	)
-	for id, a := range w.running {
+	for _, a := range w.running {
 		a.mu.Lock()
 		a.released = true
 		prog := a.progress
 		a.mu.Unlock()
 		a.cancel(errShutdown)
-		rel = append(rel, store.Settlement{
-			TaskID: a.task.ID, ExecutionID: id, Outcome: bt.OutcomeReleased,
-			Error: "released on shutdown (not charged)", FinishedAt: now,
-			State: bt.StatePending, RunAt: now, Uncharged: true, Progress: prog,
-		})
+		rel = append(rel, releaseSettlement(a.task, prog, "released on shutdown (not charged)", now))
 		as = append(as, a)
 	}
 	w.mu.Unlock()
@@ -347,6 +400,15 @@ func (w *Worker) releaseRunning() {
 	}
 }
 
+// releaseSettlement gives t's lease back without charging the attempt:
+// the task is pending again at once, and the release is recorded.
+func releaseSettlement(t *Task, prog *Progress, why string, now time.Time) store.Settlement {
+	return store.Settlement{
+		TaskID: t.ID, ExecutionID: t.ExecutionID, Outcome: bt.OutcomeReleased,
+		Error: why, FinishedAt: now, State: bt.StatePending, RunAt: now, Uncharged: true, Progress: prog,
+	}
+}
+
 func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -367,7 +429,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	backoff := time.Duration(0)
 	base := context.WithoutCancel(ctx) // the attempts' (start)
 	for ctx.Err() == nil {
-		avail := q.concurrency - int(q.inflight.Load())
+		avail := q.claimable() - int(q.inflight.Load())
 		if avail > 0 && !empty {
 			// The claim must not be cut off by Stop: a claim that committed
 			// but whose rows were lost to the cancellation would leave its
@@ -394,7 +456,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			backoff = 0
 			for _, t := range tasks {
 				q.inflight.Add(1)
-				w.start(base, q, t, bad[t])
+				w.start(base, ctx, q, t, bad[t])
 			}
 			if len(tasks) < avail {
 				empty = true
@@ -420,7 +482,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			}
 			empty = false
 			// Let a few more slots free up so claims come in batches.
-			if q.concurrency-int(q.inflight.Load()) < max(q.concurrency/2, 1) {
+			if q.claimable()-int(q.inflight.Load()) < max(q.claimable()/2, 1) {
 				w.c.e.Sleep(ctx, w.cfg.FetchCooldown)
 			}
 		}
@@ -491,9 +553,11 @@ func (w *Worker) claim(ctx context.Context, q *queueRunner, n int) ([]*Task, map
 
 // start registers the attempt (so heartbeats cover it) and runs it. base
 // is the fetch context without its cancellation: attempts outlive it, and
-// shutdown ends them by cause. inputErr: the task's payload could not be
-// completed (stepInputs); it fails without reaching a handler.
-func (w *Worker) start(base context.Context, q *queueRunner, t *Task, inputErr error) {
+// shutdown ends them by cause. fetch is the fetch context: once it ends, a
+// task claimed ahead that has no slot yet is released instead of run.
+// inputErr: the task's payload could not be completed (stepInputs); it
+// fails without reaching a handler.
+func (w *Worker) start(base, fetch context.Context, q *queueRunner, t *Task, inputErr error) {
 	actx, cancel := context.WithCancelCause(base)
 	wa := &workerAttempt{attempt: attempt{task: t, cancel: cancel, wlog: w.log, inputErr: inputErr},
 		elog: execLog{task: t, sink: w.logs, now: w.now}}
@@ -513,8 +577,48 @@ func (w *Worker) start(base context.Context, q *queueRunner, t *Task, inputErr e
 			signal(q.freed)
 			w.touch()
 		}()
+		if q.slots != nil {
+			if !w.waitSlot(actx, fetch, q, a) {
+				return
+			}
+			defer func() { <-q.slots }()
+			began := time.Now()
+			defer func() { q.ran(time.Since(began)) }()
+		}
 		w.execute(actx, a)
 	}()
+}
+
+// waitSlot holds a task claimed ahead until one of q's slots is free, and
+// reports whether it got one. Otherwise the attempt is settled here
+// without running its handler: released uncharged when the worker stops
+// claiming first (it never started), decided by its context's cause when
+// that ends first (a cancel, a lost lease, shutdown).
+func (w *Worker) waitSlot(actx, fetch context.Context, q *queueRunner, a *attempt) bool {
+	select {
+	case q.slots <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case q.slots <- struct{}{}:
+		if fetch.Err() == nil {
+			return true
+		}
+		<-q.slots // the worker stopped claiming while this task waited
+		w.settle(a, releaseSettlement(a.task, nil, "released on shutdown before it started (not charged)", w.now()))
+	case <-fetch.Done():
+		w.settle(a, releaseSettlement(a.task, nil, "released on shutdown before it started (not charged)", w.now()))
+	case <-actx.Done():
+		cause := context.Cause(actx)
+		if errors.Is(cause, errLeaseLost) {
+			a.log().Warn("lease lost before the attempt started")
+			w.c.telemetry.LeaseLost(a.span)
+			return false
+		}
+		w.settle(a, w.decide(cause, cause, a))
+	}
+	return false
 }
 
 func taskLogger(l *slog.Logger, t *Task) *slog.Logger {
@@ -619,7 +723,7 @@ func (w *Worker) settle(a *attempt, s store.Settlement) {
 	case bt.StateDead:
 		a.log().Warn("task dead-lettered", "reason", s.DeadReason, "outcome", s.Outcome, "error", s.Error)
 	case bt.StateScheduled, bt.StatePending:
-		if s.Outcome != bt.OutcomeSnoozed {
+		if s.Outcome != bt.OutcomeSnoozed && s.Outcome != bt.OutcomeReleased {
 			a.log().Info("attempt failed; retry scheduled", "outcome", s.Outcome, "error", s.Error, "run_at", s.RunAt)
 		}
 	}
@@ -720,12 +824,16 @@ const minClaimPart = 250
 // maxCompleterBatch bounds one settle statement.
 const maxCompleterBatch = 1000
 
+// completers is how many completers the worker runs: as configured, else as
+// many as the store applies settle batches well at once (store.Features).
+func (w *Worker) completers() int {
+	return max(1, cmp.Or(w.cfg.SettleParallelism, w.c.store.Features().SettleParallelism))
+}
+
 // startCompleters starts the completers; completersDone is closed once all of
 // them have drained settleCh after it was closed.
 func (w *Worker) startCompleters() {
-	// As many completers as the store applies settle batches well at
-	// once (store.Features).
-	n := max(1, w.c.store.Features().SettleParallelism)
+	n := w.completers()
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)

@@ -507,26 +507,78 @@ func TestCrashSIGKILL(t *testing.T) {
 			if code := w2.wait(t, "worker2"); code != 0 {
 				t.Fatalf("worker2 exited with %d, want 0", code)
 			}
-			tasks := b.checkHistory()
-			for id, k := range killed {
-				ex := tasks[id].Executions
-				i := slices.IndexFunc(ex, func(e backstop.Execution) bool { return e.ExecutionID == k.ExecutionID })
-				if i < 0 {
-					t.Errorf("task %s: the killed execution %s is not recorded (%s)", id, k.ExecutionID, outcomes(ex))
-					continue
+			b.checkKilled(killed)
+		})
+	}
+}
+
+// checkKilled checks every task's history, and that each attempt leased
+// to the killed worker is recorded as lease_expired and was followed by
+// another.
+func (b *bundle) checkKilled(killed map[string]*backstop.Task) {
+	t := b.t
+	t.Helper()
+	tasks := b.checkHistory()
+	for id, k := range killed {
+		ex := tasks[id].Executions
+		i := slices.IndexFunc(ex, func(e backstop.Execution) bool { return e.ExecutionID == k.ExecutionID })
+		if i < 0 {
+			t.Errorf("task %s: the killed execution %s is not recorded (%s)", id, k.ExecutionID, outcomes(ex))
+			continue
+		}
+		e := ex[i]
+		if e.Outcome != bt.OutcomeLeaseExpired || e.WorkerID != k.WorkerID || e.Attempt != k.Attempt {
+			t.Errorf("task %s: killed execution recorded as %s by %q attempt %d, want lease_expired by %q attempt %d",
+				id, e.Outcome, e.WorkerID, e.Attempt, k.WorkerID, k.Attempt)
+		}
+		if !strings.Contains(e.Error, "lease expired") {
+			t.Errorf("task %s: lease_expired execution's error %q does not say so", id, e.Error)
+		}
+		if i == len(ex)-1 {
+			t.Errorf("task %s: nothing ran after the killed attempt (%s)", id, outcomes(ex))
+		}
+	}
+}
+
+// TestCrashSIGKILLClaimedAhead kills a worker of short tasks while it holds
+// a task claimed ahead of its four slots (--prefetch 2: five or six tasks
+// leased at once). After the leases expire a second worker reruns them:
+// every task succeeds, and every attempt leased to the killed worker, run
+// or only claimed ahead, is recorded as lease_expired.
+func TestCrashSIGKILLClaimedAhead(t *testing.T) {
+	t.Parallel()
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, st.url(t), 400)
+			var killed map[string]*backstop.Task
+			for tries := 1; tries <= 3 && len(killed) <= 4; tries++ {
+				w1 := b.startWorker("worker1", "0.2", "--lease", "2s", "--leader-ttl", "2s", "--prefetch", "2")
+				b.waitUntil("more tasks leased than the worker's four slots", func() bool {
+					if len(b.list(bt.StateRunning)) > 4 {
+						return true
+					}
+					if len(b.list(bt.StateSucceeded)) == len(b.ids) {
+						b.enqueue(context.Background(), 400)
+					}
+					return false
+				})
+				if err := syscall.Kill(-w1.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
 				}
-				e := ex[i]
-				if e.Outcome != bt.OutcomeLeaseExpired || e.WorkerID != k.WorkerID || e.Attempt != k.Attempt {
-					t.Errorf("task %s: killed execution recorded as %s by %q attempt %d, want lease_expired by %q attempt %d",
-						id, e.Outcome, e.WorkerID, e.Attempt, k.WorkerID, k.Attempt)
-				}
-				if !strings.Contains(e.Error, "lease expired") {
-					t.Errorf("task %s: lease_expired execution's error %q does not say so", id, e.Error)
-				}
-				if i == len(ex)-1 {
-					t.Errorf("task %s: nothing ran after the killed attempt (%s)", id, outcomes(ex))
-				}
+				w1.wait(t, "worker1")
+				b.waitSettled(w1)
+				killed = b.running()
 			}
+			if len(killed) <= 4 {
+				t.Fatalf("%d tasks leased at the kill, three times; want more than the four slots", len(killed))
+			}
+			t.Logf("%d tasks were leased at the kill", len(killed))
+			w2 := b.startWorker("worker2", "0.01", "--lease", "2s", "--leader-ttl", "2s", "--exit-after-idle", "6s")
+			if code := w2.wait(t, "worker2"); code != 0 {
+				t.Fatalf("worker2 exited with %d, want 0", code)
+			}
+			b.checkKilled(killed)
 		})
 	}
 }

@@ -21,6 +21,7 @@ type workOptions struct {
 	queues         []string
 	kinds          []string
 	concurrency    int
+	prefetch       int
 	lease          time.Duration
 	exitAfterIdle  time.Duration
 	permanentCodes []int
@@ -98,9 +99,16 @@ goes to the execution's log: backstop tasks logs ID. The last --output-limit
 bytes (8 KiB) are also kept with the attempt as its detail: backstop dlq show
 ID, or the executions' error_detail in backstop tasks show ID -o json.
 
-On SIGTERM or SIGINT the worker drains: it stops claiming, lets running
-programs finish within --grace, then kills the rest and releases their tasks
-without charging an attempt. A second signal ends the grace period at once.
+On the database (--db), --prefetch N claims up to N tasks per queue ahead of
+the free slots (default 0: none), so a slot that frees starts its next
+program without waiting for a claim. It does so only while programs run
+short (a recent mean under 1s): a task claimed ahead then waits for a slot
+briefly. It is leased, heartbeated and shown as running meanwhile.
+
+On SIGTERM or SIGINT the worker drains: it stops claiming, releases the tasks
+claimed ahead that have not started (uncharged, the release recorded), lets
+running programs finish within --grace, then kills the rest and releases their
+tasks without charging an attempt. A second signal ends the grace period at once.
 Logs are JSON lines on stderr.
 
 With --server URL (env BACKSTOP_SERVER) and --token T (env BACKSTOP_TOKEN) the
@@ -141,6 +149,7 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 	f.StringArrayVar(&o.queues, "queue", nil, "queue to work (repeatable; required)")
 	f.StringArrayVar(&o.kinds, "kind", nil, "only claim tasks of this kind (repeatable; default: every kind)")
 	f.IntVar(&o.concurrency, "concurrency", 10, "programs running at once, per queue")
+	f.IntVar(&o.prefetch, "prefetch", 0, "tasks claimed ahead of free slots, per queue (at most --concurrency), started as slots free, while programs run under 1s on average (0: none)")
 	f.DurationVar(&o.lease, "lease", 30*time.Second, "lease of a claimed task, renewed by heartbeats every lease/3")
 	f.DurationVar(&o.exitAfterIdle, "exit-after-idle", 0, "exit 0 once no task has been claimable for this long (0: never)")
 	f.IntSliceVar(&o.permanentCodes, "permanent-exit-codes", nil, "exit codes that dead-letter the task at once (e.g. 65,100)")
@@ -174,6 +183,18 @@ func (a *app) workConfig(cmd *cobra.Command, o *workOptions) (*config.Config, er
 	return cfg, nil
 }
 
+// idleCheck is when to look at the worker's idle time next, given the
+// last look (idle: zero while it works) and --exit-after-idle: when an idle
+// worker would reach the limit, so it exits then rather than up to a
+// polling period later; while it works, a quarter of the limit (at most
+// 250ms).
+func idleCheck(idle, limit time.Duration) time.Duration {
+	if idle > 0 {
+		return limit - idle
+	}
+	return min(limit/4, 250*time.Millisecond)
+}
+
 func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *config.Config) error {
 	if len(o.queues) == 0 {
 		return usageErr("work: --queue is required")
@@ -183,6 +204,9 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	}
 	if o.exitAfterIdle < 0 || o.grace < 0 || o.cancelGrace <= 0 {
 		return usageErr("work: --exit-after-idle and --grace must not be negative, --cancel-grace must be positive")
+	}
+	if o.prefetch < 0 {
+		return usageErr("work: --prefetch must not be negative")
 	}
 	if o.outputLimit < 1 {
 		return usageErr("work: --output-limit must be at least 1")
@@ -225,7 +249,12 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 			// A canceled program's SIGTERM grace, and a little more to
 			// reap it and read its result, before the attempt is
 			// settled without it.
-			TimeoutGrace: max(5*time.Second, o.cancelGrace+2*time.Second)})
+			TimeoutGrace: max(5*time.Second, o.cancelGrace+2*time.Second),
+			Prefetch:     o.prefetch,
+			// One completer: programs finish a few at a time, so two
+			// completers write small batches on two connections; one
+			// writes bigger batches on one (docs/benchmarks.md).
+			SettleParallelism: 1})
 		if err != nil {
 			ws.stop(context.Background())
 			return usageErr("work: %v", err)
@@ -247,10 +276,11 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 	w := ws
 
 	var idle <-chan time.Time
+	var idleTimer *time.Timer
 	if o.exitAfterIdle > 0 {
-		tick := time.NewTicker(min(o.exitAfterIdle/4, 250*time.Millisecond))
-		defer tick.Stop()
-		idle = tick.C
+		idleTimer = time.NewTimer(idleCheck(0, o.exitAfterIdle))
+		defer idleTimer.Stop()
+		idle = idleTimer.C
 	}
 	reason := ""
 	for reason == "" {
@@ -258,8 +288,10 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 		case <-ctx.Done():
 			reason = "signal"
 		case <-idle:
-			if w.IdleFor() >= o.exitAfterIdle {
+			if d := w.IdleFor(); d >= o.exitAfterIdle {
 				reason = "idle"
+			} else {
+				idleTimer.Reset(idleCheck(d, o.exitAfterIdle))
 			}
 		}
 	}

@@ -54,6 +54,7 @@ func TestWorkUsageErrors(t *testing.T) {
 		"unknown program":   {"work", "--queue", "q", "--", "no-such-program-backstop"},
 		"invalid queue":     {"work", "--queue", "bad queue!", "--", "true"},
 		"negative idle":     {"work", "--queue", "q", "--exit-after-idle", "-1s", "--", "true"},
+		"negative prefetch": {"work", "--queue", "q", "--prefetch", "-1", "--", "true"},
 		"bench n and dur":   {"bench", "-n", "10", "--duration", "1s"},
 		"bench rate no dur": {"bench", "--rate", "100"},
 		"bench workers 0":   {"bench", "-n", "10", "--workers", "0"},
