@@ -75,6 +75,16 @@ func startPrefetchRun(t *testing.T, c *Client, n int) *prefetchRun {
 // release lets the handlers return.
 func (r *prefetchRun) release() { r.open.Do(func() { close(r.gate) }) }
 
+// waitClaimedAhead waits for the run's two handlers to hold their slots
+// with two more tasks leased beside them, claimed ahead.
+func (r *prefetchRun) waitClaimedAhead(t *testing.T) {
+	testwait.For(t, "2 handlers running and 4 tasks leased", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.running == 2 && r.states(t)[bt.StateRunning] == 4
+	})
+}
+
 // states counts the tasks by state.
 func (r *prefetchRun) states(t *testing.T) map[bt.State]int {
 	t.Helper()
@@ -95,11 +105,7 @@ func (r *prefetchRun) states(t *testing.T) map[bt.State]int {
 func TestWorkerPrefetchClaimsAhead(t *testing.T) {
 	forEachStoreClient(t, func() *Config { return nil }, func(t *testing.T, c *Client) {
 		r := startPrefetchRun(t, c, 10)
-		testwait.For(t, "2 handlers running and 4 tasks leased", func() bool {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			return r.running == 2 && r.states(t)[bt.StateRunning] == 4
-		})
+		r.waitClaimedAhead(t)
 		r.release()
 		testwait.For(t, "every task succeeded", func() bool { return r.states(t)[bt.StateSucceeded] == 10 })
 		r.mu.Lock()
@@ -125,11 +131,7 @@ func TestWorkerPrefetchClaimsAhead(t *testing.T) {
 func TestWorkerPrefetchReleasedOnStop(t *testing.T) {
 	forEachStoreClient(t, func() *Config { return nil }, func(t *testing.T, c *Client) {
 		r := startPrefetchRun(t, c, 10)
-		testwait.For(t, "2 handlers running and 4 tasks leased", func() bool {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			return r.running == 2 && r.states(t)[bt.StateRunning] == 4
-		})
+		r.waitClaimedAhead(t)
 		stopped := make(chan error, 1)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
