@@ -10,6 +10,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/backstophq/backstop/internal/testmetric"
+	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/workflow"
 )
 
@@ -70,7 +71,17 @@ func TestWorkflowMetrics(t *testing.T) {
 			}
 			waitRun(t, c, run.RunID, workflow.RunSucceeded, workflow.RunPartial, workflow.RunFailed)
 		}
-		got := testmetric.Collect(t, reader)
+		// A settle records its metrics once its transaction commits, so a
+		// run's end can be read before them: wait for both runs' durations and the failed item.
+		var got map[string]map[string]int64
+		testwait.For(t, "both runs' metrics", func() bool {
+			got = testmetric.Collect(t, reader)
+			var runs int64
+			for _, n := range got["backstop.workflow.run.duration"] {
+				runs += n
+			}
+			return runs >= 2 && got["backstop.workflow.fanout.items.finished"]["outcome=failed,step=fan,workflow=m"] >= 1
+		})
 		want := map[string]map[string]int64{
 			// Run 1: maybe's when holds, risky fails and routes to rescue;
 			// run 2: maybe's when is false, risky succeeds (rescue is not
