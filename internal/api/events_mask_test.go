@@ -11,6 +11,7 @@ import (
 
 	"github.com/backstophq/backstop/internal/api"
 	"github.com/backstophq/backstop/internal/apiclient"
+	"github.com/backstophq/backstop/internal/testwait"
 )
 
 // The event log served by GET /v1/events (JSON and Server-Sent Events)
@@ -25,10 +26,17 @@ func TestEventLogMasked(t *testing.T) {
 			`{"merge_patch":{"password":"hunter2"}}`); st != http.StatusOK {
 			t.Fatalf("replay: %d %s", st, body)
 		}
-		st, body := b.raw(t, api.RoleViewer, "GET", "/v1/events?stream=type.dlq.replay_requested", "", "")
-		if st != http.StatusOK || !strings.Contains(string(body), "merge_patch") {
-			t.Fatalf("events: %d %s", st, body)
-		}
+		// An event is served once every earlier sequence number has
+		// committed or rolled back (gap-free cursors): wait for it.
+		var body []byte
+		testwait.For(t, "the replay's event in the log", func() bool {
+			var st int
+			st, body = b.raw(t, api.RoleViewer, "GET", "/v1/events?stream=type.dlq.replay_requested", "", "")
+			if st != http.StatusOK {
+				t.Fatalf("events: %d %s", st, body)
+			}
+			return strings.Contains(string(body), "merge_patch")
+		})
 		if strings.Contains(string(body), "hunter2") || !strings.Contains(string(body), "[REDACTED]") {
 			t.Fatalf("the event log serves a redacted key: %s", body)
 		}
