@@ -126,9 +126,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_activity, :"schema".b
 -- The kept task counts (store/counts.go): every write of tasks appends its
 -- change to the deltas through a trigger that runs as its owner (no grant
 -- needed to write tasks), but the claim and the success settle, which append
--- their own batch's as the worker; the maintenance leader folds the deltas
+-- their own batch's as the worker, and a batch enqueue written by COPY, which
+-- appends its own as the producer; the maintenance leader folds the deltas
 -- into the counts and corrects them from a count of the tasks.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_task_counts, :"schema".backstop_task_count_deltas TO backstop_worker;
+GRANT INSERT ON :"schema".backstop_task_count_deltas TO backstop_producer;
 -- The dead letters' groups are kept the same way (store/pgstore migration
 -- 00062), folded and corrected with the task counts.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_dlq_group_counts, :"schema".backstop_dlq_group_count_deltas TO backstop_worker;

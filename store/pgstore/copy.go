@@ -42,17 +42,23 @@ var copyColumns = append(append([]string(nil), insertColumns...), "event_links")
 // by COPY.
 func worthCopying(plain int) bool { return plain > maxPreparedRows }
 
-// copyTasks writes batch by COPY with its task.enqueued event; ok is false
-// when the transaction cannot COPY (database/sql), and nothing was written.
-func copyTasks(ctx context.Context, db dbtx, batch []row, actor string) (ok bool, err error) {
+// copyTasks writes batch by COPY with its task.enqueued event and its
+// counts, written by events (sqlCopiedEvents or its form for an older
+// schema); ok is false when the transaction cannot COPY (database/sql),
+// and nothing was written.
+func copyTasks(ctx context.Context, db dbtx, batch []row, actor, events string) (ok bool, err error) {
 	cp, ok := db.(copier)
 	if !ok {
 		return false, nil
 	}
 	var seq int64
 	ev := copiedEvents(batch)
-	if err := cp.queryRow(ctx, sqlCopiedEvents, ev.time, ev.times, ev.subjects, ev.queues, ev.kinds,
-		ev.attributes, actor, ev.bodies, ev.common).Scan(&seq); err != nil {
+	args := []any{ev.time, ev.times, ev.subjects, ev.queues, ev.kinds, ev.attributes, actor, ev.bodies, ev.common}
+	if events == sqlCopiedEvents { // the older forms count nothing
+		queues, states, ns := copiedCounts(batch)
+		args = append(args, queues, states, ns)
+	}
+	if err := cp.queryRow(ctx, events, args...).Scan(&seq); err != nil {
 		return false, fmt.Errorf("pgstore: enqueue: events: %w", err)
 	}
 	links := []int64{seq}
@@ -76,10 +82,47 @@ func copyTasks(ctx context.Context, db dbtx, batch []row, actor string) (ok bool
 // newest creation time, $2 the creation times, $3 the ids, $4 the queues,
 // $5 the kinds, $6 the attributes and $8 the bodies as JSON arrays, $7 the
 // actor, $9 the common body.
-var sqlCopiedEvents = `INSERT INTO backstop_events (seq, link, type, time, times, subjects, queues, kinds, attributes, actor, bodies, common)
+//
+// It also counts the batch (copiedCounts: $10 the queues, $11 the states,
+// $12 the tasks of each pair; a copied task has no dead-letter status and
+// no dead-letter group) into the count deltas, and marks the transaction
+// counted for an INSERT: the insert trigger that the COPY, the next
+// statement, fires finds the mark, clears it and appends nothing
+// (migration 00060), and the dead letters' groups trigger, which an
+// INSERT so marked gives nothing to count, returns at once (migration
+// 00063). Nothing runs between the two statements; a COPY that fails
+// takes the deltas and the mark with its transaction or savepoint. Before
+// the mark (countedVersion) the trigger counts the COPY: the form without
+// the count, which takes $1 to $9 only.
+var sqlCopiedEvents = withOlderForms(`WITH counted AS (
+	INSERT INTO backstop_task_count_deltas (queue, state, dlq_status, n)
+	SELECT queue, state, '', n FROM unnest($10::text[], $11::text[], $12::bigint[]) c(queue, state, n)
+	WHERE set_config('backstop.counted', 'INSERT', true) <> ''
+)
+`+copiedEventsSQL, olderForm{countedVersion, copiedEventsSQL})
+
+const copiedEventsSQL = `INSERT INTO backstop_events (seq, link, type, time, times, subjects, queues, kinds, attributes, actor, bodies, common)
 SELECT s.seq, s.seq, 'task.enqueued', $1::timestamptz, $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::json, $7::text, $8::json, $9::json
 FROM (SELECT ` + evSeq + ` AS seq) s
 RETURNING seq`
+
+// copiedCounts is a copied batch's tasks by queue and state, as
+// sqlCopiedEvents takes them: the pairs in their first task's order and
+// each pair's number of tasks.
+func copiedCounts(batch []row) (queues, states []string, ns []int64) {
+	at := make(map[[2]string]int, 4)
+	for _, r := range batch {
+		k := [2]string{r.task.Queue, string(r.task.State)}
+		i, ok := at[k]
+		if !ok {
+			i = len(ns)
+			at[k] = i
+			queues, states, ns = append(queues, k[0]), append(states, k[1]), append(ns, 0)
+		}
+		ns[i]++
+	}
+	return queues, states, ns
+}
 
 // enqueuedEventRow is the elements of a batch's task.enqueued row.
 type enqueuedEventRow struct {
@@ -200,13 +243,14 @@ func (t pgxTx) copyFrom(ctx context.Context, table string, cols []string, rows [
 	return err
 }
 
-// enqueueCopying runs body, and when its COPY met a taken id, runs it
-// again without COPY: the INSERTs report the id. body runs in a
-// transaction or savepoint of its own each time.
-func enqueueCopying(body func(copyOK bool) ([]store.EnqueueResult, error)) ([]store.EnqueueResult, error) {
-	res, err := body(true)
+// enqueueCopying runs body with the COPY's event statement for s's schema,
+// and when its COPY met a taken id, runs it again without COPY (""): the
+// INSERTs report the id. body runs in a transaction or savepoint of its
+// own each time.
+func (s *Store) enqueueCopying(body func(copyEvents string) ([]store.EnqueueResult, error)) ([]store.EnqueueResult, error) {
+	res, err := body(s.hot(sqlCopiedEvents))
 	if errors.Is(err, errCopyConflict) {
-		return body(false)
+		return body("")
 	}
 	return res, err
 }

@@ -22,6 +22,12 @@ import (
 // and state from a CTE of their own (countedMove) and mark the statement,
 // so that the trigger skips it. A statement may set the mark only if it
 // counts every group change of every row it writes.
+//
+// A batch enqueue written by COPY counts itself too (copy.go:
+// sqlCopiedEvents): COPY takes no CTE, so the statement before it, which
+// writes the batch's task.enqueued event, appends the batch's counts and
+// marks the transaction for an INSERT; the COPY's insert trigger clears
+// the mark.
 
 var _ store.CountKeeper = (*Store)(nil)
 

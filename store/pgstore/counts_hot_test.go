@@ -183,6 +183,7 @@ var countedMarks = regexp.MustCompile(`backstop\.counted|countedMove\([^)]*\)`)
 func TestEveryCountedStatementIsListed(t *testing.T) {
 	want := []string{
 		"pgstore/counts.go backstop.counted",                                // countedMove: the mark
+		"pgstore/copy.go backstop.counted",                                  // sqlCopiedEvents: every copied row's (queue, state), no dead-letter status or group (copiedCounts)
 		"pgstore/counts.go countedMove(rows, from, to string)",              // its definition
 		`pgstore/queries.go countedMove("claimed", "pending", "running")`,   // formatClaim: WHERE state = 'pending', SET state = 'running'
 		`pgstore/queries.go countedMove("settled", "running", "succeeded")`, // sqlSettleSucceeded: leaseHeld, SET state = 'succeeded'

@@ -19,7 +19,7 @@ func (s *Store) Enqueue(ctx context.Context, tasks []*bt.Task, opts store.Enqueu
 	if err := checkEnqueue(tasks, opts); err != nil || len(tasks) == 0 {
 		return []store.EnqueueResult{}, err
 	}
-	return enqueueCopying(func(copyOK bool) ([]store.EnqueueResult, error) {
+	return s.enqueueCopying(func(copyEvents string) ([]store.EnqueueResult, error) {
 		conn, err := s.pool.Acquire(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("pgstore: enqueue: %w", err)
@@ -27,7 +27,7 @@ func (s *Store) Enqueue(ctx context.Context, tasks []*bt.Task, opts store.Enqueu
 		defer conn.Release() // a connection left in a transaction is closed, not reused
 		tx := &pipeTx{conn: conn.Conn()}
 		defer tx.rollback(context.WithoutCancel(ctx)) // no-op once committed
-		res, err := enqueue(ctx, tx, tasks, opts, copyOK)
+		res, err := enqueue(ctx, tx, tasks, opts, copyEvents)
 		if err != nil {
 			return nil, err
 		}
@@ -56,19 +56,19 @@ func (s *Store) EnqueueTx(ctx context.Context, tx any, tasks []*bt.Task, opts st
 	if err != nil {
 		return nil, err
 	}
-	return enqueueCopying(func(copyOK bool) ([]store.EnqueueResult, error) {
-		return enqueueInSavepoint(ctx, db, tasks, opts, copyOK)
+	return s.enqueueCopying(func(copyEvents string) ([]store.EnqueueResult, error) {
+		return enqueueInSavepoint(ctx, db, tasks, opts, copyEvents)
 	})
 }
 
 // enqueueInSavepoint is enqueue inside a savepoint of db, rolled back when
 // it fails.
-func enqueueInSavepoint(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueOpts, copyOK bool) ([]store.EnqueueResult, error) {
+func enqueueInSavepoint(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueOpts, copyEvents string) ([]store.EnqueueResult, error) {
 	release, rollback, err := db.savepoint(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: enqueue: savepoint: %w", err)
 	}
-	res, err := enqueue(ctx, db, tasks, opts, copyOK)
+	res, err := enqueue(ctx, db, tasks, opts, copyEvents)
 	if err != nil {
 		if rbErr := rollback(context.WithoutCancel(ctx)); rbErr != nil {
 			return nil, errors.Join(err, fmt.Errorf("pgstore: enqueue: rollback to savepoint: %w", rbErr))
@@ -172,9 +172,10 @@ func (r row) stored() *bt.Task {
 // an earlier one, except on pgx a batch's tasks keyed by an idempotency key
 // alone, which are resolved together with the same outcome
 // (idempotent.go).
-// copyOK lets a large batch of tasks without keys be written by COPY
-// (copy.go).
-func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueOpts, copyOK bool) ([]store.EnqueueResult, error) {
+// copyEvents, when not empty, lets a large batch of tasks without keys be
+// written by COPY, its event and counts by that statement (copy.go:
+// sqlCopiedEvents in the form for the store's schema).
+func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueOpts, copyEvents string) ([]store.EnqueueResult, error) {
 	results := make([]store.EnqueueResult, len(tasks))
 	actor := store.ActorFrom(ctx, store.DefaultActor)
 	var folded []bt.Event // task.enqueued of merges and duplicates
@@ -206,9 +207,9 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 			batch[j] = r
 		}
 		copied := false
-		if copyOK && worthCopying(len(chunk)) {
+		if copyEvents != "" && worthCopying(len(chunk)) {
 			var err error
-			if copied, err = copyTasks(ctx, db, batch, actor); err != nil { // copy.go
+			if copied, err = copyTasks(ctx, db, batch, actor, copyEvents); err != nil { // copy.go
 				return nil, err
 			}
 		}

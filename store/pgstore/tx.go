@@ -64,18 +64,18 @@ func (t Txs) Settle(ctx context.Context, tx pgx.Tx, settlements []store.Settleme
 }
 
 // Enqueue is Store.Enqueue inside tx.
-func (Txs) Enqueue(ctx context.Context, tx pgx.Tx, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
+func (t Txs) Enqueue(ctx context.Context, tx pgx.Tx, tasks []*bt.Task, opts store.EnqueueOpts) ([]store.EnqueueResult, error) {
 	if err := checkEnqueue(tasks, opts); err != nil || len(tasks) == 0 {
 		return []store.EnqueueResult{}, err
 	}
 	db := pgxTx{tx}
 	if !worthCopying(len(tasks)) {
-		return enqueue(ctx, db, tasks, opts, false)
+		return enqueue(ctx, db, tasks, opts, "")
 	}
 	// A COPY that meets a taken id aborts the caller's transaction up to
 	// the savepoint only; the INSERTs then report the id (copy.go).
-	return enqueueCopying(func(copyOK bool) ([]store.EnqueueResult, error) {
-		return enqueueInSavepoint(ctx, db, tasks, opts, copyOK)
+	return t.s.enqueueCopying(func(copyEvents string) ([]store.EnqueueResult, error) {
+		return enqueueInSavepoint(ctx, db, tasks, opts, copyEvents)
 	})
 }
 
