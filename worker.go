@@ -606,9 +606,7 @@ func (w *Worker) waitSlot(actx, fetch context.Context, q *queueRunner, a *attemp
 			return true
 		}
 		<-q.slots // the worker stopped claiming while this task waited
-		w.settle(a, releaseSettlement(a.task, nil, "released on shutdown before it started (not charged)", w.now()))
 	case <-fetch.Done():
-		w.settle(a, releaseSettlement(a.task, nil, "released on shutdown before it started (not charged)", w.now()))
 	case <-actx.Done():
 		cause := context.Cause(actx)
 		if errors.Is(cause, errLeaseLost) {
@@ -617,7 +615,9 @@ func (w *Worker) waitSlot(actx, fetch context.Context, q *queueRunner, a *attemp
 			return false
 		}
 		w.settle(a, w.decide(cause, cause, a))
+		return false
 	}
+	w.settle(a, releaseSettlement(a.task, nil, "released on shutdown before it started (not charged)", w.now()))
 	return false
 }
 
