@@ -451,26 +451,23 @@ func (c *Client) runJob(ctx context.Context, j jobRun, progress func(RedriveProg
 				cur = store.RedriveHolder{Runner: r.Runner, Status: r.Status}
 			}
 		}
-		if cur.Runner != j.runner {
-			out.Replayed += done
-			out.Failed += failed
-			report()
-			return out, fmt.Errorf("%s %s %w after %d done: runner %q took it over", jobNoun, rec.ID, ErrInterrupted, out.Replayed, cur.Runner)
-		}
-		if cur.Status == RedriveCanceled {
-			out.Replayed += done
-			out.Failed += failed
-			report()
-			return out, fmt.Errorf("%s %s %w: %w after %d done; `backstop redrives resume %s` continues it",
+		out.Replayed += done
+		out.Failed += failed
+		var stop error
+		switch {
+		case cur.Runner != j.runner:
+			stop = fmt.Errorf("%s %s %w after %d done: runner %q took it over", jobNoun, rec.ID, ErrInterrupted, out.Replayed, cur.Runner)
+		case cur.Status == RedriveCanceled:
+			stop = fmt.Errorf("%s %s %w: %w after %d done; `backstop redrives resume %s` continues it",
 				jobNoun, rec.ID, ErrInterrupted, ErrRedriveCanceled, out.Replayed, rec.ID)
+		case cur.Status != RedriveRunning: // finished by another process
+			stop = fmt.Errorf("%s %s %w after %d done: its record is %s", jobNoun, rec.ID, ErrInterrupted, out.Replayed, cur.Status)
 		}
-		if cur.Status != RedriveRunning { // finished by another process
-			out.Replayed += done
-			out.Failed += failed
+		if stop != nil {
 			report()
-			return out, fmt.Errorf("%s %s %w after %d done: its record is %s", jobNoun, rec.ID, ErrInterrupted, out.Replayed, cur.Status)
+			return out, stop
 		}
-		if last == "" {
+		if last == "" { // nothing was left
 			out.Done = true
 			if err := finish(RedriveDone); err != nil {
 				return out, fmt.Errorf("%s: %w", jobNoun, err)
@@ -480,8 +477,6 @@ func (c *Client) runJob(ctx context.Context, j jobRun, progress func(RedriveProg
 		}
 		after = last
 		doneThisRun += done + failed
-		out.Replayed += done
-		out.Failed += failed
 		if el := time.Since(start).Seconds(); el > 0 {
 			out.Rate = float64(doneThisRun) / el
 		}
