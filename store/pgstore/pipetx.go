@@ -4,31 +4,84 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/backstophq/backstop/store"
 )
 
-// pipeTx is Store.Enqueue's transaction: its BEGIN is sent with its first
-// statement and its wake-up with its COMMIT, each pair in one pipelined
-// round trip, so that a single enqueue costs two round trips instead of
-// four (begin, insert, notify, commit). On a busy server each round trip
-// is one more wait for the backend to be scheduled, and a single enqueue's
-// latency is mostly those waits (docs/benchmarks.md, "Pickup at 1,000
-// tasks/s"). The statements and their order are the plain transaction's:
-// NOTIFY is delivered at commit wherever it runs in the transaction.
+// pipeTx is the store's own transaction (Store.Enqueue's, and the one
+// Txs.Begin returns, so every Store.InTx): its BEGIN is sent with its first
+// statement, and its COMMIT with its wake-up and the writes held for it
+// (holdForCommit: WritePlan's pipeline), each in one pipelined round trip.
+// A single enqueue costs two round trips instead of four (begin, insert,
+// notify, commit) and a workflow step's settle three instead of five
+// (begin, the runs locked, the settle, the plan, commit). On a busy server
+// each round trip is one more wait for the backend to be scheduled
+// (docs/benchmarks.md, "Pickup at 1,000 tasks/s" and "Workflow step tasks
+// …: the settle's round trips"). The statements and their order are the
+// plain transaction's: NOTIFY is delivered at commit wherever it runs in
+// the transaction, and a statement that fails makes the server skip the
+// rest of its pipeline, COMMIT included; the transaction then rolls back.
 //
 // A statement whose arguments choose a QueryExecMode (batchArgs: the
-// multi-row statements that are not kept prepared) cannot go in a
-// pipeline; before such a first statement BEGIN is sent alone.
+// multi-row statements that are not kept prepared; the settle's per-batch
+// plan) cannot go in a pipeline; before such a first statement BEGIN is
+// sent alone.
+//
+// It is a pgx.Tx (Begin is a savepoint; LargeObjects is not supported),
+// used by one goroutine at a time.
 type pipeTx struct {
-	conn  *pgx.Conn
-	begun bool // BEGIN was sent
-	done  bool // COMMIT succeeded or ROLLBACK was sent
-	woken []string
+	conn   *pgx.Conn
+	pooled *pgxpool.Conn // released when the transaction ends (Txs.Begin's); nil: the caller's
+	begun  bool          // BEGIN was sent
+	done   bool          // Commit or Rollback ended it
+	woken  []string
+	held   *pipeline // writes sent with COMMIT, or before the next statement
+	locked []string  // the runs LockRun(s) locked in this transaction (sorted)
+	nested int       // savepoints begun, for their names
 }
+
+var _ pgx.Tx = (*pipeTx)(nil)
 
 // wakeAtCommit records the queues to NOTIFY, sent with the COMMIT.
 func (t *pipeTx) wakeAtCommit(queues []string) { t.woken = append(t.woken, queues...) }
+
+// holdForCommit keeps p's statements to send with COMMIT (or before the
+// next statement, whichever comes first): p must judge no outcome the
+// server could still commit (planPipeline's strict). Their failure is
+// reported by that statement or by Commit.
+func (t *pipeTx) holdForCommit(p *pipeline) {
+	if t.held == nil {
+		t.held = p
+		return
+	}
+	t.held.b.QueuedQueries = append(t.held.b.QueuedQueries, p.b.QueuedQueries...)
+	t.held.read = append(t.held.read, p.read...)
+}
+
+// lockedRuns records runs locked FOR UPDATE in this transaction: they
+// exist until it ends.
+func (t *pipeTx) lockedRuns(ids ...string) {
+	for _, id := range ids {
+		if i, ok := slices.BinarySearch(t.locked, id); !ok {
+			t.locked = slices.Insert(t.locked, i, id)
+		}
+	}
+}
+
+// holdsRuns says whether every run of rs is locked in this transaction.
+func (t *pipeTx) holdsRuns(rs []store.RunRecord) bool {
+	for _, r := range rs {
+		if _, ok := slices.BinarySearch(t.locked, r.RunID); !ok {
+			return false
+		}
+	}
+	return true
+}
 
 // sqlNotifyQueues wakes the queues of the array $1: one prepared statement
 // for any number of queues, as a pipeline needs.
@@ -44,134 +97,250 @@ func pipelinable(args []any) bool {
 	return !mode
 }
 
-// first sends BEGIN and the transaction's first statement together, and
-// returns the batch's results with BEGIN's read; the caller reads the
-// statement's and closes them.
-func (t *pipeTx) first(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
-	t.begun = true
-	b := &pgx.Batch{}
-	b.Queue("begin")
-	b.Queue(sql, args...)
-	br := t.conn.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		return nil, errors.Join(err, br.Close())
+// flush sends the held writes, with BEGIN when not begun: before any
+// other statement, which must see them.
+func (t *pipeTx) flush(ctx context.Context) error {
+	if t.held == nil {
+		return nil
 	}
-	return br, nil
+	p := t.held
+	t.held = nil
+	return p.send(ctx, t)
 }
 
-// begin sends BEGIN alone, when the first statement cannot be pipelined.
-func (t *pipeTx) begin(ctx context.Context) error {
+// ready makes the transaction ready for a statement that goes alone: the
+// held writes sent, BEGIN sent.
+func (t *pipeTx) ready(ctx context.Context) error {
+	if t.done {
+		return pgx.ErrTxClosed
+	}
+	if err := t.flush(ctx); err != nil {
+		return err
+	}
+	if !t.begun {
+		t.begun = true
+		_, err := t.conn.Exec(ctx, "begin")
+		return err
+	}
+	return nil
+}
+
+// SendBatch sends b in the transaction; BEGIN goes first in the same
+// round trip when it was not sent yet.
+func (t *pipeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.done {
+		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
+	}
+	if err := t.flush(ctx); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	if t.begun {
+		return t.conn.SendBatch(ctx, b)
+	}
 	t.begun = true
-	_, err := t.conn.Exec(ctx, "begin")
+	withBegin := &pgx.Batch{}
+	withBegin.Queue("begin")
+	withBegin.QueuedQueries = append(withBegin.QueuedQueries, b.QueuedQueries...)
+	br := t.conn.SendBatch(ctx, withBegin)
+	if _, err := br.Exec(); err != nil {
+		return pgx.FailedBatchResults(b, errors.Join(err, br.Close()))
+	}
+	return br
+}
+
+// first sends the transaction's first statement with BEGIN, and returns
+// the batch's results; the caller reads the statement's and closes them.
+func (t *pipeTx) first(ctx context.Context, sql string, args []any) pgx.BatchResults {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	return t.SendBatch(ctx, b)
+}
+
+// alone: the next statement goes by itself (BEGIN sent, or not
+// pipelinable), not in first.
+func (t *pipeTx) alone(args []any) bool { return t.begun || t.held != nil || !pipelinable(args) }
+
+func (t *pipeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.alone(args) {
+		if err := t.ready(ctx); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		return t.conn.Exec(ctx, sql, args...)
+	}
+	br := t.first(ctx, sql, args)
+	tag, err := br.Exec()
+	return tag, errors.Join(err, br.Close())
+}
+
+func (t *pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.alone(args) {
+		if err := t.ready(ctx); err != nil {
+			return nil, err
+		}
+		return t.conn.Query(ctx, sql, args...)
+	}
+	br := t.first(ctx, sql, args)
+	rs, err := br.Query()
+	if err != nil {
+		return nil, errors.Join(err, br.Close())
+	}
+	return closingRows{Rows: rs, br: br}, nil
+}
+
+func (t *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rs, err := t.Query(ctx, sql, args...)
+	return firstRow{rs: rs, err: err}
+}
+
+func (t *pipeTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.ready(ctx); err != nil {
+		return 0, err
+	}
+	return t.conn.CopyFrom(ctx, table, cols, src)
+}
+
+func (t *pipeTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return t.conn.Prepare(ctx, name, sql)
+}
+
+// LargeObjects is not supported on the store's transaction.
+func (t *pipeTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+
+func (t *pipeTx) Conn() *pgx.Conn { return t.conn }
+
+// Begin starts a savepoint: its Commit releases it, its Rollback rolls
+// back to it.
+func (t *pipeTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	t.nested++
+	sp := &pipeSavepoint{pipeTx: t, name: fmt.Sprintf("backstop_sp_%d", t.nested)}
+	if _, err := t.Exec(ctx, "SAVEPOINT "+sp.name); err != nil {
+		return nil, err
+	}
+	return sp, nil
+}
+
+// Commit sends the held writes, the wake-up and COMMIT in one round trip
+// (with BEGIN when nothing was sent yet; nothing when nothing was
+// written). A held write's failure is the error as its statement reported
+// it; a transaction the server ended as a rollback (an earlier failure) is
+// pgx.ErrTxCommitRollback. However it ends, the transaction is over.
+func (t *pipeTx) Commit(ctx context.Context) error {
+	if t.done {
+		return pgx.ErrTxClosed
+	}
+	p := t.held
+	t.held = nil
+	if p == nil {
+		if !t.begun {
+			t.end(ctx)
+			return nil
+		}
+		p = &pipeline{}
+	}
+	if len(t.woken) > 0 {
+		p.exec(sqlNotifyQueues, []any{t.woken}, wrapped("notify"))
+	}
+	p.b.Queue("commit")
+	p.read = append(p.read, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		if err == nil && tag.String() != "COMMIT" {
+			err = pgx.ErrTxCommitRollback
+		}
+		return err
+	})
+	err := p.send(ctx, t)
+	t.end(ctx)
 	return err
 }
 
+// Rollback rolls back what was sent; the held writes are dropped unsent.
+func (t *pipeTx) Rollback(ctx context.Context) error {
+	if t.done {
+		return pgx.ErrTxClosed
+	}
+	t.held = nil
+	t.end(ctx)
+	return nil
+}
+
+// end ends the transaction: a ROLLBACK when the connection is still in
+// one (a failure skipped the COMMIT, or there was none), and the pooled
+// connection released (closed by the pool if the ROLLBACK failed too).
+func (t *pipeTx) end(ctx context.Context) {
+	t.done = true
+	if t.conn.PgConn().TxStatus() != 'I' {
+		_, _ = t.conn.Exec(context.WithoutCancel(ctx), "rollback")
+	}
+	if t.pooled != nil {
+		t.pooled.Release()
+		t.pooled = nil
+	}
+}
+
+// The dbtx and copier methods, for the enqueue, and Store.Enqueue's end.
+
+func (t *pipeTx) commit(ctx context.Context) error { return t.Commit(ctx) }
+
+// rollback ends a transaction not committed; it is a no-op otherwise.
+func (t *pipeTx) rollback(ctx context.Context) { _ = t.Rollback(ctx) }
+
 func (t *pipeTx) exec(ctx context.Context, sql string, args ...any) error {
-	if !t.begun && pipelinable(args) {
-		br, err := t.first(ctx, sql, args)
-		if err != nil {
-			return err
-		}
-		_, err = br.Exec()
-		return errors.Join(err, br.Close())
-	}
-	if !t.begun {
-		if err := t.begin(ctx); err != nil {
-			return err
-		}
-	}
-	_, err := t.conn.Exec(ctx, sql, args...)
+	_, err := t.Exec(ctx, sql, args...)
 	return err
 }
 
 func (t *pipeTx) query(ctx context.Context, sql string, args ...any) (rows, error) {
-	if !t.begun && pipelinable(args) {
-		br, err := t.first(ctx, sql, args)
-		if err != nil {
-			return nil, err
-		}
-		rs, err := br.Query()
-		if err != nil {
-			return nil, errors.Join(err, br.Close())
-		}
-		return closingRows{Rows: rs, br: br}, nil
-	}
-	if !t.begun {
-		if err := t.begin(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return t.conn.Query(ctx, sql, args...)
+	return t.Query(ctx, sql, args...)
 }
 
 func (t *pipeTx) queryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	rs, err := t.query(ctx, sql, args...)
-	return firstRow{rs: rs, err: err}
+	return t.QueryRow(ctx, sql, args...)
 }
 
 func (t *pipeTx) copyFrom(ctx context.Context, table string, cols []string, rows [][]any) error {
-	if !t.begun {
-		if err := t.begin(ctx); err != nil {
-			return err
-		}
-	}
-	_, err := t.conn.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows))
+	_, err := t.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows))
 	return err
 }
 
 func (t *pipeTx) batchArgs(rows int, args []any) []any { return pgxTx{}.batchArgs(rows, args) }
 
 func (t *pipeTx) savepoint(ctx context.Context) (func(context.Context) error, func(context.Context) error, error) {
-	if err := t.exec(ctx, "SAVEPOINT backstop_enqueue"); err != nil {
+	sp, err := t.Begin(ctx)
+	if err != nil {
 		return nil, nil, err
 	}
-	release := func(ctx context.Context) error { return t.exec(ctx, "RELEASE SAVEPOINT backstop_enqueue") }
-	rollback := func(ctx context.Context) error {
-		if err := t.exec(ctx, "ROLLBACK TO SAVEPOINT backstop_enqueue"); err != nil {
-			return err
-		}
-		return t.exec(ctx, "RELEASE SAVEPOINT backstop_enqueue")
-	}
-	return release, rollback, nil
+	return sp.Commit, sp.Rollback, nil
 }
 
-// commit sends the wake-up and COMMIT in one round trip. A transaction
-// the server ended as a rollback (an earlier failure) is an error.
-func (t *pipeTx) commit(ctx context.Context) error {
-	if !t.begun {
-		t.done = true
-		return nil
+// pipeSavepoint is a savepoint of a pipeTx: its statements are the
+// transaction's.
+type pipeSavepoint struct {
+	*pipeTx
+	name string
+	over bool
+}
+
+// Commit releases the savepoint.
+func (s *pipeSavepoint) Commit(ctx context.Context) error {
+	if s.over {
+		return pgx.ErrTxClosed
 	}
-	b := &pgx.Batch{}
-	if len(t.woken) > 0 {
-		b.Queue(sqlNotifyQueues, t.woken)
+	s.over = true
+	_, err := s.pipeTx.Exec(ctx, "RELEASE SAVEPOINT "+s.name)
+	return err
+}
+
+// Rollback undoes what was written since the savepoint, and releases it.
+func (s *pipeSavepoint) Rollback(ctx context.Context) error {
+	if s.over {
+		return pgx.ErrTxClosed
 	}
-	b.Queue("commit")
-	br := t.conn.SendBatch(ctx, b)
-	var err error
-	if len(t.woken) > 0 {
-		if _, err = br.Exec(); err != nil {
-			return errors.Join(fmt.Errorf("notify: %w", err), br.Close())
-		}
-	}
-	tag, err := br.Exec()
-	if err = errors.Join(err, br.Close()); err != nil {
+	s.over = true
+	if _, err := s.pipeTx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+s.name); err != nil {
 		return err
 	}
-	if tag.String() != "COMMIT" {
-		return pgx.ErrTxCommitRollback
-	}
-	t.done = true
-	return nil
-}
-
-// rollback ends a transaction that was begun and not committed; it is a
-// no-op otherwise.
-func (t *pipeTx) rollback(ctx context.Context) {
-	if t.begun && !t.done {
-		t.done = true
-		_, _ = t.conn.Exec(ctx, "rollback")
-	}
+	_, err := s.pipeTx.Exec(ctx, "RELEASE SAVEPOINT "+s.name)
+	return err
 }
 
 // closingRows are a pipelined statement's rows; closing them closes the

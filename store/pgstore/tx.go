@@ -32,13 +32,16 @@ func (s *Store) InTx(ctx context.Context, fn func(store.Tx) error) error {
 	return store.RunInTx(ctx, Txs{s}, fn)
 }
 
-// Begin starts a transaction on the store's pool.
+// Begin starts a transaction on a connection of the store's pool: the
+// store's own (pipetx.go), whose BEGIN is sent with its first statement and
+// whose COMMIT goes with its last writes, so it costs no round trip of its
+// own. It holds the connection until Commit or Rollback.
 func (t Txs) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := t.s.pool.Begin(ctx)
+	conn, err := t.s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: begin: %w", err)
 	}
-	return tx, nil
+	return &pipeTx{conn: conn.Conn(), pooled: conn}, nil
 }
 
 // Commit commits tx.
@@ -68,7 +71,7 @@ func (t Txs) Enqueue(ctx context.Context, tx pgx.Tx, tasks []*bt.Task, opts stor
 	if err := checkEnqueue(tasks, opts); err != nil || len(tasks) == 0 {
 		return []store.EnqueueResult{}, err
 	}
-	db := pgxTx{tx}
+	db := dbtxOf(tx)
 	if !worthCopying(len(tasks)) {
 		return enqueue(ctx, db, tasks, opts, "")
 	}
@@ -77,6 +80,15 @@ func (t Txs) Enqueue(ctx context.Context, tx pgx.Tx, tasks []*bt.Task, opts stor
 	return t.s.enqueueCopying(func(copyEvents string) ([]store.EnqueueResult, error) {
 		return enqueueInSavepoint(ctx, db, tasks, opts, copyEvents)
 	})
+}
+
+// dbtxOf is tx as the enqueue's: the store's own transaction sends the
+// wake-up with its COMMIT.
+func dbtxOf(tx pgx.Tx) dbtx {
+	if p, ok := tx.(*pipeTx); ok {
+		return p
+	}
+	return pgxTx{tx}
 }
 
 // AppendEvents writes events inside tx, one log row each (events.go).
@@ -95,7 +107,11 @@ func (Txs) InsertRun(ctx context.Context, tx pgx.Tx, r store.RunRecord) error {
 // LockRun is store.WorkflowTx's LockRun inside tx: SELECT … FOR UPDATE on
 // the run's row, held until tx ends.
 func (Txs) LockRun(ctx context.Context, tx pgx.Tx, runID string) (*store.RunRecord, []store.StepRecord, error) {
-	return sqldialect.WorkflowLockRun(ctx, dialect, runner{q: tx}, runID)
+	run, steps, err := sqldialect.WorkflowLockRun(ctx, dialect, runner{q: tx}, runID)
+	if p, ok := tx.(*pipeTx); ok && err == nil && run != nil {
+		p.lockedRuns(run.RunID)
+	}
+	return run, steps, err
 }
 
 // LockRuns is store.WorkflowTx's LockRuns inside tx: SELECT … ORDER BY
@@ -118,6 +134,11 @@ func (Txs) LockRuns(ctx context.Context, tx pgx.Tx, runIDs []string) ([]store.Lo
 	}
 	if err != nil {
 		return nil, err
+	}
+	if p, ok := tx.(*pipeTx); ok {
+		for _, l := range out {
+			p.lockedRuns(l.Run.RunID)
+		}
 	}
 	return out, nil
 }

@@ -26,9 +26,25 @@ const pipelineRows = 64
 // one cached prepared statement. Tasks with an idempotency, merge or
 // ordering key, and plans over pipelineRows, are written one operation
 // after the other (store.WritePlanInSteps).
+//
+// In the store's own transaction (InTx), when every run it updates is
+// locked in the transaction, the pipeline is held and sent with the
+// COMMIT (or before the next statement): one round trip for the plan and
+// the commit. Its statements then judge nothing after the server ran them
+// (planPipeline's strict; the locked runs exist, so the run updates find
+// them all), and a failure among them is reported by the commit or the
+// next statement, with nothing of the transaction written.
 func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]store.EnqueueResult, error) {
 	if !pipelined(w) {
 		return store.WritePlanInSteps(ctx, t, tx, w)
+	}
+	if own, ok := tx.(*pipeTx); ok && own.holdsRuns(w.Updates) {
+		p, results, err := planPipeline(ctx, w, true)
+		if err != nil {
+			return nil, err
+		}
+		own.holdForCommit(p)
+		return results, nil
 	}
 	p, results, err := planPipeline(ctx, w, false)
 	if err != nil {
