@@ -28,7 +28,11 @@ import (
 // and none commits. Once an operation returned an error the transaction can
 // only roll back: later operations return that error again, and InTx rolls
 // back even if its function returns nil (a failed statement aborts a
-// Postgres transaction; SQLite may hold part of the failed operation).
+// Postgres transaction; SQLite may hold part of the failed operation). A
+// driver may send an operation's statements with a later one's or with
+// the commit (pgstore: WritePlan of runs locked in the transaction goes
+// with the COMMIT): its failure is then that operation's or the commit's,
+// and nothing of the transaction is written.
 type Tx interface {
 	// Settle is Store.Settle inside the transaction.
 	Settle(ctx context.Context, s []Settlement) ([]bool, error)
