@@ -27,15 +27,13 @@ type hotStep struct {
 // hotLadder builds each step from the store's own statement pieces, so
 // that the last step is the store's claim and success settle.
 func hotLadder() []hotStep {
-	floorOn := func(table string) (string, string) {
-		return strings.ReplaceAll(`WITH picked AS (SELECT id FROM backstop_tasks WHERE state = 'pending' AND queue = $1 AND run_at <= $2
+	// The floor's two statements (floorClaim, floorDone) on backstop_tasks.
+	const fc = `WITH picked AS (SELECT id FROM backstop_tasks WHERE state = 'pending' AND queue = $1 AND run_at <= $2
 	ORDER BY priority DESC, run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE backstop_tasks t SET state = 'running', attempt = t.attempt + 1, lease_expires_at = $2::timestamptz + interval '1 minute'
-WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING t.id`, "backstop_tasks", table),
-			strings.ReplaceAll(`UPDATE backstop_tasks SET state = 'succeeded', finalized_at = now(), lease_expires_at = NULL
-WHERE id = ANY($1) AND state = 'running'`, "backstop_tasks", table)
-	}
-	fc, fs := floorOn("backstop_tasks")
+WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING t.id`
+	const fs = `UPDATE backstop_tasks SET state = 'succeeded', finalized_at = now(), lease_expires_at = NULL
+WHERE id = ANY($1) AND state = 'running'`
 
 	// The claim: Backstop's pick (claimPickRows: by ctid, the deadline,
 	// the paused queues), then its SET list, then RETURNING every column
