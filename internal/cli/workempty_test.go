@@ -46,8 +46,9 @@ func (e *cliEnv) states(q string) (map[string]int, int) {
 }
 
 // TestWorkExitWhenEmpty: `work --exit-when-empty` (on the database and
-// over --server) drains the queue and exits 0 on its own: every task
-// succeeded with one execution, the slow one included — it does not exit
+// over --server; on the database claiming ahead) drains the queue and
+// exits 0 on its own: every task succeeded with one execution, the slow
+// one included — it does not exit
 // (and kill it: --grace 1ms) while a program still runs — and a task
 // scheduled for later neither keeps it running nor is run.
 func TestWorkExitWhenEmpty(t *testing.T) {
@@ -56,9 +57,10 @@ func TestWorkExitWhenEmpty(t *testing.T) {
 		e.ok("migrate")
 		r := newRemoteEnv(t, e, "admin")
 		for _, mode := range []struct {
-			name string
-			run  func(stdin string, args ...string) cliResult
-		}{{"db", e.run}, {"server", r.remote}} {
+			name  string
+			run   func(stdin string, args ...string) cliResult
+			extra []string
+		}{{"db", e.run, []string{"--prefetch", "2"}}, {"server", r.remote, nil}} {
 			q := "dq" + mode.name
 			const n = 12
 			for i := range n {
@@ -71,8 +73,8 @@ func TestWorkExitWhenEmpty(t *testing.T) {
 			e.ok("enqueue", "--queue", q, "--kind", "later", "--delay", "1h")
 			// The slow task outlasts every other, so the queue is found
 			// empty while it runs; exiting then would kill it.
-			work := workWithin(t, mode.run, "--queue", q, "--concurrency", "3", "--exit-when-empty", "--grace", "1ms", "--",
-				"sh", "-c", `[ "$BACKSTOP_KIND" = slow ] && sleep 1.5; exit 0`)
+			args := append([]string{"--queue", q, "--concurrency", "3", "--exit-when-empty", "--grace", "1ms"}, mode.extra...)
+			work := workWithin(t, mode.run, append(args, "--", "sh", "-c", `[ "$BACKSTOP_KIND" = slow ] && sleep 1.5; exit 0`)...)
 			if work.code != 0 {
 				t.Fatalf("%s: work exited %d: %s", mode.name, work.code, work.stderr)
 			}
