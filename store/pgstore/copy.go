@@ -61,12 +61,11 @@ func copyTasks(ctx context.Context, db dbtx, batch []row, actor, events string) 
 	if err := cp.queryRow(ctx, events, args...).Scan(&seq); err != nil {
 		return false, fmt.Errorf("pgstore: enqueue: events: %w", err)
 	}
-	links := []int64{seq}
-	rows := make([][]any, len(batch))
-	for i, r := range batch {
-		rows[i] = append(r.args(make([]any, 0, len(copyColumns))), links)
+	data, err := copyRows(batch, seq) // copyrow.go
+	if err != nil {
+		return false, fmt.Errorf("pgstore: enqueue: copy: %w", err)
 	}
-	if err := cp.copyFrom(ctx, "backstop_tasks", copyColumns, rows); err != nil {
+	if err := cp.copyFrom(ctx, data); err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "backstop_tasks_pkey" {
 			return false, fmt.Errorf("%w: %s", errCopyConflict, pe.Detail)
@@ -231,15 +230,30 @@ func copiedEvents(batch []row) enqueuedEventRow {
 // pgx's (not database/sql's, whose drivers differ on arrays).
 type copier interface {
 	queryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	copyFrom(ctx context.Context, table string, cols []string, rows [][]any) error
+	// copyFrom sends data, a binary COPY stream of backstop_tasks' rows
+	// (copyRows), as sqlCopyTasks.
+	copyFrom(ctx context.Context, data []byte) error
 }
 
 func (t pgxTx) queryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return t.tx.QueryRow(ctx, sql, args...)
 }
 
-func (t pgxTx) copyFrom(ctx context.Context, table string, cols []string, rows [][]any) error {
-	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows))
+func (t pgxTx) copyFrom(ctx context.Context, data []byte) error {
+	return copyStream(ctx, t.tx.Conn(), data)
+}
+
+// copyStream sends data as sqlCopyTasks on conn, reported to the
+// connection's tracer as pgx reports its own CopyFrom.
+func copyStream(ctx context.Context, conn *pgx.Conn, data []byte) error {
+	tr, _ := conn.Config().Tracer.(pgx.CopyFromTracer)
+	if tr != nil {
+		ctx = tr.TraceCopyFromStart(ctx, conn, pgx.TraceCopyFromStartData{TableName: pgx.Identifier{"backstop_tasks"}, ColumnNames: copyColumns})
+	}
+	tag, err := conn.PgConn().CopyFrom(ctx, bytes.NewReader(data), sqlCopyTasks)
+	if tr != nil {
+		tr.TraceCopyFromEnd(ctx, conn, pgx.TraceCopyFromEndData{CommandTag: tag, Err: err})
+	}
 	return err
 }
 

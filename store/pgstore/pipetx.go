@@ -109,14 +109,13 @@ func (t *pipeTx) queryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 	return firstRow{rs: rs, err: err}
 }
 
-func (t *pipeTx) copyFrom(ctx context.Context, table string, cols []string, rows [][]any) error {
+func (t *pipeTx) copyFrom(ctx context.Context, data []byte) error {
 	if !t.begun {
 		if err := t.begin(ctx); err != nil {
 			return err
 		}
 	}
-	_, err := t.conn.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows))
-	return err
+	return copyStream(ctx, t.conn, data)
 }
 
 func (t *pipeTx) batchArgs(rows int, args []any) []any { return pgxTx{}.batchArgs(rows, args) }
