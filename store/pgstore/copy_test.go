@@ -393,3 +393,18 @@ func TestCopiedRowsEqualInserted(t *testing.T) {
 		t.Fatal("no payload spilled: the test does not cover spilling")
 	}
 }
+
+// A copied batch holding a value its column cannot take is refused with
+// the column named, and nothing of it is written.
+func TestCopiedBatchOutOfRange(t *testing.T) {
+	s, _ := tracedStore(t)
+	ts := plainTasks("range", 20)
+	ts[7].Priority = 1 << 33
+	_, err := s.Enqueue(t.Context(), ts, store.EnqueueOpts{})
+	if err == nil || !strings.Contains(err.Error(), "priority") {
+		t.Fatalf("a priority of 2^33: %v, want an error naming priority", err)
+	}
+	if n := countTasks(t, s); n != 0 {
+		t.Fatalf("%d tasks written, want none", n)
+	}
+}
