@@ -20,11 +20,88 @@ import (
 // A statement whose arguments choose a QueryExecMode (batchArgs: the
 // multi-row statements that are not kept prepared) cannot go in a
 // pipeline; before such a first statement BEGIN is sent alone.
+//
+// A batch of tasks written by COPY that is all the enqueue writes sends
+// its wake-up with BEGIN and its event row, and its COMMIT with the COPY
+// (copyCommit): two round trips instead of three.
 type pipeTx struct {
 	conn  *pgx.Conn
 	begun bool // BEGIN was sent
 	done  bool // COMMIT succeeded or ROLLBACK was sent
 	woken []string
+
+	// onCommit, when set, runs just before the COMMIT is sent, with the
+	// queues the transaction wakes (Store.Enqueue: expectWakes); a COPY
+	// may then carry the COMMIT. expected is what it was given.
+	onCommit func(queues []string)
+	expected []string
+	waking   []string // the wake-up sent with the event row (firstWaking)
+}
+
+// commitsAtCopy says whether a COPY that is the transaction's last
+// statement may carry its COMMIT.
+func (t *pipeTx) commitsAtCopy() bool { return t.onCommit != nil && !t.done }
+
+// willCommit runs onCommit with queues.
+func (t *pipeTx) willCommit(queues []string) {
+	if t.onCommit != nil {
+		t.expected = queues
+		t.onCommit(queues)
+	}
+}
+
+// sqlCopyTasksCommit is a COPY of tasks with the COMMIT of its
+// transaction: the server runs the COMMIT once the COPY's rows are in,
+// and not at all when the COPY fails.
+var sqlCopyTasksCommit = sqlCopyTasks + "; COMMIT"
+
+// firstWaking runs sql (a statement returning one value, scanned into
+// dest) with BEGIN before it, if not sent, and the wake-up of queues
+// after it, in one round trip. NOTIFY is delivered at commit wherever it
+// runs in the transaction.
+func (t *pipeTx) firstWaking(ctx context.Context, queues []string, dest any, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	begin := !t.begun
+	if begin {
+		b.Queue("begin")
+	}
+	b.Queue(sql, args...)
+	if len(queues) > 0 {
+		b.Queue(sqlNotifyQueues, queues)
+	}
+	t.begun = true
+	br := t.conn.SendBatch(ctx, b)
+	if begin {
+		if _, err := br.Exec(); err != nil {
+			return errors.Join(err, br.Close())
+		}
+	}
+	if err := br.QueryRow().Scan(dest); err != nil {
+		return errors.Join(err, br.Close())
+	}
+	if len(queues) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return errors.Join(fmt.Errorf("notify: %w", err), br.Close())
+		}
+	}
+	t.waking = queues
+	return br.Close()
+}
+
+// copyCommit sends data, a binary COPY stream of tasks (copyRows), with
+// the COMMIT: the transaction's last statement. Its wake-up went before
+// it (firstWaking).
+func (t *pipeTx) copyCommit(ctx context.Context, data []byte) error {
+	t.willCommit(t.waking)
+	tag, err := copyStreamAs(ctx, t.conn, sqlCopyTasksCommit, data)
+	if err != nil {
+		return err
+	}
+	t.done = true
+	if tag.String() != "COMMIT" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
 }
 
 // wakeAtCommit records the queues to NOTIFY, sent with the COMMIT.
@@ -109,14 +186,13 @@ func (t *pipeTx) queryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 	return firstRow{rs: rs, err: err}
 }
 
-func (t *pipeTx) copyFrom(ctx context.Context, table string, cols []string, rows [][]any) error {
+func (t *pipeTx) copyFrom(ctx context.Context, data []byte) error {
 	if !t.begun {
 		if err := t.begin(ctx); err != nil {
 			return err
 		}
 	}
-	_, err := t.conn.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows))
-	return err
+	return copyStream(ctx, t.conn, data)
 }
 
 func (t *pipeTx) batchArgs(rows int, args []any) []any { return pgxTx{}.batchArgs(rows, args) }
@@ -138,10 +214,14 @@ func (t *pipeTx) savepoint(ctx context.Context) (func(context.Context) error, fu
 // commit sends the wake-up and COMMIT in one round trip. A transaction
 // the server ended as a rollback (an earlier failure) is an error.
 func (t *pipeTx) commit(ctx context.Context) error {
+	if t.done { // committed with its COPY
+		return nil
+	}
 	if !t.begun {
 		t.done = true
 		return nil
 	}
+	t.willCommit(t.woken)
 	b := &pgx.Batch{}
 	if len(t.woken) > 0 {
 		b.Queue(sqlNotifyQueues, t.woken)
