@@ -20,7 +20,8 @@ import (
 // server, batch by batch, on the databases named by BACKSTOP_HOTPATH_URLS
 // (space-separated, each already migrated; skipped without it): 100,000
 // tasks enqueued in a fresh queue of each, then 40 rounds, each claiming
-// 1,000 tasks (sqlClaim) and settling them (sqlSettleSucceeded) in every
+// 1,000 tasks (BACKSTOP_HOTPATH_BATCH: another batch size, 10 for one
+// caller's claim) (sqlClaim) and settling them (sqlSettleSucceeded) in every
 // database in turn, then the same with the floor's two statements on a
 // minimal table (floor_tasks, in the first database; as internal/bench's
 // floor). Every statement runs under EXPLAIN (ANALYZE, BUFFERS, WAL) on
@@ -139,7 +140,13 @@ UPDATE floor_tasks t SET state = 'running', attempt = t.attempt + 1, lease_expir
 WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING t.id`
 	const floorDone = `UPDATE floor_tasks SET state = 'succeeded', finalized_at = now(), lease_expires_at = NULL
 WHERE id = ANY($1) AND state = 'running'`
-	const n = 1000
+	n := 1000
+	if b := os.Getenv("BACKSTOP_HOTPATH_BATCH"); b != "" {
+		var err error
+		if n, err = strconv.Atoi(b); err != nil || n < 1 || n > 2500 {
+			t.Fatalf("BACKSTOP_HOTPATH_BATCH=%q: want a number of tasks from 1 to 2500", b)
+		}
+	}
 	for r := range 40 {
 		for k, d := range dbs {
 			at := time.Now()
