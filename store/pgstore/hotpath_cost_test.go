@@ -31,7 +31,8 @@ import (
 // of the box as the wall time does. A URL may end in #<version>: its
 // database is at that older schema version, and the statements run in
 // that version's forms (forms.go). A line per statement pair; the
-// medians are docs/benchmarks.md's.
+// medians are docs/benchmarks.md's. BACKSTOP_HOTPATH_PLANS=1 also prints
+// every plan (JSON).
 func TestHotPathCost(t *testing.T) {
 	urls := strings.Fields(os.Getenv("BACKSTOP_HOTPATH_URLS"))
 	if len(urls) == 0 {
@@ -113,6 +114,9 @@ func TestHotPathCost(t *testing.T) {
 			t.Fatal(err)
 		}
 		c[0].CPUus = (cpu(d) - c0) / 1000
+		if os.Getenv("BACKSTOP_HOTPATH_PLANS") != "" {
+			fmt.Printf("plan pid=%d: %s\n", d.pid, raw)
+		}
 		return c[0]
 	}
 	line := func(r int, name string, n int, claim, settle cost) {
