@@ -72,66 +72,11 @@ func TestHotPathCost(t *testing.T) {
 		}
 		dbs = append(dbs, d)
 	}
-<<<<<<< HEAD
 	measure := func(d db, sql string, args ...any) hotCost { return measureHot(t, d.conn, d.pid, sql, args...) }
 	line := printHotLine
-=======
-	type cost struct {
-		Plan struct {
-			Hit  int64 `json:"Shared Hit Blocks"`
-			WalR int64 `json:"WAL Records"`
-			WalB int64 `json:"WAL Bytes"`
-		} `json:"Plan"`
-		Exec  float64 `json:"Execution Time"`
-		CPUus int64   `json:"-"`
-	}
-	cpu := func(d db) int64 {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", d.pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ns int64
-		fmt.Sscan(string(b), &ns)
-		return ns
-	}
-	measure := func(d db, sql string, args ...any) cost {
-		var raw string
-		c0 := cpu(d)
-		if err := d.conn.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) "+sql, args...).Scan(&raw); err != nil {
-			t.Fatal(err)
-		}
-		var c []cost
-		if err := json.Unmarshal([]byte(raw), &c); err != nil {
-			t.Fatal(err)
-		}
-		c[0].CPUus = (cpu(d) - c0) / 1000
-		if os.Getenv("BACKSTOP_HOTPATH_PLANS") != "" {
-			fmt.Printf("plan pid=%d: %s\n", d.pid, raw)
-		}
-		return c[0]
-	}
-	line := func(r int, name string, n int, claim, settle cost) {
-		fmt.Printf("round=%d db=%s n=%d claim_ms=%.1f claim_cpu=%d claim_hit=%d claim_walrec=%d claim_walB=%d | "+
-			"settle_ms=%.1f settle_cpu=%d settle_hit=%d settle_walrec=%d settle_walB=%d\n",
-			r, name, n, claim.Exec, claim.CPUus, claim.Plan.Hit, claim.Plan.WalR, claim.Plan.WalB,
-			settle.Exec, settle.CPUus, settle.Plan.Hit, settle.Plan.WalR, settle.Plan.WalB)
-	}
->>>>>>> history3
 	floor := dbs[0]
 	floorTable(t, floor.s)
 	defer floor.s.pool.Exec(ctx, "DROP TABLE floor_tasks") //nolint:errcheck
-<<<<<<< HEAD
-	const n = 1000
-=======
-	if _, err := floor.s.pool.Exec(ctx, "VACUUM ANALYZE floor_tasks"); err != nil {
-		t.Fatal(err)
-	}
-	const floorClaim = `WITH picked AS (SELECT id FROM floor_tasks WHERE state = 'pending' AND queue = 'floor' AND run_at <= now()
-	ORDER BY priority DESC, run_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
-UPDATE floor_tasks t SET state = 'running', attempt = t.attempt + 1, lease_expires_at = now() + interval '1 minute'
-WHERE t.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING t.id`
-	const floorDone = `UPDATE floor_tasks SET state = 'succeeded', finalized_at = now(), lease_expires_at = NULL
-WHERE id = ANY($1) AND state = 'running'`
 	n := 1000
 	if b := os.Getenv("BACKSTOP_HOTPATH_BATCH"); b != "" {
 		var err error
@@ -139,7 +84,6 @@ WHERE id = ANY($1) AND state = 'running'`
 			t.Fatalf("BACKSTOP_HOTPATH_BATCH=%q: want a number of tasks from 1 to 2500", b)
 		}
 	}
->>>>>>> history3
 	for r := range 40 {
 		for k, d := range dbs {
 			at := time.Now()
@@ -220,6 +164,9 @@ func measureHot(t *testing.T, conn *pgxpool.Conn, pid int, sql string, args ...a
 		t.Fatal(err)
 	}
 	c[0].CPUus = (backendCPU(t, pid) - c0) / 1000
+	if os.Getenv("BACKSTOP_HOTPATH_PLANS") != "" {
+		fmt.Printf("plan pid=%d: %s\n", pid, raw)
+	}
 	return c[0]
 }
 
