@@ -108,15 +108,7 @@ CREATE INDEX ON floor_tasks (queue, priority DESC, run_at, id) WHERE state = 'pe
 		t.Fatal(err)
 	}
 
-	cpu := func() int64 {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ns int64
-		fmt.Sscan(string(b), &ns)
-		return ns
-	}
+	cpu := func() int64 { return backendCPU(t, pid) }
 	self := func() time.Duration {
 		var ru syscall.Rusage
 		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -111,21 +112,23 @@ func TestHotPathCost(t *testing.T) {
 			line(r, fmt.Sprint(k), m, claimed, settled)
 		}
 		claimed := measure(floor, floorClaim, n)
-		rows, err := floor.s.pool.Query(ctx, "SELECT id FROM floor_tasks WHERE state = 'running'")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []int64
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
+		ids := floorRunning(t, floor.conn)
 		line(r, "floor", len(ids), claimed, measure(floor, floorDone, ids))
 	}
+}
+
+// floorRunning is the ids of the floor table's running tasks: what its
+// complete settles after its claim.
+func floorRunning(t *testing.T, conn *pgxpool.Conn) []int64 {
+	rows, err := conn.Query(t.Context(), "SELECT id FROM floor_tasks WHERE state = 'running'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }
 
 // hotCost is what one statement cost the server: its plan's buffers and

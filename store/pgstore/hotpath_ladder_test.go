@@ -175,19 +175,7 @@ func TestHotPathLadder(t *testing.T) {
 	}
 	floorPair := func(r int, name string) {
 		claimed := measureHot(t, conn, pid, floorClaim, n)
-		var ids []int64
-		rows, err := conn.Query(ctx, "SELECT id FROM floor_tasks WHERE state = 'running'")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
+		ids := floorRunning(t, conn)
 		printHotLine(r, name, len(ids), claimed, measureHot(t, conn, pid, floorDone, ids))
 	}
 	for r := range rounds {
