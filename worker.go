@@ -78,6 +78,16 @@ type WorkerConfig struct {
 	// Postgres, 1 on SQLite). One makes bigger batches on fewer
 	// connections: the exec worker's choice, whose batches are small.
 	SettleParallelism int
+	// WatchEmpty: the worker notices when its queues have run dry and
+	// closes the channel Empty returns (it goes on working until Stop).
+	// A queue is dry once a claim on it finds nothing claimable while
+	// none of its tasks is running or claimed ahead; after a claim that
+	// came back short, the worker claims once more when its last task
+	// finishes instead of waiting for a wake-up. A task that is not
+	// claimable at that moment (scheduled for later, held back by a
+	// concurrency or rate limit, behind its ordering key) does not keep a
+	// queue from being dry. Default: false.
+	WatchEmpty bool
 }
 
 func (c *WorkerConfig) withDefaults() *WorkerConfig {
@@ -131,6 +141,9 @@ type Worker struct {
 
 	claimParallelism int // claims at once when many slots are free (claim)
 
+	empty     chan struct{} // closed once every queue is dry (WorkerConfig.WatchEmpty); nil without it
+	emptyOnce sync.Once
+
 	maint *Maintainer // the worker's part in the elections (maintainer.go); nil: none
 }
 
@@ -141,6 +154,7 @@ type queueRunner struct {
 	slots       chan struct{} // with prefetch: a token per running handler, concurrency at most
 	inflight    atomic.Int32  // claimed and not yet done: running, and waiting for a slot
 	meanRun     atomic.Int64  // with prefetch: recent mean handler run (ns, moving average); 0: none finished yet
+	dry         atomic.Bool   // with WatchEmpty: the last claim found nothing while nothing was in flight
 	wake        chan struct{}
 	freed       chan struct{}
 }
@@ -198,6 +212,9 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		now:      c.now,
 
 		claimParallelism: max(1, c.store.Features().ClaimParallelism),
+	}
+	if wc.WatchEmpty {
+		w.empty = make(chan struct{})
 	}
 	if wc.MaintenanceInterval > 0 {
 		m, err := c.NewMaintainer(&MaintainerConfig{ID: wc.ID, Interval: wc.MaintenanceInterval, LeaderTTL: wc.LeaderTTL})
@@ -261,6 +278,32 @@ func (w *Worker) IdleFor() time.Duration {
 		return 0
 	}
 	return time.Since(time.Unix(0, w.lastActive.Load()))
+}
+
+// Empty is closed once every queue of the worker has run dry
+// (WorkerConfig.WatchEmpty: a claim found nothing claimable while none of
+// the queue's tasks was running or claimed ahead). It stays closed; the
+// worker keeps working until Stop, which still drains what a later claim
+// brought. Nil (never ready) without WatchEmpty.
+func (w *Worker) Empty() <-chan struct{} { return w.empty }
+
+// claimed records whether q's claim found nothing while nothing was in
+// flight (idle: before the claim; only q's fetch loop starts tasks), and
+// closes w.empty once every queue is dry.
+func (w *Worker) claimed(q *queueRunner, idle bool, n int) {
+	if w.empty == nil {
+		return
+	}
+	q.dry.Store(idle && n == 0)
+	if !q.dry.Load() {
+		return
+	}
+	for _, r := range w.queues {
+		if !r.dry.Load() {
+			return
+		}
+	}
+	w.emptyOnce.Do(func() { close(w.empty) })
 }
 
 func (w *Worker) touch() { w.lastActive.Store(time.Now().UnixNano()) }
@@ -438,6 +481,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			// tasks are started and drained like the others.
 			claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			w.claiming.Add(1)
+			idle := q.inflight.Load() == 0
 			tasks, bad, err := w.claim(claimCtx, q, avail)
 			cancelClaim()
 			if len(tasks) > 0 {
@@ -454,6 +498,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 				continue
 			}
 			backoff = 0
+			w.claimed(q, idle, len(tasks))
 			for _, t := range tasks {
 				q.inflight.Add(1)
 				w.start(base, ctx, q, t, bad[t])
@@ -477,7 +522,9 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 		case <-token.C:
 			empty = false
 		case <-q.freed:
-			if empty && !w.c.e.Ordered(q.name) { // a finished ordered task may free its key
+			// A finished ordered task may free its key; with WatchEmpty,
+			// the last task's end is when to find out whether q is dry.
+			if empty && !w.c.e.Ordered(q.name) && (w.empty == nil || q.inflight.Load() > 0) {
 				continue
 			}
 			empty = false

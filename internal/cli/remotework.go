@@ -67,7 +67,7 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 		id = fmt.Sprintf("%s-%d-%04x", cmp.Or(host, "worker"), os.Getpid(), rand.IntN(1<<16))
 	}
 	cl := apiclient.New(o.server, o.token)
-	r := &remoteWorker{cl: cl, h: h, log: log, id: id, o: o, done: &remoteCompleter{cl: cl}}
+	r := &remoteWorker{cl: cl, h: h, log: log, id: id, o: o, done: &remoteCompleter{cl: cl}, empty: make(chan struct{})}
 	r.lastActive.Store(time.Now().UnixNano())
 	reg := startRemoteRegistry(cl, api.RegisterWorkerRequest{ID: id, Queues: o.queues,
 		Labels: o.registryLabels(), Version: o.registryVersion()}, log) // remoteregistry.go
@@ -97,6 +97,8 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 		select {
 		case <-ctx.Done():
 			reason = "signal"
+		case <-r.empty:
+			reason = "empty"
 		case <-idle:
 			if r.idle(o.exitAfterIdle) {
 				reason = "idle"
@@ -138,6 +140,18 @@ type remoteWorker struct {
 	running    atomic.Int32
 	lastActive atomic.Int64 // unix nanos: the start, a claim that returned tasks, a task's end
 	lastEmpty  atomic.Int64 // unix nanos: the last claim that came back empty
+	// With --exit-when-empty: how many queues' claimers found their
+	// queue dry and stopped; empty is closed when all have.
+	dry   atomic.Int32
+	empty chan struct{}
+}
+
+// queueDry records that one queue's claimer found it dry
+// (--exit-when-empty), closing r.empty once every queue is.
+func (r *remoteWorker) queueDry() {
+	if int(r.dry.Add(1)) == len(r.o.queues) {
+		close(r.empty)
+	}
 }
 
 // claimer claims for one queue's slots until claimCtx ends: one claim
@@ -160,8 +174,23 @@ func (r *remoteWorker) claimer(claimCtx, killCtx context.Context, queue string, 
 	}
 	var running sync.WaitGroup
 	defer running.Wait()
+	// With --exit-when-empty, claims do not wait (an empty answer means
+	// nothing was claimable), and after a short one the next waits for
+	// this queue's last task to end: a claim that then finds nothing
+	// means the queue is dry, and the claimer stops.
+	var active atomic.Int32 // this queue's tasks running
+	finished := make(chan struct{}, 1)
+	short := false
 	backoff := 100 * time.Millisecond
 	for {
+		for short && active.Load() > 0 {
+			select {
+			case <-claimCtx.Done():
+				return
+			case <-finished:
+			}
+		}
+		short = false
 		select {
 		case <-claimCtx.Done():
 			return
@@ -198,15 +227,30 @@ func (r *remoteWorker) claimer(claimCtx, killCtx context.Context, queue string, 
 			continue
 		}
 		backoff = 100 * time.Millisecond
+		if r.o.exitWhenEmpty && len(ts) < n {
+			if len(ts) == 0 && active.Load() == 0 {
+				r.queueDry()
+				return
+			}
+			short = true
+		}
 		if len(ts) == 0 {
 			r.lastEmpty.Store(time.Now().UnixNano())
 			continue
 		}
 		r.running.Add(int32(len(ts))) // run gives each back
 		r.lastActive.Store(time.Now().UnixNano())
+		active.Add(int32(len(ts)))
 		for _, t := range ts {
 			running.Go(func() {
-				defer release()
+				defer func() {
+					release()
+					active.Add(-1)
+					select {
+					case finished <- struct{}{}:
+					default:
+					}
+				}()
 				r.run(killCtx, t, lease)
 			})
 		}
@@ -215,8 +259,12 @@ func (r *remoteWorker) claimer(claimCtx, killCtx context.Context, queue string, 
 
 // claimWait is each claim's long-poll wait: remoteClaimWait, or
 // --exit-after-idle when shorter, so that an empty claim is the proof that
-// nothing was claimable for that long.
+// nothing was claimable for that long; none with --exit-when-empty, so
+// that it is the proof that nothing was claimable at all.
 func (r *remoteWorker) claimWait() time.Duration {
+	if r.o.exitWhenEmpty {
+		return 0
+	}
 	if d := r.o.exitAfterIdle; d > 0 {
 		return min(remoteClaimWait, d)
 	}

@@ -24,6 +24,7 @@ type workOptions struct {
 	prefetch       int
 	lease          time.Duration
 	exitAfterIdle  time.Duration
+	exitWhenEmpty  bool
 	permanentCodes []int
 	grace          time.Duration
 	cancelGrace    time.Duration
@@ -105,6 +106,16 @@ program without waiting for a claim. It does so only while programs run
 short (a recent mean under 1s): a task claimed ahead then waits for a slot
 briefly. It is leased, heartbeated and shown as running meanwhile.
 
+--exit-when-empty drains the queues and exits 0: as soon as a claim finds
+nothing claimable on the worker's queues while none of its programs runs
+(nor waits, claimed ahead), with every outcome written. Tasks scheduled for
+later, or held back by a concurrency or rate limit or their ordering key, do
+not keep it running: the next worker takes them (as Graphile Worker's
+--once). A task enqueued while it exits is left for the next worker too.
+It excludes --exit-after-idle, which waits that long for new work. Over
+--server it works the same: its claims then return at once instead of
+long-polling.
+
 On SIGTERM or SIGINT the worker drains: it stops claiming, releases the tasks
 claimed ahead that have not started (uncharged, the release recorded), lets
 running programs finish within --grace, then kills the rest and releases their
@@ -122,6 +133,7 @@ local mode.
 --config FILE reads queue settings (concurrency, lease) and leader_ttl from a
 configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 		Example: `  backstop work --queue emails --concurrency 4 -- ./send-email.sh
+  backstop work --queue backfill --concurrency 32 --exit-when-empty -- ./backfill-one.sh
   backstop work --queue etl --kind load --permanent-exit-codes 65,100 --exit-after-idle 10s -- python load.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -133,6 +145,9 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 			}
 			if err := o.parseIdentity(); err != nil {
 				return err
+			}
+			if o.exitWhenEmpty && o.exitAfterIdle != 0 {
+				return usageErr("work: --exit-when-empty and --exit-after-idle exclude each other: pick one")
 			}
 			o.logConfig = cfg.Log
 			o.server, o.token = a.server, a.token
@@ -152,6 +167,7 @@ configuration file; flags win over BACKSTOP_* variables, which win over it.`,
 	f.IntVar(&o.prefetch, "prefetch", 0, "tasks claimed ahead of free slots, per queue (at most --concurrency), started as slots free, while programs run under 1s on average (0: none)")
 	f.DurationVar(&o.lease, "lease", 30*time.Second, "lease of a claimed task, renewed by heartbeats every lease/3")
 	f.DurationVar(&o.exitAfterIdle, "exit-after-idle", 0, "exit 0 once no task has been claimable for this long (0: never)")
+	f.BoolVar(&o.exitWhenEmpty, "exit-when-empty", false, "exit 0 once a claim finds nothing claimable and no program runs (tasks scheduled for later do not keep it running)")
 	f.IntSliceVar(&o.permanentCodes, "permanent-exit-codes", nil, "exit codes that dead-letter the task at once (e.g. 65,100)")
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM/SIGINT, how long running programs may finish before they are killed and released")
 	f.DurationVar(&o.cancelGrace, "cancel-grace", execworker.DefaultCancelGrace, "when a running task is canceled, how long its program has after SIGTERM before SIGKILL")
@@ -254,7 +270,8 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 			// One completer: programs finish a few at a time, so two
 			// completers write small batches on two connections; one
 			// writes bigger batches on one (docs/benchmarks.md).
-			SettleParallelism: 1})
+			SettleParallelism: 1,
+			WatchEmpty:        o.exitWhenEmpty})
 		if err != nil {
 			ws.stop(context.Background())
 			return usageErr("work: %v", err)
@@ -282,11 +299,16 @@ func (a *app) work(ctx context.Context, o *workOptions, command []string, cfg *c
 		defer idleTimer.Stop()
 		idle = idleTimer.C
 	}
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	empty := w.empty(stopWatch)
 	reason := ""
 	for reason == "" {
 		select {
 		case <-ctx.Done():
 			reason = "signal"
+		case <-empty:
+			reason = "empty"
 		case <-idle:
 			if d := w.IdleFor(); d >= o.exitAfterIdle {
 				reason = "idle"

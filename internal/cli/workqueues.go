@@ -112,6 +112,32 @@ func (ws workers) Running() int {
 	return n
 }
 
+// empty is ready once every worker's queues have run dry (Worker.Empty);
+// nil (never ready) when they do not watch for it. Its watcher ends with
+// stop.
+func (ws workers) empty(stop <-chan struct{}) <-chan struct{} {
+	if len(ws) == 1 {
+		return ws[0].Empty()
+	}
+	out := make(chan struct{})
+	for _, w := range ws {
+		if w.Empty() == nil {
+			return nil
+		}
+	}
+	go func() {
+		for _, w := range ws {
+			select {
+			case <-w.Empty():
+			case <-stop:
+				return
+			}
+		}
+		close(out)
+	}()
+	return out
+}
+
 // stop drains them together, within the one grace period.
 func (ws workers) stop(ctx context.Context) error {
 	var wg sync.WaitGroup

@@ -16,18 +16,22 @@ const CountsReconcileEvery = 10 * time.Minute
 // TaskCounts keeps the counts of tasks by queue and state that
 // GET /v1/queues and /v1/counts read (store.CountKeeper): each round folds
 // the deltas the writes appended since the last one into the kept counts,
-// so a read sums a few rows; the first round a process leads, and then
-// every CountsReconcileEvery, it also counts the tasks and corrects the
-// kept counts by any difference, so that a bug cannot leave them wrong
-// for good: a correction is logged as a warning and counted
-// (backstop_task_count_corrections_total).
+// so a read sums a few rows; CountsReconcileEvery after its first round,
+// and then every CountsReconcileEvery, it also counts the tasks and
+// corrects the kept counts by any difference, so that a bug cannot leave
+// them wrong for good: a correction is logged as a warning and counted
+// (backstop_task_count_corrections_total). The count reads every task
+// row, the finished history included (on PostgreSQL a sequential scan of
+// the table), so it is not run when a process starts leading: a worker
+// or server started again and again would read the whole history each
+// time.
 type TaskCounts struct {
 	base
 	store   store.CountKeeper
 	now     func() time.Time
 	log     *slog.Logger
 	corrBy  func(ctx context.Context, n int)
-	checked time.Time // the last reconciliation; zero: none yet
+	checked time.Time // the last reconciliation, or the first round
 }
 
 // NewTaskCounts makes the "task_counts" service.
@@ -38,7 +42,11 @@ func NewTaskCounts(e *engine.Engine, every time.Duration) *TaskCounts {
 
 // RunOnce reconciles when one is due, then folds.
 func (c *TaskCounts) RunOnce(ctx context.Context) error {
-	if now := c.now(); c.checked.IsZero() || now.Sub(c.checked) >= CountsReconcileEvery {
+	now := c.now()
+	if c.checked.IsZero() {
+		c.checked = now
+	}
+	if now.Sub(c.checked) >= CountsReconcileEvery {
 		d, err := c.store.ReconcileCounts(ctx)
 		if err != nil {
 			return err

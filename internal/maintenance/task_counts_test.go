@@ -20,7 +20,8 @@ import (
 
 // TestTaskCounts: a round folds the deltas (PostgreSQL: none left) and the
 // counts read the same; kept counts made wrong behind the store's back
-// stay wrong until a reconciliation is due (the first round, then every
+// stay wrong until a reconciliation is due (CountsReconcileEvery after
+// the first round, which does not count the tasks, then every
 // CountsReconcileEvery), which corrects them, logs a warning and counts
 // the correction. On SQLite the counts are the rows' and a round does
 // nothing.
@@ -47,10 +48,10 @@ func TestTaskCounts(t *testing.T) {
 		}
 		want := map[string]map[bt.State]int{"q": {bt.StatePending: 2}, "r": {bt.StateRunning: 1}}
 		svc := maintenance.NewTaskCounts(b.e, time.Second)
-		b.run(svc) // the first round reconciles: nothing to correct
-		same(t, "counts after a round", counts(), want)
 		pg, ok := b.s.(*pgstore.Store)
 		if !ok {
+			b.run(svc)
+			same(t, "counts after a round", counts(), want)
 			eq(t, "log", logs.String(), "")
 			return
 		}
@@ -62,10 +63,14 @@ func TestTaskCounts(t *testing.T) {
 			}
 			return n
 		}
-		eq(t, "deltas after a round", deltas(), 0)
 		if _, err := pg.Pool().Exec(b.ctx, `INSERT INTO backstop_task_count_deltas VALUES ('ghost', 'pending', '', 3)`); err != nil {
 			t.Fatal(err)
 		}
+		// The first round folds and does not count the tasks: a process
+		// that starts leading does not read the whole table.
+		b.run(svc)
+		same(t, "ghost after the first round", counts()["ghost"], map[bt.State]int{bt.StatePending: 3})
+		eq(t, "deltas after a round", deltas(), 0)
 		b.clock.Advance(maintenance.CountsReconcileEvery - time.Second)
 		b.run(svc)
 		same(t, "ghost before the reconciliation is due", counts()["ghost"], map[bt.State]int{bt.StatePending: 3})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -46,7 +47,11 @@ func worthCopying(plain int) bool { return plain > maxPreparedRows }
 // counts, written by events (sqlCopiedEvents or its form for an older
 // schema); ok is false when the transaction cannot COPY (database/sql),
 // and nothing was written.
-func copyTasks(ctx context.Context, db dbtx, batch []row, actor, events string) (ok bool, err error) {
+//
+// last says that the batch is all the enqueue writes (copiedLast): in
+// Store.Enqueue's own transaction (pipeTx) its COPY then carries the
+// COMMIT, and its wake-up goes with the event row.
+func copyTasks(ctx context.Context, db dbtx, batch []row, actor, events string, last bool) (ok bool, err error) {
 	cp, ok := db.(copier)
 	if !ok {
 		return false, nil
@@ -58,15 +63,26 @@ func copyTasks(ctx context.Context, db dbtx, batch []row, actor, events string) 
 		queues, states, ns := copiedCounts(batch)
 		args = append(args, queues, states, ns)
 	}
-	if err := cp.queryRow(ctx, events, args...).Scan(&seq); err != nil {
+	p, commits := db.(*pipeTx)
+	commits = commits && last && p.commitsAtCopy()
+	if commits {
+		err = p.firstWaking(ctx, pendingQueues(batch), &seq, events, args...)
+	} else {
+		err = cp.queryRow(ctx, events, args...).Scan(&seq)
+	}
+	if err != nil {
 		return false, fmt.Errorf("pgstore: enqueue: events: %w", err)
 	}
-	links := []int64{seq}
-	rows := make([][]any, len(batch))
-	for i, r := range batch {
-		rows[i] = append(r.args(make([]any, 0, len(copyColumns))), links)
+	data, err := copyRows(batch, seq) // copyrow.go
+	if err != nil {
+		return false, fmt.Errorf("pgstore: enqueue: copy: %w", err)
 	}
-	if err := cp.copyFrom(ctx, "backstop_tasks", copyColumns, rows); err != nil {
+	if commits {
+		err = p.copyCommit(ctx, data)
+	} else {
+		err = cp.copyFrom(ctx, data)
+	}
+	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "backstop_tasks_pkey" {
 			return false, fmt.Errorf("%w: %s", errCopyConflict, pe.Detail)
@@ -74,6 +90,34 @@ func copyTasks(ctx context.Context, db dbtx, batch []row, actor, events string) 
 		return false, fmt.Errorf("pgstore: enqueue: copy: %w", err)
 	}
 	return true, nil
+}
+
+// copiedLast says whether batch, a copied chunk of tasks, is all that the
+// enqueue of tasks writes: every task is in it (none keyed, one chunk),
+// none spills its payload or takes an ordering row, and no engine event
+// follows.
+func copiedLast(tasks []*bt.Task, batch []row, opts store.EnqueueOpts) bool {
+	if len(batch) != len(tasks) || len(opts.Events) > 0 {
+		return false
+	}
+	for _, r := range batch {
+		if r.spilled || r.task.OrderingKey != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// pendingQueues is the queues of batch's pending tasks, once each, in
+// their first task's order: the queues its enqueue wakes.
+func pendingQueues(batch []row) []string {
+	var queues []string
+	for _, r := range batch {
+		if r.task.State == bt.StatePending && !slices.Contains(queues, r.task.Queue) {
+			queues = append(queues, r.task.Queue)
+		}
+	}
+	return queues
 }
 
 // sqlCopiedEvents writes the task.enqueued row of a batch written by COPY,
@@ -231,16 +275,38 @@ func copiedEvents(batch []row) enqueuedEventRow {
 // pgx's (not database/sql's, whose drivers differ on arrays).
 type copier interface {
 	queryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	copyFrom(ctx context.Context, table string, cols []string, rows [][]any) error
+	// copyFrom sends data, a binary COPY stream of backstop_tasks' rows
+	// (copyRows), as sqlCopyTasks.
+	copyFrom(ctx context.Context, data []byte) error
 }
 
 func (t pgxTx) queryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return t.tx.QueryRow(ctx, sql, args...)
 }
 
-func (t pgxTx) copyFrom(ctx context.Context, table string, cols []string, rows [][]any) error {
-	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows))
+func (t pgxTx) copyFrom(ctx context.Context, data []byte) error {
+	return copyStream(ctx, t.tx.Conn(), data)
+}
+
+// copyStream sends data as sqlCopyTasks on conn, reported to the
+// connection's tracer as pgx reports its own CopyFrom.
+func copyStream(ctx context.Context, conn *pgx.Conn, data []byte) error {
+	_, err := copyStreamAs(ctx, conn, sqlCopyTasks, data)
 	return err
+}
+
+// copyStreamAs sends data as sql, the COPY alone or with the statements
+// that follow it in the same query, and returns the last one's tag.
+func copyStreamAs(ctx context.Context, conn *pgx.Conn, sql string, data []byte) (pgconn.CommandTag, error) {
+	tr, _ := conn.Config().Tracer.(pgx.CopyFromTracer)
+	if tr != nil {
+		ctx = tr.TraceCopyFromStart(ctx, conn, pgx.TraceCopyFromStartData{TableName: pgx.Identifier{"backstop_tasks"}, ColumnNames: copyColumns})
+	}
+	tag, err := conn.PgConn().CopyFrom(ctx, bytes.NewReader(data), sql)
+	if tr != nil {
+		tr.TraceCopyFromEnd(ctx, conn, pgx.TraceCopyFromEndData{CommandTag: tag, Err: err})
+	}
+	return tag, err
 }
 
 // enqueueCopying runs body with the COPY's event statement for s's schema,

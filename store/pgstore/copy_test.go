@@ -315,3 +315,96 @@ func TestOrderedBatchOneOrderingStatement(t *testing.T) {
 		t.Fatalf("%d ordering rows of %d keys up to seq %d, want 100 of 3 up to 34", rows, keys, maxSeq)
 	}
 }
+
+// A copied batch writes every column as the INSERT writes it: the same
+// tasks, each with every column the enqueue sets (and some without),
+// enqueued once as a batch of 20 (one COPY) and once a task at a time
+// (prepared INSERTs), read back alike, column for column, but for the id
+// and event_links (the event rows differ).
+func TestCopiedRowsEqualInserted(t *testing.T) {
+	s, rt := tracedStore(t)
+	at := time.Date(2026, 11, 28, 2, 3, 4, 123456789, time.FixedZone("x", 3600))
+	deadline := at.Add(90*time.Minute + 999*time.Nanosecond)
+	jitter := false
+	tasks := func(prefix string) []*bt.Task {
+		ts := make([]*bt.Task, 20)
+		for i := range ts {
+			tk := newTask("rows-" + prefix)
+			tk.ID = fmt.Sprintf("%s-%02d", prefix, i)
+			tk.Kind = "kind-é-" + fmt.Sprint(i%3)
+			tk.Priority, tk.Attempt, tk.MaxAttempts = i-10, i%2, 1<<30+i
+			tk.RunAt, tk.CreatedAt, tk.UpdatedAt = at.Add(time.Duration(i)*time.Hour), at.Add(-time.Duration(i)), at.Add(time.Microsecond)
+			tk.Progress.Total, tk.Progress.Completed = i, i/2
+			tk.Complexity = float64(i) / 3
+			if i%2 == 0 {
+				tk.State = bt.StateScheduled
+				tk.Payload = json.RawMessage(fmt.Sprintf(`{"i": %d, "s": "ünï\u0001", "big": %s}`, i, strings.Repeat("1", 1+i*40)))
+				tk.Attributes = map[string]string{"a": fmt.Sprint(i), "run_id": "r"}
+				tk.Retry = &bt.RetryPolicy{Base: bt.Duration(time.Second), Factor: 1.5, Jitter: &jitter}
+				tk.Deadline = &deadline
+				tk.Timeout = bt.Duration(1500*time.Millisecond + time.Duration(i)*time.Nanosecond)
+				tk.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+				tk.ReplayedFrom = fmt.Sprintf("dead-%d", i)
+			} else {
+				tk.Payload = nil
+			}
+			ts[i] = tk
+		}
+		return ts
+	}
+	opts := store.EnqueueOpts{InlineLimit: 200} // the longer payloads spill
+	c0 := rt.copies.Load()
+	enqueue(t, s, opts, tasks("copied")...)
+	if c := rt.copies.Load() - c0; c != 1 {
+		t.Fatalf("the batch took %d COPYs, want 1", c)
+	}
+	for _, tk := range tasks("inserted") {
+		enqueue(t, s, opts, tk)
+	}
+	if c := rt.copies.Load() - c0; c != 1 {
+		t.Fatalf("single enqueues took %d COPYs, want none", c-1)
+	}
+	read := func(prefix string) []string {
+		rows, err := s.Pool().Query(t.Context(), `SELECT (to_jsonb(t) - 'id' - 'event_links' || jsonb_build_object('queue', replace(t.queue, $1, '')))::text
+	FROM backstop_tasks t WHERE queue = 'rows-' || $1 ORDER BY id`, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 20 {
+			t.Fatalf("%s: %d rows, want 20", prefix, len(got))
+		}
+		return got
+	}
+	copied, inserted := read("copied"), read("inserted")
+	for i := range copied {
+		if copied[i] != inserted[i] {
+			t.Errorf("task %d:\ncopied   %s\ninserted %s", i, copied[i], inserted[i])
+		}
+	}
+	var spilled int
+	if err := s.Pool().QueryRow(t.Context(), `SELECT count(*) FROM backstop_tasks WHERE queue LIKE 'rows-%' AND payload_spilled`).Scan(&spilled); err != nil {
+		t.Fatal(err)
+	}
+	if spilled == 0 {
+		t.Fatal("no payload spilled: the test does not cover spilling")
+	}
+}
+
+// A copied batch holding a value its column cannot take is refused with
+// the column named, and nothing of it is written.
+func TestCopiedBatchOutOfRange(t *testing.T) {
+	s, _ := tracedStore(t)
+	ts := plainTasks("range", 20)
+	ts[7].Priority = 1 << 33
+	_, err := s.Enqueue(t.Context(), ts, store.EnqueueOpts{})
+	if err == nil || !strings.Contains(err.Error(), "priority") {
+		t.Fatalf("a priority of 2^33: %v, want an error naming priority", err)
+	}
+	if n := countTasks(t, s); n != 0 {
+		t.Fatalf("%d tasks written, want none", n)
+	}
+}

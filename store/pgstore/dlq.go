@@ -394,6 +394,12 @@ func redrivePick(b store.RedriveBatch, cols string) (string, []any) {
 // ordering table again. The batch's dlq.replayed events are one linked log
 // row (events_links.go), numbered once the rows are locked, whose number
 // each replayed task appends to its event_links: no GIN entry per event.
+// Its aggregates read the replayed rows sorted by id once (the sort that
+// numbers them), not each sorting its own input; the fields every event
+// shares (redrive, patched, keep_attempts) are written once, in the row's
+// common body, and each element's body ({"replay_count":n}, and the reason)
+// is text parsed once (evBodies): a reader sees the bodies RedriveEvents
+// writes, field for field.
 // Each item's outcome is a plain insert: a task past the cursor has none
 // yet, and one that has (recorded by an earlier, failed attempt at it) is
 // a uniqueness violation, which sends the batch the slow way, whose insert
@@ -420,16 +426,13 @@ upd AS (
 	RETURNING t.id, t.queue, t.kind, t.attributes, t.replay_count, t.state
 ), ord AS ( -- ordered tasks wait for their key (ordering.go): those upd made buffered
 	UPDATE backstop_ordering_tasks o SET status = 'replay' FROM upd WHERE upd.state = 'buffered' AND o.task_id = upd.id
-), ev AS ( -- one linked row holding every replay's event, in id order
-	INSERT INTO backstop_events (seq, link, ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
-	SELECT (SELECT seq FROM ev_seq), (SELECT seq FROM ev_seq), array_agg(` + p(7) + ` || lpad(to_hex(u.n), 12, '0') ORDER BY u.n),
-		` + p(4) + `, 'dlq.replayed', array_agg(u.id ORDER BY u.n), array_agg(u.queue ORDER BY u.n), array_agg(u.kind ORDER BY u.n),
-		json_agg(u.attributes ORDER BY u.n), ` + p(5) + `,
-		json_agg(CASE WHEN ` + p(8) + `::text = '' THEN json_build_object('redrive_id', ` + p(6) + `::text, 'patched', false,
-			'keep_attempts', ` + p(3) + `::bool, 'replay_count', u.replay_count)
-			ELSE json_build_object('redrive_id', ` + p(6) + `::text, 'patched', false, 'keep_attempts', ` + p(3) + `::bool,
-			'replay_count', u.replay_count, 'reason', ` + p(8) + `::text) END ORDER BY u.n)
-	FROM (SELECT *, row_number() OVER (ORDER BY id) AS n FROM upd) u HAVING count(*) > 0
+), ev AS ( -- one linked row holding every replay's event, in id order (below)
+	INSERT INTO backstop_events (seq, link, ids, time, type, subjects, queues, kinds, attributes, actor, common, bodies)
+	SELECT (SELECT seq FROM ev_seq), (SELECT seq FROM ev_seq), array_agg(` + p(7) + ` || lpad(to_hex(u.n), 12, '0')),
+		` + p(4) + `, 'dlq.replayed', array_agg(u.id), array_agg(u.queue), array_agg(u.kind), json_agg(u.attributes), ` + p(5) + `,
+		('{"redrive_id":' || to_json(` + p(6) + `::text)::text || ',"patched":false,"keep_attempts":' || ` + p(3) + `::bool::text || '}')::json,
+		` + evBodies(`'{"replay_count":' || u.replay_count || (SELECT CASE WHEN `+p(8)+`::text = '' THEN '' ELSE ',"reason":' || to_json(`+p(8)+`::text)::text END) || '}'`) + `
+	FROM (SELECT *, row_number() OVER (ORDER BY id) AS n FROM upd ORDER BY id) u HAVING count(*) > 0
 ), rec AS (
 	UPDATE backstop_redrives SET cursor = coalesce((SELECT max(id) FROM picked), cursor),
 		replayed = replayed + (SELECT count(*) FROM upd)

@@ -25,19 +25,22 @@ func (s *Store) Enqueue(ctx context.Context, tasks []*bt.Task, opts store.Enqueu
 			return nil, fmt.Errorf("pgstore: enqueue: %w", err)
 		}
 		defer conn.Release() // a connection left in a transaction is closed, not reused
-		tx := &pipeTx{conn: conn.Conn()}
+		// This process's workers are woken here, without the LISTEN
+		// hand-off; the notifications' copies are recognised by pid,
+		// expected before the COMMIT is sent (with the last COPY, or
+		// by commit).
+		pid := conn.Conn().PgConn().PID()
+		tx := &pipeTx{conn: conn.Conn(), onCommit: func(queues []string) { s.expectWakes(pid, queues) }}
 		defer tx.rollback(context.WithoutCancel(ctx)) // no-op once committed
 		res, err := enqueue(ctx, tx, tasks, opts, copyEvents)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			if err = tx.commit(ctx); err != nil {
+				err = fmt.Errorf("pgstore: enqueue: commit: %w", err)
+			}
 		}
-		// This process's workers are woken here, without the LISTEN
-		// hand-off; the notifications' copies are recognised by pid.
-		pid := conn.Conn().PgConn().PID()
-		s.expectWakes(pid, tx.woken)
-		if err := tx.commit(ctx); err != nil {
-			s.dropWakes(pid, tx.woken)
-			return nil, fmt.Errorf("pgstore: enqueue: commit: %w", err)
+		if err != nil {
+			s.dropWakes(pid, tx.expected)
+			return nil, err
 		}
 		s.wakeLocal(tx.woken)
 		return res, nil
@@ -209,7 +212,7 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 		copied := false
 		if copyEvents != "" && worthCopying(len(chunk)) {
 			var err error
-			if copied, err = copyTasks(ctx, db, batch, actor, copyEvents); err != nil { // copy.go
+			if copied, err = copyTasks(ctx, db, batch, actor, copyEvents, copiedLast(tasks, batch, opts)); err != nil { // copy.go
 				return nil, err
 			}
 		}

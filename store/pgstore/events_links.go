@@ -62,22 +62,24 @@ func evBodies(obj string) string {
 const settleLink = `settle_link AS (SELECT ` + evSeq + ` AS link)`
 
 // succeededEvents: task.started and task.succeeded for each success, one
-// row each (in that order: Append runs its branches in turn); settled
-// returns ev_link; $7 is the actor.
+// row each (in that order: the VALUES list's); settled returns ev_link; $7
+// is the actor. The rows share their subjects, queues, kinds and
+// attributes, aggregated once in one pass over settled with each row's
+// times and bodies.
 var succeededEvents = `succeeded_events AS (
 	INSERT INTO backstop_events (seq, link, type, time, times, subjects, queues, kinds, attributes, bodies, actor)
-	SELECT ` + evSeq + `, g.link, g.type, g.time, g.times, g.subjects, g.queues, g.kinds, g.attributes, g.bodies, $7::text
-	FROM (SELECT min(s.ev_link) AS link, 'task.started' AS type, max(s.started) AS time, array_agg(s.started) AS times,
-		array_agg(s.id) AS subjects, array_agg(s.queue) AS queues, array_agg(s.kind) AS kinds, json_agg(s.attributes) AS attributes,
+	SELECT ` + evSeq + `, a.link, g.type, g.time, g.times, a.subjects, a.queues, a.kinds, a.attributes, g.bodies, $7::text
+	FROM (SELECT min(s.ev_link) AS link, array_agg(s.id) AS subjects, array_agg(s.queue) AS queues, array_agg(s.kind) AS kinds,
+		json_agg(s.attributes) AS attributes,
+		max(s.started) AS started, array_agg(s.started) AS started_times,
 		` + evBodies(`'{"execution_id":"' || s.execution_id || '","attempt":' || s.attempt ||
-			',"worker_id":' || to_json(coalesce(s.worker_id, ''))::text || '}'`) + ` AS bodies
-	FROM (SELECT *, coalesce(attempted_at, finished_at) AS started FROM settled) s HAVING count(*) > 0
-	UNION ALL
-	SELECT min(s.ev_link), 'task.succeeded', max(s.finished_at), array_agg(s.finished_at), array_agg(s.id),
-		array_agg(s.queue), array_agg(s.kind), json_agg(s.attributes),
+	',"worker_id":' || to_json(coalesce(s.worker_id, ''))::text || '}'`) + ` AS started_bodies,
+		max(s.finished_at) AS finished, array_agg(s.finished_at) AS finished_times,
 		` + evBodies(`'{"execution_id":"' || s.execution_id || '","attempt":' || s.attempt ||
-			',"duration_ms":' || `+evMillis("s.started", "s.finished_at")+` || '}'`) + `
-	FROM (SELECT *, coalesce(attempted_at, finished_at) AS started FROM settled) s HAVING count(*) > 0) g
+	',"duration_ms":' || `+evMillis("s.started", "s.finished_at")+` || '}'`) + ` AS finished_bodies
+	FROM (SELECT *, coalesce(attempted_at, finished_at) AS started FROM settled) s HAVING count(*) > 0) a
+	CROSS JOIN LATERAL (VALUES ('task.started', a.started, a.started_times, a.started_bodies),
+		('task.succeeded', a.finished, a.finished_times, a.finished_bodies)) g(type, time, times, bodies)
 )`
 
 // enqueueSeq is the enqueue's row number (taken first: the tasks it

@@ -32,17 +32,90 @@ import (
 // plan) cannot go in a pipeline; before such a first statement BEGIN is
 // sent alone.
 //
+// A batch of tasks written by COPY that is all the enqueue writes sends
+// its wake-up with BEGIN and its event row, and its COMMIT with the COPY
+// (copyCommit): two round trips instead of three.
+//
 // It is a pgx.Tx (Begin is a savepoint; LargeObjects is not supported),
 // used by one goroutine at a time.
 type pipeTx struct {
 	conn   *pgx.Conn
 	pooled *pgxpool.Conn // released when the transaction ends (Txs.Begin's); nil: the caller's
 	begun  bool          // BEGIN was sent
-	done   bool          // Commit or Rollback ended it
+	done   bool          // Commit or Rollback ended it, or a COPY carried its COMMIT
+	copied bool          // the COMMIT went with a COPY and succeeded (copyCommit)
 	woken  []string
 	held   *pipeline // writes sent with COMMIT, or before the next statement
 	locked []string  // the runs LockRun(s) locked in this transaction (sorted)
 	nested int       // savepoints begun, for their names
+
+	// onCommit, when set, runs just before the COMMIT is sent, with the
+	// queues the transaction wakes (Store.Enqueue: expectWakes); a COPY
+	// may then carry the COMMIT. expected is what it was given.
+	onCommit func(queues []string)
+	expected []string
+	waking   []string // the wake-up sent with the event row (firstWaking)
+}
+
+// commitsAtCopy says whether a COPY that is the transaction's last
+// statement may carry its COMMIT: no writes are held for the COMMIT.
+func (t *pipeTx) commitsAtCopy() bool { return t.onCommit != nil && !t.done && t.held == nil }
+
+// willCommit runs onCommit with queues.
+func (t *pipeTx) willCommit(queues []string) {
+	if t.onCommit != nil {
+		t.expected = queues
+		t.onCommit(queues)
+	}
+}
+
+// sqlCopyTasksCommit is a COPY of tasks with the COMMIT of its
+// transaction: the server runs the COMMIT once the COPY's rows are in,
+// and not at all when the COPY fails.
+var sqlCopyTasksCommit = sqlCopyTasks + "; COMMIT"
+
+// firstWaking runs sql (a statement returning one value, scanned into
+// dest) with BEGIN before it, if not sent, and the wake-up of queues
+// after it, in one round trip (after the held writes, if any). NOTIFY is
+// delivered at commit wherever it runs in the transaction.
+func (t *pipeTx) firstWaking(ctx context.Context, queues []string, dest any, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	if len(queues) > 0 {
+		b.Queue(sqlNotifyQueues, queues)
+	}
+	br := t.SendBatch(ctx, b) // BEGIN first when not sent
+	if err := br.QueryRow().Scan(dest); err != nil {
+		return errors.Join(err, br.Close())
+	}
+	if len(queues) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return errors.Join(fmt.Errorf("notify: %w", err), br.Close())
+		}
+	}
+	t.waking = queues
+	return br.Close()
+}
+
+// copyCommit sends data, a binary COPY stream of tasks (copyRows), with
+// the COMMIT: the transaction's last statement. Its wake-up went before
+// it (firstWaking). When the COPY fails the transaction is left to
+// Rollback; otherwise it is over, and a later Commit returns nil at once.
+func (t *pipeTx) copyCommit(ctx context.Context, data []byte) error {
+	if err := t.ready(ctx); err != nil {
+		return err
+	}
+	t.willCommit(t.waking)
+	tag, err := copyStreamAs(ctx, t.conn, sqlCopyTasksCommit, data)
+	if err != nil {
+		return err
+	}
+	t.end(ctx)
+	if tag.String() != "COMMIT" {
+		return pgx.ErrTxCommitRollback
+	}
+	t.copied = true
+	return nil
 }
 
 var _ pgx.Tx = (*pipeTx)(nil)
@@ -221,11 +294,16 @@ func (t *pipeTx) Begin(ctx context.Context) (pgx.Tx, error) {
 
 // Commit sends the held writes, the wake-up and COMMIT in one round trip
 // (with BEGIN when nothing was sent yet; nothing when nothing was
-// written). A held write's failure is the error as its statement reported
-// it; a transaction the server ended as a rollback (an earlier failure) is
+// written), after onCommit has run with the queues it wakes; it returns
+// nil at once when a COPY already carried the COMMIT (copyCommit). A held
+// write's failure is the error as its statement reported it; a
+// transaction the server ended as a rollback (an earlier failure) is
 // pgx.ErrTxCommitRollback. However it ends, the transaction is over.
 func (t *pipeTx) Commit(ctx context.Context) error {
 	if t.done {
+		if t.copied { // committed with its COPY
+			return nil
+		}
 		return pgx.ErrTxClosed
 	}
 	p := t.held
@@ -237,6 +315,7 @@ func (t *pipeTx) Commit(ctx context.Context) error {
 		}
 		p = &pipeline{}
 	}
+	t.willCommit(t.woken)
 	if len(t.woken) > 0 {
 		p.exec(sqlNotifyQueues, []any{t.woken}, wrapped("notify"))
 	}
@@ -297,9 +376,11 @@ func (t *pipeTx) queryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 	return t.QueryRow(ctx, sql, args...)
 }
 
-func (t *pipeTx) copyFrom(ctx context.Context, table string, cols []string, rows [][]any) error {
-	_, err := t.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows))
-	return err
+func (t *pipeTx) copyFrom(ctx context.Context, data []byte) error {
+	if err := t.ready(ctx); err != nil {
+		return err
+	}
+	return copyStream(ctx, t.conn, data)
 }
 
 func (t *pipeTx) batchArgs(rows int, args []any) []any { return pgxTx{}.batchArgs(rows, args) }

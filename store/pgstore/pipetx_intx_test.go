@@ -311,3 +311,45 @@ func BenchmarkRunAdvanceTx(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/tx")
 }
+
+// A batch written by COPY in InTx is the raw COPY stream in the store's
+// own transaction, and its COMMIT stays with the transaction's: what
+// follows it in fn is in the same transaction, and fn's error rolls the
+// copied rows back with the rest.
+func TestOwnTxCopiedBatch(t *testing.T) {
+	s, rt := tracedStore(t)
+	ctx := t.Context()
+	errUndo := errors.New("undo")
+	for _, fail := range []bool{true, false} {
+		c0 := rt.copies.Load()
+		prefix := map[bool]string{true: "undone", false: "kept"}[fail]
+		err := s.InTx(ctx, func(tx store.Tx) error {
+			if _, err := tx.Enqueue(ctx, plainTasks(prefix+"-copied", 100), store.EnqueueOpts{}); err != nil {
+				return err
+			}
+			if _, err := tx.Enqueue(ctx, plainTasks(prefix+"-after", 2), store.EnqueueOpts{}); err != nil {
+				return err
+			}
+			if fail {
+				return errUndo
+			}
+			return nil
+		})
+		if fail && !errors.Is(err, errUndo) || !fail && err != nil {
+			t.Fatalf("InTx (fail %v): %v", fail, err)
+		}
+		if c := rt.copies.Load() - c0; c != 1 {
+			t.Fatalf("InTx (fail %v) sent %d COPYs, want 1", fail, c)
+		}
+		if n := s.Pool().Stat().AcquiredConns(); n != 0 {
+			t.Fatalf("InTx (fail %v): %d connections still held", fail, n)
+		}
+	}
+	var undone, kept int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE id LIKE 'undone-%'), count(*) FILTER (WHERE id LIKE 'kept-%') FROM backstop_tasks`).Scan(&undone, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if undone != 0 || kept != 102 {
+		t.Fatalf("%d tasks of the rolled-back InTx and %d of the committed one, want 0 and 102", undone, kept)
+	}
+}

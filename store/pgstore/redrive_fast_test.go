@@ -335,3 +335,91 @@ func TestRedriveBatchReplaysOnlyForItsRunner(t *testing.T) {
 		t.Fatalf("%d dead letters left, %v; want 2", len(dead), err)
 	}
 }
+
+// TestRedriveBatchFastPathEventRow: the fast batch's one event row holds
+// its events in task id order, whatever the rows' order on disk; the fields
+// every event of the batch shares are the row's common body, written once,
+// and each element is the event's own fields; each event reads back with
+// the body RedriveEvents writes on the slow path, byte for byte.
+func TestRedriveBatchFastPathEventRow(t *testing.T) {
+	ctx := context.Background()
+	s, err := pgstore.Open(ctx, testdb.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	tasks := deadLetters(t, s, n, now)
+	// Rewrite the rows last to first, so that their order on disk (the
+	// order the batch's UPDATE returns them in) is not their ids'.
+	for i := n - 1; i >= 0; i-- {
+		if _, err := s.Pool().Exec(ctx, `UPDATE backstop_tasks SET dead_count = dead_count WHERE id = $1`, tasks[i].ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var disk []string
+	if err := s.Pool().QueryRow(ctx, `SELECT array_agg(id ORDER BY ctid) FROM backstop_tasks`).Scan(&disk); err != nil {
+		t.Fatal(err)
+	}
+	if disk[0] == tasks[0].ID {
+		t.Fatalf("setup: the rows are on disk in id order: %v", disk)
+	}
+	later := now.Add(time.Second)
+	rec, _, err := s.StartRedrive(ctx, store.Redrive{ID: "rd-1", Kind: store.JobRedrive, FilterKey: "k", Filter: json.RawMessage(`{}`),
+		Snapshot: later, StartedAt: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := store.RedriveBatch{RedriveID: rec.ID, Filter: store.ListFilter{Queue: "rq"}, Snapshot: later, Limit: n,
+		RunAt: later, State: bt.StatePending, Now: later, Actor: "test", KeepAttempts: true, Reason: `ops "cleanup" ü`}
+	res, err := s.RedriveBatch(ctx, b)
+	if err != nil || res.Replayed != n {
+		t.Fatalf("batch: %+v, %v; want %d replayed", res, err, n)
+	}
+
+	var (
+		ids, subjects []string
+		common        *string
+		bodies        string
+	)
+	if err := s.Pool().QueryRow(ctx, `SELECT ids, subjects, common::text, bodies::text FROM backstop_events WHERE type = 'dlq.replayed'`).
+		Scan(&ids, &subjects, &common, &bodies); err != nil {
+		t.Fatal(err)
+	}
+	for i := range subjects {
+		if subjects[i] != tasks[i].ID || (i > 0 && ids[i] <= ids[i-1]) {
+			t.Fatalf("the row's events are not in id order: subjects %v, ids %v", subjects, ids)
+		}
+	}
+	if want := `{"redrive_id":"rd-1","patched":false,"keep_attempts":true}`; common == nil || *common != want {
+		t.Errorf("the row's common body: %v; want %s", common, want)
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal([]byte(bodies), &elems); err != nil || len(elems) != n {
+		t.Fatalf("bodies: %v, %s", err, bodies)
+	}
+	if want := `{"replay_count":1,"reason":"ops \"cleanup\" ü"}`; string(elems[0]) != want {
+		t.Errorf("an element's body: %s; want %s", elems[0], want)
+	}
+
+	for i, tk := range tasks {
+		want := store.RedriveEvents(b, []store.Redriven{{ID: tk.ID, Queue: tk.Queue, Kind: tk.Kind, ReplayCount: 1}}, nil)[0]
+		evs, err := s.Events(ctx, tk.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *bt.Event
+		for j := range evs {
+			if evs[j].Type == "dlq.replayed" {
+				got = &evs[j]
+			}
+		}
+		if got == nil || string(got.Body) != string(want.Body) || got.ID != ids[i] || got.Actor != "test" || got.Queue != "rq" || got.Kind != "k" {
+			t.Errorf("%s: dlq.replayed %+v; want body %s, id %s", tk.ID, got, want.Body, ids[i])
+		}
+	}
+}
