@@ -14,14 +14,47 @@ import (
 var TaskEventRows = taskEventRows
 
 // ExplainList is the plan of the query List runs for f, with the given
-// settings (SET LOCAL name = value) in its transaction.
+// settings (SET LOCAL name = value) in its transaction; when the kept
+// counts hold none of f's states (List then runs no statement), the plan
+// of the walk by id it runs when they hold many.
 func (s *Store) ExplainList(ctx context.Context, f store.ListFilter, settings map[string]string) (string, error) {
 	where, args, err := listWhere(f)
 	if err != nil {
 		return "", err
 	}
 	args = append(args, 50)
-	return s.explain(ctx, settings, listQuery(f, where, len(args)), args...)
+	form, err := s.listForm(ctx, f)
+	if err != nil {
+		return "", err
+	}
+	if form == listEmpty {
+		form = listWalk
+	}
+	return s.explain(ctx, settings, listQuery(f, where, len(args), form), args...)
+}
+
+// ExplainAnalyzeList runs the query List runs for f under EXPLAIN
+// (ANALYZE, BUFFERS) and returns the plan, or "" when List answers from
+// the kept counts without a statement. walk forces the walk by id (the
+// form List always ran before it read the counts).
+func (s *Store) ExplainAnalyzeList(ctx context.Context, f store.ListFilter, walk bool) (string, error) {
+	where, args, err := listWhere(f)
+	if err != nil {
+		return "", err
+	}
+	args = append(args, 100)
+	form := listWalk
+	if !walk {
+		if form, err = s.listForm(ctx, f); err != nil || form == listEmpty {
+			return "", err
+		}
+	}
+	rs, err := s.pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+listQuery(f, where, len(args), form), args...)
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
 }
 
 // WhereArms exposes whereArms (the states of each arm of a where over
@@ -196,7 +229,7 @@ func (s *Store) ExplainListWithout(ctx context.Context, f store.ListFilter, drop
 			return "", err
 		}
 	}
-	rs, err := tx.Query(ctx, "EXPLAIN "+listQuery(f, where, len(args)), args...)
+	rs, err := tx.Query(ctx, "EXPLAIN "+listQuery(f, where, len(args), listWalk), args...)
 	if err != nil {
 		return "", err
 	}

@@ -61,7 +61,14 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 		limit = defaultListLimit
 	}
 	args = append(args, limit)
-	tasks, err := s.queryTasks(ctx, listQuery(f, where, len(args)), args...)
+	form, err := s.listForm(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list: %w", err)
+	}
+	if form == listEmpty {
+		return nil, nil
+	}
+	tasks, err := s.queryTasks(ctx, listQuery(f, where, len(args), form), args...)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list: %w", err)
 	}
@@ -89,13 +96,15 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 	if f.Kind != "" {
 		add("t.kind = %s", f.Kind)
 	}
-	// States the payload index holds only: constants, so that the planner
-	// proves the index's predicate in every plan.
-	indexed := len(f.States) > 0
+	// Known states as constants, so that the planner proves the predicate
+	// of the state's partial index (the payload index, the claim index…)
+	// in every plan, generic ones included.
+	known, indexed := len(f.States) > 0, len(f.States) > 0
 	for _, st := range f.States {
+		known = known && slices.Contains(bt.States, st)
 		indexed = indexed && slices.Contains(payloadIndexStates, st)
 	}
-	if indexed {
+	if known {
 		where = append(where, "t.state IN ("+stateList(f.States)+")")
 	} else if len(f.States) > 0 {
 		states := make([]string, len(f.States))
