@@ -18,19 +18,26 @@ var TaskEventRows = taskEventRows
 // counts hold none of f's states (List then runs no statement), the plan
 // of the walk by id it runs when they hold many.
 func (s *Store) ExplainList(ctx context.Context, f store.ListFilter, settings map[string]string) (string, error) {
+	sql, args, err := s.listStatement(ctx, s.pool, f)
+	if err != nil {
+		return "", err
+	}
+	if sql == "" {
+		if sql, args, err = s.walkStatement(f); err != nil {
+			return "", err
+		}
+	}
+	return s.explain(ctx, settings, sql, args...)
+}
+
+// walkStatement is List's statement for f in the walk by id.
+func (s *Store) walkStatement(f store.ListFilter) (string, []any, error) {
 	where, args, err := listWhere(f)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	args = append(args, 50)
-	form, err := s.listForm(ctx, f)
-	if err != nil {
-		return "", err
-	}
-	if form == listEmpty {
-		form = listWalk
-	}
-	return s.explain(ctx, settings, listQuery(f, where, len(args), form), args...)
+	args = append(args, 100)
+	return listQuery(f, where, len(args), listWalk), args, nil
 }
 
 // ExplainAnalyzeList runs the query List runs for f under EXPLAIN
@@ -38,18 +45,14 @@ func (s *Store) ExplainList(ctx context.Context, f store.ListFilter, settings ma
 // the kept counts without a statement. walk forces the walk by id (the
 // form List always ran before it read the counts).
 func (s *Store) ExplainAnalyzeList(ctx context.Context, f store.ListFilter, walk bool) (string, error) {
-	where, args, err := listWhere(f)
-	if err != nil {
+	sql, args, err := s.listStatement(ctx, s.pool, f)
+	if walk {
+		sql, args, err = s.walkStatement(f)
+	}
+	if err != nil || sql == "" {
 		return "", err
 	}
-	args = append(args, 100)
-	form := listWalk
-	if !walk {
-		if form, err = s.listForm(ctx, f); err != nil || form == listEmpty {
-			return "", err
-		}
-	}
-	rs, err := s.pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+listQuery(f, where, len(args), form), args...)
+	rs, err := s.pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, args...)
 	if err != nil {
 		return "", err
 	}

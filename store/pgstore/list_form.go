@@ -9,7 +9,7 @@ import (
 )
 
 // listForm is how List reads a page, picked from the kept counts (counts.go)
-// of the filter's states, so that a page costs what its states hold and
+// of the filter's states read in the page's snapshot, so that a page costs what its states hold and
 // never the whole history (a walk of the primary key past every finished
 // task when the states hold few or none of the table's rows).
 type listForm int
@@ -57,45 +57,57 @@ GROUP BY state`
 // listCountsVersion is the first schema version that keeps the counts.
 const listCountsVersion = 59
 
-// listForm picks f's form: listWalk when f names no state (every state:
-// matches come early), on a schema without kept counts, or when the
-// states hold many rows.
-func (s *Store) listForm(ctx context.Context, f store.ListFilter) (listForm, error) {
-	if len(f.States) == 0 {
-		return listWalk, nil
-	}
-	if v := s.schemaAt.Load(); v != 0 && v < listCountsVersion {
-		return listWalk, nil
-	}
-	rows, err := s.pool.Query(ctx, sqlListCounts, f.Queue)
+// listCounted is whether List picks f's form from the kept counts: f
+// names states, and the schema keeps the counts.
+func (s *Store) listCounted(f store.ListFilter) bool {
+	v := s.schemaAt.Load()
+	return len(f.States) > 0 && (v == 0 || v >= listCountsVersion)
+}
+
+// listFormOn picks f's form from the kept counts read on q, and the
+// states of f that hold tasks (in its queue): the others can be left out
+// of a statement read in the same snapshot.
+func listFormOn(ctx context.Context, q querier, f store.ListFilter) (listForm, []bt.State, error) {
+	rows, err := q.Query(ctx, sqlListCounts, f.Queue)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer rows.Close()
-	var matching, read, total int64
+	type count struct{ inQueue, queues int64 }
+	counts := map[bt.State]count{}
+	var total int64
 	for rows.Next() {
 		var (
-			st              bt.State
-			inQueue, queues int64
+			st bt.State
+			c  count
 		)
-		if err := rows.Scan(&st, &inQueue, &queues); err != nil {
-			return 0, err
+		if err := rows.Scan(&st, &c.inQueue, &c.queues); err != nil {
+			return 0, nil, err
 		}
-		total += queues
-		if !slices.Contains(f.States, st) {
-			continue
-		}
-		matching += inQueue
-		if f.Queue != "" && slices.Contains(queueLedStates, st) {
-			read += inQueue
-		} else {
-			read += queues
-		}
+		counts[st] = c
+		total += c.queues
 	}
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return pickListForm(matching, read, total), nil
+	var (
+		held           []bt.State
+		matching, read int64
+	)
+	for _, st := range f.States { // in f's order: one statement text per filter
+		c := counts[st]
+		if c.inQueue <= 0 || slices.Contains(held, st) {
+			continue
+		}
+		held = append(held, st)
+		matching += c.inQueue
+		if f.Queue != "" && slices.Contains(queueLedStates, st) {
+			read += c.inQueue
+		} else {
+			read += c.queues
+		}
+	}
+	return pickListForm(matching, read, total), held, nil
 }
 
 // pickListForm is the form for a filter whose states hold matching tasks
