@@ -14,14 +14,50 @@ import (
 var TaskEventRows = taskEventRows
 
 // ExplainList is the plan of the query List runs for f, with the given
-// settings (SET LOCAL name = value) in its transaction.
+// settings (SET LOCAL name = value) in its transaction; when the kept
+// counts hold none of f's states (List then runs no statement), the plan
+// of the walk by id it runs when they hold many.
 func (s *Store) ExplainList(ctx context.Context, f store.ListFilter, settings map[string]string) (string, error) {
-	where, args, err := listWhere(f)
+	sql, args, err := s.listStatement(ctx, s.pool, f)
 	if err != nil {
 		return "", err
 	}
-	args = append(args, 50)
-	return s.explain(ctx, settings, listQuery(f, where, len(args)), args...)
+	if sql == "" {
+		if sql, args, err = s.walkStatement(f); err != nil {
+			return "", err
+		}
+	}
+	return s.explain(ctx, settings, sql, args...)
+}
+
+// walkStatement is List's statement for f in the walk by id.
+func (s *Store) walkStatement(f store.ListFilter) (string, []any, error) {
+	where, args, err := listWhere(f)
+	if err != nil {
+		return "", nil, err
+	}
+	args = append(args, 100)
+	return listQuery(f, where, len(args), listWalk), args, nil
+}
+
+// ExplainAnalyzeList runs the query List runs for f under EXPLAIN
+// (ANALYZE, BUFFERS) and returns the plan, or "" when List answers from
+// the kept counts without a statement. walk forces the walk by id (the
+// form List always ran before it read the counts).
+func (s *Store) ExplainAnalyzeList(ctx context.Context, f store.ListFilter, walk bool) (string, error) {
+	sql, args, err := s.listStatement(ctx, s.pool, f)
+	if walk {
+		sql, args, err = s.walkStatement(f)
+	}
+	if err != nil || sql == "" {
+		return "", err
+	}
+	rs, err := s.pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, args...)
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
 }
 
 // WhereArms exposes whereArms (the states of each arm of a where over
@@ -196,7 +232,7 @@ func (s *Store) ExplainListWithout(ctx context.Context, f store.ListFilter, drop
 			return "", err
 		}
 	}
-	rs, err := tx.Query(ctx, "EXPLAIN "+listQuery(f, where, len(args)), args...)
+	rs, err := tx.Query(ctx, "EXPLAIN "+listQuery(f, where, len(args), listWalk), args...)
 	if err != nil {
 		return "", err
 	}

@@ -374,19 +374,21 @@ WITH due AS (
 SELECT q.n FROM per_queue q CROSS JOIN LATERAL pg_notify('` + wakeupChannel + `', q.queue)`
 
 // listQuery builds a List statement for f from its conditions (listWhere
-// and the cursor's) and the parameter of its limit. f.WithoutPayload reads
-// summaries, f.Newest the ids' descending order.
+// and the cursor's), the parameter of its limit and its form (listForm).
+// f.WithoutPayload reads summaries, f.Newest the ids' descending order.
 //
-// The pending tasks of a queue are read through the claim index: their
-// ids, from that index alone, sorted for the page, then the page's rows.
-// Ordered by id straight away, the planner walked the primary key and
-// skipped every task that sorts first and is not the queue's pending one
-// (the history, other queues, the dead letters: 100,000 rows and 210 ms
-// for a page in the console benchmark, docs/benchmarks.md). Sorting costs
-// the queue's pending tasks instead, whatever else the table holds. The
-// sort key is the id concatenated with the empty string, in the id's collation:
-// the same order, which the primary key cannot give.
-func listQuery(f store.ListFilter, where []string, limitArg int) string {
+// In the sorted form the page's ids are picked by the id as an expression
+// (the id concatenated with the empty string, in the id's collation: the
+// same order), which no index gives, so that the planner reads the
+// states' partial indexes (the claim index for pending tasks, the trigram
+// index of the errors and the dead letters' indexes…) instead of walking
+// the primary key past every task that does not match: the whole table
+// when few match (the history behind a queue's pending tasks, the dead
+// letters ahead of them; docs/benchmarks.md). It costs the matching rows,
+// sorted, which listForm bounds. A queue's pending tasks and dead letters
+// by their error's text are always read so (their indexes are small, the
+// walk past the rest is not).
+func listQuery(f store.ListFilter, where []string, limitArg int, form listForm) string {
 	q := selectTasks
 	if f.WithoutPayload {
 		q = selectSummaries
@@ -396,14 +398,24 @@ func listQuery(f store.ListFilter, where []string, limitArg int) string {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
 	dir, limit := store.OrderDir(f.Newest), " LIMIT $"+strconv.Itoa(limitArg)
-	// A queue's pending tasks, and dead letters by their error's text: the
-	// page's ids are picked by the id as an expression (the same order),
-	// which no index gives, so that the planner reads the claim index, or
-	// the trigram index of the errors and the dead letters' indexes,
-	// instead of walking the primary key past every task that does not
-	// match (the whole table when few match). It costs the matching rows,
-	// sorted: less than the walk unless the text is common.
-	if f.Queue != "" && slices.Equal(f.States, []bt.State{bt.StatePending}) ||
+	if form == listSorted && len(f.States) > 1 {
+		// One arm per state, so that each reads its state's partial index
+		// (an index's predicate names one state or a few; a list of
+		// states proves none), merged.
+		// A state of no task has no arm (listWhere's condition keeps
+		// the filter exact).
+		var arms []string
+		for _, st := range f.States {
+			if !slices.Contains(bt.States, st) {
+				continue
+			}
+			arms = append(arms, "(SELECT t.id FROM backstop_tasks t"+cond+" AND t.state = '"+string(st)+"'"+
+				" ORDER BY t.id || '' "+dir+limit+")")
+		}
+		return q + " WHERE t.id IN (SELECT u.id FROM (" + strings.Join(arms, " UNION ALL ") + ") u" +
+			" ORDER BY u.id " + dir + limit + ")" + " ORDER BY t.id " + dir + limit
+	}
+	if form == listSorted || f.Queue != "" && slices.Equal(f.States, []bt.State{bt.StatePending}) ||
 		f.ErrorContains != "" && slices.Equal(f.States, []bt.State{bt.StateDead}) {
 		return q + " WHERE t.id IN (SELECT t.id FROM backstop_tasks t" + cond + " ORDER BY t.id || '' " + dir + limit + ")" +
 			" ORDER BY t.id " + dir + limit

@@ -48,9 +48,47 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 			return filter.Scan(ctx, x, f, s.List)
 		}
 	}
-	where, args, err := listWhere(f)
+	var tasks []*bt.Task
+	read := func(q querier) error {
+		sql, args, err := s.listStatement(ctx, q, f)
+		if err != nil || sql == "" {
+			return err
+		}
+		tasks, err = queryTasksOn(ctx, q, sql, args...)
+		return err
+	}
+	var err error
+	if s.listCounted(f) {
+		// One snapshot: the kept counts and the page agree.
+		err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+			func(tx pgx.Tx) error { return read(tx) })
+	} else {
+		err = read(s.pool)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list: %w", err)
+	}
+	return tasks, nil
+}
+
+// listStatement is List's statement for f and its arguments, read on q:
+// "" when the kept counts hold none of f's states (listForm), whose
+// states are otherwise narrowed to those that hold tasks.
+func (s *Store) listStatement(ctx context.Context, q querier, f store.ListFilter) (string, []any, error) {
+	form := listWalk
+	if s.listCounted(f) {
+		var (
+			held []bt.State
+			err  error
+		)
+		if form, held, err = listFormOn(ctx, q, f); err != nil || form == listEmpty {
+			return "", nil, err
+		}
+		f.States = held
+	}
+	where, args, err := listWhere(f)
+	if err != nil {
+		return "", nil, err
 	}
 	if f.AfterID != "" {
 		args = append(args, f.AfterID)
@@ -61,11 +99,7 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 		limit = defaultListLimit
 	}
 	args = append(args, limit)
-	tasks, err := s.queryTasks(ctx, listQuery(f, where, len(args)), args...)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: list: %w", err)
-	}
-	return tasks, nil
+	return listQuery(f, where, len(args), form), args, nil
 }
 
 // runAttribute is the attribute that names a task's run (the library's
@@ -89,13 +123,15 @@ func listWhere(f store.ListFilter) ([]string, []any, error) {
 	if f.Kind != "" {
 		add("t.kind = %s", f.Kind)
 	}
-	// States the payload index holds only: constants, so that the planner
-	// proves the index's predicate in every plan.
-	indexed := len(f.States) > 0
+	// Known states as constants, so that the planner proves the predicate
+	// of the state's partial index (the payload index, the claim index…)
+	// in every plan, generic ones included.
+	known, indexed := len(f.States) > 0, len(f.States) > 0
 	for _, st := range f.States {
+		known = known && slices.Contains(bt.States, st)
 		indexed = indexed && slices.Contains(payloadIndexStates, st)
 	}
-	if indexed {
+	if known {
 		where = append(where, "t.state IN ("+stateList(f.States)+")")
 	} else if len(f.States) > 0 {
 		states := make([]string, len(f.States))

@@ -1154,6 +1154,32 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 			return filter.Scan(ctx, x, f, s.List)
 		}
 	}
+	// One read transaction: the kept counts and the page agree.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	q, args, err := listStatement(ctx, tx, f)
+	if err != nil || q == "" {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := scanTasks(rows)
+	_ = tx.Rollback() // read only; its connection back before the spilled payloads' read
+	if err != nil || f.WithoutPayload {
+		return tasks, err
+	}
+	return tasks, loadSpilled(ctx, s.r, tasks)
+}
+
+// listStatement is List's statement for f and its arguments, the kept
+// counts read in tx (listHeld); "" when the counts say the filter's
+// states hold no task.
+func listStatement(ctx context.Context, tx *sql.Tx, f store.ListFilter) (string, []any, error) {
 	where, args := listWhere(f)
 	if f.AfterID != "" {
 		where, args = append(where, "id "+store.CursorOp(f.Newest)+" ?"), append(args, f.AfterID)
@@ -1166,21 +1192,22 @@ func (s *Store) List(ctx context.Context, f store.ListFilter) ([]*bt.Task, error
 	if f.WithoutPayload {
 		cols = summaryCols
 	}
+	dir := store.OrderDir(f.Newest)
+	if len(f.States) > 0 {
+		held, sorted, err := listHeld(ctx, tx, f)
+		if err != nil || len(held) == 0 {
+			return "", nil, err
+		}
+		if sorted {
+			q, args := sortedListQuery(cols, where, args, held, dir, limit)
+			return q, args, nil
+		}
+	}
 	q := `SELECT ` + cols + ` FROM backstop_tasks`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY id " + store.OrderDir(f.Newest) + " LIMIT ?"
-	args = append(args, limit)
-	rows, err := s.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	tasks, err := scanTasks(rows)
-	if err != nil || f.WithoutPayload {
-		return tasks, err
-	}
-	return tasks, loadSpilled(ctx, s.r, tasks)
+	return q + " ORDER BY id " + dir + " LIMIT ?", append(args, limit), nil
 }
 
 func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*bt.Task, error) {
