@@ -24,3 +24,17 @@ type CountDrift struct {
 	// wrong; Tasks is the sum of their errors' sizes.
 	Groups, Tasks int
 }
+
+// ListReadSorted says whether a state-filtered list page is read through
+// its states' partial indexes and sorted, rather than by a walk of the
+// primary key in id order, when those indexes hold read rows of a table
+// of total tasks (both from the kept counts). A sorted read costs what
+// the states hold, whatever the finished history; a walk stops at the
+// page's last match, early when matches are many. So: sorted when the
+// indexes hold at most 10,000 rows, or at most 1/100 of the table (a walk
+// would then pass about 100 rows for each match, all of them when the
+// matches sort last).
+func ListReadSorted(read, total int64) bool {
+	const fewRows, sparse = 10_000, 100
+	return read <= fewRows || read*sparse <= total
+}

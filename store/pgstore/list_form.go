@@ -28,16 +28,6 @@ const (
 	listEmpty
 )
 
-// listFewRows is the most rows the states' indexes may hold for a page
-// to be read through them and sorted, whatever the table's size; past
-// it, only when they hold at most 1/listSparse of the table (a walk by
-// id would then pass about listSparse rows for each match, all of them
-// when the matches sort last).
-const (
-	listFewRows = 10_000
-	listSparse  = 100
-)
-
 // queueLedStates are the states whose partial indexes lead with the queue
 // (the claim index, backstop_tasks_running, backstop_tasks_counts): with a
 // queue, reading them costs the queue's rows. The finished states' index
@@ -116,7 +106,7 @@ func pickListForm(matching, read, total int64) listForm {
 	switch {
 	case matching <= 0:
 		return listEmpty
-	case read <= listFewRows || read*listSparse <= total:
+	case store.ListReadSorted(read, total):
 		return listSorted
 	default:
 		return listWalk

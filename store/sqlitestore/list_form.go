@@ -17,16 +17,6 @@ import (
 // their partial indexes, sorted, when those hold few rows; otherwise it
 // walks the primary key by id, which finds many matches early.
 
-// listFewRows is the most rows the states' indexes may hold for a page to
-// be read through them and sorted, whatever the table's size; past it,
-// only when they hold at most 1/listSparse of the table (a walk by id then
-// passes about listSparse rows per match, all of them when the matches
-// sort last).
-const (
-	listFewRows = 10_000
-	listSparse  = 100
-)
-
 // listIndexes is the partial index's predicate (as written in the index)
 // that holds each state's tasks, and whether the index leads with the
 // queue (a queue's rows then cost what the queue holds). A buffered task
@@ -79,7 +69,7 @@ func listHeld(ctx context.Context, tx *sql.Tx, f store.ListFilter) (held []bt.St
 	if err := rows.Err(); err != nil {
 		return nil, false, err
 	}
-	return held, sorted && (read <= listFewRows || read*listSparse <= total), nil
+	return held, sorted && store.ListReadSorted(read, total), nil
 }
 
 // sortedListQuery is List's statement that reads the held states' rows
