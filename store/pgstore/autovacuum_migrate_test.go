@@ -85,7 +85,7 @@ func TestAutovacuumByCountMigration(t *testing.T) {
 	}
 	check("before", nil)
 
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.MigrateTo(ctx, 53); err != nil {
 		t.Fatal(err)
 	}
 	check("migrated", want)
@@ -107,7 +107,7 @@ func TestAutovacuumByCountMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("rolled back", nil)
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.MigrateTo(ctx, 53); err != nil {
 		t.Fatal(err)
 	}
 	check("applied again", want)
