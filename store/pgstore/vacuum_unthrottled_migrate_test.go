@@ -10,7 +10,7 @@ import (
 	"github.com/backstophq/backstop/store"
 )
 
-// Migration 00066 on a database holding tasks, attempts and events: the
+// Migration 00065 on a database holding tasks, attempts and events: the
 // autovacuum of backstop_tasks runs without the cost-based sleep, and the
 // table keeps migration 00053's vacuum and analyze by count; the other
 // tables keep the server's throttle. The rows are all there and the queue
@@ -19,7 +19,7 @@ import (
 func TestTasksVacuumUnthrottledMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := storeAt(t, 65)
+	s := storeAt(t, 64)
 	tasks := []*bt.Task{newTask("vac"), newTask("vac"), newTask("vac")}
 	enqueue(t, s, store.EnqueueOpts{}, tasks...)
 	got := claim(t, s, "vac", 2, t0)
@@ -89,7 +89,7 @@ func TestTasksVacuumUnthrottledMigration(t *testing.T) {
 		}
 	}
 
-	if err := s.MigrateDownTo(ctx, 65); err != nil {
+	if err := s.MigrateDownTo(ctx, 64); err != nil {
 		t.Fatal(err)
 	}
 	check("rolled back", byCount)
