@@ -54,6 +54,13 @@ func countedMove(rows, from, to string) string {
 // the hot statements run without their own count (forms.go).
 const countedVersion = 60
 
+// insertsCounted: the schema's insert trigger reads the mark of
+// countedInsert, so a plan's task insert counts its own rows.
+func (s *Store) insertsCounted() bool {
+	v := s.schemaAt.Load()
+	return v == 0 || v >= countedVersion
+}
+
 // sqlCounts answers CountByQueue in one statement (one snapshot, so the
 // counts agree with each other and with the oldest pending run_at): the
 // kept counts plus the deltas, and for each queue with pending tasks its

@@ -449,6 +449,29 @@ const strictConflict = "-"
 // Each inserted task gets its task.enqueued event in the same statement;
 // the actor is the last parameter ($n*len(insertColumns)+1).
 func sqlInsertTasks(n int, onConflict string) string {
+	return insertTasksSQL(n, onConflict, false)
+}
+
+// sqlInsertTasksCounted is sqlInsertTasks counting its own rows
+// (countedInsert), for a schema whose triggers read the mark
+// (Store.insertsCounted).
+func sqlInsertTasksCounted(n int, onConflict string) string {
+	return insertTasksSQL(n, onConflict, true)
+}
+
+// countedInsert counts the rows an enqueue's insert wrote (ins: tasks
+// with no dead-letter status and no group) into the count deltas and
+// marks the statement counted for an INSERT: the insert trigger finds the
+// mark, clears it and appends nothing, and the dead letters' groups
+// trigger returns at once. With no row inserted (every id taken) it
+// appends nothing and leaves no mark.
+const countedInsert = `counted AS (
+	INSERT INTO backstop_task_count_deltas (queue, state, dlq_status, n)
+	SELECT queue, state, '', count(*) FROM ins
+	WHERE set_config('backstop.counted', 'INSERT', true) <> ''
+	GROUP BY 1, 2)`
+
+func insertTasksSQL(n int, onConflict string, counted bool) string {
 	var b strings.Builder
 	b.WriteString("WITH " + enqueueSeq + ", ins AS (INSERT INTO backstop_tasks (")
 	b.WriteString(strings.Join(insertColumns, ", "))
@@ -459,6 +482,9 @@ func sqlInsertTasks(n int, onConflict string) string {
 	}
 	b.WriteString(" RETURNING " + enqueuedReturning + "), ")
 	b.WriteString(enqueuedEvents(n*len(insertColumns) + 1))
+	if counted {
+		b.WriteString(", " + countedInsert)
+	}
 	b.WriteString(" SELECT id FROM ins")
 	return b.String()
 }

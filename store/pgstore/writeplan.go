@@ -39,14 +39,14 @@ func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]sto
 		return store.WritePlanInSteps(ctx, t, tx, w)
 	}
 	if own, ok := tx.(*pipeTx); ok && own.holdsRuns(w.Updates) {
-		p, results, err := planPipeline(ctx, w, true)
+		p, results, err := planPipeline(ctx, w, true, t.s.insertsCounted())
 		if err != nil {
 			return nil, err
 		}
 		own.holdForCommit(p)
 		return results, nil
 	}
-	p, results, err := planPipeline(ctx, w, false)
+	p, results, err := planPipeline(ctx, w, false, t.s.insertsCounted())
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (s *Store) WritePlan(ctx context.Context, w store.PlanWrite) ([]store.Enque
 		})
 		return res, err
 	}
-	p, results, err := planPipeline(ctx, w, true)
+	p, results, err := planPipeline(ctx, w, true, s.insertsCounted())
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,8 @@ func (s *Store) WritePlan(ctx context.Context, w store.PlanWrite) ([]store.Enque
 // it gives when it succeeds. strict: no statement's outcome is judged
 // after the server ran it (no ON CONFLICT, no row count to check: the
 // pipeline runs without a transaction the client could still roll back).
-func planPipeline(ctx context.Context, w store.PlanWrite, strict bool) (*pipeline, []store.EnqueueResult, error) {
+// counted: the task inserts count their own rows (Store.insertsCounted).
+func planPipeline(ctx context.Context, w store.PlanWrite, strict, counted bool) (*pipeline, []store.EnqueueResult, error) {
 	if err := checkEnqueue(w.Tasks, w.Opts); err != nil {
 		return nil, nil, err
 	}
@@ -118,7 +119,7 @@ func planPipeline(ctx context.Context, w store.PlanWrite, strict bool) (*pipelin
 			return nil
 		})
 	}
-	results, err := p.tasks(ctx, w.Tasks, w.Opts, strict)
+	results, err := p.tasks(ctx, w.Tasks, w.Opts, strict, counted)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -171,7 +172,7 @@ func (p *pipeline) exec(sql string, args []any, outcome func(n int64, err error)
 // the NOTIFY of the queues that got a pending task. The results are filled
 // in when the pipeline is sent; opts.Events are the caller's to add.
 // strict: a taken id fails the insert (store.ErrConflict).
-func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.EnqueueOpts, strict bool) ([]store.EnqueueResult, error) {
+func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.EnqueueOpts, strict, counted bool) ([]store.EnqueueResult, error) {
 	results := make([]store.EnqueueResult, len(tasks))
 	if len(tasks) == 0 {
 		return results, nil
@@ -201,7 +202,11 @@ func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.Enque
 		if strict {
 			conflict = strictConflict
 		}
-		p.b.Queue(sqlInsertTasks(len(chunk), conflict), append(args, actor)...)
+		sql := sqlInsertTasks(len(chunk), conflict)
+		if counted {
+			sql = sqlInsertTasksCounted(len(chunk), conflict)
+		}
+		p.b.Queue(sql, append(args, actor)...)
 		p.read = append(p.read, func(br pgx.BatchResults) error {
 			var inserted map[string]int
 			rs, err := br.Query()
