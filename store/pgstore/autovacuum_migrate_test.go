@@ -8,6 +8,7 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
+	"github.com/backstophq/backstop/store/pgstore"
 )
 
 // Migration 00053 on a database written by the version before it: the
@@ -18,30 +19,8 @@ import (
 func TestAutovacuumByCountMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := storeAt(t, 52)
-	tasks := []*bt.Task{newTask("av"), newTask("av"), newTask("av")}
-	enqueue(t, s, store.EnqueueOpts{}, tasks...)
-	got := claim(t, s, "av", 2, t0)
-	if len(got) != 2 {
-		t.Fatalf("claimed %d, want 2", len(got))
-	}
-	settle(t, s,
-		store.Settlement{TaskID: got[0].ID, ExecutionID: got[0].ExecutionID, Outcome: bt.OutcomeSucceeded, FinishedAt: t0, State: bt.StateSucceeded},
-		store.Settlement{TaskID: got[1].ID, ExecutionID: got[1].ExecutionID, Outcome: bt.OutcomeTransientError, Error: "boom",
-			FinishedAt: t0, State: bt.StatePending, RunAt: t0})
-	counts := func() [3]int {
-		t.Helper()
-		var n [3]int
-		if err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM backstop_tasks),
-			(SELECT count(*) FROM backstop_executions), (SELECT count(*) FROM backstop_events)`).Scan(&n[0], &n[1], &n[2]); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	s, tasks, got, counts := storeHoldingRows(t, 52, "av")
 	before := counts()
-	if before[1] == 0 || before[2] == 0 {
-		t.Fatalf("the old version's rows: %v tasks, executions, events; want an execution and events", before)
-	}
 	options := func() map[string][]string {
 		t.Helper()
 		rs, err := s.Pool().Query(ctx, `SELECT relname, COALESCE(reloptions, '{}') FROM pg_class
@@ -111,4 +90,37 @@ func TestAutovacuumByCountMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("applied again", want)
+}
+
+// storeHoldingRows is a store at schema version holding what a database
+// of that version holds: three tasks of queue, one succeeded, one retried
+// after a transient failure (an execution row) and one pending, and their
+// events. counts is the number of rows of the tasks, executions and events
+// tables; got is the two tasks claimed.
+func storeHoldingRows(t *testing.T, version int64, queue string) (s *pgstore.Store, tasks, got []*bt.Task, counts func() [3]int) {
+	t.Helper()
+	s = storeAt(t, version)
+	tasks = []*bt.Task{newTask(queue), newTask(queue), newTask(queue)}
+	enqueue(t, s, store.EnqueueOpts{}, tasks...)
+	got = claim(t, s, queue, 2, t0)
+	if len(got) != 2 {
+		t.Fatalf("claimed %d, want 2", len(got))
+	}
+	settle(t, s,
+		store.Settlement{TaskID: got[0].ID, ExecutionID: got[0].ExecutionID, Outcome: bt.OutcomeSucceeded, FinishedAt: t0, State: bt.StateSucceeded},
+		store.Settlement{TaskID: got[1].ID, ExecutionID: got[1].ExecutionID, Outcome: bt.OutcomeTransientError, Error: "boom",
+			FinishedAt: t0, State: bt.StatePending, RunAt: t0})
+	counts = func() [3]int {
+		t.Helper()
+		var n [3]int
+		if err := s.Pool().QueryRow(t.Context(), `SELECT (SELECT count(*) FROM backstop_tasks),
+			(SELECT count(*) FROM backstop_executions), (SELECT count(*) FROM backstop_events)`).Scan(&n[0], &n[1], &n[2]); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := counts(); n[1] == 0 || n[2] == 0 {
+		t.Fatalf("the old version's rows: %v tasks, executions, events; want an execution and events", n)
+	}
+	return s, tasks, got, counts
 }
