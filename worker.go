@@ -294,8 +294,9 @@ func (w *Worker) claimed(q *queueRunner, idle bool, n int) {
 	if w.empty == nil {
 		return
 	}
-	q.dry.Store(idle && n == 0)
-	if !q.dry.Load() {
+	dry := idle && n == 0
+	q.dry.Store(dry)
+	if !dry {
 		return
 	}
 	for _, r := range w.queues {

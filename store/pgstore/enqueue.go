@@ -31,10 +31,10 @@ func (s *Store) Enqueue(ctx context.Context, tasks []*bt.Task, opts store.Enqueu
 		// by commit).
 		pid := conn.Conn().PgConn().PID()
 		tx := &pipeTx{conn: conn.Conn(), onCommit: func(queues []string) { s.expectWakes(pid, queues) }}
-		defer tx.rollback(context.WithoutCancel(ctx)) // no-op once committed
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op once committed
 		res, err := enqueue(ctx, tx, tasks, opts, copyEvents)
 		if err == nil {
-			if err = tx.commit(ctx); err != nil {
+			if err = tx.Commit(ctx); err != nil {
 				err = fmt.Errorf("pgstore: enqueue: commit: %w", err)
 			}
 		}

@@ -356,12 +356,7 @@ func (t *pipeTx) end(ctx context.Context) {
 	}
 }
 
-// The dbtx and copier methods, for the enqueue, and Store.Enqueue's end.
-
-func (t *pipeTx) commit(ctx context.Context) error { return t.Commit(ctx) }
-
-// rollback ends a transaction not committed; it is a no-op otherwise.
-func (t *pipeTx) rollback(ctx context.Context) { _ = t.Rollback(ctx) }
+// The dbtx and copier methods, for the enqueue.
 
 func (t *pipeTx) exec(ctx context.Context, sql string, args ...any) error {
 	_, err := t.Exec(ctx, sql, args...)
@@ -386,11 +381,7 @@ func (t *pipeTx) copyFrom(ctx context.Context, data []byte) error {
 func (t *pipeTx) batchArgs(rows int, args []any) []any { return pgxTx{}.batchArgs(rows, args) }
 
 func (t *pipeTx) savepoint(ctx context.Context) (func(context.Context) error, func(context.Context) error, error) {
-	sp, err := t.Begin(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return sp.Commit, sp.Rollback, nil
+	return pgxTx{t}.savepoint(ctx)
 }
 
 // pipeSavepoint is a savepoint of a pipeTx: its statements are the
