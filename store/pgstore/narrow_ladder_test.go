@@ -61,6 +61,29 @@ type narrowDesign struct {
 	keyOf          string // the key column of the design's Get input
 	scratchTables  []string
 	scratchIndexes int
+	stepsA         []hotStep // design a: TestHotPathLadder's "returning" and "events" steps
+}
+
+// variant is d's claim and settle with Backstop's pieces up to level:
+// 1 the pick, SET list and what the worker and the events read; 2 and
+// the event rows; 3 and the counts (the store's statements on design a).
+func (d narrowDesign) variant(level int) (claim, settle string) {
+	if d.stepsA != nil {
+		if level == 3 {
+			return d.claim, d.settle
+		}
+		return d.stepsA[level-1].claim, d.stepsA[level-1].settle
+	}
+	claim, settle = d.claim, d.settle
+	if level >= 2 {
+		claim += ", " + claimEvents
+		settle += ", " + succeededEvents
+	}
+	if level >= 3 {
+		claim += ", " + countedMove("claimed", "pending", "running")
+		settle += ", " + countedMove("settled", "running", "succeeded")
+	}
+	return claim + "\nSELECT * FROM claimed", settle + "\nSELECT idx FROM settled"
 }
 
 // narrowDesigns builds the designs from backstop_tasks' own columns and
@@ -184,16 +207,13 @@ WHERE t.` + key + ` = ANY(ARRAY(SELECT ` + key + ` FROM picked)) RETURNING t.` +
 		event_links = c.event_links || s.seq
 	FROM claim_seq s WHERE c.ctid = ANY(ARRAY(SELECT tid FROM picked))`
 	}
-	tail := func(claimed string) string {
-		return claimed + ", " + claimEvents + ", " + countedMove("claimed", "pending", "running") + "\nSELECT * FROM claimed"
-	}
 	input := func(keyType string) string {
 		return `WITH input AS (
 	SELECT * FROM unnest($1::` + keyType + `[], $2::text[], $3::timestamptz[], $4::bool[], $5::int[], $6::int[])
 		WITH ORDINALITY AS i(task_id, execution_id, finished_at, has_progress, total, completed, idx)
 ), ` + settleLink
 	}
-	events := ", " + succeededEvents + ", " + countedMove("settled", "running", "succeeded") + "\nSELECT idx FROM settled"
+	events := ""
 
 	// (c), (d) and (e): the narrow hot table's claim, joined to the wide
 	// row for what the worker reads.
@@ -264,12 +284,14 @@ INSERT INTO ` + out + ` (key, state, attempt, finished_at) SELECT ` + key + `, '
 	cGet := func(hot, wide, key, keyType string) string {
 		return `SELECT ` + allCols(func(string) bool { return false }) + `, coalesce(h.state, w.state), coalesce(h.attempt, w.attempt),
 	coalesce(h.execution_id, w.execution_id), coalesce(h.lease_expires_at, w.lease_expires_at)
-FROM ` + wide + ` w LEFT JOIN ` + hot + ` h ON h.` + key + ` = w.` + key + ` WHERE w.` + key + ` = ANY($1::` + keyType + `[])`
+FROM ` + wide + ` w LEFT JOIN ` + hot + ` h ON h.` + key + ` = w.` + key + ` AND h.` + key + ` = ANY($1::` + keyType + `[])
+WHERE w.` + key + ` = ANY($1::` + keyType + `[])`
 	}
 	dGet := func(hot, wide, out, key, keyType string) string {
 		return `SELECT ` + allCols(func(string) bool { return false }) + `, coalesce(o.state, h.state, w.state), coalesce(o.attempt, h.attempt, w.attempt),
 	coalesce(o.execution_id, h.execution_id), h.lease_expires_at, o.finished_at
-FROM ` + wide + ` w LEFT JOIN ` + hot + ` h ON h.` + key + ` = w.` + key + ` LEFT JOIN ` + out + ` o ON o.key = w.` + key + `
+FROM ` + wide + ` w LEFT JOIN ` + hot + ` h ON h.` + key + ` = w.` + key + ` AND h.` + key + ` = ANY($1::` + keyType + `[])
+	LEFT JOIN ` + out + ` o ON o.key = w.` + key + ` AND o.key = ANY($1::` + keyType + `[])
 WHERE w.` + key + ` = ANY($1::` + keyType + `[])`
 	}
 	pendingList := func(hot, wide, key string) string {
@@ -284,7 +306,7 @@ WHERE h.state = 'pending' AND h.queue = $1 ORDER BY h.priority DESC, h.run_at, h
 		name:        "a-tasks",
 		floorClaim:  floorPick("backstop_tasks", "id"),
 		floorSettle: "UPDATE backstop_tasks SET state = 'succeeded', finalized_at = now(), lease_expires_at = NULL WHERE id = ANY($1::text[]) AND state = 'running'",
-		claim:       sqlClaim, settle: sqlSettleSucceeded,
+		claim:       sqlClaim, settle: sqlSettleSucceeded, stepsA: hotLadder()[4:6],
 		running:     "SELECT id, coalesce(execution_id, '') FROM backstop_tasks WHERE queue = $1 AND state = 'running'",
 		get:         "SELECT " + taskCols("t") + " FROM backstop_tasks t WHERE t.id = ANY($1::text[])",
 		listDone:    "SELECT " + taskCols("t") + " FROM backstop_tasks t WHERE t.queue = $1 AND t.state = 'succeeded' ORDER BY t.finalized_at DESC LIMIT 100",
@@ -347,7 +369,6 @@ WHERE h.state = 'pending' AND h.queue = $1 ORDER BY h.priority DESC, h.run_at, h
 			scratchTables:  []string{"nb_hot", "nb_cold"},
 			scratchIndexes: n,
 		})
-		ds[len(ds)-1].claim = tail(ds[len(ds)-1].claim)
 	}
 
 	// (c) the narrow hot table, the wide row updated once at the end;
@@ -374,7 +395,7 @@ WHERE h.state = 'pending' AND h.queue = $1 ORDER BY h.priority DESC, h.run_at, h
 			setup:          setup,
 			floorClaim:     floorPick(hot, key),
 			floorSettle:    cFloorSettle(hot, wide, key, keyType),
-			claim:          tail(narrowClaim(hot, wide, key)),
+			claim:          narrowClaim(hot, wide, key),
 			settle:         cSettle(hot, wide, key, keyType),
 			running:        "SELECT " + key + "::text, coalesce(execution_id, '') FROM " + hot + " WHERE queue = $1 AND state = 'running'",
 			bigint:         big,
@@ -409,7 +430,7 @@ WHERE h.state = 'pending' AND h.queue = $1 ORDER BY h.priority DESC, h.run_at, h
 			setup:         setup,
 			floorClaim:    floorPick(hot, key),
 			floorSettle:   dFloorSettle(hot, out, key, keyType),
-			claim:         tail(narrowClaim(hot, wide, key)),
+			claim:         narrowClaim(hot, wide, key),
 			settle:        dSettle(hot, wide, out, key, keyType),
 			running:       "SELECT " + key + "::text, coalesce(execution_id, '') FROM " + hot + " WHERE queue = $1 AND state = 'running'",
 			bigint:        big,
@@ -523,18 +544,21 @@ func TestNarrowLadder(t *testing.T) {
 	}
 	if os.Getenv("BACKSTOP_NARROW_PRINT") != "" {
 		for _, d := range designs {
-			fmt.Printf("-- %s claim\n%s\n-- %s settle\n%s\n", d.name, d.claim, d.name, d.settle)
+			c, st := d.variant(3)
+			fmt.Printf("-- %s claim\n%s\n-- %s settle\n%s\n", d.name, c, d.name, st)
 		}
 	}
 
 	const n = 1000
 	type step struct {
-		d    narrowDesign
-		full bool
+		d     narrowDesign
+		level int // 0: the floor's statements; variant's levels
 	}
 	var steps []step
 	for _, d := range designs {
-		steps = append(steps, step{d, false}, step{d, true})
+		for l := range 4 {
+			steps = append(steps, step{d, l})
+		}
 	}
 	// lsn is the server's WAL insert position: around a statement, its
 	// WAL and its data-modifying CTEs' (which EXPLAIN's plan totals leave
@@ -566,10 +590,11 @@ func TestNarrowLadder(t *testing.T) {
 	pair := func(r int, st step) {
 		d := st.d
 		claim, settle, name := d.floorClaim, d.floorSettle, d.name+"-floor"
-		if st.full {
-			claim, settle, name = d.claim, d.settle, d.name+"-full"
+		if st.level > 0 {
+			claim, settle = d.variant(st.level)
+			name = d.name + []string{"", "-returning", "-events", "-full"}[st.level]
 		}
-		if d.name == "a-tasks" && !st.full {
+		if d.name == "a-tasks" && st.level == 0 {
 			exec("SET session_replication_role = replica")
 			defer exec("SET session_replication_role = DEFAULT")
 		}
