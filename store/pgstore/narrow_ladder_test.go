@@ -42,8 +42,10 @@ var narrowHot = [][2]string{
 }
 
 // narrowDesign is one design: its tables' DDL (run after the pending
-// rows of queue $1 are in backstop_tasks), and its floor and full claim
-// and settle. Claims take $1 queue, $2 now, $3 how many, $4 worker, $5
+// rows of queue $1 are in backstop_tasks), its floor claim and settle,
+// and Backstop's claim and settle up to their answer (variant adds the
+// event rows, the counts and the answer; on design a they are the
+// store's statements whole). Claims take $1 queue, $2 now, $3 how many, $4 worker, $5
 // lease expiry; settles $1 keys, $2 execution ids, $3 finish times,
 // $4-$6 progress, $7 actor (each the first parameters it names).
 // running lists the running tasks' keys and execution ids.
@@ -452,9 +454,10 @@ WHERE h.state = 'pending' AND h.queue = $1 ORDER BY h.priority DESC, h.run_at, h
 // settle cost the server on each design of narrowDesigns, as
 // TestHotPathLadder measures the steps of today's table: 170,000 tasks
 // enqueued by Store.Enqueue, copied into each design's tables; then
-// rounds, each running every design's floor statements and its full
-// statements (Backstop's pick, SET list, RETURNING, event rows and
-// counts) in a rotating order, and the floor's on floor_tasks; a line per
+// rounds, each running on every design, in a rotating order, the
+// floor's statements and Backstop's at three levels (variant: the pick,
+// SET list and what is read; then the event rows; then the counts), and
+// the floor's statements on floor_tasks; a line per
 // pair with the backend's CPU, buffers and WAL (EXPLAIN's WAL bytes: the
 // statement's own, where pg_current_wal_lsn on a shared server counts
 // every session's). Then the readers of designs a, c, d: a Get of 1,000

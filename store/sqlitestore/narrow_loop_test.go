@@ -89,9 +89,9 @@ func nlList(ids []int64) string {
 // Store.Enqueue, copied into each design's scratch tables, then rounds,
 // each running on every design, in a rotating order, the floor's claim of
 // 1,000 and its complete, and Backstop's claim and success settle of
-// them (the pick, SET list, what the worker reads, the event rows and
-// the counts: the store's own functions where the design allows), each a
-// transaction of the writer; and the floor's statements on its own
+// them (the pick, SET list, what the worker reads; then also the event
+// rows and the counts, the store's own functions; on design a the
+// store's claimTx and Settle), each a transaction of the writer; and the floor's statements on its own
 // 10-column table. A line per pair: the process's CPU (getrusage) and
 // the WAL frames the pair wrote (autocheckpoint off, the WAL truncated
 // before each pair).
