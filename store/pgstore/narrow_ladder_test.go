@@ -64,6 +64,7 @@ type narrowDesign struct {
 	scratchTables  []string
 	scratchIndexes int
 	stepsA         []hotStep // design a: TestHotPathLadder's "returning" and "events" steps
+	enqueue        string    // insert 1,000 tasks copied from pending ones of queue $1 into queue $2
 }
 
 // variant is d's claim and settle with Backstop's pieces up to level:
@@ -140,6 +141,28 @@ func narrowDesigns(cols []string, idx map[string]string) []narrowDesign {
 		return b.String()
 	}
 	hotCols := strings.Join(hotNames[1:], ", ")
+	// src is 1,000 pending tasks of queue $1 as new tasks of queue $2.
+	var srcList []string
+	for _, c := range cols {
+		switch c {
+		case "id":
+			srcList = append(srcList, "gen_random_uuid()::text AS id")
+		case "queue":
+			srcList = append(srcList, "$2::text AS queue")
+		default:
+			srcList = append(srcList, c)
+		}
+	}
+	all := strings.Join(cols, ", ")
+	src := "WITH src AS (SELECT " + strings.Join(srcList, ", ") + " FROM backstop_tasks WHERE queue = $1 AND state = 'pending' LIMIT 1000)"
+	enqueueBoth := func(hot, wide string, bigint bool) string {
+		if bigint {
+			return src + ", w AS (INSERT INTO " + wide + " (" + all + ") SELECT " + all + " FROM src RETURNING sid, id)\nINSERT INTO " +
+				hot + " (sid, id, " + hotCols + ") SELECT w.sid, id, " + hotCols + " FROM src JOIN w USING (id)"
+		}
+		return src + ", w AS (INSERT INTO " + wide + " (" + all + ") SELECT " + all + " FROM src)\nINSERT INTO " +
+			hot + " (id, " + hotCols + ") SELECT id, " + hotCols + " FROM src"
+	}
 	hotFill := func(table, wide string, bigint bool) string {
 		if bigint {
 			return "INSERT INTO " + table + " (sid, id, " + hotCols + ") SELECT sid, id, " + hotCols + " FROM " + wide + " WHERE queue = $1"
@@ -163,17 +186,17 @@ func narrowDesigns(cols []string, idx map[string]string) []narrowDesign {
 		}
 		return s
 	}
-	var all []string // every index but the two hot ones
+	var allIdx []string // every index but the two hot ones
 	for n := range idx {
 		if n != "backstop_tasks_claim" && n != "backstop_tasks_running" {
-			all = append(all, n)
+			allIdx = append(allIdx, n)
 		}
 	}
-	sort.Strings(all)
+	sort.Strings(allIdx)
 	// stateFree: backstop_tasks' indexes whose columns and predicate do
 	// not name state: an insert-only wide row can keep only these.
 	var stateFree []string
-	for _, n := range all {
+	for _, n := range allIdx {
 		if !strings.Contains(idx[n], "state") {
 			stateFree = append(stateFree, n)
 		}
@@ -314,6 +337,7 @@ WHERE h.state = 'pending' AND h.queue = $1 ORDER BY h.priority DESC, h.run_at, h
 		listDone:    "SELECT " + taskCols("t") + " FROM backstop_tasks t WHERE t.queue = $1 AND t.state = 'succeeded' ORDER BY t.finalized_at DESC LIMIT 100",
 		listPending: "SELECT " + taskCols("t") + " FROM backstop_tasks t WHERE t.queue = $1 AND t.state = 'pending' ORDER BY t.priority DESC, t.run_at, t.id LIMIT 100",
 		keyOf:       "id",
+		enqueue:     src + "\nINSERT INTO backstop_tasks (" + all + ") SELECT " + all + " FROM src",
 	})
 
 	// (b) the vertical split: the hot part keeps the state-filtered
@@ -326,7 +350,7 @@ WHERE h.state = 'pending' AND h.queue = $1 ORDER BY h.priority DESC, h.run_at, h
 			"ALTER TABLE nb_cold ADD PRIMARY KEY (id)",
 		}
 		n := 2
-		for _, name := range append([]string{"backstop_tasks_claim", "backstop_tasks_running"}, all...) {
+		for _, name := range append([]string{"backstop_tasks_claim", "backstop_tasks_running"}, allIdx...) {
 			if name == "backstop_tasks_pkey" {
 				continue
 			}
@@ -366,9 +390,11 @@ WHERE h.state = 'pending' AND h.queue = $1 ORDER BY h.priority DESC, h.run_at, h
 	RETURNING i.idx, t.id, i.execution_id, t.attempt, t.worker_id, t.attempted_at, i.finished_at,
 		t.queue, t.kind, (SELECT w.attributes FROM nb_cold w WHERE w.id = t.id) AS attributes, t.dlq_status, q.link AS ev_link
 )` + events,
-			running:        "SELECT id, coalesce(execution_id, '') FROM nb_hot WHERE queue = $1 AND state = 'running'",
-			noTriggers:     false,
-			scratchTables:  []string{"nb_hot", "nb_cold"},
+			running:       "SELECT id, coalesce(execution_id, '') FROM nb_hot WHERE queue = $1 AND state = 'running'",
+			noTriggers:    false,
+			scratchTables: []string{"nb_hot", "nb_cold"},
+			enqueue: src + ", h AS (INSERT INTO nb_hot (" + strings.Join(bHot, ", ") + ") SELECT " + strings.Join(bHot, ", ") +
+				" FROM src)\nINSERT INTO nb_cold (id, " + strings.Join(bCold, ", ") + ") SELECT id, " + strings.Join(bCold, ", ") + " FROM src",
 			scratchIndexes: n,
 		})
 	}
@@ -386,7 +412,7 @@ WHERE h.state = 'pending' AND h.queue = $1 ORDER BY h.priority DESC, h.run_at, h
 		} else {
 			setup = append(setup, "ALTER TABLE "+wide+" ADD PRIMARY KEY (id)")
 		}
-		for _, n := range all {
+		for _, n := range allIdx {
 			if n != "backstop_tasks_pkey" {
 				setup = append(setup, indexOn(n, wide))
 			}
@@ -406,7 +432,8 @@ WHERE h.state = 'pending' AND h.queue = $1 ORDER BY h.priority DESC, h.run_at, h
 			listPending:    pendingList(hot, wide, key),
 			keyOf:          key,
 			scratchTables:  []string{hot, wide},
-			scratchIndexes: len(all) + 1 + 2 + map[bool]int{true: 1}[big],
+			scratchIndexes: len(allIdx) + 1 + 2 + map[bool]int{true: 1}[big],
+			enqueue:        enqueueBoth(hot, wide, big),
 		})
 	}
 
@@ -441,6 +468,7 @@ WHERE h.state = 'pending' AND h.queue = $1 ORDER BY h.priority DESC, h.run_at, h
 			listPending:   pendingList(hot, wide, key),
 			keyOf:         key,
 			scratchTables: []string{hot, wide, out},
+			enqueue:       enqueueBoth(hot, wide, big),
 			// the wide row's state-free indexes, the hot table's three, the outcome's two
 			scratchIndexes: len(stateFree) + 3 + 2 + map[bool]int{true: 1}[big],
 		})
@@ -697,6 +725,22 @@ func TestNarrowLadder(t *testing.T) {
 			lp := measureNarrow(t, conn, pid, d.listPending, queue)
 			fmt.Printf("round=%d reader=%s get_n=%d get_cpu=%d get_hit=%d | done100_cpu=%d done100_hit=%d | pending100_cpu=%d pending100_hit=%d\n",
 				r, d.name, len(ks), g.CPUus, g.Plan.Hit, ld.CPUus, ld.Plan.Hit, lp.CPUus, lp.Plan.Hit)
+		}
+	}
+
+	// The enqueue's inserts, bare (design a with its triggers off): 1,000
+	// tasks into every table of each design, in a rotating order.
+	for r := range 7 {
+		for k := range designs {
+			d := designs[(k+r)%len(designs)]
+			if d.name == "a-tasks" {
+				exec("SET session_replication_role = replica")
+			}
+			c := measureNarrow(t, conn, pid, d.enqueue, queue, "enqueued-"+queue)
+			if d.name == "a-tasks" {
+				exec("SET session_replication_role = DEFAULT")
+			}
+			fmt.Printf("round=%d enqueue=%s cpu=%d walrec=%d walB=%d\n", r, d.name, c.CPUus, c.allWalR, c.allWalB)
 		}
 	}
 }
