@@ -22,7 +22,8 @@ func (e *Engine) Settle(ctx context.Context, ss []store.Settlement) ([]bool, err
 	if !mayBeSteps(ss) && e.mayEndOrdered(ss) {
 		return e.settleOrdered(ctx, ss) // ordering.go: the freed keys' next turn in the same transaction
 	}
-	return e.settleSteps(ctx, ss) // workflows.go
+	oks, _, err := e.settleSteps(ctx, ss, nil) // workflows.go
+	return oks, err
 }
 
 // SettleOne settles one attempt, coalesced with the settlements other
