@@ -134,8 +134,6 @@ type Worker struct {
 	execWG         sync.WaitGroup
 	completersDone chan struct{}
 
-	chain chainGate // settle batches that claim the steps they enqueue (worker_chain.go)
-
 	lastActive atomic.Int64 // unix nanos of the last claim or finished attempt
 	claiming   atomic.Int32 // claims on their way to the store
 
@@ -157,7 +155,6 @@ type queueRunner struct {
 	inflight    atomic.Int32  // claimed and not yet done: running, and waiting for a slot
 	meanRun     atomic.Int64  // with prefetch: recent mean handler run (ns, moving average); 0: none finished yet
 	dry         atomic.Bool   // with WatchEmpty: the last claim found nothing while nothing was in flight
-	short       atomic.Bool   // the last claim found fewer tasks than it asked for (worker_chain.go)
 	wake        chan struct{}
 	freed       chan struct{}
 }
@@ -327,7 +324,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	fetchCtx, fetchCancel := context.WithCancel(bgCtx)
 	w.bgCancel, w.fetchCancel = bgCancel, fetchCancel
-	w.chain.open(fetchCtx)
 	w.completersDone = make(chan struct{})
 	w.startCompleters()
 	w.logs = newLogFlusher(w.c.store, w.log, w.c.Masker())
@@ -371,7 +367,6 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.setRegistryState(store.WorkerStopping)
 	w.fetchCancel()
 	w.fetchWG.Wait()
-	w.chain.close() // no settle batch claims from now on; one under way is waited for below
 
 	done := make(chan struct{})
 	go func() { w.execWG.Wait(); close(done) }()
@@ -413,7 +408,6 @@ func (w *Worker) Run(ctx context.Context, grace time.Duration) error {
 }
 
 func (w *Worker) releaseRunning() {
-	w.chain.releasing()
 	now := w.c.now()
 	w.mu.Lock()
 	var (
@@ -506,7 +500,6 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			}
 			backoff = 0
 			w.claimed(q, idle, len(tasks))
-			q.short.Store(len(tasks) < avail)
 			for _, t := range tasks {
 				q.inflight.Add(1)
 				w.start(base, ctx, q, t, bad[t])
@@ -794,16 +787,13 @@ type settleItem struct {
 
 func (w *Worker) flush(items []settleItem, scratch *[]store.Settlement) {
 	batch := settlements(items, scratch)
-	ch := w.reserveChain(items) // worker_chain.go
-	defer w.endChain(ch)
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		oks, claimed, bad, err := w.c.e.SettleChained(ctx, batch, ch.param())
+		oks, err := w.c.e.Settle(ctx, batch)
 		cancel()
 		if err == nil {
 			w.settledBatch(items, oks)
-			w.startChained(ch, claimed, bad)
 			return
 		}
 		if try == 5 {

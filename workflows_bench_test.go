@@ -69,9 +69,6 @@ func BenchmarkWorkflowOverhead(b *testing.B) {
 				b.ReportMetric(float64(b.N*runs*steps)/el, "tasks/s")
 				if mode == "workflow" {
 					b.ReportMetric(float64(b.N*runs)/el, "runs/s")
-					// The steps a settle batch claimed for the worker that
-					// settled it (worker_chain.go), per step task.
-					b.ReportMetric(float64(w.chain.started.Load())/float64(b.N*runs*steps), "chained/task")
 				}
 			})
 		}

@@ -42,9 +42,6 @@ type Features struct {
 	// pass each other's rows; two claim statements on two connections
 	// instead of one after the other); SQLite 0 or 1, one (one writer).
 	ClaimParallelism int
-	// PlanClaims: WorkflowTx.WritePlan applies PlanWrite.Claims (Postgres:
-	// in the plan's pipeline, with its COMMIT). False: they are ignored.
-	PlanClaims bool
 }
 
 // Store is what the engine needs from a database.

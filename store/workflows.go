@@ -196,26 +196,6 @@ type PlanWrite struct {
 	Opts    EnqueueOpts
 	// Events are written after the tasks' own (task.enqueued, Opts.Events).
 	Events []bt.Event
-	// Claims, on a driver with Features.PlanClaims, claim some of Tasks in
-	// the plan's transaction, after its writes: each is Store.Claim's
-	// claim of one queue (the same rules — pending and due, the queue not
-	// paused, SKIP LOCKED — the same lease, attempt, execution id,
-	// task.claimed event and counts) restricted to its IDs. A driver that
-	// does not send the plan as one pipeline may leave them unclaimed
-	// (pending, for the next claim).
-	Claims []*PlanClaim
-}
-
-// PlanClaim is a claim of some of a plan's new tasks (PlanWrite.Claims).
-// Params.Limited and Params.Fair must be false: a queue that needs the
-// limited or the fair claim is not claimed this way.
-type PlanClaim struct {
-	Params ClaimParams
-	IDs    []string
-	// Claimed is what was claimed, set by the driver once it knows (on
-	// Postgres, when the transaction's COMMIT was read): only valid once
-	// the transaction committed.
-	Claimed []*bt.Task
 }
 
 // WritePlanInSteps is WorkflowTx.WritePlan one operation of ts after the

@@ -22,8 +22,7 @@ func (e *Engine) Settle(ctx context.Context, ss []store.Settlement) ([]bool, err
 	if !mayBeSteps(ss) && e.mayEndOrdered(ss) {
 		return e.settleOrdered(ctx, ss) // ordering.go: the freed keys' next turn in the same transaction
 	}
-	oks, _, err := e.settleSteps(ctx, ss, nil) // workflows.go
-	return oks, err
+	return e.settleSteps(ctx, ss) // workflows.go
 }
 
 // SettleOne settles one attempt, coalesced with the settlements other

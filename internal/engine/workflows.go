@@ -83,23 +83,19 @@ func runsOf(ss []store.Settlement) []string {
 // settleSteps applies settlements and, for those that finished a workflow
 // step, advances its run in the same transaction: the step's successors are
 // enqueued (or its run halts, compensates, finishes) atomically with it.
-// With ch (SettleChained), the steps enqueued are also claimed for ch's
-// worker where they may be: claims holds those claims.
-func (e *Engine) settleSteps(ctx context.Context, ss []store.Settlement, ch *Chain) (oks []bool, claims []*store.PlanClaim, err error) {
+func (e *Engine) settleSteps(ctx context.Context, ss []store.Settlement) ([]bool, error) {
 	if !mayBeSteps(ss) {
-		oks, err = e.store.Settle(ctx, ss)
-		return oks, nil, err
+		return e.store.Settle(ctx, ss)
 	}
-	var eff RunEffects
+	var (
+		oks []bool
+		eff RunEffects
+		err error
+	)
 	for try := 0; ; try++ {
 		err = e.store.InTx(ctx, func(tx store.Tx) error {
 			var err error
 			eff = RunEffects{}
-			if ch != nil {
-				c := *ch
-				c.Free = maps.Clone(ch.Free) // a retry starts from the same slots
-				eff.chain = &c
-			}
 			e.Telemetry.noteSettled(&eff.trace, ss)
 			// The runs first: a transaction takes its place in the event
 			// log (Postgres: its xid) when it first locks or writes, so
@@ -127,10 +123,10 @@ func (e *Engine) settleSteps(ctx context.Context, ss []store.Settlement, ch *Cha
 		ss = failRunSuccesses(ss, pe)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	e.AfterRuns(ctx, &eff)
-	return oks, eff.claims, nil
+	return oks, nil
 }
 
 // stepChange is what a settlement means to its step (ok false: nothing,
@@ -469,9 +465,7 @@ func (e *Engine) writePlans(ctx context.Context, tx store.Tx, w *planWriter, eff
 	// The events go with them unless dead letters or cancellations are
 	// written between: their events come first.
 	eventsLast := len(w.deadLetters) > 0 || len(w.cancels) > 0
-	pw := e.planWrite(ctx, w, !eventsLast)
-	pw.Claims = e.chainClaims(ctx, eff, w.tasks) // chainclaim.go
-	if _, err := tx.WritePlan(ctx, pw); err != nil {
+	if _, err := tx.WritePlan(ctx, e.planWrite(ctx, w, !eventsLast)); err != nil {
 		return err
 	}
 	for _, id := range slices.Sorted(maps.Keys(w.wakes)) {
@@ -619,10 +613,6 @@ type RunEffects struct {
 	// deadLettered: the steps' tasks made dead letters by their dead
 	// messages (counted as dead letters once committed).
 	deadLettered []*Task
-	// chain: the slots left to claim the enqueued steps into
-	// (SettleChained); claims: the claims made (chainclaim.go).
-	chain  *Chain
-	claims []*store.PlanClaim
 }
 
 type stepDuration struct {

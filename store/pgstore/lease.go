@@ -250,7 +250,7 @@ func queryTasksOn(ctx context.Context, q querier, sql string, args ...any) ([]*b
 
 // Features implements store.Store: concurrent writers, and two settle
 // batches at once, since batches of disjoint tasks run side by side
-// without waiting on each other's locks; a plan's claims in its pipeline.
+// without waiting on each other's locks.
 func (s *Store) Features() store.Features {
-	return store.Features{ConcurrentWriters: true, SettleParallelism: 2, ClaimParallelism: 2, PlanClaims: true}
+	return store.Features{ConcurrentWriters: true, SettleParallelism: 2, ClaimParallelism: 2}
 }

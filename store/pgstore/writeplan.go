@@ -43,7 +43,6 @@ func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]sto
 		if err != nil {
 			return nil, err
 		}
-		p.claims(t.s, w.Claims)
 		own.holdForCommit(p)
 		return results, nil
 	}
@@ -51,7 +50,6 @@ func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]sto
 	if err != nil {
 		return nil, err
 	}
-	p.claims(t.s, w.Claims)
 	if err := p.send(ctx, tx); err != nil {
 		return nil, err
 	}
@@ -238,44 +236,6 @@ func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.Enque
 		p.exec(sqlNotify(len(woken)), woken, wrapped("pgstore: enqueue: notify"))
 	}
 	return results, nil
-}
-
-// claims adds a plan's claims (store.PlanClaim) after its writes, which
-// they see: each is the claim of its queue restricted to its ids
-// (sqlClaimIDs, the statement the limited claim uses for the tasks it
-// admitted: the plain claim's pick, lease, events and counts), its tasks
-// read into Claimed when the pipeline is read.
-func (p *pipeline) claims(s *Store, cs []*store.PlanClaim) {
-	for _, c := range cs {
-		c.Claimed = nil
-		pr := c.Params
-		if len(c.IDs) == 0 || pr.Max <= 0 {
-			continue
-		}
-		p.b.Queue(s.hot(sqlClaimIDs), pr.Queue, pr.Now, min(pr.Max, len(c.IDs)), pr.WorkerID, pr.Now.Add(pr.Lease),
-			textArray(c.IDs))
-		p.read = append(p.read, func(br pgx.BatchResults) error {
-			rs, err := br.Query()
-			if err != nil {
-				return fmt.Errorf("pgstore: claim %s: %w", pr.Queue, err)
-			}
-			defer rs.Close()
-			var tasks []*bt.Task
-			for rs.Next() {
-				t, err := scanTask(rs)
-				if err != nil {
-					return fmt.Errorf("pgstore: claim %s: %w", pr.Queue, err)
-				}
-				tasks = append(tasks, t)
-			}
-			if err := rs.Err(); err != nil {
-				return fmt.Errorf("pgstore: claim %s: %w", pr.Queue, err)
-			}
-			sortClaimed(tasks)
-			c.Claimed = tasks
-			return nil
-		})
-	}
 }
 
 // wrapped is an outcome that is only the statement's error, prefixed.
