@@ -22,8 +22,9 @@ const pipelineRows = 64
 // new runs, the run updates, the step rows, the tasks with their
 // task.enqueued events and spilled payloads, the queues' NOTIFY, the
 // events) are sent as one pipeline, one round trip, and their outcomes read
-// in order; each statement holds at most maxPreparedRows rows, so it stays
-// one cached prepared statement. Tasks with an idempotency, merge or
+// in order; each statement holds at most maxPreparedRows rows (the tasks:
+// one statement of arrays for any number), so it stays one cached
+// prepared statement. Tasks with an idempotency, merge or
 // ordering key, and plans over pipelineRows, are written one operation
 // after the other (store.WritePlanInSteps).
 //
