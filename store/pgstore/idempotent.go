@@ -144,7 +144,11 @@ func findIdempotent(ctx context.Context, db dbtx, keys []string, ats []time.Time
 // sqlInsertTaskArrays is sqlInsertTasks (any unique index may conflict)
 // with the tasks' columns as arrays (taskArrays), in their order; the
 // actor is the last parameter.
-var sqlInsertTaskArrays = func() string {
+var sqlInsertTaskArrays = insertTaskArraysSQL("ON CONFLICT DO NOTHING", false)
+
+// insertTaskArraysSQL is the insert of taskArrays' rows with onConflict,
+// counting its rows when counted.
+func insertTaskArraysSQL(onConflict string, counted bool) string {
 	types := []string{"text", "text", "text", "text", "int", "int", "int",
 		"text", "int", "bool", "text", "timestamptz", "timestamptz", "timestamptz",
 		"bigint", "timestamptz", "text", "text", "text",
@@ -158,9 +162,9 @@ var sqlInsertTaskArrays = func() string {
 	return "WITH " + enqueueSeq + ", ins AS (INSERT INTO backstop_tasks (" + strings.Join(insertColumns, ", ") + ", event_links)\n" +
 		"SELECT " + strings.Join(cols, ", ") + ", (SELECT ARRAY[seq] FROM ev_seq)\n" +
 		"FROM unnest(" + strings.Join(params, ", ") + ") WITH ORDINALITY AS u(" + strings.Join(insertColumns, ", ") + ", o)\n" +
-		"ORDER BY u.o ON CONFLICT DO NOTHING RETURNING " + enqueuedReturning + "), " +
-		enqueuedEvents(len(insertColumns)+1) + " SELECT id FROM ins"
-}()
+		"ORDER BY u.o " + onConflict + " RETURNING " + enqueuedReturning + "), " +
+		enqueuedEvents(len(insertColumns)+1) + map[bool]string{true: ", " + countedInsert}[counted] + " SELECT id FROM ins"
+}
 
 // taskArrays is batch's columns in insertColumns order, one array each.
 func taskArrays(batch []row) []any {

@@ -22,8 +22,9 @@ const pipelineRows = 64
 // new runs, the run updates, the step rows, the tasks with their
 // task.enqueued events and spilled payloads, the queues' NOTIFY, the
 // events) are sent as one pipeline, one round trip, and their outcomes read
-// in order; each statement holds at most maxPreparedRows rows, so it stays
-// one cached prepared statement. Tasks with an idempotency, merge or
+// in order; each statement holds at most maxPreparedRows rows (the tasks:
+// one statement of arrays for any number), so it stays one cached
+// prepared statement. Tasks with an idempotency, merge or
 // ordering key, and plans over pipelineRows, are written one operation
 // after the other (store.WritePlanInSteps).
 //
@@ -180,50 +181,41 @@ func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.Enque
 	actor := store.ActorFrom(ctx, store.DefaultActor)
 	var spills []row
 	var woken []any
-	for start := 0; start < len(tasks); start += maxPreparedRows {
-		chunk := tasks[start:min(start+maxPreparedRows, len(tasks))]
-		batch := make([]row, len(chunk))
-		args := make([]any, 0, len(chunk)*len(insertColumns)+1)
-		for j, t := range chunk {
-			r, err := newRow(t, opts.InlineLimit)
-			if err != nil {
-				return nil, err
-			}
-			batch[j], args = r, r.args(args)
-			results[start+j] = store.EnqueueResult{Task: r.stored()}
-			if r.spilled {
-				spills = append(spills, r)
-			}
-			if t.State == bt.StatePending && !slices.Contains(woken, any(t.Queue)) {
-				woken = append(woken, t.Queue)
-			}
+	// One statement of arrays for any number of rows (a plan holds at
+	// most pipelineRows): one text per form, so each connection prepares
+	// and plans it once, not once per row count.
+	batch := make([]row, len(tasks))
+	for j, t := range tasks {
+		r, err := newRow(t, opts.InlineLimit)
+		if err != nil {
+			return nil, err
 		}
-		conflict := "(id)"
-		if strict {
-			conflict = strictConflict
+		batch[j] = r
+		results[j] = store.EnqueueResult{Task: r.stored()}
+		if r.spilled {
+			spills = append(spills, r)
 		}
-		sql := sqlInsertTasks(len(chunk), conflict)
-		if counted {
-			sql = sqlInsertTasksCounted(len(chunk), conflict)
+		if t.State == bt.StatePending && !slices.Contains(woken, any(t.Queue)) {
+			woken = append(woken, t.Queue)
 		}
-		p.b.Queue(sql, append(args, actor)...)
-		p.read = append(p.read, func(br pgx.BatchResults) error {
-			var inserted map[string]int
-			rs, err := br.Query()
-			if err != nil {
-				err = fmt.Errorf("pgstore: enqueue: insert: %w", err)
-			} else {
-				inserted, err = countIDs(rs)
-			}
-			if isUniqueViolation(err) {
-				return fmt.Errorf("pgstore: enqueue: a task id is taken: %w: %v", store.ErrConflict, err)
-			}
-			if err != nil {
-				return err
-			}
-			return checkInserted(batch, inserted)
-		})
 	}
+	p.b.Queue(planInsertSQL(strict, counted), append(taskArrays(batch), actor)...)
+	p.read = append(p.read, func(br pgx.BatchResults) error {
+		var inserted map[string]int
+		rs, err := br.Query()
+		if err != nil {
+			err = fmt.Errorf("pgstore: enqueue: insert: %w", err)
+		} else {
+			inserted, err = countIDs(rs)
+		}
+		if isUniqueViolation(err) {
+			return fmt.Errorf("pgstore: enqueue: a task id is taken: %w: %v", store.ErrConflict, err)
+		}
+		if err != nil {
+			return err
+		}
+		return checkInserted(batch, inserted)
+	})
 	for start := 0; start < len(spills); start += maxPreparedRows {
 		chunk := spills[start:min(start+maxPreparedRows, len(spills))]
 		args := make([]any, 0, 2*len(chunk))
@@ -236,6 +228,26 @@ func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.Enque
 		p.exec(sqlNotify(len(woken)), woken, wrapped("pgstore: enqueue: notify"))
 	}
 	return results, nil
+}
+
+// planInserts are a plan's task inserts (sqlInsertTaskArrays' rows), by
+// [strict][counted]: ON CONFLICT (id) DO NOTHING, or none (strict: a
+// taken id fails the statement); counting their own rows (countedInsert)
+// or not (a schema before the count mark).
+var planInserts = [2][2]string{
+	{insertTaskArraysSQL("ON CONFLICT (id) DO NOTHING", false), insertTaskArraysSQL("ON CONFLICT (id) DO NOTHING", true)},
+	{insertTaskArraysSQL("", false), insertTaskArraysSQL("", true)},
+}
+
+// planInsertSQL is the plan's task insert of the form asked.
+func planInsertSQL(strict, counted bool) string {
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	return planInserts[b(strict)][b(counted)]
 }
 
 // wrapped is an outcome that is only the statement's error, prefixed.
