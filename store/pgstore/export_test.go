@@ -2,6 +2,9 @@ package pgstore
 
 import (
 	"context"
+	"io/fs"
+	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -250,4 +253,17 @@ func (s *Store) ExpireClaimCursors() {
 		c.mu.Unlock()
 		return true
 	})
+}
+
+// MigrationBefore is the version of the newest migration older than v.
+func MigrationBefore(v int64) int64 {
+	names, _ := fs.Glob(migrationFiles, "migrations/*.sql")
+	var before int64
+	for _, n := range names {
+		num, _, _ := strings.Cut(path.Base(n), "_")
+		if x, err := strconv.ParseInt(num, 10, 64); err == nil && x < v {
+			before = max(before, x)
+		}
+	}
+	return before
 }
