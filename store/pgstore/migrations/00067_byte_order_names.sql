@@ -24,7 +24,10 @@
 -- under the ALTER TABLE's exclusive lock: on backstop_tasks, all but the
 -- indexes on times and states (docs/benchmarks.md times it on 1M tasks).
 -- The views that read the changed columns are dropped and made again
--- as 00003 made them.
+-- as 00003 made them. A process connected meanwhile fails each statement
+-- it had prepared that reads a changed column once ("cached plan must not
+-- change result type"; pgx then prepares it again): migrate with the
+-- workers and servers stopped, or expect those errors once.
 --
 -- With the ids in byte order the run index can leave the workflow's step
 -- tasks out, as 00058 does on a C database; it is rebuilt so here (the
