@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
@@ -156,6 +158,18 @@ func TestByteOrderNamesMigration(t *testing.T) {
 	if err := s.Pool().QueryRow(ctx, `SELECT pg_relation_filenode('backstop_tasks')`).Scan(&file0); err != nil {
 		t.Fatal(err)
 	}
+	// The event log's arrays: their compression and storage (00011), kept
+	// through the change of type, which resets them.
+	eventColumns := func() string {
+		t.Helper()
+		var v string
+		if err := s.Pool().QueryRow(ctx, `SELECT string_agg(attname || ':' || attstorage::text || ':' || attcompression::text, ' ' ORDER BY attname)
+			FROM pg_attribute WHERE attrelid = 'backstop_events'::regclass AND attname IN ('subjects', 'ids', 'queues', 'kinds')`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	events0 := eventColumns()
 	step := func(what string, to int64, down bool) {
 		t.Helper()
 		var err error
@@ -191,6 +205,31 @@ func TestByteOrderNamesMigration(t *testing.T) {
 		}
 		if coll != wantColl || strings.Contains(runIndex, "starts_with") != narrow {
 			t.Fatalf("%s: id collates %s, run index %s; want %s, without the step tasks: %v", what, coll, runIndex, wantColl, narrow)
+		}
+		if got := eventColumns(); got != events0 {
+			t.Fatalf("%s: the events' arrays are %s, were %s", what, got, events0)
+		}
+		// The task history's read of the events by the ids of task rows
+		// (tasksEventRows) looks them up in the GIN index on subjects:
+		// the ids and the subjects share a collation.
+		var plan string
+		if err := pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, `EXPLAIN SELECT xid FROM backstop_events
+				WHERE link IS NULL AND subjects && (SELECT array_agg(id) FROM backstop_tasks WHERE queue = 'm-q')`)
+			if err != nil {
+				return err
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			plan = strings.Join(lines, "\n")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(plan, "Index Cond: (subjects && ") {
+			t.Fatalf("%s: the events of task rows are not looked up by the subjects' index:\n%s", what, plan)
 		}
 		var run []string
 		for _, tk := range listIDs(t, s, "", false) {

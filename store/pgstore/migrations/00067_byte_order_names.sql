@@ -16,8 +16,12 @@
 -- Free text (errors, log lines, the dead letters' group texts) and fixed
 -- words (state, dlq_status, outcome) keep the default collation: nothing
 -- pages by them, and lower() and ILIKE would fold only ASCII under "C".
--- The events log keeps its collation: its subjects are only tested for
--- containment, and a type change would drop its columns' compression.
+-- The events log's arrays of task ids, queues and kinds take "C" too: its
+-- GIN index on subjects answers a containment of task ids only in the
+-- collation of the ids compared (`subjects && array_agg(t.id)` reads the
+-- whole index otherwise). A change of type resets a column's compression
+-- and storage, which 00011 set: they are set again as 00011 set them.
+-- The events' type keeps the default.
 --
 -- A change of collation alone does not rewrite a table (text to text is
 -- binary coercible) but rebuilds every index on the columns it changes,
@@ -106,6 +110,23 @@ ALTER TABLE backstop_ingest_positions
     ALTER COLUMN group_name TYPE text COLLATE "C",
     ALTER COLUMN topic TYPE text COLLATE "C",
     ALTER COLUMN queue TYPE text COLLATE "C";
+
+ALTER TABLE backstop_events
+    ALTER COLUMN subjects TYPE text[] COLLATE "C",
+    ALTER COLUMN ids TYPE text[] COLLATE "C",
+    ALTER COLUMN queues TYPE text[] COLLATE "C",
+    ALTER COLUMN kinds TYPE text[] COLLATE "C";
+-- +goose StatementBegin
+DO $$
+BEGIN
+    ALTER TABLE backstop_events ALTER COLUMN subjects SET COMPRESSION lz4, ALTER COLUMN queues SET COMPRESSION lz4,
+        ALTER COLUMN kinds SET COMPRESSION lz4, ALTER COLUMN ids SET COMPRESSION lz4;
+EXCEPTION WHEN OTHERS THEN
+    ALTER TABLE backstop_events ALTER COLUMN subjects SET STORAGE EXTERNAL, ALTER COLUMN queues SET STORAGE EXTERNAL,
+        ALTER COLUMN kinds SET STORAGE EXTERNAL, ALTER COLUMN ids SET STORAGE EXTERNAL;
+END
+$$;
+-- +goose StatementEnd
 
 CREATE INDEX backstop_tasks_run ON backstop_tasks ((attributes->>'run_id'), id)
     WHERE attributes ? 'run_id' AND NOT starts_with(id, (attributes->>'run_id') || '.');
@@ -210,6 +231,22 @@ ALTER TABLE backstop_ingest_positions
     ALTER COLUMN topic TYPE text COLLATE "default",
     ALTER COLUMN queue TYPE text COLLATE "default";
 
+ALTER TABLE backstop_events
+    ALTER COLUMN subjects TYPE text[] COLLATE "default",
+    ALTER COLUMN ids TYPE text[] COLLATE "default",
+    ALTER COLUMN queues TYPE text[] COLLATE "default",
+    ALTER COLUMN kinds TYPE text[] COLLATE "default";
+-- +goose StatementBegin
+DO $$
+BEGIN
+    ALTER TABLE backstop_events ALTER COLUMN subjects SET COMPRESSION lz4, ALTER COLUMN queues SET COMPRESSION lz4,
+        ALTER COLUMN kinds SET COMPRESSION lz4, ALTER COLUMN ids SET COMPRESSION lz4;
+EXCEPTION WHEN OTHERS THEN
+    ALTER TABLE backstop_events ALTER COLUMN subjects SET STORAGE EXTERNAL, ALTER COLUMN queues SET STORAGE EXTERNAL,
+        ALTER COLUMN kinds SET STORAGE EXTERNAL, ALTER COLUMN ids SET STORAGE EXTERNAL;
+END
+$$;
+-- +goose StatementEnd
 -- The run index as 00058 left it: without the step tasks only where the
 -- database's own collation orders ids byte by byte.
 CREATE INDEX backstop_tasks_run ON backstop_tasks ((attributes->>'run_id'), id) WHERE attributes ? 'run_id';
