@@ -74,8 +74,9 @@ func (s *Store) MigrateTo(ctx context.Context, version int64) error {
 		return err
 	}
 	defer closeProvider()
-	_, err = p.UpTo(ctx, version)
+	applied, err := p.UpTo(ctx, version)
 	s.schemaAt.Store(version)
+	s.afterMigrations(len(applied))
 	return err
 }
 
@@ -86,8 +87,9 @@ func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
 		return err
 	}
 	defer closeProvider()
-	_, err = p.DownTo(ctx, version)
+	applied, err := p.DownTo(ctx, version)
 	s.schemaAt.Store(version)
+	s.afterMigrations(len(applied))
 	return err
 }
 
