@@ -64,8 +64,8 @@ func listIDs(t *testing.T, s store.Store, queue string, newest bool) []string {
 }
 
 // nameCollations maps table.column to its collation ("default" for the
-// database's) for every text column in the key of a btree index of
-// Backstop's tables.
+// database's) for every text (or text array) column in the key of a btree
+// or GIN index of Backstop's tables.
 func nameCollations(t *testing.T, s *pgstore.Store) map[string]string {
 	t.Helper()
 	rows, err := s.Pool().Query(t.Context(), `
@@ -76,7 +76,7 @@ JOIN pg_am am ON am.oid = i.relam
 JOIN pg_class c ON c.oid = x.indrelid
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY ((x.indkey::int2[])[0:x.indnkeyatts - 1])
 JOIN pg_collation co ON co.oid = a.attcollation
-WHERE c.relnamespace = current_schema()::regnamespace AND am.amname = 'btree' AND c.relname LIKE 'backstop\_%'`)
+WHERE c.relnamespace = current_schema()::regnamespace AND am.amname IN ('btree', 'gin') AND c.relname LIKE 'backstop\_%'`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,14 +96,16 @@ WHERE c.relnamespace = current_schema()::regnamespace AND am.amname = 'btree' AN
 }
 
 // keptDefault are the indexed text columns that keep the database's
-// collation: fixed words, hashes, and the events log's type.
+// collation: fixed words, hashes, the events log's type, and free text
+// (the dead letters' errors, in a trigram index).
 var keptDefault = []string{
+	"backstop_tasks.last_error",
 	"backstop_tasks.state", "backstop_tasks.dlq_status", "backstop_task_counts.state", "backstop_task_counts.dlq_status",
 	"backstop_dlq_group_counts.dlq_status", "backstop_redrive_items.outcome", "backstop_runs.state",
 	"backstop_redrives.filter_key", "backstop_workflows.plan_hash", "backstop_events.type",
 }
 
-// Every text column a btree index of Backstop's tables keys by compares
+// Every text column a btree or GIN index of Backstop's tables keys by compares
 // by its bytes (COLLATE "C") after the migrations, in a C database and in
 // an ICU en-US one, but for the fixed words and hashes of keptDefault.
 func TestNamesCollateC(t *testing.T) {
@@ -113,7 +115,7 @@ func TestNamesCollateC(t *testing.T) {
 		got := nameCollations(t, s)
 		for _, col := range []string{"backstop_tasks.id", "backstop_tasks.queue", "backstop_tasks.kind",
 			"backstop_tasks.merge_key", "backstop_tasks.idempotency_key", "backstop_executions.task_id",
-			"backstop_payloads.task_id", "backstop_task_counts.queue"} {
+			"backstop_payloads.task_id", "backstop_task_counts.queue", "backstop_events.subjects"} {
 			if got[col] != "C" {
 				t.Errorf("%q: %s collates %q, want C", locale, col, got[col])
 			}

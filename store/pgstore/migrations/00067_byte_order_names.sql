@@ -7,8 +7,9 @@
 -- and hosted servers), every comparison of a text column under the
 -- database's default collation in a btree (the primary key, the claim
 -- index, the merge and idempotency keys, the counts) calls strcoll or ICU
--- instead of memcmp: the claim and the settle cost the server 6-10 % more
--- CPU, a batch enqueue more (docs/benchmarks.md, "Collation"). Lists page
+-- instead of memcmp: in an ICU en-US database the claim and the settle
+-- cost the server 5-13 % more CPU than in a C one (docs/benchmarks.md,
+-- "Collation"). Lists page
 -- by these columns in byte order, the order SQLite gives: "Z" before "a",
 -- "-" before "_". Equality (what keys and foreign keys check) is the same
 -- under both, so no unique key can newly collide.
