@@ -105,9 +105,9 @@ var keptDefault = []string{
 	"backstop_redrives.filter_key", "backstop_workflows.plan_hash", "backstop_events.type",
 }
 
-// Every text column a btree or GIN index of Backstop's tables keys by compares
-// by its bytes (COLLATE "C") after the migrations, in a C database and in
-// an ICU en-US one, but for the fixed words and hashes of keptDefault.
+// Every text column a btree or GIN index of Backstop's tables keys by
+// compares by its bytes (COLLATE "C") after the migrations, in a C
+// database and in an ICU en-US one, but for those of keptDefault.
 func TestNamesCollateC(t *testing.T) {
 	t.Parallel()
 	for _, locale := range []string{"", icuEnUS} {
