@@ -2,6 +2,9 @@ package pgstore
 
 import (
 	"context"
+	"io/fs"
+	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,8 +74,9 @@ func (s *Store) MigrateTo(ctx context.Context, version int64) error {
 		return err
 	}
 	defer closeProvider()
-	_, err = p.UpTo(ctx, version)
+	applied, err := p.UpTo(ctx, version)
 	s.schemaAt.Store(version)
+	s.afterMigrations(len(applied))
 	return err
 }
 
@@ -83,8 +87,9 @@ func (s *Store) MigrateDownTo(ctx context.Context, version int64) error {
 		return err
 	}
 	defer closeProvider()
-	_, err = p.DownTo(ctx, version)
+	applied, err := p.DownTo(ctx, version)
 	s.schemaAt.Store(version)
+	s.afterMigrations(len(applied))
 	return err
 }
 
@@ -250,4 +255,17 @@ func (s *Store) ExpireClaimCursors() {
 		c.mu.Unlock()
 		return true
 	})
+}
+
+// MigrationBefore is the version of the newest migration older than v.
+func MigrationBefore(v int64) int64 {
+	names, _ := fs.Glob(migrationFiles, "migrations/*.sql")
+	var before int64
+	for _, n := range names {
+		num, _, _ := strings.Cut(path.Base(n), "_")
+		if x, err := strconv.ParseInt(num, 10, 64); err == nil && x < v {
+			before = max(before, x)
+		}
+	}
+	return before
 }

@@ -36,11 +36,24 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return err
 	}
 	defer closeProvider()
-	if _, err := p.Up(ctx); err != nil {
+	applied, err := p.Up(ctx)
+	if err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	s.schemaAt.Store(0)
+	s.afterMigrations(len(applied))
 	return nil
+}
+
+// afterMigrations drops the pool's idle connections (and each busy one
+// when it is released) once n > 0 migrations ran: a statement a connection
+// prepared before a migration changed a column it reads (its collation,
+// its type) fails once ("cached plan must not change result type"), and
+// new connections prepare against the schema as it now is.
+func (s *Store) afterMigrations(n int) {
+	if n > 0 {
+		s.pool.Reset()
+	}
 }
 
 // CheckSchema refuses (*store.SchemaTooNewError) a database whose schema

@@ -86,6 +86,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 	t.Run("DeadLetters", s.testDeadLetters)
 	t.Run("SummaryList", s.testSummaryList)       // summary.go
 	t.Run("ExportInSlices", s.testExportInSlices) // summary.go
+	t.Run("ByteOrder", s.testByteOrder)           // byte_order.go: lists page by the ids' bytes
 	t.Run("Migrations", s.testMigrations)
 	t.Run("DLQOps", s.testDLQOps)
 	t.Run("DLQReopen", s.testDLQReopen)         // dlq_reopen.go
