@@ -12,8 +12,9 @@ import (
 
 // The counts of tasks by queue, state and dead-letter status are kept
 // (migration 00059): every statement that writes backstop_tasks appends
-// its net change to backstop_task_count_deltas from a statement-level
-// trigger, in its own transaction; FoldCounts adds the deltas into
+// its net change to backstop_task_count_deltas, in its own transaction
+// (an INSERT or a DELETE from a statement-level trigger; an UPDATE from
+// the statement itself, below); FoldCounts adds the deltas into
 // backstop_task_counts; the counts are the two summed. A read costs the
 // groups and the deltas not folded yet, not the tasks.
 //
