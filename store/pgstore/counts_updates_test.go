@@ -241,6 +241,17 @@ func TestEveryUpdateCountsItself(t *testing.T) {
 	checkExact(t, s, "ordered task dead, the next admitted")
 	replay(oq[0].ID, "")
 	checkExact(t, s, "ordered dead letter replayed (buffered)")
+	// A sequence the key has passed is stale: canceled when judged.
+	if _, err := c.Enqueue(ctx, backstop.EnqueueParams{ID: "oq-stale", Queue: "oq", Kind: "r", OrderingKey: "k", Sequence: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.OrderQueue(ctx, "oq"); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, "oq-stale"); got.State != bt.StateCanceled {
+		t.Fatalf("stale ordered task: %s, want canceled", got.State)
+	}
+	checkExact(t, s, "stale ordered task canceled")
 	if _, err := s.OrderingFallback(ctx, "oq", now); err != nil {
 		t.Fatal(err)
 	}
