@@ -124,12 +124,11 @@ GRANT SELECT, INSERT, UPDATE ON :"schema".backstop_schedules TO backstop_worker;
 -- deletes the rows past their keep.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_activity, :"schema".backstop_activity_rollup TO backstop_worker;
 -- The kept task counts (store/counts.go): every write of tasks appends its
--- change to the deltas: an insert or a delete through a trigger that runs as
--- its owner (no grant needed), an update from its own statement (the worker's
--- and the admin's; the producer's debounce through its function), and a
--- batch enqueue written by COPY appends its own as the producer; the
--- maintenance leader folds the deltas into the counts and corrects them from
--- a count of the tasks.
+-- change to the deltas through a trigger that runs as its owner (no grant
+-- needed to write tasks), but the claim and the success settle, which append
+-- their own batch's as the worker, and a batch enqueue written by COPY, which
+-- appends its own as the producer; the maintenance leader folds the deltas
+-- into the counts and corrects them from a count of the tasks.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".backstop_task_counts, :"schema".backstop_task_count_deltas TO backstop_worker;
 GRANT INSERT ON :"schema".backstop_task_count_deltas TO backstop_producer;
 -- The dead letters' groups are kept the same way (store/pgstore migration

@@ -198,7 +198,9 @@ func TestDLQGroupsAsBefore(t *testing.T) {
 		}
 		settle(t, b.store, ss...)
 	}
-	byHand(t, b.store, `UPDATE backstop_tasks SET dlq_status = 'discarded' WHERE id LIKE '%-01_'`)
+	if _, err := b.store.Pool().Exec(t.Context(), `UPDATE backstop_tasks SET dlq_status = 'discarded' WHERE id LIKE '%-01_'`); err != nil {
+		t.Fatal(err)
+	}
 	check := func(label string) {
 		t.Helper()
 		for _, f := range []store.ListFilter{
@@ -223,7 +225,9 @@ func TestDLQGroupsAsBefore(t *testing.T) {
 	check("fingerprinted")
 	// Dead letters without a fingerprint (a path that writes none) are
 	// grouped from their rows, beside those that have one.
-	byHand(t, b.store, `UPDATE backstop_tasks SET dlq_group = NULL WHERE id LIKE 'ga-%' AND id < 'ga-030'`)
+	if _, err := b.store.Pool().Exec(t.Context(), `UPDATE backstop_tasks SET dlq_group = NULL WHERE id LIKE 'ga-%' AND id < 'ga-030'`); err != nil {
+		t.Fatal(err)
+	}
 	check("half without fingerprints")
 }
 

@@ -12,9 +12,8 @@ import (
 
 // The counts of tasks by queue, state and dead-letter status are kept
 // (migration 00059): every statement that writes backstop_tasks appends
-// its net change to backstop_task_count_deltas, in its own transaction
-// (an INSERT or a DELETE from a statement-level trigger; an UPDATE from
-// the statement itself, below); FoldCounts adds the deltas into
+// its net change to backstop_task_count_deltas from a statement-level
+// trigger, in its own transaction; FoldCounts adds the deltas into
 // backstop_task_counts; the counts are the two summed. A read costs the
 // groups and the deltas not folded yet, not the tasks.
 //
@@ -48,107 +47,6 @@ func countedMove(rows, from, to string) string {
 		CROSS JOIN LATERAL (VALUES ('` + from + `', -g.n), ('` + to + `', g.n)) m(state, n)
 	WHERE set_config('backstop.counted', 'UPDATE', true) <> ''
 )`
-}
-
-// Every other statement that changes a task's group (its queue, state or
-// dead-letter status, or, for a dead letter, its group's fingerprint,
-// reason or error) counts itself as well (countedChange), and migration
-// 00066 dropped the two UPDATE triggers: PostgreSQL captured both
-// transition tables of every UPDATE of backstop_tasks (the old and the
-// new row of each updated task) before any trigger function ran, even for
-// a statement whose function returned at once on the mark. A statement
-// that changes no group (a heartbeat, a payload edit, a priority) counts
-// nothing. An UPDATE written past the store (an operator's by hand) is
-// not counted: the leader's reconcile (ReconcileCounts, every 10 minutes)
-// corrects the drift. The INSERT and DELETE triggers stay.
-
-// countedBefore is the select list of a statement's locked pre-read of
-// the tasks it will update (FOR NO KEY UPDATE, the lock the UPDATE itself
-// takes): each task's id and group as b_*, read from its newest version
-// once locked, so they are what the UPDATE changes, whatever committed
-// between the statement's snapshot and the lock. t is the table's alias.
-func countedBefore(t string) string {
-	return t + ".id AS b_id, " + t + ".queue AS b_queue, " + t + ".state AS b_state, " + t + ".dlq_status AS b_dlq_status, " +
-		t + ".dlq_group AS b_dlq_group, " + t + ".dead_reason AS b_dead_reason, left(" + t + ".last_error, 200) AS b_last_error"
-}
-
-// countedAfter is the RETURNING list of a task's group after an UPDATE of
-// t, as a_*.
-func countedAfter(t string) string {
-	return t + ".queue AS a_queue, " + t + ".state AS a_state, " + t + ".dlq_status AS a_dlq_status, " +
-		t + ".dlq_group AS a_dlq_group, " + t + ".dead_reason AS a_dead_reason, left(" + t + ".last_error, 200) AS a_last_error"
-}
-
-// countedChange is three CTEs, counted_mark, counted and counted_groups,
-// that append to the task counts' and the dead letters' groups' deltas
-// the net change of every row of rows (a CTE of the statement's updated
-// tasks with their groups before, countedBefore, and after, countedAfter),
-// and mark the statement counted when it updated a row: on a schema that
-// still has the UPDATE triggers (below 66, from 64 on, where both skip a
-// marked statement) the triggers then count nothing, so the statement
-// runs on either. The statement must update backstop_tasks once.
-func countedChange(rows string) string {
-	return `counted_mark AS (
-	SELECT set_config('backstop.counted', 'UPDATE', true) FROM (SELECT FROM ` + rows + ` LIMIT 1) x
-), counted AS (
-	INSERT INTO backstop_task_count_deltas (queue, state, dlq_status, n)
-	SELECT queue, state, dlq_status, sum(n) FROM (
-		SELECT a_queue AS queue, a_state AS state, coalesce(a_dlq_status, '') AS dlq_status, 1 AS n FROM ` + rows + `
-		UNION ALL
-		SELECT b_queue, b_state, coalesce(b_dlq_status, ''), -1 FROM ` + rows + `) c, counted_mark
-	GROUP BY 1, 2, 3 HAVING sum(n) <> 0
-), counted_groups AS (
-	INSERT INTO backstop_dlq_group_count_deltas (dlq_status, queue, dlq_group, dead_reason, last_error, n)
-	SELECT dlq_status, queue, dlq_group, dead_reason, last_error, sum(n) FROM (
-		SELECT coalesce(a_dlq_status, '') AS dlq_status, a_queue AS queue, a_dlq_group AS dlq_group,
-			a_dead_reason AS dead_reason, a_last_error AS last_error, 1 AS n
-		FROM ` + rows + ` WHERE a_state = 'dead' AND a_dlq_group IS NOT NULL
-		UNION ALL
-		SELECT coalesce(b_dlq_status, ''), b_queue, b_dlq_group, b_dead_reason, b_last_error, -1
-		FROM ` + rows + ` WHERE b_state = 'dead' AND b_dlq_group IS NOT NULL) c, counted_mark
-	GROUP BY 1, 2, 3, 4, 5 HAVING sum(n) <> 0
-)`
-}
-
-// countedUpdate is "UPDATE backstop_tasks SET set WHERE where RETURNING
-// ret" counting itself (countedChange): the tasks of where are read and
-// locked first (countedBefore), then updated. It answers ret (bare
-// columns of the table, or "1") for each updated task, so an Exec's row
-// count is the number updated. set and where name the table's columns
-// unqualified; where may hold subqueries with aliases of their own.
-func countedUpdate(set, where, ret string) string {
-	return `WITH counted_before AS (
-	SELECT ` + countedBefore("backstop_tasks") + ` FROM backstop_tasks WHERE ` + where + ` FOR NO KEY UPDATE OF backstop_tasks
-), counted_rows AS (
-	UPDATE backstop_tasks SET ` + set + ` FROM counted_before WHERE backstop_tasks.id = counted_before.b_id
-	RETURNING ` + ret + `, ` + countedAfter("backstop_tasks") + `, counted_before.*
-), ` + countedChange("counted_rows") + `
-SELECT ` + ret + ` FROM counted_rows`
-}
-
-// updatesCountedVersion is the first schema on which countedChange's
-// statements are exact: both UPDATE triggers skip a statement marked
-// counted from 64 (migration 00064), and are gone from 66. Below it a
-// store runs each statement's plain form, which the triggers count.
-const updatesCountedVersion = 64
-
-// updatesCounted: the schema s was left at runs countedChange's forms.
-func (s *Store) updatesCounted() bool {
-	v := s.schemaAt.Load()
-	return v == 0 || v >= updatesCountedVersion
-}
-
-// updateTasks is the UPDATE of the tasks of where by set for the schema s
-// was left at (updatesCounted): countedUpdate or the plain statement.
-func (s *Store) updateTasks(set, where, ret string) string {
-	if s.updatesCounted() {
-		return countedUpdate(set, where, ret)
-	}
-	q := "UPDATE backstop_tasks SET " + set + " WHERE " + where
-	if ret != "1" {
-		q += " RETURNING " + ret
-	}
-	return q
 }
 
 // countedVersion is the first schema version whose trigger reads the

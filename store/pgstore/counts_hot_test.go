@@ -34,11 +34,11 @@ func succeeded(tasks ...*bt.Task) []store.Settlement {
 }
 
 // The claim (every form: plain, by kinds, from the cursor, the limited
-// claim's by ids) and the success settle count their own batch: without
-// an update trigger (migration 00066) they move the counts exactly, a
-// redriven task (its dead-letter status kept, set by hand: a drift the
-// reconcile corrects) and tasks of two queues in one settle included; a
-// settle batch with a retry (the general settle) counts itself too.
+// claim's by ids) and the success settle count their own batch: with the
+// update trigger off they still move the counts exactly, a redriven task
+// (its dead-letter status kept) and tasks of two queues in one settle
+// included; with it on again nothing is counted twice, and a settle
+// batch with a retry (the general settle) is the trigger's.
 func TestHotStatementsCountThemselves(t *testing.T) {
 	b := setup(t)
 	s, ctx := b.store, t.Context()
@@ -53,14 +53,12 @@ func TestHotStatementsCountThemselves(t *testing.T) {
 	}
 	enqueue(t, s, store.EnqueueOpts{}, tasks...)
 	exec(t, s, `UPDATE backstop_tasks SET dlq_status = 'redriven' WHERE id IN ('hot-000', 'hot-001')`)
-	if d, err := s.ReconcileCounts(ctx); err != nil || d.Tasks != 4 {
-		t.Fatalf("reconcile after an update by hand: %+v %v, want 4 tasks' drift corrected (2 out of a group, 2 into one)", d, err)
-	}
 	if err := s.SetLimit(ctx, store.Limit{Name: "hot", Queue: "hy", Concurrency: 3, CreatedAt: t0}, bt.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	checkCounts(t, s, "enqueued")
 
+	exec(t, s, `ALTER TABLE backstop_tasks DISABLE TRIGGER backstop_task_counts_update`)
 	x := claim(t, s, "hx", 3, t0.Add(time.Minute))
 	x = append(x, claim(t, s, "hx", 2, t0.Add(time.Minute))...) // the cursor's pick
 	kinds, err := s.Claim(ctx, store.ClaimParams{Queue: "hx", WorkerID: "w1", Max: 2, Now: t0.Add(time.Minute),
@@ -76,16 +74,17 @@ func TestHotStatementsCountThemselves(t *testing.T) {
 	if len(x) != 5 || x[0].ID != "hot-000" {
 		t.Fatalf("claimed %d tasks of hx, the first %s: want 5, hot-000 (redriven) first", len(x), x[0].ID)
 	}
-	checkCounts(t, s, "claimed")
+	checkCounts(t, s, "claimed, trigger off")
 	settle(t, s, succeeded(append(append(x[:3:3], kinds...), y[:2]...)...)...) // two queues in one batch
-	checkCounts(t, s, "settled")
+	checkCounts(t, s, "settled, trigger off")
 
+	exec(t, s, `ALTER TABLE backstop_tasks ENABLE TRIGGER backstop_task_counts_update`)
 	retry := store.Settlement{TaskID: x[3].ID, ExecutionID: x[3].ExecutionID, Outcome: bt.OutcomeTransientError, Error: "again",
 		FinishedAt: t0.Add(time.Minute), State: bt.StatePending, RunAt: t0.Add(time.Minute)}
 	settle(t, s, append(succeeded(x[4], y[2]), retry)...)
-	checkCounts(t, s, "a success batch with a retry")
+	checkCounts(t, s, "a success batch with a retry, trigger on")
 	settle(t, s, succeeded(claim(t, s, "hx", 4, t0.Add(time.Minute))...)...)
-	checkCounts(t, s, "claimed and settled")
+	checkCounts(t, s, "claimed and settled, trigger on")
 	if d, err := s.ReconcileCounts(ctx); err != nil || d != (store.CountDrift{}) {
 		t.Fatalf("reconcile: %+v %v, want nothing to correct", d, err)
 	}
@@ -94,11 +93,10 @@ func TestHotStatementsCountThemselves(t *testing.T) {
 // The mark a counted statement leaves is for that statement alone: a
 // write after it in the same transaction (here a cancel, after a success
 // settle) is counted by the trigger; a success settle that applies to no
-// task (a lost lease) leaves no mark either. The mark matters on the
-// schemas that have the update trigger (below 66).
+// task (a lost lease) leaves no mark either.
 func TestCountedMarkIsForItsStatement(t *testing.T) {
-	t.Parallel()
-	s, ctx := storeAt(t, 65), t.Context()
+	b := setup(t)
+	s, ctx := b.store, t.Context()
 	var tasks []*bt.Task
 	for i := range 6 {
 		tk := newTask("m")
@@ -175,7 +173,7 @@ func TestCountedStatementsMigration(t *testing.T) {
 
 // countedMarks finds where the store's Go code names the counted mark or
 // builds a counted statement.
-var countedMarks = regexp.MustCompile(`backstop\.counted|countedMove\([^)]*\)|countedChange\([^)]*\)`)
+var countedMarks = regexp.MustCompile(`backstop\.counted|countedMove\([^)]*\)`)
 
 // A statement that marks itself counted skips the trigger, so it must
 // count every group change of every row it writes. This lists every
@@ -184,22 +182,12 @@ var countedMarks = regexp.MustCompile(`backstop\.counted|countedMove\([^)]*\)|co
 // is looked at and added with what it counts.
 func TestEveryCountedStatementIsListed(t *testing.T) {
 	want := []string{
-		"pgstore/counts.go backstop.counted",                                 // countedMove: the mark
-		"pgstore/copy.go backstop.counted",                                   // sqlCopiedEvents: every copied row's (queue, state), no dead-letter status or group (copiedCounts)
-		"pgstore/counts.go countedMove(rows, from, to string)",               // its definition
-		"pgstore/queries.go backstop.counted",                                // countedInsert: a plan's inserted rows' (queue, state); an enqueue writes no dead-letter status or group
-		`pgstore/queries.go countedMove("claimed", "pending", "running")`,    // formatClaim: WHERE state = 'pending', SET state = 'running'
-		`pgstore/queries.go countedMove("settled", "running", "succeeded")`,  // sqlSettleSucceeded: leaseHeld, SET state = 'succeeded'
-		`pgstore/queries.go countedMove("promoted", "scheduled", "pending")`, // sqlPromote: due locked WHERE state = 'scheduled', SET state = 'pending'
-		`pgstore/ordering.go countedMove("admitted", "buffered", "pending")`, // sqlAdmitBuffered: WHERE state = 'buffered', SET state = 'pending'
-		`pgstore/ordering.go countedMove("stale", "buffered", "canceled")`,   // sqlCancelStale: WHERE state = 'buffered', SET state = 'canceled'
-		"pgstore/counts.go backstop.counted",                                 // countedChange: the mark, set when a row was updated
-		"pgstore/counts.go countedChange(rows string)",                       // its definition: every group before (locked pre-read) and after
-		`pgstore/counts.go countedChange("counted_rows")`,                    // countedUpdate: the shared UPDATEs (Dialect.UpdateTasks), the redrive's slow path
-		`pgstore/dlq.go countedChange("counted_rows")`,                       // redriveFast: the pick (locked) before, the UPDATE's RETURNING after
-		`pgstore/ordering.go countedChange("u")`,                             // sqlReplayOrderingCounted
-		`pgstore/queries.go countedChange("c")`,                              // sqlRequestCancel
-		`pgstore/queries.go countedChange("settled")`,                        // sqlSettle (formatSettle)
+		"pgstore/counts.go backstop.counted",                                // countedMove: the mark
+		"pgstore/copy.go backstop.counted",                                  // sqlCopiedEvents: every copied row's (queue, state), no dead-letter status or group (copiedCounts)
+		"pgstore/counts.go countedMove(rows, from, to string)",              // its definition
+		"pgstore/queries.go backstop.counted",                               // countedInsert: a plan's inserted rows' (queue, state); an enqueue writes no dead-letter status or group
+		`pgstore/queries.go countedMove("claimed", "pending", "running")`,   // formatClaim: WHERE state = 'pending', SET state = 'running'
+		`pgstore/queries.go countedMove("settled", "running", "succeeded")`, // sqlSettleSucceeded: leaseHeld, SET state = 'succeeded'
 	}
 	var got []string
 	for _, dir := range []string{".", "../internal/sqldialect"} {
@@ -229,70 +217,5 @@ func TestEveryCountedStatementIsListed(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("counted statements:\n%s\nwant:\n%s\n(a statement that marks itself counted must count every group change it writes)",
 			strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-// taskUpdates finds the UPDATEs of the tasks in the store's Go code.
-var taskUpdates = regexp.MustCompile(`UPDATE backstop_tasks\b`)
-
-// Without the UPDATE triggers (migration 00066) an UPDATE of the tasks is
-// counted only if its statement counts itself. This lists, per file of
-// the PostgreSQL store and the SQL it shares with SQLite, how many UPDATEs
-// of backstop_tasks it writes: a new one fails here until it is looked at
-// (it counts its change, TestEveryUpdateCountsItself drives it, or it
-// changes no task's group) and the number is raised.
-func TestEveryTaskUpdateIsLooked(t *testing.T) {
-	want := map[string]int{
-		// ReplaySetSQL through Dialect.UpdateTasks (countedUpdate): Replay in
-		// place, the original replayed under a new id, SetDLQStatusIn,
-		// DeadLetterAsIn.
-		"internal/sqldialect/dlq.go": 0,
-		// OrderingFallback and the bulk actions: Dialect.UpdateTasks; the
-		// cancel request and the priority change no group (SQLite's own).
-		"internal/sqldialect/ordering.go":    0,
-		"internal/sqldialect/taskactions.go": 2,
-		"internal/sqldialect/sqldialect.go":  1, // UpdateTasksSQL's plain form (SQLite, older schemas)
-		"pgstore/counts.go":                  3, // countedUpdate (its comment, its text), the plain form of updateTasks
-		"pgstore/dlq.go":                     2, // the payload (no group); redriveFast (countedChange)
-		"pgstore/ordering.go":                6, // sqlReplayOrdering plain, counted; sqlCancelStale and sqlAdmitBuffered, each with its plain form
-		// The claim and the success settle (countedMove), the heartbeat (no
-		// group), sqlSettle (countedChange), sqlRequestCancel and its older
-		// form, sqlPromote (countedMove), sqlMerge (payload, no group).
-		"pgstore/queries.go": 8,
-	}
-	got := map[string]int{}
-	for _, dir := range []string{".", "../internal/sqldialect"} {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			src, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := len(taskUpdates.FindAllIndex(src, -1)); n > 0 {
-				abs, err := filepath.Abs(f)
-				if err != nil {
-					t.Fatal(err)
-				}
-				rel := filepath.Base(filepath.Dir(abs)) + "/" + filepath.Base(f)
-				if filepath.Base(filepath.Dir(abs)) == "sqldialect" {
-					rel = "internal/" + rel
-				}
-				got[rel] = n
-			}
-		}
-	}
-	for f, n := range want {
-		if n == 0 {
-			delete(want, f)
-		}
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("UPDATEs of backstop_tasks by file: %v, want %v (each must count its change of a task's group, or change none)", got, want)
 	}
 }

@@ -55,12 +55,8 @@ var dialect = &sqldialect.Dialect{
 	SetPayload: func(ctx context.Context, tx sqldialect.Tx, id string, payload json.RawMessage, limit int) error {
 		return setPayload(ctx, pgxOf(tx), id, payload, limit)
 	},
-	// The statements count their own change of the kept counts; a Store
-	// left at an older schema runs its own copy with the forms of that
-	// schema (New).
-	UpdateTasks: countedUpdate,
 	ReplayOrdering: func(ctx context.Context, tx sqldialect.Tx, ids []string) error {
-		return replayOrdering(ctx, pgxOf(tx), ids, true)
+		return replayOrdering(ctx, pgxOf(tx), ids)
 	},
 	TableSizes: tableSizes, // ops.go
 	PurgeBatch: purgeBatch, // dlq.go

@@ -205,7 +205,7 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	// server runs it as one implicit transaction (one round trip, no
 	// begin, savepoint or commit). A uniqueness violation rolls all of it
 	// back, and the batch goes the slow way, one row at a time.
-	fastSQL, fastArgs := redriveFast(b, s.updatesCounted())
+	fastSQL, fastArgs := redriveFast(b)
 	var (
 		last    *string
 		count   int
@@ -257,8 +257,8 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 	if err != nil {
 		return res, err
 	}
-	rows, err := sp.Query(ctx, s.updateTasks(sqldialect.ReplaySetSQL, `id = ANY($5::text[])`, `id, queue, kind, replay_count`),
-		append(set, ids)...)
+	rows, err := sp.Query(ctx, `UPDATE backstop_tasks SET `+sqldialect.ReplaySetSQL+` WHERE id = ANY($5::text[])
+		RETURNING id, queue, kind, replay_count`, append(set, ids)...)
 	if err == nil {
 		done, err = collectRedriven(rows, done)
 	}
@@ -278,8 +278,8 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 			if err != nil {
 				return res, err
 			}
-			rows, err := sp.Query(ctx, s.updateTasks(sqldialect.ReplaySetSQL, `id = $5`, `id, queue, kind, replay_count`),
-				append(set, id)...)
+			rows, err := sp.Query(ctx, `UPDATE backstop_tasks SET `+sqldialect.ReplaySetSQL+` WHERE id = $5
+				RETURNING id, queue, kind, replay_count`, append(set, id)...)
 			var one []store.Redriven
 			if err == nil {
 				one, err = collectRedriven(rows, nil)
@@ -308,7 +308,7 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		queues[d.Queue] = struct{}{}
 		rids[i] = d.ID
 	}
-	if err := replayOrdering(ctx, tx, rids, s.updatesCounted()); err != nil { // ordering.go
+	if err := replayOrdering(ctx, tx, rids); err != nil { // ordering.go
 		return res, err
 	}
 	events := store.RedriveEvents(b, done, res.Conflicts)
@@ -404,18 +404,8 @@ func redrivePick(b store.RedriveBatch, cols string) (string, []any) {
 // yet, and one that has (recorded by an earlier, failed attempt at it) is
 // a uniqueness violation, which sends the batch the slow way, whose insert
 // updates it.
-// counted: it counts its own change of the kept counts (countedChange,
-// each replayed task's group before read by the pick, which locks it);
-// otherwise the UPDATE triggers count it (schemas before
-// updatesCountedVersion).
-func redriveFast(b store.RedriveBatch, counted bool) (string, []any) {
-	cols, ret, count := "t.id, t.ctid AS tid", "", ""
-	if counted {
-		cols += ", " + countedBefore("t")
-		ret = ", " + countedAfter("t")
-		count = `, counted_rows AS (SELECT u.*, p.* FROM upd u JOIN picked p ON p.b_id = u.id), ` + countedChange("counted_rows")
-	}
-	pick, args := redrivePick(b, cols)
+func redriveFast(b store.RedriveBatch) (string, []any) {
+	pick, args := redrivePick(b, "t.id, t.ctid AS tid")
 	n := len(args)
 	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
 	// Event ids: a fresh UUIDv7's first 24 hex digits (with dashes) and the
@@ -433,8 +423,8 @@ upd AS (
 		worker_id = NULL, execution_id = NULL, attempted_at = NULL, dlq_status = NULL,
 		replay_count = t.replay_count + 1, updated_at = ` + p(4) + `, event_links = t.event_links || (SELECT seq FROM ev_seq)
 	WHERE t.ctid = ANY(ARRAY(SELECT tid FROM picked))
-	RETURNING t.id, t.queue, t.kind, t.attributes, t.replay_count, t.state` + ret + `
-)` + count + `, ord AS ( -- ordered tasks wait for their key (ordering.go): those upd made buffered
+	RETURNING t.id, t.queue, t.kind, t.attributes, t.replay_count, t.state
+), ord AS ( -- ordered tasks wait for their key (ordering.go): those upd made buffered
 	UPDATE backstop_ordering_tasks o SET status = 'replay' FROM upd WHERE upd.state = 'buffered' AND o.task_id = upd.id
 ), ev AS ( -- one linked row holding every replay's event, in id order (below)
 	INSERT INTO backstop_events (seq, link, ids, time, type, subjects, queues, kinds, attributes, actor, common, bodies)

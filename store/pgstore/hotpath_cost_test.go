@@ -32,8 +32,7 @@ import (
 // of the box as the wall time does. A URL may end in #<version>: its
 // database is at that older schema version, and the statements run in
 // that version's forms (forms.go). A line per statement pair; the
-// medians are docs/benchmarks.md's. BACKSTOP_HOTPATH_SETTLE=retry
-// settles by the general settle instead (below). BACKSTOP_HOTPATH_PLANS=1 also prints
+// medians are docs/benchmarks.md's. BACKSTOP_HOTPATH_PLANS=1 also prints
 // every plan (JSON).
 func TestHotPathCost(t *testing.T) {
 	urls := strings.Fields(os.Getenv("BACKSTOP_HOTPATH_URLS"))
@@ -86,10 +85,6 @@ func TestHotPathCost(t *testing.T) {
 			t.Fatalf("BACKSTOP_HOTPATH_BATCH=%q: want a number of tasks from 1 to 2500", b)
 		}
 	}
-	// BACKSTOP_HOTPATH_SETTLE=retry settles each batch by the general
-	// settle (sqlSettle) as retries, scheduled an hour later, instead of
-	// the success settle.
-	retry := os.Getenv("BACKSTOP_HOTPATH_SETTLE") == "retry"
 	for r := range 40 {
 		for k, d := range dbs {
 			at := time.Now()
@@ -112,20 +107,8 @@ func TestHotPathCost(t *testing.T) {
 			for i := range done {
 				done[i] = time.Now()
 			}
-			var settled hotCost
-			if retry {
-				outcomes, errs, states, reasons := make([]string, m), make([]string, m), make([]string, m), make([]string, m)
-				runAt := make([]time.Time, m)
-				for i := range m {
-					outcomes[i], errs[i], states[i], runAt[i] = "transient_error", "again", "scheduled", at.Add(time.Hour)
-				}
-				settled = measure(d, d.s.hot(sqlSettle), textArray(ids), textArray(execs), textArray(outcomes), textArray(errs),
-					textArray(make([]string, m)), timeArray(done), textArray(states), timeArray(runAt), textArray(reasons),
-					make([]bool, m), make([]bool, m), make([]int32, m), make([]int32, m), "")
-			} else {
-				settled = measure(d, d.s.hot(sqlSettleSucceeded), textArray(ids), textArray(execs), timeArray(done),
-					make([]bool, m), make([]int32, m), make([]int32, m), "")
-			}
+			settled := measure(d, d.s.hot(sqlSettleSucceeded), textArray(ids), textArray(execs), timeArray(done),
+				make([]bool, m), make([]int32, m), make([]int32, m), "")
 			line(r, fmt.Sprint(k), m, claimed, settled)
 		}
 		claimed := measure(floor, floorClaim, n)

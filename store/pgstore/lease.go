@@ -150,7 +150,7 @@ func (s *Store) settle(ctx context.Context, q querier, settlements []store.Settl
 			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
 		}
 	}
-	rs, err := q.Query(ctx, s.hot(sqlSettle), perBatchPlan, textArray(ids), textArray(execs), textArray(outcomes), textArray(errs),
+	rs, err := q.Query(ctx, sqlSettle, perBatchPlan, textArray(ids), textArray(execs), textArray(outcomes), textArray(errs),
 		textArray(details), timeArray(finished), textArray(states), timeArray(runAt), textArray(reasons),
 		uncharged, hasProgress, total, completed, store.ActorFrom(ctx, ""))
 	if err != nil {

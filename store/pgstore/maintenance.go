@@ -18,7 +18,7 @@ const defaultSweepLimit = 1000
 // buffered) task is canceled at once; a running one is marked, and its
 // worker learns it from its next heartbeat.
 func (s *Store) RequestCancel(ctx context.Context, id string, now time.Time) (*bt.Task, error) {
-	tasks, err := s.queryTasks(ctx, s.hot(sqlRequestCancel), id, now, store.ActorFrom(ctx, store.DefaultActor), store.ReasonFrom(ctx))
+	tasks, err := s.queryTasks(ctx, sqlRequestCancel, id, now, store.ActorFrom(ctx, store.DefaultActor), store.ReasonFrom(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: cancel %s: %w", id, err)
 	}
@@ -57,7 +57,7 @@ func (s *Store) PastDeadline(ctx context.Context, now time.Time, limit int) ([]*
 // PromoteScheduled implements store.Store: scheduled tasks whose run_at has
 // come become pending, and their queues are woken.
 func (s *Store) PromoteScheduled(ctx context.Context, now time.Time, limit int) (int, error) {
-	rs, err := s.pool.Query(ctx, s.hot(sqlPromote), now, sweepLimit(limit))
+	rs, err := s.pool.Query(ctx, sqlPromote, now, sweepLimit(limit))
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: promote scheduled: %w", err)
 	}

@@ -88,7 +88,7 @@ func (s *Store) Order(ctx context.Context, queue string, set store.OrderingSetti
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	// A key another Order judged meanwhile is judged again from what it
 	// left: the policy's answer for it is then no change.
-	events, d, err := s.orderKeys(ctx, tx, queue, keys, set, now, true)
+	events, d, err := orderKeys(ctx, tx, queue, keys, set, now, true)
 	if err != nil {
 		return store.OrderingDelta{}, err
 	}
@@ -113,7 +113,7 @@ func (s *Store) SettleOrdered(ctx context.Context, ss []store.Settlement, set fu
 	if err != nil {
 		return nil, nil, err
 	}
-	deltas, err := s.admitEnded(ctx, tx, store.EndedTasks(ss, oks), set, now)
+	deltas, err := admitEnded(ctx, tx, store.EndedTasks(ss, oks), set, now)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,7 +124,7 @@ func (s *Store) SettleOrdered(ctx context.Context, ss []store.Settlement, set fu
 }
 
 // admitEnded judges, in tx, the keys whose busy task is one of ended.
-func (s *Store) admitEnded(ctx context.Context, tx pgx.Tx, ended []string, set func(string) (store.OrderingSettings, bool), now time.Time) (map[string]store.OrderingDelta, error) {
+func admitEnded(ctx context.Context, tx pgx.Tx, ended []string, set func(string) (store.OrderingSettings, bool), now time.Time) (map[string]store.OrderingDelta, error) {
 	if len(ended) == 0 {
 		return nil, nil
 	}
@@ -155,7 +155,7 @@ func (s *Store) admitEnded(ctx context.Context, tx pgx.Tx, ended []string, set f
 		if !ok || qs.Decide == nil {
 			continue
 		}
-		events, d, err := s.orderKeys(ctx, tx, q, byQueue[q], qs, now, false)
+		events, d, err := orderKeys(ctx, tx, q, byQueue[q], qs, now, false)
 		if err != nil {
 			return nil, err
 		}
@@ -171,7 +171,7 @@ func (s *Store) admitEnded(ctx context.Context, tx pgx.Tx, ended []string, set f
 // one batch of reads (the locks, the key states with their busy task's
 // state, the waiting tasks), one batch of writes (the wake-up included).
 // queueLock: take Order's per-queue lock first.
-func (s *Store) orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set store.OrderingSettings, now time.Time, queueLock bool) ([]bt.Event, store.OrderingDelta, error) {
+func orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []string, set store.OrderingSettings, now time.Time, queueLock bool) ([]bt.Event, store.OrderingDelta, error) {
 	var d store.OrderingDelta
 	if len(keys) == 0 {
 		return nil, d, nil
@@ -345,10 +345,13 @@ func (s *Store) orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []s
 	}
 	var batch pgx.Batch
 	if len(staleIDs) > 0 {
-		batch.Queue(s.hot(sqlCancelStale), now, staleIDs, staleErrs)
+		batch.Queue(`UPDATE backstop_tasks t SET state = 'canceled', last_error = u.err, finalized_at = $1, updated_at = $1
+			FROM unnest($2::text[], $3::text[]) AS u(id, err) WHERE t.id = u.id AND t.state = 'buffered'`,
+			now, staleIDs, staleErrs)
 	}
 	if len(admitted) > 0 {
-		batch.Queue(s.hot(sqlAdmitBuffered), now, admitted)
+		batch.Queue(`UPDATE backstop_tasks SET state = 'pending', updated_at = $1
+			WHERE id = ANY($2::text[]) AND state = 'buffered'`, now, admitted)
 	}
 	if len(ordIDs) > 0 {
 		batch.Queue(`UPDATE backstop_ordering_tasks o SET status = u.status, gaps = COALESCE(u.gaps::jsonb, o.gaps)
@@ -378,27 +381,6 @@ func (s *Store) orderKeys(ctx context.Context, tx pgx.Tx, queue string, keys []s
 	return events, d, nil
 }
 
-// sqlCancelStale cancels buffered tasks ($2) with their errors ($3);
-// sqlAdmitBuffered makes buffered tasks ($2) pending. Each counts its
-// batch (countedMove: nothing else of a task's group changes); their
-// forms before the count mark are the plain UPDATEs.
-var (
-	sqlCancelStale = withOlderForms(`WITH stale AS (
-	UPDATE backstop_tasks t SET state = 'canceled', last_error = u.err, finalized_at = $1, updated_at = $1
-	FROM unnest($2::text[], $3::text[]) AS u(id, err) WHERE t.id = u.id AND t.state = 'buffered'
-	RETURNING t.queue, t.dlq_status
-), `+countedMove("stale", "buffered", "canceled")+`
-SELECT FROM stale`, olderForm{countedVersion, `UPDATE backstop_tasks t SET state = 'canceled', last_error = u.err, finalized_at = $1, updated_at = $1
-	FROM unnest($2::text[], $3::text[]) AS u(id, err) WHERE t.id = u.id AND t.state = 'buffered'`})
-	sqlAdmitBuffered = withOlderForms(`WITH admitted AS (
-	UPDATE backstop_tasks SET state = 'pending', updated_at = $1
-	WHERE id = ANY($2::text[]) AND state = 'buffered'
-	RETURNING queue, dlq_status
-), `+countedMove("admitted", "buffered", "pending")+`
-SELECT FROM admitted`, olderForm{countedVersion, `UPDATE backstop_tasks SET state = 'pending', updated_at = $1
-	WHERE id = ANY($2::text[]) AND state = 'buffered'`})
-)
-
 // DeleteIdleOrderingKeys implements store.Ordering.
 func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit int) (int, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM backstop_ordering_keys k USING (SELECT queue, okey FROM backstop_ordering_keys
@@ -412,35 +394,15 @@ func (s *Store) DeleteIdleOrderingKeys(ctx context.Context, now time.Time, limit
 
 // sqlReplayOrdering makes replayed ordered tasks ($1) wait for their key:
 // state buffered, ordering status replay (docs/ordering.md).
-// sqlReplayOrderingCounted counts its own change of the kept counts
-// (countedChange: the tasks read locked first); the plain form is for the
-// schemas whose UPDATE triggers count it (updatesCounted).
-const (
-	sqlReplayOrdering = `WITH o AS (UPDATE backstop_ordering_tasks SET status = 'replay'
+const sqlReplayOrdering = `WITH o AS (UPDATE backstop_ordering_tasks SET status = 'replay'
 	WHERE task_id = ANY($1::text[]) RETURNING task_id)
 UPDATE backstop_tasks t SET state = 'buffered' FROM o WHERE t.id = o.task_id AND t.state IN ('pending', 'scheduled')`
-)
 
-var sqlReplayOrderingCounted = `WITH o AS (UPDATE backstop_ordering_tasks SET status = 'replay'
-	WHERE task_id = ANY($1::text[]) RETURNING task_id
-), b AS (
-	SELECT ` + countedBefore("t") + ` FROM backstop_tasks t JOIN o ON t.id = o.task_id
-	WHERE t.state IN ('pending', 'scheduled') FOR NO KEY UPDATE OF t
-), u AS (
-	UPDATE backstop_tasks t SET state = 'buffered' FROM b WHERE t.id = b.b_id
-	RETURNING ` + countedAfter("t") + `, b.*
-), ` + countedChange("u") + `
-SELECT FROM u`
-
-func replayOrdering(ctx context.Context, tx pgx.Tx, ids []string, counted bool) error {
+func replayOrdering(ctx context.Context, tx pgx.Tx, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	q := sqlReplayOrdering
-	if counted {
-		q = sqlReplayOrderingCounted
-	}
-	if _, err := tx.Exec(ctx, q, ids); err != nil {
+	if _, err := tx.Exec(ctx, sqlReplayOrdering, ids); err != nil {
 		return fmt.Errorf("pgstore: ordering replay: %w", err)
 	}
 	return nil

@@ -112,12 +112,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 func New(pool *pgxpool.Pool) *Store {
 	done, stop := context.WithCancel(context.Background())
 	s := &Store{pool: pool, done: done, stop: stop, finishedCounted: FinishedCounted, cursorPeriod: defaultCursorPeriod}
-	d := *dialect // the statements in the form of the schema s is at (forms.go)
-	d.UpdateTasks = s.updateTasks
-	d.ReplayOrdering = func(ctx context.Context, tx sqldialect.Tx, ids []string) error {
-		return replayOrdering(ctx, pgxOf(tx), ids, s.updatesCounted())
-	}
-	s.procedures = sqldialect.New(&d, s.runner(), s.runner())
+	s.procedures = sqldialect.New(dialect, s.runner(), s.runner())
 	return s
 }
 

@@ -246,40 +246,14 @@ var (
 // execution id, to a waiting task), record the settled executions (but a
 // success's, which its task row holds: succeededExecutions), and wake the
 // queues that got pending work, all in one statement.
-//
-// It counts its own change of the kept counts (countedChange): each task's
-// group before is read from its row locked first (settle_before), with the
-// input's condition; its form for the schemas before that is the plain
-// statement, which the UPDATE triggers count.
-var sqlSettle = withOlderForms(formatSettle(true), olderForm{updatesCountedVersion, formatSettle(false)})
-
-// formatSettle is sqlSettle, counting itself or not.
-func formatSettle(counted bool) string {
-	r := strings.NewReplacer("%b", "", "%f", "", "%j", "", "%r", "", "%c", "")
-	if counted {
-		r = strings.NewReplacer("%b", `, settle_before AS (
-	SELECT `+countedBefore("t")+` FROM input i JOIN backstop_tasks t ON t.id = i.task_id
-	WHERE `+settleHeld+`
-	FOR NO KEY UPDATE OF t
-)`, "%f", ", settle_before b", "%j", " AND b.b_id = t.id", "%r", ",\n\t\t"+countedAfter("t")+", b.*", "%c", ", "+countedChange("settled"))
-	}
-	return r.Replace(settleSQL)
-}
-
-// settleHeld is the general settle's condition on a task t and its input
-// row i: a waiting task without an execution id, else the lease current.
-const settleHeld = `CASE
-		WHEN i.execution_id = '' THEN t.state IN ('scheduled', 'pending')
-		ELSE t.state = 'running' AND t.execution_id = i.execution_id END`
-
-var settleSQL = `
+var sqlSettle = `
 WITH input AS (
 	SELECT * FROM unnest(
 		$1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
 		$7::text[], $8::timestamptz[], $9::text[], $10::bool[], $11::bool[], $12::int[], $13::int[])
 		WITH ORDINALITY AS i(task_id, execution_id, outcome, error, error_detail, finished_at,
 			state, run_at, dead_reason, uncharged, has_progress, total, completed, idx)
-)%b, settled AS (
+), settled AS (
 	UPDATE backstop_tasks t SET
 		-- A cancel request wins over going back to wait (e.g. a release on
 		-- shutdown that raced the operator's cancel).
@@ -302,12 +276,14 @@ WITH input AS (
 		-- The dead letter's group (DLQGroups), of the reason and error it dies with.
 		dlq_group = CASE WHEN i.state = 'dead'
 			THEN backstop_dlq_group(i.dead_reason, CASE WHEN i.error <> '' THEN i.error ELSE t.last_error END) END
-	FROM input i%f
-	WHERE t.id = i.task_id AND ` + settleHeld + `%j
+	FROM input i
+	WHERE t.id = i.task_id AND CASE
+		WHEN i.execution_id = '' THEN t.state IN ('scheduled', 'pending')
+		ELSE t.state = 'running' AND t.execution_id = i.execution_id END
 	RETURNING i.idx, t.id, t.queue, t.state, i.execution_id, i.uncharged, t.attempt, t.worker_id,
 		t.attempted_at, i.finished_at, i.outcome, i.error, i.error_detail,
-		t.kind, t.attributes, t.run_at, t.dead_reason, t.dead_count%r
-), ` + settleEvents + `%c, recorded AS (
+		t.kind, t.attributes, t.run_at, t.dead_reason, t.dead_count
+), ` + settleEvents + `, recorded AS (
 	INSERT INTO backstop_executions
 		(execution_id, task_id, attempt, worker_id, started_at, finished_at, outcome, error, error_detail)
 	SELECT execution_id, id, CASE WHEN uncharged THEN attempt + 1 ELSE attempt END,
@@ -357,34 +333,18 @@ SELECT idx FROM settled`
 
 // RequestCancel: waiting tasks are canceled at once, running ones marked;
 // the event names the actor ($3).
-// The row before the update is read locked first (o: countedBefore), so
-// the event's from state and the counted change (countedChange) are the
-// row's as updated; the form for the schemas before the statements
-// counted themselves is the plain one, with o the row in the snapshot.
-var sqlRequestCancel = withOlderForms(`
-WITH o AS (
-	SELECT `+countedBefore("t")+` FROM backstop_tasks t
-	WHERE t.id = $1 AND t.state IN ('scheduled', 'pending', 'buffered', 'running')
-	FOR NO KEY UPDATE OF t
-), c AS (
-	UPDATE backstop_tasks t SET `+requestCancelSet+`
-	FROM o WHERE t.id = o.b_id
-	RETURNING t.*, o.b_state AS from_state, `+countedAfter("t")+`, o.*
-), `+cancelEvents+`, `+countedChange("c")+`
-SELECT `+taskCols("t")+` FROM c t`, olderForm{updatesCountedVersion, `
+var sqlRequestCancel = `
 WITH c AS (
-	UPDATE backstop_tasks t SET ` + requestCancelSet + `
+	UPDATE backstop_tasks t SET
+		state = CASE WHEN t.state = 'running' THEN t.state ELSE 'canceled' END,
+		finalized_at = CASE WHEN t.state = 'running' THEN t.finalized_at ELSE $2 END,
+		cancel_requested_at = coalesce(t.cancel_requested_at, $2),
+		updated_at = $2
 	FROM backstop_tasks o -- o: the row before this update
 	WHERE t.id = $1 AND t.state IN ('scheduled', 'pending', 'buffered', 'running') AND o.id = t.id
 	RETURNING t.*, o.state AS from_state
 ), ` + cancelEvents + `
-SELECT ` + taskCols("t") + ` FROM c t`})
-
-const requestCancelSet = `
-		state = CASE WHEN t.state = 'running' THEN t.state ELSE 'canceled' END,
-		finalized_at = CASE WHEN t.state = 'running' THEN t.finalized_at ELSE $2 END,
-		cancel_requested_at = coalesce(t.cancel_requested_at, $2),
-		updated_at = $2`
+SELECT ` + taskCols("t") + ` FROM c t`
 
 var sqlExpiredLeases = selectTasks + `
 WHERE t.state = 'running' AND t.lease_expires_at < $1
@@ -396,14 +356,8 @@ WHERE t.deadline < $1 AND t.deadline IS NOT NULL AND t.state IN ('scheduled', 'p
 ORDER BY t.deadline, t.id
 LIMIT $2`
 
-// PromoteScheduled: due scheduled tasks become pending; their queues
-// wake. It counts its batch (countedMove: scheduled to pending, nothing
-// else of a group changes); its form before the count mark is the plain
-// one.
-var sqlPromote = withOlderForms(fmt.Sprintf(promoteSQL, ", t.dlq_status", ", "+countedMove("promoted", "scheduled", "pending")),
-	olderForm{countedVersion, fmt.Sprintf(promoteSQL, "", "")})
-
-const promoteSQL = `
+// PromoteScheduled: due scheduled tasks become pending; their queues wake.
+const sqlPromote = `
 WITH due AS (
 	SELECT id FROM backstop_tasks
 	WHERE state = 'scheduled' AND run_at <= $1
@@ -413,8 +367,8 @@ WITH due AS (
 ), promoted AS (
 	UPDATE backstop_tasks t SET state = 'pending', updated_at = $1
 	FROM due WHERE t.id = due.id
-	RETURNING t.queue%s
-)%s, per_queue AS (
+	RETURNING t.queue
+), per_queue AS (
 	SELECT queue, count(*) AS n FROM promoted GROUP BY queue
 )
 SELECT q.n FROM per_queue q CROSS JOIN LATERAL pg_notify('` + wakeupChannel + `', q.queue)`

@@ -233,8 +233,8 @@ func (Txs) DeadLetterAs(ctx context.Context, tx pgx.Tx, d store.DeadLetterAs) (*
 	if err != nil || t == nil {
 		return t, err
 	}
-	if _, err := tx.Exec(ctx, dialect.UpdateTasksSQL(`dlq_group = backstop_dlq_group(dead_reason, last_error)`,
-		`id = $1 AND state = 'dead'`), t.ID); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_group = backstop_dlq_group(dead_reason, last_error)
+		WHERE id = $1 AND state = 'dead'`, t.ID); err != nil {
 		return nil, fmt.Errorf("pgstore: dead letter %s: its group: %w", t.ID, err)
 	}
 	return t, nil

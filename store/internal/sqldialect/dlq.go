@@ -51,7 +51,7 @@ func (p *Procedures) Replay(ctx context.Context, id string, plan func(*bt.Task) 
 	}
 	target := id
 	if rp.NewID == "" {
-		if _, err := tx.Exec(ctx, d.UpdateTasksSQL(ReplaySetSQL, `id = $5`),
+		if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET `+ReplaySetSQL+` WHERE id = $5`,
 			string(rp.State), rp.RunAt, rp.KeepAttempts, rp.Now, id); err != nil {
 			if d.IsUnique(err) {
 				return nil, ReplayConflict(t, err)
@@ -82,8 +82,8 @@ func (p *Procedures) Replay(ctx context.Context, id string, plan func(*bt.Task) 
 			SELECT $1, data FROM backstop_payloads WHERE task_id = $2`, rp.NewID, id); err != nil {
 			return nil, err
 		}
-		if _, err := tx.Exec(ctx, d.UpdateTasksSQL(`dlq_status = 'replayed',
-			replay_count = replay_count + 1, updated_at = $1`, `id = $2`), rp.Now, id); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_status = 'replayed',
+			replay_count = replay_count + 1, updated_at = $1 WHERE id = $2`, rp.Now, id); err != nil {
 			return nil, err
 		}
 		if err := copyOrdering(ctx, tx, rp.NewID, id); err != nil {
@@ -146,8 +146,8 @@ func (p *Procedures) SetDLQStatus(ctx context.Context, c store.DLQStatusChange) 
 // in tx, and returns the task; a task that is not an open dead letter is
 // left alone (nil, nil).
 func SetDLQStatusIn(ctx context.Context, d *Dialect, tx Tx, c store.DLQStatusChange) (*bt.Task, error) {
-	n, err := tx.Exec(ctx, d.UpdateTasksSQL(`dlq_status = $1, updated_at = $2`,
-		`id = $3 AND state = 'dead' AND dlq_status = 'open'`), string(c.Status), c.Now, c.ID)
+	n, err := tx.Exec(ctx, `UPDATE backstop_tasks SET dlq_status = $1, updated_at = $2
+		WHERE id = $3 AND state = 'dead' AND dlq_status = 'open'`, string(c.Status), c.Now, c.ID)
 	if err != nil || n == 0 {
 		return nil, err
 	}
@@ -180,13 +180,13 @@ func DeadLetterAsIn(ctx context.Context, d *Dialect, tx Tx, c store.DeadLetterAs
 			AND NOT EXISTS (SELECT 1 FROM backstop_executions x WHERE x.execution_id = t.execution_id)`, c.ID, c.Cause); err != nil {
 		return nil, err
 	}
-	n, err := tx.Exec(ctx, d.UpdateTasksSQL(`state = 'dead',
+	n, err := tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'dead',
 		dead_reason = (SELECT m.dead_reason FROM backstop_tasks m WHERE m.id = $1),
 		last_error = (SELECT m.last_error FROM backstop_tasks m WHERE m.id = $1),
 		dlq_status = 'open', first_seen = COALESCE(first_seen, $2), last_seen = $2,
-		dead_count = dead_count + 1, finalized_at = $2, updated_at = $2`,
-		`id = $3 AND state = 'succeeded'
-			AND EXISTS (SELECT 1 FROM backstop_tasks m WHERE m.id = $1 AND m.state = 'dead')`), c.Cause, c.Now, c.ID)
+		dead_count = dead_count + 1, finalized_at = $2, updated_at = $2
+		WHERE id = $3 AND state = 'succeeded'
+			AND EXISTS (SELECT 1 FROM backstop_tasks m WHERE m.id = $1 AND m.state = 'dead')`, c.Cause, c.Now, c.ID)
 	if err != nil || n == 0 {
 		return nil, err
 	}

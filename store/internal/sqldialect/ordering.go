@@ -63,8 +63,8 @@ func (p *Procedures) OrderingInfo(ctx context.Context, ids []string) (map[string
 func (p *Procedures) OrderingFallback(ctx context.Context, queue string, now time.Time) (int, error) {
 	var n int64
 	err := InTx(ctx, p.writer, func(tx Tx) (err error) {
-		n, err = tx.Exec(ctx, p.dialect.UpdateTasksSQL(`state = 'pending', updated_at = $1`,
-			`queue = $2 AND state = 'buffered'`), now, queue)
+		n, err = tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'pending', updated_at = $1
+			WHERE queue = $2 AND state = 'buffered'`, now, queue)
 		if err != nil || n == 0 {
 			return err
 		}

@@ -119,11 +119,6 @@ type Dialect struct {
 	IndexedBy func(name string) string
 	// Lateral says the driver joins LATERAL subqueries (PostgreSQL).
 	Lateral bool
-	// UpdateTasks, when set, is the statement that updates the tasks
-	// matching where by set and answers ret (bare columns of the table, or
-	// "1") for each task it updated: PostgreSQL's counts the change of
-	// the kept counts in the statement. Unset: the plain UPDATE.
-	UpdateTasks func(set, where, ret string) string
 	// LockRedrive, when set, takes a transaction lock on a redrive filter
 	// key ($1), so that one record per filter is started even when two
 	// start at once (SQLite's writer serialises them anyway).
@@ -227,14 +222,4 @@ func Rebind(sql string) string {
 	s := b.String()
 	rebound.Store(sql, s)
 	return s
-}
-
-// UpdateTasksSQL is the statement that updates the tasks matching where
-// by set (Dialect.UpdateTasks), answering one row per updated task (so an
-// Exec's count is theirs).
-func (d *Dialect) UpdateTasksSQL(set, where string) string {
-	if d.UpdateTasks != nil {
-		return d.UpdateTasks(set, where, "1")
-	}
-	return "UPDATE backstop_tasks SET " + set + " WHERE " + where
 }

@@ -146,10 +146,10 @@ func applyTo(ctx context.Context, d *Dialect, tx Tx, b store.TaskActionBatch, ou
 		_, err = tx.Exec(ctx, `UPDATE backstop_tasks SET cancel_requested_at = COALESCE(cancel_requested_at, $1),
 			updated_at = $1 WHERE id `+in, b.Now, list)
 	case store.OutcomeCanceled:
-		_, err = tx.Exec(ctx, d.UpdateTasksSQL(`state = 'canceled', finalized_at = $1, updated_at = $1,
-			cancel_requested_at = $1`, `id `+in), b.Now, list)
+		_, err = tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'canceled', finalized_at = $1, updated_at = $1,
+			cancel_requested_at = $1 WHERE id `+in, b.Now, list)
 	case store.OutcomeRunNow:
-		_, err = tx.Exec(ctx, d.UpdateTasksSQL(`state = 'pending', run_at = $1, updated_at = $1`, `id `+in), b.Now, list)
+		_, err = tx.Exec(ctx, `UPDATE backstop_tasks SET state = 'pending', run_at = $1, updated_at = $1 WHERE id `+in, b.Now, list)
 	case store.OutcomeReprioritized:
 		_, err = tx.Exec(ctx, `UPDATE backstop_tasks SET priority = $1, updated_at = $3 WHERE id `+in, b.Priority, list, b.Now)
 	case store.OutcomeDeleted:
