@@ -10,14 +10,14 @@ import (
 // pageSize is the page size of a file this store creates. A drained task's
 // claim and settle dirty about 200 pages of 4 KiB per 1,000 tasks, each a
 // WAL frame (its header, its checksum, its write) and a page copied back
-// at checkpoint; at 16 KiB the same bytes are a quarter of the frames and
+// at checkpoint; at 16 KiB the same rows take a third of the frames and
 // the store loop costs about a sixth less CPU a task (docs/benchmarks.md).
 // A file keeps the page size it was created with: this applies to new
 // files only.
 const pageSize = 16384
 
 // walCheckpointBytes is how much WAL a commit lets grow before it copies
-// the pages back (wal_autocheckpoint counts pages: checkpointPages turns
+// the pages back (wal_autocheckpoint counts pages: setCheckpoint turns
 // this into the file's page count). Pages rewritten again and again (the
 // claim index, hot task rows) are copied back once per checkpoint.
 const walCheckpointBytes = 16 << 20
