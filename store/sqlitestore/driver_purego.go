@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // pure-Go SQLite, for builds without cgo
@@ -18,6 +19,12 @@ func dsn(path string, writer bool, busy time.Duration) string {
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
 	for _, p := range pragmas {
+		if strings.HasPrefix(p, "page_size") {
+			// modernc runs the _pragma list sorted by its text (busy_timeout
+			// first), which puts journal_mode before page_size, too late for
+			// a new file; the quoted schema name sorts before any letter.
+			p = `"main".` + p
+		}
 		q.Add("_pragma", pragmaCall(p))
 	}
 	if writer {

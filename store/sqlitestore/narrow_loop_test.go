@@ -527,8 +527,16 @@ func (s *Store) narrowSettle(ctx context.Context, tx *sql.Tx, d narrowLoopDesign
 		if err != nil {
 			return nil, err
 		}
-		if settled, err = scanSettled(rows); err != nil {
+		if settled, err = scanSettled(rows, true); err != nil {
 			return nil, err
+		}
+		byRow := make(map[int64]int, len(ss))
+		for i, st := range ss {
+			byRow[executionRowid(st.ExecutionID)] = i
+		}
+		for k := range settled {
+			i := byRow[settled[k].rowid]
+			settled[k].i, settled[k].execID, settled[k].taskID, settled[k].finished = i, ss[i].ExecutionID, ss[i].TaskID, us(ss[i].FinishedAt)
 		}
 	case 'c', 'd':
 		var b strings.Builder

@@ -91,6 +91,10 @@ func OpenOptions(path string, o Options) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
+	if err := setCheckpoint(context.Background(), w); err != nil { // pragmas.go
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
 	r, err := sql.Open(DriverName, dsn(abs, false, busy))
 	if err != nil {
 		w.Close()

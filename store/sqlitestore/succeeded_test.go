@@ -339,8 +339,11 @@ func TestSettleByRowidFindsEveryClaimedRow(t *testing.T) {
 	}
 	defer tx.Rollback() //nolint:errcheck
 	for start := 0; start < len(ss); start += settleChunk {
-		chunk := ss[start:min(start+settleChunk, len(ss))]
-		rows, err := settleSucceededChunk(ctx, tx, chunk, true)
+		var chunk []int
+		for i := start; i < min(start+settleChunk, len(ss)); i++ {
+			chunk = append(chunk, i)
+		}
+		rows, err := settleSucceededChunk(ctx, tx, ss, chunk, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -371,4 +374,87 @@ func FuzzExecutionRowid(f *testing.F) {
 			t.Fatalf("%s names row %d, want %d", id, r, rowid)
 		}
 	})
+}
+
+// The success settle returns only what its settlements do not say: the
+// changed row's key, the attempt and what the events carry, not the task
+// id, the execution id or the finish time it was given.
+func TestSettleReturnsWhatSettlementsDoNotSay(t *testing.T) {
+	ctx := t.Context()
+	s, _ := storeAt(t, 1<<40)
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	for _, byRowid := range []bool{true, false} {
+		n := 5 + map[bool]int{true: 1}[byRowid]
+		rows, err := tx.QueryContext(ctx, settleSucceededSQL(1, byRowid), make([]any, n)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, err := rows.Columns()
+		rows.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := map[bool]string{true: "rowid", false: "execution_id"}[byRowid]
+		if len(cols) != 8 || cols[0] != key {
+			t.Errorf("by row id %v: the settle returns %d columns %q, want 8, %s first", byRowid, len(cols), cols, key)
+		}
+		for _, c := range cols[1:] {
+			if c == "id" || c == "execution_id" || strings.HasPrefix(c, "finalized_at") {
+				t.Errorf("by row id %v: the settle returns %s, which its settlement says", byRowid, c)
+			}
+		}
+	}
+}
+
+// Two settlements of one batch naming the same row id (a stale execution
+// id whose digits name the row of a current one) settle by their own
+// execution ids: the current one applies, the stale one does not, and the
+// events name the current attempt.
+func TestSettleTwoSettlementsNameOneRowid(t *testing.T) {
+	ctx := t.Context()
+	s, _ := storeAt(t, 1<<40)
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	var tasks []*bt.Task
+	for i := range 3 {
+		tasks = append(tasks, &bt.Task{ID: fmt.Sprintf("tw-%d", i), Queue: "tw", Kind: "k", State: bt.StatePending,
+			MaxAttempts: 3, Payload: json.RawMessage(`{}`), RunAt: t0, CreatedAt: t0, UpdatedAt: t0})
+	}
+	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, store.ClaimParams{Queue: "tw", WorkerID: "w1", Max: 3, Now: t0, Lease: time.Minute})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("claim: %d %v", len(got), err)
+	}
+	cur := got[1]
+	prefix := "019abcde-0123-7456-89ab-"
+	stale := prefix + fmt.Sprintf("%012x", (executionRowid(cur.ExecutionID)+executionOffset(prefix))&rowidMask)
+	if executionRowid(stale) != executionRowid(cur.ExecutionID) || stale == cur.ExecutionID {
+		t.Fatalf("%s and %s should name one row id", stale, cur.ExecutionID)
+	}
+	win := func(id, exec string) store.Settlement {
+		return store.Settlement{TaskID: id, ExecutionID: exec, Outcome: bt.OutcomeSucceeded,
+			FinishedAt: t0.Add(time.Second), State: bt.StateSucceeded}
+	}
+	applied, err := s.Settle(ctx, []store.Settlement{win(got[0].ID, got[0].ExecutionID), win(cur.ID, stale),
+		win(cur.ID, cur.ExecutionID), win(got[2].ID, got[2].ExecutionID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(applied) != "[true false true true]" {
+		t.Fatalf("applied %v, want [true false true true]", applied)
+	}
+	var stales, currents int
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE instr(bodies, ?1) > 0),
+		count(*) FILTER (WHERE instr(bodies, ?2) > 0) FROM backstop_events WHERE type IN ('task.started', 'task.succeeded')`,
+		stale, cur.ExecutionID).Scan(&stales, &currents); err != nil {
+		t.Fatal(err)
+	}
+	if stales != 0 || currents != 2 {
+		t.Errorf("event rows naming the stale attempt %d (want 0), the current one %d (want 2)", stales, currents)
+	}
 }

@@ -826,19 +826,15 @@ const settleChunk = 500 // 5 parameters each: well under SQLite's limit
 // statements per task. Each row is sought by the row id its execution id
 // names (executionRowid), the id and the lease checked on it; the few a
 // row id did not find (an execution id of another form, a row id a VACUUM
-// changed, a lease no longer current) are looked for by id after. A
-// success writes no execution row: its task row holds the attempt
-// (succeededExecutions).
+// changed, a lease no longer current, a row id two settlements name) are
+// looked for by id after. A success writes no execution row: its task row
+// holds the attempt (succeededExecutions).
 func (s *Store) settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Settlement) ([]bool, error) {
 	applied := make([]bool, len(ss))
-	index := make(map[string]int, len(ss))
-	for i, st := range ss {
-		index[st.ExecutionID] = i
-	}
 	actor := store.ActorFrom(ctx, "")
-	settleChunks := func(ss []store.Settlement, byRowid bool) error {
-		for start := 0; start < len(ss); start += settleChunk {
-			rows, err := settleSucceededChunk(ctx, tx, ss[start:min(start+settleChunk, len(ss))], byRowid)
+	settleChunks := func(idx []int, byRowid bool) error {
+		for start := 0; start < len(idx); start += settleChunk {
+			rows, err := settleSucceededChunk(ctx, tx, ss, idx[start:min(start+settleChunk, len(idx))], byRowid)
 			if err != nil {
 				return err
 			}
@@ -847,7 +843,7 @@ func (s *Store) settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Sett
 			}
 			moved := map[string]int{}
 			for _, r := range rows {
-				applied[index[r.execID]] = true
+				applied[r.i] = true
 				moved[r.queue]++
 			}
 			if err := s.moveCounts(ctx, tx, bt.StateRunning, bt.StateSucceeded, moved); err != nil { // counts.go
@@ -859,45 +855,92 @@ func (s *Store) settleSucceeded(ctx context.Context, tx *sql.Tx, ss []store.Sett
 		}
 		return nil
 	}
-	if err := settleChunks(ss, true); err != nil {
+	// The first pass returns each changed row's row id, so it takes the
+	// settlements naming distinct row ids only.
+	first := make([]int, 0, len(ss))
+	named := make(map[int64]struct{}, len(ss))
+	var missed []int
+	for i, st := range ss {
+		r := executionRowid(st.ExecutionID)
+		if _, twice := named[r]; r < 0 || twice {
+			missed = append(missed, i)
+			continue
+		}
+		named[r] = struct{}{}
+		first = append(first, i)
+	}
+	if err := settleChunks(first, true); err != nil {
 		return nil, err
 	}
-	var missed []store.Settlement
-	for i, st := range ss {
+	for _, i := range first {
 		if !applied[i] {
-			missed = append(missed, st)
+			missed = append(missed, i)
 		}
 	}
+	slices.Sort(missed)
 	if err := settleChunks(missed, false); err != nil {
 		return nil, err
 	}
 	return applied, nil
 }
 
-// settleSucceededChunk settles a chunk of successes whose leases are
-// current, each row sought by its execution id's row id (byRowid) or by
-// its id, and returns the rows it changed.
-func settleSucceededChunk(ctx context.Context, tx *sql.Tx, chunk []store.Settlement, byRowid bool) ([]settledRow, error) {
-	args := make([]any, 0, 6*len(chunk))
-	for _, st := range chunk {
+// settleSucceededChunk settles the successes ss[i] for i in idx whose
+// leases are current, each row sought by its execution id's row id
+// (byRowid: the row ids are distinct) or by its id, and returns the rows
+// it changed.
+func settleSucceededChunk(ctx context.Context, tx *sql.Tx, ss []store.Settlement, idx []int, byRowid bool) ([]settledRow, error) {
+	args := make([]any, 0, 6*len(idx))
+	var (
+		byRow  map[int64]int
+		byExec map[string]int
+	)
+	if byRowid {
+		byRow = make(map[int64]int, len(idx))
+	} else {
+		byExec = make(map[string]int, len(idx))
+	}
+	for _, i := range idx {
+		st := ss[i]
 		var total, done any
 		if st.Progress != nil {
 			total, done = st.Progress.Total, st.Progress.Completed
 		}
 		args = append(args, st.TaskID, st.ExecutionID, us(st.FinishedAt), total, done)
 		if byRowid {
-			args = append(args, executionRowid(st.ExecutionID))
+			r := executionRowid(st.ExecutionID)
+			args = append(args, r)
+			byRow[r] = i
+		} else {
+			byExec[st.ExecutionID] = i
 		}
 	}
-	r, err := tx.QueryContext(ctx, settleSucceededSQL(len(chunk), byRowid), args...)
+	r, err := tx.QueryContext(ctx, settleSucceededSQL(len(idx), byRowid), args...)
 	if err != nil {
 		return nil, err
 	}
-	return scanSettled(r)
+	rows, err := scanSettled(r, byRowid)
+	if err != nil {
+		return nil, err
+	}
+	for k := range rows {
+		row := &rows[k]
+		i, ok := byExec[row.execID]
+		if byRowid {
+			i, ok = byRow[row.rowid]
+		}
+		if !ok {
+			return nil, fmt.Errorf("sqlite: settle: a changed row (%d %q) that no settlement named", row.rowid, row.execID)
+		}
+		row.i, row.execID, row.taskID, row.finished = i, ss[i].ExecutionID, ss[i].TaskID, us(ss[i].FinishedAt)
+	}
+	return rows, nil
 }
 
 // settleSucceededSQL is the success settle of n rows: VALUES of (task id,
-// execution id, finish time, progress total, completed[, row id]).
+// execution id, finish time, progress total, completed[, row id]). It
+// returns what the settlements do not say (the row's key: its row id, or
+// with byRowid false its execution id): the attempt, the queue, kind and
+// attributes the events carry, and the seq of their first row.
 func settleSucceededSQL(n int, byRowid bool) string {
 	var sb strings.Builder
 	sb.WriteString(`UPDATE backstop_tasks SET state = 'succeeded', finalized_at = v.column3, updated_at = v.column3,
@@ -916,16 +959,21 @@ func settleSucceededSQL(n int, byRowid bool) string {
 		sb.WriteString(row)
 	}
 	sb.WriteString(`) AS v WHERE `)
+	key := "execution_id"
 	if byRowid {
 		sb.WriteString(`backstop_tasks.rowid = v.column6 AND `)
+		key = "rowid"
 	}
 	sb.WriteString(`backstop_tasks.id = v.column1 AND backstop_tasks.execution_id = v.column2 AND backstop_tasks.state = 'running'
-		RETURNING execution_id, id, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at), finalized_at,
+		RETURNING ` + key + `, attempt, COALESCE(worker_id, ''), COALESCE(attempted_at, finalized_at),
 			queue, kind, attributes, ` + nextEventSeq) // the seqs of its task.started and task.succeeded rows
 	return sb.String()
 }
 
+// settledRow is a task a success settled: i is its settlement's index.
 type settledRow struct {
+	i                      int
+	rowid                  int64
 	execID, taskID, worker string
 	attempt                int
 	started, finished      int64
@@ -934,13 +982,19 @@ type settledRow struct {
 	evSeq                  int64
 }
 
-func scanSettled(rows *sql.Rows) ([]settledRow, error) {
+// scanSettled scans settleSucceededSQL's rows (their key: the row id with
+// byRowid, else the execution id).
+func scanSettled(rows *sql.Rows, byRowid bool) ([]settledRow, error) {
 	defer rows.Close()
 	var out []settledRow
 	for rows.Next() {
 		var r settledRow
-		if err := rows.Scan(&r.execID, &r.taskID, intCol{&r.attempt}, &r.worker, int64Col{&r.started}, int64Col{&r.finished},
-			&r.queue, &r.kind, &r.attrs, int64Col{&r.evSeq}); err != nil {
+		var key any = &r.execID
+		if byRowid {
+			key = int64Col{&r.rowid}
+		}
+		if err := rows.Scan(key, intCol{&r.attempt}, &r.worker, int64Col{&r.started}, &r.queue, &r.kind, &r.attrs,
+			int64Col{&r.evSeq}); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
