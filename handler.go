@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/backstophq/backstop/internal/engine"
@@ -106,7 +107,6 @@ type attempt struct {
 	elog    *execLog   // the execution's log (logs.go); nil outside a Worker
 	span    trace.Span // the attempt's consumer span (nil before it runs)
 	started time.Time
-	result  error      // what the handler returned (Worker.execute)
 	ctx     attemptCtx // the handler's context (Worker.execute)
 	// inputErr: the payload could not be completed with its run's input
 	// (stepInputs); the attempt fails with it, no handler runs.
@@ -209,6 +209,17 @@ func (a *attempt) log() *slog.Logger {
 type workerAttempt struct {
 	attempt
 	elog execLog
+	q    *queueRunner
+	// slot: the attempt holds one of q's slots (taken at began).
+	slot  bool
+	began time.Time
+	// handlerCtx: the handler's context, set before working.
+	handlerCtx context.Context
+	// working: the handler was called (or is about to be); armed: its
+	// abandonment after the grace is scheduled (Worker.abandonAfterGrace);
+	// over: the attempt's end is taken, by its handler's return or by its
+	// abandonment (Worker.execute), whichever comes first.
+	working, armed, over atomic.Bool
 }
 
 func (a *attempt) snapshot() (*Progress, string) {
