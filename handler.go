@@ -210,6 +210,9 @@ type workerAttempt struct {
 	attempt
 	elog execLog
 	q    *queueRunner
+	// actx: the attempt's context (its cancel is attempt.cancel); fetch:
+	// its queue's fetch context (Worker.start).
+	actx, fetch context.Context
 	// slot: the attempt holds one of q's slots (taken at began).
 	slot  bool
 	began time.Time

@@ -110,6 +110,7 @@ var (
 	errLeaseLost   = errors.New("lease lost")
 	errShutdown    = errors.New("worker shutting down")
 	errPanicPrefix = "handler panic: "
+	errGoexit      = errors.New("handler ended its goroutine (runtime.Goexit) without returning")
 )
 
 // Worker claims tasks from its queues and runs their handlers.
@@ -610,25 +611,29 @@ func (w *Worker) claim(ctx context.Context, q *queueRunner, n int) ([]*Task, map
 func (w *Worker) start(base, fetch context.Context, q *queueRunner, t *Task, inputErr error) {
 	actx, cancel := context.WithCancelCause(base)
 	wa := &workerAttempt{attempt: attempt{task: t, cancel: cancel, wlog: w.log, inputErr: inputErr},
-		elog: execLog{task: t, sink: w.logs, now: w.now}, q: q}
+		elog: execLog{task: t, sink: w.logs, now: w.now}, q: q, actx: actx, fetch: fetch}
 	a := &wa.attempt
 	a.elog = &wa.elog
 	w.mu.Lock()
 	w.running[t.ExecutionID] = wa
 	w.mu.Unlock()
 	w.execWG.Add(1)
-	go func() {
-		if q.slots != nil {
-			if !w.waitSlot(actx, fetch, q, a) {
-				w.ended(wa)
-				return
-			}
-			wa.slot, wa.began = true, time.Now()
-		}
-		if w.execute(actx, wa) {
+	go w.runAttempt(wa)
+}
+
+// runAttempt waits for a slot (with prefetch) and runs the attempt.
+func (w *Worker) runAttempt(wa *workerAttempt) {
+	q, a := wa.q, &wa.attempt
+	if q.slots != nil {
+		if !w.waitSlot(wa.actx, wa.fetch, q, a) {
 			w.ended(wa)
+			return
 		}
-	}()
+		wa.slot, wa.began = true, time.Now()
+	}
+	if w.execute(wa.actx, wa) {
+		w.ended(wa)
+	}
 }
 
 // ended is the end of an attempt for the worker, once: its slot and its
@@ -730,7 +735,15 @@ func (w *Worker) execute(ctx context.Context, wa *workerAttempt) bool {
 	if ctx.Err() != nil {
 		w.abandonAfterGrace(wa) // canceled before working: cancelAttempt may have seen working false
 	}
+	returned := false
+	defer func() {
+		if !returned && wa.over.CompareAndSwap(false, true) {
+			w.finish(ctx, a, errGoexit) // the goroutine ends after this
+			w.ended(wa)
+		}
+	}()
 	res := w.work(ctx, h, a)
+	returned = true
 	if stop != nil {
 		stop()
 	}

@@ -176,3 +176,43 @@ func TestWorkerAbandonsHandlerAfterGrace(t *testing.T) {
 		}
 	})
 }
+
+// A handler that ends its goroutine (runtime.Goexit, as t.FailNow does)
+// without returning fails its attempt, and the worker still stops.
+func TestWorkerHandlerGoexitFails(t *testing.T) {
+	forEachStoreClient(t, func() *Config { return nil }, func(t *testing.T, c *Client) {
+		ctx := context.Background()
+		w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"gx": 2}, PollInterval: 10 * time.Millisecond,
+			MaintenanceInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("k", HandlerFunc(func(ctx context.Context, _ *Task) error {
+			runtime.Goexit()
+			return nil
+		}))
+		res, err := c.Enqueue(ctx, EnqueueParams{Queue: "gx", Kind: "k", MaxAttempts: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		testwait.For(t, "the task settled", func() bool {
+			tk, err := c.Get(ctx, res.Task.ID)
+			return err == nil && tk.State != bt.StateRunning && tk.State != bt.StatePending
+		})
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := w.Stop(sctx); err != nil {
+			t.Fatal(err)
+		}
+		tk, err := c.Get(ctx, res.Task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.State != bt.StateDead || !strings.Contains(tk.LastError, "Goexit") {
+			t.Fatalf("task %s (%q), want dead by the handler's Goexit", tk.State, tk.LastError)
+		}
+	})
+}
