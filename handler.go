@@ -21,7 +21,10 @@ import (
 // Handler runs one attempt of a task. Return nil on success, an error to
 // retry (Permanent(err) to dead-letter at once), or RetryAfter(d) to run
 // again later without counting a failure. The context ends on the task's
-// timeout, deadline, cancellation, lost lease or shutdown.
+// timeout, deadline, cancellation, lost lease or shutdown; a handler still
+// running WorkerConfig.TimeoutGrace after that is abandoned (the attempt is
+// settled without it). A panic, or ending the goroutine (runtime.Goexit),
+// fails the attempt like an error.
 type Handler interface {
 	Work(ctx context.Context, t *Task) error
 }
