@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/backstophq/backstop/internal/engine"
@@ -20,7 +21,10 @@ import (
 // Handler runs one attempt of a task. Return nil on success, an error to
 // retry (Permanent(err) to dead-letter at once), or RetryAfter(d) to run
 // again later without counting a failure. The context ends on the task's
-// timeout, deadline, cancellation, lost lease or shutdown.
+// timeout, deadline, cancellation, lost lease or shutdown; a handler still
+// running WorkerConfig.TimeoutGrace after that is abandoned (the attempt is
+// settled without it). A panic, or ending the goroutine (runtime.Goexit),
+// fails the attempt like an error.
 type Handler interface {
 	Work(ctx context.Context, t *Task) error
 }
@@ -106,7 +110,6 @@ type attempt struct {
 	elog    *execLog   // the execution's log (logs.go); nil outside a Worker
 	span    trace.Span // the attempt's consumer span (nil before it runs)
 	started time.Time
-	result  error      // what the handler returned (Worker.execute)
 	ctx     attemptCtx // the handler's context (Worker.execute)
 	// inputErr: the payload could not be completed with its run's input
 	// (stepInputs); the attempt fails with it, no handler runs.
@@ -209,6 +212,20 @@ func (a *attempt) log() *slog.Logger {
 type workerAttempt struct {
 	attempt
 	elog execLog
+	q    *queueRunner
+	// actx: the attempt's context (its cancel is attempt.cancel); fetch:
+	// its queue's fetch context (Worker.start).
+	actx, fetch context.Context
+	// slot: the attempt holds one of q's slots (taken at began).
+	slot  bool
+	began time.Time
+	// handlerCtx: the handler's context, set before working.
+	handlerCtx context.Context
+	// working: the handler was called (or is about to be); armed: its
+	// abandonment after the grace is scheduled (Worker.abandonAfterGrace);
+	// over: the attempt's end is taken, by its handler's return or by its
+	// abandonment (Worker.execute), whichever comes first.
+	working, armed, over atomic.Bool
 }
 
 func (a *attempt) snapshot() (*Progress, string) {

@@ -110,6 +110,7 @@ var (
 	errLeaseLost   = errors.New("lease lost")
 	errShutdown    = errors.New("worker shutting down")
 	errPanicPrefix = "handler panic: "
+	errGoexit      = errors.New("handler ended its goroutine (runtime.Goexit) without returning")
 )
 
 // Worker claims tasks from its queues and runs their handlers.
@@ -120,7 +121,7 @@ type Worker struct {
 	handlers atomic.Pointer[handlerSet] // what Handle, HandleDefault and Use registered (worker_handlers.go)
 
 	mu      sync.Mutex
-	running map[string]*attempt // by execution id
+	running map[string]*workerAttempt // by execution id
 	started bool
 
 	queues   []*queueRunner
@@ -206,7 +207,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("backstop: heartbeat interval %s must be shorter than the lease %s", wc.HeartbeatInterval, wc.Lease)
 	}
 	w := &Worker{
-		c: c, cfg: wc, running: map[string]*attempt{},
+		c: c, cfg: wc, running: map[string]*workerAttempt{},
 		settleCh: make(chan settleItem, settleQueue),
 		log:      c.cfg.Logger.With("worker_id", wc.ID),
 		now:      c.now,
@@ -414,12 +415,13 @@ func (w *Worker) releaseRunning() {
 		rel []store.Settlement
 		as  []*attempt
 	)
-	for _, a := range w.running {
+	for _, wa := range w.running {
+		a := &wa.attempt
 		a.mu.Lock()
 		a.released = true
 		prog := a.progress
 		a.mu.Unlock()
-		a.cancel(errShutdown)
+		w.cancelAttempt(wa, errShutdown)
 		rel = append(rel, releaseSettlement(a.task, prog, "released on shutdown (not charged)", now))
 		as = append(as, a)
 	}
@@ -599,42 +601,57 @@ func (w *Worker) claim(ctx context.Context, q *queueRunner, n int) ([]*Task, map
 	return nil, nil, err
 }
 
-// start registers the attempt (so heartbeats cover it) and runs it. base
-// is the fetch context without its cancellation: attempts outlive it, and
-// shutdown ends them by cause. fetch is the fetch context: once it ends, a
-// task claimed ahead that has no slot yet is released instead of run.
-// inputErr: the task's payload could not be completed (stepInputs); it
-// fails without reaching a handler.
+// start registers the attempt (so heartbeats cover it) and runs it on a
+// goroutine of its own, the one its handler runs on. base is the fetch
+// context without its cancellation: attempts outlive it, and shutdown ends
+// them by cause. fetch is the fetch context: once it ends, a task claimed
+// ahead that has no slot yet is released instead of run. inputErr: the
+// task's payload could not be completed (stepInputs); it fails without
+// reaching a handler.
 func (w *Worker) start(base, fetch context.Context, q *queueRunner, t *Task, inputErr error) {
 	actx, cancel := context.WithCancelCause(base)
 	wa := &workerAttempt{attempt: attempt{task: t, cancel: cancel, wlog: w.log, inputErr: inputErr},
-		elog: execLog{task: t, sink: w.logs, now: w.now}}
+		elog: execLog{task: t, sink: w.logs, now: w.now}, q: q, actx: actx, fetch: fetch}
 	a := &wa.attempt
 	a.elog = &wa.elog
 	w.mu.Lock()
-	w.running[t.ExecutionID] = a
+	w.running[t.ExecutionID] = wa
 	w.mu.Unlock()
 	w.execWG.Add(1)
-	go func() {
-		defer w.execWG.Done()
-		defer func() {
-			w.mu.Lock()
-			delete(w.running, t.ExecutionID)
-			w.mu.Unlock()
-			q.inflight.Add(-1)
-			signal(q.freed)
-			w.touch()
-		}()
-		if q.slots != nil {
-			if !w.waitSlot(actx, fetch, q, a) {
-				return
-			}
-			defer func() { <-q.slots }()
-			began := time.Now()
-			defer func() { q.ran(time.Since(began)) }()
+	go w.runAttempt(wa)
+}
+
+// runAttempt waits for a slot (with prefetch) and runs the attempt.
+func (w *Worker) runAttempt(wa *workerAttempt) {
+	q, a := wa.q, &wa.attempt
+	if q.slots != nil {
+		if !w.waitSlot(wa.actx, wa.fetch, q, a) {
+			w.ended(wa)
+			return
 		}
-		w.execute(actx, a)
-	}()
+		wa.slot, wa.began = true, time.Now()
+	}
+	if w.execute(wa.actx, wa) {
+		w.ended(wa)
+	}
+}
+
+// ended is the end of an attempt for the worker, once: its slot and its
+// place among the running are free. Its handler may still be running
+// (abandoned after its context ended: execute).
+func (w *Worker) ended(wa *workerAttempt) {
+	q := wa.q
+	if wa.slot {
+		q.ran(time.Since(wa.began))
+		<-q.slots
+	}
+	w.mu.Lock()
+	delete(w.running, wa.task.ExecutionID)
+	w.mu.Unlock()
+	q.inflight.Add(-1)
+	signal(q.freed)
+	w.touch()
+	w.execWG.Done()
 }
 
 // waitSlot holds a task claimed ahead until one of q's slots is free, and
@@ -673,16 +690,24 @@ func taskLogger(l *slog.Logger, t *Task) *slog.Logger {
 	return l.With(engine.TaskLogAttrs(t)...)
 }
 
-func (w *Worker) execute(ctx context.Context, a *attempt) {
+// execute runs the attempt's handler on the calling goroutine and settles
+// it, and reports whether the attempt ended here. Once the handler's context
+// ends, the handler has TimeoutGrace to return; if it has not by then, the
+// attempt is settled without it (ErrAbandoned) and ended by the timer
+// (execute reports false when the handler returns at last: its result is
+// dropped). A handler that returns in time is waited for on no goroutine
+// but its own.
+func (w *Worker) execute(ctx context.Context, wa *workerAttempt) bool {
+	a := &wa.attempt
 	t := a.task
 	if a.inputErr != nil {
 		w.settle(a, w.decide(a.inputErr, nil, a))
-		return
+		return true
 	}
 	h := w.handlerFor(t.Kind)
 	if h == nil {
 		w.settle(a, w.c.e.NoHandler(t, w.cfg.NoHandlerGrace))
-		return
+		return true
 	}
 	ctx, a.span = w.c.telemetry.StartProcess(ctx, t)
 	a.started = w.c.now()
@@ -699,33 +724,75 @@ func (w *Worker) execute(ctx context.Context, a *attempt) {
 		ctx, cancel = context.WithDeadlineCause(ctx, *t.Deadline, engine.ErrDeadline)
 		defer cancel()
 	}
-	// The handler's result is in a.result once done is closed (a channel
-	// of struct{} is one allocation, a buffered channel of error two).
-	done := make(chan struct{})
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				RecordDetail(ctx, string(debug.Stack()))
-				a.result = fmt.Errorf("%s%v", errPanicPrefix, r)
-			}
-			close(done)
-		}()
-		a.result = h.Work(ctx, t)
-	}()
-	var res error
-	select {
-	case <-done:
-		res = a.result
-	case <-ctx.Done():
-		grace := time.NewTimer(w.cfg.TimeoutGrace)
-		select {
-		case <-done:
-			res = a.result
-		case <-grace.C:
-			res = engine.ErrAbandoned
-		}
-		grace.Stop()
+	// The context ends by cancelAttempt, or by the timer of a timeout or
+	// deadline (watched here): either starts the grace.
+	wa.handlerCtx = ctx
+	var stop func() bool
+	if ctx != &a.ctx {
+		stop = context.AfterFunc(ctx, func() { w.abandonAfterGrace(wa) })
 	}
+	wa.working.Store(true)
+	if ctx.Err() != nil {
+		w.abandonAfterGrace(wa) // canceled before working: cancelAttempt may have seen working false
+	}
+	returned := false
+	defer func() {
+		if !returned && wa.over.CompareAndSwap(false, true) {
+			w.finish(ctx, a, errGoexit) // the goroutine ends after this
+			w.ended(wa)
+		}
+	}()
+	res := w.work(ctx, h, a)
+	returned = true
+	if stop != nil {
+		stop()
+	}
+	if !wa.over.CompareAndSwap(false, true) {
+		return false // abandoned: settled and ended without it
+	}
+	w.finish(ctx, a, res)
+	return true
+}
+
+// cancelAttempt ends the attempt's context with cause; once its handler
+// is working, the handler has TimeoutGrace to return.
+func (w *Worker) cancelAttempt(wa *workerAttempt, cause error) {
+	wa.cancel(cause)
+	if wa.working.Load() {
+		w.abandonAfterGrace(wa)
+	}
+}
+
+// abandonAfterGrace settles and ends the attempt without its handler
+// unless the handler returns within TimeoutGrace (its context has ended).
+// Armed once.
+func (w *Worker) abandonAfterGrace(wa *workerAttempt) {
+	if !wa.armed.CompareAndSwap(false, true) {
+		return
+	}
+	time.AfterFunc(w.cfg.TimeoutGrace, func() {
+		if wa.over.CompareAndSwap(false, true) {
+			w.finish(wa.handlerCtx, &wa.attempt, engine.ErrAbandoned)
+			w.ended(wa)
+		}
+	})
+}
+
+// work runs the handler, a panic being its error.
+func (w *Worker) work(ctx context.Context, h Handler, a *attempt) (res error) {
+	defer func() {
+		if r := recover(); r != nil {
+			RecordDetail(ctx, string(debug.Stack()))
+			res = fmt.Errorf("%s%v", errPanicPrefix, r)
+		}
+	}()
+	return h.Work(ctx, a.task)
+}
+
+// finish settles an attempt whose handler returned res (or was abandoned)
+// under ctx: decided by the result and what ended the context, or dropped
+// when the lease was lost.
+func (w *Worker) finish(ctx context.Context, a *attempt, res error) {
 	cause := context.Cause(ctx)
 	if ctx.Err() == nil {
 		cause = nil
@@ -829,11 +896,11 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 func (w *Worker) heartbeat(ctx context.Context) {
 	w.mu.Lock()
 	beats := make([]store.Beat, 0, len(w.running))
-	atts := make([]*attempt, 0, len(w.running))
-	for id, a := range w.running {
-		p, _ := a.snapshot()
-		beats = append(beats, store.Beat{TaskID: a.task.ID, ExecutionID: id, Progress: p})
-		atts = append(atts, a)
+	atts := make([]*workerAttempt, 0, len(w.running))
+	for id, wa := range w.running {
+		p, _ := wa.snapshot()
+		beats = append(beats, store.Beat{TaskID: wa.task.ID, ExecutionID: id, Progress: p})
+		atts = append(atts, wa)
 	}
 	w.mu.Unlock()
 	if len(beats) == 0 {
@@ -850,9 +917,9 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	for i, r := range res {
 		switch {
 		case r.Lost:
-			atts[i].cancel(errLeaseLost)
+			w.cancelAttempt(atts[i], errLeaseLost)
 		case r.CancelRequested:
-			atts[i].cancel(ErrTaskCanceled)
+			w.cancelAttempt(atts[i], ErrTaskCanceled)
 		}
 	}
 }

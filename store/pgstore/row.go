@@ -24,16 +24,21 @@ type scanner interface {
 // little: the destinations live in a pooled taskScan whose pointers are
 // made once, the task and its optional times in one taskBox, and the
 // text columns that repeat from row to row (queue, kind, state, worker
-// id, ...) are interned (textInterner) instead of copied every time.
+// id, ...) are interned (textInterner) instead of copied every time, and
+// the two ids (the task's, its execution's) are one string.
 func scanTask(r scanner) (*bt.Task, error) {
 	sc := taskScans.Get().(*taskScan)
 	defer sc.release()
 	if err := r.Scan(sc.dest[:]...); err != nil {
 		return nil, err
 	}
+	// One allocation for both ids.
+	sc.ids = append(append(sc.ids[:0], sc.id...), sc.executionID...)
+	ids := string(sc.ids)
 	box := &taskBox{}
 	t := &box.t
-	t.ID, t.Queue, t.Kind, t.State = sc.id, sc.queue, sc.kind, bt.State(sc.state)
+	t.ID, t.ExecutionID = ids[:len(sc.id)], ids[len(sc.id):]
+	t.Queue, t.Kind, t.State = sc.queue, sc.kind, bt.State(sc.state)
 	t.Priority, t.Attempt, t.MaxAttempts = sc.priority, sc.attempt, sc.maxAttempts
 	t.PayloadSize, t.PayloadSpilled, t.MergeCount = sc.payloadSize, sc.payloadSpilled, sc.mergeCount
 	t.Progress.Total, t.Progress.Completed, t.Complexity = sc.progressTotal, sc.progressCompleted, sc.complexity
@@ -75,7 +80,7 @@ func scanTask(r scanner) (*bt.Task, error) {
 		*tm.dst = &box.times[i]
 	}
 	t.IdempotencyKey, t.MergeKey, t.TraceParent, t.LastError = sc.idemKey, sc.mergeKey, sc.traceParent, sc.lastError
-	t.WorkerID, t.ExecutionID = sc.workerID, sc.executionID
+	t.WorkerID = sc.workerID
 	t.DeadReason, t.DLQStatus = bt.DeadReason(sc.deadReason), bt.DLQStatus(sc.dlqStatus)
 	t.ReplayedFrom = sc.replayedFrom
 	return t, nil
@@ -95,7 +100,8 @@ type taskBox struct {
 // taskScan holds the destinations of one row of taskCols; dest points at
 // its fields, in column order.
 type taskScan struct {
-	id, queue, kind, state, executionID                             string
+	id, executionID, ids                                            []byte // copied out by scanTask
+	queue, kind, state                                              string
 	idemKey, mergeKey, traceParent, lastError, workerID, deadReason string
 	dlqStatus, replayedFrom                                         string
 	priority, attempt, maxAttempts, payloadSize, mergeCount         int
@@ -119,12 +125,12 @@ var taskScans = sync.Pool{New: func() any {
 	sc := &taskScan{}
 	// Text that repeats across rows is interned; ids are copied.
 	sc.dest = [...]any{
-		textDest{&sc.id, nil}, textDest{&sc.queue, &interned}, textDest{&sc.kind, &interned}, textDest{&sc.state, &interned},
+		bytesDest{&sc.id}, textDest{&sc.queue, &interned}, textDest{&sc.kind, &interned}, textDest{&sc.state, &interned},
 		&sc.priority, &sc.attempt, &sc.maxAttempts,
 		&sc.payloadSize, &sc.payloadSpilled, &sc.attributes, &sc.runAt, &sc.createdAt, &sc.updatedAt,
 		&sc.timeoutUS, &sc.deadline, &sc.retry, textDest{&sc.idemKey, nil}, textDest{&sc.mergeKey, nil}, &sc.mergeCount,
 		&sc.progressTotal, &sc.progressCompleted, &sc.complexity, textDest{&sc.traceParent, nil}, textDest{&sc.lastError, nil},
-		textDest{&sc.workerID, &interned}, textDest{&sc.executionID, nil}, &sc.attemptedAt, &sc.leaseExpiresAt,
+		textDest{&sc.workerID, &interned}, bytesDest{&sc.executionID}, &sc.attemptedAt, &sc.leaseExpiresAt,
 		&sc.cancelRequestedAt, &sc.finalizedAt,
 		textDest{&sc.deadReason, &interned}, &sc.firstSeen, &sc.lastSeen, &sc.deadCount, &sc.replayCount,
 		textDest{&sc.dlqStatus, &interned}, textDest{&sc.replayedFrom, nil}, &sc.uniqueUntil,
@@ -170,6 +176,30 @@ func (d textDest) Scan(src any) error {
 		*d.s = v
 	case []byte:
 		return d.ScanBytes(v)
+	default:
+		return fmt.Errorf("cannot scan %T into a text column", src)
+	}
+	return nil
+}
+
+// bytesDest scans a text column into *b, reusing its array: NULL and ”
+// both as empty. Like textDest, a pgx BytesScanner and a database/sql
+// Scanner.
+type bytesDest struct{ b *[]byte }
+
+func (d bytesDest) ScanBytes(b []byte) error {
+	*d.b = append((*d.b)[:0], b...)
+	return nil
+}
+
+func (d bytesDest) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*d.b = (*d.b)[:0]
+	case string:
+		*d.b = append((*d.b)[:0], v...)
+	case []byte:
+		*d.b = append((*d.b)[:0], v...)
 	default:
 		return fmt.Errorf("cannot scan %T into a text column", src)
 	}
