@@ -251,3 +251,6 @@ func (s *Store) ExpireClaimCursors() {
 		return true
 	})
 }
+
+// SQLSettleSucceeded is the success settle's statement (plans).
+var SQLSettleSucceeded = sqlSettleSucceeded
