@@ -269,3 +269,6 @@ func MigrationBefore(v int64) int64 {
 	}
 	return before
 }
+
+// SQLSettleSucceeded is the success settle's statement (plans).
+var SQLSettleSucceeded = sqlSettleSucceeded

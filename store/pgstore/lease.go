@@ -103,8 +103,9 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 
 // perBatchPlan, as a statement's first argument, runs it as an unnamed
 // statement (one round trip once its description is cached), which the
-// server plans for the arguments of each execution. The settle and the
-// heartbeat join their batch against backstop_tasks; a named statement is
+// server plans for the arguments of each execution. The general settle
+// and the heartbeat join their batch against backstop_tasks (the success
+// settle is written so that its generic plan is safe: batchOfOne); a named statement is
 // switched to a generic plan after five executions, costed from the
 // table's size at that moment and kept for the connection's life. Made
 // while the table was small (a new database, a worker's first seconds),
@@ -198,7 +199,11 @@ func settleSucceeded(ctx context.Context, q querier, sql string, settlements []s
 			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
 		}
 	}
-	rs, err := q.Query(ctx, sql, perBatchPlan, textArray(ids), textArray(execs), timeArray(finished), hasProgress, total, completed,
+	// Prepared and cached on the connection (pgx's default mode), so that
+	// after five custom plans the server runs it from its generic plan,
+	// which finds each row by the primary key (batchOfOne): no planning a
+	// call, which cost as much as the execution (docs/benchmarks.md).
+	rs, err := q.Query(ctx, sql, textArray(ids), textArray(execs), timeArray(finished), hasProgress, total, completed,
 		store.ActorFrom(ctx, ""))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: settle: %w", err)

@@ -311,6 +311,20 @@ func formatSettleSucceeded() string {
 		olderForm{countedVersion, strings.Replace(settleSucceededSQL, "%c", "", 1)})
 }
 
+// batchOfOne is true of every input row (idx counts 1..n), and it makes
+// the planner expect ONE row of input whatever the batch's size: a
+// range over a column without statistics is estimated at 0.5 % of the
+// ten rows an array parameter is taken to hold. The success settle is
+// run from a prepared statement's generic plan (settleSucceeded), which
+// is costed without the arrays; expecting ten rows, that plan
+// hash-joined them against a scan of the whole table below ~80 pages of
+// tasks and kept doing so as the table grew. Expecting one, it finds each
+// row by the primary key on any table of more than a few pages, and on
+// one never vacuumed (taken to have 10 pages); a vacuumed table of up to
+// ~5 pages (~150 rows) is still scanned (docs/benchmarks.md, "The success
+// settle's generic plan").
+const batchOfOne = `i.idx BETWEEN 1 AND cardinality($1::text[])`
+
 var settleSucceededSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bool[], $5::int[], $6::int[])
@@ -325,7 +339,7 @@ WITH input AS (
 		progress_total = CASE WHEN i.has_progress THEN i.total ELSE t.progress_total END,
 		progress_completed = CASE WHEN i.has_progress THEN i.completed ELSE t.progress_completed END
 	FROM input i, settle_link q
-	WHERE t.id = i.task_id AND ` + leaseHeld + `
+	WHERE ` + batchOfOne + ` AND t.id = i.task_id AND ` + leaseHeld + `
 	RETURNING i.idx, t.id, i.execution_id, t.attempt, t.worker_id, t.attempted_at, i.finished_at,
 		t.queue, t.kind, t.attributes, t.dlq_status, q.link AS ev_link
 ), ` + succeededEvents + `%c
