@@ -16,8 +16,9 @@ import (
 
 // A handler runs on its attempt's goroutine: n handlers working at once
 // add n goroutines to the worker's own, not one more each to wait on it.
+// It counts the process's goroutines, so it runs alone (no test beside it).
 func TestWorkerOneGoroutinePerAttempt(t *testing.T) {
-	forEachStoreClient(t, func() *Config { return nil }, func(t *testing.T, c *Client) {
+	forEachStoreClientAlone(t, func() *Config { return nil }, func(t *testing.T, c *Client) {
 		ctx := context.Background()
 		const n = 16
 		w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"og": n}, PollInterval: 10 * time.Millisecond,

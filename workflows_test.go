@@ -31,12 +31,25 @@ func forEachWorkflowStore(t *testing.T, fn func(t *testing.T, c *Client)) {
 // forEachStoreClient runs fn as a parallel subtest with a client (of the
 // configuration cfg makes) over a migrated SQLite file and over Postgres.
 func forEachStoreClient(t *testing.T, cfg func() *Config, fn func(t *testing.T, c *Client)) {
+	eachStoreClient(t, true, cfg, fn)
+}
+
+// forEachStoreClientAlone is forEachStoreClient with the stores one after
+// the other, for a test that reads the whole process (its goroutines): a
+// top-level test that is not parallel runs with no other test beside it.
+func forEachStoreClientAlone(t *testing.T, cfg func() *Config, fn func(t *testing.T, c *Client)) {
+	eachStoreClient(t, false, cfg, fn)
+}
+
+func eachStoreClient(t *testing.T, parallel bool, cfg func() *Config, fn func(t *testing.T, c *Client)) {
 	for _, db := range []struct {
 		name string
 		url  func(testing.TB) string
 	}{{"sqlite", testdb.SQLite}, {"postgres", testdb.Postgres}} {
 		t.Run(db.name, func(t *testing.T) {
-			t.Parallel()
+			if parallel {
+				t.Parallel()
+			}
 			ctx := context.Background()
 			s, err := dburl.Open(ctx, db.url(t))
 			if err != nil {

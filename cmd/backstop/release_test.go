@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,8 +53,9 @@ func TestRemoteDrainReleases(t *testing.T) {
 			}
 			id := res.Task.ID
 
+			began := filepath.Join(t.TempDir(), "began")
 			work := exec.Command(binary, "--server", base, "work", "--queue", "drain", "--grace", "200ms", "--id", "drainer",
-				"--", "sh", "-c", "echo program-began; sleep 60")
+				"--", "sh", "-c", `touch "$0"; sleep 60`, began)
 			workLog := &testlog.Buffer{}
 			work.Stderr, work.Stdout = workLog, workLog
 			if err := work.Start(); err != nil {
@@ -62,12 +65,13 @@ func TestRemoteDrainReleases(t *testing.T) {
 			go func() { workExited <- work.Wait() }()
 			t.Cleanup(func() { _ = work.Process.Kill(); <-workExited })
 
-			// The program printed its marker: the worker holds the task (the
+			// The program made its file: the worker holds the task (the
 			// server's running state alone can come before the claim's
-			// answer reaches the worker).
+			// answer reaches the worker, and a remote worker's programs
+			// write to the task's log, not to the worker's output).
 			testwait.For(t, "the task to run", func() bool {
 				v, err := cl.Get(ctx, id)
-				return err == nil && v.State == bt.StateRunning && strings.Contains(workLog.String(), "program-began")
+				return err == nil && v.State == bt.StateRunning && func() bool { _, err := os.Stat(began); return err == nil }()
 			})
 			if err := work.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
