@@ -70,7 +70,9 @@ func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUnt
 	if len(beats) == 1 {
 		q = sqlHeartbeat
 	}
-	rs, err := s.pool.Query(ctx, q, perBatchPlan, textArray(ids), textArray(execs), hasProgress, total, completed, leaseUntil, now,
+	// Prepared and cached on the connection: run from its generic plan,
+	// which finds each beat's task by the primary key (batchOfOne).
+	rs, err := s.pool.Query(ctx, q, textArray(ids), textArray(execs), hasProgress, total, completed, leaseUntil, now,
 		store.ActorFrom(ctx, ""))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: heartbeat: %w", err)
@@ -101,18 +103,18 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 	return s.settle(ctx, s.pool, settlements)
 }
 
-// perBatchPlan, as a statement's first argument, runs it as an unnamed
-// statement (one round trip once its description is cached), which the
-// server plans for the arguments of each execution. The general settle
-// and the heartbeat join their batch against backstop_tasks (the success
-// settle is written so that its generic plan is safe: batchOfOne); a named statement is
-// switched to a generic plan after five executions, costed from the
-// table's size at that moment and kept for the connection's life. Made
-// while the table was small (a new database, a worker's first seconds),
-// that plan hash-joins the batch against a scan of the whole table, and
-// every later settle then reads every row kept (13,000 rows, 50-180 ms a
-// settle, 15 s into a run at 1,000 tasks/s).
-const perBatchPlan = pgx.QueryExecModeCacheDescribe
+// The settles and the heartbeat are run as pgx's default mode runs a
+// statement: prepared and cached on the connection, planned for the
+// arguments of its first five executions and then, when no dearer, from
+// the generic plan, made once and kept until the table is invalidated (a
+// vacuum, an analyze). That plan is costed without the arrays, from the
+// table's size when it is made. Each statement is written so that its
+// generic plan finds every row of its batch by the primary key (batchOfOne)
+// and checks the lease on the row found: no planning a call, which cost as
+// much as the execution, and no scan of a table that grows after the plan
+// was made, but for one window: a plan made on a vacuumed table of 4 pages
+// or fewer scans it until the next analyze (docs/benchmarks.md, "The
+// success settle's generic plan").
 
 // querier runs a statement on the pool (its own transaction) or inside a
 // transaction (Txs.Settle): the same statement either way.
@@ -151,7 +153,7 @@ func (s *Store) settle(ctx context.Context, q querier, settlements []store.Settl
 			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
 		}
 	}
-	rs, err := q.Query(ctx, sqlSettle, perBatchPlan, textArray(ids), textArray(execs), textArray(outcomes), textArray(errs),
+	rs, err := q.Query(ctx, sqlSettle, textArray(ids), textArray(execs), textArray(outcomes), textArray(errs),
 		textArray(details), timeArray(finished), textArray(states), timeArray(runAt), textArray(reasons),
 		uncharged, hasProgress, total, completed, store.ActorFrom(ctx, ""))
 	if err != nil {
@@ -199,10 +201,8 @@ func settleSucceeded(ctx context.Context, q querier, sql string, settlements []s
 			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
 		}
 	}
-	// Prepared and cached on the connection (pgx's default mode), so that
-	// after five custom plans the server runs it from its generic plan,
-	// which finds each row by the primary key (batchOfOne): no planning a
-	// call, which cost as much as the execution (docs/benchmarks.md).
+	// Prepared and cached on the connection: run from its generic plan,
+	// which finds each task by the primary key (batchOfOne).
 	rs, err := q.Query(ctx, sql, textArray(ids), textArray(execs), timeArray(finished), hasProgress, total, completed,
 		store.ActorFrom(ctx, ""))
 	if err != nil {

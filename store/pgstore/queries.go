@@ -214,7 +214,7 @@ WITH input AS (
 	-- The beats whose lease is current in the statement's snapshot.
 	SELECT i.*, t.cancel_requested_at IS NOT NULL AS cancel_requested
 	FROM input i JOIN backstop_tasks t ON t.id = i.task_id
-	WHERE ` + leaseHeld + `
+	WHERE ` + batchOfOne + ` AND ` + leaseHeld + `
 ), held AS (
 	-- Locked, and still current once locked; old_*: the progress before the beat.
 	SELECT i.*, t.progress_total AS old_total, t.progress_completed AS old_completed
@@ -277,7 +277,7 @@ WITH input AS (
 		dlq_group = CASE WHEN i.state = 'dead'
 			THEN backstop_dlq_group(i.dead_reason, CASE WHEN i.error <> '' THEN i.error ELSE t.last_error END) END
 	FROM input i
-	WHERE t.id = i.task_id AND CASE
+	WHERE ` + batchOfOne + ` AND t.id = i.task_id AND CASE
 		WHEN i.execution_id = '' THEN t.state IN ('scheduled', 'pending')
 		ELSE t.state = 'running' AND t.execution_id = i.execution_id END
 	RETURNING i.idx, t.id, t.queue, t.state, i.execution_id, i.uncharged, t.attempt, t.worker_id,
@@ -314,9 +314,9 @@ func formatSettleSucceeded() string {
 // batchOfOne is true of every input row (idx counts 1..n), and it makes
 // the planner expect ONE row of input whatever the batch's size: a
 // range over a column without statistics is estimated at 0.5 % of the
-// ten rows an array parameter is taken to hold. The success settle is
-// run from a prepared statement's generic plan (settleSucceeded), which
-// is costed without the arrays; expecting ten rows, that plan
+// ten rows an array parameter is taken to hold. The settles and the
+// heartbeat are run from a prepared statement's generic plan, which is
+// costed without the arrays; expecting ten rows, that plan
 // hash-joined them against a scan of the whole table below ~80 pages of
 // tasks and kept doing so as the table grew. Expecting one, it finds each
 // row by the primary key on any table of more than a few pages, and on
