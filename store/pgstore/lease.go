@@ -66,13 +66,14 @@ func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUnt
 			total[j], completed[j] = int32(b.Progress.Total), int32(b.Progress.Completed)
 		}
 	}
-	q := sqlHeartbeatSkip
+	// A single beat is prepared and cached on the connection, run from its
+	// generic plan, which finds the task by the primary key (batchOfOne); a
+	// batch is planned for its size (perBatchPlan, heartbeatSQL).
+	q, mode := sqlHeartbeatSkip, perBatchPlan
 	if len(beats) == 1 {
-		q = sqlHeartbeat
+		q, mode = sqlHeartbeat, pgx.QueryExecModeCacheStatement
 	}
-	// Prepared and cached on the connection: run from its generic plan,
-	// which finds each beat's task by the primary key (batchOfOne).
-	rs, err := s.pool.Query(ctx, q, textArray(ids), textArray(execs), hasProgress, total, completed, leaseUntil, now,
+	rs, err := s.pool.Query(ctx, q, mode, textArray(ids), textArray(execs), hasProgress, total, completed, leaseUntil, now,
 		store.ActorFrom(ctx, ""))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: heartbeat: %w", err)
@@ -103,8 +104,8 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 	return s.settle(ctx, s.pool, settlements)
 }
 
-// The settles and the heartbeat are run as pgx's default mode runs a
-// statement: prepared and cached on the connection, planned for the
+// The settles and the single heartbeat are run as pgx's default mode runs
+// a statement: prepared and cached on the connection, planned for the
 // arguments of its first five executions and then, when no dearer, from
 // the generic plan, made once and kept until the table is invalidated (a
 // vacuum, an analyze). That plan is costed without the arrays, from the
@@ -115,6 +116,12 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 // was made, but for one window: a plan made on a vacuumed table of 4 pages
 // or fewer scans it until the next analyze (docs/benchmarks.md, "The
 // success settle's generic plan").
+
+// perBatchPlan, as a statement's first argument, runs it as an unnamed
+// statement (one round trip once its description is cached), which the
+// server plans for the arguments of each execution: the heartbeat of a
+// batch (heartbeatSQL).
+const perBatchPlan = pgx.QueryExecModeCacheDescribe
 
 // querier runs a statement on the pool (its own transaction) or inside a
 // transaction (Txs.Settle): the same statement either way.

@@ -206,6 +206,12 @@ const leaseHeld = `CASE WHEN t.execution_id = i.execution_id THEN t.state = 'run
 // extends it. A single beat (the remote protocol, which tells the worker
 // its new expiry) waits as before: one row cannot take part in a lock-order
 // deadlock.
+//
+// The first %s is batchOfOne for the single beat, which is run from its
+// generic plan (a key lookup); a batch is planned for its size
+// (perBatchPlan): its generic plan, expecting one beat, joins snap and
+// beat back by a nested loop, quadratic in the batch (4x the custom
+// plan's time at 1,000 beats).
 var heartbeatSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::int[])
@@ -214,7 +220,7 @@ WITH input AS (
 	-- The beats whose lease is current in the statement's snapshot.
 	SELECT i.*, t.cancel_requested_at IS NOT NULL AS cancel_requested
 	FROM input i JOIN backstop_tasks t ON t.id = i.task_id
-	WHERE ` + batchOfOne + ` AND ` + leaseHeld + `
+	WHERE %s` + leaseHeld + `
 ), held AS (
 	-- Locked, and still current once locked; old_*: the progress before the beat.
 	SELECT i.*, t.progress_total AS old_total, t.progress_completed AS old_completed
@@ -238,8 +244,8 @@ SELECT s.idx, coalesce(b.cancel_requested, s.cancel_requested) FROM snap s
 	LEFT JOIN beat b ON b.id = s.task_id AND b.execution_id = s.execution_id`
 
 var (
-	sqlHeartbeat     = fmt.Sprintf(heartbeatSQL, "FOR UPDATE OF t")
-	sqlHeartbeatSkip = fmt.Sprintf(heartbeatSQL, "FOR UPDATE OF t SKIP LOCKED")
+	sqlHeartbeat     = fmt.Sprintf(heartbeatSQL, batchOfOne+" AND ", "FOR UPDATE OF t")
+	sqlHeartbeatSkip = fmt.Sprintf(heartbeatSQL, "", "FOR UPDATE OF t SKIP LOCKED")
 )
 
 // Settle: apply each decision whose lease is still current (or, without an
@@ -315,7 +321,7 @@ func formatSettleSucceeded() string {
 // the planner expect ONE row of input whatever the batch's size: a
 // range over a column without statistics is estimated at 0.5 % of the
 // ten rows an array parameter is taken to hold. The settles and the
-// heartbeat are run from a prepared statement's generic plan, which is
+// single heartbeat are run from a prepared statement's generic plan, which is
 // costed without the arrays; expecting ten rows, that plan
 // hash-joined them against a scan of the whole table below ~80 pages of
 // tasks and kept doing so as the table grew. Expecting one, it finds each
