@@ -197,7 +197,7 @@ const leaseHeld = `CASE WHEN t.execution_id = i.execution_id THEN t.state = 'run
 
 // Heartbeat: extend the leases still held by the named executions. Input
 // arrays: task ids, execution ids, has-progress flags, totals, completed.
-// %s is the lock clause: a batch takes the rows it can lock now (SKIP
+// The second %s is the lock clause: a batch takes the rows it can lock now (SKIP
 // LOCKED) and never waits for one another transaction holds: a settle of
 // that very attempt (it is finishing), an operator's cancel, the
 // lease-expiry sweep. Such a beat is answered from the statement's
