@@ -14,14 +14,13 @@ import (
 	"github.com/backstophq/backstop/store/pgstore"
 )
 
-// The general settle and the heartbeat are planned for each batch, never
-// run from a generic plan: a generic plan is made once per connection,
-// from the table's size when it was made, and kept. Made while the table
-// was small (a new database, the first seconds of a worker), theirs
-// hash-joined the batch against a scan of the whole table, and every later
-// settle scanned every row kept. The success settle is written so that its
-// generic plan finds each row by the primary key
-// (TestSuccessSettleGenericPlanUsesThePrimaryKey), and is run from it.
+// The settles and the heartbeat of one beat are prepared on the
+// connection and, after their first custom plans, run from their generic
+// plans, which find each row by the primary key
+// (TestSettleGenericPlansUseThePrimaryKey): not planned for each call,
+// whose planning cost as much as the execution. The heartbeat of a batch
+// is planned for each batch: its generic plan joins its two halves back by
+// a nested loop, quadratic in the batch.
 func TestSettlePlans(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
@@ -62,47 +61,48 @@ func TestSettlePlans(t *testing.T) {
 		}
 	}
 
-	rows, err := s.Pool().Query(ctx, `SELECT statement LIKE '%settle_link%', left(regexp_replace(statement, '\s+', ' ', 'g'), 60),
+	rows, err := s.Pool().Query(ctx, `SELECT CASE WHEN statement LIKE '%settle_link%' THEN 'the success settle'
+		WHEN statement LIKE '%recorded AS%' THEN 'the general settle'
+		WHEN statement LIKE '%SKIP LOCKED%' THEN 'the heartbeat of a batch' ELSE 'the heartbeat of one' END,
 		generic_plans, custom_plans
 		FROM pg_prepared_statements WHERE statement LIKE '%WITH input AS%' AND statement NOT LIKE '%pg_prepared_statements%'`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	success := false
+	seen := 0
 	for rows.Next() {
 		var (
-			isSuccess       bool
 			stmt            string
 			generic, custom int64
 		)
-		if err := rows.Scan(&isSuccess, &stmt, &generic, &custom); err != nil {
+		if err := rows.Scan(&stmt, &generic, &custom); err != nil {
 			t.Fatal(err)
 		}
+		seen++
 		switch {
-		case isSuccess:
-			success = true
-			if generic == 0 {
-				t.Errorf("the success settle never ran from its generic plan (%d custom)", custom)
-			}
-		case generic > 0:
-			t.Errorf("%q ran %d times from a generic plan (%d custom)", stmt, generic, custom)
+		case stmt == "the heartbeat of a batch": // an unnamed statement, planned for each batch
+			t.Errorf("%s is a prepared statement (%d generic plans, %d custom)", stmt, generic, custom)
+		case generic == 0:
+			t.Errorf("%s never ran from its generic plan (%d custom)", stmt, custom)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if !success {
-		t.Error("the success settle is not a prepared statement")
+	// The success settle, the general settle, the heartbeat of one.
+	if seen != 3 {
+		t.Errorf("%d of the settles and heartbeats are prepared statements, want 3", seen)
 	}
 }
 
-// The success settle's generic plan (the one it runs from: TestSettlePlans)
-// finds each task of the batch by the primary key, whatever the batch's
+// The generic plans of the success settle, the general settle and the
+// heartbeat of one beat (the ones they run from: TestSettlePlans) find each task of
+// the batch by the primary key and check its lease there, whatever the batch's
 // size, on a table never vacuumed and on tables of a thousand running
 // tasks or a hundred thousand, with a history behind them or not: never a
 // scan of the table, nor of an index over all running tasks.
-func TestSuccessSettleGenericPlanUsesThePrimaryKey(t *testing.T) {
+func TestSettleGenericPlansUseThePrimaryKey(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	s := b.store
@@ -146,44 +146,71 @@ FROM generate_series(1, %d) g`, history, running)
 		{"100,000 finished, 20,000 running", 100000, 20000, true},
 	} {
 		fill(size.history, size.running, size.vacuum)
-		for _, n := range []int{1, 8, 1000} {
-			tx, err := s.Pool().Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			plan, err := genericPlan(ctx, tx, n, array)
-			_ = tx.Rollback(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(plan, "Index Scan using backstop_tasks_pkey on backstop_tasks t") ||
-				strings.Contains(plan, "Seq Scan on backstop_tasks") || strings.Contains(plan, "backstop_tasks_lease") ||
-				strings.Contains(plan, "backstop_tasks_running") {
-				t.Errorf("%s, batch of %d: the generic plan does not find the rows by the primary key:\n%s", size.name, n, plan)
+		for _, st := range settlePlanStatements(array) {
+			for _, n := range []int{1, 8, 1000} {
+				tx, err := s.Pool().Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				plan, err := genericPlan(ctx, tx, st.sql, st.args(n))
+				_ = tx.Rollback(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(plan, "Index Scan using backstop_tasks_pkey on backstop_tasks t") ||
+					strings.Contains(plan, "Seq Scan on backstop_tasks") || strings.Contains(plan, "backstop_tasks_lease") ||
+					strings.Contains(plan, "backstop_tasks_running") {
+					t.Errorf("%s, %s, batch of %d: the generic plan does not find the rows by the primary key:\n%s",
+						st.name, size.name, n, plan)
+				}
 			}
 		}
 	}
 }
 
-// genericPlan is the EXPLAIN of the success settle's generic plan for a
-// batch of the n running tasks r-1… (array writes an array literal).
-func genericPlan(ctx context.Context, tx pgx.Tx, n int, array func(int, func(int) string) string) (string, error) {
+// settlePlanStatement is a statement run from its generic plan, with the
+// arguments of a batch of the n running tasks r-1… (their current leases).
+type settlePlanStatement struct {
+	name string
+	sql  string
+	args func(n int) string
+}
+
+// settlePlanStatements are the success settle, the general settle and the
+// heartbeat of one beat; array writes an array literal.
+func settlePlanStatements(array func(int, func(int) string) string) []settlePlanStatement {
+	ids := func(n int) string { return array(n, func(i int) string { return fmt.Sprintf("r-%09d", i) }) }
+	execs := func(n int) string { return array(n, func(i int) string { return fmt.Sprintf("e-%d", i) }) }
+	each := func(n int, v string) string { return array(n, func(int) string { return v }) }
+	const at = `"2026-01-01 00:00:00+00"`
+	heartbeat := func(n int) string {
+		return strings.Join([]string{ids(n), execs(n), each(n, "false"), each(n, "0"), each(n, "0"),
+			"'2026-01-01 01:00:00+00'", "'2026-01-01 00:00:00+00'", "'actor'"}, ", ")
+	}
+	return []settlePlanStatement{
+		{"the success settle", pgstore.SQLSettleSucceeded, func(n int) string {
+			return strings.Join([]string{ids(n), execs(n), each(n, at), each(n, "false"), each(n, "0"), each(n, "0"),
+				"'actor'"}, ", ")
+		}},
+		{"the general settle", pgstore.SQLSettle, func(n int) string {
+			return strings.Join([]string{ids(n), execs(n), each(n, "transient_error"), each(n, "boom"), each(n, `""`),
+				each(n, at), each(n, "scheduled"), each(n, at), each(n, `""`), each(n, "false"), each(n, "false"),
+				each(n, "0"), each(n, "0"), "'actor'"}, ", ")
+		}},
+		{"the heartbeat of one", pgstore.SQLHeartbeat, heartbeat},
+	}
+}
+
+// genericPlan is the EXPLAIN of the generic plan of sql run with args
+// (SQL literals, comma-separated).
+func genericPlan(ctx context.Context, tx pgx.Tx, sql, args string) (string, error) {
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 		return "", err
 	}
-	if _, err := tx.Exec(ctx, "PREPARE success_settle AS "+pgstore.SQLSettleSucceeded); err != nil {
+	if _, err := tx.Exec(ctx, "PREPARE settle_plan AS "+sql); err != nil {
 		return "", err
 	}
-	args := strings.Join([]string{
-		array(n, func(i int) string { return fmt.Sprintf("r-%09d", i) }),
-		array(n, func(i int) string { return fmt.Sprintf("e-%d", i) }),
-		array(n, func(int) string { return `"2026-01-01 00:00:00+00"` }),
-		array(n, func(int) string { return "false" }),
-		array(n, func(int) string { return "0" }),
-		array(n, func(int) string { return "0" }),
-		"'actor'",
-	}, ", ")
-	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE success_settle("+args+")")
+	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE settle_plan("+args+")")
 	if err != nil {
 		return "", err
 	}
@@ -192,6 +219,6 @@ func genericPlan(ctx context.Context, tx pgx.Tx, n int, array func(int, func(int
 		return "", err
 	}
 	// A prepared statement outlives the transaction.
-	_, err = tx.Exec(ctx, "DEALLOCATE success_settle")
+	_, err = tx.Exec(ctx, "DEALLOCATE settle_plan")
 	return strings.Join(lines, "\n"), err
 }

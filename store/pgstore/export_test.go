@@ -272,3 +272,10 @@ func MigrationBefore(v int64) int64 {
 
 // SQLSettleSucceeded is the success settle's statement (plans).
 var SQLSettleSucceeded = sqlSettleSucceeded
+
+// SQLSettle is the general settle's statement (plans).
+var SQLSettle = sqlSettle
+
+// SQLHeartbeat and SQLHeartbeatSkip are the heartbeat's statements, of one
+// beat and of a batch (plans).
+var SQLHeartbeat, SQLHeartbeatSkip = sqlHeartbeat, sqlHeartbeatSkip

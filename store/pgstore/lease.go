@@ -66,11 +66,14 @@ func (s *Store) Heartbeat(ctx context.Context, beats []store.Beat, now, leaseUnt
 			total[j], completed[j] = int32(b.Progress.Total), int32(b.Progress.Completed)
 		}
 	}
-	q := sqlHeartbeatSkip
+	// A single beat is prepared and cached on the connection, run from its
+	// generic plan, which finds the task by the primary key (batchOfOne); a
+	// batch is planned for its size (perBatchPlan, heartbeatSQL).
+	q, mode := sqlHeartbeatSkip, perBatchPlan
 	if len(beats) == 1 {
-		q = sqlHeartbeat
+		q, mode = sqlHeartbeat, pgx.QueryExecModeCacheStatement
 	}
-	rs, err := s.pool.Query(ctx, q, perBatchPlan, textArray(ids), textArray(execs), hasProgress, total, completed, leaseUntil, now,
+	rs, err := s.pool.Query(ctx, q, mode, textArray(ids), textArray(execs), hasProgress, total, completed, leaseUntil, now,
 		store.ActorFrom(ctx, ""))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: heartbeat: %w", err)
@@ -101,17 +104,23 @@ func (s *Store) Settle(ctx context.Context, settlements []store.Settlement) ([]b
 	return s.settle(ctx, s.pool, settlements)
 }
 
+// The settles and the single heartbeat are run as pgx's default mode runs
+// a statement: prepared and cached on the connection, planned for the
+// arguments of its first five executions and then, when no dearer, from
+// the generic plan, made once and kept until the table is invalidated (a
+// vacuum, an analyze). That plan is costed without the arrays, from the
+// table's size when it is made. Each statement is written so that its
+// generic plan finds every row of its batch by the primary key (batchOfOne)
+// and checks the lease on the row found: no planning a call, which cost as
+// much as the execution, and no scan of a table that grows after the plan
+// was made, but for one window: a plan made on a vacuumed table of 4 pages
+// or fewer scans it until the next analyze (docs/benchmarks.md, "The
+// success settle's generic plan").
+
 // perBatchPlan, as a statement's first argument, runs it as an unnamed
 // statement (one round trip once its description is cached), which the
-// server plans for the arguments of each execution. The general settle
-// and the heartbeat join their batch against backstop_tasks (the success
-// settle is written so that its generic plan is safe: batchOfOne); a named statement is
-// switched to a generic plan after five executions, costed from the
-// table's size at that moment and kept for the connection's life. Made
-// while the table was small (a new database, a worker's first seconds),
-// that plan hash-joins the batch against a scan of the whole table, and
-// every later settle then reads every row kept (13,000 rows, 50-180 ms a
-// settle, 15 s into a run at 1,000 tasks/s).
+// server plans for the arguments of each execution: the heartbeat of a
+// batch (heartbeatSQL).
 const perBatchPlan = pgx.QueryExecModeCacheDescribe
 
 // querier runs a statement on the pool (its own transaction) or inside a
@@ -151,7 +160,7 @@ func (s *Store) settle(ctx context.Context, q querier, settlements []store.Settl
 			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
 		}
 	}
-	rs, err := q.Query(ctx, sqlSettle, perBatchPlan, textArray(ids), textArray(execs), textArray(outcomes), textArray(errs),
+	rs, err := q.Query(ctx, sqlSettle, textArray(ids), textArray(execs), textArray(outcomes), textArray(errs),
 		textArray(details), timeArray(finished), textArray(states), timeArray(runAt), textArray(reasons),
 		uncharged, hasProgress, total, completed, store.ActorFrom(ctx, ""))
 	if err != nil {
@@ -199,10 +208,8 @@ func settleSucceeded(ctx context.Context, q querier, sql string, settlements []s
 			total[j], completed[j] = int32(st.Progress.Total), int32(st.Progress.Completed)
 		}
 	}
-	// Prepared and cached on the connection (pgx's default mode), so that
-	// after five custom plans the server runs it from its generic plan,
-	// which finds each row by the primary key (batchOfOne): no planning a
-	// call, which cost as much as the execution (docs/benchmarks.md).
+	// Prepared and cached on the connection: run from its generic plan,
+	// which finds each task by the primary key (batchOfOne).
 	rs, err := q.Query(ctx, sql, textArray(ids), textArray(execs), timeArray(finished), hasProgress, total, completed,
 		store.ActorFrom(ctx, ""))
 	if err != nil {

@@ -197,7 +197,7 @@ const leaseHeld = `CASE WHEN t.execution_id = i.execution_id THEN t.state = 'run
 
 // Heartbeat: extend the leases still held by the named executions. Input
 // arrays: task ids, execution ids, has-progress flags, totals, completed.
-// %s is the lock clause: a batch takes the rows it can lock now (SKIP
+// The second %s is the lock clause: a batch takes the rows it can lock now (SKIP
 // LOCKED) and never waits for one another transaction holds: a settle of
 // that very attempt (it is finishing), an operator's cancel, the
 // lease-expiry sweep. Such a beat is answered from the statement's
@@ -206,6 +206,12 @@ const leaseHeld = `CASE WHEN t.execution_id = i.execution_id THEN t.state = 'run
 // extends it. A single beat (the remote protocol, which tells the worker
 // its new expiry) waits as before: one row cannot take part in a lock-order
 // deadlock.
+//
+// The first %s is batchOfOne for the single beat, which is run from its
+// generic plan (a key lookup); a batch is planned for its size
+// (perBatchPlan): its generic plan, expecting one beat, joins snap and
+// beat back by a nested loop, quadratic in the batch (4x the custom
+// plan's time at 1,000 beats).
 var heartbeatSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::int[])
@@ -214,7 +220,7 @@ WITH input AS (
 	-- The beats whose lease is current in the statement's snapshot.
 	SELECT i.*, t.cancel_requested_at IS NOT NULL AS cancel_requested
 	FROM input i JOIN backstop_tasks t ON t.id = i.task_id
-	WHERE ` + leaseHeld + `
+	WHERE %s` + leaseHeld + `
 ), held AS (
 	-- Locked, and still current once locked; old_*: the progress before the beat.
 	SELECT i.*, t.progress_total AS old_total, t.progress_completed AS old_completed
@@ -238,8 +244,8 @@ SELECT s.idx, coalesce(b.cancel_requested, s.cancel_requested) FROM snap s
 	LEFT JOIN beat b ON b.id = s.task_id AND b.execution_id = s.execution_id`
 
 var (
-	sqlHeartbeat     = fmt.Sprintf(heartbeatSQL, "FOR UPDATE OF t")
-	sqlHeartbeatSkip = fmt.Sprintf(heartbeatSQL, "FOR UPDATE OF t SKIP LOCKED")
+	sqlHeartbeat     = fmt.Sprintf(heartbeatSQL, batchOfOne+" AND ", "FOR UPDATE OF t")
+	sqlHeartbeatSkip = fmt.Sprintf(heartbeatSQL, "", "FOR UPDATE OF t SKIP LOCKED")
 )
 
 // Settle: apply each decision whose lease is still current (or, without an
@@ -277,7 +283,7 @@ WITH input AS (
 		dlq_group = CASE WHEN i.state = 'dead'
 			THEN backstop_dlq_group(i.dead_reason, CASE WHEN i.error <> '' THEN i.error ELSE t.last_error END) END
 	FROM input i
-	WHERE t.id = i.task_id AND CASE
+	WHERE ` + batchOfOne + ` AND t.id = i.task_id AND CASE
 		WHEN i.execution_id = '' THEN t.state IN ('scheduled', 'pending')
 		ELSE t.state = 'running' AND t.execution_id = i.execution_id END
 	RETURNING i.idx, t.id, t.queue, t.state, i.execution_id, i.uncharged, t.attempt, t.worker_id,
@@ -314,9 +320,9 @@ func formatSettleSucceeded() string {
 // batchOfOne is true of every input row (idx counts 1..n), and it makes
 // the planner expect ONE row of input whatever the batch's size: a
 // range over a column without statistics is estimated at 0.5 % of the
-// ten rows an array parameter is taken to hold. The success settle is
-// run from a prepared statement's generic plan (settleSucceeded), which
-// is costed without the arrays; expecting ten rows, that plan
+// ten rows an array parameter is taken to hold. The settles and the
+// single heartbeat are run from a prepared statement's generic plan, which is
+// costed without the arrays; expecting ten rows, that plan
 // hash-joined them against a scan of the whole table below ~80 pages of
 // tasks and kept doing so as the table grew. Expecting one, it finds each
 // row by the primary key on any table of more than a few pages, and on
