@@ -149,6 +149,10 @@ var sqlInsertTaskArrays = insertTaskArraysSQL("ON CONFLICT DO NOTHING", false)
 // insertTaskArraysSQL is the insert of taskArrays' rows with onConflict,
 // counting its rows when counted.
 func insertTaskArraysSQL(onConflict string, counted bool) string {
+	counting := ""
+	if counted {
+		counting = ", " + countedInsert
+	}
 	types := []string{"text", "text", "text", "text", "int", "int", "int",
 		"text", "int", "bool", "text", "timestamptz", "timestamptz", "timestamptz",
 		"bigint", "timestamptz", "text", "text", "text",
@@ -163,7 +167,7 @@ func insertTaskArraysSQL(onConflict string, counted bool) string {
 		"SELECT " + strings.Join(cols, ", ") + ", (SELECT ARRAY[seq] FROM ev_seq)\n" +
 		"FROM unnest(" + strings.Join(params, ", ") + ") WITH ORDINALITY AS u(" + strings.Join(insertColumns, ", ") + ", o)\n" +
 		"ORDER BY u.o " + onConflict + " RETURNING " + enqueuedReturning + "), " +
-		enqueuedEvents(len(insertColumns)+1) + map[bool]string{true: ", " + countedInsert}[counted] + " SELECT id FROM ins"
+		enqueuedEvents(len(insertColumns)+1) + counting + " SELECT id FROM ins"
 }
 
 // taskArrays is batch's columns in insertColumns order, one array each.

@@ -458,25 +458,23 @@ var insertColumns = []string{
 // 65535 parameters per statement.
 var maxInsertRows = 1000
 
-// strictConflict is sqlInsertTasks' onConflict for no ON CONFLICT clause:
-// a taken id fails the statement (a unique violation).
-const strictConflict = "-"
-
 // sqlInsertTasks inserts n tasks. onConflict is "(id)" for tasks without
 // keys (an existing id is reported, not overwritten) and "" for tasks with
-// idempotency or merge keys, where any unique index may conflict, and
-// strictConflict for an insert whose conflict must fail the statement.
-// Each inserted task gets its task.enqueued event in the same statement;
-// the actor is the last parameter ($n*len(insertColumns)+1).
+// idempotency or merge keys, where any unique index may conflict. Each
+// inserted task gets its task.enqueued event in the same statement; the
+// actor is the last parameter ($n*len(insertColumns)+1). (A workflow
+// plan's tasks go in one statement of arrays: insertTaskArraysSQL.)
 func sqlInsertTasks(n int, onConflict string) string {
-	return insertTasksSQL(n, onConflict, false)
-}
-
-// sqlInsertTasksCounted is sqlInsertTasks counting its own rows
-// (countedInsert), for a schema whose triggers read the mark
-// (Store.insertsCounted).
-func sqlInsertTasksCounted(n int, onConflict string) string {
-	return insertTasksSQL(n, onConflict, true)
+	var b strings.Builder
+	b.WriteString("WITH " + enqueueSeq + ", ins AS (INSERT INTO backstop_tasks (")
+	b.WriteString(strings.Join(insertColumns, ", "))
+	b.WriteString(", event_links) VALUES ")
+	writeLinkedValues(&b, n, len(insertColumns))
+	b.WriteString(" ON CONFLICT " + onConflict + " DO NOTHING")
+	b.WriteString(" RETURNING " + enqueuedReturning + "), ")
+	b.WriteString(enqueuedEvents(n*len(insertColumns) + 1))
+	b.WriteString(" SELECT id FROM ins")
+	return b.String()
 }
 
 // countedInsert counts the rows an enqueue's insert wrote (ins: tasks
@@ -490,24 +488,6 @@ const countedInsert = `counted AS (
 	SELECT queue, state, '', count(*) FROM ins
 	WHERE set_config('backstop.counted', 'INSERT', true) <> ''
 	GROUP BY 1, 2)`
-
-func insertTasksSQL(n int, onConflict string, counted bool) string {
-	var b strings.Builder
-	b.WriteString("WITH " + enqueueSeq + ", ins AS (INSERT INTO backstop_tasks (")
-	b.WriteString(strings.Join(insertColumns, ", "))
-	b.WriteString(", event_links) VALUES ")
-	writeLinkedValues(&b, n, len(insertColumns))
-	if onConflict != strictConflict {
-		b.WriteString(" ON CONFLICT " + onConflict + " DO NOTHING")
-	}
-	b.WriteString(" RETURNING " + enqueuedReturning + "), ")
-	b.WriteString(enqueuedEvents(n*len(insertColumns) + 1))
-	if counted {
-		b.WriteString(", " + countedInsert)
-	}
-	b.WriteString(" SELECT id FROM ins")
-	return b.String()
-}
 
 // sqlInsertPayloads writes n spilled payloads (task_id, data).
 func sqlInsertPayloads(n int) string {

@@ -230,25 +230,19 @@ func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.Enque
 	return results, nil
 }
 
-// planInserts are a plan's task inserts (sqlInsertTaskArrays' rows), by
-// [strict][counted]: ON CONFLICT (id) DO NOTHING, or none (strict: a
-// taken id fails the statement); counting their own rows (countedInsert)
-// or not (a schema before the count mark).
-var planInserts = [2][2]string{
-	{insertTaskArraysSQL("ON CONFLICT (id) DO NOTHING", false), insertTaskArraysSQL("ON CONFLICT (id) DO NOTHING", true)},
-	{insertTaskArraysSQL("", false), insertTaskArraysSQL("", true)},
+// planInserts are a plan's task inserts (insertTaskArraysSQL's rows), by
+// {strict, counted}: ON CONFLICT (id) DO NOTHING, or none (strict: a taken
+// id fails the statement); counting their own rows (countedInsert) or not
+// (a schema before the count mark).
+var planInserts = map[[2]bool]string{
+	{false, false}: insertTaskArraysSQL("ON CONFLICT (id) DO NOTHING", false),
+	{false, true}:  insertTaskArraysSQL("ON CONFLICT (id) DO NOTHING", true),
+	{true, false}:  insertTaskArraysSQL("", false),
+	{true, true}:   insertTaskArraysSQL("", true),
 }
 
 // planInsertSQL is the plan's task insert of the form asked.
-func planInsertSQL(strict, counted bool) string {
-	b := func(v bool) int {
-		if v {
-			return 1
-		}
-		return 0
-	}
-	return planInserts[b(strict)][b(counted)]
-}
+func planInsertSQL(strict, counted bool) string { return planInserts[[2]bool{strict, counted}] }
 
 // wrapped is an outcome that is only the statement's error, prefixed.
 func wrapped(prefix string) func(int64, error) error {

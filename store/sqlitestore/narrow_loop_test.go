@@ -534,9 +534,8 @@ func (s *Store) narrowSettle(ctx context.Context, tx *sql.Tx, d narrowLoopDesign
 		for i, st := range ss {
 			byRow[executionRowid(st.ExecutionID)] = i
 		}
-		for k := range settled {
-			i := byRow[settled[k].rowid]
-			settled[k].i, settled[k].execID, settled[k].taskID, settled[k].finished = i, ss[i].ExecutionID, ss[i].TaskID, us(ss[i].FinishedAt)
+		if err := nameSettled(settled, ss, byRow, nil); err != nil {
+			return nil, err
 		}
 	case 'c', 'd':
 		var b strings.Builder

@@ -12,6 +12,25 @@ import (
 	"github.com/backstophq/backstop/store"
 )
 
+// enqueueClaimed enqueues n tasks of queue q (ids q-0, q-1, …) and claims
+// them as worker w1 at t0.
+func enqueueClaimed(t *testing.T, s *Store, q string, n int, t0 time.Time) []*bt.Task {
+	t.Helper()
+	var tasks []*bt.Task
+	for i := range n {
+		tasks = append(tasks, &bt.Task{ID: fmt.Sprintf("%s-%d", q, i), Queue: q, Kind: "k", State: bt.StatePending,
+			MaxAttempts: 3, Payload: json.RawMessage(`{}`), RunAt: t0, CreatedAt: t0, UpdatedAt: t0})
+	}
+	if _, err := s.Enqueue(t.Context(), tasks, store.EnqueueOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(t.Context(), store.ClaimParams{Queue: q, WorkerID: "w1", Max: n, Now: t0, Lease: time.Minute})
+	if err != nil || len(got) != n {
+		t.Fatalf("claim: %d %v", len(got), err)
+	}
+	return got
+}
+
 // succeededFixture enqueues four tasks of queue sx, claims them as worker
 // w1 at t0 and settles them at t0+3s: fast by the all-success statement,
 // mixed with failing (a retry) by the general one, old alone. It returns
@@ -19,18 +38,7 @@ import (
 func succeededFixture(t *testing.T, s *Store, t0 time.Time) []*bt.Task {
 	t.Helper()
 	ctx := t.Context()
-	var tasks []*bt.Task
-	for i := range 4 {
-		tasks = append(tasks, &bt.Task{ID: fmt.Sprintf("sx-%d", i), Queue: "sx", Kind: "k", State: bt.StatePending,
-			MaxAttempts: 3, Payload: json.RawMessage(`{}`), RunAt: t0, CreatedAt: t0, UpdatedAt: t0})
-	}
-	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Claim(ctx, store.ClaimParams{Queue: "sx", WorkerID: "w1", Max: 4, Now: t0, Lease: time.Minute})
-	if err != nil || len(got) != 4 {
-		t.Fatalf("claim: %d %v", len(got), err)
-	}
+	got := enqueueClaimed(t, s, "sx", 4, t0)
 	done := t0.Add(3 * time.Second)
 	win := func(c *bt.Task) store.Settlement {
 		return store.Settlement{TaskID: c.ID, ExecutionID: c.ExecutionID, Outcome: bt.OutcomeSucceeded,
@@ -195,18 +203,7 @@ func TestSettleSeeksByRowid(t *testing.T) {
 	ctx := t.Context()
 	s, _ := storeAt(t, 1<<40)
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	var tasks []*bt.Task
-	for i := range 4 {
-		tasks = append(tasks, &bt.Task{ID: fmt.Sprintf("rw-%d", i), Queue: "rw", Kind: "k", State: bt.StatePending,
-			MaxAttempts: 3, Payload: json.RawMessage(`{}`), RunAt: t0, CreatedAt: t0, UpdatedAt: t0})
-	}
-	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Claim(ctx, store.ClaimParams{Queue: "rw", WorkerID: "w1", Max: 4, Now: t0, Lease: time.Minute})
-	if err != nil || len(got) != 4 {
-		t.Fatalf("claim: %d %v", len(got), err)
-	}
+	got := enqueueClaimed(t, s, "rw", 4, t0)
 	for _, c := range got {
 		var rowid int64
 		if err := s.r.QueryRowContext(ctx, `SELECT rowid FROM backstop_tasks WHERE id = ?`, c.ID).Scan(&rowid); err != nil {
@@ -418,18 +415,7 @@ func TestSettleTwoSettlementsNameOneRowid(t *testing.T) {
 	ctx := t.Context()
 	s, _ := storeAt(t, 1<<40)
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	var tasks []*bt.Task
-	for i := range 3 {
-		tasks = append(tasks, &bt.Task{ID: fmt.Sprintf("tw-%d", i), Queue: "tw", Kind: "k", State: bt.StatePending,
-			MaxAttempts: 3, Payload: json.RawMessage(`{}`), RunAt: t0, CreatedAt: t0, UpdatedAt: t0})
-	}
-	if _, err := s.Enqueue(ctx, tasks, store.EnqueueOpts{}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Claim(ctx, store.ClaimParams{Queue: "tw", WorkerID: "w1", Max: 3, Now: t0, Lease: time.Minute})
-	if err != nil || len(got) != 3 {
-		t.Fatalf("claim: %d %v", len(got), err)
-	}
+	got := enqueueClaimed(t, s, "tw", 3, t0)
 	cur := got[1]
 	prefix := "019abcde-0123-7456-89ab-"
 	stale := prefix + fmt.Sprintf("%012x", (executionRowid(cur.ExecutionID)+executionOffset(prefix))&rowidMask)

@@ -922,18 +922,25 @@ func settleSucceededChunk(ctx context.Context, tx *sql.Tx, ss []store.Settlement
 	if err != nil {
 		return nil, err
 	}
+	return rows, nameSettled(rows, ss, byRow, byExec)
+}
+
+// nameSettled fills each settled row from the settlement that named it:
+// by its row id in byRow (when not nil), else by its execution id in
+// byExec.
+func nameSettled(rows []settledRow, ss []store.Settlement, byRow map[int64]int, byExec map[string]int) error {
 	for k := range rows {
 		row := &rows[k]
 		i, ok := byExec[row.execID]
-		if byRowid {
+		if byRow != nil {
 			i, ok = byRow[row.rowid]
 		}
 		if !ok {
-			return nil, fmt.Errorf("sqlite: settle: a changed row (%d %q) that no settlement named", row.rowid, row.execID)
+			return fmt.Errorf("sqlite: settle: a changed row (%d %q) that no settlement named", row.rowid, row.execID)
 		}
 		row.i, row.execID, row.taskID, row.finished = i, ss[i].ExecutionID, ss[i].TaskID, us(ss[i].FinishedAt)
 	}
-	return rows, nil
+	return nil
 }
 
 // settleSucceededSQL is the success settle of n rows: VALUES of (task id,
