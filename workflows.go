@@ -175,7 +175,7 @@ func RunWorkflowTx[TX any](ctx context.Context, c *Client, ts store.TxStore[TX],
 }
 
 func (c *Client) runConflict(p RunWorkflowParams, err error) error {
-	if p.RunID != "" && errors.Is(err, store.ErrConflict) {
+	if p.RunID != "" && errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrStaleVersion) {
 		return fmt.Errorf("run %q already exists: %w", p.RunID, ErrConflict)
 	}
 	return err

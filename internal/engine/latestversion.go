@@ -80,5 +80,8 @@ func (e *Engine) StartLatest(ctx context.Context, name string, plan func(*store.
 		}
 		return d, p, err
 	}
-	return nil, workflow.Plan{}, fmt.Errorf("backstop: workflow %q: a newer version was registered during each of %d attempts to start a run: %w", name, staleStarts, store.ErrConflict)
+	// A conflict (the caller may retry), but not the run's: it names the
+	// stale version too, so a start with a run id is not told that run
+	// exists (it does not).
+	return nil, workflow.Plan{}, fmt.Errorf("backstop: workflow %q: %w during each of %d attempts to start a run: %w", name, store.ErrStaleVersion, staleStarts, store.ErrConflict)
 }
