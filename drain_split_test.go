@@ -31,6 +31,8 @@ import (
 //
 //   - store: Store.Claim of 1,000, then Store.Settle of those 1,000 as
 //     succeeded (the statements the engine runs, nothing around them);
+//     store-busy: with a goroutine per claimed task beside it (below);
+//     store-pipe: each claim before the previous claim's settle;
 //   - engine: Engine.Claim, Engine.Decide per task, Engine.Settle and the
 //     settle batch's telemetry, on one goroutine (no worker);
 //   - worker: a Worker of 2,000 slots with a no-op handler, as `backstop
@@ -171,7 +173,37 @@ func drainSplitRun(t *testing.T, path, mode string, n int) (time.Duration, uint6
 	cpu0, m0 := drainSplitCPU(), drainSplitMallocs()
 	gc0, cycles0, cl0 := drainSplitGC()
 	switch mode {
-	case "store":
+	case "store", "store-busy", "store-pipe":
+		// store-busy: beside the store's loop, a goroutine per claimed task
+		// that allocates what an attempt does and hands a settlement-sized
+		// value to a collector over a channel of 1,000: the worker's burst
+		// and garbage without its code, to tell what they cost the store.
+		var (
+			busyCh   chan store.Settlement
+			busyDone chan struct{}
+			sink     atomic.Int64
+		)
+		if mode == "store-busy" {
+			busyCh, busyDone = make(chan store.Settlement, 1000), make(chan struct{})
+			go func() {
+				defer close(busyDone)
+				for st := range busyCh {
+					sink.Add(int64(len(st.TaskID)))
+				}
+			}()
+			defer func() { close(busyCh); <-busyDone }()
+		}
+		// store-pipe: the next claim before the last claim's settle, as the
+		// worker's claims run while the previous batch is unsettled.
+		var prev []store.Settlement
+		settle := func(ss []store.Settlement) {
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err := s.Settle(sctx, ss)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		for done := 0; done < n; {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			tasks, err := s.Claim(cctx, store.ClaimParams{Queue: queue, WorkerID: "split", Max: batch, Now: time.Now(), Lease: 30 * time.Second})
@@ -184,14 +216,25 @@ func drainSplitRun(t *testing.T, path, mode string, n int) (time.Duration, uint6
 			for i, tk := range tasks {
 				ss[i] = store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: "succeeded",
 					State: "succeeded", FinishedAt: now, Queue: tk.Queue}
-			}
-			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			_, err = s.Settle(sctx, ss)
-			cancel()
-			if err != nil {
-				t.Fatal(err)
+				if busyCh != nil {
+					go func() {
+						b := make([]byte, 448) // an attempt's size
+						busyCh <- store.Settlement{TaskID: tk.ID, Error: string(b[:0]), FinishedAt: time.Now()}
+					}()
+				}
 			}
 			done += len(tasks)
+			if mode != "store-pipe" {
+				settle(ss)
+				continue
+			}
+			if prev != nil {
+				settle(prev)
+			}
+			prev = ss
+		}
+		if prev != nil {
+			settle(prev)
 		}
 	case "engine":
 		for done := 0; done < n; {
