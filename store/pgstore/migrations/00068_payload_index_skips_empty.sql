@@ -7,10 +7,10 @@
 -- {"":1e400}. The empty object contains none of them, so an indexed where
 -- is false on every such task already, and holding those tasks only cost
 -- their writes: an entry per task in the index's pending list, written by
--- every enqueue (≈ 2.4-3.7 ms of server CPU and 160 B of WAL per 1,000
--- tasks, a third of what a batch enqueue's COPY costs the server beyond
--- the floor's: docs/benchmarks.md, "Postgres batch enqueue against COPY:
--- empty payloads out of the GIN index").
+-- every enqueue (1.7-3.8 ms of server CPU per 1,000 tasks and 170 B of WAL
+-- per task; with durable settings a batch enqueue's server CPU fell 40 %
+-- without it: docs/benchmarks.md, "Postgres batch enqueue against COPY:
+-- empty payloads out of the payload GIN index").
 --
 -- The SQL of an indexed where carries the same condition beside its
 -- containment (read.go: payloadIndexHolds), so that the planner proves
