@@ -92,3 +92,26 @@ func TestPayloadIndexed(t *testing.T) {
 		t.Errorf("a where outside SQL is not indexed (%v)", err)
 	}
 }
+
+// TestPayloadIndexHolds: with Docs.PayloadIndexHolds, the condition goes
+// beside every containment SQL adds (the planner proves a partial index's
+// predicate from it), and nowhere else.
+func TestPayloadIndexHolds(t *testing.T) {
+	docs := Docs{Payload: "p", Attrs: "a", PayloadJSON: true, PayloadIndex: "ix(p)", PayloadIndexOther: `{"":1e400}`, PayloadIndexHolds: "holds(p)"}
+	for src, want := range map[string]bool{
+		`payload.a == 1`: true, `payload.a in [1, 2]`: true, `payload.a == 1 && payload.b > 2`: true,
+		`payload.a > 1`: false, `!(payload.a == 1)`: false, `attributes.t == "x"`: false,
+	} {
+		x, err := Compile(src)
+		if err != nil {
+			t.Fatalf("%q: %v", src, err)
+		}
+		sql, ok := x.SQL(Postgres, docs, func(any) string { return "$" })
+		if !ok {
+			t.Fatalf("%q is outside the SQL subset", src)
+		}
+		if got := strings.Contains(sql, "::jsonb) AND holds(p) AND "); got != want || strings.Count(sql, "holds(p)") > 1 {
+			t.Errorf("%q: holds beside the containment %v, want %v: %s", src, got, want, sql)
+		}
+	}
+}

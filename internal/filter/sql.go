@@ -344,6 +344,15 @@ type Docs struct {
 	// payloads it does not hold: one with a number outside the model
 	// above, which no payload the index holds contains.
 	PayloadIndexOther string
+	// PayloadIndexHolds (optional, with PayloadIndex) is the condition
+	// beyond the state by which the index holds a row (its partial
+	// predicate's other term), true of every row where the containment
+	// SQL adds can be: SQL puts it beside the containment, so that the
+	// planner can prove the index's predicate. A containment SQL adds is
+	// of a document holding a literal at a path, of a literal itself, or
+	// of PayloadIndexOther; the empty object contains none of them, so a
+	// condition that leaves out payloads that are {} qualifies.
+	PayloadIndexHolds string
 }
 
 // SQL is the expression's condition in d, reading docs, with arg adding a
@@ -361,7 +370,11 @@ func (x *Expr) SQL(d Dialect, docs Docs, arg func(any) string) (string, bool) {
 		if indexed(x.cond) {
 			// True wherever cond is: a payload the index holds contains
 			// the literal where cond is true; the others hold the marker.
-			cond = "((" + g.contains(x.cond) + " OR " + docs.PayloadIndex + " @> " + g.arg(docs.PayloadIndexOther) + "::jsonb) AND " + cond + ")"
+			holds := ""
+			if docs.PayloadIndexHolds != "" {
+				holds = docs.PayloadIndexHolds + " AND "
+			}
+			cond = "((" + g.contains(x.cond) + " OR " + docs.PayloadIndex + " @> " + g.arg(docs.PayloadIndexOther) + "::jsonb) AND " + holds + cond + ")"
 		}
 	}
 	return cond, true

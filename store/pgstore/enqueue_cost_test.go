@@ -46,6 +46,8 @@ import (
 // nothing else writes to the server), each per batch.
 // BACKSTOP_ENQCOST_VARIANTS (space-separated names) runs only those. With
 // pg_stat_statements loaded, each variant's statements follow.
+// BACKSTOP_ENQCOST_PAYLOAD is every task's payload, and the floor's rows'
+// ({} unless set).
 func TestEnqueueCost(t *testing.T) {
 	u := os.Getenv("BACKSTOP_ENQCOST_URL")
 	if u == "" {
@@ -58,6 +60,10 @@ func TestEnqueueCost(t *testing.T) {
 		return def
 	}
 	batches, rounds := env("BACKSTOP_ENQCOST_BATCHES", 100), env("BACKSTOP_ENQCOST_ROUNDS", 3)
+	payload := os.Getenv("BACKSTOP_ENQCOST_PAYLOAD")
+	if payload == "" {
+		payload = `{}`
+	}
 	ctx := t.Context()
 	if !strings.Contains(u, "pool_max_conns") {
 		u += map[bool]string{true: "&", false: "?"}[strings.Contains(u, "?")] + "pool_max_conns=1"
@@ -128,7 +134,7 @@ CREATE INDEX ON floor_tasks (queue, priority DESC, run_at, id) WHERE state = 'pe
 		ts := make([]*bt.Task, 1000)
 		for i := range ts {
 			ts[i] = &bt.Task{ID: uuid.Must(uuid.NewV7()).String(), Queue: queue, Kind: "noop", State: bt.StatePending,
-				MaxAttempts: 25, Payload: json.RawMessage(`{}`), RunAt: now, CreatedAt: now, UpdatedAt: now}
+				MaxAttempts: 25, Payload: json.RawMessage(payload), RunAt: now, CreatedAt: now, UpdatedAt: now}
 		}
 		return ts
 	}
@@ -190,7 +196,7 @@ CREATE INDEX ON floor_tasks (queue, priority DESC, run_at, id) WHERE state = 'pe
 			now := time.Now()
 			rows := make([][]any, 1000)
 			for i := range rows {
-				rows[i] = []any{"floor", "noop", now, "{}"}
+				rows[i] = []any{"floor", "noop", now, payload}
 			}
 			if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{"floor_tasks"}, []string{"queue", "kind", "run_at", "payload"},
 				pgx.CopyFromRows(rows)); err != nil {

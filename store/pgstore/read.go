@@ -295,6 +295,13 @@ var whereDocs = filter.Docs{
 // fields read.
 const payloadIndex, payloadIndexOther = `backstop_payload_index(t.payload)`, `{"":1e400}`
 
+// payloadIndexHolds is the index's predicate beyond the state (migration
+// 00068): it leaves out the payloads that are {}, which no containment of
+// a where can select (filter.Docs.PayloadIndexHolds). Written as the
+// index's predicate is, so that the planner proves it; on an older schema
+// it selects nothing the containment beside it would not.
+const payloadIndexHolds = `(t.payload IS NULL OR t.payload::text <> '{}')`
+
 // whereCond is a where expression's SQL condition on backstop_tasks t
 // (internal/filter), its parameters appended to args. indexed: the query
 // selects tasks the payload index holds only (payloadIndexStates, as
@@ -307,7 +314,7 @@ func whereCond(w string, args *[]any, indexed bool) (string, error) {
 	}
 	docs := whereDocs
 	if indexed {
-		docs.PayloadIndex, docs.PayloadIndexOther = payloadIndex, payloadIndexOther
+		docs.PayloadIndex, docs.PayloadIndexOther, docs.PayloadIndexHolds = payloadIndex, payloadIndexOther, payloadIndexHolds
 	}
 	cond, ok := x.SQL(filter.Postgres, docs, func(v any) string {
 		*args = append(*args, v)
