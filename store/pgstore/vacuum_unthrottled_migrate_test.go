@@ -49,7 +49,7 @@ func TestTasksVacuumUnthrottledMigration(t *testing.T) {
 	}
 	check("before", byCount)
 
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.MigrateTo(ctx, 65); err != nil {
 		t.Fatal(err)
 	}
 	check("migrated", unthrottled)
@@ -71,7 +71,7 @@ func TestTasksVacuumUnthrottledMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("rolled back", byCount)
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.MigrateTo(ctx, 65); err != nil {
 		t.Fatal(err)
 	}
 	check("applied again", unthrottled)
