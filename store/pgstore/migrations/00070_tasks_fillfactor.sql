@@ -6,8 +6,8 @@
 -- Neither update can be HOT (the state is in the partial indexes'
 -- predicates), but where the new version fits on the old one's page
 -- PostgreSQL still writes it there: one buffer instead of two, no heap
--- lock record before the move (XLOG_HEAP_LOCK, 54 bytes, one a task a
--- update), the new version logged as its difference from the old one
+-- lock record before the move (XLOG_HEAP_LOCK, 54 bytes, one for each
+-- moved version), the new version logged as its difference from the old one
 -- (prefix and suffix), and no new pages at the end of the table, where
 -- every claim's and settle's moved versions otherwise meet. At the
 -- default of 100 % an enqueued page is full, so every claimed and every
