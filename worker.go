@@ -485,6 +485,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			w.claiming.Add(1)
 			idle := q.inflight.Load() == 0
+			claimAt := w.c.e.Now() // a rate budget short then may have cut it short
 			tasks, bad, err := w.claim(claimCtx, q, avail)
 			cancelClaim()
 			if len(tasks) > 0 {
@@ -508,7 +509,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			}
 			if len(tasks) < avail {
 				empty = true
-				if d, ok := w.c.e.NextTokenWait(ctx, q.name, w.cfg.PollInterval); ok {
+				if d, ok := w.c.e.NextTokenWait(ctx, q.name, claimAt, w.cfg.PollInterval); ok {
 					token.Reset(d)
 				}
 			}

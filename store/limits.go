@@ -116,11 +116,15 @@ type Limits interface {
 	// running or pending tasks, both, by limit name then value; a rate
 	// budget's tokens are those its bucket holds at now.
 	LimitUses(ctx context.Context, now time.Time) ([]LimitUse, error)
-	// NextToken is when the first of queue's rate budgets that holds less
-	// than a whole token at now gets one (zero: none is short), so a
-	// worker whose claim a rate limit cut short waits until then instead
-	// of a poll interval.
-	NextToken(ctx context.Context, queue string, now time.Time) (time.Time, error)
+	// NextToken is when the first of queue's rate budgets that held less
+	// than a whole token at at (the time a claim that came back short
+	// began) gets one (zero: none was short), so a worker whose claim a
+	// rate limit cut short waits until then instead of a poll interval.
+	// The answer may be in the past: a budget the claim found short is
+	// still named after its token came (a worker slow to ask must claim
+	// again, not wait for its poll). A bucket stored after at (by that
+	// claim or a later one) is read at its own time.
+	NextToken(ctx context.Context, queue string, at time.Time) (time.Time, error)
 }
 
 // TokenDue is when a bucket holding tokens at now, refilled at rate a

@@ -107,6 +107,7 @@ func (s *Server) claimWait(ctx context.Context, p remote.Claim, wait time.Durati
 	deadline := time.Now().Add(wait)
 	for {
 		woken := s.waker.wait()
+		claimAt := s.rp.Now()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		tasks, err := s.rp.Claim(cctx, p)
 		cancel()
@@ -126,7 +127,7 @@ func (s *Server) claimWait(ctx context.Context, p remote.Claim, wait time.Durati
 			(*f)()
 		}
 		// A rate limit that held the claim back has its next token then.
-		t := time.NewTimer(min(left, s.rp.ClaimRetry(ctx, p.Queues, s.opts.PollInterval)))
+		t := time.NewTimer(min(left, s.rp.ClaimRetry(ctx, p.Queues, claimAt, s.opts.PollInterval)))
 		select {
 		case <-woken:
 		case <-t.C:

@@ -347,13 +347,16 @@ func Latency(ctx context.Context, c *backstop.Client, cfg Config) (*Result, erro
 		mu      sync.Mutex
 		lat     = make([]time.Duration, 0, int(cfg.Rate*cfg.Duration.Seconds())+1)
 		handled atomic.Int64
+		st      = newStages(time.Now(), cap(lat))
 	)
 	w, err := backstop.NewWorker(c, &backstop.WorkerConfig{Queues: map[string]int{cfg.Queue: cfg.Workers}})
 	if err != nil {
 		return nil, err
 	}
 	w.Handle("noop", backstop.HandlerFunc(func(_ context.Context, t *backstop.Task) error {
-		d := time.Since(t.CreatedAt)
+		now := time.Now()
+		d := now.Sub(t.CreatedAt)
+		st.started(t.ID, t.CreatedAt, t.AttemptedAt, now)
 		mu.Lock()
 		lat = append(lat, d)
 		mu.Unlock()
@@ -401,8 +404,11 @@ func Latency(ctx context.Context, c *backstop.Client, cfg Config) (*Result, erro
 		go func() {
 			defer wg.Done()
 			t0 := time.Now()
-			_, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: cfg.Queue, Kind: "noop"})
+			r, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: cfg.Queue, Kind: "noop"})
 			d := time.Since(t0)
+			if err == nil {
+				st.committed(r.Task.ID, t0.Add(d))
+			}
 			pmu.Lock()
 			calls = append(calls, d)
 			inFlight--
@@ -443,6 +449,7 @@ func Latency(ctx context.Context, c *backstop.Client, cfg Config) (*Result, erro
 		fmt.Fprintf(cfg.Progress, "bench: latency enqueue_call p50=%s p99=%s (of enqueue_to_start: from the task's creation to its commit)\n",
 			ms(res.EnqueueP50), ms(res.EnqueueP99))
 	}
+	st.report(cfg.Progress)
 	if res.Worked < enqueued {
 		return res, fmt.Errorf("bench: only %d of %d tasks started within 30s of the last enqueue", res.Worked, enqueued)
 	}

@@ -1,10 +1,15 @@
 package bench_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -209,5 +214,58 @@ func TestLatencyHoldsTheRate(t *testing.T) {
 	}
 	if res.Worked != res.Enqueued || res.EnqueueP50 <= 0 {
 		t.Fatalf("worked %d of %d, enqueue call p50 %s", res.Worked, res.Enqueued, res.EnqueueP50)
+	}
+}
+
+// TestLatencyStages: the latency run takes each pickup apart (creation →
+// the Enqueue call's return → the claim's start → the handler's start):
+// with every enqueue's write held 20 ms, the enqueue stage's p50 is at
+// least that, the slowest 1 % are counted by their largest stage, and
+// BACKSTOP_BENCH_STAGES gets every task's stages.
+func TestLatencyStages(t *testing.T) {
+	ctx := context.Background()
+	s, err := dburl.Open(ctx, testdb.SQLite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := backstop.NewClient(&slowEnqueues{Store: s, delay: 20 * time.Millisecond}, &backstop.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csvPath := filepath.Join(t.TempDir(), "stages.csv")
+	t.Setenv("BACKSTOP_BENCH_STAGES", csvPath)
+	var out bytes.Buffer
+	res, err := bench.Run(ctx, c, bench.Config{Rate: 200, Duration: time.Second, Workers: 50, Progress: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enq, largest int
+	for line := range strings.Lines(out.String()) {
+		var p50 float64
+		if _, err := fmt.Sscanf(line, "bench: stage enqueue p50=%fms", &p50); err == nil {
+			enq++
+			if p50 < 20 {
+				t.Errorf("enqueue stage p50 %.2f ms, want at least the 20 ms write: %s", p50, line)
+			}
+		}
+		if i := strings.Index(line, "largest_in="); i >= 0 && strings.HasPrefix(line, "bench: slowest 1% (2)") {
+			var n int
+			fmt.Sscanf(line[i:], "largest_in=%d", &n)
+			largest += n
+		}
+	}
+	if enq != 1 || largest != 2 {
+		t.Fatalf("stage lines: enqueue %d, slowest 1%% counted %d of 2:\n%s", enq, largest, out.String())
+	}
+	raw, err := os.ReadFile(csvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(raw), "\n"); lines != res.Enqueued+2 {
+		t.Fatalf("stages file: %d lines for %d tasks, want a line each, the start and the header", lines, res.Enqueued)
 	}
 }

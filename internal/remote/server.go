@@ -105,13 +105,14 @@ func (srv *Server) Claim(ctx context.Context, p Claim) ([]Lease, error) {
 	return out, nil
 }
 
-// ClaimRetry is how long a claim of queues that found nothing waits before
-// it claims again without a wake-up: until the first of their short rate
-// budgets has a token again (engine.NextTokenWait), at most poll.
-func (srv *Server) ClaimRetry(ctx context.Context, queues []string, poll time.Duration) time.Duration {
+// ClaimRetry is how long a claim of queues, begun at at (Now), that found
+// nothing waits before it claims again without a wake-up: until the first
+// of their rate budgets that was short then has a token again
+// (engine.NextTokenWait), at most poll.
+func (srv *Server) ClaimRetry(ctx context.Context, queues []string, at time.Time, poll time.Duration) time.Duration {
 	wait := poll
 	for _, q := range queues {
-		if d, ok := srv.e.NextTokenWait(ctx, q, wait); ok {
+		if d, ok := srv.e.NextTokenWait(ctx, q, at, wait); ok {
 			wait = d
 		}
 	}
@@ -476,3 +477,6 @@ func (srv *Server) StopWorker(ctx context.Context, id string) (*store.WorkerInfo
 	}
 	return srv.e.Store().GetWorker(ctx, id, srv.e.Now(), srv.e.Config().WorkerStaleAfter)
 }
+
+// Now is the engine's clock (a claim's time for ClaimRetry).
+func (srv *Server) Now() time.Time { return srv.e.Now() }

@@ -8,10 +8,12 @@ import (
 	"github.com/backstophq/backstop/store"
 )
 
-// testNextToken: NextToken says when the first short rate budget of a
-// queue has a whole token again, at the store's clock: nothing before a
-// budget is short, now + 1/rate once its one token is taken, the earliest
-// of several budgets; a queue without rate limits has none.
+// testNextToken: NextToken says when the first rate budget of a queue
+// that was short at the given time has a whole token again, at the store's
+// clock: nothing before a budget is short, now + 1/rate once its one token
+// is taken, the earliest of several budgets, the same answer (now past)
+// when asked late about that time, a bucket stored after the time read at
+// its own; a queue without rate limits has none.
 func (s *suite) testNextToken(t *testing.T) {
 	t.Parallel()
 	b := s.setup(t, nil)
@@ -24,14 +26,15 @@ func (s *suite) testNextToken(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	next := func(queue string) time.Time {
+	nextAt := func(queue string, at time.Time) time.Time {
 		t.Helper()
-		at, err := b.store.NextToken(b.ctx, queue, b.clock.Now())
+		due, err := b.store.NextToken(b.ctx, queue, at)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return at
+		return due
 	}
+	next := func(queue string) time.Time { t.Helper(); return nextAt(queue, b.clock.Now()) }
 	eq(t, "before any claim", next("nt"), time.Time{})
 	for _, tenant := range []string{"a", "a", "b", "b"} {
 		b.enqueue(backstop.EnqueueParams{Queue: "nt", Kind: "k", Attributes: map[string]string{"tenant": tenant}})
@@ -51,8 +54,13 @@ func (s *suite) testNextToken(t *testing.T) {
 	eq(t, "still due then", next("nt"), t0.Add(250*time.Millisecond))
 	b.clock.Advance(150 * time.Millisecond)
 	eq(t, "second claim at the token", claimNT(), 2)
-	eq(t, "the next one", next("nt"), b.clock.Now().Add(250*time.Millisecond))
+	t1 := b.clock.Now()
+	eq(t, "the next one", next("nt"), t1.Add(250*time.Millisecond))
+	eq(t, "asked at a time before the buckets were stored: read at theirs", nextAt("nt", t0), t1.Add(250*time.Millisecond))
 	b.clock.Advance(time.Second)
+	// A worker slow to ask about its short claim (a busy machine) is told
+	// the token it missed, not "none short", which would leave it to its poll.
+	eq(t, "asked late about the claim at t1: its token, now past", nextAt("nt", t1), t1.Add(250*time.Millisecond))
 	eq(t, "refilled: none short", next("nt"), time.Time{})
 	eq(t, "a concurrency limit has no tokens", next("other"), time.Time{})
 }
