@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -167,6 +168,8 @@ type remoteWorker struct {
 	cut context.Context
 	// stops: the claim stops in flight (a drain waits for them).
 	stops sync.WaitGroup
+	// unnamed: the server refused claim_id (older than this worker).
+	unnamed atomic.Bool
 }
 
 // remoteClaimCutDelay is how long a second signal leaves a claim still
@@ -300,10 +303,28 @@ func (r *remoteWorker) claimer(claimCtx, killCtx context.Context, queue string, 
 // drain stops the claim by its id (POST /v1/claims/{claim_id}/stop): the
 // server claims no more and answers at once, and the caller gives back
 // what the answer carries. Only a second signal (r.cut) cuts it; the HTTP
-// client's timeout bounds it otherwise. A server that does not know the
-// stop (an older one, or another one behind a balancer) answers when the
-// claim's wait runs out.
+// client's timeout bounds it otherwise. Behind a balancer the stop may
+// reach another server: it is sent again every remoteStopRetry until one
+// held the claim or the answer came (the claim's wait bounds that).
+//
+// A server older than claim_id refuses the key: the worker then claims
+// without it, and a drain cuts its claims as it used to (the server gives
+// back what it claimed for a worker that hung up, when it sees it).
 func (r *remoteWorker) claim(claimCtx context.Context, req api.ClaimRequest) ([]api.ClaimedTask, error) {
+	if !r.unnamed.Load() {
+		ts, err := r.namedClaim(claimCtx, req)
+		if !unknownClaimID(err) {
+			return ts, err
+		}
+		if !r.unnamed.Swap(true) {
+			r.log.Warn("the server does not know claim_id (it is older than this worker): a drain cuts its claims",
+				"worker_id", r.id)
+		}
+	}
+	return r.cl.Claim(claimCtx, req)
+}
+
+func (r *remoteWorker) namedClaim(claimCtx context.Context, req api.ClaimRequest) ([]api.ClaimedTask, error) {
 	req.ClaimID = fmt.Sprintf("c%016x%016x", rand.Uint64(), rand.Uint64())
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(claimCtx))
 	defer cancel()
@@ -317,19 +338,42 @@ func (r *remoteWorker) claim(claimCtx context.Context, req api.ClaimRequest) ([]
 	return ts, err
 }
 
-// stopClaim asks the server to stop the claim named id (still out: reqCtx
-// ends with its answer, or when it is cut).
+// unknownClaimID: err is an older server's refusal of the claim_id key.
+func unknownClaimID(err error) bool {
+	var p *api.Problem
+	return errors.As(err, &p) && p.Status == 400 && p.Code == "invalid_json" && strings.Contains(p.Detail, `"claim_id"`)
+}
+
+// remoteStopRetry is how often a stop that found no claim is sent again
+// while the claim's answer has not come (another server behind a balancer
+// may hold it).
+const remoteStopRetry = time.Second
+
+// stopClaim asks the server to stop the claim named id, until a server
+// held it or reqCtx ends (the claim's answer came, or it was cut).
 func (r *remoteWorker) stopClaim(reqCtx context.Context, id string) {
-	ctx, cancel := context.WithTimeout(reqCtx, remoteStopTimeout)
-	defer cancel()
-	res, err := r.cl.StopClaim(ctx, id)
-	switch {
-	case err != nil && reqCtx.Err() != nil:
-		// The answer came first: nothing to stop.
-	case err != nil:
-		r.log.Warn("stopping the claim failed; waiting for its answer", "worker_id", r.id, "claim_id", id, "error", err.Error())
-	default:
-		r.log.Debug("claim stopped", "worker_id", r.id, "claim_id", id, "held", res.Held)
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(reqCtx, remoteStopTimeout)
+		res, err := r.cl.StopClaim(ctx, id)
+		cancel()
+		switch {
+		case reqCtx.Err() != nil:
+			return // the answer came: nothing to stop
+		case err != nil:
+			r.log.Warn("stopping the claim failed; waiting for its answer", "worker_id", r.id, "claim_id", id, "try", try,
+				"error", err.Error())
+		case res.Held:
+			r.log.Debug("claim stopped", "worker_id", r.id, "claim_id", id, "try", try)
+			return
+		default:
+			r.log.Debug("claim stop: the server did not hold the claim (answered, or another server's)", "worker_id", r.id,
+				"claim_id", id, "try", try)
+		}
+		select {
+		case <-reqCtx.Done():
+			return
+		case <-time.After(remoteStopRetry):
+		}
 	}
 }
 
