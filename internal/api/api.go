@@ -93,6 +93,9 @@ type Server struct {
 	// claimWaiting, set only by tests (export_test.go), is called each
 	// time a long-poll claim found nothing and starts to wait.
 	claimWaiting atomic.Pointer[func()]
+	// stops: the named claims this server holds, and the stops that came
+	// before their claim (claimstop.go).
+	stops claimStops
 	// redrives runs the DLQ redrives started over the API (redrive.go).
 	redrives *redrives
 	closed   sync.Once
@@ -264,6 +267,7 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/audit", RoleViewer, s.listAudit)
 
 	s.handle("POST", "/v1/claim", RoleOperator, s.claim)
+	s.handle("POST", "/v1/claims/{claim_id}/stop", RoleOperator, s.stopClaim)
 	s.handle("POST", "/v1/tasks/{id}/heartbeat", RoleOperator, s.heartbeat)
 	s.handle("POST", "/v1/tasks/{id}/progress", RoleOperator, s.progress)
 	s.handle("POST", "/v1/tasks/{id}/complete", RoleOperator, s.complete)

@@ -232,7 +232,10 @@ func budgetOf(method, path string) rateBudget {
 	case "POST /v1/tasks/{id}/heartbeat", "POST /v1/tasks/{id}/progress", "POST /v1/tasks/{id}/complete",
 		"POST /v1/tasks/{id}/fail", "POST /v1/tasks/{id}/release", "POST /v1/tasks/complete",
 		// A worker's registry heartbeat and stop keep `workers list` true.
-		"POST /v1/workers/{id}/heartbeat", "POST /v1/workers/{id}/stop":
+		"POST /v1/workers/{id}/heartbeat", "POST /v1/workers/{id}/stop",
+		// A draining worker's claim stop: refused, the claim's tasks
+		// would be cut off with its answer (claimstop.go).
+		"POST /v1/claims/{claim_id}/stop":
 		return budgetNone
 	}
 	return budgetAPI

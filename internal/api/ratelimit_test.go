@@ -72,6 +72,14 @@ func TestRateLimitWorkerBudget(t *testing.T) {
 	if !limited {
 		t.Fatal("5 claims at 1/s (burst 2) were not limited")
 	}
+	// A draining worker's claim stops are never limited either, with
+	// both budgets spent: a refused stop cuts the claim off with its
+	// answer, and the tasks it took wait out their leases.
+	for i := range 20 {
+		if _, err := op.StopClaim(ctx, "drain-"+strconv.Itoa(i)); err != nil {
+			t.Fatalf("claim stop %d: %v", i, err)
+		}
+	}
 }
 
 // TestRateLimitRetryAfter: a 429 says, in whole seconds, when the token's

@@ -31,6 +31,11 @@ type ClaimRequest struct {
 	Wait bt.Duration `json:"wait"`
 	// Lease: how long the claim lasts without a heartbeat. Default 30s.
 	Lease bt.Duration `json:"lease"`
+	// ClaimID (optional) names this claim, for POST
+	// /v1/claims/{claim_id}/stop (claimstop.go): a draining worker ends
+	// the claim's wait by name and reads its answer instead of hanging up
+	// on it. Made by the worker, unique among its claims.
+	ClaimID string `json:"claim_id,omitempty"`
 }
 
 // ClaimedTask is a leased task: the task's JSON (execution_id included)
@@ -58,19 +63,29 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	if wait < 0 || wait > s.opts.MaxWait {
 		return &apiError{code: codeInvalidInput, field: "wait", detail: fmt.Sprintf("wait: must be between 0s and %s", s.opts.MaxWait)}
 	}
+	if req.ClaimID != "" {
+		if err := checkClaimID(req.ClaimID); err != nil {
+			return err
+		}
+	}
 	p := remote.Claim{Queues: req.Queues, Kinds: req.Kinds, WorkerID: req.WorkerID, Max: req.Max,
 		Lease: time.Duration(req.Lease)}
 	if backstop.ValidID(req.WorkerID) == nil {
 		s.seeWorker(r, req.WorkerID, req.Queues)
 	}
-	tasks, err := s.claimWait(r.Context(), p, wait)
+	stop, done := s.stops.start(req.ClaimID)
+	tasks, err := s.claimWait(r.Context(), stop, p, wait)
+	done()
 	if err != nil {
 		return err
 	}
 	if r.Context().Err() != nil && len(tasks) > 0 {
-		// The worker hung up (a drain cancels its long poll) after the
-		// claim committed: nobody will get these leases, so give the
-		// tasks back now, uncharged, instead of at lease expiry.
+		// The worker hung up after the claim committed (a client that
+		// cuts its long poll instead of stopping it by claim_id; a
+		// second signal): nobody will get these leases, so give the
+		// tasks back now, uncharged, instead of at lease expiry. Best
+		// effort only: the worker can hang up after this check, while
+		// the answer is written or read (claimstop.go is the fix).
 		for _, t := range tasks {
 			if _, err := s.rp.Release(context.WithoutCancel(actorContext(r)), t.ID, t.LeaseToken, nil); err != nil {
 				s.log.Warn("releasing a claim nobody received", "task_id", t.ID, "error", err)
@@ -100,12 +115,18 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 
 // claimWait claims, and while nothing is claimable waits for a store
 // wake-up (or the poll interval, or a rate limit's next token) until wait
-// runs out. A claim is never cut
-// off half-way by the caller going away: the tasks it leased would be lost
-// until their leases expire.
-func (s *Server) claimWait(ctx context.Context, p remote.Claim, wait time.Duration) ([]remote.Lease, error) {
+// runs out, or stop is closed (the worker stopped the claim by its id: no
+// claim starts after that, and one running finishes and is answered). A
+// claim is never cut off half-way by the caller going away: the tasks it
+// leased would be lost until their leases expire.
+func (s *Server) claimWait(ctx context.Context, stop <-chan struct{}, p remote.Claim, wait time.Duration) ([]remote.Lease, error) {
 	deadline := time.Now().Add(wait)
 	for {
+		select {
+		case <-stop:
+			return nil, nil
+		default:
+		}
 		woken := s.waker.wait()
 		claimAt := s.rp.Now()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -133,6 +154,7 @@ func (s *Server) claimWait(ctx context.Context, p remote.Claim, wait time.Durati
 		case <-t.C:
 		case <-ctx.Done():
 		case <-s.quit:
+		case <-stop:
 		}
 		t.Stop()
 		if ctx.Err() != nil {

@@ -187,6 +187,14 @@ func (c *Client) Claim(ctx context.Context, req api.ClaimRequest) ([]api.Claimed
 	return out.Tasks, nil
 }
 
+// StopClaim ends the wait of the claim named id (its ClaimRequest's
+// ClaimID): it answers at once with the tasks it leased, if any. Held says
+// whether the server that took this call held the claim.
+func (c *Client) StopClaim(ctx context.Context, id string) (*api.ClaimStopResponse, error) {
+	var out api.ClaimStopResponse
+	return &out, c.Do(ctx, "POST", "/v1/claims/"+esc(id)+"/stop", nil, &out)
+}
+
 // Heartbeat extends a lease (and stores progress when given).
 func (c *Client) Heartbeat(ctx context.Context, id string, req api.HeartbeatRequest) (*api.HeartbeatResponse, error) {
 	var out api.HeartbeatResponse

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -67,7 +68,14 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 		id = fmt.Sprintf("%s-%d-%04x", cmp.Or(host, "worker"), os.Getpid(), rand.IntN(1<<16))
 	}
 	cl := apiclient.New(o.server, o.token)
-	r := &remoteWorker{cl: cl, h: h, log: log, id: id, o: o, done: &remoteCompleter{cl: cl}, empty: make(chan struct{})}
+	// cutCtx cuts the claims still waiting for their answer (a second
+	// signal): until then a drain stops them by name and reads their
+	// answers (claimer).
+	cutCtx, cut := context.WithCancel(context.WithoutCancel(ctx))
+	defer cut()
+	r := &remoteWorker{cl: cl, h: h, log: log, id: id, o: o, done: &remoteCompleter{cl: cl}, empty: make(chan struct{}),
+		cut: cutCtx}
+	defer r.stops.Wait()
 	r.lastActive.Store(time.Now().UnixNano())
 	reg := startRemoteRegistry(cl, api.RegisterWorkerRequest{ID: id, Queues: o.queues,
 		Labels: o.registryLabels(), Version: o.registryVersion()}, log) // remoteregistry.go
@@ -115,14 +123,26 @@ func (a *app) remoteWork(ctx context.Context, o *workOptions, command []string) 
 	defer signal.Stop(sigs)
 	grace := time.NewTimer(o.grace)
 	defer grace.Stop()
+	second := func() {
+		log.Warn("second signal: ending the grace period now", "worker_id", id)
+		kill(errRemoteDrain)
+		// A claim stopped by the drain normally has its answer within
+		// milliseconds; one still out after that is cut (its tasks come
+		// back at lease expiry unless the server sees the hang-up).
+		time.AfterFunc(remoteClaimCutDelay, cut)
+	}
 	select {
 	case <-done:
 	case <-grace.C:
 		kill(errRemoteDrain)
-		<-done
+		select {
+		case <-done:
+		case <-sigs:
+			second()
+			<-done
+		}
 	case <-sigs:
-		log.Warn("second signal: ending the grace period now", "worker_id", id)
-		kill(errRemoteDrain)
+		second()
 		<-done
 	}
 	reg.stop()
@@ -144,7 +164,20 @@ type remoteWorker struct {
 	// queue dry and stopped; empty is closed when all have.
 	dry   atomic.Int32
 	empty chan struct{}
+	// cut ends with a second signal: claims still out are cut then.
+	cut context.Context
+	// stops: the claim stops in flight (a drain waits for them).
+	stops sync.WaitGroup
+	// unnamed: the server refused claim_id (older than this worker).
+	unnamed atomic.Bool
 }
+
+// remoteClaimCutDelay is how long a second signal leaves a claim still
+// out to bring its answer before the worker hangs up on it.
+const remoteClaimCutDelay = 2 * time.Second
+
+// remoteStopTimeout bounds a claim stop request.
+const remoteStopTimeout = 5 * time.Second
 
 // queueDry records that one queue's claimer found it dry
 // (--exit-when-empty), closing r.empty once every queue is.
@@ -206,15 +239,21 @@ func (r *remoteWorker) claimer(claimCtx, killCtx context.Context, queue string, 
 				break take
 			}
 		}
-		ts, err := r.cl.Claim(claimCtx, api.ClaimRequest{Queues: []string{queue}, Kinds: r.o.kinds, WorkerID: r.id, Max: n,
+		if claimCtx.Err() != nil {
+			return // drained while it took the slots
+		}
+		ts, err := r.claim(claimCtx, api.ClaimRequest{Queues: []string{queue}, Kinds: r.o.kinds, WorkerID: r.id, Max: n,
 			Wait: bt.Duration(r.claimWait()), Lease: bt.Duration(lease)})
 		for range n - len(ts) {
 			release()
 		}
+		if claimCtx.Err() != nil {
+			// Drained while the claim was out: what it leased was never
+			// started; give it back uncharged.
+			r.giveBack(ts, lease)
+			return
+		}
 		if err != nil {
-			if claimCtx.Err() != nil {
-				return
-			}
 			_, after := apiclient.Retryable(err)
 			wait := max(backoff, min(after, time.Minute))
 			r.log.Warn("claim failed; retrying", "worker_id", r.id, "error", err.Error(), "backoff", wait.String())
@@ -254,6 +293,106 @@ func (r *remoteWorker) claimer(claimCtx, killCtx context.Context, queue string, 
 				r.run(killCtx, t, lease)
 			})
 		}
+	}
+}
+
+// claim sends one claim, named by a fresh claim id. A drain (claimCtx
+// ending) does not hang up on it: a claim whose transaction committed
+// leased its tasks to this worker, and an answer nobody reads leaves them
+// running until their leases expire, charged as lease_expired. Instead the
+// drain stops the claim by its id (POST /v1/claims/{claim_id}/stop): the
+// server claims no more and answers at once, and the caller gives back
+// what the answer carries. Only a second signal (r.cut) cuts it; the HTTP
+// client's timeout bounds it otherwise. Behind a balancer the stop may
+// reach another server: it is sent again every remoteStopRetry until one
+// held the claim or the answer came (the claim's wait bounds that).
+//
+// A server older than claim_id refuses the key: the worker then claims
+// without it, and a drain cuts its claims as it used to (the server gives
+// back what it claimed for a worker that hung up, when it sees it).
+func (r *remoteWorker) claim(claimCtx context.Context, req api.ClaimRequest) ([]api.ClaimedTask, error) {
+	if !r.unnamed.Load() {
+		ts, err := r.namedClaim(claimCtx, req)
+		if !unknownClaimID(err) {
+			return ts, err
+		}
+		if !r.unnamed.Swap(true) {
+			r.log.Warn("the server does not know claim_id (it is older than this worker): a drain cuts its claims",
+				"worker_id", r.id)
+		}
+	}
+	return r.cl.Claim(claimCtx, req)
+}
+
+func (r *remoteWorker) namedClaim(claimCtx context.Context, req api.ClaimRequest) ([]api.ClaimedTask, error) {
+	req.ClaimID = fmt.Sprintf("c%016x%016x", rand.Uint64(), rand.Uint64())
+	reqCtx, cancel := context.WithCancel(context.WithoutCancel(claimCtx))
+	defer cancel()
+	defer context.AfterFunc(r.cut, cancel)()
+	r.stops.Add(1)
+	stopStop := context.AfterFunc(claimCtx, func() { defer r.stops.Done(); r.stopClaim(reqCtx, req.ClaimID) })
+	ts, err := r.cl.Claim(reqCtx, req)
+	if stopStop() {
+		r.stops.Done() // no drain while it was out
+	}
+	return ts, err
+}
+
+// unknownClaimID: err is an older server's refusal of the claim_id key.
+func unknownClaimID(err error) bool {
+	var p *api.Problem
+	return errors.As(err, &p) && p.Status == 400 && p.Code == "invalid_json" && strings.Contains(p.Detail, `"claim_id"`)
+}
+
+// remoteStopRetry is how often a stop that found no claim is sent again
+// while the claim's answer has not come (another server behind a balancer
+// may hold it).
+const remoteStopRetry = time.Second
+
+// stopClaim asks the server to stop the claim named id, until a server
+// held it or reqCtx ends (the claim's answer came, or it was cut).
+func (r *remoteWorker) stopClaim(reqCtx context.Context, id string) {
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(reqCtx, remoteStopTimeout)
+		res, err := r.cl.StopClaim(ctx, id)
+		cancel()
+		switch {
+		case reqCtx.Err() != nil:
+			return // the answer came: nothing to stop
+		case err != nil:
+			r.log.Warn("stopping the claim failed; waiting for its answer", "worker_id", r.id, "claim_id", id, "try", try,
+				"error", err.Error())
+		case res.Held:
+			r.log.Debug("claim stopped", "worker_id", r.id, "claim_id", id, "try", try)
+			return
+		default:
+			r.log.Debug("claim stop: the server did not hold the claim (answered, or another server's)", "worker_id", r.id,
+				"claim_id", id, "try", try)
+		}
+		select {
+		case <-reqCtx.Done():
+			return
+		case <-time.After(remoteStopRetry):
+		}
+	}
+}
+
+// giveBack releases tasks a claim brought after the drain began (never
+// started: uncharged, the attempt count unchanged, recorded as released).
+func (r *remoteWorker) giveBack(ts []api.ClaimedTask, lease time.Duration) {
+	for _, ct := range ts {
+		l := apiclient.LeaseOf(ct)
+		l.WorkerID = cmp.Or(l.WorkerID, r.id)
+		log := r.log.With("worker_id", r.id, "task_id", ct.Task.ID, "attempt", ct.Task.Attempt)
+		ctx, cancel := context.WithTimeout(context.Background(), max(lease, remoteReportFloor))
+		rep, err := r.cl.ReportRelease(ctx, l, api.ReleaseRequest{},
+			&apiclient.Retry{Max: min(5*time.Second, max(lease/3, 100*time.Millisecond))})
+		cancel()
+		if err != nil {
+			log.Error("gave up releasing a task claimed as the worker drained; it comes back at lease expiry", "error", err.Error())
+			continue
+		}
+		log.Info("task released on shutdown (claimed as the worker drained; not charged)", reportArgs(rep)...)
 	}
 }
 

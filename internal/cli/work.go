@@ -128,7 +128,9 @@ database: long-poll claims, heartbeats every lease/3, complete or fail with the
 outcome class of the exit code. The server's maintenance settles the tasks of a
 worker that died. On a drain whose grace runs out, the killed programs' tasks
 are released without charging an attempt (POST /v1/tasks/{id}/release), as in
-local mode.
+local mode. A drain does not hang up on a claim still out: it stops it by name
+(POST /v1/claims/{claim_id}/stop), reads its answer and releases the tasks it
+brought, uncharged; a second signal cuts a claim still out 2s later.
 
 --config FILE reads queue settings (concurrency, lease) and leader_ttl from a
 configuration file; flags win over BACKSTOP_* variables, which win over it.`,
