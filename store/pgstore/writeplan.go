@@ -286,8 +286,7 @@ func wrapped(prefix string) func(int64, error) error {
 	}
 }
 
-// batchSender is what sends a pipeline: a pgx.Tx (in its transaction), or
-// the pool (one implicit transaction).
+// batchSender is what sends a pipeline: a pgx.Tx, in its transaction.
 type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
