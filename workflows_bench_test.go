@@ -3,6 +3,7 @@ package backstop
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,6 +73,96 @@ func BenchmarkWorkflowOverhead(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkWorkflowOverheadPairs: BenchmarkWorkflowOverhead's two modes
+// measured as pairs, what the workflow row of scripts/bench-table reads.
+// One store and one worker (concurrency 8) serve both modes, on the same
+// queue and tables; after one untimed round of each (the pool's
+// connections, their prepared statements and plans), each iteration is a
+// round of each mode, the order alternating: 100 runs of the 5-step
+// linear workflow started one after another, or 500 tasks enqueued with
+// one EnqueueMany, each round timed until its 500 handlers ran. The
+// rounds are what BenchmarkWorkflowOverhead times; here a pair's two are
+// seconds apart in one process and on one warm store, where that
+// benchmark times 3 rounds of one mode, then 3 of the other, each on a
+// fresh store (docs/benchmarks.md, branch wfstep5: its ratio swung
+// 0.62–0.86 on a quiet box). Reported: step/plain, the median over the
+// pairs of (step tasks/s) / (plain tasks/s); the two modes' tasks/s over
+// all their rounds.
+//
+//	scripts/with-postgres go test -run '^$' -bench WorkflowOverheadPairs/postgres -benchtime 10x .
+func BenchmarkWorkflowOverheadPairs(b *testing.B) {
+	const runs, steps = 100, 5
+	for _, db := range benchDBs {
+		b.Run(db.name, func(b *testing.B) {
+			ctx := context.Background()
+			_, c := benchStore(b, db.url(b))
+			applyLinear(b, c, steps)
+			done := make(chan struct{}, runs*steps)
+			w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"bench": 8}, PollInterval: 5 * time.Millisecond,
+				MaintenanceInterval: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			w.Handle("noop", HandlerFunc(func(context.Context, *Task) error { done <- struct{}{}; return nil }))
+			if err := w.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			defer w.Stop(ctx)
+			round := func(mode string) time.Duration {
+				start := time.Now()
+				if mode == "workflow" {
+					for r := 0; r < runs; r++ {
+						if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "linear"}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				} else {
+					ps := make([]EnqueueParams, runs*steps)
+					for j := range ps {
+						ps[j] = EnqueueParams{Queue: "bench", Kind: "noop"}
+					}
+					if _, err := c.EnqueueMany(ctx, ps); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for j := 0; j < runs*steps; j++ {
+					select {
+					case <-done:
+					case <-time.After(2 * time.Minute):
+						b.Fatalf("%s: only %d of %d tasks ran", mode, j, runs*steps)
+					}
+				}
+				return time.Since(start)
+			}
+			round("workflow")
+			round("plain")
+			b.ResetTimer()
+			var ratios []float64
+			var stepT, plainT time.Duration
+			for i := 0; i < b.N; i++ {
+				var st, pl time.Duration
+				if i%2 == 0 {
+					st = round("workflow")
+					pl = round("plain")
+				} else {
+					pl = round("plain")
+					st = round("workflow")
+				}
+				stepT, plainT = stepT+st, plainT+pl
+				ratios = append(ratios, pl.Seconds()/st.Seconds()) // (500/st) / (500/pl)
+			}
+			slices.Sort(ratios)
+			med := ratios[len(ratios)/2]
+			if len(ratios)%2 == 0 {
+				med = (ratios[len(ratios)/2-1] + med) / 2
+			}
+			b.ReportMetric(med, "step/plain")
+			b.ReportMetric(float64(b.N*runs*steps)/stepT.Seconds(), "step_tasks/s")
+			b.ReportMetric(float64(b.N*runs*steps)/plainT.Seconds(), "plain_tasks/s")
+		})
 	}
 }
 

@@ -91,7 +91,8 @@ type Store interface {
 	InTx(ctx context.Context, fn func(Tx) error) error
 	// WritePlan is Tx.WritePlan in a transaction of its own (a workflow
 	// run's start). Postgres sends a plan without run updates as one
-	// pipeline the server runs as one implicit transaction: one round trip.
+	// pipeline (BEGIN, the writes, COMMIT, the wake-up after it): one
+	// round trip.
 	WritePlan(ctx context.Context, w PlanWrite) ([]EnqueueResult, error)
 	// RequestCancel cancels a scheduled/pending/buffered task at once and
 	// marks a running one for cooperative cancellation (the worker sees it

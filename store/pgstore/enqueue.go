@@ -38,8 +38,10 @@ func (s *Store) Enqueue(ctx context.Context, tasks []*bt.Task, opts store.Enqueu
 				err = fmt.Errorf("pgstore: enqueue: commit: %w", err)
 			}
 		}
+		if err != nil || tx.wakeLost {
+			s.dropWakes(pid, tx.expected) // no notification will come
+		}
 		if err != nil {
-			s.dropWakes(pid, tx.expected)
 			return nil, err
 		}
 		s.wakeLocal(tx.woken)

@@ -44,10 +44,12 @@ type pipeTx struct {
 	begun  bool          // BEGIN was sent
 	done   bool          // Commit or Rollback ended it, or a COPY carried its COMMIT
 	copied bool          // the COMMIT went with a COPY and succeeded (copyCommit)
-	woken  []string
-	held   *pipeline // writes sent with COMMIT, or before the next statement
-	locked []string  // the runs LockRun(s) locked in this transaction (sorted)
-	nested int       // savepoints begun, for their names
+	woken  []string      // queues to wake after the COMMIT (sqlWakeAfterCommit)
+	// wakeLost: the COMMIT succeeded and the wake-up after it failed.
+	wakeLost bool
+	held     *pipeline // writes sent with COMMIT, or before the next statement
+	locked   []string  // the runs LockRun(s) locked in this transaction (sorted)
+	nested   int       // savepoints begun, for their names
 
 	// onCommit, when set, runs just before the COMMIT is sent, with the
 	// queues the transaction wakes (Store.Enqueue: expectWakes); a COPY
@@ -120,7 +122,8 @@ func (t *pipeTx) copyCommit(ctx context.Context, data []byte) error {
 
 var _ pgx.Tx = (*pipeTx)(nil)
 
-// wakeAtCommit records the queues to NOTIFY, sent with the COMMIT.
+// wakeAtCommit records the queues to NOTIFY, sent after the COMMIT in
+// its round trip (sqlWakeAfterCommit).
 func (t *pipeTx) wakeAtCommit(queues []string) { t.woken = append(t.woken, queues...) }
 
 // holdForCommit keeps p's statements to send with COMMIT (or before the
@@ -159,6 +162,27 @@ func (t *pipeTx) holdsRuns(rs []store.RunRecord) bool {
 // sqlNotifyQueues wakes the queues of the array $1: one prepared statement
 // for any number of queues, as a pipeline needs.
 const sqlNotifyQueues = `SELECT count(pg_notify('` + wakeupChannel + `', q)::text) FROM unnest($1::text[]) q`
+
+// sqlWakeAfterCommit is sqlNotifyQueues sent after a COMMIT, so in a
+// transaction of its own.
+//
+// A transaction that NOTIFYs holds one lock of the whole cluster from
+// just before its commit record until its commit is over (PostgreSQL's
+// async.c, PreCommit_Notify: the notification queue keeps the commit
+// order), its WAL flush included: the commits that notify are
+// serialized, one flush each, theirs and every other session's, and
+// never share a flush (group commit). A settle batch that enqueues a
+// workflow's next steps and a run's start notify; with the NOTIFY in
+// their transaction they waited on that lock for most of their commit
+// (docs/benchmarks.md, branch wfstep5). Here the data's COMMIT is
+// flushed as any other; the wake-up after it wrote no WAL, so its commit
+// does not wait for a flush and holds the lock only while its commit
+// record is inserted. Losing it (a crash before that record is flushed,
+// the connection lost between the two) loses a wake-up, not data:
+// workers poll, the fallback. It runs only once the COMMIT succeeded (the
+// server skips it after a failure), so no worker is woken for writes
+// that were rolled back.
+const sqlWakeAfterCommit = sqlNotifyQueues
 
 // pipelinable says whether a statement may go in a pipeline: its
 // arguments choose no QueryExecMode.
@@ -292,9 +316,9 @@ func (t *pipeTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	return sp, nil
 }
 
-// Commit sends the held writes, the wake-up and COMMIT in one round trip
+// Commit sends the held writes, COMMIT and the wake-up in one round trip
 // (with BEGIN when nothing was sent yet; nothing when nothing was
-// written), after onCommit has run with the queues it wakes; it returns
+// written; the wake-up after the COMMIT, sqlWakeAfterCommit), after onCommit has run with the queues it wakes; it returns
 // nil at once when a COPY already carried the COMMIT (copyCommit). A held
 // write's failure is the error as its statement reported it; a
 // transaction the server ended as a rollback (an earlier failure) is
@@ -316,19 +340,29 @@ func (t *pipeTx) Commit(ctx context.Context) error {
 		p = &pipeline{}
 	}
 	t.willCommit(t.woken)
-	if len(t.woken) > 0 {
-		p.exec(sqlNotifyQueues, []any{t.woken}, wrapped("notify"))
-	}
+	committed := false
 	p.b.Queue("commit")
 	p.read = append(p.read, func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
 		if err == nil && tag.String() != "COMMIT" {
 			err = pgx.ErrTxCommitRollback
 		}
+		committed = err == nil
 		return err
 	})
+	if len(t.woken) > 0 {
+		// After the COMMIT, in the same round trip: its own transaction
+		// (the server skips it when the transaction failed).
+		p.exec(sqlWakeAfterCommit, []any{t.woken}, wrapped("notify"))
+	}
 	err := p.send(ctx, t)
 	t.end(ctx)
+	if committed && err != nil {
+		// Only the wake-up failed: the transaction is committed, and
+		// workers find its tasks by polling (DESIGN: the fallback).
+		t.wakeLost = true
+		err = nil
+	}
 	return err
 }
 

@@ -20,8 +20,9 @@ const pipelineRows = 64
 
 // WritePlan is store.WorkflowTx's WritePlan inside tx: its statements (the
 // new runs, the run updates, the step rows, the tasks with their
-// task.enqueued events and spilled payloads, the queues' NOTIFY, the
-// events) are sent as one pipeline, one round trip, and their outcomes read
+// task.enqueued events and spilled payloads, the events; the queues'
+// NOTIFY after the COMMIT in the store's own transaction, sqlWakeAfterCommit,
+// or in the caller's) are sent as one pipeline, one round trip, and their outcomes read
 // in order; each statement holds at most maxPreparedRows rows (the tasks:
 // one statement of arrays for any number), so it stays one cached
 // prepared statement. Tasks with an idempotency, merge or
@@ -39,17 +40,24 @@ func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]sto
 	if !pipelined(w) {
 		return store.WritePlanInSteps(ctx, t, tx, w)
 	}
-	if own, ok := tx.(*pipeTx); ok && own.holdsRuns(w.Updates) {
+	own, ok := tx.(*pipeTx)
+	if ok && own.holdsRuns(w.Updates) {
 		p, results, err := planPipeline(ctx, w, true, t.s.insertsCounted())
 		if err != nil {
 			return nil, err
 		}
 		own.holdForCommit(p)
+		own.wakeAtCommit(p.wake)
 		return results, nil
 	}
 	p, results, err := planPipeline(ctx, w, false, t.s.insertsCounted())
 	if err != nil {
 		return nil, err
+	}
+	if ok {
+		own.wakeAtCommit(p.wake)
+	} else {
+		p.notifyInTx() // the caller commits
 	}
 	if err := p.send(ctx, tx); err != nil {
 		return nil, err
@@ -58,11 +66,13 @@ func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]sto
 }
 
 // WritePlan is store.Store's WritePlan: a plan without run updates that
-// the pipeline takes is sent as one pipeline outside any transaction
-// block, which the server runs as one implicit transaction (one round
-// trip, no begin or commit): a run or task id that exists fails its
-// statement (no ON CONFLICT), so the server rolls everything back. Any
-// other plan: WritePlan in a transaction of its own.
+// the pipeline takes is sent as one pipeline, one round trip: BEGIN, its
+// writes, COMMIT and, after it, the wake-up of the queues it gave pending
+// tasks (sqlWakeAfterCommit: not in the transaction, whose commit would
+// then wait on the cluster's notify lock). A run or task id that exists
+// fails its statement (no ON CONFLICT), and the server skips the rest:
+// the transaction rolls back. Any other plan: WritePlan in a transaction
+// of its own.
 func (s *Store) WritePlan(ctx context.Context, w store.PlanWrite) ([]store.EnqueueResult, error) {
 	if !pipelined(w) || len(w.Updates) > 0 {
 		var res []store.EnqueueResult
@@ -77,7 +87,14 @@ func (s *Store) WritePlan(ctx context.Context, w store.PlanWrite) ([]store.Enque
 	if err != nil {
 		return nil, err
 	}
-	if err := p.send(ctx, s.pool); err != nil {
+	tx, err := s.Txs().Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	own := tx.(*pipeTx)
+	own.holdForCommit(p)
+	own.wakeAtCommit(p.wake)
+	if err := own.Commit(ctx); err != nil { // a failure ends it rolled back
 		return nil, err
 	}
 	return results, nil
@@ -157,6 +174,24 @@ func pipelined(w store.PlanWrite) bool {
 type pipeline struct {
 	b    pgx.Batch
 	read []func(pgx.BatchResults) error
+	// wake: the queues its tasks made pending, to NOTIFY. The store's
+	// own transaction wakes them after its COMMIT (pipeTx.wakeAtCommit);
+	// in a caller's, notifyInTx adds the NOTIFY to the pipeline.
+	wake []string
+}
+
+// notifyInTx adds the NOTIFY of p.wake to the pipeline: in a transaction
+// the caller commits, where NOTIFY is delivered at that commit.
+func (p *pipeline) notifyInTx() {
+	if len(p.wake) == 0 {
+		return
+	}
+	woken := make([]any, len(p.wake))
+	for i, q := range p.wake {
+		woken[i] = q
+	}
+	p.exec(sqlNotify(len(woken)), woken, wrapped("pgstore: enqueue: notify"))
+	p.wake = nil
 }
 
 // exec adds a statement whose outcome is its row count.
@@ -169,9 +204,10 @@ func (p *pipeline) exec(sql string, args []any, outcome func(n int64, err error)
 }
 
 // tasks adds the enqueue of tasks without keys (enqueue's plain path):
-// their inserts with their task.enqueued events, their spilled payloads,
-// the NOTIFY of the queues that got a pending task. The results are filled
-// in when the pipeline is sent; opts.Events are the caller's to add.
+// their inserts with their task.enqueued events, their spilled payloads;
+// the queues that got a pending task are p.wake, for the sender to
+// NOTIFY. The results are filled in when the pipeline is sent;
+// opts.Events are the caller's to add.
 // strict: a taken id fails the insert (store.ErrConflict).
 func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.EnqueueOpts, strict, counted bool) ([]store.EnqueueResult, error) {
 	results := make([]store.EnqueueResult, len(tasks))
@@ -180,7 +216,6 @@ func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.Enque
 	}
 	actor := store.ActorFrom(ctx, store.DefaultActor)
 	var spills []row
-	var woken []any
 	// One statement of arrays for any number of rows (a plan holds at
 	// most pipelineRows): one text per form, so each connection prepares
 	// and plans it once, not once per row count.
@@ -195,8 +230,8 @@ func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.Enque
 		if r.spilled {
 			spills = append(spills, r)
 		}
-		if t.State == bt.StatePending && !slices.Contains(woken, any(t.Queue)) {
-			woken = append(woken, t.Queue)
+		if t.State == bt.StatePending && !slices.Contains(p.wake, t.Queue) {
+			p.wake = append(p.wake, t.Queue)
 		}
 	}
 	p.b.Queue(planInsertSQL(strict, counted), append(taskArrays(batch), actor)...)
@@ -223,9 +258,6 @@ func (p *pipeline) tasks(ctx context.Context, tasks []*bt.Task, opts store.Enque
 			args = append(args, r.task.ID, []byte(r.task.Payload))
 		}
 		p.exec(sqlInsertPayloads(len(chunk)), args, wrapped("pgstore: enqueue: spill payloads"))
-	}
-	if len(woken) > 0 {
-		p.exec(sqlNotify(len(woken)), woken, wrapped("pgstore: enqueue: notify"))
 	}
 	return results, nil
 }
@@ -254,8 +286,7 @@ func wrapped(prefix string) func(int64, error) error {
 	}
 }
 
-// batchSender is what sends a pipeline: a pgx.Tx (in its transaction), or
-// the pool (one implicit transaction).
+// batchSender is what sends a pipeline: a pgx.Tx, in its transaction.
 type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }

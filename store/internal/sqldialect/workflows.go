@@ -526,7 +526,7 @@ func WorkflowInsertRunSQL(d *Dialect, r store.RunRecord, strict bool) (string, [
 	hash := "$4"
 	if r.Latest {
 		// A plan hash of NULL fails the NOT NULL column: the statement (and
-		// a pipeline's implicit transaction) fails when a later version
+		// the pipeline's transaction) fails when a later version
 		// is registered, instead of inserting a run of a stale one.
 		hash = "CASE WHEN $3 = (SELECT max(version) FROM backstop_workflows WHERE name = $2) THEN $4 END"
 	}
