@@ -179,9 +179,11 @@ const sqlNotifyQueues = `SELECT count(pg_notify('` + wakeupChannel + `', q)::tex
 // does not wait for a flush and holds the lock only while its commit
 // record is inserted. Losing it (a crash before that record is flushed,
 // the connection lost between the two) loses a wake-up, not data:
-// workers poll, the fallback. It runs only once the COMMIT succeeded (the
-// server skips it after a failure), so no worker is woken for writes
-// that were rolled back.
+// workers poll, the fallback. A write of the same round trip that fails
+// makes the server skip the rest, the wake-up included; a COMMIT of a
+// transaction an earlier round trip aborted answers ROLLBACK without an
+// error, and the wake-up after it is a spurious one (a claim that finds
+// nothing), never a lost one.
 const sqlWakeAfterCommit = sqlNotifyQueues
 
 // pipelinable says whether a statement may go in a pipeline: its
