@@ -26,45 +26,11 @@ func BenchmarkWorkflowOverhead(b *testing.B) {
 	for _, db := range benchDBs {
 		for _, mode := range []string{"workflow", "plain"} {
 			b.Run(db.name+"/"+mode, func(b *testing.B) {
-				ctx := context.Background()
-				_, c := benchStore(b, db.url(b))
-				applyLinear(b, c, steps)
-				done := make(chan struct{}, runs*steps)
-				w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"bench": 8}, PollInterval: 5 * time.Millisecond,
-					MaintenanceInterval: -1})
-				if err != nil {
-					b.Fatal(err)
-				}
-				w.Handle("noop", HandlerFunc(func(context.Context, *Task) error { done <- struct{}{}; return nil }))
-				if err := w.Start(ctx); err != nil {
-					b.Fatal(err)
-				}
-				defer w.Stop(ctx)
+				round := overheadRig(b, db.url(b), runs, steps)
 				b.ResetTimer()
 				start := time.Now()
 				for i := 0; i < b.N; i++ {
-					if mode == "workflow" {
-						for r := 0; r < runs; r++ {
-							if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "linear"}); err != nil {
-								b.Fatal(err)
-							}
-						}
-					} else {
-						ps := make([]EnqueueParams, runs*steps)
-						for j := range ps {
-							ps[j] = EnqueueParams{Queue: "bench", Kind: "noop"}
-						}
-						if _, err := c.EnqueueMany(ctx, ps); err != nil {
-							b.Fatal(err)
-						}
-					}
-					for j := 0; j < runs*steps; j++ {
-						select {
-						case <-done:
-						case <-time.After(2 * time.Minute):
-							b.Fatalf("only %d of %d tasks ran", j, runs*steps)
-						}
-					}
+					round(mode)
 				}
 				el := time.Since(start).Seconds()
 				b.ReportMetric(float64(b.N*runs*steps)/el, "tasks/s")
@@ -97,46 +63,7 @@ func BenchmarkWorkflowOverheadPairs(b *testing.B) {
 	const runs, steps = 100, 5
 	for _, db := range benchDBs {
 		b.Run(db.name, func(b *testing.B) {
-			ctx := context.Background()
-			_, c := benchStore(b, db.url(b))
-			applyLinear(b, c, steps)
-			done := make(chan struct{}, runs*steps)
-			w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"bench": 8}, PollInterval: 5 * time.Millisecond,
-				MaintenanceInterval: -1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			w.Handle("noop", HandlerFunc(func(context.Context, *Task) error { done <- struct{}{}; return nil }))
-			if err := w.Start(ctx); err != nil {
-				b.Fatal(err)
-			}
-			defer w.Stop(ctx)
-			round := func(mode string) time.Duration {
-				start := time.Now()
-				if mode == "workflow" {
-					for r := 0; r < runs; r++ {
-						if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "linear"}); err != nil {
-							b.Fatal(err)
-						}
-					}
-				} else {
-					ps := make([]EnqueueParams, runs*steps)
-					for j := range ps {
-						ps[j] = EnqueueParams{Queue: "bench", Kind: "noop"}
-					}
-					if _, err := c.EnqueueMany(ctx, ps); err != nil {
-						b.Fatal(err)
-					}
-				}
-				for j := 0; j < runs*steps; j++ {
-					select {
-					case <-done:
-					case <-time.After(2 * time.Minute):
-						b.Fatalf("%s: only %d of %d tasks ran", mode, j, runs*steps)
-					}
-				}
-				return time.Since(start)
-			}
+			round := overheadRig(b, db.url(b), runs, steps)
 			round("workflow")
 			round("plain")
 			b.ResetTimer()
@@ -163,6 +90,54 @@ func BenchmarkWorkflowOverheadPairs(b *testing.B) {
 			b.ReportMetric(float64(b.N*runs*steps)/stepT.Seconds(), "step_tasks/s")
 			b.ReportMetric(float64(b.N*runs*steps)/plainT.Seconds(), "plain_tasks/s")
 		})
+	}
+}
+
+// overheadRig makes the workflow overhead benchmarks' store (the 5-step
+// linear workflow registered) and worker (concurrency 8 on queue bench),
+// and answers a round of a mode: "workflow" starts runs runs one after
+// another, "plain" enqueues runs*steps tasks with one EnqueueMany; a
+// round is timed until its runs*steps handlers ran.
+func overheadRig(b *testing.B, url string, runs, steps int) (round func(mode string) time.Duration) {
+	ctx := context.Background()
+	_, c := benchStore(b, url)
+	applyLinear(b, c, steps)
+	done := make(chan struct{}, runs*steps)
+	w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"bench": 8}, PollInterval: 5 * time.Millisecond,
+		MaintenanceInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.Handle("noop", HandlerFunc(func(context.Context, *Task) error { done <- struct{}{}; return nil }))
+	if err := w.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { w.Stop(ctx) })
+	return func(mode string) time.Duration {
+		start := time.Now()
+		if mode == "workflow" {
+			for r := 0; r < runs; r++ {
+				if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "linear"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		} else {
+			ps := make([]EnqueueParams, runs*steps)
+			for j := range ps {
+				ps[j] = EnqueueParams{Queue: "bench", Kind: "noop"}
+			}
+			if _, err := c.EnqueueMany(ctx, ps); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for j := 0; j < runs*steps; j++ {
+			select {
+			case <-done:
+			case <-time.After(2 * time.Minute):
+				b.Fatalf("%s: only %d of %d tasks ran", mode, j, runs*steps)
+			}
+		}
+		return time.Since(start)
 	}
 }
 
