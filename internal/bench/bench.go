@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,8 @@ type Config struct {
 	// FollowEvents (drain mode): a subscriber follows the event log's
 	// `all` stream during the run and its delivery lag is reported.
 	FollowEvents bool
+	// Payload of every task (a JSON object). Default: none ({}).
+	Payload json.RawMessage
 }
 
 func (c Config) withDefaults() Config {
@@ -75,6 +78,9 @@ func (c Config) validate() error {
 		return errors.New("bench: give -n (drain) or --duration (continuous, or latency with --rate), not both")
 	case c.Rate > 0 && c.Duration == 0:
 		return errors.New("bench: --rate needs --duration")
+	}
+	if err := CheckPayload(c.Payload); err != nil {
+		return err
 	}
 	return nil
 }
@@ -148,7 +154,7 @@ func Drain(ctx context.Context, c *backstop.Client, cfg Config) (*Result, error)
 		follower = f
 	}
 	start := time.Now()
-	if err := Enqueue(ctx, c, cfg.Queue, cfg.N, cfg.Batch); err != nil {
+	if err := EnqueuePayload(ctx, c, cfg.Queue, cfg.N, cfg.Batch, cfg.Payload); err != nil {
 		return nil, err
 	}
 	res.Enqueued, res.EnqueueElapsed = cfg.N, time.Since(start)
@@ -175,11 +181,16 @@ func Drain(ctx context.Context, c *backstop.Client, cfg Config) (*Result, error)
 
 // Enqueue inserts n no-op tasks into queue, batch at a time.
 func Enqueue(ctx context.Context, c *backstop.Client, queue string, n, batch int) error {
+	return EnqueuePayload(ctx, c, queue, n, batch, nil)
+}
+
+// EnqueuePayload is Enqueue of tasks with payload (nil: none).
+func EnqueuePayload(ctx context.Context, c *backstop.Client, queue string, n, batch int, payload json.RawMessage) error {
 	params := make([]backstop.EnqueueParams, 0, min(n, batch))
 	for done := 0; done < n; {
 		params = params[:0]
 		for range min(batch, n-done) {
-			params = append(params, backstop.EnqueueParams{Queue: queue, Kind: "noop"})
+			params = append(params, backstop.EnqueueParams{Queue: queue, Kind: "noop", Payload: payload})
 		}
 		if _, err := c.EnqueueMany(ctx, params); err != nil {
 			return fmt.Errorf("bench: enqueue: %w", err)
@@ -308,7 +319,7 @@ func Continuous(ctx context.Context, c *backstop.Client, cfg Config) (*Result, e
 				time.Sleep(time.Millisecond)
 				continue
 			}
-			if err := Enqueue(pctx, c, cfg.Queue, cfg.Batch, cfg.Batch); err != nil {
+			if err := EnqueuePayload(pctx, c, cfg.Queue, cfg.Batch, cfg.Batch, cfg.Payload); err != nil {
 				if pctx.Err() == nil {
 					prodErr = err
 				}
@@ -404,7 +415,7 @@ func Latency(ctx context.Context, c *backstop.Client, cfg Config) (*Result, erro
 		go func() {
 			defer wg.Done()
 			t0 := time.Now()
-			r, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: cfg.Queue, Kind: "noop"})
+			r, err := c.Enqueue(ctx, backstop.EnqueueParams{Queue: cfg.Queue, Kind: "noop", Payload: cfg.Payload})
 			d := time.Since(t0)
 			if err == nil {
 				st.committed(r.Task.ID, t0.Add(d))
@@ -463,3 +474,16 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
+
+// CheckPayload: a bench payload is empty (none) or a JSON object, what
+// every task of the run and every floor row carry.
+func CheckPayload(p json.RawMessage) error {
+	if len(p) == 0 {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(p, &m); err != nil || m == nil {
+		return fmt.Errorf("bench: --payload must be a JSON object, got %.40q", p)
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,9 @@ type FloorConfig struct {
 	// Claimers claim at once on Postgres (SQLite has one writer).
 	// Default: 4.
 	Claimers int
+	// Payload of every row (a JSON object), and of Backstop's tasks in
+	// CompareFloor. Default: none ({}).
+	Payload json.RawMessage
 }
 
 func (c FloorConfig) withDefaults() FloorConfig {
@@ -53,6 +57,9 @@ func (c FloorConfig) withDefaults() FloorConfig {
 	}
 	if c.Claimers <= 0 {
 		c.Claimers = 4
+	}
+	if len(c.Payload) == 0 {
+		c.Payload = json.RawMessage(`{}`)
 	}
 	return c
 }
@@ -89,6 +96,9 @@ type (
 // the store s (a Postgres or SQLite store), on a table of its own.
 func Floor(ctx context.Context, s any, cfg FloorConfig) (FloorResult, error) {
 	cfg = cfg.withDefaults()
+	if err := CheckPayload(cfg.Payload); err != nil {
+		return FloorResult{}, err
+	}
 	switch s := s.(type) {
 	case pooled:
 		return floorPostgres(ctx, s.Pool(), cfg)
@@ -135,7 +145,7 @@ CREATE INDEX ON `+tbl+` (queue, priority DESC, run_at, id) WHERE state = 'pendin
 	for done := 0; done < cfg.N; {
 		rows = rows[:0]
 		for range min(cfg.Batch, cfg.N-done) {
-			rows = append(rows, []any{"floor", "noop", now, "{}"})
+			rows = append(rows, []any{"floor", "noop", now, string(cfg.Payload)})
 		}
 		if _, err := pool.CopyFrom(ctx, pgx.Identifier{schema, "tasks"}, []string{"queue", "kind", "run_at", "payload"},
 			pgx.CopyFromRows(rows)); err != nil {
@@ -239,13 +249,13 @@ func floorSQLite(ctx context.Context, db *sql.DB, cfg FloorConfig) (res FloorRes
 	for done := 0; done < cfg.N; {
 		n := min(cfg.Batch, cfg.N-done)
 		if err := inTx(ctx, db, func(tx *sql.Tx) error {
-			st, err := tx.PrepareContext(ctx, `INSERT INTO `+tbl+` (queue, kind, run_at, payload) VALUES ('floor', 'noop', ?, '{}')`)
+			st, err := tx.PrepareContext(ctx, `INSERT INTO `+tbl+` (queue, kind, run_at, payload) VALUES ('floor', 'noop', ?, ?)`)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
 			for range n {
-				if _, err := st.ExecContext(ctx, now); err != nil {
+				if _, err := st.ExecContext(ctx, now, string(cfg.Payload)); err != nil {
 					return err
 				}
 			}
@@ -351,6 +361,9 @@ func ratio(a, b float64) float64 {
 func CompareFloor(ctx context.Context, c *backstop.Client, s any, runs int, fcfg FloorConfig, bcfg Config, out io.Writer) ([]FloorComparison, error) {
 	fcfg = fcfg.withDefaults()
 	bcfg.N, bcfg.Duration, bcfg.Rate = fcfg.N, 0, 0
+	if string(fcfg.Payload) != `{}` {
+		bcfg.Payload = fcfg.Payload // the same rows on both sides
+	}
 	var all []FloorComparison
 	for i := range max(runs, 1) {
 		f, err := Floor(ctx, s, fcfg)

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
+	"io"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/backstophq/backstop"
 	"github.com/backstophq/backstop/internal/bench"
 	"github.com/backstophq/backstop/internal/testdb"
 )
@@ -58,6 +62,52 @@ func TestFloor(t *testing.T) {
 		if len(lines) != 3 || !strings.HasPrefix(lines[0], "floor: run=1 ") ||
 			!strings.HasPrefix(lines[2], "floor: runs=2 drain_ratio_median=") {
 			t.Fatalf("output:\n%s", out.String())
+		}
+	})
+}
+
+// TestFloorPayload: with a payload, Backstop's tasks in the comparison
+// carry it (the floor's rows carry the same); a payload that is not a
+// JSON object is refused by the floor and the bench before anything is
+// written.
+func TestFloorPayload(t *testing.T) {
+	testdb.EachStore(t, func(t *testing.T, db string) {
+		ctx := context.Background()
+		c := client(t, db)
+		payload := json.RawMessage(`{"customer_id":"c-1","order_id":7,"amount":12.5}`)
+		all, err := bench.CompareFloor(ctx, c, c.Store(), 1, bench.FloorConfig{N: 120, Batch: 50, Payload: payload},
+			bench.Config{Workers: 10}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, err := c.List(ctx, backstop.ListParams{Queue: all[0].Backstop.Queue, Limit: 200})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ts) != 120 {
+			t.Fatalf("%d tasks in the comparison's queue; want 120", len(ts))
+		}
+		for _, task := range ts {
+			var got, want map[string]any
+			if err := json.Unmarshal(task.Payload, &got); err != nil {
+				t.Fatal(err)
+			}
+			_ = json.Unmarshal(payload, &want)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("task %s payload %s; want %s", task.ID, task.Payload, payload)
+			}
+		}
+		for _, bad := range []string{`[1]`, `x`, `null`, `"s"`} {
+			if _, err := bench.Floor(ctx, c.Store(), bench.FloorConfig{N: 10, Payload: json.RawMessage(bad)}); err == nil || !strings.Contains(err.Error(), "--payload") {
+				t.Errorf("floor with payload %s: %v; want an error naming --payload", bad, err)
+			}
+			if _, err := bench.Run(ctx, c, bench.Config{N: 10, Workers: 2, Payload: json.RawMessage(bad)}); err == nil || !strings.Contains(err.Error(), "--payload") {
+				t.Errorf("bench with payload %s: %v; want an error naming --payload", bad, err)
+			}
+		}
+		n, err := c.List(ctx, backstop.ListParams{Limit: 10000})
+		if err != nil || len(n) != 120 {
+			t.Fatalf("%d tasks after the refused runs (%v); want the comparison's 120", len(n), err)
 		}
 	})
 }

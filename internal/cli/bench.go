@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,6 +78,7 @@ start, sampled) at its end; read them with go tool pprof.`,
 	f.Float64Var(&cfg.Rate, "rate", 0, "latency mode: tasks enqueued per second, one Enqueue call each")
 	f.IntVar(&cfg.Workers, "workers", 2000, "worker concurrency (2000, as River's own bench uses)")
 	f.IntVar(&cfg.Batch, "batch", 1000, "tasks per enqueue batch")
+	f.Var(payloadFlag{&cfg.Payload}, "payload", "every task's payload, a JSON object (default: none, {})")
 	f.BoolVar(&cfg.FollowEvents, "follow-events", false, "drain mode: follow the event log's all stream during the run and report its delivery lag")
 	f.BoolVar(&withTelemetry, "telemetry", true, "record metrics (and traces when OTEL_* asks) as serve and work do; false: no telemetry")
 	f.StringVar(&prof.cpu, "cpuprofile", "", "write a Go CPU profile of the run to this file")
@@ -120,3 +122,24 @@ func (a *app) bench(ctx context.Context, cfg bench.Config, withTelemetry bool, h
 	fmt.Fprintln(a.stdout, res.Summary())
 	return nil
 }
+
+// payloadFlag is --payload of bench and bench floor: a JSON object, or
+// the flag is refused (exit 2) naming it.
+type payloadFlag struct{ p *json.RawMessage }
+
+func (f payloadFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return string(*f.p)
+}
+
+func (f payloadFlag) Set(v string) error {
+	if err := bench.CheckPayload(json.RawMessage(v)); err != nil || v == "" {
+		return fmt.Errorf("must be a JSON object, e.g. '{\"customer_id\": 42}'")
+	}
+	*f.p = json.RawMessage(v)
+	return nil
+}
+
+func (payloadFlag) Type() string { return "json" }

@@ -18,7 +18,7 @@ func benchFloorCmd(a *app) *cobra.Command {
 		workers   int
 	)
 	cmd := &cobra.Command{
-		Use:   "floor [-n N] [--runs R] [--batch B] [--claimers C] [--workers W] [--floor-only]",
+		Use:   "floor [-n N] [--runs R] [--batch B] [--claimers C] [--workers W] [--payload JSON] [--floor-only]",
 		Short: "Measure the database's floor for a drain and a batch enqueue, against Backstop's",
 		Long: `floor measures what the database of --db does with nothing of Backstop's around it,
 on a minimal table of its own (Postgres: a schema of its own; SQLite: a table in the
@@ -71,5 +71,6 @@ With --floor-only, only the floors run; a line per run:
 	f.IntVar(&fcfg.Claimers, "claimers", 4, "Postgres: claim loops at once (SQLite has one writer)")
 	f.IntVar(&workers, "workers", 2000, "Backstop's worker concurrency, as backstop bench --workers")
 	f.BoolVar(&floorOnly, "floor-only", false, "run only the floors")
+	f.Var(payloadFlag{&fcfg.Payload}, "payload", "every row's and task's payload, a JSON object (default: none, {})")
 	return cmd
 }

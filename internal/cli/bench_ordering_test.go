@@ -53,4 +53,15 @@ func TestBenchFloor(t *testing.T) {
 	if code != cli.ExitUsage || !strings.Contains(stderr, "bench floor") {
 		t.Errorf("--runs 0: exit %d, want %d (stderr %q)", code, cli.ExitUsage, stderr)
 	}
+	code, stdout, stderr = execMain(t, "--db", db, "bench", "floor", "-n", "200", "--runs", "1", "--workers", "16",
+		"--payload", `{"customer_id":"c-1","amount":12.5}`)
+	if code != 0 || !strings.Contains(stdout, "floor: runs=1 ") {
+		t.Fatalf("--payload: exit %d, output %q, stderr %q", code, stdout, stderr)
+	}
+	for _, args := range [][]string{{"bench", "floor", "--payload", "[1]"}, {"bench", "--payload", "x"}} {
+		code, _, stderr = execMain(t, append([]string{"--db", db}, args...)...)
+		if code != cli.ExitUsage || !strings.Contains(stderr, "--payload") {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", args, code, cli.ExitUsage, stderr)
+		}
+	}
 }
