@@ -62,31 +62,23 @@ func (s *stages) started(id string, created time.Time, claimed *time.Time, at ti
 func (s *stages) report(w io.Writer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	type row struct {
-		at                    time.Duration // creation, since the start
-		total, enq, wait, clm time.Duration
-	}
-	var rows []row
+	var rows []stageSpan
 	for _, r := range s.rows {
 		if r.created.IsZero() || r.committed.IsZero() || r.claimed.IsZero() {
 			continue
 		}
-		rows = append(rows, row{at: r.created.Sub(s.start), total: r.started.Sub(r.created),
+		rows = append(rows, stageSpan{at: r.created.Sub(s.start), total: r.started.Sub(r.created),
 			enq: r.committed.Sub(r.created), wait: r.claimed.Sub(r.committed), clm: r.started.Sub(r.claimed)})
 	}
 	if len(rows) == 0 {
 		return
 	}
 	if path := os.Getenv("BACKSTOP_BENCH_STAGES"); path != "" {
-		if f, err := os.Create(path); err == nil {
-			fmt.Fprintf(f, "# start_unix_ms=%d\ncreated_ms,total_ms,enqueue_ms,wait_ms,claim_ms\n", s.start.UnixMilli())
-			for _, r := range rows {
-				fmt.Fprintf(f, "%.3f,%.3f,%.3f,%.3f,%.3f\n", msf(r.at), msf(r.total), msf(r.enq), msf(r.wait), msf(r.clm))
-			}
-			f.Close()
+		if err := writeStages(path, s.start, rows); err != nil {
+			fmt.Fprintf(w, "bench: BACKSTOP_BENCH_STAGES: %v\n", err)
 		}
 	}
-	pct := func(pick func(row) time.Duration, rs []row) (time.Duration, time.Duration) {
+	pct := func(pick func(stageSpan) time.Duration, rs []stageSpan) (time.Duration, time.Duration) {
 		ds := make([]time.Duration, len(rs))
 		for i, r := range rs {
 			ds[i] = pick(r)
@@ -96,14 +88,14 @@ func (s *stages) report(w io.Writer) {
 	}
 	parts := []struct {
 		name string
-		pick func(row) time.Duration
-	}{{"enqueue", func(r row) time.Duration { return r.enq }}, {"wait_for_claim", func(r row) time.Duration { return r.wait }},
-		{"claim_to_start", func(r row) time.Duration { return r.clm }}}
+		pick func(stageSpan) time.Duration
+	}{{"enqueue", func(r stageSpan) time.Duration { return r.enq }}, {"wait_for_claim", func(r stageSpan) time.Duration { return r.wait }},
+		{"claim_to_start", func(r stageSpan) time.Duration { return r.clm }}}
 	for _, p := range parts {
 		p50, p99 := pct(p.pick, rows)
 		fmt.Fprintf(w, "bench: stage %s p50=%s p99=%s\n", p.name, ms(p50), ms(p99))
 	}
-	slices.SortFunc(rows, func(a, b row) int { return int(b.total - a.total) })
+	slices.SortFunc(rows, func(a, b stageSpan) int { return int(b.total - a.total) })
 	slow := rows[:max(len(rows)/100, 1)]
 	largest := make([]int, len(parts))
 	for _, r := range slow {
@@ -119,6 +111,25 @@ func (s *stages) report(w io.Writer) {
 		p50, _ := pct(p.pick, slow)
 		fmt.Fprintf(w, "bench: slowest 1%% (%d) stage %s p50=%s largest_in=%d\n", len(slow), p.name, ms(p50), largest[i])
 	}
+}
+
+// stageSpan is a task's stages, from its creation (at: since the run's start).
+type stageSpan struct {
+	at                    time.Duration
+	total, enq, wait, clm time.Duration
+}
+
+// writeStages writes every task's stages as CSV (ms since the run's start).
+func writeStages(path string, start time.Time, rows []stageSpan) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "# start_unix_ms=%d\ncreated_ms,total_ms,enqueue_ms,wait_ms,claim_ms\n", start.UnixMilli())
+	for _, r := range rows {
+		fmt.Fprintf(f, "%.3f,%.3f,%.3f,%.3f,%.3f\n", msf(r.at), msf(r.total), msf(r.enq), msf(r.wait), msf(r.clm))
+	}
+	return f.Close()
 }
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -186,11 +186,7 @@ func (p *pipeline) notifyInTx() {
 	if len(p.wake) == 0 {
 		return
 	}
-	woken := make([]any, len(p.wake))
-	for i, q := range p.wake {
-		woken[i] = q
-	}
-	p.exec(sqlNotify(len(woken)), woken, wrapped("pgstore: enqueue: notify"))
+	p.exec(sqlNotifyQueues, []any{p.wake}, wrapped("pgstore: enqueue: notify"))
 	p.wake = nil
 }
 
