@@ -13,6 +13,7 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/internal/engine"
+	"github.com/backstophq/backstop/internal/probe"
 	"github.com/backstophq/backstop/store"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -158,6 +159,8 @@ type queueRunner struct {
 	dry         atomic.Bool   // with WatchEmpty: the last claim found nothing while nothing was in flight
 	wake        chan struct{}
 	freed       chan struct{}
+	probe       probe.Sink // the latency bench's stage probe (internal/probe), from the start context; nil: none
+	short       bool       // the fetch loop's last claim came back short (claim: not split)
 }
 
 // PrefetchMaxRun is the mean handler run under which a worker with
@@ -474,6 +477,7 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	empty := false // last claim found fewer tasks than asked for
 	backoff := time.Duration(0)
 	base := context.WithoutCancel(ctx) // the attempts' (start)
+	q.probe = probe.SinkFrom(ctx)      // before the attempts' goroutines read it
 	for ctx.Err() == nil {
 		avail := q.claimable() - int(q.inflight.Load())
 		if avail > 0 && !empty {
@@ -482,17 +486,10 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 			// tasks running with nobody to heartbeat, release or settle them
 			// until their leases expire (charged as lease_expired). Claimed
 			// tasks are started and drained like the others.
-			claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			w.claiming.Add(1)
 			idle := q.inflight.Load() == 0
 			claimAt := w.c.e.Now() // a rate budget short then may have cut it short
-			tasks, bad, err := w.claim(claimCtx, q, avail)
-			cancelClaim()
-			if len(tasks) > 0 {
-				w.touch() // before the claim stops counting: no idle gap between them
-			}
-			w.claiming.Add(-1)
-			if err != nil {
+			got, short, err := w.claimStep(ctx, base, q, avail)
+			if err != nil && got == 0 {
 				if ctx.Err() != nil {
 					return
 				}
@@ -502,12 +499,9 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 				continue
 			}
 			backoff = 0
-			w.claimed(q, idle, len(tasks))
-			for _, t := range tasks {
-				q.inflight.Add(1)
-				w.start(base, ctx, q, t, bad[t])
-			}
-			if len(tasks) < avail {
+			q.short = short
+			w.claimed(q, idle, got)
+			if short {
 				empty = true
 				if d, ok := w.c.e.NextTokenWait(ctx, q.name, claimAt, w.cfg.PollInterval); ok {
 					token.Reset(d)
@@ -540,18 +534,103 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 	}
 }
 
-// claim claims up to n tasks of q: as one claim, or, when n is large and the
-// store claims well side by side (store.Features.ClaimParallelism), as
-// that many claims at once of an equal share each (none below
-// minClaimPart), so that the claim's statements run on several
-// connections instead of one after the other. Each part is a claim of its
+// claimStep claims up to avail tasks of q and starts them, and reports how
+// many it started, whether every claim it ran came back short, and the
+// error of a claim that failed (the tasks of another were started).
+//
+// After a short claim (the queue caught up: q.short), the step claims
+// half of avail and keeps the other half for a wake-up that comes while
+// that claim is in flight: a task committed just after the claim read the
+// queue would otherwise wait for the claim's round trip and commit and
+// then for a whole claim of its own. The second claim runs beside the
+// first (SKIP LOCKED: they take different tasks) and each hands its tasks
+// over as it returns. A wake-up that finds no half left is kept for the
+// fetch loop's next claim.
+func (w *Worker) claimStep(ctx, base context.Context, q *queueRunner, avail int) (got int, short bool, err error) {
+	type result struct {
+		tasks []*Task
+		bad   map[*Task]error
+		err   error
+		asked int
+	}
+	done := make(chan result, 2)
+	launch := func(n int) {
+		w.claiming.Add(1)
+		go func() {
+			claimCtx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancelClaim()
+			claimCtx, pc := probe.StartClaim(claimCtx, q.probe)
+			tasks, bad, err := w.claim(claimCtx, q, n)
+			if pc != nil {
+				q.probe.Claimed(pc.Return(tasks))
+			}
+			if len(tasks) > 0 {
+				w.touch() // before the claim stops counting: no idle gap between them
+			}
+			w.claiming.Add(-1)
+			done <- result{tasks, bad, err, n}
+		}()
+	}
+	first, spare := avail, 0
+	if q.short && avail >= 2 {
+		first, spare = avail-avail/2, avail/2
+	}
+	launch(first)
+	short, woken := true, false
+	for pending := 1; pending > 0; {
+		select {
+		case r := <-done:
+			pending--
+			if r.err != nil && err == nil {
+				err = r.err
+			}
+			if len(r.tasks) >= r.asked {
+				short = false
+			}
+			for _, t := range r.tasks {
+				q.inflight.Add(1)
+				if q.probe != nil {
+					q.probe.Task(t.ID, probe.Handed, time.Now())
+				}
+				w.start(base, ctx, q, t, r.bad[t])
+			}
+			got += len(r.tasks)
+		case <-q.wake:
+			if spare > 0 && ctx.Err() == nil {
+				launch(spare)
+				spare, pending = 0, pending+1
+			} else {
+				woken = true
+			}
+		}
+	}
+	if woken {
+		signal(q.wake) // for the fetch loop's next claim
+	}
+	if err != nil && got > 0 {
+		// The other claim's tasks are started; the next claim meets the
+		// error again if it lasts.
+		w.log.Error("claim failed", "queue", q.name, "error", err, "claimed_by_the_other", got)
+		err = nil
+	}
+	return got, short, err
+}
+
+// claim claims up to n tasks of q: as one claim, or, when n is large, the
+// store claims well side by side (store.Features.ClaimParallelism) and q's
+// last claim came back full, as that many claims at once of an equal share
+// each (none below minClaimPart), so that the claim's statements run on
+// several connections instead of one after the other. After a short claim
+// (the queue caught up) the parts would find a few tasks between them and
+// the claim would return when the slower part did: one claim hands its
+// tasks over as soon as its statement commits. Each part is a claim of its
 // own: in claim order within itself, with its own task.claimed event row.
 // Tasks any part claimed are returned (they are leased and must be
 // started); an error of another part is then logged, and the next claim
 // meets it again if it lasts.
 func (w *Worker) claim(ctx context.Context, q *queueRunner, n int) ([]*Task, map[*Task]error, error) {
 	parts := min(w.claimParallelism, n/minClaimPart)
-	if parts <= 1 {
+	if parts <= 1 || q.short {
 		return w.c.e.Claim(ctx, engine.ClaimParams{
 			Queue: q.name, Kinds: w.cfg.Kinds, WorkerID: w.cfg.ID, Max: n, Lease: w.cfg.Lease,
 		})
@@ -625,6 +704,9 @@ func (w *Worker) start(base, fetch context.Context, q *queueRunner, t *Task, inp
 // runAttempt waits for a slot (with prefetch) and runs the attempt.
 func (w *Worker) runAttempt(wa *workerAttempt) {
 	q, a := wa.q, &wa.attempt
+	if q.probe != nil {
+		q.probe.Task(a.task.ID, probe.Running, time.Now())
+	}
 	if q.slots != nil {
 		if !w.waitSlot(wa.actx, wa.fetch, q, a) {
 			w.ended(wa)

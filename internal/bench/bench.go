@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/probe"
 )
 
 // Config chooses the mode and its size. Zero values take the default named
@@ -49,6 +51,8 @@ type Config struct {
 	FollowEvents bool
 	// Payload of every task (a JSON object). Default: none ({}).
 	Payload json.RawMessage
+	// NoCanary (latency mode): no canary beside the run (canary.go).
+	NoCanary bool
 }
 
 func (c Config) withDefaults() Config {
@@ -107,6 +111,15 @@ type Result struct {
 	// EnqueueP50, EnqueueP99 (latency mode): how long the producer's
 	// Enqueue calls took, waiting for a coalesced batch included.
 	EnqueueP50, EnqueueP99 time.Duration
+	// Stages (latency mode): each pickup's stages (stages.go), and with
+	// the stage probe claim_to_start's parts (claim_to_start.<part>).
+	Stages []StageFigure
+	// Canary (latency mode on Postgres): the server's own commit floor
+	// measured beside the run (canary.go); nil elsewhere.
+	Canary *CanaryResult
+	// GoRuntime (latency mode): the scheduler's and the GC's figures over
+	// the run (goruntime.go).
+	GoRuntime *GoRuntimeResult
 	// Follow: the event-log follower's figures (FollowEvents).
 	Follow *FollowResult
 }
@@ -364,6 +377,25 @@ func Latency(ctx context.Context, c *backstop.Client, cfg Config) (*Result, erro
 	if err != nil {
 		return nil, err
 	}
+	wctx := ctx
+	if os.Getenv("BACKSTOP_BENCH_STAGES") != "" {
+		// The stage probe: the worker marks its claims and hand-offs
+		// (internal/probe) to st.
+		wctx = probe.WithSink(ctx, st)
+	}
+	var k *canary
+	if !cfg.NoCanary {
+		if k, err = startCanary(ctx, c.Store(), cfg.Queue); err != nil {
+			return nil, err
+		}
+	}
+	canaryDone := false
+	defer func() {
+		if k != nil && !canaryDone {
+			_, _ = k.finish(ctx)
+		}
+	}()
+	gort := startGoRuntime()
 	w.Handle("noop", backstop.HandlerFunc(func(_ context.Context, t *backstop.Task) error {
 		now := time.Now()
 		d := now.Sub(t.CreatedAt)
@@ -375,7 +407,7 @@ func Latency(ctx context.Context, c *backstop.Client, cfg Config) (*Result, erro
 		return nil
 	}))
 	start := time.Now()
-	if err := w.Start(ctx); err != nil {
+	if err := w.Start(wctx); err != nil {
 		return nil, err
 	}
 	interval := time.Duration(float64(time.Second) / cfg.Rate)
@@ -440,6 +472,14 @@ func Latency(ctx context.Context, c *backstop.Client, cfg Config) (*Result, erro
 	err = stopWorker(w)
 	res.Elapsed = time.Since(start)
 	res.Worked = int(handled.Load())
+	gr := gort.stop()
+	res.GoRuntime = &gr
+	if k != nil {
+		canaryDone = true
+		var kerr error
+		res.Canary, kerr = k.finish(ctx)
+		err = errors.Join(err, kerr)
+	}
 	if err := errors.Join(prodErr, err, ctx.Err()); err != nil {
 		return res, err
 	}
@@ -460,7 +500,11 @@ func Latency(ctx context.Context, c *backstop.Client, cfg Config) (*Result, erro
 		fmt.Fprintf(cfg.Progress, "bench: latency enqueue_call p50=%s p99=%s (of enqueue_to_start: from the task's creation to its commit)\n",
 			ms(res.EnqueueP50), ms(res.EnqueueP99))
 	}
-	st.report(cfg.Progress)
+	if res.Canary != nil {
+		fmt.Fprintln(cfg.Progress, res.Canary.String())
+	}
+	res.Stages = st.report(cfg.Progress)
+	fmt.Fprintln(cfg.Progress, res.GoRuntime.String())
 	if res.Worked < enqueued {
 		return res, fmt.Errorf("bench: only %d of %d tasks started within 30s of the last enqueue", res.Worked, enqueued)
 	}
@@ -486,4 +530,84 @@ func CheckPayload(p json.RawMessage) error {
 		return fmt.Errorf("bench: --payload must be a JSON object, got %.40q", p)
 	}
 	return nil
+}
+
+// JSONResult is a run's result as `backstop bench -o json` prints it:
+// times in milliseconds (durations) or seconds (elapsed), the latency
+// mode's figures under latency, the canary's (Postgres) under canary.
+type JSONResult struct {
+	Mode            string       `json:"mode"`
+	Queue           string       `json:"queue"`
+	Worked          int          `json:"worked"`
+	ElapsedS        float64      `json:"elapsed_s"`
+	JobsPerSec      float64      `json:"jobs_per_sec"`
+	Enqueued        int          `json:"enqueued"`
+	EnqueueElapsedS float64      `json:"enqueue_elapsed_s"`
+	Latency         *JSONLatency `json:"latency,omitempty"`
+	Canary          *JSONCanary  `json:"canary,omitempty"`
+	GoRuntime       *JSONGo      `json:"go_runtime,omitempty"`
+}
+
+// JSONLatency is the latency mode's figures: enqueue-to-start, the
+// Enqueue calls, and each stage (stages.go).
+type JSONLatency struct {
+	Samples        int                  `json:"samples"`
+	P50Ms          float64              `json:"p50_ms"`
+	P99Ms          float64              `json:"p99_ms"`
+	MaxMs          float64              `json:"max_ms"`
+	EnqueueCallP50 float64              `json:"enqueue_call_p50_ms"`
+	EnqueueCallP99 float64              `json:"enqueue_call_p99_ms"`
+	Stages         map[string]JSONStage `json:"stages,omitempty"`
+	RatePerSec     float64              `json:"rate_per_sec"`
+}
+
+// JSONStage is a stage's p50 and p99.
+type JSONStage struct {
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+}
+
+// JSONCanary is the canary's commits and their latency.
+type JSONCanary struct {
+	Commits int     `json:"commits"`
+	P50Ms   float64 `json:"p50_ms"`
+	P99Ms   float64 `json:"p99_ms"`
+	MaxMs   float64 `json:"max_ms"`
+}
+
+// JSONGo is the Go runtime's figures over a latency run.
+type JSONGo struct {
+	SchedLatencyP50Ms float64 `json:"sched_latency_p50_ms"`
+	SchedLatencyP99Ms float64 `json:"sched_latency_p99_ms"`
+	GCCycles          uint64  `json:"gc_cycles"`
+	GCPauseP99Ms      float64 `json:"gc_pause_p99_ms"`
+	GCPauseMaxMs      float64 `json:"gc_pause_max_ms"`
+}
+
+// JSON is r as `backstop bench -o json` prints it.
+func (r *Result) JSON() JSONResult {
+	j := JSONResult{Mode: r.Mode, Queue: r.Queue, Worked: r.Worked, ElapsedS: r.Elapsed.Seconds(),
+		JobsPerSec: r.JobsPerSec(), Enqueued: r.Enqueued, EnqueueElapsedS: r.EnqueueElapsed.Seconds()}
+	if r.Mode == "latency" {
+		l := &JSONLatency{Samples: r.Samples, P50Ms: msf(r.P50), P99Ms: msf(r.P99), MaxMs: msf(r.Max),
+			EnqueueCallP50: msf(r.EnqueueP50), EnqueueCallP99: msf(r.EnqueueP99)}
+		if r.EnqueueElapsed > 0 {
+			l.RatePerSec = float64(r.Enqueued) / r.EnqueueElapsed.Seconds()
+		}
+		if len(r.Stages) > 0 {
+			l.Stages = map[string]JSONStage{}
+			for _, s := range r.Stages {
+				l.Stages[s.Name] = JSONStage{P50Ms: msf(s.P50), P99Ms: msf(s.P99)}
+			}
+		}
+		j.Latency = l
+	}
+	if r.Canary != nil {
+		j.Canary = &JSONCanary{Commits: r.Canary.Commits, P50Ms: msf(r.Canary.P50), P99Ms: msf(r.Canary.P99), MaxMs: msf(r.Canary.Max)}
+	}
+	if g := r.GoRuntime; g != nil {
+		j.GoRuntime = &JSONGo{SchedLatencyP50Ms: msf(g.SchedP50), SchedLatencyP99Ms: msf(g.SchedP99), GCCycles: g.GCCycles,
+			GCPauseP99Ms: msf(g.GCPauseP99), GCPauseMaxMs: msf(g.GCPauseMax)}
+	}
+	return j
 }

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/backstophq/backstop"
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -261,11 +264,74 @@ func TestLatencyStages(t *testing.T) {
 	if enq != 1 || largest != 2 {
 		t.Fatalf("stage lines: enqueue %d, slowest 1%% counted %d of 2:\n%s", enq, largest, out.String())
 	}
+	// The stage probe (BACKSTOP_BENCH_STAGES) takes claim_to_start apart.
+	for _, part := range []string{"pick_wait", "acquire", "statement", "claim_rest", "handoff", "schedule", "to_handler"} {
+		if !strings.Contains(out.String(), "bench: substage "+part+" p50=") {
+			t.Errorf("no substage %s line:\n%s", part, out.String())
+		}
+	}
+	if want := fmt.Sprintf("bench: claim_to_start split by the stage probe (%d of %d tasks)", res.Enqueued, res.Enqueued); !strings.Contains(out.String(), want) {
+		t.Errorf("want %q: every task seen by the probe:\n%s", want, out.String())
+	}
 	raw, err := os.ReadFile(csvPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if lines := strings.Count(string(raw), "\n"); lines != res.Enqueued+2 {
 		t.Fatalf("stages file: %d lines for %d tasks, want a line each, the start and the header", lines, res.Enqueued)
+	}
+}
+
+// TestLatencyCanaryAndJSON: on Postgres a latency run measures the
+// canary (a commit every 20 ms on a connection of its own) and prints its
+// line beside the pickup's; its table is gone afterwards; the JSON form
+// carries the latency figures, the stages and the canary's. On SQLite
+// there is no canary (and no canary in the JSON); NoCanary turns it off.
+func TestLatencyCanaryAndJSON(t *testing.T) {
+	for name, url := range map[string]func(testing.TB) string{"sqlite": testdb.SQLite, "postgres": testdb.Postgres} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := client(t, url(t))
+			var out bytes.Buffer
+			res, err := bench.Run(ctx, c, bench.Config{Rate: 100, Duration: 500 * time.Millisecond, Workers: 20, Progress: &out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			line := strings.Contains(out.String(), "bench: canary commit p50=")
+			raw, err := json.Marshal(res.JSON())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var j map[string]any
+			if err := json.Unmarshal(raw, &j); err != nil {
+				t.Fatal(err)
+			}
+			lat, _ := j["latency"].(map[string]any)
+			stages, _ := lat["stages"].(map[string]any)
+			if j["mode"] != "latency" || j["worked"] != float64(res.Worked) || lat["p99_ms"] == nil || lat["samples"] != float64(res.Samples) ||
+				stages["claim_to_start"] == nil || j["go_runtime"] == nil {
+				t.Fatalf("JSON %s: want the mode, worked, the latency with its stages, the Go runtime's figures", raw)
+			}
+			if name == "sqlite" {
+				if res.Canary != nil || line || j["canary"] != nil {
+					t.Fatalf("a canary on SQLite: %+v, line %t, JSON %s", res.Canary, line, raw)
+				}
+				return
+			}
+			k, _ := j["canary"].(map[string]any)
+			if res.Canary == nil || res.Canary.Commits < 5 || res.Canary.P50 <= 0 || res.Canary.P99 < res.Canary.P50 || !line ||
+				k["commits"] != float64(res.Canary.Commits) || k["p99_ms"] == nil {
+				t.Fatalf("canary %+v, line %t, JSON %s: want a few commits, their p50 <= p99, printed and in the JSON:\n%s", res.Canary, line, raw, out.String())
+			}
+			pool := c.Store().(interface{ Pool() *pgxpool.Pool }).Pool()
+			var left int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'bench_canary_%' AND schemaname = current_schema()`).Scan(&left); err != nil || left != 0 {
+				t.Fatalf("canary tables left: %d, %v", left, err)
+			}
+			res, err = bench.Run(ctx, c, bench.Config{Rate: 100, Duration: 200 * time.Millisecond, Workers: 20, NoCanary: true})
+			if err != nil || res.Canary != nil {
+				t.Fatalf("NoCanary: canary %+v, %v", res.Canary, err)
+			}
+		})
 	}
 }

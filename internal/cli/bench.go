@@ -21,7 +21,7 @@ func benchCmd(a *app) *cobra.Command {
 	var cfg bench.Config
 	var prof benchProfiles // bench_profile.go
 	var hist benchHistory  // bench_history.go
-	withTelemetry := true
+	withTelemetry, canary := true, true
 	cmd := &cobra.Command{
 		Use:   "bench [-n N | --duration D [--rate R]] [--workers N] [--batch N] [--history N [--probe P]]",
 		Short: "Measure throughput (and latency) with no-op tasks on --db",
@@ -38,8 +38,18 @@ so point it at a scratch one.
       producers' would (the client writes them together), and report the
       rate held, the calls' latency and the enqueue-to-start latency (p50, p99).
 
+On Postgres the latency mode also runs a canary: on a connection of its own,
+every 20ms a one-row INSERT into a table of its own (bench_canary_<suffix>,
+dropped at the end), committed durably; its commit latency (p50, p99) is the
+server's own floor, printed beside the pickup's. BACKSTOP_BENCH_STAGES=FILE
+writes every task's stages to FILE (CSV) and takes claim_to_start apart (the
+claim statement, the wait for a connection, the hand-off to the handler).
+
 The last line is always:
   bench: worked=<n> elapsed=<seconds>s jobs_per_sec=<rate>
+With -o json the report lines go to stderr and stdout holds one JSON object
+(mode, worked, elapsed_s, jobs_per_sec, enqueued; latency, canary and
+go_runtime in latency mode).
 ` + benchHistoryHelp + `
 
 Profiling (hidden flags): --cpuprofile FILE writes a Go CPU profile of the
@@ -56,6 +66,7 @@ start, sampled) at its end; read them with go tool pprof.`,
 			if cfg.Duration > 0 {
 				cfg.N = 0
 			}
+			cfg.NoCanary = !canary
 			if cfg.FollowEvents && (cfg.Duration > 0 || cfg.Rate > 0) {
 				return usageErr("bench: --follow-events needs drain mode (-n)")
 			}
@@ -64,6 +75,9 @@ start, sampled) at its end; read them with go tool pprof.`,
 			}
 			if err := hist.check(cmd, cfg); err != nil {
 				return err
+			}
+			if hist.on && a.output == "json" {
+				return usageErr("bench: -o json is not for --history (its report is lines)")
 			}
 			if err := prof.start(); err != nil {
 				return err
@@ -80,6 +94,7 @@ start, sampled) at its end; read them with go tool pprof.`,
 	f.IntVar(&cfg.Batch, "batch", 1000, "tasks per enqueue batch")
 	f.Var(payloadFlag{&cfg.Payload}, "payload", "every task's payload, a JSON object (default: none, {})")
 	f.BoolVar(&cfg.FollowEvents, "follow-events", false, "drain mode: follow the event log's all stream during the run and report its delivery lag")
+	f.BoolVar(&canary, "canary", true, "latency mode on Postgres: a commit every 20ms on a connection of its own beside the run, its latency reported (false: none)")
 	f.BoolVar(&withTelemetry, "telemetry", true, "record metrics (and traces when OTEL_* asks) as serve and work do; false: no telemetry")
 	f.StringVar(&prof.cpu, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	f.StringVar(&prof.mem, "memprofile", "", "write a Go allocation profile at the end of the run to this file")
@@ -114,10 +129,16 @@ func (a *app) bench(ctx context.Context, cfg bench.Config, withTelemetry bool, h
 	if hist.on {
 		return a.benchHistory(ctx, s, c, cfg, hist)
 	}
+	if a.output == "json" {
+		cfg.Progress = a.stderr // stdout holds the one JSON object
+	}
 	start := time.Now()
 	res, err := bench.Run(ctx, c, cfg)
 	if err != nil {
 		return fmt.Errorf("%w (after %s)", err, time.Since(start).Round(time.Millisecond))
+	}
+	if a.output == "json" {
+		return a.printJSON(res.JSON())
 	}
 	fmt.Fprintln(a.stdout, res.Summary())
 	return nil

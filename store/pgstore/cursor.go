@@ -9,7 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/probe"
 	"github.com/backstophq/backstop/store"
 )
 
@@ -28,6 +31,10 @@ import (
 // id) of the last task it claimed in claim order. The next pick starts
 // there, within that priority (an index range, past the dead head). A full
 // pick from the head runs instead when there is no position yet, when the
+// last claim came back short (alone: the queue had caught up, so a cursor
+// pick would come back short too, and the tasks it took would wait for
+// the full pick's round trip and commit before reaching their handlers;
+// the walk is the same, the full pick ran in that claim anyway), when the
 // cursor pick came back short (for the rest of the batch), and at least
 // once per cursorPeriod, or ten times as long as the last full pick took
 // when that is longer. A task that becomes claimable behind the position —
@@ -55,12 +62,14 @@ type claimCursor struct {
 	id       string
 	fullAt   time.Time     // when the last full pick ended (this process's clock)
 	fullTook time.Duration // how long it took
+	short    bool          // the last claim came back short: the next is a full pick alone
 }
 
 // pickNote is what a pick tells its cursor once the claim committed.
 type pickNote struct {
 	c     *claimCursor
 	full  bool
+	short bool // fewer tasks than asked for
 	ended time.Time
 	took  time.Duration
 	last  *bt.Task // the last picked task in claim order; nil for none
@@ -85,7 +94,7 @@ func (s *Store) cursorFor(p store.ClaimParams) *claimCursor {
 func (c *claimCursor) position(period time.Duration) (priority int, runAt time.Time, id string, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.set || time.Since(c.fullAt) >= max(period, 10*c.fullTook) {
+	if !c.set || c.short || time.Since(c.fullAt) >= max(period, 10*c.fullTook) {
 		return 0, time.Time{}, "", false
 	}
 	return c.priority, c.runAt, c.id, true
@@ -101,6 +110,7 @@ func (n pickNote) record() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.short = n.short
 	if n.full {
 		c.fullAt, c.fullTook = n.ended, n.took
 	}
@@ -125,6 +135,7 @@ func claimOrder(priority int, runAt time.Time, id string, t *bt.Task) int {
 func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) ([]*bt.Task, pickNote, error) {
 	c := s.cursorFor(p)
 	note := pickNote{c: c}
+	pc := probe.ClaimFrom(ctx) // nil unless the latency bench's stage probe runs
 	args := []any{p.Queue, p.Now, p.Max, p.WorkerID, p.Now.Add(p.Lease)}
 	var tasks []*bt.Task
 	if prio, runAt, id, ok := c.position(s.cursorPeriod); ok {
@@ -132,7 +143,7 @@ func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) (
 		if len(p.Kinds) > 0 {
 			sql, cargs = s.hot(sqlClaimCursorKinds), append(cargs, textArray(p.Kinds))
 		}
-		got, err := queryTasksOn(ctx, q, sql, cargs...)
+		got, err := probedPick(ctx, q, pc, "cursor", sql, cargs...)
 		if err != nil {
 			return nil, note, err
 		}
@@ -148,15 +159,46 @@ func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) (
 	if len(p.Kinds) > 0 {
 		sql, fargs = s.hot(sqlClaimKinds), append(fargs, textArray(p.Kinds))
 	}
-	got, err := queryTasksOn(ctx, q, sql, fargs...)
+	got, err := probedPick(ctx, q, pc, "head", sql, fargs...)
 	if err != nil {
+		note.short = true
 		return tasks, note, err
 	}
 	tasks = append(tasks, got...)
 	note.full, note.ended = true, time.Now()
 	note.took = note.ended.Sub(start)
 	note.last = lastInClaimOrder(tasks)
+	// A claim that came back short found the queue caught up: the next
+	// one is likely short too, and a cursor pick before its pick from the
+	// head would only hold the tasks it takes until that pick committed.
+	note.short = len(tasks) < p.Max
 	return tasks, note, nil
+}
+
+// probedPick is queryTasksOn, with the statement's times recorded in pc
+// when the stage probe runs (internal/probe): on the pool it takes the
+// connection itself, as Pool.Query does, to tell the wait for it apart.
+func probedPick(ctx context.Context, q querier, pc *probe.Claim, kind, sql string, args ...any) ([]*bt.Task, error) {
+	if pc == nil {
+		return queryTasksOn(ctx, q, sql, args...)
+	}
+	pk := probe.Pick{Kind: kind, Acquire: time.Now()}
+	if pool, ok := q.(*pgxpool.Pool); ok {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Release()
+		q = conn
+	}
+	pk.Acquired = time.Now()
+	tasks, err := queryTasksOn(ctx, q, sql, args...)
+	pk.Done = time.Now()
+	for _, t := range tasks {
+		pk.IDs = append(pk.IDs, t.ID)
+	}
+	pc.AddPick(pk)
+	return tasks, err
 }
 
 // lastInClaimOrder is the last of tasks in claim order, nil for none.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
+	"github.com/backstophq/backstop/internal/probe"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/store/pgstore"
 )
@@ -181,5 +182,67 @@ func TestClaimCursorPickBehindSnapshot(t *testing.T) {
 	}
 	if full < 5*cur {
 		t.Errorf("full pick %d buffers, cursor pick %d: want the full pick to walk the dead head", full, cur)
+	}
+}
+
+// nullSink is a probe.Sink that keeps nothing: the claims' records are
+// read from the probe.Claim itself.
+type nullSink struct{}
+
+func (nullSink) Claimed(*probe.Claim)                    {}
+func (nullSink) Task(string, probe.TaskStage, time.Time) {}
+
+// TestClaimAfterAShortClaimIsOnePick: a claim that came back short (the
+// queue caught up) makes the next claim a pick from the head alone, one
+// statement: a cursor pick first would come back short as well, and the
+// tasks it took would wait for the pick from the head to commit. A claim
+// that came back full makes the next one a cursor pick again. The
+// statements are read from the stage probe (internal/probe).
+func TestClaimAfterAShortClaimIsOnePick(t *testing.T) {
+	b := setup(t)
+	s := b.store
+	claimP := func(n int) ([]string, []string) {
+		t.Helper()
+		ctx, pc := probe.StartClaim(t.Context(), nullSink{})
+		got, err := s.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: n, Now: t0, Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kinds []string
+		for _, p := range pc.Picks() {
+			kinds = append(kinds, p.Kind)
+		}
+		return ids(got), kinds
+	}
+	a := make([]*bt.Task, 3)
+	for i := range a {
+		a[i] = newTask("q")
+		a[i].RunAt = t0.Add(time.Duration(i-10) * time.Second)
+	}
+	enqueue(t, s, store.EnqueueOpts{}, a...)
+	if g, k := claimP(2); !slices.Equal(g, ids(a[:2])) || !slices.Equal(k, []string{"head"}) {
+		t.Fatalf("first claim = %v by %v, want %v by a pick from the head", g, k, ids(a[:2]))
+	}
+	// Full: the next claim starts at the cursor; short, so the head fills.
+	if g, k := claimP(2); !slices.Equal(g, ids(a[2:])) || !slices.Equal(k, []string{"cursor", "head"}) {
+		t.Fatalf("claim after a full one = %v by %v, want %v by the cursor pick, then the head", g, k, ids(a[2:]))
+	}
+	// Short: the next claim is one pick from the head.
+	next := newTask("q")
+	enqueue(t, s, store.EnqueueOpts{}, next)
+	if g, k := claimP(2); !slices.Equal(g, []string{next.ID}) || !slices.Equal(k, []string{"head"}) {
+		t.Fatalf("claim after a short one = %v by %v, want %s by one pick from the head", g, k, next.ID)
+	}
+	// From the head again, full this time: the cursor pick comes back.
+	more := make([]*bt.Task, 4)
+	for i := range more {
+		more[i] = newTask("q")
+	}
+	enqueue(t, s, store.EnqueueOpts{}, more...)
+	if g, k := claimP(2); !slices.Equal(g, ids(more[:2])) || !slices.Equal(k, []string{"head"}) {
+		t.Fatalf("claim = %v by %v, want %v by one pick from the head", g, k, ids(more[:2]))
+	}
+	if g, k := claimP(2); !slices.Equal(g, ids(more[2:])) || !slices.Equal(k, []string{"cursor"}) {
+		t.Fatalf("claim after a full one = %v by %v, want %v by the cursor pick alone", g, k, ids(more[2:]))
 	}
 }
