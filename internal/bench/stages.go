@@ -18,7 +18,9 @@ import (
 // time) and when its handler started; so the slowest pickups can be taken
 // apart: the enqueue (creation → commit), the wait for a claim (commit →
 // claim start: the claim in flight, the wake-up) and the claim itself with
-// the hand-off to the handler (claim start → handler start).
+// the hand-off to the handler (claim start → handler start). With
+// BACKSTOP_BENCH_STAGES it is also the worker's stage probe (a
+// probe.Sink: Claimed, Task), which takes the last apart (subStages).
 type stages struct {
 	mu    sync.Mutex
 	start time.Time
