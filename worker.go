@@ -538,9 +538,11 @@ func (w *Worker) fetchLoop(ctx context.Context, q *queueRunner) {
 // many it started, whether every claim it ran came back short, and the
 // error of a claim that failed (the tasks of another were started).
 //
-// After a short claim (the queue caught up: q.short), the step claims
-// half of avail and keeps the other half for a wake-up that comes while
-// that claim is in flight: a task committed just after the claim read the
+// After a short claim (the queue caught up: q.short) with many slots free
+// (2 × minClaimPart: each half is still a large batch, so a burst is not
+// cut to half of what a small worker could take), the step claims half
+// of avail and keeps the other half for a wake-up that comes while that
+// claim is in flight: a task committed just after the claim read the
 // queue would otherwise wait for the claim's round trip and commit and
 // then for a whole claim of its own. The second claim runs beside the
 // first (SKIP LOCKED: they take different tasks) and each hands its tasks
@@ -572,7 +574,7 @@ func (w *Worker) claimStep(ctx, base context.Context, q *queueRunner, avail int)
 		}()
 	}
 	first, spare := avail, 0
-	if q.short && avail >= 2 {
+	if q.short && avail >= 2*minClaimPart {
 		first, spare = avail-avail/2, avail/2
 	}
 	launch(first)

@@ -240,7 +240,7 @@ func TestWorkerClaimsBesideAClaimInFlight(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"beside": 8}, PollInterval: time.Hour, MaintenanceInterval: -1})
+			w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"beside": 2 * minClaimPart}, PollInterval: time.Hour, MaintenanceInterval: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
