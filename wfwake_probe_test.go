@@ -236,8 +236,9 @@ func (p *probeStore) report(b *testing.B, steps int) {
 	// Claims that came back short (n < max) while step tasks were ready:
 	// their predecessor had committed before the claim began, and no claim
 	// begun earlier took them.
-	short, shortReady, readyLeft := 0, 0, 0
+	short, shortReady, readyLeft, maxSum := 0, 0, 0, 0
 	for _, c := range p.clog {
+		maxSum += c.max
 		if c.n >= c.max {
 			continue
 		}
@@ -261,6 +262,10 @@ func (p *probeStore) report(b *testing.B, steps int) {
 			shortReady++
 			readyLeft += ready
 		}
+	}
+	if len(p.clog) > 0 {
+		b.ReportMetric(float64(maxSum)/float64(len(p.clog)), "asked/claim")
+		b.ReportMetric(float64(short)/float64(len(p.clog)), "short/claim")
 	}
 	if short > 0 {
 		b.ReportMetric(float64(shortReady)/float64(short), "short_claims_with_ready_left")
