@@ -279,17 +279,3 @@ var SQLSettle = sqlSettle
 // SQLHeartbeat and SQLHeartbeatSkip are the heartbeat's statements, of one
 // beat and of a batch (plans).
 var SQLHeartbeat, SQLHeartbeatSkip = sqlHeartbeat, sqlHeartbeatSkip
-
-// LocalWakeups is a channel of this Store's in-process wake-ups only (no
-// LISTEN connection behind it: what reaches it was delivered by the
-// process itself, never by the server), until stop.
-func (s *Store) LocalWakeups() (wake <-chan string, stop func()) {
-	ch := make(chan string, wakeupBuffer)
-	s.mu.Lock()
-	if s.local == nil {
-		s.local = make(map[chan string]map[localWake]int)
-	}
-	s.local[ch] = map[localWake]int{}
-	s.mu.Unlock()
-	return ch, func() { s.unsubscribe(ch) }
-}

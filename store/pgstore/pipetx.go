@@ -55,14 +55,6 @@ type pipeTx struct {
 	// queues the transaction wakes (Store.Enqueue: expectWakes); a COPY
 	// may then carry the COMMIT. expected is what it was given.
 	onCommit func(queues []string)
-	// local, when set (Txs.Begin: every InTx, Store.WritePlan), is the
-	// store whose Wakeups channels Commit wakes in-process for the queues
-	// it woke, once the COMMIT succeeded; the notification's copy that
-	// follows through the listener is then this process's own and dropped
-	// (expectWakes), as Store.Enqueue's is. A workflow step settle that
-	// enqueued the next steps wakes this process's workers without the
-	// hop through the server to their LISTEN connection.
-	local    *Store
 	expected []string
 	waking   []string // the wake-up sent with the event row (firstWaking)
 }
@@ -333,8 +325,6 @@ func (t *pipeTx) Begin(ctx context.Context) (pgx.Tx, error) {
 // write's failure is the error as its statement reported it; a
 // transaction the server ended as a rollback (an earlier failure) is
 // pgx.ErrTxCommitRollback. However it ends, the transaction is over.
-// With local set, a COMMIT that succeeded wakes the queues in-process too
-// (their notifications' copies expected, so dropped by the listener).
 func (t *pipeTx) Commit(ctx context.Context) error {
 	if t.done {
 		if t.copied { // committed with its COPY
@@ -352,13 +342,6 @@ func (t *pipeTx) Commit(ctx context.Context) error {
 		p = &pipeline{}
 	}
 	t.willCommit(t.woken)
-	var pid uint32
-	if t.local != nil && len(t.woken) > 0 {
-		// Before the COMMIT is sent: its notification may reach the
-		// listener before this goroutine reads the COMMIT's answer.
-		pid = t.conn.PgConn().PID()
-		t.local.expectWakes(pid, t.woken)
-	}
 	committed := false
 	p.b.Queue("commit")
 	p.read = append(p.read, func(br pgx.BatchResults) error {
@@ -381,14 +364,6 @@ func (t *pipeTx) Commit(ctx context.Context) error {
 		// workers find its tasks by polling (DESIGN: the fallback).
 		t.wakeLost = true
 		err = nil
-	}
-	if t.local != nil && len(t.woken) > 0 {
-		if !committed || t.wakeLost {
-			t.local.dropWakes(pid, t.woken) // no notification will come
-		}
-		if committed {
-			t.local.wakeLocal(t.woken)
-		}
 	}
 	return err
 }

@@ -35,15 +35,13 @@ func (s *Store) InTx(ctx context.Context, fn func(store.Tx) error) error {
 // Begin starts a transaction on a connection of the store's pool: the
 // store's own (pipetx.go), whose BEGIN is sent with its first statement and
 // whose COMMIT goes with its last writes, so it costs no round trip of its
-// own. It holds the connection until Commit or Rollback. Once it
-// committed, the queues it woke are woken in this process at once
-// (pipeTx.local), as Store.Enqueue wakes them.
+// own. It holds the connection until Commit or Rollback.
 func (t Txs) Begin(ctx context.Context) (pgx.Tx, error) {
 	conn, err := t.s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: begin: %w", err)
 	}
-	return &pipeTx{conn: conn.Conn(), pooled: conn, local: t.s}, nil
+	return &pipeTx{conn: conn.Conn(), pooled: conn}, nil
 }
 
 // Commit commits tx.
