@@ -3,7 +3,9 @@ package backstop
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +36,7 @@ import (
 func BenchmarkWorkflowWakeProbe(b *testing.B) {
 	const runs, steps = 100, 5
 	for _, db := range benchDBs {
-		for _, mode := range []string{"round", "chain", "burst"} {
+		for _, mode := range []string{"round", "chain", "burst", "plain"} {
 			b.Run(db.name+"/"+mode, func(b *testing.B) {
 				ctx := context.Background()
 				inner, _ := benchStore(b, db.url(b))
@@ -45,8 +47,9 @@ func BenchmarkWorkflowWakeProbe(b *testing.B) {
 				}
 				applyLinear(b, c, steps)
 				done := make(chan struct{}, runs*steps)
+				prefetch, _ := strconv.Atoi(os.Getenv("BACKSTOP_PROBE_PREFETCH")) // claim ahead of free slots (WorkerConfig.Prefetch)
 				w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"bench": 8}, PollInterval: 5 * time.Millisecond,
-					MaintenanceInterval: -1})
+					MaintenanceInterval: -1, Prefetch: prefetch})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -72,6 +75,18 @@ func BenchmarkWorkflowWakeProbe(b *testing.B) {
 				round := func() {
 					start := time.Now()
 					defer func() { all += time.Since(start) }()
+					if mode == "plain" { // BenchmarkWorkflowOverheadPairs' plain round
+						ps := make([]EnqueueParams, runs*steps)
+						for j := range ps {
+							ps[j] = EnqueueParams{Queue: "bench", Kind: "noop"}
+						}
+						if _, err := c.EnqueueMany(ctx, ps); err != nil {
+							b.Fatal(err)
+						}
+						loop += time.Since(start)
+						wait(runs * steps)
+						return
+					}
 					if mode == "burst" {
 						// 100 starts from 10 goroutines: the starts are not
 						// the round's bound (as a batch start would make it).
@@ -162,6 +177,20 @@ func (t probeTx) Settle(ctx context.Context, ss []store.Settlement) ([]bool, err
 		*t.settled = append(*t.settled, s.TaskID)
 	}
 	return t.Tx.Settle(ctx, ss)
+}
+
+// Settle times the plain settles (no step among them: not in InTx).
+func (p *probeStore) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
+	begin := time.Now()
+	oks, err := p.Store.Settle(ctx, ss)
+	if err == nil {
+		now := time.Now()
+		p.mu.Lock()
+		p.intx = append(p.intx, float64(now.Sub(begin).Microseconds())/1000)
+		p.batch = append(p.batch, len(ss))
+		p.mu.Unlock()
+	}
+	return oks, err
 }
 
 func (p *probeStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
