@@ -2,6 +2,7 @@ package backstop
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -73,36 +74,67 @@ func RunWorkflowsTx[TX any](ctx context.Context, c *Client, ts store.TxStore[TX]
 	return runsStarted(ds, plans), nil
 }
 
-// batchStarts checks every item of a batch start (its input, run id,
-// workflow name and version; a run id given twice) before anything is
-// read or written, and makes the engine's starts of them.
+// ValidateRuns checks a batch start's items as RunWorkflows does before it
+// reads or writes anything (input and its size, run id, workflow name,
+// version, a run id given twice: a *BatchError naming the item), without
+// starting them. Whether the workflows and versions are registered and the
+// run ids free is for the start to find.
+func (c *Client) ValidateRuns(ps ...RunWorkflowParams) error {
+	return checkRunBatch(ps, c.cfg.MaxPayloadSize, nil)
+}
+
+// CheckRuns is ValidateRuns without a client: every check but the input's
+// size, which is the client's (or the server's) configuration.
+func CheckRuns(ps ...RunWorkflowParams) error {
+	return checkRunBatch(ps, 0, nil)
+}
+
+// batchStarts checks every item of a batch start before anything is read
+// or written, and makes the engine's starts of them.
 func (c *Client) batchStarts(ps []RunWorkflowParams) ([]engine.RunStart, error) {
 	starts := make([]engine.RunStart, len(ps))
-	seen := make(map[string]int, len(ps))
-	for i, p := range ps {
-		bad := func(err error) error { return &BatchError{Index: i, Err: err, Of: "run"} }
-		input, runID, err := c.startParams(p)
-		if err != nil {
-			return nil, bad(err)
-		}
-		if err := workflow.ValidName(p.Workflow); err != nil {
-			return nil, bad(invalid("workflow", "%v", err))
-		}
-		if p.Version < 0 {
-			return nil, bad(invalid("version", "must not be negative"))
-		}
-		if p.RunID != "" {
-			if first, dup := seen[p.RunID]; dup {
-				return nil, bad(invalid("run_id", "%q is also run %d of the batch (a run id may be given once)", p.RunID, first+1))
-			}
-			seen[p.RunID] = i
-		}
+	err := checkRunBatch(ps, c.cfg.MaxPayloadSize, func(i int, input json.RawMessage, runID string) {
+		p := ps[i]
 		starts[i] = engine.RunStart{Workflow: p.Workflow, Version: p.Version, Trace: p.Trace,
 			Plan: func(d *WorkflowVersion, def *workflow.Definition) (workflow.Plan, error) {
 				return c.planStart(def, d, runID, input)
 			}}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return starts, nil
+}
+
+// checkRunBatch checks each item (its input, bounded by maxInput when
+// positive, run id, workflow name and version; a run id given twice) and
+// hands each good one's input and run id (a new one when not given) to
+// each, if not nil.
+func checkRunBatch(ps []RunWorkflowParams, maxInput int, each func(i int, input json.RawMessage, runID string)) error {
+	seen := make(map[string]int, len(ps))
+	for i, p := range ps {
+		bad := func(err error) error { return &BatchError{Index: i, Err: err, Of: "run"} }
+		input, runID, err := startParamsOf(p, maxInput)
+		if err != nil {
+			return bad(err)
+		}
+		if err := workflow.ValidName(p.Workflow); err != nil {
+			return bad(invalid("workflow", "%v", err))
+		}
+		if p.Version < 0 {
+			return bad(invalid("version", "must not be negative"))
+		}
+		if p.RunID != "" {
+			if first, dup := seen[p.RunID]; dup {
+				return bad(invalid("run_id", "%q is also run %d of the batch (a run id may be given once)", p.RunID, first+1))
+			}
+			seen[p.RunID] = i
+		}
+		if each != nil {
+			each(i, input, runID)
+		}
+	}
+	return nil
 }
 
 // batchConflict says which run of a batch exists (a *BatchError with the
