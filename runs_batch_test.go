@@ -162,6 +162,20 @@ func TestRunWorkflowsAllOrNothing(t *testing.T) {
 		if _, err := c.WorkflowRun(ctx, "again-2"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("again-2 after the refused batch: %v; want not found", err)
 		}
+		// A batch past the Postgres pipeline's bound (its runs written by
+		// one statement that skips a taken id): the taken run is named.
+		big := make([]RunWorkflowParams, 100)
+		for i := range big {
+			big[i] = good(fmt.Sprintf("big-%d", i))
+		}
+		big[70] = good("again-1")
+		_, err = c.RunWorkflows(ctx, big)
+		if !errors.As(err, &be) || be.Index != 70 || !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), `"again-1" already exists`) {
+			t.Fatalf("a big batch with a taken id: %v; want a conflict naming again-1 at index 70", err)
+		}
+		if _, err := c.WorkflowRun(ctx, "big-0"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("big-0 after the refused batch: %v; want not found", err)
+		}
 		if got, err := c.RunWorkflows(ctx, nil); got != nil || err != nil {
 			t.Fatalf("empty batch: %v %v", got, err)
 		}
@@ -180,36 +194,51 @@ func TestRunWorkflowsStaleVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		v1 := applyYAML(t, c, batchOne)
-		// The cache holds v1; another process registers v2 while the
-		// batch's first plan is being made.
-		c.e.RememberLatest(&v1)
-		plans := 0
-		var v2 WorkflowVersion
-		plan := func(runID string) func(d *WorkflowVersion, def *workflow.Definition) (workflow.Plan, error) {
-			return func(d *WorkflowVersion, def *workflow.Definition) (workflow.Plan, error) {
-				plans++
-				if plans == 1 {
-					v2 = applyYAML(t, other, strings.Replace(batchOne, "kind: k}", "kind: k2}", 1))
-				}
-				return c.planStart(def, d, runID, json.RawMessage(`{}`))
+		// 3 runs, and 100 (past the Postgres pipeline's bound).
+		for round, n := range []int{3, 100} {
+			// The cache holds the latest version; another process
+			// registers a new one while the batch's first plan is made.
+			latest := v1
+			if round > 0 {
+				latest = applyYAML(t, c, batchOne)
 			}
-		}
-		starts := []engine.RunStart{{Workflow: "bone", Plan: plan("st-0")}, {Workflow: "bone", Plan: plan("st-1")}, {Workflow: "bone", Version: 1, Plan: plan("st-2")}}
-		var eff engine.RunEffects
-		ds, _, err := c.e.StartRuns(ctx, starts, &eff)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if plans != 6 {
-			t.Fatalf("planned %d times; want the batch planned twice (6)", plans)
-		}
-		for i, want := range []WorkflowVersion{v2, v2, v1} {
-			run, err := c.WorkflowRun(ctx, fmt.Sprintf("st-%d", i))
+			c.e.RememberLatest(&latest)
+			plans := 0
+			var newer WorkflowVersion
+			plan := func(runID string) func(d *WorkflowVersion, def *workflow.Definition) (workflow.Plan, error) {
+				return func(d *WorkflowVersion, def *workflow.Definition) (workflow.Plan, error) {
+					plans++
+					if plans == 1 {
+						newer = applyYAML(t, other, strings.Replace(batchOne, "kind: k}", "kind: k2}", 1))
+					}
+					return c.planStart(def, d, runID, json.RawMessage(`{}`))
+				}
+			}
+			starts := make([]engine.RunStart, n)
+			for i := range starts {
+				starts[i] = engine.RunStart{Workflow: "bone", Plan: plan(fmt.Sprintf("st%d-%d", round, i))}
+			}
+			starts[n-1].Version = 1
+			var eff engine.RunEffects
+			ds, _, err := c.e.StartRuns(ctx, starts, &eff)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ds[i].Version != want.Version || run.Version != want.Version || run.PlanHash != want.PlanHash {
-				t.Fatalf("st-%d: answered version %d, stored %d (%s); want %d (%s)", i, ds[i].Version, run.Version, run.PlanHash, want.Version, want.PlanHash)
+			if plans != 2*n {
+				t.Fatalf("%d runs: planned %d times; want the batch planned twice (%d)", n, plans, 2*n)
+			}
+			for _, i := range []int{0, n - 2, n - 1} {
+				want := newer
+				if i == n-1 {
+					want = v1
+				}
+				run, err := c.WorkflowRun(ctx, fmt.Sprintf("st%d-%d", round, i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ds[i].Version != want.Version || run.Version != want.Version || run.PlanHash != want.PlanHash {
+					t.Fatalf("%d runs, run %d: answered version %d, stored %d (%s); want %d (%s)", n, i, ds[i].Version, run.Version, run.PlanHash, want.Version, want.PlanHash)
+				}
 			}
 		}
 	})
