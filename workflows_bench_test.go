@@ -193,6 +193,34 @@ func BenchmarkWorkflowStart(b *testing.B) {
 	}
 }
 
+// BenchmarkWorkflowStartBatch: BenchmarkWorkflowStart's 100 runs started
+// with one RunWorkflows (one transaction) instead of one after another.
+// ms/start (a run's share of the batch) is reported:
+//
+//	scripts/with-postgres go test -run '^$' -bench WorkflowStartBatch -benchtime 20x -count 5 .
+func BenchmarkWorkflowStartBatch(b *testing.B) {
+	const runs, steps = 100, 5
+	for _, db := range benchDBs {
+		b.Run(db.name, func(b *testing.B) {
+			ctx := context.Background()
+			_, c := benchStore(b, db.url(b))
+			applyLinear(b, c, steps)
+			ps := make([]RunWorkflowParams, runs)
+			for j := range ps {
+				ps[j] = RunWorkflowParams{Workflow: "linear"}
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				if _, err := c.RunWorkflows(ctx, ps); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N*runs), "ms/start")
+		})
+	}
+}
+
 // BenchmarkWorkflowSettleBatch: one settle transaction that completes the
 // first step of 100 runs of a 2-step workflow (so it enqueues 100 second
 // steps): the cost of advancing many runs in one settle batch, without a
