@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/backstophq/backstop/internal/engine"
+	"github.com/backstophq/backstop/internal/telemetry"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store/pgstore"
 	"github.com/backstophq/backstop/store/sqlitestore"
@@ -318,5 +321,38 @@ func TestRunWorkflowsTx(t *testing.T) {
 			page, err := c.ReadEvents(ctx, ReadEventsParams{Stream: "run.kept-69", Limit: 10})
 			return err == nil && len(page.Events) > 0
 		})
+	})
+}
+
+// TestRunWorkflowsTraceForced: in a batch at sampling ratio 0, the run
+// started with Trace is one sampled trace (its root, each step's dispatch,
+// each attempt) and the run beside it without Trace is not sampled.
+func TestRunWorkflowsTraceForced(t *testing.T) {
+	t.Parallel()
+	tracedClients(t, telemetry.Sampler(0), func(t *testing.T, c *Client, sr *tracetest.SpanRecorder) {
+		applyYAML(t, c, threeStepYAML)
+		startWorker(t, c, map[string]Handler{"ok": okHandler()})
+		ctx := context.Background()
+		got, err := c.RunWorkflows(ctx, []RunWorkflowParams{{Workflow: "three"}, {Workflow: "three", Trace: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		quiet, forced := got[0], got[1]
+		waitRun(t, c, quiet.RunID, workflow.RunSucceeded)
+		waitRun(t, c, forced.RunID, workflow.RunSucceeded)
+		root := rootSpan(t, sr, forced.RunID)
+		names := map[string]int{}
+		for _, s := range sr.Ended() {
+			id := spanAttr(s, "messaging.message.id")
+			if spanAttr(s, "run_id") == quiet.RunID || strings.HasPrefix(id, quiet.RunID) {
+				t.Errorf("span %s of the unforced run was sampled", s.Name())
+			}
+			if s.SpanContext().TraceID() == root.SpanContext().TraceID() {
+				names[strings.Fields(s.Name())[0]]++
+			}
+		}
+		if names["run"] != 1 || names["dispatch"] != 3 || names["process"] != 3 {
+			t.Errorf("forced run's spans: %v, want 1 run, 3 dispatch, 3 process", names)
+		}
 	})
 }
