@@ -135,8 +135,10 @@ type Worker struct {
 	execWG         sync.WaitGroup
 	completersDone chan struct{}
 
-	lastActive atomic.Int64 // unix nanos of the last claim or finished attempt
-	claiming   atomic.Int32 // claims on their way to the store
+	lastActive atomic.Int64  // unix nanos of the last claim or finished attempt
+	claiming   atomic.Int32  // claims on their way to the store
+	takeMu     sync.Mutex    // held by the completer taking a batch (completer)
+	fillWait   time.Duration // completerFillWait; tests lengthen it
 
 	now func() time.Time // w.c.now, as a func value made once (a method value allocates)
 
@@ -213,6 +215,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		now:      c.now,
 
 		claimParallelism: max(1, c.store.Features().ClaimParallelism),
+		fillWait:         completerFillWait,
 	}
 	if wc.WatchEmpty {
 		w.empty = make(chan struct{})
@@ -938,7 +941,18 @@ func (w *Worker) settledBatch(items []settleItem, oks []bool) {
 const minClaimPart = 250
 
 // maxCompleterBatch bounds one settle statement.
-const maxCompleterBatch = 1000
+const maxCompleterBatch = 2000
+
+// A completer under load lets its batch fill while a claim is in flight:
+// the claimed tasks' settlements join this batch instead of starting the
+// next (one commit, one settle statement's fixed cost, for both). Under
+// load means completerFillFrom settlements or more were already waiting
+// when it took its batch; an idle worker's settle (fewer waiting) is
+// never delayed. completerFillWait bounds the wait, far inside any lease.
+const (
+	completerFillFrom = 100
+	completerFillWait = 30 * time.Millisecond
+)
 
 // completers is how many completers the worker runs: as configured, else as
 // many as the store applies settle batches well at once (store.Features).
@@ -965,38 +979,79 @@ func (w *Worker) startCompleters() {
 }
 
 // completer batches settlements: under load many attempts settle in one
-// statement (what has queued up while the last batch was written, up to
-// maxCompleterBatch); when idle each settles at once. Several completers take
-// from the same channel: the settlements of one task never overlap (one
+// statement (what has queued up while the last batch was written, and,
+// while a claim is in flight, what its tasks add for up to
+// completerFillWait; up to maxCompleterBatch); when idle each settles at
+// once. Several completers take from the same channel, one at a time
+// (takeMu: a batch filling is not split between them), and write their
+// batches side by side: the settlements of one task never overlap (one
 // attempt settles once), so their batches touch disjoint tasks.
 func (w *Worker) completer() {
 	var scratch []store.Settlement
 	batch := make([]settleItem, 0, maxCompleterBatch)
-	for s := range w.settleCh {
-		batch = append(batch[:0], s)
-	fill:
-		for len(batch) < maxCompleterBatch {
-			select {
-			case s, ok := <-w.settleCh:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, s)
-			default:
-				break fill
-			}
+	fill := time.NewTimer(time.Hour)
+	fill.Stop()
+	for {
+		var ok bool
+		w.takeMu.Lock()
+		batch, ok = w.takeBatch(batch[:0], fill)
+		w.takeMu.Unlock()
+		if !ok {
+			return
 		}
 		w.flush(batch, &scratch)
 	}
+}
+
+// takeBatch waits for a settlement and takes what else is waiting; under
+// load (completerFillFrom), while a claim is in flight, it waits up to
+// completerFillWait for more. ok is false once settleCh is closed and
+// drained.
+func (w *Worker) takeBatch(batch []settleItem, fill *time.Timer) ([]settleItem, bool) {
+	s, ok := <-w.settleCh
+	if !ok {
+		return batch, false
+	}
+	batch = append(batch, s)
+	for len(batch) < maxCompleterBatch {
+		select {
+		case s, ok := <-w.settleCh:
+			if !ok {
+				return batch, true
+			}
+			batch = append(batch, s)
+			continue
+		default:
+		}
+		break
+	}
+	if len(batch) < completerFillFrom || len(batch) >= maxCompleterBatch || w.claiming.Load() == 0 {
+		return batch, true
+	}
+	fill.Reset(w.fillWait)
+	defer fill.Stop()
+	for len(batch) < maxCompleterBatch {
+		select {
+		case s, ok := <-w.settleCh:
+			if !ok {
+				return batch, true
+			}
+			batch = append(batch, s)
+		case <-fill.C:
+			return batch, true
+		}
+	}
+	return batch, true
 }
 
 // settleQueue bounds the finished attempts waiting for a completer (beyond
 // those the worker's slots hold while they wait to hand theirs over). Every
 // one of them is a task whose task.succeeded event is not written yet: the
 // bound is what keeps a follower's lag near one batch's time instead of
-// several, while a full batch is still always ready when a completer is
-// free (slots blocked on the hand-over feed the next batch directly).
-const settleQueue = maxCompleterBatch
+// several, while a batch is still always ready when a completer is free
+// (slots blocked on the hand-over feed the next batch directly; a batch
+// filling takes from the channel as it fills, up to maxCompleterBatch).
+const settleQueue = 1000
 
 // settlements lists the items' settlements in a completer's scratch.
 func settlements(items []settleItem, scratch *[]store.Settlement) []store.Settlement {
