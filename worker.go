@@ -74,9 +74,9 @@ type WorkerConfig struct {
 	// of running tasks. Default: 0 (claim only for free slots).
 	Prefetch int
 	// SettleParallelism: how many completers write settle batches at
-	// once. Default: the store's (store.Features.SettleParallelism: 1 on
-	// both). One makes bigger batches on fewer connections; more write
-	// batches side by side (each filled in turn).
+	// once. Default: the store's (store.Features.SettleParallelism: 2 on
+	// Postgres, 1 on SQLite). One makes bigger batches on fewer
+	// connections: the exec worker's choice, whose batches are small.
 	SettleParallelism int
 	// WatchEmpty: the worker notices when its queues have run dry and
 	// closes the channel Empty returns (it goes on working until Stop).

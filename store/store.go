@@ -33,10 +33,9 @@ type Features struct {
 	// (SQLite).
 	ConcurrentWriters bool
 	// SettleParallelism is how many settle batches a worker applies well
-	// at once: 1 on both (SQLite: one writer, its batches are as big as
-	// the backlog; Postgres: statements on disjoint tasks could run side
-	// by side, but one larger batch costs the server less CPU per task
-	// than two smaller ones at once).
+	// at once: Postgres 2 (statements on disjoint tasks run side by side,
+	// so a finished attempt waits for about one batch, not a full queue),
+	// SQLite 1 (one writer; its batches are as big as the backlog).
 	SettleParallelism int
 	// ClaimParallelism is how many claims of one queue a worker runs at
 	// once when many of its slots are free: Postgres 2 (SKIP LOCKED claims

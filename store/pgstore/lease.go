@@ -260,11 +260,9 @@ func queryTasksOn(ctx context.Context, q querier, sql string, args ...any) ([]*b
 	return tasks, rs.Err()
 }
 
-// Features implements store.Store: concurrent writers, two claims at
-// once, and one settle batch at a time: a worker's completer lets its
-// batch fill while a claim is in flight (worker.go), and one batch of
-// ≈ 1,700 costs the server less than two of ≈ 450 side by side
-// (docs/benchmarks.md, "fewer, larger commits").
+// Features implements store.Store: concurrent writers, and two settle
+// batches at once, since batches of disjoint tasks run side by side
+// without waiting on each other's locks.
 func (s *Store) Features() store.Features {
-	return store.Features{ConcurrentWriters: true, SettleParallelism: 1, ClaimParallelism: 2}
+	return store.Features{ConcurrentWriters: true, SettleParallelism: 2, ClaimParallelism: 2}
 }
