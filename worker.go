@@ -138,6 +138,8 @@ type Worker struct {
 	lastActive atomic.Int64  // unix nanos of the last claim or finished attempt
 	claiming   atomic.Int32  // claims on their way to the store
 	takeMu     sync.Mutex    // held by the completer taking a batch (completer)
+	flushing   atomic.Int32  // completers writing a batch
+	flushed    chan struct{} // signaled when a completer has written its batch
 	fillWait   time.Duration // completerFillWait; tests lengthen it
 
 	now func() time.Time // w.c.now, as a func value made once (a method value allocates)
@@ -216,6 +218,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 
 		claimParallelism: max(1, c.store.Features().ClaimParallelism),
 		fillWait:         completerFillWait,
+		flushed:          make(chan struct{}, 1),
 	}
 	if wc.WatchEmpty {
 		w.empty = make(chan struct{})
@@ -943,16 +946,14 @@ const minClaimPart = 250
 // maxCompleterBatch bounds one settle statement.
 const maxCompleterBatch = 2000
 
-// A completer under load lets its batch fill while a claim is in flight:
-// the claimed tasks' settlements join this batch instead of starting the
-// next (one commit, one settle statement's fixed cost, for both). Under
-// load means completerFillFrom settlements or more were already waiting
-// when it took its batch; an idle worker's settle (fewer waiting) is
-// never delayed. completerFillWait bounds the wait, far inside any lease.
-const (
-	completerFillFrom = 100
-	completerFillWait = 30 * time.Millisecond
-)
+// A completer lets its batch fill while another completer's batch is
+// being written: the settlements that arrive meanwhile join it instead of
+// a second statement beside the first (one settle statement at a time,
+// each as large as what arrived while the last one ran: group commit).
+// With nothing being written it writes at once, so an idle worker's
+// settle is never delayed. completerFillWait bounds the wait (a batch
+// being written that slowly is written beside), far inside any lease.
+const completerFillWait = 100 * time.Millisecond
 
 // completers is how many completers the worker runs: as configured, else as
 // many as the store applies settle batches well at once (store.Features).
@@ -979,13 +980,13 @@ func (w *Worker) startCompleters() {
 }
 
 // completer batches settlements: under load many attempts settle in one
-// statement (what has queued up while the last batch was written, and,
-// while a claim is in flight, what its tasks add for up to
-// completerFillWait; up to maxCompleterBatch); when idle each settles at
-// once. Several completers take from the same channel, one at a time
-// (takeMu: a batch filling is not split between them), and write their
-// batches side by side: the settlements of one task never overlap (one
-// attempt settles once), so their batches touch disjoint tasks.
+// statement (what has queued up while the last batch was written, up to
+// maxCompleterBatch; with several completers, what arrives while another
+// completer's batch is written joins too: completerFillWait); when idle
+// each settles at once. Several completers take from the same channel,
+// one at a time (takeMu: a batch filling is not split between them): the
+// settlements of one task never overlap (one attempt settles once), so
+// their batches touch disjoint tasks.
 func (w *Worker) completer() {
 	var scratch []store.Settlement
 	batch := make([]settleItem, 0, maxCompleterBatch)
@@ -995,18 +996,23 @@ func (w *Worker) completer() {
 		var ok bool
 		w.takeMu.Lock()
 		batch, ok = w.takeBatch(batch[:0], fill)
+		if ok {
+			w.flushing.Add(1) // before the next completer takes: it waits for this batch
+		}
 		w.takeMu.Unlock()
 		if !ok {
 			return
 		}
 		w.flush(batch, &scratch)
+		w.flushing.Add(-1)
+		signal(w.flushed)
 	}
 }
 
-// takeBatch waits for a settlement and takes what else is waiting; under
-// load (completerFillFrom), while a claim is in flight, it waits up to
-// completerFillWait for more. ok is false once settleCh is closed and
-// drained.
+// takeBatch waits for a settlement and takes what else is waiting; while
+// another completer's batch is being written it goes on taking until that
+// ends (or completerFillWait, or maxCompleterBatch). ok is false once
+// settleCh is closed and drained.
 func (w *Worker) takeBatch(batch []settleItem, fill *time.Timer) ([]settleItem, bool) {
 	s, ok := <-w.settleCh
 	if !ok {
@@ -1025,7 +1031,11 @@ func (w *Worker) takeBatch(batch []settleItem, fill *time.Timer) ([]settleItem, 
 		}
 		break
 	}
-	if len(batch) < completerFillFrom || len(batch) >= maxCompleterBatch || w.claiming.Load() == 0 {
+	select {
+	case <-w.flushed: // a batch written before this one was taken
+	default:
+	}
+	if len(batch) >= maxCompleterBatch || w.flushing.Load() == 0 {
 		return batch, true
 	}
 	fill.Reset(w.fillWait)
@@ -1037,6 +1047,8 @@ func (w *Worker) takeBatch(batch []settleItem, fill *time.Timer) ([]settleItem, 
 				return batch, true
 			}
 			batch = append(batch, s)
+		case <-w.flushed:
+			return batch, true
 		case <-fill.C:
 			return batch, true
 		}
