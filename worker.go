@@ -136,8 +136,12 @@ type Worker struct {
 	execWG         sync.WaitGroup
 	completersDone chan struct{}
 
-	lastActive atomic.Int64 // unix nanos of the last claim or finished attempt
-	claiming   atomic.Int32 // claims on their way to the store
+	lastActive atomic.Int64  // unix nanos of the last claim or finished attempt
+	claiming   atomic.Int32  // claims on their way to the store
+	takeMu     sync.Mutex    // held by the completer taking a batch (completer)
+	flushing   atomic.Int32  // completers writing a batch
+	flushed    chan struct{} // signaled when a completer has written its batch
+	fillWait   time.Duration // completerFillWait; tests lengthen it
 
 	now func() time.Time // w.c.now, as a func value made once (a method value allocates)
 
@@ -216,6 +220,8 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		now:      c.now,
 
 		claimParallelism: max(1, c.store.Features().ClaimParallelism),
+		fillWait:         completerFillWait,
+		flushed:          make(chan struct{}, 1),
 	}
 	if wc.WatchEmpty {
 		w.empty = make(chan struct{})
@@ -1022,7 +1028,16 @@ func (w *Worker) settledBatch(items []settleItem, oks []bool) {
 const minClaimPart = 250
 
 // maxCompleterBatch bounds one settle statement.
-const maxCompleterBatch = 1000
+const maxCompleterBatch = 2000
+
+// A completer lets its batch fill while another completer's batch is
+// being written: the settlements that arrive meanwhile join it instead of
+// a second statement beside the first (one settle statement at a time,
+// each as large as what arrived while the last one ran: group commit).
+// With nothing being written it writes at once, so an idle worker's
+// settle is never delayed. completerFillWait bounds the wait (a batch
+// being written that slowly is written beside), far inside any lease.
+const completerFillWait = 100 * time.Millisecond
 
 // completers is how many completers the worker runs: as configured, else as
 // many as the store applies settle batches well at once (store.Features).
@@ -1050,37 +1065,89 @@ func (w *Worker) startCompleters() {
 
 // completer batches settlements: under load many attempts settle in one
 // statement (what has queued up while the last batch was written, up to
-// maxCompleterBatch); when idle each settles at once. Several completers take
-// from the same channel: the settlements of one task never overlap (one
-// attempt settles once), so their batches touch disjoint tasks.
+// maxCompleterBatch; with several completers, what arrives while another
+// completer's batch is written joins too: completerFillWait); when idle
+// each settles at once. Several completers take from the same channel,
+// one at a time (takeMu: a batch filling is not split between them): the
+// settlements of one task never overlap (one attempt settles once), so
+// their batches touch disjoint tasks.
 func (w *Worker) completer() {
 	var scratch []store.Settlement
 	batch := make([]settleItem, 0, maxCompleterBatch)
-	for s := range w.settleCh {
-		batch = append(batch[:0], s)
-	fill:
-		for len(batch) < maxCompleterBatch {
-			select {
-			case s, ok := <-w.settleCh:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, s)
-			default:
-				break fill
-			}
+	fill := time.NewTimer(time.Hour)
+	fill.Stop()
+	for {
+		var ok bool
+		w.takeMu.Lock()
+		batch, ok = w.takeBatch(batch[:0], fill)
+		if ok {
+			w.flushing.Add(1) // before the next completer takes: it waits for this batch
+		}
+		w.takeMu.Unlock()
+		if !ok {
+			return
 		}
 		w.flush(batch, &scratch)
+		w.flushing.Add(-1)
+		signal(w.flushed)
 	}
+}
+
+// takeBatch waits for a settlement and takes what else is waiting; while
+// another completer's batch is being written it goes on taking until that
+// ends (or completerFillWait, or maxCompleterBatch). ok is false once
+// settleCh is closed and drained.
+func (w *Worker) takeBatch(batch []settleItem, fill *time.Timer) ([]settleItem, bool) {
+	s, ok := <-w.settleCh
+	if !ok {
+		return batch, false
+	}
+	batch = append(batch, s)
+	for len(batch) < maxCompleterBatch {
+		select {
+		case s, ok := <-w.settleCh:
+			if !ok {
+				return batch, true
+			}
+			batch = append(batch, s)
+			continue
+		default:
+		}
+		break
+	}
+	select {
+	case <-w.flushed: // a batch written before this one was taken
+	default:
+	}
+	if len(batch) >= maxCompleterBatch || w.flushing.Load() == 0 {
+		return batch, true
+	}
+	fill.Reset(w.fillWait)
+	defer fill.Stop()
+	for len(batch) < maxCompleterBatch {
+		select {
+		case s, ok := <-w.settleCh:
+			if !ok {
+				return batch, true
+			}
+			batch = append(batch, s)
+		case <-w.flushed:
+			return batch, true
+		case <-fill.C:
+			return batch, true
+		}
+	}
+	return batch, true
 }
 
 // settleQueue bounds the finished attempts waiting for a completer (beyond
 // those the worker's slots hold while they wait to hand theirs over). Every
 // one of them is a task whose task.succeeded event is not written yet: the
 // bound is what keeps a follower's lag near one batch's time instead of
-// several, while a full batch is still always ready when a completer is
-// free (slots blocked on the hand-over feed the next batch directly).
-const settleQueue = maxCompleterBatch
+// several, while a batch is still always ready when a completer is free
+// (slots blocked on the hand-over feed the next batch directly; a batch
+// filling takes from the channel as it fills, up to maxCompleterBatch).
+const settleQueue = 1000
 
 // settlements lists the items' settlements in a completer's scratch.
 func settlements(items []settleItem, scratch *[]store.Settlement) []store.Settlement {

@@ -200,6 +200,12 @@ func (c *Client) startPlan(ctx context.Context, p RunWorkflowParams) (workflow.P
 // startParams is p's input (default {}) and run id (default a new one),
 // checked.
 func (c *Client) startParams(p RunWorkflowParams) (json.RawMessage, string, error) {
+	return startParamsOf(p, c.cfg.MaxPayloadSize)
+}
+
+// startParamsOf is startParams with the input's size bound maxInput (0:
+// not checked here).
+func startParamsOf(p RunWorkflowParams, maxInput int) (json.RawMessage, string, error) {
 	input := p.Input
 	if len(strings.TrimSpace(string(input))) == 0 {
 		input = json.RawMessage(`{}`)
@@ -207,9 +213,9 @@ func (c *Client) startParams(p RunWorkflowParams) (json.RawMessage, string, erro
 	if err := engine.CheckJSON("input", input); err != nil {
 		return nil, "", err
 	}
-	if len(input) > c.cfg.MaxPayloadSize {
+	if maxInput > 0 && len(input) > maxInput {
 		return nil, "", &ValidationError{Field: "input", TooLarge: true,
-			Message: fmt.Sprintf("is %d bytes; the maximum is %d", len(input), c.cfg.MaxPayloadSize)}
+			Message: fmt.Sprintf("is %d bytes; the maximum is %d", len(input), maxInput)}
 	}
 	runID := p.RunID
 	if runID == "" {

@@ -43,20 +43,24 @@ func BenchmarkWorkflowOverhead(b *testing.B) {
 }
 
 // BenchmarkWorkflowOverheadPairs: BenchmarkWorkflowOverhead's two modes
-// measured as pairs, what the workflow row of scripts/bench-table reads.
-// One store and one worker (concurrency 8) serve both modes, on the same
+// measured as pairs, what the workflow row of scripts/bench-table reads,
+// with a third mode, the batch start, that the workflow-batch row reads.
+// One store and one worker (concurrency 8) serve every mode, on the same
 // queue and tables; after one untimed round of each (the pool's
 // connections, their prepared statements and plans), each iteration is a
-// round of each mode, the order alternating: 100 runs of the 5-step
-// linear workflow started one after another, or 500 tasks enqueued with
-// one EnqueueMany, each round timed until its 500 handlers ran. The
-// rounds are what BenchmarkWorkflowOverhead times; here a pair's two are
-// seconds apart in one process and on one warm store, where that
-// benchmark times 3 rounds of one mode, then 3 of the other, each on a
-// fresh store (docs/benchmarks.md, branch wfstep5: its ratio swung
-// 0.62–0.86 on a quiet box). Reported: step/plain, the median over the
-// pairs of (step tasks/s) / (plain tasks/s); the two modes' tasks/s over
-// all their rounds.
+// round of each mode, the workflow and batch rounds on either side of the
+// plain round, which side alternating: 100 runs of the 5-step linear
+// workflow started one after another ("workflow"), 100 runs started with
+// one RunWorkflows ("batch"), or 500 tasks enqueued with one EnqueueMany
+// ("plain"), each round timed until its 500 handlers ran. The rounds are
+// what BenchmarkWorkflowOverhead times; here a pair's two are seconds
+// apart in one process and on one warm store, where that benchmark times
+// 3 rounds of one mode, then 3 of the other, each on a fresh store
+// (docs/benchmarks.md, branch wfstep5: its ratio swung 0.62–0.86 on a
+// quiet box). Reported: step/plain, the median over the iterations of
+// (step tasks/s) / (plain tasks/s), and batch/plain, the same for the
+// batch round against the same plain round; each mode's tasks/s over all
+// its rounds.
 //
 //	scripts/with-postgres go test -run '^$' -bench WorkflowOverheadPairs/postgres -benchtime 10x .
 func BenchmarkWorkflowOverheadPairs(b *testing.B) {
@@ -66,38 +70,50 @@ func BenchmarkWorkflowOverheadPairs(b *testing.B) {
 			round := overheadRig(b, db.url(b), runs, steps)
 			round("workflow")
 			round("plain")
+			round("batch")
 			b.ResetTimer()
-			var ratios []float64
-			var stepT, plainT time.Duration
+			var stepRatios, batchRatios []float64
+			var stepT, plainT, batchT time.Duration
 			for i := 0; i < b.N; i++ {
-				var st, pl time.Duration
+				var st, pl, ba time.Duration
 				if i%2 == 0 {
 					st = round("workflow")
 					pl = round("plain")
+					ba = round("batch")
 				} else {
+					ba = round("batch")
 					pl = round("plain")
 					st = round("workflow")
 				}
-				stepT, plainT = stepT+st, plainT+pl
-				ratios = append(ratios, pl.Seconds()/st.Seconds()) // (500/st) / (500/pl)
+				stepT, plainT, batchT = stepT+st, plainT+pl, batchT+ba
+				stepRatios = append(stepRatios, pl.Seconds()/st.Seconds()) // (500/st) / (500/pl)
+				batchRatios = append(batchRatios, pl.Seconds()/ba.Seconds())
 			}
-			slices.Sort(ratios)
-			med := ratios[len(ratios)/2]
-			if len(ratios)%2 == 0 {
-				med = (ratios[len(ratios)/2-1] + med) / 2
-			}
-			b.ReportMetric(med, "step/plain")
+			b.ReportMetric(median(stepRatios), "step/plain")
+			b.ReportMetric(median(batchRatios), "batch/plain")
 			b.ReportMetric(float64(b.N*runs*steps)/stepT.Seconds(), "step_tasks/s")
 			b.ReportMetric(float64(b.N*runs*steps)/plainT.Seconds(), "plain_tasks/s")
+			b.ReportMetric(float64(b.N*runs*steps)/batchT.Seconds(), "batch_tasks/s")
 		})
 	}
+}
+
+// median is the median of xs (sorted in place).
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	med := xs[len(xs)/2]
+	if len(xs)%2 == 0 {
+		med = (xs[len(xs)/2-1] + med) / 2
+	}
+	return med
 }
 
 // overheadRig makes the workflow overhead benchmarks' store (the 5-step
 // linear workflow registered) and worker (concurrency 8 on queue bench),
 // and answers a round of a mode: "workflow" starts runs runs one after
-// another, "plain" enqueues runs*steps tasks with one EnqueueMany; a
-// round is timed until its runs*steps handlers ran.
+// another, "batch" starts them with one RunWorkflows, "plain" enqueues
+// runs*steps tasks with one EnqueueMany; a round is timed until its
+// runs*steps handlers ran.
 func overheadRig(b *testing.B, url string, runs, steps int) (round func(mode string) time.Duration) {
 	ctx := context.Background()
 	_, c := benchStore(b, url)
@@ -115,13 +131,22 @@ func overheadRig(b *testing.B, url string, runs, steps int) (round func(mode str
 	b.Cleanup(func() { w.Stop(ctx) })
 	return func(mode string) time.Duration {
 		start := time.Now()
-		if mode == "workflow" {
+		switch mode {
+		case "workflow":
 			for r := 0; r < runs; r++ {
 				if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "linear"}); err != nil {
 					b.Fatal(err)
 				}
 			}
-		} else {
+		case "batch":
+			ps := make([]RunWorkflowParams, runs)
+			for j := range ps {
+				ps[j] = RunWorkflowParams{Workflow: "linear"}
+			}
+			if _, err := c.RunWorkflows(ctx, ps); err != nil {
+				b.Fatal(err)
+			}
+		default:
 			ps := make([]EnqueueParams, runs*steps)
 			for j := range ps {
 				ps[j] = EnqueueParams{Queue: "bench", Kind: "noop"}
@@ -143,8 +168,8 @@ func overheadRig(b *testing.B, url string, runs, steps int) (round func(mode str
 
 // BenchmarkWorkflowStart: the start path alone, without a worker: 100
 // runs of a 5-step linear workflow started one after another (each writes
-// its run row, its step rows, its first task and its events). ms/start is
-// reported:
+// its run row, its step rows, its first task and its events). ms/start and
+// the process's CPU a start (client_cpu_ms/start, getrusage) are reported:
 //
 //	scripts/with-postgres go test -run '^$' -bench WorkflowStart -benchtime 3x -count 5 .
 func BenchmarkWorkflowStart(b *testing.B) {
@@ -155,7 +180,7 @@ func BenchmarkWorkflowStart(b *testing.B) {
 			_, c := benchStore(b, db.url(b))
 			applyLinear(b, c, steps)
 			b.ResetTimer()
-			start := time.Now()
+			start, cpu := time.Now(), drainSplitCPU()
 			for i := 0; i < b.N; i++ {
 				for r := 0; r < runs; r++ {
 					if _, err := c.RunWorkflow(ctx, RunWorkflowParams{Workflow: "linear"}); err != nil {
@@ -164,6 +189,37 @@ func BenchmarkWorkflowStart(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N*runs), "ms/start")
+			b.ReportMetric(float64((drainSplitCPU()-cpu).Microseconds())/1000/float64(b.N*runs), "client_cpu_ms/start")
+		})
+	}
+}
+
+// BenchmarkWorkflowStartBatch: BenchmarkWorkflowStart's 100 runs started
+// with one RunWorkflows (one transaction) instead of one after another.
+// ms/start and client_cpu_ms/start (a run's share of the batch) are
+// reported:
+//
+//	scripts/with-postgres go test -run '^$' -bench WorkflowStartBatch -benchtime 20x -count 5 .
+func BenchmarkWorkflowStartBatch(b *testing.B) {
+	const runs, steps = 100, 5
+	for _, db := range benchDBs {
+		b.Run(db.name, func(b *testing.B) {
+			ctx := context.Background()
+			_, c := benchStore(b, db.url(b))
+			applyLinear(b, c, steps)
+			ps := make([]RunWorkflowParams, runs)
+			for j := range ps {
+				ps[j] = RunWorkflowParams{Workflow: "linear"}
+			}
+			b.ResetTimer()
+			start, cpu := time.Now(), drainSplitCPU()
+			for i := 0; i < b.N; i++ {
+				if _, err := c.RunWorkflows(ctx, ps); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N*runs), "ms/start")
+			b.ReportMetric(float64((drainSplitCPU()-cpu).Microseconds())/1000/float64(b.N*runs), "client_cpu_ms/start")
 		})
 	}
 }

@@ -34,8 +34,10 @@ type Features struct {
 	ConcurrentWriters bool
 	// SettleParallelism is how many settle batches a worker applies well
 	// at once: Postgres 2 (statements on disjoint tasks run side by side,
-	// so a finished attempt waits for about one batch, not a full queue),
-	// SQLite 1 (one writer; its batches are as big as the backlog).
+	// so a finished attempt waits for about one batch, not a full queue;
+	// the worker's second completer fills its batch while the first's is
+	// written and writes it after, unless that write is slow), SQLite 1
+	// (one writer; its batches are as big as the backlog).
 	SettleParallelism int
 	// ClaimParallelism is how many claims of one queue a worker runs at
 	// once when many of its slots are free: Postgres 2 (SKIP LOCKED claims

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -61,6 +62,16 @@ type RunRecord struct {
 // longer its workflow's latest (another version was registered since the
 // plan was made).
 var ErrStaleVersion = errors.New("the workflow's latest version changed")
+
+// RunExistsError: a run insert (InsertRun, WritePlan) named a run id that
+// exists. It wraps ErrConflict; RunID names the run, so a batch start can
+// say which of its runs it was.
+type RunExistsError struct{ RunID string }
+
+func (e *RunExistsError) Error() string {
+	return fmt.Sprintf("%v: run %q already exists", ErrConflict, e.RunID)
+}
+func (e *RunExistsError) Unwrap() error { return ErrConflict }
 
 // StepRecord is one task of a run: a step, one item of a fan-out step, or
 // a compensation. Keyed by (RunID, StepID, Item); TaskID is unique when set

@@ -250,6 +250,7 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/workflows/{name}", RoleViewer, s.getWorkflow)
 	s.handle("POST", "/v1/workflows/{name}/runs", RoleOperator, s.startRun)
 	s.handle("GET", "/v1/runs", RoleViewer, s.listRuns)
+	s.handle("POST", "/v1/runs/batch", RoleOperator, s.startRunBatch)
 	s.handle("POST", "/v1/runs/{run_id}/cancel", RoleOperator, s.cancelRun)
 	s.handle("POST", "/v1/runs/{run_id}/steps/{step}/complete", RoleAdmin, s.completeStep)
 	s.handle("GET", "/v1/runs/{run_id}", RoleViewer, s.getRun)

@@ -72,7 +72,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, what string) {
 var fuzzPaths = []string{"/v1/tasks", "/v1/tasks/batch", "/v1/claim", "/v1/tasks/t1/heartbeat", "/v1/tasks/t1/progress",
 	"/v1/tasks/t1/complete", "/v1/tasks/t1/fail", "/v1/tasks/t1/cancel",
 	"/v1/dlq/t1/replay", "/v1/dlq/t1/discard", "/v1/dlq/t1/resolve", "/v1/dlq/redrive", "/v1/dlq/purge", "/v1/queues/fq/pause",
-	"/v1/tasks/t1/logs", "/v1/tasks/t1/release", "/v1/tasks/complete"}
+	"/v1/tasks/t1/logs", "/v1/tasks/t1/release", "/v1/tasks/complete", "/v1/runs/batch"}
 
 func FuzzRequestBodies(f *testing.F) {
 	srv, _ := fuzzServer(f)
@@ -93,6 +93,7 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"lease_token":"x","lines":null}`, `{"completions":[{"task_id":"t1","lease_token":"x"},{"task_id":"","lease_token":""}]}`, `{"lease_token":"","lines":[{}]}`,
 		`{"queue":"q","kind":"k","idempotency_key":"d","unique_for":"1h"}`, `{"queue":"q","kind":"k","unique_for":"-1s"}`,
 		`{"queue":"q","kind":"k","debounce":{"key":"d","for":"5s","max_wait":"1m"}}`, `{"queue":"q","kind":"k","debounce":{"key":"","for":0}}`,
+		`{"runs":[{"workflow":"w"},{"workflow":"w","run_id":"r","input":{"a":1},"version":2,"trace":true}]}`, `{"runs":[{"run_id":"a.b"}]}`,
 		`{"wait":-1}`, `{"max":1e999}`, `{"lease":9223372036854775807}`, "\x00", `{"a":` + string(bytes.Repeat([]byte("["), 5000)),
 	} {
 		f.Add(uint8(i), body)

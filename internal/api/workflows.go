@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/taskjson"
 	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/workflow"
 )
@@ -125,6 +126,49 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) error {
 	s.log.Info("workflow run started", "actor", principalFrom(r.Context()).Name, "workflow", run.Workflow,
 		"version", run.Version, "run_id", run.RunID)
 	return writeJSON(w, http.StatusCreated, run)
+}
+
+// RunBatchRequest is POST /v1/runs/batch: up to MaxBatch run objects
+// ({workflow, version, input, run_id, trace}), started in one transaction
+// (all or nothing).
+type RunBatchRequest struct {
+	Runs []json.RawMessage `json:"runs"`
+}
+
+// RunBatchResponse lists the started runs in the order of the request.
+type RunBatchResponse struct {
+	Results []backstop.RunStarted `json:"results"`
+}
+
+// POST /v1/runs/batch: 201 with every run; a bad run is 400 (404 for a
+// workflow or version not registered, 409 for a run id that exists) with
+// its index, and nothing is written.
+func (s *Server) startRunBatch(w http.ResponseWriter, r *http.Request) error {
+	var req RunBatchRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if len(req.Runs) == 0 {
+		return &apiError{code: codeInvalidInput, field: "runs", detail: "runs: give at least one run"}
+	}
+	if len(req.Runs) > MaxBatch {
+		return &apiError{code: codeTooLarge, field: "runs", detail: fmt.Sprintf("runs: at most %d per batch, got %d", MaxBatch, len(req.Runs))}
+	}
+	ps := make([]backstop.RunWorkflowParams, len(req.Runs))
+	for i, raw := range req.Runs {
+		p, err := taskjson.DecodeRun(raw)
+		if err != nil {
+			return &backstop.BatchError{Index: i, Of: "run", Err: &apiError{code: codeInvalidJSON, field: fmt.Sprintf("runs[%d]", i),
+				detail: fmt.Sprintf("runs[%d]: %v", i, err)}}
+		}
+		ps[i] = p
+	}
+	runs, err := s.c.RunWorkflows(actorContext(r), ps)
+	if err != nil {
+		return err
+	}
+	s.log.Info("workflow runs started", "actor", principalFrom(r.Context()).Name, "runs", len(runs))
+	return writeJSON(w, http.StatusCreated, RunBatchResponse{Results: runs})
 }
 
 // GET /v1/runs?workflow=W&state=S&before=RUN_ID&limit=N: workflow runs,

@@ -43,6 +43,33 @@ func (c *Client) RunWorkflow(ctx context.Context, name string, req api.RunReques
 	return &out, c.Do(ctx, "POST", "/v1/workflows/"+esc(name)+"/runs", req, &out)
 }
 
+// RunWorkflows starts many runs in one transaction (POST /v1/runs/batch,
+// at most api.MaxBatch): all or nothing.
+func (c *Client) RunWorkflows(ctx context.Context, ps []backstop.RunWorkflowParams) ([]backstop.RunStarted, error) {
+	raw := make([]json.RawMessage, len(ps))
+	for i, p := range ps {
+		b, err := json.Marshal(runObject{Workflow: p.Workflow, Version: p.Version, Input: p.Input, RunID: p.RunID, Trace: p.Trace})
+		if err != nil {
+			return nil, err
+		}
+		raw[i] = b
+	}
+	var out api.RunBatchResponse
+	if err := c.Do(ctx, "POST", "/v1/runs/batch", api.RunBatchRequest{Runs: raw}, &out); err != nil {
+		return nil, err
+	}
+	return out.Results, nil
+}
+
+// runObject is one run of POST /v1/runs/batch.
+type runObject struct {
+	Workflow string          `json:"workflow"`
+	Version  int             `json:"version,omitempty"`
+	Input    json.RawMessage `json:"input,omitempty"`
+	RunID    string          `json:"run_id,omitempty"`
+	Trace    bool            `json:"trace,omitempty"`
+}
+
 // RunsPage is one page of GET /v1/runs.
 type RunsPage struct {
 	Runs       []store.RunRecord `json:"runs"`

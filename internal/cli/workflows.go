@@ -196,21 +196,47 @@ func (a *app) workflow(ctx context.Context, name string, version int) (*backstop
 
 func workflowsRunCmd(a *app) *cobra.Command {
 	var (
-		input, inputFile, runID string
-		version                 int
-		traced                  bool
+		input, inputFile, runID, batchFile string
+		version                            int
+		traced                             bool
 	)
 	cmd := &cobra.Command{
-		Use:   "run NAME",
-		Short: "Start a run of a workflow; prints the run id",
+		Use:   "run NAME | run [NAME] --batch-file FILE",
+		Short: "Start a run of a workflow (or many from a file); prints the run id",
 		Long: `run starts a run of NAME's latest version (or --version N) with --input
 (JSON; default {}). It prints the run id; follow it with
 backstop runs show RUN_ID, or backstop events tail --stream run.RUN_ID.
 --run-id makes the start idempotent: a run with that id exists → exit 4.
 --trace samples the run's trace (one trace: the run, its steps, their
-attempts) whatever telemetry.sample_ratio says.`,
-		Args: cobra.ExactArgs(1),
+attempts) whatever telemetry.sample_ratio says.
+
+--batch-file starts every run of an NDJSON file (- for stdin), one run
+object per line: {"workflow", "version", "input", "run_id", "trace"}
+("workflow" defaults to NAME when given); blank lines are skipped. The
+whole file is checked before any run is written (a bad line is named,
+exit 2; a workflow or version not registered, exit 3; a run id twice,
+exit 2); the runs are then started 1000 at a time, each thousand in one
+transaction. It prints one run id per line, in the file's order.
+  backstop workflows run --batch-file runs.ndjson`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if batchFile != "" {
+				return cobra.MaximumNArgs(1)(cmd, args)
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if batchFile != "" {
+				for _, name := range []string{"input", "input-file", "run-id", "version", "trace"} {
+					if cmd.Flags().Changed(name) {
+						return usageErr("--%s cannot be combined with --batch-file: put it in each record", name)
+					}
+				}
+				name := ""
+				if len(args) == 1 {
+					name = args[0]
+				}
+				return a.startRunBatch(cmd.Context(), batchFile, name)
+			}
 			if input != "" && inputFile != "" {
 				return usageErr("give --input or --input-file, not both")
 			}
@@ -244,6 +270,7 @@ attempts) whatever telemetry.sample_ratio says.`,
 	fl.StringVar(&runID, "run-id", "", "the run's id (default: a new UUIDv7)")
 	fl.IntVar(&version, "version", 0, "the workflow version to run (default: the latest)")
 	fl.BoolVar(&traced, "trace", false, "trace the run whatever the sampling ratio")
+	fl.StringVar(&batchFile, "batch-file", "", "start the runs of this NDJSON file (- for stdin), one run object per line")
 	return cmd
 }
 

@@ -419,9 +419,17 @@ func (e *Engine) PrepareAll(params []EnqueueParams) ([]*Task, error) {
 type BatchError struct {
 	Index int // 0-based position in the batch
 	Err   error
+	// Of names what the batch holds: "" (tasks) or "run" (a batch start).
+	Of string
 }
 
-func (e *BatchError) Error() string { return fmt.Sprintf("task %d of the batch: %v", e.Index+1, e.Err) }
+func (e *BatchError) Error() string {
+	of := e.Of
+	if of == "" {
+		of = "task"
+	}
+	return fmt.Sprintf("%s %d of the batch: %v", of, e.Index+1, e.Err)
+}
 func (e *BatchError) Unwrap() error { return e.Err }
 
 // RunAttribute is the attribute that groups tasks into a run (a batch of

@@ -38,6 +38,12 @@ const pipelineRows = 64
 // next statement, with nothing of the transaction written.
 func (t Txs) WritePlan(ctx context.Context, tx pgx.Tx, w store.PlanWrite) ([]store.EnqueueResult, error) {
 	if !pipelined(w) {
+		if len(w.Inserts) > 1 {
+			if err := insertRuns(ctx, tx, w.Inserts); err != nil {
+				return nil, err
+			}
+			w.Inserts = nil
+		}
 		return store.WritePlanInSteps(ctx, t, tx, w)
 	}
 	own, ok := tx.(*pipeTx)
@@ -110,7 +116,10 @@ func planPipeline(ctx context.Context, w store.PlanWrite, strict, counted bool) 
 		return nil, nil, err
 	}
 	p := &pipeline{}
-	for _, r := range w.Inserts {
+	if len(w.Inserts) > 1 {
+		p.runs(w.Inserts, strict)
+	} else if len(w.Inserts) == 1 {
+		r := w.Inserts[0]
 		sql, args, err := sqldialect.WorkflowInsertRunSQL(dialect, r, strict)
 		if err != nil {
 			return nil, nil, err
@@ -188,6 +197,28 @@ func (p *pipeline) notifyInTx() {
 	}
 	p.exec(sqlNotifyQueues, []any{p.wake}, wrapped("pgstore: enqueue: notify"))
 	p.wake = nil
+}
+
+// runs adds the insert of new runs (a batch start's) as one statement of
+// arrays (insertRunsSQL).
+func (p *pipeline) runs(rs []store.RunRecord, strict bool) {
+	if strict {
+		p.exec(sqlInsertRunsStrict, insertRunsArgs(rs), func(_ int64, err error) error {
+			if err != nil {
+				return insertRunsErr(err)
+			}
+			return nil
+		})
+		return
+	}
+	p.b.Queue(sqlInsertRuns, insertRunsArgs(rs)...)
+	p.read = append(p.read, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return insertRunsErr(err)
+		}
+		return insertedAll(rs, rows)
+	})
 }
 
 // exec adds a statement whose outcome is its row count.

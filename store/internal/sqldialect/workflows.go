@@ -541,7 +541,7 @@ func WorkflowInsertRunSQL(d *Dialect, r store.RunRecord, strict bool) (string, [
 // store.ErrConflict.
 func WorkflowInsertRunResult(d *Dialect, r store.RunRecord, n int64, err error) error {
 	if err != nil && d.IsUnique(err) {
-		return fmt.Errorf("%w: run %q already exists", store.ErrConflict, r.RunID)
+		return &store.RunExistsError{RunID: r.RunID}
 	}
 	if err != nil && r.Latest && staleVersion(err) {
 		return fmt.Errorf("%s: insert run %s: workflow %q version %d: %w", d.Prefix, r.RunID, r.Workflow, r.Version, store.ErrStaleVersion)
@@ -550,7 +550,7 @@ func WorkflowInsertRunResult(d *Dialect, r store.RunRecord, n int64, err error) 
 		return fmt.Errorf("%s: insert run %s: %w", d.Prefix, r.RunID, d.Err(err))
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: run %q already exists", store.ErrConflict, r.RunID)
+		return &store.RunExistsError{RunID: r.RunID}
 	}
 	return nil
 }

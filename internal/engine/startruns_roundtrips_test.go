@@ -1,0 +1,64 @@
+package engine_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/backstophq/backstop"
+	"github.com/backstophq/backstop/internal/testdb"
+	"github.com/backstophq/backstop/store/pgstore"
+)
+
+// TestWorkflowBatchStartRoundTripsPostgres: on PostgreSQL a batch start
+// (RunWorkflows) of 100 and of 1000 runs writes every run row, step row,
+// first task and event in a few round trips, whatever the batch's size
+// (not one or more per run).
+func TestWorkflowBatchStartRoundTripsPostgres(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testdb.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &roundTrips{}
+	cfg.ConnConfig.Tracer = rt
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := pgstore.New(pool)
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := backstop.NewClient(s, &backstop.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.ApplyWorkflow(ctx, linearDef(t, "linear", 5)); err != nil {
+		t.Fatal(err)
+	}
+	for i, runs := range []int{100, 100, 1000, 1000} {
+		ps := make([]backstop.RunWorkflowParams, runs)
+		for j := range ps {
+			ps[j] = backstop.RunWorkflowParams{Workflow: "linear"}
+		}
+		before := rt.n.Load()
+		got, err := c.RunWorkflows(ctx, ps)
+		if err != nil || len(got) != runs {
+			t.Fatalf("batch %d: %d runs, %v", i, len(got), err)
+		}
+		n := rt.n.Load() - before
+		t.Logf("batch %d of %d runs: %d round trips", i, runs, n)
+		if i%2 == 1 && n > maxBatchStartTrips {
+			t.Errorf("a batch start of %d runs took %d round trips; want at most %d", runs, n, maxBatchStartTrips)
+		}
+	}
+}
+
+// maxBatchStartTrips: seen 7 (100 runs) and 9 (1000 runs); one statement
+// per run was 106 and 1008.
+const maxBatchStartTrips = 10
