@@ -321,23 +321,30 @@ type batchSummary struct {
 // readBatch decodes every record of an NDJSON input, with the line each
 // came from. Blank lines are skipped.
 func readBatch(r io.Reader) ([]backstop.EnqueueParams, []int, error) {
+	return readNDJSON(r, decodeBatchLine)
+}
+
+// readNDJSON decodes every record of an NDJSON input with decode, and
+// answers the line each came from (blank lines skipped): a record decode
+// refuses, or a line too long, is a usage error naming its line.
+func readNDJSON[T any](r io.Reader, decode func([]byte) (T, error)) ([]T, []int, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxInputLine)
 	var (
-		params []backstop.EnqueueParams
-		lines  []int
-		n      int
+		out   []T
+		lines []int
+		n     int
 	)
 	for sc.Scan() {
 		n++
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
-		p, err := decodeBatchLine(sc.Bytes())
+		v, err := decode(sc.Bytes())
 		if err != nil {
 			return nil, nil, usageErr("line %d: %v", n, err)
 		}
-		params = append(params, p)
+		out = append(out, v)
 		lines = append(lines, n)
 	}
 	if err := sc.Err(); err != nil {
@@ -346,7 +353,7 @@ func readBatch(r io.Reader) ([]backstop.EnqueueParams, []int, error) {
 		}
 		return nil, nil, usageErr("--batch-file: %v", err)
 	}
-	return params, lines, nil
+	return out, lines, nil
 }
 
 func (a *app) enqueueBatch(ctx context.Context, name, mergeRule string) error {

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,35 +15,13 @@ import (
 // each came from (blank lines skipped); a record without "workflow" takes
 // name.
 func readRunBatch(r io.Reader, name string) ([]backstop.RunWorkflowParams, []int, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxInputLine)
-	var (
-		ps    []backstop.RunWorkflowParams
-		lines []int
-		n     int
-	)
-	for sc.Scan() {
-		n++
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
-		}
-		p, err := taskjson.DecodeRun(sc.Bytes())
-		if err != nil {
-			return nil, nil, usageErr("line %d: %v", n, err)
-		}
-		if p.Workflow == "" {
+	return readNDJSON(r, func(line []byte) (backstop.RunWorkflowParams, error) {
+		p, err := taskjson.DecodeRun(line)
+		if err == nil && p.Workflow == "" {
 			p.Workflow = name
 		}
-		ps = append(ps, p)
-		lines = append(lines, n)
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, nil, usageErr("line %d: longer than %d MiB", n+1, maxInputLine>>20)
-		}
-		return nil, nil, usageErr("--batch-file: %v", err)
-	}
-	return ps, lines, nil
+		return p, err
+	})
 }
 
 // startRunBatch is `workflows run --batch-file`: the file's runs started
