@@ -601,7 +601,8 @@ func TestAPIDocExample(t *testing.T) {
 
 // TestREADMEWorkflowCommands runs the README's workflow block as written
 // (from a directory holding docs/examples/order.yaml): the definition
-// registers, the run starts and prints its id, runs show and runs list
+// registers, the run starts and prints its id, a batch file of two runs
+// starts both (one id a line), runs show and runs list
 // find it.
 func TestREADMEWorkflowCommands(t *testing.T) {
 	t.Parallel()
@@ -629,14 +630,26 @@ func TestREADMEWorkflowCommands(t *testing.T) {
 	if _, errs, code := sh(t, dir, env, "backstop migrate"); code != 0 {
 		t.Fatalf("migrate: %s", errs)
 	}
-	runID := ""
+	// The batch line's file: two runs of order.
+	batch := `{"workflow":"order","input":{"card":"4242","emails":["a@example.com"]}}` + "\n" +
+		`{"workflow":"order","input":{"card":"4242","emails":["b@example.com"]}}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "runs.ndjson"), []byte(batch), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runID, batched := "", false
 	for _, line := range block {
 		line = strings.ReplaceAll(line, "<run_id>", runID)
 		out, errs, code := sh(t, dir, env, line)
 		if code != 0 {
 			t.Errorf("%s: exit %d\nstdout: %s\nstderr: %s", line, code, out, errs)
 		}
-		if strings.HasPrefix(line, "backstop workflows run") {
+		switch {
+		case strings.HasPrefix(line, "backstop workflows run") && strings.Contains(line, "--batch-file"):
+			batched = true
+			if ids := strings.Fields(out); len(ids) != 2 {
+				t.Errorf("%s printed %q, want the 2 run ids of runs.ndjson", line, out)
+			}
+		case strings.HasPrefix(line, "backstop workflows run"):
 			runID = strings.TrimSpace(out)
 		}
 		if strings.HasPrefix(line, "backstop runs show") && !strings.Contains(out, "reserve") {
@@ -645,5 +658,8 @@ func TestREADMEWorkflowCommands(t *testing.T) {
 	}
 	if runID == "" {
 		t.Fatal("workflows run printed no run id")
+	}
+	if !batched {
+		t.Error("README's workflow block has no workflows run --batch-file line")
 	}
 }
