@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/probe"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testwait"
@@ -227,14 +226,7 @@ func TestWorkerClaimsBesideAClaimInFlight(t *testing.T) {
 		t.Run(db.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s, err := dburl.Open(ctx, db.url(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			if err := s.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
+			s := migratedStore(t, db.url(t))
 			g := &gatedClaim{Store: s, held: make(chan struct{}), release: make(chan struct{})}
 			c, err := NewClient(g, nil)
 			if err != nil {

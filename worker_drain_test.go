@@ -7,7 +7,6 @@ import (
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
-	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
 )
@@ -72,14 +71,7 @@ func TestWorkerDrainMidClaim(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
-				s, err := dburl.Open(ctx, db.url(t))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { s.Close() })
-				if err := s.Migrate(ctx); err != nil {
-					t.Fatal(err)
-				}
+				s := migratedStore(t, db.url(t))
 				h := &heldClaim{Store: s, held: make(chan struct{}), stopping: make(chan struct{})}
 				c, err := NewClient(h, nil)
 				if err != nil {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/store"
 )
@@ -24,14 +23,7 @@ func TestCompleterFillsWhileABatchIsWritten(t *testing.T) {
 		t.Run(db.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s, err := dburl.Open(ctx, db.url(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			if err := s.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
+			s := migratedStore(t, db.url(t))
 			c, err := NewClient(s, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -312,18 +312,25 @@ func applyLinear(b *testing.B, c *Client, steps int) {
 
 func benchStore(b *testing.B, url string) (store.Store, *Client) {
 	b.Helper()
-	ctx := context.Background()
-	s, err := dburl.Open(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	s := migratedStore(b, url)
 	c, err := NewClient(s, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return s, c
+}
+
+// migratedStore opens the store at url, migrated, closed when tb ends.
+func migratedStore(tb testing.TB, url string) store.Store {
+	tb.Helper()
+	ctx := context.Background()
+	s, err := dburl.Open(ctx, url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }

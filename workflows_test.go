@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backstophq/backstop/internal/dburl"
 	"github.com/backstophq/backstop/internal/testdb"
 	"github.com/backstophq/backstop/internal/testwait"
 	"github.com/backstophq/backstop/store"
@@ -50,16 +49,7 @@ func eachStoreClient(t *testing.T, parallel bool, cfg func() *Config, fn func(t 
 			if parallel {
 				t.Parallel()
 			}
-			ctx := context.Background()
-			s, err := dburl.Open(ctx, db.url(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			if err := s.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
-			c, err := NewClient(s, cfg())
+			c, err := NewClient(migratedStore(t, db.url(t)), cfg())
 			if err != nil {
 				t.Fatal(err)
 			}
