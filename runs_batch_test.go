@@ -2,6 +2,7 @@ package backstop
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,9 +15,9 @@ import (
 	"github.com/backstophq/backstop/internal/engine"
 	"github.com/backstophq/backstop/internal/telemetry"
 	"github.com/backstophq/backstop/internal/testwait"
-	"github.com/backstophq/backstop/store/pgstore"
-	"github.com/backstophq/backstop/store/sqlitestore"
+	"github.com/backstophq/backstop/store"
 	"github.com/backstophq/backstop/workflow"
+	"github.com/jackc/pgx/v5"
 )
 
 // The batch start (runs_batch.go) on a real SQLite file and a real
@@ -265,33 +266,15 @@ func TestRunWorkflowsTx(t *testing.T) {
 				ps[i] = RunWorkflowParams{Workflow: "bone", RunID: fmt.Sprintf("%s-%d", prefix, i)}
 			}
 			var got []RunStarted
-			var err error
-			switch s := c.Store().(type) {
-			case *pgstore.Store:
-				tx, berr := s.Pool().Begin(ctx)
-				if berr != nil {
-					t.Fatal(berr)
-				}
-				got, err = RunWorkflowsTx(ctx, c, s.Txs(), tx, ps)
-				if err == nil && commit {
-					err = tx.Commit(ctx)
-				} else {
-					_ = tx.Rollback(ctx)
-				}
-			case *sqlitestore.Store:
-				tx, berr := s.DB().BeginTx(ctx, nil)
-				if berr != nil {
-					t.Fatal(berr)
-				}
-				got, err = RunWorkflowsTx(ctx, c, s.Txs(), tx, ps)
-				if err == nil && commit {
-					err = tx.Commit()
-				} else {
-					_ = tx.Rollback()
-				}
-			default:
-				t.Fatalf("store %T", s)
-			}
+			err := inCallersTx(t, c, commit,
+				func(ts store.TxStore[pgx.Tx], tx pgx.Tx) (err error) {
+					got, err = RunWorkflowsTx(ctx, c, ts, tx, ps)
+					return err
+				},
+				func(ts store.TxStore[*sql.Tx], tx *sql.Tx) (err error) {
+					got, err = RunWorkflowsTx(ctx, c, ts, tx, ps)
+					return err
+				})
 			return got, err
 		}
 		if _, err := start("rolled", 70, false); err != nil {

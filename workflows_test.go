@@ -2,6 +2,7 @@ package backstop
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/backstophq/backstop/store/pgstore"
 	"github.com/backstophq/backstop/store/sqlitestore"
 	"github.com/backstophq/backstop/workflow"
+	"github.com/jackc/pgx/v5"
 )
 
 // The workflow engine end to end in the library, on a real SQLite file and
@@ -433,33 +435,15 @@ func TestRunWorkflowTx(t *testing.T) {
 		start := func(runID string, commit bool) {
 			t.Helper()
 			p := RunWorkflowParams{Workflow: "tx", RunID: runID, Input: json.RawMessage(`{"n":1}`)}
-			var err error
-			switch s := c.Store().(type) {
-			case *pgstore.Store:
-				tx, berr := s.Pool().Begin(ctx)
-				if berr != nil {
-					t.Fatal(berr)
-				}
-				_, err = RunWorkflowTx(ctx, c, s.Txs(), tx, p)
-				if err == nil && commit {
-					err = tx.Commit(ctx)
-				} else {
-					_ = tx.Rollback(ctx)
-				}
-			case *sqlitestore.Store:
-				tx, berr := s.DB().BeginTx(ctx, nil)
-				if berr != nil {
-					t.Fatal(berr)
-				}
-				_, err = RunWorkflowTx(ctx, c, s.Txs(), tx, p)
-				if err == nil && commit {
-					err = tx.Commit()
-				} else {
-					_ = tx.Rollback()
-				}
-			default:
-				t.Fatalf("store %T", s)
-			}
+			err := inCallersTx(t, c, commit,
+				func(ts store.TxStore[pgx.Tx], tx pgx.Tx) (err error) {
+					_, err = RunWorkflowTx(ctx, c, ts, tx, p)
+					return err
+				},
+				func(ts store.TxStore[*sql.Tx], tx *sql.Tx) (err error) {
+					_, err = RunWorkflowTx(ctx, c, ts, tx, p)
+					return err
+				})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -534,4 +518,38 @@ func TestWorkflowRedriveResumesHaltedRunsAtOnce(t *testing.T) {
 			}
 		}
 	})
+}
+
+// inCallersTx runs pg or lite, as c's store is Postgres or SQLite, in a
+// transaction of the store's driver begun for it (the caller's own, as the
+// *Tx APIs take it), and commits it when commit is set and the call
+// succeeded, else rolls it back: the call's error, or the commit's.
+func inCallersTx(t *testing.T, c *Client, commit bool,
+	pg func(store.TxStore[pgx.Tx], pgx.Tx) error, lite func(store.TxStore[*sql.Tx], *sql.Tx) error) error {
+	t.Helper()
+	ctx := context.Background()
+	switch s := c.Store().(type) {
+	case *pgstore.Store:
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err = pg(s.Txs(), tx); err == nil && commit {
+			return tx.Commit(ctx)
+		}
+		_ = tx.Rollback(ctx)
+		return err
+	case *sqlitestore.Store:
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err = lite(s.Txs(), tx); err == nil && commit {
+			return tx.Commit()
+		}
+		_ = tx.Rollback()
+		return err
+	}
+	t.Fatalf("store %T", c.Store())
+	return nil
 }
