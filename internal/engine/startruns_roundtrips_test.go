@@ -2,14 +2,9 @@ package engine_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/backstophq/backstop"
-	"github.com/backstophq/backstop/internal/testdb"
-	"github.com/backstophq/backstop/store/pgstore"
 )
 
 // TestWorkflowBatchStartRoundTripsPostgres: on PostgreSQL a batch start
@@ -18,29 +13,7 @@ import (
 // (not one or more per run).
 func TestWorkflowBatchStartRoundTripsPostgres(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testdb.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := &roundTrips{}
-	cfg.ConnConfig.Tracer = rt
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s := pgstore.New(pool)
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c, err := backstop.NewClient(s, &backstop.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := c.ApplyWorkflow(ctx, linearDef(t, "linear", 5)); err != nil {
-		t.Fatal(err)
-	}
+	c, rt := countedLinearClient(t)
 	for i, runs := range []int{100, 100, 1000, 1000} {
 		ps := make([]backstop.RunWorkflowParams, runs)
 		for j := range ps {

@@ -47,29 +47,8 @@ func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 // still move on.
 func TestWorkflowRoundTripsPostgres(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testdb.Postgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := &roundTrips{}
-	cfg.ConnConfig.Tracer = rt
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s := pgstore.New(pool)
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c, err := backstop.NewClient(s, &backstop.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := c.ApplyWorkflow(ctx, linearDef(t, "linear", 5)); err != nil {
-		t.Fatal(err)
-	}
+	c, rt := countedLinearClient(t)
+	s := c.Store().(*pgstore.Store)
 	const runs = 3
 	for i := range runs {
 		before := rt.n.Load()
@@ -106,7 +85,7 @@ func TestWorkflowRoundTripsPostgres(t *testing.T) {
 		if n := rt.n.Load() - before; n != want {
 			t.Errorf("start %d after another client's registration: %d round trips, want %d", i, n, want)
 		}
-		if _, err := pool.Exec(ctx, "DELETE FROM backstop_tasks WHERE queue = 'q' AND attributes->>'run_id' = $1", r.RunID); err != nil {
+		if _, err := s.Pool().Exec(ctx, "DELETE FROM backstop_tasks WHERE queue = 'q' AND attributes->>'run_id' = $1", r.RunID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,4 +132,36 @@ func linearDef(t *testing.T, name string, n int) *workflow.Definition {
 		t.Fatal(err)
 	}
 	return def
+}
+
+// countedLinearClient is a client on a migrated Postgres store whose
+// pool counts its round trips (rt), with the 5-step workflow "linear"
+// registered.
+func countedLinearClient(t *testing.T) (*backstop.Client, *roundTrips) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testdb.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &roundTrips{}
+	cfg.ConnConfig.Tracer = rt
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := pgstore.New(pool)
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := backstop.NewClient(s, &backstop.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.ApplyWorkflow(ctx, linearDef(t, "linear", 5)); err != nil {
+		t.Fatal(err)
+	}
+	return c, rt
 }
