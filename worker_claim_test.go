@@ -275,7 +275,12 @@ func TestWorkerClaimsBesideAClaimInFlight(t *testing.T) {
 			}
 			// A claim that comes back short: the queue has caught up.
 			wait(enq())
-			testwait.For(t, "the worker's claims to end", func() bool { return w.claiming.Load() == 0 })
+			// And for its task to end: while it is in flight (its settle
+			// not yet written, slower on Postgres) fewer than 2 ×
+			// minClaimPart slots are free and the next claim is not split.
+			testwait.For(t, "the worker's claims and its task to end", func() bool {
+				return w.claiming.Load() == 0 && w.queues[0].inflight.Load() == 0
+			})
 			g.mu.Lock()
 			g.armed = true
 			g.mu.Unlock()
