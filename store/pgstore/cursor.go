@@ -143,7 +143,7 @@ func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) (
 		if len(p.Kinds) > 0 {
 			sql, cargs = s.hot(sqlClaimCursorKinds), append(cargs, textArray(p.Kinds))
 		}
-		got, err := probedPick(ctx, q, pc, "cursor", sql, cargs...)
+		got, err := probedPick(ctx, q, pc, "cursor", sql, claimArgs(cargs)...)
 		if err != nil {
 			return nil, note, err
 		}
@@ -159,7 +159,7 @@ func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) (
 	if len(p.Kinds) > 0 {
 		sql, fargs = s.hot(sqlClaimKinds), append(fargs, textArray(p.Kinds))
 	}
-	got, err := probedPick(ctx, q, pc, "head", sql, fargs...)
+	got, err := probedPick(ctx, q, pc, "head", sql, claimArgs(fargs)...)
 	if err != nil {
 		note.short = true
 		return tasks, note, err
@@ -199,6 +199,21 @@ func probedPick(ctx context.Context, q querier, pc *probe.Claim, kind, sql strin
 	}
 	pc.AddPick(pk)
 	return tasks, err
+}
+
+// claimArgs are a claim statement's arguments, run as perBatchPlan runs a
+// statement: planned for each execution against the table's size then,
+// never from a generic plan. The claim's UPDATE finds the picked rows by
+// ctid = ANY(an array the planner takes for 10 tids): a Tid Scan, or on a
+// table of fewer than ~25 pages a scan of the whole table, which is
+// cheaper there. A generic plan made on a small table (a new or quiet
+// queue: the sixth claim on each connection) kept that scan while the
+// table grew, until a vacuum or an analyze invalidated it: claims of
+// 20-300 ms that read every row, in bursts (docs/benchmarks.md, "The
+// claim's generic plan"). Planning costs ~0.3-0.5 ms of the server's CPU
+// per claim statement.
+func claimArgs(args []any) []any {
+	return append([]any{perBatchPlan}, args...)
 }
 
 // lastInClaimOrder is the last of tasks in claim order, nil for none.

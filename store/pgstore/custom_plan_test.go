@@ -222,3 +222,68 @@ func genericPlan(ctx context.Context, tx pgx.Tx, sql, args string) (string, erro
 	_, err = tx.Exec(ctx, "DEALLOCATE settle_plan")
 	return strings.Join(lines, "\n"), err
 }
+
+// The claim statements (the pick from the head, the cursor pick, with and
+// without kinds) are planned for each execution: none is a prepared
+// statement with a generic plan on the connection. A generic plan made on
+// a small table (the sixth claim of a new or quiet queue) finds the
+// picked rows by a scan of the whole table, and kept it as the table grew
+// (docs/benchmarks.md, "The claim's generic plan").
+func TestClaimsNeverGenericPlans(t *testing.T) {
+	b := setup(t)
+	ctx := t.Context()
+	// One connection, so that its prepared statements can be read.
+	s, err := pgstore.Open(ctx, b.url+"&pool_max_conns=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	const n = 12 // more than the five custom plans before a generic one
+	var tasks []*bt.Task
+	for range 4 * n {
+		tasks = append(tasks, newTask("plan"))
+	}
+	enqueue(t, s, store.EnqueueOpts{}, tasks...)
+	for i := range 2 * n {
+		// Claims of one come back full: the next one picks from the
+		// cursor; every fourth asks for more than is left of its pick.
+		p := store.ClaimParams{Queue: "plan", WorkerID: "w1", Max: 1, Now: t0, Lease: time.Minute}
+		if i%2 == 1 {
+			p.Kinds = []string{"k"}
+		}
+		if i%4 == 3 {
+			p.Max = 2
+		}
+		got, err := s.Claim(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 {
+			t.Fatalf("claim %d took no task", i)
+		}
+	}
+	if _, _, _, ok := s.ClaimCursor("plan"); !ok {
+		t.Fatal("the claims set no cursor: no cursor pick ran")
+	}
+	rows, err := s.Pool().Query(ctx, `SELECT generic_plans, custom_plans, statement LIKE '%(run_at, id) >%', statement LIKE '%kind = ANY%'
+		FROM pg_prepared_statements WHERE statement LIKE '%WITH picked AS%' AND statement NOT LIKE '%pg_prepared_statements%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			generic, custom int64
+			cursor, kinds   bool
+		)
+		if err := rows.Scan(&generic, &custom, &cursor, &kinds); err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("a claim statement (cursor pick %v, kinds %v) is prepared on the connection: %d generic plans, %d custom",
+			cursor, kinds, generic, custom)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
