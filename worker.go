@@ -330,6 +330,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Unlock()
 	w.touch()
 	w.register(ctx)
+	w.warm(ctx)
 
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	fetchCtx, fetchCancel := context.WithCancel(bgCtx)
@@ -362,6 +363,27 @@ func (w *Worker) Start(ctx context.Context) error {
 		go w.fetchLoop(fetchCtx, q)
 	}
 	return nil
+}
+
+// warmTimeout bounds the warm-up of a worker's connections at Start.
+const warmTimeout = 2 * time.Second
+
+// warm readies the store's connections for the worker's first claims when
+// the store can (store.Warmer: Postgres): as many as its claims and
+// settles use at once, two claims of each queue's claim parts side by side
+// and the completers' settles. A failure is logged: the first claim meets
+// (and reports) whatever made it.
+func (w *Worker) warm(ctx context.Context) {
+	wm, ok := w.c.store.(store.Warmer)
+	if !ok || len(w.queues) == 0 {
+		return
+	}
+	f := w.c.store.Features()
+	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
+	defer cancel()
+	if err := wm.Warm(ctx, w.queues[0].name, 2*f.ClaimParallelism+f.SettleParallelism); err != nil {
+		w.log.Warn("warming the store's connections failed", "error", err)
+	}
 }
 
 // Stop drains the worker: it stops claiming, lets running handlers finish

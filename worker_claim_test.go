@@ -293,3 +293,49 @@ func TestWorkerClaimsBesideAClaimInFlight(t *testing.T) {
 		})
 	}
 }
+
+// A worker on Postgres warms its store's connections at Start
+// (store.Warmer): by the time Start returns the pool holds as many
+// connections as the worker's claims and settles use at once, before any
+// task asked for one. On SQLite there is nothing to warm: Start works as
+// before.
+func TestWorkerWarmsItsConnectionsAtStart(t *testing.T) {
+	forEachStoreClient(t, func() *Config { return nil }, func(t *testing.T, c *Client) {
+		ctx := context.Background()
+		w, err := NewWorker(c, &WorkerConfig{Queues: map[string]int{"warm": 8}, MaintenanceInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan string, 1)
+		w.Handle("k", HandlerFunc(func(_ context.Context, tk *Task) error {
+			started <- tk.ID
+			return nil
+		}))
+		pooled, onPG := c.store.(interface{ Pool() *pgxpool.Pool })
+		if onPG && pooled.Pool().Stat().TotalConns() > 2 {
+			t.Fatalf("%d connections before Start", pooled.Pool().Stat().TotalConns())
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = w.Stop(ctx) }()
+		if onPG {
+			f := c.store.Features()
+			if got, want := pooled.Pool().Stat().TotalConns(), int32(2*f.ClaimParallelism+f.SettleParallelism); got < want {
+				t.Errorf("%d connections when Start returned, want at least %d", got, want)
+			}
+		}
+		r, err := c.Enqueue(ctx, EnqueueParams{Queue: "warm", Kind: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case id := <-started:
+			if id != r.Task.ID {
+				t.Fatalf("started %s, want %s", id, r.Task.ID)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("task not started")
+		}
+	})
+}

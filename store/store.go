@@ -46,6 +46,15 @@ type Features struct {
 	ClaimParallelism int
 }
 
+// Warmer is a store that can ready its connections before a worker's
+// first claim (pgstore: opens up to n of its pool's connections and runs
+// on each a claim of queue that takes nothing, so that no task waits for
+// a connection's start or its first plans). A worker calls it at Start,
+// bounded in time; an error only means the connections were not warmed.
+type Warmer interface {
+	Warm(ctx context.Context, queue string, n int) error
+}
+
 // Store is what the engine needs from a database.
 type Store interface {
 	// Driver is "sqlite" or "postgres".
