@@ -3,12 +3,15 @@ package pgstore
 import (
 	"cmp"
 	"context"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -143,7 +146,7 @@ func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) (
 		if len(p.Kinds) > 0 {
 			sql, cargs = s.hot(sqlClaimCursorKinds), append(cargs, textArray(p.Kinds))
 		}
-		got, err := probedPick(ctx, q, pc, "cursor", sql, claimArgs(cargs)...)
+		got, err := s.probedPick(ctx, q, pc, "cursor", sql, cargs...)
 		if err != nil {
 			return nil, note, err
 		}
@@ -159,7 +162,7 @@ func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) (
 	if len(p.Kinds) > 0 {
 		sql, fargs = s.hot(sqlClaimKinds), append(fargs, textArray(p.Kinds))
 	}
-	got, err := probedPick(ctx, q, pc, "head", sql, claimArgs(fargs)...)
+	got, err := s.probedPick(ctx, q, pc, "head", sql, fargs...)
 	if err != nil {
 		note.short = true
 		return tasks, note, err
@@ -176,12 +179,11 @@ func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) (
 }
 
 // probedPick is queryTasksOn, with the statement's times recorded in pc
-// when the stage probe runs (internal/probe): on the pool it takes the
-// connection itself, as Pool.Query does, to tell the wait for it apart.
-func probedPick(ctx context.Context, q querier, pc *probe.Claim, kind, sql string, args ...any) ([]*bt.Task, error) {
-	if pc == nil {
-		return queryTasksOn(ctx, q, sql, args...)
-	}
+// when the stage probe runs (internal/probe). On the pool it takes the
+// connection itself, as Pool.Query does (which tells the wait for it
+// apart), and runs the statement as that connection's own prepared
+// statement, made again every claimPlanPeriod (freshPlan).
+func (s *Store) probedPick(ctx context.Context, q querier, pc *probe.Claim, kind, sql string, args ...any) ([]*bt.Task, error) {
 	pk := probe.Pick{Kind: kind, Acquire: time.Now()}
 	if pool, ok := q.(*pgxpool.Pool); ok {
 		conn, err := pool.Acquire(ctx)
@@ -189,10 +191,16 @@ func probedPick(ctx context.Context, q querier, pc *probe.Claim, kind, sql strin
 			return nil, err
 		}
 		defer conn.Release()
+		if err := s.freshPlan(ctx, conn.Conn(), sql); err != nil {
+			return nil, err
+		}
 		q = conn
 	}
 	pk.Acquired = time.Now()
 	tasks, err := queryTasksOn(ctx, q, sql, args...)
+	if pc == nil {
+		return tasks, err
+	}
 	pk.Done = time.Now()
 	for _, t := range tasks {
 		pk.IDs = append(pk.IDs, t.ID)
@@ -201,19 +209,64 @@ func probedPick(ctx context.Context, q querier, pc *probe.Claim, kind, sql strin
 	return tasks, err
 }
 
-// claimArgs are a claim statement's arguments, run as perBatchPlan runs a
-// statement: planned for each execution against the table's size then,
-// never from a generic plan. The claim's UPDATE finds the picked rows by
-// ctid = ANY(an array the planner takes for 10 tids): a Tid Scan, or on a
-// table of fewer than ~25 pages a scan of the whole table, which is
-// cheaper there. A generic plan made on a small table (a new or quiet
-// queue: the sixth claim on each connection) kept that scan while the
-// table grew, until a vacuum or an analyze invalidated it: claims of
-// 20-300 ms that read every row, in bursts (docs/benchmarks.md, "The
-// claim's generic plan"). Planning costs ~0.3-0.5 ms of the server's CPU
-// per claim statement.
-func claimArgs(args []any) []any {
-	return append([]any{perBatchPlan}, args...)
+// The claim's plan. A claim's UPDATE finds the rows its pick locked by
+// ctid = ANY(the picked tids), which the planner takes for 10 tids: a Tid
+// Scan (cost 40), or on a table of fewer than ~25 pages (~1,000 tasks) a
+// scan of the whole table, cheaper there. Run as pgx runs a statement
+// (prepared once per connection), the server plans its first five
+// executions for their arguments and then makes the generic plan from the
+// table's size at that moment and keeps it until a vacuum or an analyze of
+// the table invalidates it: a connection that made it while the table was
+// small (a new database, a quiet queue) scanned the whole table in every
+// claim as the table grew, claims of 20-300 ms in bursts
+// (docs/benchmarks.md, "The claim's generic plan"). No form of the UPDATE
+// was found whose generic plan refuses the scan of a small table (a join
+// to the picked rows follows their estimate, which the statistics of a
+// backlog make large: a hash join over the whole table), and planning
+// every claim cost as much server time as its execution. So each
+// connection prepares its claim statements itself and makes them again
+// once they are claimPlanPeriod old: a generic plan is at most that old,
+// and the table at most that much bigger than the one it was made for.
+const claimPlanPeriod = 5 * time.Second
+
+// connPlans is when one connection prepared each claim statement.
+type connPlans struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// freshPlan prepares sql on c as c's own statement (pgx runs a statement
+// prepared under its text by that statement) when c has not, or makes it
+// again when it is older than the store's claim plan period.
+func (s *Store) freshPlan(ctx context.Context, c *pgx.Conn, sql string) error {
+	key := weak.Make(c)
+	v, ok := s.claimPlans.Load(key)
+	if !ok {
+		var loaded bool
+		v, loaded = s.claimPlans.LoadOrStore(key, &connPlans{at: map[string]time.Time{}})
+		if !loaded {
+			// Forget the connection once it is gone.
+			runtime.AddCleanup(c, func(k weak.Pointer[pgx.Conn]) { s.claimPlans.Delete(k) }, key)
+		}
+	}
+	cp := v.(*connPlans)
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	at, ok := cp.at[sql]
+	if ok && time.Since(at) < s.claimPlanPeriod {
+		return nil
+	}
+	if ok {
+		if err := c.Deallocate(ctx, sql); err != nil {
+			return err
+		}
+		delete(cp.at, sql)
+	}
+	if _, err := c.Prepare(ctx, sql, sql); err != nil {
+		return err
+	}
+	cp.at[sql] = time.Now()
+	return nil
 }
 
 // lastInClaimOrder is the last of tasks in claim order, nil for none.

@@ -223,13 +223,13 @@ func genericPlan(ctx context.Context, tx pgx.Tx, sql, args string) (string, erro
 	return strings.Join(lines, "\n"), err
 }
 
-// The claim statements (the pick from the head, the cursor pick, with and
-// without kinds) are planned for each execution: none is a prepared
-// statement with a generic plan on the connection. A generic plan made on
-// a small table (the sixth claim of a new or quiet queue) finds the
-// picked rows by a scan of the whole table, and kept it as the table grew
-// (docs/benchmarks.md, "The claim's generic plan").
-func TestClaimsNeverGenericPlans(t *testing.T) {
+// A connection prepares its claim statements itself and makes them again
+// once they are older than the claim plan period. The generic plan of the
+// pick from the head, made while the table held a few tasks, finds the
+// picked rows by a scan of the whole table; kept, it scanned the table as
+// it grew (until a vacuum or an analyze). Made again after the period, on
+// the grown table, it finds them by their tids.
+func TestClaimPlanIsMadeAgainAfterItsPeriod(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	// One connection, so that its prepared statements can be read.
@@ -238,52 +238,57 @@ func TestClaimsNeverGenericPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-
-	const n = 12 // more than the five custom plans before a generic one
-	var tasks []*bt.Task
-	for range 4 * n {
-		tasks = append(tasks, newTask("plan"))
+	const period = 200 * time.Millisecond
+	s.SetClaimPlanPeriod(period)
+	// Claims that come back short: each runs the pick from the head alone.
+	claims := func(n int) {
+		t.Helper()
+		for range n {
+			enqueue(t, s, store.EnqueueOpts{}, newTask("plan"))
+			if got := claim(t, s, "plan", 5, t0); len(got) != 1 {
+				t.Fatalf("claimed %d, want 1", len(got))
+			}
+		}
 	}
-	enqueue(t, s, store.EnqueueOpts{}, tasks...)
-	for i := range 2 * n {
-		// Claims of one come back full: the next one picks from the
-		// cursor; every fourth asks for more than is left of its pick.
-		p := store.ClaimParams{Queue: "plan", WorkerID: "w1", Max: 1, Now: t0, Lease: time.Minute}
-		if i%2 == 1 {
-			p.Kinds = []string{"k"}
-		}
-		if i%4 == 3 {
-			p.Max = 2
-		}
-		got, err := s.Claim(ctx, p)
+	// plan is the plan the connection's pick from the head runs from now.
+	plan := func() string {
+		t.Helper()
+		var name string
+		var generic int64
+		err := s.Pool().QueryRow(ctx, `SELECT name, generic_plans FROM pg_prepared_statements
+			WHERE statement LIKE '%WITH picked AS%' AND statement NOT LIKE '%(run_at, id) >%'
+			AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&name, &generic)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) == 0 {
-			t.Fatalf("claim %d took no task", i)
+		if generic == 0 {
+			t.Fatalf("the pick from the head has run no generic plan")
 		}
-	}
-	if _, _, _, ok := s.ClaimCursor("plan"); !ok {
-		t.Fatal("the claims set no cursor: no cursor pick ran")
-	}
-	rows, err := s.Pool().Query(ctx, `SELECT generic_plans, custom_plans, statement LIKE '%(run_at, id) >%', statement LIKE '%kind = ANY%'
-		FROM pg_prepared_statements WHERE statement LIKE '%WITH picked AS%' AND statement NOT LIKE '%pg_prepared_statements%'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			generic, custom int64
-			cursor, kinds   bool
-		)
-		if err := rows.Scan(&generic, &custom, &cursor, &kinds); err != nil {
+		rows, err := s.Pool().Query(ctx, "EXPLAIN EXECUTE "+name+"('plan', now(), 5, 'w', now() + interval '1 minute')")
+		if err != nil {
 			t.Fatal(err)
 		}
-		t.Errorf("a claim statement (cursor pick %v, kinds %v) is prepared on the connection: %d generic plans, %d custom",
-			cursor, kinds, generic, custom)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
 	}
-	if err := rows.Err(); err != nil {
+	claims(12) // more than the five custom plans before a generic one
+	if p := plan(); !strings.Contains(p, "Seq Scan on backstop_tasks c") {
+		// The premise: on a table of a few tasks the scan is the cheaper plan.
+		t.Fatalf("the generic plan made on a small table does not scan it:\n%s", p)
+	}
+	// The table grows (a history of 30,000 finished tasks).
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO backstop_tasks (id, queue, kind, state, max_attempts, attempt,
+		payload, run_at, created_at, updated_at, finalized_at, event_links)
+		SELECT 'h-' || lpad(g::text, 9, '0'), 'other', 'k', 'succeeded', 3, 1, '{"n":1}', now(), now(), now(), now(),
+			ARRAY[1::bigint] FROM generate_series(1, 30000) g`); err != nil {
 		t.Fatal(err)
+	}
+	time.Sleep(period + 50*time.Millisecond)
+	claims(12)
+	if p := plan(); !strings.Contains(p, "Tid Scan on backstop_tasks c") || strings.Contains(p, "Seq Scan on backstop_tasks c") {
+		t.Errorf("after the period, on a table of 30,000 tasks, the claim's generic plan does not find the rows by their tids:\n%s", p)
 	}
 }

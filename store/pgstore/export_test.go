@@ -279,3 +279,7 @@ var SQLSettle = sqlSettle
 // SQLHeartbeat and SQLHeartbeatSkip are the heartbeat's statements, of one
 // beat and of a batch (plans).
 var SQLHeartbeat, SQLHeartbeatSkip = sqlHeartbeat, sqlHeartbeatSkip
+
+// SetClaimPlanPeriod sets how long a connection keeps its claim
+// statements before it prepares them again (claimPlanPeriod).
+func (s *Store) SetClaimPlanPeriod(d time.Duration) { s.claimPlanPeriod = d }

@@ -60,6 +60,11 @@ type Store struct {
 	// trusted between full picks (tests lower it).
 	cursors      sync.Map
 	cursorPeriod time.Duration
+	// claimPlans: when each connection prepared its claim statements
+	// (weak.Pointer[pgx.Conn] → *connPlans); claimPlanPeriod: how long
+	// one is kept (cursor.go, freshPlan; tests lower it).
+	claimPlans      sync.Map
+	claimPlanPeriod time.Duration
 
 	// done ends the Wakeups listeners on Close; wg waits for them.
 	done   context.Context
@@ -111,7 +116,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // leaves the pool open.
 func New(pool *pgxpool.Pool) *Store {
 	done, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, done: done, stop: stop, finishedCounted: FinishedCounted, cursorPeriod: defaultCursorPeriod}
+	s := &Store{pool: pool, done: done, stop: stop, finishedCounted: FinishedCounted, cursorPeriod: defaultCursorPeriod, claimPlanPeriod: claimPlanPeriod}
 	s.procedures = sqldialect.New(dialect, s.runner(), s.runner())
 	return s
 }

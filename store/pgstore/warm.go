@@ -11,7 +11,8 @@ import (
 
 // Warm opens up to n of the pool's connections side by side (at most its
 // MaxConns) and runs on each a claim of queue that takes nothing (the pick
-// from the head with LIMIT 0: no row locked, nothing written). A new
+// from the head with LIMIT 0: no row locked, nothing written), prepared as
+// the claims prepare it (freshPlan). A new
 // connection costs a backend's start and, in that backend, the first plan
 // of each statement reads the catalog (10-15 ms for the claim); a worker
 // warms its pool at Start (store.Warmer) so that its first claims, and the
@@ -36,7 +37,12 @@ func (s *Store) Warm(ctx context.Context, queue string, n int) error {
 				return
 			}
 			conns[i] = c
-			rs, err := c.Query(ctx, s.hot(sqlClaim), claimArgs([]any{queue, now, 0, "warm", now})...)
+			sql := s.hot(sqlClaim)
+			if err := s.freshPlan(ctx, c.Conn(), sql); err != nil {
+				errs[i] = err
+				return
+			}
+			rs, err := c.Query(ctx, sql, queue, now, 0, "warm", now)
 			if err == nil {
 				rs.Close()
 				err = rs.Err()
