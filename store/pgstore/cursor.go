@@ -181,8 +181,9 @@ func (s *Store) pickClaim(ctx context.Context, q querier, p store.ClaimParams) (
 // probedPick is queryTasksOn, with the statement's times recorded in pc
 // when the stage probe runs (internal/probe). On the pool it takes the
 // connection itself, as Pool.Query does (which tells the wait for it
-// apart), and runs the statement as that connection's own prepared
-// statement, made again every claimPlanPeriod (freshPlan).
+// apart); on the pool or in a transaction it runs the statement as the
+// connection's own prepared statement, made again every claimPlanPeriod
+// (freshPlan).
 func (s *Store) probedPick(ctx context.Context, q querier, pc *probe.Claim, kind, sql string, args ...any) ([]*bt.Task, error) {
 	pk := probe.Pick{Kind: kind, Acquire: time.Now()}
 	if pool, ok := q.(*pgxpool.Pool); ok {
@@ -195,6 +196,10 @@ func (s *Store) probedPick(ctx context.Context, q querier, pc *probe.Claim, kind
 			return nil, err
 		}
 		q = conn
+	} else if tx, ok := q.(pgx.Tx); ok { // the fair and limited claims
+		if err := s.freshPlan(ctx, tx.Conn(), sql); err != nil {
+			return nil, err
+		}
 	}
 	pk.Acquired = time.Now()
 	tasks, err := queryTasksOn(ctx, q, sql, args...)

@@ -36,7 +36,7 @@ func (s *Store) claimFair(ctx context.Context, p store.ClaimParams) ([]*bt.Task,
 	case !fair:
 		tasks, note, err = s.pickClaim(ctx, tx, p)
 	case len(ids) > 0:
-		tasks, err = queryTasksOn(ctx, tx, s.hot(sqlClaimIDs), p.Queue, p.Now, len(ids), p.WorkerID, p.Now.Add(p.Lease), textArray(ids))
+		tasks, err = s.probedPick(ctx, tx, nil, "ids", s.hot(sqlClaimIDs), p.Queue, p.Now, len(ids), p.WorkerID, p.Now.Add(p.Lease), textArray(ids))
 		if err == nil && len(tasks) < len(ids) && !p.Limited {
 			// Picked tasks that a claim without the fairness lock (a
 			// one-value claim, a process that does not know the queue is

@@ -130,5 +130,5 @@ func (s *Store) claimWithin(ctx context.Context, tx querier, p store.ClaimParams
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	return queryTasksOn(ctx, tx, s.hot(sqlClaimIDs), p.Queue, p.Now, len(ids), p.WorkerID, p.Now.Add(p.Lease), textArray(ids))
+	return s.probedPick(ctx, tx, nil, "ids", s.hot(sqlClaimIDs), p.Queue, p.Now, len(ids), p.WorkerID, p.Now.Add(p.Lease), textArray(ids))
 }
