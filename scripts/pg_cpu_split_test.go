@@ -16,6 +16,9 @@ import (
 // pg-cpu-split refuses bad arguments and a server it cannot reach: exit 2
 // and a message, and it runs no command.
 func TestPgCPUSplitRefusesBadArguments(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 on PATH")
+	}
 	marker := t.TempDir() + "/ran"
 	for _, c := range []struct {
 		args []string
@@ -49,6 +52,11 @@ func TestPgCPUSplitCountsTheWindowByDatabase(t *testing.T) {
 	base := os.Getenv("BACKSTOP_TEST_POSTGRES_URL")
 	if base == "" {
 		t.Skip("BACKSTOP_TEST_POSTGRES_URL not set")
+	}
+	for _, tool := range []string{"psql", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s on PATH", tool)
+		}
 	}
 	name := fmt.Sprintf("cpusplit_%d", time.Now().UnixNano())
 	psql := func(u string, sql string) {
