@@ -80,12 +80,14 @@ func TestPgCPUSplitCountsTheWindowByDatabase(t *testing.T) {
 	}
 	burn := "SELECT sum(i) FROM generate_series(1, 10000000) i" // about half a second of one backend's CPU
 	script := fmt.Sprintf(`psql %q -qXAtc %q >/dev/null   # before the window: not counted
+psql %q -qXAtc %q >/dev/null
 echo start
 psql %q -qXAtc %q >/dev/null
 psql %q -qXAtc %q >/dev/null
 echo stop
-psql %q -qXAtc %q >/dev/null   # after the window: not counted`,
-		dbURL(name), burn, dbURL(name), burn, dbURL(other), burn, dbURL(name), burn)
+psql %q -qXAtc %q >/dev/null   # after the window: not counted
+psql %q -qXAtc %q >/dev/null`,
+		dbURL(name), burn, dbURL(name), burn, dbURL(name), burn, dbURL(other), burn, dbURL(name), burn, dbURL(name), burn)
 	out, err := exec.Command("./pg-cpu-split", "--url", dbURL(name), "--from", "^start", "--to", "^stop", "--tag", "t",
 		"--", "bash", "-c", script).CombinedOutput()
 	if err != nil {
@@ -112,18 +114,20 @@ psql %q -qXAtc %q >/dev/null   # after the window: not counted`,
 		return v
 	}()
 	backends, otherCPU, client := cpu("backends"), cpu("server-other"), cpu("client")
-	// One burn each inside the window: the two outside would double
-	// backends' figure if the window were not kept.
+	// One burn each inside the window: the four outside would make
+	// backends' figure five burns if the window were not kept. The server's
+	// other processes include every other database's backends: on a
+	// cluster shared with other tests they count more than the burn, never
+	// less, so only backends' side is compared.
 	if backends < 0.1 || otherCPU < 0.1 {
 		t.Errorf("backends %.3f s, server-other %.3f s: want each burn's CPU (≥ 0.1 s) where it ran; %s", backends, otherCPU, line)
 	}
-	if backends > 1.6*otherCPU || otherCPU > 1.6*backends {
-		t.Errorf("backends %.3f s against server-other %.3f s for the same statement: one side counted more than its burn; %s",
+	if backends > 1.6*otherCPU {
+		t.Errorf("backends %.3f s against server-other %.3f s for the same statement: counted outside the window; %s",
 			backends, otherCPU, line)
 	}
-	if backends+otherCPU > 1.2*wall+0.2 {
-		t.Errorf("%.3f s of server CPU in a window of %.3f s for two burns one after the other: counted outside it; %s",
-			backends+otherCPU, wall, line)
+	if backends > 1.2*wall+0.2 {
+		t.Errorf("%.3f s of backends' CPU in a window of %.3f s with one burn of theirs: counted outside it; %s", backends, wall, line)
 	}
 	if client <= 0 || client > backends {
 		t.Errorf("client %.3f s: want the psql processes' own CPU, small beside the burn's %.3f s; %s", client, backends, line)
