@@ -3,7 +3,7 @@
 -- enter (queue, their state, no dead-letter status), moved by one grouped
 -- upsert of the task counts and one update of each group's count, in the
 -- batch's transaction, instead of the two update triggers' statements for
--- every row (four to five statements a row: about 2.5 of the 17 µs a
+-- every row (four to five statements a row: about 1.5 of the 17 µs a
 -- replayed letter cost). The batch marks itself with a row in
 -- backstop_counted_batch for the span of its UPDATE, and both update
 -- triggers skip every row while the mark is there (their WHEN tests it
