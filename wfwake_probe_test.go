@@ -179,6 +179,15 @@ func (t probeTx) Settle(ctx context.Context, ss []store.Settlement) ([]bool, err
 	return t.Tx.Settle(ctx, ss)
 }
 
+// LockRunsSettle: a step settle's (the runs' locks and the settle in one
+// call).
+func (t probeTx) LockRunsSettle(ctx context.Context, runIDs []string, ss []store.Settlement) ([]store.LockedRun, []bool, error) {
+	for _, s := range ss {
+		*t.settled = append(*t.settled, s.TaskID)
+	}
+	return t.Tx.LockRunsSettle(ctx, runIDs, ss)
+}
+
 // Settle times the plain settles (no step among them: not in InTx).
 func (p *probeStore) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
 	begin := time.Now()

@@ -18,13 +18,16 @@ import (
 // enqueued in the transaction that settles its predecessor), or, in the
 // "plain" case, 500 independent tasks of the same no-op handler, with one
 // in-process worker (concurrency 8) on each store. runs/s and tasks/s are
-// reported; docs/benchmarks.md has the figures and the command:
+// reported; the "batch" case starts the 100 runs with one RunWorkflows
+// (BenchmarkWorkflowOverheadPairs' batch round, here alone, so a
+// server's statement counts can be read per mode); docs/benchmarks.md
+// has the figures and the command:
 //
 //	scripts/with-postgres go test -run '^$' -bench WorkflowOverhead -benchtime 3x -count 5 .
 func BenchmarkWorkflowOverhead(b *testing.B) {
 	const runs, steps = 100, 5
 	for _, db := range benchDBs {
-		for _, mode := range []string{"workflow", "plain"} {
+		for _, mode := range []string{"workflow", "batch", "plain"} {
 			b.Run(db.name+"/"+mode, func(b *testing.B) {
 				round := overheadRig(b, db.url(b), runs, steps)
 				b.ResetTimer()
@@ -34,7 +37,7 @@ func BenchmarkWorkflowOverhead(b *testing.B) {
 				}
 				el := time.Since(start).Seconds()
 				b.ReportMetric(float64(b.N*runs*steps)/el, "tasks/s")
-				if mode == "workflow" {
+				if mode != "plain" {
 					b.ReportMetric(float64(b.N*runs)/el, "runs/s")
 				}
 			})

@@ -36,6 +36,13 @@ import (
 type Tx interface {
 	// Settle is Store.Settle inside the transaction.
 	Settle(ctx context.Context, s []Settlement) ([]bool, error)
+	// LockRunsSettle is LockRuns(runIDs), then Settle(s), in that order in
+	// the transaction (the runs are locked before the settle writes, as a
+	// step settle needs: a run's events keep the order of the
+	// transactions that advance it), answering both. A driver may send the
+	// two in one round trip (pgstore: one pipeline). After an error of
+	// either, the transaction must roll back.
+	LockRunsSettle(ctx context.Context, runIDs []string, s []Settlement) ([]LockedRun, []bool, error)
 	// Enqueue is Store.Enqueue inside the transaction.
 	Enqueue(ctx context.Context, tasks []*bt.Task, opts EnqueueOpts) ([]EnqueueResult, error)
 	// AppendEvents writes events built by the engine, as given (actor
@@ -86,6 +93,7 @@ type TxStore[TX any] interface {
 	InsertRun(ctx context.Context, tx TX, r RunRecord) error
 	LockRun(ctx context.Context, tx TX, runID string) (*RunRecord, []StepRecord, error)
 	LockRuns(ctx context.Context, tx TX, runIDs []string) ([]LockedRun, error)
+	LockRunsSettle(ctx context.Context, tx TX, runIDs []string, s []Settlement) ([]LockedRun, []bool, error)
 	UpdateRun(ctx context.Context, tx TX, r RunRecord) error
 	UpdateRuns(ctx context.Context, tx TX, rs []RunRecord) error
 	PutSteps(ctx context.Context, tx TX, steps []StepRecord) error
@@ -208,6 +216,14 @@ func (b *boundTx[TX]) LockRuns(ctx context.Context, runIDs []string) ([]LockedRu
 	}
 	runs, err := b.ts.LockRuns(ctx, b.tx, runIDs)
 	return runs, b.failed(err)
+}
+
+func (b *boundTx[TX]) LockRunsSettle(ctx context.Context, runIDs []string, s []Settlement) ([]LockedRun, []bool, error) {
+	if err := b.check(); err != nil {
+		return nil, nil, err
+	}
+	runs, applied, err := b.ts.LockRunsSettle(ctx, b.tx, runIDs, s)
+	return runs, applied, b.failed(err)
 }
 
 func (b *boundTx[TX]) UpdateRuns(ctx context.Context, rs []RunRecord) error {

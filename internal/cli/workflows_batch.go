@@ -43,14 +43,19 @@ func (a *app) startRunBatch(ctx context.Context, file, name string) error {
 	// The runs are started by the library on the database, or by the
 	// server (which checks each request's records itself).
 	var (
-		start func([]backstop.RunWorkflowParams) ([]backstop.RunStarted, error)
-		check = backstop.CheckRuns
+		start  func([]backstop.RunWorkflowParams) ([]backstop.RunStarted, error)
+		check  = backstop.CheckRuns
+		lookup func(name string, version int) error // registered?
 	)
 	if a.server != "" {
 		client := apiclient.New(a.server, a.token)
 		start = func(ps []backstop.RunWorkflowParams) ([]backstop.RunStarted, error) {
 			rs, err := client.RunWorkflows(ctx, ps)
 			return rs, remoteErr(err)
+		}
+		lookup = func(name string, version int) error {
+			_, err := client.Workflow(ctx, name, version)
+			return remoteErr(err)
 		}
 	} else {
 		cfg, stop, err := a.traced(ctx, nil)
@@ -67,6 +72,10 @@ func (a *app) startRunBatch(ctx context.Context, file, name string) error {
 			return c.RunWorkflows(cliActor(ctx), ps)
 		}
 		check = c.ValidateRuns
+		lookup = func(name string, version int) error { // on the database already open
+			_, _, err := c.Workflow(ctx, name, version)
+			return err
+		}
 	}
 	// The whole file before any run is written: each record's values, a
 	// run id twice in the file (across the batches it is split into),
@@ -100,7 +109,7 @@ func (a *app) startRunBatch(ctx context.Context, file, name string) error {
 		if registered[k] {
 			continue
 		}
-		if _, err := a.workflow(ctx, p.Workflow, p.Version); err != nil {
+		if err := lookup(p.Workflow, p.Version); err != nil {
 			return atLine(i, err)
 		}
 		registered[k] = true

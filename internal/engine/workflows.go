@@ -104,11 +104,10 @@ func (e *Engine) settleSteps(ctx context.Context, ss []store.Settlement) ([]bool
 			// they held it: a run's history reads in the order it happened.
 			// The rows read with the locks are the ones the advance plans
 			// from (settling writes no step row).
-			locked, err := tx.LockRuns(ctx, runsOf(ss))
-			if err != nil {
-				return err
-			}
-			if oks, err = tx.Settle(ctx, ss); err != nil {
+			// One call for both (one round trip on Postgres): the locks
+			// first, then the settle.
+			var locked []store.LockedRun
+			if locked, oks, err = tx.LockRunsSettle(ctx, runsOf(ss), ss); err != nil {
 				return err
 			}
 			return e.advanceSettled(ctx, tx, ss, oks, &eff, locked)

@@ -185,6 +185,7 @@ func TestEveryCountedStatementIsListed(t *testing.T) {
 		"pgstore/counts.go backstop.counted",                                // countedMove: the mark
 		"pgstore/copy.go backstop.counted",                                  // sqlCopiedEvents: every copied row's (queue, state), no dead-letter status or group (copiedCounts)
 		"pgstore/counts.go countedMove(rows, from, to string)",              // its definition
+		"pgstore/dlq.go backstop.counted",                                   // redriveCounted: each replayed row from (queue, dead, open) and its group to (queue, its state, '')
 		"pgstore/queries.go backstop.counted",                               // countedInsert: a plan's inserted rows' (queue, state); an enqueue writes no dead-letter status or group
 		`pgstore/queries.go countedMove("claimed", "pending", "running")`,   // formatClaim: WHERE state = 'pending', SET state = 'running'
 		`pgstore/queries.go countedMove("settled", "running", "succeeded")`, // sqlSettleSucceeded: leaseHeld, SET state = 'succeeded'

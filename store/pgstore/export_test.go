@@ -119,7 +119,7 @@ func (s *Store) ExplainCounts(ctx context.Context) (string, error) {
 // under EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) in a transaction it
 // rolls back, and returns the plan.
 func (s *Store) ExplainRedriveBatch(ctx context.Context, b store.RedriveBatch) (string, error) {
-	sql, args := redriveFast(b)
+	sql, args := redriveFast(b, s.redrivesCounted())
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return "", err

@@ -18,8 +18,9 @@ import (
 // statement, and its COMMIT with its wake-up and the writes held for it
 // (holdForCommit: WritePlan's pipeline), each in one pipelined round trip.
 // A single enqueue costs two round trips instead of four (begin, insert,
-// notify, commit) and a workflow step's settle three instead of five
-// (begin, the runs locked, the settle, the plan, commit). On a busy server
+// notify, commit) and a workflow step's settle two instead of five
+// (begin, the runs locked, the settle, the plan, commit: Txs.LockRunsSettle
+// sends the locks and the settle together). On a busy server
 // each round trip is one more wait for the backend to be scheduled
 // (docs/benchmarks.md, "Pickup at 1,000 tasks/s" and "Workflow step tasks
 // …: the settle's round trips"). The statements and their order are the

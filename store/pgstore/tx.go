@@ -143,6 +143,76 @@ func (Txs) LockRuns(ctx context.Context, tx pgx.Tx, runIDs []string) ([]store.Lo
 	return out, nil
 }
 
+// LockRunsSettle is store.Tx's LockRunsSettle inside tx: LockRuns' two
+// statements and the settle's one (Settle's, the same statement) sent
+// together, one round trip where LockRuns and Settle took two (a step
+// settle's transaction: begin with the runs' locks and the settle, then
+// the plan's writes with the COMMIT). The server runs them in order, so
+// the runs are locked before the settle writes; a statement that fails
+// makes it skip the rest (the transaction then rolls back).
+func (t Txs) LockRunsSettle(ctx context.Context, tx pgx.Tx, runIDs []string, ss []store.Settlement) ([]store.LockedRun, []bool, error) {
+	if len(runIDs) == 0 {
+		oks, err := t.Settle(ctx, tx, ss)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []store.LockedRun{}, oks, nil
+	}
+	q := &lockingQuerier{tx: tx, runIDs: runIDs}
+	oks, err := t.s.settle(ctx, q, ss)
+	if q.br != nil {
+		if cerr := q.br.Close(); err == nil && q.lockErr == nil && cerr != nil {
+			err = fmt.Errorf("pgstore: settle: %w", cerr)
+		}
+	}
+	switch {
+	case q.lockErr != nil:
+		return nil, nil, q.lockErr
+	case err != nil:
+		return nil, nil, err
+	case !q.sent: // the settle sent nothing (no settlements): the locks alone
+		locked, err := t.LockRuns(ctx, tx, runIDs)
+		if err != nil {
+			return nil, nil, err
+		}
+		return locked, oks, nil
+	}
+	if p, ok := tx.(*pipeTx); ok {
+		for _, l := range q.locked {
+			p.lockedRuns(l.Run.RunID)
+		}
+	}
+	return q.locked, oks, nil
+}
+
+// lockingQuerier is the querier Store.settle runs its statement on for
+// LockRunsSettle: the statement goes in one batch after LockRuns' two;
+// their results are read (locked, lockErr) before the settle's rows are
+// answered. br is closed by LockRunsSettle once the settle read them.
+type lockingQuerier struct {
+	tx      pgx.Tx
+	runIDs  []string
+	sent    bool
+	br      pgx.BatchResults
+	locked  []store.LockedRun
+	lockErr error
+}
+
+func (q *lockingQuerier) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	runsSQL, stepsSQL := sqldialect.WorkflowLockRunsSQL(dialect)
+	list := dialect.TextList(q.runIDs)
+	var b pgx.Batch
+	b.Queue(runsSQL, list)
+	b.Queue(stepsSQL, list)
+	b.Queue(sql, args...)
+	q.sent = true
+	q.br = q.tx.SendBatch(ctx, &b)
+	if q.locked, q.lockErr = lockedRunsOf(q.br); q.lockErr != nil {
+		return nil, q.lockErr
+	}
+	return q.br.Query()
+}
+
 // lockedRunsOf reads LockRuns' two results from br.
 func lockedRunsOf(br pgx.BatchResults) ([]store.LockedRun, error) {
 	rows, err := br.Query()

@@ -13,10 +13,16 @@ import (
 )
 
 // pipelineRows bounds what WritePlan sends as one pipeline: at most this
-// many runs, step rows, tasks and events each. Larger plans (a wide
-// fan-out) go statement by statement, whose statements take a thousand
-// rows each.
-const pipelineRows = 64
+// many runs, step rows, tasks and events each (the runs and tasks one
+// statement of arrays, the step rows and events a statement per
+// maxPreparedRows: at most 32 each). Larger plans (a very wide fan-out, a
+// batch start of more runs) go statement by statement, whose statements
+// take a thousand rows each. It was 64: a settle batch finishing more
+// than 32 steps of linear workflows (two events and two step rows a
+// step) and a batch start of 100 runs left the pipeline for five to
+// seven round trips, its events in statements planned per call
+// (docs/benchmarks.md, branch wfround).
+const pipelineRows = 256
 
 // WritePlan is store.WorkflowTx's WritePlan inside tx: its statements (the
 // new runs, the run updates, the step rows, the tasks with their

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -79,18 +80,24 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		ids, _ := json.Marshal(b.IDs)
 		args = append(args, string(ids))
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id FROM backstop_tasks WHERE `+where+` ORDER BY id LIMIT ?`, append(args, b.Limit)...)
+	rows, err := tx.QueryContext(ctx, `SELECT id, queue, dead_reason IS NULL, COALESCE(dead_reason, ''), last_error IS NULL,
+		COALESCE(substr(last_error, 1, 200), '') FROM backstop_tasks WHERE `+where+` ORDER BY id LIMIT ?`, append(args, b.Limit)...)
 	if err != nil {
 		return res, err
 	}
 	var ids []any
+	groups := map[dlqGroup]int{} // the picked dead letters by group (counted: redriveCounted)
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var (
+			id string
+			g  dlqGroup
+		)
+		if err := rows.Scan(&id, &g.queue, &g.reasonNull, &g.reason, &g.errorNull, &g.error); err != nil {
 			rows.Close()
 			return res, err
 		}
 		ids = append(ids, id)
+		groups[g]++
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -113,10 +120,32 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		}
 		return r.Err()
 	}
+	// The bulk replay counts its own batch (migration 00054): marked, the
+	// update triggers skip its rows, and redriveCounted moves the counts
+	// and the groups of every row it replayed, all of them picked above,
+	// open dead letters (one writer: nothing else changed them since).
+	counted := !s.replayPerRow.Load()
+	if counted {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO backstop_counted_batch (marked) VALUES (1)`); err != nil {
+			return res, err
+		}
+	}
 	r, err := tx.QueryContext(ctx, `UPDATE backstop_tasks SET `+replaySet+` WHERE id IN (`+placeholders(len(ids))+`)
 		RETURNING id, queue, kind, replay_count`, append(set, ids...)...)
 	if err == nil {
 		err = scan(r)
+	}
+	if counted {
+		// Unmarked before anything else writes (a failed UPDATE was undone
+		// whole: the row by row replay below is the triggers' to count).
+		if _, uerr := tx.ExecContext(ctx, `DELETE FROM backstop_counted_batch`); uerr != nil {
+			return res, uerr
+		}
+		if err == nil {
+			if err := redriveCounted(ctx, tx, b.State, groups); err != nil {
+				return res, err
+			}
+		}
 	}
 	if err != nil && isUnique(err) {
 		// Some row breaks a uniqueness rule: replay one by one, skipping those.
@@ -169,6 +198,53 @@ func (s *Store) RedriveBatch(ctx context.Context, b store.RedriveBatch) (store.R
 		s.hub.notify(woke)
 	}
 	return res, nil
+}
+
+// dlqGroup is a dead letter's queue and group (migration 00052's key).
+type dlqGroup struct {
+	queue      string
+	reasonNull bool
+	reason     string
+	errorNull  bool
+	error      string
+}
+
+// redriveCounted moves the kept counts of a bulk replay in tx, as the two
+// update triggers would have row by row (migration 00054): groups holds
+// every replayed dead letter (open, each in its group), now in state to
+// without a dead-letter status. One upsert moves the task counts by
+// queue; each group's count drops by its rows, and an emptied group's row
+// goes.
+func redriveCounted(ctx context.Context, tx *sql.Tx, to bt.State, groups map[dlqGroup]int) error {
+	byQueue := map[string]int{}
+	for g, n := range groups {
+		byQueue[g.queue] += n
+		if _, err := tx.ExecContext(ctx, `UPDATE backstop_dlq_group_counts SET n = n - ?
+			WHERE dlq_status = 'open' AND queue = ? AND reason_null = ? AND reason = ? AND error_null = ? AND error = ?`,
+			n, g.queue, g.reasonNull, g.reason, g.errorNull, g.error); err != nil {
+			return fmt.Errorf("sqlite: redrive: groups: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM backstop_dlq_group_counts
+			WHERE n = 0 AND dlq_status = 'open' AND queue = ? AND reason_null = ? AND reason = ? AND error_null = ? AND error = ?`,
+			g.queue, g.reasonNull, g.reason, g.errorNull, g.error); err != nil {
+			return fmt.Errorf("sqlite: redrive: groups: %w", err)
+		}
+	}
+	var sb strings.Builder
+	sb.WriteString(`INSERT INTO backstop_task_counts (queue, state, dlq_status, n) VALUES `)
+	args := make([]any, 0, 5*len(byQueue))
+	for q, n := range byQueue {
+		if len(args) > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`(?, 'dead', 'open', ?), (?, ?, '', ?)`)
+		args = append(args, q, -n, q, string(to), n)
+	}
+	sb.WriteString(` ON CONFLICT (queue, state, dlq_status) DO UPDATE SET n = n + excluded.n`)
+	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+		return fmt.Errorf("sqlite: redrive: counts: %w", err)
+	}
+	return nil
 }
 
 // purgeBatch deletes a batch of dead letters (sqldialect's PurgeDLQ loops

@@ -28,6 +28,7 @@ func storeAt(t *testing.T, version int64) (*Store, *goose.Provider) {
 		t.Fatal(err)
 	}
 	s.countsPerRow.Store(version < 50) // the trigger before 00050 counts every row
+	s.replayPerRow.Store(version < 54) // the triggers before 00054 count every replayed row
 
 	return s, p
 }

@@ -50,6 +50,12 @@ type Store struct {
 	// must not (counts.go). Only a test opens a file at an older version
 	// (storeAt); Migrate clears it.
 	countsPerRow atomic.Bool
+
+	// replayPerRow: the file's schema predates migration 00054, so its
+	// update triggers count every replayed row and a redrive batch must
+	// not count its own (dlq.go: redriveCounted). Only a test opens such a
+	// file (storeAt); Migrate clears it.
+	replayPerRow atomic.Bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -170,6 +176,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	s.countsPerRow.Store(false)
+	s.replayPerRow.Store(false)
 	return nil
 }
 

@@ -111,6 +111,20 @@ func (Txs) LockRuns(ctx context.Context, tx *sql.Tx, runIDs []string) ([]store.L
 	return sqldialect.WorkflowLockRuns(ctx, dialect, runner{q: tx}, runIDs)
 }
 
+// LockRunsSettle is store.Tx's LockRunsSettle inside tx: LockRuns, then
+// Settle (calls in this process, no round trips to save).
+func (t Txs) LockRunsSettle(ctx context.Context, tx *sql.Tx, runIDs []string, ss []store.Settlement) ([]store.LockedRun, []bool, error) {
+	locked, err := t.LockRuns(ctx, tx, runIDs)
+	if err != nil {
+		return nil, nil, err
+	}
+	oks, err := t.Settle(ctx, tx, ss)
+	if err != nil {
+		return nil, nil, err
+	}
+	return locked, oks, nil
+}
+
 // UpdateRuns is store.WorkflowTx's UpdateRuns inside tx: one UpdateRun
 // after another (the writer's statements are calls in this process).
 func (t Txs) UpdateRuns(ctx context.Context, tx *sql.Tx, rs []store.RunRecord) error {

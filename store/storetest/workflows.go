@@ -136,6 +136,115 @@ func (s *suite) testWorkflows(t *testing.T) {
 	t.Run("LockRunTakesTurns", func(t *testing.T) { s.wfLockTurns(t, lockOne) })
 	t.Run("LockRunsTakesTurns", func(t *testing.T) { s.wfLockTurns(t, lockMany) })
 	t.Run("LockRuns", s.wfLockRuns)
+	t.Run("LockRunsSettleTakesTurns", func(t *testing.T) { s.wfLockTurns(t, lockSettle) })
+	t.Run("LockRunsSettle", s.wfLockRunsSettle)
+}
+
+// lockSettle locks one run in tx by LockRunsSettle, with an unknown run
+// beside it and the settlement of a task that is not (applied: none).
+func lockSettle(ctx context.Context, tx store.Tx, id string) (*store.RunRecord, error) {
+	runs, oks, err := tx.LockRunsSettle(ctx, []string{"a-run-that-is-not", id},
+		[]store.Settlement{{TaskID: id + ".no-task", ExecutionID: "e", Outcome: bt.OutcomeSucceeded,
+			FinishedAt: time.Now(), State: bt.StateSucceeded}})
+	if err != nil {
+		return nil, err
+	}
+	if len(runs) != 1 || len(oks) != 1 || oks[0] {
+		return nil, fmt.Errorf("LockRunsSettle answered %d runs and %v, want 1 and [false]", len(runs), oks)
+	}
+	return &runs[0].Run, nil
+}
+
+// wfLockRunsSettle: LockRunsSettle answers what LockRuns and Settle
+// would, in one call: the runs that exist, in run id order, with their
+// steps, and for each settlement whether its lease was current; the
+// settlements it applied are written (the task's state, its execution),
+// the others leave their task alone; nothing of a rolled-back transaction
+// remains; no settlement or no run asked: the other half alone.
+func (s *suite) wfLockRunsSettle(t *testing.T) {
+	t.Parallel()
+	b := s.wfSetup(t)
+	for _, id := range []string{"run-b", "run-a"} {
+		inTx(t, b, func(tx store.Tx) error { return tx.InsertRun(b.ctx, wfRun(b, id, "order")) })
+	}
+	a0, b0 := wfStep(b, "run-a", "charge", 0, "run-a.charge", "pending"), wfStep(b, "run-b", "charge", 0, "run-b.charge", "pending")
+	inTx(t, b, func(tx store.Tx) error { return tx.PutSteps(b.ctx, []store.StepRecord{b0, a0}) })
+	for _, id := range []string{"run-a.charge", "run-b.charge", "run-c.charge"} {
+		b.enqueue(backstop.EnqueueParams{ID: id, Queue: "lrs", Kind: "k"})
+	}
+	got := claim(t, b, "lrs", 3)
+	if len(got) != 3 {
+		t.Fatalf("claimed %d tasks, want 3", len(got))
+	}
+	exec := map[string]string{}
+	for _, tk := range got {
+		exec[tk.ID] = tk.ExecutionID
+	}
+	now := b.clock.Now()
+	ok := func(id string) store.Settlement {
+		return store.Settlement{TaskID: id, ExecutionID: exec[id], Outcome: bt.OutcomeSucceeded, FinishedAt: now, State: bt.StateSucceeded}
+	}
+	stale := ok("run-b.charge")
+	stale.ExecutionID = "not-its-lease"
+	ss := []store.Settlement{ok("run-a.charge"), stale, ok("run-c.charge")}
+
+	// Rolled back: nothing written.
+	errRollback := errors.New("roll back")
+	if err := b.store.InTx(b.ctx, func(tx store.Tx) error {
+		if _, oks, err := tx.LockRunsSettle(b.ctx, []string{"run-a"}, ss[:1]); err != nil || !oks[0] {
+			return fmt.Errorf("LockRunsSettle: %v %v", oks, err)
+		}
+		return errRollback
+	}); !errors.Is(err, errRollback) {
+		t.Fatalf("rolled back: %v", err)
+	}
+	if st := b.get("run-a.charge").State; st != bt.StateRunning {
+		t.Fatalf("after a rolled-back LockRunsSettle the task is %s, want running", st)
+	}
+
+	var locked []store.LockedRun
+	var oks []bool
+	inTx(t, b, func(tx store.Tx) error {
+		var err error
+		locked, oks, err = tx.LockRunsSettle(b.ctx, []string{"run-c", "run-b", "run-a"}, ss)
+		return err
+	})
+	var ids []string
+	for _, l := range locked {
+		ids = append(ids, l.Run.RunID)
+	}
+	eq(t, "runs", ids, []string{"run-a", "run-b"})
+	checkRun(t, "run-a", &locked[0].Run, wfRun(b, "run-a", "order"))
+	checkSteps(t, "run-a's steps", locked[0].Steps, []store.StepRecord{a0})
+	checkSteps(t, "run-b's steps", locked[1].Steps, []store.StepRecord{b0})
+	eq(t, "applied", oks, []bool{true, false, true})
+	for id, want := range map[string]bt.State{"run-a.charge": bt.StateSucceeded, "run-b.charge": bt.StateRunning,
+		"run-c.charge": bt.StateSucceeded} {
+		if st := b.get(id).State; st != want {
+			t.Errorf("%s: %s, want %s", id, st, want)
+		}
+	}
+
+	// One half without the other.
+	inTx(t, b, func(tx store.Tx) error {
+		runs, none, err := tx.LockRunsSettle(b.ctx, []string{"run-b"}, nil)
+		if err != nil {
+			return err
+		}
+		if len(runs) != 1 || runs[0].Run.RunID != "run-b" || len(none) != 0 {
+			t.Errorf("no settlement: %d runs, %v", len(runs), none)
+		}
+		runs, oks, err := tx.LockRunsSettle(b.ctx, nil, []store.Settlement{ok("run-b.charge")})
+		if err != nil {
+			return err
+		}
+		eq(t, "no run: runs", runs, []store.LockedRun{})
+		eq(t, "no run: applied", oks, []bool{true})
+		return nil
+	})
+	if st := b.get("run-b.charge").State; st != bt.StateSucceeded {
+		t.Errorf("run-b.charge settled without a run locked: %s, want succeeded", st)
+	}
 }
 
 // lockOne and lockMany lock one run in tx, by LockRun and by LockRuns (with
