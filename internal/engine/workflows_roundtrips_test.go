@@ -90,16 +90,7 @@ func TestWorkflowRoundTripsPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	now := time.Now()
-	got, err := s.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: runs, Now: now, Lease: time.Minute})
-	if err != nil || len(got) != runs {
-		t.Fatalf("claim: %d tasks, %v", len(got), err)
-	}
-	ss := make([]store.Settlement, len(got))
-	for i, tk := range got {
-		ss[i] = store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomeSucceeded,
-			FinishedAt: now, State: bt.StateSucceeded}
-	}
+	ss := claimSucceeded(t, s, runs)
 	before := rt.n.Load()
 	if _, err := c.Engine().Settle(ctx, ss); err != nil {
 		t.Fatal(err)
@@ -135,16 +126,7 @@ func TestWorkflowWideSettleRoundTripsPostgres(t *testing.T) {
 	if _, err := c.RunWorkflows(ctx, ps); err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	got, err := s.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: runs, Now: now, Lease: time.Minute})
-	if err != nil || len(got) != runs {
-		t.Fatalf("claim: %d tasks, %v", len(got), err)
-	}
-	ss := make([]store.Settlement, len(got))
-	for i, tk := range got {
-		ss[i] = store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomeSucceeded,
-			FinishedAt: now, State: bt.StateSucceeded}
-	}
+	ss := claimSucceeded(t, s, runs)
 	before := rt.n.Load()
 	oks, err := c.Engine().Settle(ctx, ss)
 	if err != nil {
@@ -221,4 +203,21 @@ func countedLinearClient(t *testing.T) (*backstop.Client, *roundTrips) {
 		t.Fatal(err)
 	}
 	return c, rt
+}
+
+// claimSucceeded claims n tasks of queue q (all it holds, or the test
+// fails) and answers a success settlement for each.
+func claimSucceeded(t *testing.T, s store.Store, n int) []store.Settlement {
+	t.Helper()
+	now := time.Now()
+	got, err := s.Claim(context.Background(), store.ClaimParams{Queue: "q", WorkerID: "w", Max: n, Now: now, Lease: time.Minute})
+	if err != nil || len(got) != n {
+		t.Fatalf("claim: %d tasks, %v", len(got), err)
+	}
+	ss := make([]store.Settlement, len(got))
+	for i, tk := range got {
+		ss[i] = store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomeSucceeded,
+			FinishedAt: now, State: bt.StateSucceeded}
+	}
+	return ss
 }

@@ -77,16 +77,7 @@ func TestSettleBatchAdvancesRunsFromTheirLockedSteps(t *testing.T) {
 			}
 			ids[r.RunID] = true
 		}
-		now := time.Now()
-		got, err := s.Claim(ctx, store.ClaimParams{Queue: "q", WorkerID: "w", Max: runs, Now: now, Lease: time.Minute})
-		if err != nil || len(got) != runs {
-			t.Fatalf("claim: %d tasks, %v", len(got), err)
-		}
-		ss := make([]store.Settlement, len(got))
-		for i, tk := range got {
-			ss[i] = store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomeSucceeded,
-				FinishedAt: now, State: bt.StateSucceeded}
-		}
+		ss := claimSucceeded(t, s, runs)
 		oks, err := c.Engine().Settle(ctx, ss)
 		if err != nil {
 			t.Fatal(err)
