@@ -224,7 +224,7 @@ func (s *Store) probedPick(ctx context.Context, q querier, pc *probe.Claim, kind
 // the table invalidates it: a connection that made it while the table was
 // small (a new database, a quiet queue) scanned the whole table in every
 // claim as the table grew, claims of 20-300 ms in bursts
-// (docs/benchmarks.md, "The claim's generic plan"). No form of the UPDATE
+// (docs/benchmarks.md, "The pickup's bursts of slow claims"). No form of the UPDATE
 // was found whose generic plan refuses the scan of a small table (a join
 // to the picked rows follows their estimate, which the statistics of a
 // backlog make large: a hash join over the whole table), and planning

@@ -17,7 +17,7 @@ import (
 // of each statement reads the catalog (10-15 ms for the claim); a worker
 // warms its pool at Start (store.Warmer) so that its first claims, and the
 // settles and enqueues on the same connections, do not pay that while
-// tasks wait (docs/benchmarks.md, "The claim's generic plan").
+// tasks wait (docs/benchmarks.md, "The pickup's bursts of slow claims").
 func (s *Store) Warm(ctx context.Context, queue string, n int) error {
 	n = min(n, int(s.pool.Config().MaxConns))
 	if n <= 0 {
