@@ -29,18 +29,7 @@ func TestDLQGroupCountsMigration(t *testing.T) {
 	}
 	kill := func(queue string, n int, errs ...string) {
 		t.Helper()
-		got, err := s.Claim(ctx, store.ClaimParams{Queue: queue, WorkerID: "w", Max: n, Now: at.Add(time.Hour), Lease: time.Minute})
-		if err != nil || len(got) != n {
-			t.Fatalf("claim: %d %v", len(got), err)
-		}
-		var ss []store.Settlement
-		for i, tk := range got {
-			ss = append(ss, store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError,
-				Error: errs[i%len(errs)], FinishedAt: at, State: bt.StateDead, DeadReason: bt.ReasonPermanentError})
-		}
-		if _, err := s.Settle(ctx, ss); err != nil {
-			t.Fatal(err)
-		}
+		killDead(t, s, queue, n, at.Add(time.Hour), at, errs...)
 	}
 	kill("x", 12, "boom", "timeout")
 	kill("y", 9, "boom", "")
@@ -49,24 +38,10 @@ func TestDLQGroupCountsMigration(t *testing.T) {
 	}
 	check := func(what string) {
 		t.Helper()
-		for _, f := range []store.ListFilter{
-			{}, {DLQStatuses: []bt.DLQStatus{bt.DLQOpen}}, {Queue: "x", DLQStatuses: []bt.DLQStatus{bt.DLQOpen}},
-			{Queue: "z"}, {DLQStatuses: []bt.DLQStatus{bt.DLQDiscarded, bt.DLQResolved}},
-		} {
-			got, err := s.DLQGroups(ctx, f, 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows := f
-			rows.Until = at.Add(1000 * time.Hour)
-			want, err := s.DLQGroups(ctx, rows, 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("%s: groups of %+v: %+v, rows %+v", what, f, got, want)
-			}
-		}
+		checkGroupsAgainstRows(t, s, what, at.Add(1000*time.Hour),
+			store.ListFilter{}, store.ListFilter{DLQStatuses: []bt.DLQStatus{bt.DLQOpen}},
+			store.ListFilter{Queue: "x", DLQStatuses: []bt.DLQStatus{bt.DLQOpen}},
+			store.ListFilter{Queue: "z"}, store.ListFilter{DLQStatuses: []bt.DLQStatus{bt.DLQDiscarded, bt.DLQResolved}})
 	}
 	check("migrated")
 	kill("z", 6, "refused")
@@ -107,4 +82,45 @@ func TestDLQGroupCountsMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("applied again")
+}
+
+// killDead claims n tasks of queue at claimAt and settles them dead
+// (permanent error) at finishedAt, their errors taken from errs in turn.
+func killDead(t *testing.T, s *Store, queue string, n int, claimAt, finishedAt time.Time, errs ...string) {
+	t.Helper()
+	ctx := t.Context()
+	got, err := s.Claim(ctx, store.ClaimParams{Queue: queue, WorkerID: "w", Max: n, Now: claimAt, Lease: time.Minute})
+	if err != nil || len(got) != n {
+		t.Fatalf("claim: %d %v", len(got), err)
+	}
+	var ss []store.Settlement
+	for i, tk := range got {
+		ss = append(ss, store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError,
+			Error: errs[i%len(errs)], FinishedAt: finishedAt, State: bt.StateDead, DeadReason: bt.ReasonPermanentError})
+	}
+	if _, err := s.Settle(ctx, ss); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkGroupsAgainstRows fails the test unless the dead-letter groups
+// answered for each filter (from the kept group counts) are those the rows
+// give (the same filter with Until set: read from the rows).
+func checkGroupsAgainstRows(t *testing.T, s *Store, what string, until time.Time, fs ...store.ListFilter) {
+	t.Helper()
+	for _, f := range fs {
+		got, err := s.DLQGroups(t.Context(), f, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := f
+		rows.Until = until
+		want, err := s.DLQGroups(t.Context(), rows, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: groups of %+v: %+v, rows %+v", what, f, got, want)
+		}
+	}
 }

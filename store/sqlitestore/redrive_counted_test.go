@@ -31,18 +31,7 @@ func TestRedriveCountsItselfMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{"x", "y"} {
-		got, err := s.Claim(ctx, store.ClaimParams{Queue: q, WorkerID: "w", Max: 40, Now: at.Add(time.Hour), Lease: time.Minute})
-		if err != nil || len(got) != 40 {
-			t.Fatalf("claim: %d %v", len(got), err)
-		}
-		var ss []store.Settlement
-		for i, tk := range got {
-			ss = append(ss, store.Settlement{TaskID: tk.ID, ExecutionID: tk.ExecutionID, Outcome: bt.OutcomePermanentError,
-				Error: []string{"boom", "timeout", ""}[i%3], FinishedAt: at, State: bt.StateDead, DeadReason: bt.ReasonPermanentError})
-		}
-		if _, err := s.Settle(ctx, ss); err != nil {
-			t.Fatal(err)
-		}
+		killDead(t, s, q, 40, at.Add(time.Hour), at, "boom", "timeout", "")
 	}
 	check := func(what string) {
 		t.Helper()
@@ -53,21 +42,9 @@ func TestRedriveCountsItselfMigration(t *testing.T) {
 		if want := scanCounts(t, s); !reflect.DeepEqual(qs, want) {
 			t.Fatalf("%s: counts %+v, want %+v", what, qs, want)
 		}
-		for _, f := range []store.ListFilter{{}, {DLQStatuses: []bt.DLQStatus{bt.DLQOpen}}, {Queue: "x", DLQStatuses: []bt.DLQStatus{bt.DLQOpen}}} {
-			got, err := s.DLQGroups(ctx, f, 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows := f
-			rows.Until = at.Add(1000 * time.Hour)
-			want, err := s.DLQGroups(ctx, rows, 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("%s: groups of %+v: %+v, rows %+v", what, f, got, want)
-			}
-		}
+		checkGroupsAgainstRows(t, s, what, at.Add(1000*time.Hour),
+			store.ListFilter{}, store.ListFilter{DLQStatuses: []bt.DLQStatus{bt.DLQOpen}},
+			store.ListFilter{Queue: "x", DLQStatuses: []bt.DLQStatus{bt.DLQOpen}})
 	}
 	rec, _, err := s.StartRedrive(ctx, store.Redrive{ID: "rd-1", Kind: store.JobRedrive, FilterKey: "k", Filter: json.RawMessage(`{}`),
 		Snapshot: at.Add(2 * time.Hour), StartedAt: at.Add(2 * time.Hour)})
@@ -120,14 +97,7 @@ func TestRedriveCountsItselfMigration(t *testing.T) {
 		t.Fatalf("%d marks left after the batch (%v), want none", marks, err)
 	}
 	// A death, and a single replay (the triggers count both), then the rest.
-	got, err := s.Claim(ctx, store.ClaimParams{Queue: "x", WorkerID: "w", Max: 1, Now: at.Add(3 * time.Hour), Lease: time.Minute})
-	if err != nil || len(got) != 1 {
-		t.Fatalf("claim: %d %v", len(got), err)
-	}
-	if _, err := s.Settle(ctx, []store.Settlement{{TaskID: got[0].ID, ExecutionID: got[0].ExecutionID, Outcome: bt.OutcomePermanentError,
-		Error: "again", FinishedAt: at.Add(3 * time.Hour), State: bt.StateDead, DeadReason: bt.ReasonPermanentError}}); err != nil {
-		t.Fatal(err)
-	}
+	killDead(t, s, "x", 1, at.Add(3*time.Hour), at.Add(3*time.Hour), "again")
 	if _, err := s.Replay(ctx, "rc-78", func(*bt.Task) (*store.ReplayPlan, error) {
 		return &store.ReplayPlan{State: bt.StatePending, RunAt: at.Add(3 * time.Hour), Now: at.Add(3 * time.Hour)}, nil
 	}); err != nil {
