@@ -24,12 +24,7 @@ import (
 func TestSettlePlans(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
-	// One connection, so that its prepared statements can be read.
-	s, err := pgstore.Open(ctx, b.url+"&pool_max_conns=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storeWithPool(t, b, 1) // its prepared statements can be read
 
 	const n = 12 // more than the five custom plans before a generic one
 	var tasks []*bt.Task
@@ -232,12 +227,7 @@ func genericPlan(ctx context.Context, tx pgx.Tx, sql, args string) (string, erro
 func TestClaimPlanIsMadeAgainAfterItsPeriod(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
-	// One connection, so that its prepared statements can be read.
-	s, err := pgstore.Open(ctx, b.url+"&pool_max_conns=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storeWithPool(t, b, 1) // its prepared statements can be read
 	const period = 200 * time.Millisecond
 	s.SetClaimPlanPeriod(period)
 	// Claims that come back short: each runs the pick from the head alone.
@@ -291,4 +281,18 @@ func TestClaimPlanIsMadeAgainAfterItsPeriod(t *testing.T) {
 	if p := plan(); !strings.Contains(p, "Tid Scan on backstop_tasks c") || strings.Contains(p, "Seq Scan on backstop_tasks c") {
 		t.Errorf("after the period, on a table of 30,000 tasks, the claim's generic plan does not find the rows by their tids:\n%s", p)
 	}
+}
+
+// storeWithPool opens the test database's store with a pool of at most
+// conns connections (one: its prepared statements, in
+// pg_prepared_statements, are the store's). Closed at the test's end.
+func storeWithPool(t *testing.T, b *testBundle, conns int) *pgstore.Store {
+	t.Helper()
+	sep := map[bool]string{true: "&", false: "?"}[strings.Contains(b.url, "?")]
+	s, err := pgstore.Open(t.Context(), fmt.Sprintf("%s%spool_max_conns=%d", b.url, sep, conns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }

@@ -4,13 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
-	"github.com/backstophq/backstop/store/pgstore"
 )
 
 // A workflow plan's task insert is one statement text for any number of
@@ -20,12 +18,7 @@ import (
 func TestPlanTaskInsertOneStatementForAnyRowCount(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
-	sep := map[bool]string{true: "&", false: "?"}[strings.Contains(b.url, "?")]
-	s, err := pgstore.Open(ctx, b.url+sep+"pool_max_conns=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storeWithPool(t, b, 1)
 	deadline := t0.Add(48 * time.Hour)
 	var planned []*bt.Task
 	for n := 1; n <= 6; n++ {

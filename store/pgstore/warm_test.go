@@ -5,7 +5,6 @@ import (
 
 	bt "github.com/backstophq/backstop/backstoptype"
 	"github.com/backstophq/backstop/store"
-	"github.com/backstophq/backstop/store/pgstore"
 )
 
 // Warm opens the connections asked for (at most the pool's) and runs on
@@ -14,11 +13,7 @@ import (
 func TestWarmOpensConnectionsAndClaimsNothing(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
-	s, err := pgstore.Open(ctx, b.url+"&pool_max_conns=8")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storeWithPool(t, b, 8)
 	tasks := []*bt.Task{newTask("warm"), newTask("warm"), newTask("warm")}
 	enqueue(t, s, store.EnqueueOpts{}, tasks...)
 	events := func() (n int64) {
