@@ -80,21 +80,30 @@ func (s *Store) moveCounts(ctx context.Context, tx *sql.Tx, from, to bt.State, m
 	if len(moved) == 0 || s.countsPerRow.Load() {
 		return nil
 	}
+	if err := shiftCounts(ctx, tx, from, "", to, moved); err != nil {
+		return fmt.Errorf("count %s → %s: %w", from, to, err)
+	}
+	return nil
+}
+
+// shiftCounts moves, in one upsert, the kept counts of moved's tasks (by
+// queue) from (from, fromDLQ) to (to, no dead-letter status): the batches
+// that count themselves (moveCounts, and a redrive's dead letters:
+// redriveCounted).
+func shiftCounts(ctx context.Context, tx *sql.Tx, from bt.State, fromDLQ string, to bt.State, moved map[string]int) error {
 	var sb strings.Builder
 	sb.WriteString(`INSERT INTO backstop_task_counts (queue, state, dlq_status, n) VALUES `)
-	args := make([]any, 0, 6*len(moved))
+	args := make([]any, 0, 7*len(moved))
 	for q, n := range moved {
 		if len(args) > 0 {
 			sb.WriteByte(',')
 		}
-		sb.WriteString(`(?, ?, '', ?), (?, ?, '', ?)`)
-		args = append(args, q, string(from), -n, q, string(to), n)
+		sb.WriteString(`(?, ?, ?, ?), (?, ?, '', ?)`)
+		args = append(args, q, string(from), fromDLQ, -n, q, string(to), n)
 	}
 	sb.WriteString(` ON CONFLICT (queue, state, dlq_status) DO UPDATE SET n = n + excluded.n`)
-	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
-		return fmt.Errorf("count %s → %s: %w", from, to, err)
-	}
-	return nil
+	_, err := tx.ExecContext(ctx, sb.String(), args...)
+	return err
 }
 
 // oldestPending is the earliest run_at of queue's pending tasks (nil: none),

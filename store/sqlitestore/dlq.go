@@ -230,18 +230,7 @@ func redriveCounted(ctx context.Context, tx *sql.Tx, to bt.State, groups map[dlq
 			return fmt.Errorf("sqlite: redrive: groups: %w", err)
 		}
 	}
-	var sb strings.Builder
-	sb.WriteString(`INSERT INTO backstop_task_counts (queue, state, dlq_status, n) VALUES `)
-	args := make([]any, 0, 5*len(byQueue))
-	for q, n := range byQueue {
-		if len(args) > 0 {
-			sb.WriteByte(',')
-		}
-		sb.WriteString(`(?, 'dead', 'open', ?), (?, ?, '', ?)`)
-		args = append(args, q, -n, q, string(to), n)
-	}
-	sb.WriteString(` ON CONFLICT (queue, state, dlq_status) DO UPDATE SET n = n + excluded.n`)
-	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+	if err := shiftCounts(ctx, tx, bt.StateDead, string(bt.DLQOpen), to, byQueue); err != nil {
 		return fmt.Errorf("sqlite: redrive: counts: %w", err)
 	}
 	return nil
