@@ -25,7 +25,8 @@ import (
 // BenchmarkWorkflowOverheadPairs' (the 5-step linear workflow, one worker
 // at concurrency 8, poll 5 ms), in two modes: "round" is that benchmark's
 // workflow round (100 runs started one after another while the worker
-// drains); "chain" starts one run and waits for its 5 steps before the
+// drains); "batch" is its batch round (the 100 runs started by one
+// RunWorkflows); "chain" starts one run and waits for its 5 steps before the
 // next (nothing else ready: each step's pickup is the chain's latency).
 // Reported: each stage's median (ms), claims per step task, tasks per
 // claim, and woken/task: the share of step tasks whose claim began after
@@ -36,7 +37,7 @@ import (
 func BenchmarkWorkflowWakeProbe(b *testing.B) {
 	const runs, steps = 100, 5
 	for _, db := range benchDBs {
-		for _, mode := range []string{"round", "chain", "burst", "plain"} {
+		for _, mode := range []string{"round", "chain", "burst", "batch", "plain"} {
 			b.Run(db.name+"/"+mode, func(b *testing.B) {
 				ctx := context.Background()
 				inner, _ := benchStore(b, db.url(b))
@@ -81,6 +82,18 @@ func BenchmarkWorkflowWakeProbe(b *testing.B) {
 							ps[j] = EnqueueParams{Queue: "bench", Kind: "noop"}
 						}
 						if _, err := c.EnqueueMany(ctx, ps); err != nil {
+							b.Fatal(err)
+						}
+						loop += time.Since(start)
+						wait(runs * steps)
+						return
+					}
+					if mode == "batch" { // BenchmarkWorkflowOverheadPairs' batch round
+						ps := make([]RunWorkflowParams, runs)
+						for j := range ps {
+							ps[j] = RunWorkflowParams{Workflow: "linear"}
+						}
+						if _, err := c.RunWorkflows(ctx, ps); err != nil {
 							b.Fatal(err)
 						}
 						loop += time.Since(start)
@@ -146,6 +159,12 @@ type probeStore struct {
 	claimAt map[string][2]time.Time // task id → its claim's start and return
 	handled map[string]time.Time    // task id → handler start
 	intx    []float64               // settle InTx durations (ms)
+	// A step settle's InTx split (ms): the transaction begun (the pool's
+	// connection), LockRunsSettle (its round trip: BEGIN, the runs'
+	// locks, the steps, the settle), the engine's work after it (the
+	// plans; on Postgres their writes are held for the COMMIT), the
+	// commit (the held writes, COMMIT, the wake-up: one round trip).
+	spanBegin, spanLock, spanPlan, spanCommit []float64
 	batch   []int                   // settlements per settle InTx
 	clog    []claimLog
 	wakes   []time.Time // deliveries of queue "bench" (or all)
@@ -158,6 +177,7 @@ func (p *probeStore) reset() {
 	defer p.mu.Unlock()
 	p.commits, p.claimAt, p.handled = map[string]time.Time{}, map[string][2]time.Time{}, map[string]time.Time{}
 	p.wakes, p.claims, p.empty, p.intx, p.batch, p.clog = nil, nil, 0, nil, nil, nil
+	p.spanBegin, p.spanLock, p.spanPlan, p.spanCommit = nil, nil, nil, nil
 }
 
 func (p *probeStore) handler(id string) {
@@ -170,6 +190,7 @@ func (p *probeStore) handler(id string) {
 type probeTx struct {
 	store.Tx
 	settled *[]string
+	locked  *time.Time // LockRunsSettle returned
 }
 
 func (t probeTx) Settle(ctx context.Context, ss []store.Settlement) ([]bool, error) {
@@ -185,7 +206,9 @@ func (t probeTx) LockRunsSettle(ctx context.Context, runIDs []string, ss []store
 	for _, s := range ss {
 		*t.settled = append(*t.settled, s.TaskID)
 	}
-	return t.Tx.LockRunsSettle(ctx, runIDs, ss)
+	l, oks, err := t.Tx.LockRunsSettle(ctx, runIDs, ss)
+	*t.locked = time.Now()
+	return l, oks, err
 }
 
 // Settle times the plain settles (no step among them: not in InTx).
@@ -204,10 +227,14 @@ func (p *probeStore) Settle(ctx context.Context, ss []store.Settlement) ([]bool,
 
 func (p *probeStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
 	var settled []string
+	var in, locked, out time.Time
 	begin := time.Now()
 	err := p.Store.InTx(ctx, func(tx store.Tx) error {
+		in = time.Now()
 		settled = settled[:0]
-		return fn(probeTx{tx, &settled})
+		err := fn(probeTx{tx, &settled, &locked})
+		out = time.Now()
+		return err
 	})
 	now := time.Now()
 	if err == nil {
@@ -218,6 +245,13 @@ func (p *probeStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
 		if len(settled) > 0 {
 			p.intx = append(p.intx, float64(now.Sub(begin).Microseconds())/1000)
 			p.batch = append(p.batch, len(settled))
+			if !locked.IsZero() {
+				ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+				p.spanBegin = append(p.spanBegin, ms(in.Sub(begin)))
+				p.spanLock = append(p.spanLock, ms(locked.Sub(in)))
+				p.spanPlan = append(p.spanPlan, ms(out.Sub(locked)))
+				p.spanCommit = append(p.spanCommit, ms(now.Sub(out)))
+			}
 		}
 		p.mu.Unlock()
 	}
@@ -374,6 +408,12 @@ func (p *probeStore) report(b *testing.B, steps int) {
 		}
 		b.ReportMetric(float64(sum)/float64(len(p.batch)), "tasks/settle")
 		b.ReportMetric(med(p.intx), "settle_intx_ms")
+	}
+	if len(p.spanLock) > 0 {
+		b.ReportMetric(med(p.spanBegin), "intx_begin_ms")
+		b.ReportMetric(med(p.spanLock), "intx_lock_settle_ms")
+		b.ReportMetric(med(p.spanPlan), "intx_plan_ms")
+		b.ReportMetric(med(p.spanCommit), "intx_commit_ms")
 	}
 	if len(p.claims) > 0 {
 		b.ReportMetric(float64(claimed)/float64(len(p.claims)), "tasks/claim")
