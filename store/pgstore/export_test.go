@@ -273,6 +273,10 @@ func MigrationBefore(v int64) int64 {
 // SQLSettleSucceeded is the success settle's statement (plans).
 var SQLSettleSucceeded = sqlSettleSucceeded
 
+// SQLLockRuns, SQLLockedSteps and SQLUpdateRuns are a step settle's run
+// statements: LockRuns' two and UpdateRuns' (plans).
+var SQLLockRuns, SQLLockedSteps, SQLUpdateRuns = sqlLockRuns, sqlLockedSteps, sqlUpdateRuns
+
 // SQLSettle is the general settle's statement (plans).
 var SQLSettle = sqlSettle
 

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,11 +123,8 @@ func (Txs) LockRuns(ctx context.Context, tx pgx.Tx, runIDs []string) ([]store.Lo
 	if len(runIDs) == 0 {
 		return []store.LockedRun{}, nil
 	}
-	runsSQL, stepsSQL := sqldialect.WorkflowLockRunsSQL(dialect)
-	list := dialect.TextList(runIDs)
 	var b pgx.Batch
-	b.Queue(runsSQL, list)
-	b.Queue(stepsSQL, list)
+	queueLockRuns(&b, runIDs)
 	br := tx.SendBatch(ctx, &b)
 	out, err := lockedRunsOf(br)
 	if cerr := br.Close(); err == nil && cerr != nil {
@@ -199,11 +197,8 @@ type lockingQuerier struct {
 }
 
 func (q *lockingQuerier) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	runsSQL, stepsSQL := sqldialect.WorkflowLockRunsSQL(dialect)
-	list := dialect.TextList(q.runIDs)
 	var b pgx.Batch
-	b.Queue(runsSQL, list)
-	b.Queue(stepsSQL, list)
+	queueLockRuns(&b, q.runIDs)
 	b.Queue(sql, args...)
 	q.sent = true
 	q.br = q.tx.SendBatch(ctx, &b)
@@ -211,6 +206,19 @@ func (q *lockingQuerier) Query(ctx context.Context, sql string, args ...any) (pg
 		return nil, q.lockErr
 	}
 	return q.br.Query()
+}
+
+// sqlLockRuns and sqlLockedSteps are LockRuns' two statements, which find
+// the runs and their steps by the primary keys from any generic plan
+// (sqldialect.WorkflowLockRunsKeyedSQL).
+var sqlLockRuns, sqlLockedSteps = sqldialect.WorkflowLockRunsKeyedSQL()
+
+// queueLockRuns adds LockRuns' two statements to b, for the distinct ids of
+// runIDs (a run named twice is locked and read once).
+func queueLockRuns(b *pgx.Batch, runIDs []string) {
+	runIDs = slices.Compact(slices.Sorted(slices.Values(runIDs)))
+	b.Queue(sqlLockRuns, runIDs)
+	b.Queue(sqlLockedSteps, runIDs)
 }
 
 // lockedRunsOf reads LockRuns' two results from br.
@@ -244,19 +252,27 @@ func (t Txs) UpdateRuns(ctx context.Context, tx pgx.Tx, rs []store.RunRecord) er
 	return updateRunsResult(rs, tag, err)
 }
 
-// updateRunsSQL is UpdateRuns' statement.
+// updateRunsSQL is UpdateRuns' statement (sqlUpdateRuns) and its arguments.
 func updateRunsSQL(rs []store.RunRecord) (string, []any) {
 	ids, states, errs := make([]string, len(rs)), make([]string, len(rs)), make([]string, len(rs))
 	seqs, updated, finished := make([]int64, len(rs)), make([]time.Time, len(rs)), make([]*time.Time, len(rs))
 	for i, r := range rs {
 		ids[i], states[i], errs[i], seqs[i], updated[i], finished[i] = r.RunID, string(r.State), r.Error, r.Seq, r.UpdatedAt, r.FinishedAt
 	}
-	return `UPDATE backstop_runs r SET state = v.state, error = v.error, seq = v.seq,
+	return sqlUpdateRuns, []any{ids, states, errs, seqs, updated, finished}
+}
+
+// sqlUpdateRuns is UpdateRuns' statement. The condition on v.idx, true of
+// every element, makes the planner expect one: its generic plan finds
+// each run by the primary key whatever the table's size and statistics
+// (with the join alone it hashed the input and scanned the table, as a
+// plan made on a small table keeps doing as it grows:
+// sqldialect.WorkflowLockRunsKeyedSQL).
+const sqlUpdateRuns = `UPDATE backstop_runs r SET state = v.state, error = v.error, seq = v.seq,
 		updated_at = v.updated_at, finished_at = v.finished_at
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
-			AS v(run_id, state, error, seq, updated_at, finished_at)
-		WHERE r.run_id = v.run_id`, []any{ids, states, errs, seqs, updated, finished}
-}
+			WITH ORDINALITY AS v(run_id, state, error, seq, updated_at, finished_at, idx)
+		WHERE v.idx BETWEEN 1 AND cardinality($1::text[]) AND r.run_id = v.run_id`
 
 // updateRunsResult is UpdateRuns' outcome from its statement's.
 func updateRunsResult(rs []store.RunRecord, tag pgconn.CommandTag, err error) error {

@@ -623,6 +623,26 @@ func WorkflowLockRunsSQL(d *Dialect) (runs, steps string) {
 		`SELECT ` + stepCols + ` FROM backstop_run_steps WHERE run_id ` + d.InText("$1") + ` ORDER BY run_id, step_id, item`
 }
 
+// WorkflowLockRunsKeyedSQL are PostgreSQL's LockRuns statements
+// (WorkflowLockRunsSQL's, the same rows in the same order; $1 a text[] of
+// distinct run ids): the ids joined from the array, with a condition true
+// of every element (its ordinality between 1 and the array's length) that
+// makes the planner expect one, so that a prepared statement's generic
+// plan finds the runs and their steps by the primary keys whatever the
+// tables' sizes and statistics. With run_id = ANY($1) the generic plan,
+// made while the tables were small and without statistics, scanned them
+// whole, and a connection kept that plan as they grew: on a store keeping
+// a few thousand runs, reading a settle batch's step rows cost 1.5 ms (18
+// ms at the most) and more with every run kept (docs/benchmarks.md,
+// branch wfstep6; the success settle's batchOfOne, branch settleplan,
+// is the same device).
+func WorkflowLockRunsKeyedSQL() (runs, steps string) {
+	const keyed = ` FROM unnest($1::text[]) WITH ORDINALITY AS i(id, idx) JOIN %s ON run_id = i.id
+		WHERE i.idx BETWEEN 1 AND cardinality($1::text[]) ORDER BY `
+	return `SELECT ` + runCols + fmt.Sprintf(keyed, "backstop_runs") + `run_id FOR UPDATE OF backstop_runs`,
+		`SELECT ` + stepCols + fmt.Sprintf(keyed, "backstop_run_steps") + `run_id, step_id, item`
+}
+
 // ScanLockedRuns reads the runs of LockRuns' first statement (rows is
 // closed), each with no steps yet.
 func ScanLockedRuns(d *Dialect, rows Rows) ([]store.LockedRun, error) {
