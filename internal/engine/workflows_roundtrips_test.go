@@ -21,11 +21,13 @@ import (
 )
 
 // roundTrips counts what a pool sends to the server: each statement, and
-// each batch (a pipeline) once.
-type roundTrips struct{ n atomic.Int64 }
+// each batch (a pipeline) once (n); and the statements, each of a batch
+// too (stmts).
+type roundTrips struct{ n, stmts atomic.Int64 }
 
 func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	r.n.Add(1)
+	r.stmts.Add(1)
 	return ctx
 }
 func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
@@ -33,7 +35,9 @@ func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 	r.n.Add(1)
 	return ctx
 }
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	r.stmts.Add(1)
+}
 func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // TestWorkflowRoundTripsPostgres: on PostgreSQL a run's start writes its
@@ -113,7 +117,8 @@ func TestWorkflowRoundTripsPostgres(t *testing.T) {
 // the first steps of 120 runs (240 step rows, 240 events: more than the
 // 64 a pipeline took before) is two round trips on PostgreSQL, as a
 // narrow one: begin with the runs' locks and the settle, then the plan
-// with the commit; and every run moves on.
+// with the commit; its step rows and events are one statement each (they
+// were a statement per 8 rows: 60 for these); and every run moves on.
 func TestWorkflowWideSettleRoundTripsPostgres(t *testing.T) {
 	ctx := context.Background()
 	c, rt := countedLinearClient(t)
@@ -127,15 +132,21 @@ func TestWorkflowWideSettleRoundTripsPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	ss := claimSucceeded(t, s, runs)
-	before := rt.n.Load()
+	before, stmts := rt.n.Load(), rt.stmts.Load()
 	oks, err := c.Engine().Settle(ctx, ss)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := rt.n.Load() - before
-	t.Logf("settle batch of %d steps: %d round trips", runs, n)
+	n, m := rt.n.Load()-before, rt.stmts.Load()-stmts
+	t.Logf("settle batch of %d steps: %d round trips, %d statements", runs, n, m)
 	if n > 2 {
 		t.Errorf("a settle batch finishing %d steps took %d round trips; want at most 2 (begin with the runs' lock and the settle, the writes with commit)", runs, n)
+	}
+	// begin, the runs' lock, their steps, the settle; the run updates, the
+	// step rows, the tasks, the events (each one statement of arrays),
+	// commit, the wake-up.
+	if m > 10 {
+		t.Errorf("a settle batch finishing %d steps sent %d statements; want at most 10 (the step rows and the events one statement each)", runs, m)
 	}
 	for i, ok := range oks {
 		if !ok {

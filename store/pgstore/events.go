@@ -179,6 +179,39 @@ func eventsStatement(events []bt.Event) (string, []any, error) {
 	return b.String(), args, nil
 }
 
+// sqlEventsArrays is eventsStatement's insert as one statement of arrays
+// (one column an array, an element an event: the same rows, in the
+// arrays' order): one prepared statement for any number of events, as a
+// plan's pipeline wants (eventsStatement takes one per maxPreparedRows
+// events; a settle batch of ten linear steps wrote its thirty events in
+// four).
+const sqlEventsArrays = `INSERT INTO backstop_events (ids, time, type, subjects, queues, kinds, attributes, actor, bodies)
+	SELECT CASE WHEN id = '' THEN NULL ELSE ARRAY[id] END, time, type, ARRAY[subject], ARRAY[queue], ARRAY[kind],
+		json_build_array(attributes::json), actor, json_build_array(body::json)
+	FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
+		WITH ORDINALITY AS v(id, time, type, subject, queue, kind, attributes, actor, body, o)
+	ORDER BY o`
+
+// eventsArraysArgs are sqlEventsArrays' arguments for events.
+func eventsArraysArgs(events []bt.Event) ([]any, error) {
+	n := len(events)
+	ids, times, types, subjects := make([]string, n), make([]time.Time, n), make([]string, n), make([]string, n)
+	queues, kinds, attrs, actors, bodies := make([]string, n), make([]string, n), make([]*string, n), make([]string, n), make([]string, n)
+	for i, e := range events {
+		if len(e.Attributes) > 0 {
+			a, err := json.Marshal(e.Attributes)
+			if err != nil {
+				return nil, err
+			}
+			s := string(a)
+			attrs[i] = &s
+		}
+		ids[i], times[i], types[i], subjects[i], queues[i], kinds[i] = e.ID, e.Time, e.Type, e.Subject, e.Queue, e.Kind
+		actors[i], bodies[i] = e.Actor, cmp.Or(string(e.Body), "{}")
+	}
+	return []any{ids, times, types, subjects, queues, kinds, attrs, actors, bodies}, nil
+}
+
 // evUnnest expands a log row e into its events (i: the event's place in
 // its row, from 1).
 const evUnnest = `ROWS FROM (unnest(e.subjects), unnest(e.ids), unnest(e.times),

@@ -13,9 +13,8 @@ import (
 )
 
 // pipelineRows bounds what WritePlan sends as one pipeline: at most this
-// many runs, step rows, tasks and events each (the runs and tasks one
-// statement of arrays, the step rows and events a statement per
-// maxPreparedRows: at most 32 each). Larger plans (a very wide fan-out, a
+// many runs, step rows, tasks and events each (each kind one statement of
+// arrays). Larger plans (a very wide fan-out, a
 // batch start of more runs) go statement by statement, whose statements
 // take a thousand rows each. It was 64: a settle batch finishing more
 // than 32 steps of linear workflows (two events and two step rows a
@@ -29,9 +28,9 @@ const pipelineRows = 256
 // task.enqueued events and spilled payloads, the events; the queues'
 // NOTIFY after the COMMIT in the store's own transaction, sqlWakeAfterCommit,
 // or in the caller's) are sent as one pipeline, one round trip, and their outcomes read
-// in order; each statement holds at most maxPreparedRows rows (the tasks:
-// one statement of arrays for any number), so it stays one cached
-// prepared statement. Tasks with an idempotency, merge or
+// in order; each kind of row is one statement of arrays (the runs, the
+// step rows, the tasks, the events: one each for any number), so each
+// stays one cached prepared statement. Tasks with an idempotency, merge or
 // ordering key, and plans over pipelineRows, are written one operation
 // after the other (store.WritePlanInSteps).
 //
@@ -140,12 +139,12 @@ func planPipeline(ctx context.Context, w store.PlanWrite, strict, counted bool) 
 			return updateRunsResult(w.Updates, tag, err)
 		})
 	}
-	steps, err := sqldialect.WorkflowPutStepsSQL(dialect, w.Steps, maxPreparedRows)
+	steps, err := sqldialect.WorkflowPutStepsArraysSQL(dialect, w.Steps)
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, st := range steps {
-		p.exec(st.SQL, st.Args, func(_ int64, err error) error {
+	if steps != nil {
+		p.exec(steps.SQL, steps.Args, func(_ int64, err error) error {
 			if err != nil {
 				return sqldialect.WorkflowPutStepsErr(dialect, err)
 			}
@@ -159,13 +158,12 @@ func planPipeline(ctx context.Context, w store.PlanWrite, strict, counted bool) 
 	if err := store.CheckEvents(w.Events); err != nil {
 		return nil, nil, err
 	}
-	events := slices.Concat(w.Opts.Events, w.Events)
-	for start := 0; start < len(events); start += maxPreparedRows {
-		sql, args, err := eventsStatement(events[start:min(start+maxPreparedRows, len(events))])
+	if events := slices.Concat(w.Opts.Events, w.Events); len(events) > 0 {
+		args, err := eventsArraysArgs(events)
 		if err != nil {
 			return nil, nil, err
 		}
-		p.exec(sql, args, wrapped("pgstore: events"))
+		p.exec(sqlEventsArrays, args, wrapped("pgstore: events"))
 	}
 	return p, results, nil
 }

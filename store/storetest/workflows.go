@@ -291,6 +291,19 @@ func (s *suite) wfLockRuns(t *testing.T) {
 	checkSteps(t, "run-a's steps", got[0].Steps, []store.StepRecord{a1, a2})
 	checkSteps(t, "run-b's steps", got[1].Steps, []store.StepRecord{fan0, fan1})
 	eq(t, "run-c's steps", got[2].Steps, []store.StepRecord{})
+	// A run named twice is answered once, with its steps once.
+	inTx(t, b, func(tx store.Tx) error {
+		var err error
+		got, err = tx.LockRuns(b.ctx, []string{"run-b", "run-a", "run-b"})
+		return err
+	})
+	ids = nil
+	for _, l := range got {
+		ids = append(ids, l.Run.RunID)
+	}
+	eq(t, "runs, one named twice", ids, []string{"run-a", "run-b"})
+	checkSteps(t, "run-a's steps, run-b named twice", got[0].Steps, []store.StepRecord{a1, a2})
+	checkSteps(t, "run-b's steps, named twice", got[1].Steps, []store.StepRecord{fan0, fan1})
 	inTx(t, b, func(tx store.Tx) error {
 		none, err := tx.LockRuns(b.ctx, nil)
 		eq(t, "none asked", none, []store.LockedRun{})

@@ -724,22 +724,9 @@ type Statement struct {
 // rows each, for a driver that sends them with others
 // (WorkflowPutStepsErr names their failure).
 func WorkflowPutStepsSQL(d *Dialect, steps []store.StepRecord, chunk int) ([]Statement, error) {
-	type key struct {
-		run, step string
-		item      int
-	}
-	last := make(map[key]int, len(steps))
-	for i, s := range steps {
-		if s.RunID == "" || s.StepID == "" {
-			return nil, fmt.Errorf("%s: put steps: row %d has no run or step id", d.Prefix, i)
-		}
-		last[key{s.RunID, s.StepID, s.Item}] = i
-	}
-	rows := make([]store.StepRecord, 0, len(last))
-	for i, s := range steps {
-		if last[key{s.RunID, s.StepID, s.Item}] == i {
-			rows = append(rows, s)
-		}
+	rows, err := lastSteps(d, steps)
+	if err != nil {
+		return nil, err
 	}
 	var out []Statement
 	for len(rows) > 0 {
@@ -763,6 +750,65 @@ func WorkflowPutStepsSQL(d *Dialect, steps []store.StepRecord, chunk int) ([]Sta
 		rows = rows[n:]
 	}
 	return out, nil
+}
+
+// lastSteps are the rows of steps to write, in their order: of rows with
+// the same key the last. A row without a run or step id is an error.
+func lastSteps(d *Dialect, steps []store.StepRecord) ([]store.StepRecord, error) {
+	type key struct {
+		run, step string
+		item      int
+	}
+	last := make(map[key]int, len(steps))
+	for i, s := range steps {
+		if s.RunID == "" || s.StepID == "" {
+			return nil, fmt.Errorf("%s: put steps: row %d has no run or step id", d.Prefix, i)
+		}
+		last[key{s.RunID, s.StepID, s.Item}] = i
+	}
+	rows := make([]store.StepRecord, 0, len(last))
+	for i, s := range steps {
+		if last[key{s.RunID, s.StepID, s.Item}] == i {
+			rows = append(rows, s)
+		}
+	}
+	return rows, nil
+}
+
+// WorkflowPutStepsArraysSQL is PostgreSQL's WorkflowPutSteps as one
+// statement of arrays (one column an array): one prepared statement for
+// any number of rows, as a pipeline wants (the VALUES form takes a
+// statement per chunk of rows). Nil when there are no rows.
+func WorkflowPutStepsArraysSQL(d *Dialect, steps []store.StepRecord) (*Statement, error) {
+	rows, err := lastSteps(d, steps)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	n := len(rows)
+	runs, ids, items, tasks := make([]string, n), make([]string, n), make([]int32, n), make([]*string, n)
+	states, results, errs, comps := make([]string, n), make([]*string, n), make([]string, n), make([]string, n)
+	seqs, updated := make([]int64, n), make([]time.Time, n)
+	for i, s := range rows {
+		runs[i], ids[i], items[i], states[i], errs[i], comps[i] = s.RunID, s.StepID, int32(s.Item), string(s.State), s.Error, s.CompensationOf
+		seqs[i], updated[i] = s.CompletedSeq, s.UpdatedAt
+		if s.TaskID != "" {
+			tasks[i] = &rows[i].TaskID
+		}
+		if len(s.Result) > 0 {
+			r := string(s.Result)
+			results[i] = &r
+		}
+	}
+	return &Statement{SQL: `INSERT INTO backstop_run_steps (` + stepCols + `)
+		SELECT run_id, step_id, item, task_id, state, result::json, error, compensation_of, completed_seq, updated_at
+		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+			$9::bigint[], $10::timestamptz[])
+			AS v(run_id, step_id, item, task_id, state, result, error, compensation_of, completed_seq, updated_at)
+		ON CONFLICT (run_id, step_id, item) DO UPDATE SET task_id = excluded.task_id,
+			state = excluded.state, result = excluded.result, error = excluded.error,
+			compensation_of = excluded.compensation_of, completed_seq = excluded.completed_seq,
+			updated_at = excluded.updated_at`,
+		Args: []any{runs, ids, items, tasks, states, results, errs, comps, seqs, updated}}, nil
 }
 
 // WorkflowPutStepsErr is the error of a failed WorkflowPutSteps statement:
