@@ -159,17 +159,18 @@ type probeStore struct {
 	claimAt map[string][2]time.Time // task id → its claim's start and return
 	handled map[string]time.Time    // task id → handler start
 	intx    []float64               // settle InTx durations (ms)
+	batch   []int                   // settlements per settle InTx
+	clog    []claimLog
+	wakes   []time.Time // deliveries of queue "bench" (or all)
+	claims  []int       // tasks per claim that returned any
+	empty   int         // claims that returned none
+
 	// A step settle's InTx split (ms): the transaction begun (the pool's
 	// connection), LockRunsSettle (its round trip: BEGIN, the runs'
 	// locks, the steps, the settle), the engine's work after it (the
 	// plans; on Postgres their writes are held for the COMMIT), the
 	// commit (the held writes, COMMIT, the wake-up: one round trip).
 	spanBegin, spanLock, spanPlan, spanCommit []float64
-	batch   []int                   // settlements per settle InTx
-	clog    []claimLog
-	wakes   []time.Time // deliveries of queue "bench" (or all)
-	claims  []int       // tasks per claim that returned any
-	empty   int         // claims that returned none
 }
 
 func (p *probeStore) reset() {

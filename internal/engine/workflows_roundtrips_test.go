@@ -38,7 +38,7 @@ func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
 	r.stmts.Add(1)
 }
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // TestWorkflowRoundTripsPostgres: on PostgreSQL a run's start writes its
 // run row, step rows, first tasks and events in one round trip (begin,
