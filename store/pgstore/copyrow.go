@@ -58,7 +58,7 @@ func copyRows(buf []byte, batch []row, seq int64) ([]byte, error) {
 const copyRowFixed = 2 + // the field count
 	25*4 + // each field's length
 	6*4 + 1 + 5*8 + 8 + // the int4s, the bool, the int8s and times, the float8
-	20 + 8 // event_links: the array's header and its element
+	20 + 4 + 8 // event_links: the array's header, its element's length and value
 
 // copySize is the length of batch's COPY stream, or a little more.
 func copySize(batch []row) int {
