@@ -202,6 +202,27 @@ func (a eventTimes) Dimensions() []pgtype.ArrayDimension { return dimensions(len
 func (a eventTimes) Index(i int) any                     { return (*taskCreated)(a[i].task) }
 func (a eventTimes) IndexType() any                      { return (*taskCreated)(nil) }
 
+// String is the array as fmt prints a slice of its elements, for a
+// tracer that logs a statement's arguments.
+func (a eventTexts) String() string { return fmt.Sprint(ids(a)) }
+func (a eventTimes) String() string { return fmt.Sprint(createdTimes(a)) }
+
+func ids(a eventTexts) []string {
+	out := make([]string, len(a.batch))
+	for i, r := range a.batch {
+		out[i] = *a.field(r.task)
+	}
+	return out
+}
+
+func createdTimes(a eventTimes) []time.Time {
+	out := make([]time.Time, len(a))
+	for i, r := range a {
+		out[i] = r.task.CreatedAt
+	}
+	return out
+}
+
 func dimensions(n int) []pgtype.ArrayDimension {
 	return []pgtype.ArrayDimension{{Length: int32(n), LowerBound: 1}}
 }

@@ -78,7 +78,7 @@ func TestRawParamsRoundTrip(t *testing.T) {
 		at := time.Date(2026, 11, 28, 2, 3, 4, 123456789, zones[1])
 		args := []any{at, eventTimes(c.batch), eventTexts{c.batch, taskID}, eventTexts{c.batch, taskQueue}, c.extra, c.ns, c.json, "actor ü", []byte(`{"x": "y"}`)}
 		var want string
-		if err := conn.QueryRow(ctx, sqlRawEcho, at, createdTimes(c.batch), ids(c.batch, taskID), ids(c.batch, taskQueue), c.extra, c.ns, c.json, "actor ü", []byte(`{"x": "y"}`)).Scan(&want); err != nil {
+		if err := conn.QueryRow(ctx, sqlRawEcho, at, createdTimes(eventTimes(c.batch)), ids(eventTexts{c.batch, taskID}), ids(eventTexts{c.batch, taskQueue}), c.extra, c.ns, c.json, "actor ü", []byte(`{"x": "y"}`)).Scan(&want); err != nil {
 			t.Fatal(err)
 		}
 		_, values, ok := rawParams(nil, sd.ParamOIDs, args)
@@ -93,6 +93,9 @@ func TestRawParamsRoundTrip(t *testing.T) {
 			t.Errorf("%s: the server read\n%.600s\npgx's encoding reads\n%.600s", c.name, got, want)
 		}
 	}
+	if got, want := fmt.Sprint(eventTexts{batch[:2], taskQueue}), fmt.Sprint([]string{batch[0].task.Queue, batch[1].task.Queue}); got != want {
+		t.Errorf("an array prints as %s, want %s", got, want)
+	}
 	// A value of another type than its parameter's is refused, not sent.
 	for _, args := range [][]any{
 		{time.Now(), eventTimes(nil), eventTexts{nil, taskID}, eventTexts{nil, taskID}, []string{}, []int64{}, nil, "a", 42},
@@ -103,22 +106,6 @@ func TestRawParamsRoundTrip(t *testing.T) {
 			t.Errorf("rawParams took %v", args)
 		}
 	}
-}
-
-func createdTimes(batch []row) []time.Time {
-	out := make([]time.Time, len(batch))
-	for i, r := range batch {
-		out[i] = r.task.CreatedAt
-	}
-	return out
-}
-
-func ids(batch []row, field func(*bt.Task) *string) []string {
-	out := make([]string, len(batch))
-	for i, r := range batch {
-		out[i] = *field(r.task)
-	}
-	return out
 }
 
 // firstWaking goes through pgconn's pipeline (firstRaw) on a connection
@@ -210,7 +197,7 @@ func FuzzRawParamsMatchPgx(f *testing.F) {
 		if !ok {
 			t.Fatal("rawParams refused")
 		}
-		for k, v := range []any{at, createdTimes(batch), ids(batch, taskID), ids(batch, taskQueue), strs, []int64{i, -i, int64(n)}, js, a} {
+		for k, v := range []any{at, createdTimes(eventTimes(batch)), ids(eventTexts{batch, taskID}), ids(eventTexts{batch, taskQueue}), strs, []int64{i, -i, int64(n)}, js, a} {
 			want, err := m.Encode(oids[k], pgtype.BinaryFormatCode, v, make([]byte, 0, 8)) // as pgx encodes parameters: never into nil
 			if err != nil {
 				t.Skip(err) // a value pgx refuses (a time out of timestamptz's range)
