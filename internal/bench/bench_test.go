@@ -106,6 +106,39 @@ func benchmarkDrain(b *testing.B, url string) {
 func BenchmarkDrainSQLite(b *testing.B)   { benchmarkDrain(b, testdb.SQLite(b)) }
 func BenchmarkDrainPostgres(b *testing.B) { benchmarkDrain(b, testdb.Postgres(b)) }
 
+// BenchmarkEnqueuePostgres is the batch enqueue `backstop bench floor`
+// times against COPY (EnqueueMany of 1,000 tasks, the bench's telemetry),
+// with scripts/bench-table's three-field payload and without one. Per
+// task: this process's CPU (the client's share; the server's is not in it)
+// and heap allocations.
+func BenchmarkEnqueuePostgres(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		payload json.RawMessage
+	}{{"empty", nil}, {"payload", json.RawMessage(`{"customer_id":"c-184467","order_id":90210,"amount":129.95}`)}} {
+		b.Run(c.name, func(b *testing.B) {
+			cl := benchClient(b, testdb.Postgres(b))
+			ctx := context.Background()
+			const batch = 1000
+			q := bench.NewQueueName()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			mallocs, cpu0 := ms.Mallocs, bench.ProcessCPU()
+			n := 0
+			for b.Loop() {
+				if err := bench.EnqueuePayload(ctx, cl, q, batch, batch, c.payload); err != nil {
+					b.Fatal(err)
+				}
+				n += batch
+			}
+			cpu := bench.ProcessCPU() - cpu0
+			runtime.ReadMemStats(&ms)
+			b.ReportMetric(float64(ms.Mallocs-mallocs)/float64(n), "allocs/task")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/task")
+		})
+	}
+}
+
 func TestDrainVerifies(t *testing.T) {
 	t.Parallel()
 	c := client(t, testdb.SQLite(t))

@@ -408,3 +408,154 @@ func TestCopiedBatchOutOfRange(t *testing.T) {
 		t.Fatalf("%d tasks written, want none", n)
 	}
 }
+
+// A copied batch's results and task.enqueued events are the INSERT's, for
+// values the copied path encodes itself: the event row's arrays (ids,
+// queues, kinds in UTF-8, creation times with nanoseconds in another zone)
+// and its bodies with the fields every task shares written once (all six;
+// run_at apart by nanoseconds within one microsecond, so still shared;
+// run_at a microsecond apart; state apart), and the results' payloads,
+// large ones on both sides of the spill boundary among them.
+func TestCopiedEventsAndResultsEqualInserted(t *testing.T) {
+	s, rt := tracedStore(t)
+	ctx := t.Context()
+	const limit = 4096
+	opts := store.EnqueueOpts{InlineLimit: limit}
+	at := time.Date(2026, 11, 28, 2, 3, 4, 123456789, time.FixedZone("x", -5*3600))
+	payloads := []string{
+		`{"s": "ünïcödé \"quoted\" \\ back\u00e9 😀", "n": -1.5e300, "deep": [[[{"a": [null, true, false]}]]]}`,
+		`[]`, `"a string"`, `0`, `null`, `{"": ""}`,
+		`{"big": "` + strings.Repeat("x", limit-11) + `"}`, // exactly the inline limit
+		`{"big": "` + strings.Repeat("y", limit-10) + `"}`, // one byte over: spilled
+		`{"big": "` + strings.Repeat("é", 40000) + `"}`,
+	}
+	for i := range payloads[:len(payloads)-3] {
+		if !json.Valid([]byte(payloads[i])) {
+			t.Fatalf("payload %d is not JSON", i)
+		}
+	}
+	if n := len(payloads[6]); n != limit {
+		t.Fatalf("the payload at the limit is %d bytes", n)
+	}
+	cases := []struct {
+		name  string
+		vary  func(i int, tk *bt.Task)
+		spill bool
+	}{
+		{"shared", func(i int, tk *bt.Task) { tk.RunAt = at.Add(time.Duration(i % 1000)) }, false},
+		{"runat", func(i int, tk *bt.Task) { tk.RunAt = at.Add(time.Duration(i) * time.Microsecond) }, false},
+		{"state", func(i int, tk *bt.Task) {
+			if i%3 == 0 {
+				tk.State, tk.RunAt = bt.StateScheduled, at.Add(time.Hour)
+			}
+		}, true},
+	}
+	for _, c := range cases {
+		tasks := func(prefix string) []*bt.Task {
+			ts := make([]*bt.Task, 30)
+			for i := range ts {
+				tk := newTask("ev-" + c.name + "-" + prefix)
+				tk.ID = fmt.Sprintf("%s-%s-%02d", c.name, prefix, i)
+				tk.Kind = "kïnd-" + fmt.Sprint(i%2)
+				tk.RunAt, tk.CreatedAt, tk.UpdatedAt = at, at.Add(time.Duration(i)*time.Nanosecond), at
+				tk.Priority, tk.MaxAttempts = -3, 7
+				if i%4 == 0 {
+					tk.Attributes = map[string]string{"a": `"quoted" \ é`, "run_id": "r-" + fmt.Sprint(i)}
+				}
+				if c.spill {
+					tk.Payload = json.RawMessage(payloads[i%len(payloads)])
+				}
+				c.vary(i, tk)
+				ts[i] = tk
+			}
+			return ts
+		}
+		c0 := rt.copies.Load()
+		copied := enqueue(t, s, opts, tasks("c")...)
+		if n := rt.copies.Load() - c0; n != 1 {
+			t.Fatalf("%s: the batch took %d COPYs, want 1", c.name, n)
+		}
+		var inserted []store.EnqueueResult
+		for _, tk := range tasks("i") {
+			inserted = append(inserted, enqueue(t, s, opts, tk)...)
+		}
+		if n := rt.copies.Load() - c0; n != 1 {
+			t.Fatalf("%s: single enqueues took %d COPYs, want none", c.name, n-1)
+		}
+		for i := range copied {
+			ct, it := *copied[i].Task, *inserted[i].Task
+			ct.ID, ct.Queue, it.ID, it.Queue = "", "", "", ""
+			if !reflect.DeepEqual(ct, it) {
+				t.Errorf("%s: result %d:\ncopied   %+v\ninserted %+v", c.name, i, ct, it)
+			}
+			cevs, err := s.Events(ctx, copied[i].Task.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ievs, err := s.Events(ctx, inserted[i].Task.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cevs) != 1 || len(ievs) != 1 {
+				t.Fatalf("%s: task %d: %d and %d events, want one each", c.name, i, len(cevs), len(ievs))
+			}
+			ce, ie := cevs[0], ievs[0]
+			if ce.Subject != copied[i].Task.ID || ce.Queue != copied[i].Task.Queue {
+				t.Errorf("%s: task %d: event of %s in %s", c.name, i, ce.Subject, ce.Queue)
+			}
+			var cb, ib any
+			if err := json.Unmarshal(ce.Body, &cb); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(ie.Body, &ib); err != nil {
+				t.Fatal(err)
+			}
+			ce.ID, ce.Seq, ce.Cursor, ce.Subject, ce.Queue, ce.Body = "", 0, "", "", "", nil
+			ie.ID, ie.Seq, ie.Cursor, ie.Subject, ie.Queue, ie.Body = "", 0, "", "", "", nil
+			if !reflect.DeepEqual(ce, ie) || !reflect.DeepEqual(cb, ib) {
+				t.Errorf("%s: task %d: event\ncopied   %+v %v\ninserted %+v %v", c.name, i, ce, cb, ie, ib)
+			}
+		}
+	}
+	var common string
+	if err := s.Pool().QueryRow(ctx, `SELECT e.common::text FROM backstop_events e WHERE 'shared-c-00' = ANY(e.subjects)`).Scan(&common); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(common, `"max_attempts":7`) {
+		t.Fatalf("run_at apart by nanoseconds: common body %s, want every field", common)
+	}
+}
+
+// A copied enqueue's results are copies: a result's payload changed in
+// place, or appended to, changes no other result's and not the task's it
+// was enqueued from.
+func TestCopiedResultsOwnTheirPayloads(t *testing.T) {
+	s, _ := tracedStore(t)
+	ts := plainTasks("own", 20)
+	shared := json.RawMessage(`{"n": 1}`)
+	for i, tk := range ts {
+		tk.Payload = shared // one array for every task, as a producer may pass it
+		if i == 3 {
+			tk.Payload = nil // none: NULL, read back as nil
+		}
+	}
+	res := enqueue(t, s, store.EnqueueOpts{}, ts...)
+	res[0].Task.Payload[2] = 'X'
+	grown := append(res[1].Task.Payload, "tail"...)
+	grown[2] = 'Y'
+	for i, r := range res {
+		want := `{"n": 1}`
+		switch i {
+		case 0:
+			want = `{"X": 1}`
+		case 3:
+			want = ``
+		}
+		if string(r.Task.Payload) != want || (i == 3) != (r.Task.Payload == nil) {
+			t.Errorf("result %d: payload %q, want %q", i, r.Task.Payload, want)
+		}
+	}
+	if string(shared) != `{"n": 1}` {
+		t.Errorf("the tasks' payload became %q", shared)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -35,10 +37,12 @@ const copyTrailer = "\xff\xff"
 // zero of PostgreSQL's timestamps.
 const usecY2K = 946_684_800_000_000
 
-// copyRows is the binary COPY stream of batch, whose rows all list the
-// event seq in event_links.
-func copyRows(batch []row, seq int64) ([]byte, error) {
-	buf := make([]byte, 0, len(copyHeader)+len(copyTrailer)+len(batch)*256)
+// copyRows appends to buf the binary COPY stream of batch, whose rows
+// all list the event seq in event_links.
+func copyRows(buf []byte, batch []row, seq int64) ([]byte, error) {
+	if need := copySize(batch); cap(buf)-len(buf) < need {
+		buf = slices.Grow(buf, need)
+	}
 	buf = append(buf, copyHeader...)
 	var err error
 	for _, r := range batch {
@@ -47,6 +51,46 @@ func copyRows(batch []row, seq int64) ([]byte, error) {
 		}
 	}
 	return append(buf, copyTrailer...), nil
+}
+
+// copyRowFixed is the bytes of a copied row but its variable-length
+// values (a deadline counted as set).
+const copyRowFixed = 2 + // the field count
+	25*4 + // each field's length
+	6*4 + 1 + 5*8 + 8 + // the int4s, the bool, the int8s and times, the float8
+	20 + 4 + 8 // event_links: the array's header, its element's length and value
+
+// copySize is the length of batch's COPY stream, or a little more.
+func copySize(batch []row) int {
+	n := len(copyHeader) + len(copyTrailer)
+	for _, r := range batch {
+		t := r.task
+		n += copyRowFixed + len(t.ID) + len(t.Queue) + len(t.Kind) + len(t.State) + len(r.inline) + len(r.attributes) + 1 +
+			len(r.retry) + 1 + len(t.IdempotencyKey) + len(t.MergeKey) + len(t.TraceParent) + len(t.ReplayedFrom)
+	}
+	return n
+}
+
+// copyBuffers keeps the buffers of copied batches' streams for the next
+// batch: a batch of 1,000 is a few hundred kilobytes, written anew by
+// every copied enqueue. A buffer goes back only after a COPY that
+// succeeded (pgconn's reader of the stream is then done with it), and
+// only up to maxPooledCopy.
+var copyBuffers sync.Pool
+
+const maxPooledCopy = 4 << 20
+
+func getCopyBuffer() []byte {
+	if b, ok := copyBuffers.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return nil
+}
+
+func putCopyBuffer(b []byte) {
+	if cap(b) <= maxPooledCopy {
+		copyBuffers.Put(&b)
+	}
 }
 
 // appendCopy appends the row's fields in copyColumns order (row.args's

@@ -142,11 +142,47 @@ func (r row) args(args []any) []any {
 
 // stored is the task as the row now holds it, as Get would read it back.
 func (r row) stored() *bt.Task {
+	st := new(bt.Task)
+	r.storeInto(st, bytes.Clone(r.task.Payload))
+	return st
+}
+
+// storedBatch is stored of each row of batch, the tasks allocated
+// together and their payloads copied into one array (each its own part
+// of it, its capacity its length, so an append to one cannot write
+// into the next): two allocations a batch instead of two a task.
+func storedBatch(batch []row) []*bt.Task {
+	size := 0
+	for _, r := range batch {
+		size += len(r.task.Payload)
+	}
+	payloads := make([]byte, 0, size)
+	block := make([]bt.Task, len(batch))
+	out := make([]*bt.Task, len(batch))
+	for i, r := range batch {
+		var p []byte // nil stays nil, as bytes.Clone keeps it
+		switch src := r.task.Payload; {
+		case len(src) > 0:
+			start := len(payloads)
+			payloads = append(payloads, src...)
+			p = payloads[start:len(payloads):len(payloads)]
+		case src != nil:
+			p = []byte{}
+		}
+		r.storeInto(&block[i], p)
+		out[i] = &block[i]
+	}
+	return out
+}
+
+// storeInto sets *st to the task as the row now holds it, with payload,
+// a copy of its payload.
+func (r row) storeInto(st *bt.Task, payload []byte) {
 	t := r.task
-	st := &bt.Task{
+	*st = bt.Task{
 		ID: t.ID, Queue: t.Queue, Kind: t.Kind, State: t.State,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts,
-		Payload:  bytes.Clone(t.Payload),
+		Payload:  payload,
 		Priority: t.Priority,
 		RunAt:    utc(t.RunAt), CreatedAt: utc(t.CreatedAt), UpdatedAt: utc(t.UpdatedAt),
 		Progress:       t.Progress,
@@ -168,7 +204,6 @@ func (r row) stored() *bt.Task {
 		st.Retry = new(bt.RetryPolicy)
 		_ = json.Unmarshal(r.retry, st.Retry) // we just marshalled it
 	}
-	return st
 }
 
 // enqueue is Enqueue's body, written once for pgx and database/sql. Tasks
@@ -223,8 +258,9 @@ func enqueue(ctx context.Context, db dbtx, tasks []*bt.Task, opts store.EnqueueO
 				return nil, err
 			}
 		}
+		stored := storedBatch(batch)
 		for j, i := range chunk {
-			results[i] = store.EnqueueResult{Task: batch[j].stored()}
+			results[i] = store.EnqueueResult{Task: stored[j]}
 			wake(tasks[i])
 			if batch[j].spilled {
 				spills = append(spills, batch[j])

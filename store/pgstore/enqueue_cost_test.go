@@ -160,7 +160,7 @@ CREATE INDEX ON floor_tasks (queue, priority DESC, run_at, id) WHERE state = 'pe
 			_, err = tx.CopyFrom(ctx, pgx.Identifier{"backstop_tasks"}, copyColumns, pgx.CopyFromRows(rows))
 		} else {
 			var data []byte
-			if data, err = copyRows(batch, 1); err == nil {
+			if data, err = copyRows(nil, batch, 1); err == nil {
 				err = pgxTx{tx}.copyFrom(ctx, data)
 			}
 		}

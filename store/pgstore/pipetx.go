@@ -81,7 +81,10 @@ var sqlCopyTasksCommit = sqlCopyTasks + "; COMMIT"
 // dest) with BEGIN before it, if not sent, and the wake-up of queues
 // after it, in one round trip (after the held writes, if any). NOTIFY is
 // delivered at commit wherever it runs in the transaction.
-func (t *pipeTx) firstWaking(ctx context.Context, queues []string, dest any, sql string, args ...any) error {
+func (t *pipeTx) firstWaking(ctx context.Context, queues []string, dest *int64, sql string, args ...any) error {
+	if sent, err := t.firstRaw(ctx, queues, dest, sql, args); sent { // rawparams.go
+		return err
+	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
 	if len(queues) > 0 {
