@@ -47,19 +47,17 @@ func TestClaimCursorPeriod(t *testing.T) {
 	}
 }
 
-// TestNextPlanPeriod: a claim statement is first kept for a sixteenth of
-// the claim plan period, then twice as long at each renewal, at most the
-// period.
+// TestNextPlanPeriod: a claim statement is first kept for a fifth of the
+// claim plan period, then for the period.
 func TestNextPlanPeriod(t *testing.T) {
 	const max = 5 * time.Second
 	var got []time.Duration
 	p := time.Duration(0)
-	for range 7 {
+	for range 4 {
 		p = nextPlanPeriod(p, max)
 		got = append(got, p)
 	}
-	want := []time.Duration{312500 * time.Microsecond, 625 * time.Millisecond, 1250 * time.Millisecond,
-		2500 * time.Millisecond, max, max, max}
+	want := []time.Duration{time.Second, max, max, max}
 	if !slices.Equal(got, want) {
 		t.Fatalf("periods %v, want %v", got, want)
 	}
