@@ -230,25 +230,47 @@ func (s *Store) probedPick(ctx context.Context, q querier, pc *probe.Claim, kind
 // backlog make large: a hash join over the whole table), and planning
 // every claim cost as much server time as its execution. So each
 // connection prepares its claim statements itself and makes them again
-// once they are claimPlanPeriod old: a generic plan is at most that old,
-// and the table at most that much bigger than the one it was made for.
+// once they are as old as their period: a generic plan is at most that
+// old, and the table at most that much bigger than the one it was made
+// for. A connection's first statements are kept for a fifth of the period
+// (1 s), then for the period: their generic plans are the ones made on the
+// smallest table (a new database, a worker's first second), and kept for 5
+// s they scanned a table that grew meanwhile to 5,000 tasks at 1,000/s
+// (docs/benchmarks.md, "The claim's first plans made again after 1 s").
 const claimPlanPeriod = 5 * time.Second
 
-// connPlans is when one connection prepared each claim statement.
+// connPlans is when one connection prepared each claim statement and how
+// long it keeps it.
 type connPlans struct {
 	mu sync.Mutex
-	at map[string]time.Time
+	at map[string]connPlan
+}
+
+// connPlan is one claim statement prepared on a connection: when, and for
+// how long.
+type connPlan struct {
+	at     time.Time
+	period time.Duration
+}
+
+// nextPlanPeriod is how long a claim statement is kept once prepared:
+// max/5 the first time (prev 0), then max.
+func nextPlanPeriod(prev, max time.Duration) time.Duration {
+	if prev <= 0 {
+		return max / 5
+	}
+	return max
 }
 
 // freshPlan prepares sql on c as c's own statement (pgx runs a statement
 // prepared under its text by that statement) when c has not, or makes it
-// again when it is older than the store's claim plan period.
+// again when it is older than its period (nextPlanPeriod).
 func (s *Store) freshPlan(ctx context.Context, c *pgx.Conn, sql string) error {
 	key := weak.Make(c)
 	v, ok := s.claimPlans.Load(key)
 	if !ok {
 		var loaded bool
-		v, loaded = s.claimPlans.LoadOrStore(key, &connPlans{at: map[string]time.Time{}})
+		v, loaded = s.claimPlans.LoadOrStore(key, &connPlans{at: map[string]connPlan{}})
 		if !loaded {
 			// Forget the connection once it is gone.
 			runtime.AddCleanup(c, func(k weak.Pointer[pgx.Conn]) { s.claimPlans.Delete(k) }, key)
@@ -257,8 +279,8 @@ func (s *Store) freshPlan(ctx context.Context, c *pgx.Conn, sql string) error {
 	cp := v.(*connPlans)
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	at, ok := cp.at[sql]
-	if ok && time.Since(at) < s.claimPlanPeriod {
+	p, ok := cp.at[sql]
+	if ok && time.Since(p.at) < p.period {
 		return nil
 	}
 	if ok {
@@ -270,7 +292,7 @@ func (s *Store) freshPlan(ctx context.Context, c *pgx.Conn, sql string) error {
 	if _, err := c.Prepare(ctx, sql, sql); err != nil {
 		return err
 	}
-	cp.at[sql] = time.Now()
+	cp.at[sql] = connPlan{at: time.Now(), period: nextPlanPeriod(p.period, s.claimPlanPeriod)}
 	return nil
 }
 

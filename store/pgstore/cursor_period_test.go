@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -43,5 +44,21 @@ func TestClaimCursorPeriod(t *testing.T) {
 	c.fullAt = time.Now().Add(-2100 * time.Millisecond)
 	if _, _, _, ok := c.position(time.Second); ok {
 		t.Fatal("trusted past ten times its full pick")
+	}
+}
+
+// TestNextPlanPeriod: a claim statement is first kept for a fifth of the
+// claim plan period, then for the period.
+func TestNextPlanPeriod(t *testing.T) {
+	const max = 5 * time.Second
+	var got []time.Duration
+	p := time.Duration(0)
+	for range 4 {
+		p = nextPlanPeriod(p, max)
+		got = append(got, p)
+	}
+	want := []time.Duration{time.Second, max, max, max}
+	if !slices.Equal(got, want) {
+		t.Fatalf("periods %v, want %v", got, want)
 	}
 }
