@@ -207,8 +207,13 @@ func (d bytesDest) Scan(src any) error {
 }
 
 // textInterner keeps recently seen strings in a small lock-free table
-// indexed by hash: a hit returns the kept string, a miss (or a collision)
-// copies the bytes and keeps that string in the slot instead.
+// indexed by hash, two slots a value (two-way): a hit in either returns
+// the kept string; a miss copies the bytes and keeps that string in the
+// second slot when the first holds another value, else in the first. Two
+// values whose first slots collide (a run's random queue name and its
+// worker id, say) then both stay kept instead of evicting each other on
+// every row; one slot each made a claimed row cost two more allocations
+// in such a run.
 type textInterner struct {
 	slots [256]atomic.Pointer[string]
 }
@@ -221,12 +226,21 @@ func (in *textInterner) get(b []byte) string {
 	for _, c := range b {
 		h = (h ^ uint32(c)) * 16777619
 	}
-	slot := &in.slots[h%uint32(len(in.slots))]
-	if p := slot.Load(); p != nil && *p == string(b) {
+	first := &in.slots[h%uint32(len(in.slots))]
+	p := first.Load()
+	if p != nil && *p == string(b) {
 		return *p
 	}
+	second := &in.slots[(h>>8)%uint32(len(in.slots))]
+	if q := second.Load(); q != nil && *q == string(b) {
+		return *q
+	}
 	s := string(b)
-	slot.Store(&s)
+	if p == nil {
+		first.Store(&s)
+	} else {
+		second.Store(&s)
+	}
 	return s
 }
 
