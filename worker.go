@@ -760,10 +760,16 @@ func (w *Worker) ended(wa *workerAttempt) {
 	}
 	w.mu.Lock()
 	delete(w.running, wa.task.ExecutionID)
+	if len(w.running) == 0 {
+		// IdleFor counts from the end of the last attempt running: one
+		// clock read when the worker runs out of attempts, not one for
+		// every attempt. Under mu, so that IdleFor, which finds none
+		// running under mu too, reads this time and not an older one.
+		w.touch()
+	}
 	w.mu.Unlock()
 	q.inflight.Add(-1)
 	signal(q.freed)
-	w.touch()
 	w.execWG.Done()
 }
 
