@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"syscall"
 	"testing"
 	"time"
 
@@ -197,13 +196,4 @@ func BenchmarkScanTaskRows(b *testing.B) {
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/1000, "client-cpu-ns/row")
 		})
 	}
-}
-
-// processCPU is this process's user and system CPU time.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
