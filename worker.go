@@ -122,7 +122,7 @@ type Worker struct {
 	handlers atomic.Pointer[handlerSet] // what Handle, HandleDefault and Use registered (worker_handlers.go)
 
 	mu      sync.Mutex
-	running map[string]*workerAttempt // by execution id
+	running map[*workerAttempt]struct{} // the attempts in progress (a pointer hashes cheaper than an id)
 	started bool
 
 	queues   []*queueRunner
@@ -214,7 +214,7 @@ func NewWorker(c *Client, cfg *WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("backstop: heartbeat interval %s must be shorter than the lease %s", wc.HeartbeatInterval, wc.Lease)
 	}
 	w := &Worker{
-		c: c, cfg: wc, running: map[string]*workerAttempt{},
+		c: c, cfg: wc, running: map[*workerAttempt]struct{}{},
 		settleCh: make(chan settleItem, settleQueue),
 		log:      c.cfg.Logger.With("worker_id", wc.ID),
 		now:      c.now,
@@ -446,7 +446,7 @@ func (w *Worker) releaseRunning() {
 		rel []store.Settlement
 		as  []*attempt
 	)
-	for _, wa := range w.running {
+	for wa := range w.running {
 		a := &wa.attempt
 		a.mu.Lock()
 		a.released = true
@@ -725,7 +725,7 @@ func (w *Worker) start(base, fetch context.Context, q *queueRunner, t *Task, inp
 	a := &wa.attempt
 	a.elog = &wa.elog
 	w.mu.Lock()
-	w.running[t.ExecutionID] = wa
+	w.running[wa] = struct{}{}
 	w.mu.Unlock()
 	w.execWG.Add(1)
 	go w.runAttempt(wa)
@@ -759,11 +759,17 @@ func (w *Worker) ended(wa *workerAttempt) {
 		<-q.slots
 	}
 	w.mu.Lock()
-	delete(w.running, wa.task.ExecutionID)
+	delete(w.running, wa)
+	if len(w.running) == 0 {
+		// IdleFor counts from the end of the last attempt running: one
+		// clock read when the worker runs out of attempts, not one for
+		// every attempt. Under mu, so that IdleFor, which finds none
+		// running under mu too, reads this time and not an older one.
+		w.touch()
+	}
 	w.mu.Unlock()
 	q.inflight.Add(-1)
 	signal(q.freed)
-	w.touch()
 	w.execWG.Done()
 }
 
@@ -1010,9 +1016,9 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	w.mu.Lock()
 	beats := make([]store.Beat, 0, len(w.running))
 	atts := make([]*workerAttempt, 0, len(w.running))
-	for id, wa := range w.running {
+	for wa := range w.running {
 		p, _ := wa.snapshot()
-		beats = append(beats, store.Beat{TaskID: wa.task.ID, ExecutionID: id, Progress: p})
+		beats = append(beats, store.Beat{TaskID: wa.task.ID, ExecutionID: wa.task.ExecutionID, Progress: p})
 		atts = append(atts, wa)
 	}
 	w.mu.Unlock()

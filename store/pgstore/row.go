@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -29,7 +31,13 @@ type scanner interface {
 func scanTask(r scanner) (*bt.Task, error) {
 	sc := taskScans.Get().(*taskScan)
 	defer sc.release()
-	if err := r.Scan(sc.dest[:]...); err != nil {
+	exact := false // the times are UTC to the microsecond already
+	if rows, ok := r.(pgx.Rows); ok && sc.rawLayout(rows.FieldDescriptions()) {
+		if err := sc.decodeRaw(rows.FieldDescriptions(), rows.RawValues()); err != nil {
+			return nil, err
+		}
+		exact = true
+	} else if err := r.Scan(sc.dest[:]...); err != nil {
 		return nil, err
 	}
 	// One allocation for both ids.
@@ -59,7 +67,11 @@ func scanTask(r scanner) (*bt.Task, error) {
 			return nil, fmt.Errorf("task %s: retry policy: %w", t.ID, err)
 		}
 	}
-	t.RunAt, t.CreatedAt, t.UpdatedAt = utc(sc.runAt), utc(sc.createdAt), utc(sc.updatedAt)
+	if exact {
+		t.RunAt, t.CreatedAt, t.UpdatedAt = sc.runAt, sc.createdAt, sc.updatedAt
+	} else {
+		t.RunAt, t.CreatedAt, t.UpdatedAt = utc(sc.runAt), utc(sc.createdAt), utc(sc.updatedAt)
+	}
 	t.Timeout = bt.Duration(time.Duration(sc.timeoutUS) * time.Microsecond)
 	times := [...]struct {
 		src *pgtype.Timestamptz
@@ -76,7 +88,9 @@ func scanTask(r scanner) (*bt.Task, error) {
 		if tm.src.InfinityModifier != pgtype.Finite {
 			return nil, fmt.Errorf("task %s: column %s is %s, want a finite time", t.ID, taskTimeColumns[i], tm.src.InfinityModifier)
 		}
-		box.times[i] = utc(tm.src.Time)
+		if box.times[i] = tm.src.Time; !exact {
+			box.times[i] = utc(tm.src.Time)
+		}
 		*tm.dst = &box.times[i]
 	}
 	t.IdempotencyKey, t.MergeKey, t.TraceParent, t.LastError = sc.idemKey, sc.mergeKey, sc.traceParent, sc.lastError
@@ -115,6 +129,11 @@ type taskScan struct {
 	finalizedAt, firstSeen, lastSeen, uniqueUntil                   pgtype.Timestamptz
 
 	dest [taskScanColumns]any
+
+	// layout: the field descriptions last found decodable by decodeRaw
+	// (rawLayout); a claim's rows share one slice.
+	layout *pgconn.FieldDescription
+	kinds  [taskScanColumns]uint8 // how decodeRaw reads each column of layout
 }
 
 // taskScanColumns is the number of columns taskCols selects: every task
@@ -207,8 +226,13 @@ func (d bytesDest) Scan(src any) error {
 }
 
 // textInterner keeps recently seen strings in a small lock-free table
-// indexed by hash: a hit returns the kept string, a miss (or a collision)
-// copies the bytes and keeps that string in the slot instead.
+// indexed by hash, two slots a value (two-way): a hit in either returns
+// the kept string; a miss copies the bytes and keeps that string in the
+// second slot when the first holds another value, else in the first. Two
+// values whose first slots collide (a run's random queue name and its
+// worker id, say) then both stay kept instead of evicting each other on
+// every row; one slot each made a claimed row cost two more allocations
+// in such a run.
 type textInterner struct {
 	slots [256]atomic.Pointer[string]
 }
@@ -221,12 +245,21 @@ func (in *textInterner) get(b []byte) string {
 	for _, c := range b {
 		h = (h ^ uint32(c)) * 16777619
 	}
-	slot := &in.slots[h%uint32(len(in.slots))]
-	if p := slot.Load(); p != nil && *p == string(b) {
+	first := &in.slots[h%uint32(len(in.slots))]
+	p := first.Load()
+	if p != nil && *p == string(b) {
 		return *p
 	}
+	second := &in.slots[(h>>8)%uint32(len(in.slots))]
+	if q := second.Load(); q != nil && *q == string(b) {
+		return *q
+	}
 	s := string(b)
-	slot.Store(&s)
+	if p == nil {
+		first.Store(&s)
+	} else {
+		second.Store(&s)
+	}
 	return s
 }
 
