@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	bt "github.com/backstophq/backstop/backstoptype"
@@ -31,13 +29,7 @@ type scanner interface {
 func scanTask(r scanner) (*bt.Task, error) {
 	sc := taskScans.Get().(*taskScan)
 	defer sc.release()
-	exact := false // the times are UTC to the microsecond already
-	if rows, ok := r.(pgx.Rows); ok && sc.rawLayout(rows.FieldDescriptions()) {
-		if err := sc.decodeRaw(rows.FieldDescriptions(), rows.RawValues()); err != nil {
-			return nil, err
-		}
-		exact = true
-	} else if err := r.Scan(sc.dest[:]...); err != nil {
+	if err := r.Scan(sc.dest[:]...); err != nil {
 		return nil, err
 	}
 	// One allocation for both ids.
@@ -67,11 +59,7 @@ func scanTask(r scanner) (*bt.Task, error) {
 			return nil, fmt.Errorf("task %s: retry policy: %w", t.ID, err)
 		}
 	}
-	if exact {
-		t.RunAt, t.CreatedAt, t.UpdatedAt = sc.runAt, sc.createdAt, sc.updatedAt
-	} else {
-		t.RunAt, t.CreatedAt, t.UpdatedAt = utc(sc.runAt), utc(sc.createdAt), utc(sc.updatedAt)
-	}
+	t.RunAt, t.CreatedAt, t.UpdatedAt = utc(sc.runAt), utc(sc.createdAt), utc(sc.updatedAt)
 	t.Timeout = bt.Duration(time.Duration(sc.timeoutUS) * time.Microsecond)
 	times := [...]struct {
 		src *pgtype.Timestamptz
@@ -88,9 +76,7 @@ func scanTask(r scanner) (*bt.Task, error) {
 		if tm.src.InfinityModifier != pgtype.Finite {
 			return nil, fmt.Errorf("task %s: column %s is %s, want a finite time", t.ID, taskTimeColumns[i], tm.src.InfinityModifier)
 		}
-		if box.times[i] = tm.src.Time; !exact {
-			box.times[i] = utc(tm.src.Time)
-		}
+		box.times[i] = utc(tm.src.Time)
 		*tm.dst = &box.times[i]
 	}
 	t.IdempotencyKey, t.MergeKey, t.TraceParent, t.LastError = sc.idemKey, sc.mergeKey, sc.traceParent, sc.lastError
@@ -129,11 +115,6 @@ type taskScan struct {
 	finalizedAt, firstSeen, lastSeen, uniqueUntil                   pgtype.Timestamptz
 
 	dest [taskScanColumns]any
-
-	// layout: the field descriptions last found decodable by decodeRaw
-	// (rawLayout); a claim's rows share one slice.
-	layout *pgconn.FieldDescription
-	kinds  [taskScanColumns]uint8 // how decodeRaw reads each column of layout
 }
 
 // taskScanColumns is the number of columns taskCols selects: every task
