@@ -123,13 +123,6 @@ FROM generate_series(1, %d) g`, history, running)
 			}
 		}
 	}
-	array := func(n int, f func(int) string) string {
-		var els []string
-		for i := 1; i <= n; i++ {
-			els = append(els, f(i))
-		}
-		return "'{" + strings.Join(els, ",") + "}'"
-	}
 	for _, size := range []struct {
 		name             string
 		history, running int
@@ -141,7 +134,7 @@ FROM generate_series(1, %d) g`, history, running)
 		{"100,000 finished, 20,000 running", 100000, 20000, true},
 	} {
 		fill(size.history, size.running, size.vacuum)
-		for _, st := range settlePlanStatements(array) {
+		for _, st := range settlePlanStatements(sqlArray) {
 			for _, n := range []int{1, 8, 1000} {
 				tx, err := s.Pool().Begin(ctx)
 				if err != nil {
@@ -174,9 +167,9 @@ type settlePlanStatement struct {
 // settlePlanStatements are the success settle, the general settle and the
 // heartbeat of one beat; array writes an array literal.
 func settlePlanStatements(array func(int, func(int) string) string) []settlePlanStatement {
-	ids := func(n int) string { return array(n, func(i int) string { return fmt.Sprintf("r-%09d", i) }) }
-	execs := func(n int) string { return array(n, func(i int) string { return fmt.Sprintf("e-%d", i) }) }
-	each := func(n int, v string) string { return array(n, func(int) string { return v }) }
+	ids := func(n int) string { return sqlArray(n, func(i int) string { return fmt.Sprintf("r-%09d", i) }) }
+	execs := func(n int) string { return sqlArray(n, func(i int) string { return fmt.Sprintf("e-%d", i) }) }
+	each := func(n int, v string) string { return sqlArray(n, func(int) string { return v }) }
 	const at = `"2026-01-01 00:00:00+00"`
 	heartbeat := func(n int) string {
 		return strings.Join([]string{ids(n), execs(n), each(n, "false"), each(n, "0"), each(n, "0"),
@@ -314,4 +307,13 @@ func storeWithPool(t *testing.T, b *testBundle, conns int) *pgstore.Store {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// sqlArray is a text array literal of f(1) … f(n), quoted for SQL text.
+func sqlArray(n int, f func(int) string) string {
+	var els []string
+	for i := 1; i <= n; i++ {
+		els = append(els, f(i))
+	}
+	return "'{" + strings.Join(els, ",") + "}'"
 }

@@ -37,15 +37,8 @@ FROM generate_series(1, %[1]d) g, generate_series(0, 4) st`, runs)
 			}
 		}
 	}
-	array := func(n int, f func(int) string) string {
-		var els []string
-		for i := 1; i <= n; i++ {
-			els = append(els, f(i))
-		}
-		return "'{" + strings.Join(els, ",") + "}'"
-	}
-	ids := func(n int) string { return array(n, func(i int) string { return fmt.Sprintf("r-%09d", i) }) }
-	each := func(n int, v string) string { return array(n, func(int) string { return v }) }
+	ids := func(n int) string { return sqlArray(n, func(i int) string { return fmt.Sprintf("r-%09d", i) }) }
+	each := func(n int, v string) string { return sqlArray(n, func(int) string { return v }) }
 	statements := []struct {
 		name, sql, table string
 		args             func(n int) string
