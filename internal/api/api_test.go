@@ -304,3 +304,19 @@ func (b *bundle) rawToken(t *testing.T, auth, method, path string) (int, []byte)
 }
 
 func testdbSQLite2(t testing.TB) string { return testdb.SQLite(t) }
+
+// claimWaits signals each time one of b's long-polling claims finds
+// nothing and waits. The signal never blocks the claim: the tests share
+// one database, so every other test's enqueue wakes this server's claims
+// (NOTIFY is per database), and a claim that woke and waited more times
+// than a buffer holds must go on claiming, not hang in the signal.
+func claimWaits(b *bundle) <-chan struct{} {
+	waiting := make(chan struct{}, 16)
+	b.srv.OnClaimWaiting(func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	})
+	return waiting
+}

@@ -22,8 +22,7 @@ func TestClaimStop(t *testing.T) {
 		b := setup(t, dbURL(t), setupOpts{})
 		ctx := context.Background()
 		op := b.as[api.RoleOperator]
-		waiting := make(chan struct{}, 16)
-		b.srv.OnClaimWaiting(func() { waiting <- struct{}{} })
+		waiting := claimWaits(b)
 
 		type result struct {
 			ts  []api.ClaimedTask

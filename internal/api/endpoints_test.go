@@ -510,8 +510,7 @@ func TestLongPoll(t *testing.T) {
 			at  time.Time
 		}
 		got := make(chan result, 1)
-		waiting := make(chan struct{}, 16)
-		b.srv.OnClaimWaiting(func() { waiting <- struct{}{} })
+		waiting := claimWaits(b)
 		go func() {
 			ts, err := op.Claim(ctx, api.ClaimRequest{Queues: []string{"lp"}, WorkerID: "w", Wait: bt.Duration(20 * time.Second)})
 			got <- result{ts, err, time.Now()}

@@ -131,6 +131,7 @@ func TestEveryHotStateWriterCounts(t *testing.T) {
 		"internal/sqldialect/workers.go CASE",             // backstop_workers
 		"internal/sqldialect/workflows.go $2",             // backstop_runs
 		"internal/sqldialect/workflows.go excluded.state", // backstop_run_steps
+		"internal/sqldialect/workflows.go excluded.state", // backstop_run_steps, the arrays form (PostgreSQL)
 		"sqlitestore/dlq.go ?",                            // replaySet: a dead letter to pending or scheduled
 		"sqlitestore/tasks.go 'running'",                  // claimIn: moveCounts
 		"sqlitestore/tasks.go 'succeeded'",                // settleSucceededSQL: settleSucceeded's moveCounts
