@@ -136,15 +136,7 @@ FROM generate_series(1, %d) g`, history, running)
 		fill(size.history, size.running, size.vacuum)
 		for _, st := range settlePlanStatements(sqlArray) {
 			for _, n := range []int{1, 8, 1000} {
-				tx, err := s.Pool().Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				plan, err := genericPlan(ctx, tx, st.sql, st.args(n))
-				_ = tx.Rollback(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
+				plan := genericPlan(t, ctx, s, st.sql, st.args(n))
 				if !strings.Contains(plan, "Index Scan using backstop_tasks_pkey on backstop_tasks t") ||
 					strings.Contains(plan, "Seq Scan on backstop_tasks") || strings.Contains(plan, "backstop_tasks_lease") ||
 					strings.Contains(plan, "backstop_tasks_running") {
@@ -190,25 +182,34 @@ func settlePlanStatements(array func(int, func(int) string) string) []settlePlan
 }
 
 // genericPlan is the EXPLAIN of the generic plan of sql run with args
-// (SQL literals, comma-separated).
-func genericPlan(ctx context.Context, tx pgx.Tx, sql, args string) (string, error) {
+// (SQL literals, comma-separated), made in a transaction of its own on one
+// of s's connections and rolled back.
+func genericPlan(t *testing.T, ctx context.Context, s *pgstore.Store, sql, args string) string {
+	t.Helper()
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // it only plans
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
-		return "", err
+		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, "PREPARE settle_plan AS "+sql); err != nil {
-		return "", err
+		t.Fatal(err)
 	}
 	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE settle_plan("+args+")")
 	if err != nil {
-		return "", err
+		t.Fatal(err)
 	}
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return "", err
+		t.Fatal(err)
 	}
 	// A prepared statement outlives the transaction.
-	_, err = tx.Exec(ctx, "DEALLOCATE settle_plan")
-	return strings.Join(lines, "\n"), err
+	if _, err := tx.Exec(ctx, "DEALLOCATE settle_plan"); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // A connection prepares its claim statements itself and makes them again

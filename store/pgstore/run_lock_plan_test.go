@@ -63,15 +63,7 @@ FROM generate_series(1, %[1]d) g, generate_series(0, 4) st`, runs)
 		fill(size.runs, size.vacuum)
 		for _, st := range statements {
 			for _, n := range []int{1, 8, 100} {
-				tx, err := s.Pool().Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				plan, err := genericPlan(ctx, tx, st.sql, st.args(n))
-				_ = tx.Rollback(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
+				plan := genericPlan(t, ctx, s, st.sql, st.args(n))
 				byKey := strings.Contains(plan, "Index Scan using "+st.table+"_pkey") ||
 					strings.Contains(plan, "Bitmap Index Scan on "+st.table+"_pkey")
 				if !byKey || strings.Contains(plan, "Seq Scan on "+st.table) {
